@@ -1,0 +1,31 @@
+--[[
+  Extends the leases of deliveries held by this consumer to now + ack_wait
+  (in_progress, JetStream's +WPI) and records a heartbeat.
+
+  Input:
+    KEYS[1..14] the group layout (includes/group_keys.lua)
+    ARGV[1..14] the group arguments (includes/group_args.lua)
+    ARGV[15], ARGV[16], ... seq1, count1, seq2, count2, ...
+  Output:
+    { new_deadline_ms, status1, status2, ... } with "ok" or an error code
+    (RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE) per tag; a tag that is
+    not "ok" is left as it was.
+]]
+--@include read_now
+--@include group_keys
+--@include group_args
+--@include delivery_state
+--@include check_tag
+
+rcall('ZADD', beatsKey, now, consumerName)
+local deadline = now + ackWait
+local out = {deadline}
+for i = 15, #ARGV, 2 do
+  local seq, count = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  local code = checkTag(seq, count, false)
+  if code == 'ok' then
+    rcall('ZADD', leaseKey, 'XX', deadline, seq)
+  end
+  out[#out + 1] = code
+end
+return out

@@ -1,0 +1,142 @@
+--[[
+  Claims up to n deliveries for one consumer of a group.
+
+  Order: expired leases are first turned into redeliveries (or dead letters),
+  due delayed messages become ready, then ready redeliveries are handed out
+  lowest seq first, then new messages from the group's cursor. Holds the
+  group's max_inflight and the consumer's prefetch. The delivery count and
+  the lease deadline are written in this same call.
+
+  Input:
+    KEYS[1..14] the group layout (includes/group_keys.lua)
+    ARGV[1..14] the group arguments (includes/group_args.lua)
+    ARGV[15] n, the most deliveries to return
+  Output:
+    { now_ms, next_due_ms or "", seq1, count1, record1, seq2, ... }
+    next_due_ms is the earliest time a waiting message becomes due, given
+    only when nothing was delivered, so that an idle client can sleep.
+  Errors:
+    RQ_NOT_MEMBER  the consumer is not in the group (never joined, or removed)
+    RQ_CORRUPT     a delivery state in Redis does not parse
+]]
+--@include read_now
+--@include group_keys
+--@include group_args
+--@include delivery_state
+--@include record
+--@include settle
+--@include redelivery
+--@include group_ops
+
+local EXPIRE_BATCH = 1000 -- expired leases handled per call
+local PROMOTE_BATCH = 1000 -- due delayed messages made ready per call
+local SCAN_LIMIT = 1000 -- records passed over per call (deleted or delayed)
+
+local n = tonumber(ARGV[15])
+
+if rcall('HEXISTS', consumersKey, consumerName) == 0 then
+  return redis.error_reply('RQ_NOT_MEMBER consumer ' .. consumerName .. ' is not a member of group ' .. groupName)
+end
+rcall('ZADD', beatsKey, now, consumerName)
+
+local expired = rcall('ZRANGEBYSCORE', leaseKey, '-inf', now, 'LIMIT', 0, EXPIRE_BATCH)
+for _, s in ipairs(expired) do
+  local seq = tonumber(s)
+  local d = readDelivery(dlvKey, seq)
+  if d == nil then
+    rcall('ZREM', leaseKey, seq)
+  else
+    retryOrDeadLetter(seq, d, nil, 'lease expired after ' .. ackWait .. ' ms')
+    rcall('HINCRBY', groupKey, 'expired', 1)
+  end
+end
+
+local due = rcall('ZRANGEBYSCORE', delayKey, '-inf', now, 'LIMIT', 0, PROMOTE_BATCH)
+for _, s in ipairs(due) do
+  rcall('ZADD', readyKey, s, s)
+  rcall('ZREM', delayKey, s)
+end
+
+local room = n
+room = math.min(room, maxInflight - rcall('ZCARD', leaseKey))
+room = math.min(room, prefetch - tonumber(rcall('HGET', consumersKey, consumerName) or '0'))
+
+local out = {now, ''}
+local got = 0
+
+local function deliver(seq, rec)
+  if recordNotBefore(rec) == nil then
+    deadLetter(seq, readDelivery(dlvKey, seq), 'corrupted-record', 'record does not parse')
+    return
+  end
+  local d = readDelivery(dlvKey, seq)
+  if d == nil then
+    d = {count = 0, holder = '', first = now, last = now}
+  end
+  d.count = d.count + 1
+  d.holder = consumerName
+  d.last = now
+  writeDelivery(dlvKey, seq, d)
+  rcall('ZADD', leaseKey, now + ackWait, seq)
+  rcall('HINCRBY', consumersKey, consumerName, 1)
+  if d.count > 1 then
+    rcall('HINCRBY', groupKey, 'redelivered', 1)
+  end
+  out[#out + 1] = seq
+  out[#out + 1] = d.count
+  out[#out + 1] = rec
+  got = got + 1
+end
+
+if room > 0 then
+  for _, s in ipairs(rcall('ZRANGE', readyKey, 0, room - 1)) do
+    local seq = tonumber(s)
+    rcall('ZREM', readyKey, seq)
+    local rec = rcall('HGET', msgsKey, seq)
+    if rec then
+      deliver(seq, rec)
+    else
+      rcall('HDEL', dlvKey, seq)
+      settle(queueKeys, groupName, seq)
+    end
+  end
+end
+
+if got < room then
+  local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
+  local last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
+  local passed = 0
+  while got < room and cursor < last and passed < SCAN_LIMIT do
+    cursor = cursor + 1
+    local rec = rcall('HGET', msgsKey, cursor)
+    if not rec then
+      -- Deleted before this group reached it (every other group settled it
+      -- before this group existed): nothing to deliver.
+      settle(queueKeys, groupName, cursor)
+      passed = passed + 1
+    else
+      local notBefore = recordNotBefore(rec)
+      if notBefore ~= nil and notBefore > now then
+        rcall('ZADD', delayKey, notBefore, cursor)
+        passed = passed + 1
+      else
+        deliver(cursor, rec)
+      end
+    end
+  end
+  rcall('HSET', groupKey, 'cursor', cursor)
+end
+
+if got == 0 then
+  local nextDue = nil
+  for _, key in ipairs({delayKey, leaseKey}) do
+    local first = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if first[2] ~= nil and (nextDue == nil or tonumber(first[2]) < nextDue) then
+      nextDue = tonumber(first[2])
+    end
+  end
+  if nextDue ~= nil then
+    out[2] = nextDue
+  end
+end
+return out

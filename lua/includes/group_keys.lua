@@ -1,0 +1,36 @@
+--[[
+  Local names for the KEYS layout shared by every group-scoped script
+  (fetch, ack, nack, reject, extend, join, leave, stats). The Python side
+  builds this list in one place: rqueue/keys.py (GroupKeys.as_list).
+    KEYS[1]  meta       hash  seq (last assigned), trimmed (lowest ack floor)
+    KEYS[2]  msgs       hash  seq -> record
+    KEYS[3]  floors     hash  group -> ack floor; also the group registry
+    KEYS[4]  settled    hash  seq -> groups that settled it above their floor
+    KEYS[5]  group      hash  cursor and counters of this group
+    KEYS[6]  lease      zset  seq -> lease deadline (ms): the in-flight set
+    KEYS[7]  ready      zset  seq -> seq: redeliveries due now
+    KEYS[8]  delay      zset  seq -> due time (ms): waiting messages
+    KEYS[9]  dlv        hash  seq -> "count:consumer:first_ms:last_ms"
+    KEYS[10] acked      set   seqs settled above the ack floor
+    KEYS[11] consumers  hash  consumer -> deliveries it holds
+    KEYS[12] beats      zset  consumer -> last heartbeat (ms)
+    KEYS[13] dlq_meta   hash  meta of this queue's dead-letter queue
+    KEYS[14] dlq_msgs   hash  records of this queue's dead-letter queue
+]]
+local metaKey = KEYS[1]
+local msgsKey = KEYS[2]
+local floorsKey = KEYS[3]
+local settledKey = KEYS[4]
+local groupKey = KEYS[5]
+local leaseKey = KEYS[6]
+local readyKey = KEYS[7]
+local delayKey = KEYS[8]
+local dlvKey = KEYS[9]
+local ackedKey = KEYS[10]
+local consumersKey = KEYS[11]
+local beatsKey = KEYS[12]
+local dlqMetaKey = KEYS[13]
+local dlqMsgsKey = KEYS[14]
+local queueKeys = {
+  meta = metaKey, msgs = msgsKey, floors = floorsKey, settled = settledKey, acked = ackedKey,
+}

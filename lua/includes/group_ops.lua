@@ -1,0 +1,87 @@
+--[[
+  Moves of one message inside a group, shared by fetch, ack, nack, reject
+  and leave. Needs group_keys, group_args, delivery_state, record, settle and
+  redelivery included before it.
+]]
+local MAX_ERROR_TEXT = 1024 -- bytes of the last error kept on a dead letter
+
+-- Takes the message away from its holder; the delivery count stays.
+local function release(seq, d)
+  rcall('ZREM', leaseKey, seq)
+  if d.holder ~= '' then
+    rcall('HINCRBY', consumersKey, d.holder, -1)
+    d.holder = ''
+  end
+end
+
+-- Offers the message again, now or after delayMs.
+local function requeue(seq, delayMs)
+  if delayMs > 0 then
+    rcall('ZADD', delayKey, now + delayMs, seq)
+  else
+    rcall('ZADD', readyKey, seq, seq)
+  end
+end
+
+-- The group is done with the message: forget its delivery and settle it.
+local function complete(seq, d)
+  release(seq, d)
+  rcall('ZREM', readyKey, seq)
+  rcall('ZREM', delayKey, seq)
+  rcall('HDEL', dlvKey, seq)
+  settle(queueKeys, groupName, seq)
+end
+
+local function deliveryHeaders(headers, seq, d, reason, errText)
+  headers['x-rq-queue'] = queueName
+  headers['x-rq-group'] = groupName
+  headers['x-rq-seq'] = tostring(seq)
+  headers['x-rq-reason'] = reason
+  headers['x-rq-deliveries'] = tostring(d.count)
+  headers['x-rq-first-delivery'] = tostring(d.first)
+  headers['x-rq-last-delivery'] = tostring(d.last)
+  if errText ~= nil and errText ~= '' then
+    headers['x-rq-error'] = string.sub(errText, 1, MAX_ERROR_TEXT)
+  end
+  return headers
+end
+
+-- Moves the message into the dead-letter queue (or drops it, counted) and
+-- settles it for this group, in the same atomic call. Returns the dead-letter
+-- seq, or 0 when dropped.
+local function deadLetter(seq, d, reason, errText)
+  local rec = rcall('HGET', msgsKey, seq)
+  d = d or {count = 0, holder = '', first = '', last = ''}
+  complete(seq, d)
+  if rec == false or deadLetterMode == 'drop' then
+    rcall('HINCRBY', groupKey, 'dropped', 1)
+    return 0
+  end
+  local headers, payload = splitRecord(rec)
+  if headers == nil then
+    -- Kept byte for byte so that nothing is lost; the reason says why.
+    headers, payload, reason = {}, rec, 'corrupted-record'
+  end
+  headers = deliveryHeaders(headers, seq, d, reason, errText)
+  local dseq = rcall('HINCRBY', dlqMetaKey, 'seq', 1)
+  rcall('HSET', dlqMsgsKey, dseq, makeRecord('', now, cjson.encode(headers), payload))
+  rcall('HINCRBY', groupKey, 'dead_lettered', 1)
+  return dseq
+end
+
+-- A failed attempt (nack, expired lease, dead holder): dead-letter once the
+-- message had max_deliveries, else offer it again under the policy.
+-- Returns "dead" or the due time in ms.
+local function retryOrDeadLetter(seq, d, delayMs, errText)
+  release(seq, d)
+  if maxDeliveries ~= -1 and d.count >= maxDeliveries then
+    deadLetter(seq, d, 'max-deliveries', errText)
+    return 'dead'
+  end
+  writeDelivery(dlvKey, seq, d)
+  if delayMs == nil then
+    delayMs = redeliveryDelay(policy, d.count, seq)
+  end
+  requeue(seq, delayMs)
+  return now + delayMs
+end

@@ -1,0 +1,25 @@
+--[[
+  Adds a consumer to a group, creating the group when it does not exist. A
+  new group starts at the oldest message still retained, so a queue's first
+  group sees everything published before it.
+
+  Input:
+    KEYS[1..14] the group layout (includes/group_keys.lua)
+    ARGV[1..14] the group arguments (includes/group_args.lua)
+  Output:
+    { group_created (0/1), consumer_created (0/1) }
+]]
+--@include read_now
+--@include group_keys
+--@include group_args
+
+local created = 0
+if rcall('HEXISTS', floorsKey, groupName) == 0 then
+  local start = rcall('HGET', metaKey, 'trimmed') or '0'
+  rcall('HSET', floorsKey, groupName, start)
+  rcall('HSET', groupKey, 'cursor', start)
+  created = 1
+end
+local joined = rcall('HSETNX', consumersKey, consumerName, 0)
+rcall('ZADD', beatsKey, now, consumerName)
+return {created, joined}

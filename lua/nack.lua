@@ -1,0 +1,44 @@
+--[[
+  Negative acknowledgement of one delivery held by this consumer: the message
+  is offered again, ahead of every later message (SPEC guarantee 8), now, after
+  the given delay, or after the redelivery policy's delay. A message that has
+  had max_deliveries deliveries is dead-lettered instead.
+
+  Input:
+    KEYS[1..14] the group layout (includes/group_keys.lua)
+    ARGV[1..14] the group arguments (includes/group_args.lua)
+    ARGV[15] seq
+    ARGV[16] delivery count of the tag
+    ARGV[17] delay in ms, or "" for the redelivery policy
+    ARGV[18] error text for the record, may be ""
+  Output:
+    { "requeued", due_ms } or { "dead", 0 }
+  Errors (nothing is changed):
+    RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>
+]]
+--@include read_now
+--@include group_keys
+--@include group_args
+--@include delivery_state
+--@include record
+--@include settle
+--@include redelivery
+--@include group_ops
+--@include check_tag
+
+local seq, count = tonumber(ARGV[15]), tonumber(ARGV[16])
+local delayMs = nil
+if ARGV[17] ~= '' then
+  delayMs = tonumber(ARGV[17])
+end
+
+local code, d = checkTag(seq, count, false)
+if code ~= 'ok' then
+  return redis.error_reply(code .. ' ' .. ARGV[15] .. '.' .. ARGV[16])
+end
+local due = retryOrDeadLetter(seq, d, delayMs, ARGV[18])
+if due == 'dead' then
+  return {'dead', 0}
+end
+rcall('HINCRBY', groupKey, 'nacked', 1)
+return {'requeued', due}

@@ -1,0 +1,33 @@
+--[[
+  Dead-letters one delivery held by this consumer at once (reject without
+  requeue, or term with a reason). With dead_letter "drop" the message is
+  dropped and counted instead.
+
+  Input:
+    KEYS[1..14] the group layout (includes/group_keys.lua)
+    ARGV[1..14] the group arguments (includes/group_args.lua)
+    ARGV[15] seq
+    ARGV[16] delivery count of the tag
+    ARGV[17] reason, e.g. "rejected" or "terminated"
+    ARGV[18] error text for the record, may be ""
+  Output:
+    the seq of the message in the dead-letter queue, or 0 when dropped
+  Errors (nothing is changed):
+    RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>
+]]
+--@include read_now
+--@include group_keys
+--@include group_args
+--@include delivery_state
+--@include record
+--@include settle
+--@include redelivery
+--@include group_ops
+--@include check_tag
+
+local seq, count = tonumber(ARGV[15]), tonumber(ARGV[16])
+local code, d = checkTag(seq, count, false)
+if code ~= 'ok' then
+  return redis.error_reply(code .. ' ' .. ARGV[15] .. '.' .. ARGV[16])
+end
+return deadLetter(seq, d, ARGV[17], ARGV[18])

@@ -1,0 +1,51 @@
+--[[
+  Reads one group's figures in one consistent snapshot. Changes nothing.
+
+  Input:
+    KEYS[1..14] the group layout (includes/group_keys.lua)
+    ARGV[1..14] the group arguments (includes/group_args.lua); only the group
+      name and now are used
+  Output:
+    flat list of name, value pairs: last_seq, floor, cursor, acked_above_floor,
+    in_flight, expired_leases, oldest_lease_ms, ready, delayed, counters
+    (acked, nacked, redelivered, expired, dead_lettered, dropped), then
+    "consumer", name, held, last_heartbeat_ms for each consumer
+]]
+--@include read_now
+--@include group_keys
+--@include group_args
+
+local out = {}
+local function put(name, value)
+  out[#out + 1] = name
+  out[#out + 1] = value
+end
+
+put('now', now)
+put('last_seq', rcall('HGET', metaKey, 'seq') or '0')
+put('floor', rcall('HGET', floorsKey, groupName) or '')
+put('cursor', rcall('HGET', groupKey, 'cursor') or '0')
+put('acked_above_floor', rcall('SCARD', ackedKey))
+put('in_flight', rcall('ZCARD', leaseKey))
+put('expired_leases', rcall('ZCOUNT', leaseKey, '-inf', now))
+local oldest = rcall('ZRANGE', leaseKey, 0, 0)
+if oldest[1] ~= nil then
+  local raw = rcall('HGET', dlvKey, oldest[1])
+  local last = raw and string.match(raw, ':(%d+)$')
+  put('oldest_lease_ms', last and (now - tonumber(last)) or '')
+else
+  put('oldest_lease_ms', '')
+end
+put('ready', rcall('ZCARD', readyKey))
+put('delayed', rcall('ZCARD', delayKey))
+for _, name in ipairs({'acked', 'nacked', 'redelivered', 'expired', 'dead_lettered', 'dropped'}) do
+  put(name, rcall('HGET', groupKey, name) or '0')
+end
+local held = rcall('HGETALL', consumersKey)
+for i = 1, #held, 2 do
+  out[#out + 1] = 'consumer'
+  out[#out + 1] = held[i]
+  out[#out + 1] = held[i + 1]
+  out[#out + 1] = rcall('ZSCORE', beatsKey, held[i]) or ''
+end
+return out

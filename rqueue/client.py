@@ -1,0 +1,218 @@
+"""Connecting to Redis, and the client object that hands out queues."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+
+from . import constants as C
+from .clock import SYSTEM_CLOCK, Clock
+from .errors import ConnectionFailed, InvalidURL, ServerTooOld
+from .keys import registry_key
+from .names import check_name
+from .notify import Notifier
+from .randomness import Randomness
+from .scripts import Scripts
+from .settings import Settings, SettingsStore
+
+if TYPE_CHECKING:
+    from .queue import Queue
+
+log = logging.getLogger("rqueue")
+
+SCHEMES = ("redis", "rediss", "unix", "memory")
+CONNECT_TIMEOUT = 5.0  # seconds to open a TCP connection
+
+_memory_servers: dict[str, Any] = {}
+_memory_lock = threading.Lock()
+
+
+def mask_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for messages and logs."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+def _memory_redis(url: str) -> Any:
+    try:
+        import fakeredis
+    except ImportError:  # pragma: no cover - depends on the install
+        raise InvalidURL(url, "memory:// needs fakeredis with Lua: pip install 'rqueue[memory]'") from None
+    name = urlsplit(url).netloc or "default"
+    with _memory_lock:
+        server = _memory_servers.get(name)
+        if server is None:
+            server = _memory_servers[name] = fakeredis.FakeServer()
+    return fakeredis.FakeRedis(server=server)
+
+
+def server_version(r: Any) -> str:
+    info = r.info("server")
+    return str(info.get("valkey_version") or info.get("redis_version") or "0")
+
+
+def _parse_version(version: str) -> tuple[int, ...]:
+    out = []
+    for part in version.split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits or 0))
+    return tuple(out)
+
+
+def _check_server(r: Any, url: str) -> None:
+    version = server_version(r)
+    if _parse_version(version) < C.MIN_SERVER_VERSION:
+        raise ServerTooOld(version, ".".join(map(str, C.MIN_SERVER_VERSION)))
+    try:
+        policy = r.config_get("maxmemory-policy").get(b"maxmemory-policy")
+    except redis.ResponseError:
+        return  # CONFIG may be refused by ACLs; the check is advice only
+    if policy not in (None, b"noeviction"):
+        log.warning(
+            "Redis at %s has maxmemory-policy %s: under memory pressure it may evict "
+            "queue data; set maxmemory-policy noeviction",
+            mask_url(url),
+            policy.decode(),
+        )
+
+
+def connect(
+    url: str = "memory://",
+    *,
+    prefix: str = C.DEFAULT_PREFIX,
+    clock: Clock | None = None,
+    randomness: Randomness | None = None,
+    dlq_prefix: str = C.DEFAULT_DLQ_PREFIX,
+    settings_ttl: float = C.SETTINGS_CACHE_TTL,
+    **redis_options: Any,
+) -> Client:
+    """Connects to Redis and checks that rqueue can work there.
+
+    ``url`` is ``redis://``, ``rediss://`` (TLS), ``unix://`` or
+    ``memory://[name]`` (an in-process server running the same scripts;
+    clients that name the same server share it). ``prefix`` starts every key.
+    Raises InvalidURL for a URL of another kind, ConnectionFailed when the
+    server cannot be reached or is not Redis, ServerTooOld for Redis < 6.2.
+    """
+    if not isinstance(url, str):
+        raise InvalidURL(repr(url), "must be a str")
+    shown = mask_url(url)
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme == "redis+cluster":
+        raise InvalidURL(shown, "Redis Cluster is not supported by this version of rqueue yet")
+    if scheme not in SCHEMES:
+        raise InvalidURL(shown, f"scheme must be one of {', '.join(s + '://' for s in SCHEMES)}")
+    check_name("key prefix", prefix)
+    if scheme == "memory":
+        r = _memory_redis(url)
+    else:
+        options = {"socket_connect_timeout": CONNECT_TIMEOUT, "health_check_interval": 30, **redis_options}
+        try:
+            r = redis.Redis.from_url(url, **options)
+        except ValueError as exc:
+            raise InvalidURL(shown, str(exc)) from None
+    try:
+        r.ping()
+        if scheme != "memory":  # fakeredis has no INFO; it is as new as its Lua
+            _check_server(r, url)
+    except ServerTooOld:
+        r.close()
+        raise
+    except (redis.RedisError, OSError) as exc:
+        r.close()
+        raise ConnectionFailed(shown, _describe(exc)) from None
+    return Client(r, url=shown, prefix=prefix, clock=clock, randomness=randomness, dlq_prefix=dlq_prefix, settings_ttl=settings_ttl)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, redis.ConnectionError) and "Protocol" in text or isinstance(exc, redis.InvalidResponse):
+        return f"the server does not speak the Redis protocol ({text})"
+    if isinstance(exc, redis.AuthenticationError):
+        return "authentication failed"
+    return text
+
+
+class Client:
+    """A connection to one Redis, with its scripts, settings and queues.
+
+    Thread-safe: redis-py pools connections, so one client can serve many
+    threads.
+    """
+
+    def __init__(
+        self,
+        redis_client: Any,
+        *,
+        url: str = "",
+        prefix: str = C.DEFAULT_PREFIX,
+        clock: Clock | None = None,
+        randomness: Randomness | None = None,
+        dlq_prefix: str = C.DEFAULT_DLQ_PREFIX,
+        settings_ttl: float = C.SETTINGS_CACHE_TTL,
+    ) -> None:
+        self.redis = redis_client
+        self.url = url
+        self.prefix = prefix
+        self.clock = clock or SYSTEM_CLOCK
+        self.randomness = randomness or Randomness()
+        self.dlq_prefix = dlq_prefix
+        self.scripts = Scripts(redis_client)
+        self.settings = SettingsStore(redis_client, prefix, self.clock.monotonic, settings_ttl)
+        self.notifier = Notifier(redis_client)
+        self._registered: set[str] = set()
+
+    def configure(self, pattern: str, **settings: Any) -> None:
+        """Stores settings for every queue whose name matches ``pattern``
+        (``*`` = one word, ``#`` = any number of words), for all processes.
+
+        Raises InvalidSetting (naming the setting) or InvalidName; nothing is
+        stored then.
+        """
+        self.settings.configure(pattern, settings)
+
+    def resolved_settings(self, queue: str) -> Settings:
+        """The settings that apply to ``queue`` now."""
+        return self.settings.resolve(queue)[0]
+
+    def queue(self, name: str) -> Queue:
+        """A handle on queue ``name`` (nothing is written until it is used).
+
+        ``DLQ.<name>`` (with the client's dlq_prefix) is the dead-letter queue
+        of ``<name>``.
+        """
+        from .queue import Queue
+
+        return Queue(self, name)
+
+    def queues(self) -> list[str]:
+        """Names of every queue this prefix has written to, sorted."""
+        return sorted(m.decode() for m in self.redis.smembers(registry_key(self.prefix)))
+
+    def _register(self, name: str) -> None:
+        # The registry is a global key, outside every queue's hash slot, so it
+        # is written beside the scripts rather than by them.
+        if name not in self._registered:
+            self.redis.sadd(registry_key(self.prefix), name)
+            self._registered.add(name)
+
+    def close(self) -> None:
+        self.notifier.close()
+        self.redis.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

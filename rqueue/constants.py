@@ -1,0 +1,30 @@
+"""Named defaults. Units are in the comment beside each value."""
+
+# Settings (SPEC "Settings and their defaults"); durations are seconds in the
+# Python API and milliseconds inside Redis.
+DEFAULT_ACK_WAIT = 30.0  # seconds a delivery is leased before redelivery
+DEFAULT_MAX_INFLIGHT = 1024  # unacked deliveries per group
+DEFAULT_PREFETCH = 100  # unacked deliveries per consumer
+DEFAULT_MAX_DELIVERIES = 10  # deliveries before dead-lettering; -1 = unlimited
+DEFAULT_REDELIVERY_DELAY = 0.0  # seconds before a failed message is offered again
+DEFAULT_REDELIVERY_MULTIPLIER = 1.0  # factor applied per further redelivery
+MAX_REDELIVERY_DELAY_FACTOR = 10  # default cap = redelivery_delay x this
+DEFAULT_REDELIVERY_JITTER = 0.0  # fraction 0..1 of the delay, +/-
+DEFAULT_DEDUP_WINDOW = 120.0  # seconds a message id is remembered
+DEFAULT_MAX_PAYLOAD = 1024 * 1024  # bytes of payload per message
+DEFAULT_DEAD_LETTER = "dlq"  # "dlq" keeps dead letters, "none" drops them
+
+# Client behaviour.
+DEFAULT_PREFIX = "rq"  # first part of every Redis key rqueue writes
+DEFAULT_DLQ_PREFIX = "DLQ."  # name of a queue's dead-letter queue = prefix + name
+SETTINGS_CACHE_TTL = 1.0  # seconds a process reuses settings read from Redis
+IDLE_POLL_INTERVAL = 0.5  # seconds an idle fetch waits at most between checks
+MIN_SERVER_VERSION = (6, 2)  # oldest Redis whose scripting rqueue relies on
+
+# Limits on input.
+MAX_NAME_LENGTH = 200  # characters of a queue, group or consumer name
+MAX_ID_LENGTH = 512  # characters of a message id
+MAX_HEADER_BYTES = 64 * 1024  # bytes of encoded headers per message
+MAX_REASON_LENGTH = 1024  # characters of a term()/reject() reason or error text
+MAX_FETCH = 10_000  # deliveries one fetch may ask for
+MAX_BATCH = 5_000  # messages one publish_many call sends in one script call

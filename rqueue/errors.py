@@ -1,0 +1,228 @@
+"""The exception tree of rqueue, and the one place where script error codes
+become exceptions (:func:`from_script_error`)."""
+
+from __future__ import annotations
+
+__all__ = [
+    "RQueueError",
+    "InvalidInput",
+    "InvalidName",
+    "InvalidSetting",
+    "InvalidURL",
+    "PayloadTooLarge",
+    "ConnectionFailed",
+    "ServerTooOld",
+    "DeliveryError",
+    "UnknownDeliveryTag",
+    "AlreadyAcked",
+    "NotHeld",
+    "StaleDelivery",
+    "NotMember",
+    "Unroutable",
+    "CorruptRecord",
+    "Reject",
+    "from_script_error",
+]
+
+
+class RQueueError(Exception):
+    """Root of every error rqueue raises."""
+
+
+class InvalidInput(RQueueError, ValueError):
+    """An argument is wrong; nothing was changed."""
+
+
+class InvalidName(InvalidInput):
+    """A queue, group, consumer or pattern name is not allowed.
+
+    Attributes:
+        kind: what the name was for ("queue", "group", ...).
+        name: the rejected name.
+    """
+
+    def __init__(self, kind: str, name: object, why: str) -> None:
+        super().__init__(f"invalid {kind} name {name!r}: {why}")
+        self.kind = kind
+        self.name = name
+
+
+class InvalidSetting(InvalidInput):
+    """A setting is unknown or out of range.
+
+    Attributes:
+        setting: the setting's name.
+        value: the rejected value.
+    """
+
+    def __init__(self, setting: str, value: object, why: str) -> None:
+        super().__init__(f"invalid setting {setting}={value!r}: {why}")
+        self.setting = setting
+        self.value = value
+
+
+class InvalidURL(InvalidInput):
+    """A connection URL rqueue cannot use. The password is never shown.
+
+    Attributes:
+        url: the URL with any password masked.
+    """
+
+    def __init__(self, url: str, why: str) -> None:
+        super().__init__(f"invalid URL {url}: {why}")
+        self.url = url
+
+
+class PayloadTooLarge(InvalidInput):
+    """A payload is larger than the queue's max_payload.
+
+    Attributes:
+        size: the payload's size in bytes.
+        limit: the allowed maximum in bytes.
+    """
+
+    def __init__(self, size: int, limit: int, index: int | None = None) -> None:
+        where = "" if index is None else f" (message {index} of the batch)"
+        super().__init__(f"payload of {size} bytes is over max_payload {limit} bytes{where}")
+        self.size = size
+        self.limit = limit
+
+
+class ConnectionFailed(RQueueError):
+    """The server cannot be reached, or does not speak the Redis protocol.
+
+    Attributes:
+        url: the URL with any password masked.
+    """
+
+    def __init__(self, url: str, why: str) -> None:
+        super().__init__(f"cannot use {url}: {why}")
+        self.url = url
+
+
+class ServerTooOld(RQueueError):
+    """The server's version is older than the scripts need.
+
+    Attributes:
+        version: the server's version string.
+    """
+
+    def __init__(self, version: str, needed: str) -> None:
+        super().__init__(f"server version {version} is too old: rqueue needs {needed} or later")
+        self.version = version
+
+
+class DeliveryError(RQueueError):
+    """A settle operation named a delivery that cannot be settled that way.
+    Nothing was changed; the consumer can go on working.
+
+    Attributes:
+        tag: the delivery tag, "<seq>.<delivery count>".
+    """
+
+    reason = "cannot be settled"
+
+    def __init__(self, tag: str, detail: str = "") -> None:
+        super().__init__(f"delivery tag {tag} {self.reason}{': ' + detail if detail else ''}")
+        self.tag = tag
+
+
+class UnknownDeliveryTag(DeliveryError):
+    """No such delivery was ever made in this group (RabbitMQ's unknown delivery tag)."""
+
+    reason = "is unknown in this group"
+
+
+class AlreadyAcked(DeliveryError):
+    """The group has already acked or dead-lettered this message."""
+
+    reason = "was already settled (acked or dead-lettered) by this group"
+
+
+class NotHeld(DeliveryError):
+    """The delivery is held by another consumer of the group."""
+
+    reason = "is held by another consumer"
+
+
+class StaleDelivery(DeliveryError):
+    """The delivery is no longer held: its lease ran out or a newer delivery exists."""
+
+    reason = "is no longer held by this consumer (lease expired or redelivered)"
+
+
+class NotMember(RQueueError):
+    """The consumer is not a member of its group (it left or was removed)."""
+
+
+class Unroutable(RQueueError):
+    """A mandatory publish found no group to deliver to; nothing was stored.
+
+    Attributes:
+        queue: the queue's name.
+    """
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(f"queue {queue!r} has no group: mandatory publish refused, nothing stored")
+        self.queue = queue
+
+
+class CorruptRecord(RQueueError):
+    """Data found in Redis does not have the shape rqueue writes.
+
+    Attributes:
+        key: the Redis key (and field) where it was found.
+    """
+
+    def __init__(self, key: str, detail: str) -> None:
+        super().__init__(f"corrupted record at {key}: {detail}")
+        self.key = key
+
+
+class Reject(RQueueError):
+    """Raised by a handler to dead-letter its message at once, without retries.
+
+    Attributes:
+        reason: text stored with the dead letter.
+    """
+
+    def __init__(self, reason: str = "rejected") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+_DELIVERY_CODES: dict[str, type[DeliveryError]] = {
+    "RQ_UNKNOWN_TAG": UnknownDeliveryTag,
+    "RQ_ACKED": AlreadyAcked,
+    "RQ_NOT_HELD": NotHeld,
+    "RQ_STALE": StaleDelivery,
+}
+
+
+def delivery_error(code: str, tag: str) -> DeliveryError | None:
+    """The exception for a per-tag status code returned by a script, or None for "ok"."""
+    cls = _DELIVERY_CODES.get(code)
+    if cls is None:
+        if code == "ok":
+            return None
+        return DeliveryError(tag, f"unexpected status {code}")
+    return cls(tag)
+
+
+def from_script_error(exc: Exception, *, queue: str = "", where: str = "") -> Exception:
+    """Maps an error reply of an rqueue script to the matching exception.
+
+    Every script error starts with a stable code (``RQ_...``); anything else
+    is returned unchanged so that it is re-raised as it came.
+    """
+    message = str(exc)
+    code, _, detail = message.partition(" ")
+    if code in _DELIVERY_CODES:
+        return _DELIVERY_CODES[code](detail)
+    if code == "RQ_NOT_MEMBER":
+        return NotMember(detail)
+    if code == "RQ_UNROUTABLE":
+        return Unroutable(queue)
+    if code == "RQ_CORRUPT":
+        return CorruptRecord(where, detail)
+    return exc

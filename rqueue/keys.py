@@ -1,0 +1,117 @@
+"""The only place where Redis key names are spelled.
+
+Every key of a queue starts with ``<prefix>:{<root>}`` so that one queue,
+its groups and its dead-letter queue live in one Redis Cluster slot and every
+script can touch them atomically. A dead-letter queue ``DLQ.orders`` is the
+queue ``orders`` one level down: ``<prefix>:{orders}:dlq``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """Keys of one queue (or dead-letter queue), below ``base``."""
+
+    base: str
+
+    @property
+    def meta(self) -> str:
+        return f"{self.base}:meta"
+
+    @property
+    def msgs(self) -> str:
+        return f"{self.base}:msgs"
+
+    @property
+    def floors(self) -> str:
+        return f"{self.base}:floors"
+
+    @property
+    def settled(self) -> str:
+        return f"{self.base}:settled"
+
+    @property
+    def ids(self) -> str:
+        return f"{self.base}:ids"
+
+    @property
+    def id_exp(self) -> str:
+        return f"{self.base}:idexp"
+
+    @property
+    def sched(self) -> str:
+        return f"{self.base}:sched"
+
+    @property
+    def wake_channel(self) -> str:
+        """Pub/sub channel (not a key) announcing new messages."""
+        return f"{self.base}:wake"
+
+    @property
+    def dead_letters(self) -> QueueKeys:
+        return QueueKeys(f"{self.base}:dlq")
+
+    def publish_keys(self) -> list[str]:
+        """KEYS of publish.lua."""
+        return [self.meta, self.msgs, self.floors, self.ids, self.id_exp, self.sched]
+
+    def group(self, group: str) -> GroupKeys:
+        return GroupKeys(self, group)
+
+    def all_static(self) -> list[str]:
+        """The queue-level keys, for deletion and inspection."""
+        return [self.meta, self.msgs, self.floors, self.settled, self.ids, self.id_exp, self.sched]
+
+
+@dataclass(frozen=True)
+class GroupKeys:
+    """Keys of one group of a queue, in the layout of lua/includes/group_keys.lua."""
+
+    queue: QueueKeys
+    group: str
+
+    def _k(self, kind: str) -> str:
+        return f"{self.queue.base}:{kind}:{self.group}"
+
+    def as_list(self) -> list[str]:
+        q = self.queue
+        dlq = q.dead_letters
+        return [
+            q.meta,
+            q.msgs,
+            q.floors,
+            q.settled,
+            self._k("grp"),
+            self._k("lease"),
+            self._k("ready"),
+            self._k("delay"),
+            self._k("dlv"),
+            self._k("acked"),
+            self._k("cons"),
+            self._k("beats"),
+            dlq.meta,
+            dlq.msgs,
+        ]
+
+    def group_only(self) -> list[str]:
+        """The keys that belong to this group alone."""
+        return self.as_list()[4:12]
+
+
+def queue_base(prefix: str, root: str, depth: int) -> str:
+    """Base of the keys of ``root``'s dead-letter queue ``depth`` levels down
+    (0 = the queue itself)."""
+    return f"{prefix}:{{{root}}}" + ":dlq" * depth
+
+
+def settings_key(prefix: str) -> str:
+    """Hash of pattern settings: field "<pattern> <setting>" -> JSON value."""
+    return f"{prefix}:settings"
+
+
+def registry_key(prefix: str) -> str:
+    """Set of the names of every queue written to."""
+    return f"{prefix}:queues"

@@ -1,0 +1,53 @@
+"""Validation of the names and ids users pass in. Each check raises an error
+that names the bad input; nothing reaches Redis before it passes."""
+
+from __future__ import annotations
+
+import re
+
+from .constants import MAX_ID_LENGTH, MAX_NAME_LENGTH
+from .errors import InvalidInput, InvalidName
+
+# Braces would break the {queue} hash tag; whitespace and control characters
+# make names that cannot be typed or shown.
+_FORBIDDEN = re.compile(r"[{}\s\x00-\x1f\x7f]")
+
+
+def check_name(kind: str, name: object) -> str:
+    """Returns ``name`` when it is a usable queue, group or consumer name."""
+    if not isinstance(name, str):
+        raise InvalidName(kind, name, f"must be a str, not {type(name).__name__}")
+    if not name:
+        raise InvalidName(kind, name, "must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidName(kind, name, f"is {len(name)} characters long, the limit is {MAX_NAME_LENGTH}")
+    bad = _FORBIDDEN.search(name)
+    if bad:
+        raise InvalidName(kind, name, f"contains {bad.group()!r} (braces, whitespace and control characters are not allowed)")
+    return name
+
+
+def check_pattern(pattern: object) -> str:
+    """Returns ``pattern`` when it is a valid settings pattern (words split by
+    ``.``, ``*`` = one word, ``#`` = any number of words)."""
+    check_name("pattern", pattern)
+    assert isinstance(pattern, str)
+    for word in pattern.split("."):
+        if not word:
+            raise InvalidName("pattern", pattern, "has an empty word (two dots in a row, or a dot at an end)")
+        if ("*" in word or "#" in word) and len(word) > 1:
+            raise InvalidName("pattern", pattern, f"word {word!r} mixes a wildcard with other characters")
+    return pattern
+
+
+def check_message_id(msg_id: object) -> str:
+    """Returns the id as a str ("" for None) when it is a usable de-duplication id."""
+    if msg_id is None:
+        return ""
+    if not isinstance(msg_id, str):
+        raise InvalidInput(f"message id {msg_id!r} must be a str, not {type(msg_id).__name__}")
+    if not msg_id:
+        raise InvalidInput("message id must not be empty (pass None for no id)")
+    if len(msg_id) > MAX_ID_LENGTH:
+        raise InvalidInput(f"message id of {len(msg_id)} characters is over the limit of {MAX_ID_LENGTH}")
+    return msg_id

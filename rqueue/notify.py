@@ -1,0 +1,101 @@
+"""Wake-ups for idle consumers: publish.lua announces new messages on a
+pub/sub channel per queue; a waiting fetch sleeps until an announcement, the
+next due time, or its timeout, whichever is first. Polling stays as the
+safety net, so a lost announcement only delays, never loses, a message."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+log = logging.getLogger("rqueue.notify")
+
+SUBSCRIBE_TIMEOUT = 1.0  # seconds to wait for a subscription to be confirmed
+RECONNECT_PAUSE = 0.5  # seconds between attempts after the connection broke
+
+
+class Notifier:
+    """One pub/sub connection per client, shared by all its consumers."""
+
+    def __init__(self, redis_client: Any) -> None:
+        self._redis = redis_client
+        self._cond = threading.Condition()
+        self._generation: dict[str, int] = {}
+        self._wanted: set[str] = set()
+        self._subscribed: set[str] = set()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def generation(self, channel: str) -> int:
+        """A counter that changes when ``channel`` announces something.
+        Read it before fetching, wait on it after an empty fetch."""
+        with self._cond:
+            if channel not in self._wanted:
+                self._wanted.add(channel)
+                self._generation.setdefault(channel, 0)
+                self._start()
+                self._cond.wait_for(lambda: channel in self._subscribed or self._closed, SUBSCRIBE_TIMEOUT)
+            return self._generation[channel]
+
+    def wait(self, channel: str, since: int, timeout: float) -> bool:
+        """Waits until ``channel``'s generation differs from ``since``; True if it did."""
+        if timeout <= 0:
+            return False
+        with self._cond:
+            return self._cond.wait_for(lambda: self._generation.get(channel, 0) != since or self._closed, timeout)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(2)
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="rqueue-notify", daemon=True)
+            self._thread.start()
+        self._cond.notify_all()
+
+    def _run(self) -> None:
+        pubsub = None
+        while not self._closed:
+            try:
+                if pubsub is None:
+                    pubsub = self._redis.pubsub()
+                    requested: set[str] = set()
+                    self._subscribed = set()
+                with self._cond:
+                    missing = self._wanted - requested
+                if missing:
+                    pubsub.subscribe(*missing)
+                    requested |= missing
+                message = pubsub.get_message(timeout=0.1)
+                if message is None:
+                    continue
+                channel = message["channel"].decode()
+                with self._cond:
+                    if message["type"] == "subscribe":
+                        self._subscribed.add(channel)
+                    elif message["type"] == "message":
+                        self._generation[channel] = self._generation.get(channel, 0) + 1
+                    self._cond.notify_all()
+            except Exception as exc:  # the connection broke: wake everyone, then resubscribe
+                log.debug("wake-up channel lost (%s); reconnecting", exc)
+                if pubsub is not None:
+                    try:
+                        pubsub.close()
+                    except Exception:
+                        pass
+                pubsub = None
+                with self._cond:
+                    for ch in self._generation:
+                        self._generation[ch] += 1
+                    self._cond.notify_all()
+                    self._cond.wait(RECONNECT_PAUSE)
+        if pubsub is not None:
+            try:
+                pubsub.close()
+            except Exception:
+                pass

@@ -1,0 +1,267 @@
+"""Queues: publishing, inspection, and handing out consumers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from . import constants as C
+from .errors import InvalidInput, InvalidName, PayloadTooLarge, from_script_error
+from .keys import QueueKeys, queue_base
+from .names import check_message_id, check_name
+from .record import decode_record, encode_body
+from .results import ConsumerStats, GroupStats, PublishResult, QueueStats
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .consumer import Consumer
+
+
+def _delay_ms(delay: float | None) -> int:
+    if delay is None:
+        return 0
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay) or delay < 0:
+        raise InvalidInput(f"delay {delay!r} must be a number of seconds >= 0")
+    return int(round(delay * 1000))
+
+
+class Message:
+    """A stored message seen without claiming it (peek, dead-letter listing)."""
+
+    __slots__ = ("seq", "data", "headers", "published_ms")
+
+    def __init__(self, seq: int, data: bytes, headers: dict[str, str], published_ms: int) -> None:
+        self.seq = seq
+        self.data = data
+        self.headers = headers
+        self.published_ms = published_ms
+
+    def __repr__(self) -> str:
+        return f"Message(seq={self.seq}, data={self.data[:40]!r}, headers={self.headers!r})"
+
+
+class Queue:
+    """A named queue. Obtain one with :meth:`rqueue.Client.queue`.
+
+    ``DLQ.<name>`` names the dead-letter queue of ``<name>``; it is a queue
+    like any other (it can be peeked and consumed) stored in the same Redis
+    Cluster slot as its source.
+    """
+
+    def __init__(self, client: Client, name: str) -> None:
+        check_name("queue", name)
+        root, depth = name, 0
+        while root.startswith(client.dlq_prefix):
+            root, depth = root[len(client.dlq_prefix) :], depth + 1
+        if not root:
+            raise InvalidName("queue", name, f"is only the dead-letter prefix {client.dlq_prefix!r}")
+        self.client = client
+        self.name = name
+        self.keys = QueueKeys(queue_base(client.prefix, root, depth))
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r})"
+
+    @property
+    def dead_letter_queue(self) -> Queue:
+        """The queue that receives this queue's dead letters."""
+        return Queue(self.client, self.client.dlq_prefix + self.name)
+
+    def settings(self) -> Settings:
+        """The settings in force for this queue (patterns stored in Redis)."""
+        return self.client.resolved_settings(self.name)
+
+    # -- publishing ---------------------------------------------------------
+
+    def publish(
+        self,
+        payload: bytes,
+        headers: Mapping[str, str] | None = None,
+        id: str | None = None,
+        delay: float | None = None,
+        mandatory: bool = False,
+    ) -> PublishResult:
+        """Appends one message; returns once Redis has applied it.
+
+        ``id`` de-duplicates within the queue's dedup_window (seconds);
+        ``delay`` (seconds) holds the message back; ``mandatory`` refuses the
+        publish with Unroutable when the queue has no group.
+        """
+        return self.publish_many([payload], headers=[headers] if headers else None, ids=[id], delay=delay, mandatory=mandatory)[0]
+
+    def publish_many(
+        self,
+        payloads: Sequence[bytes],
+        headers: Mapping[str, str] | Sequence[Mapping[str, str] | None] | None = None,
+        ids: Sequence[str | None] | None = None,
+        delay: float | None = None,
+        mandatory: bool = False,
+    ) -> list[PublishResult]:
+        """Appends many messages in one round trip, in order.
+
+        ``headers`` is one mapping for all messages or one per message;
+        ``ids`` one per message (None for no id). Every message is checked
+        before anything is sent: one bad message fails the whole call and
+        stores nothing.
+        """
+        if isinstance(payloads, (bytes, str)) or not isinstance(payloads, Sequence):
+            raise InvalidInput("payloads must be a sequence of bytes (for one message use publish())")
+        count = len(payloads)
+        if count == 0:
+            return []
+        per_headers = self._per_message(headers, count, "headers")
+        per_ids = [None] * count if ids is None else list(ids)
+        if len(per_ids) != count:
+            raise InvalidInput(f"ids has {len(per_ids)} entries for {count} payloads")
+        delay_ms = _delay_ms(delay)
+        settings = self.settings()
+        args: list[Any] = []
+        for i, payload in enumerate(payloads):
+            body = encode_body(payload, per_headers[i])
+            if len(payload) > settings.max_payload:
+                raise PayloadTooLarge(len(payload), settings.max_payload, i if count > 1 else None)
+            args += [check_message_id(per_ids[i]), delay_ms, body]
+        head = [self.client.clock.script_now(), int(settings.dedup_window * 1000), "1" if mandatory else "0", self.keys.wake_channel]
+        keys = self.keys.publish_keys()
+        script = self.client.scripts.publish
+        chunk = 3 * C.MAX_BATCH
+        try:
+            if len(args) <= chunk:
+                replies = [script(keys=keys, args=head + args)]
+            else:
+                pipe = self.client.redis.pipeline(transaction=False)
+                for start in range(0, len(args), chunk):
+                    script(keys=keys, args=head + args[start : start + chunk], client=pipe)
+                replies = pipe.execute()
+        except redis.ResponseError as exc:
+            raise from_script_error(exc, queue=self.name) from None
+        self.client._register(self.name)
+        out: list[PublishResult] = []
+        for reply in replies:
+            out += [PublishResult(int(reply[j]), reply[j + 1] == 1) for j in range(0, len(reply), 2)]
+        return out
+
+    @staticmethod
+    def _per_message(value: Any, count: int, what: str) -> list[Any]:
+        if value is None or isinstance(value, Mapping):
+            return [value] * count
+        values = list(value)
+        if len(values) != count:
+            raise InvalidInput(f"{what} has {len(values)} entries for {count} payloads")
+        return values
+
+    # -- consuming ----------------------------------------------------------
+
+    def consumer(self, group: str, name: str | None = None, prefetch: int | None = None, **settings: Any) -> Consumer:
+        """Joins ``group`` (created on first use, starting at the oldest
+        retained message) as consumer ``name`` (generated when None).
+
+        ``prefetch`` and other settings given here beat the stored patterns
+        for this consumer.
+        """
+        from .consumer import Consumer
+
+        if prefetch is not None:
+            settings["prefetch"] = prefetch
+        return Consumer(self, group, name, settings)
+
+    # -- inspection ---------------------------------------------------------
+
+    def groups(self) -> list[str]:
+        """Names of the queue's groups, sorted."""
+        return sorted(g.decode() for g in self.client.redis.hkeys(self.keys.floors))
+
+    def peek(self, n: int = 10, after: int = 0) -> list[Message]:
+        """Up to ``n`` stored messages with seq > ``after``, oldest first,
+        without claiming them."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InvalidInput(f"n must be a whole number >= 1, not {n!r}")
+        r = self.client.redis
+        last = int(r.hget(self.keys.meta, "seq") or 0)
+        start = max(after, int(r.hget(self.keys.meta, "trimmed") or 0)) + 1
+        out: list[Message] = []
+        while start <= last and len(out) < n:
+            seqs = list(range(start, min(last, start + 4 * n) + 1))
+            for seq, rec in zip(seqs, r.hmget(self.keys.msgs, seqs)):
+                if rec is not None and len(out) < n:
+                    published, headers, data = decode_record(rec, f"{self.keys.msgs}[{seq}]")
+                    out.append(Message(seq, data, headers, published))
+            start = seqs[-1] + 1
+        return out
+
+    def stats(self) -> QueueStats:
+        """Depth, schedule, dead letters and per-group figures."""
+        r = self.client.redis
+        now = self.client.clock.script_now()
+        groups = []
+        for g in self.groups():
+            args = [g, "", now, *Settings().argv(), 0, "dlq", self.name]
+            flat = self.client.scripts.stats(keys=self.keys.group(g).as_list(), args=args)
+            groups.append(_group_stats(g, flat))
+        pipe = r.pipeline(transaction=True)
+        pipe.hget(self.keys.meta, "seq")
+        pipe.hlen(self.keys.msgs)
+        pipe.zcount(self.keys.sched, f"({now}" if now else f"({_server_ms(r)}", "+inf")
+        pipe.hlen(self.keys.dead_letters.msgs)
+        last, depth, scheduled, dead = pipe.execute()
+        return QueueStats(self.name, int(last or 0), depth, scheduled, dead, groups)
+
+    def _group_argv(self, group: str, consumer: str, settings: Settings, extra: Iterable[Any]) -> list[Any]:
+        return [
+            group,
+            consumer,
+            self.client.clock.script_now(),
+            *settings.argv(),
+            repr(self.client.randomness.unit()),
+            "drop" if settings.dead_letter == "none" else "dlq",
+            self.name,
+            *extra,
+        ]
+
+
+def _server_ms(r: Any) -> int:
+    sec, usec = r.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def _group_stats(name: str, flat: list[Any]) -> GroupStats:
+    values: dict[str, Any] = {}
+    consumers: list[ConsumerStats] = []
+    i = 0
+    while i < len(flat):
+        key = flat[i].decode() if isinstance(flat[i], bytes) else flat[i]
+        if key == "consumer":
+            beat = flat[i + 3]
+            consumers.append(ConsumerStats(flat[i + 1].decode(), int(flat[i + 2]), int(beat) if beat not in (b"", "") else None))
+            i += 4
+        else:
+            values[key] = flat[i + 1]
+            i += 2
+
+    def num(key: str) -> int:
+        return int(values.get(key) or 0)
+
+    oldest = values.get("oldest_lease_ms")
+    floor = num("floor")
+    return GroupStats(
+        name=name,
+        ack_floor=floor,
+        cursor=num("cursor"),
+        pending=num("last_seq") - floor - num("acked_above_floor"),
+        in_flight=num("in_flight"),
+        expired_leases=num("expired_leases"),
+        oldest_lease_age_ms=int(oldest) if oldest not in (None, b"", "") else None,
+        ready=num("ready"),
+        delayed=num("delayed"),
+        acked=num("acked"),
+        nacked=num("nacked"),
+        redelivered=num("redelivered"),
+        expired=num("expired"),
+        dead_lettered=num("dead_lettered"),
+        dropped=num("dropped"),
+        consumers=sorted(consumers, key=lambda c: c.name),
+    )

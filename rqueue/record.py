@@ -1,0 +1,50 @@
+"""Encoding of message records: ``<not_before_ms>:<published_ms>:<headers_len>:<headers_json><payload>``.
+
+Payloads are bytes and stay bytes; headers are a JSON object of str to str.
+Nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from .constants import MAX_HEADER_BYTES
+from .errors import CorruptRecord, InvalidInput
+
+Headers = dict[str, str]
+
+
+def encode_body(payload: bytes, headers: Mapping[str, str] | None) -> bytes:
+    """The part of a record the client sends: ``<headers_len>:<headers><payload>``."""
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise InvalidInput(f"payload must be bytes, not {type(payload).__name__} (encode str payloads yourself)")
+    if not headers:
+        return b"0:" + bytes(payload)
+    if not isinstance(headers, Mapping):
+        raise InvalidInput(f"headers must be a mapping of str to str, not {type(headers).__name__}")
+    for k, v in headers.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise InvalidInput(f"header {k!r}: {v!r} is not str to str")
+    encoded = json.dumps(dict(headers), separators=(",", ":"), ensure_ascii=False).encode()
+    if len(encoded) > MAX_HEADER_BYTES:
+        raise InvalidInput(f"headers encode to {len(encoded)} bytes, over the limit of {MAX_HEADER_BYTES}")
+    return b"%d:%s%s" % (len(encoded), encoded, payload)
+
+
+def decode_record(record: bytes, where: str) -> tuple[int, Headers, bytes]:
+    """Splits a stored record into (published_ms, headers, payload).
+
+    Raises CorruptRecord, naming ``where``, for anything rqueue did not write.
+    """
+    try:
+        _nbf, published, hlen_raw, rest = record.split(b":", 3)
+        hlen = int(hlen_raw)
+        if hlen == 0:
+            return int(published), {}, rest
+        headers = json.loads(rest[:hlen])
+        if not isinstance(headers, dict) or len(rest) < hlen:
+            raise ValueError("headers are not a JSON object")
+        return int(published), headers, rest[hlen:]
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptRecord(where, f"{exc}; first bytes {record[:40]!r}") from None

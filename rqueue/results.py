@@ -1,0 +1,69 @@
+"""Plain result types returned by the client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    """Confirmation of one publish, given after Redis applied it.
+
+    Attributes:
+        seq: the message's sequence number in its queue (for a duplicate, the
+            seq of the first publish of that id).
+        duplicate: True when the id was seen inside the de-duplication window
+            and nothing new was stored.
+    """
+
+    seq: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerStats:
+    """One member of a group."""
+
+    name: str
+    held: int  # deliveries it holds now
+    last_heartbeat_ms: int | None  # server time in ms of its last sign of life
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStats:
+    """One group's view of a queue. Counts are messages; times are ms."""
+
+    name: str
+    ack_floor: int  # every seq <= this is settled by the group
+    cursor: int  # highest seq the group has read
+    pending: int  # published and not yet settled by this group
+    in_flight: int  # delivered and unacked
+    expired_leases: int  # in flight with a lease already over (redelivered at next fetch)
+    oldest_lease_age_ms: int | None
+    ready: int  # waiting for redelivery now
+    delayed: int  # waiting for a redelivery delay or a delayed publish
+    acked: int
+    nacked: int
+    redelivered: int
+    expired: int
+    dead_lettered: int
+    dropped: int
+    consumers: list[ConsumerStats] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Figures of one queue; never counts deleted data."""
+
+    name: str
+    last_seq: int  # seq of the newest message ever published
+    depth: int  # records stored now (retained until every group settles them)
+    scheduled: int  # delayed publishes not yet due
+    dead_letters: int  # records in the dead-letter queue
+    groups: list[GroupStats] = field(default_factory=list)
+
+    def group(self, name: str) -> GroupStats:
+        for g in self.groups:
+            if g.name == name:
+                return g
+        raise KeyError(name)

@@ -1,0 +1,236 @@
+"""Queue settings: defaults, validation, pattern resolution and the Redis
+store that makes every process see the same settings.
+
+Patterns follow Artemis address-settings: words split on ``.``, ``*`` matches
+one word, ``#`` any number of words. When several patterns match, each
+setting comes from the most specific pattern that sets it (an exact name
+beats any wildcard); arguments given in code beat patterns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from . import constants as C
+from .errors import InvalidSetting
+from .keys import settings_key
+from .names import check_pattern
+
+DEAD_LETTER_MODES = ("dlq", "none")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings of one queue. Durations are seconds."""
+
+    ack_wait: float = C.DEFAULT_ACK_WAIT
+    max_inflight: int = C.DEFAULT_MAX_INFLIGHT
+    prefetch: int = C.DEFAULT_PREFETCH
+    max_deliveries: int = C.DEFAULT_MAX_DELIVERIES
+    redelivery_delay: float = C.DEFAULT_REDELIVERY_DELAY
+    redelivery_multiplier: float = C.DEFAULT_REDELIVERY_MULTIPLIER
+    max_redelivery_delay: float | None = None  # None = redelivery_delay x 10
+    redelivery_jitter: float = C.DEFAULT_REDELIVERY_JITTER
+    dead_letter: str = C.DEFAULT_DEAD_LETTER
+    dedup_window: float = C.DEFAULT_DEDUP_WINDOW
+    max_payload: int = C.DEFAULT_MAX_PAYLOAD
+
+    def merged(self, values: Mapping[str, Any]) -> Settings:
+        """A copy with ``values`` applied after validating each of them."""
+        return replace(self, **validate(values))
+
+    @property
+    def effective_max_redelivery_delay(self) -> float:
+        if self.max_redelivery_delay is None:
+            return self.redelivery_delay * C.MAX_REDELIVERY_DELAY_FACTOR
+        return self.max_redelivery_delay
+
+    def argv(self) -> list[Any]:
+        """ARGV[4..11] of the group scripts (lua/includes/group_args.lua)."""
+        return [
+            _ms(self.ack_wait),
+            self.max_inflight,
+            self.prefetch,
+            self.max_deliveries,
+            _ms(self.redelivery_delay),
+            repr(float(self.redelivery_multiplier)),
+            _ms(self.effective_max_redelivery_delay),
+            repr(float(self.redelivery_jitter)),
+        ]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+SETTING_NAMES = frozenset(f.name for f in fields(Settings))
+
+
+def _ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
+def _number(name: str, value: Any, *, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidSetting(name, value, f"must be a number, not {type(value).__name__}")
+    if not math.isfinite(value):
+        raise InvalidSetting(name, value, "must be finite")
+    if integer and value != int(value):
+        raise InvalidSetting(name, value, "must be a whole number")
+    return value
+
+
+def _at_least(name: str, value: Any, low: float, *, integer: bool = False, what: str = "") -> Any:
+    v = _number(name, value, integer=integer)
+    if v < low:
+        raise InvalidSetting(name, value, what or f"must be >= {low}")
+    return int(v) if integer else float(v)
+
+
+def _check_one(name: str, value: Any) -> Any:
+    if name == "ack_wait":
+        v = _at_least(name, value, 0.001, what="must be a positive number of seconds (at least 0.001)")
+        return v
+    if name in ("max_inflight", "prefetch"):
+        return _at_least(name, value, 1, integer=True, what="must be a whole number >= 1")
+    if name == "max_deliveries":
+        v = _number(name, value, integer=True)
+        if v == 0 or v < -1:
+            raise InvalidSetting(name, value, "must be >= 1, or -1 for unlimited")
+        return int(v)
+    if name in ("redelivery_delay", "dedup_window"):
+        return _at_least(name, value, 0, what="must not be negative (seconds)")
+    if name == "max_redelivery_delay":
+        if value is None:
+            return None
+        return _at_least(name, value, 0, what="must not be negative (seconds)")
+    if name == "redelivery_multiplier":
+        return _at_least(name, value, 1, what="must be >= 1.0")
+    if name == "redelivery_jitter":
+        v = _number(name, value)
+        if not 0 <= v <= 1:
+            raise InvalidSetting(name, value, "must be between 0 and 1")
+        return float(v)
+    if name == "dead_letter":
+        if value is None:
+            return "none"
+        if value not in DEAD_LETTER_MODES:
+            raise InvalidSetting(name, value, f"must be one of {', '.join(DEAD_LETTER_MODES)} (or None)")
+        return value
+    if name == "max_payload":
+        return _at_least(name, value, 1, integer=True, what="must be a whole number of bytes >= 1")
+    raise InvalidSetting(name, value, f"unknown setting; known: {', '.join(sorted(SETTING_NAMES))}")
+
+
+def validate(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Checks every setting in ``values``; returns them normalised.
+
+    Raises InvalidSetting naming the first bad one; nothing is applied then.
+    """
+    out = {name: _check_one(name, value) for name, value in values.items()}
+    delay = out.get("redelivery_delay")
+    cap = out.get("max_redelivery_delay")
+    if delay is not None and cap is not None and cap < delay:
+        raise InvalidSetting("max_redelivery_delay", cap, f"must be >= redelivery_delay ({delay})")
+    return out
+
+
+def pattern_matches(pattern: str, name: str) -> bool:
+    """True when the settings ``pattern`` matches the queue ``name``."""
+    return _match(pattern.split("."), name.split("."))
+
+
+def _match(pat: list[str], words: list[str]) -> bool:
+    if not pat:
+        return not words
+    head, rest = pat[0], pat[1:]
+    if head == "#":
+        return any(_match(rest, words[i:]) for i in range(len(words) + 1))
+    if not words:
+        return False
+    return (head == "*" or head == words[0]) and _match(rest, words[1:])
+
+
+def specificity(pattern: str) -> tuple[int, int, int, int]:
+    """Sort key: higher is more specific. Exact names first, then more literal
+    words, then fewer ``#``, then fewer ``*``."""
+    words = pattern.split(".")
+    hashes = words.count("#")
+    stars = words.count("*")
+    exact = 1 if hashes == stars == 0 else 0
+    return (exact, len(words) - hashes - stars, -hashes, -stars)
+
+
+def resolve(patterns: Mapping[str, Mapping[str, Any]], name: str) -> tuple[Settings, dict[str, str]]:
+    """Settings of queue ``name`` from stored patterns, and which pattern set
+    each setting that is not a default."""
+    matching = sorted((p for p in patterns if pattern_matches(p, name)), key=specificity)
+    values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for p in matching:  # least specific first, so the most specific wins
+        for k, v in patterns[p].items():
+            values[k] = v
+            origin[k] = p
+    return Settings().merged(values), origin
+
+
+class SettingsStore:
+    """Pattern settings kept in Redis (one hash), cached for a short time.
+
+    Every process reads the same hash; a change made with :meth:`configure`
+    reaches other processes within ``ttl`` seconds.
+    """
+
+    def __init__(self, redis: Any, prefix: str, now: Callable[[], float], ttl: float = C.SETTINGS_CACHE_TTL) -> None:
+        self._redis = redis
+        self._key = settings_key(prefix)
+        self._now = now
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._cached: dict[str, dict[str, Any]] | None = None
+        self._read_at = 0.0
+
+    def configure(self, pattern: str, values: Mapping[str, Any]) -> None:
+        """Validates and stores ``values`` for ``pattern`` (merged with what
+        the pattern already had)."""
+        check_pattern(pattern)
+        if not values:
+            raise InvalidSetting("(none)", None, "configure() needs at least one setting")
+        checked = validate(values)
+        current = self.patterns(fresh=True).get(pattern, {})
+        validate({**current, **checked})  # e.g. a new delay above a stored cap
+        self._redis.hset(self._key, mapping={f"{pattern} {k}": json.dumps(v) for k, v in checked.items()})
+        self._invalidate()
+
+    def unset(self, pattern: str, *names: str) -> None:
+        """Removes settings of ``pattern`` (all of them when no name is given)."""
+        check_pattern(pattern)
+        targets = names or tuple(self.patterns(fresh=True).get(pattern, {}))
+        if targets:
+            self._redis.hdel(self._key, *(f"{pattern} {n}" for n in targets))
+        self._invalidate()
+
+    def patterns(self, fresh: bool = False) -> dict[str, dict[str, Any]]:
+        """Every stored pattern with its settings."""
+        with self._lock:
+            if not fresh and self._cached is not None and self._now() - self._read_at < self._ttl:
+                return self._cached
+        raw = self._redis.hgetall(self._key)
+        parsed: dict[str, dict[str, Any]] = {}
+        for field, value in raw.items():
+            pattern, _, name = field.decode().rpartition(" ")
+            parsed.setdefault(pattern, {})[name] = json.loads(value)
+        with self._lock:
+            self._cached, self._read_at = parsed, self._now()
+        return parsed
+
+    def resolve(self, name: str) -> tuple[Settings, dict[str, str]]:
+        return resolve(self.patterns(), name)
+
+    def _invalidate(self) -> None:
+        with self._lock:
+            self._cached = None
