@@ -3,6 +3,8 @@ become exceptions (:func:`from_script_error`)."""
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "RQueueError",
     "InvalidInput",
@@ -191,6 +193,10 @@ class Reject(RQueueError):
         self.reason = reason
 
 
+# Errors raised with error() arrive wrapped ("ERR user_script:1: RQ_X ...");
+# replies made with redis.error_reply() arrive as they are.
+_CODE = re.compile(r"\b(RQ_[A-Z_]+)\b(.*)", re.DOTALL)
+
 _DELIVERY_CODES: dict[str, type[DeliveryError]] = {
     "RQ_UNKNOWN_TAG": UnknownDeliveryTag,
     "RQ_ACKED": AlreadyAcked,
@@ -215,8 +221,10 @@ def from_script_error(exc: Exception, *, queue: str = "", where: str = "") -> Ex
     Every script error starts with a stable code (``RQ_...``); anything else
     is returned unchanged so that it is re-raised as it came.
     """
-    message = str(exc)
-    code, _, detail = message.partition(" ")
+    found = _CODE.search(str(exc))
+    if found is None:
+        return exc
+    code, detail = found.group(1), found.group(2).strip()
     if code in _DELIVERY_CODES:
         return _DELIVERY_CODES[code](detail)
     if code == "RQ_NOT_MEMBER":

