@@ -24,6 +24,7 @@
 --@include group_args
 --@include delivery_state
 --@include record
+--@include bulk
 --@include settle
 --@include redelivery
 --@include group_ops
@@ -31,32 +32,52 @@
 
 local strict = ARGV[15] == '1'
 
-local statuses = {}
+local seqs, counts = {}, {}
 for i = 16, #ARGV, 2 do
-  local seq, count = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-  local code, d = checkTag(seq, count, true)
-  if code ~= 'ok' and strict then
-    return redis.error_reply(code .. ' ' .. seq .. '.' .. count)
-  end
-  statuses[#statuses + 1] = {seq, code, d}
+  seqs[#seqs + 1] = tonumber(ARGV[i])
+  counts[#counts + 1] = tonumber(ARGV[i + 1])
 end
+local raws = bulkGet(dlvKey, seqs)
+
 local result = {}
-local acked = 0
-for i, st in ipairs(statuses) do
-  if st[2] == 'ok' then
-    -- A tag listed twice in one call finds the message settled the second time.
-    if rcall('HEXISTS', dlvKey, st[1]) == 1 then
-      complete(st[1], readDelivery(dlvKey, st[1]))
-      acked = acked + 1
-      result[i] = 'ok'
+local done, seen = {}, {}
+local leased, waiting, stateFields = {}, {}, {}
+local released = {} -- holder -> deliveries taken from it
+for i, seq in ipairs(seqs) do
+  local d = nil
+  if seq ~= nil then
+    d = parseDelivery(seq, raws[i])
+  end
+  local code = checkTag(seq, counts[i], d, true)
+  if code == 'ok' and seen[seq] then
+    code = 'RQ_ACKED' -- listed twice in one call
+  end
+  if code ~= 'ok' and strict then
+    return redis.error_reply(code .. ' ' .. ARGV[14 + 2 * i] .. '.' .. ARGV[15 + 2 * i])
+  end
+  result[i] = code
+  if code == 'ok' then
+    seen[seq] = true
+    done[#done + 1] = seq
+    stateFields[#stateFields + 1] = seq
+    if d.holder == '' then
+      waiting[#waiting + 1] = seq
     else
-      result[i] = 'RQ_ACKED'
+      leased[#leased + 1] = seq
+      released[d.holder] = (released[d.holder] or 0) + 1
     end
-  else
-    result[i] = st[2]
   end
 end
-if acked > 0 then
-  rcall('HINCRBY', groupKey, 'acked', acked)
+
+if #done > 0 then
+  bulk('ZREM', leaseKey, leased)
+  bulk('ZREM', readyKey, waiting)
+  bulk('ZREM', delayKey, waiting)
+  for holder, k in pairs(released) do
+    rcall('HINCRBY', consumersKey, holder, -k)
+  end
+  bulk('HDEL', dlvKey, stateFields)
+  settleMany(queueKeys, groupName, done)
+  rcall('HINCRBY', groupKey, 'acked', #done)
 end
 return result

@@ -22,7 +22,7 @@ local deadline = now + ackWait
 local out = {deadline}
 for i = 15, #ARGV, 2 do
   local seq, count = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-  local code = checkTag(seq, count, false)
+  local code = checkTag(seq, count, seq and readDelivery(dlvKey, seq), false)
   if code == 'ok' then
     rcall('ZADD', leaseKey, 'XX', deadline, seq)
   end

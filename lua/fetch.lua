@@ -24,6 +24,7 @@
 --@include group_args
 --@include delivery_state
 --@include record
+--@include bulk
 --@include settle
 --@include redelivery
 --@include group_ops
@@ -62,26 +63,28 @@ room = math.min(room, maxInflight - rcall('ZCARD', leaseKey))
 room = math.min(room, prefetch - tonumber(rcall('HGET', consumersKey, consumerName) or '0'))
 
 local out = {now, ''}
-local got = 0
+local got, redelivered = 0, 0
+local leases, states = {}, {}
+local deadline = now + ackWait
 
-local function deliver(seq, rec)
+-- Hands seq to this consumer; d is its delivery state, nil when new.
+local function deliver(seq, rec, d)
   if recordNotBefore(rec) == nil then
-    deadLetter(seq, readDelivery(dlvKey, seq), 'corrupted-record', 'record does not parse')
+    deadLetter(seq, d, 'corrupted-record', 'record does not parse')
     return
   end
-  local d = readDelivery(dlvKey, seq)
   if d == nil then
     d = {count = 0, holder = '', first = now, last = now}
+  else
+    redelivered = redelivered + 1
   end
   d.count = d.count + 1
   d.holder = consumerName
   d.last = now
-  writeDelivery(dlvKey, seq, d)
-  rcall('ZADD', leaseKey, now + ackWait, seq)
-  rcall('HINCRBY', consumersKey, consumerName, 1)
-  if d.count > 1 then
-    rcall('HINCRBY', groupKey, 'redelivered', 1)
-  end
+  states[#states + 1] = seq
+  states[#states + 1] = formatDelivery(d)
+  leases[#leases + 1] = deadline
+  leases[#leases + 1] = seq
   out[#out + 1] = seq
   out[#out + 1] = d.count
   out[#out + 1] = rec
@@ -89,15 +92,23 @@ local function deliver(seq, rec)
 end
 
 if room > 0 then
-  for _, s in ipairs(rcall('ZRANGE', readyKey, 0, room - 1)) do
-    local seq = tonumber(s)
-    rcall('ZREM', readyKey, seq)
-    local rec = rcall('HGET', msgsKey, seq)
-    if rec then
-      deliver(seq, rec)
-    else
-      rcall('HDEL', dlvKey, seq)
-      settle(queueKeys, groupName, seq)
+  local seqs = rcall('ZRANGE', readyKey, 0, room - 1)
+  if #seqs > 0 then
+    bulk('ZREM', readyKey, seqs)
+    local recs = bulkGet(msgsKey, seqs)
+    local raws = bulkGet(dlvKey, seqs)
+    local gone = {}
+    for i, s in ipairs(seqs) do
+      local seq = tonumber(s)
+      if recs[i] then
+        deliver(seq, recs[i], parseDelivery(seq, raws[i]))
+      else
+        gone[#gone + 1] = seq
+      end
+    end
+    if #gone > 0 then
+      bulk('HDEL', dlvKey, gone)
+      settleMany(queueKeys, groupName, gone)
     end
   end
 end
@@ -106,28 +117,45 @@ if got < room then
   local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
   local last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
   local passed = 0
+  local gone = {}
   while got < room and cursor < last and passed < SCAN_LIMIT do
-    cursor = cursor + 1
-    local rec = rcall('HGET', msgsKey, cursor)
-    if not rec then
-      -- Deleted before this group reached it (every other group settled it
-      -- before this group existed): nothing to deliver.
-      settle(queueKeys, groupName, cursor)
-      passed = passed + 1
-    else
-      local notBefore = recordNotBefore(rec)
-      if notBefore ~= nil and notBefore > now then
-        rcall('ZADD', delayKey, notBefore, cursor)
+    local want = math.min(room - got, last - cursor)
+    local seqs = {}
+    for s = cursor + 1, cursor + want do
+      seqs[#seqs + 1] = s
+    end
+    local recs = bulkGet(msgsKey, seqs)
+    for i, seq in ipairs(seqs) do
+      local rec = recs[i]
+      cursor = seq
+      if not rec then
+        -- Deleted before this group reached it (every group that existed
+        -- then had settled it): nothing to deliver.
+        gone[#gone + 1] = seq
         passed = passed + 1
       else
-        deliver(cursor, rec)
+        local notBefore = recordNotBefore(rec)
+        if notBefore ~= nil and notBefore > now then
+          rcall('ZADD', delayKey, notBefore, seq)
+          passed = passed + 1
+        else
+          deliver(seq, rec, nil)
+        end
       end
     end
   end
   rcall('HSET', groupKey, 'cursor', cursor)
+  settleMany(queueKeys, groupName, gone)
 end
 
-if got == 0 then
+if got > 0 then
+  bulk('HSET', dlvKey, states)
+  bulk('ZADD', leaseKey, leases)
+  rcall('HINCRBY', consumersKey, consumerName, got)
+  if redelivered > 0 then
+    rcall('HINCRBY', groupKey, 'redelivered', redelivered)
+  end
+else
   local nextDue = nil
   for _, key in ipairs({delayKey, leaseKey}) do
     local first = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')

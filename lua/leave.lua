@@ -19,6 +19,7 @@
 --@include group_args
 --@include delivery_state
 --@include record
+--@include bulk
 --@include settle
 --@include redelivery
 --@include group_ops

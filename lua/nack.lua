@@ -21,6 +21,7 @@
 --@include group_args
 --@include delivery_state
 --@include record
+--@include bulk
 --@include settle
 --@include redelivery
 --@include group_ops
@@ -32,7 +33,8 @@ if ARGV[17] ~= '' then
   delayMs = tonumber(ARGV[17])
 end
 
-local code, d = checkTag(seq, count, false)
+local d = seq and readDelivery(dlvKey, seq)
+local code = checkTag(seq, count, d, false)
 if code ~= 'ok' then
   return redis.error_reply(code .. ' ' .. ARGV[15] .. '.' .. ARGV[16])
 end

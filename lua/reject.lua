@@ -20,13 +20,15 @@
 --@include group_args
 --@include delivery_state
 --@include record
+--@include bulk
 --@include settle
 --@include redelivery
 --@include group_ops
 --@include check_tag
 
 local seq, count = tonumber(ARGV[15]), tonumber(ARGV[16])
-local code, d = checkTag(seq, count, false)
+local d = seq and readDelivery(dlvKey, seq)
+local code = checkTag(seq, count, d, false)
 if code ~= 'ok' then
   return redis.error_reply(code .. ' ' .. ARGV[15] .. '.' .. ARGV[16])
 end

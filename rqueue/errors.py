@@ -27,6 +27,24 @@ __all__ = [
 ]
 
 
+MAX_SHOWN = 120  # characters of a rejected value shown in an error message
+
+
+def show(value: object) -> str:
+    """``repr(value)`` for an error message, cut to MAX_SHOWN characters.
+
+    Never fails: a value whose repr raises (or is too large to convert, such
+    as an int of thousands of digits) is described by its type.
+    """
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<{type(value).__name__} that cannot be shown>"
+    if len(text) > MAX_SHOWN:
+        return f"{text[: MAX_SHOWN - 20]}...({len(text)} characters)"
+    return text
+
+
 class RQueueError(Exception):
     """Root of every error rqueue raises."""
 
@@ -44,7 +62,7 @@ class InvalidName(InvalidInput):
     """
 
     def __init__(self, kind: str, name: object, why: str) -> None:
-        super().__init__(f"invalid {kind} name {name!r}: {why}")
+        super().__init__(f"invalid {kind} name {show(name)}: {why}")
         self.kind = kind
         self.name = name
 
@@ -58,7 +76,7 @@ class InvalidSetting(InvalidInput):
     """
 
     def __init__(self, setting: str, value: object, why: str) -> None:
-        super().__init__(f"invalid setting {setting}={value!r}: {why}")
+        super().__init__(f"invalid setting {setting}={show(value)}: {why}")
         self.setting = setting
         self.value = value
 

@@ -193,6 +193,8 @@ class SettingsStore:
         self._lock = threading.Lock()
         self._cached: dict[str, dict[str, Any]] | None = None
         self._read_at = 0.0
+        # queue name -> (the patterns it was resolved from, the result)
+        self._resolved: dict[str, tuple[dict[str, dict[str, Any]], tuple[Settings, dict[str, str]]]] = {}
 
     def configure(self, pattern: str, values: Mapping[str, Any]) -> None:
         """Validates and stores ``values`` for ``pattern`` (merged with what
@@ -229,7 +231,15 @@ class SettingsStore:
         return parsed
 
     def resolve(self, name: str) -> tuple[Settings, dict[str, str]]:
-        return resolve(self.patterns(), name)
+        """Settings of queue ``name`` and the pattern that set each; the same
+        objects are returned while the stored patterns are unchanged."""
+        patterns = self.patterns()
+        hit = self._resolved.get(name)
+        if hit is not None and hit[0] is patterns:
+            return hit[1]
+        result = resolve(patterns, name)
+        self._resolved[name] = (patterns, result)
+        return result
 
     def _invalidate(self) -> None:
         with self._lock:

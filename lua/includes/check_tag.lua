@@ -1,6 +1,9 @@
 --[[
-  Classifies a delivery tag (seq, count) presented by consumerName.
-  Returns a code and the delivery state:
+  Classifies a delivery tag (seq, count) presented by consumerName, given the
+  message's delivery state d (nil when there is none). A delivery state
+  exists exactly while the message is delivered and unsettled, so the floor
+  and the acked set are read only to name the error.
+  Returns one of:
     "ok"              the tag may settle the message
     "RQ_ACKED"        the group already settled seq
     "RQ_UNKNOWN_TAG"  no such delivery was made
@@ -8,26 +11,28 @@
     "RQ_STALE"        (only when lateOk is false) the delivery is no longer
                       held: its lease ran out or a newer delivery exists
 ]]
-local function checkTag(seq, count, lateOk)
+local function checkTag(seq, count, d, lateOk)
   if seq == nil or count == nil or count < 1 then
-    return 'RQ_UNKNOWN_TAG', nil
+    return 'RQ_UNKNOWN_TAG'
   end
-  local floor = tonumber(rcall('HGET', floorsKey, groupName) or '0')
-  if seq <= floor or rcall('SISMEMBER', ackedKey, seq) == 1 then
-    return 'RQ_ACKED', nil
+  if d == nil then
+    local floor = tonumber(rcall('HGET', floorsKey, groupName) or '0')
+    if seq <= floor or rcall('SISMEMBER', ackedKey, seq) == 1 then
+      return 'RQ_ACKED'
+    end
+    return 'RQ_UNKNOWN_TAG'
   end
-  local d = readDelivery(dlvKey, seq)
-  if d == nil or count > d.count then
-    return 'RQ_UNKNOWN_TAG', d
+  if count > d.count then
+    return 'RQ_UNKNOWN_TAG'
   end
   if count == d.count and d.holder == consumerName then
-    return 'ok', d
+    return 'ok'
   end
   if count == d.count and d.holder ~= '' then
-    return 'RQ_NOT_HELD', d
+    return 'RQ_NOT_HELD'
   end
   if lateOk then
-    return 'ok', d
+    return 'ok'
   end
-  return 'RQ_STALE', d
+  return 'RQ_STALE'
 end

@@ -1,10 +1,10 @@
 --[[
   A group's delivery state of one message, persisted with the delivery itself
   (SPEC guarantee 5): "count:consumer:first_ms:last_ms". consumer is empty
-  while the message waits for redelivery.
+  while the message waits for redelivery. It exists exactly while the message
+  is delivered and not yet settled by the group.
 ]]
-local function readDelivery(dlvKey, seq)
-  local raw = redis.call('HGET', dlvKey, seq)
+local function parseDelivery(seq, raw)
   if not raw then
     return nil
   end
@@ -15,6 +15,14 @@ local function readDelivery(dlvKey, seq)
   return {count = tonumber(count), holder = holder, first = first, last = last}
 end
 
+local function readDelivery(dlvKey, seq)
+  return parseDelivery(seq, redis.call('HGET', dlvKey, seq))
+end
+
+local function formatDelivery(d)
+  return d.count .. ':' .. d.holder .. ':' .. d.first .. ':' .. d.last
+end
+
 local function writeDelivery(dlvKey, seq, d)
-  redis.call('HSET', dlvKey, seq, d.count .. ':' .. d.holder .. ':' .. d.first .. ':' .. d.last)
+  redis.call('HSET', dlvKey, seq, formatDelivery(d))
 end

@@ -1,7 +1,7 @@
 --[[
   Moves of one message inside a group, shared by fetch, ack, nack, reject
-  and leave. Needs group_keys, group_args, delivery_state, record, settle and
-  redelivery included before it.
+  and leave. Needs group_keys, group_args, delivery_state, record, bulk,
+  settle and redelivery included before it.
 ]]
 local MAX_ERROR_TEXT = 1024 -- bytes of the last error kept on a dead letter
 
@@ -25,11 +25,13 @@ end
 
 -- The group is done with the message: forget its delivery and settle it.
 local function complete(seq, d)
+  if d.holder == '' then
+    rcall('ZREM', readyKey, seq)
+    rcall('ZREM', delayKey, seq)
+  end
   release(seq, d)
-  rcall('ZREM', readyKey, seq)
-  rcall('ZREM', delayKey, seq)
   rcall('HDEL', dlvKey, seq)
-  settle(queueKeys, groupName, seq)
+  settleMany(queueKeys, groupName, {seq})
 end
 
 local function deliveryHeaders(headers, seq, d, reason, errText)

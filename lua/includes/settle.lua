@@ -1,15 +1,11 @@
 --[[
-  The group is done with seq (acked, dead-lettered or dropped): advance the ack
-  floor over every contiguous settled seq, keep the rest in the acked set, and
-  delete the record once every group has settled it (work-queue retention).
+  The group is done with a list of seqs (acked, dead-lettered or dropped),
+  none of them settled before: advance the ack floor over every contiguous
+  settled seq, keep the rest in the acked set, and delete each record once
+  every group has settled it (work-queue retention). Work is one pass over
+  the list plus one step per acked seq the floor passes.
   qk holds the queue keys: meta, msgs, floors, settled, acked.
-  Returns false when seq was already settled.
 ]]
-local function deleteRecord(qk, seq)
-  redis.call('HDEL', qk.msgs, seq)
-  redis.call('HDEL', qk.settled, seq)
-end
-
 -- Records at or below the lowest ack floor of all groups are settled by all
 -- of them. Only the group that held the lowest floor can raise it.
 local function advanceTrim(qk, oldFloor)
@@ -25,40 +21,53 @@ local function advanceTrim(qk, oldFloor)
     end
   end
   if minFloor ~= nil and minFloor > trimmed then
+    local gone = {}
     for s = trimmed + 1, minFloor do
-      deleteRecord(qk, s)
+      gone[#gone + 1] = s
     end
+    bulk('HDEL', qk.msgs, gone)
+    bulk('HDEL', qk.settled, gone)
     redis.call('HSET', qk.meta, 'trimmed', minFloor)
   end
 end
 
-local function settle(qk, groupName, seq)
-  local floor = tonumber(redis.call('HGET', qk.floors, groupName) or '0')
-  if seq <= floor then
-    return false
+local function settleMany(qk, groupName, seqs)
+  if #seqs == 0 then
+    return
+  end
+  table.sort(seqs)
+  local oldFloor = tonumber(redis.call('HGET', qk.floors, groupName) or '0')
+  local floor = oldFloor
+  local above = {}
+  for _, seq in ipairs(seqs) do
+    if seq == floor + 1 then
+      floor = seq
+    elseif seq > floor then
+      above[#above + 1] = seq
+    end
+  end
+  bulk('SADD', qk.acked, above)
+  while redis.call('SREM', qk.acked, floor + 1) == 1 do
+    floor = floor + 1
   end
   local groups = redis.call('HLEN', qk.floors)
-  if seq ~= floor + 1 then
-    if redis.call('SADD', qk.acked, seq) == 0 then
-      return false
-    end
-  else
-    local oldFloor = floor
-    floor = seq
-    while redis.call('SREM', qk.acked, floor + 1) == 1 do
-      floor = floor + 1
-    end
+  if floor ~= oldFloor then
     redis.call('HSET', qk.floors, groupName, floor)
     if groups <= 1 then
       redis.call('HSET', qk.meta, 'trimmed', floor)
-    else
-      advanceTrim(qk, oldFloor)
     end
   end
   if groups <= 1 then
-    redis.call('HDEL', qk.msgs, seq)
-  elseif redis.call('HINCRBY', qk.settled, seq, 1) >= groups then
-    deleteRecord(qk, seq)
+    bulk('HDEL', qk.msgs, seqs)
+    return
   end
-  return true
+  for _, seq in ipairs(seqs) do
+    if redis.call('HINCRBY', qk.settled, seq, 1) >= groups then
+      redis.call('HDEL', qk.msgs, seq)
+      redis.call('HDEL', qk.settled, seq)
+    end
+  end
+  if floor ~= oldFloor then
+    advanceTrim(qk, oldFloor)
+  end
 end

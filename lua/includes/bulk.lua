@@ -1,0 +1,23 @@
+--[[
+  Variadic commands over long lists, in chunks: unpack() of more than a few
+  thousand values overflows Lua's C stack.
+]]
+local BULK_CHUNK = 1000 -- values per call; even, so pairs never split
+
+local function bulk(cmd, key, values)
+  for i = 1, #values, BULK_CHUNK do
+    redis.call(cmd, key, unpack(values, i, math.min(i + BULK_CHUNK - 1, #values)))
+  end
+end
+
+-- HMGET over a list of fields; returns one value (or false) per field.
+local function bulkGet(key, fields)
+  local out = {}
+  for i = 1, #fields, BULK_CHUNK do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + BULK_CHUNK - 1, #fields)))
+    for _, v in ipairs(part) do
+      out[#out + 1] = v
+    end
+  end
+  return out
+end
