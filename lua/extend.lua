@@ -16,16 +16,12 @@
 --@include group_args
 --@include delivery_state
 --@include check_tag
+--@include extend_tags
 
 rcall('ZADD', beatsKey, now, consumerName)
 local deadline = now + ackWait
 local out = {deadline}
-for i = 15, #ARGV, 2 do
-  local seq, count = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-  local code = checkTag(seq, count, seq and readDelivery(dlvKey, seq), false)
-  if code == 'ok' then
-    rcall('ZADD', leaseKey, 'XX', deadline, seq)
-  end
-  out[#out + 1] = code
+for _, status in ipairs(extendTags(15, deadline)) do
+  out[#out + 1] = status
 end
 return out

@@ -30,6 +30,7 @@ from .queue import Message, Queue
 from .randomness import Randomness
 from .results import ConsumerStats, GroupStats, PublishResult, QueueStats
 from .settings import Settings
+from .worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
 
@@ -64,5 +65,7 @@ __all__ = [
     "StaleDelivery",
     "UnknownDeliveryTag",
     "Unroutable",
+    "Worker",
+    "WorkerStats",
     "connect",
 ]

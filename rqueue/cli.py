@@ -12,7 +12,9 @@ code 2 for bad input and 1 for everything else; never a traceback.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
+import logging
 import sys
 import threading
 import time
@@ -26,6 +28,7 @@ import redis
 
 import rqueue
 from rqueue.embedded import EmbeddedServer, find_binary
+from rqueue.worker import TRANSIENT as WORKER_TRANSIENT
 
 EXIT_ERROR = 1  # the server, the network or a failed check
 EXIT_BAD_INPUT = 2  # the user's input is wrong (click uses 2 for usage errors too)
@@ -202,6 +205,8 @@ class DemoRun:
         self.nacked = 0
         self.dead_lettered = 0
         self.foreign = 0  # messages left in the queue by earlier runs
+        if not self.remaining:
+            self.done.set()
 
     def finish(self, seqs: list[int]) -> None:
         with self.lock:
@@ -216,11 +221,14 @@ class DemoRun:
             while not self.done.is_set():
                 to_ack = []
                 for d in consumer.fetch(DEMO_FETCH, timeout=DEMO_FETCH_TIMEOUT):
-                    body = json.loads(d.data)
+                    try:
+                        body = json.loads(d.data)
+                    except ValueError:
+                        body = {}  # not published by a demo run
                     with self.lock:
                         self.deliveries += 1
                         self.redelivered += d.redelivered
-                    if body.get("run") != self.run:
+                    if not isinstance(body, dict) or body.get("run") != self.run:
                         with self.lock:
                             self.foreign += 1
                         to_ack.append(d)
@@ -239,9 +247,12 @@ class DemoRun:
                     consumer.ack(to_ack)
                     self.finish([d.seq for d in to_ack])
         except BaseException as exc:  # handed to the main thread
-            with self.lock:
-                self.errors.append(exc)
-            self.done.set()
+            self.fail(exc)
+
+    def fail(self, exc: BaseException) -> None:
+        with self.lock:
+            self.errors.append(exc)
+        self.done.set()
 
 
 def poison_numbers(n: int) -> set[int]:
@@ -307,16 +318,16 @@ def demo(obj: dict[str, Any], messages: int, consumers: int, as_json: bool) -> N
                         bar.update(state.settled - shown)
                         shown, last_progress = state.settled, time.monotonic()
                     elif time.monotonic() - last_progress > DEMO_STALL_TIMEOUT:
-                        state.errors.append(rqueue.RQueueError(
+                        state.fail(rqueue.RQueueError(
                             f"demo stalled: no message settled for {DEMO_STALL_TIMEOUT:.0f} s "
                             f"({len(state.remaining)} of {len(seqs)} left)"))
                         break
                 bar.update(state.settled - shown)
+            consume_s = time.perf_counter() - start
         finally:
             state.done.set()
             for t in threads:
                 t.join()
-            consume_s = time.perf_counter() - start
             for c in members:
                 try:
                     c.close()
@@ -377,6 +388,63 @@ def demo_problems(before: rqueue.QueueStats, after: rqueue.QueueStats, messages:
     if added != DEMO_POISON:
         problems.append(f"dead letters grew by {added} (now {after.dead_letters}), expected {DEMO_POISON}")
     return problems
+
+
+def load_handler(spec: str) -> Callable[..., Any]:
+    """The function named by ``module.path:function`` (the current directory
+    is importable, as for ``python -m``)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise rqueue.InvalidInput(f"handler {spec!r} must be given as module.path:function")
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise rqueue.InvalidInput(f"handler {spec!r}: cannot import {module_name!r}: {exc}") from None
+    handler = getattr(module, attr, None)
+    if not callable(handler):
+        raise rqueue.InvalidInput(f"handler {spec!r}: {module_name!r} has no callable {attr!r}")
+    return handler
+
+
+@cli.command()
+@click.argument("handler")
+@click.option("--queue", "-q", "queue_name", required=True, help="Queue to consume.")
+@click.option("--group", "-g", required=True, help="Group to join (created on first use).")
+@click.option("--concurrency", "-c", type=click.IntRange(1, 10_000), default=rqueue.constants.DEFAULT_CONCURRENCY,
+              show_default=True, help="Handler threads.")
+@click.option("--prefetch", type=click.IntRange(1), default=None, help="Deliveries held at most [default: concurrency].")
+@click.option("--name", default=None, help="Consumer name [default: host-pid-random].")
+@click.option("--heartbeat-timeout", type=click.FloatRange(0.01), default=rqueue.constants.DEFAULT_HEARTBEAT_TIMEOUT,
+              show_default=True, help="Seconds of silence before a member is removed.")
+@click.option("--grace-period", type=click.FloatRange(0), default=rqueue.constants.DEFAULT_GRACE_PERIOD,
+              show_default=True, help="Seconds running handlers get to finish on SIGTERM/SIGINT.")
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True)
+@click.pass_obj
+def worker(obj: dict[str, Any], handler: str, queue_name: str, group: str, concurrency: int, prefetch: int | None,
+           name: str | None, heartbeat_timeout: float, grace_period: float, log_level: str) -> None:
+    """Run HANDLER (module.path:function) for every message of QUEUE/GROUP.
+
+    A normal return acks, an exception nacks under the redelivery policy,
+    rqueue.Reject dead-letters at once. SIGTERM or SIGINT finishes running
+    handlers (within --grace-period), returns the rest and leaves the group;
+    a second signal stops at once. Exit code 0 after a clean stop, 1 when
+    Redis stayed unreachable, 2 for bad arguments.
+    """
+    logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    fn = load_handler(handler)
+    with connection(obj["url"], obj["prefix"]) as client:
+        w = rqueue.Worker(
+            client.queue(queue_name), group, fn, concurrency=concurrency, prefetch=prefetch, name=name,
+            heartbeat_interval=min(rqueue.constants.DEFAULT_HEARTBEAT_INTERVAL, heartbeat_timeout / 3),
+            heartbeat_timeout=heartbeat_timeout, grace_period=grace_period,
+        )
+        try:
+            final = w.run()
+        except WORKER_TRANSIENT as exc:
+            raise rqueue.ConnectionFailed(client.url, f"Redis stayed unreachable: {exc}") from None
+    click.echo(json.dumps(final.as_dict()), err=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis
 
@@ -31,17 +32,62 @@ _memory_servers: dict[str, Any] = {}
 _memory_lock = threading.Lock()
 
 
+_SECRET_PARAM = re.compile(r"([?&;](?:password|pass|pwd|passwd|secret|token)=)([^&;#]*)", re.IGNORECASE)
+
+
+def _split_secrets(url: str) -> tuple[str, str, str, str]:
+    """``url`` as (scheme with "://", user and ":" or "", password, the rest
+    from "@" or the whole authority when there is no password).
+
+    The user info ends at the last "@" before the query; an "@" after a "?"
+    still ends it when no query argument comes before it (the "?" is then
+    part of the password). A password may thus hold "/", "#" or "?", which a
+    URL parser would take as the end of the host.
+    """
+    head, sep, rest = url.partition("://")
+    if not sep:
+        head, rest = "", url
+    query = rest.find("?")
+    at = rest.rfind("@", 0, query if query != -1 else len(rest))
+    if at == -1 and query != -1:
+        later = rest.rfind("@")
+        if later != -1 and "=" not in rest[query:later]:
+            at = later
+    if at != -1:
+        user, colon, password = rest[:at].partition(":")
+        if colon:
+            return head + sep, user + ":", password, rest[at:]
+    return head + sep, "", "", rest
+
+
 def mask_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    """``url`` with any password replaced by ``***``, for messages and logs:
+    the password of ``user:password@host`` (also without a scheme) and one
+    given as a query argument (``?password=...``)."""
+    head, user, password, rest = _split_secrets(url)
+    if password or user:
+        rest = "***" + rest
+    return head + user + _SECRET_PARAM.sub(r"\1***", rest)
+
+
+def _scrub(text: str, url: str) -> str:
+    """``text`` (e.g. an error from redis-py) without any password of ``url``
+    in it, nor a piece of one (a parser may have split it at a "/")."""
+    secrets = [m.group(2) for m in _SECRET_PARAM.finditer(url)]
+    password = _split_secrets(url)[2]
+    if password:
+        secrets += [password, *re.split(r"[/?#@:]", password)]
+    for secret in sorted({s for s in secrets if len(s) >= 3}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _check_db(shown: str) -> None:
+    """redis-py quietly uses db 0 for a path that is not a number; refuse it
+    (a typo must not put queues into another database)."""
+    path = urlsplit(shown).path
+    if path not in ("", "/") and not (path[1:].isascii() and path[1:].isdigit()):
+        raise InvalidURL(shown, f"the path {path!r} is not a database number (use /0, /1, ...)")
 
 
 def _memory_redis(url: str) -> Any:
@@ -75,15 +121,20 @@ def _check_server(r: Any, url: str) -> None:
     if _parse_version(version) < C.MIN_SERVER_VERSION:
         raise ServerTooOld(version, ".".join(map(str, C.MIN_SERVER_VERSION)))
     try:
-        policy = r.config_get("maxmemory-policy").get(b"maxmemory-policy")
+        reply = r.config_get("maxmemory-policy")
     except redis.ResponseError:
         return  # CONFIG may be refused by ACLs; the check is advice only
-    if policy not in (None, b"noeviction"):
+    # redis-py decodes the keys and values of CONFIG GET (str), older
+    # versions and decode_responses=False clients may not (bytes)
+    policy = reply.get("maxmemory-policy", reply.get(b"maxmemory-policy"))
+    if isinstance(policy, bytes):
+        policy = policy.decode(errors="replace")
+    if policy not in (None, "noeviction"):
         log.warning(
             "Redis at %s has maxmemory-policy %s: under memory pressure it may evict "
             "queue data; set maxmemory-policy noeviction",
             mask_url(url),
-            policy.decode(),
+            policy,
         )
 
 
@@ -106,7 +157,9 @@ def connect(
     server cannot be reached or is not Redis, ServerTooOld for Redis < 6.2.
     """
     if not isinstance(url, str):
-        raise InvalidURL(repr(url), "must be a str")
+        if isinstance(url, (bytes, bytearray)):  # shown masked, like any URL
+            raise InvalidURL(mask_url(bytes(url).decode("utf-8", "replace")), "must be a str, not bytes")
+        raise InvalidURL(f"<{type(url).__name__}>", f"must be a str, not {type(url).__name__}")
     shown = mask_url(url)
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme == "redis+cluster":
@@ -115,13 +168,18 @@ def connect(
         raise InvalidURL(shown, f"scheme must be one of {', '.join(s + '://' for s in SCHEMES)}")
     check_name("key prefix", prefix)
     if scheme == "memory":
-        r = _memory_redis(url)
+        try:
+            r = _memory_redis(url)
+        except ValueError as exc:
+            raise InvalidURL(shown, _scrub(str(exc), url)) from None
     else:
         options = {"socket_connect_timeout": CONNECT_TIMEOUT, "health_check_interval": 30, **redis_options}
         try:
+            if scheme != "unix":
+                _check_db(shown)
             r = redis.Redis.from_url(url, **options)
         except ValueError as exc:
-            raise InvalidURL(shown, str(exc)) from None
+            raise InvalidURL(shown, _scrub(str(exc), url)) from None
     try:
         r.ping()
         if scheme != "memory":  # fakeredis has no INFO; it is as new as its Lua
@@ -131,7 +189,7 @@ def connect(
         raise
     except (redis.RedisError, OSError) as exc:
         r.close()
-        raise ConnectionFailed(shown, _describe(exc)) from None
+        raise ConnectionFailed(shown, _scrub(_describe(exc), url)) from None
     return Client(r, url=shown, prefix=prefix, clock=clock, randomness=randomness, dlq_prefix=dlq_prefix, settings_ttl=settings_ttl)
 
 
@@ -197,8 +255,14 @@ class Client:
         return Queue(self, name)
 
     def queues(self) -> list[str]:
-        """Names of every queue this prefix has written to, sorted."""
-        return sorted(m.decode() for m in self.redis.smembers(registry_key(self.prefix)))
+        """Names of every queue this prefix has written to, and of their
+        dead-letter queues that hold or held messages, sorted."""
+        names = sorted(m.decode() for m in self.redis.smembers(registry_key(self.prefix)))
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.exists(self.queue(name).keys.dead_letters.meta)
+        dead = [self.dlq_prefix + n for n, has in zip(names, pipe.execute()) if has]
+        return sorted(set(names) | set(dead))
 
     def _register(self, name: str) -> None:
         # The registry is a global key, outside every queue's hash slot, so it

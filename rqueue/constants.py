@@ -28,3 +28,12 @@ MAX_HEADER_BYTES = 64 * 1024  # bytes of encoded headers per message
 MAX_REASON_LENGTH = 1024  # characters of a term()/reject() reason or error text
 MAX_FETCH = 10_000  # deliveries one fetch may ask for
 MAX_BATCH = 5_000  # messages one publish_many call sends in one script call
+
+# Worker runtime.
+DEFAULT_CONCURRENCY = 8  # handler threads per worker
+DEFAULT_HEARTBEAT_INTERVAL = 1.0  # seconds between a worker's heartbeats
+DEFAULT_HEARTBEAT_TIMEOUT = 5.0  # seconds of silence before a member is removed
+DEFAULT_MAX_RUN_TIME = 3600.0  # seconds a handler's lease is kept alive at most
+DEFAULT_GRACE_PERIOD = 30.0  # seconds running handlers get to finish on SIGTERM
+DEFAULT_RECONNECT_TIMEOUT = 60.0  # seconds a worker keeps retrying a lost Redis
+STALE_DISPATCH_FRACTION = 0.5  # of min(ack_wait, heartbeat timeout): older fetches are re-checked before running

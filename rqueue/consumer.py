@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Union
 
@@ -154,7 +155,7 @@ class Consumer:
         messages, lowest seq first. Respects prefetch and max_inflight."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= C.MAX_FETCH:
             raise InvalidInput(f"n must be a whole number from 1 to {C.MAX_FETCH}, not {n!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout < 0:
             raise InvalidInput(f"timeout must be a number of seconds >= 0, not {timeout!r}")
         clock = self.client.clock
         channel = self.queue.keys.wake_channel
@@ -214,7 +215,7 @@ class Consumer:
         tag is acked. With ``multiple``, every delivery this consumer handed
         out before the given one (and still holds) is acked too.
         """
-        refs = [deliveries] if isinstance(deliveries, (Delivery, str)) else list(deliveries)
+        refs = _refs(deliveries)
         tags = [self._tag_of(r) for r in refs]
         if multiple:
             if len(tags) != 1:
@@ -233,7 +234,7 @@ class Consumer:
         """Acks every delivery that can be acked, in one round trip; returns,
         per delivery, None or the DeliveryError that kept it from being acked.
         For runtimes that must not fail a whole batch for one stale tag."""
-        tags = [self._tag_of(r) for r in deliveries]
+        tags = [self._tag_of(r) for r in _refs(deliveries)]
         if not tags:
             return []
         args: list[Any] = ["0"]
@@ -245,6 +246,76 @@ class Consumer:
             self._held.pop(tag, None)
             out.append(delivery_error(status.decode(), tag))
         return out
+
+    def ack_and_fetch(self, acks: Iterable[DeliveryRef], n: int) -> tuple[list[DeliveryError | None], list[Delivery], float | None]:
+        """Acks what can be acked (as :meth:`ack_available`) and claims up to
+        ``n`` deliveries, both in one round trip. Returns the ack statuses,
+        the deliveries, and (when none came) the seconds until a waiting
+        message falls due, or None."""
+        tags = [self._tag_of(r) for r in acks]
+        if n <= 0:
+            return self.ack_available([t[0] for t in tags]), [], None
+        scripts = self.client.scripts
+        settings = self.settings()
+        pipe = self.client.redis.pipeline(transaction=False)
+        if tags:
+            args: list[Any] = ["0"]
+            for _, seq, count in tags:
+                args += [seq, count]
+            scripts.ack(keys=self._keys, args=self.queue._group_argv(self.group, self.name, settings, args), client=pipe)
+        scripts.fetch(keys=self._keys, args=self.queue._group_argv(self.group, self.name, settings, [n]), client=pipe)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except redis.ResponseError as exc:
+            raise from_script_error(exc, queue=self.queue.name) from None
+        statuses: list[DeliveryError | None] = []
+        if tags:
+            ack_reply = replies[0]
+            if isinstance(ack_reply, Exception):
+                raise from_script_error(ack_reply, queue=self.queue.name)
+            for (tag, _, _), status in zip(tags, ack_reply):
+                self._held.pop(tag, None)
+                statuses.append(delivery_error(status.decode(), tag))
+        fetch_reply = replies[-1]
+        if isinstance(fetch_reply, Exception):
+            err = from_script_error(fetch_reply, queue=self.queue.name)
+            if isinstance(err, NotMember):
+                log.warning("%r was not a member of its group any more; joining again", self)
+                self._join()
+                return statuses, self._parse(self._call(scripts.fetch, n)), None
+            raise err
+        deliveries = self._parse(fetch_reply)
+        due_in = None
+        if not deliveries and fetch_reply[1] not in (b"", None):
+            due_in = max(0.0, (int(fetch_reply[1]) - int(fetch_reply[0])) / 1000)
+        return statuses, deliveries, due_in
+
+    def heartbeat(self, running: Iterable[DeliveryRef], timeout: float) -> tuple[list[DeliveryError | None], int, int, int]:
+        """Records that this consumer is alive, extends the leases of
+        ``running`` deliveries, and removes members silent for more than
+        ``timeout`` seconds (what they held is offered again at once).
+        Returns per-delivery statuses and how many members were removed,
+        deliveries returned and dead-lettered. Raises NotMember when this
+        consumer was itself removed."""
+        tags = [self._tag_of(r) for r in running]
+        args: list[Any] = [int(timeout * 1000)]
+        for _, seq, count in tags:
+            args += [seq, count]
+        reply = self._call(self.client.scripts.heartbeat, *args)
+        deadline = int(reply[0])
+        statuses = []
+        for (tag, _, _), status in zip(tags, reply[4:]):
+            err = delivery_error(status.decode(), tag)
+            held = self._held.get(tag)
+            if err is None and held is not None:
+                held.deadline_ms = deadline
+            statuses.append(err)
+        return statuses, int(reply[1]), int(reply[2]), int(reply[3])
+
+    def rejoin(self) -> None:
+        """Joins the group again after having been removed."""
+        self._held.clear()
+        self._join()
 
     def _held_up_to(self, last: tuple[str, int, int]) -> list[tuple[str, int, int]]:
         if last[0] not in self._held:
@@ -296,7 +367,7 @@ class Consumer:
         ack_wait; returns the new deadline (server ms). Raises the
         DeliveryError of the first tag that could not be extended (the
         others are extended)."""
-        refs = [deliveries] if isinstance(deliveries, (Delivery, str)) else list(deliveries)
+        refs = _refs(deliveries)
         tags = [self._tag_of(r) for r in refs]
         args: list[Any] = []
         for _, seq, count in tags:
@@ -334,4 +405,18 @@ class Consumer:
 def _text(what: str, value: str) -> str:
     if not isinstance(value, str):
         raise InvalidInput(f"{what} must be a str, not {type(value).__name__}")
-    return value[: C.MAX_REASON_LENGTH]
+    value = value[: C.MAX_REASON_LENGTH]
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"{what} {value!r} cannot be encoded as UTF-8: {exc.reason}") from None
+    return value
+
+
+def _refs(deliveries: Any) -> list[DeliveryRef]:
+    if isinstance(deliveries, (Delivery, str)):
+        return [deliveries]
+    try:
+        return list(deliveries)
+    except TypeError:
+        raise InvalidInput(f"expected a Delivery, a delivery tag or a list of them, not {type(deliveries).__name__}") from None

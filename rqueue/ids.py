@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 
 from .randomness import Randomness
+
+_TAG = re.compile(r"([0-9]{1,15})\.([0-9]{1,15})")
 
 
 def consumer_name(rng: Randomness) -> str:
@@ -21,7 +24,7 @@ def delivery_tag(seq: int, count: int) -> str:
 
 def parse_delivery_tag(tag: str) -> tuple[int, int]:
     """Splits a tag made by :func:`delivery_tag`; ValueError if it is not one."""
-    seq, sep, count = tag.partition(".")
-    if not sep or not seq.isdigit() or not count.isdigit():
+    match = _TAG.fullmatch(tag)
+    if match is None:
         raise ValueError(f"{tag!r} is not a delivery tag of the form <seq>.<count>")
-    return int(seq), int(count)
+    return int(match.group(1)), int(match.group(2))

@@ -4,6 +4,7 @@ that names the bad input; nothing reaches Redis before it passes."""
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from .constants import MAX_ID_LENGTH, MAX_NAME_LENGTH
 from .errors import InvalidInput, InvalidName
@@ -11,6 +12,23 @@ from .errors import InvalidInput, InvalidName
 # Braces would break the {queue} hash tag; whitespace and control characters
 # make names that cannot be typed or shown.
 _FORBIDDEN = re.compile(r"[{}\s\x00-\x1f\x7f]")
+# Beyond ASCII: C1 control characters (Cc), invisible format characters such
+# as zero-width spaces and direction overrides (Cf), and lone surrogates (Cs),
+# which cannot even be encoded as UTF-8 to be sent to Redis.
+_FORBIDDEN_CATEGORIES = {"Cc": "a control character", "Cf": "an invisible format character", "Cs": "a lone surrogate"}
+
+
+def _forbidden_char(name: str) -> str | None:
+    """Why ``name`` is not allowed, naming its first forbidden character, or None."""
+    bad = _FORBIDDEN.search(name)
+    if bad:
+        return f"contains {bad.group()!r} (braces, whitespace and control characters are not allowed)"
+    if not name.isascii():
+        for i, ch in enumerate(name):
+            what = _FORBIDDEN_CATEGORIES.get(unicodedata.category(ch))
+            if what is not None:
+                return f"contains {ch!r} at position {i}, {what} (braces, whitespace and control characters are not allowed)"
+    return None
 
 
 def check_name(kind: str, name: object) -> str:
@@ -21,9 +39,9 @@ def check_name(kind: str, name: object) -> str:
         raise InvalidName(kind, name, "must not be empty")
     if len(name) > MAX_NAME_LENGTH:
         raise InvalidName(kind, name, f"is {len(name)} characters long, the limit is {MAX_NAME_LENGTH}")
-    bad = _FORBIDDEN.search(name)
-    if bad:
-        raise InvalidName(kind, name, f"contains {bad.group()!r} (braces, whitespace and control characters are not allowed)")
+    why = _forbidden_char(name)
+    if why is not None:
+        raise InvalidName(kind, name, why)
     return name
 
 
@@ -50,4 +68,8 @@ def check_message_id(msg_id: object) -> str:
         raise InvalidInput("message id must not be empty (pass None for no id)")
     if len(msg_id) > MAX_ID_LENGTH:
         raise InvalidInput(f"message id of {len(msg_id)} characters is over the limit of {MAX_ID_LENGTH}")
+    try:
+        msg_id.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"message id {msg_id!r} cannot be encoded as UTF-8 ({exc.reason} at position {exc.start})") from None
     return msg_id

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("rqueue.notify")
@@ -38,12 +39,22 @@ class Notifier:
                 self._cond.wait_for(lambda: channel in self._subscribed or self._closed, SUBSCRIBE_TIMEOUT)
             return self._generation[channel]
 
-    def wait(self, channel: str, since: int, timeout: float) -> bool:
-        """Waits until ``channel``'s generation differs from ``since``; True if it did."""
+    def wait(self, channel: str, since: int, timeout: float, until: Callable[[], bool] | None = None) -> bool:
+        """Waits until ``channel``'s generation differs from ``since`` (or
+        ``until()`` is true after a :meth:`poke`); True if either happened."""
         if timeout <= 0:
             return False
+
+        def done() -> bool:
+            return self._generation.get(channel, 0) != since or self._closed or (until is not None and until())
+
         with self._cond:
-            return self._cond.wait_for(lambda: self._generation.get(channel, 0) != since or self._closed, timeout)
+            return self._cond.wait_for(done, timeout)
+
+    def poke(self) -> None:
+        """Wakes every waiter so that it re-checks its ``until`` condition."""
+        with self._cond:
+            self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:

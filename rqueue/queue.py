@@ -121,10 +121,17 @@ class Queue:
         settings = self.settings()
         args: list[Any] = []
         for i, payload in enumerate(payloads):
-            body = encode_body(payload, per_headers[i])
-            if len(payload) > settings.max_payload:
-                raise PayloadTooLarge(len(payload), settings.max_payload, i if count > 1 else None)
-            args += [check_message_id(per_ids[i]), delay_ms, body]
+            try:
+                body = encode_body(payload, per_headers[i])
+                msg_id = check_message_id(per_ids[i])
+            except InvalidInput as exc:
+                if count == 1:
+                    raise
+                raise InvalidInput(f"message {i} of the batch: {exc}") from None
+            size = len(body) - body.index(b":") - 1 - _headers_len(body)
+            if size > settings.max_payload:
+                raise PayloadTooLarge(size, settings.max_payload, i if count > 1 else None)
+            args += [msg_id, delay_ms, body]
         head = [self.client.clock.script_now(), int(settings.dedup_window * 1000), "1" if mandatory else "0", self.keys.wake_channel]
         keys = self.keys.publish_keys()
         script = self.client.scripts.publish
@@ -199,8 +206,10 @@ class Queue:
         now = self.client.clock.script_now()
         groups = []
         for g in self.groups():
-            args = [g, "", now, *Settings().argv(), 0, "dlq", self.name]
-            flat = self.client.scripts.stats(keys=self.keys.group(g).as_list(), args=args)
+            try:
+                flat = self.client.scripts.stats(keys=self.keys.group(g).as_list(), args=self._group_argv(g, "", Settings(), ()))
+            except redis.ResponseError as exc:
+                raise from_script_error(exc, queue=self.name, where=self.keys.base) from None
             groups.append(_group_stats(g, flat))
         pipe = r.pipeline(transaction=True)
         pipe.hget(self.keys.meta, "seq")
@@ -221,6 +230,10 @@ class Queue:
             self.name,
             *extra,
         ]
+
+
+def _headers_len(body: bytes) -> int:
+    return int(body[: body.index(b":")])
 
 
 def _server_ms(r: Any) -> int:

@@ -26,7 +26,10 @@ def encode_body(payload: bytes, headers: Mapping[str, str] | None) -> bytes:
     for k, v in headers.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise InvalidInput(f"header {k!r}: {v!r} is not str to str")
-    encoded = json.dumps(dict(headers), separators=(",", ":"), ensure_ascii=False).encode()
+    try:
+        encoded = json.dumps(dict(headers), separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"headers {dict(headers)!r} cannot be encoded as UTF-8: {exc.reason}") from None
     if len(encoded) > MAX_HEADER_BYTES:
         raise InvalidInput(f"headers encode to {len(encoded)} bytes, over the limit of {MAX_HEADER_BYTES}")
     return b"%d:%s%s" % (len(encoded), encoded, payload)

@@ -16,7 +16,7 @@ from redis.commands.core import Script
 
 _INCLUDE = re.compile(r"^--@include\s+(\w+)\s*$", re.MULTILINE)
 
-SCRIPT_NAMES = ("publish", "fetch", "ack", "nack", "reject", "extend", "join", "leave", "stats")
+SCRIPT_NAMES = ("publish", "fetch", "ack", "nack", "reject", "extend", "heartbeat", "join", "leave", "stats")
 
 
 def lua_dir() -> Path:
@@ -55,6 +55,7 @@ class Scripts:
     nack: Script
     reject: Script
     extend: Script
+    heartbeat: Script
     join: Script
     leave: Script
     stats: Script

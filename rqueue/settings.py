@@ -70,6 +70,9 @@ class Settings:
 SETTING_NAMES = frozenset(f.name for f in fields(Settings))
 
 
+_LARGEST = 2**53  # largest setting value; Lua numbers are doubles, exact up to here
+
+
 def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
 
@@ -77,8 +80,12 @@ def _ms(seconds: float) -> int:
 def _number(name: str, value: Any, *, integer: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidSetting(name, value, f"must be a number, not {type(value).__name__}")
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         raise InvalidSetting(name, value, "must be finite")
+    # Checked before any float conversion: an int too large for a float would
+    # raise OverflowError, and the scripts compute in doubles.
+    if abs(value) > _LARGEST:
+        raise InvalidSetting(name, value, f"is too large (the limit is {_LARGEST})")
     if integer and value != int(value):
         raise InvalidSetting(name, value, "must be a whole number")
     return value
@@ -175,7 +182,35 @@ def resolve(patterns: Mapping[str, Mapping[str, Any]], name: str) -> tuple[Setti
         for k, v in patterns[p].items():
             values[k] = v
             origin[k] = p
-    return Settings().merged(values), origin
+    try:
+        return Settings().merged(values), origin
+    except InvalidSetting as exc:
+        cap_from, delay_from = origin.get("max_redelivery_delay"), origin.get("redelivery_delay")
+        if exc.setting != "max_redelivery_delay" or cap_from is None or delay_from is None or cap_from == delay_from:
+            raise
+        # Each pattern was valid alone; say which two disagree for this queue.
+        raise InvalidSetting(
+            "max_redelivery_delay",
+            values["max_redelivery_delay"],
+            f"set by pattern {cap_from!r}, is below redelivery_delay={values['redelivery_delay']!r} "
+            f"set by pattern {delay_from!r} (both apply to queue {name!r})",
+        ) from None
+
+
+def _check_overlaps(patterns: Mapping[str, Mapping[str, Any]], changed: str) -> None:
+    """Raises InvalidSetting when the settings of ``changed`` combine with
+    another pattern's into an invalid set for some queue (a delay from one
+    pattern above the cap of another).
+
+    Each stored pattern, read as a queue name, stands for the queues it
+    names; those that ``changed`` applies to are resolved. This finds
+    conflicts between ``changed`` and the patterns that contain it or that
+    it contains; two patterns that only partly overlap (``a.*`` and
+    ``*.b``) are reported by :func:`resolve` when a queue they share is used.
+    """
+    for sample in patterns:
+        if pattern_matches(changed, sample):
+            resolve(patterns, sample)
 
 
 class SettingsStore:
@@ -203,15 +238,27 @@ class SettingsStore:
         if not values:
             raise InvalidSetting("(none)", None, "configure() needs at least one setting")
         checked = validate(values)
-        current = self.patterns(fresh=True).get(pattern, {})
+        stored = self.patterns(fresh=True)
+        current = stored.get(pattern, {})
         validate({**current, **checked})  # e.g. a new delay above a stored cap
+        if "redelivery_delay" in checked or "max_redelivery_delay" in checked:
+            _check_overlaps({**stored, pattern: {**current, **checked}}, pattern)
         self._redis.hset(self._key, mapping={f"{pattern} {k}": json.dumps(v) for k, v in checked.items()})
         self._invalidate()
 
     def unset(self, pattern: str, *names: str) -> None:
         """Removes settings of ``pattern`` (all of them when no name is given)."""
         check_pattern(pattern)
-        targets = names or tuple(self.patterns(fresh=True).get(pattern, {}))
+        for n in names:
+            if n not in SETTING_NAMES:
+                raise InvalidSetting(n, None, f"unknown setting; known: {', '.join(sorted(SETTING_NAMES))}")
+        stored = self.patterns(fresh=True)
+        targets = names or tuple(stored.get(pattern, {}))
+        if {"redelivery_delay", "max_redelivery_delay"} & set(targets):
+            # e.g. removing a specific pattern's delay lets a broader one's
+            # delay meet the specific cap
+            left = {k: v for k, v in stored.get(pattern, {}).items() if k not in targets}
+            _check_overlaps({**stored, pattern: left}, pattern)
         if targets:
             self._redis.hdel(self._key, *(f"{pattern} {n}" for n in targets))
         self._invalidate()

@@ -12,7 +12,7 @@
                       held: its lease ran out or a newer delivery exists
 ]]
 local function checkTag(seq, count, d, lateOk)
-  if seq == nil or count == nil or count < 1 then
+  if seq == nil or count == nil or seq < 1 or count < 1 then
     return 'RQ_UNKNOWN_TAG'
   end
   if d == nil then

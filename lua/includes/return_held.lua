@@ -1,0 +1,29 @@
+--[[
+  Takes back every delivery a member holds. A graceful leave puts them back at
+  once with their counts kept; a dead member's deliveries count as failed
+  attempts, so a message that kills its workers reaches max_deliveries and is
+  dead-lettered. Work is bounded by the group's in-flight set (max_inflight).
+  Returns returned, deadLettered.
+]]
+local function returnHeld(member, graceful)
+  local returned, dead = 0, 0
+  for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
+    local seq = tonumber(s)
+    local d = readDelivery(dlvKey, seq)
+    if d ~= nil and d.holder == member then
+      if graceful then
+        release(seq, d)
+        writeDelivery(dlvKey, seq, d)
+        requeue(seq, 0)
+        returned = returned + 1
+      elseif retryOrDeadLetter(seq, d, nil, 'consumer ' .. member .. ' stopped heartbeating') == 'dead' then
+        dead = dead + 1
+      else
+        returned = returned + 1
+      end
+    end
+  end
+  rcall('HDEL', consumersKey, member)
+  rcall('ZREM', beatsKey, member)
+  return returned, dead
+end

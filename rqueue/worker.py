@@ -1,0 +1,398 @@
+"""The worker runtime: runs a handler for every message of a group.
+
+One dispatcher thread fetches only for free handler slots (so no message
+waits in a local buffer while its lease runs out), settles finished work in
+the same round trip as the next fetch, and sleeps on the queue's wake-up
+channel when idle. N handler threads run the handler. A heartbeat thread
+keeps the leases of running handlers alive (up to ``max_run_time``), proves
+the worker is alive, and removes members of the group whose heartbeat lapsed
+so that their messages are offered again within ``heartbeat_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import queue as queue_module
+import signal
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import redis
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
+
+from . import constants as C
+from .errors import AlreadyAcked, DeliveryError, InvalidInput, NotMember, Reject
+
+if TYPE_CHECKING:
+    from .consumer import Consumer, Delivery
+    from .queue import Queue
+
+log = logging.getLogger("rqueue.worker")
+
+T = TypeVar("T")
+Handler = Callable[["Delivery"], Any]
+
+# Errors after which the same call may succeed once Redis is back.
+TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, ConnectionError, OSError)
+
+
+@dataclass
+class WorkerStats:
+    """Counters of one worker since it started."""
+
+    fetched: int = 0  # deliveries received
+    handled: int = 0  # handler invocations
+    acked: int = 0  # acks confirmed by Redis
+    nacked: int = 0  # handler raised: offered again under the redelivery policy
+    rejected: int = 0  # handler raised rqueue.Reject: dead-lettered at once
+    dead_lettered: int = 0  # nacks that exhausted max_deliveries
+    stale_skipped: int = 0  # deliveries no longer held when their turn came: not run
+    late_settles: int = 0  # acks/nacks whose delivery had moved on (reported, not raised)
+    leases_lost: int = 0  # running deliveries whose lease could not be extended
+    members_removed: int = 0  # silent members of the group this worker removed
+    reconnects: int = 0  # Redis calls retried after a connection error
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class Worker:
+    """Runs ``handler(delivery)`` for each message of ``group`` on ``queue``.
+
+    A normal return acks; an exception nacks under the queue's redelivery
+    policy (its text becomes the last error); :class:`rqueue.Reject`
+    dead-letters at once. ``handler`` may be a coroutine function; it then
+    runs on one event loop shared by the worker, with the same semantics.
+
+    :meth:`run` blocks until :meth:`stop` (or SIGTERM / SIGINT when run in the
+    main thread): fetching stops, running handlers get ``grace_period``
+    seconds to finish, the rest is returned to the group at once, and the
+    worker leaves the group. A second signal stops at once.
+
+    Durations are seconds.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        group: str,
+        handler: Handler,
+        *,
+        concurrency: int = C.DEFAULT_CONCURRENCY,
+        name: str | None = None,
+        prefetch: int | None = None,
+        heartbeat_interval: float = C.DEFAULT_HEARTBEAT_INTERVAL,
+        heartbeat_timeout: float = C.DEFAULT_HEARTBEAT_TIMEOUT,
+        max_run_time: float = C.DEFAULT_MAX_RUN_TIME,
+        grace_period: float = C.DEFAULT_GRACE_PERIOD,
+        reconnect_timeout: float = C.DEFAULT_RECONNECT_TIMEOUT,
+    ) -> None:
+        if not callable(handler):
+            raise InvalidInput(f"handler {handler!r} is not callable")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidInput(f"concurrency must be a whole number >= 1, not {concurrency!r}")
+        for what, value in (
+            ("heartbeat_interval", heartbeat_interval),
+            ("heartbeat_timeout", heartbeat_timeout),
+            ("max_run_time", max_run_time),
+            ("reconnect_timeout", reconnect_timeout),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise InvalidInput(f"{what} must be a positive number of seconds, not {value!r}")
+        if heartbeat_timeout <= heartbeat_interval:
+            raise InvalidInput(
+                f"heartbeat_timeout ({heartbeat_timeout}) must be longer than heartbeat_interval ({heartbeat_interval})"
+            )
+        if isinstance(grace_period, bool) or not isinstance(grace_period, (int, float)) or grace_period < 0:
+            raise InvalidInput(f"grace_period must be a number of seconds >= 0, not {grace_period!r}")
+        self.queue = queue
+        self.group = group
+        self.handler = handler
+        self.concurrency = concurrency
+        self.name = name
+        self.prefetch = prefetch if prefetch is not None else concurrency
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
+        self.max_run_time = max_run_time
+        self.grace_period = grace_period
+        self.reconnect_timeout = reconnect_timeout
+        self.stats = WorkerStats()
+        self.consumer: Consumer | None = None
+        self._clock = queue.client.clock
+        self._stats_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._hard_stop = threading.Event()
+        self._stopped = threading.Event()
+        self._tasks: queue_module.SimpleQueue[tuple[Delivery, float] | None] = queue_module.SimpleQueue()
+        self._results: deque[tuple[Delivery, str, str]] = deque()
+        self._running: dict[str, tuple[Delivery, float]] = {}
+        self._running_lock = threading.Lock()
+        self._outstanding = 0  # fetched and not yet settled locally
+        self._threads: list[threading.Thread] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._background: threading.Thread | None = None
+
+    # -- control --------------------------------------------------------------
+
+    def run(self, install_signal_handlers: bool = True) -> WorkerStats:
+        """Works until stopped; returns the counters."""
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._on_signal)
+        self.consumer = self._retry(lambda: self.queue.consumer(self.group, self.name, prefetch=self.prefetch))
+        self._start_threads()
+        log.info("worker %s joined %s/%s with %d handler threads", self.consumer.name, self.queue.name, self.group, self.concurrency)
+        try:
+            self._dispatch()
+        finally:
+            self._shutdown()
+        return self.stats
+
+    def start(self) -> None:
+        """Runs the worker in a background thread (no signal handlers)."""
+        self._background = threading.Thread(target=self.run, kwargs={"install_signal_handlers": False}, name="rqueue-worker")
+        self._background.start()
+
+    def stop(self, now: bool = False) -> None:
+        """Stops fetching; running handlers get the grace period (none with ``now``)."""
+        if now:
+            self._hard_stop.set()
+        self._stopping.set()
+        if self.consumer is not None:
+            self.queue.client.notifier.poke()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Waits for a worker started with :meth:`start` to end; True if it did."""
+        return self._stopped.wait(timeout)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self._stopping.is_set():
+            log.warning("second %s: stopping at once", signal.Signals(signum).name)
+            self.stop(now=True)
+        else:
+            log.info("%s: finishing running handlers, then leaving", signal.Signals(signum).name)
+            self.stop()
+
+    def _count(self, **deltas: int) -> None:
+        with self._stats_lock:
+            for key, delta in deltas.items():
+                setattr(self.stats, key, getattr(self.stats, key) + delta)
+
+    # -- Redis calls ------------------------------------------------------------
+
+    def _retry(self, call: Callable[[], T]) -> T:
+        def before_sleep(state: Any) -> None:
+            self._count(reconnects=1)
+            log.warning("Redis call failed (%s); retrying", state.outcome.exception())
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(TRANSIENT),
+            wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
+            stop=stop_after_delay(self.reconnect_timeout),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        return retrying(call)
+
+    # -- dispatcher -----------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        assert self.consumer is not None
+        consumer = self.consumer
+        notifier = self.queue.client.notifier
+        channel = self.queue.keys.wake_channel
+        while not self._stopping.is_set():
+            generation = notifier.generation(channel)
+            acks, others = self._drain_results()
+            self._settle_others(others)
+            free = self.concurrency - self._outstanding
+            if free <= 0 and not acks:
+                notifier.wait(channel, generation, C.IDLE_POLL_INTERVAL, until=self._has_news)
+                continue
+            statuses, deliveries, due_in = self._retry(lambda: consumer.ack_and_fetch(acks, max(free, 0)))
+            self._record_acks(statuses)
+            if deliveries:
+                self._outstanding += len(deliveries)
+                self._count(fetched=len(deliveries))
+                now = self._clock.monotonic()
+                for d in deliveries:
+                    self._tasks.put((d, now))
+                continue
+            if acks or others:
+                continue
+            wait = C.IDLE_POLL_INTERVAL if due_in is None else min(C.IDLE_POLL_INTERVAL, due_in)
+            notifier.wait(channel, generation, wait, until=self._has_news)
+
+    def _has_news(self) -> bool:
+        return bool(self._results) or self._stopping.is_set()
+
+    def _drain_results(self) -> tuple[list[Delivery], list[tuple[Delivery, str, str]]]:
+        acks: list[Delivery] = []
+        others: list[tuple[Delivery, str, str]] = []
+        while self._results:
+            d, outcome, text = self._results.popleft()
+            self._outstanding -= 1
+            if outcome == "ack":
+                acks.append(d)
+            elif outcome in ("nack", "reject"):
+                others.append((d, outcome, text))
+        return acks, others
+
+    def _record_acks(self, statuses: list[DeliveryError | None]) -> None:
+        ok = sum(1 for s in statuses if s is None)
+        late = len(statuses) - ok
+        for err in statuses:
+            if err is not None and not isinstance(err, AlreadyAcked):
+                log.info("ack not applied: %s", err)
+        self._count(acked=ok, late_settles=late)
+
+    def _settle_others(self, others: list[tuple[Delivery, str, str]]) -> None:
+        assert self.consumer is not None
+        consumer = self.consumer
+        for d, outcome, text in others:
+            try:
+                if outcome == "nack":
+                    status = self._retry(lambda: consumer.nack(d, error=text))
+                    self._count(nacked=1, dead_lettered=1 if status == "dead" else 0)
+                else:
+                    self._retry(lambda: consumer.reject(d, reason=text))
+                    self._count(rejected=1)
+            except DeliveryError as exc:
+                # The delivery moved on (lease ran out, member removed): the
+                # message is already offered again; nothing to undo.
+                log.info("%s of %s not applied: %s", outcome, d.tag, exc)
+                self._count(late_settles=1)
+
+    # -- handler threads ----------------------------------------------------------
+
+    def _start_threads(self) -> None:
+        if inspect.iscoroutinefunction(self.handler):
+            self._loop = asyncio.new_event_loop()
+            loop_thread = threading.Thread(target=self._loop.run_forever, name="rqueue-async", daemon=True)
+            loop_thread.start()
+        for i in range(self.concurrency):
+            t = threading.Thread(target=self._handle_loop, name=f"rqueue-handler-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        hb = threading.Thread(target=self._heartbeat_loop, name="rqueue-heartbeat", daemon=True)
+        hb.start()
+        self._heartbeat_thread = hb
+
+    def _call_handler(self, d: Delivery) -> None:
+        if self._loop is not None:
+            asyncio.run_coroutine_threadsafe(self.handler(d), self._loop).result()
+        else:
+            self.handler(d)
+
+    def _handle_loop(self) -> None:
+        notifier = self.queue.client.notifier
+        while True:
+            item = self._tasks.get()
+            if item is None:
+                return
+            d, fetched_at = item
+            outcome, text = self._handle(d, fetched_at)
+            self._results.append((d, outcome, text))
+            notifier.poke()
+
+    def _still_held(self, d: Delivery, fetched_at: float) -> bool:
+        """False when the delivery may have moved on before its turn came
+        (SPEC guarantee 3: never run a message the group already acked)."""
+        assert self.consumer is not None
+        settings = self.consumer.settings()
+        safe = min(settings.ack_wait, self.heartbeat_timeout) * C.STALE_DISPATCH_FRACTION
+        if self._clock.monotonic() - fetched_at < safe:
+            return True
+        try:
+            self._retry(lambda: self.consumer.in_progress(d))  # type: ignore[union-attr]
+            return True
+        except DeliveryError:
+            return False
+
+    def _handle(self, d: Delivery, fetched_at: float) -> tuple[str, str]:
+        if self._hard_stop.is_set():
+            return "return", ""  # left for the graceful leave to hand back
+        if not self._still_held(d, fetched_at):
+            self._count(stale_skipped=1)
+            return "skipped", ""
+        with self._running_lock:
+            self._running[d.tag] = (d, self._clock.monotonic())
+        self._count(handled=1)
+        try:
+            self._call_handler(d)
+            return "ack", ""
+        except Reject as exc:
+            return "reject", exc.reason
+        except Exception as exc:
+            log.warning("handler failed on %s (delivery %d): %s: %s", d.tag, d.delivery_count, type(exc).__name__, exc)
+            return "nack", f"{type(exc).__name__}: {exc}"
+        finally:
+            with self._running_lock:
+                self._running.pop(d.tag, None)
+
+    # -- heartbeat ----------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        assert self.consumer is not None
+        while not self._stopped.wait(self.heartbeat_interval):
+            if self._hard_stop.is_set():
+                return
+            now = self._clock.monotonic()
+            with self._running_lock:
+                running = [d for d, started in self._running.values() if now - started < self.max_run_time]
+            try:
+                statuses, removed, returned, dead = self.consumer.heartbeat(running, self.heartbeat_timeout)
+            except NotMember:
+                # This worker was silent too long and was removed: what it
+                # held was offered again; running handlers' acks become late.
+                log.warning("worker %s had been removed from its group; joining again", self.consumer.name)
+                self.consumer.rejoin()
+                continue
+            except TRANSIENT as exc:
+                log.debug("heartbeat failed (%s); the dispatcher handles reconnecting", exc)
+                continue
+            except Exception:  # never let the heartbeat thread die silently
+                log.exception("heartbeat failed")
+                continue
+            lost = sum(1 for s in statuses if s is not None)
+            self._count(leases_lost=lost, members_removed=removed)
+            if removed:
+                log.warning(
+                    "removed %d silent member(s) of %s/%s: %d deliveries offered again, %d dead-lettered",
+                    removed, self.queue.name, self.group, returned, dead,
+                )
+
+    # -- shutdown -------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        consumer = self.consumer
+        assert consumer is not None
+        grace = 0.0 if self._hard_stop.is_set() else self.grace_period
+        deadline = self._clock.monotonic() + grace
+        notifier = self.queue.client.notifier
+        try:
+            while self._outstanding > 0 and self._clock.monotonic() < deadline and not self._hard_stop.is_set():
+                acks, others = self._drain_results()
+                if acks:
+                    self._record_acks(self._retry(lambda: consumer.ack_available(acks)))
+                self._settle_others(others)
+                if self._outstanding > 0:
+                    notifier.wait("", 0, min(0.05, max(0.0, deadline - self._clock.monotonic())), until=lambda: bool(self._results))
+            self._hard_stop.set()  # handlers not started yet leave their message to the leave
+            acks, others = self._drain_results()
+            if acks:
+                self._record_acks(self._retry(lambda: consumer.ack_available(acks)))
+            self._settle_others(others)
+            returned = self._retry(consumer.close)
+            log.info("worker %s left %s/%s; %d deliveries returned", consumer.name, self.queue.name, self.group, returned)
+        finally:
+            for _ in self._threads:
+                self._tasks.put(None)
+            self._stopped.set()
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)

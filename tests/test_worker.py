@@ -1,0 +1,290 @@
+"""The worker runtime: handler outcomes, SPEC guarantees 3 and 7, leases kept
+alive, crashes, signals and Redis restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+import rqueue
+from conftest import start_server, wait_for
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def live(backend, prefix):
+    """A client on the real clock: workers measure time themselves."""
+    c = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def redis_server():
+    server = start_server("redis", appendonly=True)
+    yield server
+    server.stop()
+
+
+class Calls:
+    """Thread-safe record of handler invocations."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seqs: list[int] = []
+
+    def add(self, seq: int) -> None:
+        with self.lock:
+            self.seqs.append(seq)
+
+    def count(self) -> collections.Counter[int]:
+        with self.lock:
+            return collections.Counter(self.seqs)
+
+
+def run_worker(q, handler, **options):
+    w = rqueue.Worker(q, "g", handler, **options)
+    w.start()
+    return w
+
+
+def floor_reaches(q, group, seq):
+    def reached():
+        stats = q.stats()
+        return group in [g.name for g in stats.groups] and stats.group(group).ack_floor >= seq
+
+    return reached
+
+
+def test_return_acks_exception_nacks_reject_dead_letters(live):
+    # given three messages with a handler that acks, fails and rejects
+    live.configure("orders", max_deliveries=2)
+    q = live.queue("orders")
+    q.publish_many([b"ok", b"fail", b"reject"])
+    calls = Calls()
+
+    def handler(d):
+        calls.add(d.seq)
+        if d.data == b"fail":
+            raise ValueError("boom")
+        if d.data == b"reject":
+            raise rqueue.Reject("not for us")
+
+    # when a worker runs until the group has settled all three
+    w = run_worker(q, handler, concurrency=2)
+    wait_for(floor_reaches(q, "g", 3))
+    w.stop()
+    assert w.join(10)
+    # then: "ok" ran once, "fail" ran max_deliveries times, "reject" once
+    assert calls.count() == {1: 1, 2: 2, 3: 1}
+    dead = {m.headers["x-rq-seq"]: m.headers for m in q.dead_letter_queue.peek()}
+    assert dead["2"]["x-rq-reason"] == "max-deliveries"
+    assert dead["2"]["x-rq-error"] == "ValueError: boom"
+    assert (dead["3"]["x-rq-reason"], dead["3"]["x-rq-error"]) == ("rejected", "not for us")
+    assert (w.stats.acked, w.stats.nacked, w.stats.rejected, w.stats.dead_lettered) == (1, 2, 1, 1)
+    assert q.stats().group("g").consumers == []  # it left the group
+
+
+def test_seed_scenario_runs_the_handler_exactly_once_per_message(live):
+    # SPEC guarantee 3, the NATS Streaming seed scaled down 10x: ack_wait 5 s,
+    # a 4 s handler, 10 messages ready, default max_inflight, one consumer.
+    live.configure("orders", ack_wait=0.5)
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 10)
+    calls = Calls()
+
+    def handler(d):
+        calls.add(d.seq)
+        time.sleep(0.4)
+
+    w = run_worker(q, handler, concurrency=1, heartbeat_interval=0.1, heartbeat_timeout=2)
+    wait_for(floor_reaches(q, "g", 10), timeout=30)
+    w.stop()
+    assert w.join(10)
+    assert calls.count() == {seq: 1 for seq in range(1, 11)}
+    assert q.stats().group("g").redelivered == 0
+
+
+def test_long_handler_is_kept_alive_past_ack_wait_and_runs_once(live):
+    live.configure("orders", ack_wait=0.3)
+    q = live.queue("orders")
+    q.publish(b"slow")
+    calls = Calls()
+
+    def handler(d):
+        calls.add(d.seq)
+        time.sleep(1.5)  # five times ack_wait
+
+    a = run_worker(q, handler, concurrency=1, heartbeat_interval=0.1, heartbeat_timeout=2)
+    b = run_worker(q, handler, concurrency=1, heartbeat_interval=0.1, heartbeat_timeout=2)
+    wait_for(floor_reaches(q, "g", 1), timeout=20)
+    for w in (a, b):
+        w.stop()
+        assert w.join(10)
+    assert calls.count() == {1: 1}
+
+
+def test_async_handler(live):
+    q = live.queue("orders")
+    q.publish_many([b"a", b"b", b"c"])
+    seen = []
+
+    async def handler(d):
+        await asyncio.sleep(0.01)
+        seen.append(d.data)
+        if d.data == b"b" and d.delivery_count == 1:
+            raise RuntimeError("once")
+
+    w = run_worker(q, handler, concurrency=2)
+    wait_for(floor_reaches(q, "g", 3))
+    w.stop()
+    assert w.join(10)
+    assert sorted(seen) == [b"a", b"b", b"b", b"c"]
+
+
+def test_stop_returns_messages_not_started(live):
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 5)
+    started = threading.Event()
+    release = threading.Event()
+
+    def handler(d):
+        started.set()
+        release.wait(5)
+
+    w = run_worker(q, handler, concurrency=1, grace_period=5)
+    wait_for(started.is_set)
+    w.stop()
+    release.set()
+    assert w.join(10)
+    g = q.stats().group("g")
+    assert (g.ack_floor, g.in_flight, g.consumers) == (1, 0, [])
+
+
+def test_bad_worker_arguments(live):
+    q = live.queue("orders")
+    with pytest.raises(rqueue.InvalidInput, match="concurrency"):
+        rqueue.Worker(q, "g", print, concurrency=0)
+    with pytest.raises(rqueue.InvalidInput, match="not callable"):
+        rqueue.Worker(q, "g", "print")
+    with pytest.raises(rqueue.InvalidInput, match="heartbeat_timeout"):
+        rqueue.Worker(q, "g", print, heartbeat_interval=2, heartbeat_timeout=1)
+
+
+# -- processes: real servers only -------------------------------------------------
+
+
+def spawn(server, prefix, sleep_s, concurrency, hb_timeout=5.0):
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "worker_proc.py"), server.url, prefix, "orders", "g", str(sleep_s), str(concurrency), str(hb_timeout)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+
+
+def calls_of(server, prefix):
+    r = redis.Redis(port=server.port)
+    return collections.Counter(int(x) for x in r.lrange(f"{prefix}:test:calls", 0, -1))
+
+
+def test_seed_scenario_with_three_worker_processes(redis_server, prefix):
+    client = rqueue.connect(redis_server.url, prefix=prefix)
+    client.configure("orders", ack_wait=0.5)
+    q = client.queue("orders")
+    q.consumer("g").close()  # the group exists before anything is published
+    procs = [spawn(redis_server, prefix, 0.4, 1) for _ in range(3)]
+    try:
+        wait_for(lambda: len(q.stats().group("g").consumers) == 3, timeout=20)
+        q.publish_many([b"m"] * 10)
+        wait_for(floor_reaches(q, "g", 10), timeout=30)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(20)
+    assert [p.returncode for p in procs] == [0, 0, 0]
+    assert calls_of(redis_server, prefix) == {seq: 1 for seq in range(1, 11)}
+    client.close()
+
+
+def test_killed_worker_messages_are_finished_within_heartbeat_timeout(redis_server, prefix):
+    # given a worker process holding messages with a very long ack_wait
+    client = rqueue.connect(redis_server.url, prefix=prefix)
+    client.configure("orders", ack_wait=600)
+    q = client.queue("orders")
+    q.publish_many([b"m"] * 6)
+    victim = spawn(redis_server, prefix, 30, 3, hb_timeout=1.0)
+    wait_for(lambda: len(calls_of(redis_server, prefix)) == 3, timeout=20)
+    # when it is killed with SIGKILL mid-batch
+    victim.kill()
+    victim.wait()
+    # then a surviving member finishes everything long before ack_wait
+    survivor = run_worker(q, lambda d: None, concurrency=2, heartbeat_interval=0.2, heartbeat_timeout=1.0)
+    wait_for(floor_reaches(q, "g", 6), timeout=30)
+    survivor.stop()
+    assert survivor.join(10)
+    assert survivor.stats.members_removed == 1
+    g = q.stats().group("g")
+    assert (g.in_flight, g.dead_lettered, [c.name for c in g.consumers]) == (0, 0, [])
+    client.close()
+
+
+def test_sigterm_drains_running_handlers_and_leaves(redis_server, prefix):
+    client = rqueue.connect(redis_server.url, prefix=prefix)
+    q = client.queue("orders")
+    q.publish_many([b"m"] * 10)
+    proc = spawn(redis_server, prefix, 1.0, 2)
+    wait_for(lambda: len(calls_of(redis_server, prefix)) >= 2, timeout=20)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    ran = calls_of(redis_server, prefix)
+    g = q.stats().group("g")
+    # every message it started was finished and acked; the rest is untouched
+    assert g.acked == sum(ran.values()) and g.in_flight == 0 and g.consumers == []
+    assert g.pending == 10 - g.acked
+    client.close()
+
+
+def test_redis_restart_mid_run_loses_nothing(prefix, tmp_path):
+    server = start_server("redis", appendonly=True, data_dir=tmp_path / "data")
+    try:
+        client = rqueue.connect(server.url, prefix=prefix)
+        q = client.queue("orders")
+        total = 2000
+        q.publish_many([b"m"] * total)
+        calls = Calls()
+
+        def handler(d):
+            calls.add(d.seq)
+            time.sleep(0.001)
+
+        w = run_worker(q, handler, concurrency=4, heartbeat_interval=0.2, heartbeat_timeout=2)
+        wait_for(lambda: len(calls.count()) > 300)
+        server.kill()  # SIGKILL: AOF with fsync always is all that survives
+        server.start()
+        wait_for(floor_reaches(q, "g", total), timeout=60)
+        w.stop()
+        assert w.join(20)
+        counts = calls.count()
+        assert set(counts) == set(range(1, total + 1))
+        duplicates = sum(counts.values()) - total
+        print(f"redis restart: {total} messages, {duplicates} handled twice, {w.stats.reconnects} retried calls")
+        assert duplicates <= 4 * 2 + 8  # at most what was in hand when Redis died
+        assert w.stats.reconnects >= 1
+        client.close()
+    finally:
+        server.stop()

@@ -1,0 +1,63 @@
+"""`rqueue worker MODULE:FUNCTION` as a real process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import rqueue
+from rqueue.cli import cli
+from conftest import start_server, wait_for
+
+HERE = Path(__file__).resolve().parent
+RQUEUE = str(Path(sys.executable).parent / "rqueue")
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = start_server("redis")
+    yield s
+    s.stop()
+
+
+def test_worker_command_processes_and_stops_cleanly_on_sigterm(server, prefix):
+    client = rqueue.connect(server.url, prefix=prefix)
+    q = client.queue("orders")
+    q.publish_many([b"a", b"poison", b"c"])
+    proc = subprocess.Popen(
+        [RQUEUE, "--url", server.url, "--prefix", prefix, "worker", "cli_handlers:handle", "-q", "orders", "-g", "g", "-c", "2"],
+        cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(HERE)},
+    )
+    try:
+        wait_for(lambda: q.stats().groups and q.stats().group("g").ack_floor == 3, timeout=30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert b"left orders/g" in err
+    s = q.stats()
+    assert (s.dead_letters, s.group("g").consumers) == (1, [])
+    client.close()
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("no_colon", "module.path:function"),
+        ("no_such_module_xyz:handle", "cannot import"),
+        ("cli_handlers:missing", "no callable 'missing'"),
+        ("cli_handlers:NOT_CALLABLE", "no callable 'NOT_CALLABLE'"),
+    ],
+)
+def test_worker_command_rejects_a_bad_handler(backend, prefix, spec, message, monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+    result = CliRunner().invoke(cli, ["--url", backend, "--prefix", prefix, "worker", spec, "-q", "orders", "-g", "g"])
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
