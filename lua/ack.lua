@@ -8,7 +8,7 @@
   a late ack completes the message and the newer delivery becomes stale).
 
   Input:
-    KEYS[1..14] the group layout (includes/group_keys.lua)
+    KEYS[1..15] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
     ARGV[15] strict: "1" = all tags or none, "0" = settle what is valid
     ARGV[16], ARGV[17], ... seq1, count1, seq2, count2, ...

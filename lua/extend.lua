@@ -3,7 +3,7 @@
   (in_progress, JetStream's +WPI) and records a heartbeat.
 
   Input:
-    KEYS[1..14] the group layout (includes/group_keys.lua)
+    KEYS[1..15] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
     ARGV[15], ARGV[16], ... seq1, count1, seq2, count2, ...
   Output:

@@ -8,7 +8,7 @@
   the lease deadline are written in this same call.
 
   Input:
-    KEYS[1..14] the group layout (includes/group_keys.lua)
+    KEYS[1..15] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
     ARGV[15] n, the most deliveries to return
   Output:

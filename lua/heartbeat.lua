@@ -5,7 +5,7 @@
   rather than after ack_wait (SPEC guarantee 7).
 
   Input:
-    KEYS[1..14] the group layout (includes/group_keys.lua)
+    KEYS[1..15] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
     ARGV[15] heartbeat timeout, ms: a member silent for longer is dead
     ARGV[16], ARGV[17], ... seq1, count1, ... deliveries to extend

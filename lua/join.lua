@@ -4,7 +4,7 @@
   group sees everything published before it.
 
   Input:
-    KEYS[1..14] the group layout (includes/group_keys.lua)
+    KEYS[1..15] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
   Output:
     { group_created (0/1), consumer_created (0/1) }

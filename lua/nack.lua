@@ -5,14 +5,14 @@
   had max_deliveries deliveries is dead-lettered instead.
 
   Input:
-    KEYS[1..14] the group layout (includes/group_keys.lua)
+    KEYS[1..15] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
     ARGV[15] seq
     ARGV[16] delivery count of the tag
     ARGV[17] delay in ms, or "" for the redelivery policy
     ARGV[18] error text for the record, may be ""
   Output:
-    { "requeued", due_ms } or { "dead", 0 }
+    { "requeued", due_ms } or { "dead", dead_letter_seq } (0 when dropped)
   Errors (nothing is changed):
     RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>
 ]]
@@ -38,9 +38,9 @@ local code = checkTag(seq, count, d, false)
 if code ~= 'ok' then
   return redis.error_reply(code .. ' ' .. ARGV[15] .. '.' .. ARGV[16])
 end
-local due = retryOrDeadLetter(seq, d, delayMs, ARGV[18])
+local due, dseq = retryOrDeadLetter(seq, d, delayMs, ARGV[18])
 if due == 'dead' then
-  return {'dead', 0}
+  return {'dead', dseq}
 end
 rcall('HINCRBY', groupKey, 'nacked', 1)
 return {'requeued', due}

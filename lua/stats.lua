@@ -2,7 +2,7 @@
   Reads one group's figures in one consistent snapshot. Changes nothing.
 
   Input:
-    KEYS[1..14] the group layout (includes/group_keys.lua)
+    KEYS[1..15] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua); only the group
       name and now are used
   Output:

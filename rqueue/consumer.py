@@ -113,7 +113,7 @@ class Consumer:
         self.group = check_name("group", group)
         self.name = check_name("consumer", name) if name is not None else consumer_name(self.client.randomness)
         self.overrides = validate(overrides)
-        self._keys = queue.keys.group(self.group).as_list()
+        self._keys_for: tuple[Settings | None, list[str]] = (None, [])
         self._held: dict[str, Delivery] = {}
         self._closed = False
         self._settings_seen: Settings | None = None
@@ -134,12 +134,22 @@ class Consumer:
             self._settings = resolved.merged(self.overrides) if self.overrides else resolved
         return self._settings
 
+    def _keys(self, settings: Settings) -> list[str]:
+        """KEYS of the group scripts; they follow the settings because the
+        dead_letter setting may name another queue."""
+        seen, keys = self._keys_for
+        if seen is not settings:
+            keys = self.queue.group_keys(self.group, settings)
+            self._keys_for = (settings, keys)
+        return keys
+
     def _call(self, script: Any, *extra: Any) -> Any:
         if self._closed:
             raise RQueueError(f"{self!r} is closed")
-        args = self.queue._group_argv(self.group, self.name, self.settings(), extra)
+        settings = self.settings()
+        args = self.queue._group_argv(self.group, self.name, settings, extra)
         try:
-            return script(keys=self._keys, args=args)
+            return script(keys=self._keys(settings), args=args)
         except redis.ResponseError as exc:
             raise from_script_error(exc, queue=self.queue.name, where=self.queue.keys.base) from None
 
@@ -262,8 +272,8 @@ class Consumer:
             args: list[Any] = ["0"]
             for _, seq, count in tags:
                 args += [seq, count]
-            scripts.ack(keys=self._keys, args=self.queue._group_argv(self.group, self.name, settings, args), client=pipe)
-        scripts.fetch(keys=self._keys, args=self.queue._group_argv(self.group, self.name, settings, [n]), client=pipe)
+            scripts.ack(keys=self._keys(settings), args=self.queue._group_argv(self.group, self.name, settings, args), client=pipe)
+        scripts.fetch(keys=self._keys(settings), args=self.queue._group_argv(self.group, self.name, settings, [n]), client=pipe)
         try:
             replies = pipe.execute(raise_on_error=False)
         except redis.ResponseError as exc:
@@ -338,8 +348,10 @@ class Consumer:
             from .queue import _delay_ms
 
             delay_arg = str(_delay_ms(delay))
-        status, _due = self._call(self.client.scripts.nack, seq, count, delay_arg, _text("error", error))
+        status, where = self._call(self.client.scripts.nack, seq, count, delay_arg, _text("error", error))
         self._held.pop(tag, None)
+        if status == b"dead" and int(where) == 0:
+            self._log_drop(seq, "max-deliveries")
         return str(status.decode())
 
     nak = nack
@@ -359,8 +371,13 @@ class Consumer:
 
     def _dead_letter(self, delivery: DeliveryRef, reason: str, text: str) -> None:
         tag, seq, count = self._tag_of(delivery)
-        self._call(self.client.scripts.reject, seq, count, reason, _text("reason", text))
+        dseq = self._call(self.client.scripts.reject, seq, count, reason, _text("reason", text))
         self._held.pop(tag, None)
+        if dseq == 0:
+            self._log_drop(seq, reason)
+
+    def _log_drop(self, seq: int, reason: str) -> None:
+        log.warning("message %s/%d dropped by group %s (%s): dead_letter is none", self.queue.name, seq, self.group, reason)
 
     def in_progress(self, deliveries: DeliveryRef | Iterable[DeliveryRef]) -> int:
         """Extends the leases of deliveries this consumer holds to now +

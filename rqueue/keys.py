@@ -46,6 +46,11 @@ class QueueKeys:
         return f"{self.base}:sched"
 
     @property
+    def events(self) -> str:
+        """Capped stream of dead-letters, drops and replays."""
+        return f"{self.base}:events"
+
+    @property
     def wake_channel(self) -> str:
         """Pub/sub channel (not a key) announcing new messages."""
         return f"{self.base}:wake"
@@ -58,12 +63,14 @@ class QueueKeys:
         """KEYS of publish.lua."""
         return [self.meta, self.msgs, self.floors, self.ids, self.id_exp, self.sched]
 
-    def group(self, group: str) -> GroupKeys:
-        return GroupKeys(self, group)
+    def group(self, group: str, dead_letters: QueueKeys | None = None) -> GroupKeys:
+        """Keys of ``group``; ``dead_letters`` names another queue to receive
+        its dead letters (default: this queue's own dead-letter queue)."""
+        return GroupKeys(self, group, dead_letters or self.dead_letters)
 
     def all_static(self) -> list[str]:
         """The queue-level keys, for deletion and inspection."""
-        return [self.meta, self.msgs, self.floors, self.settled, self.ids, self.id_exp, self.sched]
+        return [self.meta, self.msgs, self.floors, self.settled, self.ids, self.id_exp, self.sched, self.events]
 
 
 @dataclass(frozen=True)
@@ -72,13 +79,14 @@ class GroupKeys:
 
     queue: QueueKeys
     group: str
+    dlq: QueueKeys
 
     def _k(self, kind: str) -> str:
         return f"{self.queue.base}:{kind}:{self.group}"
 
     def as_list(self) -> list[str]:
         q = self.queue
-        dlq = q.dead_letters
+        dlq = self.dlq
         return [
             q.meta,
             q.msgs,
@@ -94,6 +102,7 @@ class GroupKeys:
             self._k("beats"),
             dlq.meta,
             dlq.msgs,
+            q.events,
         ]
 
     def group_only(self) -> list[str]:

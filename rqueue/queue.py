@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import constants as C
-from .errors import InvalidInput, InvalidName, PayloadTooLarge, from_script_error
+from .errors import InvalidInput, InvalidName, PayloadTooLarge, Unroutable, from_script_error
 from .keys import QueueKeys, queue_base
 from .names import check_message_id, check_name
 from .record import decode_record, encode_body
 from .results import ConsumerStats, GroupStats, PublishResult, QueueStats
-from .settings import Settings
+from .deadletters import DeadLetter, Progress, ReplayResult, Selection, iter_dead_letters, purge, replay
+from .settings import DEAD_LETTER_MODES, Settings
 
 if TYPE_CHECKING:
     from .client import Client
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
 def _delay_ms(delay: float | None) -> int:
     if delay is None:
         return 0
-    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay) or delay < 0:
-        raise InvalidInput(f"delay {delay!r} must be a number of seconds >= 0")
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= C.MAX_DELAY:
+        raise InvalidInput(f"delay {delay!r} must be a number of seconds from 0 to {C.MAX_DELAY:.0f}")
     return int(round(delay * 1000))
 
 
@@ -68,8 +69,47 @@ class Queue:
 
     @property
     def dead_letter_queue(self) -> Queue:
-        """The queue that receives this queue's dead letters."""
-        return Queue(self.client, self.client.dlq_prefix + self.name)
+        """The queue that receives this queue's dead letters: ``DLQ.<name>``,
+        or the queue named by the dead_letter setting."""
+        target = self.settings().dead_letter
+        if target in DEAD_LETTER_MODES:
+            return Queue(self.client, self.client.dlq_prefix + self.name)
+        return Queue(self.client, target)
+
+    def group_keys(self, group: str, settings: Settings) -> list[str]:
+        """KEYS of the group scripts for ``group`` under ``settings``."""
+        target = settings.dead_letter
+        dlq = None if target in DEAD_LETTER_MODES else Queue(self.client, target).keys
+        return self.keys.group(group, dlq).as_list()
+
+    # -- dead letters -------------------------------------------------------
+
+    def dead_letters(self, group: str | None = None, reason: str | None = None, seq_from: int | None = None,
+                     seq_to: int | None = None, limit: int | None = None) -> list[DeadLetter]:
+        """Dead letters of this queue, oldest first, filtered by the group
+        that dead-lettered them, reason, original seq range and count."""
+        return list(iter_dead_letters(self, Selection(group, reason, seq_from, seq_to, limit)))
+
+    def replay_dead_letters(self, group: str | None = None, reason: str | None = None, seq_from: int | None = None,
+                            seq_to: int | None = None, limit: int | None = None, dry_run: bool = False,
+                            progress: Progress | None = None) -> ReplayResult:
+        """Returns the selected dead letters to the group that dead-lettered
+        each, and only to it, with a fresh delivery count; exactly once, even
+        when run twice or interrupted."""
+        return replay(self, Selection(group, reason, seq_from, seq_to, limit), dry_run, progress)
+
+    def purge_dead_letters(self, group: str | None = None, reason: str | None = None, seq_from: int | None = None,
+                           seq_to: int | None = None, limit: int | None = None, progress: Progress | None = None) -> int:
+        """Deletes the selected dead letters; returns how many were deleted."""
+        return purge(self, Selection(group, reason, seq_from, seq_to, limit), progress)
+
+    def events(self, count: int = 100) -> list[dict[str, str]]:
+        """The newest ``count`` events (dead-lettered, dropped, replayed,
+        purged), oldest first, each with its stream id under "id"."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidInput(f"count must be a whole number >= 1, not {count!r}")
+        entries = self.client.redis.xrevrange(self.keys.events, count=count)
+        return [{"id": i.decode(), **{k.decode(): v.decode() for k, v in f.items()}} for i, f in reversed(entries)]
 
     def settings(self) -> Settings:
         """The settings in force for this queue (patterns stored in Redis)."""
@@ -145,12 +185,20 @@ class Queue:
                     script(keys=keys, args=head + args[start : start + chunk], client=pipe)
                 replies = pipe.execute()
         except redis.ResponseError as exc:
-            raise from_script_error(exc, queue=self.name) from None
+            err = from_script_error(exc, queue=self.name)
+            if isinstance(err, Unroutable) and settings.alternate is not None:
+                return self._to_alternate(settings.alternate, payloads, per_headers, per_ids, delay)
+            raise err from None
         self.client._register(self.name)
         out: list[PublishResult] = []
         for reply in replies:
             out += [PublishResult(int(reply[j]), reply[j + 1] == 1) for j in range(0, len(reply), 2)]
         return out
+
+    def _to_alternate(self, alternate: str, payloads: Sequence[bytes], headers: list[Any], ids: list[Any],
+                      delay: float | None) -> list[PublishResult]:
+        results = self.client.queue(alternate).publish_many(payloads, headers=headers, ids=ids, delay=delay)
+        return [PublishResult(r.seq, r.duplicate, alternate) for r in results]
 
     @staticmethod
     def _per_message(value: Any, count: int, what: str) -> list[Any]:
@@ -187,6 +235,8 @@ class Queue:
         without claiming them."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise InvalidInput(f"n must be a whole number >= 1, not {n!r}")
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise InvalidInput(f"after must be a whole number >= 0 (a seq), not {after!r}")
         r = self.client.redis
         last = int(r.hget(self.keys.meta, "seq") or 0)
         start = max(after, int(r.hget(self.keys.meta, "trimmed") or 0)) + 1
@@ -207,7 +257,7 @@ class Queue:
         groups = []
         for g in self.groups():
             try:
-                flat = self.client.scripts.stats(keys=self.keys.group(g).as_list(), args=self._group_argv(g, "", Settings(), ()))
+                flat = self.client.scripts.stats(keys=self.group_keys(g, Settings()), args=self._group_argv(g, "", Settings(), ()))
             except redis.ResponseError as exc:
                 raise from_script_error(exc, queue=self.name, where=self.keys.base) from None
             groups.append(_group_stats(g, flat))

@@ -14,10 +14,14 @@ class PublishResult:
             seq of the first publish of that id).
         duplicate: True when the id was seen inside the de-duplication window
             and nothing new was stored.
+        alternate: None, or the name of the queue that took the message
+            because this queue had no group (``mandatory=True`` with the
+            ``alternate`` setting); ``seq`` is then a seq of that queue.
     """
 
     seq: int
     duplicate: bool = False
+    alternate: str | None = None  # the alternate queue that took it (mandatory publish, no group)
 
 
 @dataclass(frozen=True, slots=True)

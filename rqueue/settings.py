@@ -17,9 +17,9 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from . import constants as C
-from .errors import InvalidSetting
+from .errors import InvalidName, InvalidSetting
 from .keys import settings_key
-from .names import check_pattern
+from .names import check_name, check_pattern
 
 DEAD_LETTER_MODES = ("dlq", "none")
 
@@ -36,7 +36,8 @@ class Settings:
     redelivery_multiplier: float = C.DEFAULT_REDELIVERY_MULTIPLIER
     max_redelivery_delay: float | None = None  # None = redelivery_delay x 10
     redelivery_jitter: float = C.DEFAULT_REDELIVERY_JITTER
-    dead_letter: str = C.DEFAULT_DEAD_LETTER
+    dead_letter: str = C.DEFAULT_DEAD_LETTER  # "dlq", "none" or a queue name
+    alternate: str | None = None  # queue that takes unroutable mandatory publishes
     dedup_window: float = C.DEFAULT_DEDUP_WINDOW
     max_payload: int = C.DEFAULT_MAX_PAYLOAD
 
@@ -125,9 +126,19 @@ def _check_one(name: str, value: Any) -> Any:
     if name == "dead_letter":
         if value is None:
             return "none"
-        if value not in DEAD_LETTER_MODES:
-            raise InvalidSetting(name, value, f"must be one of {', '.join(DEAD_LETTER_MODES)} (or None)")
-        return value
+        if value in DEAD_LETTER_MODES:
+            return value
+        try:
+            return check_name("queue", value)
+        except InvalidName as exc:
+            raise InvalidSetting(name, value, f"must be {' or '.join(DEAD_LETTER_MODES)}, None, or a queue name ({exc})") from None
+    if name == "alternate":
+        if value is None:
+            return None
+        try:
+            return check_name("queue", value)
+        except InvalidName as exc:
+            raise InvalidSetting(name, value, f"must be None or a queue name ({exc})") from None
     if name == "max_payload":
         return _at_least(name, value, 1, integer=True, what="must be a whole number of bytes >= 1")
     raise InvalidSetting(name, value, f"unknown setting; known: {', '.join(sorted(SETTING_NAMES))}")

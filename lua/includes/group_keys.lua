@@ -16,6 +16,7 @@
     KEYS[12] beats      zset  consumer -> last heartbeat (ms)
     KEYS[13] dlq_meta   hash  meta of this queue's dead-letter queue
     KEYS[14] dlq_msgs   hash  records of this queue's dead-letter queue
+    KEYS[15] events     stream  dead-letters, drops and replays (capped)
 ]]
 local metaKey = KEYS[1]
 local msgsKey = KEYS[2]
@@ -31,6 +32,7 @@ local consumersKey = KEYS[11]
 local beatsKey = KEYS[12]
 local dlqMetaKey = KEYS[13]
 local dlqMsgsKey = KEYS[14]
+local eventsKey = KEYS[15]
 local queueKeys = {
   meta = metaKey, msgs = msgsKey, floors = floorsKey, settled = settledKey, acked = ackedKey,
 }

@@ -4,6 +4,12 @@
   settle and redelivery included before it.
 ]]
 local MAX_ERROR_TEXT = 1024 -- bytes of the last error kept on a dead letter
+local EVENTS_MAX = 10000 -- entries kept in the events stream (approximately)
+
+local function recordEvent(kind, seq, reason, extra)
+  rcall('XADD', eventsKey, 'MAXLEN', '~', EVENTS_MAX, '*', 'event', kind, 'group', groupName,
+    'seq', seq, 'reason', reason or '', 'at', now, 'dlq_seq', extra or '')
+end
 
 -- Takes the message away from its holder; the delivery count stays.
 local function release(seq, d)
@@ -34,8 +40,9 @@ local function complete(seq, d)
   settleMany(queueKeys, groupName, {seq})
 end
 
-local function deliveryHeaders(headers, seq, d, reason, errText)
+local function deliveryHeaders(headers, seq, d, reason, errText, published)
   headers['x-rq-queue'] = queueName
+  headers['x-rq-published'] = tostring(published)
   headers['x-rq-group'] = groupName
   headers['x-rq-seq'] = tostring(seq)
   headers['x-rq-reason'] = reason
@@ -57,28 +64,30 @@ local function deadLetter(seq, d, reason, errText)
   complete(seq, d)
   if rec == false or deadLetterMode == 'drop' then
     rcall('HINCRBY', groupKey, 'dropped', 1)
+    recordEvent('dropped', seq, reason)
     return 0
   end
   local headers, payload = splitRecord(rec)
+  local published = string.match(rec, '^%d*:(%d+):') or ''
   if headers == nil then
     -- Kept byte for byte so that nothing is lost; the reason says why.
     headers, payload, reason = {}, rec, 'corrupted-record'
   end
-  headers = deliveryHeaders(headers, seq, d, reason, errText)
+  headers = deliveryHeaders(headers, seq, d, reason, errText, published)
   local dseq = rcall('HINCRBY', dlqMetaKey, 'seq', 1)
   rcall('HSET', dlqMsgsKey, dseq, makeRecord('', now, cjson.encode(headers), payload))
   rcall('HINCRBY', groupKey, 'dead_lettered', 1)
+  recordEvent('dead-lettered', seq, reason, dseq)
   return dseq
 end
 
 -- A failed attempt (nack, expired lease, dead holder): dead-letter once the
 -- message had max_deliveries, else offer it again under the policy.
--- Returns "dead" or the due time in ms.
+-- Returns "dead" and the dead-letter seq (0 when dropped), or the due time in ms.
 local function retryOrDeadLetter(seq, d, delayMs, errText)
   release(seq, d)
   if maxDeliveries ~= -1 and d.count >= maxDeliveries then
-    deadLetter(seq, d, 'max-deliveries', errText)
-    return 'dead'
+    return 'dead', deadLetter(seq, d, 'max-deliveries', errText)
   end
   writeDelivery(dlvKey, seq, d)
   if delayMs == nil then

@@ -1,0 +1,75 @@
+--[[
+  Returns dead letters to the group that dead-lettered them, and only to it:
+  the original seq is reopened for that group (the other groups never see it
+  again), with a fresh delivery count, ready ahead of new messages. The dead
+  letter is deleted in the same call, so a replay run twice, or killed
+  midway, neither doubles nor loses a message.
+
+  Input:
+    KEYS[1..15] the group layout (includes/group_keys.lua) of the group named
+      in the dead letters' x-rq-group header
+    ARGV[1..14] the group arguments (includes/group_args.lua)
+    ARGV[15], ARGV[16], ... seqs in the dead-letter queue
+  Output:
+    one status per dead-letter seq: "replayed", "missing" (not there any
+    more: replayed or purged before), "other-group" (it belongs to another
+    queue or group; left alone), "corrupt" (headers do not parse; left alone),
+    "pending" (the group already has that seq open; left alone)
+]]
+--@include read_now
+--@include group_keys
+--@include group_args
+--@include delivery_state
+--@include record
+--@include bulk
+--@include settle
+--@include redelivery
+--@include group_ops
+
+local out = {}
+local groups = rcall('HLEN', floorsKey)
+for i = 15, #ARGV do
+  local dseq = ARGV[i]
+  local rec = rcall('HGET', dlqMsgsKey, dseq)
+  local status = 'replayed'
+  if not rec then
+    status = 'missing'
+  else
+    local headers, payload = splitRecord(rec)
+    local seq = headers and tonumber(headers['x-rq-seq'])
+    if headers == nil or seq == nil then
+      status = 'corrupt'
+    elseif headers['x-rq-group'] ~= groupName or headers['x-rq-queue'] ~= queueName then
+      status = 'other-group'
+    elseif rcall('HEXISTS', dlvKey, seq) == 1 then
+      status = 'pending'
+    else
+      local published = headers['x-rq-published'] or tostring(now)
+      for name, _ in pairs(headers) do
+        if string.sub(name, 1, 5) == 'x-rq-' then
+          headers[name] = nil
+        end
+      end
+      local hjson = ''
+      if next(headers) ~= nil then
+        hjson = cjson.encode(headers)
+      end
+      -- The group's earlier settle counted toward deleting the record;
+      -- reopening takes that back.
+      if rcall('HSETNX', msgsKey, seq, makeRecord('', published, hjson, payload)) == 1 then
+        if groups > 1 then
+          rcall('HSET', settledKey, seq, groups - 1)
+        end
+      elseif groups > 1 then
+        rcall('HINCRBY', settledKey, seq, -1)
+      end
+      writeDelivery(dlvKey, seq, {count = 0, holder = '', first = now, last = now})
+      rcall('ZADD', readyKey, seq, seq)
+      rcall('HDEL', dlqMsgsKey, dseq)
+      rcall('HINCRBY', groupKey, 'replayed', 1)
+      recordEvent('replayed', seq, headers['x-rq-reason'], dseq)
+    end
+  end
+  out[#out + 1] = status
+end
+return out
