@@ -27,6 +27,7 @@ import click
 import redis
 
 import rqueue
+from rqueue.deadletters import DeadLetter
 from rqueue.embedded import EmbeddedServer, find_binary
 from rqueue.worker import TRANSIENT as WORKER_TRANSIENT
 
@@ -185,6 +186,137 @@ def queues(obj: dict[str, Any], as_json: bool) -> None:
     else:
         click.echo(table(["queue", "groups", "depth", "in flight", "dead letters"],
                          [[r["name"], r["groups"], r["depth"], r["in_flight"], r["dead_letters"]] for r in rows]))
+
+
+# -- dead letters and events ----------------------------------------------------
+
+
+def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The filters shared by dlq list, replay and purge."""
+    for option in reversed([
+        click.option("--group", "-g", default=None, help="Only dead letters of this group."),
+        click.option("--reason", default=None, help="Only this reason (max-deliveries, rejected, terminated, ...)."),
+        click.option("--from-seq", "seq_from", type=click.IntRange(0), default=None, help="Lowest original seq."),
+        click.option("--to-seq", "seq_to", type=click.IntRange(0), default=None, help="Highest original seq."),
+        click.option("--count", "-n", "limit", type=click.IntRange(1), default=None, help="At most this many."),
+    ]):
+        f = option(f)
+    return f
+
+
+def dead_letter_json(d: DeadLetter, with_data: bool = False) -> dict[str, Any]:
+    out = dataclasses.asdict(d)
+    data = out.pop("data")
+    if with_data:
+        out["data"] = data.decode("utf-8", "backslashreplace")
+    return out
+
+
+@cli.group()
+def dlq() -> None:
+    """Inspect, replay and purge a queue's dead letters."""
+
+
+@dlq.command("list")
+@click.argument("queue")
+@selection_options
+@click.option("--json", "as_json", is_flag=True, help='Print {"dead_letters": [...]} (fields of rqueue.DeadLetter, no data).')
+@click.pass_obj
+def dlq_list(obj: dict[str, Any], queue: str, as_json: bool, **selection: Any) -> None:
+    """The dead letters of QUEUE, oldest first."""
+    with connection(obj["url"], obj["prefix"]) as client:
+        found = client.queue(queue).dead_letters(**selection)
+    if as_json:
+        emit_json({"dead_letters": [dead_letter_json(d) for d in found]})
+    elif not found:
+        click.echo("(no dead letters)")
+    else:
+        click.echo(table(
+            ["dlq seq", "group", "seq", "reason", "deliveries", "error"],
+            [[d.dlq_seq, d.group, d.seq, d.reason, d.deliveries, d.error[:60]] for d in found],
+        ))
+
+
+@dlq.command("show")
+@click.argument("queue")
+@click.argument("dlq_seq", type=click.IntRange(1))
+@click.option("--json", "as_json", is_flag=True, help="Print the dead letter's fields, data included (UTF-8, escaped).")
+@click.pass_obj
+def dlq_show(obj: dict[str, Any], queue: str, dlq_seq: int, as_json: bool) -> None:
+    """One dead letter of QUEUE, by its seq in the dead-letter queue."""
+    with connection(obj["url"], obj["prefix"]) as client:
+        page = client.queue(queue).dead_letter_queue.peek(1, after=dlq_seq - 1)
+    if not page or page[0].seq != dlq_seq:
+        raise rqueue.InvalidInput(f"queue {queue!r} has no dead letter with dlq seq {dlq_seq}")
+    d = DeadLetter.from_message(page[0])
+    if as_json:
+        emit_json(dead_letter_json(d, with_data=True))
+        return
+    for key, value in dead_letter_json(d, with_data=True).items():
+        click.echo(f"{key:>18}: {value}")
+
+
+@dlq.command("replay")
+@click.argument("queue")
+@selection_options
+@click.option("--dry-run", is_flag=True, help="Only say what would be replayed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the ReplayResult as JSON.")
+@click.pass_obj
+def dlq_replay(obj: dict[str, Any], queue: str, dry_run: bool, as_json: bool, **selection: Any) -> None:
+    """Return dead letters of QUEUE to the group that dead-lettered each, and
+    only to it, with a fresh delivery count. Safe to run twice or to
+    interrupt: each dead letter is replayed exactly once."""
+    with connection(obj["url"], obj["prefix"]) as client:
+        q = client.queue(queue)
+        total = len(q.dead_letters(**selection))
+        with click.progressbar(length=total, label="replaying", file=sys.stderr) as bar:
+            result = q.replay_dead_letters(**selection, dry_run=dry_run, progress=bar.update)
+    if as_json:
+        emit_json(dataclasses.asdict(result))
+        return
+    verb = "would replay" if dry_run else "replayed"
+    groups = ", ".join(f"{g}: {n}" for g, n in sorted(result.by_group.items())) or "none"
+    click.echo(f"{verb} {result.replayed if not dry_run else result.selected} of {result.selected} selected "
+               f"(missing {result.missing}, skipped {result.skipped}); by group: {groups}")
+
+
+@dlq.command("purge")
+@click.argument("queue")
+@selection_options
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"purged": N}.')
+@click.pass_obj
+def dlq_purge(obj: dict[str, Any], queue: str, yes: bool, as_json: bool, **selection: Any) -> None:
+    """Delete dead letters of QUEUE for good."""
+    with connection(obj["url"], obj["prefix"]) as client:
+        q = client.queue(queue)
+        total = len(q.dead_letters(**selection))
+        if total and not yes:
+            click.confirm(f"delete {total} dead letter(s) of {queue!r} for good?", abort=True, err=True)
+        with click.progressbar(length=total, label="purging", file=sys.stderr) as bar:
+            purged = q.purge_dead_letters(**selection, progress=bar.update)
+    if as_json:
+        emit_json({"purged": purged})
+    else:
+        click.echo(f"purged {purged} dead letter(s)")
+
+
+@cli.command()
+@click.argument("queue")
+@click.option("--count", "-n", type=click.IntRange(1), default=20, show_default=True, help="Newest events to show.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"events": [{id, event, group, seq, reason, at, dlq_seq}, ...]}.')
+@click.pass_obj
+def events(obj: dict[str, Any], queue: str, count: int, as_json: bool) -> None:
+    """Recent dead-letters, drops, replays and purges of QUEUE, oldest first."""
+    with connection(obj["url"], obj["prefix"]) as client:
+        found = client.queue(queue).events(count)
+    if as_json:
+        emit_json({"events": found})
+    elif not found:
+        click.echo("(no events)")
+    else:
+        keys = ["id", "event", "group", "seq", "reason", "dlq_seq"]
+        click.echo(table(keys, [[e.get(k, "") for k in keys] for e in found]))
 
 
 # -- demo --------------------------------------------------------------------

@@ -1,0 +1,178 @@
+"""Dead letters: history headers, replay exactly once to the right group,
+purge, events, named targets, drops, unroutable messages (SPEC guarantee 10)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import rqueue
+
+
+def kill(queue, group, *seqs, reason="rejected", keep_rest=False):
+    """Dead-letters the given seqs for ``group``; acks every other message,
+    or with ``keep_rest`` puts them back."""
+    c = queue.consumer(group, name=f"killer-{group}")
+    for d in c.fetch(100):
+        if d.seq in seqs:
+            d.term(reason) if reason == "terminated" else d.reject(reason=reason)
+        elif keep_rest:
+            d.nack(delay=0)
+        else:
+            d.ack()
+    c.close()
+
+
+def test_dead_letter_carries_its_history(client, queue, clock):
+    client.configure("orders", max_deliveries=2)
+    published = queue.publish(b"p", headers={"trace": "abc"})
+    c = queue.consumer("g")
+    c.fetch()[0].nack(delay=0, error="first failure")
+    clock.advance(1)
+    c.fetch()[0].nack(delay=0, error="second failure")
+    [d] = queue.dead_letters()
+    assert (d.queue, d.group, d.seq, d.reason, d.deliveries) == ("orders", "g", published.seq, "max-deliveries", 2)
+    assert (d.error, d.data, d.headers) == ("second failure", b"p", {"trace": "abc"})
+    assert d.first_delivery_ms == clock.now_ms - 1000 and d.last_delivery_ms == clock.now_ms
+    assert d.published_ms == clock.now_ms - 1000 and d.dead_lettered_ms == clock.now_ms
+
+
+def test_replay_returns_to_that_group_only_with_a_fresh_count(queue):
+    # given two groups; group "a" dead-letters seq 2, group "b" acks everything
+    queue.publish_many([b"1", b"2", b"3"])
+    b = queue.consumer("b")
+    kill(queue, "a", 2)
+    b.ack(b.fetch(10))
+    # when the dead letters are replayed
+    result = queue.replay_dead_letters()
+    # then only group "a" gets seq 2 again, as a first delivery
+    assert (result.replayed, result.by_group) == (1, {"a": 1})
+    a = queue.consumer("a")
+    ds = a.fetch(10)
+    assert [(d.seq, d.data, d.delivery_count, d.redelivered) for d in ds] == [(2, b"2", 1, False)]
+    assert b.fetch(10) == []
+    ds[0].ack()
+    s = queue.stats()
+    assert (s.dead_letters, s.depth, s.group("a").in_flight) == (0, 0, 0)
+
+
+def test_replay_twice_or_interrupted_replays_each_once(queue):
+    queue.publish_many([b"m"] * 6)
+    kill(queue, "g", 1, 2, 3, 4)
+    # an interrupted run replayed only the first two
+    assert queue.replay_dead_letters(limit=2).replayed == 2
+    # running again (twice) finishes the job without doubling anything
+    assert queue.replay_dead_letters().replayed == 2
+    assert queue.replay_dead_letters().replayed == 0
+    c = queue.consumer("g")
+    assert sorted(d.seq for d in c.fetch(100)) == [1, 2, 3, 4]
+    assert queue.stats().dead_letters == 0
+
+
+def test_replay_filters_and_dry_run(queue):
+    queue.publish_many([b"m"] * 5)
+    kill(queue, "g", 1, 2, reason="rejected", keep_rest=True)
+    kill(queue, "g", 3, 4, reason="terminated")
+    plan = queue.replay_dead_letters(reason="terminated", dry_run=True)
+    assert (plan.selected, plan.replayed, plan.by_group) == (2, 0, {"g": 2})
+    assert queue.stats().dead_letters == 4  # a dry run changes nothing
+    assert queue.replay_dead_letters(reason="terminated", seq_from=4, seq_to=4).replayed == 1
+    assert [d.seq for d in queue.dead_letters()] == [1, 2, 3]
+    assert [d.seq for d in queue.dead_letters(reason="rejected", limit=1)] == [1]
+
+
+def test_replayed_message_can_die_and_be_replayed_again(queue):
+    queue.publish(b"m")
+    kill(queue, "g", 1)
+    queue.replay_dead_letters()
+    kill(queue, "g", 1, reason="terminated")
+    [d] = queue.dead_letters()
+    assert (d.seq, d.reason, d.deliveries) == (1, "terminated", 1)
+    assert queue.replay_dead_letters().replayed == 1
+
+
+def test_crash_after_dead_lettering_loses_and_doubles_nothing(backend, prefix, clock):
+    # given a message dead-lettered by a consumer whose process then dies
+    first = rqueue.connect(backend, prefix=prefix, clock=clock)
+    q = first.queue("orders")
+    q.publish_many([b"a", b"b"])
+    c = q.consumer("g", name="dies")
+    d1, d2 = c.fetch(2)
+    d1.reject()
+    first.close()  # no graceful leave: d2 is still held
+    # when a new process takes over after the lease ran out
+    clock.advance(31)
+    second = rqueue.connect(backend, prefix=prefix, clock=clock)
+    q2 = second.queue("orders")
+    got = q2.consumer("g").fetch(10)
+    # then the dead letter is there once, and only the other message comes back
+    assert [d.seq for d in got] == [2] and [d.seq for d in q2.dead_letters()] == [1]
+    second.close()
+
+
+def test_purge_deletes_selected_dead_letters(queue):
+    queue.publish_many([b"m"] * 3)
+    kill(queue, "g", 1, 2, 3)
+    assert queue.purge_dead_letters(seq_to=2) == 2
+    assert [d.seq for d in queue.dead_letters()] == [3]
+    assert queue.events()[-1]["event"] == "purged"
+
+
+def test_events_record_dead_letters_drops_and_replays(client, queue):
+    queue.publish_many([b"m", b"n"])
+    kill(queue, "g", 1, keep_rest=True)
+    queue.replay_dead_letters()
+    client.configure("orders", dead_letter=None)
+    kill(queue, "g", 2)
+    kinds = [(e["event"], e["seq"], e["group"]) for e in queue.events()]
+    assert kinds == [("dead-lettered", "1", "g"), ("replayed", "1", "g"), ("dropped", "2", "g")]
+
+
+def test_drop_is_logged_at_warning(client, queue, caplog):
+    client.configure("orders", dead_letter=None)
+    queue.publish(b"m")
+    with caplog.at_level(logging.WARNING, logger="rqueue"):
+        queue.consumer("g").fetch()[0].reject()
+    assert any("dropped" in r.message and "orders/1" in r.message for r in caplog.records)
+
+
+def test_named_dead_letter_queue(client, queue):
+    client.configure("orders", dead_letter="parking-lot")
+    queue.publish(b"m")
+    queue.consumer("g").fetch()[0].term("nope")
+    [m] = client.queue("parking-lot").peek()
+    assert (m.data, m.headers["x-rq-queue"], m.headers["x-rq-reason"]) == (b"m", "orders", "terminated")
+    assert queue.replay_dead_letters().replayed == 1
+    assert client.queue("parking-lot").peek() == []
+
+
+def test_poison_message_fails_forever_while_others_flow(client, queue, clock):
+    client.configure("orders", max_deliveries=-1, redelivery_delay=1)
+    queue.publish_many([b"poison"] + [b"ok"] * 20)
+    c = queue.consumer("g", prefetch=5)
+    done = 0
+    for _ in range(40):
+        for d in c.fetch(5):
+            if d.data == b"poison":
+                d.nack(error="always fails")
+            else:
+                d.ack()
+                done += 1
+        clock.advance(0.5)
+    g = queue.stats().group("g")
+    assert done == 20 and g.ack_floor == 0 and g.pending == 1 and g.nacked >= 10
+
+
+def test_unroutable_mandatory_publish_goes_to_the_alternate(client, queue):
+    client.configure("orders", alternate="orders-unrouted")
+    [r] = queue.publish_many([b"m"], mandatory=True)
+    assert (r.alternate, r.seq) == ("orders-unrouted", 1)
+    assert queue.stats().last_seq == 0
+    assert [m.data for m in client.queue("orders-unrouted").peek()] == [b"m"]
+
+
+def test_unroutable_without_alternate_stores_nothing(queue):
+    with pytest.raises(rqueue.Unroutable, match="orders"):
+        queue.publish(b"m", mandatory=True)
+    assert queue.stats().last_seq == 0
