@@ -27,6 +27,7 @@ log = logging.getLogger("rqueue")
 
 SCHEMES = ("redis", "rediss", "unix", "memory")
 CONNECT_TIMEOUT = 5.0  # seconds to open a TCP connection
+SOCKET_TIMEOUT = 30.0  # seconds to wait for any one reply
 
 _memory_servers: dict[str, Any] = {}
 _memory_lock = threading.Lock()
@@ -173,7 +174,16 @@ def connect(
         except ValueError as exc:
             raise InvalidURL(shown, _scrub(str(exc), url)) from None
     else:
-        options = {"socket_connect_timeout": CONNECT_TIMEOUT, "health_check_interval": 30, **redis_options}
+        options = {
+            "socket_connect_timeout": CONNECT_TIMEOUT,
+            # Scripts do bounded work, so a reply that takes this long means a
+            # dead connection: the call fails (and a worker retries) instead
+            # of hanging on a half-open socket.
+            "socket_timeout": SOCKET_TIMEOUT,
+            "socket_keepalive": True,
+            "health_check_interval": 30,
+            **redis_options,
+        }
         try:
             if scheme != "unix":
                 _check_db(shown)
