@@ -180,10 +180,11 @@ def connect(
             # dead connection: the call fails (and a worker retries) instead
             # of hanging on a half-open socket.
             "socket_timeout": SOCKET_TIMEOUT,
-            "socket_keepalive": True,
             "health_check_interval": 30,
-            **redis_options,
         }
+        if scheme != "unix":  # TCP only
+            options["socket_keepalive"] = True
+        options.update(redis_options)
         try:
             if scheme != "unix":
                 _check_db(shown)
