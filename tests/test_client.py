@@ -62,3 +62,17 @@ def test_memory_urls_with_the_same_name_share_data(prefix):
     b = rqueue.connect("memory://shared-test", prefix=prefix)
     a.queue("q").publish(b"x")
     assert b.queue("q").stats().last_seq == 1
+
+
+def test_unix_socket_url(tmp_path, prefix):
+    from conftest import start_server
+
+    sock = tmp_path / "redis.sock"
+    server = start_server("redis", extra_args=["--unixsocket", str(sock), "--unixsocketperm", "700"])
+    try:
+        client = rqueue.connect(f"unix://{sock}", prefix=prefix)
+        client.queue("q").publish(b"x")
+        assert [d.data for d in client.queue("q").consumer("g").fetch()] == [b"x"]
+        client.close()
+    finally:
+        server.stop()
