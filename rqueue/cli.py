@@ -41,6 +41,7 @@ DEMO_FETCH = 100  # deliveries per fetch
 DEMO_FETCH_TIMEOUT = 0.5  # seconds a consumer waits for work
 DEMO_NACK_EVERY = 100  # every such message is nacked once on its first delivery
 DEMO_POISON = 3  # messages that are rejected into the dead-letter queue
+DEMO_SHOW = 5  # events of each kind shown as they happen
 DEMO_STALL_TIMEOUT = 60.0  # seconds without progress before the demo gives up
 
 
@@ -337,6 +338,8 @@ class DemoRun:
         self.nacked = 0
         self.dead_lettered = 0
         self.foreign = 0  # messages left in the queue by earlier runs
+        self.shown: dict[str, int] = {}
+        self.say: Callable[[str], None] | None = None  # where to show events as they happen
         if not self.remaining:
             self.done.set()
 
@@ -347,6 +350,17 @@ class DemoRun:
             self.settled += before - len(self.remaining)
             if not self.remaining:
                 self.done.set()
+
+    def show(self, kind: str, text: str) -> None:
+        """Shows the first DEMO_SHOW events of each kind as they happen."""
+        if self.say is None:
+            return
+        with self.lock:
+            n = self.shown[kind] = self.shown.get(kind, 0) + 1
+        if n <= DEMO_SHOW:
+            self.say(text)
+        elif n == DEMO_SHOW + 1:
+            self.say(f"  ... (further {kind} events are counted, not shown)")
 
     def consume(self, consumer: rqueue.Consumer) -> None:
         try:
@@ -360,12 +374,15 @@ class DemoRun:
                     with self.lock:
                         self.deliveries += 1
                         self.redelivered += d.redelivered
+                    if d.redelivered:
+                        self.show("redelivery", f"  redelivered: seq {d.seq}, delivery {d.delivery_count}, to {consumer.name}")
                     if not isinstance(body, dict) or body.get("run") != self.run:
                         with self.lock:
                             self.foreign += 1
                         to_ack.append(d)
                     elif body.get("poison"):
                         d.reject(reason="demo poison")
+                        self.show("dead-letter", f"  dead-lettered: seq {d.seq} (rejected: demo poison) into DLQ.{DEMO_QUEUE}")
                         with self.lock:
                             self.dead_lettered += 1
                         self.finish([d.seq])
@@ -436,6 +453,8 @@ def demo(obj: dict[str, Any], messages: int, consumers: int, as_json: bool) -> N
 
         # Consume.
         state = DemoRun(run, seqs)
+        if not as_json:
+            state.say = lambda text: click.echo(text, err=True)
         members = [q.consumer(group=DEMO_GROUP) for _ in range(consumers)]
         threads = [threading.Thread(target=state.consume, args=(c,), name=f"demo-consumer-{i}", daemon=True)
                    for i, c in enumerate(members)]
