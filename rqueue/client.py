@@ -12,7 +12,7 @@ import redis
 
 from . import constants as C
 from .clock import SYSTEM_CLOCK, Clock
-from .errors import ConnectionFailed, InvalidURL, ServerTooOld
+from .errors import ConnectionFailed, InvalidInput, InvalidURL, ServerTooOld
 from .keys import registry_key
 from .names import check_name
 from .notify import Notifier
@@ -146,6 +146,7 @@ def connect(
     clock: Clock | None = None,
     randomness: Randomness | None = None,
     dlq_prefix: str = C.DEFAULT_DLQ_PREFIX,
+    dlq_suffix: str = C.DEFAULT_DLQ_SUFFIX,
     settings_ttl: float = C.SETTINGS_CACHE_TTL,
     **redis_options: Any,
 ) -> Client:
@@ -154,6 +155,8 @@ def connect(
     ``url`` is ``redis://``, ``rediss://`` (TLS), ``unix://`` or
     ``memory://[name]`` (an in-process server running the same scripts;
     clients that name the same server share it). ``prefix`` starts every key.
+    The dead-letter queue of queue ``q`` is named ``dlq_prefix + q + dlq_suffix``
+    (``DLQ.q`` by default).
     Raises InvalidURL for a URL of another kind, ConnectionFailed when the
     server cannot be reached or is not Redis, ServerTooOld for Redis < 6.2.
     """
@@ -201,7 +204,10 @@ def connect(
     except (redis.RedisError, OSError) as exc:
         r.close()
         raise ConnectionFailed(shown, _scrub(_describe(exc), url)) from None
-    return Client(r, url=shown, prefix=prefix, clock=clock, randomness=randomness, dlq_prefix=dlq_prefix, settings_ttl=settings_ttl)
+    if not isinstance(dlq_prefix, str) or not isinstance(dlq_suffix, str) or not (dlq_prefix or dlq_suffix):
+        raise InvalidInput(f"dlq_prefix {dlq_prefix!r} and dlq_suffix {dlq_suffix!r} must be str, not both empty")
+    return Client(r, url=shown, prefix=prefix, clock=clock, randomness=randomness, dlq_prefix=dlq_prefix,
+                  dlq_suffix=dlq_suffix, settings_ttl=settings_ttl)
 
 
 def _describe(exc: BaseException) -> str:
@@ -229,6 +235,7 @@ class Client:
         clock: Clock | None = None,
         randomness: Randomness | None = None,
         dlq_prefix: str = C.DEFAULT_DLQ_PREFIX,
+        dlq_suffix: str = C.DEFAULT_DLQ_SUFFIX,
         settings_ttl: float = C.SETTINGS_CACHE_TTL,
     ) -> None:
         self.redis = redis_client
@@ -237,6 +244,7 @@ class Client:
         self.clock = clock or SYSTEM_CLOCK
         self.randomness = randomness or Randomness()
         self.dlq_prefix = dlq_prefix
+        self.dlq_suffix = dlq_suffix
         self.scripts = Scripts(redis_client)
         self.settings = SettingsStore(redis_client, prefix, self.clock.monotonic, settings_ttl)
         self.notifier = Notifier(redis_client)
@@ -272,8 +280,12 @@ class Client:
         pipe = self.redis.pipeline(transaction=False)
         for name in names:
             pipe.exists(self.queue(name).keys.dead_letters.meta)
-        dead = [self.dlq_prefix + n for n, has in zip(names, pipe.execute()) if has]
+        dead = [self.dead_letter_name(n) for n, has in zip(names, pipe.execute()) if has]
         return sorted(set(names) | set(dead))
+
+    def dead_letter_name(self, queue: str) -> str:
+        """Name of the default dead-letter queue of ``queue``."""
+        return self.dlq_prefix + queue + self.dlq_suffix
 
     def _register(self, name: str) -> None:
         # The registry is a global key, outside every queue's hash slot, so it

@@ -16,7 +16,8 @@ DEFAULT_DEAD_LETTER = "dlq"  # "dlq" keeps dead letters, "none" drops them
 
 # Client behaviour.
 DEFAULT_PREFIX = "rq"  # first part of every Redis key rqueue writes
-DEFAULT_DLQ_PREFIX = "DLQ."  # name of a queue's dead-letter queue = prefix + name
+DEFAULT_DLQ_PREFIX = "DLQ."  # name of a queue's dead-letter queue = prefix + name + suffix
+DEFAULT_DLQ_SUFFIX = ""
 SETTINGS_CACHE_TTL = 1.0  # seconds a process reuses settings read from Redis
 IDLE_POLL_INTERVAL = 0.5  # seconds an idle fetch waits at most between checks
 MIN_SERVER_VERSION = (6, 2)  # oldest Redis whose scripting rqueue relies on

@@ -56,10 +56,12 @@ class Queue:
     def __init__(self, client: Client, name: str) -> None:
         check_name("queue", name)
         root, depth = name, 0
-        while root.startswith(client.dlq_prefix):
-            root, depth = root[len(client.dlq_prefix) :], depth + 1
-        if not root:
-            raise InvalidName("queue", name, f"is only the dead-letter prefix {client.dlq_prefix!r}")
+        pre, suf = client.dlq_prefix, client.dlq_suffix
+        while root.startswith(pre) and root.endswith(suf) and len(root) > len(pre) + len(suf):
+            root, depth = root[len(pre) : len(root) - len(suf)], depth + 1
+        if root.startswith(pre) and root.endswith(suf):  # nothing left between them
+            marker = " and ".join(f"{what} {text!r}" for what, text in (("prefix", pre), ("suffix", suf)) if text)
+            raise InvalidName("queue", name, f"is only the dead-letter {marker}")
         self.client = client
         self.name = name
         self.keys = QueueKeys(queue_base(client.prefix, root, depth))
@@ -73,7 +75,7 @@ class Queue:
         or the queue named by the dead_letter setting."""
         target = self.settings().dead_letter
         if target in DEAD_LETTER_MODES:
-            return Queue(self.client, self.client.dlq_prefix + self.name)
+            return Queue(self.client, self.client.dead_letter_name(self.name))
         return Queue(self.client, target)
 
     def group_keys(self, group: str, settings: Settings) -> list[str]:

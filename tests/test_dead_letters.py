@@ -176,3 +176,31 @@ def test_unroutable_without_alternate_stores_nothing(queue):
     with pytest.raises(rqueue.Unroutable, match="orders"):
         queue.publish(b"m", mandatory=True)
     assert queue.stats().last_seq == 0
+
+
+def test_dead_letter_queue_naming_is_settable(backend, prefix):
+    client = rqueue.connect(backend, prefix=prefix, dlq_prefix="", dlq_suffix=".dead")
+    q = client.queue("orders")
+    assert q.dead_letter_queue.name == "orders.dead"
+    assert client.queue("orders.dead").keys == q.keys.dead_letters
+    q.publish(b"m")
+    q.consumer("g").fetch()[0].reject()
+    assert [m.data for m in client.queue("orders.dead").peek()] == [b"m"]
+    assert "orders.dead" in client.queues()
+    client.close()
+    with pytest.raises(rqueue.InvalidInput, match="not both empty"):
+        rqueue.connect(backend, prefix=prefix, dlq_prefix="", dlq_suffix="")
+
+
+def test_lease_expiry_follows_the_redelivery_policy(client, queue, clock):
+    client.configure("orders", ack_wait=1, redelivery_delay=5)
+    queue.publish(b"m")
+    c = queue.consumer("g")
+    c.fetch()
+    clock.advance(1)  # the lease runs out: the message waits 5 s more
+    assert c.fetch() == []
+    assert queue.stats().group("g").delayed == 1
+    clock.advance(4.9)
+    assert c.fetch() == []
+    clock.advance(0.1)
+    assert [d.delivery_count for d in c.fetch()] == [2]
