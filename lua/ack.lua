@@ -8,7 +8,7 @@
   a late ack completes the message and the newer delivery becomes stale).
 
   Input:
-    KEYS[1..15] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
     ARGV[15] strict: "1" = all tags or none, "0" = settle what is valid
     ARGV[16], ARGV[17], ... seq1, count1, seq2, count2, ...
@@ -17,7 +17,9 @@
   Errors (strict only; nothing is changed):
     RQ_ACKED <seq>.<count>     the group has already settled that message
     RQ_UNKNOWN_TAG <seq>.<count> no such delivery was ever made
-    RQ_NOT_HELD <seq>.<count>  the delivery belongs to another consumer
+    RQ_NOT_HELD <seq>.<count>  this consumer never held that delivery
+    RQ_CORRUPT <seq>.<count>   the message's delivery state does not parse
+      (its lease runs out and fetch moves it to the dead-letter queue)
 ]]
 --@include read_now
 --@include group_keys
@@ -44,11 +46,14 @@ local done, seen = {}, {}
 local leased, waiting, stateFields = {}, {}, {}
 local released = {} -- holder -> deliveries taken from it
 for i, seq in ipairs(seqs) do
-  local d = nil
+  local d, corrupt = nil, false
   if seq ~= nil then
-    d = parseDelivery(seq, raws[i])
+    d, corrupt = parseDelivery(seq, raws[i])
   end
-  local code = checkTag(seq, counts[i], d, true)
+  local code = 'RQ_CORRUPT'
+  if not corrupt then
+    code = checkTag(seq, counts[i], d, true)
+  end
   if code == 'ok' and seen[seq] then
     code = 'RQ_ACKED' -- listed twice in one call
   end

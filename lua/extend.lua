@@ -3,7 +3,7 @@
   (in_progress, JetStream's +WPI) and records a heartbeat.
 
   Input:
-    KEYS[1..15] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
     ARGV[15], ARGV[16], ... seq1, count1, seq2, count2, ...
   Output:
@@ -14,11 +14,12 @@
 --@include read_now
 --@include group_keys
 --@include group_args
+--@include beat
 --@include delivery_state
 --@include check_tag
 --@include extend_tags
 
-rcall('ZADD', beatsKey, now, consumerName)
+beat()
 local deadline = now + ackWait
 local out = {deadline}
 for _, status in ipairs(extendTags(15, deadline)) do

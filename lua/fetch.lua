@@ -8,7 +8,7 @@
   the lease deadline are written in this same call.
 
   Input:
-    KEYS[1..15] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
     ARGV[15] n, the most deliveries to return
   Output:
@@ -22,6 +22,7 @@
 --@include read_now
 --@include group_keys
 --@include group_args
+--@include beat
 --@include delivery_state
 --@include record
 --@include bulk
@@ -38,13 +39,16 @@ local n = tonumber(ARGV[15])
 if rcall('HEXISTS', consumersKey, consumerName) == 0 then
   return redis.error_reply('RQ_NOT_MEMBER consumer ' .. consumerName .. ' is not a member of group ' .. groupName)
 end
-rcall('ZADD', beatsKey, now, consumerName)
+beat()
 
 local expired = rcall('ZRANGEBYSCORE', leaseKey, '-inf', now, 'LIMIT', 0, EXPIRE_BATCH)
 for _, s in ipairs(expired) do
   local seq = tonumber(s)
-  local d = readDelivery(dlvKey, seq)
-  if d == nil then
+  local raw = rcall('HGET', dlvKey, seq)
+  local d, corrupt = parseDelivery(seq, raw)
+  if corrupt then
+    deadLetterCorruptState(seq, raw)
+  elseif d == nil then
     rcall('ZREM', leaseKey, seq)
   else
     retryOrDeadLetter(seq, d, nil, 'lease expired after ' .. ackWait .. ' ms')
@@ -74,9 +78,9 @@ local function deliver(seq, rec, d)
     return
   end
   if d == nil then
-    d = {count = 0, holder = '', first = now, last = now}
-  else
-    redelivered = redelivered + 1
+    d = {count = 0, holder = '', first = now, last = now, past = ''}
+  elseif d.count > 0 then
+    redelivered = redelivered + 1 -- a replayed dead letter starts again at 0
   end
   d.count = d.count + 1
   d.holder = consumerName
@@ -100,10 +104,16 @@ if room > 0 then
     local gone = {}
     for i, s in ipairs(seqs) do
       local seq = tonumber(s)
-      if recs[i] then
-        deliver(seq, recs[i], parseDelivery(seq, raws[i]))
+      local d, corrupt = parseDelivery(seq, raws[i])
+      if corrupt then
+        deadLetterCorruptState(seq, raws[i])
+      elseif recs[i] then
+        deliver(seq, recs[i], d)
       else
+        -- Cannot happen while retention pins what a group still needs;
+        -- recorded rather than silently passed over.
         gone[#gone + 1] = seq
+        recordEvent('missing-record', seq, 'record deleted while the group still needed it')
       end
     end
     if #gone > 0 then

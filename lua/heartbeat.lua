@@ -1,24 +1,29 @@
 --[[
   A worker's periodic call: records that this consumer is alive, extends the
   leases of the deliveries its handlers are running, and removes members of
-  the group whose heartbeat lapsed, offering what they held again at once
-  rather than after ack_wait (SPEC guarantee 7).
+  the group whose liveness deadline passed (each judged by its own timeout),
+  offering what they held again at once rather than after ack_wait (SPEC
+  guarantee 7). With sync, deliveries this consumer holds in Redis but does
+  not know about (a fetch whose reply was lost) are handed back, uncounted.
 
   Input:
-    KEYS[1..15] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
-    ARGV[15] heartbeat timeout, ms: a member silent for longer is dead
-    ARGV[16], ARGV[17], ... seq1, count1, ... deliveries to extend
+    ARGV[15] this consumer's liveness timeout, ms
+    ARGV[16] sync: "1" = ARGV[17..] lists every delivery the client knows
+    ARGV[17], ARGV[18], ... seq1, count1, ... deliveries to extend
   Output:
-    { new_deadline_ms, members_removed, returned, dead_lettered,
+    { new_deadline_ms, members_removed, returned, dead_lettered, handed_back,
       status1, status2, ... } with "ok" or an error code per tag
   Errors:
     RQ_NOT_MEMBER  this consumer was itself removed (its leases are gone)
-  Work: at most REAP_BATCH dead members per call.
+  Work: at most REAP_BATCH dead members per call; sync reads the in-flight
+  set (at most max_inflight entries).
 ]]
 --@include read_now
 --@include group_keys
 --@include group_args
+--@include beat
 --@include delivery_state
 --@include record
 --@include bulk
@@ -34,12 +39,39 @@ local REAP_BATCH = 10 -- dead members removed per call
 if rcall('HEXISTS', consumersKey, consumerName) == 0 then
   return redis.error_reply('RQ_NOT_MEMBER consumer ' .. consumerName .. ' is not a member of group ' .. groupName)
 end
-rcall('ZADD', beatsKey, now, consumerName)
+rcall('HSET', groupKey, 'live:' .. consumerName, tonumber(ARGV[15]))
+beat()
 local deadline = now + ackWait
-local statuses = extendTags(16, deadline)
+local statuses = extendTags(17, deadline)
+
+local handedBack = 0
+if ARGV[16] == '1' then
+  local known = {}
+  for i = 17, #ARGV, 2 do
+    known[tonumber(ARGV[i])] = tonumber(ARGV[i + 1])
+  end
+  for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
+    local seq = tonumber(s)
+    local d = readDelivery(dlvKey, seq)
+    if d ~= nil and d.holder == consumerName and known[seq] ~= d.count then
+      -- Never seen by the client: not an attempt, so the count goes back.
+      rcall('ZREM', leaseKey, seq)
+      rcall('HINCRBY', consumersKey, consumerName, -1)
+      d.holder = ''
+      d.count = d.count - 1
+      if d.count == 0 and d.past == '' then
+        rcall('HDEL', dlvKey, seq)
+      else
+        writeDelivery(dlvKey, seq, d)
+      end
+      requeue(seq, 0)
+      handedBack = handedBack + 1
+    end
+  end
+end
 
 local removed, returned, dead = 0, 0, 0
-local silent = rcall('ZRANGEBYSCORE', beatsKey, '-inf', '(' .. (now - tonumber(ARGV[15])), 'LIMIT', 0, REAP_BATCH)
+local silent = rcall('ZRANGEBYSCORE', beatsKey, '-inf', '(' .. now, 'LIMIT', 0, REAP_BATCH)
 for _, member in ipairs(silent) do
   local r, d = returnHeld(member, false)
   removed, returned, dead = removed + 1, returned + r, dead + d
@@ -48,7 +80,7 @@ if removed > 0 then
   rcall('HINCRBY', groupKey, 'members_removed', removed)
 end
 
-local out = {deadline, removed, returned, dead}
+local out = {deadline, removed, returned, dead, handedBack}
 for _, status in ipairs(statuses) do
   out[#out + 1] = status
 end

@@ -4,14 +4,17 @@
   group sees everything published before it.
 
   Input:
-    KEYS[1..15] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
+    ARGV[15] liveness timeout, ms: the member counts as dead when silent
+      longer (optional: ack_wait)
   Output:
     { group_created (0/1), consumer_created (0/1) }
 ]]
 --@include read_now
 --@include group_keys
 --@include group_args
+--@include beat
 
 local created = 0
 if rcall('HEXISTS', floorsKey, groupName) == 0 then
@@ -21,5 +24,6 @@ if rcall('HEXISTS', floorsKey, groupName) == 0 then
   created = 1
 end
 local joined = rcall('HSETNX', consumersKey, consumerName, 0)
-rcall('ZADD', beatsKey, now, consumerName)
+rcall('HSET', groupKey, 'live:' .. consumerName, tonumber(ARGV[15] or '') or ackWait)
+beat()
 return {created, joined}

@@ -5,7 +5,7 @@
   counts each as a failed attempt (includes/return_held.lua).
 
   Input:
-    KEYS[1..15] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
     ARGV[15] the consumer to remove
     ARGV[16] "graceful" or "dead"

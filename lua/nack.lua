@@ -5,7 +5,7 @@
   had max_deliveries deliveries is dead-lettered instead.
 
   Input:
-    KEYS[1..15] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
     ARGV[15] seq
     ARGV[16] delivery count of the tag

@@ -48,6 +48,8 @@ for _, id in ipairs(stale) do
   rcall('ZREM', idExpKey, id)
 end
 
+rcall('ZREMRANGEBYSCORE', schedKey, '-inf', now)
+
 local out = {}
 local last = nil
 for i = 5, #ARGV, 3 do
@@ -55,6 +57,11 @@ for i = 5, #ARGV, 3 do
   local seen = nil
   if id ~= '' then
     seen = rcall('HGET', idsKey, id)
+    -- The cleanup above is bounded; an id it has not reached yet may be
+    -- past its window already.
+    if seen and tonumber(rcall('ZSCORE', idExpKey, id) or '0') <= now then
+      seen = nil
+    end
   end
   if seen then
     out[#out + 1] = tonumber(seen)

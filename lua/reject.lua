@@ -4,7 +4,7 @@
   dropped and counted instead.
 
   Input:
-    KEYS[1..15] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
     ARGV[15] seq
     ARGV[16] delivery count of the tag

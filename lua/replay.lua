@@ -6,7 +6,7 @@
   midway, neither doubles nor loses a message.
 
   Input:
-    KEYS[1..15] the group layout (includes/group_keys.lua) of the group named
+    KEYS[1..17] the group layout (includes/group_keys.lua) of the group named
       in the dead letters' x-rq-group header
     ARGV[1..14] the group arguments (includes/group_args.lua)
     ARGV[15], ARGV[16], ... seqs in the dead-letter queue
@@ -25,6 +25,12 @@
 --@include settle
 --@include redelivery
 --@include group_ops
+
+-- The headers rqueue adds when it dead-letters a message (group_ops.lua).
+local DEAD_LETTER_HEADERS = {
+  'x-rq-queue', 'x-rq-published', 'x-rq-group', 'x-rq-seq', 'x-rq-reason', 'x-rq-deliveries',
+  'x-rq-first-delivery', 'x-rq-last-delivery', 'x-rq-error',
+}
 
 local out = {}
 local groups = rcall('HLEN', floorsKey)
@@ -45,29 +51,31 @@ for i = 15, #ARGV do
       status = 'pending'
     else
       local published = headers['x-rq-published'] or tostring(now)
-      for name, _ in pairs(headers) do
-        if string.sub(name, 1, 5) == 'x-rq-' then
-          headers[name] = nil
-        end
+      local reason = headers['x-rq-reason']
+      for _, name in ipairs(DEAD_LETTER_HEADERS) do
+        headers[name] = nil
       end
       local hjson = ''
       if next(headers) ~= nil then
         hjson = cjson.encode(headers)
       end
-      -- The group's earlier settle counted toward deleting the record;
-      -- reopening takes that back.
-      if rcall('HSETNX', msgsKey, seq, makeRecord('', published, hjson, payload)) == 1 then
-        if groups > 1 then
-          rcall('HSET', settledKey, seq, groups - 1)
-        end
-      elseif groups > 1 then
-        rcall('HINCRBY', settledKey, seq, -1)
+      -- Reopen seq for this group only: it leaves the acked set (seqs under
+      -- the floor stay under it), joins the group's reopen set, and its
+      -- record is pinned so that no other group's progress deletes it.
+      if seq > tonumber(rcall('HGET', floorsKey, groupName) or '0') then
+        rcall('SREM', ackedKey, seq)
       end
-      writeDelivery(dlvKey, seq, {count = 0, holder = '', first = now, last = now})
+      rcall('ZADD', reopenKey, seq, seq)
+      rcall('HINCRBY', pinnedKey, seq, 1)
+      if rcall('HSETNX', msgsKey, seq, makeRecord('', published, hjson, payload)) == 1 then
+        -- It had been deleted, so every group had settled it.
+        rcall('HSET', settledKey, seq, groups)
+      end
+      writeDelivery(dlvKey, seq, {count = 0, holder = '', first = now, last = now, past = ''})
       rcall('ZADD', readyKey, seq, seq)
       rcall('HDEL', dlqMsgsKey, dseq)
       rcall('HINCRBY', groupKey, 'replayed', 1)
-      recordEvent('replayed', seq, headers['x-rq-reason'], dseq)
+      recordEvent('replayed', seq, reason, dseq)
     end
   end
   out[#out + 1] = status

@@ -2,14 +2,15 @@
   Reads one group's figures in one consistent snapshot. Changes nothing.
 
   Input:
-    KEYS[1..15] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua); only the group
       name and now are used
   Output:
     flat list of name, value pairs: last_seq, floor, cursor, acked_above_floor,
     in_flight, expired_leases, oldest_lease_ms, ready, delayed, counters
     (acked, nacked, redelivered, expired, dead_lettered, dropped), then
-    "consumer", name, held, last_heartbeat_ms for each consumer
+    "consumer", name, held, liveness deadline (ms), liveness timeout (ms)
+    for each consumer; the last sign of life is deadline - timeout
 ]]
 --@include read_now
 --@include group_keys
@@ -47,5 +48,6 @@ for i = 1, #held, 2 do
   out[#out + 1] = held[i]
   out[#out + 1] = held[i + 1]
   out[#out + 1] = rcall('ZSCORE', beatsKey, held[i]) or ''
+  out[#out + 1] = rcall('HGET', groupKey, 'live:' .. held[i]) or ''
 end
 return out

@@ -27,6 +27,7 @@ import click
 import redis
 
 import rqueue
+from rqueue.bench import bench_command
 from rqueue.deadletters import DeadLetter
 from rqueue.embedded import EmbeddedServer, find_binary
 from rqueue.worker import TRANSIENT as WORKER_TRANSIENT
@@ -92,6 +93,8 @@ STATS_COLUMNS: list[Column] = [
     ("acked", lambda g: g.acked),
     ("redelivered", lambda g: g.redelivered),
     ("dead_lettered", lambda g: g.dead_lettered),
+    ("dropped", lambda g: g.dropped),
+    ("oldest_lease_s", lambda g: None if g.oldest_lease_age_ms is None else round(g.oldest_lease_age_ms / 1000, 1)),
     ("consumers", lambda g: len(g.consumers)),
 ]
 
@@ -110,7 +113,14 @@ def stats_text(s: rqueue.QueueStats, columns: list[Column]) -> str:
     head = f"queue {s.name}: depth {s.depth}, last seq {s.last_seq}, scheduled {s.scheduled}, dead letters {s.dead_letters}"
     if not s.groups:
         return head + "\n(no groups)"
-    return head + "\n" + table([h for h, _ in columns], [[get(g) for _, get in columns] for g in s.groups])
+    text = head + "\n" + table([h for h, _ in columns], [[get(g) for _, get in columns] for g in s.groups])
+    members = [(g.name, c) for g in s.groups for c in g.consumers]
+    if members and columns is STATS_COLUMNS:
+        text += "\n\n" + table(
+            ["group", "consumer", "held", "idle_s"],
+            [[g, c.name, c.held, None if c.idle_ms is None else round(c.idle_ms / 1000, 1)] for g, c in members],
+        )
+    return text
 
 
 class RQueueGroup(click.Group):
@@ -596,6 +606,9 @@ def worker(obj: dict[str, Any], handler: str, queue_name: str, group: str, concu
         except WORKER_TRANSIENT as exc:
             raise rqueue.ConnectionFailed(client.url, f"Redis stayed unreachable: {exc}") from None
     click.echo(json.dumps(final.as_dict()), err=True)
+
+
+cli.add_command(bench_command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

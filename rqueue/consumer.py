@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 import redis
 
 from . import constants as C
 from .errors import (
+    CorruptRecord,
     DeliveryError,
     InvalidInput,
     NotMember,
@@ -100,6 +101,16 @@ class Delivery:
 DeliveryRef = Union[Delivery, str]
 
 
+class HeartbeatResult(NamedTuple):
+    """What one heartbeat did."""
+
+    statuses: list[RQueueError | None]  # per delivery: None = lease extended
+    removed: int  # silent members removed
+    returned: int  # their deliveries offered again
+    dead_lettered: int  # their deliveries that had reached max_deliveries
+    handed_back: int  # (sync) deliveries held in Redis that the caller did not know
+
+
 class Consumer:
     """A named member of a group. Obtain one with :meth:`rqueue.Queue.consumer`.
 
@@ -107,12 +118,17 @@ class Consumer:
     unacked delivery at once. Safe to share between threads.
     """
 
-    def __init__(self, queue: Queue, group: str, name: str | None, overrides: dict[str, Any]) -> None:
+    def __init__(self, queue: Queue, group: str, name: str | None, overrides: dict[str, Any],
+                 liveness: float | None = None) -> None:
         self.queue = queue
         self.client = queue.client
         self.group = check_name("group", group)
         self.name = check_name("consumer", name) if name is not None else consumer_name(self.client.randomness)
         self.overrides = validate(overrides)
+        if liveness is not None and (isinstance(liveness, bool) or not isinstance(liveness, (int, float))
+                                     or not 0 < liveness <= C.MAX_DELAY):
+            raise InvalidInput(f"liveness must be a positive number of seconds, not {liveness!r}")
+        self.liveness = liveness
         self._keys_for: tuple[Settings | None, list[str]] = (None, [])
         self._held: dict[str, Delivery] = {}
         self._closed = False
@@ -154,7 +170,8 @@ class Consumer:
             raise from_script_error(exc, queue=self.queue.name, where=self.queue.keys.base) from None
 
     def _join(self) -> None:
-        self._call(self.client.scripts.join)
+        liveness = self.liveness if self.liveness is not None else self.settings().ack_wait
+        self._call(self.client.scripts.join, int(liveness * 1000))
         self.client._register(self.queue.name)
 
     # -- fetching -----------------------------------------------------------
@@ -199,7 +216,13 @@ class Consumer:
         out = []
         for i in range(2, len(reply), 3):
             seq, count = int(reply[i]), int(reply[i + 1])
-            published, headers, data = decode_record(reply[i + 2], f"{where}[{seq}]")
+            try:
+                published, headers, data = decode_record(reply[i + 2], f"{where}[{seq}]")
+            except CorruptRecord as exc:
+                # Moved aside byte for byte; the rest of the batch goes on.
+                log.error("%s; moving it to the dead-letter queue", exc)
+                self._dead_letter(delivery_tag(seq, count), "corrupted-record", str(exc))
+                continue
             d = Delivery(self, seq, count, data, headers, published, deadline)
             self._held[d.tag] = d
             out.append(d)
@@ -230,7 +253,14 @@ class Consumer:
         if multiple:
             if len(tags) != 1:
                 raise InvalidInput("multiple=True takes exactly one delivery: the last one to ack")
-            tags = self._held_up_to(tags[0])
+            # Earlier deliveries that moved on meanwhile are skipped; only
+            # the named one must be ackable.
+            named = tags[0]
+            earlier = [t[0] for t in self._held_up_to(named) if t != named]
+            statuses = self.ack_available(earlier + [named[0]])
+            if statuses[-1] is not None:
+                raise statuses[-1]
+            return
         if not tags:
             return
         args: list[Any] = ["1"]
@@ -240,7 +270,7 @@ class Consumer:
         for tag, _, _ in tags:
             self._held.pop(tag, None)
 
-    def ack_available(self, deliveries: Iterable[DeliveryRef]) -> list[DeliveryError | None]:
+    def ack_available(self, deliveries: Iterable[DeliveryRef]) -> list[RQueueError | None]:
         """Acks every delivery that can be acked, in one round trip; returns,
         per delivery, None or the DeliveryError that kept it from being acked.
         For runtimes that must not fail a whole batch for one stale tag."""
@@ -257,7 +287,7 @@ class Consumer:
             out.append(delivery_error(status.decode(), tag))
         return out
 
-    def ack_and_fetch(self, acks: Iterable[DeliveryRef], n: int) -> tuple[list[DeliveryError | None], list[Delivery], float | None]:
+    def ack_and_fetch(self, acks: Iterable[DeliveryRef], n: int) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """Acks what can be acked (as :meth:`ack_available`) and claims up to
         ``n`` deliveries, both in one round trip. Returns the ack statuses,
         the deliveries, and (when none came) the seconds until a waiting
@@ -278,7 +308,7 @@ class Consumer:
             replies = pipe.execute(raise_on_error=False)
         except redis.ResponseError as exc:
             raise from_script_error(exc, queue=self.queue.name) from None
-        statuses: list[DeliveryError | None] = []
+        statuses: list[RQueueError | None] = []
         if tags:
             ack_reply = replies[0]
             if isinstance(ack_reply, Exception):
@@ -300,27 +330,28 @@ class Consumer:
             due_in = max(0.0, (int(fetch_reply[1]) - int(fetch_reply[0])) / 1000)
         return statuses, deliveries, due_in
 
-    def heartbeat(self, running: Iterable[DeliveryRef], timeout: float) -> tuple[list[DeliveryError | None], int, int, int]:
-        """Records that this consumer is alive, extends the leases of
-        ``running`` deliveries, and removes members silent for more than
-        ``timeout`` seconds (what they held is offered again at once).
-        Returns per-delivery statuses and how many members were removed,
-        deliveries returned and dead-lettered. Raises NotMember when this
-        consumer was itself removed."""
-        tags = [self._tag_of(r) for r in running]
-        args: list[Any] = [int(timeout * 1000)]
+    def heartbeat(self, running: Iterable[DeliveryRef], timeout: float, sync: bool = False) -> HeartbeatResult:
+        """Records that this consumer is alive for ``timeout`` seconds more,
+        extends the leases of ``running`` deliveries, and removes members
+        whose own liveness ran out (what they held is offered again at
+        once). With ``sync``, ``running`` must list every delivery the caller
+        knows of: any other delivery this consumer holds in Redis (a fetch
+        whose reply was lost) is handed back without counting as an attempt.
+        Raises NotMember when this consumer was itself removed."""
+        tags = [self._tag_of(r) for r in _refs(running)]
+        args: list[Any] = [int(timeout * 1000), "1" if sync else "0"]
         for _, seq, count in tags:
             args += [seq, count]
         reply = self._call(self.client.scripts.heartbeat, *args)
         deadline = int(reply[0])
         statuses = []
-        for (tag, _, _), status in zip(tags, reply[4:]):
+        for (tag, _, _), status in zip(tags, reply[5:]):
             err = delivery_error(status.decode(), tag)
             held = self._held.get(tag)
             if err is None and held is not None:
                 held.deadline_ms = deadline
             statuses.append(err)
-        return statuses, int(reply[1]), int(reply[2]), int(reply[3])
+        return HeartbeatResult(statuses, int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]))
 
     def rejoin(self) -> None:
         """Joins the group again after having been removed."""

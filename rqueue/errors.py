@@ -223,12 +223,14 @@ _DELIVERY_CODES: dict[str, type[DeliveryError]] = {
 }
 
 
-def delivery_error(code: str, tag: str) -> DeliveryError | None:
+def delivery_error(code: str, tag: str) -> RQueueError | None:
     """The exception for a per-tag status code returned by a script, or None for "ok"."""
     cls = _DELIVERY_CODES.get(code)
     if cls is None:
         if code == "ok":
             return None
+        if code == "RQ_CORRUPT":
+            return CorruptRecord(tag, "the delivery state of this message does not parse")
         return DeliveryError(tag, f"unexpected status {code}")
     return cls(tag)
 

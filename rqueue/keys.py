@@ -46,6 +46,11 @@ class QueueKeys:
         return f"{self.base}:sched"
 
     @property
+    def pinned(self) -> str:
+        """Hash seq -> groups that reopened it by replay (kept from trimming)."""
+        return f"{self.base}:pinned"
+
+    @property
     def events(self) -> str:
         """Capped stream of dead-letters, drops and replays."""
         return f"{self.base}:events"
@@ -70,7 +75,7 @@ class QueueKeys:
 
     def all_static(self) -> list[str]:
         """The queue-level keys, for deletion and inspection."""
-        return [self.meta, self.msgs, self.floors, self.settled, self.ids, self.id_exp, self.sched, self.events]
+        return [self.meta, self.msgs, self.floors, self.settled, self.ids, self.id_exp, self.sched, self.events, self.pinned]
 
 
 @dataclass(frozen=True)
@@ -103,11 +108,14 @@ class GroupKeys:
             dlq.meta,
             dlq.msgs,
             q.events,
+            q.pinned,
+            self._k("reopen"),
         ]
 
     def group_only(self) -> list[str]:
         """The keys that belong to this group alone."""
-        return self.as_list()[4:12]
+        keys = self.as_list()
+        return keys[4:12] + keys[16:17]
 
 
 def queue_base(prefix: str, root: str, depth: int) -> str:

@@ -213,18 +213,21 @@ class Queue:
 
     # -- consuming ----------------------------------------------------------
 
-    def consumer(self, group: str, name: str | None = None, prefetch: int | None = None, **settings: Any) -> Consumer:
+    def consumer(self, group: str, name: str | None = None, prefetch: int | None = None,
+                 liveness: float | None = None, **settings: Any) -> Consumer:
         """Joins ``group`` (created on first use, starting at the oldest
         retained message) as consumer ``name`` (generated when None).
 
         ``prefetch`` and other settings given here beat the stored patterns
-        for this consumer.
+        for this consumer. ``liveness`` (seconds, default ack_wait) is how
+        long the consumer may stay silent (no fetch, in_progress or
+        heartbeat) before a worker of the group removes it as dead.
         """
         from .consumer import Consumer
 
         if prefetch is not None:
             settings["prefetch"] = prefetch
-        return Consumer(self, group, name, settings)
+        return Consumer(self, group, name, settings, liveness)
 
     # -- inspection ---------------------------------------------------------
 
@@ -251,6 +254,34 @@ class Queue:
                     out.append(Message(seq, data, headers, published))
             start = seqs[-1] + 1
         return out
+
+    def peek_group(self, group: str, n: int = 10) -> list[Message]:
+        """The next ``n`` messages ``group`` would be offered (due
+        redeliveries first, then new ones), without claiming them. A delayed
+        publish shows here until the group's cursor passes it."""
+        check_name("group", group)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InvalidInput(f"n must be a whole number >= 1, not {n!r}")
+        r = self.client.redis
+        gk = self.group_keys(group, Settings())
+        if not r.hexists(self.keys.floors, group):
+            raise InvalidInput(f"queue {self.name!r} has no group {group!r}")
+        ready = [int(s) for s in r.zrange(gk[6], 0, n - 1)]
+        cursor = int(r.hget(gk[4], "cursor") or 0)
+        out = [m for m in (self._read(seq) for seq in ready) if m is not None]
+        last = int(r.hget(self.keys.meta, "seq") or 0)
+        for m in self.peek(n, after=cursor) if cursor < last else []:
+            if len(out) >= n:
+                break
+            out.append(m)
+        return out[:n]
+
+    def _read(self, seq: int) -> Message | None:
+        rec = self.client.redis.hget(self.keys.msgs, seq)
+        if rec is None:
+            return None
+        published, headers, data = decode_record(rec, f"{self.keys.msgs}[{seq}]")
+        return Message(seq, data, headers, published)
 
     def stats(self) -> QueueStats:
         """Depth, schedule, dead letters and per-group figures."""
@@ -296,13 +327,16 @@ def _server_ms(r: Any) -> int:
 def _group_stats(name: str, flat: list[Any]) -> GroupStats:
     values: dict[str, Any] = {}
     consumers: list[ConsumerStats] = []
+    now = int(flat[1])  # the script puts "now" first
     i = 0
     while i < len(flat):
         key = flat[i].decode() if isinstance(flat[i], bytes) else flat[i]
         if key == "consumer":
-            beat = flat[i + 3]
-            consumers.append(ConsumerStats(flat[i + 1].decode(), int(flat[i + 2]), int(beat) if beat not in (b"", "") else None))
-            i += 4
+            deadline, live = flat[i + 3], flat[i + 4]
+            beat = int(deadline) - int(live or 0) if deadline not in (b"", "") else None
+            idle = None if beat is None else max(0, now - beat)
+            consumers.append(ConsumerStats(flat[i + 1].decode(), int(flat[i + 2]), beat, idle))
+            i += 5
         else:
             values[key] = flat[i + 1]
             i += 2

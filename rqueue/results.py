@@ -31,6 +31,7 @@ class ConsumerStats:
     name: str
     held: int  # deliveries it holds now
     last_heartbeat_ms: int | None  # server time in ms of its last sign of life
+    idle_ms: int | None = None  # ms since that sign of life, when the stats were read
 
 
 @dataclass(frozen=True, slots=True)

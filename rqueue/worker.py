@@ -26,7 +26,8 @@ import redis
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
 from . import constants as C
-from .errors import AlreadyAcked, DeliveryError, InvalidInput, NotMember, Reject
+from .errors import AlreadyAcked, DeliveryError, InvalidInput, NotMember, Reject, RQueueError
+from .names import check_name
 
 if TYPE_CHECKING:
     from .consumer import Consumer, Delivery
@@ -111,7 +112,9 @@ class Worker:
         if isinstance(grace_period, bool) or not isinstance(grace_period, (int, float)) or grace_period < 0:
             raise InvalidInput(f"grace_period must be a number of seconds >= 0, not {grace_period!r}")
         self.queue = queue
-        self.group = group
+        self.group = check_name("group", group)
+        if name is not None:
+            check_name("consumer", name)
         self.handler = handler
         self.concurrency = concurrency
         self.name = name
@@ -128,11 +131,14 @@ class Worker:
         self._stopping = threading.Event()
         self._hard_stop = threading.Event()
         self._stopped = threading.Event()
+        self._heartbeat_stop = threading.Event()
+        self._heartbeat_thread: threading.Thread | None = None
         self._tasks: queue_module.SimpleQueue[tuple[Delivery, float] | None] = queue_module.SimpleQueue()
         self._results: deque[tuple[Delivery, str, str]] = deque()
         self._running: dict[str, tuple[Delivery, float]] = {}
         self._running_lock = threading.Lock()
-        self._outstanding = 0  # fetched and not yet settled locally
+        self._known: dict[str, Delivery] = {}  # fetched and not yet settled locally
+        self._resync = False  # a fetch may have been applied without its reply
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: threading.Thread | None = None
@@ -144,13 +150,19 @@ class Worker:
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
-        self.consumer = self._retry(lambda: self.queue.consumer(self.group, self.name, prefetch=self.prefetch))
-        self._start_threads()
-        log.info("worker %s joined %s/%s with %d handler threads", self.consumer.name, self.queue.name, self.group, self.concurrency)
         try:
-            self._dispatch()
+            self.consumer = self._retry(
+                lambda: self.queue.consumer(self.group, self.name, prefetch=self.prefetch, liveness=self.heartbeat_timeout)
+            )
+            self._start_threads()
+            log.info("worker %s joined %s/%s with %d handler threads", self.consumer.name, self.queue.name, self.group,
+                     self.concurrency)
+            try:
+                self._dispatch()
+            finally:
+                self._shutdown()
         finally:
-            self._shutdown()
+            self._stopped.set()
         return self.stats
 
     def start(self) -> None:
@@ -188,6 +200,7 @@ class Worker:
     def _retry(self, call: Callable[[], T]) -> T:
         def before_sleep(state: Any) -> None:
             self._count(reconnects=1)
+            self._resync = True
             log.warning("Redis call failed (%s); retrying", state.outcome.exception())
 
         retrying = Retrying(
@@ -210,14 +223,17 @@ class Worker:
             generation = notifier.generation(channel)
             acks, others = self._drain_results()
             self._settle_others(others)
-            free = self.concurrency - self._outstanding
+            free = self.concurrency - len(self._known)
             if free <= 0 and not acks:
                 notifier.wait(channel, generation, C.IDLE_POLL_INTERVAL, until=self._has_news)
                 continue
             statuses, deliveries, due_in = self._retry(lambda: consumer.ack_and_fetch(acks, max(free, 0)))
             self._record_acks(statuses)
+            for d in deliveries:
+                self._known[d.tag] = d
+            if self._resync:
+                self._hand_back_unknown()
             if deliveries:
-                self._outstanding += len(deliveries)
                 self._count(fetched=len(deliveries))
                 now = self._clock.monotonic()
                 for d in deliveries:
@@ -228,6 +244,19 @@ class Worker:
             wait = C.IDLE_POLL_INTERVAL if due_in is None else min(C.IDLE_POLL_INTERVAL, due_in)
             notifier.wait(channel, generation, wait, until=self._has_news)
 
+    def _hand_back_unknown(self) -> None:
+        """After a failed call was retried, a fetch may have leased messages
+        whose reply never arrived: hand back whatever this worker holds in
+        Redis but does not know about. Runs on the dispatcher thread, the
+        only one that fetches, so the list of known deliveries is complete."""
+        assert self.consumer is not None
+        consumer = self.consumer
+        known = list(self._known.values())
+        result = self._retry(lambda: consumer.heartbeat(known, self.heartbeat_timeout, sync=True))
+        self._resync = False
+        if result.handed_back:
+            log.warning("handed back %d deliveries whose fetch reply was lost", result.handed_back)
+
     def _has_news(self) -> bool:
         return bool(self._results) or self._stopping.is_set()
 
@@ -236,20 +265,21 @@ class Worker:
         others: list[tuple[Delivery, str, str]] = []
         while self._results:
             d, outcome, text = self._results.popleft()
-            self._outstanding -= 1
+            self._known.pop(d.tag, None)
             if outcome == "ack":
                 acks.append(d)
             elif outcome in ("nack", "reject"):
                 others.append((d, outcome, text))
         return acks, others
 
-    def _record_acks(self, statuses: list[DeliveryError | None]) -> None:
-        ok = sum(1 for s in statuses if s is None)
-        late = len(statuses) - ok
+    def _record_acks(self, statuses: list[RQueueError | None]) -> None:
+        # After a retry, AlreadyAcked usually means the first attempt was
+        # applied and only its reply was lost.
+        ok = sum(1 for s in statuses if s is None or (self._resync and isinstance(s, AlreadyAcked)))
         for err in statuses:
             if err is not None and not isinstance(err, AlreadyAcked):
                 log.info("ack not applied: %s", err)
-        self._count(acked=ok, late_settles=late)
+        self._count(acked=ok, late_settles=len(statuses) - ok)
 
     def _settle_others(self, others: list[tuple[Delivery, str, str]]) -> None:
         assert self.consumer is not None
@@ -279,9 +309,8 @@ class Worker:
             t = threading.Thread(target=self._handle_loop, name=f"rqueue-handler-{i}", daemon=True)
             t.start()
             self._threads.append(t)
-        hb = threading.Thread(target=self._heartbeat_loop, name="rqueue-heartbeat", daemon=True)
-        hb.start()
-        self._heartbeat_thread = hb
+        self._heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="rqueue-heartbeat", daemon=True)
+        self._heartbeat_thread.start()
 
     def _call_handler(self, d: Delivery) -> None:
         if self._loop is not None:
@@ -296,7 +325,11 @@ class Worker:
             if item is None:
                 return
             d, fetched_at = item
-            outcome, text = self._handle(d, fetched_at)
+            try:
+                outcome, text = self._handle(d, fetched_at)
+            except BaseException as exc:  # never lose the slot or the result
+                log.error("could not run the handler on %s: %s: %s", d.tag, type(exc).__name__, exc)
+                outcome, text = "skipped", ""  # its lease runs out and it is offered again
             self._results.append((d, outcome, text))
             notifier.poke()
 
@@ -304,8 +337,7 @@ class Worker:
         """False when the delivery may have moved on before its turn came
         (SPEC guarantee 3: never run a message the group already acked)."""
         assert self.consumer is not None
-        settings = self.consumer.settings()
-        safe = min(settings.ack_wait, self.heartbeat_timeout) * C.STALE_DISPATCH_FRACTION
+        safe = min(self._ack_wait, self.heartbeat_timeout) * C.STALE_DISPATCH_FRACTION
         if self._clock.monotonic() - fetched_at < safe:
             return True
         try:
@@ -337,16 +369,20 @@ class Worker:
 
     # -- heartbeat ----------------------------------------------------------------
 
+    @property
+    def _ack_wait(self) -> float:
+        assert self.consumer is not None
+        return self.consumer._settings.ack_wait  # refreshed by every fetch; no Redis call here
+
     def _heartbeat_loop(self) -> None:
         assert self.consumer is not None
-        while not self._stopped.wait(self.heartbeat_interval):
-            if self._hard_stop.is_set():
-                return
+        # A lease shorter than the heartbeat interval must still be extended in time.
+        while not self._heartbeat_stop.wait(min(self.heartbeat_interval, self._ack_wait / 3)):
             now = self._clock.monotonic()
             with self._running_lock:
                 running = [d for d, started in self._running.values() if now - started < self.max_run_time]
             try:
-                statuses, removed, returned, dead = self.consumer.heartbeat(running, self.heartbeat_timeout)
+                statuses, removed, returned, dead, _ = self.consumer.heartbeat(running, self.heartbeat_timeout)
             except NotMember:
                 # This worker was silent too long and was removed: what it
                 # held was offered again; running handlers' acks become late.
@@ -376,23 +412,27 @@ class Worker:
         deadline = self._clock.monotonic() + grace
         notifier = self.queue.client.notifier
         try:
-            while self._outstanding > 0 and self._clock.monotonic() < deadline and not self._hard_stop.is_set():
+            while self._known and self._clock.monotonic() < deadline and not self._hard_stop.is_set():
                 acks, others = self._drain_results()
                 if acks:
                     self._record_acks(self._retry(lambda: consumer.ack_available(acks)))
                 self._settle_others(others)
-                if self._outstanding > 0:
+                if self._known:
                     notifier.wait("", 0, min(0.05, max(0.0, deadline - self._clock.monotonic())), until=lambda: bool(self._results))
             self._hard_stop.set()  # handlers not started yet leave their message to the leave
             acks, others = self._drain_results()
             if acks:
                 self._record_acks(self._retry(lambda: consumer.ack_available(acks)))
             self._settle_others(others)
+            # Stopped before leaving: a heartbeat after the leave would find
+            # the worker gone and join again.
+            self._heartbeat_stop.set()
+            if self._heartbeat_thread is not None:
+                self._heartbeat_thread.join(10)
             returned = self._retry(consumer.close)
             log.info("worker %s left %s/%s; %d deliveries returned", consumer.name, self.queue.name, self.group, returned)
         finally:
             for _ in self._threads:
                 self._tasks.put(None)
-            self._stopped.set()
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._loop.stop)

@@ -119,11 +119,15 @@ def test_stats_table(backend, prefix, prepared):
     result = run("--url", backend, "--prefix", prefix, "stats", "orders")
     assert result.exit_code == 0, result.output
     assert "queue orders: depth 3, last seq 5, scheduled 0, dead letters 1" in result.stdout
-    row = table_rows(result.stdout, "group")["billing"]
+    groups_part, members_part = result.stdout.split("\n\n")
+    row = table_rows(groups_part, "group")["billing"]
+    assert row.pop("oldest_lease_s") != "-"  # seq 3 is leased
     assert row == {
         "group": "billing", "floor": "2", "cursor": "3", "pending": "3", "in_flight": "1", "ready": "0",
-        "delayed": "0", "acked": "1", "redelivered": "0", "dead_lettered": "1", "consumers": "1",
+        "delayed": "0", "acked": "1", "redelivered": "0", "dead_lettered": "1", "dropped": "0", "consumers": "1",
     }
+    member = table_rows(members_part, "group")["billing"]
+    assert (member["consumer"], member["held"]) == ("w1", "1")
 
 
 def test_stats_json(backend, prefix, prepared):

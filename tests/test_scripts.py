@@ -156,9 +156,10 @@ def test_stats_reply_is_name_value_pairs(raw):
     publish(raw, b"0:a")
     s.join(keys=gk, args=group_argv())
     flat = s.stats(keys=gk, args=group_argv())
-    pairs = dict(zip(flat[0:-4:2], flat[1:-4:2]))
+    pairs = dict(zip(flat[0:-5:2], flat[1:-5:2]))
     assert pairs[b"last_seq"] == b"1" and pairs[b"floor"] == b"0"
-    assert flat[-4:] == [b"consumer", b"c1", b"0", str(NOW).encode()]
+    # consumer, name, held, liveness deadline, liveness timeout (ack_wait by default)
+    assert flat[-5:] == [b"consumer", b"c1", b"0", str(NOW + 10_000).encode(), b"10000"]
 
 
 def test_corrupt_delivery_state_is_a_coded_error(raw):

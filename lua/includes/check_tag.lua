@@ -7,7 +7,7 @@
     "ok"              the tag may settle the message
     "RQ_ACKED"        the group already settled seq
     "RQ_UNKNOWN_TAG"  no such delivery was made
-    "RQ_NOT_HELD"     another consumer holds this very delivery
+    "RQ_NOT_HELD"     this consumer never held that delivery
     "RQ_STALE"        (only when lateOk is false) the delivery is no longer
                       held: its lease ran out or a newer delivery exists
 ]]
@@ -29,6 +29,10 @@ local function checkTag(seq, count, d, lateOk)
     return 'ok'
   end
   if count == d.count and d.holder ~= '' then
+    return 'RQ_NOT_HELD'
+  end
+  -- An earlier delivery, or the current one after its lease was taken back.
+  if not receivedBy(d, count, consumerName) then
     return 'RQ_NOT_HELD'
   end
   if lateOk then

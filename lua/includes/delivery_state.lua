@@ -1,28 +1,64 @@
 --[[
   A group's delivery state of one message, persisted with the delivery itself
-  (SPEC guarantee 5): "count:consumer:first_ms:last_ms". consumer is empty
-  while the message waits for redelivery. It exists exactly while the message
-  is delivered and not yet settled by the group.
+  (SPEC guarantee 5): "count:consumer:first_ms:last_ms", then "\n<n>=<name>"
+  for each earlier delivery n that was taken back from its holder (at most
+  HISTORY_MAX), so that a late ack is accepted only from the consumer that
+  really received that delivery. consumer is empty while the message waits
+  for redelivery. The state exists exactly while the message is delivered
+  (or waiting for redelivery) and not yet settled by the group.
 ]]
+local HISTORY_MAX = 10 -- earlier holders remembered per message
+
+-- Returns the state, nil when there is none, or nil, true when it does not parse.
 local function parseDelivery(seq, raw)
   if not raw then
     return nil
   end
-  local count, holder, first, last = string.match(raw, '^(%d+):(.*):(%d+):(%d+)$')
-  if not count then
-    error('RQ_CORRUPT delivery state of seq ' .. seq .. ' does not parse: ' .. raw)
+  local cut = string.find(raw, '\n', 1, true)
+  local head, past = raw, ''
+  if cut then
+    head, past = string.sub(raw, 1, cut - 1), string.sub(raw, cut)
   end
-  return {count = tonumber(count), holder = holder, first = first, last = last}
+  local count, holder, first, last = string.match(head, '^(%d+):(.*):(%d+):(%d+)$')
+  if not count then
+    return nil, true
+  end
+  return {count = tonumber(count), holder = holder, first = first, last = last, past = past}
 end
 
+-- As parseDelivery, but a state that does not parse is an error (RQ_CORRUPT).
 local function readDelivery(dlvKey, seq)
-  return parseDelivery(seq, redis.call('HGET', dlvKey, seq))
+  local raw = redis.call('HGET', dlvKey, seq)
+  local d, corrupt = parseDelivery(seq, raw)
+  if corrupt then
+    error('RQ_CORRUPT delivery state of seq ' .. seq .. ' does not parse: ' .. raw)
+  end
+  return d
 end
 
 local function formatDelivery(d)
-  return d.count .. ':' .. d.holder .. ':' .. d.first .. ':' .. d.last
+  return d.count .. ':' .. d.holder .. ':' .. d.first .. ':' .. d.last .. d.past
 end
 
 local function writeDelivery(dlvKey, seq, d)
   redis.call('HSET', dlvKey, seq, formatDelivery(d))
+end
+
+-- Remembers that delivery d.count was held by d.holder before it is taken back.
+local function rememberHolder(d)
+  if d.holder == '' then
+    return
+  end
+  local past = d.past .. '\n' .. d.count .. '=' .. d.holder
+  local _, entries = string.gsub(past, '\n', '')
+  while entries > HISTORY_MAX do
+    past = string.sub(past, (string.find(past, '\n', 2, true)))
+    entries = entries - 1
+  end
+  d.past = past
+end
+
+-- True when consumer received delivery number count of this message.
+local function receivedBy(d, count, consumer)
+  return string.find(d.past .. '\n', '\n' .. count .. '=' .. consumer .. '\n', 1, true) ~= nil
 end

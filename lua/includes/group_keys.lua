@@ -17,6 +17,8 @@
     KEYS[13] dlq_meta   hash  meta of this queue's dead-letter queue
     KEYS[14] dlq_msgs   hash  records of this queue's dead-letter queue
     KEYS[15] events     stream  dead-letters, drops and replays (capped)
+    KEYS[16] pinned     hash  seq -> groups that reopened it by replay
+    KEYS[17] reopen     zset  seq -> seq: this group's reopened seqs
 ]]
 local metaKey = KEYS[1]
 local msgsKey = KEYS[2]
@@ -33,6 +35,9 @@ local beatsKey = KEYS[12]
 local dlqMetaKey = KEYS[13]
 local dlqMsgsKey = KEYS[14]
 local eventsKey = KEYS[15]
+local pinnedKey = KEYS[16]
+local reopenKey = KEYS[17]
 local queueKeys = {
   meta = metaKey, msgs = msgsKey, floors = floorsKey, settled = settledKey, acked = ackedKey,
+  pinned = pinnedKey, reopen = reopenKey,
 }

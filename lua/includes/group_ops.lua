@@ -16,9 +16,11 @@ local function release(seq, d)
   rcall('ZREM', leaseKey, seq)
   if d.holder ~= '' then
     rcall('HINCRBY', consumersKey, d.holder, -1)
+    rememberHolder(d)
     d.holder = ''
   end
 end
+
 
 -- Offers the message again, now or after delayMs.
 local function requeue(seq, delayMs)
@@ -60,7 +62,7 @@ end
 -- seq, or 0 when dropped.
 local function deadLetter(seq, d, reason, errText)
   local rec = rcall('HGET', msgsKey, seq)
-  d = d or {count = 0, holder = '', first = '', last = ''}
+  d = d or {count = 0, holder = '', first = '', last = '', past = ''}
   complete(seq, d)
   if rec == false or deadLetterMode == 'drop' then
     rcall('HINCRBY', groupKey, 'dropped', 1)
@@ -79,6 +81,14 @@ local function deadLetter(seq, d, reason, errText)
   rcall('HINCRBY', groupKey, 'dead_lettered', 1)
   recordEvent('dead-lettered', seq, reason, dseq)
   return dseq
+end
+
+-- A message whose delivery state does not parse: moved aside, byte for
+-- byte, so that it neither blocks the group nor is lost.
+local function deadLetterCorruptState(seq, raw)
+  rcall('ZREM', leaseKey, seq)
+  local d = {count = 0, holder = '', first = '', last = '', past = ''}
+  deadLetter(seq, d, 'corrupted-state', 'delivery state does not parse: ' .. string.sub(raw, 1, 200))
 end
 
 -- A failed attempt (nack, expired lease, dead holder): dead-letter once the

@@ -9,8 +9,11 @@ local function returnHeld(member, graceful)
   local returned, dead = 0, 0
   for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
     local seq = tonumber(s)
-    local d = readDelivery(dlvKey, seq)
-    if d ~= nil and d.holder == member then
+    local raw = rcall('HGET', dlvKey, seq)
+    local d, corrupt = parseDelivery(seq, raw)
+    if corrupt then
+      deadLetterCorruptState(seq, raw)
+    elseif d ~= nil and d.holder == member then
       if graceful then
         release(seq, d)
         writeDelivery(dlvKey, seq, d)
@@ -25,5 +28,6 @@ local function returnHeld(member, graceful)
   end
   rcall('HDEL', consumersKey, member)
   rcall('ZREM', beatsKey, member)
+  rcall('HDEL', groupKey, 'live:' .. member)
   return returned, dead
 end

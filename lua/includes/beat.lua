@@ -1,0 +1,10 @@
+--[[
+  Records that consumerName is alive until now + its own liveness timeout,
+  set when it joined (a worker's heartbeat timeout; a plain consumer's
+  ack_wait). Members are judged by their own timeout, never by the timeout
+  of the member that reaps them. Needs group_keys and group_args.
+]]
+local function beat()
+  local live = tonumber(rcall('HGET', groupKey, 'live:' .. consumerName) or ackWait)
+  rcall('ZADD', beatsKey, now + live, consumerName)
+end
