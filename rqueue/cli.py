@@ -34,6 +34,11 @@ from rqueue.worker import TRANSIENT as WORKER_TRANSIENT
 
 EXIT_ERROR = 1  # the server, the network or a failed check
 EXIT_BAD_INPUT = 2  # the user's input is wrong (click uses 2 for usage errors too)
+EXIT_NOT_FOUND = 3  # the named queue does not exist
+
+
+class QueueNotFound(rqueue.RQueueError):
+    """The command names a queue that was never written to."""
 
 DEMO_QUEUE = "demo"
 DEMO_GROUP = "workers"
@@ -131,10 +136,20 @@ class RQueueGroup(click.Group):
             return super().invoke(ctx)
         except rqueue.InvalidInput as exc:
             fail(ctx, str(exc), EXIT_BAD_INPUT)
+        except QueueNotFound as exc:
+            fail(ctx, str(exc), EXIT_NOT_FOUND)
         except rqueue.RQueueError as exc:
             fail(ctx, str(exc), EXIT_ERROR)
         except redis.RedisError as exc:  # a failure after connecting (connection lost, ...)
             fail(ctx, f"Redis command failed: {type(exc).__name__}: {exc}", EXIT_ERROR)
+
+
+def existing(client: rqueue.Client, name: str) -> rqueue.Queue:
+    """The queue ``name``; QueueNotFound (exit code 3) if it was never used."""
+    q = client.queue(name)
+    if name not in client.queues():
+        raise QueueNotFound(f"queue {name!r} does not exist under prefix {client.prefix!r} (see `rqueue queues`)")
+    return q
 
 
 def fail(ctx: click.Context, message: str, code: int) -> None:
@@ -164,9 +179,7 @@ def cli(ctx: click.Context, url: str | None, prefix: str) -> None:
 def stats(obj: dict[str, Any], queue: str, as_json: bool) -> None:
     """Depth, schedule, dead letters and per-group figures of QUEUE."""
     with connection(obj["url"], obj["prefix"]) as client:
-        s = client.queue(queue).stats()
-        if s.last_seq == 0 and queue not in client.queues():
-            click.echo(f"note: queue {queue!r} has never been used (prefix {client.prefix!r})", err=True)
+        s = existing(client, queue).stats()
     if as_json:
         emit_json(dataclasses.asdict(s))
     else:
@@ -175,7 +188,7 @@ def stats(obj: dict[str, Any], queue: str, as_json: bool) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True,
-              help='Print {"queues": [{name, groups, depth, in_flight, dead_letters}, ...]}.')
+              help='Print {"queues": [{name, groups, depth, in_flight, delayed, dead_letters, consumers}, ...]}.')
 @click.pass_obj
 def queues(obj: dict[str, Any], as_json: bool) -> None:
     """Every queue of the prefix with its depth, in-flight and dead-letter counts."""
@@ -188,15 +201,215 @@ def queues(obj: dict[str, Any], as_json: bool) -> None:
                 "groups": len(s.groups),
                 "depth": s.depth,
                 "in_flight": sum(g.in_flight for g in s.groups),
+                "delayed": sum(g.delayed for g in s.groups),
                 "dead_letters": s.dead_letters,
+                "consumers": sum(len(g.consumers) for g in s.groups),
             })
     if as_json:
         emit_json({"queues": rows})
     elif not rows:
         click.echo("(no queues)")
     else:
-        click.echo(table(["queue", "groups", "depth", "in flight", "dead letters"],
-                         [[r["name"], r["groups"], r["depth"], r["in_flight"], r["dead_letters"]] for r in rows]))
+        click.echo(table(["queue", "groups", "depth", "in flight", "delayed", "dead letters", "consumers"],
+                         [[r["name"], r["groups"], r["depth"], r["in_flight"], r["delayed"], r["dead_letters"],
+                           r["consumers"]] for r in rows]))
+
+
+# -- inspection and repair ---------------------------------------------------------
+
+
+def message_json(m: rqueue.Message) -> dict[str, Any]:
+    return {"seq": m.seq, "published_ms": m.published_ms, "headers": m.headers,
+            "data": m.data.decode("utf-8", "backslashreplace")}
+
+
+@cli.command()
+@click.argument("queue")
+@click.option("--group", "-g", default=None, help="Show what this group would get next (redeliveries first).")
+@click.option("-n", "count", type=click.IntRange(1, 10_000), default=10, show_default=True, help="Messages to show.")
+@click.option("--after", type=click.IntRange(0), default=0, help="Start after this seq (without --group).")
+@click.option("--json", "as_json", is_flag=True, help='Print {"messages": [{seq, published_ms, headers, data}, ...]}.')
+@click.pass_obj
+def peek(obj: dict[str, Any], queue: str, group: str | None, count: int, after: int, as_json: bool) -> None:
+    """Show stored messages of QUEUE without claiming them."""
+    with connection(obj["url"], obj["prefix"]) as client:
+        q = existing(client, queue)
+        found = q.peek_group(group, count) if group else q.peek(count, after=after)
+    if as_json:
+        emit_json({"messages": [message_json(m) for m in found]})
+    elif not found:
+        click.echo("(no messages)")
+    else:
+        click.echo(table(["seq", "published", "headers", "data"], [
+            [m.seq, time.strftime("%H:%M:%S", time.localtime(m.published_ms / 1000)),
+             json.dumps(m.headers) if m.headers else "", m.data[:60].decode("utf-8", "backslashreplace")]
+            for m in found
+        ]))
+
+
+def parse_headers(pairs: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise rqueue.InvalidInput(f"header {pair!r} must be given as key=value")
+        out[key] = value
+    return out
+
+
+@cli.command()
+@click.argument("queue")
+@click.argument("message", required=False)
+@click.option("--file", "-f", "path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Publish the whole file as one message.")
+@click.option("--header", "-H", "headers", multiple=True, metavar="KEY=VALUE", help="A header (repeatable).")
+@click.option("--id", "msg_id", default=None, help="De-duplication id (one message only).")
+@click.option("--delay", type=click.FloatRange(0), default=None, help="Seconds before the message may be delivered.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"published": N, "duplicates": N, "first_seq", "last_seq"}.')
+@click.pass_obj
+def publish(obj: dict[str, Any], queue: str, message: str | None, path: str | None, headers: Sequence[str],
+            msg_id: str | None, delay: float | None, as_json: bool) -> None:
+    """Publish MESSAGE, a file (--file), or one message per line of stdin."""
+    if message is not None and path is not None:
+        raise rqueue.InvalidInput("give MESSAGE or --file, not both")
+    hdrs = parse_headers(headers)
+    if message is not None:
+        payloads = [message.encode()]
+    elif path is not None:
+        with open(path, "rb") as f:
+            payloads = [f.read()]
+    else:
+        payloads = [line.rstrip(b"\r\n") for line in click.get_binary_stream("stdin")]
+    if msg_id is not None and len(payloads) != 1:
+        raise rqueue.InvalidInput(f"--id names one message, but {len(payloads)} were given")
+    results: list[rqueue.PublishResult] = []
+    with connection(obj["url"], obj["prefix"]) as client:
+        q = client.queue(queue)
+        with click.progressbar(length=len(payloads), label="publishing", file=sys.stderr) as bar:
+            for start in range(0, len(payloads), DEMO_BATCH):
+                batch = payloads[start : start + DEMO_BATCH]
+                ids = [msg_id] if msg_id is not None else None
+                results += q.publish_many(batch, headers=hdrs or None, ids=ids, delay=delay)
+                bar.update(len(batch))
+    summary = {
+        "published": sum(1 for r in results if not r.duplicate),
+        "duplicates": sum(1 for r in results if r.duplicate),
+        "first_seq": results[0].seq if results else None,
+        "last_seq": results[-1].seq if results else None,
+    }
+    if as_json:
+        emit_json(summary)
+    else:
+        click.echo(f"published {summary['published']} message(s) to {queue}"
+                   f" (seq {summary['first_seq']}..{summary['last_seq']}), {summary['duplicates']} duplicate(s)")
+
+
+def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """One option per setting of rqueue.Settings."""
+    kinds: dict[str, Any] = {"max_inflight": int, "prefetch": int, "max_deliveries": int, "max_payload": int,
+                             "dead_letter": str, "alternate": str}
+    for name in reversed(sorted(rqueue.settings.SETTING_NAMES)):
+        f = click.option(f"--{name.replace('_', '-')}", name, type=kinds.get(name, float), default=None,
+                         help="none = no target" if name in ("dead_letter", "alternate") else None)(f)
+    return f
+
+
+@cli.command()
+@click.argument("pattern")
+@setting_options
+@click.option("--unset", "unset_names", multiple=True, metavar="SETTING", help="Remove a setting from the pattern.")
+@click.pass_obj
+def configure(obj: dict[str, Any], pattern: str, unset_names: Sequence[str], **values: Any) -> None:
+    """Store settings for every queue matching PATTERN (* = one word, # = any)."""
+    given = {k: (None if v == "none" else v) for k, v in values.items() if v is not None}
+    with connection(obj["url"], obj["prefix"]) as client:
+        if unset_names:
+            client.settings.unset(pattern, *[n.replace("-", "_") for n in unset_names])
+        if given:
+            client.configure(pattern, **given)
+        elif not unset_names:
+            raise rqueue.InvalidInput("give at least one setting (e.g. --ack-wait 5) or --unset NAME")
+    click.echo(f"configured {pattern}: " + ", ".join(f"{k}={v}" for k, v in given.items()) +
+               (f"; unset {', '.join(unset_names)}" if unset_names else ""))
+
+
+@cli.command()
+@click.argument("queue")
+@click.option("--json", "as_json", is_flag=True, help='Print {"settings": {...}, "from": {setting: pattern}}.')
+@click.pass_obj
+def settings(obj: dict[str, Any], queue: str, as_json: bool) -> None:
+    """The settings in force for QUEUE and the pattern that set each."""
+    with connection(obj["url"], obj["prefix"]) as client:
+        client.queue(queue)  # validates the name
+        resolved, origin = client.settings.resolve(queue)
+    values = resolved.as_dict()
+    if as_json:
+        emit_json({"settings": values, "from": origin})
+        return
+    click.echo(table(["setting", "value", "from"],
+                     [[k, "-" if v is None else str(v), origin.get(k, "default")] for k, v in values.items()]))
+
+
+@cli.command()
+@click.argument("queue")
+@click.option("--group", "-g", default=None, help="Purge only this group's backlog.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"purged": {group: N}}.')
+@click.pass_obj
+def purge(obj: dict[str, Any], queue: str, group: str | None, yes: bool, as_json: bool) -> None:
+    """Settle every message of QUEUE that is not in flight, as purged.
+
+    For every group (or --group); in-flight deliveries stay with their
+    consumers. A queue without groups loses its stored messages.
+    """
+    with connection(obj["url"], obj["prefix"]) as client:
+        q = existing(client, queue)
+        s = q.stats()
+        backlog = sum(g.pending - g.in_flight for g in s.groups if group in (None, g.name)) if s.groups else s.depth
+        if backlog and not yes:
+            click.confirm(f"purge about {backlog} message(s) of {queue!r}?", abort=True, err=True)
+        with click.progressbar(length=max(backlog, 1), label="purging", file=sys.stderr) as bar:
+            purged = q.purge(group, progress=bar.update)
+    if as_json:
+        emit_json({"purged": purged})
+    else:
+        click.echo("purged " + ", ".join(f"{n} ({g or 'no group'})" for g, n in purged.items()))
+
+
+@cli.command()
+@click.option("--interval", type=click.FloatRange(0.1), default=2.0, show_default=True, help="Seconds between refreshes.")
+@click.option("--once", is_flag=True, help="Print one view and exit (for scripts and tests).")
+@click.pass_obj
+def top(obj: dict[str, Any], interval: float, once: bool) -> None:
+    """A live view of every queue: depth, in flight, rates; refreshes until Ctrl-C."""
+    with connection(obj["url"], obj["prefix"]) as client:
+        before: dict[str, tuple[int, int]] = {}
+        last_at = time.monotonic()
+        while True:
+            now = time.monotonic()
+            rows = []
+            for name in client.queues():
+                s = client.queue(name).stats()
+                acked = sum(g.acked for g in s.groups)
+                prev = before.get(name)
+                span = max(now - last_at, 1e-9)
+                in_rate = None if prev is None else round((s.last_seq - prev[0]) / span, 1)
+                ack_rate = None if prev is None else round((acked - prev[1]) / span, 1)
+                before[name] = (s.last_seq, acked)
+                rows.append([name, s.depth, sum(g.in_flight for g in s.groups), sum(g.delayed for g in s.groups),
+                             s.dead_letters, sum(len(g.consumers) for g in s.groups), in_rate, ack_rate])
+            last_at = now
+            view = table(["queue", "depth", "in flight", "delayed", "dead letters", "consumers", "in/s", "acked/s"], rows)
+            if once:
+                click.echo(view if rows else "(no queues)")
+                return
+            click.clear()
+            click.echo(f"rqueue top  {time.strftime('%H:%M:%S')}  every {interval}s  (Ctrl-C to quit)\n")
+            click.echo(view if rows else "(no queues)")
+            try:
+                time.sleep(interval)
+            except KeyboardInterrupt:
+                return
 
 
 # -- dead letters and events ----------------------------------------------------
@@ -582,9 +795,12 @@ def load_handler(spec: str) -> Callable[..., Any]:
 @click.option("--grace-period", type=click.FloatRange(0), default=rqueue.constants.DEFAULT_GRACE_PERIOD,
               show_default=True, help="Seconds running handlers get to finish on SIGTERM/SIGINT.")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True)
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+              help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics (needs rqueue[metrics]).")
 @click.pass_obj
 def worker(obj: dict[str, Any], handler: str, queue_name: str, group: str, concurrency: int, prefetch: int | None,
-           name: str | None, heartbeat_timeout: float, grace_period: float, log_level: str) -> None:
+           name: str | None, heartbeat_timeout: float, grace_period: float, log_level: str,
+           metrics_port: int | None) -> None:
     """Run HANDLER (module.path:function) for every message of QUEUE/GROUP.
 
     A normal return acks, an exception nacks under the redelivery policy,
@@ -596,8 +812,15 @@ def worker(obj: dict[str, Any], handler: str, queue_name: str, group: str, concu
     logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     fn = load_handler(handler)
     with connection(obj["url"], obj["prefix"]) as client:
+        q = client.queue(queue_name)
+        metrics = None
+        if metrics_port is not None:
+            from rqueue.metrics import WorkerMetrics
+
+            metrics = WorkerMetrics(q, group)
+            metrics.serve(metrics_port)
         w = rqueue.Worker(
-            client.queue(queue_name), group, fn, concurrency=concurrency, prefetch=prefetch, name=name,
+            q, group, fn, concurrency=concurrency, prefetch=prefetch, name=name, metrics=metrics,
             heartbeat_interval=min(rqueue.constants.DEFAULT_HEARTBEAT_INTERVAL, heartbeat_timeout / 3),
             heartbeat_timeout=heartbeat_timeout, grace_period=grace_period,
         )

@@ -105,6 +105,48 @@ class Queue:
         """Deletes the selected dead letters; returns how many were deleted."""
         return purge(self, Selection(group, reason, seq_from, seq_to, limit), progress)
 
+    def purge(self, group: str | None = None, progress: Progress | None = None) -> dict[str, int]:
+        """Settles, as purged, every message not in flight: for ``group``, or
+        for every group; a queue without groups loses its stored messages.
+        In-flight deliveries stay with their consumers. Returns how many
+        messages each group purged ("" for a queue without groups)."""
+        groups = [check_name("group", group)] if group is not None else self.groups()
+        if group is not None and group not in self.groups():
+            raise InvalidInput(f"queue {self.name!r} has no group {group!r}")
+        if not groups:
+            return {"": self._purge_records(progress)}
+        out: dict[str, int] = {}
+        for g in groups:
+            out[g] = 0
+            while True:
+                try:
+                    purged, more = self.client.scripts.purge(
+                        keys=self.group_keys(g, Settings()), args=self._group_argv(g, "", Settings(), [C.PURGE_BATCH])
+                    )
+                except redis.ResponseError as exc:
+                    raise from_script_error(exc, queue=self.name, where=self.keys.base) from None
+                out[g] += purged
+                if progress is not None and purged:
+                    progress(purged)
+                if not more:
+                    break
+        return out
+
+    def _purge_records(self, progress: Progress | None) -> int:
+        r = self.client.redis
+        last = int(r.hget(self.keys.meta, "seq") or 0)
+        start = int(r.hget(self.keys.meta, "trimmed") or 0) + 1
+        deleted = 0
+        for low in range(start, last + 1, C.PURGE_BATCH):
+            seqs = list(range(low, min(last, low + C.PURGE_BATCH - 1) + 1))
+            pipe = r.pipeline(transaction=True)
+            pipe.hdel(self.keys.msgs, *seqs)
+            pipe.hset(self.keys.meta, "trimmed", seqs[-1])
+            deleted += pipe.execute()[0]
+            if progress is not None:
+                progress(len(seqs))
+        return deleted
+
     def events(self, count: int = 100) -> list[dict[str, str]]:
         """The newest ``count`` events (dead-lettered, dropped, replayed,
         purged), oldest first, each with its stream id under "id"."""

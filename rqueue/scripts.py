@@ -16,7 +16,7 @@ from redis.commands.core import Script
 
 _INCLUDE = re.compile(r"^--@include\s+(\w+)\s*$", re.MULTILINE)
 
-SCRIPT_NAMES = ("publish", "fetch", "ack", "nack", "reject", "extend", "heartbeat", "join", "leave", "replay", "stats")
+SCRIPT_NAMES = ("publish", "fetch", "ack", "nack", "reject", "extend", "heartbeat", "join", "leave", "purge", "replay", "stats")
 
 
 def lua_dir() -> Path:
@@ -58,6 +58,7 @@ class Scripts:
     heartbeat: Script
     join: Script
     leave: Script
+    purge: Script
     replay: Script
     stats: Script
 

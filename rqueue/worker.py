@@ -31,6 +31,7 @@ from .names import check_name
 
 if TYPE_CHECKING:
     from .consumer import Consumer, Delivery
+    from .metrics import WorkerMetrics
     from .queue import Queue
 
 log = logging.getLogger("rqueue.worker")
@@ -51,7 +52,8 @@ class WorkerStats:
     acked: int = 0  # acks confirmed by Redis
     nacked: int = 0  # handler raised: offered again under the redelivery policy
     rejected: int = 0  # handler raised rqueue.Reject: dead-lettered at once
-    dead_lettered: int = 0  # nacks that exhausted max_deliveries
+    dead_lettered: int = 0  # messages this worker dead-lettered: Reject, or a nack past max_deliveries
+    redelivered: int = 0  # deliveries with a delivery count above 1
     stale_skipped: int = 0  # deliveries no longer held when their turn came: not run
     late_settles: int = 0  # acks/nacks whose delivery had moved on (reported, not raised)
     leases_lost: int = 0  # running deliveries whose lease could not be extended
@@ -92,6 +94,7 @@ class Worker:
         max_run_time: float = C.DEFAULT_MAX_RUN_TIME,
         grace_period: float = C.DEFAULT_GRACE_PERIOD,
         reconnect_timeout: float = C.DEFAULT_RECONNECT_TIMEOUT,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         if not callable(handler):
             raise InvalidInput(f"handler {handler!r} is not callable")
@@ -125,6 +128,7 @@ class Worker:
         self.grace_period = grace_period
         self.reconnect_timeout = reconnect_timeout
         self.stats = WorkerStats()
+        self.metrics = metrics
         self.consumer: Consumer | None = None
         self._clock = queue.client.clock
         self._stats_lock = threading.Lock()
@@ -194,6 +198,8 @@ class Worker:
         with self._stats_lock:
             for key, delta in deltas.items():
                 setattr(self.stats, key, getattr(self.stats, key) + delta)
+        if self.metrics is not None:
+            self.metrics.count(deltas)
 
     # -- Redis calls ------------------------------------------------------------
 
@@ -234,7 +240,7 @@ class Worker:
             if self._resync:
                 self._hand_back_unknown()
             if deliveries:
-                self._count(fetched=len(deliveries))
+                self._count(fetched=len(deliveries), redelivered=sum(1 for d in deliveries if d.redelivered))
                 now = self._clock.monotonic()
                 for d in deliveries:
                     self._tasks.put((d, now))
@@ -291,7 +297,7 @@ class Worker:
                     self._count(nacked=1, dead_lettered=1 if status == "dead" else 0)
                 else:
                     self._retry(lambda: consumer.reject(d, reason=text))
-                    self._count(rejected=1)
+                    self._count(rejected=1, dead_lettered=1)
             except DeliveryError as exc:
                 # The delivery moved on (lease ran out, member removed): the
                 # message is already offered again; nothing to undo.
@@ -355,6 +361,7 @@ class Worker:
         with self._running_lock:
             self._running[d.tag] = (d, self._clock.monotonic())
         self._count(handled=1)
+        started = self._clock.monotonic()
         try:
             self._call_handler(d)
             return "ack", ""
@@ -366,6 +373,8 @@ class Worker:
         finally:
             with self._running_lock:
                 self._running.pop(d.tag, None)
+            if self.metrics is not None:
+                self.metrics.handler_seconds.observe(self._clock.monotonic() - started)
 
     # -- heartbeat ----------------------------------------------------------------
 

@@ -146,16 +146,19 @@ def test_queues_table_and_json(backend, prefix, prepared):
     text = run("--url", backend, "--prefix", prefix, "queues")
     assert text.exit_code == 0, text.output
     assert table_rows(text.stdout, "queue") == {
-        "DLQ.orders": {"queue": "DLQ.orders", "groups": "0", "depth": "1", "in flight": "0", "dead letters": "0"},
-        "invoices": {"queue": "invoices", "groups": "0", "depth": "1", "in flight": "0", "dead letters": "0"},
-        "orders": {"queue": "orders", "groups": "1", "depth": "3", "in flight": "1", "dead letters": "1"},
+        "DLQ.orders": {"queue": "DLQ.orders", "groups": "0", "depth": "1", "in flight": "0", "delayed": "0",
+                       "dead letters": "0", "consumers": "0"},
+        "invoices": {"queue": "invoices", "groups": "0", "depth": "1", "in flight": "0", "delayed": "0",
+                     "dead letters": "0", "consumers": "0"},
+        "orders": {"queue": "orders", "groups": "1", "depth": "3", "in flight": "1", "delayed": "0",
+                   "dead letters": "1", "consumers": "1"},
     }
     assert len({len(line) for line in text.stdout.splitlines()}) == 1  # aligned: every line ends in the same column
     data = json.loads(run("--url", backend, "--prefix", prefix, "queues", "--json").stdout)
     assert data == {"queues": [
-        {"name": "DLQ.orders", "groups": 0, "depth": 1, "in_flight": 0, "dead_letters": 0},
-        {"name": "invoices", "groups": 0, "depth": 1, "in_flight": 0, "dead_letters": 0},
-        {"name": "orders", "groups": 1, "depth": 3, "in_flight": 1, "dead_letters": 1},
+        {"name": "DLQ.orders", "groups": 0, "depth": 1, "in_flight": 0, "delayed": 0, "dead_letters": 0, "consumers": 0},
+        {"name": "invoices", "groups": 0, "depth": 1, "in_flight": 0, "delayed": 0, "dead_letters": 0, "consumers": 0},
+        {"name": "orders", "groups": 1, "depth": 3, "in_flight": 1, "delayed": 0, "dead_letters": 1, "consumers": 1},
     ]}
 
 

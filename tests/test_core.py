@@ -359,3 +359,27 @@ def test_corrupted_record_is_dead_lettered_not_delivered(client, queue):
     assert [d.data for d in c.fetch(10)] == [b"b"]
     [dead] = queue.dead_letter_queue.peek()
     assert (dead.data, dead.headers["x-rq-reason"]) == (b"garbage", "corrupted-record")
+
+
+def test_purge_settles_everything_not_in_flight(queue, clock):
+    queue.publish_many([b"m"] * 6)
+    queue.publish(b"later", delay=60)
+    c = queue.consumer("g")
+    held = c.fetch(2)
+    held[1].nack(delay=30)
+    other = queue.consumer("h")
+    # when group g is purged
+    assert queue.purge("g") == {"g": 6}
+    # then only its in-flight delivery is left, and h is untouched
+    g = queue.stats().group("g")
+    assert (g.pending, g.in_flight, g.delayed, g.ready) == (1, 1, 0, 0)
+    assert len(other.fetch(10)) == 6
+    held[0].ack()
+    assert queue.stats().group("g").ack_floor == 7
+
+
+def test_purge_of_a_queue_without_groups_drops_its_records(queue):
+    queue.publish_many([b"m"] * 3)
+    assert queue.purge() == {"": 3}
+    assert queue.stats().depth == 0
+    assert queue.consumer("late").fetch(10) == []

@@ -92,7 +92,7 @@ def test_return_acks_exception_nacks_reject_dead_letters(live):
     assert dead["2"]["x-rq-reason"] == "max-deliveries"
     assert dead["2"]["x-rq-error"] == "ValueError: boom"
     assert (dead["3"]["x-rq-reason"], dead["3"]["x-rq-error"]) == ("rejected", "not for us")
-    assert (w.stats.acked, w.stats.nacked, w.stats.rejected, w.stats.dead_lettered) == (1, 2, 1, 1)
+    assert (w.stats.acked, w.stats.nacked, w.stats.rejected, w.stats.dead_lettered) == (1, 2, 1, 2)
     assert q.stats().group("g").consumers == []  # it left the group
 
 
@@ -288,3 +288,30 @@ def test_redis_restart_mid_run_loses_nothing(prefix, tmp_path):
         client.close()
     finally:
         server.stop()
+
+
+def test_metrics_count_what_the_worker_did(live):
+    from prometheus_client import generate_latest
+
+    from rqueue.metrics import WorkerMetrics
+
+    q = live.queue("orders")
+    q.publish_many([b"ok", b"reject"])
+    metrics = WorkerMetrics(q, "g")
+
+    def handler(d):
+        if d.data == b"reject":
+            raise rqueue.Reject("no")
+
+    w = run_worker(q, handler, concurrency=1, metrics=metrics)
+    wait_for(floor_reaches(q, "g", 2))
+    w.stop()
+    assert w.join(10)
+    text = generate_latest(metrics.registry).decode()
+    labels = 'group="g",queue="orders"'
+    assert f"rqueue_delivered_total{{{labels}}} 2.0" in text
+    assert f"rqueue_acked_total{{{labels}}} 1.0" in text
+    assert f"rqueue_dead_lettered_total{{{labels}}} 1.0" in text
+    assert f"rqueue_handler_seconds_count{{{labels}}} 2.0" in text
+    assert f"rqueue_queue_dead_letters{{{labels}}} 1.0" in text
+    assert f"rqueue_group_ack_floor{{{labels}}} 2.0" in text

@@ -61,3 +61,34 @@ def test_worker_command_rejects_a_bad_handler(backend, prefix, spec, message, mo
     result = CliRunner().invoke(cli, ["--url", backend, "--prefix", prefix, "worker", spec, "-q", "orders", "-g", "g"])
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
+
+
+def test_worker_serves_prometheus_metrics(server, prefix):
+    import urllib.request
+
+    from rqueue.embedded import free_port
+
+    client = rqueue.connect(server.url, prefix=prefix)
+    q = client.queue("orders")
+    q.publish_many([b"a", b"b"])
+    port = free_port()
+    proc = subprocess.Popen(
+        [RQUEUE, "--url", server.url, "--prefix", prefix, "worker", "cli_handlers:handle", "-q", "orders", "-g", "g",
+         "--metrics-port", str(port)],
+        cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(HERE)},
+    )
+
+    def scrape():
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+        except OSError:
+            return ""
+
+    try:
+        text = wait_for(lambda: (t := scrape()) and 'rqueue_acked_total{group="g",queue="orders"} 2.0' in t and t, timeout=30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert 'rqueue_group_ack_floor{group="g",queue="orders"} 2.0' in text
+    assert "rqueue_handler_seconds_bucket" in text
+    client.close()
