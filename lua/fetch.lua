@@ -71,22 +71,28 @@ local got, redelivered = 0, 0
 local leases, states = {}, {}
 local deadline = now + ackWait
 
+-- The state of every first delivery made by this call.
+local firstState = '1:' .. consumerName .. ':' .. now .. ':' .. now
+
 -- Hands seq to this consumer; d is its delivery state, nil when new.
 local function deliver(seq, rec, d)
   if recordNotBefore(rec) == nil then
     deadLetter(seq, d, 'corrupted-record', 'record does not parse')
     return
   end
-  if d == nil then
-    d = {count = 0, holder = '', first = now, last = now, past = ''}
-  elseif d.count > 0 then
-    redelivered = redelivered + 1 -- a replayed dead letter starts again at 0
-  end
-  d.count = d.count + 1
-  d.holder = consumerName
-  d.last = now
   states[#states + 1] = seq
-  states[#states + 1] = formatDelivery(d)
+  if d == nil then
+    states[#states + 1] = firstState
+    d = {count = 1}
+  else
+    if d.count > 0 then
+      redelivered = redelivered + 1 -- a replayed dead letter starts again at 0
+    end
+    d.count = d.count + 1
+    d.holder = consumerName
+    d.last = now
+    states[#states + 1] = formatDelivery(d)
+  end
   leases[#leases + 1] = deadline
   leases[#leases + 1] = seq
   out[#out + 1] = seq

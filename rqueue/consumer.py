@@ -42,7 +42,7 @@ class Delivery:
         deadline_ms: server time at which the lease runs out.
     """
 
-    __slots__ = ("seq", "data", "headers", "delivery_count", "published_ms", "deadline_ms", "consumer")
+    __slots__ = ("seq", "data", "headers", "delivery_count", "published_ms", "deadline_ms", "consumer", "tag")
 
     def __init__(
         self,
@@ -61,11 +61,8 @@ class Delivery:
         self.headers = headers
         self.published_ms = published_ms
         self.deadline_ms = deadline_ms
-
-    @property
-    def tag(self) -> str:
-        """Identifies exactly this hand-over: ``<seq>.<delivery_count>``."""
-        return delivery_tag(self.seq, self.delivery_count)
+        #: Identifies exactly this hand-over: ``<seq>.<delivery_count>``.
+        self.tag = delivery_tag(seq, delivery_count)
 
     @property
     def redelivered(self) -> bool:
@@ -216,9 +213,14 @@ class Consumer:
         out = []
         for i in range(2, len(reply), 3):
             seq, count = int(reply[i]), int(reply[i + 1])
+            rec = reply[i + 2]
             try:
-                published, headers, data = decode_record(reply[i + 2], f"{where}[{seq}]")
-            except CorruptRecord as exc:
+                _, published_raw, hlen, rest = rec.split(b":", 3)
+                if hlen == b"0":  # no headers: the common case, decoded here
+                    published, headers, data = int(published_raw), {}, rest
+                else:
+                    published, headers, data = decode_record(rec, f"{where}[{seq}]")
+            except (CorruptRecord, ValueError) as exc:
                 # Moved aside byte for byte; the rest of the batch goes on.
                 log.error("%s; moving it to the dead-letter queue", exc)
                 self._dead_letter(delivery_tag(seq, count), "corrupted-record", str(exc))
@@ -231,6 +233,8 @@ class Consumer:
     # -- settling -----------------------------------------------------------
 
     def _tag_of(self, ref: DeliveryRef) -> tuple[str, int, int]:
+        if type(ref) is Delivery:
+            return ref.tag, ref.seq, ref.delivery_count
         tag = ref.tag if isinstance(ref, Delivery) else ref
         if not isinstance(tag, str):
             raise InvalidInput(f"expected a Delivery or a delivery tag, not {type(ref).__name__}")

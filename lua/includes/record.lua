@@ -6,7 +6,12 @@
 local RECORD_PREFIX = '^(%d*):(%d+):(%d+):()'
 
 -- Returns not_before (0 when none) or nil for a record that does not parse.
+-- Most records are not delayed and start with ":" (checked without a
+-- pattern); the client checks the rest of their prefix when it decodes them.
 local function recordNotBefore(rec)
+  if string.byte(rec, 1) == 58 then
+    return 0
+  end
   local nbf = string.match(rec, '^(%d*):%d+:%d+:')
   if nbf == nil then
     return nil

@@ -1,0 +1,471 @@
+"""A pure-Python reference model of one rqueue queue, written from SPEC.md
+and the README (not from the Lua), for the stateful test in test_model.py.
+
+It knows nothing about Redis. Time is an explicit number of ms that only
+moves when told to. Every operation either returns what the real client
+returns (in plain tuples) or raises :class:`ModelError` naming the exception
+the real client raises; an operation that raises changes nothing.
+
+What the model says, in short:
+
+- A queue is a log of records with seq 1, 2, 3, ...; a publish with an id
+  seen less than dedup_window ago is a duplicate (it names the first seq and
+  stores nothing). A delayed publish is not delivered before its not-before
+  time.
+- Groups are created before the test publishes (possibly after a few
+  publishes: a group created on a queue that never had one starts at seq 0
+  and sees everything). Every group sees every message; a record is deleted
+  once every group settled it (acked or dead-lettered) and no group has it
+  open again by replay.
+- A group's ack floor is the highest seq such that every seq at or below it
+  is settled by the group (SPEC "Ack floor"); pending is the number of
+  published seqs the group has not settled. A replayed dead letter is open
+  (not settled) again until the group settles it once more.
+- fetch: a lease whose deadline has passed (deadline <= now) is a failed
+  attempt: the message is dead-lettered when it had max_deliveries, else
+  offered again after the redelivery policy's delay. Leases are looked at
+  only by fetch (lazily); a late ack or in_progress before that fetch still
+  finds the lease. Then due delayed messages become ready; then up to
+  min(n, max_inflight - in flight, prefetch - held by this consumer)
+  deliveries: ready ones lowest seq first, then new ones from the group's
+  cursor (a delayed publish passed by the cursor waits in the group's delay
+  set until due).
+- A delivery tag is (seq, count). Settling checks, in this order: no open
+  delivery state -> AlreadyAcked when the group settled seq, else
+  UnknownDeliveryTag; count above the current count -> UnknownDeliveryTag;
+  the current delivery held by this consumer -> ok; the current delivery
+  held by another -> NotHeld; an earlier delivery (or the current one after
+  it was taken back) that this consumer did not receive -> NotHeld; else ok
+  for ack (a late ack completes the message) and StaleDelivery for nack,
+  reject, term and in_progress. A list ack is all or nothing; a tag listed
+  twice is AlreadyAcked.
+- A member's liveness deadline is moved by join, fetch, in_progress and its
+  own heartbeat (which also sets its liveness to the heartbeat's timeout);
+  a heartbeat removes every member whose deadline is strictly before now,
+  and each message such a member held is a failed attempt (as an expired
+  lease). A graceful close puts what the consumer held back at once with its
+  count kept.
+- Replay returns a dead letter to the group that dead-lettered it, and only
+  to it, ready at once, with a fresh delivery count (the next delivery has
+  count 1 and is not "redelivered").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+HISTORY_MAX = 10  # earlier holders of a message the real scripts remember
+
+ERRORS = ("AlreadyAcked", "UnknownDeliveryTag", "NotHeld", "StaleDelivery", "NotMember", "Closed", "Unroutable")
+
+
+class ModelError(Exception):
+    """The model's verdict that the real call raises ``code`` (a class name)."""
+
+    def __init__(self, code: str) -> None:
+        assert code in ERRORS, code
+        super().__init__(code)
+        self.code = code
+
+
+def ms(seconds: float) -> int:
+    """Seconds to ms, as the client converts settings and delays."""
+    return int(round(seconds * 1000))
+
+
+@dataclass
+class Settings:
+    ack_wait: float = 5.0
+    max_inflight: int = 1024
+    max_deliveries: int = 10
+    redelivery_delay: float = 0.0
+    redelivery_multiplier: float = 1.0
+    dedup_window: float = 120.0
+
+    def policy_delay_ms(self, count: int) -> int:
+        """Artemis: delay x multiplier^(count-1), capped at delay x 10; jitter 0."""
+        delay = ms(self.redelivery_delay)
+        if delay <= 0:
+            return 0
+        d = delay * float(self.redelivery_multiplier) ** (count - 1)
+        cap = ms(self.redelivery_delay * 10)
+        if d > cap:
+            d = cap
+        return math.floor(d + 0.5)
+
+
+@dataclass
+class Record:
+    payload: bytes
+    headers: dict[str, str]
+    not_before: int | None  # ms, for a delayed publish
+    needed: set[str]  # groups that have not settled it (or reopened it)
+
+
+@dataclass
+class Dlv:
+    """A group's open delivery state of one message."""
+
+    count: int = 0
+    holder: str = ""  # "" while it waits for (re)delivery
+    past: list[tuple[int, str]] = field(default_factory=list)  # (count, holder) taken back
+
+
+@dataclass
+class DeadLetter:
+    group: str
+    seq: int
+    reason: str
+    deliveries: int
+    payload: bytes
+    headers: dict[str, str]
+
+
+COUNTERS = ("acked", "nacked", "redelivered", "expired", "dead_lettered", "dropped")
+
+
+class Group:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.start = 0  # the floor it was created with
+        self.settled: set[int] = set()  # seqs above start settled and not reopened
+        self.cursor = 0
+        self.dlv: dict[int, Dlv] = {}
+        self.lease: dict[int, int] = {}  # seq -> deadline ms (in flight)
+        self.ready: set[int] = set()
+        self.delay: dict[int, int] = {}  # seq -> due ms
+        self.members: dict[str, int] = {}  # consumer -> deliveries held
+        self.beats: dict[str, int] = {}  # consumer -> liveness deadline ms
+        self.live: dict[str, int] = {}  # consumer -> liveness timeout ms
+        self.counters = {k: 0 for k in COUNTERS}
+
+    def is_settled(self, seq: int) -> bool:
+        return seq <= self.start or seq in self.settled
+
+    def floor(self) -> int:
+        f = self.start
+        while f + 1 in self.settled:
+            f += 1
+        return f
+
+    def pending(self, last: int) -> int:
+        return sum(1 for s in range(self.start + 1, last + 1) if s not in self.settled)
+
+
+class Model:
+    def __init__(self, settings: Settings, now_ms: int) -> None:
+        self.settings = settings
+        self.now = now_ms
+        self.last = 0
+        self.records: dict[int, Record] = {}
+        self.sched: dict[int, int] = {}  # seq -> not-before of delayed publishes
+        self.ids: dict[str, tuple[int, int]] = {}  # id -> (seq, expiry ms)
+        self.groups: dict[str, Group] = {}
+        self.dlq: dict[int, DeadLetter] = {}
+        self.dlq_last = 0
+
+    # -- time -----------------------------------------------------------------
+
+    def advance(self, seconds: float) -> None:
+        self.now += round(seconds * 1000)
+
+    # -- publish -------------------------------------------------------------
+
+    def publish(self, items: list[tuple[bytes, dict[str, str], str | None]], delay: float | None,
+                mandatory: bool = False) -> list[tuple[int, bool]]:
+        if mandatory and not self.groups:
+            raise ModelError("Unroutable")
+        delay_ms = 0 if delay is None else ms(delay)
+        out = []
+        for payload, headers, mid in items:
+            if mid is not None and mid in self.ids and self.ids[mid][1] > self.now:
+                out.append((self.ids[mid][0], True))
+                continue
+            self.last += 1
+            seq = self.last
+            nb = self.now + delay_ms if delay_ms > 0 else None
+            if nb is not None:
+                self.sched[seq] = nb
+            self.records[seq] = Record(payload, dict(headers), nb, set(self.groups))
+            if mid is not None:
+                self.ids[mid] = (seq, self.now + ms(self.settings.dedup_window))
+            out.append((seq, False))
+        return out
+
+    # -- membership -------------------------------------------------------------
+
+    def create_group(self, name: str) -> None:
+        assert name not in self.groups
+        g = Group(name)
+        # A queue's first groups start at 0 and need every record stored.
+        assert all(not g.settled for g in self.groups.values()) and not self.dlq
+        self.groups[name] = g
+        for rec in self.records.values():
+            rec.needed.add(name)
+
+    def join(self, group: str, consumer: str, liveness: float | None) -> None:
+        g = self.groups[group]
+        g.members.setdefault(consumer, 0)
+        g.live[consumer] = ms(self.settings.ack_wait if liveness is None else liveness)
+        self._beat(g, consumer)
+
+    def _beat(self, g: Group, consumer: str) -> None:
+        if consumer in g.members:
+            g.beats[consumer] = self.now + g.live.get(consumer, ms(self.settings.ack_wait))
+
+    # -- internal moves ---------------------------------------------------------
+
+    def _release(self, g: Group, seq: int, d: Dlv) -> None:
+        g.lease.pop(seq, None)
+        if d.holder:
+            g.members[d.holder] = g.members.get(d.holder, 0) - 1
+            d.past.append((d.count, d.holder))
+            del d.past[:-HISTORY_MAX]
+            d.holder = ""
+
+    def _requeue(self, g: Group, seq: int, delay_ms: int) -> None:
+        if delay_ms > 0:
+            g.delay[seq] = self.now + delay_ms
+        else:
+            g.ready.add(seq)
+
+    def _settle(self, g: Group, seq: int) -> None:
+        if seq > g.start:
+            g.settled.add(seq)
+        rec = self.records.get(seq)
+        if rec is not None:
+            rec.needed.discard(g.name)
+            if not rec.needed:
+                del self.records[seq]
+
+    def _dead_letter(self, g: Group, seq: int, d: Dlv, reason: str) -> None:
+        rec = self.records.get(seq)
+        g.ready.discard(seq)
+        g.delay.pop(seq, None)
+        self._release(g, seq, d)
+        del g.dlv[seq]
+        self._settle(g, seq)
+        if rec is None:
+            g.counters["dropped"] += 1
+            return
+        self.dlq_last += 1
+        self.dlq[self.dlq_last] = DeadLetter(g.name, seq, reason, d.count, rec.payload, dict(rec.headers))
+        g.counters["dead_lettered"] += 1
+
+    def _retry_or_dead(self, g: Group, seq: int, d: Dlv, delay_ms: int | None) -> str:
+        self._release(g, seq, d)
+        md = self.settings.max_deliveries
+        if md != -1 and d.count >= md:
+            self._dead_letter(g, seq, d, "max-deliveries")
+            return "dead"
+        if delay_ms is None:
+            delay_ms = self.settings.policy_delay_ms(d.count)
+        self._requeue(g, seq, delay_ms)
+        return "requeued"
+
+    def _return_held(self, g: Group, member: str, graceful: bool) -> tuple[int, int]:
+        returned = dead = 0
+        for seq in sorted(g.lease, key=lambda s: (g.lease[s], str(s))):
+            d = g.dlv[seq]
+            if d.holder != member:
+                continue
+            if graceful:
+                self._release(g, seq, d)
+                self._requeue(g, seq, 0)
+                returned += 1
+            elif self._retry_or_dead(g, seq, d, None) == "dead":
+                dead += 1
+            else:
+                returned += 1
+        g.members.pop(member, None)
+        g.beats.pop(member, None)
+        g.live.pop(member, None)
+        return returned, dead
+
+    def _check_tag(self, g: Group, consumer: str, seq: int, count: int, late_ok: bool) -> str | None:
+        d = g.dlv.get(seq)
+        if d is None:
+            return "AlreadyAcked" if g.is_settled(seq) else "UnknownDeliveryTag"
+        if count > d.count:
+            return "UnknownDeliveryTag"
+        if count == d.count and d.holder == consumer:
+            return None
+        if count == d.count and d.holder:
+            return "NotHeld"
+        if (count, consumer) not in d.past:
+            return "NotHeld"
+        return None if late_ok else "StaleDelivery"
+
+    # -- consuming --------------------------------------------------------------
+
+    def fetch(self, group: str, consumer: str, n: int, prefetch: int, liveness: float | None) -> list[tuple[int, int]]:
+        """Returns [(seq, delivery_count)] in the order handed out."""
+        g = self.groups[group]
+        if consumer not in g.members:  # the client joins again by itself
+            self.join(group, consumer, liveness)
+        self._beat(g, consumer)
+        for seq in sorted(s for s, dl in g.lease.items() if dl <= self.now):
+            self._retry_or_dead(g, seq, g.dlv[seq], None)
+            g.counters["expired"] += 1
+        for seq in [s for s, due in g.delay.items() if due <= self.now]:
+            del g.delay[seq]
+            g.ready.add(seq)
+        room = min(n, self.settings.max_inflight - len(g.lease), prefetch - g.members[consumer])
+        out: list[tuple[int, int]] = []
+
+        def deliver(seq: int) -> None:
+            d = g.dlv.get(seq)
+            if d is None:
+                d = g.dlv[seq] = Dlv()
+            elif d.count > 0:
+                g.counters["redelivered"] += 1
+            d.count += 1
+            d.holder = consumer
+            g.lease[seq] = self.now + ms(self.settings.ack_wait)
+            g.members[consumer] += 1
+            out.append((seq, d.count))
+
+        if room <= 0:
+            return out
+        for seq in sorted(g.ready)[:room]:
+            g.ready.remove(seq)
+            assert seq in self.records, f"model: ready seq {seq} has no record"
+            deliver(seq)
+        while len(out) < room and g.cursor < self.last:
+            g.cursor += 1
+            seq = g.cursor
+            rec = self.records.get(seq)
+            if rec is None or group not in rec.needed:
+                self._settle(g, seq)  # gone before this group reached it
+            elif rec.not_before is not None and rec.not_before > self.now:
+                g.delay[seq] = rec.not_before
+            else:
+                deliver(seq)
+        return out
+
+    def ack(self, group: str, consumer: str, tags: list[tuple[int, int]]) -> None:
+        g = self.groups[group]
+        seen: set[int] = set()
+        for seq, count in tags:
+            code = self._check_tag(g, consumer, seq, count, late_ok=True)
+            if code is None and seq in seen:
+                code = "AlreadyAcked"
+            if code is not None:
+                raise ModelError(code)
+            seen.add(seq)
+        for seq, _ in tags:
+            d = g.dlv.pop(seq)
+            if d.holder:
+                g.lease.pop(seq)
+                g.members[d.holder] -= 1
+            else:
+                g.ready.discard(seq)
+                g.delay.pop(seq, None)
+            self._settle(g, seq)
+        g.counters["acked"] += len(tags)
+
+    def nack(self, group: str, consumer: str, seq: int, count: int, delay: float | None) -> str:
+        g = self.groups[group]
+        code = self._check_tag(g, consumer, seq, count, late_ok=False)
+        if code is not None:
+            raise ModelError(code)
+        status = self._retry_or_dead(g, seq, g.dlv[seq], None if delay is None else ms(delay))
+        if status == "requeued":
+            g.counters["nacked"] += 1
+        return status
+
+    def reject(self, group: str, consumer: str, seq: int, count: int, reason: str) -> None:
+        g = self.groups[group]
+        code = self._check_tag(g, consumer, seq, count, late_ok=False)
+        if code is not None:
+            raise ModelError(code)
+        self._dead_letter(g, seq, g.dlv[seq], reason)
+
+    def in_progress(self, group: str, consumer: str, seq: int, count: int) -> int:
+        g = self.groups[group]
+        self._beat(g, consumer)
+        code = self._check_tag(g, consumer, seq, count, late_ok=False)
+        if code is not None:
+            raise ModelError(code)
+        deadline = self.now + ms(self.settings.ack_wait)
+        g.lease[seq] = deadline
+        return deadline
+
+    def heartbeat(self, group: str, consumer: str, timeout: float) -> tuple[int, int, int]:
+        """Returns (members removed, returned, dead-lettered)."""
+        g = self.groups[group]
+        if consumer not in g.members:
+            raise ModelError("NotMember")
+        g.live[consumer] = ms(timeout)
+        self._beat(g, consumer)
+        removed = returned = dead = 0
+        silent = sorted((dl, m) for m, dl in g.beats.items() if dl < self.now)[:10]
+        for _, member in silent:
+            r, d = self._return_held(g, member, graceful=False)
+            removed, returned, dead = removed + 1, returned + r, dead + d
+        return removed, returned, dead
+
+    def close(self, group: str, consumer: str) -> int:
+        returned, _ = self._return_held(self.groups[group], consumer, graceful=True)
+        return returned
+
+    # -- dead letters -----------------------------------------------------------
+
+    def replay(self, group: str | None, limit: int | None) -> tuple[int, int, int, int, dict[str, int]]:
+        """Returns (selected, replayed, missing, skipped, by_group)."""
+        chosen = [k for k in sorted(self.dlq) if group is None or self.dlq[k].group == group]
+        if limit is not None:
+            chosen = chosen[:limit]
+        order: dict[str, list[int]] = {}
+        for k in chosen:
+            order.setdefault(self.dlq[k].group, []).append(k)
+        replayed = skipped = 0
+        by_group: dict[str, int] = {}
+        for gname, dseqs in order.items():
+            g = self.groups[gname]
+            for k in dseqs:
+                dl = self.dlq[k]
+                if dl.seq in g.dlv:
+                    skipped += 1
+                    continue
+                g.settled.discard(dl.seq)
+                rec = self.records.get(dl.seq)
+                if rec is None:
+                    self.records[dl.seq] = Record(dl.payload, dict(dl.headers), None, {gname})
+                else:
+                    rec.needed.add(gname)
+                g.dlv[dl.seq] = Dlv()
+                g.ready.add(dl.seq)
+                del self.dlq[k]
+                replayed += 1
+                by_group[gname] = by_group.get(gname, 0) + 1
+        return len(chosen), replayed, 0, skipped, by_group
+
+    # -- what can be observed ------------------------------------------------------
+
+    def observe(self) -> dict:
+        groups = {}
+        for name, g in self.groups.items():
+            groups[name] = {
+                "ack_floor": g.floor(),
+                "cursor": g.cursor,
+                "pending": g.pending(self.last),
+                "in_flight": len(g.lease),
+                "expired_leases": sum(1 for dl in g.lease.values() if dl <= self.now),
+                "ready": len(g.ready),
+                "delayed": len(g.delay),
+                "counters": dict(g.counters),
+                "consumers": sorted(g.members.items()),
+                "leases": dict(sorted(g.lease.items())),
+                "states": {s: (d.count, d.holder) for s, d in sorted(g.dlv.items())},
+                "ready_seqs": sorted(g.ready),
+                "delay_seqs": dict(sorted(g.delay.items())),
+            }
+        return {
+            "last_seq": self.last,
+            "records": sorted(self.records),
+            "scheduled": sum(1 for nb in self.sched.values() if nb > self.now),
+            "dead_letters": sorted((d.group, d.seq, d.reason, d.deliveries) for d in self.dlq.values()),
+            "groups": groups,
+        }
