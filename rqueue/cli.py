@@ -140,6 +140,8 @@ class RQueueGroup(click.Group):
             fail(ctx, str(exc), EXIT_NOT_FOUND)
         except rqueue.RQueueError as exc:
             fail(ctx, str(exc), EXIT_ERROR)
+        except redis.exceptions.NoPermissionError as exc:
+            fail(ctx, str(rqueue.errors.NotPermitted(f"prefix {ctx.params.get('prefix', '')!r}", str(exc))), EXIT_ERROR)
         except redis.RedisError as exc:  # a failure after connecting (connection lost, ...)
             fail(ctx, f"Redis command failed: {type(exc).__name__}: {exc}", EXIT_ERROR)
 

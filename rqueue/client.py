@@ -33,7 +33,8 @@ _memory_servers: dict[str, Any] = {}
 _memory_lock = threading.Lock()
 
 
-_SECRET_PARAM = re.compile(r"([?&;](?:password|pass|pwd|passwd|secret|token)=)([^&;#]*)", re.IGNORECASE)
+# Also prefixed names such as ssl_password (a TLS key's passphrase).
+_SECRET_PARAM = re.compile(r"([?&;](?:\w+_)?(?:password|pass|pwd|passwd|secret|token)=)([^&;#]*)", re.IGNORECASE)
 
 
 def _split_secrets(url: str) -> tuple[str, str, str, str]:
@@ -216,6 +217,8 @@ def _describe(exc: BaseException) -> str:
         return f"the server does not speak the Redis protocol ({text})"
     if isinstance(exc, redis.AuthenticationError):
         return "authentication failed"
+    if isinstance(exc, redis.ConnectionError) and "reset by peer" in text:
+        return f"{text} (a TLS port? TLS needs a rediss:// URL)"
     return text
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "NotHeld",
     "StaleDelivery",
     "NotMember",
+    "NotPermitted",
     "Unroutable",
     "CorruptRecord",
     "Reject",
@@ -171,6 +172,21 @@ class StaleDelivery(DeliveryError):
     reason = "is no longer held by this consumer (lease expired or redelivered)"
 
 
+class NotPermitted(RQueueError):
+    """Redis refused a command or key to this user (ACL).
+
+    Attributes:
+        where: the key prefix or queue the call was for.
+    """
+
+    def __init__(self, where: str, detail: str) -> None:
+        super().__init__(
+            f"Redis refused the call for {where} ({detail}): the user needs rqueue's ACL rule "
+            "(keys ~<prefix>:*, channels &<prefix>:* and the commands listed in docs/ACL.md)"
+        )
+        self.where = where
+
+
 class NotMember(RQueueError):
     """The consumer is not a member of its group (it left or was removed)."""
 
@@ -241,6 +257,8 @@ def from_script_error(exc: Exception, *, queue: str = "", where: str = "") -> Ex
     Every script error starts with a stable code (``RQ_...``); anything else
     is returned unchanged so that it is re-raised as it came.
     """
+    if type(exc).__name__ == "NoPermissionError":  # redis-py's, without importing it here
+        return NotPermitted(where or queue, str(exc))
     found = _CODE.search(str(exc))
     if found is None:
         return exc

@@ -33,13 +33,10 @@ class QueueKeys:
     def settled(self) -> str:
         return f"{self.base}:settled"
 
-    @property
-    def ids(self) -> str:
-        return f"{self.base}:ids"
-
-    @property
-    def id_exp(self) -> str:
-        return f"{self.base}:idexp"
+    def message_id(self, msg_id: str) -> str:
+        """The de-duplication key of ``msg_id`` (expires with the window).
+        The queue's hash tag comes first, so any id stays in its slot."""
+        return f"{self.base}:id:{msg_id}"
 
     @property
     def sched(self) -> str:
@@ -65,8 +62,8 @@ class QueueKeys:
         return QueueKeys(f"{self.base}:dlq")
 
     def publish_keys(self) -> list[str]:
-        """KEYS of publish.lua."""
-        return [self.meta, self.msgs, self.floors, self.ids, self.id_exp, self.sched]
+        """The fixed KEYS of publish.lua; id keys follow them."""
+        return [self.meta, self.msgs, self.floors, self.sched]
 
     def group(self, group: str, dead_letters: QueueKeys | None = None) -> GroupKeys:
         """Keys of ``group``; ``dead_letters`` names another queue to receive
@@ -75,7 +72,7 @@ class QueueKeys:
 
     def all_static(self) -> list[str]:
         """The queue-level keys, for deletion and inspection."""
-        return [self.meta, self.msgs, self.floors, self.settled, self.ids, self.id_exp, self.sched, self.events, self.pinned]
+        return [self.meta, self.msgs, self.floors, self.settled, self.sched, self.events, self.pinned]
 
 
 @dataclass(frozen=True)

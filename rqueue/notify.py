@@ -10,6 +10,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import redis
+
+from .constants import IDLE_POLL_INTERVAL
+
 log = logging.getLogger("rqueue.notify")
 
 SUBSCRIBE_TIMEOUT = 1.0  # seconds to wait for a subscription to be confirmed
@@ -27,16 +31,19 @@ class Notifier:
         self._subscribed: set[str] = set()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._refused = False  # SUBSCRIBE not permitted (ACL): poll instead
 
     def generation(self, channel: str) -> int:
         """A counter that changes when ``channel`` announces something.
         Read it before fetching, wait on it after an empty fetch."""
         with self._cond:
+            if self._refused:
+                return 0
             if channel not in self._wanted:
                 self._wanted.add(channel)
                 self._generation.setdefault(channel, 0)
                 self._start()
-                self._cond.wait_for(lambda: channel in self._subscribed or self._closed, SUBSCRIBE_TIMEOUT)
+                self._cond.wait_for(lambda: channel in self._subscribed or self._closed or self._refused, SUBSCRIBE_TIMEOUT)
             return self._generation[channel]
 
     def wait(self, channel: str, since: int, timeout: float, until: Callable[[], bool] | None = None) -> bool:
@@ -92,6 +99,15 @@ class Notifier:
                     elif message["type"] == "message":
                         self._generation[channel] = self._generation.get(channel, 0) + 1
                     self._cond.notify_all()
+            except redis.exceptions.NoPermissionError as exc:
+                log.warning(
+                    "SUBSCRIBE refused (%s): idle consumers poll every %.1f s instead of being woken; "
+                    "grant the channels &<prefix>:* (docs/ACL.md)", exc, IDLE_POLL_INTERVAL,
+                )
+                with self._cond:
+                    self._refused = True
+                    self._cond.notify_all()
+                return
             except Exception as exc:  # the connection broke: wake everyone, then resubscribe
                 log.debug("wake-up channel lost (%s); reconnecting", exc)
                 if pubsub is not None:

@@ -10,7 +10,7 @@ import redis
 
 from . import constants as C
 from .errors import InvalidInput, InvalidName, PayloadTooLarge, Unroutable, from_script_error
-from .keys import QueueKeys, queue_base
+from .keys import QueueKeys, queue_base, registry_key
 from .names import check_message_id, check_name
 from .record import decode_record, encode_body
 from .results import ConsumerStats, GroupStats, PublishResult, QueueStats
@@ -147,6 +147,30 @@ class Queue:
                 progress(len(seqs))
         return deleted
 
+    def delete(self) -> int:
+        """Deletes the queue: its messages, groups, dead-letter queue and
+        events (reading its keys from its own registry, so no SCAN is
+        needed). De-duplication ids are left to expire with their window.
+        Consumers still working on it get errors. Returns how many keys
+        were deleted."""
+        r = self.client.redis
+        keys: list[str] = []
+        level: QueueKeys | None = self.keys
+        while level is not None:
+            groups = [g.decode() for g in r.hkeys(level.floors)]
+            keys += level.all_static()
+            for g in groups:
+                keys += level.group(g).group_only()
+            # the next dead-letter level, if it was ever written
+            below = level.dead_letters
+            level = below if r.exists(below.meta, below.msgs) else None
+        deleted = 0
+        for start in range(0, len(keys), 500):
+            deleted += r.delete(*keys[start : start + 500])
+        r.srem(registry_key(self.client.prefix), self.name)
+        self.client._registered.discard(self.name)
+        return deleted
+
     def events(self, count: int = 100) -> list[dict[str, str]]:
         """The newest ``count`` events (dead-lettered, dropped, replayed,
         purged), oldest first, each with its stream id under "id"."""
@@ -204,6 +228,7 @@ class Queue:
         delay_ms = _delay_ms(delay)
         settings = self.settings()
         args: list[Any] = []
+        id_keys: list[str] = []
         for i, payload in enumerate(payloads):
             try:
                 body = encode_body(payload, per_headers[i])
@@ -215,18 +240,17 @@ class Queue:
             size = len(body) - body.index(b":") - 1 - _headers_len(body)
             if size > settings.max_payload:
                 raise PayloadTooLarge(size, settings.max_payload, i if count > 1 else None)
-            args += [msg_id, delay_ms, body]
+            args.append((msg_id, delay_ms, body))
         head = [self.client.clock.script_now(), int(settings.dedup_window * 1000), "1" if mandatory else "0", self.keys.wake_channel]
-        keys = self.keys.publish_keys()
         script = self.client.scripts.publish
-        chunk = 3 * C.MAX_BATCH
+        calls = [self._publish_call(args[start : start + C.MAX_BATCH]) for start in range(0, len(args), C.MAX_BATCH)]
         try:
-            if len(args) <= chunk:
-                replies = [script(keys=keys, args=head + args)]
+            if len(calls) == 1:
+                replies = [script(keys=calls[0][0], args=head + calls[0][1])]
             else:
                 pipe = self.client.redis.pipeline(transaction=False)
-                for start in range(0, len(args), chunk):
-                    script(keys=keys, args=head + args[start : start + chunk], client=pipe)
+                for keys, call_args in calls:
+                    script(keys=keys, args=head + call_args, client=pipe)
                 replies = pipe.execute()
         except redis.ResponseError as exc:
             err = from_script_error(exc, queue=self.name)
@@ -238,6 +262,18 @@ class Queue:
         for reply in replies:
             out += [PublishResult(int(reply[j]), reply[j + 1] == 1) for j in range(0, len(reply), 2)]
         return out
+
+    def _publish_call(self, messages: list[tuple[str, int, bytes]]) -> tuple[list[str], list[Any]]:
+        """KEYS and per-message ARGV of one publish.lua call."""
+        keys = self.keys.publish_keys()
+        args: list[Any] = []
+        for msg_id, delay_ms, body in messages:
+            if msg_id:
+                keys.append(self.keys.message_id(msg_id))
+                args += [len(keys), delay_ms, body]
+            else:
+                args += [0, delay_ms, body]
+        return keys, args
 
     def _to_alternate(self, alternate: str, payloads: Sequence[bytes], headers: list[Any], ids: list[Any],
                       delay: float | None) -> list[PublishResult]:

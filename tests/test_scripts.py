@@ -26,11 +26,16 @@ def raw(client, queue):
 
 
 def publish(raw, *bodies, now=NOW, ids=None, delay=0):
+    """publish.lua with its raw layout: fixed KEYS, then one key per id."""
     r, qk, _, s = raw
+    keys = qk.publish_keys()
     args = [now, 60_000, "0", ""]
     for i, b in enumerate(bodies):
-        args += [(ids or [""] * len(bodies))[i], delay, b]
-    return s.publish(keys=qk.publish_keys(), args=args)
+        msg_id = (ids or [""] * len(bodies))[i]
+        if msg_id:
+            keys.append(qk.message_id(msg_id))
+        args += [len(keys) if msg_id else 0, delay, b]
+    return s.publish(keys=keys, args=args)
 
 
 def test_every_script_has_the_header_contract():
@@ -54,6 +59,7 @@ def test_publish_reply_is_seq_and_duplicate_flag(raw):
     assert publish(raw, b"0:a", b"0:b", ids=["x", "x"]) == [1, 0, 1, 1]
     r, qk, _, _ = raw
     assert r.hget(qk.msgs, 1) == b":%d:0:a" % NOW
+    assert r.get(qk.message_id("x")) == b"1:%d" % (NOW + 60_000) and 0 < r.pttl(qk.message_id("x")) <= 60_000
 
 
 def test_publish_delayed_records_not_before(raw):
@@ -66,7 +72,7 @@ def test_publish_delayed_records_not_before(raw):
 def test_publish_mandatory_without_group_is_refused(raw):
     r, qk, _, s = raw
     with pytest.raises(redis.ResponseError, match="^RQ_UNROUTABLE"):
-        s.publish(keys=qk.publish_keys(), args=[NOW, 1000, "1", "", "", 0, b"0:a"])
+        s.publish(keys=qk.publish_keys(), args=[NOW, 1000, "1", "", 0, 0, b"0:a"])
     assert r.hget(qk.meta, "seq") is None
 
 
