@@ -706,6 +706,12 @@ class Bench:
     def st_consume(self, n: int, per_call: int) -> tuple[float, dict[str, float]]:
         key = self.stream(f"consume-{per_call}")
         self.fill_stream(key, n)
+        elapsed, cpu = self.drain_stream(key, n, per_call)
+        return n / elapsed, {"streams_client_cpu_us": cpu / n * 1e6, "streams_wall_us": elapsed / n * 1e6}
+
+    def drain_stream(self, key: str, n: int, per_call: int) -> tuple[float, float]:
+        """XREADGROUP COUNT per_call + XACK until n entries are consumed;
+        returns (wall seconds, client CPU seconds)."""
         r = self.r
         field_name = STREAM_FIELD.encode()
         done = 0
@@ -720,8 +726,7 @@ class Bench:
                 ids.append(eid)
             r.xack(key, GROUP, *ids)
             done += len(ids)
-        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-        return n / elapsed, {"streams_client_cpu_us": cpu / n * 1e6, "streams_wall_us": elapsed / n * 1e6}
+        return time.perf_counter() - t0, time.process_time() - cpu0
 
     def run_consume(self) -> None:
         cfg = self.config
@@ -1074,21 +1079,7 @@ class Bench:
         self.fill_stream(key, n, batch=BATCH)
         b = self.commandstats()
         out = {"publish": (self.usec(b, "xadd") - self.usec(a, "xadd")) / n}
-        done = 0
-        r = self.r
-        field_name = STREAM_FIELD.encode()
-        cpu0, t0 = time.process_time(), time.perf_counter()
-        while done < n:
-            resp = r.xreadgroup(GROUP, "c1", {key: ">"}, count=BATCH)
-            if not resp or not resp[0][1]:
-                raise BenchError(f"cpu: XREADGROUP came back empty after {done} of {n}")
-            ids = []
-            for eid, fields in resp[0][1]:
-                _noop(fields[field_name])
-                ids.append(eid)
-            r.xack(key, GROUP, *ids)
-            done += len(ids)
-        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        elapsed, cpu = self.drain_stream(key, n, BATCH)
         c = self.commandstats()
         out["fetch"] = (self.usec(c, "xreadgroup") - self.usec(b, "xreadgroup")) / n
         out["ack"] = (self.usec(c, "xack") - self.usec(b, "xack")) / n

@@ -99,6 +99,13 @@ def _at_least(name: str, value: Any, low: float, *, integer: bool = False, what:
     return int(v) if integer else float(v)
 
 
+def _queue_name(setting: str, value: Any, what: str) -> str:
+    try:
+        return check_name("queue", value)
+    except InvalidName as exc:
+        raise InvalidSetting(setting, value, f"{what} ({exc})") from None
+
+
 def _check_one(name: str, value: Any) -> Any:
     if name == "ack_wait":
         v = _at_least(name, value, 0.001, what="must be a positive number of seconds (at least 0.001)")
@@ -128,17 +135,9 @@ def _check_one(name: str, value: Any) -> Any:
             return "none"
         if value in DEAD_LETTER_MODES:
             return value
-        try:
-            return check_name("queue", value)
-        except InvalidName as exc:
-            raise InvalidSetting(name, value, f"must be {' or '.join(DEAD_LETTER_MODES)}, None, or a queue name ({exc})") from None
+        return _queue_name(name, value, f"must be {' or '.join(DEAD_LETTER_MODES)}, None, or a queue name")
     if name == "alternate":
-        if value is None:
-            return None
-        try:
-            return check_name("queue", value)
-        except InvalidName as exc:
-            raise InvalidSetting(name, value, f"must be None or a queue name ({exc})") from None
+        return None if value is None else _queue_name(name, value, "must be None or a queue name")
     if name == "max_payload":
         return _at_least(name, value, 1, integer=True, what="must be a whole number of bytes >= 1")
     raise InvalidSetting(name, value, f"unknown setting; known: {', '.join(sorted(SETTING_NAMES))}")
