@@ -58,22 +58,37 @@ class Report:
 # -- child processes ---------------------------------------------------------------
 
 
+def connect_retrying(url: str, prefix: str, seconds: float = 60) -> rqueue.Client:
+    """A child may start while Redis is being restarted: keep trying."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return rqueue.connect(url, prefix=prefix)
+        except rqueue.ConnectionFailed:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def producer(url: str, prefix: str, first: int, count: int, out: str, seconds: float) -> None:
     """Publishes ids first..first+count-1 spread over ``seconds``, retrying
     each batch (same ids) until Redis confirms it; appends confirmed ids to
     ``out``."""
-    client = rqueue.connect(url, prefix=prefix)
-    q = client.queue(QUEUE)
-    pause = seconds / max(1, count // BATCH)
     with open(out, "a") as f:
+        client = connect_retrying(url, prefix)
+        q = client.queue(QUEUE)
+        pause = seconds / max(1, count // BATCH)
         for start in range(first, first + count, BATCH):
             time.sleep(pause)
             ids = [f"m{i}" for i in range(start, min(start + BATCH, first + count))]
+            deadline = time.monotonic() + 120
             while True:
                 try:
                     q.publish_many([i.encode() for i in ids], ids=ids)
                     break
                 except (redis.RedisError, OSError, rqueue.RQueueError):
+                    if time.monotonic() > deadline:
+                        raise
                     time.sleep(0.05)
             f.write("\n".join(ids) + "\n")
             f.flush()
@@ -81,7 +96,7 @@ def producer(url: str, prefix: str, first: int, count: int, out: str, seconds: f
 
 def worker(url: str, prefix: str, out: str) -> None:
     """A Worker whose handler appends "seq count" lines to ``out``."""
-    client = rqueue.connect(url, prefix=prefix)
+    client = connect_retrying(url, prefix)
     log = open(out, "a", buffering=1)
 
     def handler(d: rqueue.Delivery) -> None:
@@ -144,9 +159,12 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
                 pass  # the server was restarting; the next action goes on
         for p in prods:
             p.wait(120)
+            if p.returncode != 0:
+                report.problems.append(f"a producer exited with {p.returncode}")
         confirmed = set()
         for i in range(producers):
-            confirmed |= set((work / f"p{i}.txt").read_text().split())
+            path = work / f"p{i}.txt"
+            confirmed |= set(path.read_text().split()) if path.exists() else set()
         report.confirmed = len(confirmed)
         q = client.queue(QUEUE)
         deadline = time.monotonic() + 120

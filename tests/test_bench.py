@@ -30,6 +30,7 @@ def positive(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
+@pytest.mark.parametrize("server_url", ["redis"], indirect=True)
 def test_quick_json_reports_every_documented_figure(server_url, prefix):
     result = run_bench(server_url, prefix, "--quick", "--json")
     assert result.exit_code == 0, result.output + result.stderr
@@ -64,6 +65,7 @@ def test_quick_json_reports_every_documented_figure(server_url, prefix):
         r.close()
 
 
+@pytest.mark.parametrize("server_url", ["valkey"], indirect=True)
 def test_only_runs_the_named_figures_and_prints_a_table(server_url, prefix):
     result = run_bench(server_url, prefix, "--quick", "--only", "publish,memory")
     assert result.exit_code == 0, result.output + result.stderr
