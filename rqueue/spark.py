@@ -61,11 +61,16 @@ the batch) publishes nothing new. The ids, by ``row_ids``:
     could number rows differently and publish some twice and lose others
     as false duplicates. Use it only when you know the plan.
 
-``<query>`` is ``job_id`` when given, else the streaming query's id, which
-Spark keeps in the checkpoint, so it stays the same across restarts.
-:func:`publish_dataframe` (batch jobs) uses ``spark-job:<job_id>:...`` and
-needs a ``job_id`` unless ``id_col`` is given: running the same job again
-with the same ``job_id`` inside the window publishes nothing new.
+``<query>`` is the streaming query's id, which Spark keeps in the
+checkpoint: it stays the same across restarts, and a new checkpoint (whose
+batch ids start again at 0) gets a new one, so two queries, or two lives of
+one query, never share ids. ``job_id=`` replaces it by a name of your own;
+then change the name whenever the checkpoint is thrown away, or batch 0 of
+the new checkpoint would be taken for batch 0 of the old one inside the
+window. :func:`publish_dataframe` (batch jobs) uses
+``spark-job:<job_id>:...`` and needs a ``job_id`` unless ``id_col`` is
+given: running the same job again with the same ``job_id`` inside the
+window publishes nothing new, a new ``job_id`` publishes everything again.
 
 The de-duplication window
 -------------------------
@@ -76,9 +81,10 @@ above all the time until a failed query is restarted from its checkpoint and
 replays its last batch. ``dedup_window=`` makes the driver call
 ``client.configure(queue, dedup_window=...)`` (an exact-name setting, seen by
 every publisher of that queue) before the first batch. For a streaming query
-a day (86400) is a sensible value; Redis keeps each id for the window, about
-150 bytes per message, so size it as messages-per-window x 150 bytes. The
-sink logs a warning when the window in force is under an hour.
+a day (86400) is a sensible value. Redis keeps each id as a key of its own
+for the window: about 250 bytes per message with the sink's ids (measured
+on Redis 7), so budget messages-per-window x 250 bytes of memory. The sink
+logs a warning when the window in force is under an hour.
 
 Bad rows
 --------
@@ -95,6 +101,10 @@ query stops with that message. Nothing is dropped silently; rows of the
 batch published before the bad one stay published, and once the row is
 fixed or filtered the batch can run again without duplicating them (with
 ``content`` ids as long as those rows are unchanged).
+
+Works with classic PySpark 4.x (``DataFrame.rdd`` is used to run the
+partitions), not with Spark Connect. Executors connect to the URL
+themselves, so it must be reachable from them (``memory://`` is refused).
 
 rqueue never pickles anything itself: only the plan (URL, names, sizes) goes
 to the executors, through Spark's own closure serialisation, and payloads
@@ -518,6 +528,11 @@ def publish_dataframe(df: DataFrame, url: str, queue: str, value_col: str = "val
         raise InvalidInput("publish_dataframe needs job_id= (a name for this job's rows, the same when it is run "
                            "again) or id_col=")
     job = "-" if job_id is None else _check_job_id(job_id)
+    if not isinstance(df, DataFrame):
+        raise InvalidInput(f"df must be a pyspark DataFrame, not {type(df).__name__}")
+    if df.isStreaming:
+        raise InvalidInput("publish_dataframe takes a batch DataFrame; for a stream use "
+                           "df.writeStream.foreachBatch(rqueue.spark.sink(...))")
     _check_columns(df, value_col, id_col, headers)
     _configure(url, queue, prefix, dedup_window)
     mode = "id" if id_col is not None else row_ids

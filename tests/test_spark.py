@@ -1,0 +1,325 @@
+"""rqueue.spark: DataFrames and Structured Streaming micro-batches published
+into rqueue exactly once, bad rows refused loudly, dead letters as a DataFrame.
+
+One local SparkSession (local[2,3]: two cores, a failed task is tried up to
+three times) and one private redis-server serve the whole module; each test
+has its own key prefix. Streaming queries use the file source with
+availableNow and end by themselves: no query is ever stopped mid-batch.
+When CI is set, a missing pyspark or Java is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import IN_CI, start_server
+
+try:
+    import pyspark  # noqa: F401
+except ImportError:
+    if IN_CI:
+        raise ImportError("CI must run the Spark tests: install the spark extra (pip install -e '.[dev,spark]')") from None
+    pytest.skip("pyspark is not installed (pip install -e '.[spark]')", allow_module_level=True)
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    if IN_CI:
+        raise RuntimeError("CI must run the Spark tests: Java 17 is missing (apt-get install openjdk-17-jre-headless)")
+    pytest.skip("Spark needs Java 17 (java on PATH or JAVA_HOME)", allow_module_level=True)
+
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+import rqueue  # noqa: E402
+import rqueue.spark as rs  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = start_server("redis")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def spark():
+    # Executors run Python workers; they must use this virtual environment's
+    # interpreter, where rqueue (and so rqueue.spark) is installed.
+    before = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2,3]")
+        .appName("rqueue-tests")
+        .config("spark.driver.memory", "512m")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+    if before is None:
+        os.environ.pop("PYSPARK_PYTHON", None)
+    else:
+        os.environ["PYSPARK_PYTHON"] = before
+
+
+@pytest.fixture
+def client(server, prefix):
+    c = rqueue.connect(server.url, prefix=prefix)
+    yield c
+    c.close()
+
+
+def stored(client: rqueue.Client, queue: str) -> list[rqueue.Message]:
+    """Every message stored in ``queue``, in seq order."""
+    q, out = client.queue(queue), []
+    while page := q.peek(1000, after=out[-1].seq if out else 0):
+        out += page
+    return out
+
+
+def payloads(client: rqueue.Client, queue: str) -> collections.Counter:
+    return collections.Counter(m.data for m in stored(client, queue))
+
+
+def test_every_row_arrives_once_with_its_headers(spark, server, client, prefix):
+    # given 3000 rows over 3 partitions, a string value, an int header, a string header that is sometimes null
+    df = spark.range(0, 3000, 1, 3).select(
+        F.format_string("event-%d", "id").alias("value"),
+        (F.col("id") % 4).alias("kind"),
+        F.when(F.col("id") % 2 == 0, F.lit("even")).alias("parity"),
+    )
+    # when the DataFrame is published
+    stats = rs.publish_dataframe(df, server.url, "events", header_cols=["kind", "parity"], batch_size=128,
+                                 prefix=prefix, job_id="load-1")
+    # then every row is stored exactly once, UTF-8 encoded, with its headers (a null header is left out)
+    assert (stats.rows, stats.published, stats.duplicates) == (3000, 3000, 0)
+    messages = stored(client, "events")
+    assert sorted(m.data for m in messages) == sorted(f"event-{i}".encode() for i in range(3000))
+    for m in messages:
+        i = int(m.data.split(b"-")[1])
+        assert m.headers == ({"kind": str(i % 4), "parity": "even"} if i % 2 == 0 else {"kind": str(i % 4)})
+    # and running the same job again publishes nothing new
+    again = rs.publish_dataframe(df.repartition(5), server.url, "events", header_cols=["kind", "parity"],
+                                 prefix=prefix, job_id="load-1")
+    assert (again.published, again.duplicates) == (0, 3000)
+    assert client.queue("events").stats().depth == 3000
+
+
+def test_binary_values_and_an_id_column(spark, server, client, prefix):
+    # given binary payloads with an id column, one of whose ids was already published by someone else
+    client.queue("blobs").publish(b"from the web app", id="42")
+    df = spark.createDataFrame([(i, bytes([i, 0, 255])) for i in range(40, 50)], "id long, blob binary")
+    # when the DataFrame is published with id_col
+    stats = rs.publish_dataframe(df, server.url, "blobs", value_col="blob", id_col="id", prefix=prefix)
+    # then the ids are the column's values, shared with every other publisher of the queue
+    assert (stats.published, stats.duplicates) == (9, 1)
+    assert payloads(client, "blobs") == collections.Counter(
+        [b"from the web app"] + [bytes([i, 0, 255]) for i in range(40, 50) if i != 42])
+
+
+@pytest.mark.parametrize("row_ids", ["content", "position"])
+def test_a_replayed_batch_id_adds_nothing(spark, server, client, prefix, row_ids):
+    # given a sink and a batch holding 200 distinct rows and 5 identical ones
+    rows = [(f"row-{i}",) for i in range(200)] + [("same",)] * 5
+    batch = spark.createDataFrame(rows, "value string").repartition(2)
+    sink = rs.sink(server.url, "replay", prefix=prefix, job_id="pipeline", row_ids=row_ids)
+    sink(batch, 7)
+    assert (sink.last.rows, sink.last.published, sink.last.duplicates) == (205, 205, 0)
+    # when batch 7 runs again (with content ids even shuffled into another partitioning)
+    replay = batch.orderBy(F.rand(3)).repartition(3) if row_ids == "content" else batch
+    sink(replay, 7)
+    # then nothing new is stored, and the identical rows are still 5 messages
+    assert (sink.last.published, sink.last.duplicates) == (0, 205)
+    assert payloads(client, "replay") == collections.Counter([r[0].encode() for r in rows])
+    # and the next batch id is new data
+    sink(batch, 8)
+    assert sink.last.published == 205
+    assert client.queue("replay").stats().depth == 410
+
+
+def test_a_partition_retried_after_a_partial_publish_adds_no_duplicates(spark, server, client, prefix, tmp_path):
+    # given a transformation that fails once, in partition 1 at its row 900, after that partition has
+    # published a good part of its rows (the sink publishes as rows stream in, 20 per call)
+    marker = str(tmp_path / "failed-once")
+    url, queue = server.url, "retry"
+
+    def payload(i):
+        if i == 1900 and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError("injected failure, first attempt only")
+        return f"{i:06d}" * 10
+
+    df = spark.range(0, 2000, 1, 2).select(F.udf(payload, "string", useArrow=False)("id").alias("value"))
+    # when it is published (position ids: no shuffle, so the failure is in the publishing task)
+    stats = rs.publish_dataframe(df, url, queue, batch_size=20, prefix=prefix, job_id="retry", row_ids="position")
+    # then Spark retried the task, the retry found what the failed attempt had stored, and every row is there once
+    assert os.path.exists(marker)
+    # (the rows reach the sink in blocks of a few hundred while the transformation runs, so the failed
+    # attempt had stored part of partition 1: the retry met those rows as duplicates)
+    assert stats.rows == 2000 and stats.duplicates > 0, stats
+    assert stats.published + stats.duplicates == 2000
+    counts = payloads(client, queue)
+    assert len(counts) == 2000 and set(counts.values()) == {1}
+
+
+def test_bad_rows_fail_the_batch_naming_the_row(spark, server, client, prefix):
+    url = server.url
+    sink = rs.sink(url, "bad", prefix=prefix, job_id="p")
+    # a null value: the batch fails with InvalidInput naming the column, the row's message id and the batch
+    df = spark.createDataFrame([("ok",), (None,)], "value string").coalesce(1)
+    with pytest.raises(rqueue.InvalidInput, match=r"value column 'value' is null in the row with message id "
+                                                  r"'spark-stream:p:3:[0-9a-f]{32}:0' \(batch 3 of query p, partition"):
+        sink(df, 3)
+    # a payload over the queue's max_payload: PayloadTooLarge naming the row
+    client.configure("bad", max_payload=100)
+    df = spark.createDataFrame([("x" * 101,)], "value string")
+    with pytest.raises(rqueue.PayloadTooLarge, match=r"payload of 101 bytes is over max_payload 100 bytes in "
+                                                     r"value column 'value' in the row with message id") as info:
+        sink(df, 4)
+    assert (info.value.size, info.value.limit) == (101, 100)
+    # no bad row was stored (the good row may be: rows are published in digest order until the bad one)
+    assert {m.data for m in stored(client, "bad")} <= {b"ok"}
+    # a null id
+    df = spark.createDataFrame([(None, "v")], "id string, value string")
+    with pytest.raises(rqueue.InvalidInput, match=r"id column 'id' is null in a row \(job -, partition"):
+        rs.publish_dataframe(df, url, "bad", id_col="id", prefix=prefix)
+    # columns of the wrong kind, missing columns and bad arguments are refused on the driver, before any Spark job
+    ints = spark.range(3)
+    with pytest.raises(rqueue.InvalidInput, match="value column 'id' is bigint: it must be binary or string"):
+        rs.publish_dataframe(ints, url, "bad", value_col="id", prefix=prefix, job_id="j")
+    with pytest.raises(rqueue.InvalidInput, match="value_col 'value' is not a column of the DataFrame"):
+        rs.publish_dataframe(ints, url, "bad", prefix=prefix, job_id="j")
+    with pytest.raises(rqueue.InvalidInput, match="header column 'm' is map<string,string>"):
+        rs.publish_dataframe(spark.sql("select 'v' as value, map('a', 'b') as m"), url, "bad", header_cols=["m"],
+                             prefix=prefix, job_id="j")
+    with pytest.raises(rqueue.InvalidInput, match="takes a batch DataFrame"):
+        rs.publish_dataframe(spark.readStream.format("rate").load(), url, "bad", prefix=prefix, job_id="j")
+    with pytest.raises(rqueue.InvalidInput, match="needs job_id="):
+        rs.publish_dataframe(df, url, "bad", prefix=prefix)
+    with pytest.raises(rqueue.InvalidURL, match="memory:// lives inside one process"):
+        rs.sink("memory://x", "bad")
+    with pytest.raises(rqueue.InvalidInput, match="batch_size"):
+        rs.sink(url, "bad", batch_size=0)
+    with pytest.raises(rqueue.InvalidInput, match="must not contain ':'"):
+        rs.sink(url, "bad", job_id="a:b")
+    with pytest.raises(rqueue.InvalidInput, match="no streaming query is running"):
+        rs.sink(url, "bad", prefix=prefix)(df, 0)
+
+
+def test_a_bad_row_stops_the_stream_with_the_rqueue_error(spark, server, client, prefix, tmp_path):
+    # given a stream whose second row has no value
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    (inbox / "a.json").write_text('{"value": "fine"}\n{"other": 1}\n')
+    sink = rs.sink(server.url, "strict", prefix=prefix, dedup_window=3600)
+    query = (spark.readStream.schema("value string").json(str(inbox)).writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    # when it runs, the query fails with the sink's error naming the column and the batch, and is not committed
+    with pytest.raises(Exception, match=r"InvalidInput: value column 'value' is null in the row with message id "
+                                        r"'spark-stream:[0-9a-f-]{36}:0:[0-9a-f]{32}:0' \(batch 0 of query"):
+        query.awaitTermination(60)
+    assert not query.isActive
+    assert not (tmp_path / "checkpoint" / "commits" / "0").exists()
+    assert {m.data for m in stored(client, "strict")} <= {b"fine"}
+
+
+def write_events(folder: Path, name: str, first: int, count: int) -> None:
+    lines = [json.dumps({"event_id": i, "user": f"u{i % 7}", "amount": i * 1.5, "type": "click" if i % 3 else "buy"})
+             for i in range(first, first + count)]
+    tmp = folder.parent / f".{name}"
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.rename(folder / name)  # the file source must never see a half-written file
+
+
+def test_file_stream_end_to_end_and_a_replayed_micro_batch(spark, server, client, prefix, tmp_path):
+    # given three JSON files of events and a streaming query: file source -> transformation -> rqueue
+    inbox, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    inbox.mkdir()
+    for n in range(3):
+        write_events(inbox, f"events-{n}.json", n * 100, 100)
+    sink = rs.sink(server.url, "stream", value_col="json", header_cols=["type"], prefix=prefix, dedup_window=86400,
+                   batch_size=64)
+
+    def run() -> None:
+        events = (spark.readStream.schema("event_id long, user string, amount double, type string")
+                  .option("maxFilesPerTrigger", 1).json(str(inbox)))
+        shaped = (events.where(F.col("type") == "buy")
+                  .withColumn("cents", (F.col("amount") * 100).cast("long"))
+                  .select("type", F.to_json(F.struct("event_id", "user", "cents")).alias("json")))
+        query = (shaped.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(60)  # availableNow: the query ends by itself after the last file
+        assert not query.isActive and query.exception() is None
+
+    def expected(upto: int) -> collections.Counter:
+        return collections.Counter(
+            json.dumps({"event_id": i, "user": f"u{i % 7}", "cents": int(i * 150)}, separators=(",", ":")).encode()
+            for i in range(upto) if i % 3 == 0)
+
+    # when it runs: one micro-batch per file
+    run()
+    # then every "buy" event arrives once, with its header, and the queue keeps ids for a day
+    assert payloads(client, "stream") == expected(300)
+    assert {m.headers["type"] for m in stored(client, "stream")} == {"buy"}
+    assert client.queue("stream").settings().dedup_window == 86400
+    assert sink.last.batch.endswith(":2") and sink.last.published == sink.last.rows > 0
+    last = sink.last.rows
+
+    # when the driver dies after the sink published batch 2 but before Spark committed it (its commit file
+    # is missing), and the query is restarted from its checkpoint
+    for name in ("2", ".2.crc"):  # the commit and its checksum file
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+    run()
+    # then Spark runs batch 2 again and the sink publishes nothing new
+    assert sink.last.batch.endswith(":2") and (sink.last.published, sink.last.duplicates) == (0, last)
+    assert payloads(client, "stream") == expected(300)
+
+    # when a new file arrives and the query runs again: only its rows are added
+    write_events(inbox, "events-3.json", 300, 100)
+    run()
+    assert sink.last.batch.endswith(":3")
+    assert payloads(client, "stream") == expected(400)
+
+    # and a group consuming the queue gets each event once
+    seen = collections.Counter()
+    with client.queue("stream").consumer("billing") as c:
+        while batch := c.fetch(100, timeout=0.2):
+            seen.update(d.data for d in batch)
+            c.ack(batch)
+    assert seen == expected(400)
+
+
+def test_dead_letters_as_a_dataframe(spark, server, client, prefix):
+    # given a queue whose group rejected one message and terminated another
+    q = client.queue("orders")
+    q.publish_many([b"a", b"b", b"c"], headers=[{"trace": "t1"}, None, {"trace": "t3"}])
+    with q.consumer("billing") as c:
+        for d in c.fetch(3):
+            {b"a": lambda: d.reject(reason="bad order"), b"b": d.ack, b"c": lambda: d.term("gone")}[d.data]()
+    # when its dead letters are read into a DataFrame
+    df = rs.read_dead_letters(spark, server.url, "orders", prefix=prefix)
+    # then there is one row per dead letter with its history, payload and own headers
+    assert df.schema == rs.DEAD_LETTER_SCHEMA
+    assert df.columns == ["dlq_seq", "queue", "group", "seq", "reason", "deliveries", "first_delivery_ms",
+                          "last_delivery_ms", "published_ms", "dead_lettered_ms", "error", "data", "headers"]
+    rows = sorted(df.collect(), key=lambda r: r.seq)
+    assert [(r.queue, r.group, r.seq, r.reason, r.deliveries, bytes(r.data), r.headers) for r in rows] == [
+        ("orders", "billing", 1, "rejected", 1, b"a", {"trace": "t1"}),
+        ("orders", "billing", 3, "terminated", 1, b"c", {"trace": "t3"}),
+    ]
+    assert rows[0].error == "bad order" and rows[1].error == "gone"
+    assert all(r.published_ms <= r.first_delivery_ms <= r.last_delivery_ms <= r.dead_lettered_ms for r in rows)
+    # and the reader filters like Queue.dead_letters
+    only = rs.read_dead_letters(spark, server.url, "orders", reason="terminated", prefix=prefix)
+    assert [r.seq for r in only.collect()] == [3]
+    assert rs.read_dead_letters(spark, server.url, "empty", prefix=prefix).count() == 0
