@@ -530,10 +530,16 @@ def dlq_purge(obj: dict[str, Any], queue: str, yes: bool, as_json: bool, **selec
 @cli.command()
 @click.argument("queue")
 @click.option("--count", "-n", type=click.IntRange(1), default=20, show_default=True, help="Newest events to show.")
-@click.option("--json", "as_json", is_flag=True, help='Print {"events": [{id, event, group, seq, reason, at, dlq_seq}, ...]}.')
+@click.option("--json", "as_json", is_flag=True, help='Print {"events": [{id, event, group, seq, reason, at, dlq_seq}, ...]}; '
+              "with --follow, one JSON object per line.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new events as they happen (Ctrl-C to stop).")
+@click.option("--seconds", type=click.FloatRange(0), default=None, help="With --follow: stop after this long.")
 @click.pass_obj
-def events(obj: dict[str, Any], queue: str, count: int, as_json: bool) -> None:
+def events(obj: dict[str, Any], queue: str, count: int, as_json: bool, follow: bool, seconds: float | None) -> None:
     """Recent dead-letters, drops, replays and purges of QUEUE, oldest first."""
+    if follow:
+        follow_events(obj, queue, count, as_json, seconds)
+        return
     with connection(obj["url"], obj["prefix"]) as client:
         found = client.queue(queue).events(count)
     if as_json:
@@ -543,6 +549,30 @@ def events(obj: dict[str, Any], queue: str, count: int, as_json: bool) -> None:
     else:
         keys = ["id", "event", "group", "seq", "reason", "dlq_seq"]
         click.echo(table(keys, [[e.get(k, "") for k in keys] for e in found]))
+
+
+EVENT_KEYS = ["id", "event", "group", "seq", "reason", "dlq_seq"]
+FOLLOW_POLL = 0.5  # seconds between reads of the event stream
+
+
+def follow_events(obj: dict[str, Any], queue: str, count: int, as_json: bool, seconds: float | None) -> None:
+    with connection(obj["url"], obj["prefix"]) as client:
+        q = client.queue(queue)
+        shown = q.events(count)
+        last = shown[-1]["id"] if shown else "0"
+        deadline = None if seconds is None else time.monotonic() + seconds
+        try:
+            while True:
+                for e in shown:
+                    click.echo(json.dumps(e) if as_json else "  ".join(f"{k}={e.get(k, '')}" for k in EVENT_KEYS))
+                if deadline is not None and time.monotonic() >= deadline:
+                    return
+                time.sleep(FOLLOW_POLL)
+                shown = q.events_after(last, 1000)
+                if shown:
+                    last = shown[-1]["id"]
+        except KeyboardInterrupt:
+            return
 
 
 # -- demo --------------------------------------------------------------------

@@ -171,6 +171,11 @@ class Queue:
         self.client._registered.discard(self.name)
         return deleted
 
+    def events_after(self, last_id: str, count: int = 100) -> list[dict[str, str]]:
+        """Events newer than the stream id ``last_id`` ("0" for all), oldest first."""
+        entries = self.client.redis.xrange(self.keys.events, min=f"({last_id}" if last_id != "0" else "-", count=count)
+        return [{"id": i.decode(), **{k.decode(): v.decode() for k, v in f.items()}} for i, f in entries]
+
     def events(self, count: int = 100) -> list[dict[str, str]]:
         """The newest ``count`` events (dead-lettered, dropped, replayed,
         purged), oldest first, each with its stream id under "id"."""

@@ -75,3 +75,20 @@ def test_dlq_bad_filters_are_named(backend, prefix, dead):
     assert bad.exit_code == 2 and "seq_from 5 is above seq_to 2" in bad.output
     bad_group = run(backend, prefix, "dlq", "list", "orders", "--group", "a b")
     assert bad_group.exit_code == 2 and "invalid group name" in bad_group.output
+
+
+def test_events_follow_prints_new_events(backend, prefix, dead):
+    import threading
+
+    # given a follower started on a queue with two events
+    dead.publish(b"late")
+    c = dead.consumer("g")
+    [late] = c.fetch()
+    # when a third happens while it follows
+    timer = threading.Timer(0.3, late.reject)
+    timer.start()
+    out = run(backend, prefix, "events", "orders", "--follow", "--seconds", "1.5", "--json")
+    timer.join()
+    # then it is printed after the history
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(e["event"], e["seq"]) for e in lines] == [("dead-lettered", "1"), ("dead-lettered", "2"), ("dead-lettered", "4")]

@@ -65,7 +65,7 @@ ACL_RULE = (
     "+hdel +hexists +hget +hgetall +hincrby +hkeys +hlen +hmget +hset +hsetnx +hvals "
     "+sadd +scard +sismember +smembers +srem "
     "+zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore "
-    "+xadd +xrevrange "
+    "+xadd +xrange +xrevrange "
     "+publish +subscribe"
 )
 
