@@ -19,7 +19,10 @@
 --@include check_tag
 --@include extend_tags
 
-beat()
+-- A consumer removed as dead is no member: it must not look alive again.
+if rcall('HEXISTS', consumersKey, consumerName) == 1 then
+  beat()
+end
 local deadline = now + ackWait
 local out = {deadline}
 for _, status in ipairs(extendTags(15, deadline)) do

@@ -6,7 +6,8 @@
     ARGV[1..14] the group arguments (includes/group_args.lua); only the group
       name and now are used
   Output:
-    flat list of name, value pairs: last_seq, floor, cursor, acked_above_floor,
+    flat list of name, value pairs: last_seq, floor (lowered below any seq
+    reopened by replay), stored_floor, reopened_below_floor, cursor, acked_above_floor,
     in_flight, expired_leases, oldest_lease_ms, ready, delayed, counters
     (acked, nacked, redelivered, expired, dead_lettered, dropped), then
     "consumer", name, held, liveness deadline (ms), liveness timeout (ms)
@@ -24,7 +25,17 @@ end
 
 put('now', now)
 put('last_seq', rcall('HGET', metaKey, 'seq') or '0')
-put('floor', rcall('HGET', floorsKey, groupName) or '')
+-- A seq reopened by replay at or below the stored floor is unsettled again:
+-- the floor reported is below it, and it counts as pending.
+local storedFloor = tonumber(rcall('HGET', floorsKey, groupName) or '0')
+local floor = storedFloor
+local lowest = rcall('ZRANGE', reopenKey, 0, 0)
+if lowest[1] ~= nil and tonumber(lowest[1]) <= storedFloor then
+  floor = tonumber(lowest[1]) - 1
+end
+put('floor', floor)
+put('stored_floor', storedFloor)
+put('reopened_below_floor', rcall('ZCOUNT', reopenKey, '-inf', storedFloor))
 put('cursor', rcall('HGET', groupKey, 'cursor') or '0')
 put('acked_above_floor', rcall('SCARD', ackedKey))
 put('in_flight', rcall('ZCARD', leaseKey))

@@ -428,12 +428,11 @@ def _group_stats(name: str, flat: list[Any]) -> GroupStats:
         return int(values.get(key) or 0)
 
     oldest = values.get("oldest_lease_ms")
-    floor = num("floor")
     return GroupStats(
         name=name,
-        ack_floor=floor,
+        ack_floor=num("floor"),
         cursor=num("cursor"),
-        pending=num("last_seq") - floor - num("acked_above_floor"),
+        pending=num("last_seq") - num("stored_floor") - num("acked_above_floor") + num("reopened_below_floor"),
         in_flight=num("in_flight"),
         expired_leases=num("expired_leases"),
         oldest_lease_age_ms=int(oldest) if oldest not in (None, b"", "") else None,

@@ -29,7 +29,9 @@ What the model says, in short:
   min(n, max_inflight - in flight, prefetch - held by this consumer)
   deliveries: ready ones lowest seq first, then new ones from the group's
   cursor (a delayed publish passed by the cursor waits in the group's delay
-  set until due).
+  set until due). Leases that ran out are handled in deadline order, which
+  decides the order of the dead letters they make (and so which ones a
+  limited replay picks); SPEC leaves that order open.
 - A delivery tag is (seq, count). Settling checks, in this order: no open
   delivery state -> AlreadyAcked when the group settled seq, else
   UnknownDeliveryTag; count above the current count -> UnknownDeliveryTag;
@@ -305,7 +307,8 @@ class Model:
         if consumer not in g.members:  # the client joins again by itself
             self.join(group, consumer, liveness)
         self._beat(g, consumer)
-        for seq in sorted(s for s, dl in g.lease.items() if dl <= self.now):
+        # in deadline order (ties: seq as text), which decides the order of dead letters
+        for seq in sorted((s for s, dl in g.lease.items() if dl <= self.now), key=lambda s: (g.lease[s], str(s))):
             self._retry_or_dead(g, seq, g.dlv[seq], None)
             g.counters["expired"] += 1
         for seq in [s for s, due in g.delay.items() if due <= self.now]:

@@ -163,7 +163,7 @@ def test_stats_reply_is_name_value_pairs(raw):
     s.join(keys=gk, args=group_argv())
     flat = s.stats(keys=gk, args=group_argv())
     pairs = dict(zip(flat[0:-5:2], flat[1:-5:2]))
-    assert pairs[b"last_seq"] == b"1" and pairs[b"floor"] == b"0"
+    assert pairs[b"last_seq"] == b"1" and int(pairs[b"floor"]) == 0 and pairs[b"reopened_below_floor"] == 0
     # consumer, name, held, liveness deadline, liveness timeout (ack_wait by default)
     assert flat[-5:] == [b"consumer", b"c1", b"0", str(NOW + 10_000).encode(), b"10000"]
 
