@@ -637,14 +637,8 @@ class Bench:
 
     def st_publish_batch(self, n: int) -> float:
         key = self.stream("publish-batch", group=False)
-        pipe = self.r.pipeline(transaction=False)
         t0 = time.perf_counter()
-        for i in range(n):
-            pipe.xadd(key, {STREAM_FIELD: payload(i)})
-            if len(pipe) == BATCH:
-                pipe.execute()
-        if len(pipe):
-            pipe.execute()
+        self.fill_stream(key, n, BATCH)
         return n / (time.perf_counter() - t0)
 
     def rq_publish_single(self, n: int) -> float:
@@ -774,14 +768,8 @@ class Bench:
         key = self.stream("e2e")
         spec = self._child_spec("streams", n, False, stream=key)
         with self._consumer_process(spec, lambda: self.r.xadd(key, {STREAM_FIELD: WARMUP})) as child:
-            pipe = self.r.pipeline(transaction=False)
             t0 = time.time()
-            for i in range(n):
-                pipe.xadd(key, {STREAM_FIELD: payload(i)})
-                if len(pipe) == BATCH:
-                    pipe.execute()
-            if len(pipe):
-                pipe.execute()
+            self.fill_stream(key, n, BATCH)
             t1 = time.time()
             done = child.read("done", self.child_timeout(n))
         return n / (done["last"] - t0), {"streams_producer_rate": n / (t1 - t0)}

@@ -213,14 +213,9 @@ class Consumer:
         out = []
         for i in range(2, len(reply), 3):
             seq, count = int(reply[i]), int(reply[i + 1])
-            rec = reply[i + 2]
             try:
-                _, published_raw, hlen, rest = rec.split(b":", 3)
-                if hlen == b"0":  # no headers: the common case, decoded here
-                    published, headers, data = int(published_raw), {}, rest
-                else:
-                    published, headers, data = decode_record(rec, f"{where}[{seq}]")
-            except (CorruptRecord, ValueError) as exc:
+                published, headers, data = decode_record(reply[i + 2], f"{where}[{seq}]")
+            except CorruptRecord as exc:
                 # Moved aside byte for byte; the rest of the batch goes on.
                 log.error("%s; moving it to the dead-letter queue", exc)
                 self._dead_letter(delivery_tag(seq, count), "corrupted-record", str(exc))

@@ -381,7 +381,7 @@ class Queue:
         pipe.hget(self.keys.meta, "seq")
         pipe.hlen(self.keys.msgs)
         pipe.zcount(self.keys.sched, f"({now}" if now else f"({_server_ms(r)}", "+inf")
-        pipe.hlen(self.keys.dead_letters.msgs)
+        pipe.hlen(self.dead_letter_queue.keys.msgs)
         last, depth, scheduled, dead = pipe.execute()
         return QueueStats(self.name, int(last or 0), depth, scheduled, dead, groups)
 

@@ -204,3 +204,10 @@ def test_lease_expiry_follows_the_redelivery_policy(client, queue, clock):
     assert c.fetch() == []
     clock.advance(0.1)
     assert [d.delivery_count for d in c.fetch()] == [2]
+
+
+def test_stats_count_dead_letters_in_a_named_target(client, queue):
+    client.configure("orders", dead_letter="parking-lot")
+    queue.publish(b"m")
+    queue.consumer("g").fetch()[0].reject()
+    assert queue.stats().dead_letters == 1
