@@ -12,20 +12,21 @@ import redis
 
 from . import constants as C
 from .clock import SYSTEM_CLOCK, Clock
-from .errors import ConnectionFailed, InvalidInput, InvalidURL, ServerTooOld
+from .errors import ConnectionFailed, InvalidInput, InvalidSetting, InvalidURL, ServerTooOld
 from .keys import registry_key
 from .names import check_name
 from .notify import Notifier
 from .randomness import Randomness
-from .scripts import Scripts
-from .settings import Settings, SettingsStore
+from .scripts import Retrier, Scripts, no_retry
+from .settings import DEAD_LETTER_MODES, Settings, SettingsStore, validate
 
 if TYPE_CHECKING:
     from .queue import Queue
 
 log = logging.getLogger("rqueue")
 
-SCHEMES = ("redis", "rediss", "unix", "memory")
+SCHEMES = ("redis", "rediss", "unix", "memory", "redis+cluster", "rediss+cluster")
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}  # -> the scheme of one node's URL
 CONNECT_TIMEOUT = 5.0  # seconds to open a TCP connection
 SOCKET_TIMEOUT = 30.0  # seconds to wait for any one reply
 
@@ -119,6 +120,10 @@ def _parse_version(version: str) -> tuple[int, ...]:
 
 
 def _check_server(r: Any, url: str) -> None:
+    if isinstance(r, redis.RedisCluster):
+        for node in r.get_primaries():
+            _check_server(node.redis_connection or r.get_redis_connection(node), url)
+        return
     version = server_version(r)
     if _parse_version(version) < C.MIN_SERVER_VERSION:
         raise ServerTooOld(version, ".".join(map(str, C.MIN_SERVER_VERSION)))
@@ -149,13 +154,22 @@ def connect(
     dlq_prefix: str = C.DEFAULT_DLQ_PREFIX,
     dlq_suffix: str = C.DEFAULT_DLQ_SUFFIX,
     settings_ttl: float = C.SETTINGS_CACHE_TTL,
+    failover_timeout: float = C.FAILOVER_TIMEOUT,
+    durable_replicas: int = C.DURABLE_REPLICAS,
+    durable_timeout: float = C.DURABLE_TIMEOUT,
     **redis_options: Any,
 ) -> Client:
     """Connects to Redis and checks that rqueue can work there.
 
-    ``url`` is ``redis://``, ``rediss://`` (TLS), ``unix://`` or
-    ``memory://[name]`` (an in-process server running the same scripts;
-    clients that name the same server share it). ``prefix`` starts every key.
+    ``url`` is ``redis://``, ``rediss://`` (TLS), ``unix://``,
+    ``redis+cluster://host:port`` (any node of a Redis Cluster; ``rediss+cluster``
+    with TLS) or ``memory://[name]`` (an in-process server running the same
+    scripts; clients that name the same server share it). ``prefix`` starts
+    every key. On a cluster, script calls are retried through topology
+    changes and failovers for up to ``failover_timeout`` seconds.
+    ``publish(durable=True)`` waits up to ``durable_timeout`` seconds for
+    ``durable_replicas`` replicas (and for fsync where the server has WAITAOF
+    and AOF is on).
     The dead-letter queue of queue ``q`` is named ``dlq_prefix + q + dlq_suffix``
     (``DLQ.q`` by default).
     Raises InvalidURL for a URL of another kind, ConnectionFailed when the
@@ -167,11 +181,10 @@ def connect(
         raise InvalidURL(f"<{type(url).__name__}>", f"must be a str, not {type(url).__name__}")
     shown = mask_url(url)
     scheme = url.split("://", 1)[0] if "://" in url else ""
-    if scheme == "redis+cluster":
-        raise InvalidURL(shown, "Redis Cluster is not supported by this version of rqueue yet")
     if scheme not in SCHEMES:
         raise InvalidURL(shown, f"scheme must be one of {', '.join(s + '://' for s in SCHEMES)}")
     check_name("key prefix", prefix)
+    _check_durable(failover_timeout, durable_replicas, durable_timeout)
     if scheme == "memory":
         try:
             r = _memory_redis(url)
@@ -192,7 +205,10 @@ def connect(
         try:
             if scheme != "unix":
                 _check_db(shown)
-            r = redis.Redis.from_url(url, **options)
+            if scheme in CLUSTER_SCHEMES:
+                r = _cluster_redis(url, shown, options)
+            else:
+                r = redis.Redis.from_url(url, **options)
         except ValueError as exc:
             raise InvalidURL(shown, _scrub(str(exc), url)) from None
     try:
@@ -207,8 +223,56 @@ def connect(
         raise ConnectionFailed(shown, _scrub(_describe(exc), url)) from None
     if not isinstance(dlq_prefix, str) or not isinstance(dlq_suffix, str) or not (dlq_prefix or dlq_suffix):
         raise InvalidInput(f"dlq_prefix {dlq_prefix!r} and dlq_suffix {dlq_suffix!r} must be str, not both empty")
-    return Client(r, url=shown, prefix=prefix, clock=clock, randomness=randomness, dlq_prefix=dlq_prefix,
-                  dlq_suffix=dlq_suffix, settings_ttl=settings_ttl)
+    client = Client(r, url=shown, prefix=prefix, clock=clock, randomness=randomness, dlq_prefix=dlq_prefix,
+                    dlq_suffix=dlq_suffix, settings_ttl=settings_ttl,
+                    retry=cluster_retry(failover_timeout) if scheme in CLUSTER_SCHEMES else no_retry)
+    client.durable_replicas = durable_replicas
+    client.durable_timeout = durable_timeout
+    client.failover_timeout = failover_timeout
+    return client
+
+
+def _check_durable(failover_timeout: float, durable_replicas: int, durable_timeout: float) -> None:
+    for what, value in (("failover_timeout", failover_timeout), ("durable_timeout", durable_timeout)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
+            raise InvalidInput(f"{what} must be a number of seconds from 0 to 3600 (not 0), not {value!r}")
+    if isinstance(durable_replicas, bool) or not isinstance(durable_replicas, int) or not 0 <= durable_replicas <= 100:
+        raise InvalidInput(f"durable_replicas must be a whole number from 0 to 100, not {durable_replicas!r}")
+
+
+def _cluster_redis(url: str, shown: str, options: dict[str, Any]) -> Any:
+    """A RedisCluster client for ``redis+cluster://host:port`` (any one node).
+    Raises ConnectionFailed when no node answers or the server is not a
+    cluster."""
+    node_url = CLUSTER_SCHEMES[url.split("://", 1)[0]] + "://" + url.split("://", 1)[1]
+    db = urlsplit(shown).path.strip("/")
+    if db not in ("", "0"):
+        raise InvalidURL(shown, f"a Redis Cluster has only database 0, not {db}")
+    options.pop("health_check_interval", None)
+    try:
+        return redis.RedisCluster.from_url(node_url, **options)
+    except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
+        text = _scrub(_describe(exc), url)
+        if "cluster mode is not enabled" in text.lower() or "cluster support disabled" in text.lower():
+            text = "the server is not a Redis Cluster (use redis:// for a single server)"
+        raise ConnectionFailed(shown, text) from None
+
+
+def cluster_retry(timeout: float) -> Retrier[Any]:
+    """Retries a call through the errors a cluster gives while its topology
+    changes (failover, resharding, a restarted node) for up to ``timeout``
+    seconds; redis-py has by then refreshed its map of slots to nodes."""
+    from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
+
+    from .errors import CLUSTER_TRANSIENT
+
+    retrying = Retrying(
+        retry=retry_if_exception_type(CLUSTER_TRANSIENT),
+        stop=stop_after_delay(timeout),
+        wait=wait_exponential_jitter(multiplier=0.05, max=1.0, jitter=0.05),
+        reraise=True,
+    )
+    return lambda call: retrying(call)
 
 
 def _describe(exc: BaseException) -> str:
@@ -240,15 +304,25 @@ class Client:
         dlq_prefix: str = C.DEFAULT_DLQ_PREFIX,
         dlq_suffix: str = C.DEFAULT_DLQ_SUFFIX,
         settings_ttl: float = C.SETTINGS_CACHE_TTL,
+        retry: Retrier[Any] = no_retry,
     ) -> None:
         self.redis = redis_client
+        #: Whether this is a Redis Cluster client (redis+cluster://).
+        self.cluster = isinstance(redis_client, redis.RedisCluster)
+        #: Replicas that must acknowledge a durable publish, and seconds to wait.
+        self.durable_replicas = C.DURABLE_REPLICAS
+        self.durable_timeout = C.DURABLE_TIMEOUT
+        #: Seconds a cluster client retries through a failover.
+        self.failover_timeout = C.FAILOVER_TIMEOUT
+        #: Per node: what durable publishes learned it supports (rqueue.durable).
+        self.durable_state: dict[str, Any] = {}
         self.url = url
         self.prefix = prefix
         self.clock = clock or SYSTEM_CLOCK
         self.randomness = randomness or Randomness()
         self.dlq_prefix = dlq_prefix
         self.dlq_suffix = dlq_suffix
-        self.scripts = Scripts(redis_client)
+        self.scripts = Scripts(redis_client, retry)
         self.settings = SettingsStore(redis_client, prefix, self.clock.monotonic, settings_ttl)
         self.notifier = Notifier(redis_client)
         self._registered: set[str] = set()
@@ -260,6 +334,11 @@ class Client:
         Raises InvalidSetting (naming the setting) or InvalidName; nothing is
         stored then.
         """
+        target = validate(settings).get("dead_letter") if self.cluster else None
+        if target is not None and target not in DEAD_LETTER_MODES:
+            from .queue import CLUSTER_DEAD_LETTER
+
+            raise InvalidSetting("dead_letter", target, CLUSTER_DEAD_LETTER)
         self.settings.configure(pattern, settings)
 
     def resolved_settings(self, queue: str) -> Settings:
@@ -289,6 +368,19 @@ class Client:
     def dead_letter_name(self, queue: str) -> str:
         """Name of the default dead-letter queue of ``queue``."""
         return self.dlq_prefix + queue + self.dlq_suffix
+
+    def node_for(self, key: str) -> tuple[Any, str]:
+        """A client of the one server that holds ``key`` (on a cluster: the
+        primary serving its slot now), and that server's name."""
+        if not self.cluster:
+            return self.redis, ""
+        node = self.redis.get_node_from_key(key)
+        return self.redis.get_redis_connection(node), node.name
+
+    def refresh_topology(self) -> None:
+        """Reads the cluster's map of slots to nodes again (after a failover)."""
+        if self.cluster:
+            self.redis.nodes_manager.initialize()
 
     def _register(self, name: str) -> None:
         # The registry is a global key, outside every queue's hash slot, so it

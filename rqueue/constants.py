@@ -21,6 +21,9 @@ DEFAULT_DLQ_SUFFIX = ""
 SETTINGS_CACHE_TTL = 1.0  # seconds a process reuses settings read from Redis
 IDLE_POLL_INTERVAL = 0.5  # seconds an idle fetch waits at most between checks
 MIN_SERVER_VERSION = (6, 2)  # oldest Redis whose scripting rqueue relies on
+FAILOVER_TIMEOUT = 20.0  # seconds a cluster client retries through a failover (> cluster-node-timeout + election)
+DURABLE_REPLICAS = 1  # replicas that must acknowledge a durable publish
+DURABLE_TIMEOUT = 5.0  # seconds a durable publish waits for replicas and fsync
 
 # Limits on input.
 MAX_NAME_LENGTH = 200  # characters of a queue, group or consumer name

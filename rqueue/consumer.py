@@ -296,7 +296,7 @@ class Consumer:
             return self.ack_available([t[0] for t in tags]), [], None
         scripts = self.client.scripts
         settings = self.settings()
-        pipe = self.client.redis.pipeline(transaction=False)
+        pipe = scripts.pipeline()
         if tags:
             args: list[Any] = ["0"]
             for _, seq, count in tags:

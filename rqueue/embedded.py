@@ -10,6 +10,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -135,6 +136,143 @@ class EmbeddedServer:
             self.process = None
 
     def __enter__(self) -> EmbeddedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+CLUSTER_NODE_TIMEOUT = 2000  # ms a node may be unreachable before a failover starts
+CLUSTER_READY_TIMEOUT = 30.0  # seconds to wait for the cluster to cover every slot
+
+
+class EmbeddedCluster:
+    """A Redis Cluster of child processes on loopback: ``primaries`` primaries
+    with ``replicas`` replicas each, every node on its own free port (and
+    cluster bus port) with its own data directory. For tests, benchmarks and
+    trying rqueue on a cluster without installing one."""
+
+    def __init__(
+        self,
+        binary: str | None = None,
+        primaries: int = 3,
+        replicas: int = 1,
+        node_timeout: int = CLUSTER_NODE_TIMEOUT,
+        appendonly: bool = False,
+    ) -> None:
+        if primaries < 1 or replicas < 0:
+            raise ValueError(f"a cluster needs >= 1 primary and >= 0 replicas, not {primaries} and {replicas}")
+        self.binary = binary or find_binary()
+        self.primaries = primaries
+        self.replicas = replicas
+        self.node_timeout = node_timeout
+        self.nodes: list[EmbeddedServer] = []
+        self._bus_ports: dict[int, int] = {}
+        self._appendonly = appendonly
+
+    @property
+    def url(self) -> str:
+        """A ``redis+cluster://`` URL naming the first node (any node will do)."""
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    def start(self) -> EmbeddedCluster:
+        try:
+            for _ in range(self.primaries * (1 + self.replicas)):
+                bus_port = free_port()
+                server = EmbeddedServer(
+                    binary=self.binary,
+                    appendonly=self._appendonly,
+                    extra_args=[
+                        "--cluster-enabled", "yes",
+                        "--cluster-config-file", "nodes.conf",
+                        "--cluster-node-timeout", str(self.node_timeout),
+                        # A bus port of our own: port + 10000 may be taken or past 65535.
+                        "--cluster-port", str(bus_port),
+                        # Replicas of a dead primary take over even after a long outage.
+                        "--cluster-replica-validity-factor", "0",
+                        "--appendfsync", "everysec",
+                    ],
+                )
+                self.nodes.append(server.start())
+                self._bus_ports[server.port] = bus_port
+            self._create()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _create(self) -> None:
+        first = redis.Redis(port=self.nodes[0].port)
+        try:
+            for node in self.nodes[1:]:
+                first.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, self._bus_ports[node.port])
+            per = 16384 // self.primaries
+            for i, node in enumerate(self.nodes[: self.primaries]):
+                high = 16383 if i == self.primaries - 1 else (i + 1) * per - 1
+                with redis.Redis(port=node.port) as r:
+                    r.execute_command("CLUSTER", "ADDSLOTSRANGE", i * per, high)
+            ids = [self._node_id(n) for n in self.nodes[: self.primaries]]
+            self._wait(lambda: all(self._knows(n, len(self.nodes)) for n in self.nodes), "the nodes to meet")
+            for j, node in enumerate(self.nodes[self.primaries :]):
+                with redis.Redis(port=node.port) as r:
+                    r.execute_command("CLUSTER", "REPLICATE", ids[j % self.primaries])
+            self._wait(self.is_ready, "every slot to be served and every replica to be in sync")
+        finally:
+            first.close()
+
+    @staticmethod
+    def _node_id(node: EmbeddedServer) -> str:
+        with redis.Redis(port=node.port) as r:
+            return str(r.execute_command("CLUSTER", "MYID").decode())
+
+    @staticmethod
+    def _knows(node: EmbeddedServer, count: int) -> bool:
+        with redis.Redis(port=node.port) as r:
+            lines = r.execute_command("CLUSTER", "NODES").decode().splitlines()
+        return len(lines) == count and not any("handshake" in line or "noaddr" in line for line in lines)
+
+    def is_ready(self) -> bool:
+        """Every live node sees the cluster as ok, and every live replica is in sync."""
+        for node in self.nodes:
+            if node.process is None:
+                continue
+            with redis.Redis(port=node.port, socket_timeout=1) as r:
+                try:
+                    if b"cluster_state:ok" not in r.execute_command("CLUSTER", "INFO"):
+                        return False
+                    info = r.info("replication")
+                except redis.RedisError:
+                    return False
+                if info.get("role") == "slave" and info.get("master_link_status") != "up":
+                    return False
+        return True
+
+    def _wait(self, condition: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + CLUSTER_READY_TIMEOUT
+        while not condition():
+            if time.monotonic() > deadline:
+                raise RQueueError(f"cluster of {len(self.nodes)} nodes: timed out waiting for {what}")
+            time.sleep(0.05)
+
+    def primary_of(self, key: str) -> EmbeddedServer:
+        """The node that serves ``key``'s slot now."""
+        for node in self.nodes:
+            if node.process is None:
+                continue
+            with redis.Redis(port=node.port) as r:
+                slot = int(r.execute_command("CLUSTER", "KEYSLOT", key))
+                for low, high, primary, *_ in r.execute_command("CLUSTER", "SLOTS"):
+                    if low <= slot <= high:
+                        port = int(primary[1])
+                        return next(n for n in self.nodes if n.port == port)
+        raise RQueueError("no live node of the cluster answered")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        self.nodes = []
+
+    def __enter__(self) -> EmbeddedCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

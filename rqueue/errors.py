@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import redis.exceptions as _redis_exc
+
 __all__ = [
     "RQueueError",
     "InvalidInput",
@@ -22,11 +24,24 @@ __all__ = [
     "NotMember",
     "NotPermitted",
     "Unroutable",
+    "NotDurable",
     "CorruptRecord",
     "Reject",
     "from_script_error",
 ]
 
+
+# Errors a Redis Cluster gives while a failover or resharding is under way,
+# after which the same call may succeed against the new topology.
+CLUSTER_TRANSIENT: tuple[type[BaseException], ...] = (
+    _redis_exc.ClusterDownError,  # also MasterDownError
+    _redis_exc.TryAgainError,
+    _redis_exc.SlotNotCoveredError,
+    _redis_exc.ConnectionError,
+    _redis_exc.TimeoutError,
+    _redis_exc.ReadOnlyError,  # a demoted primary, until the slot map is refreshed
+    _redis_exc.BusyLoadingError,
+)
 
 MAX_SHOWN = 120  # characters of a rejected value shown in an error message
 
@@ -249,6 +264,28 @@ def delivery_error(code: str, tag: str) -> RQueueError | None:
             return CorruptRecord(tag, "the delivery state of this message does not parse")
         return DeliveryError(tag, f"unexpected status {code}")
     return cls(tag)
+
+
+class NotDurable(RQueueError):
+    """A durable publish was stored and applied by the primary, but the
+    durability it asked for was not confirmed in time. Publishing again with
+    the same message ids is safe (they de-duplicate).
+
+    Attributes:
+        results: the PublishResult of each message (they are stored).
+        replicas: how many replicas acknowledged the write (WAIT).
+        required: how many were asked for (durable_replicas).
+        fsynced: whether the primary fsynced it (WAITAOF), or None when the
+            server could not be asked (no WAITAOF, or no append-only file).
+    """
+
+    def __init__(self, results: list, replicas: int, required: int, fsynced: bool | None, why: str) -> None:
+        super().__init__(f"publish not confirmed durable: {why} (the messages are stored; "
+                         "publishing them again with the same ids is safe)")
+        self.results = results
+        self.replicas = replicas
+        self.required = required
+        self.fsynced = fsynced
 
 
 def from_script_error(exc: Exception, *, queue: str = "", where: str = "") -> Exception:

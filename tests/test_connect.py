@@ -20,7 +20,7 @@ from conftest import start_server, wait_for
 
 import rqueue
 import rqueue.client
-from rqueue import ConnectionFailed, InvalidURL, ServerTooOld
+from rqueue import ConnectionFailed, InvalidInput, InvalidURL, ServerTooOld
 from rqueue.embedded import EmbeddedServer, free_port
 
 SECRET = "s3cret"
@@ -125,9 +125,10 @@ def _everything_shown(exc: BaseException, caplog: pytest.LogCaptureFixture) -> s
 @pytest.mark.parametrize(
     "url, why",
     [
-        pytest.param("http://x", "scheme must be one of redis://, rediss://, unix://, memory://", id="http"),
+        pytest.param("http://x", "scheme must be one of redis://, rediss://, unix://, memory://, redis+cluster://", id="http"),
         pytest.param("ftp://127.0.0.1/0", "scheme must be one of", id="ftp"),
-        pytest.param("redis+cluster://127.0.0.1:7000", "Redis Cluster is not supported", id="cluster"),
+        pytest.param("redis+cluster://127.0.0.1:7000/1", "a Redis Cluster has only database 0, not 1", id="cluster-db"),
+        pytest.param("redis+cluster://127.0.0.1:7000/x", "the path '/x' is not a database number", id="cluster-path"),
         pytest.param("localhost:6379", "scheme must be one of", id="no-scheme"),
         pytest.param("redis:/127.0.0.1:1/0", "scheme must be one of", id="one-slash"),
         pytest.param("", "scheme must be one of", id="empty"),
@@ -191,6 +192,44 @@ def test_unreachable_server(caplog):
     assert "refused" in str(exc.value).lower()
 
 
+def test_unreachable_cluster():
+    # given a cluster URL whose node nobody listens on
+    url = f"redis+cluster://127.0.0.1:{free_port()}"
+    # when connecting
+    with pytest.raises(ConnectionFailed) as exc:
+        rqueue.connect(url)
+    # then the URL is named with the reason
+    assert exc.value.url == url
+    assert f"cannot use {url}: " in str(exc.value)
+
+
+def test_cluster_url_of_a_single_server(server):
+    # given a server that is not part of a cluster
+    url = f"redis+cluster://127.0.0.1:{server.port}"
+    # when connecting to it as a cluster
+    with pytest.raises(ConnectionFailed) as exc:
+        rqueue.connect(url)
+    # then the error says what is wrong and what to use instead
+    assert "not a Redis Cluster (use redis:// for a single server)" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "option, value, why",
+    [
+        ("failover_timeout", 0, "failover_timeout must be a number of seconds"),
+        ("durable_timeout", -1, "durable_timeout must be a number of seconds"),
+        ("durable_timeout", "5", "durable_timeout must be a number of seconds"),
+        ("durable_replicas", -1, "durable_replicas must be a whole number from 0 to 100"),
+        ("durable_replicas", 1.5, "durable_replicas must be a whole number"),
+        ("durable_replicas", True, "durable_replicas must be a whole number"),
+    ],
+)
+def test_bad_cluster_and_durability_options(option, value, why):
+    # given an option out of range, when connecting
+    with pytest.raises(InvalidInput, match=why):
+        rqueue.connect("memory://bad-options", **{option: value})
+
+
 def test_missing_unix_socket():
     # given a socket path that does not exist
     url = "unix:///nonexistent/rqueue-test.sock"
@@ -239,7 +278,7 @@ def test_password_of_a_server_that_does_not_speak_redis_is_not_shown(not_redis, 
         pytest.param("redis://user:s3cret@127.0.0.1:{port}/abc", "redis://user:***@127.0.0.1:{port}/abc", id="bad-db"),
         pytest.param("redis://user:s3cret@127.0.0.1:notaport/0", "redis://user:***@127.0.0.1:notaport/0", id="bad-port"),
         pytest.param("http://user:s3cret@x", "http://user:***@x", id="other-scheme"),
-        pytest.param("redis+cluster://user:s3cret@127.0.0.1:7000", "redis+cluster://user:***@127.0.0.1:7000", id="cluster"),
+        pytest.param("redis+cluster://user:s3cret@127.0.0.1:{port}", "redis+cluster://user:***@127.0.0.1:{port}", id="cluster"),
         pytest.param("user:s3cret@localhost:6379", "user:***@localhost:6379", id="no-scheme"),
     ],
 )

@@ -8,6 +8,7 @@ import logging
 import pytest
 
 import rqueue
+from conftest import SINGLE_SERVERS
 
 
 def kill(queue, group, *seqs, reason="rejected", keep_rest=False):
@@ -137,6 +138,18 @@ def test_drop_is_logged_at_warning(client, queue, caplog):
     assert any("dropped" in r.message and "orders/1" in r.message for r in caplog.records)
 
 
+@pytest.mark.parametrize("backend", ["cluster"], indirect=True)
+def test_named_dead_letter_queue_is_refused_on_a_cluster(client, queue):
+    # given a cluster client, when a named dead-letter target is configured
+    with pytest.raises(rqueue.InvalidSetting, match="dead_letter='parking-lot'.*own dead-letter queue"):
+        client.configure("orders", dead_letter="parking-lot")
+    # then nothing was stored, and an override given to a consumer is refused as well
+    assert queue.settings().dead_letter == "dlq"
+    with pytest.raises(rqueue.InvalidSetting, match="another slot"):
+        queue.consumer("g", dead_letter="parking-lot")
+
+
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster refuses it (test above)
 def test_named_dead_letter_queue(client, queue):
     client.configure("orders", dead_letter="parking-lot")
     queue.publish(b"m")
@@ -206,6 +219,7 @@ def test_lease_expiry_follows_the_redelivery_policy(client, queue, clock):
     assert [d.delivery_count for d in c.fetch()] == [2]
 
 
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)
 def test_stats_count_dead_letters_in_a_named_target(client, queue):
     client.configure("orders", dead_letter="parking-lot")
     queue.publish(b"m")

@@ -1,0 +1,102 @@
+"""Durable confirms: a publish that returns only once ``durable_replicas``
+replicas have the message (WAIT) and, where the server has WAITAOF and its
+append-only file is on, once the primary has fsynced it.
+
+WAIT and WAITAOF count the writes of the connection they are sent on, so
+they go in the same pipeline as the publish script, on the connection of the
+node that serves the queue's slot.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from .errors import CLUSTER_TRANSIENT, NotDurable
+from .scripts import Script, ScriptPipeline, no_retry
+
+if TYPE_CHECKING:
+    from .client import Client
+
+# Replies to a command sent to the node that no longer serves the slot.
+_REDIRECTED = (redis.exceptions.AskError, redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
+               redis.exceptions.ReadOnlyError)
+
+
+class _NodeState:
+    """What one node was found to support (learned from its replies)."""
+
+    __slots__ = ("waitaof", "aof")
+
+    def __init__(self) -> None:
+        self.waitaof: bool | None = None  # the command exists (Redis >= 7.2, Valkey >= 8)
+        self.aof: bool | None = None  # appendonly is on
+
+
+def publish_durably(client: Client, slot_key: str, script: Script, calls: Sequence[tuple[list[Any], list[Any]]]) -> list[Any]:
+    """Runs the publish ``calls`` (KEYS, ARGV) and waits for durability on
+    the same connection. Returns the script replies; raises NotDurable (the
+    messages are stored) when the wait fell short."""
+    deadline = time.monotonic() + client.failover_timeout
+    while True:
+        node, name = client.node_for(slot_key)
+        state = client.durable_state.setdefault(name, _NodeState())
+        pipe = ScriptPipeline(node, no_retry)
+        for keys, args in calls:
+            script(keys=keys, args=args, client=pipe)
+        timeout_ms = max(1, int(client.durable_timeout * 1000))
+        pipe.then("WAIT", client.durable_replicas, timeout_ms)
+        if state.waitaof is not False and state.aof is not False:
+            pipe.then("WAITAOF", 1, 0, timeout_ms)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except CLUSTER_TRANSIENT:
+            if not client.cluster or time.monotonic() > deadline:
+                raise
+            client.refresh_topology()
+            continue
+        if client.cluster and any(isinstance(r, _REDIRECTED) for r in replies[: len(calls)]):
+            # MOVED/ASK replies mean the script did not run there
+            if time.monotonic() > deadline:
+                raise next(r for r in replies if isinstance(r, Exception))
+            client.refresh_topology()
+            time.sleep(0.05)
+            continue
+        break
+    results = replies[: len(calls)]
+    for reply in results:
+        if isinstance(reply, Exception):
+            raise reply
+    replicas = replies[len(calls)]
+    fsynced = _fsynced(state, replies[len(calls) + 1] if len(replies) > len(calls) + 1 else None)
+    if isinstance(replicas, Exception):  # a server without WAIT (the in-process memory:// server)
+        raise NotDurable(results, 0, client.durable_replicas, fsynced, f"the server refused WAIT ({replicas})")
+    if int(replicas) < client.durable_replicas:
+        raise NotDurable(results, int(replicas), client.durable_replicas, fsynced,
+                         f"{replicas} of {client.durable_replicas} replicas acknowledged within {client.durable_timeout} s")
+    if fsynced is False:
+        raise NotDurable(results, int(replicas), client.durable_replicas, fsynced,
+                         f"the primary did not fsync within {client.durable_timeout} s")
+    if client.durable_replicas == 0 and not fsynced:
+        raise NotDurable(results, 0, 0, fsynced, "nothing to wait for: durable_replicas is 0 and the server has "
+                         "no append-only file with WAITAOF (Redis >= 7.2, Valkey >= 8)")
+    return results
+
+
+def _fsynced(state: _NodeState, reply: Any) -> bool | None:
+    """True/False from a WAITAOF reply; None when it could not be asked (and
+    remembers why, so it is not asked again)."""
+    if reply is None:
+        return None
+    if isinstance(reply, Exception):
+        text = str(reply).lower()
+        if "appendonly is disabled" in text:
+            state.aof = False
+        elif "unknown command" in text:
+            state.waitaof = False
+        return None
+    state.waitaof = state.aof = True
+    return int(reply[0]) >= 1
