@@ -28,6 +28,7 @@ from .errors import (
     UnknownDeliveryTag,
     Unroutable,
 )
+from .partitions import PartitionedConsumer, PartitionedQueue, PartitionedWorker
 from .queue import Message, Queue
 from .randomness import Randomness
 from .results import ConsumerStats, GroupStats, PublishResult, QueueStats
@@ -57,6 +58,9 @@ __all__ = [
     "NotHeld",
     "NotMember",
     "NotPermitted",
+    "PartitionedConsumer",
+    "PartitionedQueue",
+    "PartitionedWorker",
     "PayloadTooLarge",
     "PublishResult",
     "Queue",

@@ -164,7 +164,7 @@ def fail(ctx: click.Context, message: str, code: int) -> None:
 
 @click.group(cls=RQueueGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--url", envvar="RQUEUE_URL", default=None, metavar="URL",
-              help="redis://, rediss://, unix:// or memory:// URL (env RQUEUE_URL). "
+              help="redis://, rediss://, unix://, redis+cluster:// or memory:// URL (env RQUEUE_URL). "
                    "Without one, a private embedded server is started for the command.")
 @click.option("--prefix", default="rq", show_default=True, help="First part of every Redis key.")
 @click.version_option(rqueue.__version__, prog_name="rqueue")
@@ -266,11 +266,12 @@ def parse_headers(pairs: Sequence[str]) -> dict[str, str]:
               help="Publish the whole file as one message.")
 @click.option("--header", "-H", "headers", multiple=True, metavar="KEY=VALUE", help="A header (repeatable).")
 @click.option("--id", "msg_id", default=None, help="De-duplication id (one message only).")
+@click.option("--key", "routing_key", default=None, help="Partition key (partitioned queues): same key, same partition.")
 @click.option("--delay", type=click.FloatRange(0), default=None, help="Seconds before the message may be delivered.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"published": N, "duplicates": N, "first_seq", "last_seq"}.')
 @click.pass_obj
 def publish(obj: dict[str, Any], queue: str, message: str | None, path: str | None, headers: Sequence[str],
-            msg_id: str | None, delay: float | None, as_json: bool) -> None:
+            msg_id: str | None, routing_key: str | None, delay: float | None, as_json: bool) -> None:
     """Publish MESSAGE, a file (--file), or one message per line of stdin."""
     if message is not None and path is not None:
         raise rqueue.InvalidInput("give MESSAGE or --file, not both")
@@ -291,7 +292,13 @@ def publish(obj: dict[str, Any], queue: str, message: str | None, path: str | No
             for start in range(0, len(payloads), DEMO_BATCH):
                 batch = payloads[start : start + DEMO_BATCH]
                 ids = [msg_id] if msg_id is not None else None
-                results += q.publish_many(batch, headers=hdrs or None, ids=ids, delay=delay)
+                if isinstance(q, rqueue.PartitionedQueue):
+                    results += q.publish_many(batch, headers=hdrs or None, ids=ids, delay=delay,
+                                              keys=[routing_key] * len(batch))
+                else:
+                    if routing_key is not None:
+                        raise rqueue.InvalidInput(f"--key routes to a partition, but queue {queue!r} is not partitioned")
+                    results += q.publish_many(batch, headers=hdrs or None, ids=ids, delay=delay)
                 bar.update(len(batch))
     summary = {
         "published": sum(1 for r in results if not r.duplicate),
@@ -333,6 +340,23 @@ def configure(obj: dict[str, Any], pattern: str, unset_names: Sequence[str], **v
             raise rqueue.InvalidInput("give at least one setting (e.g. --ack-wait 5) or --unset NAME")
     click.echo(f"configured {pattern}: " + ", ".join(f"{k}={v}" for k, v in given.items()) +
                (f"; unset {', '.join(unset_names)}" if unset_names else ""))
+
+
+@cli.command()
+@click.argument("queue")
+@click.option("--partitions", type=int, required=True,
+              help="Partitions of the queue (fixed once created; each has its own hash slot).")
+@click.option("--json", "as_json", is_flag=True, help='Print {"queue": NAME, "partitions": N}.')
+@click.pass_obj
+def create(obj: dict[str, Any], queue: str, partitions: int, as_json: bool) -> None:
+    """Create QUEUE as a partitioned queue of N partitions (idempotent for the same N)."""
+    with connection(obj["url"], obj["prefix"]) as client:
+        q = client.queue(queue, partitions=partitions)
+        count = getattr(q, "partitions", 1)
+    if as_json:
+        emit_json({"queue": queue, "partitions": count})
+    else:
+        click.echo(f"queue {queue}: {count} partition{'s' if count != 1 else ''}")
 
 
 @cli.command()

@@ -13,7 +13,7 @@ import redis
 from . import constants as C
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import ConnectionFailed, InvalidInput, InvalidSetting, InvalidURL, ServerTooOld
-from .keys import registry_key
+from .keys import partitions_key, registry_key
 from .names import check_name
 from .notify import Notifier
 from .randomness import Randomness
@@ -21,6 +21,7 @@ from .scripts import Retrier, Scripts, no_retry
 from .settings import DEAD_LETTER_MODES, Settings, SettingsStore, validate
 
 if TYPE_CHECKING:
+    from .partitions import PartitionedQueue
     from .queue import Queue
 
 log = logging.getLogger("rqueue")
@@ -326,6 +327,8 @@ class Client:
         self.settings = SettingsStore(redis_client, prefix, self.clock.monotonic, settings_ttl)
         self.notifier = Notifier(redis_client)
         self._registered: set[str] = set()
+        self._partitioned: dict[str, int] = {}  # queue -> partitions, for partitioned queues
+        self._unpartitioned: dict[str, float] = {}  # queue -> monotonic time it was last seen unpartitioned
 
     def configure(self, pattern: str, **settings: Any) -> None:
         """Stores settings for every queue whose name matches ``pattern``
@@ -345,24 +348,76 @@ class Client:
         """The settings that apply to ``queue`` now."""
         return self.settings.resolve(queue)[0]
 
-    def queue(self, name: str) -> Queue:
+    def queue(self, name: str, partitions: int | None = None) -> Queue | PartitionedQueue:
         """A handle on queue ``name`` (nothing is written until it is used).
 
+        ``partitions=N`` (N > 1) makes it a partitioned queue
+        (:class:`rqueue.PartitionedQueue`, see rqueue/partitions.py): the
+        number is stored in Redis the first time, and from then on
+        ``queue(name)`` in any process returns the partitioned queue. Asking
+        for another number, or partitioning a queue that already holds
+        messages unpartitioned, raises InvalidSetting and changes nothing.
+
         ``DLQ.<name>`` (with the client's dlq_prefix) is the dead-letter queue
-        of ``<name>``.
+        of ``<name>`` (partitioned like it).
         """
+        from .partitions import PartitionedQueue, check_partitions
         from .queue import Queue
 
-        return Queue(self, name)
+        plain = Queue(self, name)  # checks the name
+        count = self._partition_count(plain.root)
+        if partitions is not None:
+            count = self._create_partitioned(plain, check_partitions(partitions), count)
+        return PartitionedQueue(self, name, count) if count > 1 else plain
+
+    def _partition_count(self, root: str) -> int:
+        """How many partitions queue ``root`` has (1 = not partitioned). A
+        count once found never changes; "not partitioned" is re-read after
+        the settings' cache time, like settings."""
+        known = self._partitioned.get(root)
+        if known is not None:
+            return known
+        now = self.clock.monotonic()
+        checked = self._unpartitioned.get(root)
+        if checked is not None and now - checked < self.settings.ttl:
+            return 1
+        raw = self.redis.hget(partitions_key(self.prefix), root)
+        if raw is None:
+            self._unpartitioned[root] = now
+            return 1
+        self._partitioned[root] = int(raw)
+        return int(raw)
+
+    def _create_partitioned(self, plain: Queue, partitions: int, stored: int) -> int:
+        if stored == partitions or (partitions == 1 and stored == 1):
+            return stored
+        why = None
+        if stored > 1:
+            why = f"queue {plain.root!r} has {stored} partitions; the number cannot change"
+        elif plain.name != plain.root:
+            why = f"{plain.name!r} is a dead-letter queue: partition its queue {plain.root!r} instead"
+        elif self.redis.exists(plain.keys.meta):
+            why = f"queue {plain.root!r} already exists without partitions"
+        elif not self.redis.hsetnx(partitions_key(self.prefix), plain.root, partitions):
+            # another process created it just now
+            self._unpartitioned.pop(plain.root, None)
+            return self._create_partitioned(plain, partitions, self._partition_count(plain.root))
+        if why is not None:
+            raise InvalidSetting("partitions", partitions, why)
+        self._unpartitioned.pop(plain.root, None)
+        self._partitioned[plain.root] = partitions
+        return partitions
 
     def queues(self) -> list[str]:
         """Names of every queue this prefix has written to, and of their
         dead-letter queues that hold or held messages, sorted."""
         names = sorted(m.decode() for m in self.redis.smembers(registry_key(self.prefix)))
-        pipe = self.redis.pipeline(transaction=False)
+        dead = []
         for name in names:
-            pipe.exists(self.queue(name).keys.dead_letters.meta)
-        dead = [self.dead_letter_name(n) for n, has in zip(names, pipe.execute()) if has]
+            q = self.queue(name)
+            parts = getattr(q, "parts", [q])
+            if sum(self.redis.exists(p.keys.dead_letters.meta) for p in parts):
+                dead.append(self.dead_letter_name(name))
         return sorted(set(names) | set(dead))
 
     def dead_letter_name(self, queue: str) -> str:

@@ -32,6 +32,7 @@ MAX_HEADER_BYTES = 64 * 1024  # bytes of encoded headers per message
 MAX_REASON_LENGTH = 1024  # characters of a term()/reject() reason or error text
 MAX_FETCH = 10_000  # deliveries one fetch may ask for
 MAX_BATCH = 5_000  # messages one publish_many call sends in one script call
+MAX_PARTITIONS = 1024  # partitions of one partitioned queue
 PURGE_BATCH = 5_000  # messages one purge script call settles at most
 MAX_DELAY = 10 * 365 * 24 * 3600.0  # seconds a publish or nack may be delayed at most
 

@@ -44,6 +44,7 @@ class DeadLetter:
     error: str  # the last error text, "" when none
     data: bytes
     headers: dict[str, str]  # its own headers, without the x-rq-* ones
+    partition: int | None = None  # the partition of a partitioned queue it came from
 
     @classmethod
     def from_message(cls, m: Message) -> DeadLetter:
@@ -109,6 +110,14 @@ class ReplayResult:
     skipped: int = 0  # left alone: another queue's, corrupted, or already open
     dry_run: bool = False
     by_group: dict[str, int] = field(default_factory=dict)
+
+    def plus(self, other: ReplayResult) -> ReplayResult:
+        """The two results together (of two partitions of one queue)."""
+        by_group = dict(self.by_group)
+        for g, n in other.by_group.items():
+            by_group[g] = by_group.get(g, 0) + n
+        return ReplayResult(self.selected + other.selected, self.replayed + other.replayed,
+                            self.missing + other.missing, self.skipped + other.skipped, self.dry_run, by_group)
 
 
 def iter_dead_letters(queue: Queue, selection: Selection) -> Iterator[DeadLetter]:

@@ -115,15 +115,29 @@ class GroupKeys:
         return keys[4:12] + keys[16:17]
 
 
-def queue_base(prefix: str, root: str, depth: int) -> str:
+def queue_base(prefix: str, root: str, depth: int, partition: int | None = None) -> str:
     """Base of the keys of ``root``'s dead-letter queue ``depth`` levels down
-    (0 = the queue itself)."""
-    return f"{prefix}:{{{root}}}" + ":dlq" * depth
+    (0 = the queue itself); with ``partition``, of that partition of a
+    partitioned queue.
+
+    A partition's hash tag ``{<root>/<partition>}`` differs per partition, so
+    the partitions spread over the slots (and shards) of a cluster; the
+    ``part:`` before it keeps partition keys apart from those of a plain queue
+    that happens to be named ``<root>/<partition>``.
+    """
+    if partition is None:
+        return f"{prefix}:{{{root}}}" + ":dlq" * depth
+    return f"{prefix}:part:{{{root}/{partition}}}" + ":dlq" * depth
 
 
 def settings_key(prefix: str) -> str:
     """Hash of pattern settings: field "<pattern> <setting>" -> JSON value."""
     return f"{prefix}:settings"
+
+
+def partitions_key(prefix: str) -> str:
+    """Hash of partitioned queues: queue name -> number of partitions."""
+    return f"{prefix}:partitions"
 
 
 def registry_key(prefix: str) -> str:

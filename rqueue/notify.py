@@ -49,11 +49,18 @@ class Notifier:
     def wait(self, channel: str, since: int, timeout: float, until: Callable[[], bool] | None = None) -> bool:
         """Waits until ``channel``'s generation differs from ``since`` (or
         ``until()`` is true after a :meth:`poke`); True if either happened."""
+        return self.wait_any({channel: since}, timeout, until)
+
+    def wait_any(self, since: dict[str, int], timeout: float, until: Callable[[], bool] | None = None) -> bool:
+        """As :meth:`wait`, for the first of several channels (``since`` maps
+        each to the generation read before fetching)."""
         if timeout <= 0:
             return False
 
         def done() -> bool:
-            return self._generation.get(channel, 0) != since or self._closed or (until is not None and until())
+            if self._closed or (until is not None and until()):
+                return True
+            return any(self._generation.get(channel, 0) != gen for channel, gen in since.items())
 
         with self._cond:
             return self._cond.wait_for(done, timeout)

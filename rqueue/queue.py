@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
 
@@ -61,7 +61,7 @@ class Queue:
     Cluster slot as its source.
     """
 
-    def __init__(self, client: Client, name: str) -> None:
+    def __init__(self, client: Client, name: str, partition: int | None = None) -> None:
         check_name("queue", name)
         root, depth = name, 0
         pre, suf = client.dlq_prefix, client.dlq_suffix
@@ -72,9 +72,16 @@ class Queue:
             raise InvalidName("queue", name, f"is only the dead-letter {marker}")
         self.client = client
         self.name = name
-        self.keys = QueueKeys(queue_base(client.prefix, root, depth))
+        #: The queue whose dead-letter queue this is (``depth`` levels down), or the name itself.
+        self.root = root
+        #: None, or which partition of a partitioned queue this is (its
+        #: settings, dead-letter headers and registry entry are the queue's).
+        self.partition = partition
+        self.keys = QueueKeys(queue_base(client.prefix, root, depth, partition))
 
     def __repr__(self) -> str:
+        if self.partition is not None:
+            return f"Queue({self.name!r}, partition={self.partition})"
         return f"Queue({self.name!r})"
 
     @property
@@ -83,7 +90,7 @@ class Queue:
         or the queue named by the dead_letter setting."""
         target = self.settings().dead_letter
         if target in DEAD_LETTER_MODES:
-            return Queue(self.client, self.client.dead_letter_name(self.name))
+            return Queue(self.client, self.client.dead_letter_name(self.name), self.partition)
         return Queue(self.client, target)
 
     def group_keys(self, group: str, settings: Settings) -> list[str]:
@@ -239,11 +246,21 @@ class Queue:
         before anything is sent: one bad message fails the whole call and
         stores nothing.
         """
+        prepared = self._prepare(payloads, headers, ids, delay, mandatory, durable)
+        return self._send(prepared) if prepared is not None else []
+
+    def _prepare(self, payloads: Sequence[bytes], headers: Any, ids: Sequence[str | None] | None,
+                 delay: float | None, mandatory: bool, durable: bool,
+                 positions: Sequence[int] | None = None) -> _Prepared | None:
+        """Checks every message of a publish_many call and encodes it; None
+        for an empty batch. Raises before anything is sent; an error names
+        the message by its index, or by ``positions[index]`` (its place in
+        the caller's batch) when given."""
         if isinstance(payloads, (bytes, str)) or not isinstance(payloads, Sequence):
             raise InvalidInput("payloads must be a sequence of bytes (for one message use publish())")
         count = len(payloads)
         if count == 0:
-            return []
+            return None
         per_headers = self._per_message(headers, count, "headers")
         per_ids = [None] * count if ids is None else list(ids)
         if len(per_ids) != count:
@@ -253,43 +270,52 @@ class Queue:
         delay_ms = _delay_ms(delay)
         settings = self.settings()
         args: list[Any] = []
-        id_keys: list[str] = []
+        single = count == 1 and positions is None
         for i, payload in enumerate(payloads):
+            where = i if positions is None else positions[i]
             try:
                 body = encode_body(payload, per_headers[i])
                 msg_id = check_message_id(per_ids[i])
             except InvalidInput as exc:
-                if count == 1:
+                if single:
                     raise
-                raise InvalidInput(f"message {i} of the batch: {exc}") from None
+                raise InvalidInput(f"message {where} of the batch: {exc}") from None
             size = len(body) - body.index(b":") - 1 - _headers_len(body)
             if size > settings.max_payload:
-                raise PayloadTooLarge(size, settings.max_payload, i if count > 1 else None)
+                raise PayloadTooLarge(size, settings.max_payload, None if single else where)
             args.append((msg_id, delay_ms, body))
         head = [self.client.clock.script_now(), int(settings.dedup_window * 1000), "1" if mandatory else "0", self.keys.wake_channel]
-        script = self.client.scripts.publish
         calls = [self._publish_call(args[start : start + C.MAX_BATCH]) for start in range(0, len(args), C.MAX_BATCH)]
+        return _Prepared([(keys, head + call_args) for keys, call_args in calls], settings, payloads, per_headers,
+                         per_ids, delay, durable)
+
+    def _send(self, prepared: _Prepared) -> list[PublishResult]:
+        """Runs the script calls of a prepared publish; returns once Redis applied them."""
+        script = self.client.scripts.publish
+        calls = prepared.calls
         try:
-            if durable:
-                replies = publish_durably(self.client, self.keys.meta, script, [(k, head + a) for k, a in calls])
+            if prepared.durable:
+                replies = publish_durably(self.client, self.keys.meta, script, calls)
             elif len(calls) == 1:
-                replies = [script(keys=calls[0][0], args=head + calls[0][1])]
+                replies = [script(keys=calls[0][0], args=calls[0][1])]
             else:
                 pipe = self.client.scripts.pipeline()
                 for keys, call_args in calls:
-                    script(keys=keys, args=head + call_args, client=pipe)
+                    script(keys=keys, args=call_args, client=pipe)
                 replies = pipe.execute()
         except NotDurable as exc:
             self.client._register(self.name)
-            exc.results = _results(exc.results)
+            exc.results = _results(exc.results, self.partition)
             raise
         except redis.ResponseError as exc:
             err = from_script_error(exc, queue=self.name)
-            if isinstance(err, Unroutable) and settings.alternate is not None:
-                return self._to_alternate(settings.alternate, payloads, per_headers, per_ids, delay, durable)
+            alternate = prepared.settings.alternate
+            if isinstance(err, Unroutable) and alternate is not None:
+                return self._to_alternate(alternate, prepared.payloads, prepared.headers, prepared.ids, prepared.delay,
+                                          prepared.durable)
             raise err from None
         self.client._register(self.name)
-        return _results(replies)
+        return _results(replies, self.partition)
 
     def _publish_call(self, messages: list[tuple[str, int, bytes]]) -> tuple[list[str], list[Any]]:
         """KEYS and per-message ARGV of one publish.lua call."""
@@ -421,11 +447,24 @@ class Queue:
         ]
 
 
-def _results(replies: list[Any]) -> list[PublishResult]:
+class _Prepared(NamedTuple):
+    """A checked publish_many call, ready to send: the script calls (KEYS,
+    ARGV) and what a fall-back to the alternate queue needs."""
+
+    calls: list[tuple[list[str], list[Any]]]
+    settings: Settings
+    payloads: Sequence[bytes]
+    headers: list[Any]
+    ids: list[Any]
+    delay: float | None
+    durable: bool
+
+
+def _results(replies: list[Any], partition: int | None = None) -> list[PublishResult]:
     """PublishResults from publish.lua replies (seq, duplicate flag, ...)."""
     out: list[PublishResult] = []
     for reply in replies:
-        out += [PublishResult(int(reply[j]), reply[j + 1] == 1) for j in range(0, len(reply), 2)]
+        out += [PublishResult(int(reply[j]), reply[j + 1] == 1, None, partition) for j in range(0, len(reply), 2)]
     return out
 
 

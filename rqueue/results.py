@@ -17,11 +17,14 @@ class PublishResult:
         alternate: None, or the name of the queue that took the message
             because this queue had no group (``mandatory=True`` with the
             ``alternate`` setting); ``seq`` is then a seq of that queue.
+        partition: None, or the partition of a partitioned queue that
+            took the message; ``seq`` is then a seq of that partition.
     """
 
     seq: int
     duplicate: bool = False
     alternate: str | None = None  # the alternate queue that took it (mandatory publish, no group)
+    partition: int | None = None  # the partition that took it (partitioned queues)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,8 @@ class QueueStats:
     scheduled: int  # delayed publishes not yet due
     dead_letters: int  # records in the dead-letter queue
     groups: list[GroupStats] = field(default_factory=list)
+    # A partitioned queue's figures are the sums over its partitions, listed here.
+    partitions: list[QueueStats] = field(default_factory=list)
 
     def group(self, name: str) -> GroupStats:
         for g in self.groups:

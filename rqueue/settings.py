@@ -234,7 +234,8 @@ class SettingsStore:
         self._redis = redis
         self._key = settings_key(prefix)
         self._now = now
-        self._ttl = ttl
+        #: Seconds a read of the settings is reused.
+        self.ttl = ttl
         self._lock = threading.Lock()
         self._cached: dict[str, dict[str, Any]] | None = None
         self._read_at = 0.0
@@ -276,7 +277,7 @@ class SettingsStore:
     def patterns(self, fresh: bool = False) -> dict[str, dict[str, Any]]:
         """Every stored pattern with its settings."""
         with self._lock:
-            if not fresh and self._cached is not None and self._now() - self._read_at < self._ttl:
+            if not fresh and self._cached is not None and self._now() - self._read_at < self.ttl:
                 return self._cached
         raw = self._redis.hgetall(self._key)
         parsed: dict[str, dict[str, Any]] = {}

@@ -77,8 +77,16 @@ class Worker:
     seconds to finish, the rest is returned to the group at once, and the
     worker leaves the group. A second signal stops at once.
 
-    Durations are seconds.
+    Durations are seconds. On a partitioned queue this makes a
+    :class:`rqueue.partitions.PartitionedWorker` (one worker per partition).
     """
+
+    def __new__(cls, queue: Any, *args: Any, **kwargs: Any) -> Any:
+        from .partitions import PartitionedQueue, PartitionedWorker
+
+        if cls is Worker and isinstance(queue, PartitionedQueue):
+            return PartitionedWorker(queue, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,

@@ -1,7 +1,8 @@
 """Failover on Redis Cluster: kill -9 of the primary that serves a queue
-while a producer publishes durably and a worker consumes. The replica takes
+while a producer publishes durably and a worker consumes. A replica takes
 over (cluster-node-timeout 2000 ms); the worker resumes, and every durably
-confirmed message is handled."""
+confirmed message is handled. Each primary has two replicas, so that the
+promoted one still has a replica to confirm durable publishes to."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ KILL_AFTER = 200  # confirmed messages before the primary is killed
 
 @pytest.mark.slow
 def test_kill_of_a_primary_loses_no_durably_confirmed_message(prefix, capsys):
-    # given a 3x2 cluster, a worker on a queue, and a producer publishing durably with ids
-    cluster = start_cluster()
+    # given a cluster of 3 primaries with 2 replicas each, a worker on a queue, and a producer publishing durably with ids
+    cluster = start_cluster(replicas=2)
     try:
         client = rqueue.connect(cluster.url, prefix=prefix, failover_timeout=30, durable_timeout=2)
         client.configure("orders", ack_wait=5)

@@ -197,8 +197,9 @@ def test_short_ack_wait_with_default_heartbeat_interval_still_runs_once(backend,
 def test_join_returns_when_run_fails(prefix):
     server = start_server("redis")
     client = rqueue.connect(server.url, prefix=prefix)
+    q = client.queue("orders")  # looks up whether the queue is partitioned
     server.stop()
-    w = rqueue.Worker(client.queue("orders"), "g", print, reconnect_timeout=0.5)
+    w = rqueue.Worker(q, "g", print, reconnect_timeout=0.5)
     errors = []
     t = threading.Thread(target=lambda: errors.append(pytest.raises(Exception, w.run, install_signal_handlers=False)))
     t.start()

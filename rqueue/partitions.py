@@ -1,0 +1,598 @@
+"""Partitioned queues: one queue spread over N partitions, so that a Redis
+Cluster spreads its load over its shards.
+
+Each partition is a queue of its own (its own seqs, ack floors, leases and
+dead-letter queue) under its own hash tag ``{<name>/<partition>}``, so every
+script still touches one slot and every guarantee of SPEC.md holds per
+partition. What spans partitions:
+
+- Routing: a message goes to the partition of its ``key`` (the same key
+  always goes to the same partition, so order is kept per key), else of its
+  ``id`` (so that a duplicate meets the first copy), else round-robin.
+- Groups: a consumer joins its group in every partition and fetches from
+  them in turn, starting at a different partition each call, so no partition
+  starves. Acks, nacks and the rest go to the partition of the delivery.
+- max_inflight and prefetch hold per partition: a group of a queue with N
+  partitions may have up to N x max_inflight deliveries in flight, and one
+  consumer up to N x prefetch. Divide them by N for a total cap.
+- Stats add up over the partitions (each partition's figures are listed too).
+
+The number of partitions is fixed when the queue is first created
+(``client.queue(name, partitions=N)``) and stored in Redis, so every process
+finds the same layout; ``client.queue(name)`` returns the partitioned queue
+from then on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import threading
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import constants as C
+from .consumer import Consumer, Delivery, DeliveryRef, HeartbeatResult, _refs
+from .deadletters import DeadLetter, Progress, ReplayResult
+from .errors import InvalidInput, RQueueError
+from .ids import consumer_name
+from .keys import partitions_key
+from .queue import Message, Queue, _Prepared
+from .results import ConsumerStats, GroupStats, PublishResult, QueueStats
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from .client import Client
+
+
+def partition_of(key: str, partitions: int) -> int:
+    """The partition of routing key ``key``: CRC-32 of its UTF-8 bytes, the
+    same in every process and Python version (unlike ``hash()``)."""
+    return zlib.crc32(key.encode("utf-8")) % partitions
+
+
+def check_partitions(partitions: object) -> int:
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= C.MAX_PARTITIONS:
+        raise InvalidInput(f"partitions must be a whole number from 1 to {C.MAX_PARTITIONS}, not {partitions!r}")
+    return partitions
+
+
+def _check_key(key: object) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        raise InvalidInput(f"partition key must be a non-empty str or None, not {key!r}")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"partition key {key!r} cannot be encoded as UTF-8: {exc.reason}") from None
+    return key
+
+
+class PartitionedQueue:
+    """A queue of ``partitions`` partitions. Obtain one with
+    :meth:`rqueue.Client.queue` (``partitions=N`` creates it).
+
+    It offers the methods of :class:`rqueue.Queue` that make sense across
+    partitions; :attr:`parts` holds the partitions themselves (plain
+    :class:`rqueue.Queue` objects) for anything else.
+    """
+
+    def __init__(self, client: Client, name: str, partitions: int) -> None:
+        self.client = client
+        self.name = name
+        self.partitions = check_partitions(partitions)
+        #: The partitions, as queues (``parts[i].partition == i``).
+        self.parts = [Queue(client, name, i) for i in range(partitions)]
+        self._lock = threading.Lock()
+        # Producers start their round-robin at different partitions.
+        self._next = int(client.randomness.unit() * partitions)
+
+    def __repr__(self) -> str:
+        return f"PartitionedQueue({self.name!r}, partitions={self.partitions})"
+
+    def settings(self) -> Settings:
+        """The settings in force for this queue (the same for every partition)."""
+        return self.client.resolved_settings(self.name)
+
+    # -- publishing ---------------------------------------------------------
+
+    def partition_for(self, key: str | None = None, id: str | None = None) -> int:
+        """The partition a message with this routing ``key`` and ``id``
+        goes to; with neither, the next one round-robin."""
+        if key is not None:
+            return partition_of(key, self.partitions)
+        if id is not None:
+            return partition_of(id, self.partitions)
+        with self._lock:
+            self._next = (self._next + 1) % self.partitions
+            return self._next
+
+    def publish(self, payload: bytes, headers: Mapping[str, str] | None = None, id: str | None = None,
+                delay: float | None = None, mandatory: bool = False, durable: bool = False,
+                key: str | None = None) -> PublishResult:
+        """As :meth:`rqueue.Queue.publish`, to the partition of ``key`` (a
+        str: the same key, the same partition, so order is kept per key),
+        else of ``id``, else the next one round-robin. The result's
+        ``partition`` names it."""
+        return self.publish_many([payload], headers=[headers] if headers else None, ids=[id], delay=delay,
+                                 mandatory=mandatory, durable=durable, keys=[key])[0]
+
+    def publish_many(
+        self,
+        payloads: Sequence[bytes],
+        headers: Mapping[str, str] | Sequence[Mapping[str, str] | None] | None = None,
+        ids: Sequence[str | None] | None = None,
+        delay: float | None = None,
+        mandatory: bool = False,
+        durable: bool = False,
+        keys: Sequence[str | None] | None = None,
+    ) -> list[PublishResult]:
+        """As :meth:`rqueue.Queue.publish_many`, each message routed as in
+        :meth:`publish` (``keys``: one routing key or None per message).
+        Every message is checked before anything is sent. The partitions
+        are written in one pipelined round trip (one per node of a
+        cluster); results come back in the order of ``payloads``."""
+        if isinstance(payloads, (bytes, str)) or not isinstance(payloads, Sequence):
+            raise InvalidInput("payloads must be a sequence of bytes (for one message use publish())")
+        count = len(payloads)
+        per_keys = [None] * count if keys is None else [_check_key(k) for k in keys]
+        if len(per_keys) != count:
+            raise InvalidInput(f"keys has {len(per_keys)} entries for {count} payloads")
+        per_headers = Queue._per_message(headers, count, "headers")
+        per_ids = [None] * count if ids is None else list(ids)
+        if len(per_ids) != count:
+            raise InvalidInput(f"ids has {len(per_ids)} entries for {count} payloads")
+        routes: dict[int, list[int]] = {}
+        for i in range(count):
+            msg_id = per_ids[i] if isinstance(per_ids[i], str) else None
+            routes.setdefault(self.partition_for(per_keys[i], msg_id), []).append(i)
+        prepared: list[tuple[Queue, list[int], _Prepared]] = []
+        for p, idx in sorted(routes.items()):
+            part = self.parts[p]
+            ready = part._prepare([payloads[i] for i in idx], [per_headers[i] for i in idx], [per_ids[i] for i in idx],
+                                  delay, mandatory, durable, positions=idx if count > 1 else None)
+            if ready is not None:
+                prepared.append((part, idx, ready))
+        out: list[PublishResult | None] = [None] * count
+        for part, idx, results in self._send_all(prepared):
+            for i, result in zip(idx, results):
+                out[i] = result
+        return out  # type: ignore[return-value]
+
+    def _send_all(self, prepared: list[tuple[Queue, list[int], _Prepared]]) -> list[tuple[Queue, list[int], list[PublishResult]]]:
+        if len(prepared) <= 1 or any(p.durable or len(p.calls) > 1 for _, _, p in prepared):
+            # durable confirms wait per node; very large batches go as in Queue
+            return [(part, idx, part._send(ready)) for part, idx, ready in prepared]
+        scripts = self.client.scripts
+        pipe = scripts.pipeline()
+        for _, _, ready in prepared:
+            keys, args = ready.calls[0]
+            scripts.publish(keys=keys, args=args, client=pipe)
+        replies = pipe.execute(raise_on_error=False)
+        out = []
+        for (part, idx, ready), reply in zip(prepared, replies):
+            if isinstance(reply, Exception):
+                # that partition alone again, for its error handling (unroutable -> alternate)
+                out.append((part, idx, part._send(ready)))
+            else:
+                self.client._register(self.name)
+                out.append((part, idx, [PublishResult(int(reply[j]), reply[j + 1] == 1, None, part.partition)
+                                        for j in range(0, len(reply), 2)]))
+        return out
+
+    # -- consuming ----------------------------------------------------------
+
+    def consumer(self, group: str, name: str | None = None, prefetch: int | None = None,
+                 liveness: float | None = None, **settings: Any) -> PartitionedConsumer:
+        """Joins ``group`` in every partition as consumer ``name`` (see
+        :meth:`rqueue.Queue.consumer`; prefetch holds per partition)."""
+        return PartitionedConsumer(self, group, name, prefetch, liveness, settings)
+
+    # -- inspection and maintenance -----------------------------------------
+
+    def groups(self) -> list[str]:
+        """Names of the groups of any partition, sorted."""
+        return sorted({g for part in self.parts for g in part.groups()})
+
+    def stats(self) -> QueueStats:
+        """The figures of every partition, and their sums."""
+        parts = [part.stats() for part in self.parts]
+        groups = [_sum_groups(name, [g for s in parts for g in s.groups if g.name == name])
+                  for name in sorted({g.name for s in parts for g in s.groups})]
+        return QueueStats(self.name, sum(s.last_seq for s in parts), sum(s.depth for s in parts),
+                          sum(s.scheduled for s in parts), sum(s.dead_letters for s in parts), groups, parts)
+
+    def peek(self, n: int = 10, after: int = 0) -> list[Message]:
+        """Up to ``n`` stored messages, oldest publish first, over every
+        partition (each Message's seq is a seq of its partition)."""
+        if after != 0:
+            raise InvalidInput(f"after={after!r}: seqs are per partition; peek one partition with .parts[i].peek()")
+        return heapq.nsmallest(n, (m for part in self.parts for m in part.peek(n)), key=lambda m: (m.published_ms, m.seq))
+
+    def peek_group(self, group: str, n: int = 10) -> list[Message]:
+        """The next messages ``group`` would be offered, partition by
+        partition (see :meth:`rqueue.Queue.peek_group`)."""
+        out: list[Message] = []
+        for part in self.parts:
+            if len(out) >= n:
+                break
+            out += part.peek_group(group, n - len(out))
+        return out
+
+    def purge(self, group: str | None = None, progress: Progress | None = None) -> dict[str, int]:
+        """As :meth:`rqueue.Queue.purge`, in every partition; counts add up."""
+        if group is not None and group not in self.groups():
+            raise InvalidInput(f"queue {self.name!r} has no group {group!r}")
+        out: dict[str, int] = {}
+        for part in self.parts:
+            if group is not None and group not in part.groups():
+                continue
+            for g, purged in part.purge(group, progress).items():
+                out[g] = out.get(g, 0) + purged
+        return out
+
+    def delete(self) -> int:
+        """Deletes every partition and the record of the partitioning;
+        returns how many keys were deleted."""
+        deleted = sum(part.delete() for part in self.parts)
+        deleted += self.client.redis.hdel(partitions_key(self.client.prefix), self.name)
+        self.client._partitioned.pop(self.parts[0].root, None)
+        return deleted
+
+    def dead_letters(self, group: str | None = None, reason: str | None = None, seq_from: int | None = None,
+                     seq_to: int | None = None, limit: int | None = None) -> list[DeadLetter]:
+        """Dead letters of every partition (each with its ``partition``), by
+        partition, oldest first; ``limit`` counts over all of them."""
+        out: list[DeadLetter] = []
+        for part in self.parts:
+            left = None if limit is None else limit - len(out)
+            if left is not None and left <= 0:
+                break
+            out += [dataclasses.replace(d, partition=part.partition)
+                    for d in part.dead_letters(group, reason, seq_from, seq_to, left)]
+        return out
+
+    def replay_dead_letters(self, group: str | None = None, reason: str | None = None, seq_from: int | None = None,
+                            seq_to: int | None = None, limit: int | None = None, dry_run: bool = False,
+                            progress: Progress | None = None) -> ReplayResult:
+        """As :meth:`rqueue.Queue.replay_dead_letters`, partition by
+        partition (each dead letter goes back to its own partition)."""
+        total: ReplayResult | None = None
+        for part in self.parts:
+            left = None if limit is None else limit - (total.selected if total else 0)
+            if left is not None and left <= 0:
+                break
+            result = part.replay_dead_letters(group, reason, seq_from, seq_to, left, dry_run, progress)
+            total = result if total is None else total.plus(result)
+        assert total is not None
+        return total
+
+    def purge_dead_letters(self, group: str | None = None, reason: str | None = None, seq_from: int | None = None,
+                           seq_to: int | None = None, limit: int | None = None, progress: Progress | None = None) -> int:
+        """Deletes the selected dead letters of every partition; returns how many."""
+        deleted = 0
+        for part in self.parts:
+            left = None if limit is None else limit - deleted
+            if left is not None and left <= 0:
+                break
+            deleted += part.purge_dead_letters(group, reason, seq_from, seq_to, left, progress)
+        return deleted
+
+    @property
+    def dead_letter_queue(self) -> PartitionedQueue:
+        """The dead-letter queue, partitioned like this queue (each
+        partition's dead letters stay in that partition's slot)."""
+        return PartitionedQueue(self.client, self.client.dead_letter_name(self.name), self.partitions)
+
+    def events_after(self, last_id: str, count: int = 100) -> list[dict[str, str]]:
+        """Events newer than the stream id ``last_id`` ("0" for all) over
+        every partition, oldest first, each with its ``partition``."""
+        merged = [{**e, "partition": str(part.partition)} for part in self.parts for e in part.events_after(last_id, count)]
+        return sorted(merged, key=_event_order)[:count]
+
+    def events(self, count: int = 100) -> list[dict[str, str]]:
+        """The newest ``count`` events over every partition, oldest first,
+        each with its ``partition``."""
+        merged = [{**e, "partition": str(part.partition)} for part in self.parts for e in part.events(count)]
+        return sorted(merged, key=_event_order)[-count:]
+
+
+def _event_order(event: dict[str, str]) -> tuple[int, ...]:
+    """Stream ids ("<ms>-<n>") of different partitions, in time order."""
+    return tuple(int(x) for x in event["id"].split("-")) + (int(event["partition"]),)
+
+
+def _sum_groups(name: str, groups: list[GroupStats]) -> GroupStats:
+    """One group's figures over every partition: counts add up; the ack
+    floor and cursor are sums of per-partition seqs (messages settled and
+    read); the oldest lease is the oldest of all."""
+    ages = [g.oldest_lease_age_ms for g in groups if g.oldest_lease_age_ms is not None]
+    members: dict[str, ConsumerStats] = {}
+    for g in groups:
+        for c in g.consumers:
+            seen = members.get(c.name)
+            if seen is None:
+                members[c.name] = c
+            else:
+                beats = [b for b in (seen.last_heartbeat_ms, c.last_heartbeat_ms) if b is not None]
+                idles = [i for i in (seen.idle_ms, c.idle_ms) if i is not None]
+                members[c.name] = ConsumerStats(c.name, seen.held + c.held, max(beats) if beats else None,
+                                                min(idles) if idles else None)
+    counted = {f.name: sum(getattr(g, f.name) for g in groups) for f in dataclasses.fields(GroupStats)
+               if f.name not in ("name", "oldest_lease_age_ms", "consumers")}
+    return GroupStats(name=name, oldest_lease_age_ms=max(ages) if ages else None,
+                      consumers=sorted(members.values(), key=lambda c: c.name), **counted)
+
+
+class PartitionedConsumer:
+    """A member of a group in every partition of a partitioned queue, under
+    one name. Obtain one with :meth:`PartitionedQueue.consumer`.
+
+    Deliveries are the partitions' own :class:`rqueue.Delivery` objects (a
+    delivery's ``consumer.queue.partition`` names its partition, and its
+    ``tag`` is unique only within it); settle them with their own methods or
+    with this consumer's, which take Delivery objects or tags of the form
+    ``"<partition>/<seq>.<count>"``.
+    """
+
+    def __init__(self, queue: PartitionedQueue, group: str, name: str | None, prefetch: int | None,
+                 liveness: float | None, settings: dict[str, Any]) -> None:
+        self.queue = queue
+        self.client = queue.client
+        self.group = group
+        self.name = name if name is not None else consumer_name(self.client.randomness)
+        self.consumers: list[Consumer] = []
+        try:
+            for part in queue.parts:
+                self.consumers.append(part.consumer(group, self.name, prefetch, liveness, **settings))
+        except BaseException:
+            for c in self.consumers:
+                c.close()
+            raise
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"PartitionedConsumer(queue={self.queue.name!r}, group={self.group!r}, name={self.name!r})"
+
+    @property
+    def _settings(self) -> Settings:
+        return self.consumers[0]._settings
+
+    def settings(self) -> Settings:
+        return self.consumers[0].settings()
+
+    def _order(self) -> list[Consumer]:
+        """The partitions' consumers, starting one further on each call."""
+        with self._lock:
+            start = self._next
+            self._next = (start + 1) % len(self.consumers)
+        return self.consumers[start:] + self.consumers[:start]
+
+    def fetch(self, n: int = 1, timeout: float = 0.0) -> list[Delivery]:
+        """Claims up to ``n`` deliveries from the partitions in turn (see
+        :meth:`rqueue.Consumer.fetch`); waits up to ``timeout`` seconds for
+        the first one when none is ready."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= C.MAX_FETCH:
+            raise InvalidInput(f"n must be a whole number from 1 to {C.MAX_FETCH}, not {n!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout < 0:
+            raise InvalidInput(f"timeout must be a number of seconds >= 0, not {timeout!r}")
+        clock, notifier = self.client.clock, self.client.notifier
+        deadline = clock.monotonic() + timeout
+        while True:
+            since = {c.queue.keys.wake_channel: notifier.generation(c.queue.keys.wake_channel) for c in self.consumers} \
+                if timeout > 0 else {}
+            out: list[Delivery] = []
+            for c in self._order():
+                out += c.fetch(n - len(out))
+                if len(out) >= n:
+                    break
+            remaining = deadline - clock.monotonic()
+            if out or remaining <= 0:
+                return out
+            notifier.wait_any(since, min(remaining, C.IDLE_POLL_INTERVAL))
+
+    def ack_and_fetch(self, acks: Iterable[DeliveryRef], n: int) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
+        """As :meth:`rqueue.Consumer.ack_and_fetch`: each partition settles
+        its acks; new deliveries come from the partitions in turn."""
+        by_part = self._split(acks)
+        statuses: dict[int, RQueueError | None] = {}
+        out: list[Delivery] = []
+        due: list[float] = []
+        for c in self._order():
+            p = c.queue.partition
+            assert p is not None
+            mine = by_part.pop(p, [])
+            want = max(0, n - len(out))
+            if not mine and not want:
+                continue
+            got_statuses, got, due_in = c.ack_and_fetch([d for _, d in mine], want)
+            statuses.update(zip((i for i, _ in mine), got_statuses))
+            out += got
+            if due_in is not None:
+                due.append(due_in)
+        return [statuses[i] for i in range(len(statuses))], out, (min(due) if due and not out else None)
+
+    def ack(self, deliveries: DeliveryRef | Iterable[DeliveryRef], multiple: bool = False) -> None:
+        """Acks deliveries (one round trip per partition involved). All or
+        nothing within each partition; with ``multiple``, as
+        :meth:`rqueue.Consumer.ack` within the delivery's partition."""
+        for p, mine in self._split(_refs(deliveries)).items():
+            self.consumers[p].ack([d for _, d in mine], multiple=multiple)
+
+    def ack_available(self, deliveries: Iterable[DeliveryRef]) -> list[RQueueError | None]:
+        """As :meth:`rqueue.Consumer.ack_available`, over the partitions."""
+        statuses: dict[int, RQueueError | None] = {}
+        for p, mine in self._split(deliveries).items():
+            statuses.update(zip((i for i, _ in mine), self.consumers[p].ack_available([d for _, d in mine])))
+        return [statuses[i] for i in range(len(statuses))]
+
+    def nack(self, delivery: DeliveryRef, delay: float | None = None, error: str = "") -> str:
+        c, d = self._one(delivery)
+        return c.nack(d, delay=delay, error=error)
+
+    nak = nack
+
+    def reject(self, delivery: DeliveryRef, requeue: bool = False, reason: str = "") -> None:
+        c, d = self._one(delivery)
+        c.reject(d, requeue=requeue, reason=reason)
+
+    def term(self, delivery: DeliveryRef, reason: str = "") -> None:
+        c, d = self._one(delivery)
+        c.term(d, reason)
+
+    def in_progress(self, deliveries: DeliveryRef | Iterable[DeliveryRef]) -> int:
+        """Extends leases (see :meth:`rqueue.Consumer.in_progress`); returns
+        the latest new deadline (server ms)."""
+        return max(self.consumers[p].in_progress([d for _, d in mine])
+                   for p, mine in self._split(_refs(deliveries)).items())
+
+    def heartbeat(self, running: Iterable[DeliveryRef], timeout: float, sync: bool = False) -> HeartbeatResult:
+        """A heartbeat in every partition (see :meth:`rqueue.Consumer.heartbeat`);
+        the figures add up."""
+        by_part = self._split(running)
+        statuses: dict[int, RQueueError | None] = {}
+        removed = returned = dead = handed_back = 0
+        for c in self.consumers:
+            mine = by_part.get(c.queue.partition, [])  # type: ignore[arg-type]
+            result = c.heartbeat([d for _, d in mine], timeout, sync)
+            statuses.update(zip((i for i, _ in mine), result.statuses))
+            removed += result.removed
+            returned += result.returned
+            dead += result.dead_lettered
+            handed_back += result.handed_back
+        return HeartbeatResult([statuses[i] for i in range(len(statuses))], removed, returned, dead, handed_back)
+
+    def rejoin(self) -> None:
+        for c in self.consumers:
+            c.rejoin()
+
+    def close(self) -> int:
+        """Leaves the group in every partition; returns how many deliveries went back."""
+        return sum(c.close() for c in self.consumers)
+
+    def __enter__(self) -> PartitionedConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- routing of deliveries ----------------------------------------------
+
+    def _locate(self, ref: DeliveryRef) -> tuple[int, DeliveryRef]:
+        if isinstance(ref, Delivery):
+            p = ref.consumer.queue.partition
+            if ref.consumer not in self.consumers or p is None:
+                raise InvalidInput(f"delivery {ref.tag} was not fetched by {self!r}")
+            return p, ref
+        if not isinstance(ref, str):
+            raise InvalidInput(f"expected a Delivery or a delivery tag, not {type(ref).__name__}")
+        head, sep, tag = ref.partition("/")
+        if not sep or not head.isdigit() or int(head) >= len(self.consumers):
+            raise InvalidInput(f"{ref!r} is not a delivery tag of a partitioned queue: <partition>/<seq>.<count> "
+                               f"with a partition from 0 to {len(self.consumers) - 1}")
+        return int(head), tag
+
+    def _split(self, refs: Iterable[DeliveryRef]) -> dict[int, list[tuple[int, DeliveryRef]]]:
+        """The deliveries by partition, each with its index in ``refs``."""
+        out: dict[int, list[tuple[int, DeliveryRef]]] = {}
+        for i, ref in enumerate(refs):
+            p, d = self._locate(ref)
+            out.setdefault(p, []).append((i, d))
+        return out
+
+    def _one(self, ref: DeliveryRef) -> tuple[Consumer, DeliveryRef]:
+        p, d = self._locate(ref)
+        return self.consumers[p], d
+
+
+class PartitionedWorker:
+    """The worker of a partitioned queue: one :class:`rqueue.Worker` per
+    partition, all under one consumer name, sharing the ``concurrency``
+    handler threads between them (each partition gets at least one).
+    ``rqueue.Worker(partitioned_queue, ...)`` makes one; it takes the same
+    arguments and is run and stopped the same way."""
+
+    def __init__(self, queue: PartitionedQueue, group: str, handler: Any, *,
+                 concurrency: int = C.DEFAULT_CONCURRENCY, name: str | None = None, **options: Any) -> None:
+        from .worker import Worker
+
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidInput(f"concurrency must be a whole number >= 1, not {concurrency!r}")
+        n = queue.partitions
+        shares = [max(1, concurrency // n + (1 if i < concurrency % n else 0)) for i in range(n)]
+        name = name if name is not None else consumer_name(queue.client.randomness)
+        self.queue = queue
+        self.group = group
+        self.name = name
+        self.concurrency = sum(shares)
+        #: One worker per partition (``workers[i].queue.partition == i``).
+        self.workers = [Worker(part, group, handler, concurrency=share, name=name, **options)
+                        for part, share in zip(queue.parts, shares)]
+        self._errors: list[BaseException] = []
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._background: threading.Thread | None = None
+
+    @property
+    def stats(self) -> Any:
+        """The counters of every partition's worker, added up."""
+        from .worker import WorkerStats
+
+        total = WorkerStats()
+        for w in self.workers:
+            for f in dataclasses.fields(WorkerStats):
+                setattr(total, f.name, getattr(total, f.name) + getattr(w.stats, f.name))
+        return total
+
+    def run(self, install_signal_handlers: bool = True) -> Any:
+        """Works until stopped (as :meth:`rqueue.Worker.run`); returns the
+        added-up counters. When one partition's worker fails (Redis stayed
+        unreachable), the others stop too and its error is raised."""
+        import signal
+
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._on_signal)
+        threads = [threading.Thread(target=self._run_one, args=(w,), name=f"rqueue-worker-{w.queue.partition}")
+                   for w in self.workers]
+        try:
+            for t in threads:
+                t.start()
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(0.2)  # short joins keep the main thread responsive to signals
+        finally:
+            self._stopped.set()
+        if self._errors:
+            raise self._errors[0]
+        return self.stats
+
+    def _run_one(self, worker: Any) -> None:
+        try:
+            worker.run(install_signal_handlers=False)
+        except BaseException as exc:
+            self._errors.append(exc)
+            self.stop()
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.stop(now=self._stopping.is_set())
+
+    def start(self) -> None:
+        """Runs the workers in the background (no signal handlers)."""
+        self._background = threading.Thread(target=self.run, kwargs={"install_signal_handlers": False},
+                                            name="rqueue-partitioned-worker")
+        self._background.start()
+
+    def stop(self, now: bool = False) -> None:
+        """Stops every partition's worker (see :meth:`rqueue.Worker.stop`)."""
+        self._stopping.set()
+        for w in self.workers:
+            w.stop(now=now)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Waits for a worker started with :meth:`start` to end; True if it did."""
+        return self._stopped.wait(timeout)

@@ -1,0 +1,272 @@
+"""Partitioned queues: routing by key, id or round-robin; fair fetching
+across partitions; stats that add up; one stored partition count; workers;
+dead letters per partition. Runs on every backend, the cluster included."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from conftest import wait_for
+
+import rqueue
+from rqueue.partitions import partition_of
+
+
+@pytest.fixture
+def pq(client):
+    return client.queue("orders", partitions=3)
+
+
+def test_same_key_same_partition_order_kept_per_key(client, pq):
+    # given messages of three keys, interleaved
+    keys = [f"customer-{i % 3}" for i in range(30)]
+    results = pq.publish_many([f"{k}:{i}".encode() for i, k in enumerate(keys)], keys=keys)
+    # then every message of a key went to that key's partition
+    for k, r in zip(keys, results):
+        assert r.partition == partition_of(k, 3)
+    # and a consumer sees each key's messages in publish order
+    c = pq.consumer("g")
+    seen: dict[str, list[int]] = {}
+    while ds := c.fetch(7):
+        for d in ds:
+            k, i = d.data.decode().split(":")
+            seen.setdefault(k, []).append(int(i))
+        c.ack(ds)
+    assert {k: sorted(v) for k, v in seen.items()} == seen
+    assert sum(len(v) for v in seen.values()) == 30
+
+
+def test_without_key_messages_go_round_robin(pq):
+    # when 30 messages without key or id are published one by one
+    parts = [pq.publish(b"m").partition for _ in range(30)]
+    # then every partition took 10
+    assert sorted(parts.count(p) for p in range(3)) == [10, 10, 10]
+
+
+def test_an_id_routes_so_that_a_duplicate_is_caught(pq):
+    # given a message published with an id and no key
+    first = pq.publish(b"a", id="order-42")
+    # when it is published again (alone, then in a batch)
+    again = pq.publish(b"a", id="order-42")
+    batch = pq.publish_many([b"x", b"a"], ids=["other", "order-42"])
+    # then the copies were recognised in the same partition
+    assert not first.duplicate and again.duplicate and batch[1].duplicate
+    assert again.partition == first.partition == batch[1].partition and again.seq == first.seq
+    assert pq.stats().last_seq == 2
+
+
+def test_fetch_is_fair_across_partitions(pq):
+    # given five messages in each partition
+    for p in range(3):
+        pq.parts[p].publish_many([f"p{p}-{i}".encode() for i in range(5)])
+    c = pq.consumer("g")
+    # when fetching one at a time
+    got = [c.fetch(1)[0] for _ in range(6)]
+    # then each call starts at the next partition
+    assert [d.consumer.queue.partition for d in got] == [0, 1, 2, 0, 1, 2]
+    # and a larger fetch fills from several partitions
+    more = c.fetch(5)
+    assert len(more) == 5 and len({d.consumer.queue.partition for d in more}) >= 2
+
+
+def test_stats_add_up_over_partitions(pq):
+    # given 9 messages over the partitions, 4 acked, 2 held
+    pq.publish_many([b"m"] * 9)
+    c = pq.consumer("g")
+    ds = c.fetch(6)
+    c.ack(ds[:4])
+    s = pq.stats()
+    # then the totals are the sums of the partitions' figures
+    g = s.group("g")
+    assert (s.last_seq, s.depth, g.acked, g.in_flight, g.pending) == (9, 5, 4, 2, 5)
+    assert len(s.partitions) == 3 and sum(p.last_seq for p in s.partitions) == 9
+    assert sum(p.group("g").in_flight for p in s.partitions) == 2
+    assert [m.name for m in g.consumers] == [c.name] and g.consumers[0].held == 2
+
+
+def test_partition_count_is_stored_once_for_every_process(client, backend, prefix, pq):
+    # given a queue created with 3 partitions, then another client
+    other = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    try:
+        # then the other client finds it partitioned
+        assert isinstance(other.queue("orders"), rqueue.PartitionedQueue)
+        assert other.queue("orders").partitions == 3
+        # and its dead-letter queue is partitioned like it
+        assert other.queue("DLQ.orders").partitions == 3
+        # and asking for another count is refused, changing nothing
+        with pytest.raises(rqueue.InvalidSetting, match="has 3 partitions; the number cannot change"):
+            other.queue("orders", partitions=4)
+        assert client.queue("orders").partitions == 3
+    finally:
+        other.close()
+
+
+def test_a_queue_with_messages_cannot_be_partitioned_later(client):
+    # given a plain queue that holds a message
+    client.queue("plain").publish(b"m")
+    # when it is asked for with partitions, then that is refused and it stays plain
+    with pytest.raises(rqueue.InvalidSetting, match="'plain' already exists without partitions"):
+        client.queue("plain", partitions=2)
+    assert isinstance(client.queue("plain"), rqueue.Queue)
+    assert client.queue("plain").stats().last_seq == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1025, 2.0, True, "3"])
+def test_bad_partition_counts_are_refused(client, bad):
+    with pytest.raises(rqueue.InvalidInput, match="partitions must be a whole number from 1 to 1024"):
+        client.queue("orders", partitions=bad)
+    assert isinstance(client.queue("orders"), rqueue.Queue)
+
+
+def test_one_bad_message_stores_nothing_in_any_partition(pq):
+    # given a batch whose message 4 is bad
+    payloads = [b"a", b"b", b"c", b"d", "not bytes", b"f"]
+    with pytest.raises(rqueue.InvalidInput, match="message 4 of the batch"):
+        pq.publish_many(payloads, keys=["x", "y", "z", "x", "y", "z"])
+    # then no partition stored anything
+    assert pq.stats().last_seq == 0
+
+
+@pytest.mark.parametrize("keys, match", [
+    (["a"], "keys has 1 entries for 2 payloads"),
+    (["a", 7], "partition key must be a non-empty str or None, not 7"),
+    (["a", ""], "partition key must be a non-empty str or None, not ''"),
+])
+def test_bad_keys_are_refused(pq, keys, match):
+    with pytest.raises(rqueue.InvalidInput, match=match):
+        pq.publish_many([b"a", b"b"], keys=keys)
+    assert pq.stats().last_seq == 0
+
+
+def test_settling_by_partition_tag(pq):
+    # given one message in partition 2
+    pq.parts[2].publish(b"m")
+    c = pq.consumer("g")
+    d = c.fetch(1)[0]
+    # when it is acked by its partition tag, then it is settled
+    c.ack(f"2/{d.tag}")
+    assert pq.stats().group("g").acked == 1
+    # and a tag without a partition, or of no partition, is refused by name
+    with pytest.raises(rqueue.InvalidInput, match=r"'1\.1' is not a delivery tag of a partitioned queue"):
+        c.ack("1.1")
+    with pytest.raises(rqueue.InvalidInput, match=r"with a partition from 0 to 2"):
+        c.ack("3/1.1")
+    # and a second ack of the same delivery says so
+    with pytest.raises(rqueue.AlreadyAcked):
+        c.ack(f"2/{d.tag}")
+
+
+def test_nack_and_dead_letters_stay_in_their_partition(client, pq):
+    client.configure("orders", max_deliveries=1)
+    pq.publish_many([b"a", b"b"], keys=["k0", "k1"])
+    c = pq.consumer("g")
+    ds = c.fetch(2)
+    # when both fail for good
+    for d in ds:
+        c.nack(d, error="boom")
+    # then each is a dead letter of its own partition, and replay returns it there
+    dead = pq.dead_letters()
+    assert sorted((d.partition, d.data) for d in dead) == sorted((d.consumer.queue.partition, d.data) for d in ds)
+    assert {d.error for d in dead} == {"boom"} and pq.stats().dead_letters == 2
+    assert client.queue("DLQ.orders").stats().last_seq == 2
+    result = pq.replay_dead_letters()
+    assert (result.selected, result.replayed) == (2, 2)
+    again = c.fetch(2)
+    assert sorted(d.data for d in again) == [b"a", b"b"]
+    assert all(d.delivery_count == 1 for d in again)
+
+
+def test_fetch_with_timeout_wakes_on_a_publish_to_any_partition(pq):
+    c = pq.consumer("g")
+    got: list[rqueue.Delivery] = []
+    t = threading.Thread(target=lambda: got.extend(c.fetch(1, timeout=5)))
+    t.start()
+    pq.parts[1].publish(b"late")
+    t.join(10)
+    assert [d.data for d in got] == [b"late"]
+
+
+def test_worker_on_a_partitioned_queue_handles_every_message_once(client, pq):
+    # given 60 messages over three partitions
+    pq.publish_many([f"m{i}".encode() for i in range(60)], keys=[f"k{i % 7}" for i in range(60)])
+    handled: list[bytes] = []
+    lock = threading.Lock()
+
+    def handler(d):
+        with lock:
+            handled.append(d.data)
+
+    # when a worker runs on it
+    w = rqueue.Worker(pq, "g", handler, concurrency=4, heartbeat_timeout=5)
+    assert isinstance(w, rqueue.PartitionedWorker) and len(w.workers) == 3 and w.concurrency == 4
+    w.start()
+    wait_for(lambda: len(handled) >= 60)
+    w.stop()
+    assert w.join(30)
+    # then every message was handled exactly once and acked
+    assert sorted(handled) == sorted(f"m{i}".encode() for i in range(60))
+    assert w.stats.acked == 60 and pq.stats().group("g").pending == 0
+
+
+def test_delete_removes_every_partition(client, pq):
+    pq.publish_many([b"m"] * 6)
+    pq.consumer("g").fetch(2)
+    # when the queue is deleted, then no key of it is left and the name is free again
+    assert pq.delete() > 0
+    assert isinstance(client.queue("orders"), rqueue.Queue)
+    assert all(part.stats().last_seq == 0 for part in pq.parts)
+
+
+@pytest.mark.parametrize("backend", ["cluster"], indirect=True)
+def test_partitions_spread_over_the_shards_of_a_cluster(client, servers):
+    # given a queue of 12 partitions on a cluster of 3 primaries
+    pq = client.queue("spread", partitions=12)
+    pq.publish_many([b"m"] * 12)
+    # then its partitions are served by more than one primary
+    cluster = servers["cluster"]
+    primaries = {cluster.primary_of(part.keys.msgs).port for part in pq.parts}
+    assert len(primaries) >= 2
+
+
+def test_cli_creates_publishes_by_key_and_shows_summed_stats(client, backend, prefix):
+    from click.testing import CliRunner
+
+    from rqueue.cli import cli
+
+    def run(*args):
+        return CliRunner().invoke(cli, ["--url", backend, "--prefix", prefix, *args], catch_exceptions=False)
+
+    # when a partitioned queue is created and fed from the command line
+    created = run("create", "jobs", "--partitions", "4", "--json")
+    assert created.exit_code == 0 and '"partitions": 4' in created.output
+    assert run("publish", "jobs", "hello", "--key", "user-1").exit_code == 0
+    assert run("publish", "jobs", "world", "--key", "user-1").exit_code == 0
+    # then both messages are in the partition of their key, and stats add up
+    q = client.queue("jobs")
+    assert q.parts[partition_of("user-1", 4)].stats().last_seq == 2
+    shown = run("stats", "jobs", "--json")
+    assert shown.exit_code == 0 and '"last_seq": 2' in shown.output
+    # and another count is refused with exit code 2, a key on a plain queue too
+    again = run("create", "jobs", "--partitions", "2")
+    assert again.exit_code == 2 and "has 4 partitions" in again.output
+    plain = run("publish", "plain", "m", "--key", "k")
+    assert plain.exit_code == 2 and "is not partitioned" in plain.output
+
+
+def test_events_of_every_partition_in_time_order(client, pq):
+    # given a message dead-lettered in each of two partitions
+    pq.parts[0].publish(b"a")
+    pq.parts[2].publish(b"b")
+    c = pq.consumer("g")
+    for d in c.fetch(2):
+        c.reject(d, reason="bad")
+    # then the queue's events list both, each naming its partition
+    events = pq.events(10)
+    assert sorted(e["partition"] for e in events if e["event"] == "dead-lettered") == ["0", "2"]
+    assert pq.events_after("0", 10) == events
+    # and the dead-letter queue is partitioned like the queue
+    dlq = pq.dead_letter_queue
+    assert isinstance(dlq, rqueue.PartitionedQueue) and dlq.stats().last_seq == 2
+    with pytest.raises(rqueue.InvalidInput, match="seqs are per partition"):
+        dlq.peek(1, after=1)
