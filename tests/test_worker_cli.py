@@ -47,6 +47,30 @@ def test_worker_command_processes_and_stops_cleanly_on_sigterm(server, prefix):
     client.close()
 
 
+def test_worker_command_on_a_partitioned_queue(server, prefix):
+    # given a queue of 3 partitions with a poison message among others
+    client = rqueue.connect(server.url, prefix=prefix)
+    q = client.queue("orders", partitions=3)
+    q.publish_many([b"a", b"poison", b"c", b"d", b"e", b"f"])
+    proc = subprocess.Popen(
+        [RQUEUE, "--url", server.url, "--prefix", prefix, "worker", "cli_handlers:handle", "-q", "orders", "-g", "g", "-c", "2"],
+        cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(HERE)},
+    )
+    try:
+        # when the worker runs, then every partition is worked off
+        wait_for(lambda: q.stats().groups and q.stats().group("g").ack_floor == 6, timeout=30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    # and SIGTERM stops it cleanly, leaving the group in every partition
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert err.count(b"left orders/g") == 3
+    s = q.stats()
+    assert (s.dead_letters, s.group("g").consumers) == (1, [])
+    client.close()
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [
