@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from . import constants as C
 from .clock import SYSTEM_CLOCK, Clock
@@ -250,6 +252,9 @@ def _cluster_redis(url: str, shown: str, options: dict[str, Any]) -> Any:
     if db not in ("", "0"):
         raise InvalidURL(shown, f"a Redis Cluster has only database 0, not {db}")
     options.pop("health_check_interval", None)
+    # redis-py would send a command again after a lost reply (ten times by
+    # default): a script could run twice. rqueue retries what never ran.
+    options.setdefault("retry", Retry(NoBackoff(), 0))
     try:
         return redis.RedisCluster.from_url(node_url, **options)
     except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
@@ -262,13 +267,16 @@ def _cluster_redis(url: str, shown: str, options: dict[str, Any]) -> Any:
 def cluster_retry(timeout: float) -> Retrier[Any]:
     """Retries a call through the errors a cluster gives while its topology
     changes (failover, resharding, a restarted node) for up to ``timeout``
-    seconds; redis-py has by then refreshed its map of slots to nodes."""
-    from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
+    seconds, but only errors that prove the call did not run
+    (errors.not_run): a lost reply is raised, as on a single server, since
+    a script sent again could be applied twice. redis-py refreshes its map
+    of slots to nodes on the way."""
+    from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
-    from .errors import CLUSTER_TRANSIENT
+    from .errors import not_run
 
     retrying = Retrying(
-        retry=retry_if_exception_type(CLUSTER_TRANSIENT),
+        retry=retry_if_exception(not_run),
         stop=stop_after_delay(timeout),
         wait=wait_exponential_jitter(multiplier=0.05, max=1.0, jitter=0.05),
         reraise=True,

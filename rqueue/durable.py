@@ -13,17 +13,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import redis
-
-from .errors import CLUSTER_TRANSIENT, NotDurable
+from .errors import NotDurable, not_run
 from .scripts import Script, ScriptPipeline, no_retry
 
 if TYPE_CHECKING:
     from .client import Client
-
-# Replies to a command sent to the node that no longer serves the slot.
-_REDIRECTED = (redis.exceptions.AskError, redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
-               redis.exceptions.ReadOnlyError)
 
 
 class _NodeState:
@@ -41,11 +35,15 @@ def publish_durably(client: Client, slot_key: str, script: Script, calls: Sequen
     the same connection. Returns the script replies; raises NotDurable (the
     messages are stored) when the wait fell short."""
     deadline = time.monotonic() + client.failover_timeout
+    results: list[Any] = [None] * len(calls)
+    pending = list(range(len(calls)))  # calls not known to have run
+    waits: list[tuple[Any, Any]] = []  # (WAIT, WAITAOF) replies after calls that ran
     while True:
         node, name = client.node_for(slot_key)
         state = client.durable_state.setdefault(name, _NodeState())
         pipe = ScriptPipeline(node, no_retry)
-        for keys, args in calls:
+        for i in pending:
+            keys, args = calls[i]
             script(keys=keys, args=args, client=pipe)
         timeout_ms = max(1, int(client.durable_timeout * 1000))
         pipe.then("WAIT", client.durable_replicas, timeout_ms)
@@ -53,25 +51,35 @@ def publish_durably(client: Client, slot_key: str, script: Script, calls: Sequen
             pipe.then("WAITAOF", 1, 0, timeout_ms)
         try:
             replies = pipe.execute(raise_on_error=False)
-        except CLUSTER_TRANSIENT:
-            if not client.cluster or time.monotonic() > deadline:
+        except Exception as exc:
+            # only calls that surely did not run may be sent again
+            if not client.cluster or not not_run(exc) or time.monotonic() > deadline:
                 raise
             client.refresh_topology()
             continue
-        if client.cluster and any(isinstance(r, _REDIRECTED) for r in replies[: len(calls)]):
-            # MOVED/ASK replies mean the script did not run there
-            if time.monotonic() > deadline:
-                raise next(r for r in replies if isinstance(r, Exception))
-            client.refresh_topology()
-            time.sleep(0.05)
-            continue
-        break
-    results = replies[: len(calls)]
+        sent = pending
+        for i, reply in zip(sent, replies):
+            results[i] = reply
+        # MOVED/ASK/... replies mean that call did not run there: only those go again
+        pending = [i for i in sent if client.cluster and isinstance(results[i], Exception) and not_run(results[i])]
+        if len(pending) < len(sent):
+            tail = replies[len(sent) :]
+            waits.append((tail[0], tail[1] if len(tail) > 1 else None))
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            raise results[pending[0]]
+        client.refresh_topology()
+        time.sleep(0.05)
     for reply in results:
         if isinstance(reply, Exception):
             raise reply
-    replicas = replies[len(calls)]
-    fsynced = _fsynced(state, replies[len(calls) + 1] if len(replies) > len(calls) + 1 else None)
+    # The weakest confirmation counts (there is one wait per node written to).
+    replicas = next((w for w, _ in waits if isinstance(w, Exception)), None)
+    if replicas is None:
+        replicas = min(int(w) for w, _ in waits)
+    synced = [_fsynced(state, aof) for _, aof in waits]
+    fsynced = None if None in synced else all(synced)
     if isinstance(replicas, Exception):  # a server without WAIT (the in-process memory:// server)
         raise NotDurable(results, 0, client.durable_replicas, fsynced, f"the server refused WAIT ({replicas})")
     if int(replicas) < client.durable_replicas:

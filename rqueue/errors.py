@@ -31,17 +31,33 @@ __all__ = [
 ]
 
 
-# Errors a Redis Cluster gives while a failover or resharding is under way,
-# after which the same call may succeed against the new topology.
-CLUSTER_TRANSIENT: tuple[type[BaseException], ...] = (
+# Errors a Redis Cluster gives while a failover or resharding is under way
+# that prove the command did not run, so that sending it again cannot apply
+# it twice. A reply lost after the command was sent (a timeout, a reset
+# connection) proves nothing and is never retried here: a script is not
+# idempotent (a publish without id would be stored twice).
+CLUSTER_NOT_RUN: tuple[type[BaseException], ...] = (
     _redis_exc.ClusterDownError,  # also MasterDownError
     _redis_exc.TryAgainError,
+    _redis_exc.MovedError,
+    _redis_exc.AskError,
     _redis_exc.SlotNotCoveredError,
-    _redis_exc.ConnectionError,
-    _redis_exc.TimeoutError,
-    _redis_exc.ReadOnlyError,  # a demoted primary, until the slot map is refreshed
+    _redis_exc.ReadOnlyError,  # a demoted primary refused the write, until the slot map is refreshed
     _redis_exc.BusyLoadingError,
 )
+
+
+def not_run(exc: BaseException) -> bool:
+    """True when ``exc`` proves that the command it answers never ran: one of
+    CLUSTER_NOT_RUN, or a connection that could not even be opened (redis-py
+    says "Error N connecting to host:port"; no node at all answers: "cannot be
+    connected")."""
+    if isinstance(exc, CLUSTER_NOT_RUN):
+        return True
+    if isinstance(exc, _redis_exc.ConnectionError) and not isinstance(exc, _redis_exc.AuthenticationError):
+        return " connecting to " in str(exc)
+    return isinstance(exc, _redis_exc.RedisClusterException) and "cannot be connected" in str(exc)
+
 
 MAX_SHOWN = 120  # characters of a rejected value shown in an error message
 

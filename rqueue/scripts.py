@@ -17,7 +17,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
 
+import redis
 from redis.exceptions import NoScriptError
+
+from .errors import not_run
 
 _INCLUDE = re.compile(r"^--@include\s+(\w+)\s*$", re.MULTILINE)
 
@@ -117,6 +120,9 @@ class ScriptPipeline:
         self._then.append((None, args))
 
     def _send(self, commands: list[tuple[Script | None, tuple[Any, ...]]]) -> list[Any]:
+        if isinstance(self._redis, redis.RedisCluster):
+            return self._send_per_node(commands)
+
         def attempt() -> list[Any]:
             # a fresh pipeline per attempt: redis-py empties one as it executes
             pipe = self._redis.pipeline(transaction=False)
@@ -125,6 +131,49 @@ class ScriptPipeline:
             return list(pipe.execute(raise_on_error=False))
 
         return self._retry(attempt)
+
+    def _send_per_node(self, commands: list[tuple[Script | None, tuple[Any, ...]]]) -> list[Any]:
+        """A cluster's pipeline, as one plain pipeline per node that serves
+        the commands' slots. redis-py's cluster pipeline is not used: after a
+        lost reply it sends the command again, which would run a script
+        twice. Here a command is sent again only when its reply proves it
+        did not run (MOVED, TRYAGAIN, ...; errors.not_run), after the slot
+        map is read again, within the client's retry budget."""
+        replies: list[Any] = [None] * len(commands)
+        pending = list(range(len(commands)))
+
+        def attempt() -> None:
+            by_node: dict[str, tuple[Any, list[int]]] = {}
+            for i in pending:
+                args = commands[i][1]
+                if args[0] != "EVALSHA" or int(args[2]) < 1:
+                    raise ValueError(f"a cluster pipeline takes script calls with keys only, not {args[0]!r}")
+                node = self._redis.get_node_from_key(args[3])
+                by_node.setdefault(node.name, (self._redis.get_redis_connection(node), []))[1].append(i)
+            for conn, indices in by_node.values():
+                pipe = conn.pipeline(transaction=False)
+                for i in indices:
+                    pipe.execute_command(*commands[i][1])
+                try:
+                    got = pipe.execute(raise_on_error=False)
+                except Exception as exc:
+                    if not not_run(exc):
+                        raise
+                    got = [exc] * len(indices)
+                for i, reply in zip(indices, got):
+                    replies[i] = reply
+            pending[:] = [i for i in pending if isinstance(replies[i], BaseException) and not_run(replies[i])]
+            if pending:
+                self._redis.nodes_manager.initialize()
+                raise replies[pending[0]]
+
+        try:
+            self._retry(attempt)
+        except Exception as exc:
+            if not pending or not not_run(exc):
+                raise
+            # out of retries: the calls that never ran keep their error reply
+        return replies
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         """The replies in order. A script the server did not know is loaded

@@ -210,3 +210,22 @@ def test_join_returns_when_run_fails(prefix):
 def test_worker_refuses_a_bad_group_name(queue):
     with pytest.raises(rqueue.InvalidName, match="group"):
         rqueue.Worker(queue, "bad group", print)
+
+
+@pytest.mark.parametrize("backend", ["cluster", "redis"], indirect=True)
+def test_a_lost_reply_never_runs_a_script_twice(backend, prefix):
+    # given a client whose replies time out before a big publish_many is answered
+    setup = rqueue.connect(backend, prefix=prefix)
+    setup.configure("orders", max_payload=10_000_000)
+    hasty = rqueue.connect(backend, prefix=prefix, socket_timeout=0.03, failover_timeout=1.0)
+    q = hasty.queue("orders")
+    q.publish(b"warm-up")
+    # when the reply is lost
+    with pytest.raises(Exception):
+        q.publish_many([b"x" * 2000] * 5000)
+    # then the batch was stored once, never sent again: a retry would have run before the error was
+    # raised (cluster calls are retried only when their reply proves they did not run); Redis runs
+    # this read after the script, however long the script takes
+    assert setup.queue("orders").stats().last_seq == 5001
+    hasty.close()
+    setup.close()
