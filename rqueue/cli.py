@@ -164,7 +164,7 @@ def fail(ctx: click.Context, message: str, code: int) -> None:
 
 @click.group(cls=RQueueGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--url", envvar="RQUEUE_URL", default=None, metavar="URL",
-              help="redis://, rediss://, unix://, redis+cluster:// or memory:// URL (env RQUEUE_URL). "
+              help="redis://, rediss://, unix://, redis+cluster://, redis+sentinel:// or memory:// URL (env RQUEUE_URL). "
                    "Without one, a private embedded server is started for the command.")
 @click.option("--prefix", default="rq", show_default=True, help="First part of every Redis key.")
 @click.version_option(rqueue.__version__, prog_name="rqueue")
@@ -475,30 +475,43 @@ def dlq() -> None:
 def dlq_list(obj: dict[str, Any], queue: str, as_json: bool, **selection: Any) -> None:
     """The dead letters of QUEUE, oldest first."""
     with connection(obj["url"], obj["prefix"]) as client:
-        found = client.queue(queue).dead_letters(**selection)
+        q = client.queue(queue)
+        found = q.dead_letters(**selection)
+    partitioned = isinstance(q, rqueue.PartitionedQueue)
     if as_json:
         emit_json({"dead_letters": [dead_letter_json(d) for d in found]})
     elif not found:
         click.echo("(no dead letters)")
     else:
         click.echo(table(
-            ["dlq seq", "group", "seq", "reason", "deliveries", "error"],
-            [[d.dlq_seq, d.group, d.seq, d.reason, d.deliveries, d.error[:60]] for d in found],
+            ["partition"] * partitioned + ["dlq seq", "group", "seq", "reason", "deliveries", "error"],
+            [[d.partition] * partitioned + [d.dlq_seq, d.group, d.seq, d.reason, d.deliveries, d.error[:60]]
+             for d in found],
         ))
 
 
 @dlq.command("show")
 @click.argument("queue")
 @click.argument("dlq_seq", type=click.IntRange(1))
+@click.option("--partition", "-p", type=click.IntRange(0), default=None,
+              help="The partition of a partitioned queue (dlq list shows it).")
 @click.option("--json", "as_json", is_flag=True, help="Print the dead letter's fields, data included (UTF-8, escaped).")
 @click.pass_obj
-def dlq_show(obj: dict[str, Any], queue: str, dlq_seq: int, as_json: bool) -> None:
+def dlq_show(obj: dict[str, Any], queue: str, dlq_seq: int, partition: int | None, as_json: bool) -> None:
     """One dead letter of QUEUE, by its seq in the dead-letter queue."""
     with connection(obj["url"], obj["prefix"]) as client:
-        page = client.queue(queue).dead_letter_queue.peek(1, after=dlq_seq - 1)
+        q = client.queue(queue)
+        if isinstance(q, rqueue.PartitionedQueue):
+            if partition is None or partition >= q.partitions:
+                raise rqueue.InvalidInput(f"queue {queue!r} has {q.partitions} partitions: give --partition from 0 to "
+                                          f"{q.partitions - 1} (dlq list shows each dead letter's)")
+            q = q.parts[partition]
+        elif partition is not None:
+            raise rqueue.InvalidInput(f"--partition {partition}: queue {queue!r} is not partitioned")
+        page = q.dead_letter_queue.peek(1, after=dlq_seq - 1)
     if not page or page[0].seq != dlq_seq:
         raise rqueue.InvalidInput(f"queue {queue!r} has no dead letter with dlq seq {dlq_seq}")
-    d = DeadLetter.from_message(page[0])
+    d = dataclasses.replace(DeadLetter.from_message(page[0]), partition=partition)
     if as_json:
         emit_json(dead_letter_json(d, with_data=True))
         return

@@ -14,7 +14,7 @@ from redis.retry import Retry
 
 from . import constants as C
 from .clock import SYSTEM_CLOCK, Clock
-from .errors import ConnectionFailed, InvalidInput, InvalidSetting, InvalidURL, ServerTooOld
+from .errors import ConnectionFailed, CorruptRecord, InvalidInput, InvalidSetting, InvalidURL, ServerTooOld
 from .keys import partitions_key, registry_key
 from .names import check_name
 from .notify import Notifier
@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rqueue")
 
-SCHEMES = ("redis", "rediss", "unix", "memory", "redis+cluster", "rediss+cluster")
+SCHEMES = ("redis", "rediss", "unix", "memory", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel")
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}  # -> the scheme of one node's URL
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")  # rqueue.sentinel
 CONNECT_TIMEOUT = 5.0  # seconds to open a TCP connection
 SOCKET_TIMEOUT = 30.0  # seconds to wait for any one reply
 
@@ -166,7 +167,10 @@ def connect(
 
     ``url`` is ``redis://``, ``rediss://`` (TLS), ``unix://``,
     ``redis+cluster://host:port`` (any node of a Redis Cluster; ``rediss+cluster``
-    with TLS) or ``memory://[name]`` (an in-process server running the same
+    with TLS), ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``
+    (the primary that Redis Sentinel names, followed through failovers;
+    ``?sentinel_password=`` for the sentinels; ``rediss+sentinel`` with TLS)
+    or ``memory://[name]`` (an in-process server running the same
     scripts; clients that name the same server share it). ``prefix`` starts
     every key. On a cluster, script calls are retried through topology
     changes and failovers for up to ``failover_timeout`` seconds.
@@ -206,12 +210,18 @@ def connect(
             options["socket_keepalive"] = True
         options.update(redis_options)
         try:
-            if scheme != "unix":
+            if scheme != "unix" and scheme not in SENTINEL_SCHEMES:  # a sentinel URL's path is /service[/db]
                 _check_db(shown)
             if scheme in CLUSTER_SCHEMES:
                 r = _cluster_redis(url, shown, options)
+            elif scheme in SENTINEL_SCHEMES:
+                from .sentinel import sentinel_redis  # here: rqueue.sentinel imports this module
+
+                r = sentinel_redis(url, shown, options)
             else:
                 r = redis.Redis.from_url(url, **options)
+        except InvalidURL:
+            raise  # an InvalidURL is a ValueError too; wrapping it would say "invalid URL" twice
         except ValueError as exc:
             raise InvalidURL(shown, _scrub(str(exc), url)) from None
     try:
@@ -335,8 +345,7 @@ class Client:
         self.settings = SettingsStore(redis_client, prefix, self.clock.monotonic, settings_ttl)
         self.notifier = Notifier(redis_client)
         self._registered: set[str] = set()
-        self._partitioned: dict[str, int] = {}  # queue -> partitions, for partitioned queues
-        self._unpartitioned: dict[str, float] = {}  # queue -> monotonic time it was last seen unpartitioned
+        self._partitioned: dict[str, tuple[int, float]] = {}  # queue -> (partitions, monotonic time read)
 
     def configure(self, pattern: str, **settings: Any) -> None:
         """Stores settings for every queue whose name matches ``pattern``
@@ -379,41 +388,42 @@ class Client:
         return PartitionedQueue(self, name, count) if count > 1 else plain
 
     def _partition_count(self, root: str) -> int:
-        """How many partitions queue ``root`` has (1 = not partitioned). A
-        count once found never changes; "not partitioned" is re-read after
-        the settings' cache time, like settings."""
-        known = self._partitioned.get(root)
-        if known is not None:
-            return known
+        """How many partitions queue ``root`` has (1 = not partitioned),
+        re-read after the settings' cache time, like settings (a queue may
+        be deleted and created again)."""
         now = self.clock.monotonic()
-        checked = self._unpartitioned.get(root)
-        if checked is not None and now - checked < self.settings.ttl:
-            return 1
+        seen = self._partitioned.get(root)
+        if seen is not None and now - seen[1] < self.settings.ttl:
+            return seen[0]
         raw = self.redis.hget(partitions_key(self.prefix), root)
-        if raw is None:
-            self._unpartitioned[root] = now
-            return 1
-        self._partitioned[root] = int(raw)
-        return int(raw)
+        count = 1
+        if raw is not None:
+            text = raw.decode("ascii", "replace")
+            if not text.isdigit() or not 2 <= int(text) <= C.MAX_PARTITIONS:
+                raise CorruptRecord(f"{partitions_key(self.prefix)}[{root}]",
+                                    f"{text!r} is not a number of partitions from 2 to {C.MAX_PARTITIONS}")
+            count = int(text)
+        self._partitioned[root] = (count, now)
+        return count
 
     def _create_partitioned(self, plain: Queue, partitions: int, stored: int) -> int:
-        if stored == partitions or (partitions == 1 and stored == 1):
+        if stored == partitions:
             return stored
         why = None
         if stored > 1:
             why = f"queue {plain.root!r} has {stored} partitions; the number cannot change"
         elif plain.name != plain.root:
             why = f"{plain.name!r} is a dead-letter queue: partition its queue {plain.root!r} instead"
-        elif self.redis.exists(plain.keys.meta):
-            why = f"queue {plain.root!r} already exists without partitions"
+        elif self.redis.sismember(registry_key(self.prefix), plain.root) or \
+                self.redis.exists(plain.keys.meta, plain.keys.floors):
+            why = f"queue {plain.root!r} already exists without partitions (it has messages or groups)"
         elif not self.redis.hsetnx(partitions_key(self.prefix), plain.root, partitions):
             # another process created it just now
-            self._unpartitioned.pop(plain.root, None)
+            self._partitioned.pop(plain.root, None)
             return self._create_partitioned(plain, partitions, self._partition_count(plain.root))
         if why is not None:
             raise InvalidSetting("partitions", partitions, why)
-        self._unpartitioned.pop(plain.root, None)
-        self._partitioned[plain.root] = partitions
+        self._partitioned[plain.root] = (partitions, self.clock.monotonic())
         return partitions
 
     def queues(self) -> list[str]:

@@ -25,6 +25,7 @@ __all__ = [
     "NotPermitted",
     "Unroutable",
     "NotDurable",
+    "PartialPublish",
     "CorruptRecord",
     "Reject",
     "from_script_error",
@@ -293,6 +294,7 @@ class NotDurable(RQueueError):
         required: how many were asked for (durable_replicas).
         fsynced: whether the primary fsynced it (WAITAOF), or None when the
             server could not be asked (no WAITAOF, or no append-only file).
+        why: what fell short.
     """
 
     def __init__(self, results: list, replicas: int, required: int, fsynced: bool | None, why: str) -> None:
@@ -302,6 +304,28 @@ class NotDurable(RQueueError):
         self.replicas = replicas
         self.required = required
         self.fsynced = fsynced
+        self.why = why
+
+
+class PartialPublish(RQueueError):
+    """A publish_many to a partitioned queue went to several partitions (each
+    its own slot, so not one atomic step) and some of them failed. Every
+    partition was tried. Publishing the messages whose result is None again
+    with the same ids is safe.
+
+    Attributes:
+        results: per message of the batch, in its order, the PublishResult
+            of a stored message, or None for one of a failed partition (not
+            stored, or unknown when the reply was lost).
+        errors: partition -> the error that partition gave.
+    """
+
+    def __init__(self, results: list, errors: dict) -> None:
+        failed = ", ".join(f"partition {p}: {type(e).__name__}: {e}" for p, e in sorted(errors.items()))
+        stored = sum(1 for r in results if r is not None)
+        super().__init__(f"publish_many stored {stored} of {len(results)} messages; {failed}")
+        self.results = results
+        self.errors = errors
 
 
 def from_script_error(exc: Exception, *, queue: str = "", where: str = "") -> Exception:

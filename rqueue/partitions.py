@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import logging
 import math
 import threading
 import zlib
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from . import constants as C
 from .consumer import Consumer, Delivery, DeliveryRef, HeartbeatResult, _refs
 from .deadletters import DeadLetter, Progress, ReplayResult
-from .errors import InvalidInput, RQueueError
+from .errors import DeliveryError, InvalidInput, NotDurable, PartialPublish, RQueueError, Unroutable, from_script_error
 from .ids import consumer_name
 from .keys import partitions_key
 from .queue import Message, Queue, _Prepared
@@ -45,6 +46,8 @@ from .settings import Settings
 
 if TYPE_CHECKING:
     from .client import Client
+
+log = logging.getLogger("rqueue")
 
 
 def partition_of(key: str, partitions: int) -> int:
@@ -138,6 +141,8 @@ class PartitionedQueue:
         if isinstance(payloads, (bytes, str)) or not isinstance(payloads, Sequence):
             raise InvalidInput("payloads must be a sequence of bytes (for one message use publish())")
         count = len(payloads)
+        if isinstance(keys, (str, bytes)):
+            raise InvalidInput("keys must be a sequence with one routing key (or None) per message, not a str")
         per_keys = [None] * count if keys is None else [_check_key(k) for k in keys]
         if len(per_keys) != count:
             raise InvalidInput(f"keys has {len(per_keys)} entries for {count} payloads")
@@ -157,31 +162,63 @@ class PartitionedQueue:
             if ready is not None:
                 prepared.append((part, idx, ready))
         out: list[PublishResult | None] = [None] * count
-        for part, idx, results in self._send_all(prepared):
-            for i, result in zip(idx, results):
+        errors: dict[int, Exception] = {}
+        for part, idx, got in self._send_all(prepared):
+            if isinstance(got, NotDurable):
+                errors[part.partition] = got  # type: ignore[index]
+                got = got.results
+            if isinstance(got, Exception):
+                errors[part.partition] = got  # type: ignore[index]
+                continue
+            for i, result in zip(idx, got):
                 out[i] = result
-        return out  # type: ignore[return-value]
+        if not errors:
+            return out  # type: ignore[return-value]
+        if all(r is None for r in out) and not any(isinstance(e, NotDurable) for e in errors.values()):
+            raise next(iter(errors.values()))  # nothing stored: as from one queue
+        if all(isinstance(e, NotDurable) for e in errors.values()):
+            weakest: list[NotDurable] = list(errors.values())  # type: ignore[arg-type]
+            synced = [e.fsynced for e in weakest]
+            raise NotDurable(out, min(e.replicas for e in weakest), weakest[0].required,
+                             None if None in synced else all(synced),
+                             "; ".join(f"partition {p}: {e.why}" for p, e in sorted(errors.items())))  # type: ignore[attr-defined]
+        raise PartialPublish(out, errors)
 
-    def _send_all(self, prepared: list[tuple[Queue, list[int], _Prepared]]) -> list[tuple[Queue, list[int], list[PublishResult]]]:
+    def _send_all(self, prepared: list[tuple[Queue, list[int], _Prepared]]) -> list[tuple[Queue, list[int], Any]]:
+        """Sends every partition's messages; per partition its results, or
+        the error it gave (every partition is tried whatever the others did)."""
         if len(prepared) <= 1 or any(p.durable or len(p.calls) > 1 for _, _, p in prepared):
             # durable confirms wait per node; very large batches go as in Queue
-            return [(part, idx, part._send(ready)) for part, idx, ready in prepared]
+            out = []
+            for part, idx, ready in prepared:
+                try:
+                    out.append((part, idx, part._send(ready)))
+                except Exception as exc:
+                    out.append((part, idx, exc))
+            return out
         scripts = self.client.scripts
         pipe = scripts.pipeline()
         for _, _, ready in prepared:
             keys, args = ready.calls[0]
             scripts.publish(keys=keys, args=args, client=pipe)
         replies = pipe.execute(raise_on_error=False)
-        out = []
+        sent = []
         for (part, idx, ready), reply in zip(prepared, replies):
-            if isinstance(reply, Exception):
-                # that partition alone again, for its error handling (unroutable -> alternate)
-                out.append((part, idx, part._send(ready)))
-            else:
+            if not isinstance(reply, Exception):
                 self.client._register(self.name)
-                out.append((part, idx, [PublishResult(int(reply[j]), reply[j + 1] == 1, None, part.partition)
-                                        for j in range(0, len(reply), 2)]))
-        return out
+                sent.append((part, idx, [PublishResult(int(reply[j]), reply[j + 1] == 1, None, part.partition)
+                                         for j in range(0, len(reply), 2)]))
+                continue
+            err = from_script_error(reply, queue=self.name)
+            if isinstance(err, Unroutable):
+                # refused, nothing stored: that partition alone again, to go to the alternate queue
+                try:
+                    sent.append((part, idx, part._send(ready)))
+                except Exception as exc:
+                    sent.append((part, idx, exc))
+            else:
+                sent.append((part, idx, err))
+        return sent
 
     # -- consuming ----------------------------------------------------------
 
@@ -387,7 +424,14 @@ class PartitionedConsumer:
                 if timeout > 0 else {}
             out: list[Delivery] = []
             for c in self._order():
-                out += c.fetch(n - len(out))
+                try:
+                    out += c.fetch(n - len(out))
+                except Exception as exc:
+                    if not out:
+                        raise
+                    # deliveries already claimed from other partitions must reach the caller
+                    log.warning("fetch from %r failed (%s); returning what the other partitions gave", c.queue, exc)
+                    break
                 if len(out) >= n:
                     break
             remaining = deadline - clock.monotonic()
@@ -417,11 +461,20 @@ class PartitionedConsumer:
         return [statuses[i] for i in range(len(statuses))], out, (min(due) if due and not out else None)
 
     def ack(self, deliveries: DeliveryRef | Iterable[DeliveryRef], multiple: bool = False) -> None:
-        """Acks deliveries (one round trip per partition involved). All or
-        nothing within each partition; with ``multiple``, as
-        :meth:`rqueue.Consumer.ack` within the delivery's partition."""
+        """Acks deliveries (one round trip per partition involved); with
+        ``multiple``, as :meth:`rqueue.Consumer.ack` within the delivery's
+        partition. All or nothing within each partition, as in
+        :meth:`rqueue.Consumer.ack`; partitions are separate slots, so every
+        partition is settled and then the first error is raised, its tag
+        naming the partition ("<partition>/<seq>.<count>")."""
+        first: Exception | None = None
         for p, mine in self._split(_refs(deliveries)).items():
-            self.consumers[p].ack([d for _, d in mine], multiple=multiple)
+            try:
+                self.consumers[p].ack([d for _, d in mine], multiple=multiple)
+            except DeliveryError as exc:
+                first = first or type(exc)(f"{p}/{exc.tag}")
+        if first is not None:
+            raise first
 
     def ack_available(self, deliveries: Iterable[DeliveryRef]) -> list[RQueueError | None]:
         """As :meth:`rqueue.Consumer.ack_available`, over the partitions."""
@@ -471,8 +524,18 @@ class PartitionedConsumer:
             c.rejoin()
 
     def close(self) -> int:
-        """Leaves the group in every partition; returns how many deliveries went back."""
-        return sum(c.close() for c in self.consumers)
+        """Leaves the group in every partition (each one, even when another
+        fails; then the first error is raised); returns how many deliveries
+        went back."""
+        returned, first = 0, None
+        for c in self.consumers:
+            try:
+                returned += c.close()
+            except Exception as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+        return returned
 
     def __enter__(self) -> PartitionedConsumer:
         return self
@@ -491,7 +554,7 @@ class PartitionedConsumer:
         if not isinstance(ref, str):
             raise InvalidInput(f"expected a Delivery or a delivery tag, not {type(ref).__name__}")
         head, sep, tag = ref.partition("/")
-        if not sep or not head.isdigit() or int(head) >= len(self.consumers):
+        if not sep or not head.isascii() or not head.isdigit() or int(head) >= len(self.consumers):
             raise InvalidInput(f"{ref!r} is not a delivery tag of a partitioned queue: <partition>/<seq>.<count> "
                                f"with a partition from 0 to {len(self.consumers) - 1}")
         return int(head), tag

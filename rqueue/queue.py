@@ -28,6 +28,11 @@ CLUSTER_DEAD_LETTER = (
     "on Redis Cluster dead letters go to the queue's own dead-letter queue (dead_letter='dlq', "
     "which shares its slot) or are dropped ('none'); a named queue lives in another slot"
 )
+# Dead letters of a partition stay with that partition (replay returns them there).
+PARTITION_DEAD_LETTER = (
+    "a partitioned queue keeps each partition's dead letters in that partition's own dead-letter queue "
+    "(dead_letter='dlq') or drops them ('none'); a named queue would mix the partitions' seqs"
+)
 
 
 def _delay_ms(delay: float | None) -> int:
@@ -89,7 +94,7 @@ class Queue:
         """The queue that receives this queue's dead letters: ``DLQ.<name>``,
         or the queue named by the dead_letter setting."""
         target = self.settings().dead_letter
-        if target in DEAD_LETTER_MODES:
+        if target in DEAD_LETTER_MODES or self.partition is not None:  # a partition never takes a named target
             return Queue(self.client, self.client.dead_letter_name(self.name), self.partition)
         return Queue(self.client, target)
 
@@ -100,6 +105,8 @@ class Queue:
             return self.keys.group(group).as_list()
         if self.client.cluster:
             raise InvalidSetting("dead_letter", target, CLUSTER_DEAD_LETTER)
+        if self.partition is not None:
+            raise InvalidSetting("dead_letter", target, PARTITION_DEAD_LETTER)
         return self.keys.group(group, Queue(self.client, target).keys).as_list()
 
     # -- dead letters -------------------------------------------------------

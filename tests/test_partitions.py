@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import wait_for
+from conftest import SINGLE_SERVERS, wait_for
 
 import rqueue
 from rqueue.partitions import partition_of
@@ -270,3 +270,130 @@ def test_events_of_every_partition_in_time_order(client, pq):
     assert isinstance(dlq, rqueue.PartitionedQueue) and dlq.stats().last_seq == 2
     with pytest.raises(rqueue.InvalidInput, match="seqs are per partition"):
         dlq.peek(1, after=1)
+
+
+# -- review findings: each failed on the first version -------------------------
+
+
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster refuses named targets anyway
+def test_a_named_dead_letter_target_is_refused_for_a_partitioned_queue(client, pq):
+    # given a named dead-letter queue configured for a partitioned queue
+    client.configure("orders", dead_letter="parking")
+    pq.publish(b"m")
+    # then a consumer is refused, naming the setting, and nothing was claimed
+    with pytest.raises(rqueue.InvalidSetting, match="dead_letter='parking'.*partition's own dead-letter queue"):
+        pq.consumer("g")
+    assert pq.stats().last_seq == 1
+
+
+def test_a_failing_partition_does_not_stop_the_others_and_the_error_says_what_was_stored(client, pq):
+    # given a batch over every partition, and partition 1 broken (its seq counter is not a number)
+    client.redis.hset(pq.parts[1].keys.meta, "seq", "x")
+    keys = [f"k{i}" for i in range(12)]
+    parts = [partition_of(k, 3) for k in keys]
+    # when it is published
+    with pytest.raises(rqueue.PartialPublish) as caught:
+        pq.publish_many([b"m"] * 12, keys=keys)
+    # then every other partition stored its messages, and the error lists them in the caller's order
+    err = caught.value
+    assert list(err.errors) == [1]
+    assert [r is None for r in err.results] == [p == 1 for p in parts]
+    assert [r.partition for r in err.results if r is not None] == [p for p in parts if p != 1]
+    assert "partition 1" in str(err)
+    assert [pq.parts[p].stats().last_seq for p in (0, 2)] == [parts.count(0), parts.count(2)]
+
+
+def test_acks_over_partitions_settle_every_partition_and_name_the_bad_one(pq):
+    # given one delivery in each partition, the middle one already acked
+    for p in range(3):
+        pq.parts[p].publish(b"m")
+    c = pq.consumer("g")
+    ds = sorted(c.fetch(3), key=lambda d: d.consumer.queue.partition)
+    ds[1].ack()
+    # when all three are acked in one call
+    with pytest.raises(rqueue.AlreadyAcked, match="delivery tag 1/1.1 "):
+        c.ack(ds)
+    # then the other partitions were settled all the same
+    assert [pq.parts[p].stats().group("g").in_flight for p in range(3)] == [0, 0, 0]
+
+
+def test_close_leaves_every_partition_even_when_one_fails(client, pq):
+    c = pq.consumer("g")
+    for p in (0, 2):
+        pq.parts[p].publish(b"m")
+    c.fetch(2)
+    c.consumers[1]._closed = True  # partition 1's member is unusable: its close raises
+    c.consumers[1].close = lambda: (_ for _ in ()).throw(rqueue.RQueueError("gone"))
+    with pytest.raises(rqueue.RQueueError, match="gone"):
+        c.close()
+    # then partitions 0 and 2 got their deliveries back at once
+    assert [pq.parts[p].stats().group("g").in_flight for p in (0, 2)] == [0, 0]
+
+
+def test_fetch_keeps_what_it_claimed_when_a_later_partition_fails(pq):
+    pq.parts[0].publish(b"a")
+    c = pq.consumer("g")
+    c.consumers[1].fetch = lambda n: (_ for _ in ()).throw(rqueue.RQueueError("partition 1 down"))
+    # when a fetch starts at partition 0 and partition 1 fails, then the claimed delivery is returned
+    got = c.fetch(5)
+    assert [d.data for d in got] == [b"a"]
+
+
+def test_a_queue_with_a_group_but_no_message_cannot_be_partitioned(client):
+    # given a plain queue that has only a consumer so far
+    client.queue("jobs").consumer("billing")
+    # then partitioning it is refused
+    with pytest.raises(rqueue.InvalidSetting, match="already exists without partitions"):
+        client.queue("jobs", partitions=2)
+
+
+def test_a_deleted_and_recreated_queue_is_seen_with_its_new_count(client, backend, prefix):
+    other = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    try:
+        assert client.queue("jobs", partitions=4).partitions == 4
+        assert other.queue("jobs").partitions == 4
+        client.queue("jobs").delete()
+        client.queue("jobs", partitions=2)
+        # then the other process routes over the new layout
+        assert other.queue("jobs").partitions == 2
+    finally:
+        other.close()
+
+
+@pytest.mark.parametrize("value", [b"abc", b"1", b"0", b"-3", b"99999"])
+def test_a_corrupt_partition_count_is_reported(client, value):
+    from rqueue.keys import partitions_key
+
+    client.redis.hset(partitions_key(client.prefix), "jobs", value)
+    with pytest.raises(rqueue.CorruptRecord, match=r":partitions\[jobs\]"):
+        client.queue("jobs")
+
+
+@pytest.mark.parametrize("tag", ["²/1.1", "x/1.1", "/1.1", "-1/1.1"])
+def test_odd_partition_tags_are_refused_by_name(pq, tag):
+    c = pq.consumer("g")
+    with pytest.raises(rqueue.InvalidInput, match="is not a delivery tag of a partitioned queue"):
+        c.ack(tag)
+
+
+def test_keys_as_one_string_are_refused(pq):
+    with pytest.raises(rqueue.InvalidInput, match="keys must be a sequence"):
+        pq.publish_many([b"a", b"b"], keys="ab")
+    assert pq.stats().last_seq == 0
+
+
+def test_dlq_show_needs_the_partition(client, backend, prefix, pq):
+    from click.testing import CliRunner
+
+    from rqueue.cli import cli
+
+    pq.parts[2].publish(b"bad")
+    c = pq.consumer("g")
+    c.reject(c.fetch(1)[0], reason="no")
+    run = lambda *a: CliRunner().invoke(cli, ["--url", backend, "--prefix", prefix, *a])  # noqa: E731
+    listed = run("dlq", "list", "orders")
+    assert listed.exit_code == 0 and listed.output.splitlines()[0].split()[0] == "partition"
+    missing = run("dlq", "show", "orders", "1")
+    assert missing.exit_code == 2 and "give --partition from 0 to 2" in missing.output
+    shown = run("dlq", "show", "orders", "1", "--partition", "2", "--json")
+    assert shown.exit_code == 0 and '"partition": 2' in shown.output and '"data": "bad"' in shown.output
