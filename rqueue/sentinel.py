@@ -24,6 +24,14 @@ the next calls go to the promoted replica. The calls that fail meanwhile
 raise connection errors, which a Worker retries (``reconnect_timeout``) and a
 producer may retry with the same message ids.
 
+Replication is asynchronous: a write the dead primary had not passed on is
+lost, which ``publish(durable=True)`` (WAIT for a replica) guards against.
+An old primary that still runs (``SENTINEL FAILOVER``, a network partition)
+keeps taking writes on open connections until the sentinels demote it (up to
+about 10 s); they are lost when it resyncs. Durable publishes are not
+confirmed there (its replicas have moved), and ``min-replicas-to-write 1`` on
+the servers makes it refuse them instead.
+
 :class:`EmbeddedSentinelGroup` starts a primary, replicas and sentinels on
 loopback for tests and benchmarks.
 """
@@ -34,13 +42,15 @@ import re
 import shlex
 import time
 from typing import Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs, quote, unquote
 
 import redis
+from redis.backoff import NoBackoff
 from redis.connection import URL_QUERY_ARGUMENT_PARSERS
+from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from .client import _describe, _scrub, _split_secrets
+from .client import CONNECT_TIMEOUT, _describe, _scrub, _split_secrets
 from .embedded import EmbeddedServer, find_binary
 from .errors import ConnectionFailed, InvalidURL, RQueueError
 
@@ -82,7 +92,7 @@ def sentinel_redis(url: str, shown: str, options: dict[str, Any]) -> SentinelRed
         rest = rest[len(username) + 1 :] if username else rest
     rest, _, query = rest.partition("?")
     hosts, _, path = rest.partition("/")
-    addresses = []
+    addresses: list[tuple[str, int]] = []
     for entry in hosts.split(","):
         match = _ADDRESS.fullmatch(entry)
         port = int(match.group(3) or SENTINEL_PORT) if match else 0
@@ -98,7 +108,7 @@ def sentinel_redis(url: str, shown: str, options: dict[str, Any]) -> SentinelRed
     if db and not (db.isascii() and db.isdigit()):
         raise invalid(f"the database {db!r} is not a number (use /{service}/0, /{service}/1, ...)")
     server = dict(options, db=int(db or 0), ssl=url.startswith("rediss+"))
-    sentinel_auth = {}
+    sentinel_auth: dict[str, str] = {}
     for name, values in parse_qs(query).items():
         if name in ("sentinel_password", "sentinel_username"):
             sentinel_auth[name.removeprefix("sentinel_")] = values[-1]
@@ -109,14 +119,20 @@ def sentinel_redis(url: str, shown: str, options: dict[str, Any]) -> SentinelRed
                 raise invalid(f"bad value for the query argument {name!r}") from None
         elif name.startswith("ssl_") or name == "client_name":
             server[name] = values[-1]
+        elif name == "db":
+            raise invalid(f"give the database in the path (/{service}/<db>), not as ?db=")
         else:
             raise invalid(f"unknown query argument {name!r} (sentinel_password, sentinel_username, "
                           "or a redis-py connection option)")
     if username or password:
         server.update(username=unquote(username) or None, password=unquote(password) or None)
-    # The sentinels get the socket and TLS options, and their own credentials.
+    # The sentinels get the socket and TLS options and their own credentials;
+    # no retries and at most CONNECT_TIMEOUT per reply, as the next sentinel
+    # is the retry (redis-py's default retries a dead one for seconds, and
+    # every new connection asks them).
     to_sentinels = {k: v for k, v in server.items() if k.startswith(("socket_", "ssl"))}
-    sentinel = Sentinel(addresses, sentinel_kwargs={**to_sentinels, **sentinel_auth})
+    to_sentinels["socket_timeout"] = min(server.get("socket_timeout") or CONNECT_TIMEOUT, CONNECT_TIMEOUT)
+    sentinel = Sentinel(addresses, sentinel_kwargs={"retry": Retry(NoBackoff(), 0), **to_sentinels, **sentinel_auth})
     service = unquote(service)
     try:
         _find_primary(sentinel, service, [f"{h}:{p}" for h, p in addresses], shown, url)
@@ -188,7 +204,7 @@ class EmbeddedSentinelGroup:
     @property
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
-        query = f"?sentinel_password={self.sentinel_password}" if self.sentinel_password else ""
+        query = f"?sentinel_password={quote(self.sentinel_password)}" if self.sentinel_password else ""
         hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
         return f"redis+sentinel://{auth}{hosts}/{self.service}{query}"
 
