@@ -430,13 +430,15 @@ class Client:
         """Names of every queue this prefix has written to, and of their
         dead-letter queues that hold or held messages, sorted."""
         names = sorted(m.decode() for m in self.redis.smembers(registry_key(self.prefix)))
-        dead = []
+        pipe = self.redis.pipeline(transaction=False)  # plain reads: safe to send again
+        owners = []
         for name in names:
             q = self.queue(name)
-            parts = getattr(q, "parts", [q])
-            if sum(self.redis.exists(p.keys.dead_letters.meta) for p in parts):
-                dead.append(self.dead_letter_name(name))
-        return sorted(set(names) | set(dead))
+            for part in getattr(q, "parts", [q]):
+                pipe.exists(part.keys.dead_letters.meta)
+                owners.append(name)
+        dead = {self.dead_letter_name(n) for n, has in zip(owners, pipe.execute()) if has}
+        return sorted(set(names) | dead)
 
     def dead_letter_name(self, queue: str) -> str:
         """Name of the default dead-letter queue of ``queue``."""
