@@ -265,6 +265,8 @@ def test_events_of_every_partition_in_time_order(client, pq):
     events = pq.events(10)
     assert sorted(e["partition"] for e in events if e["event"] == "dead-lettered") == ["0", "2"]
     assert pq.events_after("0", 10) == events
+    # and the queue list names its dead-letter queue
+    assert client.queues() == ["DLQ.orders", "orders"]
     # and the dead-letter queue is partitioned like the queue
     dlq = pq.dead_letter_queue
     assert isinstance(dlq, rqueue.PartitionedQueue) and dlq.stats().last_seq == 2
