@@ -395,11 +395,8 @@ class PartitionedConsumer:
     def __repr__(self) -> str:
         return f"PartitionedConsumer(queue={self.queue.name!r}, group={self.group!r}, name={self.name!r})"
 
-    @property
-    def _settings(self) -> Settings:
-        return self.consumers[0]._settings
-
     def settings(self) -> Settings:
+        """The settings this consumer works with (the same in every partition)."""
         return self.consumers[0].settings()
 
     def _order(self) -> list[Consumer]:
