@@ -19,13 +19,16 @@ KILL_AFTER = 200  # confirmed messages before the primary is killed
 
 
 @pytest.mark.slow
-def test_kill_of_a_primary_loses_no_durably_confirmed_message(prefix, capsys):
-    # given a cluster of 3 primaries with 2 replicas each, a worker on a queue, and a producer publishing durably with ids
+@pytest.mark.parametrize("partitions", [None, 3], ids=["plain", "partitioned"])
+def test_kill_of_a_primary_loses_no_durably_confirmed_message(prefix, capsys, partitions):
+    # given a cluster of 3 primaries with 2 replicas each, a worker on a queue (plain, or of 3 partitions),
+    # and a producer publishing durably with ids
     cluster = start_cluster(replicas=2)
     try:
         client = rqueue.connect(cluster.url, prefix=prefix, failover_timeout=30, durable_timeout=2)
         client.configure("orders", ack_wait=5)
-        q = client.queue("orders")
+        q = client.queue("orders", partitions=partitions)
+        watched = q.parts[0] if partitions else q  # the (partition) queue whose primary is killed
         handled: set[bytes] = set()
         handled_at: list[float] = []
         lock = threading.Lock()
@@ -63,7 +66,7 @@ def test_kill_of_a_primary_loses_no_durably_confirmed_message(prefix, capsys):
         producer.start()
         # when the primary of the queue's slot is killed mid-run
         wait_for(lambda: len(confirmed) >= KILL_AFTER, timeout=60)
-        victim = cluster.primary_of(q.keys.msgs)
+        victim = cluster.primary_of(watched.keys.msgs)
         victim.kill()
         killed_at.append(time.monotonic())
         producer.join(120)
@@ -74,9 +77,9 @@ def test_kill_of_a_primary_loses_no_durably_confirmed_message(prefix, capsys):
         worker.stop()
         worker.join(30)
         with capsys.disabled():
-            print(f"\nfailover: {len(confirmed)} confirmed, all handled; first handled {resumed:.1f} s after the kill; "
+            print(f"\nfailover ({'3 partitions' if partitions else 'plain queue'}): {len(confirmed)} confirmed, all handled; first handled {resumed:.1f} s after the kill; "
                   f"{len(failures)} publish attempts retried ({sorted(set(failures))})")
-        assert cluster.primary_of(q.keys.msgs) is not victim
+        assert cluster.primary_of(watched.keys.msgs) is not victim
         client.close()
     finally:
         cluster.stop()
