@@ -56,9 +56,9 @@ def _split_secrets(url: str) -> tuple[str, str, str, str]:
         head, rest = "", url
     query = rest.find("?")
     at = rest.rfind("@", 0, query if query != -1 else len(rest))
-    if at == -1 and query != -1:
+    if query != -1:
         later = rest.rfind("@")
-        if later != -1 and "=" not in rest[query:later]:
+        if later > query and "=" not in rest[query:later]:
             at = later
     if at != -1:
         user, colon, password = rest[:at].partition(":")
@@ -238,7 +238,9 @@ def connect(
         raise InvalidInput(f"dlq_prefix {dlq_prefix!r} and dlq_suffix {dlq_suffix!r} must be str, not both empty")
     client = Client(r, url=shown, prefix=prefix, clock=clock, randomness=randomness, dlq_prefix=dlq_prefix,
                     dlq_suffix=dlq_suffix, settings_ttl=settings_ttl,
-                    retry=cluster_retry(failover_timeout) if scheme in CLUSTER_SCHEMES else no_retry)
+                    retry=cluster_retry(failover_timeout) if scheme in CLUSTER_SCHEMES else no_retry,
+                    idempotent_retry=cluster_retry(failover_timeout, idempotent=True) if scheme in CLUSTER_SCHEMES
+                    else no_retry)
     client.durable_replicas = durable_replicas
     client.durable_timeout = durable_timeout
     client.failover_timeout = failover_timeout
@@ -274,19 +276,23 @@ def _cluster_redis(url: str, shown: str, options: dict[str, Any]) -> Any:
         raise ConnectionFailed(shown, text) from None
 
 
-def cluster_retry(timeout: float) -> Retrier[Any]:
+def cluster_retry(timeout: float, idempotent: bool = False) -> Retrier[Any]:
     """Retries a call through the errors a cluster gives while its topology
     changes (failover, resharding, a restarted node) for up to ``timeout``
     seconds, but only errors that prove the call did not run
     (errors.not_run): a lost reply is raised, as on a single server, since
-    a script sent again could be applied twice. redis-py refreshes its map
-    of slots to nodes on the way."""
+    a script sent again could be applied twice. An ``idempotent`` call (a
+    read, SADD, HSETNX) is retried after any connection error too. redis-py
+    refreshes its map of slots to nodes on the way."""
     from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
     from .errors import not_run
 
+    def worth_retrying(exc: BaseException) -> bool:
+        return not_run(exc) or (idempotent and isinstance(exc, (redis.ConnectionError, redis.TimeoutError)))
+
     retrying = Retrying(
-        retry=retry_if_exception(not_run),
+        retry=retry_if_exception(worth_retrying),
         stop=stop_after_delay(timeout),
         wait=wait_exponential_jitter(multiplier=0.05, max=1.0, jitter=0.05),
         reraise=True,
@@ -324,6 +330,7 @@ class Client:
         dlq_suffix: str = C.DEFAULT_DLQ_SUFFIX,
         settings_ttl: float = C.SETTINGS_CACHE_TTL,
         retry: Retrier[Any] = no_retry,
+        idempotent_retry: Retrier[Any] = no_retry,
     ) -> None:
         self.redis = redis_client
         #: Whether this is a Redis Cluster client (redis+cluster://).
@@ -342,7 +349,9 @@ class Client:
         self.dlq_prefix = dlq_prefix
         self.dlq_suffix = dlq_suffix
         self.scripts = Scripts(redis_client, retry)
-        self.settings = SettingsStore(redis_client, prefix, self.clock.monotonic, settings_ttl)
+        #: Wraps plain commands that may safely be sent twice (reads, SADD, HSETNX).
+        self.idempotent = idempotent_retry
+        self.settings = SettingsStore(redis_client, prefix, self.clock.monotonic, settings_ttl, idempotent_retry)
         self.notifier = Notifier(redis_client)
         self._registered: set[str] = set()
         self._partitioned: dict[str, tuple[int, float]] = {}  # queue -> (partitions, monotonic time read)
@@ -395,7 +404,7 @@ class Client:
         seen = self._partitioned.get(root)
         if seen is not None and now - seen[1] < self.settings.ttl:
             return seen[0]
-        raw = self.redis.hget(partitions_key(self.prefix), root)
+        raw = self.idempotent(lambda: self.redis.hget(partitions_key(self.prefix), root))
         count = 1
         if raw is not None:
             text = raw.decode("ascii", "replace")
@@ -414,10 +423,10 @@ class Client:
             why = f"queue {plain.root!r} has {stored} partitions; the number cannot change"
         elif plain.name != plain.root:
             why = f"{plain.name!r} is a dead-letter queue: partition its queue {plain.root!r} instead"
-        elif self.redis.sismember(registry_key(self.prefix), plain.root) or \
-                self.redis.exists(plain.keys.meta, plain.keys.floors):
+        elif self.idempotent(lambda: self.redis.sismember(registry_key(self.prefix), plain.root)) or \
+                self.idempotent(lambda: self.redis.exists(plain.keys.meta, plain.keys.floors)):
             why = f"queue {plain.root!r} already exists without partitions (it has messages or groups)"
-        elif not self.redis.hsetnx(partitions_key(self.prefix), plain.root, partitions):
+        elif not self.idempotent(lambda: self.redis.hsetnx(partitions_key(self.prefix), plain.root, partitions)):
             # another process created it just now
             self._partitioned.pop(plain.root, None)
             return self._create_partitioned(plain, partitions, self._partition_count(plain.root))
@@ -461,7 +470,13 @@ class Client:
         # The registry is a global key, outside every queue's hash slot, so it
         # is written beside the scripts rather than by them.
         if name not in self._registered:
-            self.redis.sadd(registry_key(self.prefix), name)
+            try:
+                self.idempotent(lambda: self.redis.sadd(registry_key(self.prefix), name))
+            except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError) as exc:
+                # called after a publish or join was applied: failing it would
+                # report a stored message as not stored; the next use tries again
+                log.warning("could not record queue %r in the list of queues (%s); will try again", name, exc)
+                return
             self._registered.add(name)
 
     def close(self) -> None:

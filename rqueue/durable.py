@@ -56,6 +56,7 @@ def publish_durably(client: Client, slot_key: str, script: Script, calls: Sequen
             if not client.cluster or not not_run(exc) or time.monotonic() > deadline:
                 raise
             client.refresh_topology()
+            time.sleep(0.05)
             continue
         sent = pending
         for i, reply in zip(sent, replies):

@@ -48,16 +48,25 @@ CLUSTER_NOT_RUN: tuple[type[BaseException], ...] = (
 )
 
 
-def not_run(exc: BaseException) -> bool:
+def not_run(exc: BaseException | None) -> bool:
     """True when ``exc`` proves that the command it answers never ran: one of
     CLUSTER_NOT_RUN, or a connection that could not even be opened (redis-py
-    says "Error N connecting to host:port"; no node at all answers: "cannot be
-    connected")."""
+    says "Error N connecting to host:port" or "Timeout connecting to ...").
+    redis-py's "cluster cannot be connected" counts only when it did not
+    replace another error (it is raised while refreshing the slot map, also
+    right after a reply was lost)."""
+    if exc is None:
+        return False
     if isinstance(exc, CLUSTER_NOT_RUN):
         return True
+    text = str(exc)
     if isinstance(exc, _redis_exc.ConnectionError) and not isinstance(exc, _redis_exc.AuthenticationError):
-        return " connecting to " in str(exc)
-    return isinstance(exc, _redis_exc.RedisClusterException) and "cannot be connected" in str(exc)
+        return " connecting to " in text
+    if isinstance(exc, _redis_exc.TimeoutError):
+        return text.startswith("Timeout connecting to")
+    if isinstance(exc, _redis_exc.RedisClusterException) and "cannot be connected" in text:
+        return exc.__context__ is None or not_run(exc.__context__)
+    return False
 
 
 MAX_SHOWN = 120  # characters of a rejected value shown in an error message

@@ -157,8 +157,9 @@ class ScriptPipeline:
                 try:
                     got = pipe.execute(raise_on_error=False)
                 except Exception as exc:
-                    if not not_run(exc):
-                        raise
+                    # That node's calls may or may not have run: their reply is
+                    # the error (never sent again unless it proves they did not
+                    # run), and the other nodes' calls go on.
                     got = [exc] * len(indices)
                 for i, reply in zip(indices, got):
                     replies[i] = reply

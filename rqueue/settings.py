@@ -230,8 +230,10 @@ class SettingsStore:
     reaches other processes within ``ttl`` seconds.
     """
 
-    def __init__(self, redis: Any, prefix: str, now: Callable[[], float], ttl: float = C.SETTINGS_CACHE_TTL) -> None:
+    def __init__(self, redis: Any, prefix: str, now: Callable[[], float], ttl: float = C.SETTINGS_CACHE_TTL,
+                 retry: Callable[[Callable[[], Any]], Any] = lambda call: call()) -> None:
         self._redis = redis
+        self._retry = retry  # reads are safe to send again (a cluster retries them through a failover)
         self._key = settings_key(prefix)
         self._now = now
         #: Seconds a read of the settings is reused.
@@ -279,7 +281,7 @@ class SettingsStore:
         with self._lock:
             if not fresh and self._cached is not None and self._now() - self._read_at < self.ttl:
                 return self._cached
-        raw = self._redis.hgetall(self._key)
+        raw = self._retry(lambda: self._redis.hgetall(self._key))
         parsed: dict[str, dict[str, Any]] = {}
         for field, value in raw.items():
             pattern, _, name = field.decode().rpartition(" ")

@@ -399,3 +399,95 @@ def test_dlq_show_needs_the_partition(client, backend, prefix, pq):
     assert missing.exit_code == 2 and "give --partition from 0 to 2" in missing.output
     shown = run("dlq", "show", "orders", "1", "--partition", "2", "--json")
     assert shown.exit_code == 0 and '"partition": 2' in shown.output and '"data": "bad"' in shown.output
+
+
+@pytest.mark.parametrize("backend", ["cluster"], indirect=True)
+def test_a_lost_reply_from_one_node_does_not_stop_the_others_nor_run_twice(client, servers, monkeypatch):
+    import redis
+
+    # given a queue of 12 partitions over 3 primaries, and one primary whose replies get lost after it ran the calls
+    pq = client.queue("spread", partitions=12)
+    cluster = servers["cluster"]
+    node_of = {p: cluster.primary_of(part.keys.msgs).port for p, part in enumerate(pq.parts)}
+    lossy = node_of[0]
+    pq.publish_many([b"warm-up"] * 12, keys=[f"k{i}" for i in range(12)])  # every node knows the script
+
+    class LosingPipeline:
+        def __init__(self, pipe):
+            self.pipe = pipe
+
+        def execute_command(self, *args):
+            self.pipe.execute_command(*args)
+
+        def execute(self, raise_on_error=True):
+            self.pipe.execute(raise_on_error=False)
+            raise redis.ConnectionError("Connection closed by server.")
+
+    class LossyNode:
+        """A node client whose pipelines lose their replies; anything else goes to the real one."""
+
+        def __init__(self, conn):
+            self.conn = conn
+
+        def pipeline(self, transaction=False):
+            return LosingPipeline(self.conn.pipeline(transaction=False))
+
+        def __getattr__(self, name):
+            return getattr(self.conn, name)
+
+    real = client.redis.get_redis_connection
+
+    def connection(node):
+        conn = real(node)
+        return LossyNode(conn) if node.port == lossy else conn
+
+    monkeypatch.setattr(client.redis, "get_redis_connection", connection)
+    keys = [f"k{i}" for i in range(36)]
+    # when a batch goes to every partition
+    with pytest.raises(rqueue.PartialPublish) as caught:
+        pq.publish_many([b"m"] * 36, keys=keys)
+    # then the other nodes' partitions were stored and reported, the lossy node's are unknown (None) ...
+    err = caught.value
+    assert {p for p in err.errors} == {p for p in range(12) if node_of[p] == lossy}
+    assert all((r is None) == (node_of[partition_of(k, 12)] == lossy) for k, r in zip(keys, err.results))
+    monkeypatch.undo()
+    # ... and nothing was sent twice: every message is stored exactly once
+    assert pq.stats().last_seq == 12 + 36
+
+
+@pytest.mark.parametrize("error, expected", [
+    ("ConnectionError:Error 111 connecting to 127.0.0.1:1. Connection refused.", True),
+    ("ConnectionError:Connection closed by server.", False),
+    ("ConnectionError:Error while reading from 127.0.0.1:7000 : (104, 'Connection reset by peer')", False),
+    ("TimeoutError:Timeout connecting to server", True),
+    ("TimeoutError:Timeout reading from socket", False),
+    ("MovedError:3999 127.0.0.1:6381", True),
+    ("TryAgainError:", True),
+    ("ClusterDownError:The cluster is down", True),
+    ("ReadOnlyError:You can't write against a read only replica.", True),
+    ("ResponseError:WRONGTYPE", False),
+])
+def test_only_errors_that_prove_a_call_never_ran_count_as_not_run(error, expected):
+    import redis
+
+    from rqueue.errors import not_run
+
+    kind, _, text = error.partition(":")
+    assert not_run(getattr(redis.exceptions, kind)(text)) is expected
+
+
+def test_cluster_cannot_be_connected_counts_only_when_it_hides_no_lost_reply():
+    import redis
+
+    from rqueue.errors import not_run
+
+    # raised while refreshing the slot map right after a lost reply: the call may have run
+    try:
+        try:
+            raise redis.ConnectionError("Connection closed by server.")
+        except redis.ConnectionError:
+            raise redis.exceptions.RedisClusterException("Redis Cluster cannot be connected. Please provide ...")
+    except redis.exceptions.RedisClusterException as exc:
+        assert not not_run(exc)
+    # raised before anything was sent
+    assert not_run(redis.exceptions.RedisClusterException("Redis Cluster cannot be connected. Please provide ..."))

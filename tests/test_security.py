@@ -625,6 +625,19 @@ def test_wrong_password_is_not_shown(password_server, prefix, caplog, template):
     assert WRONG not in shown and SECRET not in shown
 
 
+@pytest.mark.parametrize("password", ["p@ss?word", "my?secret@part", "p@s/s:w?d,x"])
+def test_a_password_with_at_and_question_marks_is_masked_whole(password):
+    # a raw "@" and "?" in the password: the user info ends at the last "@" before the host
+    from rqueue.client import mask_url
+
+    url = f"redis://:{password}@127.0.0.1:6379/0"
+    assert mask_url(url) == "redis://:***@127.0.0.1:6379/0"
+    # redis-py cannot parse some of these (InvalidURL), the others find no server: no message shows the password
+    with pytest.raises((rqueue.ConnectionFailed, rqueue.InvalidURL)) as exc:
+        rqueue.connect(url.replace(":6379", f":{free_port()}"))
+    assert "127.0.0.1" in str(exc.value) and not any(piece in str(exc.value) for piece in ("ss?w", "secret", "s/s"))
+
+
 def test_tls_key_passphrase_in_the_url_is_not_shown(caplog):
     url = f"rediss://127.0.0.1:{free_port()}/0?ssl_certfile=/c.pem&ssl_keyfile=/k.pem&ssl_password={SECRET}"
     with pytest.raises(rqueue.ConnectionFailed) as exc:
