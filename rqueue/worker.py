@@ -26,7 +26,7 @@ import redis
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
 from . import constants as C
-from .errors import AlreadyAcked, DeliveryError, InvalidInput, NotMember, Reject, RQueueError
+from .errors import CLUSTER_NOT_RUN, AlreadyAcked, DeliveryError, InvalidInput, NotMember, Reject, RQueueError
 from .names import check_name
 
 if TYPE_CHECKING:
@@ -40,7 +40,11 @@ T = TypeVar("T")
 Handler = Callable[["Delivery"], Any]
 
 # Errors after which the same call may succeed once Redis is back.
-TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, ConnectionError, OSError)
+# On a cluster also the errors of a failover (and of a slot map that cannot
+# be read meanwhile): the worker's calls are safe to send again, since it
+# hands back what a lost fetch claimed and an applied ack is recognised.
+TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, ConnectionError, OSError,
+             *CLUSTER_NOT_RUN, redis.exceptions.RedisClusterException)
 
 
 @dataclass

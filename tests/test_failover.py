@@ -83,3 +83,44 @@ def test_kill_of_a_primary_loses_no_durably_confirmed_message(prefix, capsys, pa
         client.close()
     finally:
         cluster.stop()
+
+
+@pytest.mark.slow
+def test_a_worker_rides_out_a_cluster_that_is_down_for_seconds(prefix):
+    # given a cluster of 3 primaries without replicas and a worker on a queue, whose client gives up on
+    # cluster errors after 0.5 s (so the worker's own retries must carry it through)
+    cluster = start_cluster(replicas=0)
+    try:
+        client = rqueue.connect(cluster.url, prefix=prefix, failover_timeout=0.5)
+        q = client.queue("orders")
+        keep = {cluster.primary_of(q.keys.msgs), cluster.primary_of(f"{prefix}:settings")}
+        victim = next(n for n in cluster.nodes if n not in keep)
+        handled: list[bytes] = []
+        worker = rqueue.Worker(q, "g", lambda d: handled.append(d.data), concurrency=2, reconnect_timeout=60)
+        worker.start()
+        q.publish_many([b"before"] * 5)
+        wait_for(lambda: len(handled) == 5)
+        # when a primary dies: its slots are uncovered and every node answers CLUSTERDOWN
+        victim.kill()
+        wait_for(lambda: not cluster.is_ready(), timeout=20)
+        wait_for(lambda: _answers_clusterdown(cluster, victim), timeout=20)
+        # and comes back a few seconds later
+        victim.start()
+        wait_for(cluster.is_ready, timeout=30)
+        q.publish_many([b"after"] * 5)
+        # then the worker is still there and handles the new messages
+        wait_for(lambda: len(handled) == 10, timeout=30)
+        assert worker.join(0) is False
+        worker.stop()
+        assert worker.join(30)
+        client.close()
+    finally:
+        cluster.stop()
+
+
+def _answers_clusterdown(cluster, dead) -> bool:
+    import redis
+
+    live = next(n for n in cluster.nodes if n is not dead)
+    with redis.Redis(port=live.port) as r:
+        return b"cluster_state:fail" in r.execute_command("CLUSTER", "INFO")
