@@ -34,35 +34,53 @@
 
 local strict = ARGV[15] == '1'
 
-local seqs, counts = {}, {}
+-- Seqs stay the strings the client sent: handing a number to redis.call
+-- formats it again with sprintf, several times per tag.
+local fields = {}
 for i = 16, #ARGV, 2 do
-  seqs[#seqs + 1] = tonumber(ARGV[i])
-  counts[#counts + 1] = tonumber(ARGV[i + 1])
+  fields[#fields + 1] = ARGV[i]
 end
-local raws = bulkGet(dlvKey, seqs)
+local raws = bulkGet(dlvKey, fields)
 
 local result = {}
 local done, seen = {}, {}
 local leased, waiting, stateFields = {}, {}, {}
 local released = {} -- holder -> deliveries taken from it
-for i, seq in ipairs(seqs) do
+-- The last state that passed the fast path and its count: every message of
+-- one fetch shares one state string (Lua strings are interned, so == is a
+-- pointer compare), and most of a batch passes on it.
+local okRaw, okCount = nil, nil
+for i, field in ipairs(fields) do
   local d, corrupt, code = nil, false, nil
   local raw = raws[i]
-  if raw and counts[i] then
-    -- Fast path: this consumer's current delivery, with no history.
-    local held = counts[i] .. ':' .. consumerName .. ':'
+  local countArg = ARGV[15 + 2 * i]
+  local seq = tonumber(field)
+  if raw and raw == okRaw and countArg == okCount then
+    code = 'ok'
+  elseif raw and countArg then
+    -- Fast path: this consumer's current delivery, with no history. A state
+    -- found under the sent string means that string is the canonical seq.
+    local held = countArg .. ':' .. consumerName .. ':'
     if string.sub(raw, 1, #held) == held and string.find(raw, '^%d+:%d+$', #held + 1) then
-      d, code = {holder = consumerName}, 'ok'
+      code = 'ok'
+      okRaw, okCount = raw, countArg
     end
   end
+  local holder = consumerName
   if code == nil then
+    if seq ~= nil and raw == false and tostring(seq) ~= field then
+      -- A seq written another way ("07"): states are kept under the canonical one.
+      field = tostring(seq)
+      raw = rcall('HGET', dlvKey, field)
+    end
     if seq ~= nil then
       d, corrupt = parseDelivery(seq, raw)
     end
     code = 'RQ_CORRUPT'
     if not corrupt then
-      code = checkTag(seq, counts[i], d, true)
+      code = checkTag(seq, tonumber(countArg), d, true)
     end
+    holder = d and d.holder
   end
   if code == 'ok' and seen[seq] then
     code = 'RQ_ACKED' -- listed twice in one call
@@ -74,12 +92,12 @@ for i, seq in ipairs(seqs) do
   if code == 'ok' then
     seen[seq] = true
     done[#done + 1] = seq
-    stateFields[#stateFields + 1] = seq
-    if d.holder == '' then
-      waiting[#waiting + 1] = seq
+    stateFields[#stateFields + 1] = field
+    if holder == '' then
+      waiting[#waiting + 1] = field
     else
-      leased[#leased + 1] = seq
-      released[d.holder] = (released[d.holder] or 0) + 1
+      leased[#leased + 1] = field
+      released[holder] = (released[holder] or 0) + 1
     end
   end
 end
@@ -92,7 +110,7 @@ if #done > 0 then
     rcall('HINCRBY', consumersKey, holder, -k)
   end
   bulk('HDEL', dlvKey, stateFields)
-  settleMany(queueKeys, groupName, done)
+  settleMany(queueKeys, groupName, done, stateFields)
   rcall('HINCRBY', groupKey, 'acked', #done)
 end
 return result

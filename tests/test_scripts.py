@@ -116,6 +116,18 @@ def test_ack_strict_and_lenient_statuses(raw):
         s.ack(keys=gk, args=group_argv("g", "c2", NOW, None, "1", 2, 1))
 
 
+def test_ack_accepts_a_seq_or_count_written_another_way(raw):
+    # The script looks states up under the strings it is sent; "01" must
+    # still find (and settle) the state kept under "1".
+    r, qk, gk, s = raw
+    publish(raw, b"0:a", b"0:b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    assert s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "0", "01", "1", "2", "01")) == [b"ok", b"ok"]
+    assert r.hlen(gk[8]) == 0 and r.zcard(gk[5]) == 0 and r.hlen(qk.msgs) == 0
+    assert r.hget(gk[2], "g") == b"2"
+
+
 def test_nack_reply_and_stale_error(raw):
     _, _, gk, s = raw
     publish(raw, b"0:a")
