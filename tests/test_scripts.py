@@ -63,6 +63,24 @@ def test_publish_reply_is_seq_and_duplicate_flag(raw):
     assert r.get(qk.message_id("x")) == b"1:%d" % (NOW + 60_000) and 60_000 < r.pttl(qk.message_id("x")) <= 60_000 + 86_400_000
 
 
+def test_publish_batch_judges_a_repeated_id_as_separate_publishes_would(raw):
+    # Seqs are assigned in one pass and written at the end; an id repeated
+    # in the batch, or already stored, must come out as with one call each.
+    r, qk, _, s = raw
+    keys = qk.publish_keys() + [qk.message_id("x"), qk.message_id("x"), qk.message_id("y")]
+    args = [NOW, 60_000, "0", "", 5, 0, b"0:a", 0, 250, b"0:b", 6, 0, b"0:c", 7, 0, b"0:d"]
+    assert s.publish(keys=keys, args=args) == [1, 0, 2, 0, 1, 1, 3, 0]
+    assert r.hget(qk.meta, "seq") == b"3" and r.hlen(qk.msgs) == 3
+    assert r.hget(qk.msgs, 2) == b"%d:%d:0:b" % (NOW + 250, NOW) and r.zscore(qk.sched, 2) == NOW + 250
+    assert r.get(qk.message_id("y")) == b"3:%d" % (NOW + 60_000)
+    # the next call sees the stored ids
+    assert s.publish(keys=keys, args=args) == [1, 1, 4, 0, 1, 1, 3, 1]
+    # a window of 0 remembers nothing: the repeat is a new message, and the
+    # id key ends with the later seq
+    assert s.publish(keys=keys, args=[NOW + 10**9, 0] + args[2:]) == [5, 0, 6, 0, 7, 0, 8, 0]
+    assert r.get(qk.message_id("x")) == b"7:%d" % (NOW + 10**9)
+
+
 def test_publish_delayed_records_not_before(raw):
     publish(raw, b"0:a", delay=500)
     r, qk, _, _ = raw
