@@ -17,6 +17,7 @@ import logging
 import queue as queue_module
 import signal
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -204,6 +205,23 @@ class Worker:
     # -- Redis calls ------------------------------------------------------------
 
     def _retry(self, call: Callable[[], T]) -> T:
+        # The first attempt goes straight through: building a tenacity
+        # Retrying per call cost more CPU than the Redis call itself.
+        started = time.monotonic()
+        try:
+            return call()
+        except TRANSIENT as exc:
+            first: BaseException | None = exc
+
+        def attempt() -> T:
+            # tenacity sees the failed first attempt, so its waits, counts
+            # and log lines are what they were without the fast path.
+            nonlocal first
+            if first is not None:
+                failed, first = first, None
+                raise failed
+            return call()
+
         def before_sleep(state: Any) -> None:
             self._count(reconnects=1)
             self._resync = True
@@ -212,11 +230,12 @@ class Worker:
         retrying = Retrying(
             retry=retry_if_exception_type(TRANSIENT),
             wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
-            stop=stop_after_delay(self.reconnect_timeout),
+            # the limit still counts from the first attempt
+            stop=stop_after_delay(max(0.0, self.reconnect_timeout - (time.monotonic() - started))),
             before_sleep=before_sleep,
             reraise=True,
         )
-        return retrying(call)
+        return retrying(attempt)
 
     # -- dispatcher -----------------------------------------------------------
 
