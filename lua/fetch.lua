@@ -7,16 +7,25 @@
   group's max_inflight and the consumer's prefetch. The delivery count and
   the lease deadline are written in this same call.
 
+  Tags given after n are acknowledged first, leniently, exactly as ack.lua
+  with strict "0" would (the previous batch of a worker settled in the same
+  call as its next fetch), so that they free prefetch room for this fetch.
+
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
     ARGV[15] n, the most deliveries to return
+    ARGV[16], ARGV[17], ... seq1, count1, seq2, count2, ... tags to ack
+      first (none: a plain fetch)
   Output:
-    { now_ms, next_due_ms or "", seq1, count1, record1, seq2, ... }
-    next_due_ms is the earliest time a waiting message becomes due, given
-    only when nothing was delivered, so that an idle client can sleep.
+    { now_ms, next_due_ms or "", status1, ..., statusK, seq1, count1, record1, seq2, ... }
+    one status per tag to ack, in order ("ok" or the code of that tag, as
+    ack.lua), then the deliveries. next_due_ms is the earliest time a waiting
+    message becomes due, given only when nothing was delivered, so that an
+    idle client can sleep.
   Errors:
-    RQ_NOT_MEMBER  the consumer is not in the group (never joined, or removed)
+    RQ_NOT_MEMBER  the consumer is not in the group (never joined, or
+                   removed); nothing is changed, the tags are not acked
     RQ_CORRUPT     a delivery state in Redis does not parse
 ]]
 --@include read_now
@@ -29,6 +38,8 @@
 --@include settle
 --@include redelivery
 --@include group_ops
+--@include check_tag
+--@include ack_tags
 
 local EXPIRE_BATCH = 1000 -- expired leases handled per call
 local PROMOTE_BATCH = 1000 -- due delayed messages made ready per call
@@ -40,6 +51,10 @@ if rcall('HEXISTS', consumersKey, consumerName) == 0 then
   return redis.error_reply('RQ_NOT_MEMBER consumer ' .. consumerName .. ' is not a member of group ' .. groupName)
 end
 beat()
+local acked = {}
+if #ARGV > 15 then
+  acked = ackTags(false, 16)
+end
 
 local expired = rcall('ZRANGEBYSCORE', leaseKey, '-inf', now, 'LIMIT', 0, EXPIRE_BATCH)
 for _, s in ipairs(expired) do
@@ -67,6 +82,9 @@ room = math.min(room, maxInflight - rcall('ZCARD', leaseKey))
 room = math.min(room, prefetch - tonumber(rcall('HGET', consumersKey, consumerName) or '0'))
 
 local out = {now, ''}
+for _, status in ipairs(acked) do
+  out[#out + 1] = status
+end
 local got, redelivered = 0, 0
 local leased, states = {}, {}
 -- Built once: every number handed to redis.call is formatted with sprintf

@@ -298,43 +298,33 @@ class Consumer:
 
     def ack_and_fetch(self, acks: Iterable[DeliveryRef], n: int) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """Acks what can be acked (as :meth:`ack_available`) and claims up to
-        ``n`` deliveries, both in one round trip. Returns the ack statuses,
-        the deliveries, and (when none came) the seconds until a waiting
-        message falls due, or None."""
+        ``n`` deliveries, both in one script call (one round trip). Returns
+        the ack statuses, the deliveries, and (when none came) the seconds
+        until a waiting message falls due, or None."""
         tags = [self._tag_of(r) for r in acks]
         if n <= 0:
             return self.ack_available([t[0] for t in tags]), [], None
-        scripts = self.client.scripts
-        settings = self.settings()
-        pipe = scripts.pipeline()
-        if tags:
-            args = ["0", *_flat(tags)]
-            scripts.ack(keys=self._keys(settings), args=self.queue._group_argv(self.group, self.name, settings, args), client=pipe)
-        scripts.fetch(keys=self._keys(settings), args=self.queue._group_argv(self.group, self.name, settings, [n]), client=pipe)
         try:
-            replies = pipe.execute(raise_on_error=False)
-        except redis.ResponseError as exc:
-            raise from_script_error(exc, queue=self.queue.name) from None
+            reply = self._call(self.client.scripts.fetch, n, *_flat(tags))
+        except NotMember:
+            # Nothing was changed: join afresh (what this consumer held was
+            # offered again; its late acks are still accepted) and do both.
+            log.warning("%r was not a member of its group any more; joining again", self)
+            self._join()
+            statuses = self.ack_available([t[0] for t in tags]) if tags else []
+            return statuses, self._parse(self._call(self.client.scripts.fetch, n)), None
         statuses: list[RQueueError | None] = []
+        held = self._held
+        for i, (tag, _, _) in enumerate(tags):
+            held.pop(tag, None)
+            status = reply[2 + i]
+            statuses.append(None if status == b"ok" else delivery_error(status.decode(), tag))
         if tags:
-            ack_reply = replies[0]
-            if isinstance(ack_reply, Exception):
-                raise from_script_error(ack_reply, queue=self.queue.name)
-            for (tag, _, _), status in zip(tags, ack_reply):
-                self._held.pop(tag, None)
-                statuses.append(delivery_error(status.decode(), tag))
-        fetch_reply = replies[-1]
-        if isinstance(fetch_reply, Exception):
-            err = from_script_error(fetch_reply, queue=self.queue.name)
-            if isinstance(err, NotMember):
-                log.warning("%r was not a member of its group any more; joining again", self)
-                self._join()
-                return statuses, self._parse(self._call(scripts.fetch, n)), None
-            raise err
-        deliveries = self._parse(fetch_reply)
+            reply = reply[:2] + reply[2 + len(tags):]
+        deliveries = self._parse(reply)
         due_in = None
-        if not deliveries and fetch_reply[1] not in (b"", None):
-            due_in = max(0.0, (int(fetch_reply[1]) - int(fetch_reply[0])) / 1000)
+        if not deliveries and reply[1] not in (b"", None):
+            due_in = max(0.0, (int(reply[1]) - int(reply[0])) / 1000)
         return statuses, deliveries, due_in
 
     def heartbeat(self, running: Iterable[DeliveryRef], timeout: float, sync: bool = False) -> HeartbeatResult:

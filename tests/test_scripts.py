@@ -146,6 +146,22 @@ def test_ack_accepts_a_seq_or_count_written_another_way(raw):
     assert r.hget(gk[2], "g") == b"2"
 
 
+def test_fetch_acks_the_tags_it_is_given_first(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"0:a", b"0:b", b"0:c")
+    one = Settings(ack_wait=10, prefetch=1)
+    s.join(keys=gk, args=group_argv())
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5)) == [NOW, b"", 1, 1, b":%d:0:a" % NOW]
+    # the ack frees the one prefetch slot for this same fetch; a bad tag gets its code
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, 1, 1, 9, 1))
+    assert reply == [NOW, b"", b"ok", b"RQ_UNKNOWN_TAG", 2, 1, b":%d:0:b" % NOW]
+    assert r.hget(gk[2], "g") == b"1" and not r.hexists(gk[8], 1) and r.hlen(qk.msgs) == 2
+    # a non-member's call changes nothing, its tags included
+    with pytest.raises(redis.ResponseError, match="^RQ_NOT_MEMBER"):
+        s.fetch(keys=gk, args=group_argv("g", "nobody", NOW, None, 5, 2, 1))
+    assert r.hexists(gk[8], 2) and r.zscore(gk[5], 2) == NOW + 10_000
+
+
 def test_nack_reply_and_stale_error(raw):
     _, _, gk, s = raw
     publish(raw, b"0:a")
