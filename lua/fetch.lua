@@ -41,22 +41,28 @@
 --@include check_tag
 --@include ack_tags
 
-local EXPIRE_BATCH = 1000 -- expired leases handled per call
-local PROMOTE_BATCH = 1000 -- due delayed messages made ready per call
+-- Strings, as is nowText: redis.call formats every number it is handed
+-- with sprintf, a good part of the cost of a small command.
+local EXPIRE_BATCH = '1000' -- expired leases handled per call
+local PROMOTE_BATCH = '1000' -- due delayed messages made ready per call
 local SCAN_LIMIT = 1000 -- records passed over per call (deleted or delayed)
 
 local n = tonumber(ARGV[15])
+local nowText = tostring(now)
 
-if rcall('HEXISTS', consumersKey, consumerName) == 0 then
+-- What this consumer holds; false when it is not a member.
+local holding = rcall('HGET', consumersKey, consumerName)
+if not holding then
   return redis.error_reply('RQ_NOT_MEMBER consumer ' .. consumerName .. ' is not a member of group ' .. groupName)
 end
 beat()
 local acked = {}
 if #ARGV > 15 then
   acked = ackTags(false, 16)
+  holding = rcall('HGET', consumersKey, consumerName)
 end
 
-local expired = rcall('ZRANGEBYSCORE', leaseKey, '-inf', now, 'LIMIT', 0, EXPIRE_BATCH)
+local expired = rcall('ZRANGEBYSCORE', leaseKey, '-inf', nowText, 'LIMIT', '0', EXPIRE_BATCH)
 for _, s in ipairs(expired) do
   local seq = tonumber(s)
   local raw = rcall('HGET', dlvKey, seq)
@@ -71,7 +77,7 @@ for _, s in ipairs(expired) do
   end
 end
 
-local due = rcall('ZRANGEBYSCORE', delayKey, '-inf', now, 'LIMIT', 0, PROMOTE_BATCH)
+local due = rcall('ZRANGEBYSCORE', delayKey, '-inf', nowText, 'LIMIT', '0', PROMOTE_BATCH)
 for _, s in ipairs(due) do
   rcall('ZADD', readyKey, s, s)
   rcall('ZREM', delayKey, s)
@@ -79,7 +85,10 @@ end
 
 local room = n
 room = math.min(room, maxInflight - rcall('ZCARD', leaseKey))
-room = math.min(room, prefetch - tonumber(rcall('HGET', consumersKey, consumerName) or '0'))
+if #expired > 0 then
+  holding = rcall('HGET', consumersKey, consumerName) -- expiry may have taken some back
+end
+room = math.min(room, prefetch - tonumber(holding or '0'))
 
 local out = {now, ''}
 for _, status in ipairs(acked) do
@@ -92,7 +101,7 @@ local leased, states = {}, {}
 local deadline = tostring(now + ackWait)
 
 -- The state of every first delivery made by this call.
-local firstState = '1:' .. consumerName .. ':' .. now .. ':' .. now
+local firstState = '1:' .. consumerName .. ':' .. nowText .. ':' .. nowText
 
 -- Hands seq to this consumer; field is seq as the string the hashes and the
 -- lease set know it by, d its delivery state, nil when new.
@@ -151,6 +160,7 @@ end
 
 if got < room then
   local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
+  local from = cursor
   local last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
   local passed = 0
   local gone = {}
@@ -181,7 +191,9 @@ if got < room then
       end
     end
   end
-  rcall('HSET', groupKey, 'cursor', cursor)
+  if cursor ~= from then
+    rcall('HSET', groupKey, 'cursor', cursor)
+  end
   settleMany(queueKeys, groupName, gone)
 end
 
