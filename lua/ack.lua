@@ -25,11 +25,8 @@
 --@include group_keys
 --@include group_args
 --@include delivery_state
---@include record
 --@include bulk
 --@include settle
---@include redelivery
---@include group_ops
 --@include check_tag
 --@include ack_tags
 
