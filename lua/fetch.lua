@@ -182,11 +182,21 @@ if got < room then
         passed = passed + 1
       else
         local notBefore = recordNotBefore(rec)
-        if notBefore ~= nil and notBefore > now then
+        if notBefore == nil then
+          deliver(seq, field, rec, nil) -- dead-letters it
+        elseif notBefore > now then
           rcall('ZADD', delayKey, notBefore, field)
           passed = passed + 1
         else
-          deliver(seq, field, rec, nil)
+          -- deliver(seq, field, rec, nil) written out: the common case,
+          -- without a call, a state table and a second parse per message.
+          states[#states + 1] = field
+          states[#states + 1] = firstState
+          leased[#leased + 1] = field
+          out[#out + 1] = seq
+          out[#out + 1] = 1
+          out[#out + 1] = rec
+          got = got + 1
         end
       end
     end
