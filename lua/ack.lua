@@ -25,74 +25,13 @@
 --@include group_keys
 --@include group_args
 --@include delivery_state
---@include record
 --@include bulk
 --@include settle
---@include redelivery
---@include group_ops
 --@include check_tag
+--@include ack_tags
 
-local strict = ARGV[15] == '1'
-
-local seqs, counts = {}, {}
-for i = 16, #ARGV, 2 do
-  seqs[#seqs + 1] = tonumber(ARGV[i])
-  counts[#counts + 1] = tonumber(ARGV[i + 1])
-end
-local raws = bulkGet(dlvKey, seqs)
-
-local result = {}
-local done, seen = {}, {}
-local leased, waiting, stateFields = {}, {}, {}
-local released = {} -- holder -> deliveries taken from it
-for i, seq in ipairs(seqs) do
-  local d, corrupt, code = nil, false, nil
-  local raw = raws[i]
-  if raw and counts[i] then
-    -- Fast path: this consumer's current delivery, with no history.
-    local held = counts[i] .. ':' .. consumerName .. ':'
-    if string.sub(raw, 1, #held) == held and string.find(raw, '^%d+:%d+$', #held + 1) then
-      d, code = {holder = consumerName}, 'ok'
-    end
-  end
-  if code == nil then
-    if seq ~= nil then
-      d, corrupt = parseDelivery(seq, raw)
-    end
-    code = 'RQ_CORRUPT'
-    if not corrupt then
-      code = checkTag(seq, counts[i], d, true)
-    end
-  end
-  if code == 'ok' and seen[seq] then
-    code = 'RQ_ACKED' -- listed twice in one call
-  end
-  if code ~= 'ok' and strict then
-    return redis.error_reply(code .. ' ' .. ARGV[14 + 2 * i] .. '.' .. ARGV[15 + 2 * i])
-  end
-  result[i] = code
-  if code == 'ok' then
-    seen[seq] = true
-    done[#done + 1] = seq
-    stateFields[#stateFields + 1] = seq
-    if d.holder == '' then
-      waiting[#waiting + 1] = seq
-    else
-      leased[#leased + 1] = seq
-      released[d.holder] = (released[d.holder] or 0) + 1
-    end
-  end
-end
-
-if #done > 0 then
-  bulk('ZREM', leaseKey, leased)
-  bulk('ZREM', readyKey, waiting)
-  bulk('ZREM', delayKey, waiting)
-  for holder, k in pairs(released) do
-    rcall('HINCRBY', consumersKey, holder, -k)
-  end
-  bulk('HDEL', dlvKey, stateFields)
-  settleMany(queueKeys, groupName, done)
-  rcall('HINCRBY', groupKey, 'acked', #done)
+local result, err = ackTags(ARGV[15] == '1', 16)
+if result == nil then
+  return redis.error_reply(err)
 end
 return result

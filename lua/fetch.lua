@@ -7,16 +7,25 @@
   group's max_inflight and the consumer's prefetch. The delivery count and
   the lease deadline are written in this same call.
 
+  Tags given after n are acknowledged first, leniently, exactly as ack.lua
+  with strict "0" would (the previous batch of a worker settled in the same
+  call as its next fetch), so that they free prefetch room for this fetch.
+
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..14] the group arguments (includes/group_args.lua)
     ARGV[15] n, the most deliveries to return
+    ARGV[16], ARGV[17], ... seq1, count1, seq2, count2, ... tags to ack
+      first (none: a plain fetch)
   Output:
-    { now_ms, next_due_ms or "", seq1, count1, record1, seq2, ... }
-    next_due_ms is the earliest time a waiting message becomes due, given
-    only when nothing was delivered, so that an idle client can sleep.
+    { now_ms, next_due_ms or "", status1, ..., statusK, seq1, count1, record1, seq2, ... }
+    one status per tag to ack, in order ("ok" or the code of that tag, as
+    ack.lua), then the deliveries. next_due_ms is the earliest time a waiting
+    message becomes due, given only when nothing was delivered, so that an
+    idle client can sleep.
   Errors:
-    RQ_NOT_MEMBER  the consumer is not in the group (never joined, or removed)
+    RQ_NOT_MEMBER  the consumer is not in the group (never joined, or
+                   removed); nothing is changed, the tags are not acked
     RQ_CORRUPT     a delivery state in Redis does not parse
 ]]
 --@include read_now
@@ -29,19 +38,31 @@
 --@include settle
 --@include redelivery
 --@include group_ops
+--@include check_tag
+--@include ack_tags
 
-local EXPIRE_BATCH = 1000 -- expired leases handled per call
-local PROMOTE_BATCH = 1000 -- due delayed messages made ready per call
+-- Strings, as is nowText: redis.call formats every number it is handed
+-- with sprintf, a good part of the cost of a small command.
+local EXPIRE_BATCH = '1000' -- expired leases handled per call
+local PROMOTE_BATCH = '1000' -- due delayed messages made ready per call
 local SCAN_LIMIT = 1000 -- records passed over per call (deleted or delayed)
 
 local n = tonumber(ARGV[15])
+local nowText = tostring(now)
 
-if rcall('HEXISTS', consumersKey, consumerName) == 0 then
+-- What this consumer holds; false when it is not a member.
+local holding = rcall('HGET', consumersKey, consumerName)
+if not holding then
   return redis.error_reply('RQ_NOT_MEMBER consumer ' .. consumerName .. ' is not a member of group ' .. groupName)
 end
 beat()
+local acked = {}
+if #ARGV > 15 then
+  acked = ackTags(false, 16)
+  holding = rcall('HGET', consumersKey, consumerName)
+end
 
-local expired = rcall('ZRANGEBYSCORE', leaseKey, '-inf', now, 'LIMIT', 0, EXPIRE_BATCH)
+local expired = rcall('ZRANGEBYSCORE', leaseKey, '-inf', nowText, 'LIMIT', '0', EXPIRE_BATCH)
 for _, s in ipairs(expired) do
   local seq = tonumber(s)
   local raw = rcall('HGET', dlvKey, seq)
@@ -56,7 +77,7 @@ for _, s in ipairs(expired) do
   end
 end
 
-local due = rcall('ZRANGEBYSCORE', delayKey, '-inf', now, 'LIMIT', 0, PROMOTE_BATCH)
+local due = rcall('ZRANGEBYSCORE', delayKey, '-inf', nowText, 'LIMIT', '0', PROMOTE_BATCH)
 for _, s in ipairs(due) do
   rcall('ZADD', readyKey, s, s)
   rcall('ZREM', delayKey, s)
@@ -64,23 +85,32 @@ end
 
 local room = n
 room = math.min(room, maxInflight - rcall('ZCARD', leaseKey))
-room = math.min(room, prefetch - tonumber(rcall('HGET', consumersKey, consumerName) or '0'))
+if #expired > 0 then
+  holding = rcall('HGET', consumersKey, consumerName) -- expiry may have taken some back
+end
+room = math.min(room, prefetch - tonumber(holding or '0'))
 
 local out = {now, ''}
+for _, status in ipairs(acked) do
+  out[#out + 1] = status
+end
 local got, redelivered = 0, 0
-local leases, states = {}, {}
-local deadline = now + ackWait
+local leased, states = {}, {}
+-- Built once: every number handed to redis.call is formatted with sprintf
+-- again, which costs more than the rest of a delivery.
+local deadline = tostring(now + ackWait)
 
 -- The state of every first delivery made by this call.
-local firstState = '1:' .. consumerName .. ':' .. now .. ':' .. now
+local firstState = '1:' .. consumerName .. ':' .. nowText .. ':' .. nowText
 
--- Hands seq to this consumer; d is its delivery state, nil when new.
-local function deliver(seq, rec, d)
+-- Hands seq to this consumer; field is seq as the string the hashes and the
+-- lease set know it by, d its delivery state, nil when new.
+local function deliver(seq, field, rec, d)
   if recordNotBefore(rec) == nil then
     deadLetter(seq, d, 'corrupted-record', 'record does not parse')
     return
   end
-  states[#states + 1] = seq
+  states[#states + 1] = field
   if d == nil then
     states[#states + 1] = firstState
     d = {count = 1}
@@ -93,8 +123,7 @@ local function deliver(seq, rec, d)
     d.last = now
     states[#states + 1] = formatDelivery(d)
   end
-  leases[#leases + 1] = deadline
-  leases[#leases + 1] = seq
+  leased[#leased + 1] = field
   out[#out + 1] = seq
   out[#out + 1] = d.count
   out[#out + 1] = rec
@@ -114,7 +143,7 @@ if room > 0 then
       if corrupt then
         deadLetterCorruptState(seq, raws[i])
       elseif recs[i] then
-        deliver(seq, recs[i], d)
+        deliver(seq, s, recs[i], d)
       else
         -- Cannot happen while retention pins what a group still needs;
         -- recorded rather than silently passed over.
@@ -131,18 +160,20 @@ end
 
 if got < room then
   local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
+  local from = cursor
   local last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
   local passed = 0
   local gone = {}
   while got < room and cursor < last and passed < SCAN_LIMIT do
     local want = math.min(room - got, last - cursor)
-    local seqs = {}
+    local fields = {}
     for s = cursor + 1, cursor + want do
-      seqs[#seqs + 1] = s
+      fields[#fields + 1] = tostring(s)
     end
-    local recs = bulkGet(msgsKey, seqs)
-    for i, seq in ipairs(seqs) do
+    local recs = bulkGet(msgsKey, fields)
+    for i, field in ipairs(fields) do
       local rec = recs[i]
+      local seq = cursor + 1
       cursor = seq
       if not rec then
         -- Deleted before this group reached it (every group that existed
@@ -151,21 +182,42 @@ if got < room then
         passed = passed + 1
       else
         local notBefore = recordNotBefore(rec)
-        if notBefore ~= nil and notBefore > now then
-          rcall('ZADD', delayKey, notBefore, seq)
+        if notBefore == nil then
+          deliver(seq, field, rec, nil) -- dead-letters it
+        elseif notBefore > now then
+          rcall('ZADD', delayKey, notBefore, field)
           passed = passed + 1
         else
-          deliver(seq, rec, nil)
+          -- deliver(seq, field, rec, nil) written out: the common case,
+          -- without a call, a state table and a second parse per message.
+          states[#states + 1] = field
+          states[#states + 1] = firstState
+          leased[#leased + 1] = field
+          out[#out + 1] = seq
+          out[#out + 1] = 1
+          out[#out + 1] = rec
+          got = got + 1
         end
       end
     end
   end
-  rcall('HSET', groupKey, 'cursor', cursor)
+  if cursor ~= from then
+    rcall('HSET', groupKey, 'cursor', cursor)
+  end
   settleMany(queueKeys, groupName, gone)
 end
 
 if got > 0 then
   bulk('HSET', dlvKey, states)
+  -- Highest seq first: a small lease set is a listpack, where ZADD walks
+  -- from the head past every member of equal score that sorts before the
+  -- new one; in this order it stops at once (3.2 -> 0.75 us per message
+  -- of a fetch of 100 on Redis 7.0).
+  local leases = {}
+  for i = #leased, 1, -1 do
+    leases[#leases + 1] = deadline
+    leases[#leases + 1] = leased[i]
+  end
   bulk('ZADD', leaseKey, leases)
   rcall('HINCRBY', consumersKey, consumerName, got)
   if redelivered > 0 then

@@ -26,6 +26,7 @@
     RQ_UNROUTABLE  mandatory publish to a queue without a group
 ]]
 --@include read_now
+--@include bulk
 
 local rcall = redis.call
 local TEST_CLOCK_TTL_SLACK = 86400000 -- ms, see the ttl below
@@ -52,17 +53,28 @@ if ARGV[1] ~= '' then
   ttl = window + TEST_CLOCK_TTL_SLACK
 end
 
+-- Seqs are assigned here and written with one variadic command per key,
+-- not two commands per message. claims holds what the id keys say once the
+-- earlier messages of this batch are stored, so that an id repeated inside
+-- the batch is judged exactly as if each message had been published alone.
 local out = {}
-local last = nil
+local first = tonumber(rcall('HGET', metaKey, 'seq') or '0')
+local seq = first
+local records, delayed, ids, claims = {}, {}, {}, {}
+local prefix = ':' .. now .. ':'
 for i = 5, #ARGV, 3 do
-  local idKey, delay, body = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), ARGV[i + 2]
-  local seen = nil
+  local idKey, delay = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  local seen, name = nil, nil
   if idKey > 0 then
-    local value = rcall('GET', KEYS[idKey])
+    name = KEYS[idKey]
+    local value = claims[name]
+    if value == nil then
+      value = rcall('GET', name)
+    end
     if value then
-      local seq, expires = string.match(value, '^(%d+):(%d+)$')
-      if seq and tonumber(expires) > now then
-        seen = seq
+      local old, expires = string.match(value, '^(%d+):(%d+)$')
+      if old and tonumber(expires) > now then
+        seen = old
       end
     end
   end
@@ -70,19 +82,32 @@ for i = 5, #ARGV, 3 do
     out[#out + 1] = tonumber(seen)
     out[#out + 1] = 1
   else
-    local seq = rcall('HINCRBY', metaKey, 'seq', 1)
-    local notBefore = ''
+    seq = seq + 1
+    records[#records + 1] = seq
     if delay > 0 then
-      notBefore = now + delay
-      rcall('ZADD', schedKey, notBefore, seq)
+      local notBefore = now + delay
+      delayed[#delayed + 1] = notBefore
+      delayed[#delayed + 1] = seq
+      records[#records + 1] = notBefore .. prefix .. ARGV[i + 2]
+    else
+      records[#records + 1] = prefix .. ARGV[i + 2]
     end
-    rcall('HSET', msgsKey, seq, notBefore .. ':' .. now .. ':' .. body)
-    if idKey > 0 then
-      rcall('SET', KEYS[idKey], seq .. ':' .. (now + window), 'PX', ttl)
+    if name ~= nil then
+      claims[name] = seq .. ':' .. (now + window)
+      ids[#ids + 1] = name
     end
     out[#out + 1] = seq
     out[#out + 1] = 0
-    last = seq
+  end
+end
+local last = nil
+if seq > first then
+  last = seq
+  rcall('HSET', metaKey, 'seq', seq)
+  bulk('HSET', msgsKey, records)
+  bulk('ZADD', schedKey, delayed)
+  for _, name in ipairs(ids) do
+    rcall('SET', name, claims[name], 'PX', ttl)
   end
 end
 if last ~= nil and channel ~= '' then

@@ -207,21 +207,36 @@ class Consumer:
             return self._call(self.client.scripts.fetch, n)
 
     def _parse(self, reply: list[Any]) -> list[Delivery]:
+        # Per message on the hot path: no helper calls for a record without
+        # headers (the common case); anything else goes to decode_record.
         now = int(reply[0])
         deadline = now + int(round(self.settings().ack_wait * 1000))
-        where = self.queue.keys.msgs
+        held = self._held
         out = []
+        new = Delivery.__new__
         for i in range(2, len(reply), 3):
-            seq, count = int(reply[i]), int(reply[i + 1])
-            try:
-                published, headers, data = decode_record(reply[i + 2], f"{where}[{seq}]")
-            except CorruptRecord as exc:
-                # Moved aside byte for byte; the rest of the batch goes on.
-                log.error("%s; moving it to the dead-letter queue", exc)
-                self._dead_letter(delivery_tag(seq, count), "corrupted-record", str(exc))
-                continue
-            d = Delivery(self, seq, count, data, headers, published, deadline)
-            self._held[d.tag] = d
+            seq, count, record = int(reply[i]), int(reply[i + 1]), reply[i + 2]
+            parts = record.split(b":", 3)
+            if len(parts) == 4 and parts[2] == b"0" and parts[1].isdigit():
+                published, headers, data = int(parts[1]), {}, parts[3]
+            else:
+                try:
+                    published, headers, data = decode_record(record, f"{self.queue.keys.msgs}[{seq}]")
+                except CorruptRecord as exc:
+                    # Moved aside byte for byte; the rest of the batch goes on.
+                    log.error("%s; moving it to the dead-letter queue", exc)
+                    self._dead_letter(delivery_tag(seq, count), "corrupted-record", str(exc))
+                    continue
+            d = new(Delivery)
+            d.consumer = self
+            d.seq = seq
+            d.delivery_count = count
+            d.data = data
+            d.headers = headers
+            d.published_ms = published
+            d.deadline_ms = deadline
+            d.tag = tag = f"{seq}.{count}"
+            held[tag] = d
             out.append(d)
         return out
 
@@ -262,12 +277,10 @@ class Consumer:
             return
         if not tags:
             return
-        args: list[Any] = ["1"]
-        for _, seq, count in tags:
-            args += [seq, count]
-        self._call(self.client.scripts.ack, *args)
+        self._call(self.client.scripts.ack, "1", *_flat(tags))
+        held = self._held
         for tag, _, _ in tags:
-            self._held.pop(tag, None)
+            held.pop(tag, None)
 
     def ack_available(self, deliveries: Iterable[DeliveryRef]) -> list[RQueueError | None]:
         """Acks every delivery that can be acked, in one round trip; returns,
@@ -276,10 +289,7 @@ class Consumer:
         tags = [self._tag_of(r) for r in _refs(deliveries)]
         if not tags:
             return []
-        args: list[Any] = ["0"]
-        for _, seq, count in tags:
-            args += [seq, count]
-        statuses = self._call(self.client.scripts.ack, *args)
+        statuses = self._call(self.client.scripts.ack, "0", *_flat(tags))
         out = []
         for (tag, _, _), status in zip(tags, statuses):
             self._held.pop(tag, None)
@@ -288,45 +298,33 @@ class Consumer:
 
     def ack_and_fetch(self, acks: Iterable[DeliveryRef], n: int) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """Acks what can be acked (as :meth:`ack_available`) and claims up to
-        ``n`` deliveries, both in one round trip. Returns the ack statuses,
-        the deliveries, and (when none came) the seconds until a waiting
-        message falls due, or None."""
+        ``n`` deliveries, both in one script call (one round trip). Returns
+        the ack statuses, the deliveries, and (when none came) the seconds
+        until a waiting message falls due, or None."""
         tags = [self._tag_of(r) for r in acks]
         if n <= 0:
             return self.ack_available([t[0] for t in tags]), [], None
-        scripts = self.client.scripts
-        settings = self.settings()
-        pipe = scripts.pipeline()
-        if tags:
-            args: list[Any] = ["0"]
-            for _, seq, count in tags:
-                args += [seq, count]
-            scripts.ack(keys=self._keys(settings), args=self.queue._group_argv(self.group, self.name, settings, args), client=pipe)
-        scripts.fetch(keys=self._keys(settings), args=self.queue._group_argv(self.group, self.name, settings, [n]), client=pipe)
         try:
-            replies = pipe.execute(raise_on_error=False)
-        except redis.ResponseError as exc:
-            raise from_script_error(exc, queue=self.queue.name) from None
+            reply = self._call(self.client.scripts.fetch, n, *_flat(tags))
+        except NotMember:
+            # Nothing was changed: join afresh (what this consumer held was
+            # offered again; its late acks are still accepted) and do both.
+            log.warning("%r was not a member of its group any more; joining again", self)
+            self._join()
+            statuses = self.ack_available([t[0] for t in tags]) if tags else []
+            return statuses, self._parse(self._call(self.client.scripts.fetch, n)), None
         statuses: list[RQueueError | None] = []
+        held = self._held
+        for i, (tag, _, _) in enumerate(tags):
+            held.pop(tag, None)
+            status = reply[2 + i]
+            statuses.append(None if status == b"ok" else delivery_error(status.decode(), tag))
         if tags:
-            ack_reply = replies[0]
-            if isinstance(ack_reply, Exception):
-                raise from_script_error(ack_reply, queue=self.queue.name)
-            for (tag, _, _), status in zip(tags, ack_reply):
-                self._held.pop(tag, None)
-                statuses.append(delivery_error(status.decode(), tag))
-        fetch_reply = replies[-1]
-        if isinstance(fetch_reply, Exception):
-            err = from_script_error(fetch_reply, queue=self.queue.name)
-            if isinstance(err, NotMember):
-                log.warning("%r was not a member of its group any more; joining again", self)
-                self._join()
-                return statuses, self._parse(self._call(scripts.fetch, n)), None
-            raise err
-        deliveries = self._parse(fetch_reply)
+            reply = reply[:2] + reply[2 + len(tags):]
+        deliveries = self._parse(reply)
         due_in = None
-        if not deliveries and fetch_reply[1] not in (b"", None):
-            due_in = max(0.0, (int(fetch_reply[1]) - int(fetch_reply[0])) / 1000)
+        if not deliveries and reply[1] not in (b"", None):
+            due_in = max(0.0, (int(reply[1]) - int(reply[0])) / 1000)
         return statuses, deliveries, due_in
 
     def heartbeat(self, running: Iterable[DeliveryRef], timeout: float, sync: bool = False) -> HeartbeatResult:
@@ -447,6 +445,11 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _flat(tags: list[tuple[str, int, int]]) -> list[int]:
+    """seq1, count1, seq2, count2, ... of (tag, seq, count) triples."""
+    return [n for _, seq, count in tags for n in (seq, count)]
 
 
 def _text(what: str, value: str) -> str:

@@ -383,3 +383,33 @@ def test_purge_of_a_queue_without_groups_drops_its_records(queue):
     assert queue.purge() == {"": 3}
     assert queue.stats().depth == 0
     assert queue.consumer("late").fetch(10) == []
+
+
+def test_ack_and_fetch_is_one_call_that_acks_before_it_fetches(client, queue, monkeypatch):
+    queue.publish_many([b"a", b"b", b"c"])
+    c = queue.consumer("g", prefetch=2)
+    first = c.fetch(2)
+
+    def no_second_call(**_kw):
+        raise AssertionError("ack_and_fetch sent the ack script as a call of its own")
+
+    monkeypatch.setattr(client.scripts, "ack", no_second_call)
+    # the two acks free the two prefetch slots for the fetch of the same call
+    statuses, got, due_in = c.ack_and_fetch(first + ["9.1"], 5)
+    assert statuses[:2] == [None, None] and isinstance(statuses[2], rqueue.DeliveryError)
+    assert [d.seq for d in got] == [3] and due_in is None
+    assert queue.stats().group("g").acked == 2
+
+
+def test_ack_and_fetch_of_a_removed_consumer_joins_again_and_still_acks(client, queue):
+    queue.publish_many([b"a", b"b"])
+    c = queue.consumer("g")
+    d1, d2 = c.fetch(2)
+    # removed behind its back (as a dead member would be): both go back
+    gk = queue.group_keys("g", c.settings())
+    client.scripts.leave(keys=gk, args=queue._group_argv("g", c.name, c.settings(), [c.name, "graceful"]))
+    statuses, got, _ = c.ack_and_fetch([d1], 5)
+    # the late ack of the delivery it really received is accepted
+    assert statuses == [None]
+    assert [(d.seq, d.delivery_count) for d in got] == [(2, 2)]
+    assert queue.stats().group("g").acked == 1

@@ -63,6 +63,24 @@ def test_publish_reply_is_seq_and_duplicate_flag(raw):
     assert r.get(qk.message_id("x")) == b"1:%d" % (NOW + 60_000) and 60_000 < r.pttl(qk.message_id("x")) <= 60_000 + 86_400_000
 
 
+def test_publish_batch_judges_a_repeated_id_as_separate_publishes_would(raw):
+    # Seqs are assigned in one pass and written at the end; an id repeated
+    # in the batch, or already stored, must come out as with one call each.
+    r, qk, _, s = raw
+    keys = qk.publish_keys() + [qk.message_id("x"), qk.message_id("x"), qk.message_id("y")]
+    args = [NOW, 60_000, "0", "", 5, 0, b"0:a", 0, 250, b"0:b", 6, 0, b"0:c", 7, 0, b"0:d"]
+    assert s.publish(keys=keys, args=args) == [1, 0, 2, 0, 1, 1, 3, 0]
+    assert r.hget(qk.meta, "seq") == b"3" and r.hlen(qk.msgs) == 3
+    assert r.hget(qk.msgs, 2) == b"%d:%d:0:b" % (NOW + 250, NOW) and r.zscore(qk.sched, 2) == NOW + 250
+    assert r.get(qk.message_id("y")) == b"3:%d" % (NOW + 60_000)
+    # the next call sees the stored ids
+    assert s.publish(keys=keys, args=args) == [1, 1, 4, 0, 1, 1, 3, 1]
+    # a window of 0 remembers nothing: the repeat is a new message, and the
+    # id key ends with the later seq
+    assert s.publish(keys=keys, args=[NOW + 10**9, 0] + args[2:]) == [5, 0, 6, 0, 7, 0, 8, 0]
+    assert r.get(qk.message_id("x")) == b"7:%d" % (NOW + 10**9)
+
+
 def test_publish_delayed_records_not_before(raw):
     publish(raw, b"0:a", delay=500)
     r, qk, _, _ = raw
@@ -114,6 +132,34 @@ def test_ack_strict_and_lenient_statuses(raw):
         s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1))
     with pytest.raises(redis.ResponseError, match=r"^RQ_NOT_HELD 2\.1"):
         s.ack(keys=gk, args=group_argv("g", "c2", NOW, None, "1", 2, 1))
+
+
+def test_ack_accepts_a_seq_or_count_written_another_way(raw):
+    # The script looks states up under the strings it is sent; "01" must
+    # still find (and settle) the state kept under "1".
+    r, qk, gk, s = raw
+    publish(raw, b"0:a", b"0:b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    assert s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "0", "01", "1", "2", "01")) == [b"ok", b"ok"]
+    assert r.hlen(gk[8]) == 0 and r.zcard(gk[5]) == 0 and r.hlen(qk.msgs) == 0
+    assert r.hget(gk[2], "g") == b"2"
+
+
+def test_fetch_acks_the_tags_it_is_given_first(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"0:a", b"0:b", b"0:c")
+    one = Settings(ack_wait=10, prefetch=1)
+    s.join(keys=gk, args=group_argv())
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5)) == [NOW, b"", 1, 1, b":%d:0:a" % NOW]
+    # the ack frees the one prefetch slot for this same fetch; a bad tag gets its code
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, 1, 1, 9, 1))
+    assert reply == [NOW, b"", b"ok", b"RQ_UNKNOWN_TAG", 2, 1, b":%d:0:b" % NOW]
+    assert r.hget(gk[2], "g") == b"1" and not r.hexists(gk[8], 1) and r.hlen(qk.msgs) == 2
+    # a non-member's call changes nothing, its tags included
+    with pytest.raises(redis.ResponseError, match="^RQ_NOT_MEMBER"):
+        s.fetch(keys=gk, args=group_argv("g", "nobody", NOW, None, 5, 2, 1))
+    assert r.hexists(gk[8], 2) and r.zscore(gk[5], 2) == NOW + 10_000
 
 
 def test_nack_reply_and_stale_error(raw):

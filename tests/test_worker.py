@@ -315,3 +315,42 @@ def test_metrics_count_what_the_worker_did(live):
     assert f"rqueue_handler_seconds_count{{{labels}}} 2.0" in text
     assert f"rqueue_queue_dead_letters{{{labels}}} 1.0" in text
     assert f"rqueue_group_ack_floor{{{labels}}} 2.0" in text
+
+
+def test_a_call_that_fails_once_is_retried_and_counted(live):
+    # The first attempt runs without tenacity; a transient failure must still
+    # be retried, counted and mark the worker for a resync, and anything
+    # else must still be raised at once.
+    w = rqueue.Worker(live.queue("orders"), "g", lambda d: None, reconnect_timeout=5)
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise redis.ConnectionError("gone")
+        return "done"
+
+    assert w._retry(flaky) == "done" and len(calls) == 2
+    assert w.stats.reconnects == 1 and w._resync
+
+    def broken():
+        calls.append(1)
+        raise ValueError("not transient")
+
+    calls.clear()
+    with pytest.raises(ValueError):
+        w._retry(broken)
+    assert len(calls) == 1 and w.stats.reconnects == 1
+
+
+def test_a_call_that_keeps_failing_gives_up_after_reconnect_timeout(live):
+    w = rqueue.Worker(live.queue("orders"), "g", lambda d: None, reconnect_timeout=0.3)
+    calls = []
+
+    def down():
+        calls.append(1)
+        raise redis.ConnectionError("gone")
+
+    with pytest.raises(redis.ConnectionError):
+        w._retry(down)
+    assert len(calls) >= 2 and w.stats.reconnects == len(calls) - 1

@@ -1,0 +1,91 @@
+--[[
+  Acknowledges tags of consumerName, shared by ack (alone) and fetch (acks
+  of the previous batch sent with the next fetch). The tags are
+  ARGV[first], ARGV[first + 1], ... as seq1, count1, seq2, count2, ...
+  Returns one status per tag ("ok" or the error code of that tag); with
+  strict, the first tag that is not ok instead returns nil and the error
+  text "<code> <seq>.<count>", having changed nothing. Needs group_keys,
+  group_args, delivery_state, bulk, settle and check_tag included before it.
+]]
+local function ackTags(strict, first)
+  -- Seqs stay the strings the client sent: handing a number to redis.call
+  -- formats it again with sprintf, several times per tag.
+  local fields = {}
+  for i = first, #ARGV, 2 do
+    fields[#fields + 1] = ARGV[i]
+  end
+  local raws = bulkGet(dlvKey, fields)
+
+  local result = {}
+  local done, seen = {}, {}
+  local leased, waiting, stateFields = {}, {}, {}
+  local released = {} -- holder -> deliveries taken from it
+  -- The last state that passed the fast path and its count: every message of
+  -- one fetch shares one state string (Lua strings are interned, so == is a
+  -- pointer compare), and most of a batch passes on it.
+  local okRaw, okCount = nil, nil
+  for i, field in ipairs(fields) do
+    local d, corrupt, code = nil, false, nil
+    local raw = raws[i]
+    local countArg = ARGV[first - 1 + 2 * i]
+    local seq = tonumber(field)
+    if raw and raw == okRaw and countArg == okCount then
+      code = 'ok'
+    elseif raw and countArg then
+      -- Fast path: this consumer's current delivery, with no history. A state
+      -- found under the sent string means that string is the canonical seq.
+      local held = countArg .. ':' .. consumerName .. ':'
+      if string.sub(raw, 1, #held) == held and string.find(raw, '^%d+:%d+$', #held + 1) then
+        code = 'ok'
+        okRaw, okCount = raw, countArg
+      end
+    end
+    local holder = consumerName
+    if code == nil then
+      if seq ~= nil and raw == false and tostring(seq) ~= field then
+        -- A seq written another way ("07"): states are kept under the canonical one.
+        field = tostring(seq)
+        raw = rcall('HGET', dlvKey, field)
+      end
+      if seq ~= nil then
+        d, corrupt = parseDelivery(seq, raw)
+      end
+      code = 'RQ_CORRUPT'
+      if not corrupt then
+        code = checkTag(seq, tonumber(countArg), d, true)
+      end
+      holder = d and d.holder
+    end
+    if code == 'ok' and seen[seq] then
+      code = 'RQ_ACKED' -- listed twice in one call
+    end
+    if code ~= 'ok' and strict then
+      return nil, code .. ' ' .. fields[i] .. '.' .. tostring(countArg)
+    end
+    result[i] = code
+    if code == 'ok' then
+      seen[seq] = true
+      done[#done + 1] = seq
+      stateFields[#stateFields + 1] = field
+      if holder == '' then
+        waiting[#waiting + 1] = field
+      else
+        leased[#leased + 1] = field
+        released[holder] = (released[holder] or 0) + 1
+      end
+    end
+  end
+
+  if #done > 0 then
+    bulk('ZREM', leaseKey, leased)
+    bulk('ZREM', readyKey, waiting)
+    bulk('ZREM', delayKey, waiting)
+    for holder, k in pairs(released) do
+      rcall('HINCRBY', consumersKey, holder, -k)
+    end
+    bulk('HDEL', dlvKey, stateFields)
+    settleMany(queueKeys, groupName, done, stateFields)
+    rcall('HINCRBY', groupKey, 'acked', #done)
+  end
+  return result
+end
