@@ -55,12 +55,16 @@ local holding = rcall('HGET', consumersKey, consumerName)
 if not holding then
   return redis.error_reply('RQ_NOT_MEMBER consumer ' .. consumerName .. ' is not a member of group ' .. groupName)
 end
-beat()
+-- Acks come before any other write: Redis refuses a script over maxmemory
+-- at its first write that may grow memory, unless it already wrote. An
+-- ack's first write (ZREM) frees memory, so acks get through when Redis is
+-- full, as they would alone.
 local acked = {}
 if #ARGV > 15 then
   acked = ackTags(false, 16)
   holding = rcall('HGET', consumersKey, consumerName)
 end
+beat()
 
 local expired = rcall('ZRANGEBYSCORE', leaseKey, '-inf', nowText, 'LIMIT', '0', EXPIRE_BATCH)
 for _, s in ipairs(expired) do

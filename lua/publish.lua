@@ -43,8 +43,6 @@ if ARGV[3] == '1' and rcall('HLEN', floorsKey) == 0 then
   return redis.error_reply('RQ_UNROUTABLE the queue has no group to deliver to')
 end
 
-rcall('ZREMRANGEBYSCORE', schedKey, '-inf', now)
-
 -- The stored expiry decides what is a duplicate; the key's TTL only cleans
 -- up. With a time passed by a test clock, real time says nothing about it,
 -- so the key lives a day longer than the window.
@@ -103,6 +101,9 @@ end
 local last = nil
 if seq > first then
   last = seq
+  -- The first write may grow memory, so Redis refuses the whole call over
+  -- maxmemory (a first write that cannot, such as ZREMRANGEBYSCORE, would
+  -- let every later write of the call through).
   rcall('HSET', metaKey, 'seq', seq)
   bulk('HSET', msgsKey, records)
   bulk('ZADD', schedKey, delayed)
@@ -110,6 +111,8 @@ if seq > first then
     rcall('SET', name, claims[name], 'PX', ttl)
   end
 end
+-- Delayed publishes now due leave the schedule (only new ones are later than now).
+rcall('ZREMRANGEBYSCORE', schedKey, '-inf', now)
 if last ~= nil and channel ~= '' then
   -- Only a wake-up hint: a refusal must not fail a publish already stored.
   redis.pcall('PUBLISH', channel, last)

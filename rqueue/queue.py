@@ -433,7 +433,9 @@ class Queue:
             except redis.ResponseError as exc:
                 raise from_script_error(exc, queue=self.name, where=self.keys.base) from None
             groups.append(_group_stats(g, flat))
-        pipe = r.pipeline(transaction=True)
+        # Not MULTI: Redis refuses every command queued in a transaction while
+        # it is over maxmemory, and stats matter most then.
+        pipe = r.pipeline(transaction=False)
         pipe.hget(self.keys.meta, "seq")
         pipe.hlen(self.keys.msgs)
         pipe.zcount(self.keys.sched, f"({now}" if now else f"({_server_ms(r)}", "+inf")

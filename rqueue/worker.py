@@ -44,8 +44,10 @@ Handler = Callable[["Delivery"], Any]
 # On a cluster also the errors of a failover (and of a slot map that cannot
 # be read meanwhile): the worker's calls are safe to send again, since it
 # hands back what a lost fetch claimed and an applied ack is recognised.
+# A server over maxmemory refuses a call before it writes anything: the
+# worker waits for memory to be freed rather than dying.
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, ConnectionError, OSError,
-             *CLUSTER_NOT_RUN, redis.exceptions.RedisClusterException)
+             *CLUSTER_NOT_RUN, redis.exceptions.RedisClusterException, redis.exceptions.OutOfMemoryError)
 
 
 @dataclass

@@ -229,3 +229,30 @@ def test_a_lost_reply_never_runs_a_script_twice(backend, prefix):
     assert setup.queue("orders").stats().last_seq == 5001
     hasty.close()
     setup.close()
+
+
+@pytest.mark.parametrize("kind", ["redis", "valkey"])
+def test_over_maxmemory_acks_get_through_and_publishes_are_refused_whole(kind, prefix):
+    # given a server with a small maxmemory (noeviction) and 5 deliveries held
+    server = start_server(kind, extra_args=["--maxmemory-policy", "noeviction"])
+    try:
+        client = rqueue.connect(server.url, prefix=prefix)
+        q = client.queue("orders")
+        q.publish_many([b"m"] * 5)
+        c = q.consumer("g")
+        held = c.fetch(5)
+        # when the server holds more than its maxmemory
+        client.redis.set(f"{prefix}:filler", b"x" * 5_000_000)
+        client.redis.config_set("maxmemory", 4 * 1024 * 1024)
+        assert client.redis.info("memory")["used_memory"] > 4 * 1024 * 1024
+        # then a publish is refused whole: nothing of it is stored
+        with pytest.raises(Exception, match="maxmemory"):
+            q.publish_many([b"n"] * 3)
+        assert q.stats().last_seq == 5
+        # and the acks of the worker's combined ack-and-fetch call are applied all the same
+        statuses, _, _ = c.ack_and_fetch(held, 5)
+        assert statuses == [None] * 5
+        assert q.stats().group("g").acked == 5
+        client.close()
+    finally:
+        server.stop()
