@@ -372,13 +372,11 @@ class Worker:
             self._results.append((d, outcome, text))
             notifier.poke()
 
-    def _still_held(self, d: Delivery, fetched_at: float, now: float) -> bool:
-        """False when the delivery may have moved on before its turn came
-        (SPEC guarantee 3: never run a message the group already acked)."""
+    def _still_held(self, d: Delivery) -> bool:
+        """False when a delivery that waited for a handler thread has moved
+        on meanwhile (SPEC guarantee 3: never run a message the group already
+        acked); extends its lease otherwise."""
         assert self.consumer is not None
-        safe = min(self._ack_wait, self.heartbeat_timeout) * C.STALE_DISPATCH_FRACTION
-        if now - fetched_at < safe:
-            return True
         try:
             self._retry(lambda: self.consumer.in_progress(d))  # type: ignore[union-attr]
             return True
@@ -391,9 +389,12 @@ class Worker:
         # One clock reading and no generic counter call per message: with a
         # quick handler this bookkeeping is most of a handler thread's work.
         started = self._clock.monotonic()
-        if not self._still_held(d, fetched_at, started):
-            self._count(stale_skipped=1)
-            return "skipped", ""
+        safe = min(self._ack_wait, self.heartbeat_timeout) * C.STALE_DISPATCH_FRACTION
+        if started - fetched_at >= safe:  # it waited long: check with Redis, then read the clock again
+            if not self._still_held(d):
+                self._count(stale_skipped=1)
+                return "skipped", ""
+            started = self._clock.monotonic()  # the check's time is not the handler's (max_run_time)
         with self._running_lock:
             self._running[d.tag] = (d, started)
         with self._stats_lock:
