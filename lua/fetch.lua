@@ -95,7 +95,8 @@ for _, status in ipairs(acked) do
   out[#out + 1] = status
 end
 local got, redelivered = 0, 0
-local leased, states = {}, {}
+local leased = {}
+local states = {DLV_PIN_FIELD, DLV_PIN_VALUE} -- first: HSET converts the hash before it inserts
 -- Built once: every number handed to redis.call is formatted with sprintf
 -- again, which costs more than the rest of a delivery.
 local deadline = tostring(now + ackWait)

@@ -454,6 +454,8 @@ class QueueMachine(RuleBasedStateMachine):
             keys = self.q.keys.group(gs.name).as_list()
             states = {}
             for seq, raw in r.hgetall(keys[8]).items():  # "count:holder:first:last[\n...]"
+                if seq == b"pin":  # no message: keeps the hash a hash table (delivery_state.lua)
+                    continue
                 count, holder = raw.decode().split("\n", 1)[0].split(":")[:2]
                 states[int(seq)] = (int(count), holder)
             groups[gs.name] = {

@@ -142,7 +142,7 @@ def test_ack_accepts_a_seq_or_count_written_another_way(raw):
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     assert s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "0", "01", "1", "2", "01")) == [b"ok", b"ok"]
-    assert r.hlen(gk[8]) == 0 and r.zcard(gk[5]) == 0 and r.hlen(qk.msgs) == 0
+    assert r.hkeys(gk[8]) == [b"pin"] and r.zcard(gk[5]) == 0 and r.hlen(qk.msgs) == 0
     assert r.hget(gk[2], "g") == b"2"
 
 
@@ -223,3 +223,21 @@ def test_corrupt_delivery_state_is_a_coded_error(raw):
     r.hset(gk[8], 1, b"nonsense")
     with pytest.raises(redis.ResponseError, match="RQ_CORRUPT"):
         s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1))
+
+
+def test_delivery_states_are_kept_in_a_hash_table(raw):
+    # fetch writes the pin with every batch of states: as a listpack (under
+    # 128 small fields) the hash would be scanned whole by every HSET, HMGET
+    # and HDEL. The pin outlives the states, so the hash stays a hash table.
+    r, qk, gk, s = raw
+    publish(raw, b"0:a", b"0:b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    assert sorted(r.hkeys(gk[8])) == [b"1", b"2", b"pin"] and len(r.hget(gk[8], "pin")) > 64
+    assert s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1, 2, 1)) == [b"ok", b"ok"]
+    assert r.hkeys(gk[8]) == [b"pin"]
+    try:
+        encoding = r.object("encoding", gk[8])
+    except redis.ResponseError:  # memory:// has no OBJECT ENCODING
+        return
+    assert encoding == b"hashtable"

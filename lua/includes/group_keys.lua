@@ -10,7 +10,8 @@
     KEYS[6]  lease      zset  seq -> lease deadline (ms): the in-flight set
     KEYS[7]  ready      zset  seq -> seq: redeliveries due now
     KEYS[8]  delay      zset  seq -> due time (ms): waiting messages
-    KEYS[9]  dlv        hash  seq -> "count:consumer:first_ms:last_ms"
+    KEYS[9]  dlv        hash  seq -> "count:consumer:first_ms:last_ms"; and
+                              "pin" (includes/delivery_state.lua)
     KEYS[10] acked      set   seqs settled above the ack floor
     KEYS[11] consumers  hash  consumer -> deliveries it holds
     KEYS[12] beats      zset  consumer -> last heartbeat (ms)
