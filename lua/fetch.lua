@@ -84,7 +84,7 @@ for _, s in ipairs(due) do
 end
 
 local room = n
-room = math.min(room, maxInflight - rcall('ZCARD', leaseKey))
+room = math.min(room, maxInflight - rcall('ZCOUNT', leaseKey, '-inf', '(+inf'))
 if #expired > 0 then
   holding = rcall('HGET', consumersKey, consumerName) -- expiry may have taken some back
 end
@@ -210,11 +210,13 @@ end
 
 if got > 0 then
   bulk('HSET', dlvKey, states)
-  -- Highest seq first: a small lease set is a listpack, where ZADD walks
-  -- from the head past every member of equal score that sorts before the
-  -- new one; in this order it stops at once (3.2 -> 0.75 us per message
-  -- of a fetch of 100 on Redis 7.0).
-  local leases = {}
+  -- The pin first: ZADD converts the set to a skiplist before it adds the
+  -- leases (includes/group_keys.lua). Then highest seq first: were the set
+  -- a listpack all the same (a server with a larger zset-max-listpack-value),
+  -- ZADD walks from the head past every member of equal score that sorts
+  -- before the new one; in this order it stops at once (3.2 -> 0.75 us per
+  -- message of a fetch of 100 on Redis 7.0).
+  local leases = {'+inf', LEASE_PIN}
   for i = #leased, 1, -1 do
     leases[#leases + 1] = deadline
     leases[#leases + 1] = leased[i]
@@ -228,7 +230,7 @@ else
   local nextDue = nil
   for _, key in ipairs({delayKey, leaseKey}) do
     local first = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')
-    if first[2] ~= nil and (nextDue == nil or tonumber(first[2]) < nextDue) then
+    if first[2] ~= nil and first[1] ~= LEASE_PIN and (nextDue == nil or tonumber(first[2]) < nextDue) then
       nextDue = tonumber(first[2])
     end
   end
