@@ -55,7 +55,10 @@ local holding = rcall('HGET', consumersKey, consumerName)
 if not holding then
   return redis.error_reply('RQ_NOT_MEMBER consumer ' .. consumerName .. ' is not a member of group ' .. groupName)
 end
-beat()
+-- The cursor is read here with the liveness: no step before the scan of new
+-- messages moves it.
+local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor')
+beatWith(groupFields[1])
 local acked = {}
 if #ARGV > 15 then
   acked = ackTags(false, 16)
@@ -160,7 +163,7 @@ if room > 0 then
 end
 
 if got < room then
-  local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
+  local cursor = tonumber(groupFields[2] or '0')
   local from = cursor
   local last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
   local passed = 0
