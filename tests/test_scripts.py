@@ -269,3 +269,17 @@ def test_leases_are_kept_in_a_skiplist_and_the_pin_is_no_delivery(raw):
     except redis.ResponseError:  # memory:// has no OBJECT ENCODING
         return
     assert encoding == b"skiplist"
+
+
+def test_fetch_names_seqs_across_hundreds_exactly(raw, queue):
+    # A large fetch from the cursor builds its seq strings from the hundreds
+    # and a two-digit table: each must be the seq's canonical form, or the
+    # states and leases would be kept under other names than acks look for.
+    r, qk, gk, s = raw
+    queue.publish_many([b"m"] * 330)
+    c = queue.consumer("g", "c1", prefetch=1000)
+    got = c.fetch(95) + c.fetch(10) + c.fetch(200) + c.fetch(25)
+    assert [d.seq for d in got] == list(range(1, 331))
+    assert all(r.hexists(gk[8], seq) and r.zscore(gk[5], seq) is not None for seq in (100, 199, 200, 299, 300, 330))
+    c.ack(got)
+    assert r.hkeys(gk[8]) == [b"pin"] and r.zrangebyscore(gk[5], "-inf", "(+inf") == [] and r.hlen(qk.msgs) == 0
