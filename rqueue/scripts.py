@@ -70,8 +70,9 @@ def no_retry(call: Callable[[], T]) -> T:
     return call()
 
 
-# Clients whose script calls take the direct path (Script._direct); a
-# subclass of these that is not itself a plain server's client is excluded.
+# Clients whose script calls take the direct path (Script._direct): a
+# single server's, a Sentinel primary's and memory://'s (fakeredis) clients
+# are all redis.Redis; RedisCluster is not.
 _PLAIN = (redis.Redis,)
 
 
@@ -89,9 +90,8 @@ class Script:
         self.sha = hashlib.sha1(text.encode()).hexdigest()
         self._redis = redis
         self._retry = retry
-        # A plain server's client (redis.Redis itself, Sentinel's subclass
-        # too; not a cluster, not fakeredis, not a single-connection client)
-        # is driven through its pool directly; see _direct.
+        # A client of one server (not a cluster, not a single-connection
+        # client) is driven through its pool directly; see _direct.
         self._pool = None
         if isinstance(redis, _PLAIN) and getattr(redis, "connection", None) is None:
             self._pool = redis.connection_pool
