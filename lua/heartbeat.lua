@@ -52,8 +52,8 @@ if ARGV[16] == '1' then
   end
   for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
     local seq = tonumber(s)
-    local d = readDelivery(dlvKey, seq)
-    if d ~= nil and d.holder == consumerName and known[seq] ~= d.count then
+    local d = s ~= LEASE_PIN and readDelivery(dlvKey, seq)
+    if d and d.holder == consumerName and known[seq] ~= d.count then
       -- Never seen by the client: not an attempt, so the count goes back.
       rcall('ZREM', leaseKey, seq)
       rcall('HINCRBY', consumersKey, consumerName, -1)

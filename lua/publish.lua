@@ -56,7 +56,22 @@ end
 -- earlier messages of this batch are stored, so that an id repeated inside
 -- the batch is judged exactly as if each message had been published alone.
 local out = {}
-local first = tonumber(rcall('HGET', metaKey, 'seq') or '0')
+-- Without ids every message is stored: the seqs are taken in one HINCRBY
+-- (one call less than reading and writing the last seq).
+local anyId = false
+for i = 5, #ARGV, 3 do
+  if ARGV[i] ~= '0' then
+    anyId = true
+    break
+  end
+end
+local first
+if anyId then
+  first = tonumber(rcall('HGET', metaKey, 'seq') or '0')
+else
+  local count = (#ARGV - 4) / 3
+  first = rcall('HINCRBY', metaKey, 'seq', count) - count
+end
 local seq = first
 local records, delayed, ids, claims = {}, {}, {}, {}
 local prefix = ':' .. now .. ':'
@@ -101,10 +116,13 @@ end
 local last = nil
 if seq > first then
   last = seq
-  -- The first write may grow memory, so Redis refuses the whole call over
-  -- maxmemory (a first write that cannot, such as ZREMRANGEBYSCORE, would
-  -- let every later write of the call through).
-  rcall('HSET', metaKey, 'seq', seq)
+  -- The first write may grow memory (this HSET, or the HINCRBY above for a
+  -- batch without ids), so Redis refuses the whole call over maxmemory; a
+  -- first write that cannot, such as ZREMRANGEBYSCORE, would let every later
+  -- write of the call through.
+  if anyId then
+    rcall('HSET', metaKey, 'seq', seq)
+  end
   bulk('HSET', msgsKey, records)
   bulk('ZADD', schedKey, delayed)
   for _, name in ipairs(ids) do

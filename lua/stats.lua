@@ -38,10 +38,10 @@ put('stored_floor', storedFloor)
 put('reopened_below_floor', rcall('ZCOUNT', reopenKey, '-inf', storedFloor))
 put('cursor', rcall('HGET', groupKey, 'cursor') or '0')
 put('acked_above_floor', rcall('SCARD', ackedKey))
-put('in_flight', rcall('ZCARD', leaseKey))
+put('in_flight', rcall('ZCOUNT', leaseKey, '-inf', '(+inf'))
 put('expired_leases', rcall('ZCOUNT', leaseKey, '-inf', now))
 local oldest = rcall('ZRANGE', leaseKey, 0, 0)
-if oldest[1] ~= nil then
+if oldest[1] ~= nil and oldest[1] ~= LEASE_PIN then
   local raw = rcall('HGET', dlvKey, oldest[1])
   local last = raw and string.match(raw, ':(%d+)$')
   put('oldest_lease_ms', last and (now - tonumber(last)) or '')

@@ -127,6 +127,7 @@ class Consumer:
             raise InvalidInput(f"liveness must be a positive number of seconds, not {liveness!r}")
         self.liveness = liveness
         self._keys_for: tuple[Settings | None, list[str]] = (None, [])
+        self._args_for: tuple[Any, ...] = (None,)
         self._held: dict[str, Delivery] = {}
         self._closed = False
         self._settings_seen: Settings | None = None
@@ -160,9 +161,18 @@ class Consumer:
         if self._closed:
             raise RQueueError(f"{self!r} is closed")
         settings = self.settings()
-        args = self.queue._group_argv(self.group, self.name, settings, extra)
+        cached = self._args_for
+        if cached[0] is not settings:
+            # The parts of ARGV[1..14] (Queue._group_argv) and the KEYS that
+            # follow the settings, computed once per settings object.
+            dead_letter = "drop" if settings.dead_letter == "none" else "dlq"
+            cached = (settings, [self.group, self.name], settings.argv(), [dead_letter, self.queue.name],
+                      self._keys(settings))
+            self._args_for = cached
+        _, head, per_settings, tail, keys = cached
+        args = [*head, self.client.clock.script_now(), *per_settings, repr(self.client.randomness.unit()), *tail, *extra]
         try:
-            return script(keys=self._keys(settings), args=args)
+            return script(keys=keys, args=args)
         except redis.ResponseError as exc:
             raise from_script_error(exc, queue=self.queue.name, where=self.queue.keys.base) from None
 

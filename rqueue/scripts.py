@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import DataError, NoScriptError
+
+try:
+    from hiredis import pack_command as _pack
+    from redis.connection import HiredisRespSerializer as _HIREDIS_PACKER
+except ImportError:  # redis-py packs in Python then
+    _pack = None
+    _HIREDIS_PACKER = None
 
 from .errors import not_run
 
@@ -63,6 +70,12 @@ def no_retry(call: Callable[[], T]) -> T:
     return call()
 
 
+# Clients whose script calls take the direct path (Script._direct): a
+# single server's, a Sentinel primary's and memory://'s (fakeredis) clients
+# are all redis.Redis; RedisCluster is not.
+_PLAIN = (redis.Redis,)
+
+
 def _is_noscript(reply: object) -> bool:
     return isinstance(reply, NoScriptError) or (isinstance(reply, Exception) and str(reply).startswith("NOSCRIPT"))
 
@@ -77,11 +90,22 @@ class Script:
         self.sha = hashlib.sha1(text.encode()).hexdigest()
         self._redis = redis
         self._retry = retry
+        # A client of one server (not a cluster, not a single-connection
+        # client) is driven through its pool directly; see _direct.
+        self._pool = None
+        if isinstance(redis, _PLAIN) and getattr(redis, "connection", None) is None:
+            self._pool = redis.connection_pool
 
     def __call__(self, keys: Sequence[Any], args: Sequence[Any], client: ScriptPipeline | None = None) -> Any:
         if client is not None:
             client.call(self, keys, args)
             return client
+        if self._pool is not None and self._retry is no_retry:
+            try:
+                return self._direct(keys, args)
+            except NoScriptError:
+                self.load()
+                return self._direct(keys, args)
         return self._retry(lambda: self._run(keys, args))
 
     def _run(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
@@ -90,6 +114,34 @@ class Script:
         except NoScriptError:
             self.load()
             return self._redis.evalsha(self.sha, len(keys), *keys, *args)
+
+    def _direct(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """EVALSHA on a pooled connection, as redis-py's execute_command does
+        it (the connection's own Retry, a disconnect before each retry, the
+        connection back to the pool) without its per-call bookkeeping
+        (observability hooks, option parsing, response callbacks: EVALSHA
+        has none), which cost more client CPU than a small script call."""
+        pool = self._pool
+        conn = pool.get_connection()
+        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
+
+        def attempt() -> Any:
+            if _pack is not None and type(getattr(conn, "_command_packer", None)) is _HIREDIS_PACKER:
+                # What the hiredis packer does, without its per-argument
+                # pass (rqueue sends str, bytes and numbers only).
+                try:
+                    packed = _pack(command)
+                except TypeError as exc:
+                    raise DataError(str(exc)) from None
+                conn.send_packed_command([packed])
+            else:
+                conn.send_command(*command)
+            return conn.read_response()
+
+        try:
+            return conn.retry.call_with_retry(attempt, lambda error: conn.disconnect())
+        finally:
+            pool.release(conn)
 
     def load(self) -> None:
         """SCRIPT LOAD (on every primary of a cluster)."""

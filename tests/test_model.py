@@ -454,6 +454,8 @@ class QueueMachine(RuleBasedStateMachine):
             keys = self.q.keys.group(gs.name).as_list()
             states = {}
             for seq, raw in r.hgetall(keys[8]).items():  # "count:holder:first:last[\n...]"
+                if seq == b"pin":  # no message: keeps the hash a hash table (delivery_state.lua)
+                    continue
                 count, holder = raw.decode().split("\n", 1)[0].split(":")[:2]
                 states[int(seq)] = (int(count), holder)
             groups[gs.name] = {
@@ -467,7 +469,9 @@ class QueueMachine(RuleBasedStateMachine):
                 "counters": {k: getattr(gs, k) for k in ("acked", "nacked", "redelivered", "expired",
                                                          "dead_lettered", "dropped")},
                 "consumers": sorted((c.name, c.held) for c in gs.consumers),
-                "leases": dict(sorted((int(m), int(s)) for m, s in r.zrange(keys[5], 0, -1, withscores=True))),
+                # (the pin at +inf is no lease: includes/group_keys.lua)
+                "leases": dict(sorted((int(m), int(s)) for m, s in r.zrange(keys[5], 0, -1, withscores=True)
+                                      if not m.startswith(b"pin:"))),
                 "states": dict(sorted(states.items())),
                 "ready_seqs": sorted(int(m) for m in r.zrange(keys[6], 0, -1)),
                 "delay_seqs": dict(sorted((int(m), int(s)) for m, s in r.zrange(keys[7], 0, -1, withscores=True))),

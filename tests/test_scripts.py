@@ -142,7 +142,7 @@ def test_ack_accepts_a_seq_or_count_written_another_way(raw):
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     assert s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "0", "01", "1", "2", "01")) == [b"ok", b"ok"]
-    assert r.hlen(gk[8]) == 0 and r.zcard(gk[5]) == 0 and r.hlen(qk.msgs) == 0
+    assert r.hkeys(gk[8]) == [b"pin"] and r.zrangebyscore(gk[5], "-inf", "(+inf") == [] and r.hlen(qk.msgs) == 0
     assert r.hget(gk[2], "g") == b"2"
 
 
@@ -223,3 +223,63 @@ def test_corrupt_delivery_state_is_a_coded_error(raw):
     r.hset(gk[8], 1, b"nonsense")
     with pytest.raises(redis.ResponseError, match="RQ_CORRUPT"):
         s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1))
+
+
+def test_delivery_states_are_kept_in_a_hash_table(raw):
+    # fetch writes the pin with every batch of states: as a listpack (under
+    # 128 small fields) the hash would be scanned whole by every HSET, HMGET
+    # and HDEL. The pin outlives the states, so the hash stays a hash table.
+    r, qk, gk, s = raw
+    publish(raw, b"0:a", b"0:b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    assert sorted(r.hkeys(gk[8])) == [b"1", b"2", b"pin"] and len(r.hget(gk[8], "pin")) > 64
+    assert s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1, 2, 1)) == [b"ok", b"ok"]
+    assert r.hkeys(gk[8]) == [b"pin"]
+    try:
+        encoding = r.object("encoding", gk[8])
+    except redis.ResponseError:  # memory:// has no OBJECT ENCODING
+        return
+    assert encoding == b"hashtable"
+
+
+def test_leases_are_kept_in_a_skiplist_and_the_pin_is_no_delivery(raw):
+    # fetch adds the pin (a long member at +inf) with every batch of leases:
+    # as a listpack every ZADD would move the whole set. Nothing counts it.
+    r, qk, gk, s = raw
+    publish(raw, b"0:a", b"0:b")
+    one = Settings(ack_wait=10, max_inflight=2)
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1))
+    members = r.zrange(gk[5], 0, -1, withscores=True)
+    assert members[0] == (b"1", NOW + 10_000) and members[1][0].startswith(b"pin:") and members[1][1] == float("inf")
+    assert len(members) == 2 and len(members[1][0]) > 64
+    # max_inflight 2 still lets a second delivery out, and no more
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5))[2:4] == [2, 1]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5)) == [NOW, NOW + 10_000]
+    stats = dict(zip(*[iter(s.stats(keys=gk, args=group_argv("g", "", NOW + 20_000, one))[:40])] * 2))
+    assert stats[b"in_flight"] == 2 and stats[b"expired_leases"] == 2
+    # a sync heartbeat and a leave pass over the pin
+    hb = s.heartbeat(keys=gk, args=group_argv("g", "c1", NOW, one, 10_000, "1", 1, 1, 2, 1))
+    assert hb[4] == 0
+    assert s.leave(keys=gk, args=group_argv("g", "c1", NOW, one, "c1", "graceful")) == [2, 0]
+    assert [m[:4] for m in r.zrange(gk[5], 0, -1)] == [b"pin:"]
+    try:
+        encoding = r.object("encoding", gk[5])
+    except redis.ResponseError:  # memory:// has no OBJECT ENCODING
+        return
+    assert encoding == b"skiplist"
+
+
+def test_fetch_names_seqs_across_hundreds_exactly(raw, queue):
+    # A large fetch from the cursor builds its seq strings from the hundreds
+    # and a two-digit table: each must be the seq's canonical form, or the
+    # states and leases would be kept under other names than acks look for.
+    r, qk, gk, s = raw
+    queue.publish_many([b"m"] * 330)
+    c = queue.consumer("g", "c1", prefetch=1000)
+    got = c.fetch(95) + c.fetch(10) + c.fetch(200) + c.fetch(25)
+    assert [d.seq for d in got] == list(range(1, 331))
+    assert all(r.hexists(gk[8], seq) and r.zscore(gk[5], seq) is not None for seq in (100, 199, 200, 299, 300, 330))
+    c.ack(got)
+    assert r.hkeys(gk[8]) == [b"pin"] and r.zrangebyscore(gk[5], "-inf", "(+inf") == [] and r.hlen(qk.msgs) == 0

@@ -8,3 +8,9 @@ local function beat()
   local live = tonumber(rcall('HGET', groupKey, 'live:' .. consumerName) or ackWait)
   rcall('ZADD', beatsKey, now + live, consumerName)
 end
+
+-- beat() with the group hash's "live:<consumer>" field already read (false
+-- when it is not set), for a script that reads other fields with it.
+local function beatWith(live)
+  rcall('ZADD', beatsKey, now + (tonumber(live) or ackWait), consumerName)
+end

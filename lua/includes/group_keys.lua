@@ -7,10 +7,12 @@
     KEYS[3]  floors     hash  group -> ack floor; also the group registry
     KEYS[4]  settled    hash  seq -> groups that settled it above their floor
     KEYS[5]  group      hash  cursor and counters of this group
-    KEYS[6]  lease      zset  seq -> lease deadline (ms): the in-flight set
+    KEYS[6]  lease      zset  seq -> lease deadline (ms): the in-flight set;
+                              and LEASE_PIN at +inf (below)
     KEYS[7]  ready      zset  seq -> seq: redeliveries due now
     KEYS[8]  delay      zset  seq -> due time (ms): waiting messages
-    KEYS[9]  dlv        hash  seq -> "count:consumer:first_ms:last_ms"
+    KEYS[9]  dlv        hash  seq -> "count:consumer:first_ms:last_ms"; and
+                              "pin" (includes/delivery_state.lua)
     KEYS[10] acked      set   seqs settled above the ack floor
     KEYS[11] consumers  hash  consumer -> deliveries it holds
     KEYS[12] beats      zset  consumer -> last heartbeat (ms)
@@ -37,6 +39,13 @@ local dlqMsgsKey = KEYS[14]
 local eventsKey = KEYS[15]
 local pinnedKey = KEYS[16]
 local reopenKey = KEYS[17]
+-- One member of the lease set that is no delivery, at score +inf: fetch adds
+-- it with every batch of leases. It is longer than zset-max-listpack-value
+-- (64 bytes by default), so the set is a skiplist from then on, and stays
+-- one (the member keeps the key from being emptied and deleted). As a
+-- listpack, every ZADD of a lease moves the whole set. Readers of the whole
+-- set skip it; the in-flight count is ZCOUNT -inf (+inf.
+local LEASE_PIN = 'pin: keeps this sorted set a skiplist, as a listpack every ZADD moves the whole set'
 local queueKeys = {
   meta = metaKey, msgs = msgsKey, floors = floorsKey, settled = settledKey, acked = ackedKey,
   pinned = pinnedKey, reopen = reopenKey,

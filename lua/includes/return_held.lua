@@ -8,6 +8,9 @@
 local function returnHeld(member, graceful)
   local returned, dead = 0, 0
   for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
+    if s == LEASE_PIN then
+      break -- last: its score is +inf
+    end
     local seq = tonumber(s)
     local raw = rcall('HGET', dlvKey, seq)
     local d, corrupt = parseDelivery(seq, raw)
