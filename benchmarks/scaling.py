@@ -56,7 +56,8 @@ Progress goes to stderr; the tables (or with --json one JSON object, schema
                  "wall_us", "client_cpu_us", "redis_cpu_us", "evalsha_us",
                  "machine_busy_pct", "max_client_busy_pct", "verdict",
                  "nodes": [{"port", "redis_cpu_us", "evalsha_us", "share_pct", "busy_pct"}]}}},
-     "ceilings": {...}, "notes": [...], "errors": [...], "elapsed_s"}
+     "ceilings": {...}, "commands_last_run": {SCENARIO: {FIGURE: {PORT: {COMMAND: calls}}}},
+     "notes": [...], "errors": [...], "elapsed_s"}
 
 Per-message figures (``*_us``) are medians over the runs of (CPU or wall
 time in the timed window) / N; ``busy_pct`` is CPU seconds / wall seconds of
@@ -272,6 +273,8 @@ class Deployment:
             cmd = r.info("commandstats")
             scripts = [cmd.get(f"cmdstat_{c}", {}) for c in SCRIPT_COMMANDS]
             out[port] = {
+                "commands": {k[len("cmdstat_"):]: int(v.get("calls", 0)) for k, v in cmd.items()
+                             if k.startswith("cmdstat_") and isinstance(v, dict)},
                 "cpu_s": float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
                 "evalsha_us": float(sum(int(s.get("usec", 0)) for s in scripts)),
                 "evalsha_calls": float(sum(int(s.get("calls", 0)) for s in scripts)),
@@ -392,6 +395,7 @@ class Runner:
         self.series: dict[str, dict[str, Series]] = {s: {} for s in SCENARIOS}
         self.layout: dict[str, Any] = {}
         self.errors: list[str] = []
+        self.last_calls: dict[str, dict[str, dict[int, dict[str, int]]]] = {}  # commands per node, last run
         self._counter = 0
 
     def _name(self, scenario: str, figure: str) -> str:
@@ -444,7 +448,7 @@ class Runner:
             for p in procs:
                 p.start()
             for _ in procs:
-                self._get(ready, results, READY_TIMEOUT, "ready")
+                self._get(ready, results, READY_TIMEOUT, "ready", procs)
             if fig.preload:
                 q = dep.client.queue(name)
                 batch = payloads(PRELOAD_BATCH)
@@ -453,7 +457,7 @@ class Runner:
             before, j0 = dep.stats(), cpu_jiffies()
             before_t = time.monotonic()
             go.set()
-            done = [self._get(results, None, 60.0 + n / 200.0, "done") for _ in procs]
+            done = [self._get(results, None, 60.0 + n / 200.0, "done", procs) for _ in procs]
             after_t = time.monotonic()
             after, j1 = dep.stats(), cpu_jiffies()
             for p in procs:
@@ -479,6 +483,9 @@ class Runner:
             nodes[port] = {"redis_cpu_us": cpu / n * 1e6,
                            "evalsha_us": (after[port]["evalsha_us"] - before[port]["evalsha_us"]) / n,
                            "busy_pct": cpu / wall * 100}
+            calls = {k: v - before[port]["commands"].get(k, 0) for k, v in after[port]["commands"].items()}
+            self.last_calls.setdefault(scenario, {}).setdefault(fig.key, {})[port] = \
+                {k: v for k, v in sorted(calls.items()) if v > 0 and k != "info"}
         redis_cpu = sum(v["redis_cpu_us"] for v in nodes.values())
         for v in nodes.values():
             v["share_pct"] = v["redis_cpu_us"] / redis_cpu * 100 if redis_cpu > 0 else 0.0
@@ -498,8 +505,9 @@ class Runner:
             extra["other_cpu_us"] = busy * (os.cpu_count() or 1) * (after_t - before_t) / n * 1e6 - client_cpu / n * 1e6 - redis_cpu
         return n / wall, extra, nodes
 
-    def _get(self, q: Any, errors: Any, timeout: float, what: str) -> dict[str, Any]:
+    def _get(self, q: Any, errors: Any, timeout: float, what: str, procs: list[Any]) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
+        dead_since: float | None = None
         while True:
             for source in (errors, q) if errors is not None else (q,):
                 try:
@@ -513,6 +521,11 @@ class Runner:
                 return {"role": msg[0]}
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the client processes sent no {what!r} within {timeout:.0f} s")
+            failed = [p for p in procs if p.exitcode not in (None, 0)]
+            if failed:  # died without a word (killed?): give its queued message a moment, then stop
+                dead_since = dead_since or time.monotonic()
+                if time.monotonic() - dead_since > 2.0:
+                    raise RuntimeError(f"a client process exited with code {failed[0].exitcode} before {what!r}")
 
     def run(self, single: Deployment, cluster: Deployment) -> None:
         deps = {"A": single, "B": cluster, "C": cluster}
@@ -739,6 +752,17 @@ def notes(report: dict[str, Any]) -> list[str]:
                    f"routed, then 3 script calls of ~{BATCH // PARTITIONS} messages in a cluster pipeline); Redis CPU "
                    f"per message {pa['redis_cpu_us']:.1f} / {pb['redis_cpu_us']:.1f} / {pc['redis_cpu_us']:.1f} us "
                    f"(C's calls carry a third of the messages each, so the per-call cost is spread thinner)")
+    getkeys = {}
+    for key, per_node in report.get("commands_last_run", {}).get("C", {}).items():
+        calls = {port: cmds.get("command|getkeys", 0) for port, cmds in per_node.items()}
+        if sum(calls.values()):
+            getkeys[key] = calls
+    if getkeys:
+        calls_per = ", ".join(f"{key}: {sum(v.values()) / (report['config']['messages'] / BATCH):.1f} per publish_many call, "
+                              f"{'/'.join(str(n) for n in v.values())} by node" for key, v in getkeys.items())
+        out.append(f"redis-py {env['redis_py']}'s cluster pipeline sent COMMAND GETKEYS for the EVALSHA calls of a "
+                   f"partitioned publish_many ({calls_per}): a synchronous round trip per script call to one node, "
+                   f"before the pipeline goes out. It costs C's publish figures client time and loads that node.")
     for key in ("consume_1", "consume_3", "publish_3"):
         if key in c and key in a:
             shares = "/".join(f"{v['share_pct']:.0f}" for v in c[key]["nodes"])
@@ -814,6 +838,7 @@ def main(argv: list[str] | None = None) -> int:
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         },
         "layout": runner.layout,
+        "commands_last_run": runner.last_calls,
         "figures": figures,
         "errors": runner.errors,
     }
