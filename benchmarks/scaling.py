@@ -84,6 +84,7 @@ import redis
 from redis.crc import key_slot
 
 import rqueue
+from rqueue.bench import versions
 from rqueue.embedded import EmbeddedCluster, EmbeddedServer, find_binary
 from rqueue.keys import queue_base
 
@@ -774,18 +775,6 @@ def notes(report: dict[str, Any]) -> list[str]:
 
 
 # -- main ----------------------------------------------------------------------------
-
-
-def versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    out: dict[str, str | None] = {}
-    for dist in ("redis", "hiredis"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

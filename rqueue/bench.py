@@ -324,7 +324,7 @@ def _cpu_jiffies() -> tuple[int, int] | None:
         return None
 
 
-def _versions() -> dict[str, str | None]:
+def versions() -> dict[str, str | None]:
     from importlib import metadata
 
     out: dict[str, str | None] = {}
@@ -1309,8 +1309,8 @@ def bench_command(ctx: click.Context, messages: int | None, runs: int | None, qu
         "config": config.as_dict(),
         "environment": {
             "python": platform.python_version(),
-            "redis_py": _versions()["redis"],
-            "hiredis": _versions()["hiredis"],
+            "redis_py": versions()["redis"],
+            "hiredis": versions()["hiredis"],
             "nproc": os.cpu_count(),
             "loadavg": round(loadavg, 2) if loadavg is not None else None,
             "cpu_steal_pct": steal,

@@ -12,7 +12,6 @@ import redis
 from . import constants as C
 from .errors import (
     CorruptRecord,
-    DeliveryError,
     InvalidInput,
     NotMember,
     RQueueError,
@@ -127,7 +126,7 @@ class Consumer:
             raise InvalidInput(f"liveness must be a positive number of seconds, not {liveness!r}")
         self.liveness = liveness
         self._keys_for: tuple[Settings | None, list[str]] = (None, [])
-        self._args_for: tuple[Any, ...] = (None,)
+        self._args_for: tuple[Settings | None, Any] = (None, None)
         self._held: dict[str, Delivery] = {}
         self._closed = False
         self._settings_seen: Settings | None = None
@@ -161,18 +160,13 @@ class Consumer:
         if self._closed:
             raise RQueueError(f"{self!r} is closed")
         settings = self.settings()
-        cached = self._args_for
-        if cached[0] is not settings:
-            # The parts of ARGV[1..14] (Queue._group_argv) and the KEYS that
-            # follow the settings, computed once per settings object.
-            dead_letter = "drop" if settings.dead_letter == "none" else "dlq"
-            cached = (settings, [self.group, self.name], settings.argv(), [dead_letter, self.queue.name],
-                      self._keys(settings))
-            self._args_for = cached
-        _, head, per_settings, tail, keys = cached
-        args = [*head, self.client.clock.script_now(), *per_settings, repr(self.client.randomness.unit()), *tail, *extra]
+        seen, fixed = self._args_for
+        if seen is not settings:  # the settings' part of ARGV, once per settings object
+            fixed = self.queue._settings_argv(settings)
+            self._args_for = (settings, fixed)
+        args = self.queue._group_argv(self.group, self.name, settings, extra, fixed)
         try:
-            return script(keys=keys, args=args)
+            return script(keys=self._keys(settings), args=args)
         except redis.ResponseError as exc:
             raise from_script_error(exc, queue=self.queue.name, where=self.queue.keys.base) from None
 
@@ -227,7 +221,7 @@ class Consumer:
         for i in range(2, len(reply), 3):
             seq, count, record = int(reply[i]), int(reply[i + 1]), reply[i + 2]
             parts = record.split(b":", 3)
-            if len(parts) == 4 and parts[2] == b"0" and parts[1].isdigit():
+            if len(parts) == 4 and parts[2] == b"0" and parts[1].isdigit() and (not parts[0] or parts[0].isdigit()):
                 published, headers, data = int(parts[1]), {}, parts[3]
             else:
                 try:
@@ -245,7 +239,7 @@ class Consumer:
             d.headers = headers
             d.published_ms = published
             d.deadline_ms = deadline
-            d.tag = tag = f"{seq}.{count}"
+            d.tag = tag = delivery_tag(seq, count)
             held[tag] = d
             out.append(d)
         return out

@@ -35,38 +35,22 @@ def start_worker(server, prefix, *options):
     )
 
 
-def test_worker_command_processes_and_stops_cleanly_on_sigterm(server, prefix):
+@pytest.mark.parametrize("partitions", [None, 3], ids=["plain", "partitioned"])
+def test_worker_command_processes_and_stops_cleanly_on_sigterm(server, prefix, partitions):
+    # given a queue (plain, or of 3 partitions) with a poison message among others
     client = rqueue.connect(server.url, prefix=prefix)
-    q = client.queue("orders")
-    q.publish_many([b"a", b"poison", b"c"])
-    proc = start_worker(server, prefix, "-c", "2")
-    try:
-        wait_for(lambda: q.stats().groups and q.stats().group("g").ack_floor == 3, timeout=30)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err.decode()[-2000:]
-    assert b"left orders/g" in err
-    s = q.stats()
-    assert (s.dead_letters, s.group("g").consumers) == (1, [])
-    client.close()
-
-
-def test_worker_command_on_a_partitioned_queue(server, prefix):
-    # given a queue of 3 partitions with a poison message among others
-    client = rqueue.connect(server.url, prefix=prefix)
-    q = client.queue("orders", partitions=3)
+    q = client.queue("orders", partitions=partitions)
     q.publish_many([b"a", b"poison", b"c", b"d", b"e", b"f"])
     proc = start_worker(server, prefix, "-c", "2")
     try:
-        # when the worker runs, then every partition is worked off
+        # when the worker runs, then every message (in every partition) is settled
         wait_for(lambda: q.stats().groups and q.stats().group("g").ack_floor == 6, timeout=30)
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
-    # and SIGTERM stops it cleanly, leaving the group in every partition
+    # and SIGTERM stops it cleanly, leaving the group (in every partition)
     assert proc.returncode == 0, err.decode()[-2000:]
-    assert err.count(b"left orders/g") == 3
+    assert err.count(b"left orders/g") == (partitions or 1)
     s = q.stats()
     assert (s.dead_letters, s.group("g").consumers) == (1, [])
     client.close()

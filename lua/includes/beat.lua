@@ -4,13 +4,12 @@
   ack_wait). Members are judged by their own timeout, never by the timeout
   of the member that reaps them. Needs group_keys and group_args.
 ]]
-local function beat()
-  local live = tonumber(rcall('HGET', groupKey, 'live:' .. consumerName) or ackWait)
-  rcall('ZADD', beatsKey, now + live, consumerName)
-end
-
--- beat() with the group hash's "live:<consumer>" field already read (false
--- when it is not set), for a script that reads other fields with it.
+-- With the group hash's "live:<consumer>" field already read (false when it
+-- is not set), for a script that reads other fields with it.
 local function beatWith(live)
   rcall('ZADD', beatsKey, now + (tonumber(live) or ackWait), consumerName)
+end
+
+local function beat()
+  beatWith(rcall('HGET', groupKey, 'live:' .. consumerName))
 end
