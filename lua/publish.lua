@@ -18,7 +18,8 @@
     ARGV[4] channel to announce new messages on, or ""
     ARGV[5], ARGV[6], ARGV[7] ... per message: index of its id key in KEYS
         (0 = no id), delay in ms (0 = none), body
-        "<headers_len>:<headers_json><payload>"
+        "<headers_len>:<headers_json><payload>"; stored as a record
+        (includes/record.lua), compact when it has no headers and no delay
   Output:
     { seq1, duplicate1, seq2, duplicate2, ... }, duplicate 1 when the id was
     seen: seq is then the seq of the first publish
@@ -27,9 +28,11 @@
 ]]
 --@include read_now
 --@include bulk
+--@include record
 
 local rcall = redis.call
 local TEST_CLOCK_TTL_SLACK = 86400000 -- ms, see the ttl below
+local SCHED_CLEAN_EVERY = 64 -- seqs between clean-ups of due entries of the schedule
 local metaKey = KEYS[1]
 local msgsKey = KEYS[2]
 local floorsKey = KEYS[3]
@@ -74,7 +77,9 @@ else
 end
 local seq = first
 local records, delayed, ids, claims = {}, {}, {}, {}
-local prefix = ':' .. now .. ':'
+-- %.0f: a number concatenated as is turns to %.14g, 1e+14 style, past 14 digits
+local prefix = ':' .. string.format('%.0f', now) .. ':'
+local compact = compactHead(now)
 for i = 5, #ARGV, 3 do
   local idKey, delay = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
   local seen, name = nil, nil
@@ -101,9 +106,14 @@ for i = 5, #ARGV, 3 do
       local notBefore = now + delay
       delayed[#delayed + 1] = notBefore
       delayed[#delayed + 1] = seq
-      records[#records + 1] = notBefore .. prefix .. ARGV[i + 2]
+      records[#records + 1] = string.format('%.0f', notBefore) .. prefix .. ARGV[i + 2]
     else
-      records[#records + 1] = prefix .. ARGV[i + 2]
+      local body = ARGV[i + 2]
+      if compact and string.byte(body, 1) == 48 and string.byte(body, 2) == 58 then
+        records[#records + 1] = compact .. string.sub(body, 3) -- "0:": no headers
+      else
+        records[#records + 1] = prefix .. body
+      end
     end
     if name ~= nil then
       claims[name] = seq .. ':' .. (now + window)
@@ -129,8 +139,13 @@ if seq > first then
     rcall('SET', name, claims[name], 'PX', ttl)
   end
 end
--- Delayed publishes now due leave the schedule (only new ones are later than now).
-rcall('ZREMRANGEBYSCORE', schedKey, '-inf', now)
+-- Delayed publishes now due leave the schedule (only new ones are later than
+-- now). Stats count only entries later than now, so this only bounds the
+-- set's size: done by delayed publishes and by every call that passes a
+-- multiple of SCHED_CLEAN_EVERY seqs, not by each small publish.
+if #delayed > 0 or math.floor(seq / SCHED_CLEAN_EVERY) ~= math.floor(first / SCHED_CLEAN_EVERY) then
+  rcall('ZREMRANGEBYSCORE', schedKey, '-inf', now)
+end
 if last ~= nil and channel ~= '' then
   -- Only a wake-up hint: a refusal must not fail a publish already stored.
   redis.pcall('PUBLISH', channel, last)

@@ -20,7 +20,7 @@ from .errors import (
 )
 from .ids import consumer_name, delivery_tag, parse_delivery_tag
 from .names import check_name
-from .record import decode_record
+from .record import COMPACT_HEAD, COMPACT_TAG, decode_record
 from .settings import Settings, validate
 
 if TYPE_CHECKING:
@@ -211,18 +211,19 @@ class Consumer:
             return self._call(self.client.scripts.fetch, n)
 
     def _parse(self, reply: list[Any]) -> list[Delivery]:
-        # Per message on the hot path: no helper calls for a record without
-        # headers (the common case); anything else goes to decode_record.
+        # Per message on the hot path: no helper calls for a compact record
+        # (no headers, no delay: the common case); anything else goes to
+        # decode_record.
         now = int(reply[0])
         deadline = now + int(round(self.settings().ack_wait * 1000))
         held = self._held
         out = []
         new = Delivery.__new__
+        from_bytes = int.from_bytes
         for i in range(2, len(reply), 3):
             seq, count, record = int(reply[i]), int(reply[i + 1]), reply[i + 2]
-            parts = record.split(b":", 3)
-            if len(parts) == 4 and parts[2] == b"0" and parts[1].isdigit() and (not parts[0] or parts[0].isdigit()):
-                published, headers, data = int(parts[1]), {}, parts[3]
+            if record[:1] == COMPACT_TAG and len(record) >= COMPACT_HEAD:
+                published, headers, data = from_bytes(record[1:COMPACT_HEAD], "big"), {}, record[COMPACT_HEAD:]
             else:
                 try:
                     published, headers, data = decode_record(record, f"{self.queue.keys.msgs}[{seq}]")

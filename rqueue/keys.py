@@ -9,27 +9,29 @@ queue ``orders`` one level down: ``<prefix>:{orders}:dlq``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 
 @dataclass(frozen=True)
 class QueueKeys:
-    """Keys of one queue (or dead-letter queue), below ``base``."""
+    """Keys of one queue (or dead-letter queue), below ``base``. Each name
+    is built once (cached_property): publish and fetch read them per call."""
 
     base: str
 
-    @property
+    @cached_property
     def meta(self) -> str:
         return f"{self.base}:meta"
 
-    @property
+    @cached_property
     def msgs(self) -> str:
         return f"{self.base}:msgs"
 
-    @property
+    @cached_property
     def floors(self) -> str:
         return f"{self.base}:floors"
 
-    @property
+    @cached_property
     def settled(self) -> str:
         return f"{self.base}:settled"
 
@@ -38,32 +40,36 @@ class QueueKeys:
         The queue's hash tag comes first, so any id stays in its slot."""
         return f"{self.base}:id:{msg_id}"
 
-    @property
+    @cached_property
     def sched(self) -> str:
         return f"{self.base}:sched"
 
-    @property
+    @cached_property
     def pinned(self) -> str:
         """Hash seq -> groups that reopened it by replay (kept from trimming)."""
         return f"{self.base}:pinned"
 
-    @property
+    @cached_property
     def events(self) -> str:
         """Capped stream of dead-letters, drops and replays."""
         return f"{self.base}:events"
 
-    @property
+    @cached_property
     def wake_channel(self) -> str:
         """Pub/sub channel (not a key) announcing new messages."""
         return f"{self.base}:wake"
 
-    @property
+    @cached_property
     def dead_letters(self) -> QueueKeys:
         return QueueKeys(f"{self.base}:dlq")
 
     def publish_keys(self) -> list[str]:
-        """The fixed KEYS of publish.lua; id keys follow them."""
-        return [self.meta, self.msgs, self.floors, self.sched]
+        """The fixed KEYS of publish.lua (a new list); id keys follow them."""
+        return list(self._publish_keys)
+
+    @cached_property
+    def _publish_keys(self) -> tuple[str, ...]:
+        return (self.meta, self.msgs, self.floors, self.sched)
 
     def group(self, group: str, dead_letters: QueueKeys | None = None) -> GroupKeys:
         """Keys of ``group``; ``dead_letters`` names another queue to receive

@@ -1,4 +1,8 @@
-"""Encoding of message records: ``<not_before_ms>:<published_ms>:<headers_len>:<headers_json><payload>``.
+"""Encoding of message records (written by the scripts, lua/includes/record.lua):
+
+- compact: ``~`` then published_ms as 6 bytes, big-endian, then the payload,
+  for a message without headers and without delay;
+- text: ``<not_before_ms>:<published_ms>:<headers_len>:<headers_json><payload>``.
 
 Payloads are bytes and stay bytes; headers are a JSON object of str to str.
 Nothing is ever unpickled.
@@ -13,6 +17,9 @@ from .constants import MAX_HEADER_BYTES
 from .errors import CorruptRecord, InvalidInput
 
 Headers = dict[str, str]
+
+COMPACT_TAG = b"~"  # first byte of a compact record
+COMPACT_HEAD = 7  # bytes before a compact record's payload: the tag, 6 of published_ms
 
 
 def encode_body(payload: bytes, headers: Mapping[str, str] | None) -> bytes:
@@ -40,6 +47,10 @@ def decode_record(record: bytes, where: str) -> tuple[int, Headers, bytes]:
 
     Raises CorruptRecord, naming ``where``, for anything rqueue did not write.
     """
+    if record[:1] == COMPACT_TAG:
+        if len(record) < COMPACT_HEAD:
+            raise CorruptRecord(where, f"a compact record of {len(record)} bytes has no full head; bytes {record!r}")
+        return int.from_bytes(record[1:COMPACT_HEAD], "big"), {}, record[COMPACT_HEAD:]
     try:
         _nbf, published, hlen_raw, rest = record.split(b":", 3)
         hlen = int(hlen_raw)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class PublishResult:
     """Confirmation of one publish, given after Redis applied it.
 
@@ -25,6 +25,22 @@ class PublishResult:
     duplicate: bool = False
     alternate: str | None = None  # the alternate queue that took it (mandatory publish, no group)
     partition: int | None = None  # the partition that took it (partitioned queues)
+
+    def __init__(self, seq: int, duplicate: bool = False, alternate: str | None = None,
+                 partition: int | None = None) -> None:
+        # A frozen dataclass's own __init__ goes through object.__setattr__,
+        # three times slower; a publish makes one of these per message.
+        _set_seq(self, seq)
+        _set_duplicate(self, duplicate)
+        _set_alternate(self, alternate)
+        _set_partition(self, partition)
+
+
+# The slots' own setters, which frozen=True leaves alone.
+_set_seq = PublishResult.seq.__set__  # type: ignore[attr-defined]
+_set_duplicate = PublishResult.duplicate.__set__  # type: ignore[attr-defined]
+_set_alternate = PublishResult.alternate.__set__  # type: ignore[attr-defined]
+_set_partition = PublishResult.partition.__set__  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import rqueue
+from rqueue.record import decode_record
 
 
 def seqs(deliveries):
@@ -359,6 +360,53 @@ def test_corrupted_record_is_dead_lettered_not_delivered(client, queue):
     assert [d.data for d in c.fetch(10)] == [b"b"]
     [dead] = queue.dead_letter_queue.peek()
     assert (dead.data, dead.headers["x-rq-reason"]) == (b"garbage", "corrupted-record")
+
+
+def test_short_compact_record_is_dead_lettered_byte_for_byte(client, queue):
+    # given a record with the compact tag but no full head (6 bytes of published_ms)
+    queue.publish_many([b"a", b"b"])
+    client.redis.hset(queue.keys.msgs, 1, b"~\x01\x02")
+    # when the group fetches, only the good message is delivered
+    c = queue.consumer("g")
+    assert [d.data for d in c.fetch(10)] == [b"b"]
+    # then the broken one is in the dead-letter queue as it was
+    [dead] = queue.dead_letter_queue.peek()
+    assert (dead.data, dead.headers["x-rq-reason"]) == (b"~\x01\x02", "corrupted-record")
+    with pytest.raises(rqueue.CorruptRecord, match="compact record of 3 bytes"):
+        decode_record(b"~\x01\x02", "here")
+
+
+def test_compact_and_text_records_decode_alike(client, queue, clock):
+    # given the same payload stored compact (no headers) and as text (a delay, headers)
+    queue.publish(b"p")
+    queue.publish(b"p", delay=1)
+    queue.publish(b"p", headers={"k": "v"})
+    raw = client.redis.hmget(queue.keys.msgs, [1, 2, 3])
+    assert raw[0][:1] == b"~" and raw[1][:1].isdigit() and raw[2][:1] == b":"
+    # then peek and fetch read the same published time and payload from each
+    assert [(m.data, m.published_ms) for m in queue.peek(3)] == [(b"p", clock.now_ms)] * 3
+    clock.advance(2)
+    got = queue.consumer("g").fetch(3)
+    assert [(d.data, d.headers, d.published_ms) for d in got] == [
+        (b"p", {}, clock.now_ms - 2000), (b"p", {}, clock.now_ms - 2000), (b"p", {"k": "v"}, clock.now_ms - 2000)]
+
+
+def test_dead_lettered_and_replayed_compact_record_keeps_its_published_time(client, queue, clock):
+    # given a compact record dead-lettered by its group
+    client.configure("orders", max_deliveries=1)
+    queue.publish(b"p")
+    published = clock.now_ms
+    c = queue.consumer("g")
+    clock.advance(5)
+    c.fetch()[0].nack(delay=0)
+    [d] = queue.dead_letters()
+    assert (d.data, d.headers, d.published_ms) == (b"p", {}, published)
+    # when it is replayed, the record is compact again with the first publish time
+    client.configure("orders", max_deliveries=5)
+    queue.replay_dead_letters("g")
+    assert client.redis.hget(queue.keys.msgs, 1) == b"~" + published.to_bytes(6, "big") + b"p"
+    [again] = c.fetch()
+    assert (again.data, again.published_ms) == (b"p", published)
 
 
 def test_purge_settles_everything_not_in_flight(queue, clock):

@@ -25,6 +25,11 @@ def raw(client, queue):
     return client.redis, queue.keys, queue.keys.group("g").as_list(), client.scripts
 
 
+def compact(published_ms, payload):
+    """A record in the compact form (lua/includes/record.lua)."""
+    return b"~" + published_ms.to_bytes(6, "big") + payload
+
+
 def publish(raw, *bodies, now=NOW, ids=None, delay=0):
     """publish.lua with its raw layout: fixed KEYS, then one key per id."""
     r, qk, _, s = raw
@@ -58,7 +63,7 @@ def test_includes_expand_once_and_leave_no_directive():
 def test_publish_reply_is_seq_and_duplicate_flag(raw):
     assert publish(raw, b"0:a", b"0:b", ids=["x", "x"]) == [1, 0, 1, 1]
     r, qk, _, _ = raw
-    assert r.hget(qk.msgs, 1) == b":%d:0:a" % NOW
+    assert r.hget(qk.msgs, 1) == compact(NOW, b"a")  # no headers, no delay
     # an explicit (test) time: the TTL is only cleanup, a day past the window
     assert r.get(qk.message_id("x")) == b"1:%d" % (NOW + 60_000) and 60_000 < r.pttl(qk.message_id("x")) <= 60_000 + 86_400_000
 
@@ -81,6 +86,14 @@ def test_publish_batch_judges_a_repeated_id_as_separate_publishes_would(raw):
     assert r.get(qk.message_id("x")) == b"7:%d" % (NOW + 10**9)
 
 
+def test_publish_keeps_the_text_form_for_headers_and_for_a_time_past_6_bytes(raw):
+    r, qk, _, _ = raw
+    publish(raw, b'9:{"k":"v"}a')
+    assert r.hget(qk.msgs, 1) == b':%d:9:{"k":"v"}a' % NOW
+    publish(raw, b"0:b", now=2**48)
+    assert r.hget(qk.msgs, 2) == b":%d:0:b" % 2**48
+
+
 def test_publish_delayed_records_not_before(raw):
     publish(raw, b"0:a", delay=500)
     r, qk, _, _ = raw
@@ -101,7 +114,7 @@ def test_join_then_fetch_reply_shape(raw):
     assert s.join(keys=gk, args=group_argv()) == [1, 1]
     assert s.join(keys=gk, args=group_argv()) == [0, 0]
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
-    assert reply == [NOW, b"", 1, 1, b":%d:0:a" % NOW]
+    assert reply == [NOW, b"", 1, 1, compact(NOW, b"a")]
     assert r.zscore(gk[5], 1) == NOW + 10_000
     assert r.hget(gk[8], 1) == b"1:c1:%d:%d" % (NOW, NOW)
 
@@ -151,10 +164,10 @@ def test_fetch_acks_the_tags_it_is_given_first(raw):
     publish(raw, b"0:a", b"0:b", b"0:c")
     one = Settings(ack_wait=10, prefetch=1)
     s.join(keys=gk, args=group_argv())
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5)) == [NOW, b"", 1, 1, b":%d:0:a" % NOW]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5)) == [NOW, b"", 1, 1, compact(NOW, b"a")]
     # the ack frees the one prefetch slot for this same fetch; a bad tag gets its code
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, 1, 1, 9, 1))
-    assert reply == [NOW, b"", b"ok", b"RQ_UNKNOWN_TAG", 2, 1, b":%d:0:b" % NOW]
+    assert reply == [NOW, b"", b"ok", b"RQ_UNKNOWN_TAG", 2, 1, compact(NOW, b"b")]
     assert r.hget(gk[2], "g") == b"1" and not r.hexists(gk[8], 1) and r.hlen(qk.msgs) == 2
     # a non-member's call changes nothing, its tags included
     with pytest.raises(redis.ResponseError, match="^RQ_NOT_MEMBER"):

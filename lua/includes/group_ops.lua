@@ -70,7 +70,7 @@ local function deadLetter(seq, d, reason, errText)
     return 0
   end
   local headers, payload = splitRecord(rec)
-  local published = string.match(rec, '^%d*:(%d+):') or ''
+  local published = recordPublished(rec) or ''
   if headers == nil then
     -- Kept byte for byte so that nothing is lost; the reason says why.
     headers, payload, reason = {}, rec, 'corrupted-record'
