@@ -17,9 +17,10 @@
     ARGV[3] mandatory: "1" refuses the batch when the queue has no group
     ARGV[4] channel to announce new messages on, or ""
     ARGV[5], ARGV[6], ARGV[7] ... per message: index of its id key in KEYS
-        (0 = no id), delay in ms (0 = none), body
-        "<headers_len>:<headers_json><payload>"; stored as a record
-        (includes/record.lua), compact when it has no headers and no delay
+        (0 = no id); "<delay_ms>" (0 = none), or "<delay_ms>:<headers_len>"
+        when the body starts with headers; body "<headers_json><payload>".
+        Stored as a record (includes/record.lua): compact when the message
+        has no headers and no delay, so most bodies are copied once
   Output:
     { seq1, duplicate1, seq2, duplicate2, ... }, duplicate 1 when the id was
     seen: seq is then the seq of the first publish
@@ -28,7 +29,7 @@
 ]]
 --@include read_now
 --@include bulk
---@include record
+--@include compact_head
 
 local rcall = redis.call
 local TEST_CLOCK_TTL_SLACK = 86400000 -- ms, see the ttl below
@@ -77,11 +78,18 @@ else
 end
 local seq = first
 local records, delayed, ids, claims = {}, {}, {}, {}
--- %.0f: a number concatenated as is turns to %.14g, 1e+14 style, past 14 digits
-local prefix = ':' .. string.format('%.0f', now) .. ':'
 local compact = compactHead(now)
+-- The text records' ":<now>:", made on first use (turning a number into a
+-- string costs about a microsecond). %.0f: a number concatenated as it is
+-- reads 1e+14 style past 14 digits.
+local prefix = nil
 for i = 5, #ARGV, 3 do
-  local idKey, delay = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  local idKey, timing, body = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
+  local delay, hlen = tonumber(timing), '0'
+  if delay == nil then
+    local d, h = string.match(timing, '^(%d+):(%d+)$')
+    delay, hlen = tonumber(d), h
+  end
   local seen, name = nil, nil
   if idKey > 0 then
     name = KEYS[idKey]
@@ -102,18 +110,18 @@ for i = 5, #ARGV, 3 do
   else
     seq = seq + 1
     records[#records + 1] = seq
-    if delay > 0 then
-      local notBefore = now + delay
-      delayed[#delayed + 1] = notBefore
-      delayed[#delayed + 1] = seq
-      records[#records + 1] = string.format('%.0f', notBefore) .. prefix .. ARGV[i + 2]
+    if delay == 0 and hlen == '0' and compact then
+      records[#records + 1] = compact .. body
     else
-      local body = ARGV[i + 2]
-      if compact and string.byte(body, 1) == 48 and string.byte(body, 2) == 58 then
-        records[#records + 1] = compact .. string.sub(body, 3) -- "0:": no headers
-      else
-        records[#records + 1] = prefix .. body
+      prefix = prefix or (':' .. string.format('%.0f', now) .. ':')
+      local notBefore = ''
+      if delay > 0 then
+        notBefore = now + delay
+        delayed[#delayed + 1] = notBefore
+        delayed[#delayed + 1] = seq
+        notBefore = string.format('%.0f', notBefore)
       end
+      records[#records + 1] = notBefore .. prefix .. hlen .. ':' .. body
     end
     if name ~= nil then
       claims[name] = seq .. ':' .. (now + window)

@@ -280,16 +280,16 @@ class Queue:
         for i, payload in enumerate(payloads):
             where = i if positions is None else positions[i]
             try:
-                body = encode_body(payload, per_headers[i])
+                hlen, body = encode_body(payload, per_headers[i])
                 msg_id = check_message_id(per_ids[i])
             except InvalidInput as exc:
                 if single:
                     raise
                 raise InvalidInput(f"message {where} of the batch: {exc}") from None
-            size = len(body) - body.index(b":") - 1 - _headers_len(body)
+            size = len(body) - hlen
             if size > settings.max_payload:
                 raise PayloadTooLarge(size, settings.max_payload, None if single else where)
-            args.append((msg_id, delay_ms, body))
+            args.append((msg_id, f"{delay_ms}:{hlen}" if hlen else delay_ms, body))
         head = [self.client.clock.script_now(), int(settings.dedup_window * 1000), "1" if mandatory else "0", self.keys.wake_channel]
         calls = [self._publish_call(args[start : start + C.MAX_BATCH]) for start in range(0, len(args), C.MAX_BATCH)]
         return _Prepared([(keys, head + call_args) for keys, call_args in calls], settings, payloads, per_headers,
@@ -323,16 +323,17 @@ class Queue:
         self.client._register(self.name)
         return _results(replies, self.partition)
 
-    def _publish_call(self, messages: list[tuple[str, int, bytes]]) -> tuple[list[str], list[Any]]:
-        """KEYS and per-message ARGV of one publish.lua call."""
+    def _publish_call(self, messages: list[tuple[str, int | str, bytes]]) -> tuple[list[str], list[Any]]:
+        """KEYS and per-message ARGV of one publish.lua call; a message is
+        (id or "", "<delay_ms>[:<headers_len>]", body)."""
         keys = self.keys.publish_keys()
         args: list[Any] = []
-        for msg_id, delay_ms, body in messages:
+        for msg_id, timing, body in messages:
             if msg_id:
                 keys.append(self.keys.message_id(msg_id))
-                args += [len(keys), delay_ms, body]
+                args += [len(keys), timing, body]
             else:
-                args += [0, delay_ms, body]
+                args += [0, timing, body]
         return keys, args
 
     def _to_alternate(self, alternate: str, payloads: Sequence[bytes], headers: list[Any], ids: list[Any],
@@ -476,10 +477,6 @@ def _results(replies: list[Any], partition: int | None = None) -> list[PublishRe
     for reply in replies:
         out += [PublishResult(int(reply[j]), reply[j + 1] == 1, None, partition) for j in range(0, len(reply), 2)]
     return out
-
-
-def _headers_len(body: bytes) -> int:
-    return int(body[: body.index(b":")])
 
 
 def _server_ms(r: Any) -> int:

@@ -22,12 +22,12 @@ COMPACT_TAG = b"~"  # first byte of a compact record
 COMPACT_HEAD = 7  # bytes before a compact record's payload: the tag, 6 of published_ms
 
 
-def encode_body(payload: bytes, headers: Mapping[str, str] | None) -> bytes:
-    """The part of a record the client sends: ``<headers_len>:<headers><payload>``."""
+def encode_body(payload: bytes, headers: Mapping[str, str] | None) -> tuple[int, bytes]:
+    """The part of a record the client sends: (headers_len, ``<headers_json><payload>``)."""
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise InvalidInput(f"payload must be bytes, not {type(payload).__name__} (encode str payloads yourself)")
     if not headers:
-        return b"0:" + bytes(payload)
+        return 0, bytes(payload)
     if not isinstance(headers, Mapping):
         raise InvalidInput(f"headers must be a mapping of str to str, not {type(headers).__name__}")
     for k, v in headers.items():
@@ -39,7 +39,7 @@ def encode_body(payload: bytes, headers: Mapping[str, str] | None) -> bytes:
         raise InvalidInput(f"headers {dict(headers)!r} cannot be encoded as UTF-8: {exc.reason}") from None
     if len(encoded) > MAX_HEADER_BYTES:
         raise InvalidInput(f"headers encode to {len(encoded)} bytes, over the limit of {MAX_HEADER_BYTES}")
-    return b"%d:%s%s" % (len(encoded), encoded, payload)
+    return len(encoded), encoded + payload
 
 
 def decode_record(record: bytes, where: str) -> tuple[int, Headers, bytes]:

@@ -30,7 +30,7 @@ def compact(published_ms, payload):
     return b"~" + published_ms.to_bytes(6, "big") + payload
 
 
-def publish(raw, *bodies, now=NOW, ids=None, delay=0):
+def publish(raw, *bodies, now=NOW, ids=None, delay=0, headers_len=0):
     """publish.lua with its raw layout: fixed KEYS, then one key per id."""
     r, qk, _, s = raw
     keys = qk.publish_keys()
@@ -39,7 +39,7 @@ def publish(raw, *bodies, now=NOW, ids=None, delay=0):
         msg_id = (ids or [""] * len(bodies))[i]
         if msg_id:
             keys.append(qk.message_id(msg_id))
-        args += [len(keys) if msg_id else 0, delay, b]
+        args += [len(keys) if msg_id else 0, f"{delay}:{headers_len}" if headers_len else delay, b]
     return s.publish(keys=keys, args=args)
 
 
@@ -61,7 +61,7 @@ def test_includes_expand_once_and_leave_no_directive():
 
 
 def test_publish_reply_is_seq_and_duplicate_flag(raw):
-    assert publish(raw, b"0:a", b"0:b", ids=["x", "x"]) == [1, 0, 1, 1]
+    assert publish(raw, b"a", b"b", ids=["x", "x"]) == [1, 0, 1, 1]
     r, qk, _, _ = raw
     assert r.hget(qk.msgs, 1) == compact(NOW, b"a")  # no headers, no delay
     # an explicit (test) time: the TTL is only cleanup, a day past the window
@@ -73,7 +73,7 @@ def test_publish_batch_judges_a_repeated_id_as_separate_publishes_would(raw):
     # in the batch, or already stored, must come out as with one call each.
     r, qk, _, s = raw
     keys = qk.publish_keys() + [qk.message_id("x"), qk.message_id("x"), qk.message_id("y")]
-    args = [NOW, 60_000, "0", "", 5, 0, b"0:a", 0, 250, b"0:b", 6, 0, b"0:c", 7, 0, b"0:d"]
+    args = [NOW, 60_000, "0", "", 5, 0, b"a", 0, 250, b"b", 6, 0, b"c", 7, 0, b"d"]
     assert s.publish(keys=keys, args=args) == [1, 0, 2, 0, 1, 1, 3, 0]
     assert r.hget(qk.meta, "seq") == b"3" and r.hlen(qk.msgs) == 3
     assert r.hget(qk.msgs, 2) == b"%d:%d:0:b" % (NOW + 250, NOW) and r.zscore(qk.sched, 2) == NOW + 250
@@ -88,14 +88,16 @@ def test_publish_batch_judges_a_repeated_id_as_separate_publishes_would(raw):
 
 def test_publish_keeps_the_text_form_for_headers_and_for_a_time_past_6_bytes(raw):
     r, qk, _, _ = raw
-    publish(raw, b'9:{"k":"v"}a')
+    publish(raw, b'{"k":"v"}a', headers_len=9)
     assert r.hget(qk.msgs, 1) == b':%d:9:{"k":"v"}a' % NOW
-    publish(raw, b"0:b", now=2**48)
-    assert r.hget(qk.msgs, 2) == b":%d:0:b" % 2**48
+    publish(raw, b'{"k":"v"}c', delay=500, headers_len=9)
+    assert r.hget(qk.msgs, 2) == b'%d:%d:9:{"k":"v"}c' % (NOW + 500, NOW)
+    publish(raw, b"b", now=2**48)
+    assert r.hget(qk.msgs, 3) == b":%d:0:b" % 2**48
 
 
 def test_publish_delayed_records_not_before(raw):
-    publish(raw, b"0:a", delay=500)
+    publish(raw, b"a", delay=500)
     r, qk, _, _ = raw
     assert r.hget(qk.msgs, 1) == b"%d:%d:0:a" % (NOW + 500, NOW)
     assert r.zscore(qk.sched, 1) == NOW + 500
@@ -104,13 +106,13 @@ def test_publish_delayed_records_not_before(raw):
 def test_publish_mandatory_without_group_is_refused(raw):
     r, qk, _, s = raw
     with pytest.raises(redis.ResponseError, match="^RQ_UNROUTABLE"):
-        s.publish(keys=qk.publish_keys(), args=[NOW, 1000, "1", "", 0, 0, b"0:a"])
+        s.publish(keys=qk.publish_keys(), args=[NOW, 1000, "1", "", 0, 0, b"a"])
     assert r.hget(qk.meta, "seq") is None
 
 
 def test_join_then_fetch_reply_shape(raw):
     r, qk, gk, s = raw
-    publish(raw, b"0:a")
+    publish(raw, b"a")
     assert s.join(keys=gk, args=group_argv()) == [1, 1]
     assert s.join(keys=gk, args=group_argv()) == [0, 0]
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
@@ -121,7 +123,7 @@ def test_join_then_fetch_reply_shape(raw):
 
 def test_fetch_idle_reply_gives_next_due_time(raw):
     _, _, gk, s = raw
-    publish(raw, b"0:a", delay=700)
+    publish(raw, b"a", delay=700)
     s.join(keys=gk, args=group_argv())
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10)) == [NOW, NOW + 700]
 
@@ -134,7 +136,7 @@ def test_fetch_by_non_member_is_refused(raw):
 
 def test_ack_strict_and_lenient_statuses(raw):
     _, _, gk, s = raw
-    publish(raw, b"0:a", b"0:b")
+    publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     with pytest.raises(redis.ResponseError, match=r"^RQ_UNKNOWN_TAG 9\.1"):
@@ -151,7 +153,7 @@ def test_ack_accepts_a_seq_or_count_written_another_way(raw):
     # The script looks states up under the strings it is sent; "01" must
     # still find (and settle) the state kept under "1".
     r, qk, gk, s = raw
-    publish(raw, b"0:a", b"0:b")
+    publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     assert s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "0", "01", "1", "2", "01")) == [b"ok", b"ok"]
@@ -161,7 +163,7 @@ def test_ack_accepts_a_seq_or_count_written_another_way(raw):
 
 def test_fetch_acks_the_tags_it_is_given_first(raw):
     r, qk, gk, s = raw
-    publish(raw, b"0:a", b"0:b", b"0:c")
+    publish(raw, b"a", b"b", b"c")
     one = Settings(ack_wait=10, prefetch=1)
     s.join(keys=gk, args=group_argv())
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5)) == [NOW, b"", 1, 1, compact(NOW, b"a")]
@@ -177,7 +179,7 @@ def test_fetch_acks_the_tags_it_is_given_first(raw):
 
 def test_nack_reply_and_stale_error(raw):
     _, _, gk, s = raw
-    publish(raw, b"0:a")
+    publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     assert s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "250", "")) == [b"requeued", NOW + 250]
@@ -187,7 +189,7 @@ def test_nack_reply_and_stale_error(raw):
 
 def test_reject_reply_is_dead_letter_seq(raw):
     r, qk, gk, s = raw
-    publish(raw, b"0:a")
+    publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     assert s.reject(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "rejected", "why")) == 1
@@ -196,7 +198,7 @@ def test_reject_reply_is_dead_letter_seq(raw):
 
 def test_extend_reply_is_deadline_and_statuses(raw):
     r, _, gk, s = raw
-    publish(raw, b"0:a")
+    publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     assert s.extend(keys=gk, args=group_argv("g", "c1", NOW + 5, None, 1, 1, 1, 2)) == [
@@ -206,7 +208,7 @@ def test_extend_reply_is_deadline_and_statuses(raw):
 
 def test_leave_graceful_and_dead(raw):
     r, _, gk, s = raw
-    publish(raw, b"0:a", b"0:b")
+    publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1))
     assert s.leave(keys=gk, args=group_argv("g", "c1", NOW, None, "c1", "graceful")) == [1, 0]
@@ -219,7 +221,7 @@ def test_leave_graceful_and_dead(raw):
 
 def test_stats_reply_is_name_value_pairs(raw):
     _, _, gk, s = raw
-    publish(raw, b"0:a")
+    publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
     flat = s.stats(keys=gk, args=group_argv())
     pairs = dict(zip(flat[0:-5:2], flat[1:-5:2]))
@@ -230,7 +232,7 @@ def test_stats_reply_is_name_value_pairs(raw):
 
 def test_corrupt_delivery_state_is_a_coded_error(raw):
     r, _, gk, s = raw
-    publish(raw, b"0:a")
+    publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     r.hset(gk[8], 1, b"nonsense")
@@ -243,7 +245,7 @@ def test_delivery_states_are_kept_in_a_hash_table(raw):
     # 128 small fields) the hash would be scanned whole by every HSET, HMGET
     # and HDEL. The pin outlives the states, so the hash stays a hash table.
     r, qk, gk, s = raw
-    publish(raw, b"0:a", b"0:b")
+    publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     assert sorted(r.hkeys(gk[8])) == [b"1", b"2", b"pin"] and len(r.hget(gk[8], "pin")) > 64
@@ -260,7 +262,7 @@ def test_leases_are_kept_in_a_skiplist_and_the_pin_is_no_delivery(raw):
     # fetch adds the pin (a long member at +inf) with every batch of leases:
     # as a listpack every ZADD would move the whole set. Nothing counts it.
     r, qk, gk, s = raw
-    publish(raw, b"0:a", b"0:b")
+    publish(raw, b"a", b"b")
     one = Settings(ack_wait=10, max_inflight=2)
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1))

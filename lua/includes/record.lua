@@ -10,10 +10,7 @@
   The first byte tells them apart (a text record starts with ":" or a digit).
   Only the head is read on the hot path. rqueue/record.py decodes both.
 ]]
-local COMPACT_TAG = '~'
-local COMPACT_BYTE = 126 -- string.byte('~')
-local COMPACT_HEAD = 7 -- bytes before the payload: the tag and 6 of published_ms
-local COMPACT_LIMIT = 281474976710656 -- 2^48: published_ms must be below it
+--@include compact_head
 local RECORD_PREFIX = '^(%d*):(%d+):(%d+):()'
 
 -- Returns not_before (0 when none) or nil for a record that does not parse.
@@ -35,20 +32,6 @@ local function recordNotBefore(rec)
     return nil
   end
   return tonumber(nbf) or 0
-end
-
--- The head of a compact record published at ms (a whole number), or nil
--- when ms does not fit in 6 bytes (the text form is used then).
-local function compactHead(ms)
-  if ms < 0 or ms >= COMPACT_LIMIT or ms ~= math.floor(ms) then
-    return nil
-  end
-  local bytes = {}
-  for i = 6, 1, -1 do
-    bytes[i] = ms % 256
-    ms = math.floor(ms / 256)
-  end
-  return COMPACT_TAG .. string.char(unpack(bytes))
 end
 
 -- A record in the compact form when it has no headers and no delay (and
