@@ -1,7 +1,8 @@
 """Loading and running of the Lua scripts in lua/, one per command.
 
 A line ``--@include name`` pulls in ``lua/includes/name.lua`` (once per
-script). Scripts run redis-py style: EVALSHA first, SCRIPT LOAD and retry on
+script); the includes' top-level helpers that the script never calls are
+left out. Scripts run redis-py style: EVALSHA first, SCRIPT LOAD and retry on
 NOSCRIPT, so a server restart, a failover to a replica or SCRIPT FLUSH is
 harmless. In pipelines EVALSHA is sent with ``execute_command``: redis-py's
 own pipelined scripts ask SCRIPT EXISTS before every execute (one more round
@@ -30,6 +31,10 @@ except ImportError:  # redis-py packs in Python then
 from .errors import not_run
 
 _INCLUDE = re.compile(r"^--@include\s+(\w+)\s*$", re.MULTILINE)
+# A top-level helper of an include: "local function name(" at the start of a
+# line, up to the first "end" alone at the start of a line (the scripts'
+# layout; nested functions are indented).
+_TOP_FUNCTION = re.compile(r"^local function (\w+)\(.*?^end\n", re.MULTILINE | re.DOTALL)
 
 SCRIPT_NAMES = ("publish", "fetch", "ack", "nack", "reject", "extend", "heartbeat", "join", "leave", "purge", "replay", "stats")
 
@@ -58,7 +63,20 @@ def source(name: str) -> str:
         text = root.joinpath("includes", f"{inc}.lua").read_text()
         return _INCLUDE.sub(expand, text)
 
-    return _INCLUDE.sub(expand, root.joinpath(f"{name}.lua").read_text())
+    return _drop_unused(_INCLUDE.sub(expand, root.joinpath(f"{name}.lua").read_text()))
+
+
+def _drop_unused(text: str) -> str:
+    """``text`` without the top-level local functions nothing calls. Every
+    local function is made anew (a closure) on each script call, about 750
+    Redis instructions each, so a script pays only for the helpers it uses."""
+    while True:
+        unused = [m for m in _TOP_FUNCTION.finditer(text)
+                  if not re.search(rf"\b{m.group(1)}\b", text[: m.start()] + text[m.start() + len("local function ") + len(m.group(1)):])]
+        if not unused:
+            return text
+        for m in reversed(unused):
+            text = text[: m.start()] + text[m.end():]
 
 
 T = TypeVar("T")

@@ -8,7 +8,7 @@ import re
 import pytest
 import redis
 
-from rqueue.scripts import SCRIPT_NAMES, lua_dir, source
+from rqueue.scripts import SCRIPT_NAMES, _drop_unused, lua_dir, source
 from rqueue.settings import Settings
 
 NOW = 1_700_000_000_000
@@ -58,6 +58,21 @@ def test_includes_expand_once_and_leave_no_directive():
         text = source(name)
         assert "--@include" not in text
         assert len(re.findall(r"^local function settle\(", text, re.MULTILINE)) <= 1
+
+
+def test_includes_keep_only_the_helpers_a_script_calls():
+    # given helpers where "b" is called only by the unused "a", and "c" by the script
+    text = ("local function a(x)\n  return b(x)\nend\n"
+            "local function b(x)\n  return x\nend\n"
+            "local function c(x)\n  local function inner()\n    return x\n  end\n  return inner()\nend\n"
+            "return c(1)\n")
+    # then "a" goes, then "b" with it; "c" and its nested function stay whole
+    assert _drop_unused(text) == "local function c(x)\n  local function inner()\n    return x\n  end\n  return inner()\nend\nreturn c(1)\n"
+    # and in the real scripts every helper left is called somewhere
+    for name in SCRIPT_NAMES:
+        text = source(name)
+        for helper in re.findall(r"^local function (\w+)", text, re.MULTILINE):
+            assert len(re.findall(rf"\b{helper}\b", text)) > 1, (name, helper)
 
 
 def test_publish_reply_is_seq_and_duplicate_flag(raw):
