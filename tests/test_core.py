@@ -353,25 +353,20 @@ def test_late_ack_from_an_earlier_delivery_completes_the_message(queue, clock):
     assert queue.stats().group("g").ack_floor == 1
 
 
-def test_corrupted_record_is_dead_lettered_not_delivered(client, queue):
+@pytest.mark.parametrize("broken", [b"garbage", b"~\x01\x02"], ids=["text", "short-compact"])
+def test_corrupted_record_is_dead_lettered_not_delivered(client, queue, broken):
+    # given a record that does not parse (a compact one needs the tag and 6 bytes of published_ms)
     queue.publish_many([b"a", b"b"])
-    client.redis.hset(queue.keys.msgs, 1, b"garbage")
-    c = queue.consumer("g")
-    assert [d.data for d in c.fetch(10)] == [b"b"]
-    [dead] = queue.dead_letter_queue.peek()
-    assert (dead.data, dead.headers["x-rq-reason"]) == (b"garbage", "corrupted-record")
-
-
-def test_short_compact_record_is_dead_lettered_byte_for_byte(client, queue):
-    # given a record with the compact tag but no full head (6 bytes of published_ms)
-    queue.publish_many([b"a", b"b"])
-    client.redis.hset(queue.keys.msgs, 1, b"~\x01\x02")
+    client.redis.hset(queue.keys.msgs, 1, broken)
     # when the group fetches, only the good message is delivered
     c = queue.consumer("g")
     assert [d.data for d in c.fetch(10)] == [b"b"]
-    # then the broken one is in the dead-letter queue as it was
+    # then the broken one is in the dead-letter queue byte for byte
     [dead] = queue.dead_letter_queue.peek()
-    assert (dead.data, dead.headers["x-rq-reason"]) == (b"~\x01\x02", "corrupted-record")
+    assert (dead.data, dead.headers["x-rq-reason"]) == (broken, "corrupted-record")
+
+
+def test_short_compact_record_does_not_decode():
     with pytest.raises(rqueue.CorruptRecord, match="compact record of 3 bytes"):
         decode_record(b"~\x01\x02", "here")
 
