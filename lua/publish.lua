@@ -77,22 +77,31 @@ else
   first = rcall('HINCRBY', metaKey, 'seq', count) - count
 end
 local seq = first
-local records, delayed, ids, claims = {}, {}, {}, {}
+-- delayed, ids and claims are made when a message needs them (most batches
+-- have neither delays nor ids).
+local records, delayed, ids, claims = {}, nil, nil, nil
 local compact = compactHead(now)
 -- The text records' ":<now>:", made on first use (turning a number into a
 -- string costs about a microsecond). %.0f: a number concatenated as it is
 -- reads 1e+14 style past 14 digits.
 local prefix = nil
 for i = 5, #ARGV, 3 do
-  local idKey, timing, body = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
-  local delay, hlen = tonumber(timing), '0'
-  if delay == nil then
-    local d, h = string.match(timing, '^(%d+):(%d+)$')
-    delay, hlen = tonumber(d), h
+  -- "0" is compared as a string: tonumber parses with strtod.
+  local idKey, timing, body = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local delay, hlen = 0, '0'
+  if timing ~= '0' then
+    delay = tonumber(timing)
+    if delay == nil then
+      local d, h = string.match(timing, '^(%d+):(%d+)$')
+      delay, hlen = tonumber(d), h
+    end
   end
   local seen, name = nil, nil
-  if idKey > 0 then
-    name = KEYS[idKey]
+  if idKey ~= '0' then
+    name = KEYS[tonumber(idKey) or 0] -- KEYS[0]: nil, no id
+  end
+  if name ~= nil then
+    claims = claims or {}
     local value = claims[name]
     if value == nil then
       value = rcall('GET', name)
@@ -117,6 +126,7 @@ for i = 5, #ARGV, 3 do
       local notBefore = ''
       if delay > 0 then
         notBefore = now + delay
+        delayed = delayed or {}
         delayed[#delayed + 1] = notBefore
         delayed[#delayed + 1] = seq
         notBefore = string.format('%.0f', notBefore)
@@ -125,6 +135,7 @@ for i = 5, #ARGV, 3 do
     end
     if name ~= nil then
       claims[name] = seq .. ':' .. (now + window)
+      ids = ids or {}
       ids[#ids + 1] = name
     end
     out[#out + 1] = seq
@@ -142,8 +153,10 @@ if seq > first then
     rcall('HSET', metaKey, 'seq', seq)
   end
   bulk('HSET', msgsKey, records)
-  bulk('ZADD', schedKey, delayed)
-  for _, name in ipairs(ids) do
+  if delayed then
+    bulk('ZADD', schedKey, delayed)
+  end
+  for _, name in ipairs(ids or {}) do
     rcall('SET', name, claims[name], 'PX', ttl)
   end
 end
@@ -151,7 +164,7 @@ end
 -- now). Stats count only entries later than now, so this only bounds the
 -- set's size: done by delayed publishes and by every call that passes a
 -- multiple of SCHED_CLEAN_EVERY seqs, not by each small publish.
-if #delayed > 0 or math.floor(seq / SCHED_CLEAN_EVERY) ~= math.floor(first / SCHED_CLEAN_EVERY) then
+if delayed or seq - seq % SCHED_CLEAN_EVERY > first then
   rcall('ZREMRANGEBYSCORE', schedKey, '-inf', now)
 end
 if last ~= nil and channel ~= '' then
