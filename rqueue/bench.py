@@ -16,12 +16,14 @@ group      key                   what is measured
 publish    publish_batch         publish_many of 100 per call (msg/s);
                                  Streams: XADD pipelined 100
            publish_single        publish() of one message per call (msg/s);
-                                 Streams: one XADD per round trip
+                                 Streams: one XADD per round trip; the two
+                                 take turns, 10 each (INTERLEAVE_CHUNKS)
 consume    consume_batch         fetch(100) then consumer.ack(list), queue
                                  preloaded (msg/s); Streams: XREADGROUP
                                  COUNT 100 + one XACK of the 100 ids
            consume_single        fetch(1) then ack, one at a time (msg/s);
-                                 Streams: XREADGROUP COUNT 1 + XACK
+                                 Streams: XREADGROUP COUNT 1 + XACK; the
+                                 two take turns, as publish_single
 e2e        e2e                   one producer process (publish_many 100) and
                                  one consumer process (fetch(100, timeout) +
                                  ack(list)), N / (first publish -> last ack)
@@ -113,6 +115,7 @@ GROUP = "bench"
 WARMUP = b"WARMUP"
 STREAM_FIELD = "p"
 FILLER = b"x" * PAYLOAD_BYTES
+INTERLEAVE_CHUNKS = 10  # one-per-call figures: rqueue and Streams take turns, this many each
 LONG_WAIT = 3600.0  # seconds: delay of "delayed" messages, lease of held ones
 HUGE_INFLIGHT = 10**9  # max_inflight of the sweep's consumers: never the limit
 CHILD_ENV = "RQUEUE_BENCH_CHILD"
@@ -641,21 +644,43 @@ class Bench:
         self.fill_stream(key, n, BATCH)
         return n / (time.perf_counter() - t0)
 
-    def rq_publish_single(self, n: int) -> float:
-        q = self.queue("publish-single")
-        publish = q.publish
-        t0 = time.perf_counter()
-        for i in range(n):
-            publish(payload(i))
-        return n / (time.perf_counter() - t0)
+    @staticmethod
+    def interleaved(rq: Callable[[int], float], st: Callable[[int], float], n: int) -> tuple[float, float]:
+        """Rates (calls/s) of ``rq`` and ``st``, each doing ``n`` calls in
+        INTERLEAVE_CHUNKS turns that alternate, so that both meet the same
+        background load: on a small shared machine the one-per-call figures
+        of two back-to-back runs differ by more than the systems do. Each
+        callable does k calls and returns the seconds they took."""
+        sizes = [n // INTERLEAVE_CHUNKS + (1 if i < n % INTERLEAVE_CHUNKS else 0) for i in range(INTERLEAVE_CHUNKS)]
+        rq_s = st_s = 0.0
+        for k in sizes:
+            if k:
+                rq_s += rq(k)
+                st_s += st(k)
+        return n / rq_s, n / st_s
 
-    def st_publish_single(self, n: int) -> float:
+    def publish_single(self, n: int) -> tuple[float, float]:
+        """publish() and XADD, one per call, interleaved (see interleaved)."""
+        publish = self.queue("publish-single").publish
         key = self.stream("publish-single", group=False)
         xadd = self.r.xadd
-        t0 = time.perf_counter()
-        for i in range(n):
-            xadd(key, {STREAM_FIELD: payload(i)})
-        return n / (time.perf_counter() - t0)
+        done = [0, 0]
+
+        def rq(k: int) -> float:
+            t0 = time.perf_counter()
+            for i in range(done[0], done[0] + k):
+                publish(payload(i))
+            done[0] += k
+            return time.perf_counter() - t0
+
+        def st(k: int) -> float:
+            t0 = time.perf_counter()
+            for i in range(done[1], done[1] + k):
+                xadd(key, {STREAM_FIELD: payload(i)})
+            done[1] += k
+            return time.perf_counter() - t0
+
+        return self.interleaved(rq, st, n)
 
     def run_publish(self) -> None:
         cfg = self.config
@@ -664,7 +689,7 @@ class Bench:
             self.cleanup()
         for _ in self.runs("publish", f"one publish / XADD per call, {cfg.single_messages:,} each"):
             n = cfg.single_messages
-            self.record("publish_single", n, self.rq_publish_single(n), self.st_publish_single(n))
+            self.record("publish_single", n, *self.publish_single(n))
             self.cleanup()
 
     # -- consume ---------------------------------------------------------------
@@ -676,26 +701,49 @@ class Bench:
         fetch, ack = c.fetch, c.ack
         done = 0
         cpu0, t0 = time.process_time(), time.perf_counter()
-        if per_call == 1:
-            while done < n:
-                ds = fetch(1)
-                if not ds:
-                    raise BenchError(f"fetch(1) came back empty after {done} of {n}")
-                _noop(ds[0].data)
-                ds[0].ack()
-                done += 1
-        else:
-            while done < n:
-                ds = fetch(per_call)
-                if not ds:
-                    raise BenchError(f"fetch({per_call}) came back empty after {done} of {n}")
-                for d in ds:
-                    _noop(d.data)
-                ack(ds)
-                done += len(ds)
+        while done < n:
+            ds = fetch(per_call)
+            if not ds:
+                raise BenchError(f"fetch({per_call}) came back empty after {done} of {n}")
+            for d in ds:
+                _noop(d.data)
+            ack(ds)
+            done += len(ds)
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         c.close()
         return n / elapsed, {"client_cpu_us": cpu / n * 1e6, "wall_us": elapsed / n * 1e6}
+
+    def consume_single(self, n: int) -> tuple[float, float, dict[str, float]]:
+        """fetch(1) + ack and XREADGROUP COUNT 1 + XACK, one message at a
+        time, interleaved (see interleaved), from n messages stored in each."""
+        q = self.queue("consume-1")
+        c = q.consumer(GROUP, name="c1")
+        self.fill(q, n)
+        key = self.stream("consume-1")
+        self.fill_stream(key, n)
+        fetch = c.fetch
+        cpu = [0.0, 0.0]
+
+        def rq(k: int) -> float:
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            for _ in range(k):
+                ds = fetch(1)
+                if not ds:
+                    raise BenchError("fetch(1) came back empty")
+                _noop(ds[0].data)
+                ds[0].ack()
+            cpu[0] += time.process_time() - cpu0
+            return time.perf_counter() - t0
+
+        def st(k: int) -> float:
+            elapsed, used = self.drain_stream(key, k, 1)
+            cpu[1] += used
+            return elapsed
+
+        rate, srate = self.interleaved(rq, st, n)
+        c.close()
+        return rate, srate, {"client_cpu_us": cpu[0] / n * 1e6, "wall_us": 1e6 / rate,
+                             "streams_client_cpu_us": cpu[1] / n * 1e6, "streams_wall_us": 1e6 / srate}
 
     def st_consume(self, n: int, per_call: int) -> tuple[float, dict[str, float]]:
         key = self.stream(f"consume-{per_call}")
@@ -731,9 +779,8 @@ class Bench:
             self.cleanup()
         for _ in self.runs("consume", f"fetch(1)+ack and XREADGROUP 1+XACK, {cfg.single_messages:,} each"):
             n = cfg.single_messages
-            rate, extra = self.rq_consume(n, 1)
-            srate, sextra = self.st_consume(n, 1)
-            self.record("consume_single", n, rate, srate, {**extra, **sextra})
+            rate, srate, extra = self.consume_single(n)
+            self.record("consume_single", n, rate, srate, extra)
             self.cleanup()
 
     # -- end to end and latency (consumer in another process) -------------------------
