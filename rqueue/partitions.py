@@ -138,7 +138,7 @@ class PartitionedQueue:
         Every message is checked before anything is sent. The partitions
         are written in one pipelined round trip (one per node of a
         cluster); results come back in the order of ``payloads``."""
-        if isinstance(payloads, (bytes, str)) or not isinstance(payloads, Sequence):
+        if type(payloads) is not list and (isinstance(payloads, (bytes, str)) or not isinstance(payloads, Sequence)):
             raise InvalidInput("payloads must be a sequence of bytes (for one message use publish())")
         count = len(payloads)
         if isinstance(keys, (str, bytes)):

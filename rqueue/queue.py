@@ -262,7 +262,7 @@ class Queue:
         for an empty batch. Raises before anything is sent; an error names
         the message by its index, or by ``positions[index]`` (its place in
         the caller's batch) when given."""
-        if isinstance(payloads, (bytes, str)) or not isinstance(payloads, Sequence):
+        if type(payloads) is not list and (isinstance(payloads, (bytes, str)) or not isinstance(payloads, Sequence)):
             raise InvalidInput("payloads must be a sequence of bytes (for one message use publish())")
         count = len(payloads)
         if count == 0:
@@ -343,7 +343,7 @@ class Queue:
 
     @staticmethod
     def _per_message(value: Any, count: int, what: str) -> list[Any]:
-        if value is None or isinstance(value, Mapping):
+        if value is None or type(value) is dict or isinstance(value, Mapping):
             return [value] * count
         values = list(value)
         if len(values) != count:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
@@ -35,6 +36,7 @@ _INCLUDE = re.compile(r"^--@include\s+(\w+)\s*$", re.MULTILINE)
 # line, up to the first "end" alone at the start of a line (the scripts'
 # layout; nested functions are indented).
 _TOP_FUNCTION = re.compile(r"^local function (\w+)\(.*?^end\n", re.MULTILINE | re.DOTALL)
+_WORD = re.compile(r"\w+")
 
 SCRIPT_NAMES = ("publish", "fetch", "ack", "nack", "reject", "extend", "heartbeat", "join", "leave", "purge", "replay", "stats")
 
@@ -71,8 +73,8 @@ def _drop_unused(text: str) -> str:
     local function is made anew (a closure) on each script call, about 750
     Redis instructions each, so a script pays only for the helpers it uses."""
     while True:
-        unused = [m for m in _TOP_FUNCTION.finditer(text)
-                  if not re.search(rf"\b{m.group(1)}\b", text[: m.start()] + text[m.start() + len("local function ") + len(m.group(1)):])]
+        words = Counter(_WORD.findall(text))
+        unused = [m for m in _TOP_FUNCTION.finditer(text) if words[m.group(1)] == 1]  # only its own definition
         if not unused:
             return text
         for m in reversed(unused):
