@@ -377,8 +377,9 @@ def render(rq: dict[str, Any], args: argparse.Namespace) -> str:
                   f"(ratio {mem['ratio']:.2f}x). MEMORY USAGE of the keys themselves: "
                   f"{ex.get('memory_usage_keys_per_msg', float('nan')):.1f} B/msg (rqueue's queue keys) and "
                   f"{ex.get('streams_memory_usage_keys_per_msg', float('nan')):.1f} B/msg (the stream). "
-                  "The payload is 100 bytes; rqueue stores each message as one hash field "
-                  "(`<not_before>:<published_ms>:<headers_len>:<headers><payload>`), a stream as a listpack entry.", ""]
+                  "The payload is 100 bytes; rqueue stores each message as one hash field, a 107-byte record "
+                  "(`~`, published_ms in 6 bytes, the payload; the text form `<not_before>:<published_ms>:"
+                  "<headers_len>:<headers><payload>` when it has headers or a delay), a stream as a listpack entry.", ""]
     lines += section_peers(rq, summarize, results, status, peers_run)
     notes = rq.get("notes", []) + [f"error: {e}" for e in rq.get("errors", [])]
     if notes:

@@ -20,7 +20,8 @@
         (0 = no id); "<delay_ms>" (0 = none), or "<delay_ms>:<headers_len>"
         when the body starts with headers; body "<headers_json><payload>".
         Stored as a record (includes/record.lua): compact when the message
-        has no headers and no delay, so most bodies are copied once
+        has no headers and no delay (and now < 2^48 ms), so most bodies are
+        copied once
   Output:
     { seq1, duplicate1, seq2, duplicate2, ... }, duplicate 1 when the id was
     seen: seq is then the seq of the first publish

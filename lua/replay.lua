@@ -67,7 +67,13 @@ for i = 15, #ARGV do
       end
       rcall('ZADD', reopenKey, seq, seq)
       rcall('HINCRBY', pinnedKey, seq, 1)
-      if rcall('HSETNX', msgsKey, seq, makeRecord('', published, hjson, payload)) == 1 then
+      local record = makeRecord('', published, hjson, payload)
+      if reason == 'corrupted-record' and hjson == '' and splitRecord(payload) ~= nil then
+        -- Kept byte for byte by a consumer that could not read it (an older
+        -- version meeting a compact record): it goes back as it was.
+        record = payload
+      end
+      if rcall('HSETNX', msgsKey, seq, record) == 1 then
         -- It had been deleted, so every group had settled it.
         rcall('HSET', settledKey, seq, groups)
       end

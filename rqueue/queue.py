@@ -325,7 +325,8 @@ class Queue:
 
     def _publish_call(self, messages: list[tuple[str, int | str, bytes]]) -> tuple[list[str], list[Any]]:
         """KEYS and per-message ARGV of one publish.lua call; a message is
-        (id or "", "<delay_ms>[:<headers_len>]", body)."""
+        (id or "", delay_ms, or "<delay_ms>:<headers_len>" when the body
+        starts with headers, body)."""
         keys = self.keys.publish_keys()
         args: list[Any] = []
         for msg_id, timing, body in messages:

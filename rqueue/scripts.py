@@ -77,6 +77,15 @@ def _drop_unused(text: str) -> str:
         unused = [m for m in _TOP_FUNCTION.finditer(text) if words[m.group(1)] == 1]  # only its own definition
         if not unused:
             return text
+        for m in unused:
+            # The span must be one function: a one-line function, an "end"
+            # followed by a comment, or a long string or comment ([[ ]]) that
+            # holds "end" at column 0 would cut it wrongly.
+            span = m.group(0)
+            inner = span.split("\n")[1:-2]
+            if span.split("\n", 1)[0].rstrip().endswith("end") or "[[" in span or any(line[:1].strip() for line in inner):
+                raise ValueError(f"cannot tell where the Lua helper {m.group(1)!r} ends: write it over several "
+                                 "lines, its body indented, closed by 'end' alone at the start of a line")
         for m in reversed(unused):
             text = text[: m.start()] + text[m.end():]
 

@@ -3,6 +3,7 @@ purge, events, named targets, drops, unroutable messages (SPEC guarantee 10)."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -37,6 +38,26 @@ def test_dead_letter_carries_its_history(client, queue, clock):
     assert (d.error, d.data, d.headers) == ("second failure", b"p", {"trace": "abc"})
     assert d.first_delivery_ms == clock.now_ms - 1000 and d.last_delivery_ms == clock.now_ms
     assert d.published_ms == clock.now_ms - 1000 and d.dead_lettered_ms == clock.now_ms
+
+
+def test_replay_puts_back_a_record_an_older_consumer_could_not_read(client, queue):
+    # given a compact record that a consumer of an older version (which knew
+    # only the text form) moved aside byte for byte as corrupted-record
+    queue.publish(b"hello")
+    record = client.redis.hget(queue.keys.msgs, 1)
+    kill(queue, "g", 1)
+    dlq = queue.dead_letter_queue
+    [dseq] = [int(s) for s in client.redis.hkeys(dlq.keys.msgs)]
+    [letter] = dlq.peek()
+    headers = {**letter.headers, "x-rq-reason": "corrupted-record", "x-rq-published": ""}
+    hjson = json.dumps(headers, separators=(",", ":")).encode()
+    client.redis.hset(dlq.keys.msgs, dseq, b":%d:%d:%s%s" % (letter.published_ms, len(hjson), hjson, record))
+    # when it is replayed by this version
+    assert queue.replay_dead_letters("g").replayed == 1
+    # then the record is back as it was, and reads as the first publish
+    assert client.redis.hget(queue.keys.msgs, 1) == record
+    [d] = queue.consumer("g").fetch()
+    assert (d.data, d.headers, d.published_ms) == (b"hello", {}, int.from_bytes(record[1:7], "big"))
 
 
 def test_replay_returns_to_that_group_only_with_a_fresh_count(queue):

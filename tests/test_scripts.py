@@ -68,6 +68,11 @@ def test_includes_keep_only_the_helpers_a_script_calls():
             "return c(1)\n")
     # then "a" goes, then "b" with it; "c" and its nested function stay whole
     assert _drop_unused(text) == "local function c(x)\n  local function inner()\n    return x\n  end\n  return inner()\nend\nreturn c(1)\n"
+    # a helper laid out otherwise is refused rather than cut at the wrong "end"
+    for odd in ("local function unused(x) return x end\nlocal function used(x)\n  return x\nend\nreturn used(1)\n",
+                "local function unused(x)\n  return [[\nend\n]]\nend\nreturn 1\n"):
+        with pytest.raises(ValueError, match="'unused' ends"):
+            _drop_unused(odd)
     # and in the real scripts every helper left is called somewhere
     for name in SCRIPT_NAMES:
         text = source(name)
