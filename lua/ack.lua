@@ -9,7 +9,8 @@
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
-    ARGV[1..14] the group arguments (includes/group_args.lua)
+    ARGV[1..14] the group arguments (includes/group_args.lua); only the group
+      and consumer names are read (no clock: an ack needs no time)
     ARGV[15] strict: "1" = all tags or none, "0" = settle what is valid
     ARGV[16], ARGV[17], ... seq1, count1, seq2, count2, ...
   Output:
@@ -21,9 +22,8 @@
     RQ_CORRUPT <seq>.<count>   the message's delivery state does not parse
       (its lease runs out and fetch moves it to the dead-letter queue)
 ]]
---@include read_now
 --@include group_keys
---@include group_args
+--@include group_names
 --@include delivery_state
 --@include bulk
 --@include settle

@@ -146,6 +146,36 @@ def test_ack_accepts_a_seq_or_count_written_another_way(raw):
     assert r.hget(gk[2], "g") == b"2"
 
 
+def test_ack_writes_the_floor_and_trimmed_as_plain_seqs_however_the_floor_moves(raw):
+    # An ack of the next seq writes the floor (and, with one group, trimmed)
+    # from the string it was sent; a floor carried on by the acked set, or
+    # acks sent out of order, from the number. Either way: the plain seq.
+    r, qk, gk, s = raw
+    publish(raw, b"0:a", b"0:b", b"0:c", b"0:d", b"0:e", b"0:f")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+
+    def ack(*tags):
+        return s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", *tags))
+
+    def floor_and_trimmed():
+        return r.hget(qk.floors, "g"), r.hget(qk.meta, "trimmed")
+
+    # when the next seq is acked, written another way
+    assert ack("01", 1) == [b"ok"]
+    # then the floor is its plain form
+    assert floor_and_trimmed() == (b"1", b"1")
+    # when a later seq is acked first, it waits in the acked set
+    assert ack(3, 1) == [b"ok"]
+    assert floor_and_trimmed() == (b"1", b"1") and r.smembers(gk[9]) == {b"3"}
+    # when the gap is acked, the floor passes the waiting seq too
+    assert ack(2, 1) == [b"ok"]
+    assert floor_and_trimmed() == (b"3", b"3") and r.scard(gk[9]) == 0
+    # when several are acked out of order in one call
+    assert ack(6, 1, "05", 1, 4, 1) == [b"ok", b"ok", b"ok"]
+    assert floor_and_trimmed() == (b"6", b"6") and r.hlen(qk.msgs) == 0
+
+
 def test_fetch_acks_the_tags_it_is_given_first(raw):
     r, qk, gk, s = raw
     publish(raw, b"0:a", b"0:b", b"0:c")

@@ -5,7 +5,8 @@
   Returns one status per tag ("ok" or the error code of that tag); with
   strict, the first tag that is not ok instead returns nil and the error
   text "<code> <seq>.<count>", having changed nothing. Needs group_keys,
-  group_args, delivery_state, bulk, settle and check_tag included before it.
+  group_names (or group_args), delivery_state, bulk, settle and check_tag
+  included before it; it reads no clock.
 ]]
 local function ackTags(strict, first)
   -- Seqs stay the strings the client sent: handing a number to redis.call
