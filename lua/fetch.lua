@@ -139,7 +139,7 @@ local function deliver(seq, field, rec, d)
 end
 
 if room > 0 then
-  local seqs = rcall('ZRANGE', readyKey, 0, room - 1)
+  local seqs = rcall('ZRANGE', readyKey, '0', room - 1)
   if #seqs > 0 then
     bulk('ZREM', readyKey, seqs)
     local recs = bulkGet(msgsKey, seqs)
@@ -169,6 +169,7 @@ end
 if got < room then
   local cursor = tonumber(groupFields[2] or '0')
   local from = cursor
+  local cursorText = nil -- cursor as the field string it was last read as
   local last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
   local passed = 0
   local gone = {}
@@ -202,7 +203,7 @@ if got < room then
     for i, field in ipairs(fields) do
       local rec = recs[i]
       local seq = cursor + 1
-      cursor = seq
+      cursor, cursorText = seq, field
       if not rec then
         -- Deleted before this group reached it (every group that existed
         -- then had settled it): nothing to deliver.
@@ -230,7 +231,7 @@ if got < room then
     end
   end
   if cursor ~= from then
-    rcall('HSET', groupKey, 'cursor', cursor)
+    rcall('HSET', groupKey, 'cursor', cursorText)
   end
   settleMany(queueKeys, groupName, gone)
 end

@@ -19,6 +19,11 @@ def group_argv(group="g", consumer="c1", now=NOW, settings=None, *extra):
     return [group, consumer, now, *s.argv(), "0.5", "dlq", "orders", *extra]
 
 
+def ack_argv(consumer, strict, *tags):
+    """ack.lua's ARGV: the group and consumer names alone of group_argv."""
+    return ["g", consumer, strict, *tags]
+
+
 @pytest.fixture
 def raw(client, queue):
     """(redis, queue keys, group keys, scripts)"""
@@ -106,6 +111,21 @@ def test_join_then_fetch_reply_shape(raw):
     assert r.hget(gk[8], 1) == b"1:c1:%d:%d" % (NOW, NOW)
 
 
+def test_fetch_moves_the_cursor_past_the_last_seq_it_read(raw):
+    # The cursor is written from the last field string the scan read: past
+    # a deleted record, and over the many-digit fields of a long scan.
+    r, qk, gk, s = raw
+    publish(raw, *[b"0:m"] * 130)
+    s.join(keys=gk, args=group_argv())
+    r.hdel(qk.msgs, 3)
+    # when fetches read 3 seqs (one deleted) and then 120
+    assert [x for x in s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2))[2::3]] == [1, 2]
+    assert r.hget(gk[4], "cursor") == b"2"
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, Settings(ack_wait=10, prefetch=200), 120))
+    # then the cursor is the last seq each read, in its plain form
+    assert reply[2::3] == list(range(4, 124)) and r.hget(gk[4], "cursor") == b"123"
+
+
 def test_fetch_idle_reply_gives_next_due_time(raw):
     _, _, gk, s = raw
     publish(raw, b"0:a", delay=700)
@@ -125,13 +145,13 @@ def test_ack_strict_and_lenient_statuses(raw):
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     with pytest.raises(redis.ResponseError, match=r"^RQ_UNKNOWN_TAG 9\.1"):
-        s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1, 9, 1))
-    assert s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "0", 1, 1, 9, 1, 1, 1)) == [
+        s.ack(keys=gk, args=ack_argv("c1", "1", 1, 1, 9, 1))
+    assert s.ack(keys=gk, args=ack_argv("c1", "0", 1, 1, 9, 1, 1, 1)) == [
         b"ok", b"RQ_UNKNOWN_TAG", b"RQ_ACKED"]
     with pytest.raises(redis.ResponseError, match=r"^RQ_ACKED 1\.1"):
-        s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1))
+        s.ack(keys=gk, args=ack_argv("c1", "1", 1, 1))
     with pytest.raises(redis.ResponseError, match=r"^RQ_NOT_HELD 2\.1"):
-        s.ack(keys=gk, args=group_argv("g", "c2", NOW, None, "1", 2, 1))
+        s.ack(keys=gk, args=ack_argv("c2", "1", 2, 1))
 
 
 def test_ack_accepts_a_seq_or_count_written_another_way(raw):
@@ -141,30 +161,32 @@ def test_ack_accepts_a_seq_or_count_written_another_way(raw):
     publish(raw, b"0:a", b"0:b")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
-    assert s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "0", "01", "1", "2", "01")) == [b"ok", b"ok"]
+    assert s.ack(keys=gk, args=ack_argv("c1", "0", "01", "1", "2", "01")) == [b"ok", b"ok"]
     assert r.hkeys(gk[8]) == [b"pin"] and r.zrangebyscore(gk[5], "-inf", "(+inf") == [] and r.hlen(qk.msgs) == 0
     assert r.hget(gk[2], "g") == b"2"
 
 
-def test_ack_writes_the_floor_and_trimmed_as_plain_seqs_however_the_floor_moves(raw):
+def test_ack_writes_the_floor_and_counts_as_plain_numbers_however_many_it_settles(raw):
     # An ack of the next seq writes the floor (and, with one group, trimmed)
-    # from the string it was sent; a floor carried on by the acked set, or
-    # acks sent out of order, from the number. Either way: the plain seq.
+    # from the string it was sent, and a single ack its counts as strings; a
+    # floor carried on by the acked set, acks sent out of order and a batch,
+    # from numbers. Either way: plain numbers.
     r, qk, gk, s = raw
     publish(raw, b"0:a", b"0:b", b"0:c", b"0:d", b"0:e", b"0:f")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
 
     def ack(*tags):
-        return s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", *tags))
+        return s.ack(keys=gk, args=ack_argv("c1", "1", *tags))
 
     def floor_and_trimmed():
         return r.hget(qk.floors, "g"), r.hget(qk.meta, "trimmed")
 
     # when the next seq is acked, written another way
     assert ack("01", 1) == [b"ok"]
-    # then the floor is its plain form
+    # then the floor is its plain form, and the holder's and group's counts moved by one
     assert floor_and_trimmed() == (b"1", b"1")
+    assert r.hget(gk[10], "c1") == b"5" and r.hget(gk[4], "acked") == b"1"
     # when a later seq is acked first, it waits in the acked set
     assert ack(3, 1) == [b"ok"]
     assert floor_and_trimmed() == (b"1", b"1") and r.smembers(gk[9]) == {b"3"}
@@ -174,6 +196,7 @@ def test_ack_writes_the_floor_and_trimmed_as_plain_seqs_however_the_floor_moves(
     # when several are acked out of order in one call
     assert ack(6, 1, "05", 1, 4, 1) == [b"ok", b"ok", b"ok"]
     assert floor_and_trimmed() == (b"6", b"6") and r.hlen(qk.msgs) == 0
+    assert r.hget(gk[10], "c1") == b"0" and r.hget(gk[4], "acked") == b"6"
 
 
 def test_fetch_acks_the_tags_it_is_given_first(raw):
@@ -252,7 +275,7 @@ def test_corrupt_delivery_state_is_a_coded_error(raw):
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     r.hset(gk[8], 1, b"nonsense")
     with pytest.raises(redis.ResponseError, match="RQ_CORRUPT"):
-        s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1))
+        s.ack(keys=gk, args=ack_argv("c1", "1", 1, 1))
 
 
 def test_delivery_states_are_kept_in_a_hash_table(raw):
@@ -264,7 +287,7 @@ def test_delivery_states_are_kept_in_a_hash_table(raw):
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     assert sorted(r.hkeys(gk[8])) == [b"1", b"2", b"pin"] and len(r.hget(gk[8], "pin")) > 64
-    assert s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1, 2, 1)) == [b"ok", b"ok"]
+    assert s.ack(keys=gk, args=ack_argv("c1", "1", 1, 1, 2, 1)) == [b"ok", b"ok"]
     assert r.hkeys(gk[8]) == [b"pin"]
     try:
         encoding = r.object("encoding", gk[8])
