@@ -4,6 +4,7 @@ client would: the reply shapes and error codes in the script headers."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 import redis
@@ -124,6 +125,31 @@ def test_fetch_moves_the_cursor_past_the_last_seq_it_read(raw):
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, Settings(ack_wait=10, prefetch=200), 120))
     # then the cursor is the last seq each read, in its plain form
     assert reply[2::3] == list(range(4, 124)) and r.hget(gk[4], "cursor") == b"123"
+
+
+@pytest.mark.parametrize("micros, ms", [("0", "000"), ("5", "000"), ("999", "000"), ("1000", "001"),
+                                        ("123456", "123"), ("999999", "999")])
+def test_the_server_clock_reads_as_the_same_ms_in_number_and_text(raw, micros, ms):
+    # given TIME's two strings (stood in for: a script cannot stub TIME)
+    r = raw[0]
+    text = (lua_dir() / "includes" / "read_now.lua").read_text()
+    assert text.count("redis.call('TIME')") == 1
+    text = text.replace("redis.call('TIME')", "{'1700000000', ARGV[1]}")
+    # when readNow reads them, then the text is the number's plain form
+    assert r.eval(text + "\nlocal now, s = readNow('')\nreturn {now, s}", 0, micros) == [
+        int("1700000000" + ms), b"1700000000" + ms.encode()]
+
+
+def test_fetch_on_the_server_clock_writes_one_time_everywhere(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"0:a")
+    s.join(keys=gk, args=group_argv())
+    # when a fetch reads the server's TIME (ARGV[3] empty)
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", "", None, 1))
+    now = reply[0]
+    # then the reply, the delivery state and the lease agree on it
+    assert abs(now - time.time() * 1000) < 60_000
+    assert r.hget(gk[8], 1) == b"1:c1:%d:%d" % (now, now) and r.zscore(gk[5], 1) == now + 10_000
 
 
 def test_fetch_idle_reply_gives_next_due_time(raw):

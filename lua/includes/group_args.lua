@@ -19,7 +19,7 @@
   Needs read_now included before it.
 ]]
 --@include group_names
-local now = readNow(ARGV[3])
+local now, nowText = readNow(ARGV[3])
 local ackWait = tonumber(ARGV[4])
 local maxInflight = tonumber(ARGV[5])
 local prefetch = tonumber(ARGV[6])
