@@ -84,10 +84,16 @@ for _, s in ipairs(expired) do
   end
 end
 
-local due = rcall('ZRANGEBYSCORE', delayKey, '-inf', nowText, 'LIMIT', '0', PROMOTE_BATCH)
-for _, s in ipairs(due) do
-  rcall('ZADD', readyKey, s, s)
-  rcall('ZREM', delayKey, s)
+-- Most fetches find nothing waiting: no redelivery, no delayed message. An
+-- empty set is no key (Redis deletes it), so one EXISTS stands in for the
+-- two reads below. After the expiry above, which may have added to either.
+local waiting = rcall('EXISTS', readyKey, delayKey) > 0
+if waiting then
+  local due = rcall('ZRANGEBYSCORE', delayKey, '-inf', nowText, 'LIMIT', '0', PROMOTE_BATCH)
+  for _, s in ipairs(due) do
+    rcall('ZADD', readyKey, s, s)
+    rcall('ZREM', delayKey, s)
+  end
 end
 
 local room = n
@@ -138,7 +144,7 @@ local function deliver(seq, field, rec, d)
   got = got + 1
 end
 
-if room > 0 then
+if room > 0 and waiting then
   local seqs = rcall('ZRANGE', readyKey, '0', room - 1)
   if #seqs > 0 then
     bulk('ZREM', readyKey, seqs)

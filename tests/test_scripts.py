@@ -152,6 +152,26 @@ def test_fetch_on_the_server_clock_writes_one_time_everywhere(raw):
     assert r.hget(gk[8], 1) == b"1:c1:%d:%d" % (now, now) and r.zscore(gk[5], 1) == now + 10_000
 
 
+def test_fetch_finds_a_redelivery_or_a_due_message_in_whichever_set_alone_holds_it(raw):
+    # fetch reads the ready and delay sets only when one of them exists
+    r, qk, gk, s = raw
+    publish(raw, b"0:a", b"0:b")
+    s.join(keys=gk, args=group_argv())
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2))[2::3] == [1, 2]
+    # when 1 is offered again at once: the ready set alone exists
+    s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "0", ""))
+    assert r.exists(gk[6]) and not r.exists(gk[7])
+    # then a fetch finds it there
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))[2:] == [1, 2, b":%d:0:a" % NOW]
+    # when 2 is offered again after 500 ms: the delay set alone exists
+    s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 2, 1, "500", ""))
+    assert not r.exists(gk[6]) and r.exists(gk[7])
+    # then a fetch waits for it, and finds it once due
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10)) == [NOW, NOW + 500]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 500, None, 10))[2:] == [2, 2, b":%d:0:b" % NOW]
+    assert not r.exists(gk[6]) and not r.exists(gk[7])
+
+
 def test_fetch_idle_reply_gives_next_due_time(raw):
     _, _, gk, s = raw
     publish(raw, b"0:a", delay=700)
