@@ -245,6 +245,54 @@ def test_ack_writes_the_floor_and_counts_as_plain_numbers_however_many_it_settle
     assert r.hget(gk[10], "c1") == b"0" and r.hget(gk[4], "acked") == b"6"
 
 
+def test_a_single_tag_is_judged_as_it_would_be_among_others(raw):
+    # one tag held by its consumer with no history takes a shorter path; any
+    # other single tag must come out exactly as in a batch
+    r, qk, gk, s = raw
+    publish(raw, b"0:a", b"0:b", b"0:c", b"0:d")
+    s.join(keys=gk, args=group_argv())
+    s.join(keys=gk, args=group_argv("g", "c2"))
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 3))[2::3] == [1, 2, 3]
+    # 2 ran out and went to c2; 3 ran out and came back to c1 (a history)
+    later = NOW + 10_001
+    r.zadd(gk[5], {"1": later + 10_000, "3": later + 10_000})
+    assert s.fetch(keys=gk, args=group_argv("g", "c2", later, None, 1))[2::3] == [2]
+    r.zadd(gk[5], {"3": NOW})
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", later, None, 1))[2::3] == [3]
+    assert r.hget(gk[8], 3) == b"2:c1:%d:%d\n1=c1" % (NOW, later)
+
+    def ack(consumer, seq, count):
+        return s.ack(keys=gk, args=ack_argv(consumer, "0", seq, count))
+
+    # then a tag of another consumer, a count never delivered and an unknown
+    # seq are refused, and c1 still holds what it held
+    assert ack("c2", 1, 1) == [b"RQ_NOT_HELD"] and ack("c1", 1, 2) == [b"RQ_UNKNOWN_TAG"]
+    assert ack("c1", 9, 1) == [b"RQ_UNKNOWN_TAG"] and ack("c1", "pin", 1) == [b"RQ_UNKNOWN_TAG"]
+    assert r.hget(gk[10], "c1") == b"2" and r.hget(gk[10], "c2") == b"1"
+    # a late ack of c1's earlier delivery of 2 settles it, taking it from c2
+    assert ack("c1", 2, 1) == [b"ok"] and r.hget(gk[10], "c2") == b"0"
+    # c1's current deliveries settle whether they have a history or not
+    assert ack("c1", 3, 2) == [b"ok"] and ack("c1", 1, 1) == [b"ok"]
+    assert r.hget(gk[10], "c1") == b"0" and ack("c1", 1, 1) == [b"RQ_ACKED"]
+    assert r.hget(qk.floors, "g") == b"3" and r.hget(gk[4], "acked") == b"3" and r.hkeys(gk[8]) == [b"pin"]
+
+
+def test_ack_of_no_tags_and_of_more_tags_than_one_chunk(raw):
+    # HMGET and the rest go in chunks of 1000 fields; one chunk is read as is
+    r, qk, gk, s = raw
+    big = Settings(ack_wait=10, prefetch=2000, max_inflight=2000)
+    publish(raw, *[b"0:m"] * 1500)
+    s.join(keys=gk, args=group_argv())
+    # when nothing is acked, nothing is changed
+    assert s.ack(keys=gk, args=ack_argv("c1", "1")) == []
+    # when 1500 deliveries of one fetch are acked in one call
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, big, 1500))[2::3] == list(range(1, 1501))
+    tags = [x for seq in range(1, 1501) for x in (seq, 1)]
+    assert s.ack(keys=gk, args=ack_argv("c1", "1", *tags)) == [b"ok"] * 1500
+    # then every one is settled
+    assert r.hget(qk.floors, "g") == b"1500" and r.hlen(qk.msgs) == 0 and r.hkeys(gk[8]) == [b"pin"]
+
+
 def test_fetch_acks_the_tags_it_is_given_first(raw):
     r, qk, gk, s = raw
     publish(raw, b"0:a", b"0:b", b"0:c")
