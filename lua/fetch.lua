@@ -117,34 +117,35 @@ local deadline = string.format('%d', now + ackWait)
 -- The state of every first delivery made by this call.
 local firstState = '1:' .. consumerName .. ':' .. nowText .. ':' .. nowText
 
--- Hands seq to this consumer; field is seq as the string the hashes and the
--- lease set know it by, d its delivery state, nil when new.
-local function deliver(seq, field, rec, d)
-  if recordNotBefore(rec) == nil then
-    deadLetter(seq, d, 'corrupted-record', 'record does not parse')
-    return
-  end
-  states[#states + 1] = field
-  if d == nil then
-    states[#states + 1] = firstState
-    d = {count = 1}
-  else
-    if d.count > 0 then
-      redelivered = redelivered + 1 -- a replayed dead letter starts again at 0
-    end
-    d.count = d.count + 1
-    d.holder = consumerName
-    d.last = now
-    states[#states + 1] = formatDelivery(d)
-  end
-  leased[#leased + 1] = field
-  out[#out + 1] = seq
-  out[#out + 1] = d.count
-  out[#out + 1] = rec
-  got = got + 1
-end
-
 if room > 0 and waiting then
+  -- Hands seq to this consumer; field is seq as the string the hashes and the
+  -- lease set know it by, d its delivery state, nil when new. Defined here,
+  -- where it is used: a closure is made anew by every call that reaches it.
+  local function deliver(seq, field, rec, d)
+    if recordNotBefore(rec) == nil then
+      deadLetter(seq, d, 'corrupted-record', 'record does not parse')
+      return
+    end
+    states[#states + 1] = field
+    if d == nil then
+      states[#states + 1] = firstState
+      d = {count = 1}
+    else
+      if d.count > 0 then
+        redelivered = redelivered + 1 -- a replayed dead letter starts again at 0
+      end
+      d.count = d.count + 1
+      d.holder = consumerName
+      d.last = now
+      states[#states + 1] = formatDelivery(d)
+    end
+    leased[#leased + 1] = field
+    out[#out + 1] = seq
+    out[#out + 1] = d.count
+    out[#out + 1] = rec
+    got = got + 1
+  end
+
   local seqs = rcall('ZRANGE', readyKey, '0', room - 1)
   if #seqs > 0 then
     bulk('ZREM', readyKey, seqs)
@@ -218,13 +219,13 @@ if got < room then
       else
         local notBefore = recordNotBefore(rec)
         if notBefore == nil then
-          deliver(seq, field, rec, nil) -- dead-letters it
+          deadLetter(seq, nil, 'corrupted-record', 'record does not parse') -- as deliver() would
         elseif notBefore > now then
           rcall('ZADD', delayKey, notBefore, field)
           passed = passed + 1
         else
-          -- deliver(seq, field, rec, nil) written out: the common case,
-          -- without a call, a state table and a second parse per message.
+          -- A first delivery, as deliver() above would make it: the common
+          -- case, without a call, a state table and a second parse.
           states[#states + 1] = field
           states[#states + 1] = firstState
           leased[#leased + 1] = field
