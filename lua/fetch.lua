@@ -38,8 +38,6 @@
 --@include settle
 --@include redelivery
 --@include group_ops
---@include check_tag
---@include ack_tags
 
 -- Strings, as is nowText (includes/read_now.lua): redis.call formats every
 -- number it is handed with sprintf, a good part of the cost of a small
@@ -64,6 +62,11 @@ local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor')
 -- full, as they would alone.
 local acked = {}
 if #ARGV > 15 then
+  -- Included here, in the one block that uses them: a function is built
+  -- anew by every call that reaches its definition, and most fetches carry
+  -- no acks.
+--@include check_tag
+--@include ack_tags
   acked = ackTags(false, 16)
   holding = rcall('HGET', consumersKey, consumerName)
 end
