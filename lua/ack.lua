@@ -25,9 +25,16 @@
 ]]
 --@include group_keys
 --@include group_names
---@include delivery_state
 --@include bulk
 --@include settle
+--@include ack_one
+
+local one = ackHeldOne(4)
+if one ~= nil then
+  return one
+end
+
+--@include delivery_state
 --@include check_tag
 --@include ack_tags
 

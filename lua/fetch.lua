@@ -64,10 +64,14 @@ local acked = {}
 if #ARGV > 15 then
   -- Included here, in the one block that uses them: a function is built
   -- anew by every call that reaches its definition, and most fetches carry
-  -- no acks.
+  -- no acks (a worker's, one).
+--@include ack_one
+  acked = ackHeldOne(16)
+  if acked == nil then
 --@include check_tag
 --@include ack_tags
-  acked = ackTags(false, 16)
+    acked = ackTags(false, 16)
+  end
   holding = rcall('HGET', consumersKey, consumerName)
 end
 beatWith(groupFields[1])

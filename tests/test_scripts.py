@@ -309,6 +309,22 @@ def test_fetch_acks_the_tags_it_is_given_first(raw):
     assert r.hexists(gk[8], 2) and r.zscore(gk[5], 2) == NOW + 10_000
 
 
+def test_fetch_acks_a_single_tag_sent_with_it_as_ack_would(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"0:a", b"0:b", b"0:c")
+    one = Settings(ack_wait=10, prefetch=1)
+    s.join(keys=gk, args=group_argv())
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1))[2::3] == [1]
+    # when the held delivery is acked with the next fetch, it frees the slot
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, 1, 1))[2:4] == [b"ok", 2]
+    assert r.hget(qk.floors, "g") == b"1" and r.hget(gk[10], "c1") == b"1"
+    # when the single tag is a count never delivered, it gets its code and the slot stays taken
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, 2, 2)) == [NOW, NOW + 10_000, b"RQ_UNKNOWN_TAG"]
+    # when it is written another way, it is settled all the same
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, "02", "1"))[2:4] == [b"ok", 3]
+    assert r.hget(qk.floors, "g") == b"2" and r.hget(gk[10], "c1") == b"1"
+
+
 def test_nack_reply_and_stale_error(raw):
     _, _, gk, s = raw
     publish(raw, b"0:a")

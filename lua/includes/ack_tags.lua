@@ -6,36 +6,10 @@
   strict, the first tag that is not ok instead returns nil and the error
   text "<code> <seq>.<count>", having changed nothing. Needs group_keys,
   group_names (or group_args), delivery_state, bulk, settle and check_tag
-  included before it; it reads no clock.
+  included before it; it reads no clock. Callers try ackHeldOne
+  (includes/ack_one.lua) first.
 ]]
--- The common ack of one message: a single tag that is this consumer's
--- current delivery with no history (the fast path below) is settled with
--- the same commands in the same order, without the lists and tables of a
--- batch. Returns nil, having changed nothing, for any other tag.
-local function ackHeldOne(field, countArg)
-  local raw = rcall('HGET', dlvKey, field)
-  if not raw or not countArg then
-    return nil
-  end
-  local held = countArg .. ':' .. consumerName .. ':'
-  if string.sub(raw, 1, #held) ~= held or not string.find(raw, '^%d+:%d+$', #held + 1) then
-    return nil
-  end
-  rcall('ZREM', leaseKey, field)
-  rcall('HINCRBY', consumersKey, consumerName, '-1')
-  rcall('HDEL', dlvKey, field)
-  settleMany(queueKeys, groupName, {tonumber(field)}, {field})
-  rcall('HINCRBY', groupKey, 'acked', '1')
-  return {'ok'}
-end
-
 local function ackTags(strict, first)
-  if #ARGV == first + 1 then
-    local result = ackHeldOne(ARGV[first], ARGV[first + 1])
-    if result ~= nil then
-      return result
-    end
-  end
   -- Seqs stay the strings the client sent: handing a number to redis.call
   -- formats it again with sprintf, several times per tag.
   local fields = {}
