@@ -9,9 +9,11 @@
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
-    ARGV[1..14] the group arguments (includes/group_args.lua)
-    ARGV[15] strict: "1" = all tags or none, "0" = settle what is valid
-    ARGV[16], ARGV[17], ... seq1, count1, seq2, count2, ...
+    ARGV[1] group name, ARGV[2] consumer name: the first two of the group
+      arguments (includes/group_names.lua), not the whole block: an ack
+      reads no clock and no setting, and every argument costs the call
+    ARGV[3] strict: "1" = all tags or none, "0" = settle what is valid
+    ARGV[4], ARGV[5], ... seq1, count1, seq2, count2, ...
   Output:
     one status per tag, in order: "ok", or the error code of that tag
   Errors (strict only; nothing is changed):
@@ -21,16 +23,22 @@
     RQ_CORRUPT <seq>.<count>   the message's delivery state does not parse
       (its lease runs out and fetch moves it to the dead-letter queue)
 ]]
---@include read_now
 --@include group_keys
---@include group_args
---@include delivery_state
+--@include group_names
 --@include bulk
 --@include settle
+--@include ack_one
+
+local one = ackHeldOne(4)
+if one ~= nil then
+  return one
+end
+
+--@include delivery_state
 --@include check_tag
 --@include ack_tags
 
-local result, err = ackTags(ARGV[15] == '1', 16)
+local result, err = ackTags(ARGV[3] == '1', 4)
 if result == nil then
   return redis.error_reply(err)
 end

@@ -38,17 +38,15 @@
 --@include settle
 --@include redelivery
 --@include group_ops
---@include check_tag
---@include ack_tags
 
--- Strings, as is nowText: redis.call formats every number it is handed
--- with sprintf, a good part of the cost of a small command.
+-- Strings, as is nowText (includes/read_now.lua): redis.call formats every
+-- number it is handed with sprintf, a good part of the cost of a small
+-- command; string.format('%d') is cheaper than tostring() where one is made.
 local EXPIRE_BATCH = '1000' -- expired leases handled per call
 local PROMOTE_BATCH = '1000' -- due delayed messages made ready per call
 local SCAN_LIMIT = 1000 -- records passed over per call (deleted or delayed)
 
 local n = tonumber(ARGV[15])
-local nowText = tostring(now)
 
 -- What this consumer holds; false when it is not a member.
 local holding = rcall('HGET', consumersKey, consumerName)
@@ -64,7 +62,16 @@ local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor')
 -- full, as they would alone.
 local acked = {}
 if #ARGV > 15 then
-  acked = ackTags(false, 16)
+  -- Included here, in the one block that uses them: a function is built
+  -- anew by every call that reaches its definition, and most fetches carry
+  -- no acks (a worker's, one).
+--@include ack_one
+  acked = ackHeldOne(16)
+  if acked == nil then
+--@include check_tag
+--@include ack_tags
+    acked = ackTags(false, 16)
+  end
   holding = rcall('HGET', consumersKey, consumerName)
 end
 beatWith(groupFields[1])
@@ -84,10 +91,16 @@ for _, s in ipairs(expired) do
   end
 end
 
-local due = rcall('ZRANGEBYSCORE', delayKey, '-inf', nowText, 'LIMIT', '0', PROMOTE_BATCH)
-for _, s in ipairs(due) do
-  rcall('ZADD', readyKey, s, s)
-  rcall('ZREM', delayKey, s)
+-- Most fetches find nothing waiting: no redelivery, no delayed message. An
+-- empty set is no key (Redis deletes it), so one EXISTS stands in for the
+-- two reads below. After the expiry above, which may have added to either.
+local waiting = rcall('EXISTS', readyKey, delayKey) > 0
+if waiting then
+  local due = rcall('ZRANGEBYSCORE', delayKey, '-inf', nowText, 'LIMIT', '0', PROMOTE_BATCH)
+  for _, s in ipairs(due) do
+    rcall('ZADD', readyKey, s, s)
+    rcall('ZREM', delayKey, s)
+  end
 end
 
 local room = n
@@ -106,40 +119,41 @@ local leased = {}
 local states = {DLV_PIN_FIELD, DLV_PIN_VALUE} -- first: HSET converts the hash before it inserts
 -- Built once: every number handed to redis.call is formatted with sprintf
 -- again, which costs more than the rest of a delivery.
-local deadline = tostring(now + ackWait)
+local deadline = string.format('%d', now + ackWait)
 
 -- The state of every first delivery made by this call.
 local firstState = '1:' .. consumerName .. ':' .. nowText .. ':' .. nowText
 
--- Hands seq to this consumer; field is seq as the string the hashes and the
--- lease set know it by, d its delivery state, nil when new.
-local function deliver(seq, field, rec, d)
-  if recordNotBefore(rec) == nil then
-    deadLetter(seq, d, 'corrupted-record', 'record does not parse')
-    return
-  end
-  states[#states + 1] = field
-  if d == nil then
-    states[#states + 1] = firstState
-    d = {count = 1}
-  else
-    if d.count > 0 then
-      redelivered = redelivered + 1 -- a replayed dead letter starts again at 0
+if room > 0 and waiting then
+  -- Hands seq to this consumer; field is seq as the string the hashes and the
+  -- lease set know it by, d its delivery state, nil when new. Defined here,
+  -- where it is used: a closure is made anew by every call that reaches it.
+  local function deliver(seq, field, rec, d)
+    if recordNotBefore(rec) == nil then
+      deadLetter(seq, d, 'corrupted-record', 'record does not parse')
+      return
     end
-    d.count = d.count + 1
-    d.holder = consumerName
-    d.last = now
-    states[#states + 1] = formatDelivery(d)
+    states[#states + 1] = field
+    if d == nil then
+      states[#states + 1] = firstState
+      d = {count = 1}
+    else
+      if d.count > 0 then
+        redelivered = redelivered + 1 -- a replayed dead letter starts again at 0
+      end
+      d.count = d.count + 1
+      d.holder = consumerName
+      d.last = now
+      states[#states + 1] = formatDelivery(d)
+    end
+    leased[#leased + 1] = field
+    out[#out + 1] = seq
+    out[#out + 1] = d.count
+    out[#out + 1] = rec
+    got = got + 1
   end
-  leased[#leased + 1] = field
-  out[#out + 1] = seq
-  out[#out + 1] = d.count
-  out[#out + 1] = rec
-  got = got + 1
-end
 
-if room > 0 then
-  local seqs = rcall('ZRANGE', readyKey, 0, room - 1)
+  local seqs = rcall('ZRANGE', readyKey, '0', room - 1)
   if #seqs > 0 then
     bulk('ZREM', readyKey, seqs)
     local recs = bulkGet(msgsKey, seqs)
@@ -169,6 +183,7 @@ end
 if got < room then
   local cursor = tonumber(groupFields[2] or '0')
   local from = cursor
+  local cursorText = nil -- cursor as the field string it was last read as
   local last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
   local passed = 0
   local gone = {}
@@ -177,7 +192,7 @@ if got < room then
     local fields = {}
     if want < 16 or cursor < 100 then
       for s = cursor + 1, cursor + want do
-        fields[#fields + 1] = tostring(s)
+        fields[#fields + 1] = string.format('%d', s)
       end
     else
       -- tostring() of a number is a sprintf (0.3 us); a seq >= 100 is its
@@ -202,7 +217,7 @@ if got < room then
     for i, field in ipairs(fields) do
       local rec = recs[i]
       local seq = cursor + 1
-      cursor = seq
+      cursor, cursorText = seq, field
       if not rec then
         -- Deleted before this group reached it (every group that existed
         -- then had settled it): nothing to deliver.
@@ -211,13 +226,13 @@ if got < room then
       else
         local notBefore = recordNotBefore(rec)
         if notBefore == nil then
-          deliver(seq, field, rec, nil) -- dead-letters it
+          deadLetter(seq, nil, 'corrupted-record', 'record does not parse') -- as deliver() would
         elseif notBefore > now then
           rcall('ZADD', delayKey, notBefore, field)
           passed = passed + 1
         else
-          -- deliver(seq, field, rec, nil) written out: the common case,
-          -- without a call, a state table and a second parse per message.
+          -- A first delivery, as deliver() above would make it: the common
+          -- case, without a call, a state table and a second parse.
           states[#states + 1] = field
           states[#states + 1] = firstState
           leased[#leased + 1] = field
@@ -230,7 +245,7 @@ if got < room then
     end
   end
   if cursor ~= from then
-    rcall('HSET', groupKey, 'cursor', cursor)
+    rcall('HSET', groupKey, 'cursor', cursorText)
   end
   settleMany(queueKeys, groupName, gone)
 end
@@ -249,7 +264,7 @@ if got > 0 then
     leases[#leases + 1] = leased[i]
   end
   bulk('ZADD', leaseKey, leases)
-  rcall('HINCRBY', consumersKey, consumerName, got)
+  rcall('HINCRBY', consumersKey, consumerName, got == 1 and '1' or got) -- fetch(1): no sprintf
   if redelivered > 0 then
     rcall('HINCRBY', groupKey, 'redelivered', redelivered)
   end

@@ -164,7 +164,16 @@ class Consumer:
         if seen is not settings:  # the settings' part of ARGV, once per settings object
             fixed = self.queue._settings_argv(settings)
             self._args_for = (settings, fixed)
-        args = self.queue._group_argv(self.group, self.name, settings, extra, fixed)
+        return self._run(script, settings, self.queue._group_argv(self.group, self.name, settings, extra, fixed))
+
+    def _ack_call(self, strict: str, tags: list[tuple[str, int, int]]) -> Any:
+        """ack.lua, sent the group and consumer names alone of the group
+        arguments: it reads no clock and no setting (its header)."""
+        if self._closed:
+            raise RQueueError(f"{self!r} is closed")
+        return self._run(self.client.scripts.ack, self.settings(), [self.group, self.name, strict, *_flat(tags)])
+
+    def _run(self, script: Any, settings: Settings, args: list[Any]) -> Any:
         try:
             return script(keys=self._keys(settings), args=args)
         except redis.ResponseError as exc:
@@ -282,7 +291,7 @@ class Consumer:
             return
         if not tags:
             return
-        self._call(self.client.scripts.ack, "1", *_flat(tags))
+        self._ack_call("1", tags)
         held = self._held
         for tag, _, _ in tags:
             held.pop(tag, None)
@@ -294,7 +303,7 @@ class Consumer:
         tags = [self._tag_of(r) for r in _refs(deliveries)]
         if not tags:
             return []
-        statuses = self._call(self.client.scripts.ack, "0", *_flat(tags))
+        statuses = self._ack_call("0", tags)
         out = []
         for (tag, _, _), status in zip(tags, statuses):
             self._held.pop(tag, None)

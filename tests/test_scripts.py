@@ -4,6 +4,7 @@ client would: the reply shapes and error codes in the script headers."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 import redis
@@ -17,6 +18,11 @@ NOW = 1_700_000_000_000
 def group_argv(group="g", consumer="c1", now=NOW, settings=None, *extra):
     s = settings or Settings(ack_wait=10)
     return [group, consumer, now, *s.argv(), "0.5", "dlq", "orders", *extra]
+
+
+def ack_argv(consumer, strict, *tags):
+    """ack.lua's ARGV: the group and consumer names alone of group_argv."""
+    return ["g", consumer, strict, *tags]
 
 
 @pytest.fixture
@@ -141,6 +147,66 @@ def test_join_then_fetch_reply_shape(raw):
     assert r.hget(gk[8], 1) == b"1:c1:%d:%d" % (NOW, NOW)
 
 
+def test_fetch_moves_the_cursor_past_the_last_seq_it_read(raw):
+    # The cursor is written from the last field string the scan read: past
+    # a deleted record, and over the many-digit fields of a long scan.
+    r, qk, gk, s = raw
+    publish(raw, *[b"0:m"] * 130)
+    s.join(keys=gk, args=group_argv())
+    r.hdel(qk.msgs, 3)
+    # when fetches read 3 seqs (one deleted) and then 120
+    assert [x for x in s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2))[2::3]] == [1, 2]
+    assert r.hget(gk[4], "cursor") == b"2"
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, Settings(ack_wait=10, prefetch=200), 120))
+    # then the cursor is the last seq each read, in its plain form
+    assert reply[2::3] == list(range(4, 124)) and r.hget(gk[4], "cursor") == b"123"
+
+
+@pytest.mark.parametrize("micros, ms", [("0", "000"), ("5", "000"), ("999", "000"), ("1000", "001"),
+                                        ("123456", "123"), ("999999", "999")])
+def test_the_server_clock_reads_as_the_same_ms_in_number_and_text(raw, micros, ms):
+    # given TIME's two strings (stood in for: a script cannot stub TIME)
+    r = raw[0]
+    text = (lua_dir() / "includes" / "read_now.lua").read_text()
+    assert text.count("redis.call('TIME')") == 1
+    text = text.replace("redis.call('TIME')", "{'1700000000', ARGV[1]}")
+    # when readNow reads them, then the text is the number's plain form
+    assert r.eval(text + "\nlocal now, s = readNow('')\nreturn {now, s}", 0, micros) == [
+        int("1700000000" + ms), b"1700000000" + ms.encode()]
+
+
+def test_fetch_on_the_server_clock_writes_one_time_everywhere(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"0:a")
+    s.join(keys=gk, args=group_argv())
+    # when a fetch reads the server's TIME (ARGV[3] empty)
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", "", None, 1))
+    now = reply[0]
+    # then the reply, the delivery state and the lease agree on it
+    assert abs(now - time.time() * 1000) < 60_000
+    assert r.hget(gk[8], 1) == b"1:c1:%d:%d" % (now, now) and r.zscore(gk[5], 1) == now + 10_000
+
+
+def test_fetch_finds_a_redelivery_or_a_due_message_in_whichever_set_alone_holds_it(raw):
+    # fetch reads the ready and delay sets only when one of them exists
+    r, qk, gk, s = raw
+    publish(raw, b"0:a", b"0:b")
+    s.join(keys=gk, args=group_argv())
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2))[2::3] == [1, 2]
+    # when 1 is offered again at once: the ready set alone exists
+    s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "0", ""))
+    assert r.exists(gk[6]) and not r.exists(gk[7])
+    # then a fetch finds it there
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))[2:] == [1, 2, b":%d:0:a" % NOW]
+    # when 2 is offered again after 500 ms: the delay set alone exists
+    s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 2, 1, "500", ""))
+    assert not r.exists(gk[6]) and r.exists(gk[7])
+    # then a fetch waits for it, and finds it once due
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10)) == [NOW, NOW + 500]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 500, None, 10))[2:] == [2, 2, b":%d:0:b" % NOW]
+    assert not r.exists(gk[6]) and not r.exists(gk[7])
+
+
 def test_fetch_idle_reply_gives_next_due_time(raw):
     _, _, gk, s = raw
     publish(raw, b"a", delay=700)
@@ -160,13 +226,13 @@ def test_ack_strict_and_lenient_statuses(raw):
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     with pytest.raises(redis.ResponseError, match=r"^RQ_UNKNOWN_TAG 9\.1"):
-        s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1, 9, 1))
-    assert s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "0", 1, 1, 9, 1, 1, 1)) == [
+        s.ack(keys=gk, args=ack_argv("c1", "1", 1, 1, 9, 1))
+    assert s.ack(keys=gk, args=ack_argv("c1", "0", 1, 1, 9, 1, 1, 1)) == [
         b"ok", b"RQ_UNKNOWN_TAG", b"RQ_ACKED"]
     with pytest.raises(redis.ResponseError, match=r"^RQ_ACKED 1\.1"):
-        s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1))
+        s.ack(keys=gk, args=ack_argv("c1", "1", 1, 1))
     with pytest.raises(redis.ResponseError, match=r"^RQ_NOT_HELD 2\.1"):
-        s.ack(keys=gk, args=group_argv("g", "c2", NOW, None, "1", 2, 1))
+        s.ack(keys=gk, args=ack_argv("c2", "1", 2, 1))
 
 
 def test_ack_accepts_a_seq_or_count_written_another_way(raw):
@@ -176,9 +242,90 @@ def test_ack_accepts_a_seq_or_count_written_another_way(raw):
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
-    assert s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "0", "01", "1", "2", "01")) == [b"ok", b"ok"]
+    assert s.ack(keys=gk, args=ack_argv("c1", "0", "01", "1", "2", "01")) == [b"ok", b"ok"]
     assert r.hkeys(gk[8]) == [b"pin"] and r.zrangebyscore(gk[5], "-inf", "(+inf") == [] and r.hlen(qk.msgs) == 0
     assert r.hget(gk[2], "g") == b"2"
+
+
+def test_ack_writes_the_floor_and_counts_as_plain_numbers_however_many_it_settles(raw):
+    # An ack of the next seq writes the floor (and, with one group, trimmed)
+    # from the string it was sent, and a single ack its counts as strings; a
+    # floor carried on by the acked set, acks sent out of order and a batch,
+    # from numbers. Either way: plain numbers.
+    r, qk, gk, s = raw
+    publish(raw, b"0:a", b"0:b", b"0:c", b"0:d", b"0:e", b"0:f")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+
+    def ack(*tags):
+        return s.ack(keys=gk, args=ack_argv("c1", "1", *tags))
+
+    def floor_and_trimmed():
+        return r.hget(qk.floors, "g"), r.hget(qk.meta, "trimmed")
+
+    # when the next seq is acked, written another way
+    assert ack("01", 1) == [b"ok"]
+    # then the floor is its plain form, and the holder's and group's counts moved by one
+    assert floor_and_trimmed() == (b"1", b"1")
+    assert r.hget(gk[10], "c1") == b"5" and r.hget(gk[4], "acked") == b"1"
+    # when a later seq is acked first, it waits in the acked set
+    assert ack(3, 1) == [b"ok"]
+    assert floor_and_trimmed() == (b"1", b"1") and r.smembers(gk[9]) == {b"3"}
+    # when the gap is acked, the floor passes the waiting seq too
+    assert ack(2, 1) == [b"ok"]
+    assert floor_and_trimmed() == (b"3", b"3") and r.scard(gk[9]) == 0
+    # when several are acked out of order in one call
+    assert ack(6, 1, "05", 1, 4, 1) == [b"ok", b"ok", b"ok"]
+    assert floor_and_trimmed() == (b"6", b"6") and r.hlen(qk.msgs) == 0
+    assert r.hget(gk[10], "c1") == b"0" and r.hget(gk[4], "acked") == b"6"
+
+
+def test_a_single_tag_is_judged_as_it_would_be_among_others(raw):
+    # one tag held by its consumer with no history takes a shorter path; any
+    # other single tag must come out exactly as in a batch
+    r, qk, gk, s = raw
+    publish(raw, b"0:a", b"0:b", b"0:c", b"0:d")
+    s.join(keys=gk, args=group_argv())
+    s.join(keys=gk, args=group_argv("g", "c2"))
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 3))[2::3] == [1, 2, 3]
+    # 2 ran out and went to c2; 3 ran out and came back to c1 (a history)
+    later = NOW + 10_001
+    r.zadd(gk[5], {"1": later + 10_000, "3": later + 10_000})
+    assert s.fetch(keys=gk, args=group_argv("g", "c2", later, None, 1))[2::3] == [2]
+    r.zadd(gk[5], {"3": NOW})
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", later, None, 1))[2::3] == [3]
+    assert r.hget(gk[8], 3) == b"2:c1:%d:%d\n1=c1" % (NOW, later)
+
+    def ack(consumer, seq, count):
+        return s.ack(keys=gk, args=ack_argv(consumer, "0", seq, count))
+
+    # then a tag of another consumer, a count never delivered and an unknown
+    # seq are refused, and c1 still holds what it held
+    assert ack("c2", 1, 1) == [b"RQ_NOT_HELD"] and ack("c1", 1, 2) == [b"RQ_UNKNOWN_TAG"]
+    assert ack("c1", 9, 1) == [b"RQ_UNKNOWN_TAG"] and ack("c1", "pin", 1) == [b"RQ_UNKNOWN_TAG"]
+    assert r.hget(gk[10], "c1") == b"2" and r.hget(gk[10], "c2") == b"1"
+    # a late ack of c1's earlier delivery of 2 settles it, taking it from c2
+    assert ack("c1", 2, 1) == [b"ok"] and r.hget(gk[10], "c2") == b"0"
+    # c1's current deliveries settle whether they have a history or not
+    assert ack("c1", 3, 2) == [b"ok"] and ack("c1", 1, 1) == [b"ok"]
+    assert r.hget(gk[10], "c1") == b"0" and ack("c1", 1, 1) == [b"RQ_ACKED"]
+    assert r.hget(qk.floors, "g") == b"3" and r.hget(gk[4], "acked") == b"3" and r.hkeys(gk[8]) == [b"pin"]
+
+
+def test_ack_of_no_tags_and_of_more_tags_than_one_chunk(raw):
+    # HMGET and the rest go in chunks of 1000 fields; one chunk is read as is
+    r, qk, gk, s = raw
+    big = Settings(ack_wait=10, prefetch=2000, max_inflight=2000)
+    publish(raw, *[b"0:m"] * 1500)
+    s.join(keys=gk, args=group_argv())
+    # when nothing is acked, nothing is changed
+    assert s.ack(keys=gk, args=ack_argv("c1", "1")) == []
+    # when 1500 deliveries of one fetch are acked in one call
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, big, 1500))[2::3] == list(range(1, 1501))
+    tags = [x for seq in range(1, 1501) for x in (seq, 1)]
+    assert s.ack(keys=gk, args=ack_argv("c1", "1", *tags)) == [b"ok"] * 1500
+    # then every one is settled
+    assert r.hget(qk.floors, "g") == b"1500" and r.hlen(qk.msgs) == 0 and r.hkeys(gk[8]) == [b"pin"]
 
 
 def test_fetch_acks_the_tags_it_is_given_first(raw):
@@ -195,6 +342,22 @@ def test_fetch_acks_the_tags_it_is_given_first(raw):
     with pytest.raises(redis.ResponseError, match="^RQ_NOT_MEMBER"):
         s.fetch(keys=gk, args=group_argv("g", "nobody", NOW, None, 5, 2, 1))
     assert r.hexists(gk[8], 2) and r.zscore(gk[5], 2) == NOW + 10_000
+
+
+def test_fetch_acks_a_single_tag_sent_with_it_as_ack_would(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"0:a", b"0:b", b"0:c")
+    one = Settings(ack_wait=10, prefetch=1)
+    s.join(keys=gk, args=group_argv())
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1))[2::3] == [1]
+    # when the held delivery is acked with the next fetch, it frees the slot
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, 1, 1))[2:4] == [b"ok", 2]
+    assert r.hget(qk.floors, "g") == b"1" and r.hget(gk[10], "c1") == b"1"
+    # when the single tag is a count never delivered, it gets its code and the slot stays taken
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, 2, 2)) == [NOW, NOW + 10_000, b"RQ_UNKNOWN_TAG"]
+    # when it is written another way, it is settled all the same
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, "02", "1"))[2:4] == [b"ok", 3]
+    assert r.hget(qk.floors, "g") == b"2" and r.hget(gk[10], "c1") == b"1"
 
 
 def test_nack_reply_and_stale_error(raw):
@@ -257,7 +420,7 @@ def test_corrupt_delivery_state_is_a_coded_error(raw):
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     r.hset(gk[8], 1, b"nonsense")
     with pytest.raises(redis.ResponseError, match="RQ_CORRUPT"):
-        s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1))
+        s.ack(keys=gk, args=ack_argv("c1", "1", 1, 1))
 
 
 def test_delivery_states_are_kept_in_a_hash_table(raw):
@@ -269,7 +432,7 @@ def test_delivery_states_are_kept_in_a_hash_table(raw):
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     assert sorted(r.hkeys(gk[8])) == [b"1", b"2", b"pin"] and len(r.hget(gk[8], "pin")) > 64
-    assert s.ack(keys=gk, args=group_argv("g", "c1", NOW, None, "1", 1, 1, 2, 1)) == [b"ok", b"ok"]
+    assert s.ack(keys=gk, args=ack_argv("c1", "1", 1, 1, 2, 1)) == [b"ok", b"ok"]
     assert r.hkeys(gk[8]) == [b"pin"]
     try:
         encoding = r.object("encoding", gk[8])

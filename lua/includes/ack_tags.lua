@@ -5,7 +5,9 @@
   Returns one status per tag ("ok" or the error code of that tag); with
   strict, the first tag that is not ok instead returns nil and the error
   text "<code> <seq>.<count>", having changed nothing. Needs group_keys,
-  group_args, delivery_state, bulk, settle and check_tag included before it.
+  group_names (or group_args), delivery_state, bulk, settle and check_tag
+  included before it; it reads no clock. Callers try ackHeldOne
+  (includes/ack_one.lua) first.
 ]]
 local function ackTags(strict, first)
   -- Seqs stay the strings the client sent: handing a number to redis.call
@@ -80,12 +82,14 @@ local function ackTags(strict, first)
     bulk('ZREM', leaseKey, leased)
     bulk('ZREM', readyKey, waiting)
     bulk('ZREM', delayKey, waiting)
+    -- The counts of a single ack go as strings: redis.call formats a number
+    -- with sprintf, a good part of a small command's cost.
     for holder, k in pairs(released) do
-      rcall('HINCRBY', consumersKey, holder, -k)
+      rcall('HINCRBY', consumersKey, holder, k == 1 and '-1' or -k)
     end
     bulk('HDEL', dlvKey, stateFields)
     settleMany(queueKeys, groupName, done, stateFields)
-    rcall('HINCRBY', groupKey, 'acked', #done)
+    rcall('HINCRBY', groupKey, 'acked', #done == 1 and '1' or #done)
   end
   return result
 end

@@ -12,6 +12,11 @@ end
 
 -- HMGET over a list of fields; returns one value (or false) per field.
 local function bulkGet(key, fields)
+  if #fields == 0 then
+    return {}
+  elseif #fields <= BULK_CHUNK then
+    return redis.call('HMGET', key, unpack(fields)) -- one chunk: the reply as it is
+  end
   local out = {}
   for i = 1, #fields, BULK_CHUNK do
     local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + BULK_CHUNK - 1, #fields)))

@@ -16,21 +16,30 @@
     ARGV[13] dead_letter mode: "dlq" keeps, "drop" counts and discards
     ARGV[14] queue name, written into dead-letter headers
   Script-specific arguments start at ARGV[15].
+  Needs read_now included before it.
 ]]
-local rcall = redis.call
-local groupName = ARGV[1]
-local consumerName = ARGV[2]
-local now = readNow(ARGV[3])
+--@include group_names
+local now, nowText = readNow(ARGV[3])
 local ackWait = tonumber(ARGV[4])
 local maxInflight = tonumber(ARGV[5])
 local prefetch = tonumber(ARGV[6])
-local maxDeliveries = tonumber(ARGV[7])
-local policy = {
-  delay = tonumber(ARGV[8]),
-  multiplier = tonumber(ARGV[9]),
-  maxDelay = tonumber(ARGV[10]),
-  jitter = tonumber(ARGV[11]),
-  random = tonumber(ARGV[12]),
-}
 local deadLetterMode = ARGV[13]
 local queueName = ARGV[14]
+
+-- ARGV[7..12] matter only once a delivery fails (expiry, nack, a dead
+-- holder): read then, once per call, rather than by every call (each
+-- tonumber is a strtod).
+local failurePolicy = nil
+local function redeliveryPolicy()
+  if failurePolicy == nil then
+    failurePolicy = {
+      maxDeliveries = tonumber(ARGV[7]),
+      delay = tonumber(ARGV[8]),
+      multiplier = tonumber(ARGV[9]),
+      maxDelay = tonumber(ARGV[10]),
+      jitter = tonumber(ARGV[11]),
+      random = tonumber(ARGV[12]),
+    }
+  end
+  return failurePolicy
+end

@@ -96,7 +96,8 @@ end
 -- Returns "dead" and the dead-letter seq (0 when dropped), or the due time in ms.
 local function retryOrDeadLetter(seq, d, delayMs, errText)
   release(seq, d)
-  if maxDeliveries ~= -1 and d.count >= maxDeliveries then
+  local policy = redeliveryPolicy()
+  if policy.maxDeliveries ~= -1 and d.count >= policy.maxDeliveries then
     return 'dead', deadLetter(seq, d, 'max-deliveries', errText)
   end
   writeDelivery(dlvKey, seq, d)

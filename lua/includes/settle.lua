@@ -90,10 +90,14 @@ local function settleMany(qk, groupName, seqs, fields)
   end
   local oldFloor = tonumber(redis.call('HGET', qk.floors, groupName) or '0')
   local floor = oldFloor
+  -- The new floor as the caller's string when it is one of the seqs (an ack
+  -- of the next seq): the two HSETs below then format no number.
+  local floorText = nil
   local above = {}
-  for _, seq in ipairs(seqs) do
+  for i, seq in ipairs(seqs) do
     if seq == floor + 1 then
       floor = seq
+      floorText = fields and fields[i]
     elseif seq > floor then
       above[#above + 1] = seq
     end
@@ -101,11 +105,13 @@ local function settleMany(qk, groupName, seqs, fields)
   bulk('SADD', qk.acked, above)
   while redis.call('SREM', qk.acked, floor + 1) == 1 do
     floor = floor + 1
+    floorText = nil
   end
   if floor ~= oldFloor then
-    redis.call('HSET', qk.floors, groupName, floor)
+    floorText = floorText or floor
+    redis.call('HSET', qk.floors, groupName, floorText)
     if groups <= 1 then
-      redis.call('HSET', qk.meta, 'trimmed', floor)
+      redis.call('HSET', qk.meta, 'trimmed', floorText)
     end
   end
   if groups <= 1 then

@@ -1,0 +1,31 @@
+--[[
+  The common ack of one message: when ARGV[first], ARGV[first + 1] is the
+  only tag and it is this consumer's current delivery with no history, it
+  is settled with the commands ackTags (includes/ack_tags.lua) would send,
+  in the same order, without a batch's lists and tables. Returns {"ok"};
+  nil, having changed nothing, for any other tag or more than one.
+  Callers try this first and include the batch path after it: a function
+  is built anew by every call that reaches its definition, so a call that
+  returns here never builds checkTag, ackTags or the delivery states'.
+  Needs group_keys, group_names (or group_args), bulk and settle.
+]]
+local function ackHeldOne(first)
+  local field, countArg = ARGV[first], ARGV[first + 1]
+  if #ARGV ~= first + 1 then
+    return nil
+  end
+  local raw = rcall('HGET', dlvKey, field)
+  if not raw then
+    return nil
+  end
+  local held = countArg .. ':' .. consumerName .. ':'
+  if string.sub(raw, 1, #held) ~= held or not string.find(raw, '^%d+:%d+$', #held + 1) then
+    return nil
+  end
+  rcall('ZREM', leaseKey, field)
+  rcall('HINCRBY', consumersKey, consumerName, '-1')
+  rcall('HDEL', dlvKey, field)
+  settleMany(queueKeys, groupName, {tonumber(field)}, {field})
+  rcall('HINCRBY', groupKey, 'acked', '1')
+  return {'ok'}
+end
