@@ -151,7 +151,7 @@ def test_fetch_moves_the_cursor_past_the_last_seq_it_read(raw):
     # The cursor is written from the last field string the scan read: past
     # a deleted record, and over the many-digit fields of a long scan.
     r, qk, gk, s = raw
-    publish(raw, *[b"0:m"] * 130)
+    publish(raw, *[b"m"] * 130)
     s.join(keys=gk, args=group_argv())
     r.hdel(qk.msgs, 3)
     # when fetches read 3 seqs (one deleted) and then 120
@@ -177,7 +177,7 @@ def test_the_server_clock_reads_as_the_same_ms_in_number_and_text(raw, micros, m
 
 def test_fetch_on_the_server_clock_writes_one_time_everywhere(raw):
     r, qk, gk, s = raw
-    publish(raw, b"0:a")
+    publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
     # when a fetch reads the server's TIME (ARGV[3] empty)
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", "", None, 1))
@@ -190,20 +190,20 @@ def test_fetch_on_the_server_clock_writes_one_time_everywhere(raw):
 def test_fetch_finds_a_redelivery_or_a_due_message_in_whichever_set_alone_holds_it(raw):
     # fetch reads the ready and delay sets only when one of them exists
     r, qk, gk, s = raw
-    publish(raw, b"0:a", b"0:b")
+    publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2))[2::3] == [1, 2]
     # when 1 is offered again at once: the ready set alone exists
     s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "0", ""))
     assert r.exists(gk[6]) and not r.exists(gk[7])
     # then a fetch finds it there
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))[2:] == [1, 2, b":%d:0:a" % NOW]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))[2:] == [1, 2, compact(NOW, b"a")]
     # when 2 is offered again after 500 ms: the delay set alone exists
     s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 2, 1, "500", ""))
     assert not r.exists(gk[6]) and r.exists(gk[7])
     # then a fetch waits for it, and finds it once due
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10)) == [NOW, NOW + 500]
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 500, None, 10))[2:] == [2, 2, b":%d:0:b" % NOW]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 500, None, 10))[2:] == [2, 2, compact(NOW, b"b")]
     assert not r.exists(gk[6]) and not r.exists(gk[7])
 
 
@@ -253,7 +253,7 @@ def test_ack_writes_the_floor_and_counts_as_plain_numbers_however_many_it_settle
     # floor carried on by the acked set, acks sent out of order and a batch,
     # from numbers. Either way: plain numbers.
     r, qk, gk, s = raw
-    publish(raw, b"0:a", b"0:b", b"0:c", b"0:d", b"0:e", b"0:f")
+    publish(raw, b"a", b"b", b"c", b"d", b"e", b"f")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
 
@@ -284,7 +284,7 @@ def test_a_single_tag_is_judged_as_it_would_be_among_others(raw):
     # one tag held by its consumer with no history takes a shorter path; any
     # other single tag must come out exactly as in a batch
     r, qk, gk, s = raw
-    publish(raw, b"0:a", b"0:b", b"0:c", b"0:d")
+    publish(raw, b"a", b"b", b"c", b"d")
     s.join(keys=gk, args=group_argv())
     s.join(keys=gk, args=group_argv("g", "c2"))
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 3))[2::3] == [1, 2, 3]
@@ -316,7 +316,7 @@ def test_ack_of_no_tags_and_of_more_tags_than_one_chunk(raw):
     # HMGET and the rest go in chunks of 1000 fields; one chunk is read as is
     r, qk, gk, s = raw
     big = Settings(ack_wait=10, prefetch=2000, max_inflight=2000)
-    publish(raw, *[b"0:m"] * 1500)
+    publish(raw, *[b"m"] * 1500)
     s.join(keys=gk, args=group_argv())
     # when nothing is acked, nothing is changed
     assert s.ack(keys=gk, args=ack_argv("c1", "1")) == []
@@ -346,7 +346,7 @@ def test_fetch_acks_the_tags_it_is_given_first(raw):
 
 def test_fetch_acks_a_single_tag_sent_with_it_as_ack_would(raw):
     r, qk, gk, s = raw
-    publish(raw, b"0:a", b"0:b", b"0:c")
+    publish(raw, b"a", b"b", b"c")
     one = Settings(ack_wait=10, prefetch=1)
     s.join(keys=gk, args=group_argv())
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1))[2::3] == [1]
