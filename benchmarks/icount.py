@@ -1,0 +1,145 @@
+"""Instructions Redis spends per message, counted by callgrind.
+
+Timings on a small shared machine vary by more than a change to a script;
+an instruction count inside a private redis-server run under valgrind is
+the same on every run. This starts such a server on a free port, does a
+warm-up, zeroes the counters, runs N messages of one scenario, dumps the
+counters and prints instructions per message. The count covers all of
+Redis's work for the calls (reading the request, the script, the reply).
+
+usage: .venv/bin/python benchmarks/icount.py SCENARIO [N]
+  scenarios: publish1 publish100 fetch1 ack1 fetch100ack (rqueue),
+             xadd1 xrg1 xrg100 (redis-py Streams, for comparison)
+  To compare two trees, run it with PYTHONPATH=<other checkout>.
+Needs valgrind and redis-server on PATH. Takes 10-30 s per scenario.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import redis
+
+import rqueue
+
+PAYLOAD = b"x" * 100
+WARMUP = 50  # messages run before the counters are zeroed
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> int:
+    if len(sys.argv) < 2:
+        print(__doc__)
+        return 2
+    scenario = sys.argv[1]
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="rqueue-icount-")
+    out = os.path.join(workdir, "callgrind.out")
+    server = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "redis-server",
+                               "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                               "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def ctl(flag: str) -> None:
+        subprocess.run(["callgrind_control", flag, str(server.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       check=True)
+
+    try:
+        r = redis.Redis(port=port)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        client = rqueue.connect(f"redis://127.0.0.1:{port}", prefix="icount")
+        client.configure("q", ack_wait=3600, prefetch=10**6, max_inflight=10**6)
+        queue = client.queue("q")
+        consumer = queue.consumer("g", "c1")
+        runs = [0]
+
+        def run(k: int) -> None:
+            """k messages of the scenario; zeroes the counters itself when it
+            has untimed set-up to do first."""
+            runs[0] += 1
+            if scenario == "publish1":
+                ctl("-z")
+                for _ in range(k):
+                    queue.publish(PAYLOAD)
+            elif scenario == "publish100":
+                ctl("-z")
+                for _ in range(k // 100):
+                    queue.publish_many([PAYLOAD] * 100)
+            elif scenario == "fetch1":
+                queue.publish_many([PAYLOAD] * k)
+                ctl("-z")
+                for _ in range(k):
+                    consumer.fetch(1)
+            elif scenario == "ack1":
+                queue.publish_many([PAYLOAD] * k)
+                held = []
+                while len(held) < k:
+                    held += consumer.fetch(min(1000, k - len(held)))
+                ctl("-z")
+                for d in held:
+                    consumer.ack(d)
+            elif scenario == "fetch100ack":
+                queue.publish_many([PAYLOAD] * k)
+                ctl("-z")
+                for _ in range(k // 100):
+                    consumer.ack(consumer.fetch(100))
+            elif scenario == "xadd1":
+                ctl("-z")
+                for _ in range(k):
+                    r.xadd("st", {"d": PAYLOAD})
+            elif scenario in ("xrg1", "xrg100"):
+                per = 1 if scenario == "xrg1" else 100
+                key = f"st{runs[0]}"
+                r.xgroup_create(key, "g", id="0", mkstream=True)
+                pipe = r.pipeline(transaction=False)
+                for _ in range(k):
+                    pipe.xadd(key, {"d": PAYLOAD})
+                pipe.execute()
+                ctl("-z")
+                for _ in range(k // per):
+                    got = r.xreadgroup("g", "c", {key: ">"}, count=per)
+                    r.xack(key, "g", *[entry[0] for entry in got[0][1]])
+            else:
+                raise SystemExit(f"unknown scenario {scenario!r}; see --help")
+
+        run(WARMUP)
+        run(n)
+        ctl("-d")
+        time.sleep(0.5)
+        dumps = sorted(glob.glob(out + "*"), key=os.path.getmtime)
+        total = None
+        with open(dumps[-1]) as f:
+            for line in f:
+                if line.startswith(("summary:", "totals:")):
+                    total = int(line.split()[1])
+                    break
+        if total is None:
+            raise SystemExit(f"no totals in {dumps[-1]}")
+        print(f"{scenario}: {total / n:,.0f} Redis instructions per message (N={n}, rqueue from {rqueue.__file__})")
+        return 0
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
