@@ -125,7 +125,11 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
     admin = redis.Redis(port=server.port, socket_timeout=2)
 
     def spawn(*args: str) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([*me, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # stderr kept (appended per role and slot) so that a child's failure names its cause
+        slot = Path(args[-2] if args[0] == "producer" else args[-1]).stem  # p0, w1, ...
+        log = open(work / f"{args[0]}-{slot}.err", "ab")
+        with log:
+            return subprocess.Popen([*me, *args], env=env, stdout=subprocess.DEVNULL, stderr=log)
 
     per = messages // producers
     pace = str(seconds * 0.8)  # the load lasts through the chaos
@@ -160,7 +164,8 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
         for p in prods:
             p.wait(120)
             if p.returncode != 0:
-                report.problems.append(f"a producer exited with {p.returncode}")
+                tails = [f.read_text(errors="replace").strip().splitlines()[-3:] for f in work.glob("producer-*.err")]
+                report.problems.append(f"a producer exited with {p.returncode}: {[t for t in tails if t]}")
         confirmed = set()
         for i in range(producers):
             path = work / f"p{i}.txt"
