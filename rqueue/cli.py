@@ -857,7 +857,7 @@ def load_handler(spec: str) -> Callable[..., Any]:
 @click.option("--group", "-g", required=True, help="Group to join (created on first use).")
 @click.option("--concurrency", "-c", type=click.IntRange(1, 10_000), default=rqueue.constants.DEFAULT_CONCURRENCY,
               show_default=True, help="Handler threads.")
-@click.option("--prefetch", type=click.IntRange(1), default=None, help="Deliveries held at most [default: concurrency].")
+@click.option("--prefetch", type=click.IntRange(1), default=None, help="Deliveries held at most, running or waiting for a thread [default: 2 x concurrency].")
 @click.option("--name", default=None, help="Consumer name [default: host-pid-random].")
 @click.option("--heartbeat-timeout", type=click.FloatRange(0.01), default=rqueue.constants.DEFAULT_HEARTBEAT_TIMEOUT,
               show_default=True, help="Seconds of silence before a member is removed.")

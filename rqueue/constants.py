@@ -38,6 +38,10 @@ MAX_DELAY = 10 * 365 * 24 * 3600.0  # seconds a publish or nack may be delayed a
 
 # Worker runtime.
 DEFAULT_CONCURRENCY = 8  # handler threads per worker
+# Deliveries a worker holds per handler thread by default (running or waiting
+# for a thread): a fetch is shared by more messages, as Dramatiq's prefetch
+# of twice its threads; waiting leases are kept alive by the heartbeat.
+WORKER_PREFETCH_PER_THREAD = 2  # deliveries per handler thread
 DEFAULT_HEARTBEAT_INTERVAL = 1.0  # seconds between a worker's heartbeats
 DEFAULT_HEARTBEAT_TIMEOUT = 5.0  # seconds of silence before a member is removed
 DEFAULT_MAX_RUN_TIME = 3600.0  # seconds a handler's lease is kept alive at most

@@ -1,12 +1,14 @@
 """The worker runtime: runs a handler for every message of a group.
 
-One dispatcher thread fetches only for free handler slots (so no message
-waits in a local buffer while its lease runs out), settles finished work in
-the same round trip as the next fetch, and sleeps on the queue's wake-up
-channel when idle. N handler threads run the handler. A heartbeat thread
-keeps the leases of running handlers alive (up to ``max_run_time``), proves
-the worker is alive, and removes members of the group whose heartbeat lapsed
-so that their messages are offered again within ``heartbeat_timeout``.
+One dispatcher thread keeps up to ``prefetch`` deliveries in hand (by
+default twice the handler threads: those without a free thread wait
+locally, so that one round trip serves more messages), settles finished
+work in the same round trip as the next fetch, and sleeps on the queue's
+wake-up channel when idle. N handler threads run the handler. A heartbeat
+thread keeps the leases of waiting deliveries and of running handlers alive
+(the latter up to ``max_run_time``), proves the worker is alive, and removes
+members of the group whose heartbeat lapsed so that their messages are
+offered again within ``heartbeat_timeout``.
 """
 
 from __future__ import annotations
@@ -79,10 +81,15 @@ class Worker:
     dead-letters at once. ``handler`` may be a coroutine function; it then
     runs on one event loop shared by the worker, with the same semantics.
 
+    ``concurrency`` handler threads run; the worker holds up to
+    ``prefetch`` deliveries (default ``2 * concurrency``), the ones without
+    a free thread waiting with their leases kept alive.
+
     :meth:`run` blocks until :meth:`stop` (or SIGTERM / SIGINT when run in the
-    main thread): fetching stops, running handlers get ``grace_period``
-    seconds to finish, the rest is returned to the group at once, and the
-    worker leaves the group. A second signal stops at once.
+    main thread): fetching stops, deliveries not started are handed back
+    (uncounted), running handlers get ``grace_period`` seconds to finish,
+    the rest is returned to the group at once, and the worker leaves the
+    group. A second signal stops at once.
 
     Durations are seconds. On a partitioned queue this makes a
     :class:`rqueue.partitions.PartitionedWorker` (one worker per partition).
@@ -127,6 +134,8 @@ class Worker:
             raise InvalidInput(
                 f"heartbeat_timeout ({heartbeat_timeout}) must be longer than heartbeat_interval ({heartbeat_interval})"
             )
+        if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1):
+            raise InvalidInput(f"prefetch must be a whole number >= 1, not {prefetch!r}")
         if isinstance(grace_period, bool) or not isinstance(grace_period, (int, float)) or grace_period < 0:
             raise InvalidInput(f"grace_period must be a number of seconds >= 0, not {grace_period!r}")
         self.queue = queue
@@ -136,7 +145,7 @@ class Worker:
         self.handler = handler
         self.concurrency = concurrency
         self.name = name
-        self.prefetch = prefetch if prefetch is not None else concurrency
+        self.prefetch = prefetch if prefetch is not None else concurrency * C.WORKER_PREFETCH_PER_THREAD
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
         self.max_run_time = max_run_time
@@ -155,6 +164,7 @@ class Worker:
         self._tasks: queue_module.SimpleQueue[tuple[Delivery, float] | None] = queue_module.SimpleQueue()
         self._results: deque[tuple[Delivery, str, str]] = deque()
         self._running: dict[str, tuple[Delivery, float]] = {}
+        self._waiting: dict[str, Delivery] = {}  # fetched, no handler thread yet; under _running_lock
         self._running_lock = threading.Lock()
         self._known: dict[str, Delivery] = {}  # fetched and not yet settled locally
         self._resync = False  # a fetch may have been applied without its reply
@@ -262,7 +272,7 @@ class Worker:
             generation = notifier.generation(channel)
             acks, others = self._drain_results()
             self._settle_others(others)
-            free = self.concurrency - len(self._known)
+            free = self.prefetch - len(self._known)
             if free <= 0 and not acks:
                 notifier.wait(channel, generation, C.IDLE_POLL_INTERVAL, until=self._has_news)
                 continue
@@ -275,6 +285,9 @@ class Worker:
             if deliveries:
                 self._count(fetched=len(deliveries), redelivered=sum(1 for d in deliveries if d.redelivered))
                 now = self._clock.monotonic()
+                with self._running_lock:
+                    for d in deliveries:
+                        self._waiting[d.tag] = d
                 for d in deliveries:
                     self._tasks.put((d, now))
                 continue
@@ -295,6 +308,34 @@ class Worker:
         self._resync = False
         if result.handed_back:
             log.warning("handed back %d deliveries whose fetch reply was lost", result.handed_back)
+
+    def _hand_back_waiting(self) -> None:
+        """On a stop, deliveries still waiting for a handler thread go back
+        to the group at once (not after the grace period), without counting
+        as an attempt: a sync heartbeat listing every other delivery."""
+        assert self.consumer is not None
+        consumer = self.consumer
+        waiting = []
+        while True:
+            try:
+                item = self._tasks.get_nowait()
+            except queue_module.Empty:
+                break
+            if item is not None:
+                waiting.append(item[0])
+        if not waiting:
+            return
+        for d in waiting:
+            self._not_run(d)
+            self._known.pop(d.tag, None)
+        keep = list(self._known.values())  # running, or finished and not yet settled
+        try:
+            result = self._retry(lambda: consumer.heartbeat(keep, self.heartbeat_timeout, sync=True))
+        except Exception as exc:  # best effort: must not stop the leave, which returns them all the same
+            log.warning("could not hand back %d waiting deliveries (%s: %s); the leave returns them", len(waiting),
+                        type(exc).__name__, exc)
+            return
+        log.info("handed back %d deliveries that had not started", result.handed_back)
 
     def _has_news(self) -> bool:
         return bool(self._results) or self._stopping.is_set()
@@ -368,7 +409,8 @@ class Worker:
                 outcome, text = self._handle(d, fetched_at)
             except BaseException as exc:  # never lose the slot or the result
                 log.error("could not run the handler on %s: %s: %s", d.tag, type(exc).__name__, exc)
-                outcome, text = "skipped", ""  # its lease runs out and it is offered again
+                self._not_run(d)  # no longer kept alive: its lease runs out and it is offered again
+                outcome, text = "skipped", ""
             self._results.append((d, outcome, text))
             notifier.poke()
 
@@ -383,19 +425,28 @@ class Worker:
         except DeliveryError:
             return False
 
+    def _not_run(self, d: Delivery) -> None:
+        with self._running_lock:
+            self._waiting.pop(d.tag, None)
+
     def _handle(self, d: Delivery, fetched_at: float) -> tuple[str, str]:
-        if self._hard_stop.is_set():
-            return "return", ""  # left for the graceful leave to hand back
+        if self._stopping.is_set():
+            # Not started before the stop: the graceful leave hands it back
+            # at once rather than running it in the grace period.
+            self._not_run(d)
+            return "return", ""
         # One clock reading and no generic counter call per message: with a
         # quick handler this bookkeeping is most of a handler thread's work.
         started = self._clock.monotonic()
         safe = min(self._ack_wait, self.heartbeat_timeout) * C.STALE_DISPATCH_FRACTION
         if started - fetched_at >= safe:  # it waited long: check with Redis, then read the clock again
             if not self._still_held(d):
+                self._not_run(d)
                 self._count(stale_skipped=1)
                 return "skipped", ""
             started = self._clock.monotonic()  # the check's time is not the handler's (max_run_time)
         with self._running_lock:
+            self._waiting.pop(d.tag, None)
             self._running[d.tag] = (d, started)
         with self._stats_lock:
             self.stats.handled += 1
@@ -429,6 +480,7 @@ class Worker:
             now = self._clock.monotonic()
             with self._running_lock:
                 running = [d for d, started in self._running.values() if now - started < self.max_run_time]
+                running += self._waiting.values()  # a waiting delivery's time has not started
             try:
                 statuses, removed, returned, dead, _ = self.consumer.heartbeat(running, self.heartbeat_timeout)
             except NotMember:
@@ -460,6 +512,7 @@ class Worker:
         deadline = self._clock.monotonic() + grace
         notifier = self.queue.client.notifier
         try:
+            self._hand_back_waiting()
             while self._known and self._clock.monotonic() < deadline and not self._hard_stop.is_set():
                 acks, others = self._drain_results()
                 if acks:
@@ -467,7 +520,6 @@ class Worker:
                 self._settle_others(others)
                 if self._known:
                     notifier.wait("", 0, min(0.05, max(0.0, deadline - self._clock.monotonic())), until=lambda: bool(self._results))
-            self._hard_stop.set()  # handlers not started yet leave their message to the leave
             acks, others = self._drain_results()
             if acks:
                 self._record_acks(self._retry(lambda: consumer.ack_available(acks)))

@@ -36,7 +36,8 @@ from rqueue.embedded import EmbeddedServer, find_binary  # noqa: E402
 QUEUE, GROUP = "chaos", "g"
 BATCH = 50  # messages per publish_many
 MAX_INFLIGHT = 16  # the group's cap, below 3 workers x PREFETCH so that it binds
-PREFETCH = 8  # each worker's cap (its concurrency)
+CONCURRENCY = 4  # handler threads per worker
+PREFETCH = 8  # each worker's cap: its handlers' deliveries and those waiting for a thread
 
 
 @dataclass
@@ -103,7 +104,7 @@ def worker(url: str, prefix: str, out: str) -> None:
         log.write(f"{d.seq} {d.delivery_count}\n")
         time.sleep(random.uniform(0.005, 0.03))
 
-    w = rqueue.Worker(client.queue(QUEUE), GROUP, handler, concurrency=PREFETCH, heartbeat_interval=0.2,
+    w = rqueue.Worker(client.queue(QUEUE), GROUP, handler, concurrency=CONCURRENCY, prefetch=PREFETCH, heartbeat_interval=0.2,
                       heartbeat_timeout=1.0, grace_period=5, reconnect_timeout=120)
     w.run()
 

@@ -67,6 +67,12 @@ def floor_reaches(q, group, seq):
     return reached
 
 
+def in_flight(q, group="g"):
+    """The group's in-flight count; 0 before any member joined it."""
+    stats = q.stats()
+    return stats.group(group).in_flight if group in [g.name for g in stats.groups] else 0
+
+
 def test_return_acks_exception_nacks_reject_dead_letters(live):
     # given three messages with a handler that acks, fails and rejects
     live.configure("orders", max_deliveries=2)
@@ -172,6 +178,94 @@ def test_stop_returns_messages_not_started(live):
     assert (g.ack_floor, g.in_flight, g.consumers) == (1, 0, [])
 
 
+def test_worker_holds_prefetch_deliveries_twice_its_threads_by_default(live):
+    # Given 10 messages and a worker of 2 threads whose handlers block
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 10)
+    running = threading.Semaphore(0)
+    release = threading.Event()
+
+    def handler(d):
+        running.release()
+        release.wait(10)
+
+    w = run_worker(q, handler, concurrency=2)
+    try:
+        # When both threads are busy
+        for _ in range(2):
+            assert running.acquire(timeout=10)
+        # Then the worker holds 4 (2 running, 2 waiting for a thread), no more
+        wait_for(lambda: in_flight(q) == 4)
+        assert w.prefetch == 4
+        assert q.stats().group("g").consumers[0].held == 4
+    finally:
+        release.set()
+        wait_for(floor_reaches(q, "g", 10))
+        w.stop()
+        assert w.join(10)
+    assert (w.stats.handled, w.stats.acked, w.stats.redelivered) == (10, 10, 0)
+
+
+def test_waiting_deliveries_keep_their_lease_and_run_once(live):
+    # Given a lease much shorter than the wait for a thread (3 deliveries
+    # wait behind a 1 s handler with ack_wait 0.3 s) and a second worker
+    # ready to take any lease that runs out
+    live.configure("orders", ack_wait=0.3)
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 4)
+    calls = Calls()
+
+    def handler(d):
+        calls.add(d.seq)
+        time.sleep(1.0)
+
+    opts = dict(concurrency=1, prefetch=4, heartbeat_interval=0.05, heartbeat_timeout=2)
+    a = run_worker(q, handler, **opts)
+    wait_for(lambda: in_flight(q) == 4)  # a holds all four
+    b = run_worker(q, handler, **opts)
+    # When every message has been handled
+    wait_for(floor_reaches(q, "g", 4), timeout=30)
+    for w in (a, b):
+        w.stop()
+        assert w.join(10)
+    # Then each ran once: the heartbeat kept the waiting leases alive
+    assert calls.count() == {seq: 1 for seq in range(1, 5)}
+    assert q.stats().group("g").redelivered == 0
+    assert a.stats.stale_skipped == b.stats.stale_skipped == 0
+
+
+def test_stop_hands_back_waiting_deliveries_at_once(live):
+    # Given a worker holding 3 deliveries: one running a blocked handler,
+    # two waiting for its only thread
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 5)
+    started = threading.Event()
+    release = threading.Event()
+
+    def handler(d):
+        started.set()
+        release.wait(10)
+
+    w = run_worker(q, handler, concurrency=1, prefetch=3, grace_period=10)
+    wait_for(started.is_set)
+    wait_for(lambda: in_flight(q) == 3)
+    # When it is stopped while the handler still runs
+    w.stop()
+    # Then the waiting two are offered again at once, not after the grace
+    # period, and the running one stays held until it finishes
+    wait_for(lambda: in_flight(q) == 1)
+    release.set()
+    assert w.join(10)
+    g = q.stats().group("g")
+    assert (g.ack_floor, g.in_flight, g.consumers) == (1, 0, [])
+    assert w.stats.handled == 1
+    # and they were never attempts: their next delivery is a first one
+    with q.consumer("g", name="next") as c:
+        ds = c.fetch(10)
+        assert [(d.seq, d.delivery_count, d.redelivered) for d in ds] == [(s, 1, False) for s in range(2, 6)]
+        c.ack(ds)
+
+
 def test_bad_worker_arguments(live):
     q = live.queue("orders")
     with pytest.raises(rqueue.InvalidInput, match="concurrency"):
@@ -180,6 +274,9 @@ def test_bad_worker_arguments(live):
         rqueue.Worker(q, "g", "print")
     with pytest.raises(rqueue.InvalidInput, match="heartbeat_timeout"):
         rqueue.Worker(q, "g", print, heartbeat_interval=2, heartbeat_timeout=1)
+    for bad in (0, -1, 2.5, True, "8"):
+        with pytest.raises(rqueue.InvalidInput, match="prefetch"):
+            rqueue.Worker(q, "g", print, prefetch=bad)
 
 
 # -- processes: real servers only -------------------------------------------------
@@ -275,6 +372,10 @@ def test_redis_restart_mid_run_loses_nothing(prefix, tmp_path):
         w = run_worker(q, handler, concurrency=4, heartbeat_interval=0.2, heartbeat_timeout=2)
         wait_for(lambda: len(calls.count()) > 300)
         server.kill()  # SIGKILL: AOF with fsync always is all that survives
+        # Down until the worker has met the outage: restarted at once, the
+        # server can be back before the worker's next call, which redis-py's
+        # check of a pooled connection then reconnects without an error.
+        wait_for(lambda: w.stats.reconnects >= 1, timeout=20)
         server.start()
         wait_for(floor_reaches(q, "g", total), timeout=60)
         w.stop()
