@@ -24,6 +24,11 @@ consume    consume_batch         fetch(100) then consumer.ack(list), queue
            consume_single        fetch(1) then ack, one at a time (msg/s);
                                  Streams: XREADGROUP COUNT 1 + XACK; the
                                  two take turns, as publish_single
+           consume_single_next   one message at a time, the ack of each sent
+                                 with the fetch of the next (ack_and_fetch:
+                                 one round trip per message, as the Worker
+                                 does); Streams as consume_single. Not the
+                                 issue's one-per-call figure: a second way
 e2e        e2e                   one producer process (publish_many 100) and
                                  one consumer process (fetch(100, timeout) +
                                  ack(list)), N / (first publish -> last ack)
@@ -46,6 +51,18 @@ sweep      sweep_base            fetch(100)+ack with 10^3 messages queued
                                  (10^5 with --full)
            sweep_inflight        10^3 queued while another consumer holds
                                  10^4 in flight (10^5 with --full)
+floor      floor_eval            EVALSHA of an empty script with a queue's
+                                 publish keys, one per call (calls/s);
+                                 Streams: one XADD per round trip
+           floor_publish         the least a scripted publish of a
+                                 seq-numbered message does (TIME, HINCRBY,
+                                 HSET), one per call; Streams: XADD
+           floor_fetch_ack       the least a scripted leased claim and its
+                                 ack do (TIME, HINCRBY, HGET, ZADD; then
+                                 ZREM), one message at a time; Streams:
+                                 XREADGROUP COUNT 1 + XACK. No rqueue code
+                                 runs in this group: it bounds what any
+                                 script-based queue can reach here
 memory     memory_per_msg        INFO memory used_memory delta / N for N
                                  queued messages (bytes); Streams: XADD
                                  entries with the same payload
@@ -106,6 +123,7 @@ import redis
 
 import rqueue
 from rqueue.constants import MAX_FETCH
+from rqueue.scripts import Script, no_retry
 
 SCHEMA = "rqueue-bench/1"
 PAYLOAD_BYTES = 100
@@ -119,7 +137,7 @@ INTERLEAVE_CHUNKS = 10  # one-per-call figures: rqueue and Streams take turns, t
 LONG_WAIT = 3600.0  # seconds: delay of "delayed" messages, lease of held ones
 HUGE_INFLIGHT = 10**9  # max_inflight of the sweep's consumers: never the limit
 CHILD_ENV = "RQUEUE_BENCH_CHILD"
-GROUPS = ("publish", "consume", "e2e", "worker", "latency", "sweep", "memory", "cpu")
+GROUPS = ("publish", "consume", "e2e", "worker", "latency", "sweep", "floor", "memory", "cpu")
 
 
 class BenchError(rqueue.RQueueError):
@@ -168,6 +186,8 @@ SPECS: tuple[Spec, ...] = (
          Target(">= 0.5x Streams", "ratio_min", 0.5), "streams"),
     Spec("consume_single", "consume", "fetch(1) + ack, one at a time", "msg/s", "XREADGROUP COUNT 1 + XACK",
          Target(">= 0.9x Streams", "ratio_min", 0.9), "streams"),
+    Spec("consume_single_next", "consume", "one at a time, ack sent with the next fetch", "msg/s",
+         "XREADGROUP COUNT 1 + XACK", None, "streams"),
     Spec("e2e", "e2e", "end to end, producer + consumer process", "msg/s",
          "XADD pipelined 100 -> XREADGROUP 100 BLOCK + XACK", Target(">= 0.8x Streams", "ratio_min", 0.8), "streams"),
     Spec("worker", "worker", "Worker, no-op handler, concurrency 8", "msg/s", "XREADGROUP COUNT 100 + XACK",
@@ -185,6 +205,12 @@ SPECS: tuple[Spec, ...] = (
          Target(">= 0.8x small queue", "ratio_min", 0.8), "sweep_base"),
     Spec("sweep_inflight", "sweep", "fetch(100)+ack with many held in flight", "msg/s", None,
          Target(">= 0.8x small queue", "ratio_min", 0.8), "sweep_base"),
+    Spec("floor_eval", "floor", "EVALSHA of an empty script, one per call", "msg/s", "XADD, one per round trip",
+         None, "streams"),
+    Spec("floor_publish", "floor", "least scripted publish (TIME, HINCRBY, HSET)", "msg/s",
+         "XADD, one per round trip", None, "streams"),
+    Spec("floor_fetch_ack", "floor", "least scripted claim + ack (4 commands; ZREM)", "msg/s",
+         "XREADGROUP COUNT 1 + XACK", None, "streams"),
     Spec("memory_per_msg", "memory", "Redis memory per queued message", "bytes", "per XADD entry",
          Target("<= 1.5x Streams", "ratio_max", 1.5), "streams"),
     Spec("cpu_publish_us", "cpu", "Redis CPU per message, publish_many 100", "usec", "XADD (pipelined 100)", None, "streams"),
@@ -288,6 +314,28 @@ def sent_at(data: bytes) -> float:
 
 def _noop(data: bytes) -> None:
     """The handler of the in-process figures."""
+
+
+# The floor probes: not rqueue's scripts, but the fewest commands a script
+# must send to publish a seq-numbered message on the server's clock, and to
+# claim one under a lease and ack it (no de-duplication, caps, counts, ack
+# floor or dead letters). What a script call costs on top of one command per
+# round trip bounds the one-per-call ratios of any script-based design.
+FLOOR_EMPTY_LUA = "return 1"
+# KEYS[1] meta hash, KEYS[2] msgs hash; ARGV[1] the record. Returns the seq.
+FLOOR_PUBLISH_LUA = """local now = redis.call('TIME')
+local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+redis.call('HSET', KEYS[2], seq, ARGV[1])
+return seq"""
+# KEYS[1] meta hash (cursor), KEYS[2] msgs hash, KEYS[3] lease zset. Returns
+# { seq, record }, the lease due ack_wait (30 s) from the server's clock.
+FLOOR_FETCH_LUA = """local now = redis.call('TIME')
+local seq = redis.call('HINCRBY', KEYS[1], 'cursor', 1)
+local rec = redis.call('HGET', KEYS[2], seq)
+redis.call('ZADD', KEYS[3], now[1] * 1000 + 30000, seq)
+return {seq, rec}"""
+# KEYS[1] lease zset; ARGV[1] seq. Returns 1 when the lease was held.
+FLOOR_ACK_LUA = "return redis.call('ZREM', KEYS[1], ARGV[1])"
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -662,25 +710,7 @@ class Bench:
     def publish_single(self, n: int) -> tuple[float, float]:
         """publish() and XADD, one per call, interleaved (see interleaved)."""
         publish = self.queue("publish-single").publish
-        key = self.stream("publish-single", group=False)
-        xadd = self.r.xadd
-        done = [0, 0]
-
-        def rq(k: int) -> float:
-            t0 = time.perf_counter()
-            for i in range(done[0], done[0] + k):
-                publish(payload(i))
-            done[0] += k
-            return time.perf_counter() - t0
-
-        def st(k: int) -> float:
-            t0 = time.perf_counter()
-            for i in range(done[1], done[1] + k):
-                xadd(key, {STREAM_FIELD: payload(i)})
-            done[1] += k
-            return time.perf_counter() - t0
-
-        return self.interleaved(rq, st, n)
+        return self.one_per_call(lambda i: publish(payload(i)), "publish-single", n)
 
     def run_publish(self) -> None:
         cfg = self.config
@@ -713,14 +743,20 @@ class Bench:
         c.close()
         return n / elapsed, {"client_cpu_us": cpu / n * 1e6, "wall_us": elapsed / n * 1e6}
 
+    def filled_pair(self, what: str, n: int) -> tuple[rqueue.Consumer, str]:
+        """A consumer of a new queue and a new stream (with its group), each
+        holding n messages."""
+        q = self.queue(what)
+        c = q.consumer(GROUP, name="c1")
+        self.fill(q, n)
+        key = self.stream(what)
+        self.fill_stream(key, n)
+        return c, key
+
     def consume_single(self, n: int) -> tuple[float, float, dict[str, float]]:
         """fetch(1) + ack and XREADGROUP COUNT 1 + XACK, one message at a
         time, interleaved (see interleaved), from n messages stored in each."""
-        q = self.queue("consume-1")
-        c = q.consumer(GROUP, name="c1")
-        self.fill(q, n)
-        key = self.stream("consume-1")
-        self.fill_stream(key, n)
+        c, key = self.filled_pair("consume-1", n)
         fetch = c.fetch
         cpu = [0.0, 0.0]
 
@@ -781,6 +817,124 @@ class Bench:
             n = cfg.single_messages
             rate, srate, extra = self.consume_single(n)
             self.record("consume_single", n, rate, srate, extra)
+            self.cleanup()
+            rate, srate = self.consume_single_next(n)
+            self.record("consume_single_next", n, rate, srate)
+            self.cleanup()
+
+    def consume_single_next(self, n: int) -> tuple[float, float]:
+        """One message at a time, each ack sent with the next fetch
+        (ack_and_fetch: one round trip per message), and XREADGROUP COUNT 1
+        + XACK, interleaved, from n messages stored in each."""
+        c, key = self.filled_pair("consume-next", n)
+        ack_and_fetch = c.ack_and_fetch
+        held: list[rqueue.Delivery] = []
+
+        def rq(k: int) -> float:
+            t0 = time.perf_counter()
+            for _ in range(k):
+                statuses, ds, _ = ack_and_fetch(held, 1)
+                if not ds or any(statuses):
+                    raise BenchError(f"ack_and_fetch: {len(ds)} deliveries, statuses {statuses}")
+                _noop(ds[0].data)
+                held[:] = ds
+            return time.perf_counter() - t0
+
+        rates = self.interleaved(rq, lambda k: self.drain_stream(key, k, 1)[0], n)
+        c.ack(held)
+        c.close()
+        return rates
+
+    # -- floor: the least any script-based queue pays ------------------------------------
+
+    def floor_script(self, name: str, text: str) -> Script:
+        """A probe driven as rqueue drives its own scripts (the client's
+        connection pool, EVALSHA, loaded on NOSCRIPT)."""
+        return Script(self.client.redis, f"floor-{name}", text, no_retry)
+
+    def floor_keys(self, what: str, *names: str) -> list[str]:
+        tag = "{" + self._name(what) + "}"
+        return [f"{self.prefix}:floor:{tag}:{name}" for name in names]
+
+    def floor_eval(self, n: int) -> tuple[float, float]:
+        """An empty script with a queue's publish keys and arguments, and
+        XADD, one per call, interleaved."""
+        empty = self.floor_script("empty", FLOOR_EMPTY_LUA)
+        q = self.queue("floor-eval")
+        keys = q.keys
+        key_list = [keys.meta, keys.msgs, keys.floors, keys.sched]
+        return self.one_per_call(lambda i: empty(key_list, ["", "0", "0", keys.wake_channel, "0", "0", payload(i)]),
+                                 "floor-eval", n)
+
+    def floor_publish(self, n: int) -> tuple[float, float]:
+        """FLOOR_PUBLISH_LUA and XADD, one per call, interleaved; the probe's
+        records are counted afterwards, so a probe that stored nothing fails."""
+        publish = self.floor_script("publish", FLOOR_PUBLISH_LUA)
+        keys = self.floor_keys("floor-publish", "meta", "msgs")
+        rates = self.one_per_call(lambda i: publish(keys, [payload(i)]), "floor-publish", n)
+        if self.r.hlen(keys[1]) != n:
+            raise BenchError(f"the floor publish probe stored {self.r.hlen(keys[1])} of {n} records")
+        return rates
+
+    def one_per_call(self, call: Callable[[int], Any], what: str, n: int) -> tuple[float, float]:
+        """``call(i)`` and XADD, one per round trip, interleaved (see interleaved)."""
+        key = self.stream(what, group=False)
+        xadd = self.r.xadd
+        done = [0, 0]
+
+        def rq(k: int) -> float:
+            t0 = time.perf_counter()
+            for i in range(done[0], done[0] + k):
+                call(i)
+            done[0] += k
+            return time.perf_counter() - t0
+
+        def st(k: int) -> float:
+            t0 = time.perf_counter()
+            for i in range(done[1], done[1] + k):
+                xadd(key, {STREAM_FIELD: payload(i)})
+            done[1] += k
+            return time.perf_counter() - t0
+
+        return self.interleaved(rq, st, n)
+
+    def floor_fetch_ack(self, n: int) -> tuple[float, float]:
+        """FLOOR_FETCH_LUA then FLOOR_ACK_LUA, and XREADGROUP COUNT 1 + XACK,
+        one message at a time, interleaved, from n messages stored in each.
+        Every claim must hand out the next record and every ack end a lease."""
+        fetch = self.floor_script("fetch", FLOOR_FETCH_LUA)
+        ack = self.floor_script("ack", FLOOR_ACK_LUA)
+        keys = self.floor_keys("floor-consume", "meta", "msgs", "lease")
+        records = {str(i + 1): payload(i) for i in range(n)}
+        for start in range(0, n, FILL_BATCH):
+            self.r.hset(keys[1], mapping=dict(list(records.items())[start:start + FILL_BATCH]))
+        stream = self.stream("floor-consume")
+        self.fill_stream(stream, n)
+        lease_key = [keys[2]]
+        wrong = [0]
+
+        def rq(k: int) -> float:
+            t0 = time.perf_counter()
+            for _ in range(k):
+                seq, rec = fetch(keys, [])
+                if ack(lease_key, [seq]) != 1 or rec != records.get(str(seq)):
+                    wrong[0] += 1
+            return time.perf_counter() - t0
+
+        def st(k: int) -> float:
+            return self.drain_stream(stream, k, 1)[0]
+
+        rates = self.interleaved(rq, st, n)
+        if wrong[0] or self.r.zcard(keys[2]) or int(self.r.hget(keys[0], "cursor") or 0) != n:
+            raise BenchError(f"the floor claim probe went wrong: {wrong[0]} bad claims or acks of {n}")
+        return rates
+
+    def run_floor(self) -> None:
+        n = self.config.single_messages
+        for _ in self.runs("floor", f"the least a script call does, one per call, {n:,} calls each"):
+            self.record("floor_eval", n, *self.floor_eval(n))
+            self.record("floor_publish", n, *self.floor_publish(n))
+            self.record("floor_fetch_ack", n, *self.floor_fetch_ack(n))
             self.cleanup()
 
     # -- end to end and latency (consumer in another process) -------------------------
@@ -1146,7 +1300,7 @@ class Bench:
     def run(self) -> None:
         steps = {"publish": self.run_publish, "consume": self.run_consume, "e2e": self.run_e2e,
                  "worker": self.run_worker, "latency": self.run_latency, "sweep": self.run_sweep,
-                 "memory": self.run_memory, "cpu": self.run_cpu}
+                 "floor": self.run_floor, "memory": self.run_memory, "cpu": self.run_cpu}
         for group in self.config.groups:
             t0 = time.monotonic()
             try:
