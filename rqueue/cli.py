@@ -282,7 +282,7 @@ def publish(obj: dict[str, Any], queue: str, message: str | None, path: str | No
         with open(path, "rb") as f:
             payloads = [f.read()]
     else:
-        payloads = [line.rstrip(b"\r\n") for line in click.get_binary_stream("stdin")]
+        payloads = [line.rstrip(b"\r\n") for line in sys.stdin.buffer]  # click.get_binary_stream is deprecated (Click 9)
     if msg_id is not None and len(payloads) != 1:
         raise rqueue.InvalidInput(f"--id names one message, but {len(payloads)} were given")
     results: list[rqueue.PublishResult] = []
