@@ -574,7 +574,9 @@ class PartitionedWorker:
     partition, all under one consumer name, sharing the ``concurrency``
     handler threads between them (each partition gets at least one).
     ``rqueue.Worker(partitioned_queue, ...)`` makes one; it takes the same
-    arguments and is run and stopped the same way."""
+    arguments and is run and stopped the same way. ``prefetch`` holds per
+    partition, as a consumer's does (default: twice each partition's
+    threads)."""
 
     def __init__(self, queue: PartitionedQueue, group: str, handler: Any, *,
                  concurrency: int = C.DEFAULT_CONCURRENCY, name: str | None = None, **options: Any) -> None:

@@ -65,7 +65,7 @@ class WorkerStats:
     redelivered: int = 0  # deliveries with a delivery count above 1
     stale_skipped: int = 0  # deliveries no longer held when their turn came: not run
     late_settles: int = 0  # acks/nacks whose delivery had moved on (reported, not raised)
-    leases_lost: int = 0  # running deliveries whose lease could not be extended
+    leases_lost: int = 0  # running or waiting deliveries whose lease could not be extended
     members_removed: int = 0  # silent members of the group this worker removed
     reconnects: int = 0  # Redis calls retried after a connection error
 
@@ -164,7 +164,10 @@ class Worker:
         self._tasks: queue_module.SimpleQueue[tuple[Delivery, float] | None] = queue_module.SimpleQueue()
         self._results: deque[tuple[Delivery, str, str]] = deque()
         self._running: dict[str, tuple[Delivery, float]] = {}
-        self._waiting: dict[str, Delivery] = {}  # fetched, no handler thread yet; under _running_lock
+        # Fetched, no handler thread yet, with when they were fetched (monotonic
+        # seconds). Under _running_lock; a handler thread runs a delivery only
+        # if it takes it from here, so a stop or a lost lease can withdraw it.
+        self._waiting: dict[str, tuple[Delivery, float]] = {}
         self._running_lock = threading.Lock()
         self._known: dict[str, Delivery] = {}  # fetched and not yet settled locally
         self._resync = False  # a fetch may have been applied without its reply
@@ -287,7 +290,7 @@ class Worker:
                 now = self._clock.monotonic()
                 with self._running_lock:
                     for d in deliveries:
-                        self._waiting[d.tag] = d
+                        self._waiting[d.tag] = (d, now)
                 for d in deliveries:
                     self._tasks.put((d, now))
                 continue
@@ -314,24 +317,20 @@ class Worker:
         to the group at once (not after the grace period), without counting
         as an attempt: a sync heartbeat listing every other delivery."""
         assert self.consumer is not None
-        consumer = self.consumer
-        waiting = []
-        while True:
-            try:
-                item = self._tasks.get_nowait()
-            except queue_module.Empty:
-                break
-            if item is not None:
-                waiting.append(item[0])
+        with self._running_lock:
+            # Handler threads that pick up their tasks later find them gone.
+            waiting = [d for d, _ in self._waiting.values()]
+            self._waiting.clear()
         if not waiting:
             return
         for d in waiting:
-            self._not_run(d)
             self._known.pop(d.tag, None)
         keep = list(self._known.values())  # running, or finished and not yet settled
         try:
-            result = self._retry(lambda: consumer.heartbeat(keep, self.heartbeat_timeout, sync=True))
-        except Exception as exc:  # best effort: must not stop the leave, which returns them all the same
+            # One attempt: when Redis is away the leave, retried, returns them
+            # all the same, and retrying here would spend the grace period.
+            result = self.consumer.heartbeat(keep, self.heartbeat_timeout, sync=True)
+        except Exception as exc:
             log.warning("could not hand back %d waiting deliveries (%s: %s); the leave returns them", len(waiting),
                         type(exc).__name__, exc)
             return
@@ -409,7 +408,9 @@ class Worker:
                 outcome, text = self._handle(d, fetched_at)
             except BaseException as exc:  # never lose the slot or the result
                 log.error("could not run the handler on %s: %s: %s", d.tag, type(exc).__name__, exc)
-                self._not_run(d)  # no longer kept alive: its lease runs out and it is offered again
+                with self._running_lock:  # no longer kept alive: its lease runs out and it is offered again
+                    self._waiting.pop(d.tag, None)
+                    self._running.pop(d.tag, None)
                 outcome, text = "skipped", ""
             self._results.append((d, outcome, text))
             notifier.poke()
@@ -425,28 +426,28 @@ class Worker:
         except DeliveryError:
             return False
 
-    def _not_run(self, d: Delivery) -> None:
-        with self._running_lock:
-            self._waiting.pop(d.tag, None)
-
     def _handle(self, d: Delivery, fetched_at: float) -> tuple[str, str]:
-        if self._stopping.is_set():
-            # Not started before the stop: the graceful leave hands it back
-            # at once rather than running it in the grace period.
-            self._not_run(d)
-            return "return", ""
+        with self._running_lock:
+            stopping = self._stopping.is_set()
+            mine = not stopping and self._waiting.pop(d.tag, None) is not None
+        if not mine:
+            if stopping:
+                # Not started before the stop: the graceful leave hands it
+                # back at once rather than running it in the grace period.
+                return "return", ""
+            # Its lease was lost while it waited (the heartbeat withdrew it).
+            self._count(stale_skipped=1)
+            return "skipped", ""
         # One clock reading and no generic counter call per message: with a
         # quick handler this bookkeeping is most of a handler thread's work.
         started = self._clock.monotonic()
         safe = min(self._ack_wait, self.heartbeat_timeout) * C.STALE_DISPATCH_FRACTION
         if started - fetched_at >= safe:  # it waited long: check with Redis, then read the clock again
             if not self._still_held(d):
-                self._not_run(d)
                 self._count(stale_skipped=1)
                 return "skipped", ""
             started = self._clock.monotonic()  # the check's time is not the handler's (max_run_time)
         with self._running_lock:
-            self._waiting.pop(d.tag, None)
             self._running[d.tag] = (d, started)
         with self._stats_lock:
             self.stats.handled += 1
@@ -479,10 +480,12 @@ class Worker:
         while not self._heartbeat_stop.wait(min(self.heartbeat_interval, self._ack_wait / 3)):
             now = self._clock.monotonic()
             with self._running_lock:
+                # Each is kept alive for max_run_time, waiting ones from their
+                # fetch: nothing stays held behind handlers that hang.
                 running = [d for d, started in self._running.values() if now - started < self.max_run_time]
-                running += self._waiting.values()  # a waiting delivery's time has not started
+                waiting = [d for d, fetched in self._waiting.values() if now - fetched < self.max_run_time]
             try:
-                statuses, removed, returned, dead, _ = self.consumer.heartbeat(running, self.heartbeat_timeout)
+                statuses, removed, returned, dead, _ = self.consumer.heartbeat(running + waiting, self.heartbeat_timeout)
             except NotMember:
                 # This worker was silent too long and was removed: what it
                 # held was offered again; running handlers' acks become late.
@@ -496,6 +499,13 @@ class Worker:
                 log.exception("heartbeat failed")
                 continue
             lost = sum(1 for s in statuses if s is not None)
+            gone = [d.tag for d, s in zip(waiting, statuses[len(running):]) if s is not None]
+            if gone:
+                # SPEC guarantee 3: a message whose lease was lost (maybe
+                # acked by now) is not run from this worker.
+                with self._running_lock:
+                    for tag in gone:
+                        self._waiting.pop(tag, None)
             self._count(leases_lost=lost, members_removed=removed)
             if removed:
                 log.warning(

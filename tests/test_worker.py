@@ -266,6 +266,114 @@ def test_stop_hands_back_waiting_deliveries_at_once(live):
         c.ack(ds)
 
 
+def test_stop_during_a_fetch_hands_back_what_it_brought_though_threads_are_idle(live, monkeypatch):
+    # Given a worker of 2 threads, one running a blocked handler, the other
+    # idle, whose stop arrives while a fetch is on its way back with 3 more
+    q = live.queue("orders")
+    q.publish(b"first")
+    started = threading.Event()
+    release = threading.Event()
+    calls = Calls()
+
+    def handler(d):
+        calls.add(d.seq)
+        started.set()
+        release.wait(10)
+
+    stop_in_fetch = threading.Event()
+    fetch = rqueue.Consumer.ack_and_fetch
+
+    def fetch_then_stop(self, *args, **kwargs):
+        result = fetch(self, *args, **kwargs)
+        if stop_in_fetch.is_set() and result[1]:
+            w.stop()
+        return result
+
+    monkeypatch.setattr(rqueue.Consumer, "ack_and_fetch", fetch_then_stop)
+    w = run_worker(q, handler, concurrency=2, prefetch=4)
+    try:
+        assert started.wait(10)
+        stop_in_fetch.set()
+        # When the fetch brings 3 deliveries just as the stop arrives
+        q.publish_many([b"m"] * 3)
+        # Then the idle thread runs none of them and all 3 are offered again
+        # at once, while the running handler still holds its own
+        wait_for(lambda: in_flight(q) == 1)
+    finally:
+        release.set()
+    assert w.join(10)
+    assert calls.count() == {1: 1}
+    with q.consumer("g", name="next") as c:
+        ds = c.fetch(10)
+        assert [(d.seq, d.delivery_count) for d in ds] == [(2, 1), (3, 1), (4, 1)]
+        c.ack(ds)
+
+
+def test_waiting_deliveries_are_kept_alive_no_longer_than_max_run_time(live):
+    # Given a worker whose only thread hangs on message 1 while message 2
+    # waits behind it, with max_run_time 0.5 s and a 0.3 s lease
+    live.configure("orders", ack_wait=0.3)
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 2)
+    release = threading.Event()
+    calls = Calls()
+
+    def handler(d):
+        calls.add(d.seq)
+        release.wait(20)
+
+    w = run_worker(q, handler, concurrency=1, prefetch=2, max_run_time=0.5, heartbeat_interval=0.05,
+                   heartbeat_timeout=5)
+    try:
+        wait_for(lambda: in_flight(q) == 2)
+        # When another consumer of the group keeps asking
+        other = q.consumer("g", name="other")
+        got: list[rqueue.Delivery] = []
+        # Then both leases run out, the waiting one's too, and it gets both
+        wait_for(lambda: got.extend(other.fetch(2)) or sorted(d.seq for d in got) == [1, 2], timeout=15)
+        other.ack(got)
+        other.close()
+    finally:
+        release.set()
+    wait_for(lambda: w.stats.stale_skipped == 1)  # message 2, when its turn came, was not run
+    w.stop()
+    assert w.join(10)
+    assert calls.count() == {1: 1}
+
+
+def test_a_waiting_delivery_whose_lease_is_lost_never_runs(live):
+    # Given a worker whose only thread is busy with message 1 while message
+    # 2 waits behind it
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 2)
+    started = threading.Event()
+    release = threading.Event()
+    calls = Calls()
+
+    def handler(d):
+        calls.add(d.seq)
+        started.set()
+        release.wait(10)
+
+    w = run_worker(q, handler, concurrency=1, prefetch=2, heartbeat_interval=0.05)
+    try:
+        assert started.wait(10)
+        wait_for(lambda: in_flight(q) == 2)
+        # When message 2 is acked under the worker's name before its turn (by
+        # tag: this twin is not closed, which would leave the group as it)
+        twin = q.consumer("g", name=w.consumer.name)
+        twin.ack("2.1")
+        wait_for(lambda: w.stats.leases_lost >= 1)  # the next heartbeat finds it gone
+    finally:
+        release.set()
+    wait_for(floor_reaches(q, "g", 2))
+    w.stop()
+    assert w.join(10)
+    # Then it was never run, though it waited less than the stale check's age
+    assert calls.count() == {1: 1}
+    assert w.stats.handled == 1
+
+
 def test_bad_worker_arguments(live):
     q = live.queue("orders")
     with pytest.raises(rqueue.InvalidInput, match="concurrency"):
