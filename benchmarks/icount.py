@@ -9,6 +9,10 @@ Redis's work for the calls (reading the request, the script, the reply).
 
 usage: .venv/bin/python benchmarks/icount.py SCENARIO [N]
   scenarios: publish1 publish100 fetch1 ack1 fetch100ack (rqueue),
+             fetch1next (rqueue: one at a time, each ack sent with the
+             next fetch, as the Worker does),
+             floorpublish1 floorfetchack1 (the bench's floor probes: the
+             least a scripted publish, and a scripted claim + ack, do),
              xadd1 xrg1 xrg100 (redis-py Streams, for comparison)
   To compare two trees, run it with PYTHONPATH=<other checkout>.
 Needs valgrind and redis-server on PATH. Takes 10-30 s per scenario.
@@ -27,6 +31,8 @@ import time
 import redis
 
 import rqueue
+from rqueue.bench import FLOOR_ACK_LUA, FLOOR_FETCH_LUA, FLOOR_PUBLISH_LUA
+from rqueue.scripts import Script, no_retry
 
 PAYLOAD = b"x" * 100
 WARMUP = 50  # messages run before the counters are zeroed
@@ -102,6 +108,27 @@ def main() -> int:
                 ctl("-z")
                 for _ in range(k // 100):
                     consumer.ack(consumer.fetch(100))
+            elif scenario == "fetch1next":
+                queue.publish_many([PAYLOAD] * k)
+                ctl("-z")
+                held: list[rqueue.Delivery] = []
+                for _ in range(k):
+                    _, held, _ = consumer.ack_and_fetch(held, 1)
+                consumer.ack(held)  # the last one, inside the count as every other ack
+            elif scenario == "floorpublish1":
+                probe = Script(client.redis, "floor-publish", FLOOR_PUBLISH_LUA, no_retry)
+                ctl("-z")
+                for _ in range(k):
+                    probe(["{f}:meta", "{f}:msgs"], [PAYLOAD])
+            elif scenario == "floorfetchack1":
+                fetch = Script(client.redis, "floor-fetch", FLOOR_FETCH_LUA, no_retry)
+                ack = Script(client.redis, "floor-ack", FLOOR_ACK_LUA, no_retry)
+                keys = [f"{{f{runs[0]}}}:meta", f"{{f{runs[0]}}}:msgs", f"{{f{runs[0]}}}:lease"]
+                r.hset(keys[1], mapping={str(i + 1): PAYLOAD for i in range(k)})
+                ctl("-z")
+                for _ in range(k):
+                    seq, _ = fetch(keys, [])
+                    ack([keys[2]], [seq])
             elif scenario == "xadd1":
                 ctl("-z")
                 for _ in range(k):
