@@ -6,7 +6,7 @@ locally, so that one round trip serves more messages), settles finished
 work in the same round trip as the next fetch, and sleeps on the queue's
 wake-up channel when idle. N handler threads run the handler. A heartbeat
 thread keeps the leases of waiting deliveries and of running handlers alive
-(the latter up to ``max_run_time``), proves the worker is alive, and removes
+(each up to ``max_run_time``), proves the worker is alive, and removes
 members of the group whose heartbeat lapsed so that their messages are
 offered again within ``heartbeat_timeout``.
 """
@@ -488,8 +488,11 @@ class Worker:
                 statuses, removed, returned, dead, _ = self.consumer.heartbeat(running + waiting, self.heartbeat_timeout)
             except NotMember:
                 # This worker was silent too long and was removed: what it
-                # held was offered again; running handlers' acks become late.
+                # held was offered again; running handlers' acks become late,
+                # and waiting deliveries are not run (SPEC guarantee 3).
                 log.warning("worker %s had been removed from its group; joining again", self.consumer.name)
+                with self._running_lock:
+                    self._waiting.clear()
                 self.consumer.rejoin()
                 continue
             except TRANSIENT as exc:

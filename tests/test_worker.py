@@ -374,6 +374,41 @@ def test_a_waiting_delivery_whose_lease_is_lost_never_runs(live):
     assert w.stats.handled == 1
 
 
+def test_a_removed_worker_runs_none_of_its_waiting_deliveries(live):
+    # Given a worker whose only thread is busy with message 1 while message
+    # 2 waits behind it
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 2)
+    started = threading.Event()
+    release = threading.Event()
+    calls = Calls()
+
+    def handler(d):
+        calls.add(d.seq)
+        started.set()
+        release.wait(10)
+
+    w = run_worker(q, handler, concurrency=1, prefetch=2, heartbeat_interval=0.05)
+    try:
+        assert started.wait(10)
+        wait_for(lambda: in_flight(q) == 2)
+        # When it is removed from the group (a twin of its name leaves it),
+        # another consumer takes and acks both, and the worker joins again
+        q.consumer("g", name=w.consumer.name).close()
+        with q.consumer("g", name="other") as other:
+            got = other.fetch(2)
+            assert [d.seq for d in got] == [1, 2]
+            other.ack(got)
+        wait_for(lambda: w.consumer.name in [c.name for c in q.stats().group("g").consumers])
+    finally:
+        release.set()
+    # Then message 2 is not run from the worker, and message 1's ack is late
+    wait_for(lambda: w.stats.stale_skipped == 1 and w.stats.late_settles == 1)
+    w.stop()
+    assert w.join(10)
+    assert calls.count() == {1: 1}
+
+
 def test_bad_worker_arguments(live):
     q = live.queue("orders")
     with pytest.raises(rqueue.InvalidInput, match="concurrency"):
