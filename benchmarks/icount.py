@@ -116,13 +116,13 @@ def main() -> int:
                     _, held, _ = consumer.ack_and_fetch(held, 1)
                 consumer.ack(held)  # the last one, inside the count as every other ack
             elif scenario == "floorpublish1":
-                probe = Script(client.redis, "floor-publish", FLOOR_PUBLISH_LUA, no_retry)
+                probe = Script(client.redis, "floor-publish", FLOOR_PUBLISH_LUA, no_retry, client.scripts.connections)
                 ctl("-z")
                 for _ in range(k):
                     probe(["{f}:meta", "{f}:msgs"], [PAYLOAD])
             elif scenario == "floorfetchack1":
-                fetch = Script(client.redis, "floor-fetch", FLOOR_FETCH_LUA, no_retry)
-                ack = Script(client.redis, "floor-ack", FLOOR_ACK_LUA, no_retry)
+                fetch = Script(client.redis, "floor-fetch", FLOOR_FETCH_LUA, no_retry, client.scripts.connections)
+                ack = Script(client.redis, "floor-ack", FLOOR_ACK_LUA, no_retry, client.scripts.connections)
                 keys = [f"{{f{runs[0]}}}:meta", f"{{f{runs[0]}}}:msgs", f"{{f{runs[0]}}}:lease"]
                 r.hset(keys[1], mapping={str(i + 1): PAYLOAD for i in range(k)})
                 ctl("-z")

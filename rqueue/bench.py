@@ -850,7 +850,7 @@ class Bench:
     def floor_script(self, name: str, text: str) -> Script:
         """A probe driven as rqueue drives its own scripts (the client's
         connection pool, EVALSHA, loaded on NOSCRIPT)."""
-        return Script(self.client.redis, f"floor-{name}", text, no_retry)
+        return Script(self.client.redis, f"floor-{name}", text, no_retry, self.client.scripts.connections)
 
     def floor_keys(self, what: str, *names: str) -> list[str]:
         tag = "{" + self._name(what) + "}"

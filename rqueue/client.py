@@ -481,6 +481,7 @@ class Client:
 
     def close(self) -> None:
         self.notifier.close()
+        self.scripts.close()
         self.redis.close()
 
     def __enter__(self) -> Client:
