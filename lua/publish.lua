@@ -41,20 +41,13 @@ local floorsKey = KEYS[3]
 local schedKey = KEYS[4]
 
 local now = readNow(ARGV[1])
-local window = tonumber(ARGV[2])
 local channel = ARGV[4]
 
 if ARGV[3] == '1' and rcall('HLEN', floorsKey) == 0 then
   return redis.error_reply('RQ_UNROUTABLE the queue has no group to deliver to')
 end
 
--- The stored expiry decides what is a duplicate; the key's TTL only cleans
--- up. With a time passed by a test clock, real time says nothing about it,
--- so the key lives a day longer than the window.
-local ttl = math.max(1, window)
-if ARGV[1] ~= '' then
-  ttl = window + TEST_CLOCK_TTL_SLACK
-end
+local window, ttl = nil, nil -- read only by a batch with ids (tonumber is a strtod)
 
 -- Seqs are assigned here and written with one variadic command per key,
 -- not two commands per message. claims holds what the id keys say once the
@@ -73,9 +66,19 @@ end
 local first
 if anyId then
   first = tonumber(rcall('HGET', metaKey, 'seq') or '0')
+  window = tonumber(ARGV[2])
+  -- The stored expiry decides what is a duplicate; the key's TTL only
+  -- cleans up. With a time passed by a test clock, real time says nothing
+  -- about it, so the key lives a day longer than the window.
+  ttl = math.max(1, window)
+  if ARGV[1] ~= '' then
+    ttl = window + TEST_CLOCK_TTL_SLACK
+  end
 else
   local count = (#ARGV - 4) / 3
-  first = rcall('HINCRBY', metaKey, 'seq', count) - count
+  -- A number handed to redis.call is formatted with sprintf: the common
+  -- single publish passes text.
+  first = rcall('HINCRBY', metaKey, 'seq', count == 1 and '1' or count) - count
 end
 local seq = first
 -- delayed, ids and claims are made when a message needs them (most batches
@@ -146,7 +149,9 @@ for i = 5, #ARGV, 3 do
 end
 local last = nil
 if seq > first then
-  last = seq
+  -- The last seq as text once, for its record's field and the wake-up.
+  last = string.format('%d', seq)
+  records[#records - 1] = last
   -- The first write may grow memory (this HSET, or the HINCRBY above for a
   -- batch without ids), so Redis refuses the whole call over maxmemory; a
   -- first write that cannot, such as ZREMRANGEBYSCORE, would let every later
