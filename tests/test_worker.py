@@ -341,10 +341,9 @@ def test_waiting_deliveries_are_kept_alive_no_longer_than_max_run_time(live):
     assert calls.count() == {1: 1}
 
 
-def test_a_waiting_delivery_whose_lease_is_lost_never_runs(live):
-    # Given a worker whose only thread is busy with message 1 while message
-    # 2 waits behind it
-    q = live.queue("orders")
+def busy_with_message_1(q: rqueue.Queue) -> tuple[rqueue.Worker, Calls, threading.Event]:
+    """A worker of one thread whose handler holds message 1 until released,
+    with message 2 fetched and waiting behind it: (worker, calls, release)."""
     q.publish_many([b"m"] * 2)
     started = threading.Event()
     release = threading.Event()
@@ -356,9 +355,17 @@ def test_a_waiting_delivery_whose_lease_is_lost_never_runs(live):
         release.wait(10)
 
     w = run_worker(q, handler, concurrency=1, prefetch=2, heartbeat_interval=0.05)
+    assert started.wait(10)
+    wait_for(lambda: in_flight(q) == 2)
+    return w, calls, release
+
+
+def test_a_waiting_delivery_whose_lease_is_lost_never_runs(live):
+    # Given a worker whose only thread is busy with message 1 while message
+    # 2 waits behind it
+    q = live.queue("orders")
+    w, calls, release = busy_with_message_1(q)
     try:
-        assert started.wait(10)
-        wait_for(lambda: in_flight(q) == 2)
         # When message 2 is acked under the worker's name before its turn (by
         # tag: this twin is not closed, which would leave the group as it)
         twin = q.consumer("g", name=w.consumer.name)
@@ -378,20 +385,8 @@ def test_a_removed_worker_runs_none_of_its_waiting_deliveries(live):
     # Given a worker whose only thread is busy with message 1 while message
     # 2 waits behind it
     q = live.queue("orders")
-    q.publish_many([b"m"] * 2)
-    started = threading.Event()
-    release = threading.Event()
-    calls = Calls()
-
-    def handler(d):
-        calls.add(d.seq)
-        started.set()
-        release.wait(10)
-
-    w = run_worker(q, handler, concurrency=1, prefetch=2, heartbeat_interval=0.05)
+    w, calls, release = busy_with_message_1(q)
     try:
-        assert started.wait(10)
-        wait_for(lambda: in_flight(q) == 2)
         # When it is removed from the group (a twin of its name leaves it),
         # another consumer takes and acks both, and the worker joins again
         q.consumer("g", name=w.consumer.name).close()
