@@ -906,8 +906,9 @@ class Bench:
         ack = self.floor_script("ack", FLOOR_ACK_LUA)
         keys = self.floor_keys("floor-consume", "meta", "msgs", "lease")
         records = {str(i + 1): payload(i) for i in range(n)}
+        items = list(records.items())
         for start in range(0, n, FILL_BATCH):
-            self.r.hset(keys[1], mapping=dict(list(records.items())[start:start + FILL_BATCH]))
+            self.r.hset(keys[1], mapping=dict(items[start:start + FILL_BATCH]))
         stream = self.stream("floor-consume")
         self.fill_stream(stream, n)
         lease_key = [keys[2]]
@@ -921,10 +922,7 @@ class Bench:
                     wrong[0] += 1
             return time.perf_counter() - t0
 
-        def st(k: int) -> float:
-            return self.drain_stream(stream, k, 1)[0]
-
-        rates = self.interleaved(rq, st, n)
+        rates = self.interleaved(rq, lambda k: self.drain_stream(stream, k, 1)[0], n)
         if wrong[0] or self.r.zcard(keys[2]) or int(self.r.hget(keys[0], "cursor") or 0) != n:
             raise BenchError(f"the floor claim probe went wrong: {wrong[0]} bad claims or acks of {n}")
         return rates

@@ -107,6 +107,13 @@ def no_retry(call: Callable[[], T]) -> T:
 _PLAIN = (redis.Redis,)
 
 
+def _takes_direct_path(client: Any) -> bool:
+    """True when script calls of ``client`` go straight to a pooled
+    connection (Script._direct): a client of one server, not a cluster, not a
+    single-connection client."""
+    return isinstance(client, _PLAIN) and getattr(client, "connection", None) is None
+
+
 def _is_noscript(reply: object) -> bool:
     return isinstance(reply, NoScriptError) or (isinstance(reply, Exception) and str(reply).startswith("NOSCRIPT"))
 
@@ -140,7 +147,7 @@ class ScriptConnections:
         """The connections for ``client``'s script calls; None when they go
         through redis-py (a cluster, a single-connection client, a Sentinel
         or blocking pool, a client-side cache)."""
-        if not isinstance(client, _PLAIN) or getattr(client, "connection", None) is not None:
+        if not _takes_direct_path(client):
             return None
         pool = client.connection_pool
         if type(pool) is not redis.ConnectionPool or getattr(pool, "cache", None) is not None:
@@ -208,10 +215,8 @@ class Script:
         self.sha = hashlib.sha1(text.encode()).hexdigest()
         self._redis = redis
         self._retry = retry
-        # A client of one server (not a cluster, not a single-connection
-        # client) is driven through a pool directly; see _direct.
         self._pool: Any = connections
-        if connections is None and isinstance(redis, _PLAIN) and getattr(redis, "connection", None) is None:
+        if connections is None and _takes_direct_path(redis):
             self._pool = redis.connection_pool
 
     def __call__(self, keys: Sequence[Any], args: Sequence[Any], client: ScriptPipeline | None = None) -> Any:

@@ -161,7 +161,7 @@ class Worker:
         self._stopped = threading.Event()
         self._heartbeat_stop = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
-        self._tasks: queue_module.SimpleQueue[tuple[Delivery, float] | None] = queue_module.SimpleQueue()
+        self._tasks: queue_module.SimpleQueue[Delivery | None] = queue_module.SimpleQueue()
         self._results: deque[tuple[Delivery, str, str]] = deque()
         self._running: dict[str, tuple[Delivery, float]] = {}
         # Fetched, no handler thread yet, with when they were fetched (monotonic
@@ -292,7 +292,7 @@ class Worker:
                     for d in deliveries:
                         self._waiting[d.tag] = (d, now)
                 for d in deliveries:
-                    self._tasks.put((d, now))
+                    self._tasks.put(d)
                 continue
             if acks or others:
                 continue
@@ -400,16 +400,14 @@ class Worker:
     def _handle_loop(self) -> None:
         notifier = self.queue.client.notifier
         while True:
-            item = self._tasks.get()
-            if item is None:
+            d = self._tasks.get()
+            if d is None:
                 return
-            d, fetched_at = item
             try:
-                outcome, text = self._handle(d, fetched_at)
+                outcome, text = self._handle(d)
             except BaseException as exc:  # never lose the slot or the result
                 log.error("could not run the handler on %s: %s: %s", d.tag, type(exc).__name__, exc)
                 with self._running_lock:  # no longer kept alive: its lease runs out and it is offered again
-                    self._waiting.pop(d.tag, None)
                     self._running.pop(d.tag, None)
                 outcome, text = "skipped", ""
             self._results.append((d, outcome, text))
@@ -426,11 +424,11 @@ class Worker:
         except DeliveryError:
             return False
 
-    def _handle(self, d: Delivery, fetched_at: float) -> tuple[str, str]:
+    def _handle(self, d: Delivery) -> tuple[str, str]:
         with self._running_lock:
             stopping = self._stopping.is_set()
-            mine = not stopping and self._waiting.pop(d.tag, None) is not None
-        if not mine:
+            waited = None if stopping else self._waiting.pop(d.tag, None)
+        if waited is None:
             if stopping:
                 # Not started before the stop: the graceful leave hands it
                 # back at once rather than running it in the grace period.
@@ -438,6 +436,7 @@ class Worker:
             # Its lease was lost while it waited (the heartbeat withdrew it).
             self._count(stale_skipped=1)
             return "skipped", ""
+        fetched_at = waited[1]
         # One clock reading and no generic counter call per message: with a
         # quick handler this bookkeeping is most of a handler thread's work.
         started = self._clock.monotonic()
