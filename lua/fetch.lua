@@ -32,12 +32,12 @@
 --@include group_keys
 --@include group_args
 --@include beat
---@include delivery_state
---@include record
+--@include record_head
 --@include bulk
 --@include settle
---@include redelivery
---@include group_ops
+-- What only a failure, a redelivery or a late ack needs is made on those
+-- paths, where --@make failurePaths stands: most fetches take none of them.
+--@lazy failurePaths delivery_state record redelivery group_ops
 
 -- Strings, as is nowText (includes/read_now.lua): redis.call formats every
 -- number it is handed with sprintf, a good part of the cost of a small
@@ -68,6 +68,7 @@ if #ARGV > 15 then
 --@include ack_one
   acked = ackHeldOne(16)
   if acked == nil then
+    --@make failurePaths
 --@include check_tag
 --@include ack_tags
     acked = ackTags(false, 16)
@@ -77,6 +78,9 @@ end
 beatWith(groupFields[1])
 
 local expired = rcall('ZRANGEBYSCORE', leaseKey, '-inf', nowText, 'LIMIT', '0', EXPIRE_BATCH)
+if #expired > 0 then
+  --@make failurePaths
+end
 for _, s in ipairs(expired) do
   local seq = tonumber(s)
   local raw = rcall('HGET', dlvKey, seq)
@@ -155,6 +159,7 @@ if room > 0 and waiting then
 
   local seqs = rcall('ZRANGE', readyKey, '0', room - 1)
   if #seqs > 0 then
+    --@make failurePaths
     bulk('ZREM', readyKey, seqs)
     local recs = bulkGet(msgsKey, seqs)
     local raws = bulkGet(dlvKey, seqs)
@@ -226,6 +231,7 @@ if got < room then
       else
         local notBefore = recordNotBefore(rec)
         if notBefore == nil then
+          --@make failurePaths
           deadLetter(seq, nil, 'corrupted-record', 'record does not parse') -- as deliver() would
         elseif notBefore > now then
           rcall('ZADD', delayKey, notBefore, field)

@@ -30,7 +30,7 @@
 ]]
 --@include read_now
 --@include bulk
---@include compact_head
+--@include record_head
 
 local rcall = redis.call
 local TEST_CLOCK_TTL_SLACK = 86400000 -- ms, see the ttl below

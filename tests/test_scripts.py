@@ -9,7 +9,7 @@ import time
 import pytest
 import redis
 
-from rqueue.scripts import SCRIPT_NAMES, _drop_unused, lua_dir, source
+from rqueue.scripts import SCRIPT_NAMES, _drop_unused, _make_lazy, lua_dir, source
 from rqueue.settings import Settings
 
 NOW = 1_700_000_000_000
@@ -84,6 +84,64 @@ def test_includes_keep_only_the_helpers_a_script_calls():
         text = source(name)
         for helper in re.findall(r"^local function (\w+)", text, re.MULTILINE):
             assert len(re.findall(rf"\b{helper}\b", text)) > 1, (name, helper)
+
+
+LAZY = ("--@lazy-begin slow\n"
+        "local LIMIT = 3 -- a constant stays where it was\n"
+        "-- doubles x\n"
+        "local function double(x)\n  return x * LIMIT\nend\n"
+        "local function twice(x)\n  return double(double(x))\nend\n"
+        "--@lazy-end\n")
+
+
+def test_lazy_helpers_are_defined_only_where_they_are_made():
+    # given a lazy region of two helpers, made in a block of the script
+    text = _make_lazy(LAZY + "if ARGV[1] == 'slow' then\n  --@make slow\n  return twice(1)\nend\nreturn 0\n")
+    # then the region leaves its constant and nil locals for the helpers
+    top, block = text.split("if ARGV[1] == 'slow' then\n")
+    assert top == "local LIMIT = 3 -- a constant stays where it was\nlocal double, twice -- made where --@make slow stands\n"
+    # and the block defines them, comments kept, once per call, before it uses them
+    assert block.startswith("  if double == nil then\n-- doubles x\nfunction double(x)\n")
+    assert "function twice(x)\n  return double(double(x))\nend\n  end\n  return twice(1)\n" in block
+    assert "local function" not in text
+
+
+def test_lazy_helpers_run_on_the_server_only_on_the_path_that_makes_them(client):
+    # given a script whose helpers are made on one path only
+    lua = _make_lazy(LAZY + "if ARGV[1] == 'slow' then\n  --@make slow\n  return twice(2)\nend\n"
+                            "return type(double)\n")
+    # when it runs on each path, then the slow one has them and the other never built them
+    assert client.redis.eval(lua, 0, "slow") == 18
+    assert client.redis.eval(lua, 0, "fast") == b"nil"
+
+
+def test_lazy_regions_refuse_what_would_read_the_wrong_variable():
+    # a helper named above its region would be a global there
+    with pytest.raises(ValueError, match="double named above the region"):
+        _make_lazy("local x = double\n" + LAZY + "--@make slow\n")
+    # a block local with the name of a top-level local the helpers read would be read instead
+    with pytest.raises(ValueError, match="LIMIT would be read from the enclosing block"):
+        _make_lazy(LAZY + "for _, LIMIT in ipairs({1}) do\n  --@make slow\nend\n")
+    with pytest.raises(ValueError, match="LIMIT would be read"):
+        _make_lazy(LAZY + "if true then\n  local LIMIT = 1\n  --@make slow\nend\n")
+    # a block that has ended does not count
+    assert "if double == nil" in _make_lazy(LAZY + "if true then\n  local LIMIT = 1\nend\nif true then\n  --@make slow\nend\n")
+    # a region never made, or a make without its region
+    with pytest.raises(ValueError, match="no --@make"):
+        _make_lazy(LAZY)
+    with pytest.raises(ValueError, match="no --@lazy other"):
+        _make_lazy(LAZY + "--@make slow\n--@make other\n")
+    with pytest.raises(ValueError, match="no --@lazy slow region above"):
+        _make_lazy("--@make slow\n" + LAZY + "--@make slow\n")
+
+
+def test_fetch_makes_its_failure_paths_only_where_they_are_taken():
+    text = source("fetch")
+    assert not re.search(r"^\s*--@(make|lazy)", text, re.MULTILINE)
+    # none of the helpers of a failure is built by the plain fetch's top level
+    for helper in ("deadLetter", "retryOrDeadLetter", "parseDelivery", "splitRecord"):
+        assert not re.search(rf"^local function {helper}\(", text, re.MULTILINE), helper
+    assert text.count("if parseDelivery == nil then") == 4
 
 
 def test_publish_reply_is_seq_and_duplicate_flag(raw):

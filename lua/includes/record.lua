@@ -10,29 +10,8 @@
   The first byte tells them apart (a text record starts with ":" or a digit).
   Only the head is read on the hot path. rqueue/record.py decodes both.
 ]]
---@include compact_head
+--@include record_head
 local RECORD_PREFIX = '^(%d*):(%d+):(%d+):()'
-
--- Returns not_before (0 when none) or nil for a record that does not parse.
--- Most records are compact or not delayed (both checked without a pattern);
--- the client checks the rest of a text record's prefix when it decodes it.
-local function recordNotBefore(rec)
-  local first = string.byte(rec, 1)
-  if first == COMPACT_BYTE then
-    if #rec < COMPACT_HEAD then
-      return nil
-    end
-    return 0
-  end
-  if first == 58 then
-    return 0
-  end
-  local nbf = string.match(rec, '^(%d*):%d+:%d+:')
-  if nbf == nil then
-    return nil
-  end
-  return tonumber(nbf) or 0
-end
 
 -- A record in the compact form when it has no headers and no delay (and
 -- published, ms, fits), else in the text form.

@@ -12,58 +12,8 @@
   qk holds the queue keys: meta, msgs, floors, settled, acked, pinned, reopen.
   fields, when given, are the same seqs as strings, in the same order.
 ]]
-local function unpinned(qk, seqs)
-  if redis.call('HLEN', qk.pinned) == 0 then
-    return seqs
-  end
-  local out = {}
-  for _, seq in ipairs(seqs) do
-    if redis.call('HEXISTS', qk.pinned, seq) == 0 then
-      out[#out + 1] = seq
-    end
-  end
-  return out
-end
-
--- Records at or below the lowest ack floor of all groups are settled by all
--- of them. Only the group that held the lowest floor can raise it.
-local function advanceTrim(qk, oldFloor)
-  local trimmed = tonumber(redis.call('HGET', qk.meta, 'trimmed') or '0')
-  if oldFloor > trimmed then
-    return
-  end
-  local minFloor = nil
-  for _, f in ipairs(redis.call('HVALS', qk.floors)) do
-    f = tonumber(f)
-    if minFloor == nil or f < minFloor then
-      minFloor = f
-    end
-  end
-  if minFloor ~= nil and minFloor > trimmed then
-    local gone = {}
-    for s = trimmed + 1, minFloor do
-      gone[#gone + 1] = s
-    end
-    gone = unpinned(qk, gone)
-    bulk('HDEL', qk.msgs, gone)
-    bulk('HDEL', qk.settled, gone)
-    redis.call('HSET', qk.meta, 'trimmed', minFloor)
-  end
-end
-
--- A reopened seq is settled again: unpin it; delete the record when no
--- group needs it any more.
-local function settleReopened(qk, seq, groups)
-  if redis.call('HINCRBY', qk.pinned, seq, -1) > 0 then
-    return
-  end
-  redis.call('HDEL', qk.pinned, seq)
-  local trimmed = tonumber(redis.call('HGET', qk.meta, 'trimmed') or '0')
-  if groups <= 1 or seq <= trimmed or tonumber(redis.call('HGET', qk.settled, seq) or '0') >= groups then
-    redis.call('HDEL', qk.msgs, seq)
-    redis.call('HDEL', qk.settled, seq)
-  end
-end
+-- The multi-group and replay cases, made only when a call meets one.
+--@lazy sharedSettling settle_shared
 
 local function settleMany(qk, groupName, seqs, fields)
   if #seqs == 0 then
@@ -79,6 +29,7 @@ local function settleMany(qk, groupName, seqs, fields)
   local groups = redis.call('HLEN', qk.floors)
   local fresh = seqs
   if redis.call('ZCARD', qk.reopen) > 0 then
+    --@make sharedSettling
     fresh = {}
     for _, seq in ipairs(seqs) do
       if redis.call('ZREM', qk.reopen, seq) == 1 then
@@ -120,6 +71,7 @@ local function settleMany(qk, groupName, seqs, fields)
     bulk('HDEL', qk.msgs, (fresh == seqs and fields) or fresh)
     return
   end
+  --@make sharedSettling
   local done = {}
   for _, seq in ipairs(fresh) do
     if redis.call('HINCRBY', qk.settled, seq, 1) >= groups then
