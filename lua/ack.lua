@@ -8,7 +8,8 @@
   a late ack completes the message and the newer delivery becomes stale).
 
   Input:
-    KEYS[1..17] the group layout (includes/group_keys.lua)
+    KEYS[1..13] the first 13 of the group layout (includes/group_keys.lua):
+      every key an ack can touch
     ARGV[1] group name, ARGV[2] consumer name: the first two of the group
       arguments (includes/group_names.lua), not the whole block: an ack
       reads no clock and no setting, and every argument costs the call

@@ -19,6 +19,7 @@ from .errors import (
     from_script_error,
 )
 from .ids import consumer_name, delivery_tag, parse_delivery_tag
+from .keys import ACK_KEYS
 from .names import check_name
 from .record import COMPACT_HEAD, COMPACT_TAG, decode_record
 from .settings import Settings, validate
@@ -125,7 +126,7 @@ class Consumer:
                                      or not 0 < liveness <= C.MAX_DELAY):
             raise InvalidInput(f"liveness must be a positive number of seconds, not {liveness!r}")
         self.liveness = liveness
-        self._keys_for: tuple[Settings | None, list[str]] = (None, [])
+        self._keys_for: tuple[Settings | None, list[str], list[str]] = (None, [], [])
         self._args_for: tuple[Settings | None, Any] = (None, None)
         self._held: dict[str, Delivery] = {}
         self._closed = False
@@ -147,14 +148,16 @@ class Consumer:
             self._settings = resolved.merged(self.overrides) if self.overrides else resolved
         return self._settings
 
-    def _keys(self, settings: Settings) -> list[str]:
-        """KEYS of the group scripts; they follow the settings because the
-        dead_letter setting may name another queue."""
-        seen, keys = self._keys_for
+    def _keys(self, settings: Settings, ack: bool = False) -> list[str]:
+        """KEYS of the group scripts (with ``ack``, the first ACK_KEYS of
+        them, all that ack.lua can touch); they follow the settings because
+        the dead_letter setting may name another queue."""
+        seen, keys, ack_keys = self._keys_for
         if seen is not settings:
             keys = self.queue.group_keys(self.group, settings)
-            self._keys_for = (settings, keys)
-        return keys
+            ack_keys = keys[:ACK_KEYS]
+            self._keys_for = (settings, keys, ack_keys)
+        return ack_keys if ack else keys
 
     def _call(self, script: Any, *extra: Any) -> Any:
         if self._closed:
@@ -164,18 +167,18 @@ class Consumer:
         if seen is not settings:  # the settings' part of ARGV, once per settings object
             fixed = self.queue._settings_argv(settings)
             self._args_for = (settings, fixed)
-        return self._run(script, settings, self.queue._group_argv(self.group, self.name, settings, extra, fixed))
+        return self._run(script, self._keys(settings), self.queue._group_argv(self.group, self.name, settings, extra, fixed))
 
     def _ack_call(self, strict: str, tags: list[tuple[str, int, int]]) -> Any:
         """ack.lua, sent the group and consumer names alone of the group
         arguments: it reads no clock and no setting (its header)."""
         if self._closed:
             raise RQueueError(f"{self!r} is closed")
-        return self._run(self.client.scripts.ack, self.settings(), [self.group, self.name, strict, *_flat(tags)])
+        return self._run(self.client.scripts.ack, self._keys(self.settings(), ack=True), [self.group, self.name, strict, *_flat(tags)])
 
-    def _run(self, script: Any, settings: Settings, args: list[Any]) -> Any:
+    def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         try:
-            return script(keys=self._keys(settings), args=args)
+            return script(keys=keys, args=args)
         except redis.ResponseError as exc:
             raise from_script_error(exc, queue=self.queue.name, where=self.queue.keys.base) from None
 

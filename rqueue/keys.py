@@ -81,6 +81,9 @@ class QueueKeys:
         return [self.meta, self.msgs, self.floors, self.settled, self.sched, self.events, self.pinned]
 
 
+ACK_KEYS = 13  # keys: the first of GroupKeys.as_list that ack.lua is sent (all it can touch)
+
+
 @dataclass(frozen=True)
 class GroupKeys:
     """Keys of one group of a queue, in the layout of lua/includes/group_keys.lua."""
@@ -107,18 +110,18 @@ class GroupKeys:
             self._k("dlv"),
             self._k("acked"),
             self._k("cons"),
+            q.pinned,
+            self._k("reopen"),
             self._k("beats"),
             dlq.meta,
             dlq.msgs,
             q.events,
-            q.pinned,
-            self._k("reopen"),
         ]
 
     def group_only(self) -> list[str]:
         """The keys that belong to this group alone."""
         keys = self.as_list()
-        return keys[4:12] + keys[16:17]
+        return keys[4:11] + keys[12:14]
 
 
 def queue_base(prefix: str, root: str, depth: int, partition: int | None = None) -> str:

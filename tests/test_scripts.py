@@ -9,6 +9,7 @@ import time
 import pytest
 import redis
 
+from rqueue.keys import ACK_KEYS
 from rqueue.scripts import SCRIPT_NAMES, _drop_unused, _make_lazy, lua_dir, source
 from rqueue.settings import Settings
 
@@ -220,6 +221,27 @@ def test_fetch_moves_the_cursor_past_the_last_seq_it_read(raw):
     assert reply[2::3] == list(range(4, 124)) and r.hget(gk[4], "cursor") == b"123"
 
 
+def test_a_small_fetch_reads_records_first_and_the_last_seq_only_at_a_gap(raw):
+    # A fetch of up to SPECULATE_MAX (8) reads the records before the last
+    # seq: a missing record is then either gone (passed over) or not yet
+    # published (the cursor stays before it).
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b", b"c")
+    s.join(keys=gk, args=group_argv())
+    r.hdel(qk.msgs, 2)
+
+    def fetch(n):
+        return s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, n))[2::3]
+
+    # when fetches of 1 reach the deleted record and then the end of the queue
+    assert fetch(1) == [1] and fetch(1) == [3] and r.hget(gk[4], "cursor") == b"3"
+    # then past the end nothing is claimed and the cursor stays put
+    assert fetch(1) == [] and fetch(5) == [] and r.hget(gk[4], "cursor") == b"3"
+    # and a message published since is the next one claimed
+    publish(raw, b"d", b"e")
+    assert fetch(8) == [4, 5] and r.hget(gk[4], "cursor") == b"5"
+
+
 @pytest.mark.parametrize("micros, ms", [("0", "000"), ("5", "000"), ("999", "000"), ("1000", "001"),
                                         ("123456", "123"), ("999999", "999")])
 def test_the_server_clock_reads_as_the_same_ms_in_number_and_text(raw, micros, ms):
@@ -284,13 +306,13 @@ def test_ack_strict_and_lenient_statuses(raw):
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     with pytest.raises(redis.ResponseError, match=r"^RQ_UNKNOWN_TAG 9\.1"):
-        s.ack(keys=gk, args=ack_argv("c1", "1", 1, 1, 9, 1))
-    assert s.ack(keys=gk, args=ack_argv("c1", "0", 1, 1, 9, 1, 1, 1)) == [
+        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, 9, 1))
+    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", 1, 1, 9, 1, 1, 1)) == [
         b"ok", b"RQ_UNKNOWN_TAG", b"RQ_ACKED"]
     with pytest.raises(redis.ResponseError, match=r"^RQ_ACKED 1\.1"):
-        s.ack(keys=gk, args=ack_argv("c1", "1", 1, 1))
+        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1))
     with pytest.raises(redis.ResponseError, match=r"^RQ_NOT_HELD 2\.1"):
-        s.ack(keys=gk, args=ack_argv("c2", "1", 2, 1))
+        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c2", "1", 2, 1))
 
 
 def test_ack_accepts_a_seq_or_count_written_another_way(raw):
@@ -300,7 +322,7 @@ def test_ack_accepts_a_seq_or_count_written_another_way(raw):
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
-    assert s.ack(keys=gk, args=ack_argv("c1", "0", "01", "1", "2", "01")) == [b"ok", b"ok"]
+    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", "01", "1", "2", "01")) == [b"ok", b"ok"]
     assert r.hkeys(gk[8]) == [b"pin"] and r.zrangebyscore(gk[5], "-inf", "(+inf") == [] and r.hlen(qk.msgs) == 0
     assert r.hget(gk[2], "g") == b"2"
 
@@ -316,7 +338,7 @@ def test_ack_writes_the_floor_and_counts_as_plain_numbers_however_many_it_settle
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
 
     def ack(*tags):
-        return s.ack(keys=gk, args=ack_argv("c1", "1", *tags))
+        return s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *tags))
 
     def floor_and_trimmed():
         return r.hget(qk.floors, "g"), r.hget(qk.meta, "trimmed")
@@ -355,7 +377,7 @@ def test_a_single_tag_is_judged_as_it_would_be_among_others(raw):
     assert r.hget(gk[8], 3) == b"2:c1:%d:%d\n1=c1" % (NOW, later)
 
     def ack(consumer, seq, count):
-        return s.ack(keys=gk, args=ack_argv(consumer, "0", seq, count))
+        return s.ack(keys=gk[:ACK_KEYS], args=ack_argv(consumer, "0", seq, count))
 
     # then a tag of another consumer, a count never delivered and an unknown
     # seq are refused, and c1 still holds what it held
@@ -377,11 +399,11 @@ def test_ack_of_no_tags_and_of_more_tags_than_one_chunk(raw):
     publish(raw, *[b"m"] * 1500)
     s.join(keys=gk, args=group_argv())
     # when nothing is acked, nothing is changed
-    assert s.ack(keys=gk, args=ack_argv("c1", "1")) == []
+    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1")) == []
     # when 1500 deliveries of one fetch are acked in one call
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, big, 1500))[2::3] == list(range(1, 1501))
     tags = [x for seq in range(1, 1501) for x in (seq, 1)]
-    assert s.ack(keys=gk, args=ack_argv("c1", "1", *tags)) == [b"ok"] * 1500
+    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *tags)) == [b"ok"] * 1500
     # then every one is settled
     assert r.hget(qk.floors, "g") == b"1500" and r.hlen(qk.msgs) == 0 and r.hkeys(gk[8]) == [b"pin"]
 
@@ -478,7 +500,7 @@ def test_corrupt_delivery_state_is_a_coded_error(raw):
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     r.hset(gk[8], 1, b"nonsense")
     with pytest.raises(redis.ResponseError, match="RQ_CORRUPT"):
-        s.ack(keys=gk, args=ack_argv("c1", "1", 1, 1))
+        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1))
 
 
 def test_delivery_states_are_kept_in_a_hash_table(raw):
@@ -490,7 +512,7 @@ def test_delivery_states_are_kept_in_a_hash_table(raw):
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     assert sorted(r.hkeys(gk[8])) == [b"1", b"2", b"pin"] and len(r.hget(gk[8], "pin")) > 64
-    assert s.ack(keys=gk, args=ack_argv("c1", "1", 1, 1, 2, 1)) == [b"ok", b"ok"]
+    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, 2, 1)) == [b"ok", b"ok"]
     assert r.hkeys(gk[8]) == [b"pin"]
     try:
         encoding = r.object("encoding", gk[8])
