@@ -120,8 +120,7 @@ class GroupKeys:
 
     def group_only(self) -> list[str]:
         """The keys that belong to this group alone."""
-        keys = self.as_list()
-        return keys[4:11] + keys[12:14]
+        return [self._k(kind) for kind in ("grp", "lease", "ready", "delay", "dlv", "acked", "cons", "reopen", "beats")]
 
 
 def queue_base(prefix: str, root: str, depth: int, partition: int | None = None) -> str:

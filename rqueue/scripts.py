@@ -3,8 +3,9 @@
 A line ``--@include name`` pulls in ``lua/includes/name.lua`` (once per
 script); the includes' top-level helpers that the script never calls are
 left out. ``--@lazy name inc ...`` pulls in includes whose helpers are made
-only where a ``--@make name`` line stands (see _make_lazy). Scripts run redis-py style: EVALSHA first, SCRIPT LOAD and retry on
-NOSCRIPT, so a server restart, a failover to a replica or SCRIPT FLUSH is
+only where a ``--@make name`` line stands (see _make_lazy). Scripts run
+redis-py style: EVALSHA first, SCRIPT LOAD and retry on NOSCRIPT, so a
+server restart, a failover to a replica or SCRIPT FLUSH is
 harmless. In pipelines EVALSHA is sent with ``execute_command``: redis-py's
 own pipelined scripts ask SCRIPT EXISTS before every execute (one more round
 trip) and its cluster pipelines refuse ``evalsha()`` altogether.
@@ -188,11 +189,14 @@ def _visible_block_locals(text: str, pos: int) -> set[str]:
     """Names declared in the blocks that enclose ``pos`` (not at the top
     level), read from the scripts' two-space indentation."""
     names: set[str] = set()
-    lines = text[:pos].split("\n")[:-1]
-    limit = len(text[pos:].split("\n", 1)[0]) - len(text[pos:].split("\n", 1)[0].lstrip())
+    *lines, site = text[:pos].split("\n")
+    site += text[pos:].split("\n", 1)[0]
+    limit = len(site) - len(site.lstrip())
     for line in reversed(lines):
+        if limit == 0:
+            break
         code = _STRING.sub("''", _COMMENT.sub("", line))
-        if not code.strip() or limit == 0:
+        if not code.strip():
             continue
         indent = len(line) - len(line.lstrip())
         if indent < limit:

@@ -136,6 +136,15 @@ def test_lazy_regions_refuse_what_would_read_the_wrong_variable():
         _make_lazy("--@make slow\n" + LAZY + "--@make slow\n")
 
 
+def test_ack_reads_no_key_past_the_ones_it_is_sent():
+    # ack.lua is sent the first ACK_KEYS of the group layout; the names of the
+    # rest are nil there, so no path of it may use them
+    text = re.sub(r"--\[\[.*?\]\]|--[^\n]*", "", source("ack"), flags=re.DOTALL)  # the code, not its comments
+    for late in ("beatsKey", "dlqMetaKey", "dlqMsgsKey", "eventsKey"):
+        assert re.findall(rf"\b{late}\b", text) == [late], late  # its declaration alone
+    assert re.search(rf"^local eventsKey = KEYS\[{ACK_KEYS + 4}\]$", text, re.MULTILINE)
+
+
 def test_fetch_makes_its_failure_paths_only_where_they_are_taken():
     text = source("fetch")
     assert not re.search(r"^\s*--@(make|lazy)", text, re.MULTILINE)

@@ -29,9 +29,9 @@ local function settleMany(qk, groupName, seqs, fields)
   local groups = redis.call('HLEN', qk.floors)
   -- Both sets are empty while a group acks in order and nothing was
   -- replayed: one EXISTS then stands for the ZCARD and the SREM below.
-  local sets = redis.call('EXISTS', qk.reopen, qk.acked) > 0
+  local setsExist = redis.call('EXISTS', qk.reopen, qk.acked) > 0
   local fresh = seqs
-  if sets and redis.call('ZCARD', qk.reopen) > 0 then
+  if setsExist and redis.call('ZCARD', qk.reopen) > 0 then
     --@make sharedSettling
     fresh = {}
     for _, seq in ipairs(seqs) do
@@ -57,7 +57,7 @@ local function settleMany(qk, groupName, seqs, fields)
     end
   end
   bulk('SADD', qk.acked, above)
-  while (sets or #above > 0) and redis.call('SREM', qk.acked, floor + 1) == 1 do
+  while (setsExist or #above > 0) and redis.call('SREM', qk.acked, floor + 1) == 1 do
     floor = floor + 1
     floorText = nil
   end
