@@ -4,8 +4,8 @@
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
-    ARGV[1..14] the group arguments (includes/group_args.lua)
-    ARGV[15], ARGV[16], ... seq1, count1, seq2, count2, ...
+    ARGV[1..7] the group arguments (includes/group_args.lua)
+    ARGV[8], ARGV[9], ... seq1, count1, seq2, count2, ...
   Output:
     { new_deadline_ms, status1, status2, ... } with "ok" or an error code
     (RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE) per tag; a tag that is
@@ -25,7 +25,7 @@ if rcall('HEXISTS', consumersKey, consumerName) == 1 then
 end
 local deadline = now + ackWait
 local out = {deadline}
-for _, status in ipairs(extendTags(15, deadline)) do
+for _, status in ipairs(extendTags(8, deadline)) do
   out[#out + 1] = status
 end
 return out

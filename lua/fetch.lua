@@ -13,9 +13,9 @@
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
-    ARGV[1..14] the group arguments (includes/group_args.lua)
-    ARGV[15] n, the most deliveries to return
-    ARGV[16], ARGV[17], ... seq1, count1, seq2, count2, ... tags to ack
+    ARGV[1..7] the group arguments (includes/group_args.lua)
+    ARGV[8] n, the most deliveries to return
+    ARGV[9], ARGV[10], ... seq1, count1, seq2, count2, ... tags to ack
       first (none: a plain fetch)
   Output:
     { now_ms, next_due_ms or "", status1, ..., statusK, seq1, count1, record1, seq2, ... }
@@ -27,6 +27,9 @@
     RQ_NOT_MEMBER  the consumer is not in the group (never joined, or
                    removed); nothing is changed, the tags are not acked
     RQ_CORRUPT     a delivery state in Redis does not parse
+    RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse; it is read
+                   only when a delivery fails, which may be after the
+                   tags were acked
 ]]
 --@include read_now
 --@include group_keys
@@ -47,7 +50,7 @@ local PROMOTE_BATCH = '1000' -- due delayed messages made ready per call
 local SCAN_LIMIT = 1000 -- records passed over per call (deleted or delayed)
 local SPECULATE_MAX = 8 -- deliveries wanted up to which records are read before the last seq
 
-local n = tonumber(ARGV[15])
+local n = tonumber(ARGV[8])
 
 -- What this consumer holds; false when it is not a member.
 local holding = rcall('HGET', consumersKey, consumerName)
@@ -62,17 +65,17 @@ local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor')
 -- ack's first write (ZREM) frees memory, so acks get through when Redis is
 -- full, as they would alone.
 local acked = {}
-if #ARGV > 15 then
+if #ARGV > 8 then
   -- Included here, in the one block that uses them: a function is built
   -- anew by every call that reaches its definition, and most fetches carry
   -- no acks (a worker's, one).
 --@include ack_one
-  acked = ackHeldOne(16)
+  acked = ackHeldOne(9)
   if acked == nil then
     --@make failurePaths
 --@include check_tag
 --@include ack_tags
-    acked = ackTags(false, 16)
+    acked = ackTags(false, 9)
   end
   holding = rcall('HGET', consumersKey, consumerName)
 end

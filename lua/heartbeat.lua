@@ -8,10 +8,10 @@
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
-    ARGV[1..14] the group arguments (includes/group_args.lua)
-    ARGV[15] this consumer's liveness timeout, ms
-    ARGV[16] sync: "1" = ARGV[17..] lists every delivery the client knows
-    ARGV[17], ARGV[18], ... seq1, count1, ... deliveries to extend
+    ARGV[1..7] the group arguments (includes/group_args.lua)
+    ARGV[8] this consumer's liveness timeout, ms
+    ARGV[9] sync: "1" = ARGV[10..] lists every delivery the client knows
+    ARGV[10], ARGV[11], ... seq1, count1, ... deliveries to extend
   Output:
     { new_deadline_ms, members_removed, returned, dead_lettered, handed_back,
       status1, status2, ... } with "ok" or an error code per tag
@@ -39,15 +39,15 @@ local REAP_BATCH = 10 -- dead members removed per call
 if rcall('HEXISTS', consumersKey, consumerName) == 0 then
   return redis.error_reply('RQ_NOT_MEMBER consumer ' .. consumerName .. ' is not a member of group ' .. groupName)
 end
-rcall('HSET', groupKey, 'live:' .. consumerName, tonumber(ARGV[15]))
+rcall('HSET', groupKey, 'live:' .. consumerName, tonumber(ARGV[8]))
 beat()
 local deadline = now + ackWait
-local statuses = extendTags(17, deadline)
+local statuses = extendTags(10, deadline)
 
 local handedBack = 0
-if ARGV[16] == '1' then
+if ARGV[9] == '1' then
   local known = {}
-  for i = 17, #ARGV, 2 do
+  for i = 10, #ARGV, 2 do
     known[tonumber(ARGV[i])] = tonumber(ARGV[i + 1])
   end
   for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do

@@ -5,8 +5,8 @@
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
-    ARGV[1..14] the group arguments (includes/group_args.lua)
-    ARGV[15] liveness timeout, ms: the member counts as dead when silent
+    ARGV[1..7] the group arguments (includes/group_args.lua)
+    ARGV[8] liveness timeout, ms: the member counts as dead when silent
       longer (optional: ack_wait)
   Output:
     { group_created (0/1), consumer_created (0/1) }
@@ -24,6 +24,6 @@ if rcall('HEXISTS', floorsKey, groupName) == 0 then
   created = 1
 end
 local joined = rcall('HSETNX', consumersKey, consumerName, 0)
-rcall('HSET', groupKey, 'live:' .. consumerName, tonumber(ARGV[15] or '') or ackWait)
+rcall('HSET', groupKey, 'live:' .. consumerName, tonumber(ARGV[8] or '') or ackWait)
 beat()
 return {created, joined}

@@ -6,11 +6,13 @@
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
-    ARGV[1..14] the group arguments (includes/group_args.lua)
-    ARGV[15] the consumer to remove
-    ARGV[16] "graceful" or "dead"
+    ARGV[1..7] the group arguments (includes/group_args.lua)
+    ARGV[8] the consumer to remove
+    ARGV[9] "graceful" or "dead"
   Output:
     { returned, dead_lettered }
+  Errors (nothing is changed):
+    RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
 --@include read_now
 --@include group_keys
@@ -23,5 +25,8 @@
 --@include group_ops
 --@include return_held
 
-local returned, dead = returnHeld(ARGV[15], ARGV[16] == 'graceful')
+-- Parsed before any write, so that a policy that does not parse changes
+-- nothing (this script would read it anyway).
+failurePolicy()
+local returned, dead = returnHeld(ARGV[8], ARGV[9] == 'graceful')
 return {returned, dead}

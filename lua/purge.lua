@@ -7,11 +7,11 @@
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
-    ARGV[1..14] the group arguments (includes/group_args.lua)
-    ARGV[15] the most messages to purge in this call
+    ARGV[1..7] the group arguments (includes/group_args.lua)
+    ARGV[8] the most messages to purge in this call
   Output:
     { purged, more } with more = 1 when the group still has a backlog
-  Work: at most ARGV[15] messages per call; call again while more is 1.
+  Work: at most ARGV[8] messages per call; call again while more is 1.
 ]]
 --@include read_now
 --@include group_keys
@@ -23,7 +23,7 @@
 --@include redelivery
 --@include group_ops
 
-local limit = tonumber(ARGV[15])
+local limit = tonumber(ARGV[8])
 local seqs = {}
 
 for _, key in ipairs({readyKey, delayKey}) do

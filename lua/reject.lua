@@ -5,15 +5,16 @@
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
-    ARGV[1..14] the group arguments (includes/group_args.lua)
-    ARGV[15] seq
-    ARGV[16] delivery count of the tag
-    ARGV[17] reason, e.g. "rejected" or "terminated"
-    ARGV[18] error text for the record, may be ""
+    ARGV[1..7] the group arguments (includes/group_args.lua)
+    ARGV[8] seq
+    ARGV[9] delivery count of the tag
+    ARGV[10] reason, e.g. "rejected" or "terminated"
+    ARGV[11] error text for the record, may be ""
   Output:
     the seq of the message in the dead-letter queue, or 0 when dropped
   Errors (nothing is changed):
     RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>
+    RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
 --@include read_now
 --@include group_keys
@@ -26,10 +27,13 @@
 --@include group_ops
 --@include check_tag
 
-local seq, count = tonumber(ARGV[15]), tonumber(ARGV[16])
+-- Parsed before any write, so that a policy that does not parse changes
+-- nothing (this script would read it anyway).
+failurePolicy()
+local seq, count = tonumber(ARGV[8]), tonumber(ARGV[9])
 local d = seq and readDelivery(dlvKey, seq)
 local code = checkTag(seq, count, d, false)
 if code ~= 'ok' then
-  return redis.error_reply(code .. ' ' .. ARGV[15] .. '.' .. ARGV[16])
+  return redis.error_reply(code .. ' ' .. ARGV[8] .. '.' .. ARGV[9])
 end
-return deadLetter(seq, d, ARGV[17], ARGV[18])
+return deadLetter(seq, d, ARGV[10], ARGV[11])

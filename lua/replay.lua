@@ -8,13 +8,15 @@
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua) of the group named
       in the dead letters' x-rq-group header
-    ARGV[1..14] the group arguments (includes/group_args.lua)
-    ARGV[15], ARGV[16], ... seqs in the dead-letter queue
+    ARGV[1..7] the group arguments (includes/group_args.lua)
+    ARGV[8], ARGV[9], ... seqs in the dead-letter queue
   Output:
     one status per dead-letter seq: "replayed", "missing" (not there any
     more: replayed or purged before), "other-group" (it belongs to another
     queue or group; left alone), "corrupt" (headers do not parse; left alone),
     "pending" (the group already has that seq open; left alone)
+  Errors (nothing is changed):
+    RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
 --@include read_now
 --@include group_keys
@@ -32,9 +34,12 @@ local DEAD_LETTER_HEADERS = {
   'x-rq-first-delivery', 'x-rq-last-delivery', 'x-rq-error',
 }
 
+-- Parsed before any write, so that a policy that does not parse changes
+-- nothing (this script would read it anyway).
+failurePolicy()
 local out = {}
 local groups = rcall('HLEN', floorsKey)
-for i = 15, #ARGV do
+for i = 8, #ARGV do
   local dseq = ARGV[i]
   local rec = rcall('HGET', dlqMsgsKey, dseq)
   local status = 'replayed'
@@ -45,7 +50,7 @@ for i = 15, #ARGV do
     local seq = headers and tonumber(headers['x-rq-seq'])
     if headers == nil or seq == nil then
       status = 'corrupt'
-    elseif headers['x-rq-group'] ~= groupName or headers['x-rq-queue'] ~= queueName then
+    elseif headers['x-rq-group'] ~= groupName or headers['x-rq-queue'] ~= failurePolicy().queueName then
       status = 'other-group'
     elseif rcall('HEXISTS', dlvKey, seq) == 1 then
       status = 'pending'

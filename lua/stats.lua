@@ -3,7 +3,7 @@
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
-    ARGV[1..14] the group arguments (includes/group_args.lua); only the group
+    ARGV[1..7] the group arguments (includes/group_args.lua); only the group
       name and now are used
   Output:
     flat list of name, value pairs: last_seq, floor (lowered below any seq

@@ -444,19 +444,21 @@ class Queue:
         last, depth, scheduled, dead = pipe.execute()
         return QueueStats(self.name, int(last or 0), depth, scheduled, dead, groups)
 
-    def _settings_argv(self, settings: Settings) -> tuple[list[Any], list[Any]]:
-        """The parts of the group ARGV that follow from ``settings`` alone
-        (ARGV[4..11] and ARGV[13..14]); a consumer computes them once per
+    def _settings_argv(self, settings: Settings) -> tuple[list[Any], str, str]:
+        """The parts of the group ARGV that follow from ``settings`` alone:
+        ARGV[4..6], and the failure policy (ARGV[7]) before and after the
+        random number of each call; a consumer computes them once per
         settings object."""
-        return settings.argv(), ["drop" if settings.dead_letter == "none" else "dlq", self.name]
+        before, after = settings.failure_policy()
+        return settings.argv(), before, f"{after} {self.name}"
 
     def _group_argv(self, group: str, consumer: str, settings: Settings, extra: Iterable[Any],
-                    fixed: tuple[list[Any], list[Any]] | None = None) -> list[Any]:
+                    fixed: tuple[list[Any], str, str] | None = None) -> list[Any]:
         """ARGV of a group script (lua/includes/group_args.lua); ``fixed`` is
         :meth:`_settings_argv` of ``settings`` when the caller has it."""
-        per_settings, tail = fixed if fixed is not None else self._settings_argv(settings)
-        return [group, consumer, self.client.clock.script_now(), *per_settings, repr(self.client.randomness.unit()),
-                *tail, *extra]
+        head, before, after = fixed if fixed is not None else self._settings_argv(settings)
+        return [group, consumer, self.client.clock.script_now(), *head,
+                before + repr(self.client.randomness.unit()) + after, *extra]
 
 
 class _Prepared(NamedTuple):

@@ -52,17 +52,23 @@ class Settings:
         return self.max_redelivery_delay
 
     def argv(self) -> list[Any]:
-        """ARGV[4..11] of the group scripts (lua/includes/group_args.lua)."""
-        return [
-            _ms(self.ack_wait),
-            self.max_inflight,
-            self.prefetch,
+        """ARGV[4..6] of the group scripts (lua/includes/group_args.lua)."""
+        return [_ms(self.ack_wait), self.max_inflight, self.prefetch]
+
+    def failure_policy(self) -> tuple[str, str]:
+        """The failure policy, ARGV[7] of the group scripts, split where the
+        random number of each call goes: the words before it (max_deliveries,
+        the redelivery delays in ms and factors, each followed by a space)
+        and those after it (the dead-letter mode, then ``queue``'s name is
+        added by the caller)."""
+        before = " ".join(str(v) for v in (
             self.max_deliveries,
             _ms(self.redelivery_delay),
             repr(float(self.redelivery_multiplier)),
             _ms(self.effective_max_redelivery_delay),
             repr(float(self.redelivery_jitter)),
-        ]
+        ))
+        return before + " ", " " + ("drop" if self.dead_letter == "none" else "dlq")
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

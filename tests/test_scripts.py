@@ -18,7 +18,8 @@ NOW = 1_700_000_000_000
 
 def group_argv(group="g", consumer="c1", now=NOW, settings=None, *extra):
     s = settings or Settings(ack_wait=10)
-    return [group, consumer, now, *s.argv(), "0.5", "dlq", "orders", *extra]
+    before, after = s.failure_policy()
+    return [group, consumer, now, *s.argv(), f"{before}0.5{after} orders", *extra]
 
 
 def ack_argv(consumer, strict, *tags):
@@ -457,6 +458,49 @@ def test_nack_reply_and_stale_error(raw):
     assert s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "250", "")) == [b"requeued", NOW + 250]
     with pytest.raises(redis.ResponseError, match=r"^RQ_STALE 1\.1"):
         s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "", ""))
+
+
+def test_failure_policy_is_one_argument_of_eight_words():
+    # given settings with every part of the failure policy set
+    s = Settings(max_deliveries=3, redelivery_delay=0.25, redelivery_multiplier=2, max_redelivery_delay=4,
+                 redelivery_jitter=0.5, dead_letter="none")
+    # when the policy is built around a call's random number and queue name
+    before, after = s.failure_policy()
+    # then it is the eight words of group_args.lua's ARGV[7]
+    assert f"{before}0.125{after} orders".split(" ") == ["3", "250", "2.0", "4000", "0.5", "0.125", "drop", "orders"]
+
+
+def test_a_failure_policy_that_does_not_parse_changes_nothing(raw):
+    # given a delivery held by c1
+    r, _, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    before = {k: r.dump(k) for k in gk if r.exists(k)}
+    bad = group_argv("g", "c1", NOW, None, 1, 1, "", "")
+    bad[6] = "3 250 2.0 4000 0.5"  # three words short
+    # when nack, reject and a dead member's removal are sent it
+    for script, args in ((s.nack, bad), (s.reject, bad[:7] + [1, 1, "rejected", ""]), (s.leave, bad[:7] + ["c1", "dead"])):
+        with pytest.raises(redis.ResponseError, match=r"RQ_BAD_ARGUMENT the failure policy \(ARGV\[7\]\) does not parse"):
+            script(keys=gk, args=args)
+    # then no key of the group changed
+    assert {k: r.dump(k) for k in gk if r.exists(k)} == before
+
+
+def test_a_fetch_reads_the_failure_policy_only_when_a_delivery_fails(raw):
+    # given a fetch sent a failure policy that does not parse
+    _, _, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    args = group_argv("g", "c1", NOW, None, 10)
+    args[6] = "not a policy"
+    # when nothing fails, it delivers
+    assert s.fetch(keys=gk, args=args)[2:] == [1, 1, compact(NOW, b"a")]
+    # and when the lease has expired, the policy is read and refused
+    later = group_argv("g", "c1", NOW + 10_001, None, 10)
+    later[6] = "not a policy"
+    with pytest.raises(redis.ResponseError, match=r"RQ_BAD_ARGUMENT"):
+        s.fetch(keys=gk, args=later)
 
 
 def test_reject_reply_is_dead_letter_seq(raw):

@@ -43,7 +43,7 @@ local function complete(seq, d)
 end
 
 local function deliveryHeaders(headers, seq, d, reason, errText, published)
-  headers['x-rq-queue'] = queueName
+  headers['x-rq-queue'] = failurePolicy().queueName
   headers['x-rq-published'] = tostring(published)
   headers['x-rq-group'] = groupName
   headers['x-rq-seq'] = tostring(seq)
@@ -64,7 +64,7 @@ local function deadLetter(seq, d, reason, errText)
   local rec = rcall('HGET', msgsKey, seq)
   d = d or {count = 0, holder = '', first = '', last = '', past = ''}
   complete(seq, d)
-  if rec == false or deadLetterMode == 'drop' then
+  if rec == false or failurePolicy().deadLetterMode == 'drop' then
     rcall('HINCRBY', groupKey, 'dropped', 1)
     recordEvent('dropped', seq, reason)
     return 0
@@ -96,7 +96,7 @@ end
 -- Returns "dead" and the dead-letter seq (0 when dropped), or the due time in ms.
 local function retryOrDeadLetter(seq, d, delayMs, errText)
   release(seq, d)
-  local policy = redeliveryPolicy()
+  local policy = failurePolicy()
   if policy.maxDeliveries ~= -1 and d.count >= policy.maxDeliveries then
     return 'dead', deadLetter(seq, d, 'max-deliveries', errText)
   end
