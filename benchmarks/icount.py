@@ -9,6 +9,8 @@ Redis's work for the calls (reading the request, the script, the reply).
 
 usage: .venv/bin/python benchmarks/icount.py SCENARIO [N]
   scenarios: publish1 publish100 fetch1 ack1 fetch100ack (rqueue),
+             fetchack1 (rqueue: fetch(1) then its ack, one at a time, as
+             the bench's fetch(1)+ack figure),
              fetch1next (rqueue: one at a time, each ack sent with the
              next fetch, as the Worker does),
              floorpublish1 floorfetchack1 (the bench's floor probes: the
@@ -103,6 +105,11 @@ def main() -> int:
                 ctl("-z")
                 for d in held:
                     consumer.ack(d)
+            elif scenario == "fetchack1":
+                queue.publish_many([PAYLOAD] * k)
+                ctl("-z")
+                for _ in range(k):
+                    consumer.fetch(1)[0].ack()
             elif scenario == "fetch100ack":
                 queue.publish_many([PAYLOAD] * k)
                 ctl("-z")

@@ -50,7 +50,7 @@ local PROMOTE_BATCH = '1000' -- due delayed messages made ready per call
 local SCAN_LIMIT = 1000 -- records passed over per call (deleted or delayed)
 local SPECULATE_MAX = 8 -- deliveries wanted up to which records are read before the last seq
 
-local n = tonumber(ARGV[8])
+local n = ARGV[8] + 0
 
 -- What this consumer holds; false when it is not a member.
 local holding = rcall('HGET', consumersKey, consumerName)
@@ -81,14 +81,18 @@ if #ARGV > 8 then
 end
 beatWith(groupFields[1])
 
--- Counted first: a ZCOUNT costs a third less than a ZRANGEBYSCORE that
--- finds nothing, and most fetches find no lease expired.
+-- The in-flight count first: with nothing in flight no lease can have run
+-- out, and a consumer that acks before it fetches again asks no more. The
+-- expired ones are counted before they are read: a ZCOUNT costs a third less
+-- than a ZRANGEBYSCORE that finds nothing, and most fetches find none.
+local inflight = rcall('ZCOUNT', leaseKey, '-inf', '(+inf')
 local expired = {}
-if rcall('ZCOUNT', leaseKey, '-inf', nowText) > 0 then
+if inflight > 0 and rcall('ZCOUNT', leaseKey, '-inf', nowText) > 0 then
   expired = rcall('ZRANGEBYSCORE', leaseKey, '-inf', nowText, 'LIMIT', '0', EXPIRE_BATCH)
 end
 if #expired > 0 then
   --@make failurePaths
+  inflight = nil -- counted again below: expiry takes leases back
 end
 for _, s in ipairs(expired) do
   local seq = tonumber(s)
@@ -116,12 +120,19 @@ if waiting then
   end
 end
 
+-- Compared, not math.min(): a C function call costs more than the rest.
 local room = n
-room = math.min(room, maxInflight - rcall('ZCOUNT', leaseKey, '-inf', '(+inf'))
+local free = maxInflight - (inflight or rcall('ZCOUNT', leaseKey, '-inf', '(+inf'))
+if free < room then
+  room = free
+end
 if #expired > 0 then
   holding = rcall('HGET', consumersKey, consumerName) -- expiry may have taken some back
 end
-room = math.min(room, prefetch - tonumber(holding or '0'))
+free = prefetch - (holding or 0)
+if free < room then
+  room = free
+end
 
 local out = {now, ''}
 for _, status in ipairs(acked) do
@@ -189,13 +200,13 @@ if room > 0 and waiting then
     end
     if #gone > 0 then
       bulk('HDEL', dlvKey, gone)
-      settleMany(queueKeys, groupName, gone)
+      settleMany(gone)
     end
   end
 end
 
 if got < room then
-  local cursor = tonumber(groupFields[2] or '0')
+  local cursor = (groupFields[2] or 0) + 0
   local from = cursor
   local cursorText = nil -- cursor as the field string it was last read as
   -- The last seq bounds the scan. A small fetch reads the records first
@@ -277,7 +288,7 @@ if got < room then
   if cursor ~= from then
     rcall('HSET', groupKey, 'cursor', cursorText)
   end
-  settleMany(queueKeys, groupName, gone)
+  settleMany(gone)
 end
 
 if got > 0 then

@@ -49,7 +49,7 @@ if upto > cursor then
   rcall('HSET', groupKey, 'cursor', upto)
 end
 
-settleMany(queueKeys, groupName, seqs)
+settleMany(seqs)
 if #seqs > 0 then
   rcall('HINCRBY', groupKey, 'purged', #seqs)
   recordEvent('purged-messages', #seqs, 'purge')

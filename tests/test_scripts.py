@@ -460,6 +460,36 @@ def test_nack_reply_and_stale_error(raw):
         s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "", ""))
 
 
+def test_a_full_group_gets_its_expired_lease_back_in_the_same_fetch(raw):
+    # given a group at its max_inflight of 1, whose one lease has run out
+    _, _, gk, s = raw
+    publish(raw, b"a", b"b")
+    s.join(keys=gk, args=group_argv())
+    one = Settings(ack_wait=10, max_inflight=1)
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5))[2:4] == [1, 1]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5))[2:] == []
+    # when a fetch comes after the lease's deadline
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 10_001, one, 5))
+    # then the expiry frees the room it takes: seq 1 again, its second delivery
+    assert reply[2:4] == [1, 2]
+
+
+def test_a_fetch_with_nothing_in_flight_delivers_new_messages(raw):
+    # given a message fetched and acked, and one more published
+    r, _, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1))[2:4] == [1, 1]
+    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1)) == [b"ok"]
+    publish(raw, b"b")
+    # when the next fetch comes long after the first lease would have run out
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 60_000, None, 5))
+    # then it delivers the new message, and the group counts nothing expired
+    assert reply[2:] == [2, 1, compact(NOW, b"b")]
+    assert r.hget(gk[4], "expired") is None  # KEYS[5], the group hash
+    assert r.hget(gk[4], "cursor") == b"2"
+
+
 def test_failure_policy_is_one_argument_of_eight_words():
     # given settings with every part of the failure policy set
     s = Settings(max_deliveries=3, redelivery_delay=0.25, redelivery_multiplier=2, max_redelivery_delay=4,

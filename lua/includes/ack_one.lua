@@ -25,7 +25,7 @@ local function ackHeldOne(first)
   rcall('ZREM', leaseKey, field)
   rcall('HINCRBY', consumersKey, consumerName, '-1')
   rcall('HDEL', dlvKey, field)
-  settleMany(queueKeys, groupName, {tonumber(field)}, {field})
+  settleMany({field + 0}, {field})
   rcall('HINCRBY', groupKey, 'acked', '1')
   return {'ok'}
 end

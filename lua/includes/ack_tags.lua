@@ -88,7 +88,7 @@ local function ackTags(strict, first)
       rcall('HINCRBY', consumersKey, holder, k == 1 and '-1' or -k)
     end
     bulk('HDEL', dlvKey, stateFields)
-    settleMany(queueKeys, groupName, done, stateFields)
+    settleMany(done, stateFields)
     rcall('HINCRBY', groupKey, 'acked', #done == 1 and '1' or #done)
   end
   return result

@@ -7,7 +7,8 @@
 -- With the group hash's "live:<consumer>" field already read (false when it
 -- is not set), for a script that reads other fields with it.
 local function beatWith(live)
-  rcall('ZADD', beatsKey, now + (tonumber(live) or ackWait), consumerName)
+  -- Formatted here: redis.call formats a number with a dearer sprintf.
+  rcall('ZADD', beatsKey, string.format('%d', now + (live or ackWait)), consumerName)
 end
 
 local function beat()

@@ -5,8 +5,13 @@
 local BULK_CHUNK = 1000 -- values per call; even, so pairs never split
 
 local function bulk(cmd, key, values)
-  for i = 1, #values, BULK_CHUNK do
-    redis.call(cmd, key, unpack(values, i, math.min(i + BULK_CHUNK - 1, #values)))
+  local count = #values
+  for i = 1, count, BULK_CHUNK do
+    local last = i + BULK_CHUNK - 1 -- not math.min(): a C function call costs more
+    if last > count then
+      last = count
+    end
+    redis.call(cmd, key, unpack(values, i, last))
   end
 end
 

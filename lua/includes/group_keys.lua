@@ -17,7 +17,8 @@
     KEYS[11] consumers  hash  consumer -> deliveries it holds
     KEYS[12] pinned     hash  seq -> groups that reopened it by replay
     KEYS[13] reopen     zset  seq -> seq: this group's reopened seqs
-    KEYS[14] beats      zset  consumer -> last heartbeat (ms)
+    KEYS[14] beats      zset  consumer -> when it counts as dead (ms): its
+                              last sign of life + its liveness timeout
     KEYS[15] dlq_meta   hash  meta of this queue's dead-letter queue
     KEYS[16] dlq_msgs   hash  records of this queue's dead-letter queue
     KEYS[17] events     stream  dead-letters, drops and replays (capped)
@@ -49,7 +50,3 @@ local eventsKey = KEYS[17]
 -- listpack, every ZADD of a lease moves the whole set. Readers of the whole
 -- set skip it; the in-flight count is ZCOUNT -inf (+inf.
 local LEASE_PIN = 'pin: keeps this sorted set a skiplist, as a listpack every ZADD moves the whole set'
-local queueKeys = {
-  meta = metaKey, msgs = msgsKey, floors = floorsKey, settled = settledKey, acked = ackedKey,
-  pinned = pinnedKey, reopen = reopenKey,
-}

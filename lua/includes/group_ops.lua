@@ -39,7 +39,7 @@ local function complete(seq, d)
   end
   release(seq, d)
   rcall('HDEL', dlvKey, seq)
-  settleMany(queueKeys, groupName, {seq})
+  settleMany({seq})
 end
 
 local function deliveryHeaders(headers, seq, d, reason, errText, published)

@@ -9,13 +9,13 @@
   already: settling it again puts it back under the floor or in the acked
   set without counting it twice, and unpins its record. A pinned record is
   never deleted by another group's progress.
-  qk holds the queue keys: meta, msgs, floors, settled, acked, pinned, reopen.
   fields, when given, are the same seqs as strings, in the same order.
+  Settles for groupName; needs group_keys, group_names and bulk.
 ]]
 -- The multi-group and replay cases, made only when a call meets one.
 --@lazy sharedSettling settle_shared
 
-local function settleMany(qk, groupName, seqs, fields)
+local function settleMany(seqs, fields)
   if #seqs == 0 then
     return
   end
@@ -26,23 +26,23 @@ local function settleMany(qk, groupName, seqs, fields)
       break
     end
   end
-  local groups = redis.call('HLEN', qk.floors)
+  local groups = rcall('HLEN', floorsKey)
   -- Both sets are empty while a group acks in order and nothing was
   -- replayed: one EXISTS then stands for the ZCARD and the SREM below.
-  local setsExist = redis.call('EXISTS', qk.reopen, qk.acked) > 0
+  local setsExist = rcall('EXISTS', reopenKey, ackedKey) > 0
   local fresh = seqs
-  if setsExist and redis.call('ZCARD', qk.reopen) > 0 then
+  if setsExist and rcall('ZCARD', reopenKey) > 0 then
     --@make sharedSettling
     fresh = {}
     for _, seq in ipairs(seqs) do
-      if redis.call('ZREM', qk.reopen, seq) == 1 then
-        settleReopened(qk, seq, groups)
+      if rcall('ZREM', reopenKey, seq) == 1 then
+        settleReopened(seq, groups)
       else
         fresh[#fresh + 1] = seq
       end
     end
   end
-  local oldFloor = tonumber(redis.call('HGET', qk.floors, groupName) or '0')
+  local oldFloor = (rcall('HGET', floorsKey, groupName) or 0) + 0
   local floor = oldFloor
   -- The new floor as the caller's string when it is one of the seqs (an ack
   -- of the next seq): the two HSETs below then format no number.
@@ -56,35 +56,35 @@ local function settleMany(qk, groupName, seqs, fields)
       above[#above + 1] = seq
     end
   end
-  bulk('SADD', qk.acked, above)
-  while (setsExist or #above > 0) and redis.call('SREM', qk.acked, floor + 1) == 1 do
+  bulk('SADD', ackedKey, above)
+  while (setsExist or #above > 0) and rcall('SREM', ackedKey, floor + 1) == 1 do
     floor = floor + 1
     floorText = nil
   end
   if floor ~= oldFloor then
     floorText = floorText or floor
-    redis.call('HSET', qk.floors, groupName, floorText)
+    rcall('HSET', floorsKey, groupName, floorText)
     if groups <= 1 then
-      redis.call('HSET', qk.meta, 'trimmed', floorText)
+      rcall('HSET', metaKey, 'trimmed', floorText)
     end
   end
   if groups <= 1 then
     -- The strings when nothing was reopened: a number handed to redis.call
     -- is formatted again with sprintf, which costs more than the HDEL.
-    bulk('HDEL', qk.msgs, (fresh == seqs and fields) or fresh)
+    bulk('HDEL', msgsKey, (fresh == seqs and fields) or fresh)
     return
   end
   --@make sharedSettling
   local done = {}
   for _, seq in ipairs(fresh) do
-    if redis.call('HINCRBY', qk.settled, seq, 1) >= groups then
+    if rcall('HINCRBY', settledKey, seq, 1) >= groups then
       done[#done + 1] = seq
     end
   end
-  done = unpinned(qk, done)
-  bulk('HDEL', qk.msgs, done)
-  bulk('HDEL', qk.settled, done)
+  done = unpinned(done)
+  bulk('HDEL', msgsKey, done)
+  bulk('HDEL', settledKey, done)
   if floor ~= oldFloor then
-    advanceTrim(qk, oldFloor)
+    advanceTrim(oldFloor)
   end
 end

@@ -2,15 +2,15 @@
   The parts of settling (includes/settle.lua) that only a queue with more
   than one group, or a seq reopened by replay, needs: records pinned by a
   replay, the trim point of all groups, a reopened seq settled again.
-  qk holds the queue keys (as in settle.lua). Needs bulk.
+  Needs group_keys, group_names and bulk.
 ]]
-local function unpinned(qk, seqs)
-  if redis.call('HLEN', qk.pinned) == 0 then
+local function unpinned(seqs)
+  if rcall('HLEN', pinnedKey) == 0 then
     return seqs
   end
   local out = {}
   for _, seq in ipairs(seqs) do
-    if redis.call('HEXISTS', qk.pinned, seq) == 0 then
+    if rcall('HEXISTS', pinnedKey, seq) == 0 then
       out[#out + 1] = seq
     end
   end
@@ -19,13 +19,13 @@ end
 
 -- Records at or below the lowest ack floor of all groups are settled by all
 -- of them. Only the group that held the lowest floor can raise it.
-local function advanceTrim(qk, oldFloor)
-  local trimmed = tonumber(redis.call('HGET', qk.meta, 'trimmed') or '0')
+local function advanceTrim(oldFloor)
+  local trimmed = tonumber(rcall('HGET', metaKey, 'trimmed') or '0')
   if oldFloor > trimmed then
     return
   end
   local minFloor = nil
-  for _, f in ipairs(redis.call('HVALS', qk.floors)) do
+  for _, f in ipairs(rcall('HVALS', floorsKey)) do
     f = tonumber(f)
     if minFloor == nil or f < minFloor then
       minFloor = f
@@ -36,23 +36,23 @@ local function advanceTrim(qk, oldFloor)
     for s = trimmed + 1, minFloor do
       gone[#gone + 1] = s
     end
-    gone = unpinned(qk, gone)
-    bulk('HDEL', qk.msgs, gone)
-    bulk('HDEL', qk.settled, gone)
-    redis.call('HSET', qk.meta, 'trimmed', minFloor)
+    gone = unpinned(gone)
+    bulk('HDEL', msgsKey, gone)
+    bulk('HDEL', settledKey, gone)
+    rcall('HSET', metaKey, 'trimmed', minFloor)
   end
 end
 
 -- A reopened seq is settled again: unpin it; delete the record when no
 -- group needs it any more.
-local function settleReopened(qk, seq, groups)
-  if redis.call('HINCRBY', qk.pinned, seq, -1) > 0 then
+local function settleReopened(seq, groups)
+  if rcall('HINCRBY', pinnedKey, seq, -1) > 0 then
     return
   end
-  redis.call('HDEL', qk.pinned, seq)
-  local trimmed = tonumber(redis.call('HGET', qk.meta, 'trimmed') or '0')
-  if groups <= 1 or seq <= trimmed or tonumber(redis.call('HGET', qk.settled, seq) or '0') >= groups then
-    redis.call('HDEL', qk.msgs, seq)
-    redis.call('HDEL', qk.settled, seq)
+  rcall('HDEL', pinnedKey, seq)
+  local trimmed = tonumber(rcall('HGET', metaKey, 'trimmed') or '0')
+  if groups <= 1 or seq <= trimmed or tonumber(rcall('HGET', settledKey, seq) or '0') >= groups then
+    rcall('HDEL', msgsKey, seq)
+    rcall('HDEL', settledKey, seq)
   end
 end
