@@ -8,7 +8,7 @@ counters and prints instructions per message. The count covers all of
 Redis's work for the calls (reading the request, the script, the reply).
 
 usage: .venv/bin/python benchmarks/icount.py SCENARIO [N]
-  scenarios: publish1 publish100 fetch1 ack1 fetch100ack (rqueue),
+  scenarios: publish1 publish100 fetch1 ack1 fetch100 ack100 fetch100ack (rqueue),
              fetchack1 (rqueue: fetch(1) then its ack, one at a time, as
              the bench's fetch(1)+ack figure),
              fetch1next (rqueue: one at a time, each ack sent with the
@@ -37,7 +37,9 @@ from rqueue.bench import FLOOR_ACK_LUA, FLOOR_FETCH_LUA, FLOOR_PUBLISH_LUA
 from rqueue.scripts import Script, no_retry
 
 PAYLOAD = b"x" * 100
-WARMUP = 50  # messages run before the counters are zeroed
+# Messages run before the counters are zeroed: two calls of the batch
+# scenarios too, so that no script is loaded (compiled) while counting.
+WARMUP = 200
 
 
 def free_port() -> int:
@@ -110,6 +112,19 @@ def main() -> int:
                 ctl("-z")
                 for _ in range(k):
                     consumer.fetch(1)[0].ack()
+            elif scenario == "fetch100":
+                queue.publish_many([PAYLOAD] * k)
+                ctl("-z")
+                for _ in range(k // 100):
+                    consumer.fetch(100)
+            elif scenario == "ack100":
+                queue.publish_many([PAYLOAD] * k)
+                held = []
+                while len(held) < k:
+                    held += consumer.fetch(min(1000, k - len(held)))
+                ctl("-z")
+                for i in range(0, k, 100):
+                    consumer.ack(held[i:i + 100])
             elif scenario == "fetch100ack":
                 queue.publish_many([PAYLOAD] * k)
                 ctl("-z")

@@ -357,4 +357,8 @@ def from_script_error(exc: Exception, *, queue: str = "", where: str = "") -> Ex
         return Unroutable(queue)
     if code == "RQ_CORRUPT":
         return CorruptRecord(where, detail)
+    if code == "RQ_BAD_ARGUMENT":
+        # Only a client that builds a script's arguments wrongly (another
+        # version's layout) meets it; the script changed nothing.
+        return InvalidInput(f"a script refused its arguments: {detail}")
     return exc

@@ -9,6 +9,7 @@ import time
 import pytest
 import redis
 
+from rqueue.errors import InvalidInput, from_script_error
 from rqueue.keys import ACK_KEYS
 from rqueue.scripts import SCRIPT_NAMES, _drop_unused, _make_lazy, lua_dir, source
 from rqueue.settings import Settings
@@ -515,6 +516,16 @@ def test_a_failure_policy_that_does_not_parse_changes_nothing(raw):
             script(keys=gk, args=args)
     # then no key of the group changed
     assert {k: r.dump(k) for k in gk if r.exists(k)} == before
+
+
+def test_a_refused_argument_maps_to_invalid_input():
+    # given the error reply of a script that refused its failure policy
+    reply = redis.ResponseError("user_script:40: RQ_BAD_ARGUMENT the failure policy (ARGV[7]) does not parse: x")
+    # when it is mapped to rqueue's exceptions
+    exc = from_script_error(reply, queue="orders")
+    # then it is an InvalidInput that says what was refused
+    assert isinstance(exc, InvalidInput)
+    assert "the failure policy (ARGV[7]) does not parse: x" in str(exc)
 
 
 def test_a_fetch_reads_the_failure_policy_only_when_a_delivery_fails(raw):

@@ -30,7 +30,7 @@ local function ackTags(strict, first)
     local d, corrupt, code = nil, false, nil
     local raw = raws[i]
     local countArg = ARGV[first - 1 + 2 * i]
-    local seq = tonumber(field)
+    local seq = nil
     if raw and raw == okRaw and countArg == okCount then
       code = 'ok'
     elseif raw and countArg then
@@ -43,6 +43,12 @@ local function ackTags(strict, first)
       end
     end
     local holder = consumerName
+    if code == 'ok' then
+      -- A seq with a delivery state: "+ 0" parses it once, tonumber() twice.
+      seq = field + 0
+    else
+      seq = tonumber(field)
+    end
     if code == nil then
       if seq ~= nil and raw == false and tostring(seq) ~= field then
         -- A seq written another way ("07"): states are kept under the canonical one.

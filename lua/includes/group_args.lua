@@ -39,7 +39,7 @@ local failureArgs = nil
 local function failurePolicy()
   if failureArgs == nil then
     local maxDeliveries, delay, multiplier, maxDelay, jitter, random, mode, queue =
-      string.match(ARGV[7], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+      string.match(ARGV[7] or '', '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
     failureArgs = {
       maxDeliveries = tonumber(maxDeliveries),
       delay = tonumber(delay),
