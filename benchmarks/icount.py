@@ -8,7 +8,8 @@ counters and prints instructions per message. The count covers all of
 Redis's work for the calls (reading the request, the script, the reply).
 
 usage: .venv/bin/python benchmarks/icount.py SCENARIO [N]
-  scenarios: publish1 publish100 fetch1 ack1 fetch100 ack100 fetch100ack (rqueue),
+  scenarios: publish1 publish100 fetch1 ack1 fetch100 ack100 fetch100ack
+             inflight100ack (rqueue; the last with 20,000 held below),
              fetchack1 (rqueue: fetch(1) then its ack, one at a time, as
              the bench's fetch(1)+ack figure),
              fetch1next (rqueue: one at a time, each ack sent with the
@@ -125,6 +126,20 @@ def main() -> int:
                 ctl("-z")
                 for i in range(0, k, 100):
                     consumer.ack(held[i:i + 100])
+            elif scenario == "inflight100ack":
+                # As fetch100ack, with 20,000 deliveries held by another
+                # consumer of the group below them (the bench's in-flight
+                # sweep case, smaller): every ack is settled above the floor.
+                if runs[0] == 1:
+                    holder = queue.consumer("g", "holder")
+                    queue.publish_many([PAYLOAD] * 20_000)
+                    held = 0
+                    while held < 20_000:
+                        held += len(holder.fetch(1000))
+                queue.publish_many([PAYLOAD] * k)
+                ctl("-z")
+                for _ in range(k // 100):
+                    consumer.ack(consumer.fetch(100))
             elif scenario == "fetch100ack":
                 queue.publish_many([PAYLOAD] * k)
                 ctl("-z")

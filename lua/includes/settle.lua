@@ -53,11 +53,13 @@ local function settleMany(seqs, fields)
       floor = seq
       floorText = fields and fields[i]
     elseif seq > floor then
-      above[#above + 1] = seq
+      -- The caller's string when there is one: redis.call formats a number
+      -- with %.17g, which costs more than the SADD's own work for it.
+      above[#above + 1] = fields and fields[i] or seq
     end
   end
   bulk('SADD', ackedKey, above)
-  while (setsExist or #above > 0) and rcall('SREM', ackedKey, floor + 1) == 1 do
+  while (setsExist or #above > 0) and rcall('SREM', ackedKey, string.format('%d', floor + 1)) == 1 do
     floor = floor + 1
     floorText = nil
   end
