@@ -28,8 +28,8 @@
                    removed); nothing is changed, the tags are not acked
     RQ_CORRUPT     a delivery state in Redis does not parse
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse; it is read
-                   only when a delivery fails, which may be after the
-                   tags were acked
+                   only when a delivery fails, before that delivery is
+                   changed, but after the tags were acked and the beat
 ]]
 --@include read_now
 --@include group_keys

@@ -17,6 +17,9 @@
       status1, status2, ... } with "ok" or an error code per tag
   Errors:
     RQ_NOT_MEMBER  this consumer was itself removed (its leases are gone)
+    RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse: read when
+                   a dead member's deliveries are returned, before each is
+                   changed, after this consumer's own beat and extensions
   Work: at most REAP_BATCH dead members per call; sync reads the in-flight
   set (at most max_inflight entries).
 ]]

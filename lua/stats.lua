@@ -3,8 +3,8 @@
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
-    ARGV[1..7] the group arguments (includes/group_args.lua); only the group
-      name and now are used
+    ARGV[1..7] the group arguments (includes/group_args.lua); only ARGV[1],
+      the group name, and ARGV[3], now, are read
   Output:
     flat list of name, value pairs: last_seq, floor (lowered below any seq
     reopened by replay), stored_floor, reopened_below_floor, cursor, acked_above_floor,
@@ -15,7 +15,8 @@
 ]]
 --@include read_now
 --@include group_keys
---@include group_args
+--@include group_names
+local now = readNow(ARGV[3])
 
 local out = {}
 local function put(name, value)

@@ -22,7 +22,7 @@ from .ids import consumer_name, delivery_tag, parse_delivery_tag
 from .keys import ACK_KEYS
 from .names import check_name
 from .record import COMPACT_HEAD, COMPACT_TAG, decode_record
-from .settings import Settings, validate
+from .settings import Settings, positive_seconds, validate
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -122,10 +122,7 @@ class Consumer:
         self.group = check_name("group", group)
         self.name = check_name("consumer", name) if name is not None else consumer_name(self.client.randomness)
         self.overrides = validate(overrides)
-        if liveness is not None and (isinstance(liveness, bool) or not isinstance(liveness, (int, float))
-                                     or not 0 < liveness <= C.MAX_DELAY):
-            raise InvalidInput(f"liveness must be a positive number of seconds, not {liveness!r}")
-        self.liveness = liveness
+        self.liveness = positive_seconds("liveness", liveness) if liveness is not None else None
         self._keys_for: tuple[Settings | None, list[str], list[str]] = (None, [], [])
         self._args_for: tuple[Settings | None, Any] = (None, None)
         self._held: dict[str, Delivery] = {}
@@ -353,7 +350,7 @@ class Consumer:
         whose reply was lost) is handed back without counting as an attempt.
         Raises NotMember when this consumer was itself removed."""
         tags = [self._tag_of(r) for r in _refs(running)]
-        args: list[Any] = [int(timeout * 1000), "1" if sync else "0"]
+        args: list[Any] = [int(positive_seconds("timeout", timeout) * 1000), "1" if sync else "0"]
         for _, seq, count in tags:
             args += [seq, count]
         reply = self._call(self.client.scripts.heartbeat, *args)

@@ -359,6 +359,7 @@ def from_script_error(exc: Exception, *, queue: str = "", where: str = "") -> Ex
         return CorruptRecord(where, detail)
     if code == "RQ_BAD_ARGUMENT":
         # Only a client that builds a script's arguments wrongly (another
-        # version's layout) meets it; the script changed nothing.
+        # version's layout) meets it; the script headers say what a call
+        # may have done before it (nack, reject, leave, replay: nothing).
         return InvalidInput(f"a script refused its arguments: {detail}")
     return exc

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from . import constants as C
-from .errors import InvalidName, InvalidSetting
+from .errors import InvalidInput, InvalidName, InvalidSetting
 from .keys import settings_key
 from .names import check_name, check_pattern
 
@@ -78,6 +78,14 @@ SETTING_NAMES = frozenset(f.name for f in fields(Settings))
 
 
 _LARGEST = 2**53  # largest setting value; Lua numbers are doubles, exact up to here
+
+
+def positive_seconds(what: str, value: object) -> float:
+    """``value`` when it is a duration in seconds above 0 and at most
+    MAX_DELAY (a script formats it in whole ms); InvalidInput otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= C.MAX_DELAY:
+        raise InvalidInput(f"{what} must be a positive number of seconds up to {C.MAX_DELAY:.0f}, not {value!r}")
+    return value
 
 
 def _ms(seconds: float) -> int:

@@ -31,6 +31,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_e
 from . import constants as C
 from .errors import CLUSTER_NOT_RUN, AlreadyAcked, DeliveryError, InvalidInput, NotMember, Reject, RQueueError
 from .names import check_name
+from .settings import positive_seconds
 
 if TYPE_CHECKING:
     from .consumer import Consumer, Delivery
@@ -128,8 +129,7 @@ class Worker:
             ("max_run_time", max_run_time),
             ("reconnect_timeout", reconnect_timeout),
         ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise InvalidInput(f"{what} must be a positive number of seconds, not {value!r}")
+            positive_seconds(what, value)
         if heartbeat_timeout <= heartbeat_interval:
             raise InvalidInput(
                 f"heartbeat_timeout ({heartbeat_timeout}) must be longer than heartbeat_interval ({heartbeat_interval})"

@@ -792,3 +792,13 @@ def test_late_ack_of_a_stale_delivery_completes_the_message(client, queue, clock
     # and it is not delivered again
     clock.advance(queue.settings().ack_wait + 1)
     assert stale.w1.fetch(5) == [] and stale.w2.fetch(5) == []
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), 1e300, True, "5"])
+def test_bad_heartbeat_timeout_is_refused_and_changes_nothing(client, queue, held, bad):
+    # given w1 holding two deliveries
+    # when it sends a heartbeat with a timeout that is no duration it can keep
+    with nothing_changes(client, queue), pytest.raises(rqueue.InvalidInput) as exc:
+        held.w1.heartbeat([held.d1, held.d2], timeout=bad)
+    # then the error names the argument and the value
+    names_input(exc.value, "timeout must be a positive number of seconds", repr(bad))

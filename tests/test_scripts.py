@@ -528,6 +528,38 @@ def test_a_refused_argument_maps_to_invalid_input():
     assert "the failure policy (ARGV[7]) does not parse: x" in str(exc)
 
 
+def test_an_expired_lease_is_left_whole_when_the_failure_policy_does_not_parse(raw):
+    # given a lease that has run out
+    r, _, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    lease, dlv, consumers = gk[5], gk[8], gk[10]  # KEYS[6], KEYS[9], KEYS[11]
+    before = (r.zrange(lease, 0, -1, withscores=True), r.hgetall(dlv), r.hgetall(consumers))
+    # when a fetch after its deadline is sent a failure policy that does not parse
+    late = group_argv("g", "c1", NOW + 10_001, None, 10)
+    late[6] = "3 250"
+    with pytest.raises(redis.ResponseError, match="RQ_BAD_ARGUMENT"):
+        s.fetch(keys=gk, args=late)
+    # then the lease, the delivery state and the holder's count are as they were
+    assert (r.zrange(lease, 0, -1, withscores=True), r.hgetall(dlv), r.hgetall(consumers)) == before
+    # and a good policy takes it back and redelivers it
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 10_001, None, 10))[2:4] == [1, 2]
+
+
+def test_stats_reads_the_group_name_and_now_alone(raw):
+    # given a group with one delivery in flight
+    _, _, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    # when stats is sent the group name and now, the settings left empty
+    flat = s.stats(keys=gk, args=["g", "", NOW, "", "", "", ""])
+    # then it answers
+    stats = dict(zip(flat[0:40:2], flat[1:40:2]))
+    assert stats[b"in_flight"] == 1 and stats[b"now"] == NOW
+
+
 def test_a_fetch_reads_the_failure_policy_only_when_a_delivery_fails(raw):
     # given a fetch sent a failure policy that does not parse
     _, _, gk, s = raw

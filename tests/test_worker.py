@@ -415,6 +415,9 @@ def test_bad_worker_arguments(live):
     for bad in (0, -1, 2.5, True, "8"):
         with pytest.raises(rqueue.InvalidInput, match="prefetch"):
             rqueue.Worker(q, "g", print, prefetch=bad)
+    for bad in (float("nan"), float("inf"), 1e300):
+        with pytest.raises(rqueue.InvalidInput, match="heartbeat_timeout must be a positive number of seconds"):
+            rqueue.Worker(q, "g", print, heartbeat_timeout=bad)
 
 
 # -- processes: real servers only -------------------------------------------------

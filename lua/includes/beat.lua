@@ -8,7 +8,8 @@
 -- is not set), for a script that reads other fields with it.
 local function beatWith(live)
   -- Formatted here: redis.call formats a number with a dearer sprintf.
-  rcall('ZADD', beatsKey, string.format('%d', now + (live or ackWait)), consumerName)
+  -- tonumber(): a live field that does not parse falls back to ack_wait.
+  rcall('ZADD', beatsKey, string.format('%d', now + (tonumber(live) or ackWait)), consumerName)
 end
 
 local function beat()

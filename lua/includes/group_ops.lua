@@ -61,10 +61,11 @@ end
 -- settles it for this group, in the same atomic call. Returns the dead-letter
 -- seq, or 0 when dropped.
 local function deadLetter(seq, d, reason, errText)
+  local policy = failurePolicy() -- before any write: a policy that does not parse stops the call here
   local rec = rcall('HGET', msgsKey, seq)
   d = d or {count = 0, holder = '', first = '', last = '', past = ''}
   complete(seq, d)
-  if rec == false or failurePolicy().deadLetterMode == 'drop' then
+  if rec == false or policy.deadLetterMode == 'drop' then
     rcall('HINCRBY', groupKey, 'dropped', 1)
     recordEvent('dropped', seq, reason)
     return 0
@@ -86,6 +87,7 @@ end
 -- A message whose delivery state does not parse: moved aside, byte for
 -- byte, so that it neither blocks the group nor is lost.
 local function deadLetterCorruptState(seq, raw)
+  failurePolicy() -- before the ZREM, as in deadLetter
   rcall('ZREM', leaseKey, seq)
   local d = {count = 0, holder = '', first = '', last = '', past = ''}
   deadLetter(seq, d, 'corrupted-state', 'delivery state does not parse: ' .. string.sub(raw, 1, 200))
@@ -95,8 +97,8 @@ end
 -- message had max_deliveries, else offer it again under the policy.
 -- Returns "dead" and the dead-letter seq (0 when dropped), or the due time in ms.
 local function retryOrDeadLetter(seq, d, delayMs, errText)
+  local policy = failurePolicy() -- before release(), as in deadLetter
   release(seq, d)
-  local policy = failurePolicy()
   if policy.maxDeliveries ~= -1 and d.count >= policy.maxDeliveries then
     return 'dead', deadLetter(seq, d, 'max-deliveries', errText)
   end
