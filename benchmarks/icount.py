@@ -83,6 +83,14 @@ def main() -> int:
         consumer = queue.consumer("g", "c1")
         runs = [0]
 
+        def published_and_held(k: int) -> list[rqueue.Delivery]:
+            """k new messages, fetched (untimed) by the measured consumer."""
+            queue.publish_many([PAYLOAD] * k)
+            held: list[rqueue.Delivery] = []
+            while len(held) < k:
+                held += consumer.fetch(min(1000, k - len(held)))
+            return held
+
         def run(k: int) -> None:
             """k messages of the scenario; zeroes the counters itself when it
             has untimed set-up to do first."""
@@ -101,10 +109,7 @@ def main() -> int:
                 for _ in range(k):
                     consumer.fetch(1)
             elif scenario == "ack1":
-                queue.publish_many([PAYLOAD] * k)
-                held = []
-                while len(held) < k:
-                    held += consumer.fetch(min(1000, k - len(held)))
+                held = published_and_held(k)
                 ctl("-z")
                 for d in held:
                     consumer.ack(d)
@@ -119,10 +124,7 @@ def main() -> int:
                 for _ in range(k // 100):
                     consumer.fetch(100)
             elif scenario == "ack100":
-                queue.publish_many([PAYLOAD] * k)
-                held = []
-                while len(held) < k:
-                    held += consumer.fetch(min(1000, k - len(held)))
+                held = published_and_held(k)
                 ctl("-z")
                 for i in range(0, k, 100):
                     consumer.ack(held[i:i + 100])
@@ -133,9 +135,9 @@ def main() -> int:
                 if runs[0] == 1:
                     holder = queue.consumer("g", "holder")
                     queue.publish_many([PAYLOAD] * 20_000)
-                    held = 0
-                    while held < 20_000:
-                        held += len(holder.fetch(1000))
+                    taken = 0
+                    while taken < 20_000:
+                        taken += len(holder.fetch(1000))
                 queue.publish_many([PAYLOAD] * k)
                 ctl("-z")
                 for _ in range(k // 100):
@@ -148,7 +150,7 @@ def main() -> int:
             elif scenario == "fetch1next":
                 queue.publish_many([PAYLOAD] * k)
                 ctl("-z")
-                held: list[rqueue.Delivery] = []
+                held = []
                 for _ in range(k):
                     _, held, _ = consumer.ack_and_fetch(held, 1)
                 consumer.ack(held)  # the last one, inside the count as every other ack
