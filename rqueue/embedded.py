@@ -5,6 +5,7 @@ the server the test-suite starts for itself."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -14,10 +15,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .errors import RQueueError
 
 STARTUP_TIMEOUT = 10.0  # seconds to wait for a started server to answer PING
+# Starts tried on fresh ports when a port picked by free_port() was taken
+# before the server bound it (by another server, or as the ephemeral port of
+# an outgoing connection: both come from the same range).
+PORT_ATTEMPTS = 5
+_PORT_TAKEN = re.compile(r"listening socket [^ ]*:(\d+): bind: Address already in use")
 
 
 class ServerNotFound(RQueueError):
@@ -55,6 +63,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class _PortTaken(RQueueError):
+    """A server could not bind ``port``: it was free when picked and taken
+    before the bind. Whoever picked that port picks again."""
+
+    def __init__(self, message: str, port: int) -> None:
+        super().__init__(message)
+        self.port = port
+
+
 class EmbeddedServer:
     """A redis-server or valkey-server child process on a free loopback port,
     with its own data directory. Use as a context manager or call
@@ -71,7 +88,9 @@ class EmbeddedServer:
         self.binary = binary or find_binary()
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="rqueue-server-"))
+        self._pick_port = port is None
         self.port = port or free_port()
+        self._ran = False  # a restart keeps its port: a cluster node must
         self.appendonly = appendonly
         self.extra_args = extra_args or []
         self.process: subprocess.Popen[bytes] | None = None
@@ -85,6 +104,16 @@ class EmbeddedServer:
         return self.data_dir / "server.log"
 
     def start(self) -> EmbeddedServer:
+        for attempt in range(PORT_ATTEMPTS):
+            try:
+                return self._start_once()
+            except _PortTaken as exc:
+                if exc.port != self.port or not self._pick_port or self._ran or attempt == PORT_ATTEMPTS - 1:
+                    raise
+                self.port = free_port()
+        raise AssertionError("unreachable: the last attempt raises")
+
+    def _start_once(self) -> EmbeddedServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [
             self.binary,
@@ -101,17 +130,26 @@ class EmbeddedServer:
         ]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + STARTUP_TIMEOUT
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        # A read timeout too: a port taken by a listener that never answers
+        # would hang the PING. No retries: this loop polls, and redis-py's
+        # default retries back off for seconds.
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5, socket_timeout=0.5,
+                             retry=Retry(NoBackoff(), 0))
         try:
             while True:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    log = self.log_path.read_text()[-2000:] if self.log_path.exists() else ""
+                    self.stop()
+                    message = f"{self.binary} did not start on port {self.port}: {log}"
+                    taken = _PORT_TAKEN.search(log)
+                    if taken is not None:
+                        raise _PortTaken(message, int(taken.group(1)))
+                    raise RQueueError(message)
                 try:
                     client.ping()
+                    self._ran = True
                     return self
-                except redis.ConnectionError:
-                    if self.process.poll() is not None or time.monotonic() > deadline:
-                        log = self.log_path.read_text()[-2000:] if self.log_path.exists() else ""
-                        self.stop()
-                        raise RQueueError(f"{self.binary} did not start on port {self.port}: {log}") from None
+                except (redis.ConnectionError, redis.TimeoutError):
                     time.sleep(0.02)
         finally:
             client.close()
@@ -178,28 +216,38 @@ class EmbeddedCluster:
     def start(self) -> EmbeddedCluster:
         try:
             for _ in range(self.primaries * (1 + self.replicas)):
-                bus_port = free_port()
-                server = EmbeddedServer(
-                    binary=self.binary,
-                    appendonly=self._appendonly,
-                    extra_args=[
-                        "--cluster-enabled", "yes",
-                        "--cluster-config-file", "nodes.conf",
-                        "--cluster-node-timeout", str(self.node_timeout),
-                        # A bus port of our own: port + 10000 may be taken or past 65535.
-                        "--cluster-port", str(bus_port),
-                        # Replicas of a dead primary take over even after a long outage.
-                        "--cluster-replica-validity-factor", "0",
-                        "--appendfsync", "everysec",
-                    ],
-                )
-                self.nodes.append(server.start())
-                self._bus_ports[server.port] = bus_port
+                self._start_node()
             self._create()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _start_node(self) -> None:
+        for attempt in range(PORT_ATTEMPTS):
+            bus_port = free_port()
+            server = EmbeddedServer(
+                binary=self.binary,
+                appendonly=self._appendonly,
+                extra_args=[
+                    "--cluster-enabled", "yes",
+                    "--cluster-config-file", "nodes.conf",
+                    "--cluster-node-timeout", str(self.node_timeout),
+                    # A bus port of our own: port + 10000 may be taken or past 65535.
+                    "--cluster-port", str(bus_port),
+                    # Replicas of a dead primary take over even after a long outage.
+                    "--cluster-replica-validity-factor", "0",
+                    "--appendfsync", "everysec",
+                ],
+            )
+            try:
+                self.nodes.append(server.start())
+            except _PortTaken as exc:
+                if exc.port != bus_port or attempt == PORT_ATTEMPTS - 1:
+                    raise
+                continue  # the bus port was taken: a new node with a new one
+            self._bus_ports[server.port] = bus_port
+            return
 
     def _create(self) -> None:
         first = redis.Redis(port=self.nodes[0].port)
