@@ -25,8 +25,9 @@
 --@include group_ops
 --@include return_held
 
--- Parsed before any write, so that a policy that does not parse changes
--- nothing (this script would read it anyway).
+-- Parsed before any write. Each failure path parses it before it changes
+-- a delivery, but a graceful leave returns deliveries without it and may
+-- meet a corrupt state, which needs it, after it changed others.
 failurePolicy()
 local returned, dead = returnHeld(ARGV[8], ARGV[9] == 'graceful')
 return {returned, dead}

@@ -28,9 +28,6 @@
 --@include group_ops
 --@include check_tag
 
--- Parsed before any write, so that a policy that does not parse changes
--- nothing (this script would read it anyway).
-failurePolicy()
 local seq, count = tonumber(ARGV[8]), tonumber(ARGV[9])
 local delayMs = nil
 if ARGV[10] ~= '' then

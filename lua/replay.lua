@@ -34,9 +34,6 @@ local DEAD_LETTER_HEADERS = {
   'x-rq-first-delivery', 'x-rq-last-delivery', 'x-rq-error',
 }
 
--- Parsed before any write, so that a policy that does not parse changes
--- nothing (this script would read it anyway).
-failurePolicy()
 local out = {}
 local groups = rcall('HLEN', floorsKey)
 for i = 8, #ARGV do

@@ -104,14 +104,14 @@ class EmbeddedServer:
         return self.data_dir / "server.log"
 
     def start(self) -> EmbeddedServer:
-        for attempt in range(PORT_ATTEMPTS):
+        for _ in range(PORT_ATTEMPTS - 1):
             try:
                 return self._start_once()
             except _PortTaken as exc:
-                if exc.port != self.port or not self._pick_port or self._ran or attempt == PORT_ATTEMPTS - 1:
+                if exc.port != self.port or not self._pick_port or self._ran:
                     raise
                 self.port = free_port()
-        raise AssertionError("unreachable: the last attempt raises")
+        return self._start_once()
 
     def _start_once(self) -> EmbeddedServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -225,7 +225,7 @@ class EmbeddedCluster:
 
     def _start_node(self) -> None:
         for attempt in range(PORT_ATTEMPTS):
-            bus_port = free_port()
+            bus_port = free_port()  # a new one for each attempt: the last may have been taken
             server = EmbeddedServer(
                 binary=self.binary,
                 appendonly=self._appendonly,
@@ -245,9 +245,9 @@ class EmbeddedCluster:
             except _PortTaken as exc:
                 if exc.port != bus_port or attempt == PORT_ATTEMPTS - 1:
                     raise
-                continue  # the bus port was taken: a new node with a new one
-            self._bus_ports[server.port] = bus_port
-            return
+            else:
+                self._bus_ports[server.port] = bus_port
+                return
 
     def _create(self) -> None:
         first = redis.Redis(port=self.nodes[0].port)

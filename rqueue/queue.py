@@ -449,8 +449,8 @@ class Queue:
         ARGV[4..6], and the failure policy (ARGV[7]) before and after the
         random number of each call; a consumer computes them once per
         settings object."""
-        before, after = settings.failure_policy()
-        return settings.argv(), before, f"{after} {self.name}"
+        before, after = settings.failure_policy(self.name)
+        return settings.argv(), before, after
 
     def _group_argv(self, group: str, consumer: str, settings: Settings, extra: Iterable[Any],
                     fixed: tuple[list[Any], str, str] | None = None) -> list[Any]:

@@ -55,12 +55,11 @@ class Settings:
         """ARGV[4..6] of the group scripts (lua/includes/group_args.lua)."""
         return [_ms(self.ack_wait), self.max_inflight, self.prefetch]
 
-    def failure_policy(self) -> tuple[str, str]:
-        """The failure policy, ARGV[7] of the group scripts, split where the
-        random number of each call goes: the words before it (max_deliveries,
-        the redelivery delays in ms and factors, each followed by a space)
-        and those after it (the dead-letter mode, then ``queue``'s name is
-        added by the caller)."""
+    def failure_policy(self, queue: str) -> tuple[str, str]:
+        """The failure policy of ``queue``, ARGV[7] of the group scripts,
+        split where each call's random number goes: the words before it
+        (max_deliveries, the redelivery delays in ms and factors) and after
+        it (the dead-letter mode and the queue's name), with their spaces."""
         before = " ".join(str(v) for v in (
             self.max_deliveries,
             _ms(self.redelivery_delay),
@@ -68,7 +67,7 @@ class Settings:
             _ms(self.effective_max_redelivery_delay),
             repr(float(self.redelivery_jitter)),
         ))
-        return before + " ", " " + ("drop" if self.dead_letter == "none" else "dlq")
+        return before + " ", f" {'drop' if self.dead_letter == 'none' else 'dlq'} {queue}"
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -19,8 +19,8 @@ NOW = 1_700_000_000_000
 
 def group_argv(group="g", consumer="c1", now=NOW, settings=None, *extra):
     s = settings or Settings(ack_wait=10)
-    before, after = s.failure_policy()
-    return [group, consumer, now, *s.argv(), f"{before}0.5{after} orders", *extra]
+    before, after = s.failure_policy("orders")
+    return [group, consumer, now, *s.argv(), f"{before}0.5{after}", *extra]
 
 
 def ack_argv(consumer, strict, *tags):
@@ -496,9 +496,9 @@ def test_failure_policy_is_one_argument_of_eight_words():
     s = Settings(max_deliveries=3, redelivery_delay=0.25, redelivery_multiplier=2, max_redelivery_delay=4,
                  redelivery_jitter=0.5, dead_letter="none")
     # when the policy is built around a call's random number and queue name
-    before, after = s.failure_policy()
+    before, after = s.failure_policy("orders")
     # then it is the eight words of group_args.lua's ARGV[7]
-    assert f"{before}0.125{after} orders".split(" ") == ["3", "250", "2.0", "4000", "0.5", "0.125", "drop", "orders"]
+    assert f"{before}0.125{after}".split(" ") == ["3", "250", "2.0", "4000", "0.5", "0.125", "drop", "orders"]
 
 
 def test_a_failure_policy_that_does_not_parse_changes_nothing(raw):
