@@ -14,6 +14,8 @@ usage: .venv/bin/python benchmarks/icount.py SCENARIO [N]
              the bench's fetch(1)+ack figure),
              fetch1next (rqueue: one at a time, each ack sent with the
              next fetch, as the Worker does),
+             ack1reverse (rqueue: ack(1) of held messages newest first, so
+             each is settled above the ack floor),
              floorpublish1 floorfetchack1 (the bench's floor probes: the
              least a scripted publish, and a scripted claim + ack, do),
              xadd1 xrg1 xrg100 (redis-py Streams, for comparison)
@@ -112,6 +114,13 @@ def main() -> int:
                 held = published_and_held(k)
                 ctl("-z")
                 for d in held:
+                    consumer.ack(d)
+            elif scenario == "ack1reverse":
+                # One at a time, the newest first: every ack but the last
+                # lands above the floor, next to the run the previous one made.
+                held = published_and_held(k)
+                ctl("-z")
+                for d in reversed(held):
                     consumer.ack(d)
             elif scenario == "fetchack1":
                 queue.publish_many([PAYLOAD] * k)

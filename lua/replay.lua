@@ -61,11 +61,12 @@ for i = 8, #ARGV do
       if next(headers) ~= nil then
         hjson = cjson.encode(headers)
       end
-      -- Reopen seq for this group only: it leaves the acked set (seqs under
+      -- Reopen seq for this group only: it leaves the acked runs (seqs under
       -- the floor stay under it), joins the group's reopen set, and its
       -- record is pinned so that no other group's progress deletes it.
       if seq > tonumber(rcall('HGET', floorsKey, groupName) or '0') then
-        rcall('SREM', ackedKey, seq)
+        --@make ackedRuns
+        removeAckedSeq(seq)
       end
       rcall('ZADD', reopenKey, seq, seq)
       rcall('HINCRBY', pinnedKey, seq, 1)

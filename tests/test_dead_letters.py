@@ -79,6 +79,30 @@ def test_replay_returns_to_that_group_only_with_a_fresh_count(queue):
     assert (s.dead_letters, s.depth, s.group("a").in_flight) == (0, 0, 0)
 
 
+def test_replay_of_a_seq_inside_a_run_of_acks_splits_the_run_and_counts_it_pending(queue):
+    # given seq 1 held, 2 and 4 acked and 3 dead-lettered: one run 2..4 above the floor
+    queue.publish_many([b"1", b"2", b"3", b"4", b"5"])
+    c = queue.consumer("g")
+    d1, d2, d3, d4, d5 = c.fetch(5)
+    c.ack([d2, d4])
+    d3.reject()
+    runs_key = queue.keys.group("g").as_list()[9]
+    r = queue.client.redis
+    assert r.zrange(runs_key, 0, -1, withscores=True) == [(b"2", 4.0)]
+    assert queue.stats().group("g").pending == 2
+    # when it is replayed
+    assert queue.replay_dead_letters().replayed == 1
+    # then the run is split around it and it counts as pending again
+    assert r.zrange(runs_key, 0, -1, withscores=True) == [(b"2", 2.0), (b"4", 4.0)]
+    assert queue.stats().group("g").pending == 3
+    # and once it and the rest are acked, the floor passes everything
+    [again] = c.fetch(5)
+    assert again.seq == 3
+    c.ack([again, d1, d5])
+    g = queue.stats().group("g")
+    assert (g.ack_floor, g.pending, r.zcard(runs_key), queue.stats().depth) == (5, 0, 0, 0)
+
+
 def test_replay_twice_or_interrupted_replays_each_once(queue):
     queue.publish_many([b"m"] * 6)
     kill(queue, "g", 1, 2, 3, 4)

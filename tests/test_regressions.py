@@ -54,7 +54,7 @@ def test_replay_in_a_single_group_leaves_exact_bookkeeping(queue):
     again.ack()
     g = queue.stats().group("g")
     assert (g.ack_floor, g.pending, queue.stats().depth) == (3, 0, 0)
-    assert queue.client.redis.scard(queue.keys.group("g").as_list()[9]) == 0  # acked set is empty
+    assert queue.client.redis.zcard(queue.keys.group("g").as_list()[9]) == 0  # no acked runs are left
 
 
 def test_replay_keeps_user_headers_and_reason_and_does_not_count_a_redelivery(queue):

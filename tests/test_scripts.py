@@ -341,7 +341,7 @@ def test_ack_accepts_a_seq_or_count_written_another_way(raw):
 def test_ack_writes_the_floor_and_counts_as_plain_numbers_however_many_it_settles(raw):
     # An ack of the next seq writes the floor (and, with one group, trimmed)
     # from the string it was sent, and a single ack its counts as strings; a
-    # floor carried on by the acked set, acks sent out of order and a batch,
+    # floor carried on by the acked runs, acks sent out of order and a batch,
     # from numbers. Either way: plain numbers.
     r, qk, gk, s = raw
     publish(raw, b"a", b"b", b"c", b"d", b"e", b"f")
@@ -359,16 +359,87 @@ def test_ack_writes_the_floor_and_counts_as_plain_numbers_however_many_it_settle
     # then the floor is its plain form, and the holder's and group's counts moved by one
     assert floor_and_trimmed() == (b"1", b"1")
     assert r.hget(gk[10], "c1") == b"5" and r.hget(gk[4], "acked") == b"1"
-    # when a later seq is acked first, it waits in the acked set
+    # when a later seq is acked first, it waits in the acked runs
     assert ack(3, 1) == [b"ok"]
-    assert floor_and_trimmed() == (b"1", b"1") and r.smembers(gk[9]) == {b"3"}
+    assert floor_and_trimmed() == (b"1", b"1") and r.zrange(gk[9], 0, -1, withscores=True) == [(b"3", 3.0)]
     # when the gap is acked, the floor passes the waiting seq too
     assert ack(2, 1) == [b"ok"]
-    assert floor_and_trimmed() == (b"3", b"3") and r.scard(gk[9]) == 0
+    assert floor_and_trimmed() == (b"3", b"3") and r.zcard(gk[9]) == 0
     # when several are acked out of order in one call
     assert ack(6, 1, "05", 1, 4, 1) == [b"ok", b"ok", b"ok"]
     assert floor_and_trimmed() == (b"6", b"6") and r.hlen(qk.msgs) == 0
     assert r.hget(gk[10], "c1") == b"0" and r.hget(gk[4], "acked") == b"6"
+
+
+def test_acks_above_a_held_message_are_kept_as_runs_that_the_floor_passes_in_one_step(raw):
+    # The acked key holds runs of contiguous seqs (first seq -> last seq as
+    # its score), merged as they meet; the group hash counts their seqs.
+    r, qk, gk, s = raw
+    publish(raw, *[b"m%d" % i for i in range(1, 13)])
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 12))
+
+    def ack(*seqs):
+        tags = [x for seq in seqs for x in (seq, 1)]
+        return s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *tags))
+
+    def runs():
+        return [(int(m), int(e)) for m, e in r.zrange(gk[9], 0, -1, withscores=True)]
+
+    def above():
+        return int(r.hget(gk[4], "acked_above") or 0)
+
+    # given seq 1 held, when 3..5 are acked in one call and 8 alone
+    assert ack(4, 3, 5) == [b"ok"] * 3
+    assert ack(8) == [b"ok"]
+    # then they are two runs, counted as four seqs, and the floor stays
+    assert runs() == [(3, 5), (8, 8)] and above() == 4 and r.hget(qk.floors, "g") == b"0"
+    # when 6 is acked, the run below takes it; when 7, the two runs become one
+    ack(6)
+    assert runs() == [(3, 6), (8, 8)]
+    ack(7)
+    assert runs() == [(3, 8)] and above() == 6
+    # when 10 then 9 are acked, 9 joins both the run below and the one above
+    ack(10)
+    ack(9)
+    assert runs() == [(3, 10)] and above() == 8
+    # when an acked seq inside a run is acked again, it is named as acked and nothing changes
+    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", 9, 1)) == [b"RQ_ACKED"]
+    assert runs() == [(3, 10)] and above() == 8
+    assert ack(12) == [b"ok"] and runs() == [(3, 10), (12, 12)]
+    # when 2 is acked, the floor stays below the held seq 1 and 2 joins the run
+    ack(2)
+    assert runs() == [(2, 10), (12, 12)] and above() == 10 and r.hget(qk.floors, "g") == b"0"
+    # when 1 is acked, the floor passes the whole run in one step, not the next
+    ack(1)
+    assert r.hget(qk.floors, "g") == b"10" and r.hget(qk.meta, "trimmed") == b"10"
+    assert runs() == [(12, 12)] and above() == 1
+    # when 11 is acked, the floor passes the last run too and nothing is kept
+    ack(11)
+    assert r.hget(qk.floors, "g") == b"12" and runs() == [] and above() == 0 and r.hlen(qk.msgs) == 0
+
+
+def test_acks_out_of_order_in_one_call_make_runs_and_move_the_floor_over_them(raw):
+    r, qk, gk, s = raw
+    publish(raw, *[b"m%d" % i for i in range(1, 11)])
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+
+    def ack(*seqs):
+        tags = [x for seq in seqs for x in (seq, 1)]
+        return s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *tags))
+
+    # given a run 5..6 acked before
+    ack(6, 5)
+    # when 1, 2 and 4 (joining the run from below), 8 and 10 come in one call, out of order
+    assert ack(10, 2, 8, 4, 1) == [b"ok"] * 5
+    # then the floor passes 1..2 and the rest are runs apart from each other
+    assert r.hget(qk.floors, "g") == b"2"
+    assert r.zrange(gk[9], 0, -1, withscores=True) == [(b"4", 6.0), (b"8", 8.0), (b"10", 10.0)]
+    assert r.hget(gk[4], "acked_above") == b"5"
+    # when 3, 7 and 9 come in one call, the floor passes everything
+    assert ack(9, 3, 7) == [b"ok"] * 3
+    assert r.hget(qk.floors, "g") == b"10" and r.zcard(gk[9]) == 0 and r.hget(gk[4], "acked_above") == b"0"
 
 
 def test_a_single_tag_is_judged_as_it_would_be_among_others(raw):

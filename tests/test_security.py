@@ -63,7 +63,7 @@ ACL_RULE = (
     "+multi +exec "
     "+exists +get +set +del "
     "+hdel +hexists +hget +hgetall +hincrby +hkeys +hlen +hmget +hset +hsetnx +hvals "
-    "+sadd +scard +sismember +smembers +srem "
+    "+sadd +sismember +smembers +srem "
     "+zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore "
     "+xadd +xrange +xrevrange "
     "+publish +subscribe"

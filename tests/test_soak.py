@@ -54,7 +54,7 @@ def test_soak_leaves_no_state_behind(server, prefix):
     # then the group's bookkeeping has compacted to nothing
     gk = q.keys.group("g").as_list()
     # (of the delivery states and leases only the pins are left: delivery_state.lua, group_keys.lua)
-    assert (r.hlen(q.keys.msgs), r.hlen(q.keys.settled), r.scard(gk[9]), r.hkeys(gk[8])) == (0, 0, 0, [b"pin"])
+    assert (r.hlen(q.keys.msgs), r.hlen(q.keys.settled), r.zcard(gk[9]), r.hkeys(gk[8])) == (0, 0, 0, [b"pin"])
     assert [m[:4] for m in r.zrange(gk[5], 0, -1)] == [b"pin:"] and r.zscore(gk[5], r.zrange(gk[5], 0, 0)[0]) == float("inf")
     # and the de-duplication ids expire by themselves
     wait_for(lambda: not any(b":id:" in k for k in keys_of(r, prefix)), timeout=60, interval=0.5)

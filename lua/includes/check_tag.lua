@@ -2,7 +2,7 @@
   Classifies a delivery tag (seq, count) presented by consumerName, given the
   message's delivery state d (nil when there is none). A delivery state
   exists exactly while the message is delivered and unsettled, so the floor
-  and the acked set are read only to name the error.
+  and the acked runs are read only to name the error.
   Returns one of:
     "ok"              the tag may settle the message
     "RQ_ACKED"        the group already settled seq
@@ -16,8 +16,13 @@ local function checkTag(seq, count, d, lateOk)
     return 'RQ_UNKNOWN_TAG'
   end
   if d == nil then
-    local floor = tonumber(rcall('HGET', floorsKey, groupName) or '0')
-    if seq <= floor or rcall('SISMEMBER', ackedKey, seq) == 1 then
+    if seq <= tonumber(rcall('HGET', floorsKey, groupName) or '0') then
+      return 'RQ_ACKED'
+    end
+    -- The first acked run that ends at or above seq holds it if it starts
+    -- at or below it (includes/acked_runs.lua).
+    local run = rcall('ZRANGEBYSCORE', ackedKey, string.format('%d', seq), '+inf', 'LIMIT', '0', '1')
+    if run[1] ~= nil and run[1] + 0 <= seq then
       return 'RQ_ACKED'
     end
     return 'RQ_UNKNOWN_TAG'

@@ -6,14 +6,17 @@
     KEYS[2]  msgs       hash  seq -> record
     KEYS[3]  floors     hash  group -> ack floor; also the group registry
     KEYS[4]  settled    hash  seq -> groups that settled it above their floor
-    KEYS[5]  group      hash  cursor and counters of this group
+    KEYS[5]  group      hash  cursor and counters of this group; ACKED_ABOVE
+                              (below): how many seqs the acked runs hold
     KEYS[6]  lease      zset  seq -> lease deadline (ms): the in-flight set;
                               and LEASE_PIN at +inf (below)
     KEYS[7]  ready      zset  seq -> seq: redeliveries due now
     KEYS[8]  delay      zset  seq -> due time (ms): waiting messages
     KEYS[9]  dlv        hash  seq -> "count:consumer:first_ms:last_ms"; and
                               "pin" (includes/delivery_state.lua)
-    KEYS[10] acked      set   seqs settled above the ack floor
+    KEYS[10] acked      zset  first seq -> last seq of each run of seqs
+                              settled above the ack floor
+                              (includes/acked_runs.lua)
     KEYS[11] consumers  hash  consumer -> deliveries it holds
     KEYS[12] pinned     hash  seq -> groups that reopened it by replay
     KEYS[13] reopen     zset  seq -> seq: this group's reopened seqs
@@ -50,3 +53,5 @@ local eventsKey = KEYS[17]
 -- listpack, every ZADD of a lease moves the whole set. Readers of the whole
 -- set skip it; the in-flight count is ZCOUNT -inf (+inf.
 local LEASE_PIN = 'pin: keeps this sorted set a skiplist, as a listpack every ZADD moves the whole set'
+-- The group hash's field counting the seqs in the acked runs (stats reads it).
+local ACKED_ABOVE = 'acked_above'

@@ -1,19 +1,22 @@
 --[[
   The group is done with a list of seqs (acked, dead-lettered or dropped):
-  advance the ack floor over every contiguous settled seq, keep the rest in
-  the acked set, and delete each record once every group has settled it
-  (work-queue retention). Work is one pass over the list plus one step per
-  acked seq the floor passes.
+  advance the ack floor over every contiguous settled seq, keep the rest as
+  runs of acked seqs above the floor (includes/acked_runs.lua), and delete
+  each record once every group has settled it (work-queue retention). Work
+  is one pass over the list plus a few calls per run of contiguous seqs in
+  it: however many acked seqs the floor passes, it passes a run in one step.
 
   A seq reopened by replay (in the group's reopen set) was settled once
   already: settling it again puts it back under the floor or in the acked
-  set without counting it twice, and unpins its record. A pinned record is
+  runs without counting it twice, and unpins its record. A pinned record is
   never deleted by another group's progress.
   fields, when given, are the same seqs as strings, in the same order.
   Settles for groupName; needs group_keys, group_names and bulk.
 ]]
--- The multi-group and replay cases, made only when a call meets one.
+-- The multi-group and replay cases, and acks above the floor, made only
+-- when a call meets one.
 --@lazy sharedSettling settle_shared
+--@lazy ackedRuns acked_runs
 
 local function settleMany(seqs, fields)
   if #seqs == 0 then
@@ -28,7 +31,7 @@ local function settleMany(seqs, fields)
   end
   local groups = rcall('HLEN', floorsKey)
   -- Both sets are empty while a group acks in order and nothing was
-  -- replayed: one EXISTS then stands for the ZCARD and the SREM below.
+  -- replayed: one EXISTS then stands for the ZCARD and the lookups below.
   local setsExist = rcall('EXISTS', reopenKey, ackedKey) > 0
   local fresh = seqs
   if setsExist and rcall('ZCARD', reopenKey) > 0 then
@@ -47,21 +50,42 @@ local function settleMany(seqs, fields)
   -- The new floor as the caller's string when it is one of the seqs (an ack
   -- of the next seq): the two HSETs below then format no number.
   local floorText = nil
-  local above = {}
-  for i, seq in ipairs(seqs) do
-    if seq == floor + 1 then
-      floor = seq
-      floorText = fields and fields[i]
-    elseif seq > floor then
-      -- The caller's string when there is one: redis.call formats a number
-      -- with %.17g, which costs more than the SADD's own work for it.
-      above[#above + 1] = fields and fields[i] or seq
+  local added = 0 -- acked seqs above the floor, net of those the floor passed
+  local count = #seqs
+  local i = 1
+  while i <= count do
+    -- seqs[i..j] is one run of contiguous seqs (a repeated seq stays in it).
+    local j = i
+    while j < count and seqs[j + 1] - seqs[j] <= 1 do
+      j = j + 1
     end
+    local first, last = seqs[i], seqs[j]
+    if last <= floor then
+      -- Under the floor already (a reopened seq settled again): nothing to keep.
+    elseif first <= floor + 1 then
+      floor = last
+      floorText = fields and fields[j]
+      if setsExist then
+        -- Runs are kept apart by at least one unsettled seq, so at most one
+        -- starts right above the new floor, and none after it touches it.
+        local runLast = rcall('ZSCORE', ackedKey, string.format('%d', floor + 1))
+        if runLast then
+          rcall('ZREM', ackedKey, string.format('%d', floor + 1))
+          added = added - (runLast - floor)
+          floor = runLast + 0
+          floorText = nil
+        end
+      end
+    else
+      --@make ackedRuns
+      -- Runs of this call lie apart too: only those there before can touch it.
+      addAckedRun(first, last, fields and fields[i], fields and fields[j], setsExist)
+      added = added + (last - first + 1)
+    end
+    i = j + 1
   end
-  bulk('SADD', ackedKey, above)
-  while (setsExist or #above > 0) and rcall('SREM', ackedKey, string.format('%d', floor + 1)) == 1 do
-    floor = floor + 1
-    floorText = nil
+  if added ~= 0 then
+    rcall('HINCRBY', groupKey, ACKED_ABOVE, string.format('%d', added))
   end
   if floor ~= oldFloor then
     floorText = floorText or floor
