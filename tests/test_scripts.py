@@ -371,17 +371,26 @@ def test_ack_writes_the_floor_and_counts_as_plain_numbers_however_many_it_settle
     assert r.hget(gk[10], "c1") == b"0" and r.hget(gk[4], "acked") == b"6"
 
 
-def test_acks_above_a_held_message_are_kept_as_runs_that_the_floor_passes_in_one_step(raw):
-    # The acked key holds runs of contiguous seqs (first seq -> last seq as
-    # its score), merged as they meet; the group hash counts their seqs.
-    r, qk, gk, s = raw
-    publish(raw, *[b"m%d" % i for i in range(1, 13)])
+def held_by_c1(raw, n):
+    """Publishes n messages that consumer c1 of group g then holds; returns
+    ack(*seqs), which acks those seqs (first deliveries) in one strict call."""
+    _, _, gk, s = raw
+    publish(raw, *[b"m%d" % i for i in range(1, n + 1)])
     s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 12))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, n))
 
     def ack(*seqs):
         tags = [x for seq in seqs for x in (seq, 1)]
         return s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *tags))
+
+    return ack
+
+
+def test_acks_above_a_held_message_are_kept_as_runs_that_the_floor_passes_in_one_step(raw):
+    # The acked key holds runs of contiguous seqs (first seq -> last seq as
+    # its score), merged as they meet; the group hash counts their seqs.
+    r, qk, gk, s = raw
+    ack = held_by_c1(raw, 12)
 
     def runs():
         return [(int(m), int(e)) for m, e in r.zrange(gk[9], 0, -1, withscores=True)]
@@ -421,13 +430,7 @@ def test_acks_above_a_held_message_are_kept_as_runs_that_the_floor_passes_in_one
 
 def test_acks_out_of_order_in_one_call_make_runs_and_move_the_floor_over_them(raw):
     r, qk, gk, s = raw
-    publish(raw, *[b"m%d" % i for i in range(1, 11)])
-    s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
-
-    def ack(*seqs):
-        tags = [x for seq in seqs for x in (seq, 1)]
-        return s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *tags))
+    ack = held_by_c1(raw, 10)
 
     # given a run 5..6 acked before
     ack(6, 5)
