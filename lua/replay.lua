@@ -45,7 +45,7 @@ for i = 8, #ARGV do
   else
     local headers, payload = splitRecord(rec)
     local seq = headers and tonumber(headers['x-rq-seq'])
-    if headers == nil or seq == nil then
+    if headers == nil or seq == nil or not (seq >= 1) or seq % 1 ~= 0 then
       status = 'corrupt'
     elseif headers['x-rq-group'] ~= groupName or headers['x-rq-queue'] ~= failurePolicy().queueName then
       status = 'other-group'

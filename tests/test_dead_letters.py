@@ -103,6 +103,27 @@ def test_replay_of_a_seq_inside_a_run_of_acks_splits_the_run_and_counts_it_pendi
     assert (g.ack_floor, g.pending, r.zcard(runs_key), queue.stats().depth) == (5, 0, 0, 0)
 
 
+def test_replay_leaves_alone_a_dead_letter_whose_seq_is_not_a_whole_number(client, queue):
+    # given seq 1 held, 2, 4 and 5 acked and 3 dead-lettered: one run 2..5
+    queue.publish_many([b"1", b"2", b"3", b"4", b"5"])
+    queue.consumer("g", name="holder").fetch(1)
+    kill(queue, "g", 3)
+    runs_key = queue.keys.group("g").as_list()[9]
+    assert client.redis.zrange(runs_key, 0, -1, withscores=True) == [(b"2", 5.0)]
+    # and its dead letter's seq header damaged to 3.5
+    dlq = queue.dead_letter_queue
+    [dseq] = [int(s) for s in client.redis.hkeys(dlq.keys.msgs)]
+    [letter] = dlq.peek()
+    hjson = json.dumps({**letter.headers, "x-rq-seq": "3.5"}, separators=(",", ":")).encode()
+    client.redis.hset(dlq.keys.msgs, dseq, b":%d:%d:%s%s" % (letter.published_ms, len(hjson), hjson, letter.data))
+    # when the dead letters are replayed
+    result = queue.replay_dead_letters()
+    # then it is left alone, and the run and the count of what is pending are as they were
+    assert (result.replayed, result.skipped) == (0, 1)
+    assert client.redis.zrange(runs_key, 0, -1, withscores=True) == [(b"2", 5.0)]
+    assert queue.stats().group("g").pending == 1 and queue.stats().dead_letters == 1
+
+
 def test_replay_twice_or_interrupted_replays_each_once(queue):
     queue.publish_many([b"m"] * 6)
     kill(queue, "g", 1, 2, 3, 4)

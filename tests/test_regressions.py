@@ -276,3 +276,28 @@ def test_over_maxmemory_acks_get_through_and_publishes_are_refused_whole(kind, p
         client.close()
     finally:
         server.stop()
+
+
+def test_acks_above_the_floor_kept_as_a_set_by_an_older_version_become_runs_when_a_consumer_joins(queue):
+    # given a group whose acks above the floor are a set, one member per
+    # seq, as rqueue kept them before runs, and no acked_above count
+    queue.publish_many([b"1", b"2", b"3", b"4", b"5", b"6"])
+    c = queue.consumer("g")
+    d1, d2, d3, d4, d5, d6 = c.fetch(6)
+    c.ack([d2, d3, d5])
+    r = queue.client.redis
+    gk = queue.keys.group("g").as_list()
+    r.delete(gk[9])
+    r.sadd(gk[9], 2, 3, 5)
+    r.hdel(gk[4], "acked_above")
+    # when a consumer joins
+    queue.consumer("g", name="newer")
+    # then the set is runs, counted, and acks and stats go on from there
+    assert r.zrange(gk[9], 0, -1, withscores=True) == [(b"2", 3.0), (b"5", 5.0)]
+    assert queue.stats().group("g").pending == 3
+    c.ack([d1, d4])
+    g = queue.stats().group("g")
+    assert (g.ack_floor, g.pending, r.zcard(gk[9])) == (5, 1, 0)
+    d6.ack()
+    assert queue.stats().group("g").ack_floor == 6
+

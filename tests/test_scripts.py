@@ -428,6 +428,18 @@ def test_acks_above_a_held_message_are_kept_as_runs_that_the_floor_passes_in_one
     assert r.hget(qk.floors, "g") == b"12" and runs() == [] and above() == 0 and r.hlen(qk.msgs) == 0
 
 
+def test_a_tag_whose_seq_is_no_whole_number_is_unknown_next_to_acked_runs(raw):
+    r, qk, gk, s = raw
+    ack = held_by_c1(raw, 4)
+    # given a run 2..3 above the floor
+    ack(2, 3)
+    # when tags are sent whose seq is NaN, infinite, fractional or past 2^63
+    for seq in ("nan", "inf", "2.5", "1e19"):
+        # then each is an unknown tag, and the run is as it was
+        assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", seq, 1)) == [b"RQ_UNKNOWN_TAG"], seq
+    assert r.zrange(gk[9], 0, -1, withscores=True) == [(b"2", 3.0)] and r.hget(gk[4], "acked_above") == b"2"
+
+
 def test_acks_out_of_order_in_one_call_make_runs_and_move_the_floor_over_them(raw):
     r, qk, gk, s = raw
     ack = held_by_c1(raw, 10)

@@ -12,7 +12,8 @@
                       held: its lease ran out or a newer delivery exists
 ]]
 local function checkTag(seq, count, d, lateOk)
-  if seq == nil or count == nil or seq < 1 or count < 1 then
+  -- Written so that NaN (tonumber('nan')) fails too.
+  if seq == nil or count == nil or not (seq >= 1 and count >= 1) or seq % 1 ~= 0 then
     return 'RQ_UNKNOWN_TAG'
   end
   if d == nil then
@@ -21,7 +22,8 @@ local function checkTag(seq, count, d, lateOk)
     end
     -- The first acked run that ends at or above seq holds it if it starts
     -- at or below it (includes/acked_runs.lua).
-    local run = rcall('ZRANGEBYSCORE', ackedKey, string.format('%d', seq), '+inf', 'LIMIT', '0', '1')
+    -- seq as a number: '%d' would wrap one of 2^63 or more (an error path).
+    local run = rcall('ZRANGEBYSCORE', ackedKey, seq, '+inf', 'LIMIT', '0', '1')
     if run[1] ~= nil and run[1] + 0 <= seq then
       return 'RQ_ACKED'
     end
