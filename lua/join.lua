@@ -22,6 +22,7 @@
 --@include group_args
 --@include beat
 --@include bulk
+--@lazy ackedRuns acked_runs
 
 local created = 0
 if rcall('HEXISTS', floorsKey, groupName) == 0 then
@@ -34,25 +35,8 @@ end
 -- and TYPE would need one more command in every deployment's ACL.
 local probe = redis.pcall('ZCARD', ackedKey)
 if type(probe) == 'table' and probe.err then
-  local seqs = rcall('SMEMBERS', ackedKey)
-  for i, s in ipairs(seqs) do
-    seqs[i] = s + 0
-  end
-  table.sort(seqs)
-  local runs = {} -- last, first of each run: ZADD's score, member
-  local i = 1
-  while i <= #seqs do
-    local j = i
-    while j < #seqs and seqs[j + 1] == seqs[j] + 1 do
-      j = j + 1
-    end
-    runs[#runs + 1] = string.format('%d', seqs[j])
-    runs[#runs + 1] = string.format('%d', seqs[i])
-    i = j + 1
-  end
-  rcall('DEL', ackedKey)
-  bulk('ZADD', ackedKey, runs)
-  rcall('HSET', groupKey, ACKED_ABOVE, string.format('%d', #seqs))
+  --@make ackedRuns
+  runsFromSet()
 end
 local joined = rcall('HSETNX', consumersKey, consumerName, 0)
 rcall('HSET', groupKey, 'live:' .. consumerName, tonumber(ARGV[8] or '') or ackWait)

@@ -8,7 +8,7 @@
   holds, and the floor passes a whole run in one step when that message is
   settled. How many seqs the runs hold is the group hash's ACKED_ABOVE
   field (includes/group_keys.lua), kept by whoever changes the runs.
-  Needs group_keys.
+  Needs group_keys and bulk.
 ]]
 
 -- Adds the run first..last (numbers; firstText and lastText the same as
@@ -37,6 +37,18 @@ local function addAckedRun(first, last, firstText, lastText, mayMerge)
   rcall('ZADD', ackedKey, score, member)
 end
 
+-- Takes out the run that starts at start (a string), the one right above
+-- a floor that just moved, and returns its last seq; nil when there is none.
+-- The caller takes its seqs out of ACKED_ABOVE.
+local function takeRunAt(start)
+  local last = rcall('ZSCORE', ackedKey, start)
+  if last then
+    rcall('ZREM', ackedKey, start)
+    return last + 0
+  end
+  return nil
+end
+
 -- Takes seq out of the run that holds it, if one does (a replay reopens
 -- it), splitting the run around it, and counts it out of ACKED_ABOVE.
 local function removeAckedSeq(seq)
@@ -52,4 +64,29 @@ local function removeAckedSeq(seq)
     rcall('ZADD', ackedKey, run[2], string.format('%d', seq + 1))
   end
   rcall('HINCRBY', groupKey, ACKED_ABOVE, '-1')
+end
+
+-- Makes runs of a set of seqs an rqueue from before the runs kept at the
+-- acked key (one member per seq), and counts them into ACKED_ABOVE. The
+-- set's size is the work; it is done once, by join.lua.
+local function runsFromSet()
+  local seqs = rcall('SMEMBERS', ackedKey)
+  for k, s in ipairs(seqs) do
+    seqs[k] = s + 0
+  end
+  table.sort(seqs)
+  local runs = {} -- last, first of each run: ZADD's score, member
+  local first = 1
+  while first <= #seqs do
+    local last = first
+    while last < #seqs and seqs[last + 1] == seqs[last] + 1 do
+      last = last + 1
+    end
+    runs[#runs + 1] = string.format('%d', seqs[last])
+    runs[#runs + 1] = string.format('%d', seqs[first])
+    first = last + 1
+  end
+  rcall('DEL', ackedKey)
+  bulk('ZADD', ackedKey, runs)
+  rcall('HSET', groupKey, ACKED_ABOVE, string.format('%d', #seqs))
 end

@@ -68,11 +68,11 @@ local function settleMany(seqs, fields)
       if setsExist then
         -- Runs are kept apart by at least one unsettled seq, so at most one
         -- starts right above the new floor, and none after it touches it.
-        local runLast = rcall('ZSCORE', ackedKey, string.format('%d', floor + 1))
+        --@make ackedRuns
+        local runLast = takeRunAt(string.format('%d', floor + 1))
         if runLast then
-          rcall('ZREM', ackedKey, string.format('%d', floor + 1))
           added = added - (runLast - floor)
-          floor = runLast + 0
+          floor = runLast
           floorText = nil
         end
       end
