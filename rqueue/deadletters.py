@@ -86,7 +86,9 @@ class Selection:
             check_name("group", self.group)
         for name in ("seq_from", "seq_to", "limit"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "limit" else 0)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "limit" else 0)
+            ):
                 raise InvalidInput(f"{name} must be a whole number >= {1 if name == 'limit' else 0}, not {value!r}")
         if self.seq_from is not None and self.seq_to is not None and self.seq_from > self.seq_to:
             raise InvalidInput(f"seq_from {self.seq_from} is above seq_to {self.seq_to}")
@@ -116,8 +118,14 @@ class ReplayResult:
         by_group = dict(self.by_group)
         for g, n in other.by_group.items():
             by_group[g] = by_group.get(g, 0) + n
-        return ReplayResult(self.selected + other.selected, self.replayed + other.replayed,
-                            self.missing + other.missing, self.skipped + other.skipped, self.dry_run, by_group)
+        return ReplayResult(
+            self.selected + other.selected,
+            self.replayed + other.replayed,
+            self.missing + other.missing,
+            self.skipped + other.skipped,
+            self.dry_run,
+            by_group,
+        )
 
 
 def iter_dead_letters(queue: Queue, selection: Selection) -> Iterator[DeadLetter]:

@@ -30,7 +30,9 @@ class _NodeState:
         self.aof: bool | None = None  # appendonly is on
 
 
-def publish_durably(client: Client, slot_key: str, script: Script, calls: Sequence[tuple[list[Any], list[Any]]]) -> list[Any]:
+def publish_durably(
+    client: Client, slot_key: str, script: Script, calls: Sequence[tuple[list[Any], list[Any]]]
+) -> list[Any]:
     """Runs the publish ``calls`` (KEYS, ARGV) and waits for durability on
     the same connection. Returns the script replies; raises NotDurable (the
     messages are stored) when the wait fell short."""
@@ -84,14 +86,30 @@ def publish_durably(client: Client, slot_key: str, script: Script, calls: Sequen
     if isinstance(replicas, Exception):  # a server without WAIT (the in-process memory:// server)
         raise NotDurable(results, 0, client.durable_replicas, fsynced, f"the server refused WAIT ({replicas})")
     if int(replicas) < client.durable_replicas:
-        raise NotDurable(results, int(replicas), client.durable_replicas, fsynced,
-                         f"{replicas} of {client.durable_replicas} replicas acknowledged within {client.durable_timeout} s")
+        raise NotDurable(
+            results,
+            int(replicas),
+            client.durable_replicas,
+            fsynced,
+            f"{replicas} of {client.durable_replicas} replicas acknowledged within {client.durable_timeout} s",
+        )
     if fsynced is False:
-        raise NotDurable(results, int(replicas), client.durable_replicas, fsynced,
-                         f"the primary did not fsync within {client.durable_timeout} s")
+        raise NotDurable(
+            results,
+            int(replicas),
+            client.durable_replicas,
+            fsynced,
+            f"the primary did not fsync within {client.durable_timeout} s",
+        )
     if client.durable_replicas == 0 and not fsynced:
-        raise NotDurable(results, 0, 0, fsynced, "nothing to wait for: durable_replicas is 0 and the server has "
-                         "no append-only file with WAITAOF (Redis >= 7.2, Valkey >= 8)")
+        raise NotDurable(
+            results,
+            0,
+            0,
+            fsynced,
+            "nothing to wait for: durable_replicas is 0 and the server has "
+            "no append-only file with WAITAOF (Redis >= 7.2, Valkey >= 8)",
+        )
     return results
 
 

@@ -117,15 +117,24 @@ class EmbeddedServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [
             self.binary,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", str(self.data_dir),
-            "--save", "",
-            "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", "always",
-            "--maxmemory-policy", "noeviction",
-            "--logfile", str(self.log_path),
-            "--daemonize", "no",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--appendfsync",
+            "always",
+            "--maxmemory-policy",
+            "noeviction",
+            "--logfile",
+            str(self.log_path),
+            "--daemonize",
+            "no",
             *self.extra_args,
         ]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -133,8 +142,9 @@ class EmbeddedServer:
         # A read timeout too: a port taken by a listener that never answers
         # would hang the PING. No retries: this loop polls, and redis-py's
         # default retries back off for seconds.
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5, socket_timeout=0.5,
-                             retry=Retry(NoBackoff(), 0))
+        client = redis.Redis(
+            port=self.port, socket_connect_timeout=0.5, socket_timeout=0.5, retry=Retry(NoBackoff(), 0)
+        )
         try:
             while True:
                 if self.process.poll() is not None or time.monotonic() > deadline:
@@ -230,14 +240,20 @@ class EmbeddedCluster:
                 binary=self.binary,
                 appendonly=self._appendonly,
                 extra_args=[
-                    "--cluster-enabled", "yes",
-                    "--cluster-config-file", "nodes.conf",
-                    "--cluster-node-timeout", str(self.node_timeout),
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    str(self.node_timeout),
                     # A bus port of our own: port + 10000 may be taken or past 65535.
-                    "--cluster-port", str(bus_port),
+                    "--cluster-port",
+                    str(bus_port),
                     # Replicas of a dead primary take over even after a long outage.
-                    "--cluster-replica-validity-factor", "0",
-                    "--appendfsync", "everysec",
+                    "--cluster-replica-validity-factor",
+                    "0",
+                    "--appendfsync",
+                    "everysec",
                 ],
             )
             try:

@@ -307,8 +307,10 @@ class NotDurable(RQueueError):
     """
 
     def __init__(self, results: list, replicas: int, required: int, fsynced: bool | None, why: str) -> None:
-        super().__init__(f"publish not confirmed durable: {why} (the messages are stored; "
-                         "publishing them again with the same ids is safe)")
+        super().__init__(
+            f"publish not confirmed durable: {why} (the messages are stored; "
+            "publishing them again with the same ids is safe)"
+        )
         self.results = results
         self.replicas = replicas
         self.required = required

@@ -27,7 +27,10 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "nacked": ("rqueue_nacked_total", "Handler failures offered again under the redelivery policy."),
     "redelivered": ("rqueue_redelivered_total", "Deliveries that were redeliveries (delivery count > 1)."),
     "dead_lettered": ("rqueue_dead_lettered_total", "Messages this worker dead-lettered (Reject or max_deliveries)."),
-    "stale_skipped": ("rqueue_suppressed_duplicates_total", "Deliveries not run because the group may have settled them."),
+    "stale_skipped": (
+        "rqueue_suppressed_duplicates_total",
+        "Deliveries not run because the group may have settled them.",
+    ),
     "late_settles": ("rqueue_late_settles_total", "Acks and nacks whose delivery had moved on."),
     "members_removed": ("rqueue_members_removed_total", "Silent members of the group this worker removed."),
     "reconnects": ("rqueue_reconnects_total", "Redis calls retried after a connection error."),
@@ -51,7 +54,11 @@ class WorkerMetrics:
             for stat, (name, help) in COUNTERS.items()
         }
         self.handler_seconds = Histogram(
-            "rqueue_handler_seconds", "Run time of the handler.", labels, buckets=HANDLER_BUCKETS, registry=self.registry
+            "rqueue_handler_seconds",
+            "Run time of the handler.",
+            labels,
+            buckets=HANDLER_BUCKETS,
+            registry=self.registry,
         ).labels(**self._labels)
         self.registry.register(_QueueCollector(queue, group))
 

@@ -71,5 +71,7 @@ def check_message_id(msg_id: object) -> str:
     try:
         msg_id.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise InvalidInput(f"message id {msg_id!r} cannot be encoded as UTF-8 ({exc.reason} at position {exc.start})") from None
+        raise InvalidInput(
+            f"message id {msg_id!r} cannot be encoded as UTF-8 ({exc.reason} at position {exc.start})"
+        ) from None
     return msg_id

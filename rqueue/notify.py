@@ -43,7 +43,9 @@ class Notifier:
                 self._wanted.add(channel)
                 self._generation.setdefault(channel, 0)
                 self._start()
-                self._cond.wait_for(lambda: channel in self._subscribed or self._closed or self._refused, SUBSCRIBE_TIMEOUT)
+                self._cond.wait_for(
+                    lambda: channel in self._subscribed or self._closed or self._refused, SUBSCRIBE_TIMEOUT
+                )
             return self._generation[channel]
 
     def wait(self, channel: str, since: int, timeout: float, until: Callable[[], bool] | None = None) -> bool:
@@ -109,7 +111,9 @@ class Notifier:
             except redis.exceptions.NoPermissionError as exc:
                 log.warning(
                     "SUBSCRIBE refused (%s): idle consumers poll every %.1f s instead of being woken; "
-                    "grant the channels &<prefix>:* (docs/ACL.md)", exc, IDLE_POLL_INTERVAL,
+                    "grant the channels &<prefix>:* (docs/ACL.md)",
+                    exc,
+                    IDLE_POLL_INTERVAL,
                 )
                 with self._cond:
                     self._refused = True

@@ -113,15 +113,29 @@ class PartitionedQueue:
             self._next = (self._next + 1) % self.partitions
             return self._next
 
-    def publish(self, payload: bytes, headers: Mapping[str, str] | None = None, id: str | None = None,
-                delay: float | None = None, mandatory: bool = False, durable: bool = False,
-                key: str | None = None) -> PublishResult:
+    def publish(
+        self,
+        payload: bytes,
+        headers: Mapping[str, str] | None = None,
+        id: str | None = None,
+        delay: float | None = None,
+        mandatory: bool = False,
+        durable: bool = False,
+        key: str | None = None,
+    ) -> PublishResult:
         """As :meth:`rqueue.Queue.publish`, to the partition of ``key`` (a
         str: the same key, the same partition, so order is kept per key),
         else of ``id``, else the next one round-robin. The result's
         ``partition`` names it."""
-        return self.publish_many([payload], headers=[headers] if headers else None, ids=[id], delay=delay,
-                                 mandatory=mandatory, durable=durable, keys=[key])[0]
+        return self.publish_many(
+            [payload],
+            headers=[headers] if headers else None,
+            ids=[id],
+            delay=delay,
+            mandatory=mandatory,
+            durable=durable,
+            keys=[key],
+        )[0]
 
     def publish_many(
         self,
@@ -157,8 +171,15 @@ class PartitionedQueue:
         prepared: list[tuple[Queue, list[int], _Prepared]] = []
         for p, idx in sorted(routes.items()):
             part = self.parts[p]
-            ready = part._prepare([payloads[i] for i in idx], [per_headers[i] for i in idx], [per_ids[i] for i in idx],
-                                  delay, mandatory, durable, positions=idx if count > 1 else None)
+            ready = part._prepare(
+                [payloads[i] for i in idx],
+                [per_headers[i] for i in idx],
+                [per_ids[i] for i in idx],
+                delay,
+                mandatory,
+                durable,
+                positions=idx if count > 1 else None,
+            )
             if ready is not None:
                 prepared.append((part, idx, ready))
         out: list[PublishResult | None] = [None] * count
@@ -179,9 +200,13 @@ class PartitionedQueue:
         if all(isinstance(e, NotDurable) for e in errors.values()):
             weakest: list[NotDurable] = list(errors.values())  # type: ignore[arg-type]
             synced = [e.fsynced for e in weakest]
-            raise NotDurable(out, min(e.replicas for e in weakest), weakest[0].required,
-                             None if None in synced else all(synced),
-                             "; ".join(f"partition {p}: {e.why}" for p, e in sorted(errors.items())))  # type: ignore[attr-defined]
+            raise NotDurable(
+                out,
+                min(e.replicas for e in weakest),
+                weakest[0].required,
+                None if None in synced else all(synced),
+                "; ".join(f"partition {p}: {e.why}" for p, e in sorted(errors.items())),
+            )  # type: ignore[attr-defined]
         raise PartialPublish(out, errors)
 
     def _send_all(self, prepared: list[tuple[Queue, list[int], _Prepared]]) -> list[tuple[Queue, list[int], Any]]:
@@ -206,8 +231,16 @@ class PartitionedQueue:
         for (part, idx, ready), reply in zip(prepared, replies):
             if not isinstance(reply, Exception):
                 self.client._register(self.name)
-                sent.append((part, idx, [PublishResult(int(reply[j]), reply[j + 1] == 1, None, part.partition)
-                                         for j in range(0, len(reply), 2)]))
+                sent.append(
+                    (
+                        part,
+                        idx,
+                        [
+                            PublishResult(int(reply[j]), reply[j + 1] == 1, None, part.partition)
+                            for j in range(0, len(reply), 2)
+                        ],
+                    )
+                )
                 continue
             err = from_script_error(reply, queue=self.name)
             if isinstance(err, Unroutable):
@@ -222,8 +255,14 @@ class PartitionedQueue:
 
     # -- consuming ----------------------------------------------------------
 
-    def consumer(self, group: str, name: str | None = None, prefetch: int | None = None,
-                 liveness: float | None = None, **settings: Any) -> PartitionedConsumer:
+    def consumer(
+        self,
+        group: str,
+        name: str | None = None,
+        prefetch: int | None = None,
+        liveness: float | None = None,
+        **settings: Any,
+    ) -> PartitionedConsumer:
         """Joins ``group`` in every partition as consumer ``name`` (see
         :meth:`rqueue.Queue.consumer`; prefetch holds per partition)."""
         return PartitionedConsumer(self, group, name, prefetch, liveness, settings)
@@ -237,17 +276,28 @@ class PartitionedQueue:
     def stats(self) -> QueueStats:
         """The figures of every partition, and their sums."""
         parts = [part.stats() for part in self.parts]
-        groups = [_sum_groups(name, [g for s in parts for g in s.groups if g.name == name])
-                  for name in sorted({g.name for s in parts for g in s.groups})]
-        return QueueStats(self.name, sum(s.last_seq for s in parts), sum(s.depth for s in parts),
-                          sum(s.scheduled for s in parts), sum(s.dead_letters for s in parts), groups, parts)
+        groups = [
+            _sum_groups(name, [g for s in parts for g in s.groups if g.name == name])
+            for name in sorted({g.name for s in parts for g in s.groups})
+        ]
+        return QueueStats(
+            self.name,
+            sum(s.last_seq for s in parts),
+            sum(s.depth for s in parts),
+            sum(s.scheduled for s in parts),
+            sum(s.dead_letters for s in parts),
+            groups,
+            parts,
+        )
 
     def peek(self, n: int = 10, after: int = 0) -> list[Message]:
         """Up to ``n`` stored messages, oldest publish first, over every
         partition (each Message's seq is a seq of its partition)."""
         if after != 0:
             raise InvalidInput(f"after={after!r}: seqs are per partition; peek one partition with .parts[i].peek()")
-        return heapq.nsmallest(n, (m for part in self.parts for m in part.peek(n)), key=lambda m: (m.published_ms, m.seq))
+        return heapq.nsmallest(
+            n, (m for part in self.parts for m in part.peek(n)), key=lambda m: (m.published_ms, m.seq)
+        )
 
     def peek_group(self, group: str, n: int = 10) -> list[Message]:
         """The next messages ``group`` would be offered, partition by
@@ -279,8 +329,14 @@ class PartitionedQueue:
         self.client._partitioned.pop(self.parts[0].root, None)
         return deleted
 
-    def dead_letters(self, group: str | None = None, reason: str | None = None, seq_from: int | None = None,
-                     seq_to: int | None = None, limit: int | None = None) -> list[DeadLetter]:
+    def dead_letters(
+        self,
+        group: str | None = None,
+        reason: str | None = None,
+        seq_from: int | None = None,
+        seq_to: int | None = None,
+        limit: int | None = None,
+    ) -> list[DeadLetter]:
         """Dead letters of every partition (each with its ``partition``), by
         partition, oldest first; ``limit`` counts over all of them."""
         out: list[DeadLetter] = []
@@ -288,13 +344,22 @@ class PartitionedQueue:
             left = None if limit is None else limit - len(out)
             if left is not None and left <= 0:
                 break
-            out += [dataclasses.replace(d, partition=part.partition)
-                    for d in part.dead_letters(group, reason, seq_from, seq_to, left)]
+            out += [
+                dataclasses.replace(d, partition=part.partition)
+                for d in part.dead_letters(group, reason, seq_from, seq_to, left)
+            ]
         return out
 
-    def replay_dead_letters(self, group: str | None = None, reason: str | None = None, seq_from: int | None = None,
-                            seq_to: int | None = None, limit: int | None = None, dry_run: bool = False,
-                            progress: Progress | None = None) -> ReplayResult:
+    def replay_dead_letters(
+        self,
+        group: str | None = None,
+        reason: str | None = None,
+        seq_from: int | None = None,
+        seq_to: int | None = None,
+        limit: int | None = None,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> ReplayResult:
         """As :meth:`rqueue.Queue.replay_dead_letters`, partition by
         partition (each dead letter goes back to its own partition)."""
         total: ReplayResult | None = None
@@ -307,8 +372,15 @@ class PartitionedQueue:
         assert total is not None
         return total
 
-    def purge_dead_letters(self, group: str | None = None, reason: str | None = None, seq_from: int | None = None,
-                           seq_to: int | None = None, limit: int | None = None, progress: Progress | None = None) -> int:
+    def purge_dead_letters(
+        self,
+        group: str | None = None,
+        reason: str | None = None,
+        seq_from: int | None = None,
+        seq_to: int | None = None,
+        limit: int | None = None,
+        progress: Progress | None = None,
+    ) -> int:
         """Deletes the selected dead letters of every partition; returns how many."""
         deleted = 0
         for part in self.parts:
@@ -327,7 +399,9 @@ class PartitionedQueue:
     def events_after(self, last_id: str, count: int = 100) -> list[dict[str, str]]:
         """Events newer than the stream id ``last_id`` ("0" for all) over
         every partition, oldest first, each with its ``partition``."""
-        merged = [{**e, "partition": str(part.partition)} for part in self.parts for e in part.events_after(last_id, count)]
+        merged = [
+            {**e, "partition": str(part.partition)} for part in self.parts for e in part.events_after(last_id, count)
+        ]
         return sorted(merged, key=_event_order)[:count]
 
     def events(self, count: int = 100) -> list[dict[str, str]]:
@@ -356,12 +430,20 @@ def _sum_groups(name: str, groups: list[GroupStats]) -> GroupStats:
             else:
                 beats = [b for b in (seen.last_heartbeat_ms, c.last_heartbeat_ms) if b is not None]
                 idles = [i for i in (seen.idle_ms, c.idle_ms) if i is not None]
-                members[c.name] = ConsumerStats(c.name, seen.held + c.held, max(beats) if beats else None,
-                                                min(idles) if idles else None)
-    counted = {f.name: sum(getattr(g, f.name) for g in groups) for f in dataclasses.fields(GroupStats)
-               if f.name not in ("name", "oldest_lease_age_ms", "consumers")}
-    return GroupStats(name=name, oldest_lease_age_ms=max(ages) if ages else None,
-                      consumers=sorted(members.values(), key=lambda c: c.name), **counted)
+                members[c.name] = ConsumerStats(
+                    c.name, seen.held + c.held, max(beats) if beats else None, min(idles) if idles else None
+                )
+    counted = {
+        f.name: sum(getattr(g, f.name) for g in groups)
+        for f in dataclasses.fields(GroupStats)
+        if f.name not in ("name", "oldest_lease_age_ms", "consumers")
+    }
+    return GroupStats(
+        name=name,
+        oldest_lease_age_ms=max(ages) if ages else None,
+        consumers=sorted(members.values(), key=lambda c: c.name),
+        **counted,
+    )
 
 
 class PartitionedConsumer:
@@ -375,8 +457,15 @@ class PartitionedConsumer:
     ``"<partition>/<seq>.<count>"``.
     """
 
-    def __init__(self, queue: PartitionedQueue, group: str, name: str | None, prefetch: int | None,
-                 liveness: float | None, settings: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        queue: PartitionedQueue,
+        group: str,
+        name: str | None,
+        prefetch: int | None,
+        liveness: float | None,
+        settings: dict[str, Any],
+    ) -> None:
         self.queue = queue
         self.client = queue.client
         self.group = group
@@ -412,13 +501,21 @@ class PartitionedConsumer:
         the first one when none is ready."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= C.MAX_FETCH:
             raise InvalidInput(f"n must be a whole number from 1 to {C.MAX_FETCH}, not {n!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout < 0:
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout)
+            or timeout < 0
+        ):
             raise InvalidInput(f"timeout must be a number of seconds >= 0, not {timeout!r}")
         clock, notifier = self.client.clock, self.client.notifier
         deadline = clock.monotonic() + timeout
         while True:
-            since = {c.queue.keys.wake_channel: notifier.generation(c.queue.keys.wake_channel) for c in self.consumers} \
-                if timeout > 0 else {}
+            since = (
+                {c.queue.keys.wake_channel: notifier.generation(c.queue.keys.wake_channel) for c in self.consumers}
+                if timeout > 0
+                else {}
+            )
             out: list[Delivery] = []
             for c in self._order():
                 try:
@@ -436,7 +533,9 @@ class PartitionedConsumer:
                 return out
             notifier.wait_any(since, min(remaining, C.IDLE_POLL_INTERVAL))
 
-    def ack_and_fetch(self, acks: Iterable[DeliveryRef], n: int) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
+    def ack_and_fetch(
+        self, acks: Iterable[DeliveryRef], n: int
+    ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """As :meth:`rqueue.Consumer.ack_and_fetch`: each partition settles
         its acks; new deliveries come from the partitions in turn."""
         by_part = self._split(acks)
@@ -497,8 +596,9 @@ class PartitionedConsumer:
     def in_progress(self, deliveries: DeliveryRef | Iterable[DeliveryRef]) -> int:
         """Extends leases (see :meth:`rqueue.Consumer.in_progress`); returns
         the latest new deadline (server ms)."""
-        return max(self.consumers[p].in_progress([d for _, d in mine])
-                   for p, mine in self._split(_refs(deliveries)).items())
+        return max(
+            self.consumers[p].in_progress([d for _, d in mine]) for p, mine in self._split(_refs(deliveries)).items()
+        )
 
     def heartbeat(self, running: Iterable[DeliveryRef], timeout: float, sync: bool = False) -> HeartbeatResult:
         """A heartbeat in every partition (see :meth:`rqueue.Consumer.heartbeat`);
@@ -552,8 +652,10 @@ class PartitionedConsumer:
             raise InvalidInput(f"expected a Delivery or a delivery tag, not {type(ref).__name__}")
         head, sep, tag = ref.partition("/")
         if not sep or not head.isascii() or not head.isdigit() or int(head) >= len(self.consumers):
-            raise InvalidInput(f"{ref!r} is not a delivery tag of a partitioned queue: <partition>/<seq>.<count> "
-                               f"with a partition from 0 to {len(self.consumers) - 1}")
+            raise InvalidInput(
+                f"{ref!r} is not a delivery tag of a partitioned queue: <partition>/<seq>.<count> "
+                f"with a partition from 0 to {len(self.consumers) - 1}"
+            )
         return int(head), tag
 
     def _split(self, refs: Iterable[DeliveryRef]) -> dict[int, list[tuple[int, DeliveryRef]]]:
@@ -578,8 +680,16 @@ class PartitionedWorker:
     partition, as a consumer's does (default: twice each partition's
     threads)."""
 
-    def __init__(self, queue: PartitionedQueue, group: str, handler: Any, *,
-                 concurrency: int = C.DEFAULT_CONCURRENCY, name: str | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        queue: PartitionedQueue,
+        group: str,
+        handler: Any,
+        *,
+        concurrency: int = C.DEFAULT_CONCURRENCY,
+        name: str | None = None,
+        **options: Any,
+    ) -> None:
         from .worker import Worker
 
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -592,8 +702,10 @@ class PartitionedWorker:
         self.name = name
         self.concurrency = sum(shares)
         #: One worker per partition (``workers[i].queue.partition == i``).
-        self.workers = [Worker(part, group, handler, concurrency=share, name=name, **options)
-                        for part, share in zip(queue.parts, shares)]
+        self.workers = [
+            Worker(part, group, handler, concurrency=share, name=name, **options)
+            for part, share in zip(queue.parts, shares)
+        ]
         self._errors: list[BaseException] = []
         self._stopping = threading.Event()
         self._stopped = threading.Event()
@@ -619,8 +731,10 @@ class PartitionedWorker:
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
-        threads = [threading.Thread(target=self._run_one, args=(w,), name=f"rqueue-worker-{w.queue.partition}")
-                   for w in self.workers]
+        threads = [
+            threading.Thread(target=self._run_one, args=(w,), name=f"rqueue-worker-{w.queue.partition}")
+            for w in self.workers
+        ]
         try:
             for t in threads:
                 t.start()
@@ -645,8 +759,9 @@ class PartitionedWorker:
 
     def start(self) -> None:
         """Runs the workers in the background (no signal handlers)."""
-        self._background = threading.Thread(target=self.run, kwargs={"install_signal_handlers": False},
-                                            name="rqueue-partitioned-worker")
+        self._background = threading.Thread(
+            target=self.run, kwargs={"install_signal_handlers": False}, name="rqueue-partitioned-worker"
+        )
         self._background.start()
 
     def stop(self, now: bool = False) -> None:

@@ -8,13 +8,21 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import redis
 
 from . import constants as C
+from .deadletters import DeadLetter, Progress, ReplayResult, Selection, iter_dead_letters, purge, replay
 from .durable import publish_durably
-from .errors import InvalidInput, InvalidName, InvalidSetting, NotDurable, PayloadTooLarge, Unroutable, from_script_error
+from .errors import (
+    InvalidInput,
+    InvalidName,
+    InvalidSetting,
+    NotDurable,
+    PayloadTooLarge,
+    Unroutable,
+    from_script_error,
+)
 from .keys import QueueKeys, queue_base, registry_key
 from .names import check_message_id, check_name
 from .record import decode_record, encode_body
 from .results import ConsumerStats, GroupStats, PublishResult, QueueStats
-from .deadletters import DeadLetter, Progress, ReplayResult, Selection, iter_dead_letters, purge, replay
 from .settings import DEAD_LETTER_MODES, Settings
 
 if TYPE_CHECKING:
@@ -110,22 +118,42 @@ class Queue:
 
     # -- dead letters -------------------------------------------------------
 
-    def dead_letters(self, group: str | None = None, reason: str | None = None, seq_from: int | None = None,
-                     seq_to: int | None = None, limit: int | None = None) -> list[DeadLetter]:
+    def dead_letters(
+        self,
+        group: str | None = None,
+        reason: str | None = None,
+        seq_from: int | None = None,
+        seq_to: int | None = None,
+        limit: int | None = None,
+    ) -> list[DeadLetter]:
         """Dead letters of this queue, oldest first, filtered by the group
         that dead-lettered them, reason, original seq range and count."""
         return list(iter_dead_letters(self, Selection(group, reason, seq_from, seq_to, limit)))
 
-    def replay_dead_letters(self, group: str | None = None, reason: str | None = None, seq_from: int | None = None,
-                            seq_to: int | None = None, limit: int | None = None, dry_run: bool = False,
-                            progress: Progress | None = None) -> ReplayResult:
+    def replay_dead_letters(
+        self,
+        group: str | None = None,
+        reason: str | None = None,
+        seq_from: int | None = None,
+        seq_to: int | None = None,
+        limit: int | None = None,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> ReplayResult:
         """Returns the selected dead letters to the group that dead-lettered
         each, and only to it, with a fresh delivery count; exactly once, even
         when run twice or interrupted."""
         return replay(self, Selection(group, reason, seq_from, seq_to, limit), dry_run, progress)
 
-    def purge_dead_letters(self, group: str | None = None, reason: str | None = None, seq_from: int | None = None,
-                           seq_to: int | None = None, limit: int | None = None, progress: Progress | None = None) -> int:
+    def purge_dead_letters(
+        self,
+        group: str | None = None,
+        reason: str | None = None,
+        seq_from: int | None = None,
+        seq_to: int | None = None,
+        limit: int | None = None,
+        progress: Progress | None = None,
+    ) -> int:
         """Deletes the selected dead letters; returns how many were deleted."""
         return purge(self, Selection(group, reason, seq_from, seq_to, limit), progress)
 
@@ -232,8 +260,14 @@ class Queue:
         where the server has WAITAOF and AOF is on, until it is fsynced;
         NotDurable is raised (the message is stored) when that falls short.
         """
-        return self.publish_many([payload], headers=[headers] if headers else None, ids=[id], delay=delay,
-                                 mandatory=mandatory, durable=durable)[0]
+        return self.publish_many(
+            [payload],
+            headers=[headers] if headers else None,
+            ids=[id],
+            delay=delay,
+            mandatory=mandatory,
+            durable=durable,
+        )[0]
 
     def publish_many(
         self,
@@ -255,9 +289,16 @@ class Queue:
         prepared = self._prepare(payloads, headers, ids, delay, mandatory, durable)
         return self._send(prepared) if prepared is not None else []
 
-    def _prepare(self, payloads: Sequence[bytes], headers: Any, ids: Sequence[str | None] | None,
-                 delay: float | None, mandatory: bool, durable: bool,
-                 positions: Sequence[int] | None = None) -> _Prepared | None:
+    def _prepare(
+        self,
+        payloads: Sequence[bytes],
+        headers: Any,
+        ids: Sequence[str | None] | None,
+        delay: float | None,
+        mandatory: bool,
+        durable: bool,
+        positions: Sequence[int] | None = None,
+    ) -> _Prepared | None:
         """Checks every message of a publish_many call and encodes it; None
         for an empty batch. Raises before anything is sent; an error names
         the message by its index, or by ``positions[index]`` (its place in
@@ -290,10 +331,22 @@ class Queue:
             if size > settings.max_payload:
                 raise PayloadTooLarge(size, settings.max_payload, None if single else where)
             args.append((msg_id, f"{delay_ms}:{hlen}" if hlen else delay_ms, body))
-        head = [self.client.clock.script_now(), int(settings.dedup_window * 1000), "1" if mandatory else "0", self.keys.wake_channel]
+        head = [
+            self.client.clock.script_now(),
+            int(settings.dedup_window * 1000),
+            "1" if mandatory else "0",
+            self.keys.wake_channel,
+        ]
         calls = [self._publish_call(args[start : start + C.MAX_BATCH]) for start in range(0, len(args), C.MAX_BATCH)]
-        return _Prepared([(keys, head + call_args) for keys, call_args in calls], settings, payloads, per_headers,
-                         per_ids, delay, durable)
+        return _Prepared(
+            [(keys, head + call_args) for keys, call_args in calls],
+            settings,
+            payloads,
+            per_headers,
+            per_ids,
+            delay,
+            durable,
+        )
 
     def _send(self, prepared: _Prepared) -> list[PublishResult]:
         """Runs the script calls of a prepared publish; returns once Redis applied them."""
@@ -317,8 +370,9 @@ class Queue:
             err = from_script_error(exc, queue=self.name)
             alternate = prepared.settings.alternate
             if isinstance(err, Unroutable) and alternate is not None:
-                return self._to_alternate(alternate, prepared.payloads, prepared.headers, prepared.ids, prepared.delay,
-                                          prepared.durable)
+                return self._to_alternate(
+                    alternate, prepared.payloads, prepared.headers, prepared.ids, prepared.delay, prepared.durable
+                )
             raise err from None
         self.client._register(self.name)
         return _results(replies, self.partition)
@@ -337,9 +391,18 @@ class Queue:
                 args += [0, timing, body]
         return keys, args
 
-    def _to_alternate(self, alternate: str, payloads: Sequence[bytes], headers: list[Any], ids: list[Any],
-                      delay: float | None, durable: bool) -> list[PublishResult]:
-        results = self.client.queue(alternate).publish_many(payloads, headers=headers, ids=ids, delay=delay, durable=durable)
+    def _to_alternate(
+        self,
+        alternate: str,
+        payloads: Sequence[bytes],
+        headers: list[Any],
+        ids: list[Any],
+        delay: float | None,
+        durable: bool,
+    ) -> list[PublishResult]:
+        results = self.client.queue(alternate).publish_many(
+            payloads, headers=headers, ids=ids, delay=delay, durable=durable
+        )
         return [PublishResult(r.seq, r.duplicate, alternate) for r in results]
 
     @staticmethod
@@ -353,8 +416,14 @@ class Queue:
 
     # -- consuming ----------------------------------------------------------
 
-    def consumer(self, group: str, name: str | None = None, prefetch: int | None = None,
-                 liveness: float | None = None, **settings: Any) -> Consumer:
+    def consumer(
+        self,
+        group: str,
+        name: str | None = None,
+        prefetch: int | None = None,
+        liveness: float | None = None,
+        **settings: Any,
+    ) -> Consumer:
         """Joins ``group`` (created on first use, starting at the oldest
         retained message) as consumer ``name`` (generated when None).
 
@@ -430,7 +499,9 @@ class Queue:
         groups = []
         for g in self.groups():
             try:
-                flat = self.client.scripts.stats(keys=self.group_keys(g, Settings()), args=self._group_argv(g, "", Settings(), ()))
+                flat = self.client.scripts.stats(
+                    keys=self.group_keys(g, Settings()), args=self._group_argv(g, "", Settings(), ())
+                )
             except redis.ResponseError as exc:
                 raise from_script_error(exc, queue=self.name, where=self.keys.base) from None
             groups.append(_group_stats(g, flat))
@@ -452,13 +523,25 @@ class Queue:
         before, after = settings.failure_policy(self.name)
         return settings.argv(), before, after
 
-    def _group_argv(self, group: str, consumer: str, settings: Settings, extra: Iterable[Any],
-                    fixed: tuple[list[Any], str, str] | None = None) -> list[Any]:
+    def _group_argv(
+        self,
+        group: str,
+        consumer: str,
+        settings: Settings,
+        extra: Iterable[Any],
+        fixed: tuple[list[Any], str, str] | None = None,
+    ) -> list[Any]:
         """ARGV of a group script (lua/includes/group_args.lua); ``fixed`` is
         :meth:`_settings_argv` of ``settings`` when the caller has it."""
         head, before, after = fixed if fixed is not None else self._settings_argv(settings)
-        return [group, consumer, self.client.clock.script_now(), *head,
-                before + repr(self.client.randomness.unit()) + after, *extra]
+        return [
+            group,
+            consumer,
+            self.client.clock.script_now(),
+            *head,
+            before + repr(self.client.randomness.unit()) + after,
+            *extra,
+        ]
 
 
 class _Prepared(NamedTuple):

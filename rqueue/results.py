@@ -26,8 +26,9 @@ class PublishResult:
     alternate: str | None = None  # the alternate queue that took it (mandatory publish, no group)
     partition: int | None = None  # the partition that took it (partitioned queues)
 
-    def __init__(self, seq: int, duplicate: bool = False, alternate: str | None = None,
-                 partition: int | None = None) -> None:
+    def __init__(
+        self, seq: int, duplicate: bool = False, alternate: str | None = None, partition: int | None = None
+    ) -> None:
         # A frozen dataclass's own __init__ goes through object.__setattr__,
         # three times slower; a publish makes one of these per message.
         _set_seq(self, seq)

@@ -47,7 +47,20 @@ _TOP_FUNCTION = re.compile(r"^local function (\w+)\(.*?^end\n", re.MULTILINE | r
 _NOTED_FUNCTION = re.compile(r"(?:^--(?!\[\[)[^\n]*\n)*" + _TOP_FUNCTION.pattern, re.MULTILINE | re.DOTALL)
 _WORD = re.compile(r"\w+")
 
-SCRIPT_NAMES = ("publish", "fetch", "ack", "nack", "reject", "extend", "heartbeat", "join", "leave", "purge", "replay", "stats")
+SCRIPT_NAMES = (
+    "publish",
+    "fetch",
+    "ack",
+    "nack",
+    "reject",
+    "extend",
+    "heartbeat",
+    "join",
+    "leave",
+    "purge",
+    "replay",
+    "stats",
+)
 
 
 def lua_dir() -> Path:
@@ -100,11 +113,17 @@ def _drop_unused(text: str) -> str:
             # holds "end" at column 0 would cut it wrongly.
             span = m.group(0)
             inner = span.split("\n")[1:-2]
-            if span.split("\n", 1)[0].rstrip().endswith("end") or "[[" in span or any(line[:1].strip() for line in inner):
-                raise ValueError(f"cannot tell where the Lua helper {m.group(1)!r} ends: write it over several "
-                                 "lines, its body indented, closed by 'end' alone at the start of a line")
+            if (
+                span.split("\n", 1)[0].rstrip().endswith("end")
+                or "[[" in span
+                or any(line[:1].strip() for line in inner)
+            ):
+                raise ValueError(
+                    f"cannot tell where the Lua helper {m.group(1)!r} ends: write it over several "
+                    "lines, its body indented, closed by 'end' alone at the start of a line"
+                )
         for m in reversed(unused):
-            text = text[: m.start()] + text[m.end():]
+            text = text[: m.start()] + text[m.end() :]
 
 
 def _make_lazy(text: str) -> str:
@@ -149,9 +168,13 @@ def _make_lazy(text: str) -> str:
             return ""
         shadowed = _free_names("".join(h.group(0) for h in found)) & _visible_block_locals(text, match.start())
         if shadowed:
-            raise ValueError(f"--@make {name}: {', '.join(sorted(shadowed))} would be read from the enclosing "
-                             "block, not from the top level its helpers were written for")
-        bodies = "".join(re.sub(r"^local function ", "function ", h.group(0), count=1, flags=re.MULTILINE) for h in found)
+            raise ValueError(
+                f"--@make {name}: {', '.join(sorted(shadowed))} would be read from the enclosing "
+                "block, not from the top level its helpers were written for"
+            )
+        bodies = "".join(
+            re.sub(r"^local function ", "function ", h.group(0), count=1, flags=re.MULTILINE) for h in found
+        )
         return f"{indent}if {found[0].group(1)} == nil then\n{bodies}{indent}end\n"
 
     made = {m.group(2) for m in _MAKE.finditer(text)}
@@ -162,11 +185,14 @@ def _make_lazy(text: str) -> str:
     return _LAZY_REGION.sub(region, text)
 
 
-_LUA_KEYWORDS = frozenset("and break do else elseif end false for function if in local nil not or repeat return then "
-                          "true until while".split())
+_LUA_KEYWORDS = frozenset(
+    ["and", "break", "do", "else", "elseif", "end", "false", "for", "function", "if", "in", "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while"]
+)
 _STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
-_DECLARED = re.compile(r"\blocal\s+function\s+(\w+)\s*\(([^)]*)\)|\blocal\s+(\w+(?:\s*,\s*\w+)*)|\bfunction\b[^(\n]*\(([^)]*)\)"
-                       r"|\bfor\s+(\w+(?:\s*,\s*\w+)*)\s+(?:in|=)")
+_DECLARED = re.compile(
+    r"\blocal\s+function\s+(\w+)\s*\(([^)]*)\)|\blocal\s+(\w+(?:\s*,\s*\w+)*)|\bfunction\b[^(\n]*\(([^)]*)\)"
+    r"|\bfor\s+(\w+(?:\s*,\s*\w+)*)\s+(?:in|=)"
+)
 
 
 def _declared(code: str) -> set[str]:
@@ -203,8 +229,11 @@ def _visible_block_locals(text: str, pos: int) -> set[str]:
             limit = indent  # the line that opens an enclosing block: its parameters and loop variables count
             names |= _declared(code)
         elif indent == limit:
-            names |= {w for m in re.finditer(r"\blocal\s+(?:function\s+)?(\w+(?:\s*,\s*\w+)*)", code)
-                      for w in re.findall(r"\w+", m.group(1))}
+            names |= {
+                w
+                for m in re.finditer(r"\blocal\s+(?:function\s+)?(\w+(?:\s*,\s*\w+)*)", code)
+                for w in re.findall(r"\w+", m.group(1))
+            }
     return names
 
 
@@ -324,8 +353,9 @@ class Script:
     ``connections`` (from :meth:`ScriptConnections.of`) carries the calls of
     a client of one server; without it they take redis-py's pool."""
 
-    def __init__(self, redis: Any, name: str, text: str, retry: Retrier[Any],
-                 connections: ScriptConnections | None = None) -> None:
+    def __init__(
+        self, redis: Any, name: str, text: str, retry: Retrier[Any], connections: ScriptConnections | None = None
+    ) -> None:
         self.name = name
         self.text = text
         self.sha = hashlib.sha1(text.encode()).hexdigest()

@@ -97,13 +97,17 @@ def sentinel_redis(url: str, shown: str, options: dict[str, Any]) -> SentinelRed
         match = _ADDRESS.fullmatch(entry)
         port = int(match.group(3) or SENTINEL_PORT) if match else 0
         if not 1 <= port <= 65535:
-            raise invalid(f"bad sentinel address {entry!r}: expected host:port with a port from 1 to 65535, "
-                          "several separated by commas")
+            raise invalid(
+                f"bad sentinel address {entry!r}: expected host:port with a port from 1 to 65535, "
+                "several separated by commas"
+            )
         addresses.append((match.group(1) or match.group(2), port))  # type: ignore[union-attr]
     service, _, db = path.partition("/")
     if not service:
-        raise invalid("no service name: give the name the sentinels monitor the primary under, "
-                      "as in redis+sentinel://host:26379/mymaster[/db]")
+        raise invalid(
+            "no service name: give the name the sentinels monitor the primary under, "
+            "as in redis+sentinel://host:26379/mymaster[/db]"
+        )
     db = db.removesuffix("/")
     if db and not (db.isascii() and db.isdigit()):
         raise invalid(f"the database {db!r} is not a number (use /{service}/0, /{service}/1, ...)")
@@ -122,8 +126,10 @@ def sentinel_redis(url: str, shown: str, options: dict[str, Any]) -> SentinelRed
         elif name == "db":
             raise invalid(f"give the database in the path (/{service}/<db>), not as ?db=")
         else:
-            raise invalid(f"unknown query argument {name!r} (sentinel_password, sentinel_username, "
-                          "or a redis-py connection option)")
+            raise invalid(
+                f"unknown query argument {name!r} (sentinel_password, sentinel_username, "
+                "or a redis-py connection option)"
+            )
     if username or password:
         server.update(username=unquote(username) or None, password=unquote(password) or None)
     # The sentinels get the socket and TLS options and their own credentials;
@@ -154,8 +160,10 @@ def _find_primary(sentinel: Sentinel, service: str, where: list[str], shown: str
         try:
             masters = node.sentinel_masters()
         except redis.AuthenticationError:
-            failures.append(f"{address}: authentication failed (the URL's password is for the Redis servers; "
-                            "give the sentinels' as ?sentinel_password=...)")
+            failures.append(
+                f"{address}: authentication failed (the URL's password is for the Redis servers; "
+                "give the sentinels' as ?sentinel_password=...)"
+            )
             continue
         except redis.ResponseError as exc:  # e.g. a plain Redis server: unknown command 'SENTINEL'
             failures.append(f"{address} is not a sentinel: {_describe(exc)}")
@@ -191,9 +199,17 @@ class EmbeddedSentinelGroup:
     ``sentinel_password`` the sentinels'. Use as a context manager or call
     :meth:`start` and :meth:`stop`."""
 
-    def __init__(self, binary: str | None = None, replicas: int = 1, sentinels: int = 3, service: str = "mymaster",
-                 down_after_ms: int = 1000, failover_timeout_ms: int = 3000, password: str | None = None,
-                 sentinel_password: str | None = None) -> None:
+    def __init__(
+        self,
+        binary: str | None = None,
+        replicas: int = 1,
+        sentinels: int = 3,
+        service: str = "mymaster",
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 3000,
+        password: str | None = None,
+        sentinel_password: str | None = None,
+    ) -> None:
         self.binary = binary or find_binary(prefer="redis")
         self.replica_count, self.sentinel_count, self.service = replicas, sentinels, service
         self.down_after_ms, self.failover_timeout_ms = down_after_ms, failover_timeout_ms
@@ -237,9 +253,11 @@ class EmbeddedSentinelGroup:
     def _start_sentinel(self, primary_port: int) -> EmbeddedServer:
         sentinel = EmbeddedServer(self.binary)
         sentinel.data_dir.mkdir(parents=True, exist_ok=True)
-        lines = [f"sentinel monitor {self.service} 127.0.0.1 {primary_port} {self.sentinel_count // 2 + 1}",
-                 f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}",
-                 f"sentinel failover-timeout {self.service} {self.failover_timeout_ms}"]
+        lines = [
+            f"sentinel monitor {self.service} 127.0.0.1 {primary_port} {self.sentinel_count // 2 + 1}",
+            f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}",
+            f"sentinel failover-timeout {self.service} {self.failover_timeout_ms}",
+        ]
         if self.password:
             lines.append(f"sentinel auth-pass {self.service} {self.password}")
         if self.sentinel_password:

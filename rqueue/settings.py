@@ -60,13 +60,16 @@ class Settings:
         split where each call's random number goes: the words before it
         (max_deliveries, the redelivery delays in ms and factors) and after
         it (the dead-letter mode and the queue's name), with their spaces."""
-        before = " ".join(str(v) for v in (
-            self.max_deliveries,
-            _ms(self.redelivery_delay),
-            repr(float(self.redelivery_multiplier)),
-            _ms(self.effective_max_redelivery_delay),
-            repr(float(self.redelivery_jitter)),
-        ))
+        before = " ".join(
+            str(v)
+            for v in (
+                self.max_deliveries,
+                _ms(self.redelivery_delay),
+                repr(float(self.redelivery_multiplier)),
+                _ms(self.effective_max_redelivery_delay),
+                repr(float(self.redelivery_jitter)),
+            )
+        )
         return before + " ", f" {'drop' if self.dead_letter == 'none' else 'dlq'} {queue}"
 
     def as_dict(self) -> dict[str, Any]:
@@ -243,8 +246,14 @@ class SettingsStore:
     reaches other processes within ``ttl`` seconds.
     """
 
-    def __init__(self, redis: Any, prefix: str, now: Callable[[], float], ttl: float = C.SETTINGS_CACHE_TTL,
-                 retry: Callable[[Callable[[], Any]], Any] = lambda call: call()) -> None:
+    def __init__(
+        self,
+        redis: Any,
+        prefix: str,
+        now: Callable[[], float],
+        ttl: float = C.SETTINGS_CACHE_TTL,
+        retry: Callable[[Callable[[], Any]], Any] = lambda call: call(),
+    ) -> None:
         self._redis = redis
         self._retry = retry  # reads are safe to send again (a cluster retries them through a failover)
         self._key = settings_key(prefix)

@@ -149,26 +149,38 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's local property naming the
 SHORT_WINDOW = 3600.0  # seconds: a dedup window below this gets a warning from the streaming sink
 
 _HEADER_TYPES = (
-    T.StringType, T.BooleanType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
-    T.DecimalType, T.DateType, T.TimestampType, T.TimestampNTZType,
+    T.StringType,
+    T.BooleanType,
+    T.ByteType,
+    T.ShortType,
+    T.IntegerType,
+    T.LongType,
+    T.FloatType,
+    T.DoubleType,
+    T.DecimalType,
+    T.DateType,
+    T.TimestampType,
+    T.TimestampNTZType,
 )
 _ID_TYPES = (T.StringType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType)
 
-DEAD_LETTER_SCHEMA = T.StructType([
-    T.StructField("dlq_seq", T.LongType(), False),
-    T.StructField("queue", T.StringType(), False),
-    T.StructField("group", T.StringType(), False),
-    T.StructField("seq", T.LongType(), False),
-    T.StructField("reason", T.StringType(), False),
-    T.StructField("deliveries", T.IntegerType(), False),
-    T.StructField("first_delivery_ms", T.LongType(), True),
-    T.StructField("last_delivery_ms", T.LongType(), True),
-    T.StructField("published_ms", T.LongType(), True),
-    T.StructField("dead_lettered_ms", T.LongType(), False),
-    T.StructField("error", T.StringType(), False),
-    T.StructField("data", T.BinaryType(), False),
-    T.StructField("headers", T.MapType(T.StringType(), T.StringType(), False), False),
-])
+DEAD_LETTER_SCHEMA = T.StructType(
+    [
+        T.StructField("dlq_seq", T.LongType(), False),
+        T.StructField("queue", T.StringType(), False),
+        T.StructField("group", T.StringType(), False),
+        T.StructField("seq", T.LongType(), False),
+        T.StructField("reason", T.StringType(), False),
+        T.StructField("deliveries", T.IntegerType(), False),
+        T.StructField("first_delivery_ms", T.LongType(), True),
+        T.StructField("last_delivery_ms", T.LongType(), True),
+        T.StructField("published_ms", T.LongType(), True),
+        T.StructField("dead_lettered_ms", T.LongType(), False),
+        T.StructField("error", T.StringType(), False),
+        T.StructField("data", T.BinaryType(), False),
+        T.StructField("headers", T.MapType(T.StringType(), T.StringType(), False), False),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -205,14 +217,26 @@ def _check_url(url: object) -> str:
     if not isinstance(url, str):
         raise InvalidURL(f"<{type(url).__name__}>", f"must be a str, not {type(url).__name__}")
     if url.startswith("memory://"):
-        raise InvalidURL(url, "memory:// lives inside one process; Spark executors run in other processes "
-                              "(use a redis://, rediss:// or unix:// URL)")
+        raise InvalidURL(
+            url,
+            "memory:// lives inside one process; Spark executors run in other processes "
+            "(use a redis://, rediss:// or unix:// URL)",
+        )
     return url
 
 
-def _check_args(url: object, queue: object, value_col: object, id_col: object, header_cols: object,
-                batch_size: object, prefix: object, dedup_window: object, row_ids: object,
-                partitions: object) -> tuple[str, ...]:
+def _check_args(
+    url: object,
+    queue: object,
+    value_col: object,
+    id_col: object,
+    header_cols: object,
+    batch_size: object,
+    prefix: object,
+    dedup_window: object,
+    row_ids: object,
+    partitions: object,
+) -> tuple[str, ...]:
     _check_url(url)
     check_name("queue", queue)
     check_name("key prefix", prefix)
@@ -230,8 +254,9 @@ def _check_args(url: object, queue: object, value_col: object, id_col: object, h
         raise InvalidInput(f"header_cols {list(headers)!r} names a column twice")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= C.MAX_BATCH:
         raise InvalidInput(f"batch_size must be a whole number from 1 to {C.MAX_BATCH}, not {batch_size!r}")
-    if dedup_window is not None and (isinstance(dedup_window, bool) or not isinstance(dedup_window, (int, float))
-                                     or not dedup_window > 0):
+    if dedup_window is not None and (
+        isinstance(dedup_window, bool) or not isinstance(dedup_window, (int, float)) or not dedup_window > 0
+    ):
         raise InvalidInput(f"dedup_window must be a positive number of seconds or None, not {dedup_window!r}")
     if row_ids not in ROW_IDS:
         raise InvalidInput(f"row_ids must be one of {', '.join(map(repr, ROW_IDS))}, not {row_ids!r}")
@@ -258,8 +283,10 @@ def _check_columns(df: DataFrame, value_col: str, id_col: str | None, headers: t
 
     vtype = field(value_col, "value_col")
     if not isinstance(vtype, (T.BinaryType, T.StringType)):
-        raise InvalidInput(f"value column {value_col!r} is {vtype.simpleString()}: it must be binary or string "
-                           "(serialise it first, e.g. with to_json)")
+        raise InvalidInput(
+            f"value column {value_col!r} is {vtype.simpleString()}: it must be binary or string "
+            "(serialise it first, e.g. with to_json)"
+        )
     if id_col is not None:
         itype = field(id_col, "id_col")
         if not isinstance(itype, _ID_TYPES):
@@ -267,8 +294,10 @@ def _check_columns(df: DataFrame, value_col: str, id_col: str | None, headers: t
     for h in headers:
         htype = field(h, "header column")
         if not isinstance(htype, _HEADER_TYPES):
-            raise InvalidInput(f"header column {h!r} is {htype.simpleString()}: it must be a string, number, boolean, "
-                               "date or timestamp (headers are str to str)")
+            raise InvalidInput(
+                f"header column {h!r} is {htype.simpleString()}: it must be a string, number, boolean, "
+                "date or timestamp (headers are str to str)"
+            )
 
 
 # -- the plan (driver) ----------------------------------------------------------------
@@ -351,8 +380,10 @@ def _configure(url: str, queue: str, prefix: str, dedup_window: float | None) ->
 def _bad_row(error: InvalidInput, text: str, plan: _Plan, index: int, row: int, msg_id: str | None) -> InvalidInput:
     """``error`` with ``text`` and the row it is about: message id, batch, partition, row number."""
     named = f"the row with message id {msg_id!r}" if msg_id else "a row"
-    error.args = (f"{text} in {named} ({plan.where}, partition {index}, row {row}); "
-                  "rqueue publishes no such row: fix or filter it before the sink",)
+    error.args = (
+        f"{text} in {named} ({plan.where}, partition {index}, row {row}); "
+        "rqueue publishes no such row: fix or filter it before the sink",
+    )
     return error
 
 
@@ -414,15 +445,17 @@ def _publish_partition(index: int, rows: Iterator[Any], plan: _Plan) -> Iterator
     yield total, published, duplicates
 
 
-def _find_bad(plan: _Plan, index: int, first: int, payloads: list[bytes], headers: list[dict[str, str] | None],
-              ids: list[str]) -> None:
+def _find_bad(
+    plan: _Plan, index: int, first: int, payloads: list[bytes], headers: list[dict[str, str] | None], ids: list[str]
+) -> None:
     """Raises the error of the first message publish_many refused, naming its row."""
     for i, (payload, hdrs, msg_id) in enumerate(zip(payloads, headers, ids)):
         try:
             encode_body(payload, hdrs)
         except InvalidInput as exc:
-            raise _bad_row(exc, f"{exc}, from header columns {', '.join(plan.headers)}", plan, index, first + i,
-                           msg_id) from None
+            raise _bad_row(
+                exc, f"{exc}, from header columns {', '.join(plan.headers)}", plan, index, first + i, msg_id
+            ) from None
         try:
             check_message_id(msg_id)
         except InvalidInput as exc:
@@ -440,12 +473,23 @@ class Sink:
         last: the :class:`PublishStats` of the latest micro-batch, or None.
     """
 
-    def __init__(self, url: str, queue: str, value_col: str = "value", id_col: str | None = None,
-                 header_cols: Sequence[str] = (), batch_size: int = 500, prefix: str = C.DEFAULT_PREFIX,
-                 dedup_window: float | None = None, job_id: str | None = None, row_ids: str = "content",
-                 partitions: int | None = None) -> None:
-        self.headers = _check_args(url, queue, value_col, id_col, header_cols, batch_size, prefix, dedup_window,
-                                   row_ids, partitions)
+    def __init__(
+        self,
+        url: str,
+        queue: str,
+        value_col: str = "value",
+        id_col: str | None = None,
+        header_cols: Sequence[str] = (),
+        batch_size: int = 500,
+        prefix: str = C.DEFAULT_PREFIX,
+        dedup_window: float | None = None,
+        job_id: str | None = None,
+        row_ids: str = "content",
+        partitions: int | None = None,
+    ) -> None:
+        self.headers = _check_args(
+            url, queue, value_col, id_col, header_cols, batch_size, prefix, dedup_window, row_ids, partitions
+        )
         self.job_id = None if job_id is None else _check_job_id(job_id)
         self.url, self.queue, self.prefix = url, queue, prefix
         self.value_col, self.id_col = value_col, id_col
@@ -466,7 +510,8 @@ class Sink:
         if not query:
             raise InvalidInput(
                 f"batch {batch_id}: no streaming query is running, so there is no query id to make message ids from; "
-                "pass job_id= to rqueue.spark.sink() (or use rqueue.spark.publish_dataframe for batch jobs)")
+                "pass job_id= to rqueue.spark.sink() (or use rqueue.spark.publish_dataframe for batch jobs)"
+            )
         return _check_job_id(query, "streaming query id")
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
@@ -477,23 +522,53 @@ class Sink:
         if not self._configured:
             window = _configure(self.url, self.queue, self.prefix, self.dedup_window)
             if window < SHORT_WINDOW and self.id_col is None:
-                log.warning("queue %r has dedup_window %g s: a micro-batch replayed later than that after its first "
-                            "run (e.g. a query restarted from its checkpoint) would be published again; pass "
-                            "dedup_window= to rqueue.spark.sink (e.g. 86400)", self.queue, window)
+                log.warning(
+                    "queue %r has dedup_window %g s: a micro-batch replayed later than that after its first "
+                    "run (e.g. a query restarted from its checkpoint) would be published again; pass "
+                    "dedup_window= to rqueue.spark.sink (e.g. 86400)",
+                    self.queue,
+                    window,
+                )
             self._configured = True
         mode = "id" if self.id_col is not None else self.row_ids
-        plan = _Plan(self.url, self.queue, self.prefix, self.batch_size, mode, f"spark-stream:{query}:{batch_id}",
-                     f"batch {batch_id}" + ("" if query == "-" else f" of query {query}"), self.value_col,
-                     self.id_col, self.headers)
+        plan = _Plan(
+            self.url,
+            self.queue,
+            self.prefix,
+            self.batch_size,
+            mode,
+            f"spark-stream:{query}:{batch_id}",
+            f"batch {batch_id}" + ("" if query == "-" else f" of query {query}"),
+            self.value_col,
+            self.id_col,
+            self.headers,
+        )
         self.last = stats = _run(df, plan, self.partitions)
-        log.info("batch %d into %r: %d rows, %d published, %d duplicates, %d partitions", batch_id, self.queue,
-                 stats.rows, stats.published, stats.duplicates, stats.partitions)
+        log.info(
+            "batch %d into %r: %d rows, %d published, %d duplicates, %d partitions",
+            batch_id,
+            self.queue,
+            stats.rows,
+            stats.published,
+            stats.duplicates,
+            stats.partitions,
+        )
 
 
-def sink(url: str, queue: str, value_col: str = "value", id_col: str | None = None,
-         header_cols: Sequence[str] = (), batch_size: int = 500, prefix: str = C.DEFAULT_PREFIX,
-         dedup_window: float | None = None, *, job_id: str | None = None, row_ids: str = "content",
-         partitions: int | None = None) -> Sink:
+def sink(
+    url: str,
+    queue: str,
+    value_col: str = "value",
+    id_col: str | None = None,
+    header_cols: Sequence[str] = (),
+    batch_size: int = 500,
+    prefix: str = C.DEFAULT_PREFIX,
+    dedup_window: float | None = None,
+    *,
+    job_id: str | None = None,
+    row_ids: str = "content",
+    partitions: int | None = None,
+) -> Sink:
     """A function for ``df.writeStream.foreachBatch(...)`` that publishes each
     micro-batch into ``queue`` exactly once (see the module's doc).
 
@@ -509,44 +584,76 @@ def sink(url: str, queue: str, value_col: str = "value", id_col: str | None = No
     Raises InvalidInput / InvalidURL / InvalidName for bad arguments at once,
     and from a batch for bad columns or rows.
     """
-    return Sink(url, queue, value_col, id_col, header_cols, batch_size, prefix, dedup_window, job_id, row_ids,
-                partitions)
+    return Sink(
+        url, queue, value_col, id_col, header_cols, batch_size, prefix, dedup_window, job_id, row_ids, partitions
+    )
 
 
-def publish_dataframe(df: DataFrame, url: str, queue: str, value_col: str = "value", id_col: str | None = None,
-                      header_cols: Sequence[str] = (), batch_size: int = 500, prefix: str = C.DEFAULT_PREFIX,
-                      dedup_window: float | None = None, *, job_id: str | None = None, row_ids: str = "content",
-                      partitions: int | None = None) -> PublishStats:
+def publish_dataframe(
+    df: DataFrame,
+    url: str,
+    queue: str,
+    value_col: str = "value",
+    id_col: str | None = None,
+    header_cols: Sequence[str] = (),
+    batch_size: int = 500,
+    prefix: str = C.DEFAULT_PREFIX,
+    dedup_window: float | None = None,
+    *,
+    job_id: str | None = None,
+    row_ids: str = "content",
+    partitions: int | None = None,
+) -> PublishStats:
     """Publishes every row of a (batch) DataFrame into ``queue``, exactly once
     per ``job_id``: running it again with the same ``job_id`` and rows
     inside the dedup window publishes nothing new. ``job_id`` is required
     unless ``id_col`` is given. Other arguments as for :func:`sink`.
     Returns what was published."""
-    headers = _check_args(url, queue, value_col, id_col, header_cols, batch_size, prefix, dedup_window, row_ids,
-                          partitions)
+    headers = _check_args(
+        url, queue, value_col, id_col, header_cols, batch_size, prefix, dedup_window, row_ids, partitions
+    )
     if job_id is None and id_col is None:
-        raise InvalidInput("publish_dataframe needs job_id= (a name for this job's rows, the same when it is run "
-                           "again) or id_col=")
+        raise InvalidInput(
+            "publish_dataframe needs job_id= (a name for this job's rows, the same when it is run again) or id_col="
+        )
     job = "-" if job_id is None else _check_job_id(job_id)
     if not isinstance(df, DataFrame):
         raise InvalidInput(f"df must be a pyspark DataFrame, not {type(df).__name__}")
     if df.isStreaming:
-        raise InvalidInput("publish_dataframe takes a batch DataFrame; for a stream use "
-                           "df.writeStream.foreachBatch(rqueue.spark.sink(...))")
+        raise InvalidInput(
+            "publish_dataframe takes a batch DataFrame; for a stream use "
+            "df.writeStream.foreachBatch(rqueue.spark.sink(...))"
+        )
     _check_columns(df, value_col, id_col, headers)
     _configure(url, queue, prefix, dedup_window)
     mode = "id" if id_col is not None else row_ids
     plan = _Plan(url, queue, prefix, batch_size, mode, f"spark-job:{job}", f"job {job}", value_col, id_col, headers)
     stats = _run(df, plan, partitions)
-    log.info("job %s into %r: %d rows, %d published, %d duplicates, %d partitions", job, queue, stats.rows,
-             stats.published, stats.duplicates, stats.partitions)
+    log.info(
+        "job %s into %r: %d rows, %d published, %d duplicates, %d partitions",
+        job,
+        queue,
+        stats.rows,
+        stats.published,
+        stats.duplicates,
+        stats.partitions,
+    )
     return stats
 
 
-def read_dead_letters(spark: SparkSession, url: str, queue: str, group: str | None = None, reason: str | None = None,
-                      seq_from: int | None = None, seq_to: int | None = None, limit: int | None = None,
-                      prefix: str = C.DEFAULT_PREFIX, dlq_prefix: str = C.DEFAULT_DLQ_PREFIX,
-                      dlq_suffix: str = C.DEFAULT_DLQ_SUFFIX) -> DataFrame:
+def read_dead_letters(
+    spark: SparkSession,
+    url: str,
+    queue: str,
+    group: str | None = None,
+    reason: str | None = None,
+    seq_from: int | None = None,
+    seq_to: int | None = None,
+    limit: int | None = None,
+    prefix: str = C.DEFAULT_PREFIX,
+    dlq_prefix: str = C.DEFAULT_DLQ_PREFIX,
+    dlq_suffix: str = C.DEFAULT_DLQ_SUFFIX,
+) -> DataFrame:
     """The dead letters of ``queue`` (filtered like
     :meth:`rqueue.Queue.dead_letters`) as a DataFrame with
     :data:`DEAD_LETTER_SCHEMA`: dlq_seq, queue, group, seq, reason,
@@ -562,9 +669,21 @@ def read_dead_letters(spark: SparkSession, url: str, queue: str, group: str | No
     with connect(url, prefix=prefix, dlq_prefix=dlq_prefix, dlq_suffix=dlq_suffix) as client:
         letters = client.queue(queue).dead_letters(group, reason, seq_from, seq_to, limit)
     rows = [
-        (d.dlq_seq, d.queue, d.group, d.seq, d.reason, d.deliveries, d.first_delivery_ms, d.last_delivery_ms,
-         d.published_ms, d.dead_lettered_ms, d.error, bytearray(d.data), dict(d.headers))
+        (
+            d.dlq_seq,
+            d.queue,
+            d.group,
+            d.seq,
+            d.reason,
+            d.deliveries,
+            d.first_delivery_ms,
+            d.last_delivery_ms,
+            d.published_ms,
+            d.dead_lettered_ms,
+            d.error,
+            bytearray(d.data),
+            dict(d.headers),
+        )
         for d in letters
     ]
     return spark.createDataFrame(rows, schema=DEAD_LETTER_SCHEMA)
-

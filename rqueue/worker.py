@@ -49,8 +49,16 @@ Handler = Callable[["Delivery"], Any]
 # hands back what a lost fetch claimed and an applied ack is recognised.
 # A server over maxmemory refuses a call before it writes anything: the
 # worker waits for memory to be freed rather than dying.
-TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, ConnectionError, OSError,
-             *CLUSTER_NOT_RUN, redis.exceptions.RedisClusterException, redis.exceptions.OutOfMemoryError)
+TRANSIENT = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.BusyLoadingError,
+    ConnectionError,
+    OSError,
+    *CLUSTER_NOT_RUN,
+    redis.exceptions.RedisClusterException,
+    redis.exceptions.OutOfMemoryError,
+)
 
 
 @dataclass
@@ -184,11 +192,18 @@ class Worker:
                 signal.signal(sig, self._on_signal)
         try:
             self.consumer = self._retry(
-                lambda: self.queue.consumer(self.group, self.name, prefetch=self.prefetch, liveness=self.heartbeat_timeout)
+                lambda: self.queue.consumer(
+                    self.group, self.name, prefetch=self.prefetch, liveness=self.heartbeat_timeout
+                )
             )
             self._start_threads()
-            log.info("worker %s joined %s/%s with %d handler threads", self.consumer.name, self.queue.name, self.group,
-                     self.concurrency)
+            log.info(
+                "worker %s joined %s/%s with %d handler threads",
+                self.consumer.name,
+                self.queue.name,
+                self.group,
+                self.concurrency,
+            )
             try:
                 self._dispatch()
             finally:
@@ -199,7 +214,9 @@ class Worker:
 
     def start(self) -> None:
         """Runs the worker in a background thread (no signal handlers)."""
-        self._background = threading.Thread(target=self.run, kwargs={"install_signal_handlers": False}, name="rqueue-worker")
+        self._background = threading.Thread(
+            target=self.run, kwargs={"install_signal_handlers": False}, name="rqueue-worker"
+        )
         self._background.start()
 
     def stop(self, now: bool = False) -> None:
@@ -331,8 +348,12 @@ class Worker:
             # all the same, and retrying here would spend the grace period.
             result = self.consumer.heartbeat(keep, self.heartbeat_timeout, sync=True)
         except Exception as exc:
-            log.warning("could not hand back %d waiting deliveries (%s: %s); the leave returns them", len(waiting),
-                        type(exc).__name__, exc)
+            log.warning(
+                "could not hand back %d waiting deliveries (%s: %s); the leave returns them",
+                len(waiting),
+                type(exc).__name__,
+                exc,
+            )
             return
         log.info("handed back %d deliveries that had not started", result.handed_back)
 
@@ -484,7 +505,9 @@ class Worker:
                 running = [d for d, started in self._running.values() if now - started < self.max_run_time]
                 waiting = [d for d, fetched in self._waiting.values() if now - fetched < self.max_run_time]
             try:
-                statuses, removed, returned, dead, _ = self.consumer.heartbeat(running + waiting, self.heartbeat_timeout)
+                statuses, removed, returned, dead, _ = self.consumer.heartbeat(
+                    running + waiting, self.heartbeat_timeout
+                )
             except NotMember:
                 # This worker was silent too long and was removed: what it
                 # held was offered again; running handlers' acks become late,
@@ -501,7 +524,7 @@ class Worker:
                 log.exception("heartbeat failed")
                 continue
             lost = sum(1 for s in statuses if s is not None)
-            gone = [d.tag for d, s in zip(waiting, statuses[len(running):]) if s is not None]
+            gone = [d.tag for d, s in zip(waiting, statuses[len(running) :]) if s is not None]
             if gone:
                 # SPEC guarantee 3: a message whose lease was lost (maybe
                 # acked by now) is not run from this worker.
@@ -512,7 +535,11 @@ class Worker:
             if removed:
                 log.warning(
                     "removed %d silent member(s) of %s/%s: %d deliveries offered again, %d dead-lettered",
-                    removed, self.queue.name, self.group, returned, dead,
+                    removed,
+                    self.queue.name,
+                    self.group,
+                    returned,
+                    dead,
                 )
 
     # -- shutdown -------------------------------------------------------------------
@@ -531,7 +558,12 @@ class Worker:
                     self._record_acks(self._retry(lambda: consumer.ack_available(acks)))
                 self._settle_others(others)
                 if self._known:
-                    notifier.wait("", 0, min(0.05, max(0.0, deadline - self._clock.monotonic())), until=lambda: bool(self._results))
+                    notifier.wait(
+                        "",
+                        0,
+                        min(0.05, max(0.0, deadline - self._clock.monotonic())),
+                        until=lambda: bool(self._results),
+                    )
             acks, others = self._drain_results()
             if acks:
                 self._record_acks(self._retry(lambda: consumer.ack_available(acks)))
@@ -542,7 +574,9 @@ class Worker:
             if self._heartbeat_thread is not None:
                 self._heartbeat_thread.join(10)
             returned = self._retry(consumer.close)
-            log.info("worker %s left %s/%s; %d deliveries returned", consumer.name, self.queue.name, self.group, returned)
+            log.info(
+                "worker %s left %s/%s; %d deliveries returned", consumer.name, self.queue.name, self.group, returned
+            )
         finally:
             for _ in self._threads:
                 self._tasks.put(None)

@@ -104,8 +104,17 @@ def worker(url: str, prefix: str, out: str) -> None:
         log.write(f"{d.seq} {d.delivery_count}\n")
         time.sleep(random.uniform(0.005, 0.03))
 
-    w = rqueue.Worker(client.queue(QUEUE), GROUP, handler, concurrency=CONCURRENCY, prefetch=PREFETCH, heartbeat_interval=0.2,
-                      heartbeat_timeout=1.0, grace_period=5, reconnect_timeout=120)
+    w = rqueue.Worker(
+        client.queue(QUEUE),
+        GROUP,
+        handler,
+        concurrency=CONCURRENCY,
+        prefetch=PREFETCH,
+        heartbeat_interval=0.2,
+        heartbeat_timeout=1.0,
+        grace_period=5,
+        reconnect_timeout=120,
+    )
     w.run()
 
 
@@ -134,8 +143,10 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
 
     per = messages // producers
     pace = str(seconds * 0.8)  # the load lasts through the chaos
-    prods = [spawn("producer", server.url, prefix, str(i * per), str(per), str(work / f"p{i}.txt"), pace)
-             for i in range(producers)]
+    prods = [
+        spawn("producer", server.url, prefix, str(i * per), str(per), str(work / f"p{i}.txt"), pace)
+        for i in range(producers)
+    ]
     report.messages = per * producers
     logs = [work / f"w{i}.txt" for i in range(workers)]
     procs = [spawn("worker", server.url, prefix, str(logs[i])) for i in range(workers)]

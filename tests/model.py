@@ -174,8 +174,9 @@ class Model:
 
     # -- publish -------------------------------------------------------------
 
-    def publish(self, items: list[tuple[bytes, dict[str, str], str | None]], delay: float | None,
-                mandatory: bool = False) -> list[tuple[int, bool]]:
+    def publish(
+        self, items: list[tuple[bytes, dict[str, str], str | None]], delay: float | None, mandatory: bool = False
+    ) -> list[tuple[int, bool]]:
         if mandatory and not self.groups:
             raise ModelError("Unroutable")
         delay_ms = 0 if delay is None else ms(delay)

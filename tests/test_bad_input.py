@@ -205,7 +205,9 @@ BAD_SETTINGS = [
     pytest.param("prefetch", 0, "whole number >= 1", id="prefetch-zero"),
     pytest.param("prefetch", -1, "whole number >= 1", id="prefetch-negative"),
     pytest.param("max_payload", 0, "bytes >= 1", id="max_payload-zero"),
-    pytest.param("dead_letter", "no where", "must be dlq or none, None, or a queue name", id="dead_letter-not-a-queue-name"),
+    pytest.param(
+        "dead_letter", "no where", "must be dlq or none, None, or a queue name", id="dead_letter-not-a-queue-name"
+    ),
     pytest.param("alternate", "{x}", "must be None or a queue name", id="alternate-not-a-queue-name"),
     pytest.param("ack_wait", "5", "must be a number, not str", id="str"),
     pytest.param("ack_wait", True, "must be a number, not bool", id="bool"),
@@ -430,7 +432,14 @@ def test_longest_allowed_message_id_works(queue):
 
 @pytest.mark.parametrize(
     "delay, shown",
-    [(-1, "delay -1 "), (-0.001, "delay -0.001 "), (NAN, "delay nan "), (INF, "delay inf "), ("5", "delay '5' "), (True, "delay True ")],
+    [
+        (-1, "delay -1 "),
+        (-0.001, "delay -0.001 "),
+        (NAN, "delay nan "),
+        (INF, "delay inf "),
+        ("5", "delay '5' "),
+        (True, "delay True "),
+    ],
 )
 @pytest.mark.parametrize("how", ["publish", "publish_many"])
 def test_bad_delay_stores_nothing(client, queue, held, how, delay, shown):

@@ -9,8 +9,8 @@ import math
 import pytest
 import redis
 from click.testing import CliRunner
-
 from conftest import start_server
+
 from rqueue.bench import FIGURE_KEYS, GROUPS, SCHEMA, SPEC_BY_KEY, bench_command
 
 

@@ -123,8 +123,18 @@ def test_stats_table(backend, prefix, prepared):
     row = table_rows(groups_part, "group")["billing"]
     assert row.pop("oldest_lease_s") != "-"  # seq 3 is leased
     assert row == {
-        "group": "billing", "floor": "2", "cursor": "3", "pending": "3", "in_flight": "1", "ready": "0",
-        "delayed": "0", "acked": "1", "redelivered": "0", "dead_lettered": "1", "dropped": "0", "consumers": "1",
+        "group": "billing",
+        "floor": "2",
+        "cursor": "3",
+        "pending": "3",
+        "in_flight": "1",
+        "ready": "0",
+        "delayed": "0",
+        "acked": "1",
+        "redelivered": "0",
+        "dead_lettered": "1",
+        "dropped": "0",
+        "consumers": "1",
     }
     member = table_rows(members_part, "group")["billing"]
     assert (member["consumer"], member["held"]) == ("w1", "1")
@@ -134,10 +144,22 @@ def test_stats_json(backend, prefix, prepared):
     result = run("--url", backend, "--prefix", prefix, "stats", "orders", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert (data["name"], data["last_seq"], data["depth"], data["scheduled"], data["dead_letters"]) == ("orders", 5, 3, 0, 1)
+    assert (data["name"], data["last_seq"], data["depth"], data["scheduled"], data["dead_letters"]) == (
+        "orders",
+        5,
+        3,
+        0,
+        1,
+    )
     [group] = data["groups"]
     assert group["name"] == "billing"
-    assert (group["ack_floor"], group["cursor"], group["in_flight"], group["acked"], group["dead_lettered"]) == (2, 3, 1, 1, 1)
+    assert (group["ack_floor"], group["cursor"], group["in_flight"], group["acked"], group["dead_lettered"]) == (
+        2,
+        3,
+        1,
+        1,
+        1,
+    )
     assert [c["name"] for c in group["consumers"]] == ["w1"] and group["consumers"][0]["held"] == 1
 
 
@@ -146,20 +168,67 @@ def test_queues_table_and_json(backend, prefix, prepared):
     text = run("--url", backend, "--prefix", prefix, "queues")
     assert text.exit_code == 0, text.output
     assert table_rows(text.stdout, "queue") == {
-        "DLQ.orders": {"queue": "DLQ.orders", "groups": "0", "depth": "1", "in flight": "0", "delayed": "0",
-                       "dead letters": "0", "consumers": "0"},
-        "invoices": {"queue": "invoices", "groups": "0", "depth": "1", "in flight": "0", "delayed": "0",
-                     "dead letters": "0", "consumers": "0"},
-        "orders": {"queue": "orders", "groups": "1", "depth": "3", "in flight": "1", "delayed": "0",
-                   "dead letters": "1", "consumers": "1"},
+        "DLQ.orders": {
+            "queue": "DLQ.orders",
+            "groups": "0",
+            "depth": "1",
+            "in flight": "0",
+            "delayed": "0",
+            "dead letters": "0",
+            "consumers": "0",
+        },
+        "invoices": {
+            "queue": "invoices",
+            "groups": "0",
+            "depth": "1",
+            "in flight": "0",
+            "delayed": "0",
+            "dead letters": "0",
+            "consumers": "0",
+        },
+        "orders": {
+            "queue": "orders",
+            "groups": "1",
+            "depth": "3",
+            "in flight": "1",
+            "delayed": "0",
+            "dead letters": "1",
+            "consumers": "1",
+        },
     }
     assert len({len(line) for line in text.stdout.splitlines()}) == 1  # aligned: every line ends in the same column
     data = json.loads(run("--url", backend, "--prefix", prefix, "queues", "--json").stdout)
-    assert data == {"queues": [
-        {"name": "DLQ.orders", "groups": 0, "depth": 1, "in_flight": 0, "delayed": 0, "dead_letters": 0, "consumers": 0},
-        {"name": "invoices", "groups": 0, "depth": 1, "in_flight": 0, "delayed": 0, "dead_letters": 0, "consumers": 0},
-        {"name": "orders", "groups": 1, "depth": 3, "in_flight": 1, "delayed": 0, "dead_letters": 1, "consumers": 1},
-    ]}
+    assert data == {
+        "queues": [
+            {
+                "name": "DLQ.orders",
+                "groups": 0,
+                "depth": 1,
+                "in_flight": 0,
+                "delayed": 0,
+                "dead_letters": 0,
+                "consumers": 0,
+            },
+            {
+                "name": "invoices",
+                "groups": 0,
+                "depth": 1,
+                "in_flight": 0,
+                "delayed": 0,
+                "dead_letters": 0,
+                "consumers": 0,
+            },
+            {
+                "name": "orders",
+                "groups": 1,
+                "depth": 3,
+                "in_flight": 1,
+                "delayed": 0,
+                "dead_letters": 1,
+                "consumers": 1,
+            },
+        ]
+    }
 
 
 def test_queues_of_an_empty_prefix(backend, prefix):

@@ -91,4 +91,8 @@ def test_events_follow_prints_new_events(backend, prefix, dead):
     timer.join()
     # then it is printed after the history
     lines = [json.loads(line) for line in out.stdout.splitlines()]
-    assert [(e["event"], e["seq"]) for e in lines] == [("dead-lettered", "1"), ("dead-lettered", "2"), ("dead-lettered", "4")]
+    assert [(e["event"], e["seq"]) for e in lines] == [
+        ("dead-lettered", "1"),
+        ("dead-lettered", "2"),
+        ("dead-lettered", "4"),
+    ]

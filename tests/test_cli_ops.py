@@ -62,7 +62,11 @@ def test_configure_then_settings_shows_where_each_came_from(backend, prefix):
     assert run(backend, prefix, "configure", "orders.#", "--ack-wait", "5", "--max-deliveries", "3").exit_code == 0
     assert run(backend, prefix, "configure", "orders.eu", "--dead-letter", "none").exit_code == 0
     data = json.loads(run(backend, prefix, "settings", "orders.eu", "--json").stdout)
-    assert (data["settings"]["ack_wait"], data["settings"]["max_deliveries"], data["settings"]["dead_letter"]) == (5.0, 3, "none")
+    assert (data["settings"]["ack_wait"], data["settings"]["max_deliveries"], data["settings"]["dead_letter"]) == (
+        5.0,
+        3,
+        "none",
+    )
     assert data["from"] == {"ack_wait": "orders.#", "max_deliveries": "orders.#", "dead_letter": "orders.eu"}
     assert run(backend, prefix, "configure", "orders.#", "--unset", "ack_wait").exit_code == 0
     assert json.loads(run(backend, prefix, "settings", "orders.eu", "--json").stdout)["settings"]["ack_wait"] == 30.0

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 import redis
+from conftest import wait_for
 
 import rqueue
-from conftest import wait_for
 from rqueue.scripts import ScriptConnections
 
 

@@ -125,7 +125,9 @@ def _everything_shown(exc: BaseException, caplog: pytest.LogCaptureFixture) -> s
 @pytest.mark.parametrize(
     "url, why",
     [
-        pytest.param("http://x", "scheme must be one of redis://, rediss://, unix://, memory://, redis+cluster://", id="http"),
+        pytest.param(
+            "http://x", "scheme must be one of redis://, rediss://, unix://, memory://, redis+cluster://", id="http"
+        ),
         pytest.param("ftp://127.0.0.1/0", "scheme must be one of", id="ftp"),
         pytest.param("redis+cluster://127.0.0.1:7000/1", "a Redis Cluster has only database 0, not 1", id="cluster-db"),
         pytest.param("redis+cluster://127.0.0.1:7000/x", "the path '/x' is not a database number", id="cluster-path"),
@@ -267,18 +269,28 @@ def test_password_of_a_server_that_does_not_speak_redis_is_not_shown(not_redis, 
 @pytest.mark.parametrize(
     "template, shown",
     [
-        pytest.param("redis://user:s3cret@127.0.0.1:{port}/0", "redis://user:***@127.0.0.1:{port}/0", id="user-and-password"),
+        pytest.param(
+            "redis://user:s3cret@127.0.0.1:{port}/0", "redis://user:***@127.0.0.1:{port}/0", id="user-and-password"
+        ),
         pytest.param("redis://:s3cret@127.0.0.1:{port}/0", "redis://:***@127.0.0.1:{port}/0", id="password-only"),
         pytest.param("rediss://user:s3cret@127.0.0.1:{port}/0", "rediss://user:***@127.0.0.1:{port}/0", id="tls"),
         pytest.param(
             "redis://127.0.0.1:{port}/0?password=s3cret", "redis://127.0.0.1:{port}/0?password=***", id="query-argument"
         ),
-        pytest.param("redis://user:ab/s3cret@127.0.0.1:{port}/0", "redis://user:***@127.0.0.1:{port}/0", id="slash-in-password"),
-        pytest.param("redis://user:ab#s3cret@127.0.0.1:{port}/0", "redis://user:***@127.0.0.1:{port}/0", id="hash-in-password"),
+        pytest.param(
+            "redis://user:ab/s3cret@127.0.0.1:{port}/0", "redis://user:***@127.0.0.1:{port}/0", id="slash-in-password"
+        ),
+        pytest.param(
+            "redis://user:ab#s3cret@127.0.0.1:{port}/0", "redis://user:***@127.0.0.1:{port}/0", id="hash-in-password"
+        ),
         pytest.param("redis://user:s3cret@127.0.0.1:{port}/abc", "redis://user:***@127.0.0.1:{port}/abc", id="bad-db"),
-        pytest.param("redis://user:s3cret@127.0.0.1:notaport/0", "redis://user:***@127.0.0.1:notaport/0", id="bad-port"),
+        pytest.param(
+            "redis://user:s3cret@127.0.0.1:notaport/0", "redis://user:***@127.0.0.1:notaport/0", id="bad-port"
+        ),
         pytest.param("http://user:s3cret@x", "http://user:***@x", id="other-scheme"),
-        pytest.param("redis+cluster://user:s3cret@127.0.0.1:{port}", "redis+cluster://user:***@127.0.0.1:{port}", id="cluster"),
+        pytest.param(
+            "redis+cluster://user:s3cret@127.0.0.1:{port}", "redis+cluster://user:***@127.0.0.1:{port}", id="cluster"
+        ),
         pytest.param("user:s3cret@localhost:6379", "user:***@localhost:6379", id="no-scheme"),
     ],
 )

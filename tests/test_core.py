@@ -277,7 +277,12 @@ def test_max_deliveries_dead_letters_after_the_last_attempt(client, queue, clock
     h = dead.headers
     assert h["k"] == "v"
     assert (h["x-rq-queue"], h["x-rq-group"], h["x-rq-seq"], h["x-rq-reason"], h["x-rq-deliveries"]) == (
-        "orders", "g", "1", "max-deliveries", "3")
+        "orders",
+        "g",
+        "1",
+        "max-deliveries",
+        "3",
+    )
     assert "lease expired" in h["x-rq-error"]
     assert int(h["x-rq-first-delivery"]) < int(h["x-rq-last-delivery"])
     s = queue.stats()
@@ -383,7 +388,10 @@ def test_compact_and_text_records_decode_alike(client, queue, clock):
     clock.advance(2)
     got = queue.consumer("g").fetch(3)
     assert [(d.data, d.headers, d.published_ms) for d in got] == [
-        (b"p", {}, clock.now_ms - 2000), (b"p", {}, clock.now_ms - 2000), (b"p", {"k": "v"}, clock.now_ms - 2000)]
+        (b"p", {}, clock.now_ms - 2000),
+        (b"p", {}, clock.now_ms - 2000),
+        (b"p", {"k": "v"}, clock.now_ms - 2000),
+    ]
 
 
 def test_dead_lettered_and_replayed_compact_record_keeps_its_published_time(client, queue, clock):

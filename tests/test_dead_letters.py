@@ -7,9 +7,9 @@ import json
 import logging
 
 import pytest
+from conftest import SINGLE_SERVERS
 
 import rqueue
-from conftest import SINGLE_SERVERS
 
 
 def kill(queue, group, *seqs, reason="rejected", keep_rest=False):

@@ -8,11 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from conftest import start_cluster, start_server
 
 from rqueue import embedded
 from rqueue.errors import RQueueError
-
-from conftest import start_cluster, start_server
 
 
 @pytest.fixture(params=["connection", "listener"])

@@ -77,8 +77,10 @@ def test_kill_of_a_primary_loses_no_durably_confirmed_message(prefix, capsys, pa
         worker.stop()
         worker.join(30)
         with capsys.disabled():
-            print(f"\nfailover ({'3 partitions' if partitions else 'plain queue'}): {len(confirmed)} confirmed, all handled; first handled {resumed:.1f} s after the kill; "
-                  f"{len(failures)} publish attempts retried ({sorted(set(failures))})")
+            print(
+                f"\nfailover ({'3 partitions' if partitions else 'plain queue'}): {len(confirmed)} confirmed, all handled; first handled {resumed:.1f} s after the kill; "
+                f"{len(failures)} publish attempts retried ({sorted(set(failures))})"
+            )
         assert cluster.primary_of(watched.keys.msgs) is not victim
         client.close()
     finally:

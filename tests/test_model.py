@@ -57,9 +57,9 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from model import ERRORS, Model, ModelError, Settings
 
 import rqueue
-from model import ERRORS, Model, ModelError, Settings
 
 QUEUE = "q"
 SLOTS = {"a1": "A", "a2": "A", "a3": "A", "b1": "B", "b2": "B"}  # consumer name -> group
@@ -142,14 +142,35 @@ class QueueMachine(RuleBasedStateMachine):
         early=st.lists(st.booleans(), max_size=2),  # publishes before any group; True = mandatory
         first=st.tuples(st.sampled_from([1, 2, 3, 100]), st.sampled_from([None, 1.5, 4.0, 20.0])),
     )
-    def setup(self, ack_wait, max_inflight, max_deliveries, redelivery_delay, multiplier, dedup_window,
-              two_groups, early, first):
+    def setup(
+        self,
+        ack_wait,
+        max_inflight,
+        max_deliveries,
+        redelivery_delay,
+        multiplier,
+        dedup_window,
+        two_groups,
+        early,
+        first,
+    ):
         self.clock = rqueue.ManualClock()
-        self.client = rqueue.connect(self.url, prefix=f"model-{uuid.uuid4().hex}", clock=self.clock,
-                                     randomness=rqueue.Randomness(seed=1), settings_ttl=0)
+        self.client = rqueue.connect(
+            self.url,
+            prefix=f"model-{uuid.uuid4().hex}",
+            clock=self.clock,
+            randomness=rqueue.Randomness(seed=1),
+            settings_ttl=0,
+        )
         self.q = self.client.queue(QUEUE)
-        values = dict(ack_wait=ack_wait, max_inflight=max_inflight, max_deliveries=max_deliveries,
-                      redelivery_delay=redelivery_delay, redelivery_multiplier=multiplier, dedup_window=dedup_window)
+        values = dict(
+            ack_wait=ack_wait,
+            max_inflight=max_inflight,
+            max_deliveries=max_deliveries,
+            redelivery_delay=redelivery_delay,
+            redelivery_multiplier=multiplier,
+            dedup_window=dedup_window,
+        )
         self.client.configure(QUEUE, **values)
         self.model = Model(Settings(**values), self.clock.now_ms)
         self.handles: dict[str, Handle | None] = {slot: None for slot in SLOTS}
@@ -232,11 +253,17 @@ class QueueMachine(RuleBasedStateMachine):
         payloads = [p for p, _, _ in items]
         headers = [h for _, h, _ in items]
         if len(items) == 1:
-            real = outcome(lambda: [self.q.publish(payloads[0], headers=headers[0], id=message_ids[0], delay=delay,
-                                                   mandatory=mandatory)])
+            real = outcome(
+                lambda: [
+                    self.q.publish(payloads[0], headers=headers[0], id=message_ids[0], delay=delay, mandatory=mandatory)
+                ]
+            )
         else:
-            real = outcome(lambda: self.q.publish_many(payloads, headers=headers, ids=message_ids, delay=delay,
-                                                       mandatory=mandatory))
+            real = outcome(
+                lambda: self.q.publish_many(
+                    payloads, headers=headers, ids=message_ids, delay=delay, mandatory=mandatory
+                )
+            )
         if real[0] == "ok":
             real = ("ok", [(r.seq, r.duplicate) for r in real[1]])
         for mid in message_ids:
@@ -329,8 +356,13 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(i=pick, delay=st.sampled_from([None, 0, 1, 4]))
     def nack(self, i, delay):
         h, d = self._delivery(i)
-        r = self._settle(f"nack(delay={delay})", h, d, lambda: d.nack(delay=delay),
-                         lambda: self.model.nack(h.group, h.name, d.seq, d.delivery_count, delay))
+        r = self._settle(
+            f"nack(delay={delay})",
+            h,
+            d,
+            lambda: d.nack(delay=delay),
+            lambda: self.model.nack(h.group, h.name, d.seq, d.delivery_count, delay),
+        )
         if r == ("ok", "dead"):
             self.settled[h.group].add(d.seq)
 
@@ -339,11 +371,21 @@ class QueueMachine(RuleBasedStateMachine):
     def reject(self, i, term):
         h, d = self._delivery(i)
         if term:
-            r = self._settle("term", h, d, lambda: d.term("bad"),
-                             lambda: self.model.reject(h.group, h.name, d.seq, d.delivery_count, "terminated"))
+            r = self._settle(
+                "term",
+                h,
+                d,
+                lambda: d.term("bad"),
+                lambda: self.model.reject(h.group, h.name, d.seq, d.delivery_count, "terminated"),
+            )
         else:
-            r = self._settle("reject", h, d, d.reject,
-                             lambda: self.model.reject(h.group, h.name, d.seq, d.delivery_count, "rejected"))
+            r = self._settle(
+                "reject",
+                h,
+                d,
+                d.reject,
+                lambda: self.model.reject(h.group, h.name, d.seq, d.delivery_count, "rejected"),
+            )
         if r[0] == "ok":
             self.settled[h.group].add(d.seq)
 
@@ -351,8 +393,9 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(i=pick)
     def in_progress(self, i):
         h, d = self._delivery(i)
-        self._settle("in_progress", h, d, d.in_progress,
-                     lambda: self.model.in_progress(h.group, h.name, d.seq, d.delivery_count))
+        self._settle(
+            "in_progress", h, d, d.in_progress, lambda: self.model.in_progress(h.group, h.name, d.seq, d.delivery_count)
+        )
 
     # -- time, membership, settings -------------------------------------------------------
 
@@ -392,11 +435,15 @@ class QueueMachine(RuleBasedStateMachine):
         free = [s for s, h in self.handles.items() if h is None and SLOTS[s] in self.groups]
         self._join(free[i % len(free)], prefetch, liveness)
 
-    @rule(max_deliveries=st.sampled_from([1, 2, 3, 5, -1]), redelivery_delay=st.sampled_from([0.0, 0.5, 2.0]),
-          multiplier=st.sampled_from([1.0, 2.0]))
+    @rule(
+        max_deliveries=st.sampled_from([1, 2, 3, 5, -1]),
+        redelivery_delay=st.sampled_from([0.0, 0.5, 2.0]),
+        multiplier=st.sampled_from([1.0, 2.0]),
+    )
     def configure(self, max_deliveries, redelivery_delay, multiplier):
-        self.client.configure(QUEUE, max_deliveries=max_deliveries, redelivery_delay=redelivery_delay,
-                              redelivery_multiplier=multiplier)
+        self.client.configure(
+            QUEUE, max_deliveries=max_deliveries, redelivery_delay=redelivery_delay, redelivery_multiplier=multiplier
+        )
         s = self.model.settings
         s.max_deliveries, s.redelivery_delay, s.redelivery_multiplier = max_deliveries, redelivery_delay, multiplier
 
@@ -417,8 +464,11 @@ class QueueMachine(RuleBasedStateMachine):
         for _, g, seq in before - after:  # reopened: it may come again, with a fresh count
             self.settled[g].discard(seq)
             self.seen_counts[(g, seq)] = 0
-            COVERAGE["(replayed a seq at or below the ack floor)" if seq <= floors[g]
-                     else "(replayed a seq above the ack floor)"] += 1
+            COVERAGE[
+                "(replayed a seq at or below the ack floor)"
+                if seq <= floors[g]
+                else "(replayed a seq above the ack floor)"
+            ] += 1
 
     # -- comparison after every step -----------------------------------------------------------
 
@@ -466,12 +516,18 @@ class QueueMachine(RuleBasedStateMachine):
                 "expired_leases": gs.expired_leases,
                 "ready": gs.ready,
                 "delayed": gs.delayed,
-                "counters": {k: getattr(gs, k) for k in ("acked", "nacked", "redelivered", "expired",
-                                                         "dead_lettered", "dropped")},
+                "counters": {
+                    k: getattr(gs, k) for k in ("acked", "nacked", "redelivered", "expired", "dead_lettered", "dropped")
+                },
                 "consumers": sorted((c.name, c.held) for c in gs.consumers),
                 # (the pin at +inf is no lease: includes/group_keys.lua)
-                "leases": dict(sorted((int(m), int(s)) for m, s in r.zrange(keys[5], 0, -1, withscores=True)
-                                      if not m.startswith(b"pin:"))),
+                "leases": dict(
+                    sorted(
+                        (int(m), int(s))
+                        for m, s in r.zrange(keys[5], 0, -1, withscores=True)
+                        if not m.startswith(b"pin:")
+                    )
+                ),
                 "states": dict(sorted(states.items())),
                 "ready_seqs": sorted(int(m) for m in r.zrange(keys[6], 0, -1)),
                 "delay_seqs": dict(sorted((int(m), int(s)) for m, s in r.zrange(keys[7], 0, -1, withscores=True))),
@@ -519,8 +575,17 @@ def test_replay_below_the_floor_reopens_it(backend: str) -> None:
     # the minimal sequence Hypothesis found
     state = _machine(backend)
     try:
-        state.setup(ack_wait=2.0, max_inflight=1, max_deliveries=1, redelivery_delay=0.0, multiplier=1.0,
-                    dedup_window=20.0, two_groups=False, early=[False], first=(1, None))
+        state.setup(
+            ack_wait=2.0,
+            max_inflight=1,
+            max_deliveries=1,
+            redelivery_delay=0.0,
+            multiplier=1.0,
+            dedup_window=20.0,
+            two_groups=False,
+            early=[False],
+            first=(1, None),
+        )
         state.same_state()
         state.fetch(i=0, n=1)
         state.same_state()
@@ -535,8 +600,17 @@ def test_replay_below_the_floor_reopens_it(backend: str) -> None:
 def test_in_progress_of_a_removed_member_does_not_make_a_member(backend: str) -> None:
     state = _machine(backend)
     try:
-        state.setup(ack_wait=5.0, max_inflight=1024, max_deliveries=3, redelivery_delay=0.0, multiplier=1.0,
-                    dedup_window=20.0, two_groups=False, early=[False], first=(100, None))
+        state.setup(
+            ack_wait=5.0,
+            max_inflight=1024,
+            max_deliveries=3,
+            redelivery_delay=0.0,
+            multiplier=1.0,
+            dedup_window=20.0,
+            two_groups=False,
+            early=[False],
+            first=(100, None),
+        )
         state.join(i=0, prefetch=100, liveness=1.5)  # a2
         state.fetch(i=1, n=1)  # a2 holds seq 1
         state.advance(seconds=2)
@@ -549,8 +623,6 @@ def test_in_progress_of_a_removed_member_does_not_make_a_member(backend: str) ->
         state.same_state()
     finally:
         state.teardown()
-
-
 
 
 def test_dedup_window_follows_the_script_clock(backend: str, prefix: str) -> None:

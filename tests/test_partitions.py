@@ -128,11 +128,14 @@ def test_one_bad_message_stores_nothing_in_any_partition(pq):
     assert pq.stats().last_seq == 0
 
 
-@pytest.mark.parametrize("keys, match", [
-    (["a"], "keys has 1 entries for 2 payloads"),
-    (["a", 7], "partition key must be a non-empty str or None, not 7"),
-    (["a", ""], "partition key must be a non-empty str or None, not ''"),
-])
+@pytest.mark.parametrize(
+    "keys, match",
+    [
+        (["a"], "keys has 1 entries for 2 payloads"),
+        (["a", 7], "partition key must be a non-empty str or None, not 7"),
+        (["a", ""], "partition key must be a non-empty str or None, not ''"),
+    ],
+)
 def test_bad_keys_are_refused(pq, keys, match):
     with pytest.raises(rqueue.InvalidInput, match=match):
         pq.publish_many([b"a", b"b"], keys=keys)
@@ -455,18 +458,21 @@ def test_a_lost_reply_from_one_node_does_not_stop_the_others_nor_run_twice(clien
     assert pq.stats().last_seq == 12 + 36
 
 
-@pytest.mark.parametrize("error, expected", [
-    ("ConnectionError:Error 111 connecting to 127.0.0.1:1. Connection refused.", True),
-    ("ConnectionError:Connection closed by server.", False),
-    ("ConnectionError:Error while reading from 127.0.0.1:7000 : (104, 'Connection reset by peer')", False),
-    ("TimeoutError:Timeout connecting to server", True),
-    ("TimeoutError:Timeout reading from socket", False),
-    ("MovedError:3999 127.0.0.1:6381", True),
-    ("TryAgainError:", True),
-    ("ClusterDownError:The cluster is down", True),
-    ("ReadOnlyError:You can't write against a read only replica.", True),
-    ("ResponseError:WRONGTYPE", False),
-])
+@pytest.mark.parametrize(
+    "error, expected",
+    [
+        ("ConnectionError:Error 111 connecting to 127.0.0.1:1. Connection refused.", True),
+        ("ConnectionError:Connection closed by server.", False),
+        ("ConnectionError:Error while reading from 127.0.0.1:7000 : (104, 'Connection reset by peer')", False),
+        ("TimeoutError:Timeout connecting to server", True),
+        ("TimeoutError:Timeout reading from socket", False),
+        ("MovedError:3999 127.0.0.1:6381", True),
+        ("TryAgainError:", True),
+        ("ClusterDownError:The cluster is down", True),
+        ("ReadOnlyError:You can't write against a read only replica.", True),
+        ("ResponseError:WRONGTYPE", False),
+    ],
+)
 def test_only_errors_that_prove_a_call_never_ran_count_as_not_run(error, expected):
     import redis
 

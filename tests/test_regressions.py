@@ -7,9 +7,9 @@ import threading
 import time
 
 import pytest
+from conftest import start_server, wait_for
 
 import rqueue
-from conftest import start_server, wait_for
 
 
 def test_replay_with_two_groups_keeps_the_message_until_its_group_settles_it(queue):
@@ -300,4 +300,3 @@ def test_acks_above_the_floor_kept_as_a_set_by_an_older_version_become_runs_when
     assert (g.ack_floor, g.pending, r.zcard(gk[9])) == (5, 1, 0)
     d6.ack()
     assert queue.stats().group("g").ack_floor == 6
-

@@ -71,15 +71,22 @@ def test_includes_expand_once_and_leave_no_directive():
 
 def test_includes_keep_only_the_helpers_a_script_calls():
     # given helpers where "b" is called only by the unused "a", and "c" by the script
-    text = ("local function a(x)\n  return b(x)\nend\n"
-            "local function b(x)\n  return x\nend\n"
-            "local function c(x)\n  local function inner()\n    return x\n  end\n  return inner()\nend\n"
-            "return c(1)\n")
+    text = (
+        "local function a(x)\n  return b(x)\nend\n"
+        "local function b(x)\n  return x\nend\n"
+        "local function c(x)\n  local function inner()\n    return x\n  end\n  return inner()\nend\n"
+        "return c(1)\n"
+    )
     # then "a" goes, then "b" with it; "c" and its nested function stay whole
-    assert _drop_unused(text) == "local function c(x)\n  local function inner()\n    return x\n  end\n  return inner()\nend\nreturn c(1)\n"
+    assert (
+        _drop_unused(text)
+        == "local function c(x)\n  local function inner()\n    return x\n  end\n  return inner()\nend\nreturn c(1)\n"
+    )
     # a helper laid out otherwise is refused rather than cut at the wrong "end"
-    for odd in ("local function unused(x) return x end\nlocal function used(x)\n  return x\nend\nreturn used(1)\n",
-                "local function unused(x)\n  return [[\nend\n]]\nend\nreturn 1\n"):
+    for odd in (
+        "local function unused(x) return x end\nlocal function used(x)\n  return x\nend\nreturn used(1)\n",
+        "local function unused(x)\n  return [[\nend\n]]\nend\nreturn 1\n",
+    ):
         with pytest.raises(ValueError, match="'unused' ends"):
             _drop_unused(odd)
     # and in the real scripts every helper left is called somewhere
@@ -89,12 +96,14 @@ def test_includes_keep_only_the_helpers_a_script_calls():
             assert len(re.findall(rf"\b{helper}\b", text)) > 1, (name, helper)
 
 
-LAZY = ("--@lazy-begin slow\n"
-        "local LIMIT = 3 -- a constant stays where it was\n"
-        "-- doubles x\n"
-        "local function double(x)\n  return x * LIMIT\nend\n"
-        "local function twice(x)\n  return double(double(x))\nend\n"
-        "--@lazy-end\n")
+LAZY = (
+    "--@lazy-begin slow\n"
+    "local LIMIT = 3 -- a constant stays where it was\n"
+    "-- doubles x\n"
+    "local function double(x)\n  return x * LIMIT\nend\n"
+    "local function twice(x)\n  return double(double(x))\nend\n"
+    "--@lazy-end\n"
+)
 
 
 def test_lazy_helpers_are_defined_only_where_they_are_made():
@@ -102,7 +111,10 @@ def test_lazy_helpers_are_defined_only_where_they_are_made():
     text = _make_lazy(LAZY + "if ARGV[1] == 'slow' then\n  --@make slow\n  return twice(1)\nend\nreturn 0\n")
     # then the region leaves its constant and nil locals for the helpers
     top, block = text.split("if ARGV[1] == 'slow' then\n")
-    assert top == "local LIMIT = 3 -- a constant stays where it was\nlocal double, twice -- made where --@make slow stands\n"
+    assert (
+        top
+        == "local LIMIT = 3 -- a constant stays where it was\nlocal double, twice -- made where --@make slow stands\n"
+    )
     # and the block defines them, comments kept, once per call, before it uses them
     assert block.startswith("  if double == nil then\n-- doubles x\nfunction double(x)\n")
     assert "function twice(x)\n  return double(double(x))\nend\n  end\n  return twice(1)\n" in block
@@ -111,8 +123,7 @@ def test_lazy_helpers_are_defined_only_where_they_are_made():
 
 def test_lazy_helpers_run_on_the_server_only_on_the_path_that_makes_them(client):
     # given a script whose helpers are made on one path only
-    lua = _make_lazy(LAZY + "if ARGV[1] == 'slow' then\n  --@make slow\n  return twice(2)\nend\n"
-                            "return type(double)\n")
+    lua = _make_lazy(LAZY + "if ARGV[1] == 'slow' then\n  --@make slow\n  return twice(2)\nend\nreturn type(double)\n")
     # when it runs on each path, then the slow one has them and the other never built them
     assert client.redis.eval(lua, 0, "slow") == 18
     assert client.redis.eval(lua, 0, "fast") == b"nil"
@@ -128,7 +139,9 @@ def test_lazy_regions_refuse_what_would_read_the_wrong_variable():
     with pytest.raises(ValueError, match="LIMIT would be read"):
         _make_lazy(LAZY + "if true then\n  local LIMIT = 1\n  --@make slow\nend\n")
     # a block that has ended does not count
-    assert "if double == nil" in _make_lazy(LAZY + "if true then\n  local LIMIT = 1\nend\nif true then\n  --@make slow\nend\n")
+    assert "if double == nil" in _make_lazy(
+        LAZY + "if true then\n  local LIMIT = 1\nend\nif true then\n  --@make slow\nend\n"
+    )
     # a region never made, or a make without its region
     with pytest.raises(ValueError, match="no --@make"):
         _make_lazy(LAZY)
@@ -161,7 +174,10 @@ def test_publish_reply_is_seq_and_duplicate_flag(raw):
     r, qk, _, _ = raw
     assert r.hget(qk.msgs, 1) == compact(NOW, b"a")  # no headers, no delay
     # an explicit (test) time: the TTL is only cleanup, a day past the window
-    assert r.get(qk.message_id("x")) == b"1:%d" % (NOW + 60_000) and 60_000 < r.pttl(qk.message_id("x")) <= 60_000 + 86_400_000
+    assert (
+        r.get(qk.message_id("x")) == b"1:%d" % (NOW + 60_000)
+        and 60_000 < r.pttl(qk.message_id("x")) <= 60_000 + 86_400_000
+    )
 
 
 def test_publish_batch_judges_a_repeated_id_as_separate_publishes_would(raw):
@@ -253,8 +269,9 @@ def test_a_small_fetch_reads_records_first_and_the_last_seq_only_at_a_gap(raw):
     assert fetch(8) == [4, 5] and r.hget(gk[4], "cursor") == b"5"
 
 
-@pytest.mark.parametrize("micros, ms", [("0", "000"), ("5", "000"), ("999", "000"), ("1000", "001"),
-                                        ("123456", "123"), ("999999", "999")])
+@pytest.mark.parametrize(
+    "micros, ms", [("0", "000"), ("5", "000"), ("999", "000"), ("1000", "001"), ("123456", "123"), ("999999", "999")]
+)
 def test_the_server_clock_reads_as_the_same_ms_in_number_and_text(raw, micros, ms):
     # given TIME's two strings (stood in for: a script cannot stub TIME)
     r = raw[0]
@@ -263,7 +280,9 @@ def test_the_server_clock_reads_as_the_same_ms_in_number_and_text(raw, micros, m
     text = text.replace("redis.call('TIME')", "{'1700000000', ARGV[1]}")
     # when readNow reads them, then the text is the number's plain form
     assert r.eval(text + "\nlocal now, s = readNow('')\nreturn {now, s}", 0, micros) == [
-        int("1700000000" + ms), b"1700000000" + ms.encode()]
+        int("1700000000" + ms),
+        b"1700000000" + ms.encode(),
+    ]
 
 
 def test_fetch_on_the_server_clock_writes_one_time_everywhere(raw):
@@ -319,7 +338,10 @@ def test_ack_strict_and_lenient_statuses(raw):
     with pytest.raises(redis.ResponseError, match=r"^RQ_UNKNOWN_TAG 9\.1"):
         s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, 9, 1))
     assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", 1, 1, 9, 1, 1, 1)) == [
-        b"ok", b"RQ_UNKNOWN_TAG", b"RQ_ACKED"]
+        b"ok",
+        b"RQ_UNKNOWN_TAG",
+        b"RQ_ACKED",
+    ]
     with pytest.raises(redis.ResponseError, match=r"^RQ_ACKED 1\.1"):
         s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1))
     with pytest.raises(redis.ResponseError, match=r"^RQ_NOT_HELD 2\.1"):
@@ -579,8 +601,14 @@ def test_a_fetch_with_nothing_in_flight_delivers_new_messages(raw):
 
 def test_failure_policy_is_one_argument_of_eight_words():
     # given settings with every part of the failure policy set
-    s = Settings(max_deliveries=3, redelivery_delay=0.25, redelivery_multiplier=2, max_redelivery_delay=4,
-                 redelivery_jitter=0.5, dead_letter="none")
+    s = Settings(
+        max_deliveries=3,
+        redelivery_delay=0.25,
+        redelivery_multiplier=2,
+        max_redelivery_delay=4,
+        redelivery_jitter=0.5,
+        dead_letter="none",
+    )
     # when the policy is built around a call's random number and queue name
     before, after = s.failure_policy("orders")
     # then it is the eight words of group_args.lua's ARGV[7]
@@ -597,8 +625,14 @@ def test_a_failure_policy_that_does_not_parse_changes_nothing(raw):
     bad = group_argv("g", "c1", NOW, None, 1, 1, "", "")
     bad[6] = "3 250 2.0 4000 0.5"  # three words short
     # when nack, reject and a dead member's removal are sent it
-    for script, args in ((s.nack, bad), (s.reject, bad[:7] + [1, 1, "rejected", ""]), (s.leave, bad[:7] + ["c1", "dead"])):
-        with pytest.raises(redis.ResponseError, match=r"RQ_BAD_ARGUMENT the failure policy \(ARGV\[7\]\) does not parse"):
+    for script, args in (
+        (s.nack, bad),
+        (s.reject, bad[:7] + [1, 1, "rejected", ""]),
+        (s.leave, bad[:7] + ["c1", "dead"]),
+    ):
+        with pytest.raises(
+            redis.ResponseError, match=r"RQ_BAD_ARGUMENT the failure policy \(ARGV\[7\]\) does not parse"
+        ):
             script(keys=gk, args=args)
     # then no key of the group changed
     assert {k: r.dump(k) for k in gk if r.exists(k)} == before
@@ -677,7 +711,10 @@ def test_extend_reply_is_deadline_and_statuses(raw):
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
     assert s.extend(keys=gk, args=group_argv("g", "c1", NOW + 5, None, 1, 1, 1, 2)) == [
-        NOW + 5 + 10_000, b"ok", b"RQ_UNKNOWN_TAG"]
+        NOW + 5 + 10_000,
+        b"ok",
+        b"RQ_UNKNOWN_TAG",
+    ]
     assert r.zscore(gk[5], 1) == NOW + 5 + 10_000
 
 

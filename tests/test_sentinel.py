@@ -142,9 +142,11 @@ def test_kill_of_the_primary_loses_no_durably_confirmed_message(prefix, capsys):
         # m<confirmed_before + 1> and later were first sent after the kill
         resumed = min(handled[m] for m in confirmed[confirmed_before + 1 :]) - killed_at
         with capsys.disabled():
-            print(f"\nsentinel failover: promoted {promoted_after:.1f} s after the kill, first message sent after "
-                  f"the kill handled {resumed:.1f} s after it; {len(confirmed)} confirmed, all handled; {len(failures)} publish "
-                  f"attempts retried ({sorted(set(failures))})")
+            print(
+                f"\nsentinel failover: promoted {promoted_after:.1f} s after the kill, first message sent after "
+                f"the kill handled {resumed:.1f} s after it; {len(confirmed)} confirmed, all handled; {len(failures)} publish "
+                f"attempts retried ({sorted(set(failures))})"
+            )
     finally:
         stop.set()
         if producer is not None:
@@ -165,23 +167,36 @@ def test_kill_of_the_primary_loses_no_durably_confirmed_message(prefix, capsys):
     [
         pytest.param(f"redis+sentinel://u:{SECRET}@127.0.0.1:26379", "no service name", id="no-path"),
         pytest.param(f"redis+sentinel://u:{SECRET}@127.0.0.1:26379/", "no service name", id="empty-service"),
-        pytest.param(f"redis+sentinel://u:{SECRET}@127.0.0.1:port/mymaster", "bad sentinel address '127.0.0.1:port'",
-                     id="port-not-a-number"),
-        pytest.param(f"redis+sentinel://u:{SECRET}@127.0.0.1:0/mymaster", "bad sentinel address '127.0.0.1:0'",
-                     id="port-0"),
-        pytest.param(f"redis+sentinel://u:{SECRET}@127.0.0.1:70000/mymaster", "a port from 1 to 65535",
-                     id="port-too-high"),
+        pytest.param(
+            f"redis+sentinel://u:{SECRET}@127.0.0.1:port/mymaster",
+            "bad sentinel address '127.0.0.1:port'",
+            id="port-not-a-number",
+        ),
+        pytest.param(
+            f"redis+sentinel://u:{SECRET}@127.0.0.1:0/mymaster", "bad sentinel address '127.0.0.1:0'", id="port-0"
+        ),
+        pytest.param(
+            f"redis+sentinel://u:{SECRET}@127.0.0.1:70000/mymaster", "a port from 1 to 65535", id="port-too-high"
+        ),
         pytest.param(f"redis+sentinel://u:{SECRET}@a:1,,b:2/mymaster", "bad sentinel address ''", id="empty-entry"),
         pytest.param(f"redis+sentinel://u:{SECRET}@/mymaster", "bad sentinel address ''", id="no-host"),
         pytest.param(f"redis+sentinel://u:{SECRET}@a b:1/mymaster", "bad sentinel address 'a b:1'", id="space"),
-        pytest.param(f"redis+sentinel://u:{SECRET}@a:1/mymaster/x", "the database 'x' is not a number",
-                     id="db-not-a-number"),
-        pytest.param(f"redis+sentinel://u:{SECRET}@a:1/mymaster/0/1", "the database '0/1' is not a number",
-                     id="path-too-long"),
-        pytest.param(f"redis+sentinel://a:1/mymaster?sentinel_password={SECRET}&bogus=1",
-                     "unknown query argument 'bogus'", id="unknown-argument"),
-        pytest.param(f"redis+sentinel://a:1/mymaster?socket_timeout=soon&sentinel_password={SECRET}",
-                     "bad value for the query argument 'socket_timeout'", id="bad-argument"),
+        pytest.param(
+            f"redis+sentinel://u:{SECRET}@a:1/mymaster/x", "the database 'x' is not a number", id="db-not-a-number"
+        ),
+        pytest.param(
+            f"redis+sentinel://u:{SECRET}@a:1/mymaster/0/1", "the database '0/1' is not a number", id="path-too-long"
+        ),
+        pytest.param(
+            f"redis+sentinel://a:1/mymaster?sentinel_password={SECRET}&bogus=1",
+            "unknown query argument 'bogus'",
+            id="unknown-argument",
+        ),
+        pytest.param(
+            f"redis+sentinel://a:1/mymaster?socket_timeout=soon&sentinel_password={SECRET}",
+            "bad value for the query argument 'socket_timeout'",
+            id="bad-argument",
+        ),
         pytest.param(f"redis+sentinal://u:{SECRET}@a:1/mymaster", "scheme must be one of", id="misspelt-scheme"),
     ],
 )

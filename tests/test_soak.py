@@ -7,9 +7,9 @@ import os
 
 import pytest
 import redis
+from conftest import start_server, wait_for
 
 import rqueue
-from conftest import start_server, wait_for
 
 MESSAGES = int(os.environ.get("RQUEUE_SOAK_MESSAGES", "20000"))
 
@@ -55,14 +55,18 @@ def test_soak_leaves_no_state_behind(server, prefix):
     gk = q.keys.group("g").as_list()
     # (of the delivery states and leases only the pins are left: delivery_state.lua, group_keys.lua)
     assert (r.hlen(q.keys.msgs), r.hlen(q.keys.settled), r.zcard(gk[9]), r.hkeys(gk[8])) == (0, 0, 0, [b"pin"])
-    assert [m[:4] for m in r.zrange(gk[5], 0, -1)] == [b"pin:"] and r.zscore(gk[5], r.zrange(gk[5], 0, 0)[0]) == float("inf")
+    assert [m[:4] for m in r.zrange(gk[5], 0, -1)] == [b"pin:"] and r.zscore(gk[5], r.zrange(gk[5], 0, 0)[0]) == float(
+        "inf"
+    )
     # and the de-duplication ids expire by themselves
     wait_for(lambda: not any(b":id:" in k for k in keys_of(r, prefix)), timeout=60, interval=0.5)
     # and deleting the queue leaves no key at all, and memory at its baseline
     q.delete()
     r.delete(f"{prefix}:settings")
     assert keys_of(r, prefix) == []
-    settled = wait_for(lambda: (m := r.info("memory")["used_memory"]) - baseline < 256 * 1024 and m, timeout=20, interval=0.5)
+    settled = wait_for(
+        lambda: (m := r.info("memory")["used_memory"]) - baseline < 256 * 1024 and m, timeout=20, interval=0.5
+    )
     print(f"soak: {MESSAGES} messages; used_memory baseline {baseline}, peak {peak}, after {settled}")
     client.close()
 

@@ -18,14 +18,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import IN_CI, start_server
 
 try:
     import pyspark  # noqa: F401
 except ImportError:
     if IN_CI:
-        raise ImportError("CI must run the Spark tests: install the spark extra (pip install -e '.[dev,spark]')") from None
+        raise ImportError(
+            "CI must run the Spark tests: install the spark extra (pip install -e '.[dev,spark]')"
+        ) from None
     pytest.skip("pyspark is not installed (pip install -e '.[spark]')", allow_module_level=True)
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     if IN_CI:
@@ -99,8 +100,9 @@ def test_every_row_arrives_once_with_its_headers(spark, server, client, prefix):
         F.when(F.col("id") % 2 == 0, F.lit("even")).alias("parity"),
     )
     # when the DataFrame is published
-    stats = rs.publish_dataframe(df, server.url, "events", header_cols=["kind", "parity"], batch_size=128,
-                                 prefix=prefix, job_id="load-1")
+    stats = rs.publish_dataframe(
+        df, server.url, "events", header_cols=["kind", "parity"], batch_size=128, prefix=prefix, job_id="load-1"
+    )
     # then every row is stored exactly once, UTF-8 encoded, with its headers (a null header is left out)
     assert (stats.rows, stats.published, stats.duplicates) == (3000, 3000, 0)
     messages = stored(client, "events")
@@ -109,8 +111,9 @@ def test_every_row_arrives_once_with_its_headers(spark, server, client, prefix):
         i = int(m.data.split(b"-")[1])
         assert m.headers == ({"kind": str(i % 4), "parity": "even"} if i % 2 == 0 else {"kind": str(i % 4)})
     # and running the same job again publishes nothing new
-    again = rs.publish_dataframe(df.repartition(5), server.url, "events", header_cols=["kind", "parity"],
-                                 prefix=prefix, job_id="load-1")
+    again = rs.publish_dataframe(
+        df.repartition(5), server.url, "events", header_cols=["kind", "parity"], prefix=prefix, job_id="load-1"
+    )
     assert (again.published, again.duplicates) == (0, 3000)
     assert client.queue("events").stats().depth == 3000
 
@@ -124,7 +127,8 @@ def test_binary_values_and_an_id_column(spark, server, client, prefix):
     # then the ids are the column's values, shared with every other publisher of the queue
     assert (stats.published, stats.duplicates) == (9, 1)
     assert payloads(client, "blobs") == collections.Counter(
-        [b"from the web app"] + [bytes([i, 0, 255]) for i in range(40, 50) if i != 42])
+        [b"from the web app"] + [bytes([i, 0, 255]) for i in range(40, 50) if i != 42]
+    )
 
 
 @pytest.mark.parametrize("row_ids", ["content", "position"])
@@ -177,14 +181,20 @@ def test_bad_rows_fail_the_batch_naming_the_row(spark, server, client, prefix):
     sink = rs.sink(url, "bad", prefix=prefix, job_id="p")
     # a null value: the batch fails with InvalidInput naming the column, the row's message id and the batch
     df = spark.createDataFrame([("ok",), (None,)], "value string").coalesce(1)
-    with pytest.raises(rqueue.InvalidInput, match=r"value column 'value' is null in the row with message id "
-                                                  r"'spark-stream:p:3:[0-9a-f]{32}:0' \(batch 3 of query p, partition"):
+    with pytest.raises(
+        rqueue.InvalidInput,
+        match=r"value column 'value' is null in the row with message id "
+        r"'spark-stream:p:3:[0-9a-f]{32}:0' \(batch 3 of query p, partition",
+    ):
         sink(df, 3)
     # a payload over the queue's max_payload: PayloadTooLarge naming the row
     client.configure("bad", max_payload=100)
     df = spark.createDataFrame([("x" * 101,)], "value string")
-    with pytest.raises(rqueue.PayloadTooLarge, match=r"payload of 101 bytes is over max_payload 100 bytes in "
-                                                     r"value column 'value' in the row with message id") as info:
+    with pytest.raises(
+        rqueue.PayloadTooLarge,
+        match=r"payload of 101 bytes is over max_payload 100 bytes in "
+        r"value column 'value' in the row with message id",
+    ) as info:
         sink(df, 4)
     assert (info.value.size, info.value.limit) == (101, 100)
     # no bad row was stored (the good row may be: rows are published in digest order until the bad one)
@@ -200,8 +210,14 @@ def test_bad_rows_fail_the_batch_naming_the_row(spark, server, client, prefix):
     with pytest.raises(rqueue.InvalidInput, match="value_col 'value' is not a column of the DataFrame"):
         rs.publish_dataframe(ints, url, "bad", prefix=prefix, job_id="j")
     with pytest.raises(rqueue.InvalidInput, match="header column 'm' is map<string,string>"):
-        rs.publish_dataframe(spark.sql("select 'v' as value, map('a', 'b') as m"), url, "bad", header_cols=["m"],
-                             prefix=prefix, job_id="j")
+        rs.publish_dataframe(
+            spark.sql("select 'v' as value, map('a', 'b') as m"),
+            url,
+            "bad",
+            header_cols=["m"],
+            prefix=prefix,
+            job_id="j",
+        )
     with pytest.raises(rqueue.InvalidInput, match="takes a batch DataFrame"):
         rs.publish_dataframe(spark.readStream.format("rate").load(), url, "bad", prefix=prefix, job_id="j")
     with pytest.raises(rqueue.InvalidInput, match="needs job_id="):
@@ -222,11 +238,20 @@ def test_a_bad_row_stops_the_stream_with_the_rqueue_error(spark, server, client,
     inbox.mkdir()
     (inbox / "a.json").write_text('{"value": "fine"}\n{"other": 1}\n')
     sink = rs.sink(server.url, "strict", prefix=prefix, dedup_window=3600)
-    query = (spark.readStream.schema("value string").json(str(inbox)).writeStream.foreachBatch(sink)
-             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    query = (
+        spark.readStream.schema("value string")
+        .json(str(inbox))
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
     # when it runs, the query fails with the sink's error naming the column and the batch, and is not committed
-    with pytest.raises(Exception, match=r"InvalidInput: value column 'value' is null in the row with message id "
-                                        r"'spark-stream:[0-9a-f-]{36}:0:[0-9a-f]{32}:0' \(batch 0 of query"):
+    with pytest.raises(
+        Exception,
+        match=r"InvalidInput: value column 'value' is null in the row with message id "
+        r"'spark-stream:[0-9a-f-]{36}:0:[0-9a-f]{32}:0' \(batch 0 of query",
+    ):
         query.awaitTermination(60)
     assert not query.isActive
     assert not (tmp_path / "checkpoint" / "commits" / "0").exists()
@@ -234,8 +259,10 @@ def test_a_bad_row_stops_the_stream_with_the_rqueue_error(spark, server, client,
 
 
 def write_events(folder: Path, name: str, first: int, count: int) -> None:
-    lines = [json.dumps({"event_id": i, "user": f"u{i % 7}", "amount": i * 1.5, "type": "click" if i % 3 else "buy"})
-             for i in range(first, first + count)]
+    lines = [
+        json.dumps({"event_id": i, "user": f"u{i % 7}", "amount": i * 1.5, "type": "click" if i % 3 else "buy"})
+        for i in range(first, first + count)
+    ]
     tmp = folder.parent / f".{name}"
     tmp.write_text("\n".join(lines) + "\n")
     tmp.rename(folder / name)  # the file source must never see a half-written file
@@ -247,24 +274,36 @@ def test_file_stream_end_to_end_and_a_replayed_micro_batch(spark, server, client
     inbox.mkdir()
     for n in range(3):
         write_events(inbox, f"events-{n}.json", n * 100, 100)
-    sink = rs.sink(server.url, "stream", value_col="json", header_cols=["type"], prefix=prefix, dedup_window=86400,
-                   batch_size=64)
+    sink = rs.sink(
+        server.url, "stream", value_col="json", header_cols=["type"], prefix=prefix, dedup_window=86400, batch_size=64
+    )
 
     def run() -> None:
-        events = (spark.readStream.schema("event_id long, user string, amount double, type string")
-                  .option("maxFilesPerTrigger", 1).json(str(inbox)))
-        shaped = (events.where(F.col("type") == "buy")
-                  .withColumn("cents", (F.col("amount") * 100).cast("long"))
-                  .select("type", F.to_json(F.struct("event_id", "user", "cents")).alias("json")))
-        query = (shaped.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
-                 .trigger(availableNow=True).start())
+        events = (
+            spark.readStream.schema("event_id long, user string, amount double, type string")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(inbox))
+        )
+        shaped = (
+            events.where(F.col("type") == "buy")
+            .withColumn("cents", (F.col("amount") * 100).cast("long"))
+            .select("type", F.to_json(F.struct("event_id", "user", "cents")).alias("json"))
+        )
+        query = (
+            shaped.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination(60)  # availableNow: the query ends by itself after the last file
         assert not query.isActive and query.exception() is None
 
     def expected(upto: int) -> collections.Counter:
         return collections.Counter(
             json.dumps({"event_id": i, "user": f"u{i % 7}", "cents": int(i * 150)}, separators=(",", ":")).encode()
-            for i in range(upto) if i % 3 == 0)
+            for i in range(upto)
+            if i % 3 == 0
+        )
 
     # when it runs: one micro-batch per file
     run()
@@ -310,8 +349,21 @@ def test_dead_letters_as_a_dataframe(spark, server, client, prefix):
     df = rs.read_dead_letters(spark, server.url, "orders", prefix=prefix)
     # then there is one row per dead letter with its history, payload and own headers
     assert df.schema == rs.DEAD_LETTER_SCHEMA
-    assert df.columns == ["dlq_seq", "queue", "group", "seq", "reason", "deliveries", "first_delivery_ms",
-                          "last_delivery_ms", "published_ms", "dead_lettered_ms", "error", "data", "headers"]
+    assert df.columns == [
+        "dlq_seq",
+        "queue",
+        "group",
+        "seq",
+        "reason",
+        "deliveries",
+        "first_delivery_ms",
+        "last_delivery_ms",
+        "published_ms",
+        "dead_lettered_ms",
+        "error",
+        "data",
+        "headers",
+    ]
     rows = sorted(df.collect(), key=lambda r: r.seq)
     assert [(r.queue, r.group, r.seq, r.reason, r.deliveries, bytes(r.data), r.headers) for r in rows] == [
         ("orders", "billing", 1, "rejected", 1, b"a", {"trace": "t1"}),

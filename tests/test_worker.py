@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import redis
+from conftest import start_server, wait_for
 
 import rqueue
-from conftest import start_server, wait_for
 
 HERE = Path(__file__).resolve().parent
 
@@ -322,8 +322,9 @@ def test_waiting_deliveries_are_kept_alive_no_longer_than_max_run_time(live):
         calls.add(d.seq)
         release.wait(20)
 
-    w = run_worker(q, handler, concurrency=1, prefetch=2, max_run_time=0.5, heartbeat_interval=0.05,
-                   heartbeat_timeout=5)
+    w = run_worker(
+        q, handler, concurrency=1, prefetch=2, max_run_time=0.5, heartbeat_interval=0.05, heartbeat_timeout=5
+    )
     try:
         wait_for(lambda: in_flight(q) == 2)
         # When another consumer of the group keeps asking
@@ -426,7 +427,17 @@ def test_bad_worker_arguments(live):
 def spawn(server, prefix, sleep_s, concurrency, hb_timeout=5.0):
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
     return subprocess.Popen(
-        [sys.executable, str(HERE / "worker_proc.py"), server.url, prefix, "orders", "g", str(sleep_s), str(concurrency), str(hb_timeout)],
+        [
+            sys.executable,
+            str(HERE / "worker_proc.py"),
+            server.url,
+            prefix,
+            "orders",
+            "g",
+            str(sleep_s),
+            str(concurrency),
+            str(hb_timeout),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import start_server, wait_for
 
 import rqueue
 from rqueue.cli import cli
-from conftest import start_server, wait_for
 
 HERE = Path(__file__).resolve().parent
 RQUEUE = str(Path(sys.executable).parent / "rqueue")
@@ -29,9 +29,24 @@ def server():
 def start_worker(server, prefix, *options):
     """`rqueue worker cli_handlers:handle -q orders -g g` as a child process."""
     return subprocess.Popen(
-        [RQUEUE, "--url", server.url, "--prefix", prefix, "worker", "cli_handlers:handle", "-q", "orders", "-g", "g",
-         *options],
-        cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(HERE)},
+        [
+            RQUEUE,
+            "--url",
+            server.url,
+            "--prefix",
+            prefix,
+            "worker",
+            "cli_handlers:handle",
+            "-q",
+            "orders",
+            "-g",
+            "g",
+            *options,
+        ],
+        cwd=HERE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(HERE)},
     )
 
 
@@ -90,7 +105,9 @@ def test_worker_serves_prometheus_metrics(server, prefix):
             return ""
 
     try:
-        text = wait_for(lambda: (t := scrape()) and 'rqueue_acked_total{group="g",queue="orders"} 2.0' in t and t, timeout=30)
+        text = wait_for(
+            lambda: (t := scrape()) and 'rqueue_acked_total{group="g",queue="orders"} 2.0' in t and t, timeout=30
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)

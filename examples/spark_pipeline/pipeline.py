@@ -31,13 +31,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # worker.py beside this file
 
+import worker  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 import rqueue  # noqa: E402
 import rqueue.spark  # noqa: E402
 from rqueue.embedded import EmbeddedServer  # noqa: E402
-
-import worker  # noqa: E402
 
 QUEUE = "orders.enriched"
 GROUP = "billing"
@@ -88,12 +87,18 @@ def run_stream(spark, inbox: Path, checkpoint: Path, sink) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default=os.environ.get("RQUEUE_URL"),
-                        help="Redis URL [default: $RQUEUE_URL, else a private embedded server]")
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("RQUEUE_URL"),
+        help="Redis URL [default: $RQUEUE_URL, else a private embedded server]",
+    )
     parser.add_argument("--files", type=int, default=4, help="input files, one micro-batch each")
     parser.add_argument("--per-file", type=int, default=500, help="events per file")
-    parser.add_argument("--prefix", default=f"example-{int(time.time())}",
-                        help="key prefix [default: example-<time>, a fresh key space for each run]")
+    parser.add_argument(
+        "--prefix",
+        default=f"example-{int(time.time())}",
+        help="key prefix [default: example-<time>, a fresh key space for each run]",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="input files and checkpoint [default: a temp dir]")
     args = parser.parse_args(argv)
 
@@ -108,9 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     inbox, checkpoint = workdir / "inbox", workdir / "checkpoint"
     inbox.mkdir(parents=True, exist_ok=True)
     prefix = args.prefix
-    spark = (SparkSession.builder.master("local[2]").appName("rqueue-spark-example")
-             .config("spark.driver.memory", "512m").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("rqueue-spark-example")
+        .config("spark.driver.memory", "512m")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     client = rqueue.connect(args.url, prefix=prefix)
     try:
@@ -124,12 +135,21 @@ def main(argv: list[str] | None = None) -> int:
         w.start()
 
         # The producer: the streaming query, with the sink remembering ids for a day.
-        sink = rqueue.spark.sink(args.url, QUEUE, value_col="value", header_cols=["priority"], prefix=prefix,
-                                 dedup_window=86400, batch_size=500)
+        sink = rqueue.spark.sink(
+            args.url,
+            QUEUE,
+            value_col="value",
+            header_cols=["priority"],
+            prefix=prefix,
+            dedup_window=86400,
+            batch_size=500,
+        )
         started = time.monotonic()
         run_stream(spark, inbox, checkpoint, sink)
-        print(f"streamed {len(wanted)} orders into {QUEUE} in {time.monotonic() - started:.1f} s; "
-              f"last micro-batch: {sink.last}")
+        print(
+            f"streamed {len(wanted)} orders into {QUEUE} in {time.monotonic() - started:.1f} s; "
+            f"last micro-batch: {sink.last}"
+        )
 
         # Exactly once: forget that the last batch was committed (as if the driver had died right after the sink)
         # and run the query again: Spark replays that batch with the same batch_id, the sink adds nothing.
@@ -144,8 +164,10 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.1)
         w.stop()
         w.join(30)
-        print(f"worker handled {worker.handled} messages ({worker.high_priority} high priority), "
-              f"acked {w.stats.acked}, dead-lettered {w.stats.dead_lettered}")
+        print(
+            f"worker handled {worker.handled} messages ({worker.high_priority} high priority), "
+            f"acked {w.stats.acked}, dead-lettered {w.stats.dead_lettered}"
+        )
         expected = {}
         for e in wanted:
             if e["status"] == "paid":
