@@ -36,8 +36,8 @@ import time
 import redis
 
 import rqueue
-from rqueue.bench import FLOOR_ACK_LUA, FLOOR_FETCH_LUA, FLOOR_PUBLISH_LUA
-from rqueue.scripts import Script, no_retry
+from rqueue.cli.bench import FLOOR_ACK_LUA, FLOOR_FETCH_LUA, FLOOR_PUBLISH_LUA
+from rqueue.engine.scripts import Script, no_retry
 
 PAYLOAD = b"x" * 100
 # Messages run before the counters are zeroed: two calls of the batch

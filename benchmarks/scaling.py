@@ -84,9 +84,9 @@ import redis
 from redis.crc import key_slot
 
 import rqueue
-from rqueue.bench import versions
+from rqueue.cli.bench import versions
 from rqueue.embedded import EmbeddedCluster, EmbeddedServer, find_binary
-from rqueue.keys import queue_base
+from rqueue.engine.keys import queue_base
 
 SCHEMA = "rqueue-scaling/1"
 PREFIX = "rqscale"

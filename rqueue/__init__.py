@@ -29,12 +29,12 @@ from .errors import (
     UnknownDeliveryTag,
     Unroutable,
 )
-from .partitions import PartitionedConsumer, PartitionedQueue, PartitionedWorker
+from .partitions import PartitionedConsumer, PartitionedQueue
 from .queue import Message, Queue
 from .randomness import Randomness
 from .results import ConsumerStats, GroupStats, PublishResult, QueueStats
 from .settings import Settings
-from .worker import Worker, WorkerStats
+from .worker import PartitionedWorker, Worker, WorkerStats
 
 __version__ = "0.1.0"
 

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Union
 import redis
 
 from . import constants as C
+from .engine.keys import ACK_KEYS
+from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
 from .errors import (
     CorruptRecord,
     InvalidInput,
@@ -19,9 +21,7 @@ from .errors import (
     from_script_error,
 )
 from .ids import consumer_name, delivery_tag, parse_delivery_tag
-from .keys import ACK_KEYS
 from .names import check_name
-from .record import COMPACT_HEAD, COMPACT_TAG, decode_record
 from .settings import Settings, positive_seconds, validate
 
 if TYPE_CHECKING:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -13,6 +14,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import redis
 from redis.backoff import NoBackoff
@@ -337,6 +340,162 @@ class EmbeddedCluster:
         self.nodes = []
 
     def __enter__(self) -> EmbeddedCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+READY_TIMEOUT = 30.0  # seconds to wait for the sentinels to know every replica and each other
+
+
+class EmbeddedSentinelGroup:
+    """A primary with ``replicas`` replicas (``--replicaof``) and ``sentinels``
+    sentinels (quorum: a majority) as child processes on loopback, each on
+    its own free port with its own data directory (a sentinel rewrites its
+    config file there). The sentinels declare the primary down after
+    ``down_after_ms`` and fail over. ``password`` is the servers',
+    ``sentinel_password`` the sentinels'. Use as a context manager or call
+    :meth:`start` and :meth:`stop`."""
+
+    def __init__(
+        self,
+        binary: str | None = None,
+        replicas: int = 1,
+        sentinels: int = 3,
+        service: str = "mymaster",
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 3000,
+        password: str | None = None,
+        sentinel_password: str | None = None,
+    ) -> None:
+        self.binary = binary or find_binary(prefer="redis")
+        self.replica_count, self.sentinel_count, self.service = replicas, sentinels, service
+        self.down_after_ms, self.failover_timeout_ms = down_after_ms, failover_timeout_ms
+        self.password, self.sentinel_password = password, sentinel_password
+        self.servers: list[EmbeddedServer] = []  # the first primary, then the replicas
+        self.sentinels: list[EmbeddedServer] = []
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        query = f"?sentinel_password={quote(self.sentinel_password)}" if self.sentinel_password else ""
+        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
+        return f"redis+sentinel://{auth}{hosts}/{self.service}{query}"
+
+    def start(self) -> EmbeddedSentinelGroup:
+        try:
+            no_delay = ["--repl-diskless-sync-delay", "0"]  # full syncs at once (the default waits 5 s)
+            primary = EmbeddedServer(self.binary, extra_args=no_delay).start()
+            self.servers.append(primary)
+            for _ in range(self.replica_count):
+                args = [*no_delay, "--replicaof", "127.0.0.1", str(primary.port)]
+                self.servers.append(EmbeddedServer(self.binary, extra_args=args).start())
+            self._wait(lambda: all(self._in_sync(s) for s in self.servers[1:]), "the replicas to sync")
+            if self.password:  # set once running: EmbeddedServer checks a start with a PING without password
+                for server in self.servers[1:] + [primary]:
+                    with redis.Redis(port=server.port) as r:
+                        r.config_set("masterauth", self.password)
+                        r.config_set("requirepass", self.password)
+            for _ in range(self.sentinel_count):
+                self.sentinels.append(self._start_sentinel(primary.port))
+            if self.sentinel_password:
+                for s in self.sentinels:
+                    with redis.Redis(port=s.port) as r:
+                        r.execute_command("ACL", "SETUSER", "default", "resetpass", f">{self.sentinel_password}")
+            self._wait(self._sentinels_ready, "the sentinels to know every replica and each other")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_sentinel(self, primary_port: int) -> EmbeddedServer:
+        sentinel = EmbeddedServer(self.binary)
+        sentinel.data_dir.mkdir(parents=True, exist_ok=True)
+        lines = [
+            f"sentinel monitor {self.service} 127.0.0.1 {primary_port} {self.sentinel_count // 2 + 1}",
+            f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}",
+            f"sentinel failover-timeout {self.service} {self.failover_timeout_ms}",
+        ]
+        if self.password:
+            lines.append(f"sentinel auth-pass {self.service} {self.password}")
+        if self.sentinel_password:
+            lines.append(f"sentinel sentinel-pass {self.sentinel_password}")
+        config = sentinel.data_dir / "sentinel.conf"
+        config.write_text("\n".join(lines) + "\n")
+        # Sentinel mode needs the config file as the first argument, before
+        # the options EmbeddedServer passes: a wrapper puts it there.
+        wrapper = sentinel.data_dir / "sentinel.sh"
+        wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(self.binary)} {shlex.quote(str(config))} --sentinel "$@"\n')
+        wrapper.chmod(0o755)
+        sentinel.binary = str(wrapper)
+        return sentinel.start()
+
+    def _in_sync(self, server: EmbeddedServer) -> bool:
+        with redis.Redis(port=server.port, password=self.password) as r:
+            info = r.info("replication")
+        return info.get("master_link_status") == "up" and info.get("master_sync_in_progress") == 0
+
+    def _ask(self, sentinel: EmbeddedServer, command: str, *args: Any) -> Any:
+        """Calls redis-py's ``sentinel_<command>`` (which parses the reply) on ``sentinel``."""
+        with redis.Redis(port=sentinel.port, password=self.sentinel_password, socket_timeout=2) as r:
+            return getattr(r, f"sentinel_{command}")(*args)
+
+    def _sentinels_ready(self) -> bool:
+        for s in self.sentinels:
+            replicas = self._ask(s, "slaves", self.service)
+            if len(replicas) != self.replica_count or any(r["is_sdown"] for r in replicas):
+                return False
+            if len(self._ask(s, "sentinels", self.service)) != self.sentinel_count - 1:
+                return False
+        return True
+
+    def primary(self) -> EmbeddedServer:
+        """The server a live sentinel names as the primary now."""
+        for s in self.sentinels:
+            try:
+                _, port = self._ask(s, "get_master_addr_by_name", self.service)
+            except (redis.RedisError, OSError, TypeError):
+                continue
+            return next(server for server in self.servers if server.port == int(port))
+        raise RQueueError(f"no sentinel names a primary for {self.service!r}")
+
+    def wait_for_failover(self, old: EmbeddedServer, timeout: float = READY_TIMEOUT) -> EmbeddedServer:
+        """Waits until every sentinel names the same primary other than
+        ``old`` and that server acts as one; returns it."""
+
+        def promoted() -> bool:
+            named = {self._ask(s, "get_master_addr_by_name", self.service)[1] for s in self.sentinels}
+            if len(named) != 1 or named == {old.port}:
+                return False
+            with redis.Redis(port=named.pop(), password=self.password, socket_timeout=2) as r:
+                return r.info("replication").get("role") == "master"
+
+        self._wait(promoted, f"a replica of port {old.port} to be promoted", timeout)
+        return self.primary()
+
+    def _wait(self, condition: Any, what: str, timeout: float = READY_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if condition():
+                    return
+            except (redis.RedisError, OSError):
+                pass  # not up yet: ask again
+            if time.monotonic() > deadline:
+                raise RQueueError(f"sentinel group: timed out after {timeout} s waiting for {what}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Stops every process (also those already killed) and removes their directories."""
+        for server in self.sentinels + self.servers:
+            try:
+                server.stop()
+            except Exception:  # pragma: no cover - stop the others all the same
+                pass
+        self.sentinels, self.servers = [], []
+
+    def __enter__(self) -> EmbeddedSentinelGroup:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 
-import redis.exceptions as _redis_exc
-
 __all__ = [
     "RQueueError",
     "InvalidInput",
@@ -15,6 +13,8 @@ __all__ = [
     "InvalidURL",
     "PayloadTooLarge",
     "ConnectionFailed",
+    "ConnectionLost",
+    "OutOfMemory",
     "ServerTooOld",
     "DeliveryError",
     "UnknownDeliveryTag",
@@ -30,43 +30,6 @@ __all__ = [
     "Reject",
     "from_script_error",
 ]
-
-
-# Errors a Redis Cluster gives while a failover or resharding is under way
-# that prove the command did not run, so that sending it again cannot apply
-# it twice. A reply lost after the command was sent (a timeout, a reset
-# connection) proves nothing and is never retried here: a script is not
-# idempotent (a publish without id would be stored twice).
-CLUSTER_NOT_RUN: tuple[type[BaseException], ...] = (
-    _redis_exc.ClusterDownError,  # also MasterDownError
-    _redis_exc.TryAgainError,
-    _redis_exc.MovedError,
-    _redis_exc.AskError,
-    _redis_exc.SlotNotCoveredError,
-    _redis_exc.ReadOnlyError,  # a demoted primary refused the write, until the slot map is refreshed
-    _redis_exc.BusyLoadingError,
-)
-
-
-def not_run(exc: BaseException | None) -> bool:
-    """True when ``exc`` proves that the command it answers never ran: one of
-    CLUSTER_NOT_RUN, or a connection that could not even be opened (redis-py
-    says "Error N connecting to host:port" or "Timeout connecting to ...").
-    redis-py's "cluster cannot be connected" counts only when it did not
-    replace another error (it is raised while refreshing the slot map, also
-    right after a reply was lost)."""
-    if exc is None:
-        return False
-    if isinstance(exc, CLUSTER_NOT_RUN):
-        return True
-    text = str(exc)
-    if isinstance(exc, _redis_exc.ConnectionError) and not isinstance(exc, _redis_exc.AuthenticationError):
-        return " connecting to " in text
-    if isinstance(exc, _redis_exc.TimeoutError):
-        return text.startswith("Timeout connecting to")
-    if isinstance(exc, _redis_exc.RedisClusterException) and "cannot be connected" in text:
-        return exc.__context__ is None or not_run(exc.__context__)
-    return False
 
 
 MAX_SHOWN = 120  # characters of a rejected value shown in an error message
@@ -160,6 +123,31 @@ class ConnectionFailed(RQueueError):
     def __init__(self, url: str, why: str) -> None:
         super().__init__(f"cannot use {url}: {why}")
         self.url = url
+
+
+class ConnectionLost(RQueueError):
+    """A call to Redis failed on the way: the connection broke or timed
+    out, or a cluster was failing over. Unless ``applied`` is False, the call
+    may or may not have been applied; calls rqueue makes are safe to repeat
+    (a publish with an id, an ack, a fetch whose deliveries a worker hands
+    back).
+
+    Attributes:
+        applied: False when the error proves the call never ran, else None.
+    """
+
+    def __init__(self, why: str, applied: bool | None = None) -> None:
+        super().__init__(f"lost the connection to Redis: {why}")
+        self.applied = applied
+
+
+class OutOfMemory(RQueueError):
+    """Redis refused a write because it is at maxmemory (noeviction): the
+    call changed nothing. Memory comes back as consumers ack and dead
+    letters are purged."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"Redis is out of memory: {why}")
 
 
 class ServerTooOld(RQueueError):

@@ -9,7 +9,9 @@ import redis
 
 from . import constants as C
 from .deadletters import DeadLetter, Progress, ReplayResult, Selection, iter_dead_letters, purge, replay
-from .durable import publish_durably
+from .engine.durable import publish_durably
+from .engine.keys import QueueKeys, queue_base, registry_key
+from .engine.record import decode_record, encode_body
 from .errors import (
     InvalidInput,
     InvalidName,
@@ -19,9 +21,7 @@ from .errors import (
     Unroutable,
     from_script_error,
 )
-from .keys import QueueKeys, queue_base, registry_key
 from .names import check_message_id, check_name
-from .record import decode_record, encode_body
 from .results import ConsumerStats, GroupStats, PublishResult, QueueStats
 from .settings import DEAD_LETTER_MODES, Settings
 

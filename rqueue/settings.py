@@ -17,8 +17,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from . import constants as C
+from .engine.keys import settings_key
 from .errors import InvalidInput, InvalidName, InvalidSetting
-from .keys import settings_key
 from .names import check_name, check_pattern
 
 DEAD_LETTER_MODES = ("dlq", "none")

@@ -121,10 +121,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import constants as C
-from .client import connect, mask_url
+from .client import connect
+from .connection.urls import mask_url
+from .engine.record import encode_body
 from .errors import InvalidInput, InvalidURL, PayloadTooLarge
 from .names import check_message_id, check_name
-from .record import encode_body
 
 try:
     from pyspark.sql import Column, DataFrame, SparkSession

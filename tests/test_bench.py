@@ -11,7 +11,7 @@ import redis
 from click.testing import CliRunner
 from conftest import start_server
 
-from rqueue.bench import FIGURE_KEYS, GROUPS, SCHEMA, SPEC_BY_KEY, bench_command
+from rqueue.cli.bench import FIGURE_KEYS, GROUPS, SCHEMA, SPEC_BY_KEY, bench_command
 
 
 @pytest.fixture(scope="module", params=["redis", "valkey"])

@@ -10,7 +10,7 @@ import redis
 from conftest import wait_for
 
 import rqueue
-from rqueue.scripts import ScriptConnections
+from rqueue.engine.scripts import ScriptConnections
 
 
 def test_scripts_reload_after_script_flush(client, queue):

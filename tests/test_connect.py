@@ -325,7 +325,7 @@ def test_wrong_password(acl_user, caplog):
 @pytest.mark.parametrize("version", ["6.0.9", "5.0.14", "6.1.99", "garbage"])
 def test_server_too_old(server, monkeypatch, version):
     # given a real server that reports an old version
-    monkeypatch.setattr(rqueue.client, "server_version", lambda r: version)
+    monkeypatch.setattr(rqueue.connection.open, "server_version", lambda r: version)
     before = _connected_clients(server)
     # when connecting
     with pytest.raises(ServerTooOld) as exc:
@@ -342,7 +342,7 @@ def test_server_too_old(server, monkeypatch, version):
 @pytest.mark.parametrize("version", ["6.2.0", "7.0.15", "8.0.0-rc1"])
 def test_server_new_enough(server, monkeypatch, prefix, version):
     # given a real server that reports a version of 6.2 or later
-    monkeypatch.setattr(rqueue.client, "server_version", lambda r: version)
+    monkeypatch.setattr(rqueue.connection.open, "server_version", lambda r: version)
     # when connecting
     with rqueue.connect(server.url, prefix=prefix) as client:
         # then it works

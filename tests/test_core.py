@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import rqueue
-from rqueue.record import decode_record
+from rqueue.engine.record import decode_record
 
 
 def seqs(deliveries):

@@ -367,7 +367,7 @@ def test_a_deleted_and_recreated_queue_is_seen_with_its_new_count(client, backen
 
 @pytest.mark.parametrize("value", [b"abc", b"1", b"0", b"-3", b"99999"])
 def test_a_corrupt_partition_count_is_reported(client, value):
-    from rqueue.keys import partitions_key
+    from rqueue.engine.keys import partitions_key
 
     client.redis.hset(partitions_key(client.prefix), "jobs", value)
     with pytest.raises(rqueue.CorruptRecord, match=r":partitions\[jobs\]"):
@@ -476,7 +476,7 @@ def test_a_lost_reply_from_one_node_does_not_stop_the_others_nor_run_twice(clien
 def test_only_errors_that_prove_a_call_never_ran_count_as_not_run(error, expected):
     import redis
 
-    from rqueue.errors import not_run
+    from rqueue.connection.cluster import not_run
 
     kind, _, text = error.partition(":")
     assert not_run(getattr(redis.exceptions, kind)(text)) is expected
@@ -485,7 +485,7 @@ def test_only_errors_that_prove_a_call_never_ran_count_as_not_run(error, expecte
 def test_cluster_cannot_be_connected_counts_only_when_it_hides_no_lost_reply():
     import redis
 
-    from rqueue.errors import not_run
+    from rqueue.connection.cluster import not_run
 
     # raised while refreshing the slot map right after a lost reply: the call may have run
     try:

@@ -9,9 +9,9 @@ import time
 import pytest
 import redis
 
+from rqueue.engine.keys import ACK_KEYS
+from rqueue.engine.loader import SCRIPT_NAMES, drop_unused, lua_dir, make_lazy, source
 from rqueue.errors import InvalidInput, from_script_error
-from rqueue.keys import ACK_KEYS
-from rqueue.scripts import SCRIPT_NAMES, _drop_unused, _make_lazy, lua_dir, source
 from rqueue.settings import Settings
 
 NOW = 1_700_000_000_000
@@ -79,7 +79,7 @@ def test_includes_keep_only_the_helpers_a_script_calls():
     )
     # then "a" goes, then "b" with it; "c" and its nested function stay whole
     assert (
-        _drop_unused(text)
+        drop_unused(text)
         == "local function c(x)\n  local function inner()\n    return x\n  end\n  return inner()\nend\nreturn c(1)\n"
     )
     # a helper laid out otherwise is refused rather than cut at the wrong "end"
@@ -88,7 +88,7 @@ def test_includes_keep_only_the_helpers_a_script_calls():
         "local function unused(x)\n  return [[\nend\n]]\nend\nreturn 1\n",
     ):
         with pytest.raises(ValueError, match="'unused' ends"):
-            _drop_unused(odd)
+            drop_unused(odd)
     # and in the real scripts every helper left is called somewhere
     for name in SCRIPT_NAMES:
         text = source(name)
@@ -108,7 +108,7 @@ LAZY = (
 
 def test_lazy_helpers_are_defined_only_where_they_are_made():
     # given a lazy region of two helpers, made in a block of the script
-    text = _make_lazy(LAZY + "if ARGV[1] == 'slow' then\n  --@make slow\n  return twice(1)\nend\nreturn 0\n")
+    text = make_lazy(LAZY + "if ARGV[1] == 'slow' then\n  --@make slow\n  return twice(1)\nend\nreturn 0\n")
     # then the region leaves its constant and nil locals for the helpers
     top, block = text.split("if ARGV[1] == 'slow' then\n")
     assert (
@@ -123,7 +123,7 @@ def test_lazy_helpers_are_defined_only_where_they_are_made():
 
 def test_lazy_helpers_run_on_the_server_only_on_the_path_that_makes_them(client):
     # given a script whose helpers are made on one path only
-    lua = _make_lazy(LAZY + "if ARGV[1] == 'slow' then\n  --@make slow\n  return twice(2)\nend\nreturn type(double)\n")
+    lua = make_lazy(LAZY + "if ARGV[1] == 'slow' then\n  --@make slow\n  return twice(2)\nend\nreturn type(double)\n")
     # when it runs on each path, then the slow one has them and the other never built them
     assert client.redis.eval(lua, 0, "slow") == 18
     assert client.redis.eval(lua, 0, "fast") == b"nil"
@@ -132,23 +132,23 @@ def test_lazy_helpers_run_on_the_server_only_on_the_path_that_makes_them(client)
 def test_lazy_regions_refuse_what_would_read_the_wrong_variable():
     # a helper named above its region would be a global there
     with pytest.raises(ValueError, match="double named above the region"):
-        _make_lazy("local x = double\n" + LAZY + "--@make slow\n")
+        make_lazy("local x = double\n" + LAZY + "--@make slow\n")
     # a block local with the name of a top-level local the helpers read would be read instead
     with pytest.raises(ValueError, match="LIMIT would be read from the enclosing block"):
-        _make_lazy(LAZY + "for _, LIMIT in ipairs({1}) do\n  --@make slow\nend\n")
+        make_lazy(LAZY + "for _, LIMIT in ipairs({1}) do\n  --@make slow\nend\n")
     with pytest.raises(ValueError, match="LIMIT would be read"):
-        _make_lazy(LAZY + "if true then\n  local LIMIT = 1\n  --@make slow\nend\n")
+        make_lazy(LAZY + "if true then\n  local LIMIT = 1\n  --@make slow\nend\n")
     # a block that has ended does not count
-    assert "if double == nil" in _make_lazy(
+    assert "if double == nil" in make_lazy(
         LAZY + "if true then\n  local LIMIT = 1\nend\nif true then\n  --@make slow\nend\n"
     )
     # a region never made, or a make without its region
     with pytest.raises(ValueError, match="no --@make"):
-        _make_lazy(LAZY)
+        make_lazy(LAZY)
     with pytest.raises(ValueError, match="no --@lazy other"):
-        _make_lazy(LAZY + "--@make slow\n--@make other\n")
+        make_lazy(LAZY + "--@make slow\n--@make other\n")
     with pytest.raises(ValueError, match="no --@lazy slow region above"):
-        _make_lazy("--@make slow\n" + LAZY + "--@make slow\n")
+        make_lazy("--@make slow\n" + LAZY + "--@make slow\n")
 
 
 def test_ack_reads_no_key_past_the_ones_it_is_sent():

@@ -2,7 +2,7 @@
 failover after kill -9 of the primary, and the URLs that are refused.
 
 Each group of servers (a primary, replicas, three sentinels) runs on free
-loopback ports with its own directories (rqueue.sentinel.EmbeddedSentinelGroup).
+loopback ports with its own directories (rqueue.embedded.EmbeddedSentinelGroup).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import pytest
 from conftest import _binary, _missing, wait_for
 
 import rqueue
-from rqueue.embedded import free_port
-from rqueue.sentinel import EmbeddedSentinelGroup
+from rqueue.embedded import EmbeddedSentinelGroup, free_port
 
 SECRET = "s3cret-pw"  # must never appear in an error message
 

@@ -546,7 +546,7 @@ def test_redis_restart_mid_run_loses_nothing(prefix, tmp_path):
 def test_metrics_count_what_the_worker_did(live):
     from prometheus_client import generate_latest
 
-    from rqueue.metrics import WorkerMetrics
+    from rqueue.worker.metrics import WorkerMetrics
 
     q = live.queue("orders")
     q.publish_many([b"ok", b"reject"])

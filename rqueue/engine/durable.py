@@ -13,11 +13,12 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import NotDurable, not_run
+from ..connection.cluster import not_run
+from ..errors import NotDurable
 from .scripts import Script, ScriptPipeline, no_retry
 
 if TYPE_CHECKING:
-    from .client import Client
+    from ..client import Client
 
 
 class _NodeState:

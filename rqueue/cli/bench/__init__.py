@@ -123,7 +123,7 @@ import redis
 
 import rqueue
 from rqueue.constants import MAX_FETCH
-from rqueue.scripts import Script, no_retry
+from rqueue.engine.scripts import Script, no_retry
 
 SCHEMA = "rqueue-bench/1"
 PAYLOAD_BYTES = 100
@@ -579,7 +579,7 @@ class Progress:
 
 
 class Child:
-    """A consumer process: ``python -c 'from rqueue.bench import child_main'``,
+    """A consumer process: ``python -c 'from rqueue.cli.bench import child_main'``,
     configured by one JSON document in the environment (the URL never shows in
     ``ps``), answering with one JSON object per line on stdout."""
 
@@ -588,7 +588,7 @@ class Child:
         env[CHILD_ENV] = json.dumps(spec)
         self._err = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from rqueue.bench import child_main; child_main()"],
+            [sys.executable, "-c", "from rqueue.cli.bench import child_main; child_main()"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._err,
@@ -1808,7 +1808,7 @@ def bench_command(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m rqueue.bench [--url URL] [--prefix P] bench [OPTIONS]``:
+    """``python -m rqueue.cli.bench [--url URL] [--prefix P] bench [OPTIONS]``:
     the ``rqueue`` command line, with ``bench`` added when it is not
     registered there yet."""
     from rqueue.cli import cli

@@ -28,15 +28,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
-from . import constants as C
-from .errors import CLUSTER_NOT_RUN, AlreadyAcked, DeliveryError, InvalidInput, NotMember, Reject, RQueueError
-from .names import check_name
-from .settings import positive_seconds
+from .. import constants as C
+from ..connection.cluster import CLUSTER_NOT_RUN
+from ..errors import AlreadyAcked, DeliveryError, InvalidInput, NotMember, Reject, RQueueError
+from ..names import check_name
+from ..settings import positive_seconds
 
 if TYPE_CHECKING:
-    from .consumer import Consumer, Delivery
+    from ..consumer import Consumer, Delivery
+    from ..queue import Queue
     from .metrics import WorkerMetrics
-    from .queue import Queue
 
 log = logging.getLogger("rqueue.worker")
 
@@ -101,11 +102,12 @@ class Worker:
     group. A second signal stops at once.
 
     Durations are seconds. On a partitioned queue this makes a
-    :class:`rqueue.partitions.PartitionedWorker` (one worker per partition).
+    :class:`rqueue.PartitionedWorker` (one worker per partition).
     """
 
     def __new__(cls, queue: Any, *args: Any, **kwargs: Any) -> Any:
-        from .partitions import PartitionedQueue, PartitionedWorker
+        from ..partitions import PartitionedQueue
+        from .partitioned import PartitionedWorker
 
         if cls is Worker and isinstance(queue, PartitionedQueue):
             return PartitionedWorker(queue, *args, **kwargs)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .errors import RQueueError
+from ..errors import RQueueError
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from ..queue import Queue
 
 try:
     from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server

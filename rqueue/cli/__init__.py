@@ -27,10 +27,10 @@ import click
 import redis
 
 import rqueue
-from rqueue.bench import bench_command
+from rqueue.cli.bench import bench_command
 from rqueue.deadletters import DeadLetter
 from rqueue.embedded import EmbeddedServer, find_binary
-from rqueue.worker import TRANSIENT as WORKER_TRANSIENT
+from rqueue.worker.runtime import TRANSIENT as WORKER_TRANSIENT
 
 EXIT_ERROR = 1  # the server, the network or a failed check
 EXIT_BAD_INPUT = 2  # the user's input is wrong (click uses 2 for usage errors too)
@@ -1077,7 +1077,7 @@ def worker(
         q = client.queue(queue_name)
         metrics = None
         if metrics_port is not None:
-            from rqueue.metrics import WorkerMetrics
+            from rqueue.worker.metrics import WorkerMetrics
 
             metrics = WorkerMetrics(q, group)
             metrics.serve(metrics_port)

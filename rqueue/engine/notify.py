@@ -12,9 +12,9 @@ from typing import Any
 
 import redis
 
-from .constants import IDLE_POLL_INTERVAL
+from ..constants import IDLE_POLL_INTERVAL
 
-log = logging.getLogger("rqueue.notify")
+log = logging.getLogger("rqueue.engine.notify")
 
 SUBSCRIBE_TIMEOUT = 1.0  # seconds to wait for a subscription to be confirmed
 RECONNECT_PAUSE = 0.5  # seconds between attempts after the connection broke

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from .constants import MAX_HEADER_BYTES
-from .errors import CorruptRecord, InvalidInput
+from ..constants import MAX_HEADER_BYTES
+from ..errors import CorruptRecord, InvalidInput
 
 Headers = dict[str, str]
 

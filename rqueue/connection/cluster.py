@@ -1,0 +1,103 @@
+"""Redis Cluster: the client, and the errors that prove a call never ran
+(the only ones retried, since a script sent again could apply twice)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
+
+from ..errors import ConnectionFailed, InvalidURL
+from .urls import CLUSTER_SCHEMES, describe, scrub
+
+T = TypeVar("T")
+Retrier = Callable[[Callable[[], T]], T]
+
+
+def no_retry(call: Callable[[], T]) -> T:
+    """The Retrier of a single server: the call once."""
+    return call()
+
+
+# Errors a Redis Cluster gives while a failover or resharding is under way
+# that prove the command did not run, so that sending it again cannot apply
+# it twice. A reply lost after the command was sent (a timeout, a reset
+# connection) proves nothing and is never retried here: a script is not
+# idempotent (a publish without id would be stored twice).
+CLUSTER_NOT_RUN: tuple[type[BaseException], ...] = (
+    redis.exceptions.ClusterDownError,  # also MasterDownError
+    redis.exceptions.TryAgainError,
+    redis.exceptions.MovedError,
+    redis.exceptions.AskError,
+    redis.exceptions.SlotNotCoveredError,
+    redis.exceptions.ReadOnlyError,  # a demoted primary refused the write, until the slot map is refreshed
+    redis.exceptions.BusyLoadingError,
+)
+
+
+def not_run(exc: BaseException | None) -> bool:
+    """True when ``exc`` proves that the command it answers never ran: one of
+    CLUSTER_NOT_RUN, or a connection that could not even be opened (redis-py
+    says "Error N connecting to host:port" or "Timeout connecting to ...").
+    redis-py's "cluster cannot be connected" counts only when it did not
+    replace another error (it is raised while refreshing the slot map, also
+    right after a reply was lost)."""
+    if exc is None:
+        return False
+    if isinstance(exc, CLUSTER_NOT_RUN):
+        return True
+    text = str(exc)
+    if isinstance(exc, redis.exceptions.ConnectionError) and not isinstance(exc, redis.exceptions.AuthenticationError):
+        return " connecting to " in text
+    if isinstance(exc, redis.exceptions.TimeoutError):
+        return text.startswith("Timeout connecting to")
+    if isinstance(exc, redis.exceptions.RedisClusterException) and "cannot be connected" in text:
+        return exc.__context__ is None or not_run(exc.__context__)
+    return False
+
+
+def cluster_redis(url: str, shown: str, options: dict[str, Any]) -> Any:
+    """A RedisCluster client for ``redis+cluster://host:port`` (any one node).
+    Raises ConnectionFailed when no node answers or the server is not a
+    cluster."""
+    node_url = CLUSTER_SCHEMES[url.split("://", 1)[0]] + "://" + url.split("://", 1)[1]
+    db = urlsplit(shown).path.strip("/")
+    if db not in ("", "0"):
+        raise InvalidURL(shown, f"a Redis Cluster has only database 0, not {db}")
+    options.pop("health_check_interval", None)
+    # redis-py would send a command again after a lost reply (ten times by
+    # default): a script could run twice. rqueue retries what never ran.
+    options.setdefault("retry", Retry(NoBackoff(), 0))
+    try:
+        return redis.RedisCluster.from_url(node_url, **options)
+    except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
+        text = scrub(describe(exc), url)
+        if "cluster mode is not enabled" in text.lower() or "cluster support disabled" in text.lower():
+            text = "the server is not a Redis Cluster (use redis:// for a single server)"
+        raise ConnectionFailed(shown, text) from None
+
+
+def cluster_retry(timeout: float, idempotent: bool = False) -> Retrier[Any]:
+    """Retries a call through the errors a cluster gives while its topology
+    changes (failover, resharding, a restarted node) for up to ``timeout``
+    seconds, but only errors that prove the call did not run
+    (errors.not_run): a lost reply is raised, as on a single server, since
+    a script sent again could be applied twice. An ``idempotent`` call (a
+    read, SADD, HSETNX) is retried after any connection error too. redis-py
+    refreshes its map of slots to nodes on the way."""
+
+    def worth_retrying(exc: BaseException) -> bool:
+        return not_run(exc) or (idempotent and isinstance(exc, (redis.ConnectionError, redis.TimeoutError)))
+
+    retrying = Retrying(
+        retry=retry_if_exception(worth_retrying),
+        stop=stop_after_delay(timeout),
+        wait=wait_exponential_jitter(multiplier=0.05, max=1.0, jitter=0.05),
+        reraise=True,
+    )
+    return lambda call: retrying(call)

@@ -1,0 +1,139 @@
+"""Opening a redis-py client for any URL rqueue takes, and checking that
+the server it reaches can run rqueue."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis
+
+from .. import constants as C
+from ..errors import ConnectionFailed, InvalidURL, ServerTooOld
+from .cluster import cluster_redis
+from .sentinel import sentinel_redis
+from .urls import (
+    CLUSTER_SCHEMES,
+    CONNECT_TIMEOUT,
+    SCHEMES,
+    SENTINEL_SCHEMES,
+    SOCKET_TIMEOUT,
+    check_db,
+    describe,
+    mask_url,
+    scrub,
+)
+
+log = logging.getLogger("rqueue")
+
+_memory_servers: dict[str, Any] = {}
+_memory_lock = threading.Lock()
+
+
+def _memory_redis(url: str) -> Any:
+    try:
+        import fakeredis
+    except ImportError:  # pragma: no cover - depends on the install
+        raise InvalidURL(url, "memory:// needs fakeredis with Lua: pip install 'rqueue[memory]'") from None
+    name = urlsplit(url).netloc or "default"
+    with _memory_lock:
+        server = _memory_servers.get(name)
+        if server is None:
+            server = _memory_servers[name] = fakeredis.FakeServer()
+    return fakeredis.FakeRedis(server=server)
+
+
+def server_version(r: Any) -> str:
+    info = r.info("server")
+    return str(info.get("valkey_version") or info.get("redis_version") or "0")
+
+
+def _parse_version(version: str) -> tuple[int, ...]:
+    out = []
+    for part in version.split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits or 0))
+    return tuple(out)
+
+
+def _check_server(r: Any, url: str) -> None:
+    if isinstance(r, redis.RedisCluster):
+        for node in r.get_primaries():
+            _check_server(node.redis_connection or r.get_redis_connection(node), url)
+        return
+    version = server_version(r)
+    if _parse_version(version) < C.MIN_SERVER_VERSION:
+        raise ServerTooOld(version, ".".join(map(str, C.MIN_SERVER_VERSION)))
+    try:
+        reply = r.config_get("maxmemory-policy")
+    except redis.ResponseError:
+        return  # CONFIG may be refused by ACLs; the check is advice only
+    # redis-py decodes the keys and values of CONFIG GET (str), older
+    # versions and decode_responses=False clients may not (bytes)
+    policy = reply.get("maxmemory-policy", reply.get(b"maxmemory-policy"))
+    if isinstance(policy, bytes):
+        policy = policy.decode(errors="replace")
+    if policy not in (None, "noeviction"):
+        log.warning(
+            "Redis at %s has maxmemory-policy %s: under memory pressure it may evict "
+            "queue data; set maxmemory-policy noeviction",
+            mask_url(url),
+            policy,
+        )
+
+
+def open_redis(url: str, redis_options: dict[str, Any]) -> tuple[Any, str, str]:
+    """A redis-py client for ``url`` that answered PING and runs a Redis new
+    enough for rqueue, with the URL as shown (password masked) and its
+    scheme. Raises InvalidURL, ConnectionFailed or ServerTooOld."""
+    if not isinstance(url, str):
+        if isinstance(url, (bytes, bytearray)):  # shown masked, like any URL
+            raise InvalidURL(mask_url(bytes(url).decode("utf-8", "replace")), "must be a str, not bytes")
+        raise InvalidURL(f"<{type(url).__name__}>", f"must be a str, not {type(url).__name__}")
+    shown = mask_url(url)
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in SCHEMES:
+        raise InvalidURL(shown, f"scheme must be one of {', '.join(s + '://' for s in SCHEMES)}")
+    if scheme == "memory":
+        try:
+            r = _memory_redis(url)
+        except ValueError as exc:
+            raise InvalidURL(shown, scrub(str(exc), url)) from None
+    else:
+        options = {
+            "socket_connect_timeout": CONNECT_TIMEOUT,
+            # Scripts do bounded work, so a reply that takes this long means a
+            # dead connection: the call fails (and a worker retries) instead
+            # of hanging on a half-open socket.
+            "socket_timeout": SOCKET_TIMEOUT,
+            "health_check_interval": 30,
+        }
+        if scheme != "unix":  # TCP only
+            options["socket_keepalive"] = True
+        options.update(redis_options)
+        try:
+            if scheme != "unix" and scheme not in SENTINEL_SCHEMES:  # a sentinel URL's path is /service[/db]
+                check_db(shown)
+            if scheme in CLUSTER_SCHEMES:
+                r = cluster_redis(url, shown, options)
+            elif scheme in SENTINEL_SCHEMES:
+                r = sentinel_redis(url, shown, options)
+            else:
+                r = redis.Redis.from_url(url, **options)
+        except InvalidURL:
+            raise  # an InvalidURL is a ValueError too; wrapping it would say "invalid URL" twice
+        except ValueError as exc:
+            raise InvalidURL(shown, scrub(str(exc), url)) from None
+    try:
+        r.ping()
+        if scheme != "memory":  # fakeredis has no INFO; it is as new as its Lua
+            _check_server(r, url)
+    except ServerTooOld:
+        r.close()
+        raise
+    except (redis.RedisError, OSError) as exc:
+        r.close()
+        raise ConnectionFailed(shown, scrub(describe(exc), url)) from None
+    return r, shown, scheme
