@@ -1,17 +1,21 @@
 """The Lua scripts' text: one file per command in lua/, with the includes
 it names expanded.
 
-A line ``--@include name`` pulls in ``lua/includes/name.lua`` (once per
-script, an include's own includes first); the includes' top-level helpers
-that the script never calls are left out. ``--@lazy name inc ...`` pulls in
-includes whose helpers are made only where a ``--@make name`` line stands
-(see make_lazy).
+A line ``--@include name`` pulls in ``lua/includes/name.lua``. An include
+names what it needs with its own ``--@include`` lines, before its code;
+each include is expanded once per script, its prerequisites first, so
+every local stands before the code that reads it (see expand_includes).
+``--@lazy region inc ...`` pulls in includes whose helpers are made only
+where a ``--@make region`` line stands (see make_lazy). The includes'
+top-level helpers that the script never calls are left out (see
+drop_unused).
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -19,6 +23,10 @@ _DIRECTIVE = re.compile(r"^--@(include|lazy)[ \t]+(\w+)((?:[ \t]+\w+)*)[ \t]*$",
 _MAKE = re.compile(r"^([ \t]*)--@make[ \t]+(\w+)[ \t]*\n", re.MULTILINE)
 _LAZY_REGION = re.compile(r"^--@lazy-begin (\w+)\n(.*?)^--@lazy-end\n", re.MULTILINE | re.DOTALL)
 _COMMENT = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.DOTALL)
+_STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
+# Comments and strings read from left to right, so that "--" in a string
+# starts no comment and a quote in a comment starts no string.
+_NOISE = re.compile(f"{_COMMENT.pattern}|{_STRING.pattern}", re.DOTALL)
 # A top-level helper of an include: "local function name(" at the start of a
 # line, up to the first "end" alone at the start of a line (the scripts'
 # layout; nested functions are indented).
@@ -26,6 +34,9 @@ _TOP_FUNCTION = re.compile(r"^local function (\w+)\(.*?^end\n", re.MULTILINE | r
 # A top-level helper with the comment lines right above it, moved together.
 _NOTED_FUNCTION = re.compile(r"(?:^--(?!\[\[)[^\n]*\n)*" + _TOP_FUNCTION.pattern, re.MULTILINE | re.DOTALL)
 _WORD = re.compile(r"\w+")
+# The words that open and close Lua blocks ("then" opens none of its own:
+# "if" and "elseif" stand for it).
+_BLOCK_WORD = re.compile(r"\b(function|do|repeat|if|elseif|else|end|until)\b")
 
 SCRIPT_NAMES = (
     "publish",
@@ -51,34 +62,176 @@ def lua_dir() -> Path:
 @cache
 def source(name: str) -> str:
     """The full text of script ``name`` with its includes expanded."""
-    root = lua_dir()
-    seen: set[str] = set()
+    return make_lazy(drop_unused(expand_includes(lua_dir(), name)))
 
-    def include(inc: str) -> str:
-        if inc in seen:
-            return ""
-        seen.add(inc)
-        return _DIRECTIVE.sub(expand, root.joinpath("includes", f"{inc}.lua").read_text())
 
-    def expand(match: re.Match[str]) -> str:
+def expand_includes(root: Path, name: str) -> str:
+    """``root/name.lua`` with its ``--@include`` and ``--@lazy`` lines
+    replaced by the includes' text, from ``root/includes/``.
+
+    Each include is expanded once, where it is first named, with its own
+    includes expanded in its place first (depth first), so a prerequisite's
+    text stands before the include that needs it. An include first named
+    inside a ``--@lazy`` region lands in that region, even a prerequisite
+    that eager code needs later: nothing leaves a region for the eager part.
+    An include's helpers are therefore reachable only from where it landed,
+    and a layout that needs them elsewhere is refused (ValueError): eager
+    code after the region, unless it stands after a ``--@make`` of that
+    region in the same or an enclosing block; another region; or code
+    outside the block of a script that an include was expanded in. So are a
+    cycle of includes, an include's ``--@include`` after its own code, and a
+    ``--@lazy`` line in a block or in another region.
+    """
+    return _Expansion(root, name).text
+
+
+@dataclass(frozen=True)
+class _Site:
+    """Where in a script an include is named, or where its text landed."""
+
+    at: int  # offset in the script's own file of the directive it stems from
+    blocks: tuple[int, ...]  # the script's blocks open there, outermost first ((): the top level)
+    lazy: str | None = None  # the --@lazy region it is in
+
+
+class _Expansion:
+    """One script's includes, expanded once each."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.root = root
+        self.script = root.joinpath(f"{name}.lua").read_text()
+        self.code = _code(self.script, strings=False)
+        self.landed: dict[str, _Site] = {}
+        self.named_by: dict[str, str] = {}  # include -> the file that first named it
+        self.open: list[str] = []  # the includes being expanded, outermost first
+        self.regions: set[str] = set()
+        self.text = _DIRECTIVE.sub(
+            lambda m: self.directive(m, _Site(m.start(), _blocks_at(self.code, m.start())), f"{name}.lua"),
+            self.script,
+        )
+
+    def directive(self, match: re.Match[str], site: _Site, where: str) -> str:
         kind, first, rest = match.groups()
+        names = rest.split()
         if kind == "include":
-            if rest.strip():
-                raise ValueError(f"{match.group(0)!r}: --@include takes one name")
-            return include(first)
-        if not rest.strip():
-            raise ValueError(f"{match.group(0)!r}: --@lazy takes a loader name, then the includes it makes")
-        return f"--@lazy-begin {first}\n" + "".join(include(inc) for inc in rest.split()) + "--@lazy-end\n"
+            if names:
+                raise ValueError(f"{where}: {match.group(0)!r}: --@include takes one name")
+            return self.include(first, site, where)
+        if not names:
+            raise ValueError(f"{where}: {match.group(0)!r}: --@lazy takes a region name, then the includes it makes")
+        if site.blocks or site.lazy is not None:
+            raise ValueError(
+                f"{where}: --@lazy {first} stands in a block or in --@lazy {site.lazy}: "
+                "its helpers must be locals of the script's top level"
+            )
+        region = _Site(site.at, (), first)
+        if first in self.regions:
+            # Named again (by another include that needs it): it may add nothing.
+            before = set(self.landed)
+            for inc in names:
+                self.include(inc, region, where)
+            added = sorted(set(self.landed) - before)
+            if added:
+                raise ValueError(
+                    f"{where}: --@lazy {first} stands twice, the second time with {', '.join(added)}: "
+                    "one region per name"
+                )
+            return ""
+        self.regions.add(first)
+        return f"--@lazy-begin {first}\n" + "".join(self.include(inc, region, where) for inc in names) + "--@lazy-end\n"
 
-    return make_lazy(drop_unused(_DIRECTIVE.sub(expand, root.joinpath(f"{name}.lua").read_text())))
+    def include(self, name: str, site: _Site, where: str) -> str:
+        if name in self.open:
+            cycle = " -> ".join([*self.open[self.open.index(name) :], name])
+            raise ValueError(f"{where}: --@include {name}: the includes form a cycle, {cycle}")
+        landed = self.landed.get(name)
+        if landed is not None:
+            self.check_reach(name, landed, site, where)
+            return ""
+        path = self.root.joinpath("includes", f"{name}.lua")
+        if not path.is_file():
+            raise ValueError(f"{where}: --@include {name}: there is no includes/{name}.lua")
+        self.landed[name] = site
+        self.named_by[name] = where
+        self.open.append(name)
+        text = path.read_text()
+
+        def nested(match: re.Match[str]) -> str:
+            if _code(text[: match.start()]).strip():
+                raise ValueError(
+                    f"includes/{name}.lua: {match.group(0)!r} stands after code: "
+                    "an include names what it needs before its own code"
+                )
+            return self.directive(match, site, f"includes/{name}.lua")
+
+        expanded = _DIRECTIVE.sub(nested, text)
+        self.open.pop()
+        return expanded
+
+    def check_reach(self, name: str, landed: _Site, site: _Site, where: str) -> None:
+        """Refuses a need for an include, already expanded, whose helpers are
+        not defined where ``site`` stands."""
+        first = self.named_by[name]
+        if site.blocks[: len(landed.blocks)] != landed.blocks:
+            raise ValueError(
+                f"{where} needs {name}, which {first} expanded inside a block of the script, where its "
+                f"helpers are locals: include {name} at the top level, before both"
+            )
+        if landed.lazy is None or landed.lazy == site.lazy:
+            return
+        if site.lazy is None and self.made_before(landed.lazy, site):
+            return
+        raise ValueError(
+            f"{where} needs {name}, which {first} brought into --@lazy {landed.lazy}, so its helpers "
+            f"exist only after --@make {landed.lazy}: include {name} before that region, or include what "
+            f"needs it after a --@make {landed.lazy} line in the same or an enclosing block"
+        )
+
+    def made_before(self, region: str, site: _Site) -> bool:
+        """Whether a ``--@make region`` line of the script stands before
+        ``site`` in a block still open there (or at the top level)."""
+        for m in _MAKE.finditer(self.script, 0, site.at):
+            blocks = _blocks_at(self.code, m.start())
+            if m.group(2) == region and site.blocks[: len(blocks)] == blocks:
+                return True
+        return False
+
+
+def _code(text: str, strings: bool = True) -> str:
+    """``text`` with its comments blanked out, and its strings too unless
+    ``strings``; every line break is kept, so offsets stay the same."""
+
+    def blank(match: re.Match[str]) -> str:
+        found = match.group(0)
+        if strings and not found.startswith("--"):
+            return found
+        return re.sub(r"[^\n]", " ", found)
+
+    return _NOISE.sub(blank, text)
+
+
+def _blocks_at(code: str, pos: int) -> tuple[int, ...]:
+    """The blocks of ``code`` (comments and strings blanked) open at
+    ``pos``, outermost first, each named by the offset of the word that
+    opens it ("else" and "elseif" end one block and open another)."""
+    stack: list[int] = []
+    for m in _BLOCK_WORD.finditer(code, 0, pos):
+        if m.group(1) in ("end", "until", "else", "elseif"):
+            if not stack:
+                raise ValueError(f"{m.group(1)!r} at offset {m.start()} closes no block")
+            stack.pop()
+        if m.group(1) not in ("end", "until"):
+            stack.append(m.start())
+    return tuple(stack)
 
 
 def drop_unused(text: str) -> str:
-    """``text`` without the top-level local functions nothing calls. Every
-    local function is made anew (a closure) on each script call, about 750
-    Redis instructions each, so a script pays only for the helpers it uses."""
+    """``text`` without the top-level local functions nothing calls (names
+    in comments do not count). Every local function is made anew (a
+    closure) on each script call, so a script pays only for the helpers it
+    uses."""
     while True:
-        words = Counter(_WORD.findall(text))
+        words = Counter(_WORD.findall(_code(text)))
         unused = [m for m in _TOP_FUNCTION.finditer(text) if words[m.group(1)] == 1]  # only its own definition
         if not unused:
             return text
@@ -109,9 +262,9 @@ def make_lazy(text: str) -> str:
     replaced by their definitions, run only when the first of them is still
     nil. A script puts it on the paths that need them (a failure, a
     redelivery), so the common call builds none: every closure a call makes
-    costs Redis about 1,500 instructions (the closure, the upvalues it binds,
-    their collection). A loader function would not do: making it binds every
-    upvalue its helpers use, on every call.
+    costs Redis the closure, the upvalues it binds and their collection. A
+    loader function would not do: making it binds every upvalue its helpers
+    use, on every call.
     """
     regions = {m.group(1): m for m in _LAZY_REGION.finditer(text)}
     if not regions:
@@ -120,12 +273,18 @@ def make_lazy(text: str) -> str:
     nested = [h.group(1) for found in helpers.values() for h in found if _MAKE.search(h.group(0))]
     if nested:
         raise ValueError(f"--@make inside the lazy helper {', '.join(nested)}: its copy would keep the directive")
+    for name, m in regions.items():
+        # The region's own top-level code runs where the region stands, before any --@make.
+        names = {h.group(1) for h in helpers[name]}
+        early = sorted(names & set(_WORD.findall(_code(_NOTED_FUNCTION.sub("", m.group(2)), strings=False))))
+        if early:
+            raise ValueError(f"--@lazy {name}: its top-level code names {', '.join(early)}, still nil there")
 
     def region(match: re.Match[str]) -> str:
         name = match.group(1)
         names = [h.group(1) for h in helpers[name]]
         # Named above the region, a helper would be read as a global there.
-        above = _COMMENT.sub("", text[: match.start()])
+        above = _code(text[: match.start()])
         early = [n for n in names if re.search(rf"\b{n}\b", above)]
         if early:
             raise ValueError(f"--@lazy {name}: {', '.join(early)} named above the region that defines them")
@@ -185,7 +344,6 @@ _LUA_KEYWORDS = frozenset(
         "while",
     ]
 )
-_STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
 _DECLARED = re.compile(
     r"\blocal\s+function\s+(\w+)\s*\(([^)]*)\)|\blocal\s+(\w+(?:\s*,\s*\w+)*)|\bfunction\b[^(\n]*\(([^)]*)\)"
     r"|\bfor\s+(\w+(?:\s*,\s*\w+)*)\s+(?:in|=)"
@@ -203,7 +361,7 @@ def _declared(code: str) -> set[str]:
 def _free_names(code: str) -> set[str]:
     """Names ``code`` reads that it does not declare (globals included;
     field names after "." or ":" left out)."""
-    bare = _STRING.sub("''", _COMMENT.sub("", code))
+    bare = _code(code, strings=False)
     words = set(re.findall(r"(?<![.:\w])[A-Za-z_]\w*", bare))
     return words - _LUA_KEYWORDS - _declared(bare)
 

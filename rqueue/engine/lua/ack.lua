@@ -24,19 +24,13 @@
     RQ_CORRUPT <seq>.<count>   the message's delivery state does not parse
       (its lease runs out and fetch moves it to the dead-letter queue)
 ]]
---@include group_keys
---@include group_names
---@include bulk
---@include settle
---@include ack_one
+--@include ack_held_one
 
 local one = ackHeldOne(4)
 if one ~= nil then
   return one
 end
 
---@include delivery_state
---@include check_tag
 --@include ack_tags
 
 local result, err = ackTags(ARGV[3] == '1', 4)

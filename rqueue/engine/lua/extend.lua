@@ -11,12 +11,10 @@
     (RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE) per tag; a tag that is
     not "ok" is left as it was.
 ]]
---@include read_now
 --@include group_keys
+--@include group_names
 --@include group_args
 --@include beat
---@include delivery_state
---@include check_tag
 --@include extend_tags
 
 -- A consumer removed as dead is no member: it must not look alive again.

@@ -31,16 +31,17 @@
                    only when a delivery fails, before that delivery is
                    changed, but after the tags were acked and the beat
 ]]
---@include read_now
 --@include group_keys
+--@include group_names
 --@include group_args
 --@include beat
 --@include record_head
 --@include bulk
+--@include bulk_get
 --@include settle
 -- What only a failure, a redelivery or a late ack needs is made on those
 -- paths, where --@make failurePaths stands: most fetches take none of them.
---@lazy failurePaths delivery_state record redelivery group_ops
+--@lazy failurePaths delivery_state record_event dead_letter dead_letter_corrupt_state retry_or_dead_letter
 
 -- Strings, as is nowText (includes/read_now.lua): redis.call formats every
 -- number it is handed with sprintf, a good part of the cost of a small
@@ -69,11 +70,10 @@ if #ARGV > 8 then
   -- Included here, in the one block that uses them: a function is built
   -- anew by every call that reaches its definition, and most fetches carry
   -- no acks (a worker's, one).
---@include ack_one
+--@include ack_held_one
   acked = ackHeldOne(9)
   if acked == nil then
     --@make failurePaths
---@include check_tag
 --@include ack_tags
     acked = ackTags(false, 9)
   end
@@ -83,8 +83,8 @@ beatWith(groupFields[1])
 
 -- The in-flight count first: with nothing in flight no lease can have run
 -- out, and a consumer that acks before it fetches again asks no more. The
--- expired ones are counted before they are read: a ZCOUNT costs a third less
--- than a ZRANGEBYSCORE that finds nothing, and most fetches find none.
+-- expired ones are counted before they are read: a ZCOUNT costs less than
+-- a ZRANGEBYSCORE that finds nothing, and most fetches find none.
 local inflight = rcall('ZCOUNT', leaseKey, '-inf', '(+inf')
 local expired = {}
 if inflight > 0 and rcall('ZCOUNT', leaseKey, '-inf', nowText) > 0 then
@@ -229,8 +229,8 @@ if got < room then
         fields[#fields + 1] = string.format('%d', s)
       end
     else
-      -- tostring() of a number is a sprintf (0.3 us); a seq >= 100 is its
-      -- hundreds, formatted once per hundred, and two digits from a table.
+      -- tostring() of a number is a sprintf; a seq >= 100 is its hundreds,
+      -- formatted once per hundred, and two digits from a table.
       local twoDigits = {
         '00', '01', '02', '03', '04', '05', '06', '07', '08', '09', '10', '11', '12', '13', '14', '15', '16', '17', '18', '19',
         '20', '21', '22', '23', '24', '25', '26', '27', '28', '29', '30', '31', '32', '33', '34', '35', '36', '37', '38', '39',
@@ -297,8 +297,7 @@ if got > 0 then
   -- leases (includes/group_keys.lua). Then highest seq first: were the set
   -- a listpack all the same (a server with a larger zset-max-listpack-value),
   -- ZADD walks from the head past every member of equal score that sorts
-  -- before the new one; in this order it stops at once (3.2 -> 0.75 us per
-  -- message of a fetch of 100 on Redis 7.0).
+  -- before the new one; in this order it stops at once.
   local leases = {'+inf', LEASE_PIN}
   for i = #leased, 1, -1 do
     leases[#leases + 1] = deadline

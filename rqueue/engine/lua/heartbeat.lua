@@ -2,9 +2,10 @@
   A worker's periodic call: records that this consumer is alive, extends the
   leases of the deliveries its handlers are running, and removes members of
   the group whose liveness deadline passed (each judged by its own timeout),
-  offering what they held again at once rather than after ack_wait (SPEC
-  guarantee 7). With sync, deliveries this consumer holds in Redis but does
-  not know about (a fetch whose reply was lost) are handed back, uncounted.
+  offering what they held again at once rather than after ack_wait
+  (guarantee 7 in docs/guarantees.md). With sync, deliveries this consumer
+  holds in Redis but does not know about (a fetch whose reply was lost) are
+  handed back, uncounted.
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
@@ -23,17 +24,12 @@
   Work: at most REAP_BATCH dead members per call; sync reads the in-flight
   set (at most max_inflight entries).
 ]]
---@include read_now
 --@include group_keys
+--@include group_names
 --@include group_args
 --@include beat
 --@include delivery_state
---@include record
---@include bulk
---@include settle
---@include redelivery
---@include group_ops
---@include check_tag
+--@include requeue
 --@include return_held
 --@include extend_tags
 

@@ -11,17 +11,13 @@
   Output:
     { group_created (0/1), consumer_created (0/1) }
 
-  A group written by rqueue before its acks above the floor were runs
-  (includes/acked_runs.lua) kept them as a set, one member per seq; the
-  first consumer that joins makes them runs (once; the set's size is the
-  work). Consumers of that older version must be stopped first: they
-  would write the set again, which the newer scripts cannot read.
+  An acked key that is a set, not runs (includes/acked_runs.lua), is made
+  runs here, before any other script meets it (docs/upgrading.md).
 ]]
---@include read_now
 --@include group_keys
+--@include group_names
 --@include group_args
 --@include beat
---@include bulk
 --@lazy ackedRuns acked_runs
 
 local created = 0

@@ -1,8 +1,8 @@
 --[[
   Removes a consumer from its group and returns every delivery it holds
-  (SPEC guarantee 7). A graceful leave puts them back at once, ready before
-  new messages, with their delivery counts kept; removing a dead member
-  counts each as a failed attempt (includes/return_held.lua).
+  (guarantee 7 in docs/guarantees.md). A graceful leave puts them back at
+  once, ready before new messages, with their delivery counts kept; removing
+  a dead member counts each as a failed attempt (includes/return_held.lua).
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
@@ -14,15 +14,7 @@
   Errors (nothing is changed):
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
---@include read_now
---@include group_keys
 --@include group_args
---@include delivery_state
---@include record
---@include bulk
---@include settle
---@include redelivery
---@include group_ops
 --@include return_held
 
 -- Parsed before any write. Each failure path parses it before it changes

@@ -1,8 +1,9 @@
 --[[
   Negative acknowledgement of one delivery held by this consumer: the message
-  is offered again, ahead of every later message (SPEC guarantee 8), now, after
-  the given delay, or after the redelivery policy's delay. A message that has
-  had max_deliveries deliveries is dead-lettered instead.
+  is offered again, ahead of every later message (guarantee 8 in
+  docs/guarantees.md), now, after the given delay, or after the redelivery
+  policy's delay. A message that has had max_deliveries deliveries is
+  dead-lettered instead.
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
@@ -17,16 +18,11 @@
     RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
---@include read_now
 --@include group_keys
---@include group_args
+--@include group_names
 --@include delivery_state
---@include record
---@include bulk
---@include settle
---@include redelivery
---@include group_ops
 --@include check_tag
+--@include retry_or_dead_letter
 
 local seq, count = tonumber(ARGV[8]), tonumber(ARGV[9])
 local delayMs = nil

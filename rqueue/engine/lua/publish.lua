@@ -86,9 +86,9 @@ local seq = first
 local records, delayed, ids, claims = {}, nil, nil, nil
 local compact = compactHead(now)
 -- The text records' ":<now>:", made on first use (turning a number into a
--- string costs about half a microsecond). %.0f: a number concatenated as
--- it is reads 1e+14 style past 14 digits. The layout is makeRecord's
--- (includes/record.lua), built here so that a batch makes the prefix once.
+-- string is a sprintf). %.0f: a number concatenated as it is reads 1e+14
+-- style past 14 digits. The layout is makeRecord's (includes/record.lua),
+-- built here so that a batch makes the prefix once.
 local prefix = nil
 for i = 5, #ARGV, 3 do
   -- "0" is compared as a string: tonumber parses with strtod.

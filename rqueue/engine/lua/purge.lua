@@ -13,15 +13,11 @@
     { purged, more } with more = 1 when the group still has a backlog
   Work: at most ARGV[8] messages per call; call again while more is 1.
 ]]
---@include read_now
 --@include group_keys
---@include group_args
---@include delivery_state
---@include record
+--@include group_names
 --@include bulk
 --@include settle
---@include redelivery
---@include group_ops
+--@include record_event
 
 local limit = tonumber(ARGV[8])
 local seqs = {}

@@ -16,16 +16,10 @@
     RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
---@include read_now
 --@include group_keys
---@include group_args
 --@include delivery_state
---@include record
---@include bulk
---@include settle
---@include redelivery
---@include group_ops
 --@include check_tag
+--@include dead_letter
 
 local seq, count = tonumber(ARGV[8]), tonumber(ARGV[9])
 local d = seq and readDelivery(dlvKey, seq)

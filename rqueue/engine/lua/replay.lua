@@ -18,17 +18,17 @@
   Errors (nothing is changed):
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
---@include read_now
 --@include group_keys
+--@include group_names
 --@include group_args
 --@include delivery_state
 --@include record
---@include bulk
---@include settle
---@include redelivery
---@include group_ops
+--@include record_event
+-- What takes a reopened seq out of its acked run: made only when a replay
+-- reopens a seq above the floor.
+--@lazy ackedRuns acked_runs
 
--- The headers rqueue adds when it dead-letters a message (group_ops.lua).
+-- The headers rqueue adds when it dead-letters a message (includes/dead_letter.lua).
 local DEAD_LETTER_HEADERS = {
   'x-rq-queue', 'x-rq-published', 'x-rq-group', 'x-rq-seq', 'x-rq-reason', 'x-rq-deliveries',
   'x-rq-first-delivery', 'x-rq-last-delivery', 'x-rq-error',
@@ -72,8 +72,8 @@ for i = 8, #ARGV do
       rcall('HINCRBY', pinnedKey, seq, 1)
       local record = makeRecord('', published, hjson, payload)
       if reason == 'corrupted-record' and hjson == '' and splitRecord(payload) ~= nil then
-        -- Kept byte for byte by a consumer that could not read it (an older
-        -- version meeting a compact record): it goes back as it was.
+        -- A compact record that a consumer unable to read that form moved
+        -- aside byte for byte (docs/upgrading.md): it goes back as it was.
         record = payload
       end
       if rcall('HSETNX', msgsKey, seq, record) == 1 then

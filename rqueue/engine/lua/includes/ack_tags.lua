@@ -4,11 +4,16 @@
   ARGV[first], ARGV[first + 1], ... as seq1, count1, seq2, count2, ...
   Returns one status per tag ("ok" or the error code of that tag); with
   strict, the first tag that is not ok instead returns nil and the error
-  text "<code> <seq>.<count>", having changed nothing. Needs group_keys,
-  group_names (or group_args), delivery_state, bulk, settle and check_tag
-  included before it; it reads no clock. Callers try ackHeldOne
-  (includes/ack_one.lua) first.
+  text "<code> <seq>.<count>", having changed nothing. It reads no clock.
+  Callers try ackHeldOne (includes/ack_held_one.lua) first.
 ]]
+--@include group_keys
+--@include group_names
+--@include bulk
+--@include bulk_get
+--@include delivery_state
+--@include settle
+--@include check_tag
 local function ackTags(strict, first)
   -- Seqs stay the strings the client sent: handing a number to redis.call
   -- formats it again with sprintf, several times per tag.

@@ -8,8 +8,10 @@
   holds, and the floor passes a whole run in one step when that message is
   settled. How many seqs the runs hold is the group hash's ACKED_ABOVE
   field (includes/group_keys.lua), kept by whoever changes the runs.
-  Needs group_keys and bulk.
 ]]
+--@include group_keys
+--@include group_names
+--@include bulk
 
 -- Adds the run first..last (numbers; firstText and lastText the same as
 -- strings, or nil) above the floor, merged with a run that ends right below
@@ -66,9 +68,10 @@ local function removeAckedSeq(seq)
   rcall('HINCRBY', groupKey, ACKED_ABOVE, '-1')
 end
 
--- Makes runs of a set of seqs an rqueue from before the runs kept at the
--- acked key (one member per seq), and counts them into ACKED_ABOVE. The
--- set's size is the work; it is done once, by join.lua.
+-- Turns a set of seqs at the acked key, one member per seq (the form older
+-- versions keep, docs/upgrading.md), into runs and counts them into
+-- ACKED_ABOVE. join.lua calls it when it meets such a set; the set's size
+-- is the work.
 local function runsFromSet()
   local seqs = rcall('SMEMBERS', ackedKey)
   for k, s in ipairs(seqs) do

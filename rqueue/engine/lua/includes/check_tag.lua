@@ -11,6 +11,9 @@
     "RQ_STALE"        (only when lateOk is false) the delivery is no longer
                       held: its lease ran out or a newer delivery exists
 ]]
+--@include group_keys
+--@include group_names
+--@include delivery_state
 local function checkTag(seq, count, d, lateOk)
   -- Written so that NaN (tonumber('nan')) fails too.
   if seq == nil or count == nil or not (seq >= 1 and count >= 1) or seq % 1 ~= 0 then

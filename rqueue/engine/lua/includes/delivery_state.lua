@@ -1,11 +1,12 @@
 --[[
   A group's delivery state of one message, persisted with the delivery itself
-  (SPEC guarantee 5): "count:consumer:first_ms:last_ms", then "\n<n>=<name>"
-  for each earlier delivery n that was taken back from its holder (at most
-  HISTORY_MAX), so that a late ack is accepted only from the consumer that
-  really received that delivery. consumer is empty while the message waits
-  for redelivery. The state exists exactly while the message is delivered
-  (or waiting for redelivery) and not yet settled by the group.
+  (guarantee 5 in docs/guarantees.md): "count:consumer:first_ms:last_ms",
+  then "\n<n>=<name>" for each earlier delivery n that was taken back from
+  its holder (at most HISTORY_MAX), so that a late ack is accepted only from
+  the consumer that really received that delivery. consumer is empty while
+  the message waits for redelivery. The state exists exactly while the
+  message is delivered (or waiting for redelivery) and not yet settled by
+  the group.
 ]]
 local HISTORY_MAX = 10 -- earlier holders remembered per message
 
@@ -14,7 +15,7 @@ local HISTORY_MAX = 10 -- earlier holders remembered per message
 -- bytes by default), so the hash is a hash table from then on, and stays
 -- one (the field keeps the key from being emptied and deleted). As a
 -- listpack, every HSET, HMGET and HDEL of a batch of states scans the
--- whole hash (0.4 us per message each at 100 in flight). No seq is "pin",
+-- whole hash, which grows with the messages in flight. No seq is "pin",
 -- and nothing lists the fields of dlv, so no reader ever meets it.
 local DLV_PIN_FIELD = 'pin'
 local DLV_PIN_VALUE = 'keeps this hash a hash table: a listpack is scanned whole by every HSET, HMGET, HDEL'

@@ -3,6 +3,10 @@
   count pairs) to deadline when this consumer holds them. Returns one status
   per tag: "ok" or the code from checkTag.
 ]]
+--@include group_keys
+--@include group_names
+--@include delivery_state
+--@include check_tag
 local function extendTags(first, deadline)
   local statuses = {}
   for i = first, #ARGV, 2 do

@@ -1,7 +1,7 @@
 --[[
   Local names for the ARGV block shared by every group-scoped script. The
-  Python side builds it in one place, rqueue/queue.py (Queue._group_argv,
-  from Settings.argv and Settings.failure_policy).
+  Python side builds it in one place, rqueue/engine/commands.py (GroupCall,
+  failure_policy).
     ARGV[1]  group name
     ARGV[2]  consumer name
     ARGV[3]  now in ms since the epoch, or "" to use the server's TIME
@@ -20,13 +20,13 @@
                  whitespace: names never do)
              e.g. "10 0 1.0 0 0.0 0.25 dlq orders"
   Script-specific arguments start at ARGV[8].
-  Needs read_now included before it.
 ]]
+--@include read_now
 --@include group_names
 local now, nowText = readNow(ARGV[3])
 -- "x + 0" rather than tonumber(x) for a number the client or Redis wrote:
 -- arithmetic converts a numeric string with one strtod, tonumber() is a C
--- function call that parses it twice (about 1,250 Redis instructions).
+-- function call that parses it twice.
 local ackWait = ARGV[4] + 0
 local maxInflight = ARGV[5] + 0
 local prefetch = ARGV[6] + 0

@@ -1,7 +1,7 @@
 --[[
   Local names for the KEYS layout shared by every group-scoped script
   (fetch, ack, nack, reject, extend, join, leave, stats). The Python side
-  builds this list in one place: rqueue/keys.py (GroupKeys.as_list).
+  builds this list in one place: rqueue/engine/keys.py (GroupKeys.as_list).
     KEYS[1]  meta       hash  seq (last assigned), trimmed (lowest ack floor)
     KEYS[2]  msgs       hash  seq -> record
     KEYS[3]  floors     hash  group -> ack floor; also the group registry
@@ -26,8 +26,8 @@
     KEYS[16] dlq_msgs   hash  records of this queue's dead-letter queue
     KEYS[17] events     stream  dead-letters, drops and replays (capped)
   KEYS[1..13] are every key an ack can touch, and ack.lua is sent those
-  alone (each key costs a call about 1,200 Redis instructions); the last
-  four are nil there.
+  alone (every key sent adds to the cost of a call); the last four are nil
+  there.
 ]]
 local metaKey = KEYS[1]
 local msgsKey = KEYS[2]

@@ -8,7 +8,7 @@
              not_before is empty unless the publish was delayed, headers are
              a JSON object of strings.
   The first byte tells them apart (a text record starts with ":" or a digit).
-  Only the head is read on the hot path. rqueue/record.py decodes both.
+  Only the head is read on the hot path. rqueue/engine/record.py decodes both.
 ]]
 --@include record_head
 local RECORD_PREFIX = '^(%d*):(%d+):(%d+):()'

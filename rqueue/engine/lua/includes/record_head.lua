@@ -1,8 +1,8 @@
 --[[
   The head of a record (includes/record.lua has both forms): what publish
   writes and fetch reads for every message. Apart from the rest of record.lua
-  so that fetch can leave that rest to its rare paths (--@lazy in
-  rqueue/scripts.py): each local function is made again on every call.
+  so that fetch can leave that rest to its rare paths (--@lazy, see
+  rqueue/engine/loader.py): each local function is made again on every call.
 ]]
 local COMPACT_BYTE = 126 -- string.byte('~')
 local COMPACT_HEAD = 7 -- bytes before the payload: the tag and 6 of published_ms

@@ -5,6 +5,13 @@
   dead-lettered. Work is bounded by the group's in-flight set (max_inflight).
   Returns returned, deadLettered.
 ]]
+--@include group_keys
+--@include group_names
+--@include delivery_state
+--@include release
+--@include requeue
+--@include retry_or_dead_letter
+--@include dead_letter_corrupt_state
 local function returnHeld(member, graceful)
   local returned, dead = 0, 0
   for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do

@@ -11,8 +11,11 @@
   runs without counting it twice, and unpins its record. A pinned record is
   never deleted by another group's progress.
   fields, when given, are the same seqs as strings, in the same order.
-  Settles for groupName; needs group_keys, group_names and bulk.
+  Settles for groupName.
 ]]
+--@include group_keys
+--@include group_names
+--@include bulk
 -- The multi-group and replay cases, and acks above the floor, made only
 -- when a call meets one.
 --@lazy sharedSettling settle_shared

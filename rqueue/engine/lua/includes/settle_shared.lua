@@ -2,8 +2,10 @@
   The parts of settling (includes/settle.lua) that only a queue with more
   than one group, or a seq reopened by replay, needs: records pinned by a
   replay, the trim point of all groups, a reopened seq settled again.
-  Needs group_keys, group_names and bulk.
 ]]
+--@include group_keys
+--@include group_names
+--@include bulk
 local function unpinned(seqs)
   if rcall('HLEN', pinnedKey) == 0 then
     return seqs

@@ -7,8 +7,10 @@
   Callers try this first and include the batch path after it: a function
   is built anew by every call that reaches its definition, so a call that
   returns here never builds checkTag, ackTags or the delivery states'.
-  Needs group_keys, group_names (or group_args), bulk and settle.
 ]]
+--@include group_keys
+--@include group_names
+--@include settle
 local function ackHeldOne(first)
   local field, countArg = ARGV[first], ARGV[first + 1]
   if #ARGV ~= first + 1 then

@@ -1,7 +1,9 @@
 --[[
-  Redelivery policy (Artemis): delay x multiplier^(count-1), capped at
-  maxDelay, then +/- delay x jitter x random. One random number comes per
-  call; each seq derives its own from it so a batch does not move in step.
+  The delay (ms) before the count-th delivery's redelivery under the failure
+  policy (includes/group_args.lua), as Artemis's: delay x
+  multiplier^(count-1), capped at maxDelay, then +/- delay x jitter x
+  random. One random number comes per call; each seq derives its own from it
+  so a batch does not move in step.
 ]]
 local GOLDEN = 0.6180339887498949
 

@@ -1,0 +1,17 @@
+--[[
+  The group is done with a message (dead-lettered or dropped): its delivery
+  state is forgotten, it leaves whichever set holds it, and it is settled.
+]]
+--@include group_keys
+--@include group_names
+--@include release
+--@include settle
+local function complete(seq, d)
+  if d.holder == '' then
+    rcall('ZREM', readyKey, seq)
+    rcall('ZREM', delayKey, seq)
+  end
+  release(seq, d)
+  rcall('HDEL', dlvKey, seq)
+  settleMany({seq})
+end

@@ -1,0 +1,55 @@
+--[[
+  Moves a message into the queue's dead-letter queue (KEYS[15], KEYS[16]),
+  or drops it and counts it when the failure policy says "drop", and settles
+  it for this group, in the same atomic call. The dead letter keeps the
+  message's own headers and payload, with the x-rq-* headers below added.
+  Returns the dead-letter seq, or 0 when dropped.
+  Errors: RQ_BAD_ARGUMENT (the failure policy does not parse), raised
+  before any write.
+]]
+--@include group_keys
+--@include group_names
+--@include group_args
+--@include record
+--@include record_event
+--@include complete
+local MAX_ERROR_TEXT = 1024 -- bytes of the last error kept on a dead letter
+
+local function deliveryHeaders(headers, seq, d, reason, errText, published)
+  headers['x-rq-queue'] = failurePolicy().queueName
+  headers['x-rq-published'] = tostring(published)
+  headers['x-rq-group'] = groupName
+  headers['x-rq-seq'] = tostring(seq)
+  headers['x-rq-reason'] = reason
+  headers['x-rq-deliveries'] = tostring(d.count)
+  headers['x-rq-first-delivery'] = tostring(d.first)
+  headers['x-rq-last-delivery'] = tostring(d.last)
+  if errText ~= nil and errText ~= '' then
+    headers['x-rq-error'] = string.sub(errText, 1, MAX_ERROR_TEXT)
+  end
+  return headers
+end
+
+local function deadLetter(seq, d, reason, errText)
+  local policy = failurePolicy() -- before any write: a policy that does not parse stops the call here
+  local rec = rcall('HGET', msgsKey, seq)
+  d = d or {count = 0, holder = '', first = '', last = '', past = ''}
+  complete(seq, d)
+  if rec == false or policy.deadLetterMode == 'drop' then
+    rcall('HINCRBY', groupKey, 'dropped', 1)
+    recordEvent('dropped', seq, reason)
+    return 0
+  end
+  local headers, payload = splitRecord(rec)
+  local published = recordPublished(rec) or ''
+  if headers == nil then
+    -- Kept byte for byte so that nothing is lost; the reason says why.
+    headers, payload, reason = {}, rec, 'corrupted-record'
+  end
+  headers = deliveryHeaders(headers, seq, d, reason, errText, published)
+  local dseq = rcall('HINCRBY', dlqMetaKey, 'seq', 1)
+  rcall('HSET', dlqMsgsKey, dseq, makeRecord('', now, cjson.encode(headers), payload))
+  rcall('HINCRBY', groupKey, 'dead_lettered', 1)
+  recordEvent('dead-lettered', seq, reason, dseq)
+  return dseq
+end

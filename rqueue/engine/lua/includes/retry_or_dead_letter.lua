@@ -1,0 +1,27 @@
+--[[
+  A failed attempt (nack, expired lease, dead holder): the message is
+  dead-lettered once it had max_deliveries, else offered again after
+  delayMs, or after the redelivery policy's delay when delayMs is nil.
+  Returns "dead" and the dead-letter seq (0 when dropped), or the due time
+  in ms.
+]]
+--@include group_keys
+--@include group_args
+--@include delivery_state
+--@include release
+--@include requeue
+--@include redelivery_delay
+--@include dead_letter
+local function retryOrDeadLetter(seq, d, delayMs, errText)
+  local policy = failurePolicy() -- before release(), as in deadLetter
+  release(seq, d)
+  if policy.maxDeliveries ~= -1 and d.count >= policy.maxDeliveries then
+    return 'dead', deadLetter(seq, d, 'max-deliveries', errText)
+  end
+  writeDelivery(dlvKey, seq, d)
+  if delayMs == nil then
+    delayMs = redeliveryDelay(policy, d.count, seq)
+  end
+  requeue(seq, delayMs)
+  return now + delayMs
+end
