@@ -1,6 +1,13 @@
-"""The worker runtime: runs a handler for every message of a group."""
+"""The worker runtime: runs a handler for every message of a group.
 
-from .partitioned import PartitionedWorker
-from .runtime import Worker, WorkerStats
+:class:`Worker` is the control class; its dispatcher, handler threads and
+heartbeat each have a module, and share what they hold through a
+:class:`~rqueue.worker.ledger.Ledger`. docs/worker.md describes the design.
+"""
 
-__all__ = ["PartitionedWorker", "Worker", "WorkerStats"]
+from .control import PartitionedWorker, Worker, worker_for
+from .outcome import Outcome
+from .reconnect import TRANSIENT
+from .stats import WorkerStats
+
+__all__ = ["TRANSIENT", "Outcome", "PartitionedWorker", "Worker", "WorkerStats", "worker_for"]

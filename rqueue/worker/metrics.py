@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 from ..errors import RQueueError
 
 if TYPE_CHECKING:
-    from ..queue import Queue
+    from ..protocols import AnyQueue
 
 try:
     from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
     from prometheus_client.core import GaugeMetricFamily
 except ImportError:  # pragma: no cover - depends on the install
+    # None marks the missing extra; WorkerMetrics checks it before any use.
     CollectorRegistry = None  # type: ignore[assignment,misc]
 
 # WorkerStats counter -> (metric name, help)
@@ -43,7 +44,7 @@ HANDLER_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 60
 class WorkerMetrics:
     """The metrics of one worker, registered in ``registry``."""
 
-    def __init__(self, queue: Queue, group: str, registry: Any = None) -> None:
+    def __init__(self, queue: AnyQueue, group: str, registry: Any = None) -> None:
         if CollectorRegistry is None:
             raise RQueueError("metrics need prometheus-client: pip install 'rqueue[metrics]'")
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -77,7 +78,7 @@ class WorkerMetrics:
 class _QueueCollector:
     """Queue gauges, read from Redis when Prometheus scrapes."""
 
-    def __init__(self, queue: Queue, group: str) -> None:
+    def __init__(self, queue: AnyQueue, group: str) -> None:
         self.queue = queue
         self.group = group
 

@@ -1,0 +1,363 @@
+"""The classes that run workers: :class:`Worker` for a queue,
+:class:`PartitionedWorker` for a partitioned one (one Worker per partition),
+and :func:`worker_for`, which picks between them. How a worker's threads
+share their work is in docs/worker.md."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import TYPE_CHECKING, Any, overload
+
+from .. import validate as check
+from ..constants import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_GRACE_PERIOD,
+    DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_HEARTBEAT_TIMEOUT,
+    DEFAULT_MAX_RUN_TIME,
+    DEFAULT_RECONNECT_TIMEOUT,
+    WORKER_PREFETCH_PER_THREAD,
+)
+from ..errors import InvalidInput
+from ..ids import consumer_name
+from ..names import check_name
+from ..partitions import PartitionedQueue
+from ..queue import Queue
+from .dispatcher import Dispatcher
+from .handlers import Handler, Handlers
+from .heartbeat import Heartbeat
+from .ledger import Ledger
+from .reconnect import Reconnector
+from .stats import Tally, WorkerStats
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from ..consumer import Consumer
+    from ..protocols import AnyQueue
+    from .metrics import WorkerMetrics
+
+log = logging.getLogger("rqueue.worker")
+
+
+class Worker:
+    """Runs ``handler(delivery)`` for each message of ``group`` on ``queue``.
+
+    A normal return acks; an exception nacks under the queue's redelivery
+    policy (its text becomes the last error); :class:`rqueue.Reject`
+    dead-letters at once. ``handler`` may be a coroutine function; it then
+    runs on one event loop shared by the worker, with the same semantics.
+
+    ``concurrency`` handler threads run; the worker holds up to
+    ``prefetch`` deliveries (default ``2 * concurrency``), the ones without
+    a free thread waiting with their leases kept alive.
+
+    :meth:`run` blocks until :meth:`stop` (or SIGTERM / SIGINT when run in the
+    main thread): fetching stops, deliveries not started are handed back
+    (uncounted), running handlers get ``grace_period`` seconds to finish,
+    the rest is returned to the group at once, and the worker leaves the
+    group. A second signal stops at once.
+
+    Durations are seconds. On a partitioned queue this makes a
+    :class:`rqueue.PartitionedWorker` (one worker per partition), as
+    :func:`rqueue.worker_for` does.
+    """
+
+    def __new__(cls, queue: Queue | PartitionedQueue, *args: Any, **kwargs: Any) -> Any:
+        if cls is Worker and isinstance(queue, PartitionedQueue):
+            return PartitionedWorker(queue, *args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        queue: Queue,
+        group: str,
+        handler: Handler,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        name: str | None = None,
+        prefetch: int | None = None,
+        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
+        max_run_time: float = DEFAULT_MAX_RUN_TIME,
+        grace_period: float = DEFAULT_GRACE_PERIOD,
+        reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT,
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
+        if not callable(handler):
+            raise InvalidInput(f"handler {handler!r} is not callable")
+        check.whole_number("concurrency", concurrency, 1)
+        for what, value in (
+            ("heartbeat_interval", heartbeat_interval),
+            ("heartbeat_timeout", heartbeat_timeout),
+            ("max_run_time", max_run_time),
+            ("reconnect_timeout", reconnect_timeout),
+        ):
+            check.positive_seconds(what, value)
+        if heartbeat_timeout <= heartbeat_interval:
+            raise InvalidInput(
+                f"heartbeat_timeout ({heartbeat_timeout}) must be longer than heartbeat_interval ({heartbeat_interval})"
+            )
+        check.optional_whole_number("prefetch", prefetch, 1)
+        check.seconds("grace_period", grace_period)
+        self.queue = queue
+        self.group = check_name("group", group)
+        if name is not None:
+            check_name("consumer", name)
+        self.handler = handler
+        self.concurrency = concurrency
+        self.name = name
+        self.prefetch = prefetch if prefetch is not None else concurrency * WORKER_PREFETCH_PER_THREAD
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
+        self.max_run_time = max_run_time
+        self.grace_period = grace_period
+        self.reconnect_timeout = reconnect_timeout
+        self.stats = WorkerStats()
+        self.metrics = metrics
+        #: The worker's member of the group, once :meth:`run` has joined it.
+        self.consumer: Consumer | None = None
+        self._clock = queue.client.clock
+        self._tally = Tally(self.stats, metrics)
+        self._retry = Reconnector(reconnect_timeout, self._tally)
+        self._stopping = threading.Event()
+        self._hard_stop = threading.Event()
+        self._stopped = threading.Event()
+        self._background: threading.Thread | None = None
+
+    def run(self, install_signal_handlers: bool = True) -> WorkerStats:
+        """Works until stopped; returns the counters."""
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._on_signal)
+        try:
+            consumer = self._retry(
+                self.queue.consumer, self.group, self.name, prefetch=self.prefetch, liveness=self.heartbeat_timeout
+            )
+            self.consumer = consumer
+            notifier = self.queue.client.notifier
+            ledger = Ledger()
+            handlers = Handlers(
+                self.handler,
+                self.concurrency,
+                consumer=consumer,
+                ledger=ledger,
+                tally=self._tally,
+                retry=self._retry,
+                clock=self._clock,
+                notifier=notifier,
+                stopping=self._stopping,
+                ack_wait=self._ack_wait,
+                heartbeat_timeout=self.heartbeat_timeout,
+            )
+            heartbeat = Heartbeat(
+                consumer=consumer,
+                queue_name=self.queue.name,
+                ledger=ledger,
+                tally=self._tally,
+                clock=self._clock,
+                ack_wait=self._ack_wait,
+                interval=self.heartbeat_interval,
+                timeout=self.heartbeat_timeout,
+                max_run_time=self.max_run_time,
+            )
+            dispatcher = Dispatcher(
+                consumer=consumer,
+                ledger=ledger,
+                handlers=handlers,
+                tally=self._tally,
+                retry=self._retry,
+                clock=self._clock,
+                notifier=notifier,
+                channel=self.queue.keys.wake_channel,
+                stopping=self._stopping,
+                prefetch=self.prefetch,
+                heartbeat_timeout=self.heartbeat_timeout,
+            )
+            handlers.start()
+            heartbeat.start()
+            log.info(
+                "worker %s joined %s/%s with %d handler threads",
+                consumer.name,
+                self.queue.name,
+                self.group,
+                self.concurrency,
+            )
+            try:
+                dispatcher.run()
+            finally:
+                self._shutdown(consumer, ledger, dispatcher, handlers, heartbeat)
+        finally:
+            self._stopped.set()
+        return self.stats
+
+    def start(self) -> None:
+        """Runs the worker in a background thread (no signal handlers)."""
+        self._background = threading.Thread(
+            target=self.run, kwargs={"install_signal_handlers": False}, name="rqueue-worker"
+        )
+        self._background.start()
+
+    def stop(self, now: bool = False) -> None:
+        """Stops fetching; running handlers get the grace period (none with ``now``)."""
+        if now:
+            self._hard_stop.set()
+        self._stopping.set()
+        if self.consumer is not None:
+            self.queue.client.notifier.poke()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Waits for a worker started with :meth:`start` to end; True if it did."""
+        return self._stopped.wait(timeout)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self._stopping.is_set():
+            log.warning("second %s: stopping at once", signal.Signals(signum).name)
+            self.stop(now=True)
+        else:
+            log.info("%s: finishing running handlers, then leaving", signal.Signals(signum).name)
+            self.stop()
+
+    def _ack_wait(self) -> float:
+        """The lease a fetch gives, from the settings the consumer last
+        read: no Redis call."""
+        assert self.consumer is not None
+        return self.consumer.last_settings.ack_wait
+
+    def _shutdown(
+        self, consumer: Consumer, ledger: Ledger, dispatcher: Dispatcher, handlers: Handlers, heartbeat: Heartbeat
+    ) -> None:
+        """Hands back what has not started, gives running handlers the grace
+        period, settles what finished, and leaves the group."""
+        grace = 0.0 if self._hard_stop.is_set() else self.grace_period
+        clock = self._clock
+        deadline = clock.monotonic() + grace
+        notifier = self.queue.client.notifier
+        try:
+            dispatcher.hand_back_waiting()
+            while ledger.unsettled() and clock.monotonic() < deadline and not self._hard_stop.is_set():
+                dispatcher.settle()
+                if ledger.unsettled():
+                    notifier.wait("", 0, min(0.05, max(0.0, deadline - clock.monotonic())), until=ledger.has_results)
+            dispatcher.settle()
+            # Stopped before leaving: a heartbeat after the leave would find
+            # the worker gone and join again.
+            heartbeat.stop()
+            returned = self._retry(consumer.close)
+            log.info(
+                "worker %s left %s/%s; %d deliveries returned", consumer.name, self.queue.name, self.group, returned
+            )
+        finally:
+            handlers.stop()
+
+
+class PartitionedWorker:
+    """The worker of a partitioned queue: one :class:`rqueue.Worker` per
+    partition, all under one consumer name, sharing the ``concurrency``
+    handler threads between them (each partition gets at least one).
+    ``rqueue.Worker(partitioned_queue, ...)`` makes one; it takes the same
+    arguments and is run and stopped the same way. ``prefetch`` holds per
+    partition, as a consumer's does (default: twice each partition's
+    threads)."""
+
+    def __init__(
+        self,
+        queue: PartitionedQueue,
+        group: str,
+        handler: Handler,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        name: str | None = None,
+        **options: Any,
+    ) -> None:
+        check.whole_number("concurrency", concurrency, 1)
+        n = queue.partitions
+        shares = [max(1, concurrency // n + (1 if i < concurrency % n else 0)) for i in range(n)]
+        name = name if name is not None else consumer_name(queue.client.randomness)
+        self.queue = queue
+        self.group = group
+        self.name = name
+        self.concurrency = sum(shares)
+        #: One worker per partition (``workers[i].queue.partition == i``).
+        self.workers = [
+            Worker(part, group, handler, concurrency=share, name=name, **options)
+            for part, share in zip(queue.parts, shares, strict=True)
+        ]
+        self._errors: list[BaseException] = []
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._background: threading.Thread | None = None
+
+    @property
+    def stats(self) -> WorkerStats:
+        """The counters of every partition's worker, added up."""
+        return WorkerStats.total(w.stats for w in self.workers)
+
+    def run(self, install_signal_handlers: bool = True) -> WorkerStats:
+        """Works until stopped (as :meth:`rqueue.Worker.run`); returns the
+        added-up counters. When one partition's worker fails (Redis stayed
+        unreachable), the others stop too and its error is raised."""
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._on_signal)
+        threads = [
+            threading.Thread(target=self._run_one, args=(w,), name=f"rqueue-worker-{w.queue.partition}")
+            for w in self.workers
+        ]
+        try:
+            for t in threads:
+                t.start()
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(0.2)  # short joins keep the main thread responsive to signals
+        finally:
+            self._stopped.set()
+        if self._errors:
+            raise self._errors[0]
+        return self.stats
+
+    def _run_one(self, worker: Worker) -> None:
+        try:
+            worker.run(install_signal_handlers=False)
+        except BaseException as exc:
+            self._errors.append(exc)
+            self.stop()
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.stop(now=self._stopping.is_set())
+
+    def start(self) -> None:
+        """Runs the workers in the background (no signal handlers)."""
+        self._background = threading.Thread(
+            target=self.run, kwargs={"install_signal_handlers": False}, name="rqueue-partitioned-worker"
+        )
+        self._background.start()
+
+    def stop(self, now: bool = False) -> None:
+        """Stops every partition's worker (see :meth:`rqueue.Worker.stop`)."""
+        self._stopping.set()
+        for w in self.workers:
+            w.stop(now=now)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Waits for a worker started with :meth:`start` to end; True if it did."""
+        return self._stopped.wait(timeout)
+
+
+@overload
+def worker_for(queue: PartitionedQueue, group: str, handler: Handler, **options: Any) -> PartitionedWorker: ...
+@overload
+def worker_for(queue: Queue, group: str, handler: Handler, **options: Any) -> Worker: ...
+@overload
+def worker_for(queue: AnyQueue, group: str, handler: Handler, **options: Any) -> Worker | PartitionedWorker: ...
+def worker_for(queue: AnyQueue, group: str, handler: Handler, **options: Any) -> Worker | PartitionedWorker:
+    """A :class:`Worker` for a queue, a :class:`PartitionedWorker` for a
+    partitioned queue; ``options`` are the keyword arguments of
+    :class:`Worker`."""
+    if isinstance(queue, PartitionedQueue):
+        return PartitionedWorker(queue, group, handler, **options)
+    if isinstance(queue, Queue):
+        return Worker(queue, group, handler, **options)
+    raise InvalidInput(f"a worker needs a Queue or a PartitionedQueue, not {queue!r}")

@@ -1,0 +1,158 @@
+"""The dispatcher of a worker: fetches deliveries for the handler threads
+and settles their outcomes, both in one round trip where it can."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from ..constants import IDLE_POLL_INTERVAL
+from ..errors import AlreadyAcked, DeliveryError, RQueueError
+from .handlers import Handlers
+from .ledger import Ledger
+from .outcome import Outcome
+from .reconnect import Reconnector
+from .stats import Tally
+
+if TYPE_CHECKING:
+    from ..clock import Clock
+    from ..consumer import Consumer
+    from ..delivery import Delivery
+    from ..engine.notify import Notifier
+
+log = logging.getLogger("rqueue.worker")
+
+
+class Dispatcher:
+    """Keeps up to ``prefetch`` deliveries in hand: those without a free
+    handler thread wait locally, so that one round trip serves more
+    messages. Settles finished work in the same round trip as the next
+    fetch, and sleeps on the queue's wake-up channel when idle. Runs on the
+    thread that runs the worker; it alone fetches and settles."""
+
+    def __init__(
+        self,
+        *,
+        consumer: Consumer,
+        ledger: Ledger,
+        handlers: Handlers,
+        tally: Tally,
+        retry: Reconnector,
+        clock: Clock,
+        notifier: Notifier,
+        channel: str,
+        stopping: threading.Event,
+        prefetch: int,
+        heartbeat_timeout: float,
+    ) -> None:
+        self._consumer = consumer
+        self._ledger = ledger
+        self._handlers = handlers
+        self._tally = tally
+        self._retry = retry
+        self._clock = clock
+        self._notifier = notifier
+        self._channel = channel
+        self._stopping = stopping
+        self._prefetch = prefetch
+        self._heartbeat_timeout = heartbeat_timeout
+
+    def run(self) -> None:
+        """Fetches and settles until the worker is stopping."""
+        consumer = self._consumer
+        ledger = self._ledger
+        notifier = self._notifier
+        channel = self._channel
+        while not self._stopping.is_set():
+            generation = notifier.generation(channel)
+            acks, others = ledger.drain()
+            self._settle_others(others)
+            free = self._prefetch - ledger.unsettled()
+            if free <= 0 and not acks:
+                notifier.wait(channel, generation, IDLE_POLL_INTERVAL, until=self._has_news)
+                continue
+            statuses, deliveries, due_in = self._retry(consumer.ack_and_fetch, acks, max(free, 0))
+            self._record_acks(statuses)
+            ledger.fetched(deliveries)
+            if self._retry.resync:
+                self._hand_back_unknown()
+            if deliveries:
+                self._tally.count(fetched=len(deliveries), redelivered=sum(1 for d in deliveries if d.redelivered))
+                ledger.wait(deliveries, self._clock.monotonic())
+                for d in deliveries:
+                    self._handlers.submit(d)
+                continue
+            if acks or others:
+                continue
+            wait = IDLE_POLL_INTERVAL if due_in is None else min(IDLE_POLL_INTERVAL, due_in)
+            notifier.wait(channel, generation, wait, until=self._has_news)
+
+    def settle(self) -> None:
+        """Settles every finished delivery (acks without a fetch)."""
+        acks, others = self._ledger.drain()
+        if acks:
+            self._record_acks(self._retry(self._consumer.ack_available, acks))
+        self._settle_others(others)
+
+    def hand_back_waiting(self) -> None:
+        """On a stop, deliveries still waiting for a handler thread go back
+        to the group at once (not after the grace period), without counting
+        as an attempt: a sync heartbeat listing every other delivery."""
+        waiting = self._ledger.withdraw_waiting()
+        if not waiting:
+            return
+        keep = self._ledger.known()  # running, or finished and not yet settled
+        try:
+            # One attempt: when Redis is away the leave, retried, returns them
+            # all the same, and retrying here would spend the grace period.
+            result = self._consumer.heartbeat(keep, self._heartbeat_timeout, sync=True)
+        except Exception as exc:
+            log.warning(
+                "could not hand back %d waiting deliveries (%s: %s); the leave returns them",
+                len(waiting),
+                type(exc).__name__,
+                exc,
+            )
+            return
+        log.info("handed back %d deliveries that had not started", result.handed_back)
+
+    def _hand_back_unknown(self) -> None:
+        """After a failed call was retried, a fetch may have leased messages
+        whose reply never arrived: hands back whatever this worker holds in
+        Redis but does not know about. The known list is complete here, as
+        this is the only thread that fetches."""
+        known = self._ledger.known()
+        result = self._retry(self._consumer.heartbeat, known, self._heartbeat_timeout, sync=True)
+        self._retry.resync = False
+        if result.handed_back:
+            log.warning("handed back %d deliveries whose fetch reply was lost", result.handed_back)
+
+    def _has_news(self) -> bool:
+        return self._ledger.has_results() or self._stopping.is_set()
+
+    def _record_acks(self, statuses: list[RQueueError | None]) -> None:
+        # After a retry, AlreadyAcked usually means the first attempt was
+        # applied and only its reply was lost.
+        resync = self._retry.resync
+        ok = sum(1 for s in statuses if s is None or (resync and isinstance(s, AlreadyAcked)))
+        for err in statuses:
+            if err is not None and not isinstance(err, AlreadyAcked):
+                log.info("ack not applied: %s", err)
+        self._tally.count(acked=ok, late_settles=len(statuses) - ok)
+
+    def _settle_others(self, others: list[tuple[Delivery, Outcome, str]]) -> None:
+        consumer = self._consumer
+        for d, outcome, text in others:
+            try:
+                if outcome is Outcome.NACK:
+                    status = self._retry(consumer.nack, d, error=text)
+                    self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
+                else:
+                    self._retry(consumer.reject, d, reason=text)
+                    self._tally.count(rejected=1, dead_lettered=1)
+            except DeliveryError as exc:
+                # The delivery moved on (lease ran out, member removed): the
+                # message is already offered again; nothing to undo.
+                log.info("%s of %s not applied: %s", outcome.value, d.tag, exc)
+                self._tally.count(late_settles=1)

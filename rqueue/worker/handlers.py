@@ -1,0 +1,153 @@
+"""The handler threads of a worker: each takes a waiting delivery, runs the
+handler on it (a coroutine function on one shared event loop) and hands
+the outcome to the dispatcher."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import queue as queue_module
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..constants import STALE_DISPATCH_FRACTION
+from ..errors import DeliveryError, Reject
+from .ledger import Ledger
+from .outcome import Outcome
+from .reconnect import Reconnector
+from .stats import Tally
+
+if TYPE_CHECKING:
+    from ..clock import Clock
+    from ..consumer import Consumer
+    from ..delivery import Delivery
+    from ..engine.notify import Notifier
+
+log = logging.getLogger("rqueue.worker")
+
+Handler = Callable[["Delivery"], Any]
+
+
+class Handlers:
+    """``concurrency`` threads that run ``handler`` on the deliveries
+    :meth:`submit` gives them."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        concurrency: int,
+        *,
+        consumer: Consumer,
+        ledger: Ledger,
+        tally: Tally,
+        retry: Reconnector,
+        clock: Clock,
+        notifier: Notifier,
+        stopping: threading.Event,
+        ack_wait: Callable[[], float],
+        heartbeat_timeout: float,
+    ) -> None:
+        self.handler = handler
+        self.concurrency = concurrency
+        self._consumer = consumer
+        self._ledger = ledger
+        self._tally = tally
+        self._retry = retry
+        self._clock = clock
+        self._notifier = notifier
+        self._stopping = stopping
+        self._ack_wait = ack_wait
+        self._heartbeat_timeout = heartbeat_timeout
+        self._tasks: queue_module.SimpleQueue[Delivery | None] = queue_module.SimpleQueue()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        """Starts the threads (and the event loop of a coroutine handler)."""
+        if inspect.iscoroutinefunction(self.handler):
+            self._loop = asyncio.new_event_loop()
+            loop_thread = threading.Thread(target=self._loop.run_forever, name="rqueue-async", daemon=True)
+            loop_thread.start()
+        for i in range(self.concurrency):
+            threading.Thread(target=self._work, name=f"rqueue-handler-{i}", daemon=True).start()
+
+    def submit(self, d: Delivery) -> None:
+        """Queues a delivery that waits in the ledger for a thread."""
+        self._tasks.put(d)
+
+    def stop(self) -> None:
+        """Ends each thread once it has finished its current delivery."""
+        for _ in range(self.concurrency):
+            self._tasks.put(None)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def _work(self) -> None:
+        ledger = self._ledger
+        notifier = self._notifier
+        while True:
+            d = self._tasks.get()
+            if d is None:
+                return
+            try:
+                outcome, text = self._handle(d)
+            except BaseException as exc:  # never lose the slot or the result
+                log.error("could not run the handler on %s: %s: %s", d.tag, type(exc).__name__, exc)
+                ledger.stop(d.tag)  # no longer kept alive: its lease runs out and it is offered again
+                outcome, text = Outcome.SKIPPED, ""
+            ledger.result(d, outcome, text)
+            notifier.poke()
+
+    def _handle(self, d: Delivery) -> tuple[Outcome, str]:
+        taken = self._ledger.take(d.tag, self._stopping)
+        if taken is Outcome.RETURNED:
+            # Not started before the stop: the graceful leave hands it back
+            # at once rather than running it in the grace period.
+            return Outcome.RETURNED, ""
+        if isinstance(taken, Outcome):
+            # Its lease was lost while it waited (the heartbeat withdrew it).
+            self._tally.count(stale_skipped=1)
+            return Outcome.SKIPPED, ""
+        fetched_at = taken
+        # One clock reading per message: with a quick handler this
+        # bookkeeping is most of a handler thread's work.
+        started = self._clock.monotonic()
+        safe = min(self._ack_wait(), self._heartbeat_timeout) * STALE_DISPATCH_FRACTION
+        if started - fetched_at >= safe:  # it waited long: check with Redis, then read the clock again
+            if not self._still_held(d):
+                self._tally.count(stale_skipped=1)
+                return Outcome.SKIPPED, ""
+            started = self._clock.monotonic()  # the check's time is not the handler's (max_run_time)
+        self._ledger.start(d, started)
+        self._tally.handled()
+        try:
+            self._call(d)
+            return Outcome.ACK, ""
+        except Reject as exc:
+            return Outcome.REJECT, exc.reason
+        except Exception as exc:
+            log.warning("handler failed on %s (delivery %d): %s: %s", d.tag, d.delivery_count, type(exc).__name__, exc)
+            return Outcome.NACK, f"{type(exc).__name__}: {exc}"
+        finally:
+            self._ledger.stop(d.tag)
+            metrics = self._tally.metrics
+            if metrics is not None:
+                metrics.handler_seconds.observe(self._clock.monotonic() - started)
+
+    def _call(self, d: Delivery) -> None:
+        if self._loop is not None:
+            asyncio.run_coroutine_threadsafe(self.handler(d), self._loop).result()
+        else:
+            self.handler(d)
+
+    def _still_held(self, d: Delivery) -> bool:
+        """False when a delivery that waited for a handler thread has moved
+        on meanwhile (the group may have acked it, and a handler never runs
+        a message its group acked: docs/guarantees.md, guarantee 3); extends
+        its lease otherwise."""
+        try:
+            self._retry(self._consumer.in_progress, d)
+            return True
+        except DeliveryError:
+            return False

@@ -1,0 +1,102 @@
+"""The heartbeat thread of a worker: keeps the leases of waiting and
+running deliveries alive (each up to ``max_run_time``), proves the worker
+is alive, and removes members of the group whose heartbeat lapsed."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..errors import NotMember
+from .ledger import Ledger
+from .reconnect import TRANSIENT
+from .stats import Tally
+
+if TYPE_CHECKING:
+    from ..clock import Clock
+    from ..consumer import Consumer
+
+log = logging.getLogger("rqueue.worker")
+
+
+class Heartbeat:
+    """One thread that sends the worker's heartbeat every ``interval``
+    seconds (sooner when the lease, ``ack_wait``, is shorter)."""
+
+    def __init__(
+        self,
+        *,
+        consumer: Consumer,
+        queue_name: str,
+        ledger: Ledger,
+        tally: Tally,
+        clock: Clock,
+        ack_wait: Callable[[], float],
+        interval: float,
+        timeout: float,
+        max_run_time: float,
+    ) -> None:
+        self._consumer = consumer
+        self._queue_name = queue_name
+        self._ledger = ledger
+        self._tally = tally
+        self._clock = clock
+        self._ack_wait = ack_wait
+        self._interval = interval
+        self._timeout = timeout
+        self._max_run_time = max_run_time
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._beat, name="rqueue-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops the thread and waits (up to 10 s) for its last heartbeat."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _beat(self) -> None:
+        consumer = self._consumer
+        ledger = self._ledger
+        # A lease shorter than the heartbeat interval must still be extended in time.
+        while not self._stop.wait(min(self._interval, self._ack_wait() / 3)):
+            running, waiting = ledger.leases(self._clock.monotonic(), self._max_run_time)
+            try:
+                statuses, removed, returned, dead, _ = consumer.heartbeat(running + waiting, self._timeout)
+            except NotMember:
+                # This worker was silent too long and was removed: what it
+                # held was offered again; running handlers' acks become late,
+                # and waiting deliveries are not run (docs/guarantees.md,
+                # guarantee 3: the group may ack them meanwhile).
+                log.warning("worker %s had been removed from its group; joining again", consumer.name)
+                ledger.forget_waiting()
+                consumer.rejoin()
+                continue
+            except TRANSIENT as exc:
+                log.debug("heartbeat failed (%s); the dispatcher handles reconnecting", exc)
+                continue
+            except Exception:  # never let the heartbeat thread die silently
+                log.exception("heartbeat failed")
+                continue
+            lost = sum(1 for s in statuses if s is not None)
+            # The statuses list the running deliveries, then the waiting ones.
+            gone = [d.tag for d, s in zip(waiting, statuses[len(running) :], strict=False) if s is not None]
+            if gone:
+                # A message whose lease was lost (maybe acked by now) is not
+                # run from this worker (docs/guarantees.md, guarantee 3).
+                ledger.lost(gone)
+            self._tally.count(leases_lost=lost, members_removed=removed)
+            if removed:
+                log.warning(
+                    "removed %d silent member(s) of %s/%s: %d deliveries offered again, %d dead-lettered",
+                    removed,
+                    self._queue_name,
+                    consumer.group,
+                    returned,
+                    dead,
+                )

@@ -1,0 +1,138 @@
+"""The deliveries a worker holds, from their fetch until their outcome is
+settled in Redis: the state its dispatcher, handler threads and heartbeat
+share."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import TYPE_CHECKING
+
+from .outcome import Outcome
+
+if TYPE_CHECKING:
+    from ..delivery import Delivery
+
+
+class Ledger:
+    """What one worker holds, in four parts:
+
+    - known: fetched and not yet settled. The dispatcher thread's alone (it
+      fetches and settles), so it needs no lock; this list is complete
+      whenever the dispatcher hands back what a lost fetch reply claimed.
+    - waiting: fetched, no handler thread yet, with their fetch time
+      (monotonic seconds). A handler thread runs a delivery only if it takes
+      it from here, so a stop or a lost lease can withdraw it.
+    - running: in a handler, with their start time.
+    - results: finished, with their outcome, for the dispatcher to settle.
+
+    Waiting and running are under one lock; results is a deque that
+    handler threads append to and the dispatcher pops from.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._known: dict[str, Delivery] = {}
+        self._waiting: dict[str, tuple[Delivery, float]] = {}
+        self._running: dict[str, tuple[Delivery, float]] = {}
+        self._results: deque[tuple[Delivery, Outcome, str]] = deque()
+
+    # -- the dispatcher ---------------------------------------------------------
+
+    def unsettled(self) -> int:
+        """How many deliveries are fetched and not yet settled."""
+        return len(self._known)
+
+    def known(self) -> list[Delivery]:
+        """Every delivery fetched and not yet settled."""
+        return list(self._known.values())
+
+    def fetched(self, deliveries: list[Delivery]) -> None:
+        """Records deliveries a fetch returned."""
+        for d in deliveries:
+            self._known[d.tag] = d
+
+    def wait(self, deliveries: list[Delivery], now: float) -> None:
+        """Makes fetched deliveries wait for a handler thread, from ``now``."""
+        with self._lock:
+            for d in deliveries:
+                self._waiting[d.tag] = (d, now)
+
+    def withdraw_waiting(self) -> list[Delivery]:
+        """Takes every waiting delivery away from the handler threads (which
+        then find them gone) and forgets them; returns them."""
+        with self._lock:
+            waiting = [d for d, _ in self._waiting.values()]
+            self._waiting.clear()
+        for d in waiting:
+            self._known.pop(d.tag, None)
+        return waiting
+
+    def has_results(self) -> bool:
+        return bool(self._results)
+
+    def drain(self) -> tuple[list[Delivery], list[tuple[Delivery, Outcome, str]]]:
+        """Takes every result: the deliveries to ack, and the nacks and
+        rejects with their texts. Deliveries not run are only forgotten."""
+        acks: list[Delivery] = []
+        others: list[tuple[Delivery, Outcome, str]] = []
+        results = self._results
+        while results:
+            d, outcome, text = results.popleft()
+            self._known.pop(d.tag, None)
+            if outcome is Outcome.ACK:
+                acks.append(d)
+            elif outcome is Outcome.NACK or outcome is Outcome.REJECT:
+                others.append((d, outcome, text))
+        return acks, others
+
+    # -- the handler threads ----------------------------------------------------
+
+    def take(self, tag: str, stopping: threading.Event) -> float | Outcome:
+        """Takes a waiting delivery to run it; returns when it was fetched.
+        Returns RETURNED when the worker is stopping (the leave hands it
+        back) and SKIPPED when it is no longer waiting (its lease was lost)."""
+        with self._lock:
+            # Read under the lock: withdraw_waiting runs only after the stop
+            # is set, so a delivery missing while not stopping was lost.
+            if stopping.is_set():
+                return Outcome.RETURNED
+            waited = self._waiting.pop(tag, None)
+        return Outcome.SKIPPED if waited is None else waited[1]
+
+    def start(self, d: Delivery, started: float) -> None:
+        """Records that a handler runs ``d`` since ``started``."""
+        with self._lock:
+            self._running[d.tag] = (d, started)
+
+    def stop(self, tag: str) -> None:
+        """Records that no handler runs the delivery ``tag`` any more."""
+        with self._lock:
+            self._running.pop(tag, None)
+
+    def result(self, d: Delivery, outcome: Outcome, text: str) -> None:
+        """Hands the outcome of ``d`` to the dispatcher."""
+        self._results.append((d, outcome, text))
+
+    # -- the heartbeat ----------------------------------------------------------
+
+    def leases(self, now: float, max_run_time: float) -> tuple[list[Delivery], list[Delivery]]:
+        """The running and the waiting deliveries whose leases are kept alive:
+        each for up to ``max_run_time`` (waiting ones from their fetch), so
+        that nothing stays held behind handlers that hang."""
+        with self._lock:
+            running = [d for d, started in self._running.values() if now - started < max_run_time]
+            waiting = [d for d, fetched in self._waiting.values() if now - fetched < max_run_time]
+        return running, waiting
+
+    def lost(self, tags: list[str]) -> None:
+        """Withdraws waiting deliveries whose leases were lost."""
+        with self._lock:
+            for tag in tags:
+                self._waiting.pop(tag, None)
+
+    def forget_waiting(self) -> None:
+        """Withdraws every waiting delivery (the worker was removed from its
+        group: what it held is offered again)."""
+        with self._lock:
+            self._waiting.clear()
