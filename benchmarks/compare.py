@@ -1,7 +1,7 @@
 """Write benchmarks/RESULTS.md from one benchmarks/run.sh session.
 
 Inputs: the JSON of ``rqueue bench --json`` (schema rqueue-bench/1, see
-rqueue/bench.py), and the peers' results of the same session (the JSON lines
+docs/bench.md), and the peers' results of the same session (the JSON lines
 that ../shared/peers/run_all.sh writes to $PEERS_RUN/results-*.jsonl, read
 with the peers' own summarize.py so that their cells look as they do there).
 
@@ -416,7 +416,7 @@ def revision(path: str | None) -> str:
     if changed:
         shown = ", ".join(c.split()[-1] for c in changed[:6]) + (", ..." if len(changed) > 6 else "")
         return head + f" plus uncommitted changes to {len(changed)} file(s): {shown}"
-    return head + ", no uncommitted changes to lua/ or rqueue/"
+    return head + ", no uncommitted changes to rqueue/"
 
 
 def render(rq: dict[str, Any], args: argparse.Namespace) -> str:

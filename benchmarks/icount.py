@@ -36,8 +36,9 @@ import time
 import redis
 
 import rqueue
-from rqueue.cli.bench import FLOOR_ACK_LUA, FLOOR_FETCH_LUA, FLOOR_PUBLISH_LUA
-from rqueue.engine.scripts import Script, no_retry
+from rqueue.cli.bench.floor import FLOOR_ACK_LUA, FLOOR_FETCH_LUA, FLOOR_PUBLISH_LUA
+from rqueue.connection.cluster import no_retry
+from rqueue.engine.scripts import Script
 
 PAYLOAD = b"x" * 100
 # Messages run before the counters are zeroed: two calls of the batch

@@ -70,17 +70,10 @@ while True:
         time.sleep(0.1)
 EOF
 
-# `rqueue bench` once it is registered in rqueue/cli.py, else the same command
-# through python -m rqueue.bench.
-if "$PY" -c 'import sys; from rqueue.cli import cli; sys.exit(0 if "bench" in cli.commands else 1)' 2>/dev/null; then
-  BENCH=("$PY" -m rqueue.cli)
-else
-  echo "note: 'bench' is not registered in rqueue/cli.py yet; running python -m rqueue.bench" >&2
-  BENCH=("$PY" -m rqueue.bench)
-fi
+BENCH=("$PY" -m rqueue.cli)
 # which rqueue is measured: the commit, and files changed since (other than benchmarks/)
 { git -C "$ROOT" log -1 --format='%h %s' 2>/dev/null || echo "not a git checkout"
-  git -C "$ROOT" status --porcelain -- lua rqueue pyproject.toml 2>/dev/null | grep -v 'rqueue/bench.py$' ; } > "$RUN/git.txt"
+  git -C "$ROOT" status --porcelain -- rqueue pyproject.toml 2>/dev/null | grep -v '^.. rqueue/cli/bench/' ; } > "$RUN/git.txt"
 echo "== rqueue bench against a private redis-server on 127.0.0.1:$PORT ($*); raw results in $RUN"
 # stdout (the JSON) to a file, stderr (the progress) to the terminal and a log
 "${BENCH[@]}" --url "$URL" bench --json "$@" 2>&1 > "$RUN/rqueue.json" | tee "$RUN/rqueue-progress.log" >&2

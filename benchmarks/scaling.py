@@ -67,6 +67,7 @@ one process (100 = one full core).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -84,7 +85,7 @@ import redis
 from redis.crc import key_slot
 
 import rqueue
-from rqueue.cli.bench import versions
+from rqueue.cli.bench.report import versions
 from rqueue.embedded import EmbeddedCluster, EmbeddedServer, find_binary
 from rqueue.engine.keys import queue_base
 
@@ -300,10 +301,8 @@ class Deployment:
 
     def stop(self) -> None:
         if self.client is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.client.close()
-            except Exception:
-                pass
         for r in self.nodes.values():
             r.close()
         if self.server is not None:
@@ -599,7 +598,8 @@ def verdict(f: dict[str, Any]) -> tuple[str, str]:
     busiest = max(f["nodes"], key=lambda v: v["busy_pct"]) if f["nodes"] else None
     client, server = f["client_cpu_us"] or 0.0, f["redis_cpu_us"] or 0.0
     share = (
-        f"clients {client / (client + server) * 100:.0f}% / Redis {server / (client + server) * 100:.0f}% of the CPU used"
+        f"clients {client / (client + server) * 100:.0f}% / Redis {server / (client + server) * 100:.0f}% "
+        "of the CPU used"
         if client + server > 0
         else ""
     )
@@ -818,8 +818,8 @@ def render(report: dict[str, Any]) -> str:
             out.append(
                 "how partitions of arbitrary names fall on 3 shards (1,000 names, CRC16 slots): "
                 + "; ".join(
-                    f"{p} partitions: all shards used {o['all_shards_pct']:.0f}%, busiest shard {o['busiest_vs_even']:.2f}x "
-                    f"an even share"
+                    f"{p} partitions: all shards used {o['all_shards_pct']:.0f}%, "
+                    f"busiest shard {o['busiest_vs_even']:.2f}x an even share"
                     for p, o in odds.items()
                 )
             )
@@ -932,7 +932,7 @@ def main(argv: list[str] | None = None) -> int:
         single.start()
         cluster.start()
         server = single.server_version()
-        log(f"servers up: A on :{single.ports[0]}, B/C on {', '.join(':%d' % p for p in cluster.ports)}")
+        log(f"servers up: A on :{single.ports[0]}, B/C on {', '.join(f':{p}' for p in cluster.ports)}")
         runner.run(single, cluster)
         if "C" in runner.layout:
             runner.layout["C"]["spread_odds"] = spread_odds(cluster)

@@ -44,10 +44,9 @@ def rpush_partition(rows, url: str, key: str, batch_size: int):
 
     r = redis.Redis.from_url(url)
     try:
-        pipe, n = r.pipeline(transaction=False), 0
-        for row in rows:
+        pipe = r.pipeline(transaction=False)
+        for n, row in enumerate(rows, 1):
             pipe.rpush(key, bytes(row[0]))
-            n += 1
             if n % batch_size == 0:
                 pipe.execute()
         pipe.execute()

@@ -1,0 +1,194 @@
+"""Commands that write to a queue or its settings: publish, create,
+configure and purge."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+import rqueue
+from rqueue.cli.common import connection, emit_json, existing, progress
+
+PUBLISH_BATCH = 500  # messages per publish_many call
+
+
+def parse_headers(pairs: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise rqueue.InvalidInput(f"header {pair!r} must be given as key=value")
+        out[key] = value
+    return out
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("message", required=False)
+@click.option(
+    "--file",
+    "-f",
+    "path",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Publish the whole file as one message.",
+)
+@click.option("--header", "-H", "headers", multiple=True, metavar="KEY=VALUE", help="A header (repeatable).")
+@click.option("--id", "msg_id", default=None, help="De-duplication id (one message only).")
+@click.option(
+    "--key", "routing_key", default=None, help="Partition key (partitioned queues): same key, same partition."
+)
+@click.option("--delay", type=click.FloatRange(0), default=None, help="Seconds before the message may be delivered.")
+@click.option(
+    "--json", "as_json", is_flag=True, help='Print {"published": N, "duplicates": N, "first_seq", "last_seq"}.'
+)
+@click.pass_obj
+def publish(
+    obj: dict[str, Any],
+    queue: str,
+    message: str | None,
+    path: str | None,
+    headers: Sequence[str],
+    msg_id: str | None,
+    routing_key: str | None,
+    delay: float | None,
+    as_json: bool,
+) -> None:
+    """Publish MESSAGE, a file (--file), or one message per line of stdin."""
+    if message is not None and path is not None:
+        raise rqueue.InvalidInput("give MESSAGE or --file, not both")
+    hdrs = parse_headers(headers)
+    if message is not None:
+        payloads = [message.encode()]
+    elif path is not None:
+        with open(path, "rb") as f:
+            payloads = [f.read()]
+    else:
+        # sys.stdin.buffer: click.get_binary_stream is deprecated (Click 9).
+        payloads = [line.rstrip(b"\r\n") for line in sys.stdin.buffer]
+    if msg_id is not None and len(payloads) != 1:
+        raise rqueue.InvalidInput(f"--id names one message, but {len(payloads)} were given")
+    results: list[rqueue.PublishResult] = []
+    with connection(obj["url"], obj["prefix"]) as client:
+        q = client.queue(queue)
+        with progress(len(payloads), "publishing") as bar:
+            for start in range(0, len(payloads), PUBLISH_BATCH):
+                batch = payloads[start : start + PUBLISH_BATCH]
+                ids = [msg_id] if msg_id is not None else None
+                if isinstance(q, rqueue.PartitionedQueue):
+                    results += q.publish_many(
+                        batch, headers=hdrs or None, ids=ids, delay=delay, keys=[routing_key] * len(batch)
+                    )
+                else:
+                    if routing_key is not None:
+                        raise rqueue.InvalidInput(
+                            f"--key routes to a partition, but queue {queue!r} is not partitioned"
+                        )
+                    results += q.publish_many(batch, headers=hdrs or None, ids=ids, delay=delay)
+                bar.update(len(batch))
+    summary = {
+        "published": sum(1 for r in results if not r.duplicate),
+        "duplicates": sum(1 for r in results if r.duplicate),
+        "first_seq": results[0].seq if results else None,
+        "last_seq": results[-1].seq if results else None,
+    }
+    if as_json:
+        emit_json(summary)
+    else:
+        click.echo(
+            f"published {summary['published']} message(s) to {queue}"
+            f" (seq {summary['first_seq']}..{summary['last_seq']}), {summary['duplicates']} duplicate(s)"
+        )
+
+
+@click.command()
+@click.argument("queue")
+@click.option(
+    "--partitions",
+    type=int,
+    required=True,
+    help="Partitions of the queue (fixed once created; each has its own hash slot).",
+)
+@click.option("--json", "as_json", is_flag=True, help='Print {"queue": NAME, "partitions": N}.')
+@click.pass_obj
+def create(obj: dict[str, Any], queue: str, partitions: int, as_json: bool) -> None:
+    """Create QUEUE as a partitioned queue of N partitions (idempotent for the same N)."""
+    with connection(obj["url"], obj["prefix"]) as client:
+        q = client.queue(queue, partitions=partitions)
+        count = q.partitions if isinstance(q, rqueue.PartitionedQueue) else 1
+    if as_json:
+        emit_json({"queue": queue, "partitions": count})
+    else:
+        click.echo(f"queue {queue}: {count} partition{'s' if count != 1 else ''}")
+
+
+def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """One option per setting of rqueue.Settings."""
+    kinds: dict[str, Any] = {
+        "max_inflight": int,
+        "prefetch": int,
+        "max_deliveries": int,
+        "max_payload": int,
+        "dead_letter": str,
+        "alternate": str,
+    }
+    for name in reversed(sorted(rqueue.settings.SETTING_NAMES)):
+        f = click.option(
+            f"--{name.replace('_', '-')}",
+            name,
+            type=kinds.get(name, float),
+            default=None,
+            help="none = no target" if name in ("dead_letter", "alternate") else None,
+        )(f)
+    return f
+
+
+@click.command()
+@click.argument("pattern")
+@setting_options
+@click.option("--unset", "unset_names", multiple=True, metavar="SETTING", help="Remove a setting from the pattern.")
+@click.pass_obj
+def configure(obj: dict[str, Any], /, pattern: str, unset_names: Sequence[str], **values: Any) -> None:
+    """Store settings for every queue matching PATTERN (* = one word, # = any)."""
+    given = {k: (None if v == "none" else v) for k, v in values.items() if v is not None}
+    with connection(obj["url"], obj["prefix"]) as client:
+        if unset_names:
+            client.settings.unset(pattern, *[n.replace("-", "_") for n in unset_names])
+        if given:
+            client.configure(pattern, **given)
+        elif not unset_names:
+            raise rqueue.InvalidInput("give at least one setting (e.g. --ack-wait 5) or --unset NAME")
+    click.echo(
+        f"configured {pattern}: "
+        + ", ".join(f"{k}={v}" for k, v in given.items())
+        + (f"; unset {', '.join(unset_names)}" if unset_names else "")
+    )
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--group", "-g", default=None, help="Purge only this group's backlog.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"purged": {group: N}}.')
+@click.pass_obj
+def purge(obj: dict[str, Any], queue: str, group: str | None, yes: bool, as_json: bool) -> None:
+    """Settle every message of QUEUE that is not in flight, as purged.
+
+    For every group (or --group); in-flight deliveries stay with their
+    consumers. A queue without groups loses its stored messages.
+    """
+    with connection(obj["url"], obj["prefix"]) as client:
+        q = existing(client, queue)
+        s = q.stats()
+        backlog = sum(g.pending - g.in_flight for g in s.groups if group in (None, g.name)) if s.groups else s.depth
+        if backlog and not yes:
+            click.confirm(f"purge about {backlog} message(s) of {queue!r}?", abort=True, err=True)
+        with progress(max(backlog, 1), "purging") as bar:
+            purged = q.purge(group, progress=bar.update)
+    if as_json:
+        emit_json({"purged": purged})
+    else:
+        click.echo("purged " + ", ".join(f"{n} ({g or 'no group'})" for g, n in purged.items()))

@@ -1,0 +1,73 @@
+"""What every command shares: the connection, exit codes, tables, JSON and
+progress output, and how a failure is printed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+import rqueue
+from rqueue.embedded import EmbeddedServer, find_binary
+from rqueue.protocols import AnyQueue
+
+EXIT_ERROR = 1  # the server, the network or a failed check
+EXIT_BAD_INPUT = 2  # the user's input is wrong (click uses 2 for usage errors too)
+EXIT_NOT_FOUND = 3  # the named queue does not exist
+
+
+class QueueNotFound(rqueue.RQueueError):
+    """The command names a queue that was never written to."""
+
+
+@contextmanager
+def connection(url: str | None, prefix: str) -> Iterator[rqueue.Client]:
+    """A client for ``url``; with no URL, for a private embedded server that
+    lives as long as the block."""
+    if url:
+        with rqueue.connect(url, prefix=prefix) as client:
+            yield client
+        return
+    with EmbeddedServer(binary=find_binary(prefer="valkey")) as server:
+        click.echo(f"no --url given: using a private server at {server.url} (discarded at exit)", err=True)
+        with rqueue.connect(server.url, prefix=prefix) as client:
+            yield client
+
+
+def existing(client: rqueue.Client, name: str) -> AnyQueue:
+    """The queue ``name``; QueueNotFound (exit code 3) if it was never used."""
+    q = client.queue(name)
+    if name not in client.queues():
+        raise QueueNotFound(f"queue {name!r} does not exist under prefix {client.prefix!r} (see `rqueue queues`)")
+    return q
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Rows as aligned text columns: numbers to the right, text to the left."""
+    cells = [[str(h) for h in headers]] + [["-" if v is None else str(v) for v in row] for row in rows]
+    numeric = [all(isinstance(row[i], (int, float)) for row in rows) and bool(rows) for i in range(len(headers))]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(headers))]
+    out = []
+    for line in cells:
+        # A row longer than the headers loses its extra cells.
+        parts = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(line, widths, numeric, strict=False)]
+        out.append("  ".join(parts).rstrip())
+    return "\n".join(out)
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def progress(length: int, label: str) -> Any:
+    """A progress bar on stderr, so that stdout holds only the result."""
+    return click.progressbar(length=length, label=label, file=sys.stderr)
+
+
+def fail(ctx: click.Context, message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    ctx.exit(code)
