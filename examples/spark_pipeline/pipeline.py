@@ -8,7 +8,8 @@
 
 Run from the repository root (needs Java 17):
 
-    python3 -m venv .venv && .venv/bin/pip install -q -e '.[spark,embedded]' && .venv/bin/python examples/spark_pipeline/pipeline.py
+    python3 -m venv .venv && .venv/bin/pip install -q -e '.[spark,embedded]'
+    .venv/bin/python examples/spark_pipeline/pipeline.py
 
 Without --url (or RQUEUE_URL) a private embedded server is started for the
 run. The pipeline also shows exactly once: it replays its last micro-batch,

@@ -1,45 +1,13 @@
-"""Redis Sentinel URLs: failover without a cluster.
-
-A Redis Cluster shards keys and fails over by itself, but it is a different
-deployment (hash slots, every node in cluster mode). Many sites instead run
-one primary with replicas and Redis Sentinel, which watches the primary and
-promotes a replica when it dies. rqueue keeps every queue's keys on one
-server anyway, so such a setup serves it as it is; what the client needs is
-to ask the sentinels where the primary is::
-
-    redis+sentinel://[user:password@]host1:port1[,host2:port2...]/service_name[/db]
-    rediss+sentinel://...                       (TLS to the sentinels and the servers)
-
-``service_name`` is the name the sentinels monitor the primary under
-(``sentinel monitor <service_name> ...``); a host without a port means port
-26379. The user and password are those of the Redis servers; sentinels that
-want a password of their own get it as ``?sentinel_password=...`` (and
-``?sentinel_username=...``). Other query arguments are redis-py's connection
-options (``?socket_timeout=2``...).
-
-The client is redis-py's ``Sentinel(...).master_for(service_name)``: every
-new connection asks the sentinels for the primary, and a connection that
-breaks or finds its server demoted (READONLY) is dropped, so after a failover
-the next calls go to the promoted replica. The calls that fail meanwhile
-raise connection errors, which a Worker retries (``reconnect_timeout``) and a
-producer may retry with the same message ids.
-
-Replication is asynchronous: a write the dead primary had not passed on is
-lost, which ``publish(durable=True)`` (WAIT for a replica) guards against.
-An old primary that still runs (``SENTINEL FAILOVER``, a network partition)
-keeps taking writes on open connections until the sentinels demote it (up to
-about 10 s); they are lost when it resyncs. Durable publishes are not
-confirmed there (its replicas have moved), and ``min-replicas-to-write 1`` on
-the servers makes it refuse them instead.
-
-:class:`rqueue.embedded.EmbeddedSentinelGroup` starts a primary, replicas
-and sentinels on loopback for tests and benchmarks.
-"""
+"""Redis Sentinel URLs (``redis+sentinel://``, ``rediss+sentinel://``): a
+client of the primary that the sentinels name, which follows it through
+failovers. docs/connections.md describes the URL form, its options and what
+a failover does to calls under way."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 from urllib.parse import parse_qs, unquote
 
 import redis
@@ -59,14 +27,15 @@ class SentinelRedis(redis.Redis):
     """The client of the primary; closing it also closes the connections to
     the sentinels."""
 
-    sentinel: Sentinel | None = None
+    # Not "sentinel": that name is redis-py's SENTINEL command method.
+    sentinel_manager: Sentinel | None = None
 
     def close(self) -> None:
         try:
             super().close()
         finally:
-            if self.sentinel is not None:
-                self.sentinel.close()
+            if self.sentinel_manager is not None:
+                self.sentinel_manager.close()
 
 
 def sentinel_redis(url: str, shown: str, options: dict[str, Any]) -> SentinelRedis:
@@ -93,12 +62,12 @@ def sentinel_redis(url: str, shown: str, options: dict[str, Any]) -> SentinelRed
     for entry in hosts.split(","):
         match = _ADDRESS.fullmatch(entry)
         port = int(match.group(3) or SENTINEL_PORT) if match else 0
-        if not 1 <= port <= 65535:
+        if match is None or not 1 <= port <= 65535:
             raise invalid(
                 f"bad sentinel address {entry!r}: expected host:port with a port from 1 to 65535, "
                 "several separated by commas"
             )
-        addresses.append((match.group(1) or match.group(2), port))  # type: ignore[union-attr]
+        addresses.append((match.group(1) or match.group(2), port))
     service, _, db = path.partition("/")
     if not service:
         raise invalid(
@@ -114,8 +83,9 @@ def sentinel_redis(url: str, shown: str, options: dict[str, Any]) -> SentinelRed
         if name in ("sentinel_password", "sentinel_username"):
             sentinel_auth[name.removeprefix("sentinel_")] = values[-1]
         elif name in URL_QUERY_ARGUMENT_PARSERS and name != "db":
+            parse = cast(Callable[[str], object], URL_QUERY_ARGUMENT_PARSERS[name])  # int, float, to_bool, ...
             try:
-                server[name] = URL_QUERY_ARGUMENT_PARSERS[name](values[-1])
+                server[name] = parse(values[-1])
             except (TypeError, ValueError):
                 raise invalid(f"bad value for the query argument {name!r}") from None
         elif name.startswith("ssl_") or name == "client_name":
@@ -135,15 +105,21 @@ def sentinel_redis(url: str, shown: str, options: dict[str, Any]) -> SentinelRed
     # every new connection asks them).
     to_sentinels = {k: v for k, v in server.items() if k.startswith(("socket_", "ssl"))}
     to_sentinels["socket_timeout"] = min(server.get("socket_timeout") or CONNECT_TIMEOUT, CONNECT_TIMEOUT)
-    sentinel = Sentinel(addresses, sentinel_kwargs={"retry": Retry(NoBackoff(), 0), **to_sentinels, **sentinel_auth})
+    # redis-py's Sentinel class and master_for() carry no annotations: called
+    # through these typed names.
+    make_sentinel: Callable[..., Sentinel] = Sentinel
+    sentinel = make_sentinel(
+        addresses, sentinel_kwargs={"retry": Retry(NoBackoff(), 0), **to_sentinels, **sentinel_auth}
+    )
     service = unquote(service)
     try:
         _find_primary(sentinel, service, [f"{h}:{p}" for h, p in addresses], shown, url)
     except BaseException:
         sentinel.close()
         raise
-    client = sentinel.master_for(service, redis_class=SentinelRedis, **server)
-    client.sentinel = sentinel
+    primary_for: Callable[..., SentinelRedis] = sentinel.master_for
+    client = primary_for(service, redis_class=SentinelRedis, **server)
+    client.sentinel_manager = sentinel
     return client
 
 
@@ -153,7 +129,9 @@ def _find_primary(sentinel: Sentinel, service: str, where: list[str], shown: str
     answered: list[str] = []
     failures: list[str] = []
     unhealthy = False
-    for node, address in zip(sentinel.sentinels, where):
+    healthy: Callable[[dict[str, Any], str], bool] = sentinel.check_master_state  # not annotated in redis-py
+    nodes: list[redis.Redis] = sentinel.sentinels
+    for node, address in zip(nodes, where, strict=True):
         try:
             masters = node.sentinel_masters()
         except redis.AuthenticationError:
@@ -169,8 +147,9 @@ def _find_primary(sentinel: Sentinel, service: str, where: list[str], shown: str
             failures.append(f"{address}: {describe(exc)}")
             continue
         answered.append(address)
-        state = masters.get(service)
-        if state and sentinel.check_master_state(state, service):
+        # redis-py parses SENTINEL MASTERS into a dict by name (its annotation also allows a list)
+        state = masters.get(service) if isinstance(masters, dict) else None
+        if state and healthy(state, service):
             return
         unhealthy |= bool(state)
     if unhealthy:
