@@ -1,15 +1,17 @@
 """rqueue: a Redis-backed distributed work queue.
 
 Every state change is one Lua script that runs atomically inside Redis; this
-package is the thin client around them. See README.md and SPEC.md.
+package is the thin client around them. See README.md and docs/.
 """
 
 from .client import Client, connect
 from .clock import Clock, ManualClock
-from .consumer import Consumer, Delivery
+from .consumer import Consumer
+from .delivery import Delivery, HeartbeatResult
 from .errors import (
     AlreadyAcked,
     ConnectionFailed,
+    ConnectionLost,
     CorruptRecord,
     DeliveryError,
     InvalidInput,
@@ -20,6 +22,7 @@ from .errors import (
     NotHeld,
     NotMember,
     NotPermitted,
+    OutOfMemory,
     PartialPublish,
     PayloadTooLarge,
     Reject,
@@ -29,12 +32,13 @@ from .errors import (
     UnknownDeliveryTag,
     Unroutable,
 )
-from .partitions import PartitionedConsumer, PartitionedQueue
-from .queue import Message, Queue
+from .partitioned_consumer import PartitionedConsumer
+from .partitions import PartitionedQueue
+from .queue import Queue
 from .randomness import Randomness
-from .results import ConsumerStats, GroupStats, PublishResult, QueueStats
+from .results import ConsumerStats, DeadLetter, GroupStats, Message, PublishResult, QueueStats, ReplayResult
 from .settings import Settings
-from .worker import PartitionedWorker, Worker, WorkerStats
+from .worker import PartitionedWorker, Worker, WorkerStats, worker_for
 
 __version__ = "0.1.0"
 
@@ -43,12 +47,15 @@ __all__ = [
     "Client",
     "Clock",
     "ConnectionFailed",
+    "ConnectionLost",
     "Consumer",
     "ConsumerStats",
     "CorruptRecord",
+    "DeadLetter",
     "Delivery",
     "DeliveryError",
     "GroupStats",
+    "HeartbeatResult",
     "InvalidInput",
     "InvalidName",
     "InvalidSetting",
@@ -59,6 +66,7 @@ __all__ = [
     "NotHeld",
     "NotMember",
     "NotPermitted",
+    "OutOfMemory",
     "PartitionedConsumer",
     "PartitionedQueue",
     "PartitionedWorker",
@@ -70,6 +78,7 @@ __all__ = [
     "RQueueError",
     "Randomness",
     "Reject",
+    "ReplayResult",
     "ServerTooOld",
     "Settings",
     "StaleDelivery",
@@ -78,4 +87,5 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "connect",
+    "worker_for",
 ]

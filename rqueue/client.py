@@ -8,31 +8,32 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import constants as C
+from . import validate as check
 from .clock import SYSTEM_CLOCK, Clock
 from .connection.cluster import Retrier, cluster_retry, no_retry
-from .connection.open import open_redis
+from .connection.open import RedisClient, open_redis
 from .connection.urls import CLUSTER_SCHEMES
-from .engine.keys import partitions_key, registry_key
+from .engine import store
+from .engine.keys import QueueKeys, partitions_key
 from .engine.notify import Notifier
 from .engine.scripts import Scripts
-from .errors import CorruptRecord, InvalidInput, InvalidSetting
+from .errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidSetting
 from .names import check_name
+from .partitions import PartitionedQueue, check_partitions
+from .queue import CLUSTER_DEAD_LETTER, Queue
 from .randomness import Randomness
 from .settings import DEAD_LETTER_MODES, Settings, SettingsStore, validate
 
 if TYPE_CHECKING:
-    from .partitions import PartitionedQueue
-    from .queue import Queue
+    from .protocols import AnyQueue
 
 log = logging.getLogger("rqueue")
 
 
 def check_durable(failover_timeout: float, durable_replicas: int, durable_timeout: float) -> None:
-    for what, value in (("failover_timeout", failover_timeout), ("durable_timeout", durable_timeout)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
-            raise InvalidInput(f"{what} must be a number of seconds from 0 to 3600 (not 0), not {value!r}")
-    if isinstance(durable_replicas, bool) or not isinstance(durable_replicas, int) or not 0 <= durable_replicas <= 100:
-        raise InvalidInput(f"durable_replicas must be a whole number from 0 to 100, not {durable_replicas!r}")
+    check.seconds("failover_timeout", failover_timeout, high=3600, positive=True)
+    check.seconds("durable_timeout", durable_timeout, high=3600, positive=True)
+    check.whole_number("durable_replicas", durable_replicas, 0, 100)
 
 
 def connect(
@@ -100,7 +101,7 @@ class Client:
 
     def __init__(
         self,
-        redis_client: Any,
+        redis_client: RedisClient,
         *,
         url: str = "",
         prefix: str = C.DEFAULT_PREFIX,
@@ -145,8 +146,6 @@ class Client:
         """
         target = validate(settings).get("dead_letter") if self.cluster else None
         if target is not None and target not in DEAD_LETTER_MODES:
-            from .queue import CLUSTER_DEAD_LETTER
-
             raise InvalidSetting("dead_letter", target, CLUSTER_DEAD_LETTER)
         self.settings.configure(pattern, settings)
 
@@ -154,7 +153,7 @@ class Client:
         """The settings that apply to ``queue`` now."""
         return self.settings.resolve(queue)[0]
 
-    def queue(self, name: str, partitions: int | None = None) -> Queue | PartitionedQueue:
+    def queue(self, name: str, partitions: int | None = None) -> AnyQueue:
         """A handle on queue ``name`` (nothing is written until it is used).
 
         ``partitions=N`` (N > 1) makes it a partitioned queue
@@ -167,9 +166,9 @@ class Client:
         ``DLQ.<name>`` (with the client's dlq_prefix) is the dead-letter queue
         of ``<name>`` (partitioned like it).
         """
-        from .partitions import PartitionedQueue, check_partitions
-        from .queue import Queue
+        return self._queue(name, partitions)
 
+    def _queue(self, name: str, partitions: int | None = None) -> Queue | PartitionedQueue:
         plain = Queue(self, name)  # checks the name
         count = self._partition_count(plain.root)
         if partitions is not None:
@@ -184,7 +183,7 @@ class Client:
         seen = self._partitioned.get(root)
         if seen is not None and now - seen[1] < self.settings.ttl:
             return seen[0]
-        raw = self.idempotent(lambda: self.redis.hget(partitions_key(self.prefix), root))
+        raw = store.stored_partitions(self.redis, self.prefix, root, self.idempotent)
         count = 1
         if raw is not None:
             text = raw.decode("ascii", "replace")
@@ -205,11 +204,9 @@ class Client:
             why = f"queue {plain.root!r} has {stored} partitions; the number cannot change"
         elif plain.name != plain.root:
             why = f"{plain.name!r} is a dead-letter queue: partition its queue {plain.root!r} instead"
-        elif self.idempotent(lambda: self.redis.sismember(registry_key(self.prefix), plain.root)) or self.idempotent(
-            lambda: self.redis.exists(plain.keys.meta, plain.keys.floors)
-        ):
+        elif store.queue_exists(self.redis, self.prefix, plain.keys, plain.root, self.idempotent):
             why = f"queue {plain.root!r} already exists without partitions (it has messages or groups)"
-        elif not self.idempotent(lambda: self.redis.hsetnx(partitions_key(self.prefix), plain.root, partitions)):
+        elif not store.claim_partitions(self.redis, self.prefix, plain.root, partitions, self.idempotent):
             # another process created it just now
             self._partitioned.pop(plain.root, None)
             return self._create_partitioned(plain, partitions, self._partition_count(plain.root))
@@ -221,15 +218,16 @@ class Client:
     def queues(self) -> list[str]:
         """Names of every queue this prefix has written to, and of their
         dead-letter queues that hold or held messages, sorted."""
-        names = sorted(m.decode() for m in self.redis.smembers(registry_key(self.prefix)))
-        pipe = self.redis.pipeline(transaction=False)  # plain reads: safe to send again
-        owners = []
+        names = store.registered_queues(self.redis, self.prefix)
+        owners: list[str] = []
+        levels: list[QueueKeys] = []
         for name in names:
-            q = self.queue(name)
-            for part in getattr(q, "parts", [q]):
-                pipe.exists(part.keys.dead_letters.meta)
+            q = self._queue(name)
+            for part in q.parts if isinstance(q, PartitionedQueue) else [q]:
+                levels.append(part.keys)
                 owners.append(name)
-        dead = {self.dead_letter_name(n) for n, has in zip(owners, pipe.execute()) if has}
+        has = store.have_dead_letters(self.redis, levels)
+        dead = {self.dead_letter_name(n) for n, written in zip(owners, has, strict=True) if written}
         return sorted(set(names) | dead)
 
     def dead_letter_name(self, queue: str) -> str:
@@ -239,28 +237,35 @@ class Client:
     def node_for(self, key: str) -> tuple[Any, str]:
         """A client of the one server that holds ``key`` (on a cluster: the
         primary serving its slot now), and that server's name."""
-        if not self.cluster:
-            return self.redis, ""
-        node = self.redis.get_node_from_key(key)
-        return self.redis.get_redis_connection(node), node.name
+        r = self.redis
+        if not isinstance(r, redis.RedisCluster):
+            return r, ""
+        node = r.get_node_from_key(key)  # type: ignore[no-untyped-call]  # unannotated in redis-py
+        return r.get_redis_connection(node), node.name
 
     def refresh_topology(self) -> None:
         """Reads the cluster's map of slots to nodes again (after a failover)."""
-        if self.cluster:
+        if isinstance(self.redis, redis.RedisCluster):
             self.redis.nodes_manager.initialize()
 
-    def _register(self, name: str) -> None:
-        # The registry is a global key, outside every queue's hash slot, so it
-        # is written beside the scripts rather than by them.
+    def register(self, name: str) -> None:
+        """Records queue ``name`` in the prefix's list of queues (once per
+        client). The list is a global key, outside every queue's hash slot,
+        so it is written beside the scripts rather than by them."""
         if name not in self._registered:
             try:
-                self.idempotent(lambda: self.redis.sadd(registry_key(self.prefix), name))
-            except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError) as exc:
+                store.register_queue(self.redis, self.prefix, name, self.idempotent)
+            except ConnectionLost as exc:
                 # called after a publish or join was applied: failing it would
                 # report a stored message as not stored; the next use tries again
                 log.warning("could not record queue %r in the list of queues (%s); will try again", name, exc)
                 return
             self._registered.add(name)
+
+    def forget(self, name: str) -> None:
+        """Drops what this client remembers of queue ``name`` (it was deleted)."""
+        self._registered.discard(name)
+        self._partitioned.pop(name, None)
 
     def close(self) -> None:
         self.notifier.close()

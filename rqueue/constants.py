@@ -1,6 +1,6 @@
 """Named defaults. Units are in the comment beside each value."""
 
-# Settings (SPEC "Settings and their defaults"); durations are seconds in the
+# Settings (docs/guarantees.md, "Settings and their defaults"); durations are seconds in the
 # Python API and milliseconds inside Redis.
 DEFAULT_ACK_WAIT = 30.0  # seconds a delivery is leased before redelivery
 DEFAULT_MAX_INFLIGHT = 1024  # unacked deliveries per group

@@ -1,111 +1,25 @@
-"""Consumers of a group, and the deliveries they hold."""
+"""Consumers of a group: fetching, settling, and the deliveries they hold."""
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple, Union
-
-import redis
+from typing import TYPE_CHECKING, Any
 
 from . import constants as C
-from .engine.keys import ACK_KEYS
+from . import validate as check
+from .delivery import Delivery, DeliveryRef, HeartbeatResult
+from .engine import commands
 from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
-from .errors import (
-    CorruptRecord,
-    InvalidInput,
-    NotMember,
-    RQueueError,
-    delivery_error,
-    from_script_error,
-)
+from .errors import CorruptRecord, InvalidInput, NotMember, RQueueError, delivery_error
 from .ids import consumer_name, delivery_tag, parse_delivery_tag
 from .names import check_name
-from .settings import Settings, positive_seconds, validate
+from .settings import Settings, validate
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from .protocols import QueueLike
 
 log = logging.getLogger("rqueue")
-
-
-class Delivery:
-    """One hand-over of one message to one consumer.
-
-    Attributes:
-        seq: the message's sequence number in its queue.
-        data: the payload (bytes).
-        headers: str to str.
-        delivery_count: 1 on the first delivery, persisted across crashes.
-        published_ms: server time of the publish, ms since the epoch.
-        deadline_ms: server time at which the lease runs out.
-    """
-
-    __slots__ = ("seq", "data", "headers", "delivery_count", "published_ms", "deadline_ms", "consumer", "tag")
-
-    def __init__(
-        self,
-        consumer: Consumer,
-        seq: int,
-        delivery_count: int,
-        data: bytes,
-        headers: dict[str, str],
-        published_ms: int,
-        deadline_ms: int,
-    ) -> None:
-        self.consumer = consumer
-        self.seq = seq
-        self.delivery_count = delivery_count
-        self.data = data
-        self.headers = headers
-        self.published_ms = published_ms
-        self.deadline_ms = deadline_ms
-        #: Identifies exactly this hand-over: ``<seq>.<delivery_count>``.
-        self.tag = delivery_tag(seq, delivery_count)
-
-    @property
-    def redelivered(self) -> bool:
-        return self.delivery_count > 1
-
-    def ack(self, multiple: bool = False) -> None:
-        """Settles the message for the group (with ``multiple``, also every
-        earlier delivery this consumer holds)."""
-        self.consumer.ack(self, multiple=multiple)
-
-    def nack(self, delay: float | None = None, error: str = "") -> str:
-        """Offers the message again (see :meth:`Consumer.nack`)."""
-        return self.consumer.nack(self, delay=delay, error=error)
-
-    nak = nack
-
-    def reject(self, requeue: bool = False, reason: str = "") -> None:
-        """Dead-letters the message now, or with ``requeue`` offers it again at once."""
-        self.consumer.reject(self, requeue=requeue, reason=reason)
-
-    def term(self, reason: str = "") -> None:
-        """Dead-letters the message now, recording ``reason``."""
-        self.consumer.term(self, reason)
-
-    def in_progress(self) -> int:
-        """Extends the lease by ack_wait; returns the new deadline (server ms)."""
-        return self.consumer.in_progress(self)
-
-    def __repr__(self) -> str:
-        return f"Delivery(tag={self.tag!r}, data={self.data[:40]!r})"
-
-
-DeliveryRef = Union[Delivery, str]
-
-
-class HeartbeatResult(NamedTuple):
-    """What one heartbeat did."""
-
-    statuses: list[RQueueError | None]  # per delivery: None = lease extended
-    removed: int  # silent members removed
-    returned: int  # their deliveries offered again
-    dead_lettered: int  # their deliveries that had reached max_deliveries
-    handed_back: int  # (sync) deliveries held in Redis that the caller did not know
 
 
 class Consumer:
@@ -116,16 +30,15 @@ class Consumer:
     """
 
     def __init__(
-        self, queue: Queue, group: str, name: str | None, overrides: dict[str, Any], liveness: float | None = None
+        self, queue: QueueLike, group: str, name: str | None, overrides: dict[str, Any], liveness: float | None = None
     ) -> None:
         self.queue = queue
         self.client = queue.client
         self.group = check_name("group", group)
         self.name = check_name("consumer", name) if name is not None else consumer_name(self.client.randomness)
         self.overrides = validate(overrides)
-        self.liveness = positive_seconds("liveness", liveness) if liveness is not None else None
-        self._keys_for: tuple[Settings | None, list[str], list[str]] = (None, [], [])
-        self._args_for: tuple[Settings | None, Any] = (None, None)
+        self.liveness = check.positive_seconds("liveness", liveness) if liveness is not None else None
+        self._call_for: tuple[Settings | None, commands.GroupCall | None] = (None, None)
         self._held: dict[str, Delivery] = {}
         self._closed = False
         self._settings_seen: Settings | None = None
@@ -146,50 +59,40 @@ class Consumer:
             self._settings = resolved.merged(self.overrides) if self.overrides else resolved
         return self._settings
 
-    def _keys(self, settings: Settings, ack: bool = False) -> list[str]:
-        """KEYS of the group scripts (with ``ack``, the first ACK_KEYS of
-        them, all that ack.lua can touch); they follow the settings because
-        the dead_letter setting may name another queue."""
-        seen, keys, ack_keys = self._keys_for
-        if seen is not settings:
-            keys = self.queue.group_keys(self.group, settings)
-            ack_keys = keys[:ACK_KEYS]
-            self._keys_for = (settings, keys, ack_keys)
-        return ack_keys if ack else keys
+    @property
+    def last_settings(self) -> Settings:
+        """The settings of this consumer's last call, read without asking
+        Redis (a worker's heartbeat runs on them while Redis is away)."""
+        return self._settings
 
-    def _call(self, script: Any, *extra: Any) -> Any:
+    def _group_call(self) -> commands.GroupCall:
+        """The engine's view of this consumer under its settings now, made
+        once per settings object (the KEYS follow the settings, as the
+        dead_letter setting may name another queue)."""
         if self._closed:
             raise RQueueError(f"{self!r} is closed")
         settings = self.settings()
-        seen, fixed = self._args_for
-        if seen is not settings:  # the settings' part of ARGV, once per settings object
-            fixed = self.queue._settings_argv(settings)
-            self._args_for = (settings, fixed)
-        return self._run(
-            script, self._keys(settings), self.queue._group_argv(self.group, self.name, settings, extra, fixed)
-        )
-
-    def _ack_call(self, strict: str, tags: list[tuple[str, int, int]]) -> Any:
-        """ack.lua, sent the group and consumer names alone of the group
-        arguments: it reads no clock and no setting (its header)."""
-        if self._closed:
-            raise RQueueError(f"{self!r} is closed")
-        return self._run(
-            self.client.scripts.ack,
-            self._keys(self.settings(), ack=True),
-            [self.group, self.name, strict, *_flat(tags)],
-        )
-
-    def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
-        try:
-            return script(keys=keys, args=args)
-        except redis.ResponseError as exc:
-            raise from_script_error(exc, queue=self.queue.name, where=self.queue.keys.base) from None
+        seen, call = self._call_for
+        if seen is not settings or call is None:
+            queue, client = self.queue, self.client
+            call = commands.GroupCall.of(
+                client.scripts,
+                client.clock,
+                client.randomness,
+                queue.group_keys(self.group, settings),
+                queue.name,
+                queue.keys.base,
+                self.group,
+                self.name,
+                settings,
+            )
+            self._call_for = (settings, call)
+        return call
 
     def _join(self) -> None:
         liveness = self.liveness if self.liveness is not None else self.settings().ack_wait
-        self._call(self.client.scripts.join, int(liveness * 1000))
-        self.client._register(self.queue.name)
+        commands.join(self._group_call(), int(liveness * 1000))
+        self.client.register(self.queue.name)
 
     # -- fetching -----------------------------------------------------------
 
@@ -197,15 +100,8 @@ class Consumer:
         """Claims up to ``n`` deliveries; waits up to ``timeout`` seconds for
         the first one when none is ready. Due redeliveries come before new
         messages, lowest seq first. Respects prefetch and max_inflight."""
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= C.MAX_FETCH:
-            raise InvalidInput(f"n must be a whole number from 1 to {C.MAX_FETCH}, not {n!r}")
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not math.isfinite(timeout)
-            or timeout < 0
-        ):
-            raise InvalidInput(f"timeout must be a number of seconds >= 0, not {timeout!r}")
+        check.whole_number("n", n, 1, C.MAX_FETCH)
+        check.seconds("timeout", timeout)
         clock = self.client.clock
         channel = self.queue.keys.wake_channel
         deadline = clock.monotonic() + timeout
@@ -217,32 +113,33 @@ class Consumer:
             if deliveries or remaining <= 0:
                 return deliveries
             wait = min(remaining, C.IDLE_POLL_INTERVAL)
-            if reply[1] not in (b"", None):
-                wait = min(wait, max(0.001, (int(reply[1]) - int(reply[0])) / 1000))
+            if reply.next_due_ms is not None:
+                wait = min(wait, max(0.001, (reply.next_due_ms - reply.now_ms) / 1000))
             self.client.notifier.wait(channel, generation, wait)
 
-    def _fetch_once(self, n: int) -> Any:
+    def _fetch_once(self, n: int) -> commands.FetchReply:
         try:
-            return self._call(self.client.scripts.fetch, n)
+            return commands.fetch(self._group_call(), n)
         except NotMember:
             # Removed as dead (e.g. after a long pause): what it held was
             # already offered again, so joining afresh loses nothing.
             log.warning("%r was not a member of its group any more; joining again", self)
             self._join()
-            return self._call(self.client.scripts.fetch, n)
+            return commands.fetch(self._group_call(), n)
 
-    def _parse(self, reply: list[Any]) -> list[Delivery]:
+    def _parse(self, reply: commands.FetchReply) -> list[Delivery]:
         # Per message on the hot path: no helper calls for a compact record
         # (no headers, no delay: the common case); anything else goes to
         # decode_record.
-        now = int(reply[0])
-        deadline = now + int(round(self.settings().ack_wait * 1000))
+        raw = reply.raw
+        deadline = reply.now_ms + int(round(self.settings().ack_wait * 1000))
         held = self._held
         out = []
         new = Delivery.__new__
         from_bytes = int.from_bytes
-        for i in range(2, len(reply), 3):
-            seq, count, record = int(reply[i]), int(reply[i + 1]), reply[i + 2]
+        for i in range(reply.first, len(raw), 3):
+            seq, count, record = int(raw[i]), int(raw[i + 1]), raw[i + 2]
+            headers: dict[str, str]
             if record[:1] == COMPACT_TAG and len(record) >= COMPACT_HEAD:
                 published, headers, data = from_bytes(record[1:COMPACT_HEAD], "big"), {}, record[COMPACT_HEAD:]
             else:
@@ -288,8 +185,7 @@ class Consumer:
         tag is acked. With ``multiple``, every delivery this consumer handed
         out before the given one (and still holds) is acked too.
         """
-        refs = _refs(deliveries)
-        tags = [self._tag_of(r) for r in refs]
+        tags = [self._tag_of(r) for r in refs_of(deliveries)]
         if multiple:
             if len(tags) != 1:
                 raise InvalidInput("multiple=True takes exactly one delivery: the last one to ack")
@@ -297,13 +193,13 @@ class Consumer:
             # the named one must be ackable.
             named = tags[0]
             earlier = [t[0] for t in self._held_up_to(named) if t != named]
-            statuses = self.ack_available(earlier + [named[0]])
+            statuses = self.ack_available([*earlier, named[0]])
             if statuses[-1] is not None:
                 raise statuses[-1]
             return
         if not tags:
             return
-        self._ack_call("1", tags)
+        commands.ack(self._group_call(), [(seq, count) for _, seq, count in tags], strict=True)
         held = self._held
         for tag, _, _ in tags:
             held.pop(tag, None)
@@ -312,14 +208,15 @@ class Consumer:
         """Acks every delivery that can be acked, in one round trip; returns,
         per delivery, None or the DeliveryError that kept it from being acked.
         For runtimes that must not fail a whole batch for one stale tag."""
-        tags = [self._tag_of(r) for r in _refs(deliveries)]
+        tags = [self._tag_of(r) for r in refs_of(deliveries)]
         if not tags:
             return []
-        statuses = self._ack_call("0", tags)
+        statuses = commands.ack(self._group_call(), [(seq, count) for _, seq, count in tags], strict=False)
+        held = self._held
         out = []
-        for (tag, _, _), status in zip(tags, statuses):
-            self._held.pop(tag, None)
-            out.append(delivery_error(status.decode(), tag))
+        for (tag, _, _), status in zip(tags, statuses, strict=True):
+            held.pop(tag, None)
+            out.append(delivery_error(status, tag))
         return out
 
     def ack_and_fetch(
@@ -333,26 +230,23 @@ class Consumer:
         if n <= 0:
             return self.ack_available([t[0] for t in tags]), [], None
         try:
-            reply = self._call(self.client.scripts.fetch, n, *_flat(tags))
+            reply = commands.fetch(self._group_call(), n, [(seq, count) for _, seq, count in tags])
         except NotMember:
             # Nothing was changed: join afresh (what this consumer held was
             # offered again; its late acks are still accepted) and do both.
             log.warning("%r was not a member of its group any more; joining again", self)
             self._join()
-            statuses = self.ack_available([t[0] for t in tags]) if tags else []
-            return statuses, self._parse(self._call(self.client.scripts.fetch, n)), None
+            lenient = self.ack_available([t[0] for t in tags]) if tags else []
+            return lenient, self._parse(commands.fetch(self._group_call(), n)), None
         statuses: list[RQueueError | None] = []
         held = self._held
-        for i, (tag, _, _) in enumerate(tags):
+        for (tag, _, _), status in zip(tags, reply.ack_statuses, strict=True):
             held.pop(tag, None)
-            status = reply[2 + i]
-            statuses.append(None if status == b"ok" else delivery_error(status.decode(), tag))
-        if tags:
-            reply = reply[:2] + reply[2 + len(tags) :]
+            statuses.append(None if status == "ok" else delivery_error(status, tag))
         deliveries = self._parse(reply)
         due_in = None
-        if not deliveries and reply[1] not in (b"", None):
-            due_in = max(0.0, (int(reply[1]) - int(reply[0])) / 1000)
+        if not deliveries and reply.next_due_ms is not None:
+            due_in = max(0.0, (reply.next_due_ms - reply.now_ms) / 1000)
         return statuses, deliveries, due_in
 
     def heartbeat(self, running: Iterable[DeliveryRef], timeout: float, sync: bool = False) -> HeartbeatResult:
@@ -363,20 +257,17 @@ class Consumer:
         knows of: any other delivery this consumer holds in Redis (a fetch
         whose reply was lost) is handed back without counting as an attempt.
         Raises NotMember when this consumer was itself removed."""
-        tags = [self._tag_of(r) for r in _refs(running)]
-        args: list[Any] = [int(positive_seconds("timeout", timeout) * 1000), "1" if sync else "0"]
-        for _, seq, count in tags:
-            args += [seq, count]
-        reply = self._call(self.client.scripts.heartbeat, *args)
-        deadline = int(reply[0])
+        tags = [self._tag_of(r) for r in refs_of(running)]
+        timeout_ms = int(check.positive_seconds("timeout", timeout) * 1000)
+        reply = commands.heartbeat(self._group_call(), timeout_ms, sync, [(seq, count) for _, seq, count in tags])
         statuses = []
-        for (tag, _, _), status in zip(tags, reply[5:]):
-            err = delivery_error(status.decode(), tag)
+        for (tag, _, _), status in zip(tags, reply.statuses, strict=True):
+            err = delivery_error(status, tag)
             held = self._held.get(tag)
             if err is None and held is not None:
-                held.deadline_ms = deadline
+                held.deadline_ms = reply.deadline_ms
             statuses.append(err)
-        return HeartbeatResult(statuses, int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]))
+        return HeartbeatResult(statuses, reply.removed, reply.returned, reply.dead_lettered, reply.handed_back)
 
     def rejoin(self) -> None:
         """Joins the group again after having been removed."""
@@ -399,16 +290,12 @@ class Consumer:
         redelivery policy. A message that already had max_deliveries is
         dead-lettered instead. Returns "requeued" or "dead"."""
         tag, seq, count = self._tag_of(delivery)
-        delay_arg = ""
-        if delay is not None:
-            from .queue import _delay_ms
-
-            delay_arg = str(_delay_ms(delay))
-        status, where = self._call(self.client.scripts.nack, seq, count, delay_arg, _text("error", error))
+        delay_ms = None if delay is None else check.delay_ms(delay)
+        reply = commands.nack(self._group_call(), seq, count, delay_ms, check.text("error", error))
         self._held.pop(tag, None)
-        if status == b"dead" and int(where) == 0:
+        if reply.dead and reply.where == 0:
             self._log_drop(seq, "max-deliveries")
-        return str(status.decode())
+        return "dead" if reply.dead else "requeued"
 
     nak = nack
 
@@ -427,7 +314,7 @@ class Consumer:
 
     def _dead_letter(self, delivery: DeliveryRef, reason: str, text: str) -> None:
         tag, seq, count = self._tag_of(delivery)
-        dseq = self._call(self.client.scripts.reject, seq, count, reason, _text("reason", text))
+        dseq = commands.reject(self._group_call(), seq, count, reason, check.text("reason", text))
         self._held.pop(tag, None)
         if dseq == 0:
             self._log_drop(seq, reason)
@@ -442,21 +329,16 @@ class Consumer:
         ack_wait; returns the new deadline (server ms). Raises the
         DeliveryError of the first tag that could not be extended (the
         others are extended)."""
-        refs = _refs(deliveries)
-        tags = [self._tag_of(r) for r in refs]
-        args: list[Any] = []
-        for _, seq, count in tags:
-            args += [seq, count]
-        reply = self._call(self.client.scripts.extend, *args)
-        deadline = int(reply[0])
-        for (tag, _, _), status in zip(tags, reply[1:]):
-            err = delivery_error(status.decode(), tag)
+        tags = [self._tag_of(r) for r in refs_of(deliveries)]
+        reply = commands.extend(self._group_call(), [(seq, count) for _, seq, count in tags])
+        for (tag, _, _), status in zip(tags, reply.statuses, strict=True):
+            err = delivery_error(status, tag)
             if err is not None:
                 raise err
             held = self._held.get(tag)
             if held is not None:
-                held.deadline_ms = deadline
-        return deadline
+                held.deadline_ms = reply.deadline_ms
+        return reply.deadline_ms
 
     # -- leaving ------------------------------------------------------------
 
@@ -465,10 +347,10 @@ class Consumer:
         ahead of new messages. Returns how many went back."""
         if self._closed:
             return 0
-        returned, _dead = self._call(self.client.scripts.leave, self.name, "graceful")
+        reply = commands.leave(self._group_call(), self.name, graceful=True)
         self._closed = True
         self._held.clear()
-        return int(returned)
+        return reply.returned
 
     def __enter__(self) -> Consumer:
         return self
@@ -477,28 +359,10 @@ class Consumer:
         self.close()
 
 
-def _flat(tags: list[tuple[str, int, int]]) -> list[int]:
-    """seq1, count1, seq2, count2, ... of (tag, seq, count) triples."""
-    return [n for _, seq, count in tags for n in (seq, count)]
-
-
-def _text(what: str, value: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidInput(f"{what} must be a str, not {type(value).__name__}")
-    value = value[: C.MAX_REASON_LENGTH]
-    try:
-        value.encode()
-    except UnicodeEncodeError as exc:
-        raise InvalidInput(f"{what} {value!r} cannot be encoded as UTF-8: {exc.reason}") from None
-    return value
-
-
-def _refs(deliveries: Any) -> list[DeliveryRef]:
+def refs_of(deliveries: object) -> list[DeliveryRef]:
+    """``deliveries`` as a list: one Delivery or tag, or an iterable of them."""
     if isinstance(deliveries, (Delivery, str)):
         return [deliveries]
-    try:
+    if isinstance(deliveries, Iterable):
         return list(deliveries)
-    except TypeError:
-        raise InvalidInput(
-            f"expected a Delivery, a delivery tag or a list of them, not {type(deliveries).__name__}"
-        ) from None
+    raise InvalidInput(f"expected a Delivery, a delivery tag or a list of them, not {type(deliveries).__name__}")

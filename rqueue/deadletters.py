@@ -4,71 +4,25 @@ A dead letter keeps its payload and headers and gains ``x-rq-*`` headers
 naming the original queue, group and seq, the reason, the delivery count,
 the first and last delivery times, the original publish time and the last
 error. Replay returns each one to the group that dead-lettered it, and only
-to that group, with a fresh delivery count, exactly once (lua/replay.lua).
+to that group, with a fresh delivery count, exactly once (replay.lua).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import redis
-
-from .errors import InvalidInput, from_script_error
+from .engine import commands, store
+from .errors import InvalidInput
 from .names import check_name
+from .results import DeadLetter, Progress, ReplayResult
 
 if TYPE_CHECKING:
-    from .queue import Message, Queue
+    from .protocols import QueueLike
 
 PAGE = 500  # dead letters read per round trip
 REPLAY_BATCH = 100  # dead letters replayed per script call
-
-Progress = Callable[[int], None]  # called with how many more were handled
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """One message in a dead-letter queue. Times are server ms since the epoch."""
-
-    dlq_seq: int  # its seq in the dead-letter queue
-    queue: str  # the queue it was dead-lettered from
-    group: str  # the group that dead-lettered it
-    seq: int  # its seq in that queue
-    reason: str  # max-deliveries, rejected, terminated, corrupted-record, ...
-    deliveries: int  # deliveries it had
-    first_delivery_ms: int | None
-    last_delivery_ms: int | None
-    published_ms: int | None  # when it was first published
-    dead_lettered_ms: int
-    error: str  # the last error text, "" when none
-    data: bytes
-    headers: dict[str, str]  # its own headers, without the x-rq-* ones
-    partition: int | None = None  # the partition of a partitioned queue it came from
-
-    @classmethod
-    def from_message(cls, m: Message) -> DeadLetter:
-        h = m.headers
-
-        def num(name: str) -> int | None:
-            value = h.get(name, "")
-            return int(value) if value.isdigit() else None
-
-        return cls(
-            dlq_seq=m.seq,
-            queue=h.get("x-rq-queue", ""),
-            group=h.get("x-rq-group", ""),
-            seq=num("x-rq-seq") or 0,
-            reason=h.get("x-rq-reason", ""),
-            deliveries=num("x-rq-deliveries") or 0,
-            first_delivery_ms=num("x-rq-first-delivery"),
-            last_delivery_ms=num("x-rq-last-delivery"),
-            published_ms=num("x-rq-published"),
-            dead_lettered_ms=m.published_ms,
-            error=h.get("x-rq-error", ""),
-            data=m.data,
-            headers={k: v for k, v in h.items() if not k.startswith("x-rq-")},
-        )
 
 
 @dataclass(frozen=True)
@@ -102,33 +56,7 @@ class Selection:
         )
 
 
-@dataclass
-class ReplayResult:
-    """What a replay did (or, with dry_run, would do)."""
-
-    selected: int = 0
-    replayed: int = 0
-    missing: int = 0  # gone before their turn (replayed or purged by someone else)
-    skipped: int = 0  # left alone: another queue's, corrupted, or already open
-    dry_run: bool = False
-    by_group: dict[str, int] = field(default_factory=dict)
-
-    def plus(self, other: ReplayResult) -> ReplayResult:
-        """The two results together (of two partitions of one queue)."""
-        by_group = dict(self.by_group)
-        for g, n in other.by_group.items():
-            by_group[g] = by_group.get(g, 0) + n
-        return ReplayResult(
-            self.selected + other.selected,
-            self.replayed + other.replayed,
-            self.missing + other.missing,
-            self.skipped + other.skipped,
-            self.dry_run,
-            by_group,
-        )
-
-
-def iter_dead_letters(queue: Queue, selection: Selection) -> Iterator[DeadLetter]:
+def iter_dead_letters(queue: QueueLike, selection: Selection) -> Iterator[DeadLetter]:
     """The dead letters of ``queue`` that match, oldest first."""
     dlq = queue.dead_letter_queue
     after, found = 0, 0
@@ -146,7 +74,9 @@ def iter_dead_letters(queue: Queue, selection: Selection) -> Iterator[DeadLetter
         after = page[-1].seq
 
 
-def replay(queue: Queue, selection: Selection, dry_run: bool = False, progress: Progress | None = None) -> ReplayResult:
+def replay(
+    queue: QueueLike, selection: Selection, dry_run: bool = False, progress: Progress | None = None
+) -> ReplayResult:
     """Returns the selected dead letters of ``queue`` to their groups."""
     chosen = list(iter_dead_letters(queue, selection))
     result = ReplayResult(selected=len(chosen), dry_run=dry_run)
@@ -156,22 +86,15 @@ def replay(queue: Queue, selection: Selection, dry_run: bool = False, progress: 
     if dry_run:
         result.by_group = {g: len(s) for g, s in by_group.items()}
         return result
-    script = queue.client.scripts.replay
     for group, dseqs in by_group.items():
-        settings = queue.settings()
-        keys = queue.group_keys(group, settings)
+        call = queue.group_call(group, queue.settings())
         for start in range(0, len(dseqs), REPLAY_BATCH):
             batch = dseqs[start : start + REPLAY_BATCH]
-            try:
-                statuses = script(keys=keys, args=queue._group_argv(group, "", settings, batch))
-            except redis.ResponseError as exc:
-                raise from_script_error(exc, queue=queue.name, where=queue.keys.base) from None
-            for status in statuses:
-                s = status.decode()
-                if s == "replayed":
+            for status in commands.replay(call, batch):
+                if status == "replayed":
                     result.replayed += 1
                     result.by_group[group] = result.by_group.get(group, 0) + 1
-                elif s == "missing":
+                elif status == "missing":
                     result.missing += 1
                 else:
                     result.skipped += 1
@@ -180,18 +103,14 @@ def replay(queue: Queue, selection: Selection, dry_run: bool = False, progress: 
     return result
 
 
-def purge(queue: Queue, selection: Selection, progress: Progress | None = None) -> int:
+def purge(queue: QueueLike, selection: Selection, progress: Progress | None = None) -> int:
     """Deletes the selected dead letters of ``queue``; returns how many."""
     dlq = queue.dead_letter_queue
     chosen = [d.dlq_seq for d in iter_dead_letters(queue, selection)]
-    r = queue.client.redis
     deleted = 0
     for start in range(0, len(chosen), PAGE):
         batch = chosen[start : start + PAGE]
-        pipe = r.pipeline(transaction=True)
-        pipe.hdel(dlq.keys.msgs, *batch)
-        pipe.xadd(queue.keys.events, {"event": "purged", "count": len(batch)}, maxlen=10_000, approximate=True)
-        deleted += pipe.execute()[0]
+        deleted += store.delete_dead_letters(queue.client.redis, dlq.keys, queue.keys.events, batch)
         if progress is not None:
             progress(len(batch))
     return deleted

@@ -4,6 +4,10 @@ become exceptions (:func:`from_script_error`)."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .results import PublishResult
 
 __all__ = [
     "RQueueError",
@@ -294,7 +298,7 @@ class NotDurable(RQueueError):
         why: what fell short.
     """
 
-    def __init__(self, results: list, replicas: int, required: int, fsynced: bool | None, why: str) -> None:
+    def __init__(self, results: list[Any], replicas: int, required: int, fsynced: bool | None, why: str) -> None:
         super().__init__(
             f"publish not confirmed durable: {why} (the messages are stored; "
             "publishing them again with the same ids is safe)"
@@ -319,7 +323,7 @@ class PartialPublish(RQueueError):
         errors: partition -> the error that partition gave.
     """
 
-    def __init__(self, results: list, errors: dict) -> None:
+    def __init__(self, results: list[PublishResult | None], errors: dict[int, Exception]) -> None:
         failed = ", ".join(f"partition {p}: {type(e).__name__}: {e}" for p, e in sorted(errors.items()))
         stored = sum(1 for r in results if r is not None)
         super().__init__(f"publish_many stored {stored} of {len(results)} messages; {failed}")

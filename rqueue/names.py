@@ -27,7 +27,10 @@ def _forbidden_char(name: str) -> str | None:
         for i, ch in enumerate(name):
             what = _FORBIDDEN_CATEGORIES.get(unicodedata.category(ch))
             if what is not None:
-                return f"contains {ch!r} at position {i}, {what} (braces, whitespace and control characters are not allowed)"
+                return (
+                    f"contains {ch!r} at position {i}, {what} "
+                    "(braces, whitespace and control characters are not allowed)"
+                )
     return None
 
 

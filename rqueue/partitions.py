@@ -3,8 +3,8 @@ Cluster spreads its load over its shards.
 
 Each partition is a queue of its own (its own seqs, ack floors, leases and
 dead-letter queue) under its own hash tag ``{<name>/<partition>}``, so every
-script still touches one slot and every guarantee of SPEC.md holds per
-partition. What spans partitions:
+script still touches one slot and every guarantee of docs/guarantees.md
+holds per partition. What spans partitions:
 
 - Routing: a message goes to the partition of its ``key`` (the same key
   always goes to the same partition, so order is kept per key), else of its
@@ -28,24 +28,23 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import logging
-import math
 import threading
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import constants as C
-from .consumer import Consumer, Delivery, DeliveryRef, HeartbeatResult, _refs
-from .deadletters import DeadLetter, Progress, ReplayResult
-from .engine.keys import partitions_key
-from .errors import DeliveryError, InvalidInput, NotDurable, PartialPublish, RQueueError, Unroutable, from_script_error
-from .ids import consumer_name
-from .queue import Message, Queue, _Prepared
-from .results import ConsumerStats, GroupStats, PublishResult, QueueStats
+from . import validate as check
+from .engine import commands, store
+from .errors import InvalidInput, NotDurable, PartialPublish, Unroutable
+from .partitioned_consumer import PartitionedConsumer
+from .publishing import PreparedPublish, per_message, prepare, send
+from .queue import Queue
+from .results import ConsumerStats, DeadLetter, GroupStats, Message, Progress, PublishResult, QueueStats, ReplayResult
 from .settings import Settings
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .protocols import QueueContext
 
 log = logging.getLogger("rqueue")
 
@@ -57,9 +56,7 @@ def partition_of(key: str, partitions: int) -> int:
 
 
 def check_partitions(partitions: object) -> int:
-    if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= C.MAX_PARTITIONS:
-        raise InvalidInput(f"partitions must be a whole number from 1 to {C.MAX_PARTITIONS}, not {partitions!r}")
-    return partitions
+    return check.whole_number("partitions", partitions, 1, C.MAX_PARTITIONS)
 
 
 def _check_key(key: object) -> str | None:
@@ -83,7 +80,7 @@ class PartitionedQueue:
     :class:`rqueue.Queue` objects) for anything else.
     """
 
-    def __init__(self, client: Client, name: str, partitions: int) -> None:
+    def __init__(self, client: QueueContext, name: str, partitions: int) -> None:
         self.client = client
         self.name = name
         self.partitions = check_partitions(partitions)
@@ -160,7 +157,7 @@ class PartitionedQueue:
         per_keys = [None] * count if keys is None else [_check_key(k) for k in keys]
         if len(per_keys) != count:
             raise InvalidInput(f"keys has {len(per_keys)} entries for {count} payloads")
-        per_headers = Queue._per_message(headers, count, "headers")
+        per_headers = per_message(headers, count, "headers")
         per_ids = [None] * count if ids is None else list(ids)
         if len(per_ids) != count:
             raise InvalidInput(f"ids has {len(per_ids)} entries for {count} payloads")
@@ -168,10 +165,11 @@ class PartitionedQueue:
         for i in range(count):
             msg_id = per_ids[i] if isinstance(per_ids[i], str) else None
             routes.setdefault(self.partition_for(per_keys[i], msg_id), []).append(i)
-        prepared: list[tuple[Queue, list[int], _Prepared]] = []
+        prepared: list[tuple[Queue, list[int], PreparedPublish]] = []
         for p, idx in sorted(routes.items()):
             part = self.parts[p]
-            ready = part._prepare(
+            ready = prepare(
+                part,
                 [payloads[i] for i in idx],
                 [per_headers[i] for i in idx],
                 [per_ids[i] for i in idx],
@@ -184,74 +182,61 @@ class PartitionedQueue:
                 prepared.append((part, idx, ready))
         out: list[PublishResult | None] = [None] * count
         errors: dict[int, Exception] = {}
+        durability: dict[int, NotDurable] = {}
         for part, idx, got in self._send_all(prepared):
+            p = part.partition if part.partition is not None else 0
             if isinstance(got, NotDurable):
-                errors[part.partition] = got  # type: ignore[index]
+                errors[p] = durability[p] = got
                 got = got.results
             if isinstance(got, Exception):
-                errors[part.partition] = got  # type: ignore[index]
+                errors[p] = got
                 continue
-            for i, result in zip(idx, got):
+            for i, result in zip(idx, got, strict=True):
                 out[i] = result
         if not errors:
-            return out  # type: ignore[return-value]
-        if all(r is None for r in out) and not any(isinstance(e, NotDurable) for e in errors.values()):
+            return [r for r in out if r is not None]
+        if all(r is None for r in out) and not durability:
             raise next(iter(errors.values()))  # nothing stored: as from one queue
-        if all(isinstance(e, NotDurable) for e in errors.values()):
-            weakest: list[NotDurable] = list(errors.values())  # type: ignore[arg-type]
+        if len(durability) == len(errors):
+            weakest = list(durability.values())
             synced = [e.fsynced for e in weakest]
             raise NotDurable(
                 out,
                 min(e.replicas for e in weakest),
                 weakest[0].required,
                 None if None in synced else all(synced),
-                "; ".join(f"partition {p}: {e.why}" for p, e in sorted(errors.items())),
-            )  # type: ignore[attr-defined]
+                "; ".join(f"partition {p}: {e.why}" for p, e in sorted(durability.items())),
+            )
         raise PartialPublish(out, errors)
 
-    def _send_all(self, prepared: list[tuple[Queue, list[int], _Prepared]]) -> list[tuple[Queue, list[int], Any]]:
+    def _send_all(
+        self, prepared: list[tuple[Queue, list[int], PreparedPublish]]
+    ) -> list[tuple[Queue, list[int], list[PublishResult] | Exception]]:
         """Sends every partition's messages; per partition its results, or
         the error it gave (every partition is tried whatever the others did)."""
+        out: list[tuple[Queue, list[int], list[PublishResult] | Exception]] = []
         if len(prepared) <= 1 or any(p.durable or len(p.calls) > 1 for _, _, p in prepared):
             # durable confirms wait per node; very large batches go as in Queue
-            out = []
             for part, idx, ready in prepared:
                 try:
-                    out.append((part, idx, part._send(ready)))
+                    out.append((part, idx, send(part, ready)))
                 except Exception as exc:
                     out.append((part, idx, exc))
             return out
-        scripts = self.client.scripts
-        pipe = scripts.pipeline()
-        for _, _, ready in prepared:
-            keys, args = ready.calls[0]
-            scripts.publish(keys=keys, args=args, client=pipe)
-        replies = pipe.execute(raise_on_error=False)
-        sent = []
-        for (part, idx, ready), reply in zip(prepared, replies):
-            if not isinstance(reply, Exception):
-                self.client._register(self.name)
-                sent.append(
-                    (
-                        part,
-                        idx,
-                        [
-                            PublishResult(int(reply[j]), reply[j + 1] == 1, None, part.partition)
-                            for j in range(0, len(reply), 2)
-                        ],
-                    )
-                )
-                continue
-            err = from_script_error(reply, queue=self.name)
-            if isinstance(err, Unroutable):
+        replies = commands.publish_each(self.client.scripts, [ready.calls[0] for _, _, ready in prepared], self.name)
+        for (part, idx, ready), reply in zip(prepared, replies, strict=True):
+            if isinstance(reply, Unroutable):
                 # refused, nothing stored: that partition alone again, to go to the alternate queue
                 try:
-                    sent.append((part, idx, part._send(ready)))
+                    out.append((part, idx, send(part, ready)))
                 except Exception as exc:
-                    sent.append((part, idx, exc))
+                    out.append((part, idx, exc))
+            elif isinstance(reply, Exception):
+                out.append((part, idx, reply))
             else:
-                sent.append((part, idx, err))
-        return sent
+                self.client.register(self.name)
+                out.append((part, idx, commands.publish_results([reply], part.partition)))
+        return out
 
     # -- consuming ----------------------------------------------------------
 
@@ -325,8 +310,8 @@ class PartitionedQueue:
         """Deletes every partition and the record of the partitioning;
         returns how many keys were deleted."""
         deleted = sum(part.delete() for part in self.parts)
-        deleted += self.client.redis.hdel(partitions_key(self.client.prefix), self.name)
-        self.client._partitioned.pop(self.parts[0].root, None)
+        deleted += store.delete_partitioning(self.client.redis, self.client.prefix, self.name)
+        self.client.forget(self.parts[0].root)
         return deleted
 
     def dead_letters(
@@ -444,228 +429,3 @@ def _sum_groups(name: str, groups: list[GroupStats]) -> GroupStats:
         consumers=sorted(members.values(), key=lambda c: c.name),
         **counted,
     )
-
-
-class PartitionedConsumer:
-    """A member of a group in every partition of a partitioned queue, under
-    one name. Obtain one with :meth:`PartitionedQueue.consumer`.
-
-    Deliveries are the partitions' own :class:`rqueue.Delivery` objects (a
-    delivery's ``consumer.queue.partition`` names its partition, and its
-    ``tag`` is unique only within it); settle them with their own methods or
-    with this consumer's, which take Delivery objects or tags of the form
-    ``"<partition>/<seq>.<count>"``.
-    """
-
-    def __init__(
-        self,
-        queue: PartitionedQueue,
-        group: str,
-        name: str | None,
-        prefetch: int | None,
-        liveness: float | None,
-        settings: dict[str, Any],
-    ) -> None:
-        self.queue = queue
-        self.client = queue.client
-        self.group = group
-        self.name = name if name is not None else consumer_name(self.client.randomness)
-        self.consumers: list[Consumer] = []
-        try:
-            for part in queue.parts:
-                self.consumers.append(part.consumer(group, self.name, prefetch, liveness, **settings))
-        except BaseException:
-            for c in self.consumers:
-                c.close()
-            raise
-        self._next = 0
-        self._lock = threading.Lock()
-
-    def __repr__(self) -> str:
-        return f"PartitionedConsumer(queue={self.queue.name!r}, group={self.group!r}, name={self.name!r})"
-
-    def settings(self) -> Settings:
-        """The settings this consumer works with (the same in every partition)."""
-        return self.consumers[0].settings()
-
-    def _order(self) -> list[Consumer]:
-        """The partitions' consumers, starting one further on each call."""
-        with self._lock:
-            start = self._next
-            self._next = (start + 1) % len(self.consumers)
-        return self.consumers[start:] + self.consumers[:start]
-
-    def fetch(self, n: int = 1, timeout: float = 0.0) -> list[Delivery]:
-        """Claims up to ``n`` deliveries from the partitions in turn (see
-        :meth:`rqueue.Consumer.fetch`); waits up to ``timeout`` seconds for
-        the first one when none is ready."""
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= C.MAX_FETCH:
-            raise InvalidInput(f"n must be a whole number from 1 to {C.MAX_FETCH}, not {n!r}")
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not math.isfinite(timeout)
-            or timeout < 0
-        ):
-            raise InvalidInput(f"timeout must be a number of seconds >= 0, not {timeout!r}")
-        clock, notifier = self.client.clock, self.client.notifier
-        deadline = clock.monotonic() + timeout
-        while True:
-            since = (
-                {c.queue.keys.wake_channel: notifier.generation(c.queue.keys.wake_channel) for c in self.consumers}
-                if timeout > 0
-                else {}
-            )
-            out: list[Delivery] = []
-            for c in self._order():
-                try:
-                    out += c.fetch(n - len(out))
-                except Exception as exc:
-                    if not out:
-                        raise
-                    # deliveries already claimed from other partitions must reach the caller
-                    log.warning("fetch from %r failed (%s); returning what the other partitions gave", c.queue, exc)
-                    break
-                if len(out) >= n:
-                    break
-            remaining = deadline - clock.monotonic()
-            if out or remaining <= 0:
-                return out
-            notifier.wait_any(since, min(remaining, C.IDLE_POLL_INTERVAL))
-
-    def ack_and_fetch(
-        self, acks: Iterable[DeliveryRef], n: int
-    ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
-        """As :meth:`rqueue.Consumer.ack_and_fetch`: each partition settles
-        its acks; new deliveries come from the partitions in turn."""
-        by_part = self._split(acks)
-        statuses: dict[int, RQueueError | None] = {}
-        out: list[Delivery] = []
-        due: list[float] = []
-        for c in self._order():
-            p = c.queue.partition
-            assert p is not None
-            mine = by_part.pop(p, [])
-            want = max(0, n - len(out))
-            if not mine and not want:
-                continue
-            got_statuses, got, due_in = c.ack_and_fetch([d for _, d in mine], want)
-            statuses.update(zip((i for i, _ in mine), got_statuses))
-            out += got
-            if due_in is not None:
-                due.append(due_in)
-        return [statuses[i] for i in range(len(statuses))], out, (min(due) if due and not out else None)
-
-    def ack(self, deliveries: DeliveryRef | Iterable[DeliveryRef], multiple: bool = False) -> None:
-        """Acks deliveries (one round trip per partition involved); with
-        ``multiple``, as :meth:`rqueue.Consumer.ack` within the delivery's
-        partition. All or nothing within each partition, as in
-        :meth:`rqueue.Consumer.ack`; partitions are separate slots, so every
-        partition is settled and then the first error is raised, its tag
-        naming the partition ("<partition>/<seq>.<count>")."""
-        first: Exception | None = None
-        for p, mine in self._split(_refs(deliveries)).items():
-            try:
-                self.consumers[p].ack([d for _, d in mine], multiple=multiple)
-            except DeliveryError as exc:
-                first = first or type(exc)(f"{p}/{exc.tag}")
-        if first is not None:
-            raise first
-
-    def ack_available(self, deliveries: Iterable[DeliveryRef]) -> list[RQueueError | None]:
-        """As :meth:`rqueue.Consumer.ack_available`, over the partitions."""
-        statuses: dict[int, RQueueError | None] = {}
-        for p, mine in self._split(deliveries).items():
-            statuses.update(zip((i for i, _ in mine), self.consumers[p].ack_available([d for _, d in mine])))
-        return [statuses[i] for i in range(len(statuses))]
-
-    def nack(self, delivery: DeliveryRef, delay: float | None = None, error: str = "") -> str:
-        c, d = self._one(delivery)
-        return c.nack(d, delay=delay, error=error)
-
-    nak = nack
-
-    def reject(self, delivery: DeliveryRef, requeue: bool = False, reason: str = "") -> None:
-        c, d = self._one(delivery)
-        c.reject(d, requeue=requeue, reason=reason)
-
-    def term(self, delivery: DeliveryRef, reason: str = "") -> None:
-        c, d = self._one(delivery)
-        c.term(d, reason)
-
-    def in_progress(self, deliveries: DeliveryRef | Iterable[DeliveryRef]) -> int:
-        """Extends leases (see :meth:`rqueue.Consumer.in_progress`); returns
-        the latest new deadline (server ms)."""
-        return max(
-            self.consumers[p].in_progress([d for _, d in mine]) for p, mine in self._split(_refs(deliveries)).items()
-        )
-
-    def heartbeat(self, running: Iterable[DeliveryRef], timeout: float, sync: bool = False) -> HeartbeatResult:
-        """A heartbeat in every partition (see :meth:`rqueue.Consumer.heartbeat`);
-        the figures add up."""
-        by_part = self._split(running)
-        statuses: dict[int, RQueueError | None] = {}
-        removed = returned = dead = handed_back = 0
-        for c in self.consumers:
-            mine = by_part.get(c.queue.partition, [])  # type: ignore[arg-type]
-            result = c.heartbeat([d for _, d in mine], timeout, sync)
-            statuses.update(zip((i for i, _ in mine), result.statuses))
-            removed += result.removed
-            returned += result.returned
-            dead += result.dead_lettered
-            handed_back += result.handed_back
-        return HeartbeatResult([statuses[i] for i in range(len(statuses))], removed, returned, dead, handed_back)
-
-    def rejoin(self) -> None:
-        for c in self.consumers:
-            c.rejoin()
-
-    def close(self) -> int:
-        """Leaves the group in every partition (each one, even when another
-        fails; then the first error is raised); returns how many deliveries
-        went back."""
-        returned, first = 0, None
-        for c in self.consumers:
-            try:
-                returned += c.close()
-            except Exception as exc:
-                first = first or exc
-        if first is not None:
-            raise first
-        return returned
-
-    def __enter__(self) -> PartitionedConsumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- routing of deliveries ----------------------------------------------
-
-    def _locate(self, ref: DeliveryRef) -> tuple[int, DeliveryRef]:
-        if isinstance(ref, Delivery):
-            p = ref.consumer.queue.partition
-            if ref.consumer not in self.consumers or p is None:
-                raise InvalidInput(f"delivery {ref.tag} was not fetched by {self!r}")
-            return p, ref
-        if not isinstance(ref, str):
-            raise InvalidInput(f"expected a Delivery or a delivery tag, not {type(ref).__name__}")
-        head, sep, tag = ref.partition("/")
-        if not sep or not head.isascii() or not head.isdigit() or int(head) >= len(self.consumers):
-            raise InvalidInput(
-                f"{ref!r} is not a delivery tag of a partitioned queue: <partition>/<seq>.<count> "
-                f"with a partition from 0 to {len(self.consumers) - 1}"
-            )
-        return int(head), tag
-
-    def _split(self, refs: Iterable[DeliveryRef]) -> dict[int, list[tuple[int, DeliveryRef]]]:
-        """The deliveries by partition, each with its index in ``refs``."""
-        out: dict[int, list[tuple[int, DeliveryRef]]] = {}
-        for i, ref in enumerate(refs):
-            p, d = self._locate(ref)
-            out.setdefault(p, []).append((i, d))
-        return out
-
-    def _one(self, ref: DeliveryRef) -> tuple[Consumer, DeliveryRef]:
-        p, d = self._locate(ref)
-        return self.consumers[p], d

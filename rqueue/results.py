@@ -1,7 +1,9 @@
-"""Plain result types returned by the client."""
+"""Plain value types the client returns: publish confirmations, stats,
+messages seen without claiming them, dead letters and replay results."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -37,11 +39,11 @@ class PublishResult:
         _set_partition(self, partition)
 
 
-# The slots' own setters, which frozen=True leaves alone.
-_set_seq = PublishResult.seq.__set__  # type: ignore[attr-defined]
-_set_duplicate = PublishResult.duplicate.__set__  # type: ignore[attr-defined]
-_set_alternate = PublishResult.alternate.__set__  # type: ignore[attr-defined]
-_set_partition = PublishResult.partition.__set__  # type: ignore[attr-defined]
+# The slots' own setters (member descriptors), which frozen=True leaves alone.
+_set_seq = PublishResult.__dict__["seq"].__set__
+_set_duplicate = PublishResult.__dict__["duplicate"].__set__
+_set_alternate = PublishResult.__dict__["alternate"].__set__
+_set_partition = PublishResult.__dict__["partition"].__set__
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,3 +96,91 @@ class QueueStats:
             if g.name == name:
                 return g
         raise KeyError(name)
+
+
+Progress = Callable[[int], None]  # called with how many more were handled
+
+
+class Message:
+    """A stored message seen without claiming it (peek, dead-letter listing)."""
+
+    __slots__ = ("seq", "data", "headers", "published_ms")
+
+    def __init__(self, seq: int, data: bytes, headers: dict[str, str], published_ms: int) -> None:
+        self.seq = seq
+        self.data = data
+        self.headers = headers
+        self.published_ms = published_ms
+
+    def __repr__(self) -> str:
+        return f"Message(seq={self.seq}, data={self.data[:40]!r}, headers={self.headers!r})"
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One message in a dead-letter queue. Times are server ms since the epoch."""
+
+    dlq_seq: int  # its seq in the dead-letter queue
+    queue: str  # the queue it was dead-lettered from
+    group: str  # the group that dead-lettered it
+    seq: int  # its seq in that queue
+    reason: str  # max-deliveries, rejected, terminated, corrupted-record, ...
+    deliveries: int  # deliveries it had
+    first_delivery_ms: int | None
+    last_delivery_ms: int | None
+    published_ms: int | None  # when it was first published
+    dead_lettered_ms: int
+    error: str  # the last error text, "" when none
+    data: bytes
+    headers: dict[str, str]  # its own headers, without the x-rq-* ones
+    partition: int | None = None  # the partition of a partitioned queue it came from
+
+    @classmethod
+    def from_message(cls, m: Message) -> DeadLetter:
+        h = m.headers
+
+        def num(name: str) -> int | None:
+            value = h.get(name, "")
+            return int(value) if value.isdigit() else None
+
+        return cls(
+            dlq_seq=m.seq,
+            queue=h.get("x-rq-queue", ""),
+            group=h.get("x-rq-group", ""),
+            seq=num("x-rq-seq") or 0,
+            reason=h.get("x-rq-reason", ""),
+            deliveries=num("x-rq-deliveries") or 0,
+            first_delivery_ms=num("x-rq-first-delivery"),
+            last_delivery_ms=num("x-rq-last-delivery"),
+            published_ms=num("x-rq-published"),
+            dead_lettered_ms=m.published_ms,
+            error=h.get("x-rq-error", ""),
+            data=m.data,
+            headers={k: v for k, v in h.items() if not k.startswith("x-rq-")},
+        )
+
+
+@dataclass
+class ReplayResult:
+    """What a replay did (or, with dry_run, would do)."""
+
+    selected: int = 0
+    replayed: int = 0
+    missing: int = 0  # gone before their turn (replayed or purged by someone else)
+    skipped: int = 0  # left alone: another queue's, corrupted, or already open
+    dry_run: bool = False
+    by_group: dict[str, int] = field(default_factory=dict)
+
+    def plus(self, other: ReplayResult) -> ReplayResult:
+        """The two results together (of two partitions of one queue)."""
+        by_group = dict(self.by_group)
+        for g, n in other.by_group.items():
+            by_group[g] = by_group.get(g, 0) + n
+        return ReplayResult(
+            self.selected + other.selected,
+            self.replayed + other.replayed,
+            self.missing + other.missing,
+            self.skipped + other.skipped,
+            self.dry_run,
+            by_group,
+        )

@@ -17,9 +17,11 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from . import constants as C
-from .engine.keys import settings_key
-from .errors import InvalidInput, InvalidName, InvalidSetting
+from .connection.open import RedisClient
+from .engine import store
+from .errors import InvalidName, InvalidSetting
 from .names import check_name, check_pattern
+from .validate import positive_seconds as positive_seconds
 
 DEAD_LETTER_MODES = ("dlq", "none")
 
@@ -51,27 +53,6 @@ class Settings:
             return self.redelivery_delay * C.MAX_REDELIVERY_DELAY_FACTOR
         return self.max_redelivery_delay
 
-    def argv(self) -> list[Any]:
-        """ARGV[4..6] of the group scripts (lua/includes/group_args.lua)."""
-        return [_ms(self.ack_wait), self.max_inflight, self.prefetch]
-
-    def failure_policy(self, queue: str) -> tuple[str, str]:
-        """The failure policy of ``queue``, ARGV[7] of the group scripts,
-        split where each call's random number goes: the words before it
-        (max_deliveries, the redelivery delays in ms and factors) and after
-        it (the dead-letter mode and the queue's name), with their spaces."""
-        before = " ".join(
-            str(v)
-            for v in (
-                self.max_deliveries,
-                _ms(self.redelivery_delay),
-                repr(float(self.redelivery_multiplier)),
-                _ms(self.effective_max_redelivery_delay),
-                repr(float(self.redelivery_jitter)),
-            )
-        )
-        return before + " ", f" {'drop' if self.dead_letter == 'none' else 'dlq'} {queue}"
-
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
@@ -80,18 +61,6 @@ SETTING_NAMES = frozenset(f.name for f in fields(Settings))
 
 
 _LARGEST = 2**53  # largest setting value; Lua numbers are doubles, exact up to here
-
-
-def positive_seconds(what: str, value: object) -> float:
-    """``value`` when it is a duration in seconds above 0 and at most
-    MAX_DELAY (a script formats it in whole ms); InvalidInput otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= C.MAX_DELAY:
-        raise InvalidInput(f"{what} must be a positive number of seconds up to {C.MAX_DELAY:.0f}, not {value!r}")
-    return value
-
-
-def _ms(seconds: float) -> int:
-    return int(round(seconds * 1000))
 
 
 def _number(name: str, value: Any, *, integer: bool = False) -> float:
@@ -248,7 +217,7 @@ class SettingsStore:
 
     def __init__(
         self,
-        redis: Any,
+        redis: RedisClient,
         prefix: str,
         now: Callable[[], float],
         ttl: float = C.SETTINGS_CACHE_TTL,
@@ -256,7 +225,7 @@ class SettingsStore:
     ) -> None:
         self._redis = redis
         self._retry = retry  # reads are safe to send again (a cluster retries them through a failover)
-        self._key = settings_key(prefix)
+        self._prefix = prefix
         self._now = now
         #: Seconds a read of the settings is reused.
         self.ttl = ttl
@@ -278,7 +247,7 @@ class SettingsStore:
         validate({**current, **checked})  # e.g. a new delay above a stored cap
         if "redelivery_delay" in checked or "max_redelivery_delay" in checked:
             _check_overlaps({**stored, pattern: {**current, **checked}}, pattern)
-        self._redis.hset(self._key, mapping={f"{pattern} {k}": json.dumps(v) for k, v in checked.items()})
+        store.write_settings(self._redis, self._prefix, {f"{pattern} {k}": json.dumps(v) for k, v in checked.items()})
         self._invalidate()
 
     def unset(self, pattern: str, *names: str) -> None:
@@ -295,7 +264,7 @@ class SettingsStore:
             left = {k: v for k, v in stored.get(pattern, {}).items() if k not in targets}
             _check_overlaps({**stored, pattern: left}, pattern)
         if targets:
-            self._redis.hdel(self._key, *(f"{pattern} {n}" for n in targets))
+            store.delete_settings(self._redis, self._prefix, [f"{pattern} {n}" for n in targets])
         self._invalidate()
 
     def patterns(self, fresh: bool = False) -> dict[str, dict[str, Any]]:
@@ -303,10 +272,10 @@ class SettingsStore:
         with self._lock:
             if not fresh and self._cached is not None and self._now() - self._read_at < self.ttl:
                 return self._cached
-        raw = self._retry(lambda: self._redis.hgetall(self._key))
+        raw = store.read_settings(self._redis, self._prefix, self._retry)
         parsed: dict[str, dict[str, Any]] = {}
         for field, value in raw.items():
-            pattern, _, name = field.decode().rpartition(" ")
+            pattern, _, name = field.rpartition(" ")
             parsed.setdefault(pattern, {})[name] = json.loads(value)
         with self._lock:
             self._cached, self._read_at = parsed, self._now()

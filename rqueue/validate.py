@@ -61,7 +61,9 @@ def delay_ms(delay: object) -> int:
     """A publish or nack delay in whole milliseconds; 0 for None."""
     if delay is None:
         return 0
-    return int(round(seconds("delay", delay, high=C.MAX_DELAY) * 1000))
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= C.MAX_DELAY:
+        raise InvalidInput(f"delay {delay!r} must be a number of seconds from 0 to {C.MAX_DELAY:.0f}")
+    return int(round(delay * 1000))
 
 
 def flag(what: str, value: object) -> bool:

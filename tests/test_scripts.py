@@ -9,8 +9,9 @@ import time
 import pytest
 import redis
 
+from rqueue.engine import commands
 from rqueue.engine.keys import ACK_KEYS
-from rqueue.engine.loader import SCRIPT_NAMES, drop_unused, lua_dir, make_lazy, source
+from rqueue.engine.loader import SCRIPT_NAMES, drop_unused, expand_includes, lua_dir, make_lazy, source
 from rqueue.errors import InvalidInput, from_script_error
 from rqueue.settings import Settings
 
@@ -19,8 +20,8 @@ NOW = 1_700_000_000_000
 
 def group_argv(group="g", consumer="c1", now=NOW, settings=None, *extra):
     s = settings or Settings(ack_wait=10)
-    before, after = s.failure_policy("orders")
-    return [group, consumer, now, *s.argv(), f"{before}0.5{after}", *extra]
+    before, after = commands.failure_policy(s, "orders")
+    return [group, consumer, now, round(s.ack_wait * 1000), s.max_inflight, s.prefetch, f"{before}0.5{after}", *extra]
 
 
 def ack_argv(consumer, strict, *tags):
@@ -149,6 +150,136 @@ def test_lazy_regions_refuse_what_would_read_the_wrong_variable():
         make_lazy(LAZY + "--@make slow\n--@make other\n")
     with pytest.raises(ValueError, match="no --@lazy slow region above"):
         make_lazy("--@make slow\n" + LAZY + "--@make slow\n")
+
+
+def test_names_in_comments_do_not_keep_a_helper():
+    # a helper named only in a comment goes; "--" inside a string starts no comment
+    assert drop_unused("-- unused(1) is named here only\nlocal function unused(x)\n  return x\nend\nreturn 1\n") == (
+        "-- unused(1) is named here only\nreturn 1\n"
+    )
+    kept = "local function used(x)\n  return x\nend\nreturn '--' .. used(1)\n"
+    assert drop_unused(kept) == kept
+
+
+BASE = "local BASE = 2\nlocal function double(x)\n  return x * BASE\nend\n"
+QUAD = "--@include base\nlocal function quad(x)\n  return double(double(x))\nend\n"
+TWICE = "--@include base\nlocal function twice(x)\n  return double(x) * 2\nend\n"
+
+
+def lua_tree(root, script, **includes):
+    """A scripts folder under ``root``: main.lua and the given includes."""
+    (root / "includes").mkdir()
+    for name, text in includes.items():
+        (root / "includes" / f"{name}.lua").write_text(text)
+    (root / "main.lua").write_text(script)
+    return root
+
+
+def test_a_prerequisite_is_expanded_once_before_the_includes_that_need_it(tmp_path):
+    # given two includes that both include base, and a script that names base itself too
+    root = lua_tree(
+        tmp_path,
+        "--@include quad\n--@include twice\n--@include base\nreturn quad(1) + twice(1)\n",
+        base=BASE,
+        quad=QUAD,
+        twice=TWICE,
+    )
+    text = expand_includes(root, "main")
+    # then base's text stands once, before its first user, and every directive is gone
+    assert text.count("local function double(") == 1
+    assert (
+        text.index("local function double(") < text.index("local function quad(") < text.index("local function twice(")
+    )
+    assert "--@include" not in text
+
+
+def test_a_cycle_of_includes_or_a_missing_one_is_refused(tmp_path):
+    root = lua_tree(
+        tmp_path,
+        "--@include a\n--@include missing\nreturn 1\n",
+        a="--@include b\nlocal A = 1\n",
+        b="--@include c\nlocal B = 1\n",
+        c="--@include a\nlocal C = 1\n",
+    )
+    with pytest.raises(ValueError, match=r"includes/c.lua: --@include a: the includes form a cycle, a -> b -> c -> a"):
+        expand_includes(root, "main")
+    (root / "includes" / "c.lua").write_text("local C = 1\n")
+    with pytest.raises(ValueError, match="there is no includes/missing.lua"):
+        expand_includes(root, "main")
+
+
+def test_an_include_names_what_it_needs_before_its_code(tmp_path):
+    late = "local function late(x)\n  return double(x)\nend\n--@include base\n"
+    root = lua_tree(tmp_path, "--@include late\nreturn late(1)\n", base=BASE, late=late)
+    with pytest.raises(ValueError, match="includes/late.lua: '--@include base' stands after code"):
+        expand_includes(root, "main")
+
+
+def test_a_prerequisite_first_needed_in_a_lazy_region_is_made_with_it(client, tmp_path):
+    # given a lazy region whose include needs base, which nothing named before the region
+    script = (
+        "--@lazy slow quad\nif ARGV[1] == 'slow' then\n  --@make slow\n  return quad(1)\nend\nreturn type(double)\n"
+    )
+    root = lua_tree(tmp_path, script, base=BASE, quad=QUAD)
+    lua = make_lazy(drop_unused(expand_includes(root, "main")))
+    # then base lands in the region: its constant stays at the top, its helper is made with quad, before it
+    assert lua.startswith("local BASE = 2\n")
+    assert "local double, quad -- made where --@make slow stands\n" in lua
+    assert "local function" not in lua
+    assert client.redis.eval(lua, 0, "slow") == 4
+    assert client.redis.eval(lua, 0, "fast") == b"nil"
+    # named before the region, base stays eager and the region makes quad alone
+    root = tmp_path / "eager"
+    root.mkdir()
+    lua = make_lazy(
+        drop_unused(expand_includes(lua_tree(root, "--@include base\n" + script, base=BASE, quad=QUAD), "main"))
+    )
+    assert "local function double(" in lua
+    assert "local quad -- made where --@make slow stands\n" in lua
+    assert client.redis.eval(lua, 0, "fast") == b"function"
+
+
+def test_helpers_that_landed_in_a_lazy_region_or_a_block_are_not_reached_from_elsewhere(tmp_path):
+    includes = {"base": BASE, "quad": QUAD, "twice": TWICE}
+
+    def expand(script):
+        root = tmp_path / f"t{len(list(tmp_path.iterdir()))}"
+        root.mkdir()
+        return expand_includes(lua_tree(root, script, **includes), "main")
+
+    region = "--@lazy slow quad\n"
+    # eager code after the region that needs base, which the region made lazy
+    with pytest.raises(ValueError, match=r"main.lua needs base, which includes/quad.lua brought into --@lazy slow"):
+        expand(region + "--@include base\nreturn double(1)\n")
+    with pytest.raises(ValueError, match=r"includes/twice.lua needs base, .* exist only after --@make slow"):
+        expand(region + "--@include twice\nreturn twice(1)\n")
+    # the same after a --@make of the region, in the same block: the helpers exist there
+    assert "function twice(" in expand(
+        region + "if ARGV[1] == 'slow' then\n  --@make slow\n--@include twice\n  return twice(1)\nend\nreturn 0\n"
+    )
+    # but not after a make in a block that has ended, or in another branch
+    with pytest.raises(ValueError, match="exist only after --@make slow"):
+        expand(region + "if ARGV[1] == 'slow' then\n  --@make slow\nend\n--@include twice\nreturn twice(1)\n")
+    with pytest.raises(ValueError, match="exist only after --@make slow"):
+        expand(region + "if ARGV[1] then\n  --@make slow\nelse\n--@include twice\n  return twice(1)\nend\n")
+    # nor from another region
+    with pytest.raises(ValueError, match="includes/twice.lua needs base"):
+        expand(region + "--@lazy other twice\n--@make slow\n--@make other\n")
+    # an include expanded inside a block of the script has block locals, so the top level cannot reach them
+    with pytest.raises(ValueError, match="needs base, which main.lua expanded inside a block"):
+        expand("if ARGV[1] then\n--@include base\n  return double(1)\nend\n--@include quad\nreturn quad(1)\n")
+    # a region stands at the top level, and once per name unless the second adds nothing
+    with pytest.raises(ValueError, match="--@lazy slow stands in a block"):
+        expand("if ARGV[1] then\n" + region + "end\n")
+    assert expand(region + "--@lazy slow base\n--@make slow\n").count("--@lazy-begin slow") == 1
+    with pytest.raises(ValueError, match="--@lazy slow stands twice, the second time with twice"):
+        expand(region + "--@lazy slow twice\n--@make slow\n")
+
+
+def test_a_lazy_region_refuses_top_level_code_that_calls_its_helpers():
+    # the region's own code runs where it stands, before any --@make
+    with pytest.raises(ValueError, match="--@lazy slow: its top-level code names double, still nil there"):
+        make_lazy(LAZY.replace("--@lazy-end\n", "local SIX = double(2)\n--@lazy-end\n") + "--@make slow\n")
 
 
 def test_ack_reads_no_key_past_the_ones_it_is_sent():
@@ -610,7 +741,7 @@ def test_failure_policy_is_one_argument_of_eight_words():
         dead_letter="none",
     )
     # when the policy is built around a call's random number and queue name
-    before, after = s.failure_policy("orders")
+    before, after = commands.failure_policy(s, "orders")
     # then it is the eight words of group_args.lua's ARGV[7]
     assert f"{before}0.125{after}".split(" ") == ["3", "250", "2.0", "4000", "0.5", "0.125", "drop", "orders"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
 import redis
@@ -27,6 +27,10 @@ from .urls import (
 )
 
 log = logging.getLogger("rqueue")
+
+# The clients rqueue runs on: one server (also a Sentinel primary and
+# memory://'s fakeredis), or a Redis Cluster.
+RedisClient: TypeAlias = "redis.Redis | redis.RedisCluster"
 
 _memory_servers: dict[str, Any] = {}
 _memory_lock = threading.Lock()
@@ -60,7 +64,7 @@ def _parse_version(version: str) -> tuple[int, ...]:
 
 def _check_server(r: Any, url: str) -> None:
     if isinstance(r, redis.RedisCluster):
-        for node in r.get_primaries():
+        for node in r.get_primaries():  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
             _check_server(node.redis_connection or r.get_redis_connection(node), url)
         return
     version = server_version(r)
@@ -84,7 +88,7 @@ def _check_server(r: Any, url: str) -> None:
         )
 
 
-def open_redis(url: str, redis_options: dict[str, Any]) -> tuple[Any, str, str]:
+def open_redis(url: str, redis_options: dict[str, Any]) -> tuple[RedisClient, str, str]:
     """A redis-py client for ``url`` that answered PING and runs a Redis new
     enough for rqueue, with the URL as shown (password masked) and its
     scheme. Raises InvalidURL, ConnectionFailed or ServerTooOld."""

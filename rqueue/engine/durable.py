@@ -11,14 +11,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..connection.cluster import not_run
+import redis
+
+from ..connection.cluster import no_retry, not_run
 from ..errors import NotDurable
-from .scripts import Script, ScriptPipeline, no_retry
+from .commands import translate
+from .scripts import Script, ScriptPipeline
 
-if TYPE_CHECKING:
-    from ..client import Client
+
+class DurableTarget(Protocol):
+    """What a durable publish needs of the client."""
+
+    cluster: bool
+    durable_replicas: int
+    durable_timeout: float
+    failover_timeout: float
+    durable_state: dict[str, Any]
+
+    def node_for(self, key: str) -> tuple[Any, str]: ...
+    def refresh_topology(self) -> None: ...
 
 
 class _NodeState:
@@ -31,12 +44,9 @@ class _NodeState:
         self.aof: bool | None = None  # appendonly is on
 
 
-def publish_durably(
-    client: Client, slot_key: str, script: Script, calls: Sequence[tuple[list[Any], list[Any]]]
+def _publish_durably(
+    client: DurableTarget, slot_key: str, script: Script, calls: Sequence[tuple[list[Any], list[Any]]]
 ) -> list[Any]:
-    """Runs the publish ``calls`` (KEYS, ARGV) and waits for durability on
-    the same connection. Returns the script replies; raises NotDurable (the
-    messages are stored) when the wait fell short."""
     deadline = time.monotonic() + client.failover_timeout
     results: list[Any] = [None] * len(calls)
     pending = list(range(len(calls)))  # calls not known to have run
@@ -62,7 +72,7 @@ def publish_durably(
             time.sleep(0.05)
             continue
         sent = pending
-        for i, reply in zip(sent, replies):
+        for i, reply in zip(sent, replies, strict=False):  # WAIT and WAITAOF follow
             results[i] = reply
         # MOVED/ASK/... replies mean that call did not run there: only those go again
         pending = [i for i in sent if client.cluster and isinstance(results[i], Exception) and not_run(results[i])]
@@ -79,17 +89,16 @@ def publish_durably(
         if isinstance(reply, Exception):
             raise reply
     # The weakest confirmation counts (there is one wait per node written to).
-    replicas = next((w for w, _ in waits if isinstance(w, Exception)), None)
-    if replicas is None:
-        replicas = min(int(w) for w, _ in waits)
+    refused = next((w for w, _ in waits if isinstance(w, Exception)), None)
     synced = [_fsynced(state, aof) for _, aof in waits]
     fsynced = None if None in synced else all(synced)
-    if isinstance(replicas, Exception):  # a server without WAIT (the in-process memory:// server)
-        raise NotDurable(results, 0, client.durable_replicas, fsynced, f"the server refused WAIT ({replicas})")
-    if int(replicas) < client.durable_replicas:
+    if refused is not None:  # a server without WAIT (the in-process memory:// server)
+        raise NotDurable(results, 0, client.durable_replicas, fsynced, f"the server refused WAIT ({refused})")
+    replicas = min(int(w) for w, _ in waits)
+    if replicas < client.durable_replicas:
         raise NotDurable(
             results,
-            int(replicas),
+            replicas,
             client.durable_replicas,
             fsynced,
             f"{replicas} of {client.durable_replicas} replicas acknowledged within {client.durable_timeout} s",
@@ -97,7 +106,7 @@ def publish_durably(
     if fsynced is False:
         raise NotDurable(
             results,
-            int(replicas),
+            replicas,
             client.durable_replicas,
             fsynced,
             f"the primary did not fsync within {client.durable_timeout} s",
@@ -112,6 +121,19 @@ def publish_durably(
             "no append-only file with WAITAOF (Redis >= 7.2, Valkey >= 8)",
         )
     return results
+
+
+def publish_durably(
+    client: DurableTarget, slot_key: str, script: Script, calls: Sequence[tuple[list[Any], list[Any]]]
+) -> list[Any]:
+    """Runs the publish ``calls`` (KEYS, ARGV) and waits for durability on
+    the same connection. Returns the script replies; raises NotDurable (the
+    messages are stored) when the wait fell short, and the error of the
+    first call that failed otherwise (translated as commands.run does)."""
+    try:
+        return _publish_durably(client, slot_key, script, calls)
+    except (redis.RedisError, OSError) as exc:
+        raise translate(exc) from exc
 
 
 def _fsynced(state: _NodeState, reply: Any) -> bool | None:

@@ -95,6 +95,36 @@ class GroupKeys:
     def _k(self, kind: str) -> str:
         return f"{self.queue.base}:{kind}:{self.group}"
 
+    @property
+    def state(self) -> str:
+        """Hash of the group's cursor, floor and counters."""
+        return self._k("grp")
+
+    @property
+    def lease(self) -> str:
+        """Sorted set of the seqs in flight, by lease deadline (ms)."""
+        return self._k("lease")
+
+    @property
+    def ready(self) -> str:
+        """Sorted set of seqs ready for redelivery, by seq."""
+        return self._k("ready")
+
+    @property
+    def delay(self) -> str:
+        """Sorted set of seqs waiting for a redelivery, by due time (ms)."""
+        return self._k("delay")
+
+    @property
+    def deliveries(self) -> str:
+        """Hash of seq -> delivery state, while delivered and unsettled."""
+        return self._k("dlv")
+
+    @property
+    def acked(self) -> str:
+        """Sorted set of the runs of seqs settled above the ack floor."""
+        return self._k("acked")
+
     def as_list(self) -> list[str]:
         q = self.queue
         dlq = self.dlq

@@ -5,13 +5,14 @@ safety net, so a lost announcement only delays, never loses, a message."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
 
 import redis
 
+from ..connection.open import RedisClient
 from ..constants import IDLE_POLL_INTERVAL
 
 log = logging.getLogger("rqueue.engine.notify")
@@ -23,7 +24,7 @@ RECONNECT_PAUSE = 0.5  # seconds between attempts after the connection broke
 class Notifier:
     """One pub/sub connection per client, shared by all its consumers."""
 
-    def __init__(self, redis_client: Any) -> None:
+    def __init__(self, redis_client: RedisClient) -> None:
         self._redis = redis_client
         self._cond = threading.Condition()
         self._generation: dict[str, int] = {}
@@ -90,7 +91,7 @@ class Notifier:
         while not self._closed:
             try:
                 if pubsub is None:
-                    pubsub = self._redis.pubsub()
+                    pubsub = self._redis.pubsub()  # type: ignore[no-untyped-call]  # unannotated in redis-py
                     requested: set[str] = set()
                     self._subscribed = set()
                 with self._cond:
@@ -122,10 +123,8 @@ class Notifier:
             except Exception as exc:  # the connection broke: wake everyone, then resubscribe
                 log.debug("wake-up channel lost (%s); reconnecting", exc)
                 if pubsub is not None:
-                    try:
+                    with contextlib.suppress(Exception):
                         pubsub.close()
-                    except Exception:
-                        pass
                 pubsub = None
                 with self._cond:
                     for ch in self._generation:
@@ -133,7 +132,5 @@ class Notifier:
                     self._cond.notify_all()
                     self._cond.wait(RECONNECT_PAUSE)
         if pubsub is not None:
-            try:
+            with contextlib.suppress(Exception):
                 pubsub.close()
-            except Exception:
-                pass

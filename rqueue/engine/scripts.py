@@ -11,21 +11,24 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 from redis.exceptions import DataError, NoScriptError
 
+from ..connection.cluster import Retrier, no_retry, not_run
+from ..connection.open import RedisClient
+from .loader import SCRIPT_NAMES, source
+
+_pack: Callable[[tuple[Any, ...]], bytes] | None
+_HIREDIS_PACKER: type | None
 try:
     from hiredis import pack_command as _pack
     from redis.connection import HiredisRespSerializer as _HIREDIS_PACKER
 except ImportError:  # redis-py packs in Python then
     _pack = None
     _HIREDIS_PACKER = None
-
-from ..connection.cluster import Retrier, no_retry, not_run
-from .loader import SCRIPT_NAMES, source
 
 # Clients whose script calls take the direct path (Script._direct): a
 # single server's, a Sentinel primary's and memory://'s (fakeredis) clients
@@ -48,7 +51,7 @@ class ScriptConnections:
     """The connections that the script calls of one client take, made with
     the settings of the client's own pool (address, credentials, TLS,
     timeouts, the connection's Retry) but checked out and returned without
-    its bookkeeping: redis-py 8 spends about 10 us of client CPU per checkout
+    its bookkeeping: redis-py 8 spends client CPU on every checkout
     and return on metrics and events, as much as a small script's time in
     Redis. What a checkout must do stays: a connection the server closed, or
     one with an unread reply, is reconnected before use (the pool's
@@ -135,16 +138,21 @@ class Script:
     a client of one server; without it they take redis-py's pool."""
 
     def __init__(
-        self, redis: Any, name: str, text: str, retry: Retrier[Any], connections: ScriptConnections | None = None
+        self,
+        server: RedisClient,
+        name: str,
+        text: str,
+        retry: Retrier[Any],
+        connections: ScriptConnections | None = None,
     ) -> None:
         self.name = name
         self.text = text
         self.sha = hashlib.sha1(text.encode()).hexdigest()
-        self._redis = redis
+        self._redis = server
         self._retry = retry
         self._pool: Any = connections
-        if connections is None and _takes_direct_path(redis):
-            self._pool = redis.connection_pool
+        if connections is None and isinstance(server, redis.Redis) and _takes_direct_path(server):
+            self._pool = server.connection_pool
 
     def __call__(self, keys: Sequence[Any], args: Sequence[Any], client: ScriptPipeline | None = None) -> Any:
         if client is not None:
@@ -203,7 +211,7 @@ class ScriptPipeline:
     in one round trip (per node of a cluster). Obtain one with
     :meth:`Scripts.pipeline`."""
 
-    def __init__(self, redis: Any, retry: Retrier[Any]) -> None:
+    def __init__(self, redis: RedisClient, retry: Retrier[Any]) -> None:
         self._redis = redis
         self._retry = retry
         self._commands: list[tuple[Script | None, tuple[Any, ...]]] = []
@@ -232,9 +240,12 @@ class ScriptPipeline:
                 pipe.execute_command(*args)
             return list(pipe.execute(raise_on_error=False))
 
-        return self._retry(attempt)
+        replies: list[Any] = self._retry(attempt)
+        return replies
 
     def _send_per_node(self, commands: list[tuple[Script | None, tuple[Any, ...]]]) -> list[Any]:
+        cluster = self._redis
+        assert isinstance(cluster, redis.RedisCluster)
         """A cluster's pipeline, as one plain pipeline per node that serves
         the commands' slots. redis-py's cluster pipeline is not used: after a
         lost reply it sends the command again, which would run a script
@@ -250,8 +261,8 @@ class ScriptPipeline:
                 args = commands[i][1]
                 if args[0] != "EVALSHA" or int(args[2]) < 1:
                     raise ValueError(f"a cluster pipeline takes script calls with keys only, not {args[0]!r}")
-                node = self._redis.get_node_from_key(args[3])
-                by_node.setdefault(node.name, (self._redis.get_redis_connection(node), []))[1].append(i)
+                node = cluster.get_node_from_key(args[3])  # type: ignore[no-untyped-call]  # unannotated in redis-py
+                by_node.setdefault(node.name, (cluster.get_redis_connection(node), []))[1].append(i)
             for conn, indices in by_node.values():
                 pipe = conn.pipeline(transaction=False)
                 for i in indices:
@@ -263,11 +274,11 @@ class ScriptPipeline:
                     # the error (never sent again unless it proves they did not
                     # run), and the other nodes' calls go on.
                     got = [exc] * len(indices)
-                for i, reply in zip(indices, got):
+                for i, reply in zip(indices, got, strict=True):
                     replies[i] = reply
             pending[:] = [i for i in pending if isinstance(replies[i], BaseException) and not_run(replies[i])]
             if pending:
-                self._redis.nodes_manager.initialize()
+                cluster.nodes_manager.initialize()
                 raise replies[pending[0]]
 
         try:
@@ -288,10 +299,11 @@ class ScriptPipeline:
         replies = self._send(commands)
         missing = [i for i, (script, _) in enumerate(commands) if script is not None and _is_noscript(replies[i])]
         if missing:
-            for script in {id(commands[i][0]): commands[i][0] for i in missing}.values():
-                script.load()  # type: ignore[union-attr]
+            scripts = {id(script): script for i in missing if (script := commands[i][0]) is not None}
+            for script in scripts.values():
+                script.load()
             again = self._send([commands[i] for i in missing] + then)
-            for i, reply in zip(missing, again):
+            for i, reply in zip(missing, again, strict=False):  # WAIT and the like follow
                 replies[i] = reply
             if then:
                 replies[-len(then) :] = again[-len(then) :]
@@ -320,7 +332,7 @@ class Scripts:
     replay: Script
     stats: Script
 
-    def __init__(self, redis: Any, retry: Retrier[Any] = no_retry) -> None:
+    def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry) -> None:
         self._redis = redis
         self._retry = retry
         #: The connections of the script calls (None: redis-py's pool).

@@ -1,0 +1,100 @@
+"""Deliveries: one hand-over of one message to one consumer, and the
+interface a delivery settles itself through."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from .ids import delivery_tag
+
+if TYPE_CHECKING:
+    from .errors import RQueueError
+
+
+class DeliveryOwner(Protocol):
+    """What a delivery needs of the consumer that fetched it."""
+
+    def ack(self, deliveries: DeliveryRef | Iterable[DeliveryRef], multiple: bool = False) -> None: ...
+    def nack(self, delivery: DeliveryRef, delay: float | None = None, error: str = "") -> str: ...
+    def reject(self, delivery: DeliveryRef, requeue: bool = False, reason: str = "") -> None: ...
+    def term(self, delivery: DeliveryRef, reason: str = "") -> None: ...
+    def in_progress(self, deliveries: DeliveryRef | Iterable[DeliveryRef]) -> int: ...
+
+
+class Delivery:
+    """One hand-over of one message to one consumer.
+
+    Attributes:
+        seq: the message's sequence number in its queue.
+        data: the payload (bytes).
+        headers: str to str.
+        delivery_count: 1 on the first delivery, persisted across crashes.
+        published_ms: server time of the publish, ms since the epoch.
+        deadline_ms: server time at which the lease runs out.
+    """
+
+    __slots__ = ("seq", "data", "headers", "delivery_count", "published_ms", "deadline_ms", "consumer", "tag")
+
+    def __init__(
+        self,
+        consumer: DeliveryOwner,
+        seq: int,
+        delivery_count: int,
+        data: bytes,
+        headers: dict[str, str],
+        published_ms: int,
+        deadline_ms: int,
+    ) -> None:
+        self.consumer = consumer
+        self.seq = seq
+        self.delivery_count = delivery_count
+        self.data = data
+        self.headers = headers
+        self.published_ms = published_ms
+        self.deadline_ms = deadline_ms
+        #: Identifies exactly this hand-over: ``<seq>.<delivery_count>``.
+        self.tag = delivery_tag(seq, delivery_count)
+
+    @property
+    def redelivered(self) -> bool:
+        return self.delivery_count > 1
+
+    def ack(self, multiple: bool = False) -> None:
+        """Settles the message for the group (with ``multiple``, also every
+        earlier delivery this consumer holds)."""
+        self.consumer.ack(self, multiple=multiple)
+
+    def nack(self, delay: float | None = None, error: str = "") -> str:
+        """Offers the message again (see :meth:`Consumer.nack`)."""
+        return self.consumer.nack(self, delay=delay, error=error)
+
+    nak = nack
+
+    def reject(self, requeue: bool = False, reason: str = "") -> None:
+        """Dead-letters the message now, or with ``requeue`` offers it again at once."""
+        self.consumer.reject(self, requeue=requeue, reason=reason)
+
+    def term(self, reason: str = "") -> None:
+        """Dead-letters the message now, recording ``reason``."""
+        self.consumer.term(self, reason)
+
+    def in_progress(self) -> int:
+        """Extends the lease by ack_wait; returns the new deadline (server ms)."""
+        return self.consumer.in_progress(self)
+
+    def __repr__(self) -> str:
+        return f"Delivery(tag={self.tag!r}, data={self.data[:40]!r})"
+
+
+DeliveryRef = Delivery | str
+
+
+class HeartbeatResult(NamedTuple):
+    """What one heartbeat did."""
+
+    statuses: list[RQueueError | None]  # per delivery: None = lease extended
+    removed: int  # silent members removed
+    returned: int  # their deliveries offered again
+    dead_lettered: int  # their deliveries that had reached max_deliveries
+    handed_back: int  # (sync) deliveries held in Redis that the caller did not know

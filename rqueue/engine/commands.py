@@ -1,0 +1,423 @@
+"""One typed function per script: each builds its script's KEYS and ARGV,
+runs it, and returns its reply as named values. Error replies and the
+driver's transport errors become rqueue exceptions in one place
+(:func:`run`).
+
+The ARGV block every group script starts with (lua/includes/group_args.lua)
+is built by :class:`GroupCall`, which keeps the parts that follow from the
+settings so that a consumer computes them once per settings object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol, TypeVar
+
+import redis
+
+from ..clock import Clock
+from ..connection.cluster import not_run
+from ..errors import ConnectionLost, OutOfMemory, from_script_error
+from ..randomness import Randomness
+from ..results import ConsumerStats, GroupStats, PublishResult
+from .keys import ACK_KEYS, QueueKeys
+from .scripts import Script, ScriptPipeline, Scripts
+
+T = TypeVar("T")
+
+# Errors of the driver that mean the call did not get an answer: the call
+# may or may not have run (unless not_run proves it did not).
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.BusyLoadingError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.RedisClusterException,
+    ConnectionError,
+    OSError,
+)
+
+
+def translate(exc: BaseException, queue: str = "", where: str = "") -> BaseException:
+    """The rqueue exception for an error a Redis call raised: a script's
+    error code, memory, permission or transport errors. Anything else is
+    returned as it is."""
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):
+        return OutOfMemory(str(exc))
+    if isinstance(exc, redis.ResponseError) and not isinstance(exc, redis.exceptions.ClusterError):
+        mapped = from_script_error(exc, queue=queue, where=where)
+        if mapped is exc and not_run(exc):  # MOVED, TRYAGAIN, ... outside a retrier's budget
+            return ConnectionLost(str(exc), applied=False)
+        return mapped
+    if isinstance(exc, TRANSPORT_ERRORS):
+        return ConnectionLost(f"{type(exc).__name__}: {exc}", applied=False if not_run(exc) else None)
+    return exc
+
+
+def run(script: Script, keys: Sequence[Any], args: Sequence[Any], queue: str, where: str) -> Any:
+    """``script`` called with ``keys`` and ``args``; every error it raises
+    is translated (:func:`translate`), with the driver's error as cause."""
+    try:
+        return script(keys, args)
+    except (redis.RedisError, OSError) as exc:
+        raise translate(exc, queue, where) from exc
+
+
+def guarded(call: Callable[[], T], queue: str = "", where: str = "") -> T:
+    """``call()`` (plain Redis commands), its errors translated as :func:`run`'s."""
+    try:
+        return call()
+    except (redis.RedisError, OSError) as exc:
+        raise translate(exc, queue, where) from exc
+
+
+# -- the group scripts ---------------------------------------------------------
+
+
+class GroupSettings(Protocol):
+    """The settings a group script is sent (rqueue.Settings has them)."""
+
+    @property
+    def ack_wait(self) -> float: ...
+    @property
+    def max_inflight(self) -> int: ...
+    @property
+    def prefetch(self) -> int: ...
+    @property
+    def max_deliveries(self) -> int: ...
+    @property
+    def redelivery_delay(self) -> float: ...
+    @property
+    def redelivery_multiplier(self) -> float: ...
+    @property
+    def effective_max_redelivery_delay(self) -> float: ...
+    @property
+    def redelivery_jitter(self) -> float: ...
+    @property
+    def dead_letter(self) -> str: ...
+
+
+def _ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
+def failure_policy(settings: GroupSettings, queue: str) -> tuple[str, str]:
+    """ARGV[7] of the group scripts, split where each call's random number
+    goes: the words before it (max_deliveries, the redelivery delays in ms
+    and factors) and after it (the dead-letter mode and the queue's name),
+    with their spaces."""
+    before = " ".join(
+        str(v)
+        for v in (
+            settings.max_deliveries,
+            _ms(settings.redelivery_delay),
+            repr(float(settings.redelivery_multiplier)),
+            _ms(settings.effective_max_redelivery_delay),
+            repr(float(settings.redelivery_jitter)),
+        )
+    )
+    return before + " ", f" {'drop' if settings.dead_letter == 'none' else 'dlq'} {queue}"
+
+
+@dataclass(frozen=True)
+class GroupCall:
+    """What a call of a group script needs besides its own arguments: the
+    scripts, the group's KEYS, and ARGV[1..7] less the clock and the random
+    number, which every call adds (lua/includes/group_args.lua)."""
+
+    scripts: Scripts
+    clock: Clock
+    randomness: Randomness
+    keys: list[str]
+    ack_keys: list[str]
+    group: str
+    consumer: str
+    head: tuple[int, int, int]  # ack_wait (ms), max_inflight, prefetch
+    policy: tuple[str, str]  # the failure policy's words before and after the random number
+    queue: str  # for error messages
+    where: str  # the queue's key base, for error messages
+
+    @classmethod
+    def of(
+        cls,
+        scripts: Scripts,
+        clock: Clock,
+        randomness: Randomness,
+        keys: list[str],
+        queue: str,
+        where: str,
+        group: str,
+        consumer: str,
+        settings: GroupSettings,
+    ) -> GroupCall:
+        return cls(
+            scripts,
+            clock,
+            randomness,
+            keys,
+            keys[:ACK_KEYS],
+            group,
+            consumer,
+            (_ms(settings.ack_wait), settings.max_inflight, settings.prefetch),
+            failure_policy(settings, queue),
+            queue,
+            where,
+        )
+
+    def argv(self, extra: Sequence[Any]) -> list[Any]:
+        """The group ARGV followed by the script's own arguments."""
+        before, after = self.policy
+        return [
+            self.group,
+            self.consumer,
+            self.clock.script_now(),
+            *self.head,
+            before + repr(self.randomness.unit()) + after,
+            *extra,
+        ]
+
+    def run(self, script: Script, extra: Sequence[Any]) -> Any:
+        return run(script, self.keys, self.argv(extra), self.queue, self.where)
+
+
+class FetchReply(NamedTuple):
+    """fetch.lua's reply. The deliveries are ``raw[first:]`` in threes
+    (seq, delivery count, record): left in the reply, not copied, as a
+    fetch of 100 reads them once."""
+
+    now_ms: int
+    next_due_ms: int | None  # when a waiting message falls due (only when nothing was delivered)
+    ack_statuses: list[str]  # per tag acked first: "ok" or its error code
+    raw: list[Any]
+    first: int
+
+    def deliveries(self) -> Iterator[tuple[int, int, bytes]]:
+        raw = self.raw
+        for i in range(self.first, len(raw), 3):
+            yield int(raw[i]), int(raw[i + 1]), raw[i + 2]
+
+
+def flat_tags(tags: Sequence[tuple[int, int]]) -> list[int]:
+    """seq1, count1, seq2, count2, ... of (seq, count) pairs."""
+    return [n for pair in tags for n in pair]
+
+
+def fetch(call: GroupCall, n: int, acks: Sequence[tuple[int, int]] = ()) -> FetchReply:
+    """Claims up to ``n`` deliveries, after acking ``acks`` leniently."""
+    reply = call.run(call.scripts.fetch, [n, *flat_tags(acks)])
+    due = reply[1]
+    statuses = [s.decode() for s in reply[2 : 2 + len(acks)]] if acks else []
+    return FetchReply(int(reply[0]), None if due in (b"", None) else int(due), statuses, reply, 2 + len(acks))
+
+
+def ack(call: GroupCall, tags: Sequence[tuple[int, int]], strict: bool) -> list[str]:
+    """Acks ``tags``. Strict: all or none, raising the first bad tag's error
+    (returns []); else one status per tag ("ok" or its error code). ack.lua
+    is sent the group and consumer names alone of the group arguments: it
+    reads no clock and no setting."""
+    args = [call.group, call.consumer, "1" if strict else "0", *flat_tags(tags)]
+    reply = run(call.scripts.ack, call.ack_keys, args, call.queue, call.where)
+    return [] if strict else [s.decode() for s in reply]
+
+
+class NackReply(NamedTuple):
+    dead: bool  # dead-lettered (max_deliveries reached) rather than requeued
+    where: int  # due time (ms) when requeued; dead-letter seq when dead (0: dropped)
+
+
+def nack(call: GroupCall, seq: int, count: int, delay_ms: int | None, error: str) -> NackReply:
+    status, where = call.run(call.scripts.nack, [seq, count, "" if delay_ms is None else str(delay_ms), error])
+    return NackReply(status == b"dead", int(where))
+
+
+def reject(call: GroupCall, seq: int, count: int, reason: str, text: str) -> int:
+    """Dead-letters one delivery; its seq in the dead-letter queue, 0 when dropped."""
+    return int(call.run(call.scripts.reject, [seq, count, reason, text]))
+
+
+class ExtendReply(NamedTuple):
+    deadline_ms: int
+    statuses: list[str]  # per tag: "ok" or its error code
+
+
+def extend(call: GroupCall, tags: Sequence[tuple[int, int]]) -> ExtendReply:
+    reply = call.run(call.scripts.extend, flat_tags(tags))
+    return ExtendReply(int(reply[0]), [s.decode() for s in reply[1:]])
+
+
+class HeartbeatReply(NamedTuple):
+    deadline_ms: int
+    removed: int  # silent members removed
+    returned: int  # their deliveries offered again
+    dead_lettered: int  # their deliveries that had reached max_deliveries
+    handed_back: int  # (sync) deliveries held in Redis that the caller did not list
+    statuses: list[str]  # per tag: "ok" or its error code
+
+
+def heartbeat(call: GroupCall, timeout_ms: int, sync: bool, tags: Sequence[tuple[int, int]]) -> HeartbeatReply:
+    reply = call.run(call.scripts.heartbeat, [timeout_ms, "1" if sync else "0", *flat_tags(tags)])
+    return HeartbeatReply(
+        int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]), [s.decode() for s in reply[5:]]
+    )
+
+
+class JoinReply(NamedTuple):
+    group_created: bool
+    consumer_created: bool
+
+
+def join(call: GroupCall, liveness_ms: int) -> JoinReply:
+    group_created, consumer_created = call.run(call.scripts.join, [liveness_ms])
+    return JoinReply(int(group_created) == 1, int(consumer_created) == 1)
+
+
+class LeaveReply(NamedTuple):
+    returned: int
+    dead_lettered: int
+
+
+def leave(call: GroupCall, consumer: str, graceful: bool) -> LeaveReply:
+    returned, dead = call.run(call.scripts.leave, [consumer, "graceful" if graceful else "dead"])
+    return LeaveReply(int(returned), int(dead))
+
+
+class PurgeReply(NamedTuple):
+    purged: int
+    more: bool  # the group still has a backlog: call again
+
+
+def purge(call: GroupCall, batch: int) -> PurgeReply:
+    purged, more = call.run(call.scripts.purge, [batch])
+    return PurgeReply(int(purged), int(more) == 1)
+
+
+def replay(call: GroupCall, dead_letter_seqs: Sequence[int]) -> list[str]:
+    """Per dead-letter seq: "replayed", "missing", "other-group", "corrupt" or "pending"."""
+    return [s.decode() for s in call.run(call.scripts.replay, list(dead_letter_seqs))]
+
+
+def stats(call: GroupCall) -> GroupStats:
+    return group_stats(call.group, call.run(call.scripts.stats, []))
+
+
+def group_stats(name: str, flat: list[Any]) -> GroupStats:
+    """GroupStats from stats.lua's flat list of name, value pairs."""
+    values: dict[str, Any] = {}
+    consumers: list[ConsumerStats] = []
+    now = int(flat[1])  # the script puts "now" first
+    i = 0
+    while i < len(flat):
+        key = flat[i].decode() if isinstance(flat[i], bytes) else flat[i]
+        if key == "consumer":
+            deadline, live = flat[i + 3], flat[i + 4]
+            beat = int(deadline) - int(live or 0) if deadline not in (b"", "") else None
+            idle = None if beat is None else max(0, now - beat)
+            consumers.append(ConsumerStats(flat[i + 1].decode(), int(flat[i + 2]), beat, idle))
+            i += 5
+        else:
+            values[key] = flat[i + 1]
+            i += 2
+
+    def num(key: str) -> int:
+        return int(values.get(key) or 0)
+
+    oldest = values.get("oldest_lease_ms")
+    return GroupStats(
+        name=name,
+        ack_floor=num("floor"),
+        cursor=num("cursor"),
+        pending=num("last_seq") - num("stored_floor") - num("acked_above_floor") + num("reopened_below_floor"),
+        in_flight=num("in_flight"),
+        expired_leases=num("expired_leases"),
+        oldest_lease_age_ms=int(oldest) if oldest not in (None, b"", "") else None,
+        ready=num("ready"),
+        delayed=num("delayed"),
+        acked=num("acked"),
+        nacked=num("nacked"),
+        redelivered=num("redelivered"),
+        expired=num("expired"),
+        dead_lettered=num("dead_lettered"),
+        dropped=num("dropped"),
+        consumers=sorted(consumers, key=lambda c: c.name),
+    )
+
+
+# -- publishing ----------------------------------------------------------------
+
+
+class PublishMessage(NamedTuple):
+    """One encoded message of a publish call."""
+
+    id: str | None
+    timing: int | str  # delay in ms, or "<delay_ms>:<headers_len>" when the body starts with headers
+    body: bytes
+
+
+class PublishCall(NamedTuple):
+    keys: list[str]
+    args: list[Any]
+
+
+def publish_calls(
+    keys: QueueKeys,
+    now: int | str,
+    dedup_window_ms: int,
+    mandatory: bool,
+    messages: Sequence[PublishMessage],
+    batch: int,
+) -> list[PublishCall]:
+    """The publish.lua calls that store ``messages`` in order, ``batch`` a
+    call: KEYS are the queue's four, then one key per message with an id;
+    ARGV the call's head, then per message its id key's index (0: none),
+    timing and body."""
+    head = [now, dedup_window_ms, "1" if mandatory else "0", keys.wake_channel]
+    calls = []
+    for start in range(0, len(messages), batch):
+        call_keys = keys.publish_keys()
+        args: list[Any] = list(head)
+        for msg_id, timing, body in messages[start : start + batch]:
+            if msg_id:
+                call_keys.append(keys.message_id(msg_id))
+                args += [len(call_keys), timing, body]
+            else:
+                args += [0, timing, body]
+        calls.append(PublishCall(call_keys, args))
+    return calls
+
+
+def publish(scripts: Scripts, calls: Sequence[PublishCall], queue: str) -> list[Any]:
+    """Runs publish calls in one round trip; the raw replies (see
+    :func:`publish_results`)."""
+    script = scripts.publish
+    try:
+        if len(calls) == 1:
+            return [script(calls[0].keys, calls[0].args)]
+        pipe: ScriptPipeline = scripts.pipeline()
+        for keys, args in calls:
+            script(keys, args, client=pipe)
+        return pipe.execute()
+    except (redis.RedisError, OSError) as exc:
+        raise translate(exc, queue) from exc
+
+
+def publish_each(scripts: Scripts, calls: Sequence[PublishCall], queue: str) -> list[Any]:
+    """Runs publish calls (of different queues) in one round trip; per call
+    its raw reply or its error, translated (every call is tried whatever
+    the others did)."""
+    pipe: ScriptPipeline = scripts.pipeline()
+    for keys, args in calls:
+        scripts.publish(keys, args, client=pipe)
+    try:
+        replies = pipe.execute(raise_on_error=False)
+    except (redis.RedisError, OSError) as exc:
+        raise translate(exc, queue) from exc
+    return [translate(r, queue) if isinstance(r, BaseException) else r for r in replies]
+
+
+def publish_results(replies: Sequence[Any], partition: int | None = None) -> list[PublishResult]:
+    """PublishResults from publish.lua replies (seq, duplicate flag, ...)."""
+    out: list[PublishResult] = []
+    for reply in replies:
+        out += [PublishResult(int(reply[j]), reply[j + 1] == 1, None, partition) for j in range(0, len(reply), 2)]
+    return out

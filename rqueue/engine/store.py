@@ -1,0 +1,247 @@
+"""The plain Redis commands rqueue sends besides its scripts: reads for
+inspection, and the deletions that need no script (whole keys, records no
+group holds). Each translates the driver's errors as the scripts' calls do
+(commands.guarded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..connection.cluster import Retrier, no_retry
+from ..connection.open import RedisClient
+from .commands import guarded
+from .keys import QueueKeys, partitions_key, registry_key, settings_key
+
+EVENTS_MAX = 10_000  # entries a queue's event stream keeps (approximately)
+DELETE_BATCH = 500  # keys deleted per DEL
+
+
+def _int(value: Any) -> int:
+    return int(value or 0)
+
+
+def _str(value: bytes | str) -> str:
+    """A name as Redis returned it (bytes from a client that does not
+    decode replies)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
+
+
+def last_seq(r: RedisClient, keys: QueueKeys) -> int:
+    return guarded(lambda: _int(r.hget(keys.meta, "seq")), where=keys.base)
+
+
+def records_after(r: RedisClient, keys: QueueKeys, after: int, n: int) -> list[tuple[int, bytes]]:
+    """Up to ``n`` stored records with seq > ``after``, oldest first."""
+
+    def read() -> list[tuple[int, bytes]]:
+        last = _int(r.hget(keys.meta, "seq"))
+        start = max(after, _int(r.hget(keys.meta, "trimmed"))) + 1
+        out: list[tuple[int, bytes]] = []
+        while start <= last and len(out) < n:
+            seqs = list(range(start, min(last, start + 4 * n) + 1))
+            for seq, rec in zip(seqs, r.hmget(keys.msgs, seqs), strict=True):
+                if rec is not None and len(out) < n:
+                    out.append((seq, _bytes(rec)))
+            start = seqs[-1] + 1
+        return out
+
+    return guarded(read, where=keys.base)
+
+
+def record(r: RedisClient, keys: QueueKeys, seq: int) -> bytes | None:
+    rec = guarded(lambda: r.hget(keys.msgs, seq), where=keys.base)
+    return None if rec is None else _bytes(rec)
+
+
+def group_names(r: RedisClient, keys: QueueKeys) -> list[str]:
+    """The queue's groups, sorted."""
+    return guarded(lambda: sorted(_str(g) for g in r.hkeys(keys.floors)), where=keys.base)
+
+
+def has_group(r: RedisClient, keys: QueueKeys, group: str) -> bool:
+    return bool(guarded(lambda: r.hexists(keys.floors, group), where=keys.base))
+
+
+def group_position(r: RedisClient, keys: QueueKeys, group: str, n: int) -> tuple[list[int], int]:
+    """The first ``n`` seqs ready for redelivery to ``group`` and its cursor."""
+    gk = keys.group(group)
+
+    def read() -> tuple[list[int], int]:
+        ready: list[Any] = r.zrange(gk.ready, 0, n - 1)
+        return [int(s) for s in ready], _int(r.hget(gk.state, "cursor"))
+
+    return guarded(read, where=keys.base)
+
+
+def queue_figures(
+    r: RedisClient, keys: QueueKeys, dead_letters: QueueKeys, now_ms: int | None
+) -> tuple[int, int, int, int]:
+    """(last seq, stored records, delayed publishes not due at ``now_ms`` or
+    the server's time when None, stored dead letters)."""
+
+    def read() -> tuple[int, int, int, int]:
+        now = now_ms if now_ms is not None else server_ms(r)
+        # Not MULTI: Redis refuses every command queued in a transaction while
+        # it is over maxmemory, and stats matter most then.
+        pipe = r.pipeline(transaction=False)
+        pipe.hget(keys.meta, "seq")
+        pipe.hlen(keys.msgs)
+        pipe.zcount(keys.sched, f"({now}", "+inf")
+        pipe.hlen(dead_letters.msgs)
+        last, depth, scheduled, dead = pipe.execute()
+        return _int(last), int(depth), int(scheduled), int(dead)
+
+    return guarded(read, where=keys.base)
+
+
+def server_ms(r: RedisClient) -> int:
+    sec, usec = r.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def purge_records(r: RedisClient, keys: QueueKeys, batch: int, progress: Callable[[int], None] | None) -> int:
+    """Deletes the stored records of a queue without groups, ``batch`` per
+    transaction (each moves the trimmed mark with it); how many there were."""
+    last = last_seq(r, keys)
+    start = guarded(lambda: _int(r.hget(keys.meta, "trimmed")), where=keys.base) + 1
+    deleted = 0
+    for low in range(start, last + 1, batch):
+        seqs = list(range(low, min(last, low + batch - 1) + 1))
+
+        def delete(seqs: list[int] = seqs) -> int:
+            pipe = r.pipeline(transaction=True)
+            pipe.hdel(keys.msgs, *seqs)
+            pipe.hset(keys.meta, "trimmed", seqs[-1])
+            return int(pipe.execute()[0])
+
+        deleted += guarded(delete, where=keys.base)
+        if progress is not None:
+            progress(len(seqs))
+    return deleted
+
+
+def delete_queue(r: RedisClient, keys: QueueKeys, prefix: str, name: str) -> int:
+    """Deletes every key of a queue, its groups and its dead-letter levels
+    (read from the queue's own keys: no SCAN), and its registry entry; how
+    many keys there were."""
+
+    def delete() -> int:
+        doomed: list[str] = []
+        level: QueueKeys | None = keys
+        while level is not None:
+            groups = [_str(g) for g in r.hkeys(level.floors)]
+            doomed += level.all_static()
+            for g in groups:
+                doomed += level.group(g).group_only()
+            below = level.dead_letters  # the next level, if it was ever written
+            level = below if r.exists(below.meta, below.msgs) else None
+        deleted = 0
+        for start in range(0, len(doomed), DELETE_BATCH):
+            deleted += r.delete(*doomed[start : start + DELETE_BATCH])
+        r.srem(registry_key(prefix), name)
+        return deleted
+
+    return guarded(delete, where=keys.base)
+
+
+def delete_dead_letters(r: RedisClient, dead_letters: QueueKeys, events: str, seqs: list[int]) -> int:
+    """Deletes the dead letters ``seqs`` and records a "purged" event, in one
+    transaction; how many were there."""
+
+    def delete() -> int:
+        pipe = r.pipeline(transaction=True)
+        pipe.hdel(dead_letters.msgs, *seqs)
+        pipe.xadd(events, {"event": "purged", "count": len(seqs)}, maxlen=EVENTS_MAX, approximate=True)
+        return int(pipe.execute()[0])
+
+    return guarded(delete, where=dead_letters.base)
+
+
+def _event(entry_id: Any, fields: Any) -> dict[str, str]:
+    return {"id": _str(entry_id), **{_str(k): _str(v) for k, v in fields.items()}}
+
+
+def events_after(r: RedisClient, keys: QueueKeys, last_id: str, count: int) -> list[dict[str, str]]:
+    """Events newer than the stream id ``last_id`` ("0" for all), oldest first."""
+    low = f"({last_id}" if last_id != "0" else "-"
+    entries: list[Any] = guarded(lambda: r.xrange(keys.events, min=low, count=count) or [], where=keys.base)
+    return [_event(i, f) for i, f in entries]
+
+
+def newest_events(r: RedisClient, keys: QueueKeys, count: int) -> list[dict[str, str]]:
+    """The newest ``count`` events, oldest first."""
+    entries: list[Any] = guarded(lambda: r.xrevrange(keys.events, count=count) or [], where=keys.base)
+    return [_event(i, f) for i, f in reversed(entries)]
+
+
+# -- the prefix's registry of queues and partitioned queues -------------------
+
+
+def stored_partitions(r: RedisClient, prefix: str, root: str, retry: Retrier[Any] = no_retry) -> bytes | None:
+    """The stored number of partitions of queue ``root`` (None: not partitioned)."""
+    raw: bytes | None = guarded(lambda: retry(lambda: r.hget(partitions_key(prefix), root)))
+    return raw
+
+
+def claim_partitions(r: RedisClient, prefix: str, root: str, partitions: int, retry: Retrier[Any] = no_retry) -> bool:
+    """Stores ``partitions`` for queue ``root`` unless a number is stored
+    already; True when this call stored it."""
+    return bool(guarded(lambda: retry(lambda: r.hsetnx(partitions_key(prefix), root, partitions))))
+
+
+def queue_exists(r: RedisClient, prefix: str, keys: QueueKeys, name: str, retry: Retrier[Any] = no_retry) -> bool:
+    """True when queue ``name`` is registered or has messages or groups."""
+
+    def read() -> bool:
+        return bool(retry(lambda: r.sismember(registry_key(prefix), name))) or bool(
+            retry(lambda: r.exists(keys.meta, keys.floors))
+        )
+
+    return guarded(read, where=keys.base)
+
+
+def delete_partitioning(r: RedisClient, prefix: str, name: str) -> int:
+    return int(guarded(lambda: r.hdel(partitions_key(prefix), name)))
+
+
+def register_queue(r: RedisClient, prefix: str, name: str, retry: Retrier[Any] = no_retry) -> None:
+    guarded(lambda: retry(lambda: r.sadd(registry_key(prefix), name)))
+
+
+def registered_queues(r: RedisClient, prefix: str) -> list[str]:
+    return guarded(lambda: sorted(_str(m) for m in r.smembers(registry_key(prefix))))
+
+
+def have_dead_letters(r: RedisClient, levels: list[QueueKeys]) -> list[bool]:
+    """For each queue, whether its dead-letter queue was ever written."""
+
+    def read() -> list[bool]:
+        pipe = r.pipeline(transaction=False)  # plain reads: safe to send again
+        for keys in levels:
+            pipe.exists(keys.dead_letters.meta)
+        return [bool(n) for n in pipe.execute()]
+
+    return guarded(read)
+
+
+# -- the prefix's pattern settings ---------------------------------------------
+
+
+def read_settings(r: RedisClient, prefix: str, retry: Retrier[Any] = no_retry) -> dict[str, str]:
+    """Every stored setting: "<pattern> <setting>" -> its JSON value."""
+    raw: dict[Any, Any] = guarded(lambda: retry(lambda: r.hgetall(settings_key(prefix))))
+    return {_str(k): _str(v) for k, v in raw.items()}
+
+
+def write_settings(r: RedisClient, prefix: str, values: dict[str, str]) -> None:
+    guarded(lambda: r.hset(settings_key(prefix), mapping=values))  # type: ignore[arg-type]  # str -> str is a valid mapping
+
+
+def delete_settings(r: RedisClient, prefix: str, fields: list[str]) -> None:
+    guarded(lambda: r.hdel(settings_key(prefix), *fields))

@@ -1,0 +1,264 @@
+"""The consumer of a partitioned queue: one consumer per partition under
+one name, fetched from in turn; settling goes to the delivery's partition."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from . import constants as C
+from . import validate as check
+from .consumer import Consumer, refs_of
+from .delivery import Delivery, DeliveryRef, HeartbeatResult
+from .errors import DeliveryError, InvalidInput, RQueueError
+from .ids import consumer_name
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from .protocols import QueueContext
+
+log = logging.getLogger("rqueue")
+
+
+class Partition(Protocol):
+    def consumer(
+        self,
+        group: str,
+        name: str | None = None,
+        prefetch: int | None = None,
+        liveness: float | None = None,
+        **settings: Any,
+    ) -> Consumer: ...
+
+
+class Partitioned(Protocol):
+    """What a partitioned consumer needs of its queue (rqueue.PartitionedQueue)."""
+
+    name: str
+    client: QueueContext
+
+    @property
+    def parts(self) -> Sequence[Partition]: ...
+
+
+class PartitionedConsumer:
+    """A member of a group in every partition of a partitioned queue, under
+    one name. Obtain one with :meth:`PartitionedQueue.consumer`.
+
+    Deliveries are the partitions' own :class:`rqueue.Delivery` objects (a
+    delivery's ``consumer.queue.partition`` names its partition, and its
+    ``tag`` is unique only within it); settle them with their own methods or
+    with this consumer's, which take Delivery objects or tags of the form
+    ``"<partition>/<seq>.<count>"``.
+    """
+
+    def __init__(
+        self,
+        queue: Partitioned,
+        group: str,
+        name: str | None,
+        prefetch: int | None,
+        liveness: float | None,
+        settings: dict[str, Any],
+    ) -> None:
+        self.queue = queue
+        self.client = queue.client
+        self.group = group
+        self.name = name if name is not None else consumer_name(self.client.randomness)
+        self.consumers: list[Consumer] = []
+        try:
+            for part in queue.parts:
+                self.consumers.append(part.consumer(group, self.name, prefetch, liveness, **settings))
+        except BaseException:
+            for c in self.consumers:
+                c.close()
+            raise
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"PartitionedConsumer(queue={self.queue.name!r}, group={self.group!r}, name={self.name!r})"
+
+    def settings(self) -> Settings:
+        """The settings this consumer works with (the same in every partition)."""
+        return self.consumers[0].settings()
+
+    def _order(self) -> list[Consumer]:
+        """The partitions' consumers, starting one further on each call."""
+        with self._lock:
+            start = self._next
+            self._next = (start + 1) % len(self.consumers)
+        return self.consumers[start:] + self.consumers[:start]
+
+    def fetch(self, n: int = 1, timeout: float = 0.0) -> list[Delivery]:
+        """Claims up to ``n`` deliveries from the partitions in turn (see
+        :meth:`rqueue.Consumer.fetch`); waits up to ``timeout`` seconds for
+        the first one when none is ready."""
+        check.whole_number("n", n, 1, C.MAX_FETCH)
+        check.seconds("timeout", timeout)
+        clock, notifier = self.client.clock, self.client.notifier
+        deadline = clock.monotonic() + timeout
+        while True:
+            since = (
+                {c.queue.keys.wake_channel: notifier.generation(c.queue.keys.wake_channel) for c in self.consumers}
+                if timeout > 0
+                else {}
+            )
+            out: list[Delivery] = []
+            for c in self._order():
+                try:
+                    out += c.fetch(n - len(out))
+                except Exception as exc:
+                    if not out:
+                        raise
+                    # deliveries already claimed from other partitions must reach the caller
+                    log.warning("fetch from %r failed (%s); returning what the other partitions gave", c.queue, exc)
+                    break
+                if len(out) >= n:
+                    break
+            remaining = deadline - clock.monotonic()
+            if out or remaining <= 0:
+                return out
+            notifier.wait_any(since, min(remaining, C.IDLE_POLL_INTERVAL))
+
+    def ack_and_fetch(
+        self, acks: Iterable[DeliveryRef], n: int
+    ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
+        """As :meth:`rqueue.Consumer.ack_and_fetch`: each partition settles
+        its acks; new deliveries come from the partitions in turn."""
+        by_part = self._split(acks)
+        statuses: dict[int, RQueueError | None] = {}
+        out: list[Delivery] = []
+        due: list[float] = []
+        for c in self._order():
+            p = c.queue.partition
+            assert p is not None
+            mine = by_part.pop(p, [])
+            want = max(0, n - len(out))
+            if not mine and not want:
+                continue
+            got_statuses, got, due_in = c.ack_and_fetch([d for _, d in mine], want)
+            statuses.update(zip((i for i, _ in mine), got_statuses, strict=True))
+            out += got
+            if due_in is not None:
+                due.append(due_in)
+        return [statuses[i] for i in range(len(statuses))], out, (min(due) if due and not out else None)
+
+    def ack(self, deliveries: DeliveryRef | Iterable[DeliveryRef], multiple: bool = False) -> None:
+        """Acks deliveries (one round trip per partition involved); with
+        ``multiple``, as :meth:`rqueue.Consumer.ack` within the delivery's
+        partition. All or nothing within each partition, as in
+        :meth:`rqueue.Consumer.ack`; partitions are separate slots, so every
+        partition is settled and then the first error is raised, its tag
+        naming the partition ("<partition>/<seq>.<count>")."""
+        first: Exception | None = None
+        for p, mine in self._split(refs_of(deliveries)).items():
+            try:
+                self.consumers[p].ack([d for _, d in mine], multiple=multiple)
+            except DeliveryError as exc:
+                first = first or type(exc)(f"{p}/{exc.tag}")
+        if first is not None:
+            raise first
+
+    def ack_available(self, deliveries: Iterable[DeliveryRef]) -> list[RQueueError | None]:
+        """As :meth:`rqueue.Consumer.ack_available`, over the partitions."""
+        statuses: dict[int, RQueueError | None] = {}
+        for p, mine in self._split(deliveries).items():
+            statuses.update(
+                zip((i for i, _ in mine), self.consumers[p].ack_available([d for _, d in mine]), strict=True)
+            )
+        return [statuses[i] for i in range(len(statuses))]
+
+    def nack(self, delivery: DeliveryRef, delay: float | None = None, error: str = "") -> str:
+        c, d = self._one(delivery)
+        return c.nack(d, delay=delay, error=error)
+
+    nak = nack
+
+    def reject(self, delivery: DeliveryRef, requeue: bool = False, reason: str = "") -> None:
+        c, d = self._one(delivery)
+        c.reject(d, requeue=requeue, reason=reason)
+
+    def term(self, delivery: DeliveryRef, reason: str = "") -> None:
+        c, d = self._one(delivery)
+        c.term(d, reason)
+
+    def in_progress(self, deliveries: DeliveryRef | Iterable[DeliveryRef]) -> int:
+        """Extends leases (see :meth:`rqueue.Consumer.in_progress`); returns
+        the latest new deadline (server ms)."""
+        return max(
+            self.consumers[p].in_progress([d for _, d in mine]) for p, mine in self._split(refs_of(deliveries)).items()
+        )
+
+    def heartbeat(self, running: Iterable[DeliveryRef], timeout: float, sync: bool = False) -> HeartbeatResult:
+        """A heartbeat in every partition (see :meth:`rqueue.Consumer.heartbeat`);
+        the figures add up."""
+        by_part = self._split(running)
+        statuses: dict[int, RQueueError | None] = {}
+        removed = returned = dead = handed_back = 0
+        for c in self.consumers:
+            mine = by_part.get(c.queue.partition or 0, [])
+            result = c.heartbeat([d for _, d in mine], timeout, sync)
+            statuses.update(zip((i for i, _ in mine), result.statuses, strict=True))
+            removed += result.removed
+            returned += result.returned
+            dead += result.dead_lettered
+            handed_back += result.handed_back
+        return HeartbeatResult([statuses[i] for i in range(len(statuses))], removed, returned, dead, handed_back)
+
+    def rejoin(self) -> None:
+        for c in self.consumers:
+            c.rejoin()
+
+    def close(self) -> int:
+        """Leaves the group in every partition (each one, even when another
+        fails; then the first error is raised); returns how many deliveries
+        went back."""
+        returned, first = 0, None
+        for c in self.consumers:
+            try:
+                returned += c.close()
+            except Exception as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+        return returned
+
+    def __enter__(self) -> PartitionedConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- routing of deliveries ----------------------------------------------
+
+    def _locate(self, ref: DeliveryRef) -> tuple[int, DeliveryRef]:
+        if isinstance(ref, Delivery):
+            owner = ref.consumer
+            p = owner.queue.partition if isinstance(owner, Consumer) else None
+            if owner not in self.consumers or p is None:
+                raise InvalidInput(f"delivery {ref.tag} was not fetched by {self!r}")
+            return p, ref
+        if not isinstance(ref, str):
+            raise InvalidInput(f"expected a Delivery or a delivery tag, not {type(ref).__name__}")
+        head, sep, tag = ref.partition("/")
+        if not sep or not head.isascii() or not head.isdigit() or int(head) >= len(self.consumers):
+            raise InvalidInput(
+                f"{ref!r} is not a delivery tag of a partitioned queue: <partition>/<seq>.<count> "
+                f"with a partition from 0 to {len(self.consumers) - 1}"
+            )
+        return int(head), tag
+
+    def _split(self, refs: Iterable[DeliveryRef]) -> dict[int, list[tuple[int, DeliveryRef]]]:
+        """The deliveries by partition, each with its index in ``refs``."""
+        out: dict[int, list[tuple[int, DeliveryRef]]] = {}
+        for i, ref in enumerate(refs):
+            p, d = self._locate(ref)
+            out.setdefault(p, []).append((i, d))
+        return out
+
+    def _one(self, ref: DeliveryRef) -> tuple[Consumer, DeliveryRef]:
+        p, d = self._locate(ref)
+        return self.consumers[p], d

@@ -1,0 +1,127 @@
+"""Publishing to one queue (or one partition): every message checked and
+encoded before anything is sent, then sent in one round trip. A partitioned
+queue prepares each partition's share with :func:`prepare` and sends them
+with :func:`send`, as a plain queue does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from . import constants as C
+from . import validate as check
+from .engine import commands
+from .engine.durable import publish_durably
+from .engine.record import encode_body
+from .errors import InvalidInput, NotDurable, PayloadTooLarge, Unroutable
+from .names import check_message_id
+from .results import PublishResult
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from .protocols import QueueLike
+
+
+class PreparedPublish(NamedTuple):
+    """A checked publish_many call, ready to send: the script calls and what
+    a fall-back to the alternate queue needs."""
+
+    calls: list[commands.PublishCall]
+    settings: Settings
+    payloads: Sequence[bytes]
+    headers: list[Any]
+    ids: list[Any]
+    delay: float | None
+    durable: bool
+
+
+def per_message(value: Any, count: int, what: str) -> list[Any]:
+    """``value`` for each of ``count`` messages: one mapping (or None) for
+    all, or a sequence with one per message."""
+    if value is None or type(value) is dict or isinstance(value, Mapping):
+        return [value] * count
+    values = list(value)
+    if len(values) != count:
+        raise InvalidInput(f"{what} has {len(values)} entries for {count} payloads")
+    return values
+
+
+def prepare(
+    queue: QueueLike,
+    payloads: Sequence[bytes],
+    headers: Any,
+    ids: Sequence[str | None] | None,
+    delay: float | None,
+    mandatory: bool,
+    durable: bool,
+    positions: Sequence[int] | None = None,
+) -> PreparedPublish | None:
+    """Checks every message of a publish_many call and encodes it; None for
+    an empty batch. Raises before anything is sent; an error names the
+    message by its index, or by ``positions[index]`` (its place in the
+    caller's batch) when given."""
+    if type(payloads) is not list and (isinstance(payloads, (bytes, str)) or not isinstance(payloads, Sequence)):
+        raise InvalidInput("payloads must be a sequence of bytes (for one message use publish())")
+    count = len(payloads)
+    if count == 0:
+        return None
+    per_headers = per_message(headers, count, "headers")
+    per_ids = [None] * count if ids is None else list(ids)
+    if len(per_ids) != count:
+        raise InvalidInput(f"ids has {len(per_ids)} entries for {count} payloads")
+    check.flag("durable", durable)
+    delay_ms = check.delay_ms(delay)
+    settings = queue.settings()
+    messages: list[commands.PublishMessage] = []
+    single = count == 1 and positions is None
+    for i, payload in enumerate(payloads):
+        where = i if positions is None else positions[i]
+        try:
+            hlen, body = encode_body(payload, per_headers[i])
+            msg_id = check_message_id(per_ids[i])
+        except InvalidInput as exc:
+            if single:
+                raise
+            raise InvalidInput(f"message {where} of the batch: {exc}") from None
+        size = len(body) - hlen
+        if size > settings.max_payload:
+            raise PayloadTooLarge(size, settings.max_payload, None if single else where)
+        messages.append(commands.PublishMessage(msg_id, f"{delay_ms}:{hlen}" if hlen else delay_ms, body))
+    calls = commands.publish_calls(
+        queue.keys,
+        queue.client.clock.script_now(),
+        int(settings.dedup_window * 1000),
+        mandatory,
+        messages,
+        C.MAX_BATCH,
+    )
+    return PreparedPublish(calls, settings, payloads, per_headers, per_ids, delay, durable)
+
+
+def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
+    """Runs the script calls of a prepared publish; returns once Redis applied them."""
+    client = queue.client
+    try:
+        if prepared.durable:
+            replies = publish_durably(client, queue.keys.meta, client.scripts.publish, prepared.calls)
+        else:
+            replies = commands.publish(client.scripts, prepared.calls, queue.name)
+    except NotDurable as exc:
+        client.register(queue.name)
+        exc.results = commands.publish_results(exc.results, queue.partition)
+        raise
+    except Unroutable:
+        alternate = prepared.settings.alternate
+        if alternate is None:
+            raise
+        results = client.queue(alternate).publish_many(
+            prepared.payloads,
+            headers=prepared.headers,
+            ids=prepared.ids,
+            delay=prepared.delay,
+            durable=prepared.durable,
+        )
+        return [PublishResult(r.seq, r.duplicate, alternate) for r in results]
+    client.register(queue.name)
+    return commands.publish_results(replies, queue.partition)
