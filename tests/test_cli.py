@@ -14,7 +14,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 import rqueue
-from rqueue.cli import DEMO_POISON, cli, demo_problems, table
+from rqueue.cli import cli
+from rqueue.cli.common import table
+from rqueue.cli.demo import DEMO_POISON, demo_problems
 from rqueue.embedded import free_port
 
 
@@ -34,7 +36,7 @@ def table_rows(text: str, first: str) -> dict[str, dict[str, str]]:
             break
         cells = re.split(r"\s{2,}", line.strip())
         assert len(cells) == len(header), line
-        rows[cells[0]] = dict(zip(header, cells))
+        rows[cells[0]] = dict(zip(header, cells, strict=True))
     return rows
 
 

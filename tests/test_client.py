@@ -1,4 +1,5 @@
-"""Client plumbing: script loading, wake-ups, the queue registry."""
+"""The client: loading scripts, the connections script calls take, lost
+replies (a script call is never sent twice), and the queue registry."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import threading
 
 import pytest
 import redis
-from conftest import wait_for
+from support.servers import wait_for
 
 import rqueue
+from rqueue.connection.cluster import not_run
 from rqueue.engine.scripts import ScriptConnections
 
 
@@ -24,63 +26,16 @@ def test_scripts_reload_after_script_flush(client, queue):
     assert [d.data for d in c.fetch(10)] == [b"a", b"b"]
 
 
-def test_blocking_fetch_wakes_up_on_publish(backend, prefix, monkeypatch):
-    # given a consumer waiting in fetch, with polling made too slow to matter
-    monkeypatch.setattr(rqueue.constants, "IDLE_POLL_INTERVAL", 60.0)
-    client = rqueue.connect(backend, prefix=prefix)
-    q = client.queue("orders")
-    c = q.consumer("g")
-    waiting = threading.Event()
-    real_wait = client.notifier.wait
-
-    def wait(*args):
-        waiting.set()
-        return real_wait(*args)
-
-    monkeypatch.setattr(client.notifier, "wait", wait)
-    got: list[rqueue.Delivery] = []
-    t = threading.Thread(target=lambda: got.extend(c.fetch(1, timeout=30)))
-    t.start()
-    wait_for(waiting.is_set)
-    # when a message is published
-    q.publish(b"wake")
-    # then the waiting fetch returns it long before its poll or timeout
-    wait_for(lambda: not t.is_alive())
-    assert [d.data for d in got] == [b"wake"]
-    client.close()
-
-
-def test_blocking_fetch_returns_empty_after_timeout(client, queue):
-    c = queue.consumer("g")
-    assert c.fetch(1, timeout=0.05) == []
-
-
 def test_queue_registry_lists_written_queues(client):
+    # given a queue published to, one with a group, and one only named
     client.queue("a").publish(b"x")
     client.queue("b").consumer("g")
     client.queue("never-used")
+    # then the registry lists the two that were written to
     assert client.queues() == ["a", "b"]
 
 
-def test_memory_urls_with_the_same_name_share_data(prefix):
-    a = rqueue.connect("memory://shared-test", prefix=prefix)
-    b = rqueue.connect("memory://shared-test", prefix=prefix)
-    a.queue("q").publish(b"x")
-    assert b.queue("q").stats().last_seq == 1
-
-
-def test_unix_socket_url(tmp_path, prefix):
-    from conftest import start_server
-
-    sock = tmp_path / "redis.sock"
-    server = start_server("redis", extra_args=["--unixsocket", str(sock), "--unixsocketperm", "700"])
-    try:
-        client = rqueue.connect(f"unix://{sock}", prefix=prefix)
-        client.queue("q").publish(b"x")
-        assert [d.data for d in client.queue("q").consumer("g").fetch()] == [b"x"]
-        client.close()
-    finally:
-        server.stop()
+# -- the connections of script calls ---------------------------------------------------------
 
 
 def _client_ids(admin: redis.Redis) -> set[int]:
@@ -101,14 +56,14 @@ def _script_connection_id(client: rqueue.Client) -> int:
 
 @pytest.mark.parametrize("backend", ["redis", "valkey"], indirect=True)
 def test_a_script_connection_the_server_closed_is_replaced_before_a_call(backend, prefix):
-    # Given a client whose script calls have a connection open
+    # given a client whose script calls have a connection open
     client = rqueue.connect(backend, prefix=prefix)
     q = client.queue("orders")
     q.publish(b"a")
-    # When the server closes every connection but the admin's
+    # when the server closes every connection but the admin's
     admin = redis.Redis.from_url(backend)
     admin.client_kill_filter(_type="normal", skipme=True)
-    # Then the next call goes through on a new connection (a script call is
+    # then the next call goes through on a new connection (a script call is
     # never sent twice, so without the check it would fail) and is stored once
     assert q.publish(b"b").seq == 2
     assert [d.data for d in q.consumer("g").fetch(10)] == [b"a", b"b"]
@@ -118,7 +73,7 @@ def test_a_script_connection_the_server_closed_is_replaced_before_a_call(backend
 
 @pytest.mark.parametrize("backend", ["redis", "valkey"], indirect=True)
 def test_closing_a_client_closes_its_script_connections(backend, prefix):
-    # Given a client that has made script calls from two threads at once
+    # given a client that has made script calls from two threads at once
     admin = redis.Redis.from_url(backend)
     before = _client_ids(admin)
     client = rqueue.connect(backend, prefix=prefix)
@@ -131,21 +86,21 @@ def test_closing_a_client_closes_its_script_connections(backend, prefix):
         t.join()
     script_id = _script_connection_id(client)
     assert script_id in _client_ids(admin)
-    # When it is closed
+    # when it is closed
     client.close()
-    # Then none of its connections stays open on the server
+    # then none of its connections stays open on the server
     wait_for(lambda: _client_ids(admin) <= before | {admin.client_id()})
     admin.close()
 
 
 @pytest.mark.parametrize("backend", ["redis", "valkey"], indirect=True)
 def test_a_forked_child_makes_its_own_script_connections(backend, prefix):
-    # Given a client whose script calls have a connection open
+    # given a client whose script calls have a connection open
     client = rqueue.connect(backend, prefix=prefix)
     q = client.queue("orders")
     q.publish(b"parent")
     parent_id = _script_connection_id(client)
-    # When a forked child publishes through the same client
+    # when a forked child publishes through the same client
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report its connection, then leave at once
@@ -158,7 +113,7 @@ def test_a_forked_child_makes_its_own_script_connections(backend, prefix):
     child_id = int(os.read(read_end, 100) or b"0")
     os.close(read_end)
     os.waitpid(pid, 0)
-    # Then it used a connection of its own, and the parent's still works
+    # then it used a connection of its own, and the parent's still works
     assert child_id not in (0, parent_id)
     assert q.publish(b"parent again").seq == 3
     assert _script_connection_id(client) == parent_id
@@ -168,13 +123,13 @@ def test_a_forked_child_makes_its_own_script_connections(backend, prefix):
 
 @pytest.mark.parametrize("backend", ["redis"], indirect=True)
 def test_script_connections_hold_the_pools_max_connections(backend):
-    # Given the connections of a pool that allows one
+    # given the connections of a pool that allows one
     connections = ScriptConnections(redis.ConnectionPool.from_url(backend, max_connections=1))
     first = connections.get_connection()
-    # When a second is asked for while the first is in use, it is refused
+    # when a second is asked for while the first is in use, it is refused
     with pytest.raises(redis.exceptions.MaxConnectionsError):
         connections.get_connection()
-    # Then the first, once returned, is the one handed out again
+    # then the first, once returned, is the one handed out again
     connections.release(first)
     assert connections.get_connection() is first
     connections.disconnect()
@@ -182,10 +137,82 @@ def test_script_connections_hold_the_pools_max_connections(backend):
 
 @pytest.mark.parametrize("backend", ["redis"], indirect=True)
 def test_script_calls_take_redis_pys_pool_where_it_does_more_than_hand_out_connections(backend):
-    # A blocking pool waits for a free connection, a single-connection client
-    # has one; their script calls keep going through redis-py.
+    # given a blocking pool (it waits for a free connection) and a
+    # single-connection client (it has one)
+    # then their script calls keep going through redis-py: no connections of
+    # their own; a plain pool's script calls get theirs
     assert ScriptConnections.of(redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(backend))) is None
     single = redis.Redis.from_url(backend, single_connection_client=True)
     assert ScriptConnections.of(single) is None
     assert ScriptConnections.of(redis.Redis.from_url(backend)) is not None
     single.close()
+
+
+# -- lost replies ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["cluster", "redis"], indirect=True)
+def test_a_lost_reply_never_runs_a_script_twice(backend, prefix):
+    # given a client whose replies time out before a big publish_many is answered
+    setup = rqueue.connect(backend, prefix=prefix)
+    setup.configure("orders", max_payload=10_000_000)
+    hasty = rqueue.connect(backend, prefix=prefix, socket_timeout=0.03, failover_timeout=1.0)
+    q = hasty.queue("orders")
+    q.publish(b"warm-up")
+    last = 1
+    for _attempt in range(5):
+        # when the reply is lost (a timeout, whichever layer reports it)
+        with pytest.raises(Exception):  # noqa: B017
+            q.publish_many([b"x" * 2000] * 5000)
+        # then the batch was stored once, never sent again: a retry would have run before the error
+        # was raised (cluster calls are retried only when their reply proves they did not run); Redis
+        # runs this read after the script, however long the script takes. On a loaded machine the
+        # send itself can time out, and then nothing runs: that attempt is repeated.
+        stored = setup.queue("orders").stats().last_seq - last
+        assert stored in (0, 5000)
+        last += stored
+        if stored:
+            break
+    assert last == 5001, "every attempt timed out before its batch was sent"
+    hasty.close()
+    setup.close()
+
+
+# The retry policy of cluster calls: only an error that proves the call was
+# never run counts as "not run" and may be retried.
+
+
+@pytest.mark.parametrize(
+    "error, expected",
+    [
+        ("ConnectionError:Error 111 connecting to 127.0.0.1:1. Connection refused.", True),
+        ("ConnectionError:Connection closed by server.", False),
+        ("ConnectionError:Error while reading from 127.0.0.1:7000 : (104, 'Connection reset by peer')", False),
+        ("TimeoutError:Timeout connecting to server", True),
+        ("TimeoutError:Timeout reading from socket", False),
+        ("MovedError:3999 127.0.0.1:6381", True),
+        ("TryAgainError:", True),
+        ("ClusterDownError:The cluster is down", True),
+        ("ReadOnlyError:You can't write against a read only replica.", True),
+        ("ResponseError:WRONGTYPE", False),
+    ],
+)
+def test_only_errors_that_prove_a_call_never_ran_count_as_not_run(error, expected):
+    kind, _, text = error.partition(":")
+    assert not_run(getattr(redis.exceptions, kind)(text)) is expected
+
+
+def test_cluster_cannot_be_connected_counts_only_when_it_hides_no_lost_reply():
+    # raised while refreshing the slot map right after a lost reply: the call may have run
+    try:
+        try:
+            raise redis.ConnectionError("Connection closed by server.")
+        except redis.ConnectionError:
+            # raised without "from": the lost reply is only the implicit context, as in redis-py
+            raise redis.exceptions.RedisClusterException(  # noqa: B904
+                "Redis Cluster cannot be connected. Please provide ..."
+            )
+    except redis.exceptions.RedisClusterException as exc:
+        assert not not_run(exc)
+    # raised before anything was sent
+    assert not_run(redis.exceptions.RedisClusterException("Redis Cluster cannot be connected. Please provide ..."))

@@ -1,6 +1,8 @@
-"""SPEC "Bad input", connection part: a non-Redis or unreachable URL and a
-server too old for the scripts get a clear error naming the URL (never its
-password); a server that may evict queue data gets a warning.
+"""Connecting: the URLs rqueue takes (redis://, rediss://, unix://,
+memory://, redis+cluster://); a non-Redis or unreachable URL and a server too
+old for the scripts get a clear error naming the URL (never its password;
+docs/guarantees.md, "Bad input"); a server that may evict queue data gets a
+warning.
 
 Every server used here is started by this module on a free port and stopped
 at its end; the machine's shared Redis on 6379 is never contacted.
@@ -11,12 +13,12 @@ from __future__ import annotations
 import logging
 import socketserver
 import threading
-import traceback
 from collections.abc import Iterator
 
 import pytest
 import redis
-from conftest import start_server, wait_for
+from support.refusals import everything_shown
+from support.servers import start_server, wait_for
 
 import rqueue
 import rqueue.client
@@ -114,12 +116,7 @@ def _connected_clients(server: EmbeddedServer) -> int:
         probe.close()
 
 
-def _everything_shown(exc: BaseException, caplog: pytest.LogCaptureFixture) -> str:
-    """All text the error and the logs could show a user."""
-    return "\n".join([str(exc), repr(exc), str(getattr(exc, "url", "")), *traceback.format_exception(exc), caplog.text])
-
-
-# -- URLs rqueue cannot use -----------------------------------------------------
+# -- URLs -----------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -168,7 +165,7 @@ def test_url_that_is_not_a_str(url, shown, caplog):
     # then its type is named (a bytes URL is shown masked)
     assert exc.value.url == shown
     assert f"must be a str, not {type(url).__name__}" in str(exc.value)
-    assert SECRET not in _everything_shown(exc.value, caplog)
+    assert SECRET not in everything_shown(exc.value, caplog)
 
 
 def test_memory_url_works():
@@ -177,6 +174,25 @@ def test_memory_url_works():
     with rqueue.connect("memory://test-connect") as client:
         # then it works
         assert client.queue("q").publish(b"x").seq == 1
+
+
+def test_memory_urls_with_the_same_name_share_data(prefix):
+    a = rqueue.connect("memory://shared-test", prefix=prefix)
+    b = rqueue.connect("memory://shared-test", prefix=prefix)
+    a.queue("q").publish(b"x")
+    assert b.queue("q").stats().last_seq == 1
+
+
+def test_unix_socket_url(tmp_path, prefix):
+    sock = tmp_path / "redis.sock"
+    server = start_server("redis", extra_args=["--unixsocket", str(sock), "--unixsocketperm", "700"])
+    try:
+        client = rqueue.connect(f"unix://{sock}", prefix=prefix)
+        client.queue("q").publish(b"x")
+        assert [d.data for d in client.queue("q").consumer("g").fetch()] == [b"x"]
+        client.close()
+    finally:
+        server.stop()
 
 
 # -- servers rqueue cannot use --------------------------------------------------
@@ -263,7 +279,7 @@ def test_password_of_a_server_that_does_not_speak_redis_is_not_shown(not_redis, 
         rqueue.connect(url)
     # then the password is masked
     assert exc.value.url == not_redis.replace("redis://", "redis://user:***@")
-    assert SECRET not in _everything_shown(exc.value, caplog)
+    assert SECRET not in everything_shown(exc.value, caplog)
 
 
 @pytest.mark.parametrize(
@@ -303,7 +319,7 @@ def test_password_in_the_url_is_never_shown(template, shown, caplog):
         rqueue.connect(url)
     # then the URL is shown with the password masked, and nowhere else
     assert exc.value.url == shown.format(port=port)
-    assert SECRET not in _everything_shown(exc.value, caplog)
+    assert SECRET not in everything_shown(exc.value, caplog)
 
 
 def test_wrong_password(acl_user, caplog):
@@ -316,7 +332,7 @@ def test_wrong_password(acl_user, caplog):
     # then authentication is named as the cause, and the password is not shown
     assert "authentication failed" in str(exc.value)
     assert exc.value.url == f"redis://{user}:***@127.0.0.1:{server.port}/0"
-    assert SECRET not in _everything_shown(exc.value, caplog)
+    assert SECRET not in everything_shown(exc.value, caplog)
 
 
 # -- server versions --------------------------------------------------------------

@@ -5,7 +5,8 @@ fsynced; otherwise NotDurable says what fell short, with the messages stored."""
 from __future__ import annotations
 
 import pytest
-from conftest import start_cluster, start_server
+import redis
+from support.servers import start_cluster, start_server
 
 import rqueue
 
@@ -28,8 +29,6 @@ def test_durable_publish_on_a_cluster_is_held_by_a_replica(cluster, prefix):
     assert [one.seq] + [r.seq for r in many] == [1, 2, 3]
     primary = cluster.primary_of(q.keys.msgs)
     replica = next(n for n in cluster.nodes if n is not primary and _replicates(n, primary))
-    import redis
-
     with redis.Redis(port=replica.port) as r:
         r.execute_command("READONLY")
         assert r.hlen(q.keys.msgs) == 3
@@ -37,8 +36,6 @@ def test_durable_publish_on_a_cluster_is_held_by_a_replica(cluster, prefix):
 
 
 def _replicates(node, primary) -> bool:
-    import redis
-
     with redis.Redis(port=node.port) as r:
         info = r.info("replication")
     return info.get("role") == "slave" and int(info.get("master_port", 0)) == primary.port

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from conftest import start_cluster, start_server
+from support.servers import start_cluster, start_server
 
 from rqueue import embedded
 from rqueue.errors import RQueueError
@@ -68,7 +68,7 @@ def test_a_cluster_node_whose_bus_port_was_taken_gets_another(monkeypatch, taken
     try:
         # then its node runs with another bus port, and the cluster serves
         [node] = cluster.nodes
-        assert given[0] == taken and taken not in cluster._bus_ports.values()
+        assert given[0] == taken and taken not in cluster.bus_ports.values()
         with redis.Redis(port=node.port) as r:
             assert b"cluster_state:ok" in r.execute_command("CLUSTER", "INFO")
     finally:

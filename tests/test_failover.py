@@ -10,7 +10,8 @@ import threading
 import time
 
 import pytest
-from conftest import start_cluster, wait_for
+import redis
+from support.servers import start_cluster, wait_for
 
 import rqueue
 
@@ -77,8 +78,10 @@ def test_kill_of_a_primary_loses_no_durably_confirmed_message(prefix, capsys, pa
         worker.stop()
         worker.join(30)
         with capsys.disabled():
+            kind = "3 partitions" if partitions else "plain queue"
             print(
-                f"\nfailover ({'3 partitions' if partitions else 'plain queue'}): {len(confirmed)} confirmed, all handled; first handled {resumed:.1f} s after the kill; "
+                f"\nfailover ({kind}): {len(confirmed)} confirmed, all handled; "
+                f"first handled {resumed:.1f} s after the kill; "
                 f"{len(failures)} publish attempts retried ({sorted(set(failures))})"
             )
         assert cluster.primary_of(watched.keys.msgs) is not victim
@@ -121,8 +124,6 @@ def test_a_worker_rides_out_a_cluster_that_is_down_for_seconds(prefix):
 
 
 def _answers_clusterdown(cluster, dead) -> bool:
-    import redis
-
     live = next(n for n in cluster.nodes if n is not dead)
     with redis.Redis(port=live.port) as r:
         return b"cluster_state:fail" in r.execute_command("CLUSTER", "INFO")

@@ -1,6 +1,7 @@
-"""Model-based stateful test (issue 8): random operations run against the
-real scripts and against the pure-Python model of SPEC.md in tests/model.py;
-after every step the observable state of both must be equal.
+"""Model-based stateful test: random operations run against the real scripts
+and against the pure-Python model of docs/guarantees.md in
+tests/support/model.py; after every step the observable state of both must
+be equal.
 
 Operations: publish and publish_many (ids repeated inside and after the
 de-duplication window, delays, mandatory), fetch by up to three consumers
@@ -57,7 +58,8 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from model import ERRORS, Model, ModelError, Settings
+from support.model import ERRORS, Model, ModelError, Settings
+from support.raw import group_key
 
 import rqueue
 
@@ -501,9 +503,9 @@ class QueueMachine(RuleBasedStateMachine):
         r = self.client.redis
         groups = {}
         for gs in stats.groups:
-            keys = self.q.keys.group(gs.name).as_list()
+            lease, delay, dlv = (group_key(self.q, gs.name, name) for name in ("lease", "delay", "dlv"))
             states = {}
-            for seq, raw in r.hgetall(keys[8]).items():  # "count:holder:first:last[\n...]"
+            for seq, raw in r.hgetall(dlv).items():  # "count:holder:first:last[\n...]"
                 if seq == b"pin":  # no message: keeps the hash a hash table (delivery_state.lua)
                     continue
                 count, holder = raw.decode().split("\n", 1)[0].split(":")[:2]
@@ -524,13 +526,13 @@ class QueueMachine(RuleBasedStateMachine):
                 "leases": dict(
                     sorted(
                         (int(m), int(s))
-                        for m, s in r.zrange(keys[5], 0, -1, withscores=True)
+                        for m, s in r.zrange(lease, 0, -1, withscores=True)
                         if not m.startswith(b"pin:")
                     )
                 ),
                 "states": dict(sorted(states.items())),
-                "ready_seqs": sorted(int(m) for m in r.zrange(keys[6], 0, -1)),
-                "delay_seqs": dict(sorted((int(m), int(s)) for m, s in r.zrange(keys[7], 0, -1, withscores=True))),
+                "ready_seqs": sorted(int(m) for m in r.zrange(self.q.keys.group(gs.name).ready, 0, -1)),
+                "delay_seqs": dict(sorted((int(m), int(s)) for m, s in r.zrange(delay, 0, -1, withscores=True))),
             }
         return {
             "last_seq": stats.last_seq,

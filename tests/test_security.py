@@ -1,11 +1,12 @@
-"""Security (issue 8): an ACL user limited to rqueue's key prefix and the
-commands it needs runs everything; TLS with rediss:// against a TLS
-redis-server using certificates made here; passwords never shown in errors,
-logs or CLI output; nothing is ever unpickled or evaluated; no key or pub/sub
-channel outside the prefix is ever used.
+"""Security: an ACL user limited to rqueue's key prefix and the commands it
+needs runs everything; TLS with rediss:// against a TLS redis-server using
+certificates made here; passwords never shown in errors, logs or CLI output;
+nothing is ever unpickled or evaluated; no key or pub/sub channel outside the
+prefix is ever used.
 
-Name validation and payload limits are tested in test_bad_input.py, the
-connection errors of a wrong ACL password in test_connect.py.
+Name validation is tested in test_names.py, payload limits in
+test_publish.py, the connection errors of a wrong ACL password in
+test_connect.py.
 
 TLS: the certificates are made with the openssl binary (a CA, a server
 certificate for 127.0.0.1, a client certificate, another CA); redis-server
@@ -39,7 +40,8 @@ from urllib.parse import quote
 import pytest
 import redis
 from click.testing import CliRunner
-from conftest import IN_CI, start_server, wait_for
+from support.refusals import everything_shown
+from support.servers import IN_CI, start_server, wait_for
 
 import rqueue
 from rqueue.cli import cli
@@ -258,7 +260,7 @@ def _commands_refused(admin: redis.Redis) -> list[dict[str, str]]:
     out = []
     for e in entries:
         if isinstance(e, list):  # RESP2 flat list
-            e = dict(zip(e[::2], e[1::2]))
+            e = dict(zip(e[::2], e[1::2], strict=True))
         out.append(
             {
                 (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else str(v))
@@ -359,9 +361,11 @@ def test_restricted_user_cannot_leave_its_prefix(acl_server):
         with pytest.raises(redis.ResponseError, match="(?i)permission|acl|can't"):
             user.evalsha(sha, 0)
         # and rqueue with another prefix is refused before writing anything
-        with rqueue.connect(url, prefix="other") as client:
-            with pytest.raises((redis.exceptions.NoPermissionError, rqueue.RQueueError), match="(?i)permission"):
-                client.queue("q").publish(b"x")
+        with (
+            rqueue.connect(url, prefix="other") as client,
+            pytest.raises((redis.exceptions.NoPermissionError, rqueue.RQueueError), match="(?i)permission"),
+        ):
+            client.queue("q").publish(b"x")
         assert admin.keys("other:*") == [b"other:secret"]
     finally:
         user.close()
@@ -522,7 +526,8 @@ class TLSServer:
             "--logfile",
             str(data_dir / "server.log"),
         ]
-        self._stderr = open(data_dir / "stderr.log", "wb")
+        # open while the server runs (it writes there); stop() closes it
+        self._stderr = open(data_dir / "stderr.log", "wb")  # noqa: SIM115
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self._stderr)
         probe = redis.Redis(
             port=self.port,
@@ -618,7 +623,7 @@ def test_tls_with_the_wrong_ca_fails_clearly(tls_server, prefix, caplog):
     text = str(exc.value)
     assert "certificate verify failed" in text.lower()
     assert f"rediss://default:***@127.0.0.1:{tls_server.port}/0" in text
-    assert SECRET not in _everything_shown(exc.value, caplog)
+    assert SECRET not in everything_shown(exc.value, caplog)
 
 
 def test_tls_without_a_ca_fails(tls_server, prefix):
@@ -667,11 +672,6 @@ def test_tls_with_a_client_certificate(certs, tmp_path, prefix):
 # -- 3. passwords are never shown ----------------------------------------------------
 
 
-def _everything_shown(exc: BaseException, caplog: pytest.LogCaptureFixture) -> str:
-    """All text the error and the logs could show a user."""
-    return "\n".join([str(exc), repr(exc), str(getattr(exc, "url", "")), *traceback.format_exception(exc), caplog.text])
-
-
 @pytest.fixture(scope="module")
 def password_server() -> Iterator[EmbeddedServer]:
     """A Redis whose default user has password SECRET (--requirepass)."""
@@ -699,7 +699,7 @@ def test_wrong_password_is_not_shown(password_server, prefix, caplog, template):
     url = template.format(password=WRONG, port=password_server.port)
     with pytest.raises(rqueue.ConnectionFailed) as exc:
         rqueue.connect(url, prefix=prefix)
-    shown = _everything_shown(exc.value, caplog)
+    shown = everything_shown(exc.value, caplog)
     assert "auth" in str(exc.value).lower() or "password" in str(exc.value).lower()
     assert WRONG not in shown and SECRET not in shown
 
@@ -721,7 +721,7 @@ def test_tls_key_passphrase_in_the_url_is_not_shown(caplog):
     url = f"rediss://127.0.0.1:{free_port()}/0?ssl_certfile=/c.pem&ssl_keyfile=/k.pem&ssl_password={SECRET}"
     with pytest.raises(rqueue.ConnectionFailed) as exc:
         rqueue.connect(url)
-    assert SECRET not in _everything_shown(exc.value, caplog)
+    assert SECRET not in everything_shown(exc.value, caplog)
 
 
 def test_missing_password_is_a_clear_error(password_server, prefix):
@@ -780,7 +780,7 @@ DYNAMIC_IMPORTS = {"import_module", "run_module", "run_path", "spec_from_file_lo
 # (file, function, name) -> why it is safe. Keep this short.
 ALLOWED = {
     (
-        "rqueue/cli/__init__.py",
+        "rqueue/cli/worker.py",
         "load_handler",
         "import_module",
     ): "imports the handler module the operator names on the command line (rqueue worker MODULE:FUNCTION), "
@@ -917,10 +917,12 @@ def test_no_key_or_channel_outside_the_prefix(prefix):
         try:
             exercise_everything(server.url, prefix)
             # and a consumer waits for work (its subscription is open)
-            with rqueue.connect(server.url, prefix=prefix) as client:
-                with client.queue("jobs.a").consumer("g2") as con:
-                    con.fetch(1, timeout=0.2)
-                    subscribed = [c.decode() for c in admin.pubsub_channels()]
+            with (
+                rqueue.connect(server.url, prefix=prefix) as client,
+                client.queue("jobs.a").consumer("g2") as con,
+            ):
+                con.fetch(1, timeout=0.2)
+                subscribed = [c.decode() for c in admin.pubsub_channels()]
             time.sleep(0.2)  # let the listener drain
         finally:
             stop.set()

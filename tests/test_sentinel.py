@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import _binary, _missing, wait_for
+from support.servers import missing_binary, server_binary, wait_for
 
 import rqueue
 from rqueue.embedded import EmbeddedSentinelGroup, free_port
@@ -22,9 +22,9 @@ SECRET = "s3cret-pw"  # must never appear in an error message
 
 def start_group(**options: object) -> EmbeddedSentinelGroup:
     """A new private sentinel group of redis-server processes; the caller stops it."""
-    binary = _binary("redis")
+    binary = server_binary("redis")
     if binary is None:
-        _missing("redis")
+        missing_binary("redis")
     return EmbeddedSentinelGroup(binary=binary, **options).start()  # type: ignore[arg-type]
 
 
@@ -143,8 +143,8 @@ def test_kill_of_the_primary_loses_no_durably_confirmed_message(prefix, capsys):
         with capsys.disabled():
             print(
                 f"\nsentinel failover: promoted {promoted_after:.1f} s after the kill, first message sent after "
-                f"the kill handled {resumed:.1f} s after it; {len(confirmed)} confirmed, all handled; {len(failures)} publish "
-                f"attempts retried ({sorted(set(failures))})"
+                f"the kill handled {resumed:.1f} s after it; {len(confirmed)} confirmed, all handled; "
+                f"{len(failures)} publish attempts retried ({sorted(set(failures))})"
             )
     finally:
         stop.set()

@@ -1,3 +1,8 @@
+"""The shortest round trip: publish, fetch and ack one message."""
+
+from __future__ import annotations
+
+
 def test_publish_fetch_ack_round_trip(queue):
     # given a published message
     r = queue.publish(b"hello", headers={"k": "v"})

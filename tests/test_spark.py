@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import IN_CI, start_server
+from support.servers import IN_CI, start_server
 
 try:
     import pyspark  # noqa: F401
@@ -342,9 +342,14 @@ def test_dead_letters_as_a_dataframe(spark, server, client, prefix):
     # given a queue whose group rejected one message and terminated another
     q = client.queue("orders")
     q.publish_many([b"a", b"b", b"c"], headers=[{"trace": "t1"}, None, {"trace": "t3"}])
+    settle = {
+        b"a": lambda d: d.reject(reason="bad order"),
+        b"b": lambda d: d.ack(),
+        b"c": lambda d: d.term("gone"),
+    }
     with q.consumer("billing") as c:
         for d in c.fetch(3):
-            {b"a": lambda: d.reject(reason="bad order"), b"b": d.ack, b"c": lambda: d.term("gone")}[d.data]()
+            settle[d.data](d)
     # when its dead letters are read into a DataFrame
     df = rs.read_dead_letters(spark, server.url, "orders", prefix=prefix)
     # then there is one row per dead letter with its history, payload and own headers

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import start_server, wait_for
+from support.servers import start_server, wait_for
 
 import rqueue
+from rqueue.worker.reconnect import Reconnector
+from rqueue.worker.stats import Tally, WorkerStats
 
 HERE = Path(__file__).resolve().parent
 
@@ -429,7 +431,7 @@ def spawn(server, prefix, sleep_s, concurrency, hb_timeout=5.0):
     return subprocess.Popen(
         [
             sys.executable,
-            str(HERE / "worker_proc.py"),
+            str(HERE / "support" / "worker_proc.py"),
             server.url,
             prefix,
             "orders",
@@ -570,11 +572,12 @@ def test_metrics_count_what_the_worker_did(live):
     assert f"rqueue_group_ack_floor{{{labels}}} 2.0" in text
 
 
-def test_a_call_that_fails_once_is_retried_and_counted(live):
+def test_a_call_that_fails_once_is_retried_and_counted():
     # The first attempt runs without tenacity; a transient failure must still
     # be retried, counted and mark the worker for a resync, and anything
     # else must still be raised at once.
-    w = rqueue.Worker(live.queue("orders"), "g", lambda d: None, reconnect_timeout=5)
+    stats = WorkerStats()
+    retry = Reconnector(5, Tally(stats))
     calls = []
 
     def flaky():
@@ -583,8 +586,8 @@ def test_a_call_that_fails_once_is_retried_and_counted(live):
             raise redis.ConnectionError("gone")
         return "done"
 
-    assert w._retry(flaky) == "done" and len(calls) == 2
-    assert w.stats.reconnects == 1 and w._resync
+    assert retry(flaky) == "done" and len(calls) == 2
+    assert stats.reconnects == 1 and retry.resync
 
     def broken():
         calls.append(1)
@@ -592,12 +595,13 @@ def test_a_call_that_fails_once_is_retried_and_counted(live):
 
     calls.clear()
     with pytest.raises(ValueError):
-        w._retry(broken)
-    assert len(calls) == 1 and w.stats.reconnects == 1
+        retry(broken)
+    assert len(calls) == 1 and stats.reconnects == 1
 
 
-def test_a_call_that_keeps_failing_gives_up_after_reconnect_timeout(live):
-    w = rqueue.Worker(live.queue("orders"), "g", lambda d: None, reconnect_timeout=0.3)
+def test_a_call_that_keeps_failing_gives_up_after_reconnect_timeout():
+    stats = WorkerStats()
+    retry = Reconnector(0.3, Tally(stats))
     calls = []
 
     def down():
@@ -605,5 +609,5 @@ def test_a_call_that_keeps_failing_gives_up_after_reconnect_timeout(live):
         raise redis.ConnectionError("gone")
 
     with pytest.raises(redis.ConnectionError):
-        w._retry(down)
-    assert len(calls) >= 2 and w.stats.reconnects == len(calls) - 1
+        retry(down)
+    assert len(calls) >= 2 and stats.reconnects == len(calls) - 1

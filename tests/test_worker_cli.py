@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import start_server, wait_for
+from support.servers import start_server, wait_for
 
 import rqueue
 from rqueue.cli import cli

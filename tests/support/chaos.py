@@ -4,7 +4,7 @@ every client connection is killed (CLIENT KILL) and Redis itself is killed
 and restarted. At the end every confirmed publish must be settled by the
 group (acked or dead-lettered) and figures are printed.
 
-    python tests/chaos.py --seconds 120 --messages 20000   # the long run, by hand
+    python tests/support/chaos.py --seconds 120 --messages 20000   # the long run, by hand
 
 tests/test_chaos.py runs a short one in CI. Every loop is bounded in count and
 time and only addresses on 127.0.0.1 are used.
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import redis
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+ROOT = Path(__file__).resolve().parents[2]  # the repository, for `import rqueue` in the child processes
+sys.path.insert(0, str(ROOT))
 
 import rqueue  # noqa: E402
 from rqueue.embedded import EmbeddedServer, find_binary  # noqa: E402
@@ -98,24 +98,24 @@ def producer(url: str, prefix: str, first: int, count: int, out: str, seconds: f
 def worker(url: str, prefix: str, out: str) -> None:
     """A Worker whose handler appends "seq count" lines to ``out``."""
     client = connect_retrying(url, prefix)
-    log = open(out, "a", buffering=1)
+    with open(out, "a", buffering=1) as log:
 
-    def handler(d: rqueue.Delivery) -> None:
-        log.write(f"{d.seq} {d.delivery_count}\n")
-        time.sleep(random.uniform(0.005, 0.03))
+        def handler(d: rqueue.Delivery) -> None:
+            log.write(f"{d.seq} {d.delivery_count}\n")
+            time.sleep(random.uniform(0.005, 0.03))
 
-    w = rqueue.Worker(
-        client.queue(QUEUE),
-        GROUP,
-        handler,
-        concurrency=CONCURRENCY,
-        prefetch=PREFETCH,
-        heartbeat_interval=0.2,
-        heartbeat_timeout=1.0,
-        grace_period=5,
-        reconnect_timeout=120,
-    )
-    w.run()
+        w = rqueue.Worker(
+            client.queue(QUEUE),
+            GROUP,
+            handler,
+            concurrency=CONCURRENCY,
+            prefetch=PREFETCH,
+            heartbeat_interval=0.2,
+            heartbeat_timeout=1.0,
+            grace_period=5,
+            reconnect_timeout=120,
+        )
+        w.run()
 
 
 # -- the run ------------------------------------------------------------------------
@@ -128,7 +128,7 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
     server = EmbeddedServer(binary=find_binary(prefer="redis"), data_dir=work / "data", appendonly=True).start()
     prefix = "chaos"
     me = [sys.executable, str(Path(__file__).resolve())]
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     client = rqueue.connect(server.url, prefix=prefix)
     client.configure(QUEUE, ack_wait=5, max_inflight=MAX_INFLIGHT, max_deliveries=-1)
     client.queue(QUEUE).consumer(GROUP, name="setup").close()  # the group exists from the start
@@ -137,8 +137,7 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
     def spawn(*args: str) -> subprocess.Popen[bytes]:
         # stderr kept (appended per role and slot) so that a child's failure names its cause
         slot = Path(args[-2] if args[0] == "producer" else args[-1]).stem  # p0, w1, ...
-        log = open(work / f"{args[0]}-{slot}.err", "ab")
-        with log:
+        with open(work / f"{args[0]}-{slot}.err", "ab") as log:
             return subprocess.Popen([*me, *args], env=env, stdout=subprocess.DEVNULL, stderr=log)
 
     per = messages // producers

@@ -1,5 +1,6 @@
-"""A pure-Python reference model of one rqueue queue, written from SPEC.md
-and the README (not from the Lua), for the stateful test in test_model.py.
+"""A pure-Python reference model of one rqueue queue, written from
+docs/guarantees.md and the README (not from the Lua), for the stateful test
+in tests/test_model.py.
 
 It knows nothing about Redis. Time is an explicit number of ms that only
 moves when told to. Every operation either returns what the real client
@@ -18,8 +19,8 @@ What the model says, in short:
   once every group settled it (acked or dead-lettered) and no group has it
   open again by replay.
 - A group's ack floor is the highest seq such that every seq at or below it
-  is settled by the group (SPEC "Ack floor"); pending is the number of
-  published seqs the group has not settled. A replayed dead letter is open
+  is settled by the group (docs/guarantees.md, "Ack floor"); pending is the
+  number of published seqs the group has not settled. A replayed dead letter is open
   (not settled) again until the group settles it once more.
 - fetch: a lease whose deadline has passed (deadline <= now) is a failed
   attempt: the message is dead-lettered when it had max_deliveries, else
@@ -31,7 +32,7 @@ What the model says, in short:
   cursor (a delayed publish passed by the cursor waits in the group's delay
   set until due). Leases that ran out are handled in deadline order, which
   decides the order of the dead letters they make (and so which ones a
-  limited replay picks); SPEC leaves that order open.
+  limited replay picks); docs/guarantees.md leaves that order open.
 - A delivery tag is (seq, count). Settling checks, in this order: no open
   delivery state -> AlreadyAcked when the group settled seq, else
   UnknownDeliveryTag; count above the current count -> UnknownDeliveryTag;

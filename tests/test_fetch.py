@@ -1,0 +1,147 @@
+"""Fetching: prefetch and max_inflight, groups that each see every message
+and share it among their consumers, blocking fetches, and peeking."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from support.refusals import names_input, nothing_changes
+from support.servers import wait_for
+
+import rqueue
+from rqueue import InvalidInput
+from rqueue.engine import commands
+
+NAN = float("nan")
+INF = float("inf")
+
+
+# -- caps and groups -----------------------------------------------------------------
+
+
+def test_prefetch_caps_one_consumer(queue):
+    # given 10 messages and a consumer with a prefetch of 3
+    queue.publish_many([b"m"] * 10)
+    c = queue.consumer("g", prefetch=3)
+    # when it asks for 10, then it gets 3, and nothing more while it holds them
+    assert len(c.fetch(10)) == 3
+    assert c.fetch(10) == []
+
+
+def test_max_inflight_caps_the_group_at_every_instant(client, queue):
+    # (guarantee 4: max_inflight and prefetch hold at every instant)
+    # given a group capped at 5 in flight and two consumers with a prefetch of 4
+    client.configure("orders", max_inflight=5)
+    queue.publish_many([b"m"] * 20)
+    a, b = queue.consumer("g", prefetch=4), queue.consumer("g", prefetch=4)
+    # when both fetch, then the group holds 5, not 8
+    held = a.fetch(10) + b.fetch(10)
+    assert len(held) == 5
+    assert queue.stats().group("g").in_flight == 5
+    assert b.fetch(10) == [] and a.fetch(10) == []
+    # and acking one frees room for exactly one
+    a.ack(held[0])
+    assert len(b.fetch(10)) == 1
+    assert queue.stats().group("g").in_flight == 5
+
+
+def test_groups_fan_out_and_compete_inside(queue):
+    # given 4 messages, two consumers of group a and one of group b
+    queue.publish_many([b"1", b"2", b"3", b"4"])
+    a1, a2 = queue.consumer("a", prefetch=2), queue.consumer("a", prefetch=2)
+    b = queue.consumer("b")
+    # when they fetch, then a's consumers share the messages, each one once
+    got_a = [d.seq for d in a1.fetch(10)] + [d.seq for d in a2.fetch(10)]
+    assert sorted(got_a) == [1, 2, 3, 4] and len(set(got_a)) == 4
+    # and b gets every message too
+    assert [d.seq for d in b.fetch(10)] == [1, 2, 3, 4]
+
+
+# -- blocking fetches ------------------------------------------------------------------
+
+
+def test_blocking_fetch_wakes_up_on_publish(backend, prefix, monkeypatch):
+    # given a consumer waiting in fetch, with polling made too slow to matter
+    monkeypatch.setattr(rqueue.constants, "IDLE_POLL_INTERVAL", 60.0)
+    client = rqueue.connect(backend, prefix=prefix)
+    q = client.queue("orders")
+    c = q.consumer("g")
+    waiting = threading.Event()
+    real_wait = client.notifier.wait
+
+    def wait(*args):
+        waiting.set()
+        return real_wait(*args)
+
+    monkeypatch.setattr(client.notifier, "wait", wait)
+    got: list[rqueue.Delivery] = []
+    t = threading.Thread(target=lambda: got.extend(c.fetch(1, timeout=30)))
+    t.start()
+    wait_for(waiting.is_set)
+    # when a message is published
+    q.publish(b"wake")
+    # then the waiting fetch returns it long before its poll or timeout
+    wait_for(lambda: not t.is_alive())
+    assert [d.data for d in got] == [b"wake"]
+    client.close()
+
+
+def test_blocking_fetch_returns_empty_after_timeout(client, queue):
+    c = queue.consumer("g")
+    assert c.fetch(1, timeout=0.05) == []
+
+
+# -- bad arguments ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [0, -1, 10**9, True, 1.5, "1", None])
+def test_fetch_with_a_bad_n(client, queue, held, n):
+    # given a consumer with messages ready
+    # when it asks for a bad number of deliveries
+    with nothing_changes(client, queue), pytest.raises(InvalidInput) as exc:
+        held.w2.fetch(n)
+    # then n is named with the allowed range
+    names_input(exc.value, f"not {n!r}", "from 1 to 10000")
+
+
+@pytest.mark.parametrize("timeout", [-1, -0.001, -INF, "1", None, True])
+def test_fetch_with_a_bad_timeout(client, queue, held, timeout):
+    # given a consumer with messages ready
+    # when it fetches with a bad timeout
+    with nothing_changes(client, queue), pytest.raises(InvalidInput) as exc:
+        held.w2.fetch(1, timeout=timeout)
+    # then the timeout is named
+    names_input(exc.value, f"timeout must be a number of seconds >= 0, not {timeout!r}")
+
+
+@pytest.mark.parametrize("timeout", [NAN, INF], ids=["nan", "inf"])
+def test_fetch_with_a_timeout_that_is_not_finite(client, queue, held, monkeypatch, timeout):
+    # given a consumer whose fetch script fails the test at once if a fetch
+    # gets past validation (a NaN timeout would make the wait loop endless)
+    def passed_validation(*args, **kwargs):
+        raise AssertionError(f"fetch accepted timeout={timeout}")
+
+    monkeypatch.setattr(commands, "fetch", passed_validation)
+    # when it fetches with timeout NaN or infinity
+    with nothing_changes(client, queue), pytest.raises(InvalidInput) as exc:
+        held.w2.fetch(1, timeout=timeout)
+    # then the timeout is named
+    names_input(exc.value, f"timeout must be a number of seconds >= 0, not {timeout!r}")
+
+
+# -- peeking ------------------------------------------------------------------------------
+
+
+def test_peek_with_a_bad_n(client, queue, held):
+    # given a queue with messages
+    # when peek asks for 0
+    with nothing_changes(client, queue), pytest.raises(InvalidInput, match="n must be a whole number >= 1, not 0"):
+        queue.peek(0)
+
+
+def test_peek_with_a_bad_after(client, queue, held):
+    # given a queue with messages
+    # when peek starts after a str
+    with nothing_changes(client, queue), pytest.raises(InvalidInput, match="after"):
+        queue.peek(1, after="x")
