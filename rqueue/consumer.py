@@ -199,7 +199,7 @@ class Consumer:
             return
         if not tags:
             return
-        commands.ack(self._group_call(), [(seq, count) for _, seq, count in tags], strict=True)
+        commands.ack(self._group_call(), tags, strict=True)
         held = self._held
         for tag, _, _ in tags:
             held.pop(tag, None)
@@ -211,7 +211,7 @@ class Consumer:
         tags = [self._tag_of(r) for r in refs_of(deliveries)]
         if not tags:
             return []
-        statuses = commands.ack(self._group_call(), [(seq, count) for _, seq, count in tags], strict=False)
+        statuses = commands.ack(self._group_call(), tags, strict=False)
         held = self._held
         out = []
         for (tag, _, _), status in zip(tags, statuses, strict=True):
@@ -230,7 +230,7 @@ class Consumer:
         if n <= 0:
             return self.ack_available([t[0] for t in tags]), [], None
         try:
-            reply = commands.fetch(self._group_call(), n, [(seq, count) for _, seq, count in tags])
+            reply = commands.fetch(self._group_call(), n, tags)
         except NotMember:
             # Nothing was changed: join afresh (what this consumer held was
             # offered again; its late acks are still accepted) and do both.
@@ -259,7 +259,7 @@ class Consumer:
         Raises NotMember when this consumer was itself removed."""
         tags = [self._tag_of(r) for r in refs_of(running)]
         timeout_ms = int(check.positive_seconds("timeout", timeout) * 1000)
-        reply = commands.heartbeat(self._group_call(), timeout_ms, sync, [(seq, count) for _, seq, count in tags])
+        reply = commands.heartbeat(self._group_call(), timeout_ms, sync, tags)
         statuses = []
         for (tag, _, _), status in zip(tags, reply.statuses, strict=True):
             err = delivery_error(status, tag)
@@ -330,7 +330,7 @@ class Consumer:
         DeliveryError of the first tag that could not be extended (the
         others are extended)."""
         tags = [self._tag_of(r) for r in refs_of(deliveries)]
-        reply = commands.extend(self._group_call(), [(seq, count) for _, seq, count in tags])
+        reply = commands.extend(self._group_call(), tags)
         for (tag, _, _), status in zip(tags, reply.statuses, strict=True):
             err = delivery_error(status, tag)
             if err is not None:

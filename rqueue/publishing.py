@@ -87,7 +87,7 @@ def prepare(
         size = len(body) - hlen
         if size > settings.max_payload:
             raise PayloadTooLarge(size, settings.max_payload, None if single else where)
-        messages.append(commands.PublishMessage(msg_id, f"{delay_ms}:{hlen}" if hlen else delay_ms, body))
+        messages.append((msg_id, f"{delay_ms}:{hlen}" if hlen else delay_ms, body))
     calls = commands.publish_calls(
         queue.keys,
         queue.client.clock.script_now(),

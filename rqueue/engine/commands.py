@@ -198,12 +198,16 @@ class FetchReply(NamedTuple):
             yield int(raw[i]), int(raw[i + 1]), raw[i + 2]
 
 
-def flat_tags(tags: Sequence[tuple[int, int]]) -> list[int]:
-    """seq1, count1, seq2, count2, ... of (seq, count) pairs."""
-    return [n for pair in tags for n in pair]
+# A delivery tag as the scripts take it: (its text "<seq>.<count>", seq, delivery count).
+Tag = tuple[str, int, int]
 
 
-def fetch(call: GroupCall, n: int, acks: Sequence[tuple[int, int]] = ()) -> FetchReply:
+def flat_tags(tags: Sequence[Tag]) -> list[int]:
+    """seq1, count1, seq2, count2, ... of the tags."""
+    return [n for _, seq, count in tags for n in (seq, count)]
+
+
+def fetch(call: GroupCall, n: int, acks: Sequence[Tag] = ()) -> FetchReply:
     """Claims up to ``n`` deliveries, after acking ``acks`` leniently."""
     reply = call.run(call.scripts.fetch, [n, *flat_tags(acks)])
     due = reply[1]
@@ -211,7 +215,7 @@ def fetch(call: GroupCall, n: int, acks: Sequence[tuple[int, int]] = ()) -> Fetc
     return FetchReply(int(reply[0]), None if due in (b"", None) else int(due), statuses, reply, 2 + len(acks))
 
 
-def ack(call: GroupCall, tags: Sequence[tuple[int, int]], strict: bool) -> list[str]:
+def ack(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
     """Acks ``tags``. Strict: all or none, raising the first bad tag's error
     (returns []); else one status per tag ("ok" or its error code). ack.lua
     is sent the group and consumer names alone of the group arguments: it
@@ -241,7 +245,7 @@ class ExtendReply(NamedTuple):
     statuses: list[str]  # per tag: "ok" or its error code
 
 
-def extend(call: GroupCall, tags: Sequence[tuple[int, int]]) -> ExtendReply:
+def extend(call: GroupCall, tags: Sequence[Tag]) -> ExtendReply:
     reply = call.run(call.scripts.extend, flat_tags(tags))
     return ExtendReply(int(reply[0]), [s.decode() for s in reply[1:]])
 
@@ -255,7 +259,7 @@ class HeartbeatReply(NamedTuple):
     statuses: list[str]  # per tag: "ok" or its error code
 
 
-def heartbeat(call: GroupCall, timeout_ms: int, sync: bool, tags: Sequence[tuple[int, int]]) -> HeartbeatReply:
+def heartbeat(call: GroupCall, timeout_ms: int, sync: bool, tags: Sequence[Tag]) -> HeartbeatReply:
     reply = call.run(call.scripts.heartbeat, [timeout_ms, "1" if sync else "0", *flat_tags(tags)])
     return HeartbeatReply(
         int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]), [s.decode() for s in reply[5:]]
@@ -346,12 +350,10 @@ def group_stats(name: str, flat: list[Any]) -> GroupStats:
 # -- publishing ----------------------------------------------------------------
 
 
-class PublishMessage(NamedTuple):
-    """One encoded message of a publish call."""
-
-    id: str | None
-    timing: int | str  # delay in ms, or "<delay_ms>:<headers_len>" when the body starts with headers
-    body: bytes
+# One encoded message of a publish call: its id (or None), its timing (the
+# delay in ms, or "<delay_ms>:<headers_len>" when the body starts with
+# headers) and its body. A plain tuple: a publish makes one per message.
+PublishMessage = tuple[str | None, int | str, bytes]
 
 
 class PublishCall(NamedTuple):
