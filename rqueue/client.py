@@ -7,12 +7,21 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from . import constants as C
 from . import validate as check
 from .clock import SYSTEM_CLOCK, Clock
 from .connection.cluster import Retrier, cluster_retry, no_retry
 from .connection.open import RedisClient, open_redis
 from .connection.urls import CLUSTER_SCHEMES
+from .constants import (
+    DEFAULT_DLQ_PREFIX,
+    DEFAULT_DLQ_SUFFIX,
+    DEFAULT_PREFIX,
+    DURABLE_REPLICAS,
+    DURABLE_TIMEOUT,
+    FAILOVER_TIMEOUT,
+    MAX_PARTITIONS,
+    SETTINGS_CACHE_TTL,
+)
 from .engine import store
 from .engine.keys import QueueKeys, partitions_key
 from .engine.notify import Notifier
@@ -39,15 +48,15 @@ def check_durable(failover_timeout: float, durable_replicas: int, durable_timeou
 def connect(
     url: str = "memory://",
     *,
-    prefix: str = C.DEFAULT_PREFIX,
+    prefix: str = DEFAULT_PREFIX,
     clock: Clock | None = None,
     randomness: Randomness | None = None,
-    dlq_prefix: str = C.DEFAULT_DLQ_PREFIX,
-    dlq_suffix: str = C.DEFAULT_DLQ_SUFFIX,
-    settings_ttl: float = C.SETTINGS_CACHE_TTL,
-    failover_timeout: float = C.FAILOVER_TIMEOUT,
-    durable_replicas: int = C.DURABLE_REPLICAS,
-    durable_timeout: float = C.DURABLE_TIMEOUT,
+    dlq_prefix: str = DEFAULT_DLQ_PREFIX,
+    dlq_suffix: str = DEFAULT_DLQ_SUFFIX,
+    settings_ttl: float = SETTINGS_CACHE_TTL,
+    failover_timeout: float = FAILOVER_TIMEOUT,
+    durable_replicas: int = DURABLE_REPLICAS,
+    durable_timeout: float = DURABLE_TIMEOUT,
     **redis_options: Any,
 ) -> Client:
     """Connects to Redis and checks that rqueue can work there.
@@ -104,12 +113,12 @@ class Client:
         redis_client: RedisClient,
         *,
         url: str = "",
-        prefix: str = C.DEFAULT_PREFIX,
+        prefix: str = DEFAULT_PREFIX,
         clock: Clock | None = None,
         randomness: Randomness | None = None,
-        dlq_prefix: str = C.DEFAULT_DLQ_PREFIX,
-        dlq_suffix: str = C.DEFAULT_DLQ_SUFFIX,
-        settings_ttl: float = C.SETTINGS_CACHE_TTL,
+        dlq_prefix: str = DEFAULT_DLQ_PREFIX,
+        dlq_suffix: str = DEFAULT_DLQ_SUFFIX,
+        settings_ttl: float = SETTINGS_CACHE_TTL,
         retry: Retrier[Any] = no_retry,
         idempotent_retry: Retrier[Any] = no_retry,
     ) -> None:
@@ -117,10 +126,10 @@ class Client:
         #: Whether this is a Redis Cluster client (redis+cluster://).
         self.cluster = isinstance(redis_client, redis.RedisCluster)
         #: Replicas that must acknowledge a durable publish, and seconds to wait.
-        self.durable_replicas = C.DURABLE_REPLICAS
-        self.durable_timeout = C.DURABLE_TIMEOUT
+        self.durable_replicas = DURABLE_REPLICAS
+        self.durable_timeout = DURABLE_TIMEOUT
         #: Seconds a cluster client retries through a failover.
-        self.failover_timeout = C.FAILOVER_TIMEOUT
+        self.failover_timeout = FAILOVER_TIMEOUT
         #: Per node: what durable publishes learned it supports (rqueue.engine.durable).
         self.durable_state: dict[str, Any] = {}
         self.url = url
@@ -187,10 +196,10 @@ class Client:
         count = 1
         if raw is not None:
             text = raw.decode("ascii", "replace")
-            if not text.isdigit() or not 2 <= int(text) <= C.MAX_PARTITIONS:
+            if not text.isdigit() or not 2 <= int(text) <= MAX_PARTITIONS:
                 raise CorruptRecord(
                     f"{partitions_key(self.prefix)}[{root}]",
-                    f"{text!r} is not a number of partitions from 2 to {C.MAX_PARTITIONS}",
+                    f"{text!r} is not a number of partitions from 2 to {MAX_PARTITIONS}",
                 )
             count = int(text)
         self._partitioned[root] = (count, now)

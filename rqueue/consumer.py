@@ -6,8 +6,8 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from . import constants as C
 from . import validate as check
+from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from .delivery import Delivery, DeliveryRef, HeartbeatResult
 from .engine import commands
 from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
@@ -100,7 +100,7 @@ class Consumer:
         """Claims up to ``n`` deliveries; waits up to ``timeout`` seconds for
         the first one when none is ready. Due redeliveries come before new
         messages, lowest seq first. Respects prefetch and max_inflight."""
-        check.whole_number("n", n, 1, C.MAX_FETCH)
+        check.whole_number("n", n, 1, MAX_FETCH)
         check.seconds("timeout", timeout)
         clock = self.client.clock
         channel = self.queue.keys.wake_channel
@@ -112,7 +112,7 @@ class Consumer:
             remaining = deadline - clock.monotonic()
             if deliveries or remaining <= 0:
                 return deliveries
-            wait = min(remaining, C.IDLE_POLL_INTERVAL)
+            wait = min(remaining, IDLE_POLL_INTERVAL)
             if reply.next_due_ms is not None:
                 wait = min(wait, max(0.001, (reply.next_due_ms - reply.now_ms) / 1000))
             self.client.notifier.wait(channel, generation, wait)

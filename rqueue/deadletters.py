@@ -17,6 +17,7 @@ from .engine import commands, store
 from .errors import InvalidInput
 from .names import check_name
 from .results import DeadLetter, Progress, ReplayResult
+from .validate import optional_whole_number
 
 if TYPE_CHECKING:
     from .protocols import QueueLike
@@ -38,12 +39,9 @@ class Selection:
     def __post_init__(self) -> None:
         if self.group is not None:
             check_name("group", self.group)
-        for name in ("seq_from", "seq_to", "limit"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "limit" else 0)
-            ):
-                raise InvalidInput(f"{name} must be a whole number >= {1 if name == 'limit' else 0}, not {value!r}")
+        optional_whole_number("seq_from", self.seq_from, 0)
+        optional_whole_number("seq_to", self.seq_to, 0)
+        optional_whole_number("limit", self.limit, 1)
         if self.seq_from is not None and self.seq_to is not None and self.seq_from > self.seq_to:
             raise InvalidInput(f"seq_from {self.seq_from} is above seq_to {self.seq_to}")
 

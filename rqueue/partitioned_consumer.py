@@ -8,8 +8,8 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import constants as C
 from . import validate as check
+from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from .consumer import Consumer, refs_of
 from .delivery import Delivery, DeliveryRef, HeartbeatResult
 from .errors import DeliveryError, InvalidInput, RQueueError
@@ -96,7 +96,7 @@ class PartitionedConsumer:
         """Claims up to ``n`` deliveries from the partitions in turn (see
         :meth:`rqueue.Consumer.fetch`); waits up to ``timeout`` seconds for
         the first one when none is ready."""
-        check.whole_number("n", n, 1, C.MAX_FETCH)
+        check.whole_number("n", n, 1, MAX_FETCH)
         check.seconds("timeout", timeout)
         clock, notifier = self.client.clock, self.client.notifier
         deadline = clock.monotonic() + timeout
@@ -121,7 +121,7 @@ class PartitionedConsumer:
             remaining = deadline - clock.monotonic()
             if out or remaining <= 0:
                 return out
-            notifier.wait_any(since, min(remaining, C.IDLE_POLL_INTERVAL))
+            notifier.wait_any(since, min(remaining, IDLE_POLL_INTERVAL))
 
     def ack_and_fetch(
         self, acks: Iterable[DeliveryRef], n: int

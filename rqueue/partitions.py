@@ -33,8 +33,8 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import constants as C
 from . import validate as check
+from .constants import MAX_PARTITIONS
 from .engine import commands, store
 from .errors import InvalidInput, NotDurable, PartialPublish, Unroutable
 from .partitioned_consumer import PartitionedConsumer
@@ -56,7 +56,7 @@ def partition_of(key: str, partitions: int) -> int:
 
 
 def check_partitions(partitions: object) -> int:
-    return check.whole_number("partitions", partitions, 1, C.MAX_PARTITIONS)
+    return check.whole_number("partitions", partitions, 1, MAX_PARTITIONS)
 
 
 def _check_key(key: object) -> str | None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import constants as C
 from . import validate as check
+from .constants import MAX_BATCH
 from .engine import commands
 from .engine.durable import publish_durably
 from .engine.record import encode_body
@@ -94,7 +94,7 @@ def prepare(
         int(settings.dedup_window * 1000),
         mandatory,
         messages,
-        C.MAX_BATCH,
+        MAX_BATCH,
     )
     return PreparedPublish(calls, settings, payloads, per_headers, per_ids, delay, durable)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import constants as C
 from . import validate as check
+from .constants import PURGE_BATCH
 from .consumer import Consumer
 from .deadletters import Selection, iter_dead_letters, purge, replay
 from .engine import commands, store
@@ -146,13 +146,13 @@ class Queue:
         if group is not None and group not in self.groups():
             raise InvalidInput(f"queue {self.name!r} has no group {group!r}")
         if not groups:
-            return {"": store.purge_records(self.client.redis, self.keys, C.PURGE_BATCH, progress)}
+            return {"": store.purge_records(self.client.redis, self.keys, PURGE_BATCH, progress)}
         out: dict[str, int] = {}
         for g in groups:
             out[g] = 0
             call = self.group_call(g)
             while True:
-                reply = commands.purge(call, C.PURGE_BATCH)
+                reply = commands.purge(call, PURGE_BATCH)
                 out[g] += reply.purged
                 if progress is not None and reply.purged:
                     progress(reply.purged)
@@ -264,8 +264,7 @@ class Queue:
         """Up to ``n`` stored messages with seq > ``after``, oldest first,
         without claiming them."""
         check.whole_number("n", n, 1)
-        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-            raise InvalidInput(f"after must be a whole number >= 0 (a seq), not {after!r}")
+        check.whole_number("after", after, 0)
         return [self._message(seq, rec) for seq, rec in store.records_after(self.client.redis, self.keys, after, n)]
 
     def peek_group(self, group: str, n: int = 10) -> list[Message]:

@@ -16,8 +16,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from . import constants as C
 from .connection.open import RedisClient
+from .constants import (
+    DEFAULT_ACK_WAIT,
+    DEFAULT_DEAD_LETTER,
+    DEFAULT_DEDUP_WINDOW,
+    DEFAULT_MAX_DELIVERIES,
+    DEFAULT_MAX_INFLIGHT,
+    DEFAULT_MAX_PAYLOAD,
+    DEFAULT_PREFETCH,
+    DEFAULT_REDELIVERY_DELAY,
+    DEFAULT_REDELIVERY_JITTER,
+    DEFAULT_REDELIVERY_MULTIPLIER,
+    MAX_REDELIVERY_DELAY_FACTOR,
+    SETTINGS_CACHE_TTL,
+)
 from .engine import store
 from .errors import InvalidName, InvalidSetting
 from .names import check_name, check_pattern
@@ -30,18 +43,18 @@ DEAD_LETTER_MODES = ("dlq", "none")
 class Settings:
     """Resolved settings of one queue. Durations are seconds."""
 
-    ack_wait: float = C.DEFAULT_ACK_WAIT
-    max_inflight: int = C.DEFAULT_MAX_INFLIGHT
-    prefetch: int = C.DEFAULT_PREFETCH
-    max_deliveries: int = C.DEFAULT_MAX_DELIVERIES
-    redelivery_delay: float = C.DEFAULT_REDELIVERY_DELAY
-    redelivery_multiplier: float = C.DEFAULT_REDELIVERY_MULTIPLIER
+    ack_wait: float = DEFAULT_ACK_WAIT
+    max_inflight: int = DEFAULT_MAX_INFLIGHT
+    prefetch: int = DEFAULT_PREFETCH
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES
+    redelivery_delay: float = DEFAULT_REDELIVERY_DELAY
+    redelivery_multiplier: float = DEFAULT_REDELIVERY_MULTIPLIER
     max_redelivery_delay: float | None = None  # None = redelivery_delay x 10
-    redelivery_jitter: float = C.DEFAULT_REDELIVERY_JITTER
-    dead_letter: str = C.DEFAULT_DEAD_LETTER  # "dlq", "none" or a queue name
+    redelivery_jitter: float = DEFAULT_REDELIVERY_JITTER
+    dead_letter: str = DEFAULT_DEAD_LETTER  # "dlq", "none" or a queue name
     alternate: str | None = None  # queue that takes unroutable mandatory publishes
-    dedup_window: float = C.DEFAULT_DEDUP_WINDOW
-    max_payload: int = C.DEFAULT_MAX_PAYLOAD
+    dedup_window: float = DEFAULT_DEDUP_WINDOW
+    max_payload: int = DEFAULT_MAX_PAYLOAD
 
     def merged(self, values: Mapping[str, Any]) -> Settings:
         """A copy with ``values`` applied after validating each of them."""
@@ -50,7 +63,7 @@ class Settings:
     @property
     def effective_max_redelivery_delay(self) -> float:
         if self.max_redelivery_delay is None:
-            return self.redelivery_delay * C.MAX_REDELIVERY_DELAY_FACTOR
+            return self.redelivery_delay * MAX_REDELIVERY_DELAY_FACTOR
         return self.max_redelivery_delay
 
     def as_dict(self) -> dict[str, Any]:
@@ -220,7 +233,7 @@ class SettingsStore:
         redis: RedisClient,
         prefix: str,
         now: Callable[[], float],
-        ttl: float = C.SETTINGS_CACHE_TTL,
+        ttl: float = SETTINGS_CACHE_TTL,
         retry: Callable[[Callable[[], Any]], Any] = lambda call: call(),
     ) -> None:
         self._redis = redis

@@ -24,7 +24,7 @@ from .constants import DEFAULT_DLQ_PREFIX, DEFAULT_DLQ_SUFFIX, DEFAULT_PREFIX, M
 from .engine.record import encode_body
 from .errors import InvalidInput, InvalidURL, PayloadTooLarge
 from .names import check_message_id, check_name
-from .validate import whole_number
+from .validate import optional_whole_number, seconds, whole_number
 
 try:
     from pyspark.sql import Column, DataFrame, Row, SparkSession
@@ -153,14 +153,11 @@ def _check_args(
     if len(set(headers)) != len(headers):
         raise InvalidInput(f"header_cols {list(headers)!r} names a column twice")
     whole_number("batch_size", batch_size, 1, MAX_BATCH)
-    if dedup_window is not None and (
-        isinstance(dedup_window, bool) or not isinstance(dedup_window, (int, float)) or not dedup_window > 0
-    ):
-        raise InvalidInput(f"dedup_window must be a positive number of seconds or None, not {dedup_window!r}")
+    if dedup_window is not None:
+        seconds("dedup_window", dedup_window, positive=True)
     if row_ids not in ROW_IDS:
         raise InvalidInput(f"row_ids must be one of {', '.join(map(repr, ROW_IDS))}, not {row_ids!r}")
-    if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1):
-        raise InvalidInput(f"partitions must be a whole number >= 1 or None, not {partitions!r}")
+    optional_whole_number("partitions", partitions, 1)
     return headers
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from . import constants as C
+from .constants import MAX_DELAY, MAX_REASON_LENGTH
 from .errors import InvalidInput
 
 
@@ -52,8 +52,8 @@ def seconds(what: str, value: object, *, high: float | None = None, positive: bo
 def positive_seconds(what: str, value: object) -> float:
     """A duration above 0 and at most MAX_DELAY, the longest a script
     formats in whole milliseconds."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= C.MAX_DELAY:
-        raise InvalidInput(f"{what} must be a positive number of seconds up to {C.MAX_DELAY:.0f}, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_DELAY:
+        raise InvalidInput(f"{what} must be a positive number of seconds up to {MAX_DELAY:.0f}, not {value!r}")
     return value
 
 
@@ -61,8 +61,8 @@ def delay_ms(delay: object) -> int:
     """A publish or nack delay in whole milliseconds; 0 for None."""
     if delay is None:
         return 0
-    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= C.MAX_DELAY:
-        raise InvalidInput(f"delay {delay!r} must be a number of seconds from 0 to {C.MAX_DELAY:.0f}")
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= MAX_DELAY:
+        raise InvalidInput(f"delay {delay!r} must be a number of seconds from 0 to {MAX_DELAY:.0f}")
     return int(round(delay * 1000))
 
 
@@ -73,7 +73,7 @@ def flag(what: str, value: object) -> bool:
     return value
 
 
-def text(what: str, value: object, limit: int = C.MAX_REASON_LENGTH) -> str:
+def text(what: str, value: object, limit: int = MAX_REASON_LENGTH) -> str:
     """A str that encodes as UTF-8, cut to ``limit`` characters (an error or
     reason text kept in a header)."""
     if not isinstance(value, str):

@@ -63,7 +63,7 @@ def test_groups_fan_out_and_compete_inside(queue):
 
 def test_blocking_fetch_wakes_up_on_publish(backend, prefix, monkeypatch):
     # given a consumer waiting in fetch, with polling made too slow to matter
-    monkeypatch.setattr(rqueue.constants, "IDLE_POLL_INTERVAL", 60.0)
+    monkeypatch.setattr(rqueue.consumer, "IDLE_POLL_INTERVAL", 60.0)
     client = rqueue.connect(backend, prefix=prefix)
     q = client.queue("orders")
     c = q.consumer("g")

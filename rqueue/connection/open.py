@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from .. import constants as C
+from ..constants import MIN_SERVER_VERSION
 from ..errors import ConnectionFailed, InvalidURL, ServerTooOld
 from .cluster import cluster_redis
 from .sentinel import sentinel_redis
@@ -68,8 +68,8 @@ def _check_server(r: Any, url: str) -> None:
             _check_server(node.redis_connection or r.get_redis_connection(node), url)
         return
     version = server_version(r)
-    if _parse_version(version) < C.MIN_SERVER_VERSION:
-        raise ServerTooOld(version, ".".join(map(str, C.MIN_SERVER_VERSION)))
+    if _parse_version(version) < MIN_SERVER_VERSION:
+        raise ServerTooOld(version, ".".join(map(str, MIN_SERVER_VERSION)))
     try:
         reply = r.config_get("maxmemory-policy")
     except redis.ResponseError:
