@@ -214,7 +214,7 @@ class NotPermitted(RQueueError):
 
     def __init__(self, where: str, detail: str) -> None:
         super().__init__(
-            f"Redis refused the call for {where} ({detail}): the user needs rqueue's ACL rule "
+            f"Redis refused the call{f' for {where}' if where else ''} ({detail}): the user needs rqueue's ACL rule "
             "(keys ~<prefix>:*, channels &<prefix>:* and the commands listed in docs/ACL.md)"
         )
         self.where = where
@@ -337,8 +337,6 @@ def from_script_error(exc: Exception, *, queue: str = "", where: str = "") -> Ex
     Every script error starts with a stable code (``RQ_...``); anything else
     is returned unchanged so that it is re-raised as it came.
     """
-    if type(exc).__name__ == "NoPermissionError":  # redis-py's, without importing it here
-        return NotPermitted(where or queue, str(exc))
     found = _CODE.search(str(exc))
     if found is None:
         return exc

@@ -18,7 +18,7 @@ import redis
 
 from ..clock import Clock
 from ..connection.cluster import not_run
-from ..errors import ConnectionLost, OutOfMemory, from_script_error
+from ..errors import ConnectionLost, NotPermitted, OutOfMemory, from_script_error
 from ..randomness import Randomness
 from ..results import ConsumerStats, GroupStats, PublishResult
 from .keys import ACK_KEYS, QueueKeys
@@ -45,6 +45,8 @@ def translate(exc: BaseException, queue: str = "", where: str = "") -> BaseExcep
     returned as it is."""
     if isinstance(exc, redis.exceptions.OutOfMemoryError):
         return OutOfMemory(str(exc))
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return NotPermitted(where or queue, str(exc))
     if isinstance(exc, redis.ResponseError) and not isinstance(exc, redis.exceptions.ClusterError):
         mapped = from_script_error(exc, queue=queue, where=where)
         if mapped is exc and not_run(exc):  # MOVED, TRYAGAIN, ... outside a retrier's budget

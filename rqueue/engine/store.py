@@ -185,14 +185,16 @@ def newest_events(r: RedisClient, keys: QueueKeys, count: int) -> list[dict[str,
 
 def stored_partitions(r: RedisClient, prefix: str, root: str, retry: Retrier[Any] = no_retry) -> bytes | None:
     """The stored number of partitions of queue ``root`` (None: not partitioned)."""
-    raw: bytes | None = guarded(lambda: retry(lambda: r.hget(partitions_key(prefix), root)))
+    raw: bytes | None = guarded(lambda: retry(lambda: r.hget(partitions_key(prefix), root)), where=f"prefix {prefix!r}")
     return raw
 
 
 def claim_partitions(r: RedisClient, prefix: str, root: str, partitions: int, retry: Retrier[Any] = no_retry) -> bool:
     """Stores ``partitions`` for queue ``root`` unless a number is stored
     already; True when this call stored it."""
-    return bool(guarded(lambda: retry(lambda: r.hsetnx(partitions_key(prefix), root, partitions))))
+    return bool(
+        guarded(lambda: retry(lambda: r.hsetnx(partitions_key(prefix), root, partitions)), where=f"prefix {prefix!r}")
+    )
 
 
 def queue_exists(r: RedisClient, prefix: str, keys: QueueKeys, name: str, retry: Retrier[Any] = no_retry) -> bool:
@@ -207,15 +209,15 @@ def queue_exists(r: RedisClient, prefix: str, keys: QueueKeys, name: str, retry:
 
 
 def delete_partitioning(r: RedisClient, prefix: str, name: str) -> int:
-    return int(guarded(lambda: r.hdel(partitions_key(prefix), name)))
+    return int(guarded(lambda: r.hdel(partitions_key(prefix), name), where=f"prefix {prefix!r}"))
 
 
 def register_queue(r: RedisClient, prefix: str, name: str, retry: Retrier[Any] = no_retry) -> None:
-    guarded(lambda: retry(lambda: r.sadd(registry_key(prefix), name)))
+    guarded(lambda: retry(lambda: r.sadd(registry_key(prefix), name)), where=f"prefix {prefix!r}")
 
 
 def registered_queues(r: RedisClient, prefix: str) -> list[str]:
-    return guarded(lambda: sorted(_str(m) for m in r.smembers(registry_key(prefix))))
+    return guarded(lambda: sorted(_str(m) for m in r.smembers(registry_key(prefix))), where=f"prefix {prefix!r}")
 
 
 def have_dead_letters(r: RedisClient, levels: list[QueueKeys]) -> list[bool]:
@@ -235,13 +237,13 @@ def have_dead_letters(r: RedisClient, levels: list[QueueKeys]) -> list[bool]:
 
 def read_settings(r: RedisClient, prefix: str, retry: Retrier[Any] = no_retry) -> dict[str, str]:
     """Every stored setting: "<pattern> <setting>" -> its JSON value."""
-    raw: dict[Any, Any] = guarded(lambda: retry(lambda: r.hgetall(settings_key(prefix))))
+    raw: dict[Any, Any] = guarded(lambda: retry(lambda: r.hgetall(settings_key(prefix))), where=f"prefix {prefix!r}")
     return {_str(k): _str(v) for k, v in raw.items()}
 
 
 def write_settings(r: RedisClient, prefix: str, values: dict[str, str]) -> None:
-    guarded(lambda: r.hset(settings_key(prefix), mapping=values))  # type: ignore[arg-type]  # str -> str is a valid mapping
+    guarded(lambda: r.hset(settings_key(prefix), mapping=values), where=f"prefix {prefix!r}")  # type: ignore[arg-type]  # str -> str is a valid mapping
 
 
 def delete_settings(r: RedisClient, prefix: str, fields: list[str]) -> None:
-    guarded(lambda: r.hdel(settings_key(prefix), *fields))
+    guarded(lambda: r.hdel(settings_key(prefix), *fields), where=f"prefix {prefix!r}")
