@@ -11,7 +11,7 @@ from . import validate as check
 from .clock import SYSTEM_CLOCK, Clock
 from .connection.cluster import Retrier, cluster_retry, no_retry
 from .connection.open import RedisClient, open_redis
-from .connection.urls import CLUSTER_SCHEMES
+from .connection.urls import CLUSTER_SCHEMES, CONNECT_TIMEOUT
 from .constants import (
     DEFAULT_DLQ_PREFIX,
     DEFAULT_DLQ_SUFFIX,
@@ -26,7 +26,7 @@ from .engine import store
 from .engine.keys import QueueKeys, partitions_key
 from .engine.notify import Notifier
 from .engine.scripts import Scripts
-from .errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidSetting
+from .errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, InvalidSetting
 from .names import check_name
 from .partitions import PartitionedQueue, check_partitions
 from .queue import CLUSTER_DEAD_LETTER, Queue
@@ -57,6 +57,7 @@ def connect(
     failover_timeout: float = FAILOVER_TIMEOUT,
     durable_replicas: int = DURABLE_REPLICAS,
     durable_timeout: float = DURABLE_TIMEOUT,
+    connect_timeout: float = CONNECT_TIMEOUT,
     **redis_options: Any,
 ) -> Client:
     """Connects to Redis and checks that rqueue can work there.
@@ -76,11 +77,12 @@ def connect(
     The dead-letter queue of queue ``q`` is named ``dlq_prefix + q + dlq_suffix``
     (``DLQ.q`` by default).
     Raises InvalidURL for a URL of another kind, ConnectionFailed when the
-    server cannot be reached or is not Redis, ServerTooOld for Redis < 6.2.
+    server cannot be reached, is not Redis or has not answered within
+    ``connect_timeout`` seconds, ServerTooOld for Redis < 6.2.
     """
     check_name("key prefix", prefix)
     check_durable(failover_timeout, durable_replicas, durable_timeout)
-    r, shown, scheme = open_redis(url, redis_options)
+    r, shown, scheme = open_redis(url, redis_options, connect_timeout)
     if not isinstance(dlq_prefix, str) or not isinstance(dlq_suffix, str) or not (dlq_prefix or dlq_suffix):
         raise InvalidInput(f"dlq_prefix {dlq_prefix!r} and dlq_suffix {dlq_suffix!r} must be str, not both empty")
     client = Client(
@@ -226,12 +228,17 @@ class Client:
 
     def queues(self) -> list[str]:
         """Names of every queue this prefix has written to, and of their
-        dead-letter queues that hold or held messages, sorted."""
+        dead-letter queues that hold or held messages, sorted. A name that
+        this client cannot open (written by another client or an older
+        version) is listed too; using it raises the reason."""
         names = store.registered_queues(self.redis, self.prefix)
         owners: list[str] = []
         levels: list[QueueKeys] = []
         for name in names:
-            q = self._queue(name)
+            try:
+                q = self._queue(name)
+            except (InvalidName, CorruptRecord):
+                continue  # listed all the same: one bad name never fails the list (using it raises)
             for part in q.parts if isinstance(q, PartitionedQueue) else [q]:
                 levels.append(part.keys)
                 owners.append(name)

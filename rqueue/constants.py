@@ -34,7 +34,10 @@ MAX_FETCH = 10_000  # deliveries one fetch may ask for
 MAX_BATCH = 5_000  # messages one publish_many call sends in one script call
 MAX_PARTITIONS = 1024  # partitions of one partitioned queue
 PURGE_BATCH = 5_000  # messages one purge script call settles at most
-MAX_DELAY = 10 * 365 * 24 * 3600.0  # seconds a publish or nack may be delayed at most
+# Seconds of the longest duration or window a user can set (delays, ack_wait,
+# redelivery delays, dedup_window, liveness, worker timeouts): 10 years, far
+# inside what the scripts and Python's waits can represent (validate.py).
+MAX_DURATION = 10 * 365 * 24 * 3600.0  # seconds
 
 # Worker runtime.
 DEFAULT_CONCURRENCY = 8  # handler threads per worker

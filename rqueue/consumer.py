@@ -11,8 +11,8 @@ from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from .delivery import Delivery, DeliveryRef, HeartbeatResult
 from .engine import commands
 from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
-from .errors import CorruptRecord, InvalidInput, NotMember, RQueueError, delivery_error
-from .ids import consumer_name, delivery_tag, parse_delivery_tag
+from .errors import CorruptRecord, InvalidInput, NotHeld, NotMember, RQueueError, delivery_error
+from .ids import consumer_name, delivery_tag, fetch_token, parse_delivery_tag
 from .names import check_name
 from .settings import Settings, validate
 
@@ -119,19 +119,19 @@ class Consumer:
 
     def _fetch_once(self, n: int) -> commands.FetchReply:
         try:
-            return commands.fetch(self._group_call(), n)
+            return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness))
         except NotMember:
             # Removed as dead (e.g. after a long pause): what it held was
             # already offered again, so joining afresh loses nothing.
             log.warning("%r was not a member of its group any more; joining again", self)
             self._join()
-            return commands.fetch(self._group_call(), n)
+            return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness))
 
     def _parse(self, reply: commands.FetchReply) -> list[Delivery]:
         # Per message on the hot path: no helper calls for a compact record
         # (no headers, no delay: the common case); anything else goes to
         # decode_record.
-        raw = reply.raw
+        raw, token = reply.raw, reply.token
         deadline = reply.now_ms + int(round(self.settings().ack_wait * 1000))
         held = self._held
         out = []
@@ -148,7 +148,7 @@ class Consumer:
                 except CorruptRecord as exc:
                     # Moved aside byte for byte; the rest of the batch goes on.
                     log.error("%s; moving it to the dead-letter queue", exc)
-                    self._dead_letter(delivery_tag(seq, count), "corrupted-record", str(exc))
+                    self._dead_letter(delivery_tag(seq, count, token), "corrupted-record", str(exc))
                     continue
             d = new(Delivery)
             d.consumer = self
@@ -158,24 +158,28 @@ class Consumer:
             d.headers = headers
             d.published_ms = published
             d.deadline_ms = deadline
-            d.tag = tag = delivery_tag(seq, count)
+            d.token = token
+            d.tag = tag = delivery_tag(seq, count, token)
             held[tag] = d
             out.append(d)
         return out
 
     # -- settling -----------------------------------------------------------
 
-    def _tag_of(self, ref: DeliveryRef) -> tuple[str, int, int]:
-        if type(ref) is Delivery:
-            return ref.tag, ref.seq, ref.delivery_count
-        tag = ref.tag if isinstance(ref, Delivery) else ref
-        if not isinstance(tag, str):
+    def _tag_of(self, ref: DeliveryRef) -> commands.Tag:
+        if isinstance(ref, Delivery):
+            if ref.consumer is not self:
+                # Another consumer's delivery (of this group or another): its
+                # seq and count may name one of this consumer's too.
+                raise NotHeld(ref.tag, f"it was fetched by {ref.consumer!r}, not by {self!r}")
+            return ref.tag, ref.seq, ref.delivery_count, ref.token
+        if not isinstance(ref, str):
             raise InvalidInput(f"expected a Delivery or a delivery tag, not {type(ref).__name__}")
         try:
-            seq, count = parse_delivery_tag(tag)
+            seq, count, token = parse_delivery_tag(ref)
         except ValueError as exc:
             raise InvalidInput(str(exc)) from None
-        return tag, seq, count
+        return ref, seq, count, token
 
     def ack(self, deliveries: DeliveryRef | Iterable[DeliveryRef], multiple: bool = False) -> None:
         """Acks one delivery or a list of them in one round trip.
@@ -201,7 +205,7 @@ class Consumer:
             return
         commands.ack(self._group_call(), tags, strict=True)
         held = self._held
-        for tag, _, _ in tags:
+        for tag, *_ in tags:
             held.pop(tag, None)
 
     def ack_available(self, deliveries: Iterable[DeliveryRef]) -> list[RQueueError | None]:
@@ -214,7 +218,7 @@ class Consumer:
         statuses = commands.ack(self._group_call(), tags, strict=False)
         held = self._held
         out = []
-        for (tag, _, _), status in zip(tags, statuses, strict=True):
+        for (tag, *_), status in zip(tags, statuses, strict=True):
             held.pop(tag, None)
             out.append(delivery_error(status, tag))
         return out
@@ -230,17 +234,18 @@ class Consumer:
         if n <= 0:
             return self.ack_available([t[0] for t in tags]), [], None
         try:
-            reply = commands.fetch(self._group_call(), n, tags)
+            reply = commands.fetch(self._group_call(), n, fetch_token(self.client.randomness), tags)
         except NotMember:
             # Nothing was changed: join afresh (what this consumer held was
             # offered again; its late acks are still accepted) and do both.
             log.warning("%r was not a member of its group any more; joining again", self)
             self._join()
             lenient = self.ack_available([t[0] for t in tags]) if tags else []
-            return lenient, self._parse(commands.fetch(self._group_call(), n)), None
+            fetched = commands.fetch(self._group_call(), n, fetch_token(self.client.randomness))
+            return lenient, self._parse(fetched), None
         statuses: list[RQueueError | None] = []
         held = self._held
-        for (tag, _, _), status in zip(tags, reply.ack_statuses, strict=True):
+        for (tag, *_), status in zip(tags, reply.ack_statuses, strict=True):
             held.pop(tag, None)
             statuses.append(None if status == "ok" else delivery_error(status, tag))
         deliveries = self._parse(reply)
@@ -261,7 +266,7 @@ class Consumer:
         timeout_ms = int(check.positive_seconds("timeout", timeout) * 1000)
         reply = commands.heartbeat(self._group_call(), timeout_ms, sync, tags)
         statuses = []
-        for (tag, _, _), status in zip(tags, reply.statuses, strict=True):
+        for (tag, *_), status in zip(tags, reply.statuses, strict=True):
             err = delivery_error(status, tag)
             held = self._held.get(tag)
             if err is None and held is not None:
@@ -274,7 +279,7 @@ class Consumer:
         self._held.clear()
         self._join()
 
-    def _held_up_to(self, last: tuple[str, int, int]) -> list[tuple[str, int, int]]:
+    def _held_up_to(self, last: commands.Tag) -> list[commands.Tag]:
         if last[0] not in self._held:
             return [last]
         out = []
@@ -289,10 +294,11 @@ class Consumer:
         (``delay`` 0), after ``delay`` seconds, or (None) after the queue's
         redelivery policy. A message that already had max_deliveries is
         dead-lettered instead. Returns "requeued" or "dead"."""
-        tag, seq, count = self._tag_of(delivery)
+        tag = self._tag_of(delivery)
         delay_ms = None if delay is None else check.delay_ms(delay)
-        reply = commands.nack(self._group_call(), seq, count, delay_ms, check.text("error", error))
-        self._held.pop(tag, None)
+        reply = commands.nack(self._group_call(), tag, delay_ms, check.text("error", error))
+        self._held.pop(tag[0], None)
+        seq = tag[1]
         if reply.dead and reply.where == 0:
             self._log_drop(seq, "max-deliveries")
         return "dead" if reply.dead else "requeued"
@@ -313,11 +319,11 @@ class Consumer:
         self._dead_letter(delivery, "terminated", reason)
 
     def _dead_letter(self, delivery: DeliveryRef, reason: str, text: str) -> None:
-        tag, seq, count = self._tag_of(delivery)
-        dseq = commands.reject(self._group_call(), seq, count, reason, check.text("reason", text))
-        self._held.pop(tag, None)
+        tag = self._tag_of(delivery)
+        dseq = commands.reject(self._group_call(), tag, reason, check.text("reason", text))
+        self._held.pop(tag[0], None)
         if dseq == 0:
-            self._log_drop(seq, reason)
+            self._log_drop(tag[1], reason)
 
     def _log_drop(self, seq: int, reason: str) -> None:
         log.warning(
@@ -331,7 +337,7 @@ class Consumer:
         others are extended)."""
         tags = [self._tag_of(r) for r in refs_of(deliveries)]
         reply = commands.extend(self._group_call(), tags)
-        for (tag, _, _), status in zip(tags, reply.statuses, strict=True):
+        for (tag, *_), status in zip(tags, reply.statuses, strict=True):
             err = delivery_error(status, tag)
             if err is not None:
                 raise err

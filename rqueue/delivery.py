@@ -32,9 +32,12 @@ class Delivery:
         delivery_count: 1 on the first delivery, persisted across crashes.
         published_ms: server time of the publish, ms since the epoch.
         deadline_ms: server time at which the lease runs out.
+        token: the random word of the fetch that made it (a tag names its
+            delivery only with it).
+        tag: ``<seq>.<delivery_count>.<token>``: exactly this hand-over.
     """
 
-    __slots__ = ("seq", "data", "headers", "delivery_count", "published_ms", "deadline_ms", "consumer", "tag")
+    __slots__ = ("seq", "data", "headers", "delivery_count", "published_ms", "deadline_ms", "consumer", "token", "tag")
 
     def __init__(
         self,
@@ -45,6 +48,7 @@ class Delivery:
         headers: dict[str, str],
         published_ms: int,
         deadline_ms: int,
+        token: str,
     ) -> None:
         self.consumer = consumer
         self.seq = seq
@@ -53,8 +57,8 @@ class Delivery:
         self.headers = headers
         self.published_ms = published_ms
         self.deadline_ms = deadline_ms
-        #: Identifies exactly this hand-over: ``<seq>.<delivery_count>``.
-        self.tag = delivery_tag(seq, delivery_count)
+        self.token = token
+        self.tag = delivery_tag(seq, delivery_count, token)
 
     @property
     def redelivered(self) -> bool:

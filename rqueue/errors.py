@@ -27,9 +27,11 @@ __all__ = [
     "StaleDelivery",
     "NotMember",
     "NotPermitted",
+    "ScriptsNotLoaded",
     "Unroutable",
     "NotDurable",
     "PartialPublish",
+    "QueueInUse",
     "CorruptRecord",
     "Reject",
     "from_script_error",
@@ -154,6 +156,24 @@ class OutOfMemory(RQueueError):
         super().__init__(f"Redis is out of memory: {why}")
 
 
+class QueueInUse(RQueueError):
+    """A queue was to be deleted while consumers hold deliveries of it;
+    nothing was deleted (``delete(force=True)`` deletes it anyway).
+
+    Attributes:
+        queue: the queue's name.
+        in_flight: deliveries held when it was asked.
+    """
+
+    def __init__(self, queue: str, in_flight: int) -> None:
+        super().__init__(
+            f"queue {queue!r} has {in_flight} deliveries in flight: nothing was deleted "
+            "(stop its consumers first, or delete with force=True)"
+        )
+        self.queue = queue
+        self.in_flight = in_flight
+
+
 class ServerTooOld(RQueueError):
     """The server's version is older than the scripts need.
 
@@ -171,7 +191,7 @@ class DeliveryError(RQueueError):
     Nothing was changed; the consumer can go on working.
 
     Attributes:
-        tag: the delivery tag, "<seq>.<delivery count>".
+        tag: the delivery tag, "<seq>.<delivery count>.<token>".
     """
 
     reason = "cannot be settled"
@@ -194,15 +214,17 @@ class AlreadyAcked(DeliveryError):
 
 
 class NotHeld(DeliveryError):
-    """The delivery is held by another consumer of the group."""
+    """The delivery is held by another consumer (of the group, or a
+    Delivery object of another consumer was handed to this one)."""
 
-    reason = "is held by another consumer"
+    reason = "is not held by this consumer"
 
 
 class StaleDelivery(DeliveryError):
-    """The delivery is no longer held: its lease ran out or a newer delivery exists."""
+    """The delivery is no longer held: its lease ran out, a newer delivery
+    exists, or this consumer settled it already (a nack)."""
 
-    reason = "is no longer held by this consumer (lease expired or redelivered)"
+    reason = "is no longer held by this consumer (lease expired, redelivered or already nacked)"
 
 
 class NotPermitted(RQueueError):
@@ -218,6 +240,30 @@ class NotPermitted(RQueueError):
             "(keys ~<prefix>:*, channels &<prefix>:* and the commands listed in docs/ACL.md)"
         )
         self.where = where
+
+
+class ScriptsNotLoaded(NotPermitted):
+    """Redis does not hold one of rqueue's scripts and this user may not
+    load it: its ACL grants EVALSHA but not SCRIPT LOAD, the setup where an
+    administrator loads the scripts with ``rqueue scripts load``
+    (docs/ACL.md). The call did not run; nothing was changed.
+
+    Attributes:
+        script: the script's name ("publish", "fetch", ...).
+        sha: the SHA-1 of its text, which the call asked Redis for.
+    """
+
+    def __init__(self, script: str, sha: str, detail: str) -> None:
+        # Not NotPermitted's message: the fix is to load the scripts, not
+        # to change the user's rule.
+        RQueueError.__init__(
+            self,
+            f"Redis does not hold rqueue's script {script!r} (sha1 {sha}) and this user may not load it "
+            f"({detail}): an administrator must run `rqueue scripts load` (docs/ACL.md); nothing was changed",
+        )
+        self.where = ""
+        self.script = script
+        self.sha = sha
 
 
 class NotMember(RQueueError):
@@ -311,20 +357,24 @@ class NotDurable(RQueueError):
 
 
 class PartialPublish(RQueueError):
-    """A publish_many to a partitioned queue went to several partitions (each
-    its own slot, so not one atomic step) and some of them failed. Every
-    partition was tried. Publishing the messages whose result is None again
-    with the same ids is safe.
+    """A publish_many went in several steps, not one atomic step, and some
+    of them failed after others stored their messages: the partitions of a
+    partitioned queue (each its own slot), or the script calls of a batch
+    over MAX_BATCH messages (each all or nothing). Every partition was
+    tried. Publishing the messages whose result is None again with the same
+    ids is safe.
 
     Attributes:
         results: per message of the batch, in its order, the PublishResult
-            of a stored message, or None for one of a failed partition (not
-            stored, or unknown when the reply was lost).
-        errors: partition -> the error that partition gave.
+            of a stored message, or None for one not stored (or unknown when
+            the reply was lost).
+        errors: partition (or script call, counted from 0) -> the error it gave.
     """
 
-    def __init__(self, results: list[PublishResult | None], errors: dict[int, Exception]) -> None:
-        failed = ", ".join(f"partition {p}: {type(e).__name__}: {e}" for p, e in sorted(errors.items()))
+    def __init__(
+        self, results: list[PublishResult | None], errors: dict[int, Exception], unit: str = "partition"
+    ) -> None:
+        failed = ", ".join(f"{unit} {p}: {type(e).__name__}: {e}" for p, e in sorted(errors.items()))
         stored = sum(1 for r in results if r is not None)
         super().__init__(f"publish_many stored {stored} of {len(results)} messages; {failed}")
         self.results = results

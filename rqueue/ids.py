@@ -8,7 +8,8 @@ import socket
 
 from .randomness import Randomness
 
-_TAG = re.compile(r"([0-9]{1,15})\.([0-9]{1,15})")
+_TAG = re.compile(r"([0-9]{1,15})\.([0-9]{1,15})\.([0-9a-z]{1,32})")
+TOKEN_BYTES = 6  # random bytes of a fetch call's token: 12 hex digits
 
 
 def consumer_name(rng: Randomness) -> str:
@@ -17,14 +18,21 @@ def consumer_name(rng: Randomness) -> str:
     return f"{host}-{os.getpid()}-{rng.token(3)}"
 
 
-def delivery_tag(seq: int, count: int) -> str:
-    """The tag of the ``count``-th delivery of ``seq`` in its group."""
-    return f"{seq}.{count}"
+def fetch_token(rng: Randomness) -> str:
+    """The token of one fetch call's deliveries: random, so that no tag of
+    another group, queue or server incarnation names the same delivery."""
+    return rng.token(TOKEN_BYTES)
 
 
-def parse_delivery_tag(tag: str) -> tuple[int, int]:
+def delivery_tag(seq: int, count: int, token: str) -> str:
+    """The tag of the ``count``-th delivery of ``seq`` in its group, made by
+    the fetch call whose token is ``token``."""
+    return f"{seq}.{count}.{token}"
+
+
+def parse_delivery_tag(tag: str) -> tuple[int, int, str]:
     """Splits a tag made by :func:`delivery_tag`; ValueError if it is not one."""
     match = _TAG.fullmatch(tag)
     if match is None:
-        raise ValueError(f"{tag!r} is not a delivery tag of the form <seq>.<count>")
-    return int(match.group(1)), int(match.group(2))
+        raise ValueError(f"{tag!r} is not a delivery tag of the form <seq>.<count>.<token>")
+    return int(match.group(1)), int(match.group(2)), match.group(3)

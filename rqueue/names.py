@@ -7,7 +7,7 @@ import re
 import unicodedata
 
 from .constants import MAX_ID_LENGTH, MAX_NAME_LENGTH
-from .errors import InvalidInput, InvalidName
+from .errors import InvalidInput, InvalidName, show
 
 # Braces would break the {queue} hash tag; whitespace and control characters
 # make names that cannot be typed or shown.
@@ -78,3 +78,59 @@ def check_message_id(msg_id: object) -> str:
             f"message id {msg_id!r} cannot be encoded as UTF-8 ({exc.reason} at position {exc.start})"
         ) from None
     return msg_id
+
+
+def dead_letter_root(name: str, dlq_prefix: str, dlq_suffix: str) -> tuple[str, int]:
+    """The queue whose dead-letter queue ``name`` is, and how many levels
+    down (``"DLQ.DLQ.orders"``: ``("orders", 2)``); ``(name, 0)`` for a name
+    that is no dead-letter queue's. What is left may be empty of anything
+    but the prefix and suffix (``"DLQ."``): :func:`check_queue_name` refuses it."""
+    root, depth = name, 0
+    while root.startswith(dlq_prefix) and root.endswith(dlq_suffix) and len(root) > len(dlq_prefix) + len(dlq_suffix):
+        root, depth = root[len(dlq_prefix) : len(root) - len(dlq_suffix)], depth + 1
+    return root, depth
+
+
+def check_queue_name(name: object, dlq_prefix: str, dlq_suffix: str) -> str:
+    """Returns ``name`` when it is a usable queue name for a client whose
+    dead-letter queues are named ``dlq_prefix + name + dlq_suffix``: a valid
+    name whose dead-letter queue's name is valid too, so that stats(),
+    dead_letters() and replay can open it.
+
+    A dead-letter queue's name (``DLQ.orders``, ``DLQ.DLQ.orders``) is made
+    from its queue's, so it is judged by that queue: its length may pass
+    MAX_NAME_LENGTH when the queue's own dead-letter name does not, and the
+    dead-letter queue of every accepted name is accepted, however deep."""
+    if not isinstance(name, str) or not name:
+        return check_name("queue", name)  # raises, naming what is wrong
+    root, depth = dead_letter_root(name, dlq_prefix, dlq_suffix)
+    if root.startswith(dlq_prefix) and root.endswith(dlq_suffix) and len(root) <= len(dlq_prefix) + len(dlq_suffix):
+        marker = " and ".join(
+            f"{what} {text!r}" for what, text in (("prefix", dlq_prefix), ("suffix", dlq_suffix)) if text
+        )
+        raise InvalidName("queue", name, f"is only the dead-letter {marker}")
+    if depth == 0:
+        check_name("queue", name)
+    else:
+        why = _forbidden_char(name)
+        if why is not None:
+            raise InvalidName("queue", name, why)
+    dead = dlq_prefix + root + dlq_suffix
+    naming = f"dlq_prefix {dlq_prefix!r} and dlq_suffix {dlq_suffix!r}"
+    if len(dead) > MAX_NAME_LENGTH:
+        longest = MAX_NAME_LENGTH - len(dlq_prefix) - len(dlq_suffix)
+        whose = (
+            "its dead-letter queue"
+            if depth == 0
+            else f"it is a dead-letter queue of {show(root)}, whose dead-letter queue"
+        )
+        raise InvalidName(
+            "queue",
+            name,
+            f"{whose} would be named with {len(dead)} characters, over the limit of {MAX_NAME_LENGTH}; "
+            f"with {naming} a queue name may have up to {longest} characters",
+        )
+    why = _forbidden_char(dead)
+    if why is not None:
+        raise InvalidName("queue", name, f"its dead-letter queue's name {show(dead)} {why}; check {naming}")
+    return name

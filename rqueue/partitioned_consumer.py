@@ -51,7 +51,7 @@ class PartitionedConsumer:
     delivery's ``consumer.queue.partition`` names its partition, and its
     ``tag`` is unique only within it); settle them with their own methods or
     with this consumer's, which take Delivery objects or tags of the form
-    ``"<partition>/<seq>.<count>"``.
+    ``"<partition>/<seq>.<count>.<token>"``.
     """
 
     def __init__(
@@ -152,7 +152,7 @@ class PartitionedConsumer:
         partition. All or nothing within each partition, as in
         :meth:`rqueue.Consumer.ack`; partitions are separate slots, so every
         partition is settled and then the first error is raised, its tag
-        naming the partition ("<partition>/<seq>.<count>")."""
+        naming the partition ("<partition>/<seq>.<count>.<token>")."""
         first: Exception | None = None
         for p, mine in self._split(refs_of(deliveries)).items():
             try:
@@ -246,7 +246,7 @@ class PartitionedConsumer:
         head, sep, tag = ref.partition("/")
         if not sep or not head.isascii() or not head.isdigit() or int(head) >= len(self.consumers):
             raise InvalidInput(
-                f"{ref!r} is not a delivery tag of a partitioned queue: <partition>/<seq>.<count> "
+                f"{ref!r} is not a delivery tag of a partitioned queue: <partition>/<seq>.<count>.<token> "
                 f"with a partition from 0 to {len(self.consumers) - 1}"
             )
         return int(head), tag

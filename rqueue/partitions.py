@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from . import validate as check
 from .constants import MAX_PARTITIONS
 from .engine import commands, store
-from .errors import InvalidInput, NotDurable, PartialPublish, Unroutable
+from .errors import InvalidInput, NotDurable, PartialPublish, QueueInUse, Unroutable
 from .partitioned_consumer import PartitionedConsumer
 from .publishing import PreparedPublish, per_message, prepare, send
 from .queue import Queue
@@ -188,6 +188,12 @@ class PartitionedQueue:
             if isinstance(got, NotDurable):
                 errors[p] = durability[p] = got
                 got = got.results
+            if isinstance(got, PartialPublish):
+                # a partition's batch over MAX_BATCH: its earlier calls stored theirs
+                errors[p] = next(iter(got.errors.values()))
+                for i, stored in zip(idx, got.results, strict=True):
+                    out[i] = stored
+                continue
             if isinstance(got, Exception):
                 errors[p] = got
                 continue
@@ -306,10 +312,16 @@ class PartitionedQueue:
                 out[g] = out.get(g, 0) + purged
         return out
 
-    def delete(self) -> int:
-        """Deletes every partition and the record of the partitioning;
-        returns how many keys were deleted."""
-        deleted = sum(part.delete() for part in self.parts)
+    def delete(self, force: bool = False) -> int:
+        """Deletes every partition and the record of the partitioning (see
+        :meth:`rqueue.Queue.delete`: refused while deliveries are in flight
+        in any partition, unless ``force``); returns how many keys were
+        deleted."""
+        if not check.flag("force", force):
+            held = sum(store.in_flight(self.client.redis, part.keys) for part in self.parts)
+            if held:
+                raise QueueInUse(self.name, held)
+        deleted = sum(part.delete(force=True) for part in self.parts)
         deleted += store.delete_partitioning(self.client.redis, self.client.prefix, self.name)
         self.client.forget(self.parts[0].root)
         return deleted

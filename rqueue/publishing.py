@@ -2,6 +2,11 @@
 encoded before anything is sent, then sent in one round trip. A partitioned
 queue prepares each partition's share with :func:`prepare` and sends them
 with :func:`send`, as a plain queue does.
+
+A batch goes in script calls of MAX_BATCH messages, each stored whole or
+not at all. When a later call fails after earlier ones stored their
+messages, PartialPublish lists what was stored, so that a retry of the rest
+does not store anything twice.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from .constants import MAX_BATCH
 from .engine import commands
 from .engine.durable import publish_durably
 from .engine.record import encode_body
-from .errors import InvalidInput, NotDurable, PayloadTooLarge, Unroutable
+from .errors import InvalidInput, NotDurable, PartialPublish, PayloadTooLarge, Unroutable
 from .names import check_message_id
 from .results import PublishResult
 from .settings import Settings
@@ -28,6 +33,7 @@ class PreparedPublish(NamedTuple):
     a fall-back to the alternate queue needs."""
 
     calls: list[commands.PublishCall]
+    sizes: list[int]  # messages of each call, in order
     settings: Settings
     payloads: Sequence[bytes]
     headers: list[Any]
@@ -96,17 +102,24 @@ def prepare(
         messages,
         MAX_BATCH,
     )
-    return PreparedPublish(calls, settings, payloads, per_headers, per_ids, delay, durable)
+    sizes = [count] if count <= MAX_BATCH else [min(MAX_BATCH, count - s) for s in range(0, count, MAX_BATCH)]
+    return PreparedPublish(calls, sizes, settings, payloads, per_headers, per_ids, delay, durable)
 
 
 def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
-    """Runs the script calls of a prepared publish; returns once Redis applied them."""
+    """Runs the script calls of a prepared publish; returns once Redis
+    applied them. When some call failed: its error if no call stored
+    anything, else PartialPublish."""
     client = queue.client
     try:
         if prepared.durable:
-            replies = publish_durably(client, queue.keys.meta, client.scripts.publish, prepared.calls)
-        else:
+            replies = _send_durably(queue, prepared)
+        elif len(prepared.calls) == 1:
             replies = commands.publish(client.scripts, prepared.calls, queue.name)
+        else:
+            replies = commands.publish_each(client.scripts, prepared.calls, queue.name)
+            if any(isinstance(r, Exception) for r in replies):
+                raise _failure(queue, prepared, replies)
     except NotDurable as exc:
         client.register(queue.name)
         exc.results = commands.publish_results(exc.results, queue.partition)
@@ -125,3 +138,58 @@ def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
         return [PublishResult(r.seq, r.duplicate, alternate) for r in results]
     client.register(queue.name)
     return commands.publish_results(replies, queue.partition)
+
+
+def _failure(queue: QueueLike, prepared: PreparedPublish, replies: list[Any]) -> Exception:
+    """What a publish whose calls gave ``replies`` (per call its reply or its
+    error, at least one an error) raises: the first error when no call
+    stored anything (so an Unroutable batch still goes to the alternate
+    queue), else PartialPublish with the results of the calls that did."""
+    errors = [r for r in replies if isinstance(r, Exception)]
+    if len(errors) == len(replies):
+        return errors[0]
+    queue.client.register(queue.name)
+    results: list[PublishResult | None] = []
+    for reply, size in zip(replies, prepared.sizes, strict=True):
+        if isinstance(reply, Exception):
+            results += [None] * size
+        else:
+            results += commands.publish_results([reply], queue.partition)
+    failed = {i: r for i, r in enumerate(replies) if isinstance(r, Exception)}
+    return PartialPublish(results, failed, unit="call")
+
+
+def _send_durably(queue: QueueLike, prepared: PreparedPublish) -> list[Any]:
+    """The replies of a durable publish's calls, each call confirmed before
+    the next is sent: publish_durably raises the first error of the calls
+    it is given without the others' replies, so one call at a time is what
+    tells which messages a failure left stored. Raises NotDurable (every
+    call stored) for the weakest confirmation of any call."""
+    client = queue.client
+    if len(prepared.calls) == 1:
+        return publish_durably(client, queue.keys.meta, client.scripts.publish, prepared.calls)
+    replies: list[Any] = []
+    short: list[NotDurable] = []
+    failed: Exception | None = None
+    for call in prepared.calls:
+        try:
+            replies += publish_durably(client, queue.keys.meta, client.scripts.publish, [call])
+        except NotDurable as exc:
+            replies += exc.results
+            short.append(exc)
+        except Exception as exc:
+            failed = exc
+            break
+    if failed is not None:
+        # the calls after the one that failed were not sent: not stored
+        raise _failure(queue, prepared, replies + [failed] * (len(prepared.calls) - len(replies)))
+    if short:
+        synced = [e.fsynced for e in short]
+        raise NotDurable(
+            replies,
+            min(e.replicas for e in short),
+            short[0].required,
+            None if None in synced else all(synced),
+            "; ".join(dict.fromkeys(e.why for e in short)),
+        )
+    return replies

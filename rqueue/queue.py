@@ -12,8 +12,8 @@ from .deadletters import Selection, iter_dead_letters, purge, replay
 from .engine import commands, store
 from .engine.keys import QueueKeys, queue_base
 from .engine.record import decode_record
-from .errors import InvalidInput, InvalidName, InvalidSetting
-from .names import check_name
+from .errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse
+from .names import check_name, check_queue_name
 from .publishing import prepare, send
 from .results import DeadLetter, Message, Progress, PublishResult, QueueStats, ReplayResult
 from .settings import DEAD_LETTER_MODES, Settings
@@ -43,7 +43,7 @@ class Queue:
     """
 
     def __init__(self, client: QueueContext, name: str, partition: int | None = None) -> None:
-        check_name("queue", name)
+        check_queue_name(name, client.dlq_prefix, client.dlq_suffix)
         root, depth = name, 0
         pre, suf = client.dlq_prefix, client.dlq_suffix
         while root.startswith(pre) and root.endswith(suf) and len(root) > len(pre) + len(suf):
@@ -160,12 +160,14 @@ class Queue:
                     break
         return out
 
-    def delete(self) -> int:
+    def delete(self, force: bool = False) -> int:
         """Deletes the queue: its messages, groups, dead-letter queue and
-        events (reading its keys from its own registry, so no SCAN is
-        needed). De-duplication ids are left to expire with their window.
-        Consumers still working on it get errors. Returns how many keys
-        were deleted."""
+        events. De-duplication ids are left to expire with their window.
+        Refuses with QueueInUse, deleting nothing, while consumers hold
+        deliveries of it, unless ``force`` (their settles then fail).
+        Returns how many keys were deleted."""
+        if not check.flag("force", force) and (held := store.in_flight(self.client.redis, self.keys)):
+            raise QueueInUse(self.name, held)
         deleted = store.delete_queue(self.client.redis, self.keys, self.client.prefix, self.name)
         self.client.forget(self.name)
         return deleted

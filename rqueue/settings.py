@@ -28,13 +28,14 @@ from .constants import (
     DEFAULT_REDELIVERY_DELAY,
     DEFAULT_REDELIVERY_JITTER,
     DEFAULT_REDELIVERY_MULTIPLIER,
+    MAX_DURATION,
     MAX_REDELIVERY_DELAY_FACTOR,
     SETTINGS_CACHE_TTL,
 )
 from .engine import store
-from .errors import InvalidName, InvalidSetting
+from .errors import InvalidName, InvalidSetting, show
 from .names import check_name, check_pattern
-from .validate import positive_seconds as positive_seconds
+from .validate import limit_text
 
 DEAD_LETTER_MODES = ("dlq", "none")
 
@@ -49,7 +50,7 @@ class Settings:
     max_deliveries: int = DEFAULT_MAX_DELIVERIES
     redelivery_delay: float = DEFAULT_REDELIVERY_DELAY
     redelivery_multiplier: float = DEFAULT_REDELIVERY_MULTIPLIER
-    max_redelivery_delay: float | None = None  # None = redelivery_delay x 10
+    max_redelivery_delay: float | None = None  # None = redelivery_delay x 10, at most MAX_DURATION
     redelivery_jitter: float = DEFAULT_REDELIVERY_JITTER
     dead_letter: str = DEFAULT_DEAD_LETTER  # "dlq", "none" or a queue name
     alternate: str | None = None  # queue that takes unroutable mandatory publishes
@@ -63,7 +64,8 @@ class Settings:
     @property
     def effective_max_redelivery_delay(self) -> float:
         if self.max_redelivery_delay is None:
-            return self.redelivery_delay * MAX_REDELIVERY_DELAY_FACTOR
+            # bounded as a cap set by hand is: the scripts add it to now
+            return min(self.redelivery_delay * MAX_REDELIVERY_DELAY_FACTOR, MAX_DURATION)
         return self.max_redelivery_delay
 
     def as_dict(self) -> dict[str, Any]:
@@ -97,6 +99,17 @@ def _at_least(name: str, value: Any, low: float, *, integer: bool = False, what:
     return int(v) if integer else float(v)
 
 
+def _duration(name: str, value: Any, low: float, what: str) -> float:
+    """A number of seconds from ``low`` to MAX_DURATION (see validate.py for
+    what the scripts can represent)."""
+    finite = not isinstance(value, float) or math.isfinite(value)
+    if not isinstance(value, bool) and isinstance(value, (int, float)) and finite and value > MAX_DURATION:
+        # before _number's 2^53, which is not the limit of a duration
+        raise InvalidSetting(name, value, f"is over the limit of {limit_text()}, the longest duration rqueue accepts")
+    v: float = _at_least(name, value, low, what=what)
+    return v
+
+
 def _queue_name(setting: str, value: Any, what: str) -> str:
     try:
         return check_name("queue", value)
@@ -106,8 +119,7 @@ def _queue_name(setting: str, value: Any, what: str) -> str:
 
 def _check_one(name: str, value: Any) -> Any:
     if name == "ack_wait":
-        v = _at_least(name, value, 0.001, what="must be a positive number of seconds (at least 0.001)")
-        return v
+        return _duration(name, value, 0.001, "must be a positive number of seconds (at least 0.001)")
     if name in ("max_inflight", "prefetch"):
         return _at_least(name, value, 1, integer=True, what="must be a whole number >= 1")
     if name == "max_deliveries":
@@ -116,11 +128,11 @@ def _check_one(name: str, value: Any) -> Any:
             raise InvalidSetting(name, value, "must be >= 1, or -1 for unlimited")
         return int(v)
     if name in ("redelivery_delay", "dedup_window"):
-        return _at_least(name, value, 0, what="must not be negative (seconds)")
+        return _duration(name, value, 0, "must not be negative (seconds)")
     if name == "max_redelivery_delay":
         if value is None:
             return None
-        return _at_least(name, value, 0, what="must not be negative (seconds)")
+        return _duration(name, value, 0, "must not be negative (seconds)")
     if name == "redelivery_multiplier":
         return _at_least(name, value, 1, what="must be >= 1.0")
     if name == "redelivery_jitter":
@@ -195,7 +207,19 @@ def resolve(patterns: Mapping[str, Mapping[str, Any]], name: str) -> tuple[Setti
     except InvalidSetting as exc:
         cap_from, delay_from = origin.get("max_redelivery_delay"), origin.get("redelivery_delay")
         if exc.setting != "max_redelivery_delay" or cap_from is None or delay_from is None or cap_from == delay_from:
-            raise
+            stored_by = origin.get(exc.setting)
+            if stored_by is None:
+                raise
+            # A value stored before its limit existed, or by another client:
+            # say where it is, so that it can be changed or unset.
+            head = f"invalid setting {exc.setting}={show(exc.value)}: "
+            why = str(exc)[len(head) :] if str(exc).startswith(head) else str(exc)
+            raise InvalidSetting(
+                exc.setting,
+                exc.value,
+                f"{why} (stored for pattern {stored_by!r}, which applies to queue {name!r}: "
+                "change it with configure() or remove it with unset())",
+            ) from None
         # Each pattern was valid alone; say which two disagree for this queue.
         raise InvalidSetting(
             "max_redelivery_delay",

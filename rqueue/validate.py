@@ -4,14 +4,36 @@ argument and the value it refused, and returns the value normalised.
 
 A bool is never taken for a number (``True`` is an int in Python, and a
 caller who passes it has mixed up two arguments).
+
+Durations are bounded by MAX_DURATION (10 years) so that nothing is
+accepted that the scripts or the worker's waits cannot represent. The real
+limits, tightest first:
+
+- Lua writes a number it concatenates with ``%.14g``: only below 10^14 is
+  that digits. publish.lua stores an id's expiry as ``"<seq>:<now +
+  window>"`` (ms) and matches it with ``%d+``, so now (about 1.8 x 10^12 ms
+  in 2025) plus dedup_window must stay below 10^14 ms: about 3,100 years
+  today, less as time passes. Beyond, an id is never found again (a window
+  of 2 x 10^11 s silently de-duplicates nothing).
+- A number handed to ``redis.call`` is written with ``%.17g`` by Redis 7.0
+  (and fakeredis): integers only below 10^17. Beyond, the id key's PX is
+  refused ("value is not an integer", 10^14 s), and a liveness or ack_wait
+  stored in the group hash reads back as ``1e+17``.
+- Deadlines and due times are doubles: whole milliseconds are exact up to
+  2^53 (about 285,000 years); a redelivery with jitter 1 waits up to twice
+  its cap.
+- The worker waits with ``threading`` timeouts of at most
+  ``threading.TIMEOUT_MAX`` (about 292 years on Linux).
+
+A fixed bound far inside all of them, for any server clock before the year
+5000 and any test clock, is simpler to state than one that depends on the
+server's time; no broker offers delays or windows of more than 10 years.
 """
 
 from __future__ import annotations
 
-import math
-
-from .constants import MAX_DELAY, MAX_REASON_LENGTH
-from .errors import InvalidInput
+from .constants import MAX_DURATION, MAX_REASON_LENGTH
+from .errors import InvalidInput, show
 
 
 def whole_number(what: str, value: object, low: int, high: int | None = None) -> int:
@@ -28,42 +50,43 @@ def optional_whole_number(what: str, value: object, low: int, high: int | None =
     return None if value is None else whole_number(what, value, low, high)
 
 
-def seconds(what: str, value: object, *, high: float | None = None, positive: bool = False) -> float:
-    """``value`` when it is a finite duration in seconds: at least 0 (above 0
-    with ``positive``) and at most ``high`` (no upper bound when None)."""
+def limit_text(high: float = MAX_DURATION) -> str:
+    """How an error names the longest duration ``high`` (seconds)."""
+    if high == MAX_DURATION:
+        return f"{MAX_DURATION:.0f} s (10 years)"
+    return f"{high:g} s"
+
+
+def seconds(what: str, value: object, *, high: float = MAX_DURATION, positive: bool = False) -> float:
+    """``value`` when it is a duration in seconds: at least 0 (above 0 with
+    ``positive``) and at most ``high``. Compared without converting to
+    float, so an int too large for one is refused rather than raising
+    OverflowError; NaN fails every comparison."""
     if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < 0
-        or (positive and value == 0)
-        or (high is not None and value > high)
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and value <= high
+        and (value > 0 or (value == 0 and not positive))
     ):
-        if high is None:
-            bounds = "> 0" if positive else ">= 0"
-        elif positive:
-            bounds = f"above 0, up to {high:.0f}"
-        else:
-            bounds = f"from 0 to {high:.0f}"
-        raise InvalidInput(f"{what} must be a number of seconds {bounds}, not {value!r}")
-    return value
+        return value
+    low = "above 0" if positive else ">= 0"
+    raise InvalidInput(f"{what} must be a number of seconds {low}, not {show(value)} (the limit is {limit_text(high)})")
 
 
 def positive_seconds(what: str, value: object) -> float:
-    """A duration above 0 and at most MAX_DELAY, the longest a script
-    formats in whole milliseconds."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_DELAY:
-        raise InvalidInput(f"{what} must be a positive number of seconds up to {MAX_DELAY:.0f}, not {value!r}")
-    return value
+    """A duration above 0 and at most MAX_DURATION."""
+    if not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value <= MAX_DURATION:
+        return value
+    raise InvalidInput(f"{what} must be a positive number of seconds, not {show(value)} (the limit is {limit_text()})")
 
 
 def delay_ms(delay: object) -> int:
     """A publish or nack delay in whole milliseconds; 0 for None."""
     if delay is None:
         return 0
-    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= MAX_DELAY:
-        raise InvalidInput(f"delay {delay!r} must be a number of seconds from 0 to {MAX_DELAY:.0f}")
-    return int(round(delay * 1000))
+    if not isinstance(delay, bool) and isinstance(delay, (int, float)) and 0 <= delay <= MAX_DURATION:
+        return int(round(delay * 1000))
+    raise InvalidInput(f"delay {show(delay)} must be a number of seconds from 0 to {limit_text()}")
 
 
 def flag(what: str, value: object) -> bool:

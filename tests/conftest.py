@@ -81,7 +81,7 @@ def held(queue: rqueue.Queue) -> SimpleNamespace:
     w1 = queue.consumer("billing", name="w1")
     w2 = queue.consumer("billing", name="w2")
     d1, d2 = w1.fetch(2)
-    assert (d1.tag, d2.tag) == ("1.1", "2.1")
+    assert [(d.seq, d.delivery_count) for d in (d1, d2)] == [(1, 1), (2, 1)]
     return SimpleNamespace(w1=w1, w2=w2, d1=d1, d2=d2)
 
 
@@ -95,5 +95,5 @@ def stale(queue: rqueue.Queue, clock: rqueue.ManualClock) -> SimpleNamespace:
     [old] = w1.fetch(1)
     clock.advance(queue.settings().ack_wait + 1)
     [new] = w2.fetch(1)
-    assert (old.tag, new.tag) == ("1.1", "1.2")
+    assert [(d.seq, d.delivery_count) for d in (old, new)] == [(1, 1), (1, 2)]
     return SimpleNamespace(w1=w1, w2=w2, old=old, new=new)

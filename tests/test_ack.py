@@ -140,12 +140,12 @@ def test_foreign_late_ack_is_refused(queue, clock):
     queue.publish(b"m")
     a = queue.consumer("g", name="a", ack_wait=1)
     b = queue.consumer("g", name="b")
-    a.fetch()
+    [first] = a.fetch()
     clock.advance(2)
     [current] = a.fetch()  # delivery 2, to a again
-    # when b acks the first delivery, which it never received, then that is refused
-    with pytest.raises(rqueue.NotHeld, match="1.1"):
-        b.ack("1.1")
+    # when b acks the first delivery, which it never received, by its tag, then that is refused
+    with pytest.raises(rqueue.NotHeld, match=first.tag):
+        b.ack(first.tag)
     current.ack()
 
 
@@ -164,7 +164,7 @@ def test_ack_and_fetch_is_one_call_that_acks_before_it_fetches(client, queue, mo
     monkeypatch.setattr(client.scripts, "ack", no_second_call)
     # when it acks them (and an unknown tag) and fetches in one call: the two
     # acks free the two prefetch slots for the fetch of the same call
-    statuses, got, due_in = c.ack_and_fetch(first + ["9.1"], 5)
+    statuses, got, due_in = c.ack_and_fetch([*first, f"9.1.{first[0].token}"], 5)
     # then the acks are applied, the unknown tag is reported, and the freed room is filled
     assert statuses[:2] == [None, None] and isinstance(statuses[2], rqueue.DeliveryError)
     assert [d.seq for d in got] == [3] and due_in is None

@@ -18,6 +18,7 @@ from rqueue.cli import cli
 from rqueue.cli.common import table
 from rqueue.cli.demo import DEMO_POISON, demo_problems
 from rqueue.embedded import free_port
+from rqueue.engine.keys import registry_key, settings_key
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> Result:
@@ -236,6 +237,52 @@ def test_queues_table_and_json(backend, prefix, prepared):
 def test_queues_of_an_empty_prefix(backend, prefix):
     assert run("--url", backend, "--prefix", prefix, "queues", "--json").stdout.strip() == '{\n  "queues": []\n}'
     assert run("--url", backend, "--prefix", prefix, "queues").stdout.strip() == "(no queues)"
+
+
+def test_queues_lists_a_queue_it_cannot_read_with_a_warning(backend, prefix, prepared):
+    # given, beside readable queues, names stored by older versions or other clients that this one refuses
+    # (one whose dead-letter queue's name would be too long, one with a space) and a queue whose stored
+    # settings are out of range
+    client = prepared.client
+    long_name = "q" * 199
+    client.redis.sadd(registry_key(prefix), long_name, "bad name")
+    client.queue("invoices").publish(b"x")
+    client.redis.hset(settings_key(prefix), "invoices dedup_window", "1e14")
+    # when the queues are listed
+    text = run("--url", backend, "--prefix", prefix, "queues")
+    # then the command succeeds and lists every queue, those it cannot read without figures
+    assert text.exit_code == 0, text.output
+    rows = table_rows(text.stdout, "queue")
+    assert sorted(rows) == sorted(["DLQ.orders", "orders", "invoices", long_name, "'bad name'"])
+    assert rows["orders"]["depth"] == "3"
+    for bad in (long_name, "'bad name'", "invoices"):
+        assert set(rows[bad].values()) == {bad, "-"}
+    # and a warning on stderr says why for each
+    warnings = [line for line in text.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 3
+    assert any(w.startswith(f"warning: queue {long_name} cannot be read: invalid queue name") for w in warnings)
+    assert any("'bad name' cannot be read" in w and "contains ' '" in w for w in warnings)
+    assert any("queue invoices cannot be read: invalid setting dedup_window" in w for w in warnings)
+    # and the JSON marks them with their error and null figures
+    data = json.loads(run("--url", backend, "--prefix", prefix, "queues", "--json").stdout)
+    by_name = {q["name"]: q for q in data["queues"]}
+    assert "error" not in by_name["orders"]
+    assert by_name["bad name"]["depth"] is None and "contains ' '" in by_name["bad name"]["error"]
+    assert "over the limit of 200" in by_name[long_name]["error"]
+    assert by_name["invoices"]["error"].startswith("invalid setting dedup_window")
+
+
+def test_queues_lists_a_stored_name_that_is_not_utf8(backend, prefix, prepared):
+    # given a name in the list of queues that is not UTF-8 (written by another client)
+    prepared.client.redis.sadd(registry_key(prefix), b"\xffbad")
+    # when the queues are listed
+    text = run("--url", backend, "--prefix", prefix, "queues")
+    # then the others are listed with their figures, and that one with a warning naming its bad byte
+    assert text.exit_code == 0, text.output
+    rows = table_rows(text.stdout, "queue")
+    assert rows["orders"]["depth"] == "3"
+    assert set(rows["'\\udcffbad'"].values()) == {"'\\udcffbad'", "-"}
+    assert "a lone surrogate" in text.stderr
 
 
 def test_table_aligns_numbers_right_and_text_left():

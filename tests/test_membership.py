@@ -37,7 +37,7 @@ def test_closed_consumer(client, queue, held):
         with pytest.raises(rqueue.RQueueError, match="name='w2'.*is closed"):
             held.w2.fetch(1)
         with pytest.raises(rqueue.RQueueError, match="is closed"):
-            held.w2.ack("3.1")
+            held.w2.ack(f"3.1.{held.d1.token}")
 
 
 def test_members_are_judged_by_their_own_liveness(queue, clock):
@@ -58,7 +58,7 @@ def test_lost_fetch_reply_is_handed_back_uncounted(client, queue):
     # given a fetch applied in Redis whose reply never reached the client
     queue.publish_many([b"1", b"2"])
     c = queue.consumer("g", name="w")
-    commands.fetch(queue.group_call("g", queue.settings(), "w"), 2)
+    commands.fetch(queue.group_call("g", queue.settings(), "w"), 2, "lost")
     # when the client syncs what it knows (nothing)
     result = c.heartbeat([], timeout=5, sync=True)
     # then both come back as first deliveries

@@ -9,10 +9,11 @@ import threading
 import pytest
 import redis
 from click.testing import CliRunner
-from support.servers import SINGLE_SERVERS, wait_for
+from support.servers import SINGLE_SERVERS, start_server, wait_for
 
 import rqueue
 from rqueue.cli import cli
+from rqueue.constants import MAX_BATCH
 from rqueue.engine.keys import partitions_key
 from rqueue.partitions import partition_of
 
@@ -157,10 +158,10 @@ def test_settling_by_partition_tag(pq):
     c.ack(f"2/{d.tag}")
     assert pq.stats().group("g").acked == 1
     # and a tag without a partition, or of no partition, is refused by name
-    with pytest.raises(rqueue.InvalidInput, match=r"'1\.1' is not a delivery tag of a partitioned queue"):
-        c.ack("1.1")
+    with pytest.raises(rqueue.InvalidInput, match=r"'1\.1\.ab' is not a delivery tag of a partitioned queue"):
+        c.ack("1.1.ab")
     with pytest.raises(rqueue.InvalidInput, match=r"with a partition from 0 to 2"):
-        c.ack("3/1.1")
+        c.ack("3/1.1.ab")
     # and a second ack of the same delivery says so
     with pytest.raises(rqueue.AlreadyAcked):
         c.ack(f"2/{d.tag}")
@@ -222,11 +223,14 @@ def test_worker_on_a_partitioned_queue_handles_every_message_once(client, pq):
 
 
 def test_delete_removes_every_partition(client, pq):
-    # given a partitioned queue in use
+    # given a partitioned queue in use, with deliveries in flight
     pq.publish_many([b"m"] * 6)
     pq.consumer("g").fetch(2)
-    # when the queue is deleted, then no key of it is left and the name is free again
-    assert pq.delete() > 0
+    # when it is deleted, then that is refused while they are in flight
+    with pytest.raises(rqueue.QueueInUse, match="2 deliveries in flight"):
+        pq.delete()
+    # and with force no key of it is left and the name is free again
+    assert pq.delete(force=True) > 0
     assert isinstance(client.queue("orders"), rqueue.Queue)
     assert all(part.stats().last_seq == 0 for part in pq.parts)
 
@@ -322,7 +326,7 @@ def test_acks_over_partitions_settle_every_partition_and_name_the_bad_one(pq):
     ds = sorted(c.fetch(3), key=lambda d: d.consumer.queue.partition)
     ds[1].ack()
     # when all three are acked in one call
-    with pytest.raises(rqueue.AlreadyAcked, match="delivery tag 1/1.1 "):
+    with pytest.raises(rqueue.AlreadyAcked, match=f"delivery tag 1/{ds[1].tag} "):
         c.ack(ds)
     # then the other partitions were settled all the same
     assert [pq.parts[p].stats().group("g").in_flight for p in range(3)] == [0, 0, 0]
@@ -461,3 +465,30 @@ def test_a_lost_reply_from_one_node_does_not_stop_the_others_nor_run_twice(clien
     monkeypatch.undo()
     # ... and nothing was sent twice: every message is stored exactly once
     assert pq.stats().last_seq == 12 + 36
+
+
+def test_a_partition_whose_later_call_fails_reports_what_its_earlier_calls_stored(prefix):
+    # given a server that fills up after one publish call of MAX_BATCH messages (see test_publish.py)
+    server = start_server("redis")
+    try:
+        client = rqueue.connect(server.url, prefix=prefix)
+        pq = client.queue("orders", partitions=2)
+        pq.publish(b"warm-up", key="k")  # the script is loaded
+        client.redis.config_set("maxmemory", client.redis.info("memory")["used_memory"] + 4_500_000)
+        # when a batch of three calls goes to one partition
+        with pytest.raises(rqueue.PartialPublish) as caught:
+            pq.publish_many(
+                [b"m" * 400] * (3 * MAX_BATCH),
+                ids=[f"o-{i}" for i in range(3 * MAX_BATCH)],
+                keys=["k"] * (3 * MAX_BATCH),
+            )
+        # then the messages of its first call are listed as stored in that partition, the rest as not
+        err = caught.value
+        p = partition_of("k", 2)
+        assert [(r.seq, r.partition) for r in err.results[:MAX_BATCH]] == [(s, p) for s in range(2, MAX_BATCH + 2)]
+        assert err.results[MAX_BATCH:] == [None] * (2 * MAX_BATCH)
+        assert list(err.errors) == [p] and isinstance(err.errors[p], rqueue.OutOfMemory)
+        assert pq.parts[p].stats().last_seq == MAX_BATCH + 1
+        client.close()
+    finally:
+        server.stop()

@@ -15,6 +15,7 @@ from support.servers import start_server
 
 import rqueue
 from rqueue import InvalidInput, PayloadTooLarge, Unroutable
+from rqueue.constants import MAX_BATCH
 
 NAN = float("nan")
 INF = float("inf")
@@ -349,3 +350,87 @@ def test_over_maxmemory_acks_get_through_and_publishes_are_refused_whole(kind, p
         client.close()
     finally:
         server.stop()
+
+
+# -- batches over MAX_BATCH messages -------------------------------------------------
+
+
+def _full_after_one_call(client, prefix):
+    """Sets maxmemory 4.5 MB above what the server uses now. A publish call
+    of MAX_BATCH messages of 400 bytes with ids holds about 3 MB of
+    arguments while Redis checks its memory, and stores about 3 MB: the
+    first call of a batch starts below the limit, and the next one, its
+    arguments on top of what the first stored, finds the server full."""
+    client.queue("warm-up").publish(b"x")  # the script is loaded
+    client.redis.delete(*client.redis.keys(f"{prefix}:*"))
+    client.redis.config_set("maxmemory", client.redis.info("memory")["used_memory"] + 4_500_000)
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["plain", "durable"])
+@pytest.mark.parametrize("kind", ["redis", "valkey"])
+def test_a_batch_whose_later_call_fails_says_what_was_stored(kind, prefix, durable):
+    # given a server that fills up after one publish call of MAX_BATCH messages
+    server = start_server(kind)
+    try:
+        client = rqueue.connect(server.url, prefix=prefix, durable_replicas=0)
+        _full_after_one_call(client, prefix)
+        q = client.queue("orders")
+        payloads = [b"m" * 400] * (3 * MAX_BATCH)
+        ids = [f"order-{i}" for i in range(len(payloads))]
+        # when a batch of three calls is published
+        with pytest.raises(rqueue.PartialPublish) as caught:
+            q.publish_many(payloads, ids=ids, durable=durable)
+        # then the error lists the first call's messages as stored, the others as not, and why
+        err = caught.value
+        assert [r.seq for r in err.results[:MAX_BATCH]] == list(range(1, MAX_BATCH + 1))
+        assert err.results[MAX_BATCH:] == [None] * (2 * MAX_BATCH)
+        # (the calls after it, by their index from 0, each with its error)
+        assert 1 in err.errors and all(isinstance(why, rqueue.OutOfMemory) for why in err.errors.values())
+        names_input(err, f"stored {MAX_BATCH} of {3 * MAX_BATCH} messages", "OutOfMemory")
+        assert q.stats().last_seq == MAX_BATCH
+        assert client.queues() == ["orders"]
+        # and once memory is back, the same batch again stores each message once
+        client.redis.config_set("maxmemory", 0)
+        again = q.publish_many(payloads, ids=ids)
+        assert [r.duplicate for r in again] == [True] * MAX_BATCH + [False] * (2 * MAX_BATCH)
+        assert [r.seq for r in again] == list(range(1, 3 * MAX_BATCH + 1))
+        client.close()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("kind", ["redis", "valkey"])
+def test_a_batch_whose_first_call_fails_raises_that_error_and_stores_nothing(kind, prefix):
+    # given a server already over its maxmemory
+    server = start_server(kind)
+    try:
+        client = rqueue.connect(server.url, prefix=prefix)
+        client.queue("warm-up").publish(b"x")  # the script is loaded
+        client.redis.set(f"{prefix}:filler", b"x" * 5_000_000)
+        client.redis.config_set("maxmemory", client.redis.info("memory")["used_memory"] - 1_000_000)
+        q = client.queue("orders")
+        # when a batch of two calls is published
+        # then the server's refusal is raised as it came, and nothing is stored
+        with pytest.raises(rqueue.OutOfMemory):
+            q.publish_many([b"m"] * (MAX_BATCH + 1))
+        assert q.stats().last_seq == 0
+        assert client.queues() == ["warm-up"]
+        client.close()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("backend", ["redis", "memory"], indirect=True)
+def test_a_durable_batch_of_several_calls_not_confirmed_lists_every_message(backend, prefix):
+    # given a server without the replica a durable publish waits for
+    client = rqueue.connect(backend, prefix=prefix, durable_replicas=1, durable_timeout=0.05)
+    q = client.queue("orders")
+    # when a durable batch of two calls is published
+    with pytest.raises(rqueue.NotDurable) as caught:
+        q.publish_many([b"m"] * (MAX_BATCH + 1), durable=True)
+    # then every message is stored and listed, and the shortfall is named once
+    err = caught.value
+    assert [r.seq for r in err.results] == list(range(1, MAX_BATCH + 2))
+    assert (err.replicas, err.required) == (0, 1)
+    assert q.stats().last_seq == MAX_BATCH + 1
+    client.close()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+from support.refusals import nothing_changes
+
 import rqueue
 
 
@@ -50,3 +53,37 @@ def test_delete_removes_every_key_of_the_queue_only(backend, prefix):
     assert all(0 < r.pttl(k) <= 120_000 for k in left)
     assert client.queues() == ["orders2"] and other.stats().depth == 1
     client.close()
+
+
+def test_delete_refuses_while_deliveries_are_in_flight(client, queue):
+    # given a consumer holding a delivery of the queue
+    queue.publish_many([b"a", b"b"])
+    c = queue.consumer("g")
+    [d] = c.fetch(1)
+    # when the queue is deleted without force
+    with nothing_changes(client, queue), pytest.raises(rqueue.QueueInUse, match="1 deliveries in flight") as exc:
+        queue.delete()
+    # then it names the queue and the count, and the consumer goes on
+    assert (exc.value.queue, exc.value.in_flight) == ("orders", 1)
+    d.ack()
+    # and once nothing is in flight, it deletes
+    assert queue.delete() > 0
+    assert queue.stats().depth == 0
+
+
+def test_delete_with_force_deletes_what_is_in_flight(client, queue):
+    # given a consumer holding a delivery
+    queue.publish(b"a")
+    c = queue.consumer("g")
+    [d] = c.fetch(1)
+    # when the queue is deleted with force
+    assert queue.delete(force=True) > 0
+    # then it is gone, and the consumer's settle of the old delivery changes nothing
+    with pytest.raises(rqueue.DeliveryError):
+        d.ack()
+    assert queue.stats().depth == 0 and queue.groups() == []
+
+
+def test_delete_refuses_a_force_that_is_not_a_bool(client, queue):
+    with nothing_changes(client, queue), pytest.raises(rqueue.InvalidInput, match="force must be True or False"):
+        queue.delete(force="yes")

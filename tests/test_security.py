@@ -1,12 +1,11 @@
-"""Security: an ACL user limited to rqueue's key prefix and the commands it
-needs runs everything; TLS with rediss:// against a TLS redis-server using
+"""Security: TLS with rediss:// against a TLS redis-server using
 certificates made here; passwords never shown in errors, logs or CLI output;
 nothing is ever unpickled or evaluated; no key or pub/sub channel outside the
 prefix is ever used.
 
-Name validation is tested in test_names.py, payload limits in
-test_publish.py, the connection errors of a wrong ACL password in
-test_connect.py.
+The ACL users of docs/ACL.md are tested in test_acl.py, name validation in
+test_names.py, payload limits in test_publish.py, the connection errors of a
+wrong ACL password in test_connect.py.
 
 TLS: the certificates are made with the openssl binary (a CA, a server
 certificate for 127.0.0.1, a client certificate, another CA); redis-server
@@ -31,368 +30,23 @@ import subprocess
 import threading
 import time
 import tokenize
-import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 import redis
-from click.testing import CliRunner
+from support.everything import exercise_everything, run_cli
 from support.refusals import everything_shown
 from support.servers import IN_CI, start_server, wait_for
 
 import rqueue
-from rqueue.cli import cli
 from rqueue.embedded import EmbeddedServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "Pa55-w0rd-never-shown"
 
-# -- the ACL rule ---------------------------------------------------------------
-
-# What rqueue needs, for key prefix {prefix} (docs/ACL.md explains every
-# entry and holds this same text for the default prefix "rq"). Commands run
-# by the Lua scripts are checked against the caller's ACL too, so they are
-# listed as well. Not granted, on purpose: CONFIG GET (connect() uses it only
-# to warn about maxmemory-policy and skips the check when refused) and CLIENT
-# SETINFO (redis-py sends it on connect and ignores a refusal).
-ACL_RULE = (
-    "~{prefix}:* &{prefix}:* -@all "
-    "+ping +info|server +time "
-    "+evalsha +script|load +script|exists "
-    "+multi +exec "
-    "+exists +get +set +del "
-    "+hdel +hexists +hget +hgetall +hincrby +hkeys +hlen +hmget +hset +hsetnx +hvals "
-    "+sadd +sismember +smembers +srem "
-    "+zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore "
-    "+xadd +xrange +xrevrange "
-    "+publish +subscribe"
-)
-
-# Refusals the restricted user may cause, all harmless (see above).
-EXPECTED_REFUSALS = {"config|get", "client|setinfo"}
-
-
-def acl_rule(prefix: str) -> str:
-    return ACL_RULE.format(prefix=prefix)
-
-
-def create_user(admin: redis.Redis, name: str, password: str, prefix: str) -> None:
-    admin.execute_command("ACL", "SETUSER", name, "reset", "on", f">{password}", *acl_rule(prefix).split())
-
-
-def granted_commands() -> set[str]:
-    return {word[1:] for word in ACL_RULE.split() if word.startswith("+")}
-
-
-# -- running everything -------------------------------------------------------------
-
-
-@dataclass
-class CliRun:
-    args: list[str]
-    exit_code: int
-    text: str  # stdout, stderr and any traceback
-
-
-@dataclass
-class Exercised:
-    cli: list[CliRun] = field(default_factory=list)
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None) -> CliRun:
-    result = CliRunner().invoke(cli, list(args), env=env)
-    try:
-        parts = [result.stdout, result.stderr]
-    except ValueError:  # older click: stderr mixed into output
-        parts = [result.output]
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        parts += traceback.format_exception(result.exception)
-    return CliRun(list(args), result.exit_code, "\n".join(parts))
-
-
-def exercise_everything(url: str, prefix: str) -> Exercised:
-    """Every operation of rqueue against ``url`` under ``prefix``: publishing,
-    consuming, settling, stats, dead letters, events, a worker and the CLI.
-    Asserts that each one did what it should."""
-    out = Exercised()
-    client = rqueue.connect(url, prefix=prefix, settings_ttl=0)
-    try:
-        client.configure("jobs.#", ack_wait=5, max_deliveries=2)
-        client.configure("jobs.a", dedup_window=60)
-        q = client.queue("jobs.a")
-        assert q.settings().ack_wait == 5
-
-        # publish and publish_many, with ids (one a duplicate) and delays
-        first = q.publish(b"one", headers={"k": "v"}, id="m-1")
-        dup = q.publish(b"one again", id="m-1")
-        assert dup.duplicate and dup.seq == first.seq
-        q.publish_many([b"two", b"three", b"four", b"five"], ids=["m-2", "m-3", None, None])
-        q.publish_many([b"late"], ids=["m-late"], delay=0.3)
-
-        # a consumer: fetch, ack, nack, reject, term, in_progress, heartbeat, close
-        with q.consumer("g", name="c1", prefetch=50) as con:
-            got = {d.data: d for d in con.fetch(10, timeout=1.0)}
-            assert set(got) == {b"one", b"two", b"three", b"four", b"five"}
-            assert got[b"one"].headers == {"k": "v"}
-            got[b"one"].ack()
-            assert got[b"two"].nack(delay=0, error="try again") == "requeued"
-            got[b"three"].reject(reason="bad input")
-            got[b"four"].term("not wanted")
-            assert got[b"five"].in_progress() > 0
-            hb = con.heartbeat([got[b"five"]], timeout=5.0, sync=True)
-            assert hb.statuses == [None]
-            con.ack([got[b"five"]])
-            with pytest.raises(rqueue.AlreadyAcked):  # acked above the ack floor
-                con.ack(got[b"five"])
-            again = con.fetch(1, timeout=2.0)
-            assert [d.data for d in again] == [b"two"] and again[0].redelivered
-            again[0].ack()
-            late = con.fetch(1, timeout=5.0)  # waits on the pub/sub wake-up and the delay
-            assert [d.data for d in late] == [b"late"]
-            late[0].ack()
-            q.publish(b"six")
-            held = con.fetch(1, timeout=1.0)
-            assert [d.data for d in held] == [b"six"]
-            members = q.stats().group("g").consumers  # with a member's heartbeat
-            assert [(c.name, c.held) for c in members] == [("c1", 1)] and members[0].idle_ms is not None
-        # closing returned "six" to the group
-
-        # inspection
-        stats = q.stats()
-        g = stats.group("g")
-        assert (g.dead_lettered, g.in_flight, stats.dead_letters) == (2, 0, 2)
-        assert {"jobs.a", "DLQ.jobs.a"} <= set(client.queues())
-        assert q.groups() == ["g"]
-        assert [m.data for m in q.peek_group("g")] == [b"six"]
-        assert len(q.peek(10)) >= 1
-        assert [m.data for m in client.queue("DLQ.jobs.a").peek()] == [b"three", b"four"]
-
-        # dead letters: list, replay (dry run, then for real), purge, events
-        dead = q.dead_letters()
-        assert sorted(d.reason for d in dead) == ["rejected", "terminated"]
-        assert q.replay_dead_letters(dry_run=True).selected == 2
-        assert q.replay_dead_letters(reason="rejected").replayed == 1
-        assert q.purge_dead_letters(reason="terminated") == 1
-        kinds = {e["event"] for e in q.events(50)}
-        assert {"dead-lettered", "replayed", "purged"} <= kinds
-
-        # a worker: "three" (replayed), "six" (returned), four new ones, one rejected
-        q.publish_many([b"w0", b"w1", b"w2", b"w3", b"poison"])
-        done: list[bytes] = []
-        lock = threading.Lock()
-
-        def handler(d: rqueue.Delivery) -> None:
-            if d.data == b"poison":
-                raise rqueue.Reject("poisoned")
-            if d.data == b"w0":
-                time.sleep(0.5)  # outlives a few heartbeats
-            with lock:
-                done.append(d.data)
-
-        worker = rqueue.Worker(
-            q, "g", handler, concurrency=3, heartbeat_interval=0.1, heartbeat_timeout=2.0, grace_period=5.0
-        )
-        worker.start()
-        try:
-            # (a worker that ended, e.g. on a refused command, stops the wait)
-            wait_for(lambda: worker.join(0) or (worker.stats.acked >= 6 and worker.stats.rejected >= 1), timeout=15)
-        finally:
-            worker.stop()
-            assert worker.join(10)
-        assert sorted(done) == [b"six", b"three", b"w0", b"w1", b"w2", b"w3"]
-        assert worker.stats.leases_lost == 0
-
-        # a second group, so that settling counts groups and trims by the lowest floor
-        q.publish_many([b"x1", b"x2"])
-        with q.consumer("audit") as audit:
-            seen = audit.fetch(100, timeout=1.0)
-            assert [d.data for d in seen][-2:] == [b"x1", b"x2"]
-            audit.ack(seen)
-        with q.consumer("g") as con:
-            con.ack(con.fetch(10, timeout=1.0))
-        assert q.stats().depth == 0
-
-        if hasattr(q, "purge"):  # Queue.purge (lua/purge.lua), where this version has it
-            q.publish(b"purge me")
-            q.purge()
-
-        (poison,) = q.dead_letters()
-        assert (poison.data, poison.reason, poison.error) == (b"poison", "rejected", "poisoned")
-
-        # the CLI, connected the same way
-        common = ["--url", url, "--prefix", prefix]
-        for args in (
-            ["queues"],
-            ["queues", "--json"],
-            ["stats", "jobs.a"],
-            ["stats", "jobs.a", "--json"],
-            ["dlq", "list", "jobs.a"],
-            ["dlq", "show", "jobs.a", str(poison.dlq_seq)],
-            ["dlq", "replay", "jobs.a", "--dry-run"],
-            ["dlq", "purge", "jobs.a", "--yes"],
-            ["events", "jobs.a", "-n", "50"],
-            ["configure", "cli.#", "--ack-wait", "7"],
-            ["settings", "cli.q"],
-            ["publish", "cli.q", "hello", "--id", "cli-1", "-H", "k=v"],
-            ["publish", "cli.q", "later", "--delay", "60"],
-            ["peek", "cli.q"],
-            ["peek", "jobs.a", "-g", "g"],
-            ["purge", "cli.q", "--yes"],
-            ["top", "--once"],
-            ["demo", "-n", "50", "-c", "2", "--json"],
-        ):
-            run = run_cli(*common, *args)
-            assert run.exit_code == 0, f"rqueue {' '.join(args)} failed:\n{run.text}"
-            run.args = args  # without the URL
-            out.cli.append(run)
-        shown = next(r.text for r in out.cli if r.args[:2] == ["dlq", "show"])
-        assert "poisoned" in shown
-    finally:
-        client.close()
-    return out
-
-
-def _commands_refused(admin: redis.Redis) -> list[dict[str, str]]:
-    entries = admin.execute_command("ACL", "LOG")
-    out = []
-    for e in entries:
-        if isinstance(e, list):  # RESP2 flat list
-            e = dict(zip(e[::2], e[1::2], strict=True))
-        out.append(
-            {
-                (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else str(v))
-                for k, v in e.items()
-                if k in (b"reason", b"object", b"context", "reason", "object", "context")
-            }
-        )
-    return out
-
-
-# -- 1. ACL ----------------------------------------------------------------------
-
-
-def test_acl_rule_is_the_one_documented():
-    # docs/ACL.md holds the rule of this module for the default prefix "rq"
-    text = (ROOT / "docs" / "ACL.md").read_text()
-    flat = " ".join(text.split())
-    assert acl_rule("rq") in flat, "docs/ACL.md does not hold the ACL rule of tests/test_security.py"
-    for command in granted_commands():
-        shown = command.upper().replace("|", "\\|")  # a | in a Markdown table is escaped
-        assert f"`{shown}`" in text, f"docs/ACL.md does not explain {command.upper()}"
-
-
-def test_acl_rule_grants_every_command_the_scripts_call():
-    # a command added to a script must be added to the rule (and docs/ACL.md)
-    called = set()
-    for path in sorted((ROOT / "rqueue" / "engine" / "lua").rglob("*.lua")):
-        code = _lua_code(path.read_text())
-        called |= {m.lower() for m in re.findall(r"(?:rcall|redis\.p?call|bulk)\(\s*['\"]([A-Za-z]+)['\"]", code)}
-    assert called, "no redis.call found in rqueue/engine/lua/: the pattern is out of date"
-    missing = called - granted_commands()
-    assert not missing, f"the Lua scripts call {sorted(missing)}, which ACL_RULE does not grant"
-
-
-@pytest.mark.parametrize("kind", ["redis", "valkey"])
-def test_restricted_user_runs_everything(kind, prefix, caplog):
-    # given a server with a user limited to the prefix and the commands of ACL_RULE
-    caplog.set_level(logging.WARNING)
-    server = start_server(kind)
-    admin = redis.Redis(port=server.port)
-    try:
-        create_user(admin, "rq-app", SECRET, prefix)
-        admin.execute_command("ACL", "LOG", "RESET")
-        # when everything rqueue does is run as that user
-        exercise_everything(f"redis://rq-app:{SECRET}@127.0.0.1:{server.port}/0", prefix)
-        # then it all worked (asserted inside), and the server refused nothing
-        # but the advice-only calls
-        refused = _commands_refused(admin)
-        unexpected = [e for e in refused if e["reason"] != "command" or e["object"] not in EXPECTED_REFUSALS]
-        assert not unexpected, f"the server refused {unexpected}"
-        # nobody logged a failure (the notifier and heartbeat threads log rather than raise)
-        problems = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-        assert not problems
-        assert all(k.startswith(f"{prefix}:".encode()) for k in admin.scan_iter(count=1000))
-    finally:
-        admin.close()
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def acl_server() -> Iterator[tuple[EmbeddedServer, str]]:
-    """A Redis with user "rq-app" restricted to prefix "app"."""
-    server = start_server("redis")
-    admin = redis.Redis(port=server.port)
-    create_user(admin, "rq-app", SECRET, "app")
-    admin.close()
-    yield server, f"redis://rq-app:{SECRET}@127.0.0.1:{server.port}/0"
-    server.stop()
-
-
-def test_restricted_user_cannot_leave_its_prefix(acl_server):
-    # given the restricted user
-    server, url = acl_server
-    user = redis.Redis.from_url(url)
-    admin = redis.Redis(port=server.port)
-    try:
-        admin.set("other:secret", "x")
-        # then it may not read, write or list keys outside its prefix, nor
-        # run arbitrary Lua, nor change the server
-        for command in (
-            ("GET", "other:secret"),
-            ("SET", "other:x", "1"),
-            ("HSET", "app2:x", "f", "1"),  # a prefix that merely starts the same
-            ("RENAME", "app:x", "app:y"),  # a command rqueue does not need, even inside the prefix
-            ("KEYS", "*"),
-            ("SCAN", "0"),
-            ("FLUSHDB",),
-            ("EVAL", "return redis.call('GET', KEYS[1])", "1", "app:x"),
-            ("SCRIPT", "FLUSH"),
-            ("CONFIG", "SET", "maxmemory-policy", "allkeys-lru"),
-            ("PUBLISH", "other:wake", "1"),
-            ("SHUTDOWN",),
-        ):
-            with pytest.raises(redis.exceptions.NoPermissionError):
-                user.execute_command(*command)
-        # and inside a script the same holds: no key outside the prefix
-        sha = user.script_load("return redis.call('HGET', 'other:secret', 'f')")
-        with pytest.raises(redis.ResponseError, match="(?i)permission|acl|can't"):
-            user.evalsha(sha, 0)
-        # and rqueue with another prefix is refused before writing anything
-        with (
-            rqueue.connect(url, prefix="other") as client,
-            pytest.raises((redis.exceptions.NoPermissionError, rqueue.RQueueError), match="(?i)permission"),
-        ):
-            client.queue("q").publish(b"x")
-        assert admin.keys("other:*") == [b"other:secret"]
-    finally:
-        user.close()
-        admin.close()
-
-
-def test_restricted_user_on_another_database_needs_select(acl_server, prefix):
-    # redis-py sends SELECT for a database other than 0: the rule lacks it ...
-    server, url = acl_server
-    with pytest.raises(rqueue.ConnectionFailed, match="select"):
-        rqueue.connect(url.replace("/0", "/1"), prefix="app")
-    # ... and works with +select added (docs/ACL.md says so)
-    admin = redis.Redis(port=server.port)
-    try:
-        create_user(admin, "rq-db1", SECRET, "app")
-        admin.execute_command("ACL", "SETUSER", "rq-db1", "+select")
-        with rqueue.connect(f"redis://rq-db1:{SECRET}@127.0.0.1:{server.port}/1", prefix="app") as client:
-            assert client.queue(f"q-{prefix}").publish(b"x").seq == 1
-        assert admin.keys("app:*") == []  # database 0 untouched
-        db1 = redis.Redis(port=server.port, db=1)
-        assert db1.keys("app:*")
-        db1.close()
-    finally:
-        admin.close()
-
-
-# -- 2. TLS -------------------------------------------------------------------------
+# -- 1. TLS -------------------------------------------------------------------------
 
 
 def _openssl(cwd: Path, *args: str) -> None:
@@ -669,7 +323,7 @@ def test_tls_with_a_client_certificate(certs, tmp_path, prefix):
         server.stop()
 
 
-# -- 3. passwords are never shown ----------------------------------------------------
+# -- 2. passwords are never shown ----------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -769,7 +423,7 @@ def test_cli_never_prints_the_password(password_server, prefix, command):
     assert SECRET not in run.text and "Traceback" not in run.text
 
 
-# -- 4. nothing is unpickled or evaluated ------------------------------------------------
+# -- 3. nothing is unpickled or evaluated ------------------------------------------------
 
 # Modules that turn bytes into arbitrary objects (or code).
 UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "cloudpickle", "dill", "jsonpickle", "marshal", "shelve", "joblib"}
@@ -884,7 +538,7 @@ def test_the_scan_ignores_comments_and_docstrings(tmp_path):
     assert _lua_findings("-- loadstring(x) in a comment\n--[[ load(y)\n ]]\nlocal unload = 1\n") == []
 
 
-# -- 5. nothing outside the prefix ---------------------------------------------------------
+# -- 4. nothing outside the prefix ---------------------------------------------------------
 
 
 def test_no_key_or_channel_outside_the_prefix(prefix):

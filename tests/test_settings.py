@@ -3,11 +3,14 @@ bad settings, which are refused whole and store nothing."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from support.refusals import names_input, nothing_changes
 
 import rqueue
 from rqueue import InvalidInput, InvalidName, InvalidSetting
+from rqueue.engine.keys import settings_key
 from rqueue.settings import pattern_matches, resolve
 
 NAN = float("nan")
@@ -259,3 +262,18 @@ def test_configure_without_settings(client, queue):
     # when configure is called with a pattern only
     with nothing_changes(client, queue), pytest.raises(InvalidInput, match="at least one setting"):
         client.configure("orders")
+
+
+@pytest.mark.parametrize("value", [1e14, 2e11])
+def test_a_stored_setting_beyond_its_limit_is_refused_naming_its_pattern(client, queue, held, value):
+    # given a window beyond the limit stored for a pattern by an older version (as written to Redis)
+    client.redis.hset(settings_key(client.prefix), "orders.# dedup_window", json.dumps(value))
+    # when a message with an id is published
+    with nothing_changes(client), pytest.raises(InvalidSetting) as exc:
+        queue.publish(b"x", id="order-1")
+    # then the setting, the limit and the pattern that stores it are named, and nothing was stored
+    assert exc.value.setting == "dedup_window"
+    names_input(exc.value, "dedup_window=", "over the limit of 315360000 s", "pattern 'orders.#'", "unset()")
+    # and once it is unset the queue works again
+    client.settings.unset("orders.#", "dedup_window")
+    assert not queue.publish(b"x", id="order-1").duplicate

@@ -45,6 +45,7 @@ SETTLE_OPS: dict[str, Callable[[rqueue.Consumer, Any], Any]] = {
 )
 def test_unknown_tag(client, queue, held, op, tag):
     # given w1 holding 1.1 and 2.1, seq 3 not delivered yet
+    tag = f"{tag}.{held.d1.token}"
     # when a tag that was never handed out is settled
     with nothing_changes(client, queue), pytest.raises(UnknownDeliveryTag) as exc:
         SETTLE_OPS[op](held.w1, tag)
@@ -59,11 +60,13 @@ def test_tag_of_seq_zero_is_unknown(client, queue, held):
     # given w1 holding 1.1 and 2.1
     # when tag 0.1 is acked
     with nothing_changes(client, queue), pytest.raises(UnknownDeliveryTag, match="0.1"):
-        held.w1.ack("0.1")
+        held.w1.ack(f"0.1.{held.d1.token}")
 
 
 @pytest.mark.parametrize("op", list(SETTLE_OPS))
-@pytest.mark.parametrize("tag", ["abc", "", "1", "1.", ".1", "1.x", "-1.1", "1.1.1", " 1.1", "1 .1"])
+@pytest.mark.parametrize(
+    "tag", ["abc", "", "1", "1.", ".1", "1.x", "-1.1", "1.1", "1.1.1.1", "1.1.A", "1.1.", " 1.1.a", "1 .1.a"]
+)
 def test_malformed_tag(client, queue, held, op, tag):
     # given w1 holding 1.1 and 2.1
     # when a string that is not a tag is settled
@@ -104,8 +107,8 @@ def test_settling_after_ack(client, queue, held, op):
     with nothing_changes(client, queue), pytest.raises(AlreadyAcked) as exc:
         SETTLE_OPS[op](held.w1, held.d1)
     # then the tag is named, and the consumer keeps working
-    assert exc.value.tag == "1.1"
-    names_input(exc.value, "delivery tag 1.1 ", "already settled")
+    assert exc.value.tag == held.d1.tag
+    names_input(exc.value, f"delivery tag {held.d1.tag} ", "already settled")
     held.d2.ack()
     assert queue.stats().group("billing").ack_floor == 2
 
@@ -116,7 +119,7 @@ def test_same_delivery_twice_in_one_ack_acks_nothing(client, queue, held):
     with nothing_changes(client, queue), pytest.raises(AlreadyAcked) as exc:
         held.w1.ack([held.d1, held.d2, held.d1])
     # then the tag is named and not even the others were acked
-    names_input(exc.value, "delivery tag 1.1 ")
+    names_input(exc.value, f"delivery tag {held.d1.tag} ")
 
 
 @pytest.mark.parametrize("op", list(SETTLE_OPS))
@@ -126,8 +129,8 @@ def test_tag_held_by_another_consumer(client, queue, held, op):
     with nothing_changes(client, queue), pytest.raises(NotHeld) as exc:
         SETTLE_OPS[op](held.w2, held.d1.tag)
     # then the tag is named, and w1 can still ack it
-    assert exc.value.tag == "1.1"
-    names_input(exc.value, "delivery tag 1.1 ", "held by another consumer")
+    assert exc.value.tag == held.d1.tag
+    names_input(exc.value, f"delivery tag {held.d1.tag} ", "not held by this consumer")
     held.d1.ack()
     assert queue.stats().group("billing").acked == 1
 
@@ -135,8 +138,8 @@ def test_tag_held_by_another_consumer(client, queue, held, op):
 @pytest.mark.parametrize(
     "bad, error, tag",
     [
-        pytest.param("999.1", UnknownDeliveryTag, "999.1", id="unknown"),
-        pytest.param("1.2", UnknownDeliveryTag, "1.2", id="count-not-reached"),
+        pytest.param("999.1", UnknownDeliveryTag, "999.1.", id="unknown"),
+        pytest.param("1.2", UnknownDeliveryTag, "1.2.", id="count-not-reached"),
         pytest.param("abc", InvalidInput, "'abc'", id="malformed"),
         pytest.param("w2", NotHeld, "3.1", id="held-by-w2"),
         pytest.param("acked", AlreadyAcked, "4.1", id="already-acked"),
@@ -148,7 +151,7 @@ def test_ack_list_with_one_bad_tag_acks_none(client, queue, held, bad, error, ta
     [d3] = held.w2.fetch(1)
     [d4] = held.w1.fetch(1)
     d4.ack()
-    ref = {"w2": d3.tag, "acked": d4}.get(bad, bad)
+    ref = {"w2": d3.tag, "acked": d4, "abc": "abc"}.get(bad, f"{bad}.{held.d1.token}")
     # when w1 acks a list with one bad tag in the middle
     with nothing_changes(client, queue), pytest.raises(error) as exc:
         held.w1.ack([held.d1, ref, held.d2])
@@ -177,8 +180,8 @@ def test_stale_delivery_cannot_be_nacked_or_dead_lettered(client, queue, stale, 
     with nothing_changes(client, queue), pytest.raises(StaleDelivery) as exc:
         SETTLE_OPS[op](stale.w1, stale.old)
     # then the old tag is named and w2 still holds the message
-    assert exc.value.tag == "1.1"
-    names_input(exc.value, "delivery tag 1.1 ", "no longer held")
+    assert exc.value.tag == stale.old.tag
+    names_input(exc.value, f"delivery tag {stale.old.tag} ", "no longer held")
     assert {c.name: c.held for c in queue.stats().group("billing").consumers} == {"w1": 0, "w2": 1}
 
 
@@ -190,7 +193,7 @@ def test_stale_delivery_cannot_be_extended(client, queue, stale):
     with nothing_changes(client, skip=(":beats:billing",)), pytest.raises(StaleDelivery) as exc:
         stale.w1.in_progress(stale.old)
     # then the old tag is named and w2's lease is untouched
-    names_input(exc.value, "delivery tag 1.1 ", "no longer held")
+    names_input(exc.value, f"delivery tag {stale.old.tag} ", "no longer held")
     assert client.redis.zrange(group_key(queue, "billing", "lease"), 0, -1, withscores=True) == lease_before
 
 
@@ -203,7 +206,7 @@ def test_late_ack_of_a_stale_delivery_completes_the_message(client, queue, clock
     assert (g.ack_floor, g.in_flight, g.acked, [c.held for c in g.consumers]) == (1, 0, 1, [0, 0])
     assert queue.stats().depth == 0
     # and w2's newer delivery can no longer settle it, without changing anything
-    with nothing_changes(client, queue), pytest.raises(AlreadyAcked, match="1.2"):
+    with nothing_changes(client, queue), pytest.raises(AlreadyAcked, match=stale.new.tag):
         stale.new.ack()
     # and it is not delivered again
     clock.advance(queue.settings().ack_wait + 1)

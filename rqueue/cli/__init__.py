@@ -25,6 +25,7 @@ from rqueue.cli.common import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_NOT_FOUND, QueueN
 from rqueue.cli.demo import demo
 from rqueue.cli.dlq import dlq
 from rqueue.cli.inspect import events, peek, queues, settings, stats, top
+from rqueue.cli.scripts import scripts
 from rqueue.cli.worker import worker
 
 
@@ -78,6 +79,7 @@ cli.add_command(dlq)
 cli.add_command(demo)
 cli.add_command(worker)
 cli.add_command(bench_command)
+cli.add_command(scripts)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -79,31 +79,55 @@ def stats(obj: dict[str, Any], queue: str, as_json: bool) -> None:
         click.echo(stats_text(s, STATS_COLUMNS))
 
 
+QUEUE_FIGURES = ["groups", "depth", "in_flight", "delayed", "dead_letters", "consumers"]
+
+
+def queue_row(client: rqueue.Client, name: str) -> dict[str, Any]:
+    """One queue's line of `rqueue queues`. A queue that cannot be read (a
+    name another client or an older version stored that this one refuses,
+    a damaged key) gets its error and no figures, rather than failing the
+    whole list; a lost connection still fails it."""
+    try:
+        s = client.queue(name).stats()
+    except rqueue.ConnectionLost:
+        raise
+    except rqueue.RQueueError as exc:
+        return {"name": name, **dict.fromkeys(QUEUE_FIGURES), "error": str(exc)}
+    return {
+        "name": name,
+        "groups": len(s.groups),
+        "depth": s.depth,
+        "in_flight": sum(g.in_flight for g in s.groups),
+        "delayed": sum(g.delayed for g in s.groups),
+        "dead_letters": s.dead_letters,
+        "consumers": sum(len(g.consumers) for g in s.groups),
+    }
+
+
+def shown_name(name: str) -> str:
+    """A queue name as a table shows it: as it is, or quoted with escapes
+    when it holds what would break the table (whitespace, control
+    characters), as a name stored by another client may."""
+    return name if name.isprintable() and " " not in name else repr(name)
+
+
 @click.command()
 @click.option(
     "--json",
     "as_json",
     is_flag=True,
-    help='Print {"queues": [{name, groups, depth, in_flight, delayed, dead_letters, consumers}, ...]}.',
+    help='Print {"queues": [{name, groups, depth, in_flight, delayed, dead_letters, consumers}, ...]}; '
+    'a queue that cannot be read has "error" and null figures.',
 )
 @click.pass_obj
 def queues(obj: dict[str, Any], as_json: bool) -> None:
-    """Every queue of the prefix with its depth, in-flight and dead-letter counts."""
+    """Every queue of the prefix with its depth, in-flight and dead-letter
+    counts. A queue that cannot be read is listed with a warning on stderr."""
     with connection(obj["url"], obj["prefix"]) as client:
-        rows = []
-        for name in client.queues():
-            s = client.queue(name).stats()
-            rows.append(
-                {
-                    "name": name,
-                    "groups": len(s.groups),
-                    "depth": s.depth,
-                    "in_flight": sum(g.in_flight for g in s.groups),
-                    "delayed": sum(g.delayed for g in s.groups),
-                    "dead_letters": s.dead_letters,
-                    "consumers": sum(len(g.consumers) for g in s.groups),
-                }
-            )
+        rows = [queue_row(client, name) for name in client.queues()]
+    for row in rows:
+        if "error" in row:
+            click.echo(f"warning: queue {shown_name(row['name'])} cannot be read: {row['error']}", err=True)
     if as_json:
         emit_json({"queues": rows})
     elif not rows:
@@ -112,18 +136,7 @@ def queues(obj: dict[str, Any], as_json: bool) -> None:
         click.echo(
             table(
                 ["queue", "groups", "depth", "in flight", "delayed", "dead letters", "consumers"],
-                [
-                    [
-                        r["name"],
-                        r["groups"],
-                        r["depth"],
-                        r["in_flight"],
-                        r["delayed"],
-                        r["dead_letters"],
-                        r["consumers"],
-                    ]
-                    for r in rows
-                ],
+                [[shown_name(r["name"]), *(r[k] for k in QUEUE_FIGURES)] for r in rows],
             )
         )
 

@@ -191,6 +191,7 @@ class FetchReply(NamedTuple):
     now_ms: int
     next_due_ms: int | None  # when a waiting message falls due (only when nothing was delivered)
     ack_statuses: list[str]  # per tag acked first: "ok" or its error code
+    token: str  # the token of the deliveries
     raw: list[Any]
     first: int
 
@@ -200,21 +201,23 @@ class FetchReply(NamedTuple):
             yield int(raw[i]), int(raw[i + 1]), raw[i + 2]
 
 
-# A delivery tag as the scripts take it: (its text "<seq>.<count>", seq, delivery count).
-Tag = tuple[str, int, int]
+# A delivery tag as the scripts take it: its text "<seq>.<count>.<token>",
+# seq, delivery count and token.
+Tag = tuple[str, int, int, str]
 
 
-def flat_tags(tags: Sequence[Tag]) -> list[int]:
-    """seq1, count1, seq2, count2, ... of the tags."""
-    return [n for _, seq, count in tags for n in (seq, count)]
+def flat_tags(tags: Sequence[Tag]) -> list[int | str]:
+    """seq1, count1, token1, seq2, ... of the tags."""
+    return [n for _, seq, count, token in tags for n in (seq, count, token)]
 
 
-def fetch(call: GroupCall, n: int, acks: Sequence[Tag] = ()) -> FetchReply:
-    """Claims up to ``n`` deliveries, after acking ``acks`` leniently."""
-    reply = call.run(call.scripts.fetch, [n, *flat_tags(acks)])
+def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = ()) -> FetchReply:
+    """Claims up to ``n`` deliveries, their tags carrying ``token`` (a word
+    of [0-9a-z] drawn at random per call), after acking ``acks`` leniently."""
+    reply = call.run(call.scripts.fetch, [n, token, *flat_tags(acks)])
     due = reply[1]
     statuses = [s.decode() for s in reply[2 : 2 + len(acks)]] if acks else []
-    return FetchReply(int(reply[0]), None if due in (b"", None) else int(due), statuses, reply, 2 + len(acks))
+    return FetchReply(int(reply[0]), None if due in (b"", None) else int(due), statuses, token, reply, 2 + len(acks))
 
 
 def ack(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
@@ -232,14 +235,16 @@ class NackReply(NamedTuple):
     where: int  # due time (ms) when requeued; dead-letter seq when dead (0: dropped)
 
 
-def nack(call: GroupCall, seq: int, count: int, delay_ms: int | None, error: str) -> NackReply:
-    status, where = call.run(call.scripts.nack, [seq, count, "" if delay_ms is None else str(delay_ms), error])
+def nack(call: GroupCall, tag: Tag, delay_ms: int | None, error: str) -> NackReply:
+    _, seq, count, token = tag
+    status, where = call.run(call.scripts.nack, [seq, count, token, "" if delay_ms is None else str(delay_ms), error])
     return NackReply(status == b"dead", int(where))
 
 
-def reject(call: GroupCall, seq: int, count: int, reason: str, text: str) -> int:
+def reject(call: GroupCall, tag: Tag, reason: str, text: str) -> int:
     """Dead-letters one delivery; its seq in the dead-letter queue, 0 when dropped."""
-    return int(call.run(call.scripts.reject, [seq, count, reason, text]))
+    _, seq, count, token = tag
+    return int(call.run(call.scripts.reject, [seq, count, token, reason, text]))
 
 
 class ExtendReply(NamedTuple):

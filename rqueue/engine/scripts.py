@@ -4,6 +4,10 @@ harmless), alone or in pipelines. In pipelines EVALSHA is sent with
 ``execute_command``: redis-py's own pipelined scripts ask SCRIPT EXISTS
 before every execute (one more round trip) and its cluster pipelines refuse
 ``evalsha()`` altogether.
+
+A user whose ACL refuses SCRIPT LOAD (docs/ACL.md: an administrator loads
+the scripts, see rqueue.engine.script_admin) gets ScriptsNotLoaded instead,
+and the call that met NOSCRIPT stays unsent.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
-from redis.exceptions import DataError, NoScriptError
+from redis.exceptions import DataError, NoPermissionError, NoScriptError
 
 from ..connection.cluster import Retrier, no_retry, not_run
 from ..connection.open import RedisClient
+from ..errors import ScriptsNotLoaded
 from .loader import SCRIPT_NAMES, source
 
 _pack: Callable[[tuple[Any, ...]], bytes] | None
@@ -202,8 +207,12 @@ class Script:
             pool.release(conn)
 
     def load(self) -> None:
-        """SCRIPT LOAD (on every primary of a cluster)."""
-        self._redis.script_load(self.text)
+        """SCRIPT LOAD (on every primary of a cluster). ScriptsNotLoaded when
+        the user's ACL refuses it."""
+        try:
+            self._redis.script_load(self.text)
+        except NoPermissionError as exc:
+            raise ScriptsNotLoaded(self.name, self.sha, str(exc)) from exc
 
 
 class ScriptPipeline:
@@ -300,8 +309,19 @@ class ScriptPipeline:
         missing = [i for i, (script, _) in enumerate(commands) if script is not None and _is_noscript(replies[i])]
         if missing:
             scripts = {id(script): script for i in missing if (script := commands[i][0]) is not None}
-            for script in scripts.values():
-                script.load()
+            refused: dict[int, ScriptsNotLoaded] = {}
+            for key, script in scripts.items():
+                try:
+                    script.load()
+                except ScriptsNotLoaded as exc:
+                    refused[key] = exc
+            # A call whose script could not be loaded did not run: its
+            # error takes its place, like any error reply.
+            for i in missing:
+                if id(commands[i][0]) in refused:
+                    replies[i] = refused[id(commands[i][0])]
+            missing = [i for i in missing if id(commands[i][0]) not in refused]
+        if missing:
             again = self._send([commands[i] for i in missing] + then)
             for i, reply in zip(missing, again, strict=False):  # WAIT and the like follow
                 replies[i] = reply
@@ -348,3 +368,7 @@ class Scripts:
     def pipeline(self) -> ScriptPipeline:
         """A new pipeline for script calls (``script(keys=, args=, client=pipeline)``)."""
         return ScriptPipeline(self._redis, self._retry)
+
+    def by_name(self) -> dict[str, Script]:
+        """Every script, by name, in the order of SCRIPT_NAMES."""
+        return {name: getattr(self, name) for name in SCRIPT_NAMES}

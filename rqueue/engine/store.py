@@ -25,7 +25,7 @@ def _int(value: Any) -> int:
 def _str(value: bytes | str) -> str:
     """A name as Redis returned it (bytes from a client that does not
     decode replies)."""
-    return value.decode() if isinstance(value, bytes) else value
+    return value.decode(errors="surrogateescape") if isinstance(value, bytes) else value
 
 
 def _bytes(value: bytes | str) -> bytes:
@@ -126,21 +126,43 @@ def purge_records(r: RedisClient, keys: QueueKeys, batch: int, progress: Callabl
     return deleted
 
 
+def _levels(r: RedisClient, keys: QueueKeys) -> list[QueueKeys]:
+    """The queue and each of its dead-letter levels that was ever written."""
+    levels = [keys]
+    below = keys.dead_letters
+    while r.exists(below.meta, below.msgs):
+        levels.append(below)
+        below = below.dead_letters
+    return levels
+
+
+def in_flight(r: RedisClient, keys: QueueKeys) -> int:
+    """Deliveries in flight in every group of the queue and of its
+    dead-letter levels (each lease set holds one pin at +inf besides them)."""
+
+    def count() -> int:
+        total = 0
+        for level in _levels(r, keys):
+            for g in r.hkeys(level.floors):
+                total += int(r.zcount(level.group(_str(g)).lease, "-inf", "(+inf"))
+        return total
+
+    return guarded(count, where=keys.base)
+
+
 def delete_queue(r: RedisClient, keys: QueueKeys, prefix: str, name: str) -> int:
     """Deletes every key of a queue, its groups and its dead-letter levels
-    (read from the queue's own keys: no SCAN), and its registry entry; how
-    many keys there were."""
+    (read from the queue's own keys: no SCAN, which a user restricted to the
+    prefix may not run), and its registry entry; how many keys there were.
+    De-duplication ids expire with their window."""
 
     def delete() -> int:
         doomed: list[str] = []
-        level: QueueKeys | None = keys
-        while level is not None:
+        for level in _levels(r, keys):
             groups = [_str(g) for g in r.hkeys(level.floors)]
             doomed += level.all_static()
             for g in groups:
                 doomed += level.group(g).group_only()
-            below = level.dead_letters  # the next level, if it was ever written
-            level = below if r.exists(below.meta, below.msgs) else None
         deleted = 0
         for start in range(0, len(doomed), DELETE_BATCH):
             deleted += r.delete(*doomed[start : start + DELETE_BATCH])

@@ -1,6 +1,7 @@
 --[[
-  Acknowledges deliveries of one consumer. A tag is a (seq, count) pair: the
-  count-th delivery of seq in this group.
+  Acknowledges deliveries of one consumer. A tag is a (seq, count, token)
+  triple: the count-th delivery of seq in this group, made by the fetch
+  call whose token it carries.
 
   A tag is accepted when it is the current delivery held by this consumer,
   when its lease ran out but nobody else got the message yet, or when it is an
@@ -14,14 +15,16 @@
       arguments (includes/group_names.lua), not the whole block: an ack
       reads no clock and no setting, and every argument costs the call
     ARGV[3] strict: "1" = all tags or none, "0" = settle what is valid
-    ARGV[4], ARGV[5], ... seq1, count1, seq2, count2, ...
+    ARGV[4], ARGV[5], ... seq1, count1, token1, seq2, count2, token2, ...
   Output:
     one status per tag, in order: "ok", or the error code of that tag
   Errors (strict only; nothing is changed):
-    RQ_ACKED <seq>.<count>     the group has already settled that message
-    RQ_UNKNOWN_TAG <seq>.<count> no such delivery was ever made
-    RQ_NOT_HELD <seq>.<count>  this consumer never held that delivery
-    RQ_CORRUPT <seq>.<count>   the message's delivery state does not parse
+    RQ_ACKED <tag>        the group has already settled that message
+    RQ_UNKNOWN_TAG <tag>  no such delivery was ever made (or the token is
+                          not that delivery's)
+    RQ_NOT_HELD <tag>     this consumer never held that delivery
+    RQ_STALE <tag>        this consumer nacked that delivery
+    RQ_CORRUPT <tag>      the message's delivery state does not parse
       (its lease runs out and fetch moves it to the dead-letter queue)
 ]]
 --@include ack_held_one

@@ -5,7 +5,7 @@
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
-    ARGV[8], ARGV[9], ... seq1, count1, seq2, count2, ...
+    ARGV[8], ARGV[9], ... seq1, count1, token1, seq2, count2, token2, ...
   Output:
     { new_deadline_ms, status1, status2, ... } with "ok" or an error code
     (RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE) per tag; a tag that is

@@ -15,7 +15,10 @@
     KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] n, the most deliveries to return
-    ARGV[9], ARGV[10], ... seq1, count1, seq2, count2, ... tags to ack
+    ARGV[9] the token of this call's deliveries: a word of [0-9a-z] the
+      client draws at random for each call, part of every tag it makes
+      (includes/delivery_state.lua)
+    ARGV[10], ARGV[11], ... seq1, count1, token1, seq2, ... tags to ack
       first (none: a plain fetch)
   Output:
     { now_ms, next_due_ms or "", status1, ..., statusK, seq1, count1, record1, seq2, ... }
@@ -27,9 +30,11 @@
     RQ_NOT_MEMBER  the consumer is not in the group (never joined, or
                    removed); nothing is changed, the tags are not acked
     RQ_CORRUPT     a delivery state in Redis does not parse
-    RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse; it is read
-                   only when a delivery fails, before that delivery is
-                   changed, but after the tags were acked and the beat
+    RQ_BAD_ARGUMENT  the token (ARGV[9]) is not a word of [0-9a-z]: nothing
+                   is changed; or the failure policy (ARGV[7]) does not
+                   parse: it is read only when a delivery fails, before that
+                   delivery is changed, but after the tags were acked and
+                   the beat
 ]]
 --@include group_keys
 --@include group_names
@@ -52,6 +57,10 @@ local SCAN_LIMIT = 1000 -- records passed over per call (deleted or delayed)
 local SPECULATE_MAX = 8 -- deliveries wanted up to which records are read before the last seq
 
 local n = ARGV[8] + 0
+local token = ARGV[9]
+if token == nil or not string.find(token, '^[0-9a-z]+$') then
+  return redis.error_reply('RQ_BAD_ARGUMENT the token (ARGV[9]) must be a word of [0-9a-z], not ' .. tostring(token))
+end
 
 -- What this consumer holds; false when it is not a member.
 local holding = rcall('HGET', consumersKey, consumerName)
@@ -66,16 +75,16 @@ local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor')
 -- ack's first write (ZREM) frees memory, so acks get through when Redis is
 -- full, as they would alone.
 local acked = {}
-if #ARGV > 8 then
+if #ARGV > 9 then
   -- Included here, in the one block that uses them: a function is built
   -- anew by every call that reaches its definition, and most fetches carry
   -- no acks (a worker's, one).
 --@include ack_held_one
-  acked = ackHeldOne(9)
+  acked = ackHeldOne(10)
   if acked == nil then
     --@make failurePaths
 --@include ack_tags
-    acked = ackTags(false, 9)
+    acked = ackTags(false, 10)
   end
   holding = rcall('HGET', consumersKey, consumerName)
 end
@@ -146,7 +155,7 @@ local states = {DLV_PIN_FIELD, DLV_PIN_VALUE} -- first: HSET converts the hash b
 local deadline = string.format('%d', now + ackWait)
 
 -- The state of every first delivery made by this call.
-local firstState = '1:' .. consumerName .. ':' .. nowText .. ':' .. nowText
+local firstState = '1:' .. consumerName .. ':' .. nowText .. ':' .. nowText .. ':' .. token
 
 if room > 0 and waiting then
   -- Hands seq to this consumer; field is seq as the string the hashes and the
@@ -168,6 +177,7 @@ if room > 0 and waiting then
       d.count = d.count + 1
       d.holder = consumerName
       d.last = now
+      d.token = token
       states[#states + 1] = formatDelivery(d)
     end
     leased[#leased + 1] = field

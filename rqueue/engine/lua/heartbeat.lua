@@ -12,7 +12,7 @@
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] this consumer's liveness timeout, ms
     ARGV[9] sync: "1" = ARGV[10..] lists every delivery the client knows
-    ARGV[10], ARGV[11], ... seq1, count1, ... deliveries to extend
+    ARGV[10], ARGV[11], ... seq1, count1, token1, ... deliveries to extend
   Output:
     { new_deadline_ms, members_removed, returned, dead_lettered, handed_back,
       status1, status2, ... } with "ok" or an error code per tag
@@ -46,13 +46,13 @@ local statuses = extendTags(10, deadline)
 local handedBack = 0
 if ARGV[9] == '1' then
   local known = {}
-  for i = 10, #ARGV, 2 do
-    known[tonumber(ARGV[i])] = tonumber(ARGV[i + 1])
+  for i = 10, #ARGV, 3 do
+    known[tonumber(ARGV[i])] = ARGV[i + 1] .. '.' .. ARGV[i + 2]
   end
   for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
     local seq = tonumber(s)
     local d = s ~= LEASE_PIN and readDelivery(dlvKey, seq)
-    if d and d.holder == consumerName and known[seq] ~= d.count then
+    if d and d.holder == consumerName and known[seq] ~= d.count .. '.' .. d.token then
       -- Never seen by the client: not an attempt, so the count goes back.
       rcall('ZREM', leaseKey, seq)
       rcall('HINCRBY', consumersKey, consumerName, -1)

@@ -10,12 +10,13 @@
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] seq
     ARGV[9] delivery count of the tag
-    ARGV[10] delay in ms, or "" for the redelivery policy
-    ARGV[11] error text for the record, may be ""
+    ARGV[10] token of the tag
+    ARGV[11] delay in ms, or "" for the redelivery policy
+    ARGV[12] error text for the record, may be ""
   Output:
     { "requeued", due_ms } or { "dead", dead_letter_seq } (0 when dropped)
   Errors (nothing is changed):
-    RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>
+    RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>.<token>
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
 --@include group_keys
@@ -26,16 +27,17 @@
 
 local seq, count = tonumber(ARGV[8]), tonumber(ARGV[9])
 local delayMs = nil
-if ARGV[10] ~= '' then
-  delayMs = tonumber(ARGV[10])
+if ARGV[11] ~= '' then
+  delayMs = tonumber(ARGV[11])
 end
 
 local d = seq and readDelivery(dlvKey, seq)
-local code = checkTag(seq, count, d, false)
+local code = checkTag(seq, count, ARGV[10], d, false)
 if code ~= 'ok' then
-  return redis.error_reply(code .. ' ' .. ARGV[8] .. '.' .. ARGV[9])
+  return redis.error_reply(code .. ' ' .. ARGV[8] .. '.' .. ARGV[9] .. '.' .. ARGV[10])
 end
-local due, dseq = retryOrDeadLetter(seq, d, delayMs, ARGV[11])
+-- Settled: a later ack, nack or reject of this same delivery is stale.
+local due, dseq = retryOrDeadLetter(seq, d, delayMs, ARGV[12], true)
 if due == 'dead' then
   return {'dead', dseq}
 end

@@ -8,12 +8,13 @@
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] seq
     ARGV[9] delivery count of the tag
-    ARGV[10] reason, e.g. "rejected" or "terminated"
-    ARGV[11] error text for the record, may be ""
+    ARGV[10] token of the tag
+    ARGV[11] reason, e.g. "rejected" or "terminated"
+    ARGV[12] error text for the record, may be ""
   Output:
     the seq of the message in the dead-letter queue, or 0 when dropped
   Errors (nothing is changed):
-    RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>
+    RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>.<token>
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
 --@include group_keys
@@ -23,8 +24,8 @@
 
 local seq, count = tonumber(ARGV[8]), tonumber(ARGV[9])
 local d = seq and readDelivery(dlvKey, seq)
-local code = checkTag(seq, count, d, false)
+local code = checkTag(seq, count, ARGV[10], d, false)
 if code ~= 'ok' then
-  return redis.error_reply(code .. ' ' .. ARGV[8] .. '.' .. ARGV[9])
+  return redis.error_reply(code .. ' ' .. ARGV[8] .. '.' .. ARGV[9] .. '.' .. ARGV[10])
 end
-return deadLetter(seq, d, ARGV[10], ARGV[11])
+return deadLetter(seq, d, ARGV[11], ARGV[12])

@@ -44,7 +44,10 @@ put('expired_leases', rcall('ZCOUNT', leaseKey, '-inf', now))
 local oldest = rcall('ZRANGE', leaseKey, 0, 0)
 if oldest[1] ~= nil and oldest[1] ~= LEASE_PIN then
   local raw = rcall('HGET', dlvKey, oldest[1])
-  local last = raw and string.match(raw, ':(%d+)$')
+  -- The time of the delivery from its state's first line (includes/delivery_state.lua):
+  -- count:consumer:first:last:token, or count:consumer:first:last before tokens.
+  local head = raw and string.match(raw, '^[^\n]*')
+  local last = head and (string.match(head, '^%d+:.*:%d+:(%d+):%w*$') or string.match(head, '^%d+:.*:%d+:(%d+)$'))
   put('oldest_lease_ms', last and (now - tonumber(last)) or '')
 else
   put('oldest_lease_ms', '')

@@ -1,6 +1,7 @@
 --[[
-  The common ack of one message: when ARGV[first], ARGV[first + 1] is the
-  only tag and it is this consumer's current delivery with no history, it
+  The common ack of one message: when ARGV[first], ARGV[first + 1],
+  ARGV[first + 2] is the only tag and it is this consumer's current
+  delivery (its token included) with no history, it
   is settled with the commands ackTags (includes/ack_tags.lua) would send,
   in the same order, without a batch's lists and tables. Returns {"ok"};
   nil, having changed nothing, for any other tag or more than one.
@@ -12,8 +13,8 @@
 --@include group_names
 --@include settle
 local function ackHeldOne(first)
-  local field, countArg = ARGV[first], ARGV[first + 1]
-  if #ARGV ~= first + 1 then
+  local field, countArg, tokenArg = ARGV[first], ARGV[first + 1], ARGV[first + 2]
+  if #ARGV ~= first + 2 then
     return nil
   end
   local raw = rcall('HGET', dlvKey, field)
@@ -21,7 +22,11 @@ local function ackHeldOne(first)
     return nil
   end
   local held = countArg .. ':' .. consumerName .. ':'
-  if string.sub(raw, 1, #held) ~= held or not string.find(raw, '^%d+:%d+$', #held + 1) then
+  if string.sub(raw, 1, #held) ~= held then
+    return nil
+  end
+  local _, times = string.find(raw, '^%d+:%d+:', #held + 1)
+  if times == nil or string.sub(raw, times + 1) ~= tokenArg then
     return nil
   end
   rcall('ZREM', leaseKey, field)

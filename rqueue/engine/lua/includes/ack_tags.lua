@@ -1,10 +1,11 @@
 --[[
   Acknowledges tags of consumerName, shared by ack (alone) and fetch (acks
   of the previous batch sent with the next fetch). The tags are
-  ARGV[first], ARGV[first + 1], ... as seq1, count1, seq2, count2, ...
+  ARGV[first], ARGV[first + 1], ... as seq1, count1, token1, seq2, ...
   Returns one status per tag ("ok" or the error code of that tag); with
   strict, the first tag that is not ok instead returns nil and the error
-  text "<code> <seq>.<count>", having changed nothing. It reads no clock.
+  text "<code> <seq>.<count>.<token>", having changed nothing. It reads no
+  clock.
   Callers try ackHeldOne (includes/ack_held_one.lua) first.
 ]]
 --@include group_keys
@@ -18,7 +19,7 @@ local function ackTags(strict, first)
   -- Seqs stay the strings the client sent: handing a number to redis.call
   -- formats it again with sprintf, several times per tag.
   local fields = {}
-  for i = first, #ARGV, 2 do
+  for i = first, #ARGV, 3 do
     fields[#fields + 1] = ARGV[i]
   end
   local raws = bulkGet(dlvKey, fields)
@@ -27,24 +28,27 @@ local function ackTags(strict, first)
   local done, seen = {}, {}
   local leased, waiting, stateFields = {}, {}, {}
   local released = {} -- holder -> deliveries taken from it
-  -- The last state that passed the fast path and its count: every message of
+  -- The last state that passed the fast path, its count and token: every message of
   -- one fetch shares one state string (Lua strings are interned, so == is a
   -- pointer compare), and most of a batch passes on it.
-  local okRaw, okCount = nil, nil
+  local okRaw, okCount, okToken = nil, nil, nil
   for i, field in ipairs(fields) do
     local d, corrupt, code = nil, false, nil
     local raw = raws[i]
-    local countArg = ARGV[first - 1 + 2 * i]
+    local countArg, tokenArg = ARGV[first - 2 + 3 * i], ARGV[first - 1 + 3 * i]
     local seq = nil
-    if raw and raw == okRaw and countArg == okCount then
+    if raw and raw == okRaw and countArg == okCount and tokenArg == okToken then
       code = 'ok'
-    elseif raw and countArg then
+    elseif raw and countArg and tokenArg then
       -- Fast path: this consumer's current delivery, with no history. A state
       -- found under the sent string means that string is the canonical seq.
       local held = countArg .. ':' .. consumerName .. ':'
-      if string.sub(raw, 1, #held) == held and string.find(raw, '^%d+:%d+$', #held + 1) then
-        code = 'ok'
-        okRaw, okCount = raw, countArg
+      if string.sub(raw, 1, #held) == held then
+        local _, times = string.find(raw, '^%d+:%d+:', #held + 1)
+        if times ~= nil and string.sub(raw, times + 1) == tokenArg then
+          code = 'ok'
+          okRaw, okCount, okToken = raw, countArg, tokenArg
+        end
       end
     end
     local holder = consumerName
@@ -65,7 +69,7 @@ local function ackTags(strict, first)
       end
       code = 'RQ_CORRUPT'
       if not corrupt then
-        code = checkTag(seq, tonumber(countArg), d, true)
+        code = checkTag(seq, tonumber(countArg), tokenArg, d, true)
       end
       holder = d and d.holder
     end
@@ -73,7 +77,7 @@ local function ackTags(strict, first)
       code = 'RQ_ACKED' -- listed twice in one call
     end
     if code ~= 'ok' and strict then
-      return nil, code .. ' ' .. fields[i] .. '.' .. tostring(countArg)
+      return nil, code .. ' ' .. fields[i] .. '.' .. tostring(countArg) .. '.' .. tostring(tokenArg)
     end
     result[i] = code
     if code == 'ok' then

@@ -1,20 +1,24 @@
 --[[
-  Classifies a delivery tag (seq, count) presented by consumerName, given the
-  message's delivery state d (nil when there is none). A delivery state
-  exists exactly while the message is delivered and unsettled, so the floor
-  and the acked runs are read only to name the error.
+  Classifies a delivery tag (seq, count, token) presented by consumerName,
+  given the message's delivery state d (nil when there is none). A delivery
+  state exists exactly while the message is delivered and unsettled, so the
+  floor and the acked runs are read only to name the error.
   Returns one of:
     "ok"              the tag may settle the message
     "RQ_ACKED"        the group already settled seq
-    "RQ_UNKNOWN_TAG"  no such delivery was made
+    "RQ_UNKNOWN_TAG"  no such delivery was made: also a tag whose token is
+                      not the delivery's (another group's, queue's or server
+                      incarnation's delivery of the same seq and count)
     "RQ_NOT_HELD"     this consumer never held that delivery
-    "RQ_STALE"        (only when lateOk is false) the delivery is no longer
-                      held: its lease ran out or a newer delivery exists
+    "RQ_STALE"        the delivery was settled explicitly (nacked) by this
+                      consumer, or (only when lateOk is false) it is no
+                      longer held: its lease ran out or a newer delivery
+                      exists
 ]]
 --@include group_keys
 --@include group_names
 --@include delivery_state
-local function checkTag(seq, count, d, lateOk)
+local function checkTag(seq, count, token, d, lateOk)
   -- Written so that NaN (tonumber('nan')) fails too.
   if seq == nil or count == nil or not (seq >= 1 and count >= 1) or seq % 1 ~= 0 then
     return 'RQ_UNKNOWN_TAG'
@@ -36,13 +40,22 @@ local function checkTag(seq, count, d, lateOk)
     return 'RQ_UNKNOWN_TAG'
   end
   if count == d.count and d.holder == consumerName then
+    if token ~= d.token then
+      return 'RQ_UNKNOWN_TAG'
+    end
     return 'ok'
   end
   if count == d.count and d.holder ~= '' then
     return 'RQ_NOT_HELD'
   end
   -- An earlier delivery, or the current one after its lease was taken back.
-  if not receivedBy(d, count, consumerName) then
+  if token == nil then
+    return 'RQ_UNKNOWN_TAG'
+  end
+  if settledBy(d, count, consumerName, token) then
+    return 'RQ_STALE'
+  end
+  if not receivedBy(d, count, consumerName, token) then
     return 'RQ_NOT_HELD'
   end
   if lateOk then

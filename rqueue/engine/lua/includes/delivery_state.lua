@@ -1,12 +1,18 @@
 --[[
   A group's delivery state of one message, persisted with the delivery itself
-  (guarantee 5 in docs/guarantees.md): "count:consumer:first_ms:last_ms",
-  then "\n<n>=<name>" for each earlier delivery n that was taken back from
-  its holder (at most HISTORY_MAX), so that a late ack is accepted only from
-  the consumer that really received that delivery. consumer is empty while
-  the message waits for redelivery. The state exists exactly while the
-  message is delivered (or waiting for redelivery) and not yet settled by
-  the group.
+  (guarantee 5 in docs/guarantees.md):
+  "count:consumer:first_ms:last_ms:token", then one line per earlier
+  delivery n that was taken back from its holder (at most HISTORY_MAX):
+  "\n<n>=<name>=<token>" when its lease ran out or its holder left (a late
+  ack of it still completes the message), "\n<n>!<name>=<token>" when its
+  holder settled it explicitly (nack: any later settle of it is stale).
+  consumer is empty while the message waits for redelivery. The token is
+  the fetch call's (the client's random word, guarantee 11): a tag names
+  its delivery only with it, so no tag from another group, queue or server
+  incarnation settles a delivery that has the same seq and count. A state
+  written without a token (by a version of rqueue before tokens) reads
+  with token "". The state exists exactly while the message is delivered
+  (or waiting for redelivery) and not yet settled by the group.
 ]]
 local HISTORY_MAX = 10 -- earlier holders remembered per message
 
@@ -30,11 +36,15 @@ local function parseDelivery(seq, raw)
   if cut then
     head, past = string.sub(raw, 1, cut - 1), string.sub(raw, cut)
   end
-  local count, holder, first, last = string.match(head, '^(%d+):(.*):(%d+):(%d+)$')
+  local count, holder, first, last, token = string.match(head, '^(%d+):(.*):(%d+):(%d+):(%w*)$')
+  if not count then
+    count, holder, first, last = string.match(head, '^(%d+):(.*):(%d+):(%d+)$')
+    token = ''
+  end
   if not count then
     return nil, true
   end
-  return {count = tonumber(count), holder = holder, first = first, last = last, past = past}
+  return {count = tonumber(count), holder = holder, first = first, last = last, token = token, past = past}
 end
 
 -- As parseDelivery, but a state that does not parse is an error (RQ_CORRUPT).
@@ -48,19 +58,20 @@ local function readDelivery(dlvKey, seq)
 end
 
 local function formatDelivery(d)
-  return d.count .. ':' .. d.holder .. ':' .. d.first .. ':' .. d.last .. d.past
+  return d.count .. ':' .. d.holder .. ':' .. d.first .. ':' .. d.last .. ':' .. (d.token or '') .. d.past
 end
 
 local function writeDelivery(dlvKey, seq, d)
   redis.call('HSET', dlvKey, seq, formatDelivery(d))
 end
 
--- Remembers that delivery d.count was held by d.holder before it is taken back.
-local function rememberHolder(d)
+-- Remembers that delivery d.count was held by d.holder before it is taken
+-- back; settled: its holder settled it (nack), so no later settle of it counts.
+local function rememberHolder(d, settled)
   if d.holder == '' then
     return
   end
-  local past = d.past .. '\n' .. d.count .. '=' .. d.holder
+  local past = d.past .. '\n' .. d.count .. (settled and '!' or '=') .. d.holder .. '=' .. (d.token or '')
   local _, entries = string.gsub(past, '\n', '')
   while entries > HISTORY_MAX do
     past = string.sub(past, (string.find(past, '\n', 2, true)))
@@ -69,7 +80,14 @@ local function rememberHolder(d)
   d.past = past
 end
 
--- True when consumer received delivery number count of this message.
-local function receivedBy(d, count, consumer)
-  return string.find(d.past .. '\n', '\n' .. count .. '=' .. consumer .. '\n', 1, true) ~= nil
+-- True when consumer received delivery number count of this message with
+-- token, and that delivery was taken back without being settled.
+local function receivedBy(d, count, consumer, token)
+  return string.find(d.past .. '\n', '\n' .. count .. '=' .. consumer .. '=' .. token .. '\n', 1, true) ~= nil
+end
+
+-- True when consumer settled delivery number count of this message (token)
+-- explicitly: a nack.
+local function settledBy(d, count, consumer, token)
+  return string.find(d.past .. '\n', '\n' .. count .. '!' .. consumer .. '=' .. token .. '\n', 1, true) ~= nil
 end

@@ -3,7 +3,7 @@
   dead-lettered once it had max_deliveries, else offered again after
   delayMs, or after the redelivery policy's delay when delayMs is nil.
   Returns "dead" and the dead-letter seq (0 when dropped), or the due time
-  in ms.
+  in ms. settled: the holder failed it itself (nack), see release.
 ]]
 --@include group_keys
 --@include group_args
@@ -12,9 +12,9 @@
 --@include requeue
 --@include redelivery_delay
 --@include dead_letter
-local function retryOrDeadLetter(seq, d, delayMs, errText)
+local function retryOrDeadLetter(seq, d, delayMs, errText, settled)
   local policy = failurePolicy() -- before release(), as in deadLetter
-  release(seq, d)
+  release(seq, d, settled)
   if policy.maxDeliveries ~= -1 and d.count >= policy.maxDeliveries then
     return 'dead', deadLetter(seq, d, 'max-deliveries', errText)
   end
