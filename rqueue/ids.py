@@ -8,7 +8,7 @@ import socket
 
 from .randomness import Randomness
 
-_TAG = re.compile(r"([0-9]{1,15})\.([0-9]{1,15})\.([0-9a-z]{1,32})")
+_TAG = re.compile(r"([0-9]{1,15})\.([0-9]{1,15})\.([a-z][0-9a-z]{0,31})")
 TOKEN_BYTES = 6  # random bytes of a fetch call's token: 12 hex digits
 
 
@@ -20,8 +20,10 @@ def consumer_name(rng: Randomness) -> str:
 
 def fetch_token(rng: Randomness) -> str:
     """The token of one fetch call's deliveries: random, so that no tag of
-    another group, queue or server incarnation names the same delivery."""
-    return rng.token(TOKEN_BYTES)
+    another group, queue or server incarnation names the same delivery. It
+    starts with a letter, as the scripts require (a state of the format
+    before tokens ends in digits)."""
+    return "t" + rng.token(TOKEN_BYTES)
 
 
 def delivery_tag(seq: int, count: int, token: str) -> str:

@@ -37,7 +37,8 @@ def test_tags_carry_the_fetch_token(queue):
     queue.publish_many([b"a", b"b", b"c"])
     c = queue.consumer("g")
     first, second = c.fetch(2), c.fetch(1)
-    # then each delivery's tag is <seq>.<count>.<token>, one token per fetch call
+    # then each delivery's tag is <seq>.<count>.<token>, one token per fetch call, a letter first
+    assert first[0].token[0].isalpha() and first[0].token.isalnum()
     assert [d.tag for d in first] == [f"{d.seq}.1.{first[0].token}" for d in first]
     assert second[0].token != first[0].token and second[0].tag == f"3.1.{second[0].token}"
 
@@ -132,7 +133,7 @@ def test_a_late_ack_with_another_token_is_refused(client, queue, clock):
     clock.advance(queue.settings().ack_wait + 1)
     w2.fetch(1)
     # when w1 acks seq 1's first delivery with a token that is not its fetch's
-    forged = f"{old.seq}.{old.delivery_count}.{'0' * len(old.token)}"
+    forged = f"{old.seq}.{old.delivery_count}.{'z' * len(old.token)}"
     with nothing_changes(client, queue), pytest.raises(rqueue.NotHeld, match=forged):
         w1.ack(forged)
     # then the message is still held by w2

@@ -7,27 +7,33 @@ Operations: publish and publish_many (ids repeated inside and after the
 de-duplication window, delays, mandatory), fetch by up to three consumers
 of group A and two of group B (per-consumer prefetch, the queue's
 max_inflight), ack (one delivery; a list through any live consumer, so late,
-foreign and repeated tags too), nack (policy delay, now, with a delay),
-reject, term, in_progress, lease expiry (the ManualClock moves), consumer
-death (a member removed by another member's heartbeat once its liveness
-passed; its next fetch joins it again), graceful close and joining again,
-settings changes (max_deliveries, redelivery_delay, redelivery_multiplier)
-and replay of dead letters (all, one group's, limited).
+foreign and repeated tags too, as Delivery objects or tag texts), nack
+(policy delay, now, with a delay), reject, term, in_progress, a settle of a
+delivery right after its holder nacked it, a settle by tag text with a
+token that fetch did not hand out with it, a Delivery handed to another
+consumer (refused by the client before any call), lease expiry (the
+ManualClock moves), consumer death (a member removed by another member's
+heartbeat once its liveness passed; its next fetch joins it again),
+graceful close and joining again, settings changes (max_deliveries,
+redelivery_delay, redelivery_multiplier) and replay of dead letters (all,
+one group's, limited).
 
 Compared after every step: per group the ack floor, cursor, pending, in
 flight, expired leases, ready, delayed, the six counters, the members and
 what each holds, every lease (seq, deadline), every open delivery state
-(seq, count, holder), the ready and the delayed seqs (with due times); the
-queue's last seq, the seqs of the stored records, the scheduled count and
-the dead letters (group, seq, reason, deliveries). Compared per operation:
-the deliveries handed out (seq, count, redelivered; payload and headers
-checked too), publish results (seq, duplicate), nack statuses, in_progress
-deadlines, heartbeat results (removed, returned, dead-lettered), close
-results, replay results, and which exception was raised (AlreadyAcked,
-StaleDelivery, NotHeld, UnknownDeliveryTag, NotMember, Unroutable, or the
-refusal of a closed consumer). Checked without the model: max_inflight and
-prefetch, nothing a group settled is delivered to it again, delivery counts
-exact, fetch order (redeliveries lowest seq first, then new messages).
+(seq, count, holder, token, the deliveries taken back), the ready and the
+delayed seqs (with due times); the queue's last seq, the seqs of the stored
+records, the scheduled count and the dead letters (group, seq, reason,
+deliveries). Compared per operation: the deliveries handed out (seq, count,
+redelivered; payload and headers checked too), publish results (seq,
+duplicate), nack statuses, in_progress deadlines, heartbeat results
+(removed, returned, dead-lettered), close results, replay results, and
+which exception was raised (AlreadyAcked, StaleDelivery, NotHeld,
+UnknownDeliveryTag, NotMember, Unroutable, or the refusal of a closed
+consumer). Checked without the model: max_inflight and prefetch, nothing a
+group settled is delivered to it again, delivery counts exact, fetch order
+(redeliveries lowest seq first, then new messages), one token per fetch
+call, never one an earlier call had.
 
 Groups are created at the start of each example (after 0-2 publishes to a
 queue without a group); a group created later is not modelled.
@@ -43,6 +49,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 import uuid
 from collections import Counter
@@ -58,7 +65,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from support.model import ERRORS, Model, ModelError, Settings
+from support.model import ERRORS, Model, ModelError, Settings, Tag
 from support.raw import group_key
 
 import rqueue
@@ -85,6 +92,7 @@ COVERAGE: Counter[str] = Counter()  # what the examples exercised; printed by lo
 pick = st.integers(0, 10_000)
 ids = st.sampled_from([None, None, None, "x", "y"])
 delays = st.sampled_from([None, None, 0, 0.5, 1, 3])
+ops = st.sampled_from(["ack", "nack", "reject", "term", "in_progress"])
 
 
 class Handle:
@@ -119,6 +127,30 @@ def outcome(fn):
 
 def _refused_closed():
     raise ModelError("Closed")
+
+
+def _refused_not_held():
+    raise ModelError("NotHeld")
+
+
+def parse_state(raw: str) -> tuple[int, str, str, list[tuple[int, str, str, bool]]]:
+    """(count, holder, token, deliveries taken back) of a delivery state
+    "count:holder:first:last:token", then "\n<n>=<holder>=<token>" per
+    delivery taken back, "!" for "=" when its holder nacked it
+    (includes/delivery_state.lua). The test's consumer names hold no ":",
+    "=" or "!"."""
+    head, *lines = raw.split("\n")
+    count, holder, _, _, token = head.split(":")
+    past = []
+    for line in lines:
+        match = re.fullmatch(r"(\d+)([=!])([^=]*)=([0-9a-z]*)", line)
+        assert match, f"delivery state {raw!r}: history line {line!r}"
+        past.append((int(match[1]), match[3], match[4], match[2] == "!"))
+    return int(count), holder, token, past
+
+
+def tag_of(d: rqueue.Delivery) -> Tag:
+    return d.seq, d.delivery_count, d.token
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -183,6 +215,7 @@ class QueueMachine(RuleBasedStateMachine):
         # for the checks that do not use the model
         self.settled: dict[str, set[int]] = {g: set() for g in self.groups}
         self.seen_counts: dict[tuple[str, int], int] = {}
+        self.tokens: set[str] = set()  # every token a fetch handed out
         self.real_cursor: dict[str, int] = {g: 0 for g in self.groups}
         # a queue without a group keeps what is published (a mandatory publish
         # is refused); its first groups start at 0 and see all of it
@@ -298,8 +331,10 @@ class QueueMachine(RuleBasedStateMachine):
         h = self._handle(i)
         cursor_before = self.real_cursor[h.group]
         real = outcome(lambda: h.consumer.fetch(n))
-        model = outcome(lambda: self.model.fetch(h.group, h.name, n, h.prefetch, h.liveness))
         got = real[1] if real[0] == "ok" else []
+        # the call's random token, as the client drew it (any word when it delivered nothing)
+        token = got[0].token if got else "-"
+        model = outcome(lambda: self.model.fetch(h.group, h.name, n, h.prefetch, h.liveness, token))
         if real[0] == "ok":
             real = ("ok", [(d.seq, d.delivery_count, d.redelivered) for d in got])
         if model[0] == "ok":
@@ -312,6 +347,10 @@ class QueueMachine(RuleBasedStateMachine):
         assert seqs == old + new, f"fetch {seqs}: redeliveries (<= cursor {cursor_before}) must come first"
         assert old == sorted(old) and new == sorted(new), f"fetch {seqs}: not lowest seq first"
         assert len(got) <= n
+        if got:
+            assert {d.token for d in got} == {token}, f"fetch {seqs}: one token per call"
+            assert token not in self.tokens, f"fetch {seqs}: token {token} was handed out before"
+            self.tokens.add(token)
         for d in got:
             assert d.seq not in self.settled[h.group], f"group {h.group} got seq {d.seq} again after settling it"
             key = (h.group, d.seq)
@@ -324,10 +363,32 @@ class QueueMachine(RuleBasedStateMachine):
 
     # -- settling ------------------------------------------------------------------------
 
-    def _settle(self, what: str, h: Handle, d: rqueue.Delivery, real_fn, model_fn):
-        real = outcome(real_fn)  # a closed Consumer refuses before calling Redis
-        model = outcome(model_fn if not h.closed else _refused_closed)
-        self._same_result(f"{what} {d.tag} by {h}", real, model)
+    def _settle(self, what: str, op: str, via: Handle, ref, tag: Tag, delay: float | None = None):
+        """One settle of ``ref`` (a Delivery or a tag text) through ``via``,
+        real and modelled; returns the real outcome."""
+        c, m, g, name = via.consumer, self.model, via.group, via.name
+        real_fn = {
+            "ack": lambda: c.ack(ref),
+            "nack": lambda: c.nack(ref, delay=delay),
+            "reject": lambda: c.reject(ref),
+            "term": lambda: c.term(ref, "bad"),
+            "in_progress": lambda: c.in_progress(ref),
+        }[op]
+        model_fn = {
+            "ack": lambda: m.ack(g, name, [tag]),
+            "nack": lambda: m.nack(g, name, tag, delay),
+            "reject": lambda: m.reject(g, name, tag, "rejected"),
+            "term": lambda: m.reject(g, name, tag, "terminated"),
+            "in_progress": lambda: m.in_progress(g, name, tag),
+        }[op]
+        if isinstance(ref, rqueue.Delivery) and ref.consumer is not c:
+            model_fn = _refused_not_held  # the client refuses before any call
+        elif via.closed:
+            model_fn = _refused_closed  # a closed Consumer refuses before calling Redis
+        real = outcome(real_fn)
+        self._same_result(f"{what} {getattr(ref, 'tag', ref)} by {via}", real, outcome(model_fn))
+        if real[0] == "ok" and (op in ("ack", "reject", "term") or real[1] == "dead"):
+            self.settled[g].add(tag[0])
         return real
 
     @precondition(lambda self: self.deliveries)
@@ -337,67 +398,80 @@ class QueueMachine(RuleBasedStateMachine):
         state = self.model.groups[h.group].dlv.get(d.seq)
         if state is not None and (state.count, state.holder) != (d.delivery_count, h.name):
             COVERAGE["(ack of a delivery taken back or redelivered since)"] += 1
-        r = self._settle("ack", h, d, d.ack, lambda: self.model.ack(h.group, h.name, [(d.seq, d.delivery_count)]))
-        if r[0] == "ok":
-            self.settled[h.group].add(d.seq)
+        self._settle("ack", "ack", h, d, tag_of(d))
 
     @precondition(lambda self: self.deliveries and self._live_slots())
-    @rule(i=pick, js=st.lists(pick, min_size=1, max_size=3))
+    @rule(i=pick, js=st.lists(st.tuples(pick, st.booleans()), min_size=1, max_size=3))
     def ack_list(self, i, js):
-        """c.ack([...]) through any live consumer: foreign, late and repeated tags."""
+        """c.ack([...]) through any live consumer: foreign, late and repeated
+        tags, each as its Delivery or (True) its tag text."""
         h = self._handle(i)
-        ds = [self._delivery(j)[1] for j in js]
-        tags = [(d.seq, d.delivery_count) for d in ds]
-        real = outcome(lambda: h.consumer.ack(ds))
-        model = outcome(lambda: self.model.ack(h.group, h.name, tags))
-        self._same_result(f"ack_list {[d.tag for d in ds]} by {h}", real, model)
+        picked = [self._delivery(j) for j, _ in js]
+        refs = [d.tag if text else d for (_, d), (_, text) in zip(picked, js)]
+        real = outcome(lambda: h.consumer.ack(refs))
+        if any(hh is not h and not text for (hh, _), (_, text) in zip(picked, js)):
+            model = ("err", "NotHeld")  # another consumer's Delivery: refused before any call
+        else:
+            model = outcome(lambda: self.model.ack(h.group, h.name, [tag_of(d) for _, d in picked]))
+        self._same_result(f"ack_list {[str(getattr(r, 'tag', r)) for r in refs]} by {h}", real, model)
         if real[0] == "ok":
-            self.settled[h.group].update(d.seq for d in ds)
+            self.settled[h.group].update(d.seq for _, d in picked)
 
     @precondition(lambda self: self.deliveries)
     @rule(i=pick, delay=st.sampled_from([None, 0, 1, 4]))
     def nack(self, i, delay):
         h, d = self._delivery(i)
-        r = self._settle(
-            f"nack(delay={delay})",
-            h,
-            d,
-            lambda: d.nack(delay=delay),
-            lambda: self.model.nack(h.group, h.name, d.seq, d.delivery_count, delay),
-        )
-        if r == ("ok", "dead"):
-            self.settled[h.group].add(d.seq)
+        self._settle(f"nack(delay={delay})", "nack", h, d, tag_of(d), delay)
 
     @precondition(lambda self: self.deliveries)
     @rule(i=pick, term=st.booleans())
     def reject(self, i, term):
         h, d = self._delivery(i)
-        if term:
-            r = self._settle(
-                "term",
-                h,
-                d,
-                lambda: d.term("bad"),
-                lambda: self.model.reject(h.group, h.name, d.seq, d.delivery_count, "terminated"),
-            )
-        else:
-            r = self._settle(
-                "reject",
-                h,
-                d,
-                d.reject,
-                lambda: self.model.reject(h.group, h.name, d.seq, d.delivery_count, "rejected"),
-            )
-        if r[0] == "ok":
-            self.settled[h.group].add(d.seq)
+        op = "term" if term else "reject"
+        self._settle(op, op, h, d, tag_of(d))
 
     @precondition(lambda self: self.deliveries)
     @rule(i=pick)
     def in_progress(self, i):
         h, d = self._delivery(i)
-        self._settle(
-            "in_progress", h, d, d.in_progress, lambda: self.model.in_progress(h.group, h.name, d.seq, d.delivery_count)
-        )
+        self._settle("in_progress", "in_progress", h, d, tag_of(d))
+
+    @precondition(lambda self: self.deliveries)
+    @rule(i=pick, op=ops, delay=st.sampled_from([None, 0, 4]))
+    def settle_after_nack(self, i, op, delay):
+        """d.nack() and then any settle of d: the nack settled that delivery."""
+        h, d = self._delivery(i)
+        if self._settle(f"nack(delay={delay})", "nack", h, d, tag_of(d), delay)[0] == "ok":
+            self._settle(f"{op}-after-nack", op, h, d, tag_of(d))
+
+    @precondition(lambda self: self.deliveries)
+    @rule(i=pick, op=ops, how=st.sampled_from(["another fetch's", "prefix", "longer", "never made"]))
+    def settle_with_a_wrong_token(self, i, op, how):
+        """A settle by the consumer that holds the delivery, by its tag text
+        with a token that fetch did not hand out with it."""
+        h, d = self._delivery(i)
+        others = sorted({dd.token for _, dd in self.deliveries} - {d.token})
+        token = {
+            "another fetch's": others[i % len(others)] if others else "zz",
+            "prefix": d.token[:-1],
+            "longer": d.token + "0",
+            "never made": "zz",
+        }[how]
+        tag = (d.seq, d.delivery_count, token)
+        COVERAGE[f"(wrong token: {how})"] += 1
+        self._settle(f"{op}-with-a-wrong-token", op, h, f"{d.seq}.{d.delivery_count}.{token}", tag)
+
+    @precondition(lambda self: self.deliveries and len(self._live_slots()) > 1)
+    @rule(i=pick, j=pick, op=ops)
+    def hand_to_another_consumer(self, i, j, op):
+        """x.ack(d) of a Delivery that consumer y fetched (of x's group or another)."""
+        h, d = self._delivery(i)
+        others = [s for s in self._live_slots() if self.handles[s] is not h]
+        via = self.handles[others[j % len(others)]]
+        assert via is not None
+        if (via.group, via.name) == (h.group, h.name):
+            COVERAGE["(Delivery of an earlier Consumer object of the same name)"] += 1
+        self._settle(f"{op}-of-another's-Delivery", op, via, d, tag_of(d))
 
     # -- time, membership, settings -------------------------------------------------------
 
@@ -505,11 +579,10 @@ class QueueMachine(RuleBasedStateMachine):
         for gs in stats.groups:
             lease, delay, dlv = (group_key(self.q, gs.name, name) for name in ("lease", "delay", "dlv"))
             states = {}
-            for seq, raw in r.hgetall(dlv).items():  # "count:holder:first:last[\n...]"
+            for seq, raw in r.hgetall(dlv).items():
                 if seq == b"pin":  # no message: keeps the hash a hash table (delivery_state.lua)
                     continue
-                count, holder = raw.decode().split("\n", 1)[0].split(":")[:2]
-                states[int(seq)] = (int(count), holder)
+                states[int(seq)] = parse_state(raw.decode())
             groups[gs.name] = {
                 "ack_floor": gs.ack_floor,
                 "cursor": gs.cursor,
@@ -640,3 +713,34 @@ def test_dedup_window_follows_the_script_clock(backend: str, prefix: str) -> Non
             assert real == model.publish([(b"a", {}, "x"), (b"b", {}, "x")], None), f"after {pause} s of wall time"
     finally:
         client.close()
+
+
+def test_a_late_ack_with_another_fetchs_token_is_not_held(backend: str) -> None:
+    # found by a long run: the CI examples reach no late ack with a wrong token
+    state = _machine(backend)
+    try:
+        # given seq 1 fetched by a1 (token t1), its lease run out, and fetched again by a1 (token t2)
+        state.setup(
+            ack_wait=2.0,
+            max_inflight=1,
+            max_deliveries=2,
+            redelivery_delay=0.0,
+            multiplier=1.0,
+            dedup_window=20.0,
+            two_groups=False,
+            early=[False],
+            first=(1, None),
+        )
+        state.fetch(i=0, n=1)
+        state.advance(seconds=2)
+        state.fetch(i=0, n=1)
+        state.same_state()
+        # when a1 acks its first delivery, 1.1, with t2: NotHeld, nothing changes
+        state.settle_with_a_wrong_token(i=0, op="ack", how="another fetch's")
+        state.same_state()
+        # then with t1 the late ack completes the message
+        state.ack(i=0)
+        state.same_state()
+        assert state.q.stats().group("A").acked == 1
+    finally:
+        state.teardown()

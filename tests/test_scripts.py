@@ -8,6 +8,7 @@ import time
 
 import pytest
 import redis
+from support.refusals import nothing_changes
 
 from rqueue.engine import commands
 from rqueue.engine.keys import ACK_KEYS
@@ -358,10 +359,10 @@ def test_join_then_fetch_reply_shape(raw):
     publish(raw, b"a")
     assert s.join(keys=gk, args=group_argv()) == [1, 1]
     assert s.join(keys=gk, args=group_argv()) == [0, 0]
-    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
     assert reply == [NOW, b"", 1, 1, compact(NOW, b"a")]
     assert r.zscore(gk[5], 1) == NOW + 10_000
-    assert r.hget(gk[8], 1) == b"1:c1:%d:%d" % (NOW, NOW)
+    assert r.hget(gk[8], 1) == b"1:c1:%d:%d:t1" % (NOW, NOW)
 
 
 def test_fetch_moves_the_cursor_past_the_last_seq_it_read(raw):
@@ -372,9 +373,9 @@ def test_fetch_moves_the_cursor_past_the_last_seq_it_read(raw):
     s.join(keys=gk, args=group_argv())
     r.hdel(qk.msgs, 3)
     # when fetches read 3 seqs (one deleted) and then 120
-    assert [x for x in s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2))[2::3]] == [1, 2]
+    assert [x for x in s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))[2::3]] == [1, 2]
     assert r.hget(gk[4], "cursor") == b"2"
-    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, Settings(ack_wait=10, prefetch=200), 120))
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, Settings(ack_wait=10, prefetch=200), 120, "t1"))
     # then the cursor is the last seq each read, in its plain form
     assert reply[2::3] == list(range(4, 124)) and r.hget(gk[4], "cursor") == b"123"
 
@@ -389,7 +390,7 @@ def test_a_small_fetch_reads_records_first_and_the_last_seq_only_at_a_gap(raw):
     r.hdel(qk.msgs, 2)
 
     def fetch(n):
-        return s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, n))[2::3]
+        return s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, n, "t1"))[2::3]
 
     # when fetches of 1 reach the deleted record and then the end of the queue
     assert fetch(1) == [1] and fetch(1) == [3] and r.hget(gk[4], "cursor") == b"3"
@@ -421,11 +422,11 @@ def test_fetch_on_the_server_clock_writes_one_time_everywhere(raw):
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
     # when a fetch reads the server's TIME (ARGV[3] empty)
-    reply = s.fetch(keys=gk, args=group_argv("g", "c1", "", None, 1))
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", "", None, 1, "t1"))
     now = reply[0]
     # then the reply, the delivery state and the lease agree on it
     assert abs(now - time.time() * 1000) < 60_000
-    assert r.hget(gk[8], 1) == b"1:c1:%d:%d" % (now, now) and r.zscore(gk[5], 1) == now + 10_000
+    assert r.hget(gk[8], 1) == b"1:c1:%d:%d:t1" % (now, now) and r.zscore(gk[5], 1) == now + 10_000
 
 
 def test_fetch_finds_a_redelivery_or_a_due_message_in_whichever_set_alone_holds_it(raw):
@@ -433,18 +434,18 @@ def test_fetch_finds_a_redelivery_or_a_due_message_in_whichever_set_alone_holds_
     r, qk, gk, s = raw
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2))[2::3] == [1, 2]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))[2::3] == [1, 2]
     # when 1 is offered again at once: the ready set alone exists
-    s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "0", ""))
+    s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", "0", ""))
     assert r.exists(gk[6]) and not r.exists(gk[7])
     # then a fetch finds it there
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))[2:] == [1, 2, compact(NOW, b"a")]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t2"))[2:] == [1, 2, compact(NOW, b"a")]
     # when 2 is offered again after 500 ms: the delay set alone exists
-    s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 2, 1, "500", ""))
+    s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 2, 1, "t1", "500", ""))
     assert not r.exists(gk[6]) and r.exists(gk[7])
     # then a fetch waits for it, and finds it once due
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10)) == [NOW, NOW + 500]
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 500, None, 10))[2:] == [2, 2, compact(NOW, b"b")]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t3")) == [NOW, NOW + 500]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 500, None, 10, "t4"))[2:] == [2, 2, compact(NOW, b"b")]
     assert not r.exists(gk[6]) and not r.exists(gk[7])
 
 
@@ -452,31 +453,31 @@ def test_fetch_idle_reply_gives_next_due_time(raw):
     _, _, gk, s = raw
     publish(raw, b"a", delay=700)
     s.join(keys=gk, args=group_argv())
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10)) == [NOW, NOW + 700]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1")) == [NOW, NOW + 700]
 
 
 def test_fetch_by_non_member_is_refused(raw):
     _, _, gk, s = raw
     with pytest.raises(redis.ResponseError, match="^RQ_NOT_MEMBER"):
-        s.fetch(keys=gk, args=group_argv("g", "nobody", NOW, None, 10))
+        s.fetch(keys=gk, args=group_argv("g", "nobody", NOW, None, 10, "t1"))
 
 
 def test_ack_strict_and_lenient_statuses(raw):
     _, _, gk, s = raw
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
-    with pytest.raises(redis.ResponseError, match=r"^RQ_UNKNOWN_TAG 9\.1"):
-        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, 9, 1))
-    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", 1, 1, 9, 1, 1, 1)) == [
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
+    with pytest.raises(redis.ResponseError, match=r"^RQ_UNKNOWN_TAG 9\.1\.t1$"):
+        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, "t1", 9, 1, "t1"))
+    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", 1, 1, "t1", 9, 1, "t1", 1, 1, "t1")) == [
         b"ok",
         b"RQ_UNKNOWN_TAG",
         b"RQ_ACKED",
     ]
-    with pytest.raises(redis.ResponseError, match=r"^RQ_ACKED 1\.1"):
-        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1))
-    with pytest.raises(redis.ResponseError, match=r"^RQ_NOT_HELD 2\.1"):
-        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c2", "1", 2, 1))
+    with pytest.raises(redis.ResponseError, match=r"^RQ_ACKED 1\.1\.t1$"):
+        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, "t1"))
+    with pytest.raises(redis.ResponseError, match=r"^RQ_NOT_HELD 2\.1\.t1$"):
+        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c2", "1", 2, 1, "t1"))
 
 
 def test_ack_accepts_a_seq_or_count_written_another_way(raw):
@@ -485,8 +486,8 @@ def test_ack_accepts_a_seq_or_count_written_another_way(raw):
     r, qk, gk, s = raw
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
-    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", "01", "1", "2", "01")) == [b"ok", b"ok"]
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
+    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", "01", "1", "t1", "2", "01", "t1")) == [b"ok", b"ok"]
     assert r.hkeys(gk[8]) == [b"pin"] and r.zrangebyscore(gk[5], "-inf", "(+inf") == [] and r.hlen(qk.msgs) == 0
     assert r.hget(gk[2], "g") == b"2"
 
@@ -499,9 +500,10 @@ def test_ack_writes_the_floor_and_counts_as_plain_numbers_however_many_it_settle
     r, qk, gk, s = raw
     publish(raw, b"a", b"b", b"c", b"d", b"e", b"f")
     s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
 
-    def ack(*tags):
+    def ack(*pairs):
+        tags = [x for i in range(0, len(pairs), 2) for x in (pairs[i], pairs[i + 1], "t1")]
         return s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *tags))
 
     def floor_and_trimmed():
@@ -530,10 +532,10 @@ def held_by_c1(raw, n):
     _, _, gk, s = raw
     publish(raw, *[b"m%d" % i for i in range(1, n + 1)])
     s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, n))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, n, "t1"))
 
     def ack(*seqs):
-        tags = [x for seq in seqs for x in (seq, 1)]
+        tags = [x for seq in seqs for x in (seq, 1, "t1")]
         return s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *tags))
 
     return ack
@@ -566,7 +568,7 @@ def test_acks_above_a_held_message_are_kept_as_runs_that_the_floor_passes_in_one
     ack(9)
     assert runs() == [(3, 10)] and above() == 8
     # when an acked seq inside a run is acked again, it is named as acked and nothing changes
-    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", 9, 1)) == [b"RQ_ACKED"]
+    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", 9, 1, "t1")) == [b"RQ_ACKED"]
     assert runs() == [(3, 10)] and above() == 8
     assert ack(12) == [b"ok"] and runs() == [(3, 10), (12, 12)]
     # when 2 is acked, the floor stays below the held seq 1 and 2 joins the run
@@ -589,7 +591,7 @@ def test_a_tag_whose_seq_is_no_whole_number_is_unknown_next_to_acked_runs(raw):
     # when tags are sent whose seq is NaN, infinite, fractional or past 2^63
     for seq in ("nan", "inf", "2.5", "1e19"):
         # then each is an unknown tag, and the run is as it was
-        assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", seq, 1)) == [b"RQ_UNKNOWN_TAG"], seq
+        assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", seq, 1, "t1")) == [b"RQ_UNKNOWN_TAG"], seq
     assert r.zrange(gk[9], 0, -1, withscores=True) == [(b"2", 3.0)] and r.hget(gk[4], "acked_above") == b"2"
 
 
@@ -617,28 +619,30 @@ def test_a_single_tag_is_judged_as_it_would_be_among_others(raw):
     publish(raw, b"a", b"b", b"c", b"d")
     s.join(keys=gk, args=group_argv())
     s.join(keys=gk, args=group_argv("g", "c2"))
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 3))[2::3] == [1, 2, 3]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 3, "t1"))[2::3] == [1, 2, 3]
     # 2 ran out and went to c2; 3 ran out and came back to c1 (a history)
     later = NOW + 10_001
     r.zadd(gk[5], {"1": later + 10_000, "3": later + 10_000})
-    assert s.fetch(keys=gk, args=group_argv("g", "c2", later, None, 1))[2::3] == [2]
+    assert s.fetch(keys=gk, args=group_argv("g", "c2", later, None, 1, "t2"))[2::3] == [2]
     r.zadd(gk[5], {"3": NOW})
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", later, None, 1))[2::3] == [3]
-    assert r.hget(gk[8], 3) == b"2:c1:%d:%d\n1=c1" % (NOW, later)
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", later, None, 1, "t3"))[2::3] == [3]
+    assert r.hget(gk[8], 3) == b"2:c1:%d:%d:t3\n1=c1=t1" % (NOW, later)
 
-    def ack(consumer, seq, count):
-        return s.ack(keys=gk[:ACK_KEYS], args=ack_argv(consumer, "0", seq, count))
+    def ack(consumer, seq, count, token):
+        return s.ack(keys=gk[:ACK_KEYS], args=ack_argv(consumer, "0", seq, count, token))
 
-    # then a tag of another consumer, a count never delivered and an unknown
-    # seq are refused, and c1 still holds what it held
-    assert ack("c2", 1, 1) == [b"RQ_NOT_HELD"] and ack("c1", 1, 2) == [b"RQ_UNKNOWN_TAG"]
-    assert ack("c1", 9, 1) == [b"RQ_UNKNOWN_TAG"] and ack("c1", "pin", 1) == [b"RQ_UNKNOWN_TAG"]
+    # then a tag of another consumer, a count never delivered, an unknown
+    # seq and another token are refused, and c1 still holds what it held
+    assert ack("c2", 1, 1, "t1") == [b"RQ_NOT_HELD"] and ack("c1", 1, 2, "t1") == [b"RQ_UNKNOWN_TAG"]
+    assert ack("c1", 9, 1, "t1") == [b"RQ_UNKNOWN_TAG"] and ack("c1", "pin", 1, "t1") == [b"RQ_UNKNOWN_TAG"]
+    assert ack("c1", 1, 1, "t2") == [b"RQ_UNKNOWN_TAG"] and ack("c1", 3, 2, "t1") == [b"RQ_UNKNOWN_TAG"]
+    assert ack("c1", 2, 1, "t2") == [b"RQ_NOT_HELD"]
     assert r.hget(gk[10], "c1") == b"2" and r.hget(gk[10], "c2") == b"1"
     # a late ack of c1's earlier delivery of 2 settles it, taking it from c2
-    assert ack("c1", 2, 1) == [b"ok"] and r.hget(gk[10], "c2") == b"0"
+    assert ack("c1", 2, 1, "t1") == [b"ok"] and r.hget(gk[10], "c2") == b"0"
     # c1's current deliveries settle whether they have a history or not
-    assert ack("c1", 3, 2) == [b"ok"] and ack("c1", 1, 1) == [b"ok"]
-    assert r.hget(gk[10], "c1") == b"0" and ack("c1", 1, 1) == [b"RQ_ACKED"]
+    assert ack("c1", 3, 2, "t3") == [b"ok"] and ack("c1", 1, 1, "t1") == [b"ok"]
+    assert r.hget(gk[10], "c1") == b"0" and ack("c1", 1, 1, "t1") == [b"RQ_ACKED"]
     assert r.hget(qk.floors, "g") == b"3" and r.hget(gk[4], "acked") == b"3" and r.hkeys(gk[8]) == [b"pin"]
 
 
@@ -651,8 +655,8 @@ def test_ack_of_no_tags_and_of_more_tags_than_one_chunk(raw):
     # when nothing is acked, nothing is changed
     assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1")) == []
     # when 1500 deliveries of one fetch are acked in one call
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, big, 1500))[2::3] == list(range(1, 1501))
-    tags = [x for seq in range(1, 1501) for x in (seq, 1)]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, big, 1500, "t1"))[2::3] == list(range(1, 1501))
+    tags = [x for seq in range(1, 1501) for x in (seq, 1, "t1")]
     assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *tags)) == [b"ok"] * 1500
     # then every one is settled
     assert r.hget(qk.floors, "g") == b"1500" and r.hlen(qk.msgs) == 0 and r.hkeys(gk[8]) == [b"pin"]
@@ -663,14 +667,14 @@ def test_fetch_acks_the_tags_it_is_given_first(raw):
     publish(raw, b"a", b"b", b"c")
     one = Settings(ack_wait=10, prefetch=1)
     s.join(keys=gk, args=group_argv())
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5)) == [NOW, b"", 1, 1, compact(NOW, b"a")]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, "t1")) == [NOW, b"", 1, 1, compact(NOW, b"a")]
     # the ack frees the one prefetch slot for this same fetch; a bad tag gets its code
-    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, 1, 1, 9, 1))
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, "t2", 1, 1, "t1", 9, 1, "t1"))
     assert reply == [NOW, b"", b"ok", b"RQ_UNKNOWN_TAG", 2, 1, compact(NOW, b"b")]
     assert r.hget(gk[2], "g") == b"1" and not r.hexists(gk[8], 1) and r.hlen(qk.msgs) == 2
     # a non-member's call changes nothing, its tags included
     with pytest.raises(redis.ResponseError, match="^RQ_NOT_MEMBER"):
-        s.fetch(keys=gk, args=group_argv("g", "nobody", NOW, None, 5, 2, 1))
+        s.fetch(keys=gk, args=group_argv("g", "nobody", NOW, None, 5, "t3", 2, 1, "t2"))
     assert r.hexists(gk[8], 2) and r.zscore(gk[5], 2) == NOW + 10_000
 
 
@@ -679,14 +683,17 @@ def test_fetch_acks_a_single_tag_sent_with_it_as_ack_would(raw):
     publish(raw, b"a", b"b", b"c")
     one = Settings(ack_wait=10, prefetch=1)
     s.join(keys=gk, args=group_argv())
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1))[2::3] == [1]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, "t1"))[2::3] == [1]
     # when the held delivery is acked with the next fetch, it frees the slot
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, 1, 1))[2:4] == [b"ok", 2]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, "t2", 1, 1, "t1"))[2:4] == [b"ok", 2]
     assert r.hget(qk.floors, "g") == b"1" and r.hget(gk[10], "c1") == b"1"
-    # when the single tag is a count never delivered, it gets its code and the slot stays taken
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, 2, 2)) == [NOW, NOW + 10_000, b"RQ_UNKNOWN_TAG"]
+    # when the single tag is a count never delivered, or has another token,
+    # it gets its code and the slot stays taken
+    for tag in ((2, 2, "t2"), (2, 1, "t1")):
+        reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, "t3", *tag))
+        assert reply == [NOW, NOW + 10_000, b"RQ_UNKNOWN_TAG"], tag
     # when it is written another way, it is settled all the same
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, "02", "1"))[2:4] == [b"ok", 3]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, "t4", "02", "1", "t2"))[2:4] == [b"ok", 3]
     assert r.hget(qk.floors, "g") == b"2" and r.hget(gk[10], "c1") == b"1"
 
 
@@ -694,10 +701,10 @@ def test_nack_reply_and_stale_error(raw):
     _, _, gk, s = raw
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
-    assert s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "250", "")) == [b"requeued", NOW + 250]
-    with pytest.raises(redis.ResponseError, match=r"^RQ_STALE 1\.1"):
-        s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "", ""))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
+    assert s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", "250", "")) == [b"requeued", NOW + 250]
+    with pytest.raises(redis.ResponseError, match=r"^RQ_STALE 1\.1\.t1$"):
+        s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", "", ""))
 
 
 def test_a_full_group_gets_its_expired_lease_back_in_the_same_fetch(raw):
@@ -706,10 +713,10 @@ def test_a_full_group_gets_its_expired_lease_back_in_the_same_fetch(raw):
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
     one = Settings(ack_wait=10, max_inflight=1)
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5))[2:4] == [1, 1]
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5))[2:] == []
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, "t1"))[2:4] == [1, 1]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, "t2"))[2:] == []
     # when a fetch comes after the lease's deadline
-    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 10_001, one, 5))
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 10_001, one, 5, "t3"))
     # then the expiry frees the room it takes: seq 1 again, its second delivery
     assert reply[2:4] == [1, 2]
 
@@ -719,11 +726,11 @@ def test_a_fetch_with_nothing_in_flight_delivers_new_messages(raw):
     r, _, gk, s = raw
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1))[2:4] == [1, 1]
-    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1)) == [b"ok"]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))[2:4] == [1, 1]
+    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, "t1")) == [b"ok"]
     publish(raw, b"b")
     # when the next fetch comes long after the first lease would have run out
-    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 60_000, None, 5))
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 60_000, None, 5, "t2"))
     # then it delivers the new message, and the group counts nothing expired
     assert reply[2:] == [2, 1, compact(NOW, b"b")]
     assert r.hget(gk[4], "expired") is None  # KEYS[5], the group hash
@@ -751,14 +758,14 @@ def test_a_failure_policy_that_does_not_parse_changes_nothing(raw):
     r, _, gk, s = raw
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
     before = {k: r.dump(k) for k in gk if r.exists(k)}
-    bad = group_argv("g", "c1", NOW, None, 1, 1, "", "")
+    bad = group_argv("g", "c1", NOW, None, 1, 1, "t1", "", "")
     bad[6] = "3 250 2.0 4000 0.5"  # three words short
     # when nack, reject and a dead member's removal are sent it
     for script, args in (
         (s.nack, bad),
-        (s.reject, bad[:7] + [1, 1, "rejected", ""]),
+        (s.reject, bad[:7] + [1, 1, "t1", "rejected", ""]),
         (s.leave, bad[:7] + ["c1", "dead"]),
     ):
         with pytest.raises(
@@ -784,18 +791,18 @@ def test_an_expired_lease_is_left_whole_when_the_failure_policy_does_not_parse(r
     r, _, gk, s = raw
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
     lease, dlv, consumers = gk[5], gk[8], gk[10]  # KEYS[6], KEYS[9], KEYS[11]
     before = (r.zrange(lease, 0, -1, withscores=True), r.hgetall(dlv), r.hgetall(consumers))
     # when a fetch after its deadline is sent a failure policy that does not parse
-    late = group_argv("g", "c1", NOW + 10_001, None, 10)
+    late = group_argv("g", "c1", NOW + 10_001, None, 10, "t2")
     late[6] = "3 250"
     with pytest.raises(redis.ResponseError, match="RQ_BAD_ARGUMENT"):
         s.fetch(keys=gk, args=late)
     # then the lease, the delivery state and the holder's count are as they were
     assert (r.zrange(lease, 0, -1, withscores=True), r.hgetall(dlv), r.hgetall(consumers)) == before
     # and a good policy takes it back and redelivers it
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 10_001, None, 10))[2:4] == [1, 2]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 10_001, None, 10, "t3"))[2:4] == [1, 2]
 
 
 def test_stats_reads_the_group_name_and_now_alone(raw):
@@ -803,7 +810,7 @@ def test_stats_reads_the_group_name_and_now_alone(raw):
     _, _, gk, s = raw
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
     # when stats is sent the group name and now, the settings left empty
     flat = s.stats(keys=gk, args=["g", "", NOW, "", "", "", ""])
     # then it answers
@@ -816,12 +823,12 @@ def test_a_fetch_reads_the_failure_policy_only_when_a_delivery_fails(raw):
     _, _, gk, s = raw
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
-    args = group_argv("g", "c1", NOW, None, 10)
+    args = group_argv("g", "c1", NOW, None, 10, "t1")
     args[6] = "not a policy"
     # when nothing fails, it delivers
     assert s.fetch(keys=gk, args=args)[2:] == [1, 1, compact(NOW, b"a")]
     # and when the lease has expired, the policy is read and refused
-    later = group_argv("g", "c1", NOW + 10_001, None, 10)
+    later = group_argv("g", "c1", NOW + 10_001, None, 10, "t2")
     later[6] = "not a policy"
     with pytest.raises(redis.ResponseError, match=r"RQ_BAD_ARGUMENT"):
         s.fetch(keys=gk, args=later)
@@ -831,8 +838,8 @@ def test_reject_reply_is_dead_letter_seq(raw):
     r, qk, gk, s = raw
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
-    assert s.reject(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "rejected", "why")) == 1
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
+    assert s.reject(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", "rejected", "why")) == 1
     assert r.hget(qk.dead_letters.meta, "seq") == b"1"
 
 
@@ -840,8 +847,8 @@ def test_extend_reply_is_deadline_and_statuses(raw):
     r, _, gk, s = raw
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
-    assert s.extend(keys=gk, args=group_argv("g", "c1", NOW + 5, None, 1, 1, 1, 2)) == [
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
+    assert s.extend(keys=gk, args=group_argv("g", "c1", NOW + 5, None, 1, 1, "t1", 1, 2, "t1")) == [
         NOW + 5 + 10_000,
         b"ok",
         b"RQ_UNKNOWN_TAG",
@@ -853,12 +860,12 @@ def test_leave_graceful_and_dead(raw):
     r, _, gk, s = raw
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
     assert s.leave(keys=gk, args=group_argv("g", "c1", NOW, None, "c1", "graceful")) == [1, 0]
     assert r.zrange(gk[6], 0, -1) == [b"1"]
     s.join(keys=gk, args=group_argv("g", "c2"))
     one_try = Settings(ack_wait=10, max_deliveries=2)
-    s.fetch(keys=gk, args=group_argv("g", "c2", NOW, one_try, 1))
+    s.fetch(keys=gk, args=group_argv("g", "c2", NOW, one_try, 1, "t2"))
     assert s.leave(keys=gk, args=group_argv("g", "c9", NOW, one_try, "c2", "dead")) == [0, 1]
 
 
@@ -877,10 +884,10 @@ def test_corrupt_delivery_state_is_a_coded_error(raw):
     r, _, gk, s = raw
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
     r.hset(gk[8], 1, b"nonsense")
     with pytest.raises(redis.ResponseError, match="RQ_CORRUPT"):
-        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1))
+        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, "t1"))
 
 
 def test_delivery_states_are_kept_in_a_hash_table(raw):
@@ -890,9 +897,9 @@ def test_delivery_states_are_kept_in_a_hash_table(raw):
     r, qk, gk, s = raw
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
     assert sorted(r.hkeys(gk[8])) == [b"1", b"2", b"pin"] and len(r.hget(gk[8], "pin")) > 64
-    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, 2, 1)) == [b"ok", b"ok"]
+    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, "t1", 2, 1, "t1")) == [b"ok", b"ok"]
     assert r.hkeys(gk[8]) == [b"pin"]
     try:
         encoding = r.object("encoding", gk[8])
@@ -908,17 +915,17 @@ def test_leases_are_kept_in_a_skiplist_and_the_pin_is_no_delivery(raw):
     publish(raw, b"a", b"b")
     one = Settings(ack_wait=10, max_inflight=2)
     s.join(keys=gk, args=group_argv())
-    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, "t1"))
     members = r.zrange(gk[5], 0, -1, withscores=True)
     assert members[0] == (b"1", NOW + 10_000) and members[1][0].startswith(b"pin:") and members[1][1] == float("inf")
     assert len(members) == 2 and len(members[1][0]) > 64
     # max_inflight 2 still lets a second delivery out, and no more
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5))[2:4] == [2, 1]
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5)) == [NOW, NOW + 10_000]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, "t2"))[2:4] == [2, 1]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, "t3")) == [NOW, NOW + 10_000]
     stats = dict(zip(*[iter(s.stats(keys=gk, args=group_argv("g", "", NOW + 20_000, one))[:40])] * 2))
     assert stats[b"in_flight"] == 2 and stats[b"expired_leases"] == 2
     # a sync heartbeat and a leave pass over the pin
-    hb = s.heartbeat(keys=gk, args=group_argv("g", "c1", NOW, one, 10_000, "1", 1, 1, 2, 1))
+    hb = s.heartbeat(keys=gk, args=group_argv("g", "c1", NOW, one, 10_000, "1", 1, 1, "t1", 2, 1, "t2"))
     assert hb[4] == 0
     assert s.leave(keys=gk, args=group_argv("g", "c1", NOW, one, "c1", "graceful")) == [2, 0]
     assert [m[:4] for m in r.zrange(gk[5], 0, -1)] == [b"pin:"]
@@ -941,3 +948,201 @@ def test_fetch_names_seqs_across_hundreds_exactly(raw, queue):
     assert all(r.hexists(gk[8], seq) and r.zscore(gk[5], seq) is not None for seq in (100, 199, 200, 299, 300, 330))
     c.ack(got)
     assert r.hkeys(gk[8]) == [b"pin"] and r.zrangebyscore(gk[5], "-inf", "(+inf") == [] and r.hlen(qk.msgs) == 0
+
+
+# -- fencing tokens (guarantee 11 in docs/guarantees.md) -------------------------------
+
+
+def ack_of(s, gk, consumer, strict, *tags):
+    """ack.lua, its tags given as (seq, count, token) triples."""
+    return s.ack(keys=gk[:ACK_KEYS], args=ack_argv(consumer, strict, *[x for tag in tags for x in tag]))
+
+
+def test_a_tag_with_another_token_names_no_delivery_and_changes_nothing(raw, client):
+    # given c1 holding seqs 1 and 2 from the fetch with token t1
+    r, _, gk, s = raw
+    publish(raw, b"a", b"b")
+    s.join(keys=gk, args=group_argv())
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))[2::3] == [1, 2]
+    # when the same seq and count come with another token: alone, in a batch,
+    # leniently, with a fetch, and to nack, reject and extend
+    with nothing_changes(client):
+        for tags in ([(1, 1, "t2")], [(2, 1, "t1"), (1, 1, "t2")]):
+            with pytest.raises(redis.ResponseError, match=r"^RQ_UNKNOWN_TAG 1\.1\.t2$"):
+                ack_of(s, gk, "c1", "1", *tags)
+        assert ack_of(s, gk, "c1", "0", (1, 1, "t2")) == [b"RQ_UNKNOWN_TAG"]
+        # (a prefix or an extension of the token is no match either)
+        assert ack_of(s, gk, "c1", "0", (1, 1, "t"), (1, 1, "t11")) == [b"RQ_UNKNOWN_TAG"] * 2
+        for script, tail in ((s.nack, ["", ""]), (s.reject, ["rejected", ""])):
+            with pytest.raises(redis.ResponseError, match=r"^RQ_UNKNOWN_TAG 1\.1\.t2$"):
+                script(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t2", *tail))
+        # (at the fetch's time: extend records a beat, the same one again)
+        assert s.extend(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t2")) == [NOW + 10_000, b"RQ_UNKNOWN_TAG"]
+    # (a fetch that carries it acks nothing; it claims nothing new either: all is held)
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t3", 1, 1, "t2"))[2:] == [b"RQ_UNKNOWN_TAG"]
+    assert r.hget(gk[8], 1) == b"1:c1:%d:%d:t1" % (NOW, NOW) and r.hget(gk[10], "c1") == b"2"
+    # then the right token settles both
+    assert ack_of(s, gk, "c1", "1", (1, 1, "t1"), (2, 1, "t1")) == [b"ok", b"ok"]
+
+
+@pytest.mark.parametrize("then", ["ack", "ack_lenient", "ack_with_fetch", "nack", "reject", "extend"])
+def test_a_delivery_nacked_by_its_holder_is_stale_to_every_later_settle(raw, client, then):
+    # given c1's delivery of seq 1 nacked for a retry in 30 s
+    r, _, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    assert s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", "30000", "")) == [
+        b"requeued",
+        NOW + 30_000,
+    ]
+    # then its state remembers that its holder settled it
+    assert r.hget(gk[8], 1) == b"1::%d:%d:t1\n1!c1=t1" % (NOW, NOW)
+    stale = r"^RQ_STALE 1\.1\.t1$"
+    # when c1 settles that same delivery again, it is stale and changes nothing
+    with nothing_changes(client):
+        if then == "ack":
+            with pytest.raises(redis.ResponseError, match=stale):
+                ack_of(s, gk, "c1", "1", (1, 1, "t1"))
+        elif then == "ack_lenient":
+            assert ack_of(s, gk, "c1", "0", (1, 1, "t1")) == [b"RQ_STALE"]
+        elif then == "ack_with_fetch":
+            assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t2", 1, 1, "t1")) == [
+                NOW,
+                NOW + 30_000,
+                b"RQ_STALE",
+            ]
+        elif then == "extend":
+            assert s.extend(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1"))[1:] == [b"RQ_STALE"]
+        else:
+            script, tail = (s.nack, ["", ""]) if then == "nack" else (s.reject, ["rejected", ""])
+            with pytest.raises(redis.ResponseError, match=stale):
+                script(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", *tail))
+    # and the retry still comes, after which the old tag is stale against the new delivery too
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 30_000, None, 1, "t3"))[2:4] == [1, 2]
+    assert ack_of(s, gk, "c1", "0", (1, 1, "t1")) == [b"RQ_STALE"]
+    assert ack_of(s, gk, "c1", "1", (1, 2, "t3")) == [b"ok"]
+
+
+def test_a_late_ack_completes_the_message_only_with_the_token_it_was_delivered_with(raw, client):
+    # given seq 1 delivered to c1 (t1), its lease run out and the message redelivered to c2 (t2)
+    r, qk, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.join(keys=gk, args=group_argv("g", "c2"))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    assert s.fetch(keys=gk, args=group_argv("g", "c2", NOW + 10_001, None, 1, "t2"))[2:4] == [1, 2]
+    assert r.hget(gk[8], 1) == b"2:c2:%d:%d:t2\n1=c1=t1" % (NOW, NOW + 10_001)
+    # when c1 acks its earlier delivery with another token (c2's, or one never
+    # handed out), or c2 with c1's token, it is not held, and nothing changes
+    with nothing_changes(client):
+        for consumer, tag in (("c1", (1, 1, "t2")), ("c1", (1, 1, "t9")), ("c2", (1, 1, "t1"))):
+            with pytest.raises(redis.ResponseError, match=rf"^RQ_NOT_HELD 1\.1\.{tag[2]}$"):
+                ack_of(s, gk, consumer, "1", tag)
+            assert ack_of(s, gk, consumer, "0", tag) == [b"RQ_NOT_HELD"]
+    # when it acks it with the token it was delivered with
+    assert ack_of(s, gk, "c1", "1", (1, 1, "t1")) == [b"ok"]
+    # then the message is complete and c2 no longer holds it
+    assert r.hget(qk.floors, "g") == b"1" and r.hget(gk[10], "c2") == b"0" and r.hkeys(gk[8]) == [b"pin"]
+    assert ack_of(s, gk, "c2", "0", (1, 2, "t2")) == [b"RQ_ACKED"]
+
+
+def test_a_delivery_state_without_a_token_still_reads(raw):
+    # given states written before tokens: seq 1 in flight with a history, seq 2 in flight
+    r, _, gk, s = raw
+    publish(raw, b"a", b"b")
+    s.join(keys=gk, args=group_argv())
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))[2::3] == [1, 2]
+    r.hset(gk[8], mapping={1: b"2:c1:%d:%d\n1=c0" % (NOW, NOW), 2: b"1:c1:%d:%d" % (NOW, NOW)})
+    # when stats and a fetch read them, then neither fails
+    stats = dict(zip(*[iter(s.stats(keys=gk, args=group_argv("g", "", NOW, None))[:40])] * 2))
+    assert stats[b"in_flight"] == 2
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t2")) == [NOW, NOW + 10_000]
+    # when their leases run out, the next fetch takes them back and redelivers them
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 10_001, None, 2, "t3"))
+    assert reply[2::3] == [1, 2] and reply[3::3] == [3, 2]
+    # with the token "" kept in their history and the new token in the state
+    assert r.hget(gk[8], 1) == b"3:c1:%d:%d:t3\n1=c0\n2=c1=" % (NOW, NOW + 10_001)
+    assert r.hget(gk[8], 2) == b"2:c1:%d:%d:t3\n1=c1=" % (NOW, NOW + 10_001)
+    assert ack_of(s, gk, "c1", "1", (1, 3, "t3"), (2, 2, "t3")) == [b"ok", b"ok"]
+
+
+@pytest.mark.parametrize("token", [None, "", "T1", "t-1", "t.1", "t 1", "t1\n", "é", "1t", "t" * 33])
+def test_a_fetch_with_a_bad_token_is_refused_and_changes_nothing(raw, client, token):
+    # given c1 holding seq 1, and seq 2 waiting
+    _, _, gk, s = raw
+    publish(raw, b"a", b"b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    # when a fetch (acking seq 1 first, or a plain one) is sent a token that is not a letter then
+    # letters and digits, 32 at most
+    args = group_argv("g", "c1", NOW, None, 5) + ([] if token is None else [token])
+    for tail in ([1, 1, "t1"], []) if token is not None else ([],):
+        with nothing_changes(client), pytest.raises(redis.ResponseError) as exc:
+            s.fetch(keys=gk, args=args + tail)
+        # then it is refused, naming the argument
+        assert str(exc.value).startswith("RQ_BAD_ARGUMENT the token (ARGV[9]) must be a letter, then letters")
+
+
+@pytest.mark.parametrize("strict", ["1", "0"])
+def test_a_token_holding_a_colon_cannot_reach_into_another_consumers_state(raw, client, strict):
+    # given consumer "c1:5:6" (names may hold ":") holding seq 1 from the fetch with token t1
+    _, _, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv("g", "c1:5:6"))
+    s.fetch(keys=gk, args=group_argv("g", "c1:5:6", NOW, None, 1, "t1"))
+    # when consumer c1 acks (1, 1) with a token made of the rest of that state
+    forged = (1, 1, f"{NOW}:{NOW}:t1")
+    with nothing_changes(client):
+        if strict == "1":
+            with pytest.raises(redis.ResponseError, match="RQ_UNKNOWN_TAG"):
+                ack_of(s, gk, "c1", strict, forged)
+        else:
+            # then it names no delivery, and "c1:5:6" still holds seq 1
+            assert ack_of(s, gk, "c1", strict, forged) == [b"RQ_UNKNOWN_TAG"]
+    assert ack_of(s, gk, "c1:5:6", "1", (1, 1, "t1")) == [b"ok"]
+
+
+def test_a_token_holding_an_equals_sign_cannot_late_ack_another_consumers_delivery(raw, client):
+    # given consumer "a=b" (names may hold "=") whose delivery 1 of seq 1 (token t1) was taken
+    # back when its lease ran out, and c2 holding delivery 2
+    _, _, gk, s = raw
+    publish(raw, b"a")
+    for name in ("a=b", "c2"):
+        s.join(keys=gk, args=group_argv("g", name))
+    s.fetch(keys=gk, args=group_argv("g", "a=b", NOW, None, 1, "t1"))
+    s.fetch(keys=gk, args=group_argv("g", "c2", NOW + 10_001, None, 1, "t2"))
+    # when consumer "a" late-acks (1, 1) with the token "b=t1", which would read as the history line
+    with nothing_changes(client):
+        assert ack_of(s, gk, "a", "0", (1, 1, "b=t1")) == [b"RQ_UNKNOWN_TAG"]
+    # then the late ack of the consumer that received it still completes the message
+    assert ack_of(s, gk, "a=b", "0", (1, 1, "t1")) == [b"ok"]
+
+
+def test_a_state_before_tokens_of_a_consumer_whose_name_holds_colons_reads_right(raw, client):
+    # given a delivery state in the format before tokens, held by consumer "w:5"
+    r, _, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv("g", "w:5"))
+    s.fetch(keys=gk, args=group_argv("g", "w:5", NOW, None, 1, "t1"))
+    r.hset(gk[8], 1, b"1:w:5:%d:%d" % (NOW, NOW))
+    # when consumer "w" acks it with the last field as a token, then that names no delivery
+    with nothing_changes(client):
+        assert ack_of(s, gk, "w", "0", (1, 1, str(NOW))) == [b"RQ_UNKNOWN_TAG"]
+        assert ack_of(s, gk, "w", "0", (1, 1, "t1")) == [b"RQ_NOT_HELD"]
+    # and its lease running out hands it back to the group for redelivery, to any consumer
+    s.join(keys=gk, args=group_argv("g", "w", NOW + 10_001))
+    reply = s.fetch(keys=gk, args=group_argv("g", "w", NOW + 10_001, None, 1, "t2"))
+    assert reply[2:4] == [1, 2]
+
+
+def test_nack_and_reject_without_a_token_name_the_tag(raw, client):
+    # given c1 holding seq 1
+    _, _, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    # when nack and reject are sent no token (a client of the layout before tokens)
+    for script in (s.nack, s.reject):
+        with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_UNKNOWN_TAG 1\.1\.nil"):
+            script(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1))

@@ -33,15 +33,21 @@ What the model says, in short:
   set until due). Leases that ran out are handled in deadline order, which
   decides the order of the dead letters they make (and so which ones a
   limited replay picks); docs/guarantees.md leaves that order open.
-- A delivery tag is (seq, count). Settling checks, in this order: no open
-  delivery state -> AlreadyAcked when the group settled seq, else
-  UnknownDeliveryTag; count above the current count -> UnknownDeliveryTag;
-  the current delivery held by this consumer -> ok; the current delivery
-  held by another -> NotHeld; an earlier delivery (or the current one after
-  it was taken back) that this consumer did not receive -> NotHeld; else ok
-  for ack (a late ack completes the message) and StaleDelivery for nack,
+- A delivery tag is (seq, count, token): the token is the fetch call's
+  random word (the test hands the model the one the real client drew), so
+  only the delivery that fetch made has it (guarantee 11). Settling checks,
+  in this order: no open delivery state -> AlreadyAcked when the group
+  settled seq, else UnknownDeliveryTag; count above the current count ->
+  UnknownDeliveryTag; the current delivery held by this consumer -> ok with
+  its token, UnknownDeliveryTag with another; the current delivery held by
+  another -> NotHeld; an earlier delivery (or the current one after it was
+  taken back) that this consumer nacked with that token -> StaleDelivery;
+  one this consumer did not receive with that token -> NotHeld; else ok for
+  ack (a late ack completes the message) and StaleDelivery for nack,
   reject, term and in_progress. A list ack is all or nothing; a tag listed
-  twice is AlreadyAcked.
+  twice is AlreadyAcked. A Delivery handed to a Consumer other than the one
+  that fetched it is NotHeld before any call (the test knows which object
+  fetched it; the model is not asked).
 - A member's liveness deadline is moved by join, fetch, in_progress and its
   own heartbeat (which also sets its liveness to the heartbeat's timeout);
   a heartbeat removes every member whose deadline is strictly before now,
@@ -106,13 +112,18 @@ class Record:
     needed: set[str]  # groups that have not settled it (or reopened it)
 
 
+Tag = tuple[int, int, str]  # (seq, delivery count, token)
+
+
 @dataclass
 class Dlv:
     """A group's open delivery state of one message."""
 
     count: int = 0
     holder: str = ""  # "" while it waits for (re)delivery
-    past: list[tuple[int, str]] = field(default_factory=list)  # (count, holder) taken back
+    token: str = ""  # of the fetch that made the current (or last) delivery
+    # deliveries taken back: (count, holder, token, nacked by that holder)
+    past: list[tuple[int, str, str, bool]] = field(default_factory=list)
 
 
 @dataclass
@@ -220,11 +231,11 @@ class Model:
 
     # -- internal moves ---------------------------------------------------------
 
-    def _release(self, g: Group, seq: int, d: Dlv) -> None:
+    def _release(self, g: Group, seq: int, d: Dlv, nacked: bool = False) -> None:
         g.lease.pop(seq, None)
         if d.holder:
             g.members[d.holder] = g.members.get(d.holder, 0) - 1
-            d.past.append((d.count, d.holder))
+            d.past.append((d.count, d.holder, d.token, nacked))
             del d.past[:-HISTORY_MAX]
             d.holder = ""
 
@@ -257,8 +268,8 @@ class Model:
         self.dlq[self.dlq_last] = DeadLetter(g.name, seq, reason, d.count, rec.payload, dict(rec.headers))
         g.counters["dead_lettered"] += 1
 
-    def _retry_or_dead(self, g: Group, seq: int, d: Dlv, delay_ms: int | None) -> str:
-        self._release(g, seq, d)
+    def _retry_or_dead(self, g: Group, seq: int, d: Dlv, delay_ms: int | None, nacked: bool = False) -> str:
+        self._release(g, seq, d, nacked)
         md = self.settings.max_deliveries
         if md != -1 and d.count >= md:
             self._dead_letter(g, seq, d, "max-deliveries")
@@ -287,24 +298,30 @@ class Model:
         g.live.pop(member, None)
         return returned, dead
 
-    def _check_tag(self, g: Group, consumer: str, seq: int, count: int, late_ok: bool) -> str | None:
+    def _check_tag(self, g: Group, consumer: str, tag: Tag, late_ok: bool) -> str | None:
+        seq, count, token = tag
         d = g.dlv.get(seq)
         if d is None:
             return "AlreadyAcked" if g.is_settled(seq) else "UnknownDeliveryTag"
         if count > d.count:
             return "UnknownDeliveryTag"
         if count == d.count and d.holder == consumer:
-            return None
+            return None if token == d.token else "UnknownDeliveryTag"
         if count == d.count and d.holder:
             return "NotHeld"
-        if (count, consumer) not in d.past:
+        if (count, consumer, token, True) in d.past:
+            return "StaleDelivery"  # its holder nacked it: nothing settles it again
+        if (count, consumer, token, False) not in d.past:
             return "NotHeld"
         return None if late_ok else "StaleDelivery"
 
     # -- consuming --------------------------------------------------------------
 
-    def fetch(self, group: str, consumer: str, n: int, prefetch: int, liveness: float | None) -> list[tuple[int, int]]:
-        """Returns [(seq, delivery_count)] in the order handed out."""
+    def fetch(
+        self, group: str, consumer: str, n: int, prefetch: int, liveness: float | None, token: str
+    ) -> list[tuple[int, int]]:
+        """Returns [(seq, delivery_count)] in the order handed out, each made
+        with ``token`` (the call's random word)."""
         g = self.groups[group]
         if consumer not in g.members:  # the client joins again by itself
             self.join(group, consumer, liveness)
@@ -327,6 +344,7 @@ class Model:
                 g.counters["redelivered"] += 1
             d.count += 1
             d.holder = consumer
+            d.token = token
             g.lease[seq] = self.now + ms(self.settings.ack_wait)
             g.members[consumer] += 1
             out.append((seq, d.count))
@@ -349,17 +367,17 @@ class Model:
                 deliver(seq)
         return out
 
-    def ack(self, group: str, consumer: str, tags: list[tuple[int, int]]) -> None:
+    def ack(self, group: str, consumer: str, tags: list[Tag]) -> None:
         g = self.groups[group]
         seen: set[int] = set()
-        for seq, count in tags:
-            code = self._check_tag(g, consumer, seq, count, late_ok=True)
-            if code is None and seq in seen:
+        for tag in tags:
+            code = self._check_tag(g, consumer, tag, late_ok=True)
+            if code is None and tag[0] in seen:
                 code = "AlreadyAcked"
             if code is not None:
                 raise ModelError(code)
-            seen.add(seq)
-        for seq, _ in tags:
+            seen.add(tag[0])
+        for seq, _, _ in tags:
             d = g.dlv.pop(seq)
             if d.holder:
                 g.lease.pop(seq)
@@ -370,31 +388,32 @@ class Model:
             self._settle(g, seq)
         g.counters["acked"] += len(tags)
 
-    def nack(self, group: str, consumer: str, seq: int, count: int, delay: float | None) -> str:
+    def nack(self, group: str, consumer: str, tag: Tag, delay: float | None) -> str:
         g = self.groups[group]
-        code = self._check_tag(g, consumer, seq, count, late_ok=False)
+        code = self._check_tag(g, consumer, tag, late_ok=False)
         if code is not None:
             raise ModelError(code)
-        status = self._retry_or_dead(g, seq, g.dlv[seq], None if delay is None else ms(delay))
+        seq = tag[0]
+        status = self._retry_or_dead(g, seq, g.dlv[seq], None if delay is None else ms(delay), nacked=True)
         if status == "requeued":
             g.counters["nacked"] += 1
         return status
 
-    def reject(self, group: str, consumer: str, seq: int, count: int, reason: str) -> None:
+    def reject(self, group: str, consumer: str, tag: Tag, reason: str) -> None:
         g = self.groups[group]
-        code = self._check_tag(g, consumer, seq, count, late_ok=False)
+        code = self._check_tag(g, consumer, tag, late_ok=False)
         if code is not None:
             raise ModelError(code)
-        self._dead_letter(g, seq, g.dlv[seq], reason)
+        self._dead_letter(g, tag[0], g.dlv[tag[0]], reason)
 
-    def in_progress(self, group: str, consumer: str, seq: int, count: int) -> int:
+    def in_progress(self, group: str, consumer: str, tag: Tag) -> int:
         g = self.groups[group]
         self._beat(g, consumer)
-        code = self._check_tag(g, consumer, seq, count, late_ok=False)
+        code = self._check_tag(g, consumer, tag, late_ok=False)
         if code is not None:
             raise ModelError(code)
         deadline = self.now + ms(self.settings.ack_wait)
-        g.lease[seq] = deadline
+        g.lease[tag[0]] = deadline
         return deadline
 
     def heartbeat(self, group: str, consumer: str, timeout: float) -> tuple[int, int, int]:
@@ -463,7 +482,7 @@ class Model:
                 "counters": dict(g.counters),
                 "consumers": sorted(g.members.items()),
                 "leases": dict(sorted(g.lease.items())),
-                "states": {s: (d.count, d.holder) for s, d in sorted(g.dlv.items())},
+                "states": {s: (d.count, d.holder, d.token, list(d.past)) for s, d in sorted(g.dlv.items())},
                 "ready_seqs": sorted(g.ready),
                 "delay_seqs": dict(sorted(g.delay.items())),
             }

@@ -15,8 +15,9 @@
     KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] n, the most deliveries to return
-    ARGV[9] the token of this call's deliveries: a word of [0-9a-z] the
-      client draws at random for each call, part of every tag it makes
+    ARGV[9] the token of this call's deliveries: a lowercase letter, then
+      lowercase letters and digits, 32 at most, that the client draws at
+      random for each call, part of every tag it makes
       (includes/delivery_state.lua)
     ARGV[10], ARGV[11], ... seq1, count1, token1, seq2, ... tags to ack
       first (none: a plain fetch)
@@ -30,7 +31,7 @@
     RQ_NOT_MEMBER  the consumer is not in the group (never joined, or
                    removed); nothing is changed, the tags are not acked
     RQ_CORRUPT     a delivery state in Redis does not parse
-    RQ_BAD_ARGUMENT  the token (ARGV[9]) is not a word of [0-9a-z]: nothing
+    RQ_BAD_ARGUMENT  the token (ARGV[9]) is not of that form: nothing
                    is changed; or the failure policy (ARGV[7]) does not
                    parse: it is read only when a delivery fails, before that
                    delivery is changed, but after the tags were acked and
@@ -58,8 +59,9 @@ local SPECULATE_MAX = 8 -- deliveries wanted up to which records are read before
 
 local n = ARGV[8] + 0
 local token = ARGV[9]
-if token == nil or not string.find(token, '^[0-9a-z]+$') then
-  return redis.error_reply('RQ_BAD_ARGUMENT the token (ARGV[9]) must be a word of [0-9a-z], not ' .. tostring(token))
+if token == nil or #token > 32 or not string.find(token, '^%l[%l%d]*$') then
+  return redis.error_reply('RQ_BAD_ARGUMENT the token (ARGV[9]) must be a letter, then letters and digits, '
+    .. 'at most 32 in all, not ' .. tostring(token))
 end
 
 -- What this consumer holds; false when it is not a member.

@@ -34,7 +34,7 @@ end
 local d = seq and readDelivery(dlvKey, seq)
 local code = checkTag(seq, count, ARGV[10], d, false)
 if code ~= 'ok' then
-  return redis.error_reply(code .. ' ' .. ARGV[8] .. '.' .. ARGV[9] .. '.' .. ARGV[10])
+  return redis.error_reply(code .. ' ' .. tostring(ARGV[8]) .. '.' .. tostring(ARGV[9]) .. '.' .. tostring(ARGV[10]))
 end
 -- Settled: a later ack, nack or reject of this same delivery is stale.
 local due, dseq = retryOrDeadLetter(seq, d, delayMs, ARGV[12], true)

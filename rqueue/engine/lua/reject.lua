@@ -26,6 +26,6 @@ local seq, count = tonumber(ARGV[8]), tonumber(ARGV[9])
 local d = seq and readDelivery(dlvKey, seq)
 local code = checkTag(seq, count, ARGV[10], d, false)
 if code ~= 'ok' then
-  return redis.error_reply(code .. ' ' .. ARGV[8] .. '.' .. ARGV[9] .. '.' .. ARGV[10])
+  return redis.error_reply(code .. ' ' .. tostring(ARGV[8]) .. '.' .. tostring(ARGV[9]) .. '.' .. tostring(ARGV[10]))
 end
 return deadLetter(seq, d, ARGV[11], ARGV[12])

@@ -14,8 +14,8 @@
 --@include settle
 local function ackHeldOne(first)
   local field, countArg, tokenArg = ARGV[first], ARGV[first + 1], ARGV[first + 2]
-  if #ARGV ~= first + 2 then
-    return nil
+  if #ARGV ~= first + 2 or #tokenArg > 32 or not string.find(tokenArg, '^%l[%l%d]*$') then
+    return nil -- a malformed token goes the long way, to be named (check_tag.lua)
   end
   local raw = rcall('HGET', dlvKey, field)
   if not raw then

@@ -39,7 +39,8 @@ local function ackTags(strict, first)
     local seq = nil
     if raw and raw == okRaw and countArg == okCount and tokenArg == okToken then
       code = 'ok'
-    elseif raw and countArg and tokenArg then
+    elseif raw and countArg and tokenArg and #tokenArg <= 32 and string.find(tokenArg, '^%l[%l%d]*$') then
+      -- (a token of another form goes to checkTag, which names it)
       -- Fast path: this consumer's current delivery, with no history. A state
       -- found under the sent string means that string is the canonical seq.
       local held = countArg .. ':' .. consumerName .. ':'

@@ -19,8 +19,13 @@
 --@include group_names
 --@include delivery_state
 local function checkTag(seq, count, token, d, lateOk)
-  -- Written so that NaN (tonumber('nan')) fails too.
+  -- Written so that NaN (tonumber('nan')) fails too. A token is a letter
+  -- then letters and digits (TOKEN_MAX at most): one holding ':', '=' or a
+  -- newline could match a piece of a state or of its history.
   if seq == nil or count == nil or not (seq >= 1 and count >= 1) or seq % 1 ~= 0 then
+    return 'RQ_UNKNOWN_TAG'
+  end
+  if token == nil or #token > TOKEN_MAX or not string.find(token, '^%l[%l%d]*$') then
     return 'RQ_UNKNOWN_TAG'
   end
   if d == nil then
@@ -49,9 +54,6 @@ local function checkTag(seq, count, token, d, lateOk)
     return 'RQ_NOT_HELD'
   end
   -- An earlier delivery, or the current one after its lease was taken back.
-  if token == nil then
-    return 'RQ_UNKNOWN_TAG'
-  end
   if settledBy(d, count, consumerName, token) then
     return 'RQ_STALE'
   end

@@ -15,6 +15,7 @@
   (or waiting for redelivery) and not yet settled by the group.
 ]]
 local HISTORY_MAX = 10 -- earlier holders remembered per message
+local TOKEN_MAX = 32 -- characters of a token: a letter, then letters and digits
 
 -- One field of the dlv hash that is no message: fetch writes it with every
 -- batch of states. Its value is longer than hash-max-listpack-value (64
@@ -36,9 +37,15 @@ local function parseDelivery(seq, raw)
   if cut then
     head, past = string.sub(raw, 1, cut - 1), string.sub(raw, cut)
   end
-  local count, holder, first, last, token = string.match(head, '^(%d+):(.*):(%d+):(%d+):(%w*)$')
+  -- A token starts with a letter (includes/check_tag.lua), so a state of
+  -- the format before tokens, whose last field is digits, never reads as one
+  -- with a token, whatever its consumer's name holds.
+  local count, holder, first, last, token = string.match(head, '^(%d+):(.*):(%d+):(%d+):(%l[%l%d]*)$')
   if not count then
-    count, holder, first, last = string.match(head, '^(%d+):(.*):(%d+):(%d+)$')
+    count, holder, first, last = string.match(head, '^(%d+):(.*):(%d+):(%d+):$')
+    if not count then
+      count, holder, first, last = string.match(head, '^(%d+):(.*):(%d+):(%d+)$')
+    end
     token = ''
   end
   if not count then
