@@ -11,8 +11,10 @@ at its end; the machine's shared Redis on 6379 is never contacted.
 from __future__ import annotations
 
 import logging
+import socket
 import socketserver
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -280,6 +282,36 @@ def test_password_of_a_server_that_does_not_speak_redis_is_not_shown(not_redis, 
     # then the password is masked
     assert exc.value.url == not_redis.replace("redis://", "redis://user:***@")
     assert SECRET not in everything_shown(exc.value, caplog)
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    """The URL of a TCP port on 127.0.0.1 that accepts connections (the
+    kernel completes them) and never answers, as a paused Redis does."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=16)
+    yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    listener.close()
+
+
+@pytest.mark.parametrize("timeout, within", [(1.0, 1.9), (None, 6.0)], ids=["connect_timeout=1", "default"])
+def test_server_that_never_answers(silent, timeout, within):
+    # given a server that accepts connections and never answers
+    options = {} if timeout is None else {"connect_timeout": timeout}
+    # when connecting
+    started = time.monotonic()
+    with pytest.raises(ConnectionFailed) as exc:
+        rqueue.connect(silent, **options)
+    took = time.monotonic() - started
+    # then connecting fails after the connect timeout (default 5 s), not the
+    # 30 s a reply may take once connected, and the error says why
+    assert (timeout or 5.0) <= took < within, took
+    assert exc.value.url == silent
+    assert f"no answer within {timeout or 5.0:g} s (connect_timeout)" in str(exc.value)
+    # and a connect timeout that is not a positive number of seconds is
+    # refused, named, before anything is opened
+    for bad in (0, -1, "5", True, float("nan"), float("inf")):
+        with pytest.raises(InvalidInput, match=r"connect_timeout must be a positive number of seconds"):
+            rqueue.connect(silent, connect_timeout=bad)
 
 
 @pytest.mark.parametrize(

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, TypeAlias
+from collections.abc import Callable
+from typing import Any, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
 import redis
 
+from .. import validate as check
 from ..constants import MIN_SERVER_VERSION
 from ..errors import ConnectionFailed, InvalidURL, ServerTooOld
 from .cluster import cluster_redis
@@ -31,6 +33,7 @@ log = logging.getLogger("rqueue")
 # The clients rqueue runs on: one server (also a Sentinel primary and
 # memory://'s fakeredis), or a Redis Cluster.
 RedisClient: TypeAlias = "redis.Redis | redis.RedisCluster"
+T = TypeVar("T")
 
 _memory_servers: dict[str, Any] = {}
 _memory_lock = threading.Lock()
@@ -88,14 +91,20 @@ def _check_server(r: Any, url: str) -> None:
         )
 
 
-def open_redis(url: str, redis_options: dict[str, Any]) -> tuple[RedisClient, str, str]:
+def open_redis(
+    url: str, redis_options: dict[str, Any], connect_timeout: float = CONNECT_TIMEOUT
+) -> tuple[RedisClient, str, str]:
     """A redis-py client for ``url`` that answered PING and runs a Redis new
     enough for rqueue, with the URL as shown (password masked) and its
-    scheme. Raises InvalidURL, ConnectionFailed or ServerTooOld."""
+    scheme. Raises InvalidURL, ConnectionFailed or ServerTooOld; ConnectionFailed
+    also when the server has not answered within ``connect_timeout`` seconds
+    (one that accepts connections but never replies would otherwise hold the
+    caller for the socket timeout)."""
     if not isinstance(url, str):
         if isinstance(url, (bytes, bytearray)):  # shown masked, like any URL
             raise InvalidURL(mask_url(bytes(url).decode("utf-8", "replace")), "must be a str, not bytes")
         raise InvalidURL(f"<{type(url).__name__}>", f"must be a str, not {type(url).__name__}")
+    check.positive_seconds("connect_timeout", connect_timeout)
     shown = mask_url(url)
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme not in SCHEMES:
@@ -105,31 +114,43 @@ def open_redis(url: str, redis_options: dict[str, Any]) -> tuple[RedisClient, st
             r = _memory_redis(url)
         except ValueError as exc:
             raise InvalidURL(shown, scrub(str(exc), url)) from None
-    else:
-        options = {
-            "socket_connect_timeout": CONNECT_TIMEOUT,
-            # Scripts do bounded work, so a reply that takes this long means a
-            # dead connection: the call fails (and a worker retries) instead
-            # of hanging on a half-open socket.
-            "socket_timeout": SOCKET_TIMEOUT,
-            "health_check_interval": 30,
-        }
-        if scheme != "unix":  # TCP only
-            options["socket_keepalive"] = True
-        options.update(redis_options)
-        try:
-            if scheme != "unix" and scheme not in SENTINEL_SCHEMES:  # a sentinel URL's path is /service[/db]
-                check_db(shown)
-            if scheme in CLUSTER_SCHEMES:
-                r = cluster_redis(url, shown, options)
-            elif scheme in SENTINEL_SCHEMES:
-                r = sentinel_redis(url, shown, options)
-            else:
-                r = redis.Redis.from_url(url, **options)
-        except InvalidURL:
-            raise  # an InvalidURL is a ValueError too; wrapping it would say "invalid URL" twice
-        except ValueError as exc:
-            raise InvalidURL(shown, scrub(str(exc), url)) from None
+        _handshake(r, url, shown, scheme)
+        return r, shown, scheme
+    options = {
+        "socket_connect_timeout": connect_timeout,
+        # Scripts do bounded work, so a reply that takes this long means a
+        # dead connection: the call fails (and a worker retries) instead
+        # of hanging on a half-open socket.
+        "socket_timeout": SOCKET_TIMEOUT,
+        "health_check_interval": 30,
+    }
+    if scheme != "unix":  # TCP only
+        options["socket_keepalive"] = True
+    options.update(redis_options)
+    r = _within(connect_timeout, lambda: _open_network(url, shown, scheme, options), shown)
+    return r, shown, scheme
+
+
+def _open_network(url: str, shown: str, scheme: str, options: dict[str, Any]) -> RedisClient:
+    try:
+        if scheme != "unix" and scheme not in SENTINEL_SCHEMES:  # a sentinel URL's path is /service[/db]
+            check_db(shown)
+        r: RedisClient
+        if scheme in CLUSTER_SCHEMES:
+            r = cluster_redis(url, shown, options)
+        elif scheme in SENTINEL_SCHEMES:
+            r = sentinel_redis(url, shown, options)
+        else:
+            r = redis.Redis.from_url(url, **options)
+    except InvalidURL:
+        raise  # an InvalidURL is a ValueError too; wrapping it would say "invalid URL" twice
+    except ValueError as exc:
+        raise InvalidURL(shown, scrub(str(exc), url)) from None
+    _handshake(r, url, shown, scheme)
+    return r
+
+
+def _handshake(r: RedisClient, url: str, shown: str, scheme: str) -> None:
     try:
         r.ping()
         if scheme != "memory":  # fakeredis has no INFO; it is as new as its Lua
@@ -140,4 +161,52 @@ def open_redis(url: str, redis_options: dict[str, Any]) -> tuple[RedisClient, st
     except (redis.RedisError, OSError) as exc:
         r.close()
         raise ConnectionFailed(shown, scrub(describe(exc), url)) from None
-    return r, shown, scheme
+
+
+def _within(timeout: float, opening: Callable[[], RedisClient], shown: str) -> RedisClient:
+    """``opening()``, given up after ``timeout`` seconds with ConnectionFailed.
+    It runs in a thread of its own: a server that accepts connections and
+    never answers holds a reply's read for the whole socket timeout, and
+    the reads of a cluster's or the sentinels' discovery cannot be reached
+    from here to be cut short. A client that such a thread opens after the
+    caller gave up is closed."""
+    lock = threading.Lock()
+    done = threading.Event()
+    outcome: list[Any] = []  # [client] or [None, error]
+    abandoned = False
+
+    def run() -> None:
+        try:
+            r = opening()
+        except BaseException as exc:
+            with lock:
+                outcome.extend((None, exc))
+                done.set()
+            return
+        with lock:
+            if abandoned:
+                r.close()
+                return
+            outcome.append(r)
+            done.set()
+
+    threading.Thread(target=run, name="rqueue-connect", daemon=True).start()
+    if not done.wait(timeout):
+        with lock:
+            if not done.is_set():
+                abandoned = True
+                raise ConnectionFailed(shown, f"no answer within {timeout:g} s (connect_timeout)")
+    if outcome[0] is None:
+        raise outcome[1]
+    client: RedisClient = outcome[0]
+    return client
+
+
+def drop_connections(r: RedisClient) -> None:
+    """Closes every connection of ``r``'s pools, those in use too: a call
+    blocked on one (a server that accepts but never answers) fails at once
+    with a connection error. The next call opens a new connection."""
+    if isinstance(r, redis.RedisCluster):
+        r.disconnect_connection_pools()  # type: ignore[no-untyped-call]  # unannotated in redis-py
+    else:
+        r.connection_pool.disconnect()

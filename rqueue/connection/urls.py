@@ -13,7 +13,7 @@ from ..errors import InvalidURL
 SCHEMES = ("redis", "rediss", "unix", "memory", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel")
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}  # -> the scheme of one node's URL
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")  # rqueue.connection.sentinel
-CONNECT_TIMEOUT = 5.0  # seconds to open a TCP connection
+CONNECT_TIMEOUT = 5.0  # seconds to open a connection and get the first answers (connect's connect_timeout)
 SOCKET_TIMEOUT = 30.0  # seconds to wait for any one reply
 
 
