@@ -363,16 +363,26 @@ def busy_with_message_1(q: rqueue.Queue) -> tuple[rqueue.Worker, Calls, threadin
     return w, calls, release
 
 
-def test_a_waiting_delivery_whose_lease_is_lost_never_runs(live):
+def test_a_waiting_delivery_whose_lease_is_lost_never_runs(live, monkeypatch):
     # Given a worker whose only thread is busy with message 1 while message
     # 2 waits behind it
     q = live.queue("orders")
+    fetched: list[rqueue.Delivery] = []
+    fetch = rqueue.Consumer.ack_and_fetch
+
+    def recording(self, *args, **kwargs):
+        result = fetch(self, *args, **kwargs)
+        fetched.extend(result[1])
+        return result
+
+    monkeypatch.setattr(rqueue.Consumer, "ack_and_fetch", recording)
     w, calls, release = busy_with_message_1(q)
     try:
         # When message 2 is acked under the worker's name before its turn (by
         # tag: this twin is not closed, which would leave the group as it)
         twin = q.consumer("g", name=w.consumer.name)
-        twin.ack("2.1")
+        [tag] = [d.tag for d in fetched if d.seq == 2]
+        twin.ack(tag)
         wait_for(lambda: w.stats.leases_lost >= 1)  # the next heartbeat finds it gone
     finally:
         release.set()
