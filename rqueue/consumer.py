@@ -43,6 +43,9 @@ class Consumer:
         self._closed = False
         self._settings_seen: Settings | None = None
         self._settings: Settings = Settings()
+        # How many times this consumer has joined its group: a worker compares
+        # it around a call to learn that the group had removed it meanwhile.
+        self.joins = 0
         self._join()
 
     def __repr__(self) -> str:
@@ -92,6 +95,7 @@ class Consumer:
     def _join(self) -> None:
         liveness = self.liveness if self.liveness is not None else self.settings().ack_wait
         commands.join(self._group_call(), int(liveness * 1000))
+        self.joins += 1
         self.client.register(self.queue.name)
 
     # -- fetching -----------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import os
 import signal
 import subprocess
@@ -583,7 +584,8 @@ def test_metrics_count_what_the_worker_did(live):
 
 
 def test_a_call_that_fails_once_is_retried_and_counted():
-    # The first attempt runs without tenacity; a transient failure must still
+    # The first attempt runs outside the retry loop; a transient failure
+    # (as the engine raises it: every driver error is translated) must still
     # be retried, counted and mark the worker for a resync, and anything
     # else must still be raised at once.
     stats = WorkerStats()
@@ -593,7 +595,7 @@ def test_a_call_that_fails_once_is_retried_and_counted():
     def flaky():
         calls.append(1)
         if len(calls) == 1:
-            raise redis.ConnectionError("gone")
+            raise rqueue.ConnectionLost("gone")
         return "done"
 
     assert retry(flaky) == "done" and len(calls) == 2
@@ -608,16 +610,32 @@ def test_a_call_that_fails_once_is_retried_and_counted():
         retry(broken)
     assert len(calls) == 1 and stats.reconnects == 1
 
+    # and a driver error that reached the worker untranslated is not taken
+    # for a lost connection: nothing unwrapped should reach it
+    def untranslated():
+        calls.append(1)
+        raise redis.ConnectionError("gone")
 
-def test_a_call_that_keeps_failing_gives_up_after_reconnect_timeout():
+    calls.clear()
+    with pytest.raises(redis.ConnectionError):
+        retry(untranslated)
+    assert len(calls) == 1
+
+
+def test_a_call_that_keeps_failing_gives_up_after_reconnect_timeout(caplog):
     stats = WorkerStats()
     retry = Reconnector(0.3, Tally(stats))
     calls = []
 
     def down():
         calls.append(1)
-        raise redis.ConnectionError("gone")
+        raise rqueue.ConnectionLost("gone")
 
-    with pytest.raises(redis.ConnectionError):
+    caplog.set_level(logging.WARNING, logger="rqueue.worker")
+    with pytest.raises(rqueue.ConnectionLost):
         retry(down)
     assert len(calls) >= 2 and stats.reconnects == len(calls) - 1
+    # and the log says when reconnecting started and when it gave up, once each
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("retrying the worker's calls for up to 0.3 s" in m for m in messages) == 1
+    assert sum(m.startswith("giving up: Redis has not answered for") for m in messages) == 1

@@ -1,16 +1,28 @@
 """The worker under faults: a handler that raises BaseException, a lease
-shorter than the heartbeat interval, a server that is gone; and a bad group
-name."""
+shorter than the heartbeat interval, a server that is gone or does not
+answer, a worker paused or removed from its group while deliveries wait in
+it; and a bad group name."""
 
 from __future__ import annotations
 
+import ast
+import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
+import redis
 from support.servers import start_server, wait_for
 
 import rqueue
+from rqueue.constants import IDLE_POLL_INTERVAL
+
+HERE = Path(__file__).resolve().parent
 
 
 def test_handler_raising_base_exception_does_not_kill_the_worker(backend, prefix):
@@ -88,3 +100,319 @@ def test_worker_refuses_a_bad_group_name(queue):
     # given a group name with a space, then the worker is refused
     with pytest.raises(rqueue.InvalidName, match="group"):
         rqueue.Worker(queue, "bad group", print)
+
+
+# -- pauses (docs/guarantees.md, guarantee 13) ------------------------------------
+
+
+def _spawn(server, prefix, log_path, concurrency=1, hb_timeout=10.0, settings_ttl=60.0):
+    """tests/support/worker_proc.py on queue orders, group g, its log in
+    ``log_path``; its settings, once read, kept for ``settings_ttl``."""
+    with open(log_path, "wb") as err:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "support" / "worker_proc.py"),
+                server.url,
+                prefix,
+                "orders",
+                "g",
+                "0",
+                str(concurrency),
+                str(hb_timeout),
+                str(settings_ttl),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env={**os.environ, "PYTHONPATH": str(HERE.parent)},
+        )
+
+
+def _calls(server, prefix) -> list[int]:
+    """The seqs the worker process ran its handler on, in order."""
+    r = redis.Redis(port=server.port)
+    try:
+        return [int(x) for x in r.lrange(f"{prefix}:test:calls", 0, -1)]
+    finally:
+        r.close()
+
+
+def _joined(q, group="g") -> bool:
+    stats = q.stats()
+    return group in [g.name for g in stats.groups] and bool(stats.group(group).consumers)
+
+
+def test_a_worker_paused_while_its_fetch_reply_waits_runs_nothing_acked_meanwhile(prefix, tmp_path):
+    # Given an idle worker process (one thread, so holding up to 2) on a
+    # queue with a 1 s lease, and two messages published to fall due in 1 s
+    server = start_server("redis")
+    worker = None
+    try:
+        client = rqueue.connect(server.url, prefix=prefix, settings_ttl=0)
+        client.configure("orders", ack_wait=1)
+        q = client.queue("orders")
+        log_path = tmp_path / "worker.log"
+        worker = _spawn(server, prefix, log_path)
+        wait_for(lambda: _joined(q))
+        # (A first stall of Redis, longer than a heartbeat interval and an
+        # idle poll, makes the worker's heartbeat and fetch wait at once, so
+        # that each has a connection of its own, opened and through its
+        # handshake a second later: a connection opened during the stall
+        # below would wait there in its handshake, and the fetch would not
+        # be sent.)
+        os.kill(server.process.pid, signal.SIGSTOP)
+        try:
+            stalled = time.monotonic()
+            wait_for(lambda: time.monotonic() > stalled + IDLE_POLL_INTERVAL + 0.5)
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+        resumed = time.monotonic()
+        wait_for(lambda: time.monotonic() > resumed + 1.0)
+        q.publish_many([b"m"] * 2, delay=1.0)
+        due = time.monotonic() + 1.0
+        # When Redis stalls until they are due, so that the worker's next
+        # fetch waits in Redis; the worker is paused (SIGSTOP) and Redis
+        # resumes, so that the fetch's reply, with the two deliveries,
+        # waits in the paused worker's socket
+        os.kill(server.process.pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: time.monotonic() > due + IDLE_POLL_INTERVAL + 0.2)
+            os.kill(worker.pid, signal.SIGSTOP)
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+        try:
+            # and, once their leases ran out, another consumer handles and acks them
+            other = q.consumer("g", name="other")
+            got: list[rqueue.Delivery] = []
+            wait_for(lambda: got.extend(other.fetch(2)) or len(got) == 2)
+            assert sorted((d.seq, d.delivery_count) for d in got) == [(1, 2), (2, 2)]
+            other.ack(got)
+        finally:
+            os.kill(worker.pid, signal.SIGCONT)
+        # Then, resumed, the worker reads the reply and runs none of them
+        wait_for(lambda: _calls(server, prefix) or log_path.read_text().count("not running") == 2)
+        worker.send_signal(signal.SIGTERM)
+        out, _ = worker.communicate(timeout=30)
+        assert worker.returncode == 0, log_path.read_text()[-2000:]
+        assert _calls(server, prefix) == []
+        stats = ast.literal_eval(out.decode().strip().splitlines()[-1])
+        assert (stats["fetched"], stats["handled"], stats["stale_skipped"]) == (2, 0, 2)
+        client.close()
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        server.stop()
+
+
+def test_a_fetch_reply_read_late_is_checked_before_its_handler_runs(backend, prefix, monkeypatch):
+    # Given a worker whose fetch reply, with two deliveries, is read only
+    # after their 0.5 s leases ran out (as when the worker is paused right
+    # after the reply reached its socket)
+    client = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    client.configure("orders", ack_wait=0.5)
+    q = client.queue("orders")
+    calls = []
+    late = threading.Event()
+    go_on = threading.Event()
+    fetch = rqueue.Consumer.ack_and_fetch
+
+    def read_late(self, *args, **kwargs):
+        result = fetch(self, *args, **kwargs)
+        if result[1] and not late.is_set():
+            late.set()
+            go_on.wait(20)
+        return result
+
+    monkeypatch.setattr(rqueue.Consumer, "ack_and_fetch", read_late)
+    w = rqueue.Worker(q, "g", lambda d: calls.append(d.seq), concurrency=1, heartbeat_interval=0.1)
+    w.start()
+    try:
+        wait_for(lambda: _joined(q))
+        q.publish_many([b"m"] * 2)
+        assert late.wait(10)
+        # When another consumer handles and acks both meanwhile
+        other = q.consumer("g", name="other")
+        got: list[rqueue.Delivery] = []
+        wait_for(lambda: got.extend(other.fetch(2)) or len(got) == 2)
+        other.ack(got)
+    finally:
+        go_on.set()
+    # Then the worker checks them with Redis and runs neither
+    wait_for(lambda: w.stats.stale_skipped + w.stats.handled == 2)
+    w.stop()
+    assert w.join(10)
+    assert calls == [] and w.stats.stale_skipped == 2
+    client.close()
+
+
+def test_a_fetch_that_finds_the_worker_removed_drops_its_waiting_deliveries(backend, prefix, monkeypatch):
+    # Given a worker of one thread busy with message 1 while message 2 waits
+    # behind it, whose heartbeat does not come during the test (so that only
+    # its fetch can find it removed)
+    client = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    client.configure("orders", ack_wait=120)
+    q = client.queue("orders")
+    calls = []
+    running = threading.Event()
+    release = threading.Event()
+
+    def handler(d):
+        calls.append(d.seq)
+        if d.seq == 1:
+            running.set()
+            release.wait(20)
+
+    hold = threading.Event()  # the dispatcher's next fetch waits until resume
+    parked = threading.Event()
+    resume = threading.Event()
+    fetched_after_removal = threading.Event()
+    fetch = rqueue.Consumer.ack_and_fetch
+
+    def gated(self, *args, **kwargs):
+        if hold.is_set():
+            hold.clear()
+            parked.set()
+            resume.wait(20)
+            result = fetch(self, *args, **kwargs)
+            fetched_after_removal.set()
+            return result
+        if fetched_after_removal.is_set():
+            # The dispatcher is past what the fetch that found it removed
+            # returned: message 1's handler may end now.
+            release.set()
+        return fetch(self, *args, **kwargs)
+
+    monkeypatch.setattr(rqueue.Consumer, "ack_and_fetch", gated)
+    w = rqueue.Worker(q, "g", handler, concurrency=1, prefetch=3, heartbeat_interval=30, heartbeat_timeout=60)
+    w.start()
+    try:
+        wait_for(lambda: _joined(q))
+        q.publish_many([b"m"] * 2)
+        assert running.wait(10)
+        wait_for(lambda: q.stats().group("g").in_flight == 2)
+        hold.set()
+        assert parked.wait(10)
+        # When it is removed from the group (a twin of its name leaves it)
+        # and another consumer takes and acks both messages
+        q.consumer("g", name=w.consumer.name).close()
+        with q.consumer("g", name="other") as other:
+            got = other.fetch(2)
+            assert [d.seq for d in got] == [1, 2]
+            other.ack(got)
+        resume.set()
+        # Then its fetch finds it removed, it joins again, and message 2 is
+        # dropped, never run
+        wait_for(lambda: w.stats.stale_skipped == 1)
+    finally:
+        resume.set()
+        release.set()
+    w.stop()
+    assert w.join(10)
+    assert calls == [1]
+    client.close()
+
+
+# -- Redis gone or silent: reconnect_timeout and stopping at once -------------------
+
+
+class _Run:
+    """A worker run in a thread of the test's, keeping what ``run`` raised."""
+
+    def __init__(self, worker: rqueue.Worker) -> None:
+        self.worker = worker
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.worker.run(install_signal_handlers=False)
+        except BaseException as exc:
+            self.error = exc
+
+
+def _redis_gone(server, how: str) -> None:
+    """Takes ``server`` away: "down" kills it (calls are refused), "silent"
+    pauses it (SIGSTOP: connections are accepted and never answered)."""
+    if how == "down":
+        server.kill()
+    else:
+        os.kill(server.process.pid, signal.SIGSTOP)
+
+
+def _redis_back(server, how: str) -> None:
+    if how == "silent" and server.process is not None:
+        os.kill(server.process.pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("how", ["down", "silent"])
+def test_reconnect_timeout_is_honoured_within_a_second(prefix, how, caplog):
+    # Given a working worker with reconnect_timeout 2 s
+    caplog.set_level(logging.INFO, logger="rqueue.worker")
+    server = start_server("redis")
+    try:
+        client = rqueue.connect(server.url, prefix=prefix)
+        q = client.queue("orders")
+        w = rqueue.Worker(q, "g", print, heartbeat_interval=0.2, heartbeat_timeout=2, reconnect_timeout=2)
+        run = _Run(w)
+        wait_for(lambda: _joined(q))
+        # When Redis goes away (down, or silent), for good
+        gone = time.monotonic()
+        _redis_gone(server, how)
+        # Then the worker gives up 2 s after Redis stopped answering (its call
+        # under way then was sent up to an idle poll later), within a second
+        run.thread.join(15)
+        took = time.monotonic() - gone
+        assert not run.thread.is_alive()
+        assert isinstance(run.error, rqueue.ConnectionLost), run.error
+        # (a heartbeat sent just before Redis went away may open the outage)
+        assert 1.5 <= took < 2.0 + IDLE_POLL_INTERVAL + 1.0, took
+        # and the log said when reconnecting started and when it gave up
+        messages = [r.getMessage() for r in caplog.records]
+        assert any("retrying the worker's calls for up to 2 s" in m for m in messages)
+        assert sum(m.startswith("giving up: Redis has not answered for") for m in messages) == 1
+        print(f"Redis {how}: worker gave up {took:.2f} s after it went away (reconnect_timeout 2 s)")
+        _redis_back(server, how)
+        client.close()
+    finally:
+        _redis_back(server, how)
+        server.stop()
+
+
+@pytest.mark.parametrize("how", ["down", "silent"])
+def test_a_stop_at_once_ends_a_reconnecting_worker_at_once(prefix, how, caplog):
+    # Given a worker with the default reconnect_timeout (60 s) whose Redis
+    # went away: down (its calls are refused, and it retries them) or silent
+    # (its call waits for a reply), and a graceful stop that it cannot
+    # complete meanwhile
+    caplog.set_level(logging.INFO, logger="rqueue.worker")
+    server = start_server("redis")
+    try:
+        client = rqueue.connect(server.url, prefix=prefix)
+        q = client.queue("orders")
+        w = rqueue.Worker(q, "g", print, heartbeat_interval=0.2, heartbeat_timeout=2, grace_period=2)
+        run = _Run(w)
+        wait_for(lambda: _joined(q))
+        gone = time.monotonic()
+        _redis_gone(server, how)
+        if how == "down":
+            wait_for(lambda: w.stats.reconnects >= 1)
+        else:  # its next idle poll is under way
+            wait_for(lambda: time.monotonic() > gone + IDLE_POLL_INTERVAL + 0.3)
+        w.stop()
+        assert not w.join(1.0)  # still trying to finish its work
+        # When it is told to stop at once
+        told = time.monotonic()
+        w.stop(now=True)
+        # Then it ends within about a second, raising what kept it from leaving
+        assert w.join(5)
+        took = time.monotonic() - told
+        run.thread.join(5)
+        assert isinstance(run.error, rqueue.ConnectionLost), run.error
+        assert took < 1.5, took
+        print(f"Redis {how}: a stop at once ended the reconnecting worker in {took:.2f} s")
+        client.close()
+    finally:
+        _redis_back(server, how)
+        server.stop()

@@ -29,7 +29,7 @@ from .dispatcher import Dispatcher
 from .handlers import Handler, Handlers
 from .heartbeat import Heartbeat
 from .ledger import Ledger
-from .reconnect import Reconnector
+from .reconnect import Reconnector, cut_off
 from .stats import Tally, WorkerStats
 
 if TYPE_CHECKING:
@@ -121,9 +121,16 @@ class Worker:
         self.consumer: Consumer | None = None
         self._clock = queue.client.clock
         self._tally = Tally(self.stats, metrics)
-        self._retry = Reconnector(reconnect_timeout, self._tally)
         self._stopping = threading.Event()
         self._hard_stop = threading.Event()
+        client = queue.client
+        self._retry = Reconnector(
+            reconnect_timeout,
+            self._tally,
+            hard_stop=self._hard_stop,
+            cut_off=lambda: cut_off(client),
+            randomness=client.randomness,
+        )
         self._stopped = threading.Event()
         self._background: threading.Thread | None = None
 
@@ -132,6 +139,7 @@ class Worker:
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
+        self._retry.watch()
         try:
             consumer = self._retry(
                 self.queue.consumer, self.group, self.name, prefetch=self.prefetch, liveness=self.heartbeat_timeout
@@ -157,6 +165,7 @@ class Worker:
                 queue_name=self.queue.name,
                 ledger=ledger,
                 tally=self._tally,
+                retry=self._retry,
                 clock=self._clock,
                 ack_wait=self._ack_wait,
                 interval=self.heartbeat_interval,
@@ -190,6 +199,7 @@ class Worker:
             finally:
                 self._shutdown(consumer, ledger, dispatcher, handlers, heartbeat)
         finally:
+            self._retry.unwatch()
             self._stopped.set()
         return self.stats
 
@@ -201,7 +211,10 @@ class Worker:
         self._background.start()
 
     def stop(self, now: bool = False) -> None:
-        """Stops fetching; running handlers get the grace period (none with ``now``)."""
+        """Stops fetching; running handlers get the grace period. With
+        ``now``, there is no grace period, nothing is retried, and a Redis
+        call that is not answered within half a second is cut off: the worker
+        ends within about a second also while Redis is unreachable."""
         if now:
             self._hard_stop.set()
         self._stopping.set()
@@ -236,15 +249,20 @@ class Worker:
         deadline = clock.monotonic() + grace
         notifier = self.queue.client.notifier
         try:
-            dispatcher.hand_back_waiting()
-            while ledger.unsettled() and clock.monotonic() < deadline and not self._hard_stop.is_set():
+            try:
+                if not self._hard_stop.is_set():  # else the leave follows at once, and returns them too
+                    dispatcher.hand_back_waiting()
+                while ledger.unsettled() and clock.monotonic() < deadline and not self._hard_stop.is_set():
+                    dispatcher.settle()
+                    if ledger.unsettled():
+                        notifier.wait(
+                            "", 0, min(0.05, max(0.0, deadline - clock.monotonic())), until=ledger.has_results
+                        )
                 dispatcher.settle()
-                if ledger.unsettled():
-                    notifier.wait("", 0, min(0.05, max(0.0, deadline - clock.monotonic())), until=ledger.has_results)
-            dispatcher.settle()
-            # Stopped before leaving: a heartbeat after the leave would find
-            # the worker gone and join again.
-            heartbeat.stop()
+            finally:
+                # Stopped before leaving: a heartbeat after the leave would
+                # find the worker gone and join again.
+                heartbeat.stop()
             returned = self._retry(consumer.close)
             log.info(
                 "worker %s left %s/%s; %d deliveries returned", consumer.name, self.queue.name, self.group, returned

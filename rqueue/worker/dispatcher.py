@@ -72,14 +72,21 @@ class Dispatcher:
             if free <= 0 and not acks:
                 notifier.wait(channel, generation, IDLE_POLL_INTERVAL, until=self._has_news)
                 continue
+            # The lease of what this fetch brings begins after it is sent: a
+            # delivery is judged by this time, not by when the reply was
+            # read (the worker may have been paused in between).
+            sent = self._clock.monotonic()
+            joins = consumer.joins
             statuses, deliveries, due_in = self._retry(consumer.ack_and_fetch, acks, max(free, 0))
+            if consumer.joins != joins:
+                self._removed()
             self._record_acks(statuses)
             ledger.fetched(deliveries)
             if self._retry.resync:
                 self._hand_back_unknown()
             if deliveries:
                 self._tally.count(fetched=len(deliveries), redelivered=sum(1 for d in deliveries if d.redelivered))
-                ledger.wait(deliveries, self._clock.monotonic())
+                ledger.wait(deliveries, sent)
                 for d in deliveries:
                     self._handlers.submit(d)
                 continue
@@ -106,7 +113,7 @@ class Dispatcher:
         try:
             # One attempt: when Redis is away the leave, retried, returns them
             # all the same, and retrying here would spend the grace period.
-            result = self._consumer.heartbeat(keep, self._heartbeat_timeout, sync=True)
+            result = self._retry.once(self._consumer.heartbeat, keep, self._heartbeat_timeout, sync=True)
         except Exception as exc:
             log.warning(
                 "could not hand back %d waiting deliveries (%s: %s); the leave returns them",
@@ -127,6 +134,19 @@ class Dispatcher:
         self._retry.resync = False
         if result.handed_back:
             log.warning("handed back %d deliveries whose fetch reply was lost", result.handed_back)
+
+    def _removed(self) -> None:
+        """The fetch found this worker removed from its group (silent too
+        long, e.g. paused) and joined it again: what it held was offered
+        again, so the deliveries waiting for a thread are dropped, never run
+        (the group may ack them meanwhile: docs/guarantees.md, guarantee 3),
+        as the heartbeat does when it finds the worker removed."""
+        dropped = self._ledger.forget_waiting()
+        log.warning(
+            "worker %s had been removed from its group and joined again; %d waiting deliveries dropped, not run",
+            self._consumer.name,
+            dropped,
+        )
 
     def _has_news(self) -> bool:
         return self._ledger.has_results() or self._stopping.is_set()

@@ -29,6 +29,10 @@ log = logging.getLogger("rqueue.worker")
 
 Handler = Callable[["Delivery"], Any]
 
+# Checks with Redis of one delivery before its handler runs, each answered
+# later than the stale age; then it is left to run out and be offered again.
+STALE_CHECKS = 3
+
 
 class Handlers:
     """``concurrency`` threads that run ``handler`` on the deliveries
@@ -109,15 +113,27 @@ class Handlers:
             # Its lease was lost while it waited (the heartbeat withdrew it).
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
-        fetched_at = taken
-        # One clock reading per message: with a quick handler this
-        # bookkeeping is most of a handler thread's work.
+        # Redis last vouched for the lease when the fetch was sent. One
+        # clock reading per message: with a quick handler this bookkeeping
+        # is most of a handler thread's work.
+        held_since = taken
         started = self._clock.monotonic()
         safe = min(self._ack_wait(), self._heartbeat_timeout) * STALE_DISPATCH_FRACTION
-        if started - fetched_at >= safe:  # it waited long: check with Redis, then read the clock again
-            if not self._still_held(d):
+        checks = 0
+        while started - held_since >= safe:
+            # It waited long (or the worker was paused): check with Redis.
+            # The check vouches from when it was sent; should its reply come
+            # late too, it is checked again, up to STALE_CHECKS times.
+            checks += 1
+            if checks > STALE_CHECKS:
+                log.warning("not running %s: Redis answered %d checks of its lease too late", d.tag, STALE_CHECKS)
                 self._tally.count(stale_skipped=1)
                 return Outcome.SKIPPED, ""
+            if not self._still_held(d):
+                log.info("not running %s: no longer held %.1f s after its fetch was sent", d.tag, started - taken)
+                self._tally.count(stale_skipped=1)
+                return Outcome.SKIPPED, ""
+            held_since = started
             started = self._clock.monotonic()  # the check's time is not the handler's (max_run_time)
         self._ledger.start(d, started)
         self._tally.handled()

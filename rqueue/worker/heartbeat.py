@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import NotMember
 from .ledger import Ledger
-from .reconnect import TRANSIENT
+from .reconnect import TRANSIENT, Reconnector
 from .stats import Tally
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ class Heartbeat:
         queue_name: str,
         ledger: Ledger,
         tally: Tally,
+        retry: Reconnector,
         clock: Clock,
         ack_wait: Callable[[], float],
         interval: float,
@@ -42,6 +43,7 @@ class Heartbeat:
         self._queue_name = queue_name
         self._ledger = ledger
         self._tally = tally
+        self._retry = retry
         self._clock = clock
         self._ack_wait = ack_wait
         self._interval = interval
@@ -55,7 +57,8 @@ class Heartbeat:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stops the thread and waits (up to 10 s) for its last heartbeat."""
+        """Stops the thread and waits (up to 10 s; the reconnector's watchdog
+        cuts off a heartbeat Redis does not answer) for its last heartbeat."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
@@ -67,15 +70,26 @@ class Heartbeat:
         while not self._stop.wait(min(self._interval, self._ack_wait() / 3)):
             running, waiting = ledger.leases(self._clock.monotonic(), self._max_run_time)
             try:
-                statuses, removed, returned, dead, _ = consumer.heartbeat(running + waiting, self._timeout)
+                # Sent once (the next one comes an interval later), but cut off
+                # by the watchdog if Redis leaves it unanswered.
+                statuses, removed, returned, dead, _ = self._retry.once(
+                    consumer.heartbeat, running + waiting, self._timeout
+                )
             except NotMember:
                 # This worker was silent too long and was removed: what it
                 # held was offered again; running handlers' acks become late,
                 # and waiting deliveries are not run (docs/guarantees.md,
                 # guarantee 3: the group may ack them meanwhile).
-                log.warning("worker %s had been removed from its group; joining again", consumer.name)
-                ledger.forget_waiting()
-                consumer.rejoin()
+                dropped = ledger.forget_waiting()
+                log.warning(
+                    "worker %s had been removed from its group; %d waiting deliveries dropped, not run; joining again",
+                    consumer.name,
+                    dropped,
+                )
+                try:
+                    self._retry.once(consumer.rejoin)
+                except Exception as exc:  # the next heartbeat tries again
+                    log.warning("could not join again (%s: %s)", type(exc).__name__, exc)
                 continue
             except TRANSIENT as exc:
                 log.debug("heartbeat failed (%s); the dispatcher handles reconnecting", exc)

@@ -20,8 +20,10 @@ class Ledger:
     - known: fetched and not yet settled. The dispatcher thread's alone (it
       fetches and settles), so it needs no lock; this list is complete
       whenever the dispatcher hands back what a lost fetch reply claimed.
-    - waiting: fetched, no handler thread yet, with their fetch time
-      (monotonic seconds). A handler thread runs a delivery only if it takes
+    - waiting: fetched, no handler thread yet, with the time their fetch
+      was sent (monotonic seconds: the lease can have begun no earlier, and
+      a pause of the worker between the reply's arrival and its reading
+      counts as waiting). A handler thread runs a delivery only if it takes
       it from here, so a stop or a lost lease can withdraw it.
     - running: in a handler, with their start time.
     - results: finished, with their outcome, for the dispatcher to settle.
@@ -52,11 +54,12 @@ class Ledger:
         for d in deliveries:
             self._known[d.tag] = d
 
-    def wait(self, deliveries: list[Delivery], now: float) -> None:
-        """Makes fetched deliveries wait for a handler thread, from ``now``."""
+    def wait(self, deliveries: list[Delivery], sent: float) -> None:
+        """Makes fetched deliveries wait for a handler thread; ``sent`` is
+        when the fetch that brought them was sent."""
         with self._lock:
             for d in deliveries:
-                self._waiting[d.tag] = (d, now)
+                self._waiting[d.tag] = (d, sent)
 
     def withdraw_waiting(self) -> list[Delivery]:
         """Takes every waiting delivery away from the handler threads (which
@@ -89,7 +92,7 @@ class Ledger:
     # -- the handler threads ----------------------------------------------------
 
     def take(self, tag: str, stopping: threading.Event) -> float | Outcome:
-        """Takes a waiting delivery to run it; returns when it was fetched.
+        """Takes a waiting delivery to run it; returns when its fetch was sent.
         Returns RETURNED when the worker is stopping (the leave hands it
         back) and SKIPPED when it is no longer waiting (its lease was lost)."""
         with self._lock:
@@ -131,8 +134,10 @@ class Ledger:
             for tag in tags:
                 self._waiting.pop(tag, None)
 
-    def forget_waiting(self) -> None:
+    def forget_waiting(self) -> int:
         """Withdraws every waiting delivery (the worker was removed from its
-        group: what it held is offered again)."""
+        group: what it held is offered again); returns how many."""
         with self._lock:
+            dropped = len(self._waiting)
             self._waiting.clear()
+        return dropped

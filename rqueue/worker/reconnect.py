@@ -1,92 +1,233 @@
-"""The errors after which a worker sends a Redis call again, and the loop
-that does so for up to ``reconnect_timeout``."""
+"""The errors after which a worker sends a Redis call again, and the
+:class:`Reconnector` that does so for up to ``reconnect_timeout``, cuts off
+calls that Redis leaves unanswered that long, and gives up at once on a stop
+that must not wait."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
-import redis
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
-
-from ..connection.cluster import CLUSTER_NOT_RUN
+from ..connection.open import drop_connections
 from ..errors import ConnectionLost, OutOfMemory
+from ..randomness import Randomness
 from .stats import Tally
+
+if TYPE_CHECKING:
+    from ..protocols import QueueContext
 
 log = logging.getLogger("rqueue.worker")
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-# Errors after which the same call may succeed once Redis is back.
-# On a cluster also the errors of a failover (and of a slot map that cannot
-# be read meanwhile): the worker's calls are safe to send again, since it
-# hands back what a lost fetch claimed and an applied ack is recognised.
-# A server over maxmemory refuses a call before it writes anything: the
-# worker waits for memory to be freed rather than dying.
-# ConnectionLost and OutOfMemory are those errors as the engine raises
-# them; the driver's own classes cover calls that do not pass through it.
-TRANSIENT: tuple[type[BaseException], ...] = (
-    ConnectionLost,
-    OutOfMemory,
-    redis.ConnectionError,
-    redis.TimeoutError,
-    redis.BusyLoadingError,
-    ConnectionError,
-    OSError,
-    *CLUSTER_NOT_RUN,
-    redis.exceptions.RedisClusterException,
-    redis.exceptions.OutOfMemoryError,
-)
+# Errors after which the same call may succeed once Redis is back. The engine
+# translates every error of the driver (rqueue.engine.commands.translate):
+# a broken or timed-out connection, a server still loading its data and a
+# cluster's failover are ConnectionLost; a server over maxmemory refuses a
+# call before it writes anything (OutOfMemory), and the worker waits for
+# memory to be freed rather than dying. The worker's calls are safe to send
+# again: it hands back what a lost fetch claimed and an applied ack is
+# recognised.
+TRANSIENT: tuple[type[BaseException], ...] = (ConnectionLost, OutOfMemory)
+
+FIRST_PAUSE = 0.05  # seconds before the first retry; doubled each time
+LONGEST_PAUSE = 2.0  # seconds between retries at most
+WATCH_INTERVAL = 0.2  # seconds between the watchdog's looks at the calls under way
+STOP_PATIENCE = 0.5  # seconds a call may still take once the worker must stop at once
 
 
 class Reconnector:
-    """Sends a call again after a :data:`TRANSIENT` error, with exponential
-    backoff, for up to ``timeout`` seconds from the first attempt; then
-    raises the last error. Any other error is raised at once. Each retry
-    counts in ``reconnects`` and sets :attr:`resync`."""
+    """Sends a worker's Redis calls, and again after a :data:`TRANSIENT`
+    error, with exponential backoff, until ``timeout`` seconds have passed
+    since Redis last answered (the outage began when the first call that
+    failed in it was sent); then raises the last error. Any other error is
+    raised at once. Each retry counts in ``reconnects`` and sets
+    :attr:`resync`. A log line says when reconnecting starts, when Redis is
+    back and when the worker gives up.
 
-    def __init__(self, timeout: float, tally: Tally) -> None:
+    A call that Redis does not answer (a paused or overloaded server that
+    accepts connections, a half-open socket) would hold its thread for the
+    socket timeout. While :meth:`watch` runs, a watchdog thread cuts off
+    (``cut_off``: closes the client's connections) any call under way past
+    that limit, and, once ``hard_stop`` is set, any call under way for more
+    than :data:`STOP_PATIENCE`: nothing is retried after a hard stop.
+    """
+
+    def __init__(
+        self,
+        timeout: float,
+        tally: Tally,
+        *,
+        hard_stop: threading.Event | None = None,
+        cut_off: Callable[[], None] | None = None,
+        randomness: Randomness | None = None,
+    ) -> None:
         self.timeout = timeout
         self._tally = tally
+        self._hard_stop = hard_stop if hard_stop is not None else threading.Event()
+        self._cut_off = cut_off
+        self._randomness = randomness if randomness is not None else Randomness()
         #: A call was retried, so a fetch may have been applied without its
         #: reply reaching the worker. The dispatcher clears it once it has
         #: handed back what such a fetch claimed.
         self.resync = False
+        # thread id -> when its call under way was first sent (monotonic)
+        self._under_way: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self._outage: float | None = None  # when the first call that failed in this outage was sent
+        self._gave_up = False  # the give-up of this outage was logged
+        self._unwatch = threading.Event()
+        self._watchdog: threading.Thread | None = None
+
+    # -- calls ------------------------------------------------------------------
 
     def __call__(self, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``call(*args, **kwargs)``, retried as the class says."""
-        # The first attempt goes straight through: building a tenacity
-        # Retrying per call costs more CPU than the Redis call itself.
         started = time.monotonic()
+        under_way = self._under_way
+        me = threading.get_ident()
+        under_way[me] = started
         try:
-            return call(*args, **kwargs)
-        except TRANSIENT as exc:
-            first: BaseException | None = exc
+            # The first attempt goes straight through: a Redis call is most
+            # of what a worker's dispatcher spends per batch.
+            try:
+                result = call(*args, **kwargs)
+            except TRANSIENT as exc:
+                return self._again(started, exc, call, *args, **kwargs)
+            if self._outage is not None:
+                self._back()
+            return result
+        finally:
+            del under_way[me]
 
-        def attempt() -> T:
-            # tenacity sees the failed first attempt, so its waits, counts
-            # and log lines are those of a call without the fast path.
-            nonlocal first
-            if first is not None:
-                failed, first = first, None
-                raise failed
-            return call(*args, **kwargs)
+    def once(self, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``call(*args, **kwargs)`` sent once (a heartbeat, a hand-back
+        that the leave repeats anyway), cut off as the class says."""
+        started = time.monotonic()
+        under_way = self._under_way
+        me = threading.get_ident()
+        under_way[me] = started
+        try:
+            try:
+                result = call(*args, **kwargs)
+            except TRANSIENT:
+                self._failed(started)
+                raise
+            if self._outage is not None:
+                self._back()
+            return result
+        finally:
+            del under_way[me]
 
-        def before_sleep(state: RetryCallState) -> None:
-            self._tally.count(reconnects=1)
+    def _again(
+        self, started: float, first: BaseException, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """The retries of a call whose first attempt failed with ``first``."""
+        error = first
+        pause = FIRST_PAUSE
+        while True:
+            deadline = self._failed(started)
+            if self._hard_stop.is_set():
+                log.warning("not retrying %s: the worker is stopping at once (%s)", _name(call), error)
+                raise error
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._give_up(error)
+                raise error
             self.resync = True
-            failed = state.outcome.exception() if state.outcome is not None else None
-            log.warning("Redis call failed (%s); retrying", failed)
+            self._tally.count(reconnects=1)
+            # Jittered, so that the workers of one Redis do not all come back at once.
+            wait = min(pause * (0.5 + self._randomness.unit()), left)
+            pause = min(pause * 2, LONGEST_PAUSE)
+            if self._hard_stop.wait(wait):
+                continue  # said and raised above
+            try:
+                result = call(*args, **kwargs)
+            except TRANSIENT as exc:
+                error = exc
+                continue
+            self._back()
+            return result
 
-        retrying = Retrying(
-            retry=retry_if_exception_type(TRANSIENT),
-            wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
-            # the limit counts from the first attempt
-            stop=stop_after_delay(max(0.0, self.timeout - (time.monotonic() - started))),
-            before_sleep=before_sleep,
-            reraise=True,
-        )
-        return retrying(attempt)
+    # -- the outage ---------------------------------------------------------------
+
+    def _failed(self, started: float) -> float:
+        """Records a failed call sent at ``started``; returns when the
+        outage it belongs to has lasted ``timeout``."""
+        with self._lock:
+            if self._outage is None:
+                self._outage = started
+                self._gave_up = False
+                log.warning("Redis did not answer; retrying the worker's calls for up to %g s", self.timeout)
+            return self._outage + self.timeout
+
+    def _back(self) -> None:
+        with self._lock:
+            if self._outage is None:
+                return
+            lasted = time.monotonic() - self._outage
+            self._outage = None
+        log.warning("Redis answers again after %.1f s", lasted)
+
+    def _give_up(self, error: BaseException) -> None:
+        with self._lock:
+            said, self._gave_up = self._gave_up, True
+            lasted = time.monotonic() - (self._outage if self._outage is not None else time.monotonic())
+        if not said:
+            log.error(
+                "giving up: Redis has not answered for %.1f s (reconnect_timeout %g s): %s", lasted, self.timeout, error
+            )
+
+    # -- the watchdog ---------------------------------------------------------------
+
+    def watch(self) -> None:
+        """Starts the watchdog (a daemon thread) until :meth:`unwatch`."""
+        if self._cut_off is None or self._watchdog is not None:
+            return
+        self._unwatch.clear()
+        self._watchdog = threading.Thread(target=self._watch, name="rqueue-watchdog", daemon=True)
+        self._watchdog.start()
+
+    def unwatch(self) -> None:
+        self._unwatch.set()
+        if self._watchdog is not None:
+            self._watchdog.join(1)
+            self._watchdog = None
+
+    def _watch(self) -> None:
+        assert self._cut_off is not None
+        while not self._unwatch.wait(WATCH_INTERVAL):
+            now = time.monotonic()
+            hard = self._hard_stop.is_set()
+            outage = self._outage
+            overdue = False
+            for started in list(self._under_way.values()):
+                limit = min(started, outage) if outage is not None else started
+                if now > limit + self.timeout or (hard and now > started + STOP_PATIENCE):
+                    overdue = True
+                    break
+            if overdue:
+                log.warning(
+                    "cutting off a Redis call under way for more than %s",
+                    f"{STOP_PATIENCE:g} s after a stop at once" if hard else f"reconnect_timeout ({self.timeout:g} s)",
+                )
+                try:
+                    self._cut_off()
+                except Exception:  # the watchdog must outlive a failure to close
+                    log.exception("could not close the connections")
+
+
+def _name(call: Callable[..., object]) -> str:
+    return getattr(call, "__name__", type(call).__name__)
+
+
+def cut_off(client: QueueContext) -> None:
+    """Closes every connection of ``client`` (its script calls' and its
+    pools'), so that a call blocked on one fails at once; the next call
+    opens a new one."""
+    client.scripts.close()
+    drop_connections(client.redis)

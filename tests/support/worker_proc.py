@@ -1,7 +1,10 @@
 """A worker process for tests: records every handler call in a Redis list so
 that the test can count invocations across processes and crashes.
 
-usage: python worker_proc.py URL PREFIX QUEUE GROUP SLEEP_S CONCURRENCY [HEARTBEAT_TIMEOUT_S]
+usage: python worker_proc.py URL PREFIX QUEUE GROUP SLEEP_S CONCURRENCY [HEARTBEAT_TIMEOUT_S [SETTINGS_TTL_S]]
+
+A long SETTINGS_TTL_S keeps the worker from reading its settings again
+while a test holds Redis paused, so that its next call is a fetch.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ def main() -> None:
     url, prefix, queue, group = sys.argv[1:5]
     sleep_s, concurrency = float(sys.argv[5]), int(sys.argv[6])
     hb_timeout = float(sys.argv[7]) if len(sys.argv) > 7 else 5.0
+    settings_ttl = float(sys.argv[8]) if len(sys.argv) > 8 else rqueue.constants.SETTINGS_CACHE_TTL
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    client = rqueue.connect(url, prefix=prefix)
+    client = rqueue.connect(url, prefix=prefix, settings_ttl=settings_ttl)
     calls = redis.Redis.from_url(url)
     calls_key = f"{prefix}:test:calls"
 
