@@ -58,6 +58,7 @@ def connect(
     durable_replicas: int = DURABLE_REPLICAS,
     durable_timeout: float = DURABLE_TIMEOUT,
     connect_timeout: float = CONNECT_TIMEOUT,
+    allow_eviction: bool = False,
     **redis_options: Any,
 ) -> Client:
     """Connects to Redis and checks that rqueue can work there.
@@ -78,11 +79,14 @@ def connect(
     (``DLQ.q`` by default).
     Raises InvalidURL for a URL of another kind, ConnectionFailed when the
     server cannot be reached, is not Redis or has not answered within
-    ``connect_timeout`` seconds, ServerTooOld for Redis < 6.2.
+    ``connect_timeout`` seconds, ServerTooOld for Redis < 6.2, and
+    EvictionPolicy for a server whose maxmemory-policy may evict keys
+    (anything but noeviction) unless ``allow_eviction`` accepts that risk
+    (docs/memory.md).
     """
     check_name("key prefix", prefix)
     check_durable(failover_timeout, durable_replicas, durable_timeout)
-    r, shown, scheme = open_redis(url, redis_options, connect_timeout)
+    r, shown, scheme = open_redis(url, redis_options, connect_timeout, allow_eviction)
     if not isinstance(dlq_prefix, str) or not isinstance(dlq_suffix, str) or not (dlq_prefix or dlq_suffix):
         raise InvalidInput(f"dlq_prefix {dlq_prefix!r} and dlq_suffix {dlq_suffix!r} must be str, not both empty")
     client = Client(
@@ -140,7 +144,8 @@ class Client:
         self.randomness = randomness or Randomness()
         self.dlq_prefix = dlq_prefix
         self.dlq_suffix = dlq_suffix
-        self.scripts = Scripts(redis_client, retry)
+        # memory:// (fakeredis) reads no "#!lua" line and has no maxmemory.
+        self.scripts = Scripts(redis_client, retry, shebang=not url.startswith("memory:"))
         #: Wraps plain commands that may safely be sent twice (reads, SADD, HSETNX).
         self.idempotent = idempotent_retry
         self.settings = SettingsStore(redis_client, prefix, self.clock.monotonic, settings_ttl, idempotent_retry)

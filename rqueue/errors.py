@@ -18,6 +18,7 @@ __all__ = [
     "PayloadTooLarge",
     "ConnectionFailed",
     "ConnectionLost",
+    "EvictionPolicy",
     "OutOfMemory",
     "ServerTooOld",
     "DeliveryError",
@@ -131,6 +132,26 @@ class ConnectionFailed(RQueueError):
         self.url = url
 
 
+class EvictionPolicy(RQueueError):
+    """The server's maxmemory-policy may evict keys, and with them stored
+    messages, leases and acks, silently: rqueue refuses to use it unless
+    the caller accepts that (``connect(..., allow_eviction=True)``).
+
+    Attributes:
+        url: the URL with any password masked.
+        policy: the server's maxmemory-policy.
+    """
+
+    def __init__(self, url: str, policy: str) -> None:
+        super().__init__(
+            f"Redis at {url} has maxmemory-policy {policy}: at maxmemory it evicts keys, and with them "
+            "stored messages, leases and acks, without a trace; set maxmemory-policy noeviction "
+            "(CONFIG SET maxmemory-policy noeviction), or connect with allow_eviction=True to accept the risk"
+        )
+        self.url = url
+        self.policy = policy
+
+
 class ConnectionLost(RQueueError):
     """A call to Redis failed on the way: the connection broke or timed
     out, or a cluster was failing over. Unless ``applied`` is False, the call
@@ -150,10 +171,20 @@ class ConnectionLost(RQueueError):
 class OutOfMemory(RQueueError):
     """Redis refused a write because it is at maxmemory (noeviction): the
     call changed nothing. Memory comes back as consumers ack and dead
-    letters are purged."""
+    letters are purged: acks, fetches of stored messages, purges and
+    deletes run at maxmemory, publishes wait for it.
 
-    def __init__(self, why: str) -> None:
-        super().__init__(f"Redis is out of memory: {why}")
+    Attributes:
+        used: Redis's used_memory in bytes when the refusal was seen (None: not known).
+        limit: its maxmemory in bytes (None: not known).
+    """
+
+    def __init__(self, why: str, used: int | None = None, limit: int | None = None) -> None:
+        figures = f" (used_memory {used:,} bytes, maxmemory {limit:,} bytes)" if used is not None and limit else ""
+        super().__init__(f"Redis is out of memory{figures}: {why}")
+        self.why = why
+        self.used = used
+        self.limit = limit
 
 
 class QueueInUse(RQueueError):

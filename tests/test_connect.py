@@ -404,13 +404,28 @@ def _eviction_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogReco
     return [r for r in caplog.records if r.name == "rqueue" and "noeviction" in r.getMessage()]
 
 
-def test_eviction_policy_is_warned_about(lru_server, prefix, caplog):
+def test_an_evicting_server_is_refused_unless_allowed(lru_server, prefix):
+    # given a server whose maxmemory-policy may evict queue data, and a URL with a password
+    url = lru_server.url.replace("redis://", f"redis://default:{SECRET}@")
+    # when connecting without accepting that
+    # then it is refused, naming the policy, the fix and the opt-in, with the password masked
+    with pytest.raises(rqueue.EvictionPolicy) as caught:
+        rqueue.connect(url, prefix=prefix)
+    message = str(caught.value)
+    assert "maxmemory-policy allkeys-lru" in message and "noeviction" in message and "allow_eviction" in message
+    assert caught.value.policy == "allkeys-lru"
+    assert lru_server.url.replace("redis://", "redis://default:***@") in message and SECRET not in message
+    # and nothing was written
+    assert redis.Redis(port=lru_server.port).keys(f"{prefix}:*") == []
+
+
+def test_an_evicting_server_is_warned_about_when_allowed(lru_server, prefix, caplog):
     # given a server whose maxmemory-policy may evict queue data, and a URL
     # with a password (the default user takes any)
     caplog.set_level(logging.WARNING, logger="rqueue")
     url = lru_server.url.replace("redis://", f"redis://default:{SECRET}@")
-    # when connecting
-    with rqueue.connect(url, prefix=prefix) as client:
+    # when connecting with allow_eviction=True
+    with rqueue.connect(url, prefix=prefix, allow_eviction=True) as client:
         # then it works, with one warning naming the policy and the masked URL
         assert client.queue("q").publish(b"x").seq == 1
     [record] = _eviction_warnings(caplog)

@@ -13,7 +13,7 @@ import redis
 
 from .. import validate as check
 from ..constants import MIN_SERVER_VERSION
-from ..errors import ConnectionFailed, InvalidURL, ServerTooOld
+from ..errors import ConnectionFailed, EvictionPolicy, InvalidURL, ServerTooOld
 from .cluster import cluster_redis
 from .sentinel import sentinel_redis
 from .urls import (
@@ -65,10 +65,10 @@ def _parse_version(version: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _check_server(r: Any, url: str) -> None:
+def _check_server(r: Any, url: str, allow_eviction: bool) -> None:
     if isinstance(r, redis.RedisCluster):
         for node in r.get_primaries():  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-            _check_server(node.redis_connection or r.get_redis_connection(node), url)
+            _check_server(node.redis_connection or r.get_redis_connection(node), url, allow_eviction)
         return
     version = server_version(r)
     if _parse_version(version) < MIN_SERVER_VERSION:
@@ -76,27 +76,32 @@ def _check_server(r: Any, url: str) -> None:
     try:
         reply = r.config_get("maxmemory-policy")
     except redis.ResponseError:
-        return  # CONFIG may be refused by ACLs; the check is advice only
+        return  # CONFIG may be refused by ACLs: docs/memory.md says what to check by hand
     # redis-py decodes the keys and values of CONFIG GET (str), older
     # versions and decode_responses=False clients may not (bytes)
     policy = reply.get("maxmemory-policy", reply.get(b"maxmemory-policy"))
     if isinstance(policy, bytes):
         policy = policy.decode(errors="replace")
-    if policy not in (None, "noeviction"):
-        log.warning(
-            "Redis at %s has maxmemory-policy %s: under memory pressure it may evict "
-            "queue data; set maxmemory-policy noeviction",
-            mask_url(url),
-            policy,
-        )
+    if policy in (None, "noeviction"):
+        return
+    if not allow_eviction:
+        raise EvictionPolicy(mask_url(url), policy)
+    log.warning(
+        "Redis at %s has maxmemory-policy %s (allowed by allow_eviction=True): under memory pressure it may "
+        "evict queue data; set maxmemory-policy noeviction",
+        mask_url(url),
+        policy,
+    )
 
 
 def open_redis(
-    url: str, redis_options: dict[str, Any], connect_timeout: float = CONNECT_TIMEOUT
+    url: str, redis_options: dict[str, Any], connect_timeout: float = CONNECT_TIMEOUT, allow_eviction: bool = False
 ) -> tuple[RedisClient, str, str]:
     """A redis-py client for ``url`` that answered PING and runs a Redis new
     enough for rqueue, with the URL as shown (password masked) and its
-    scheme. Raises InvalidURL, ConnectionFailed or ServerTooOld; ConnectionFailed
+    scheme. Raises InvalidURL, ConnectionFailed, ServerTooOld, or
+    EvictionPolicy for a server that may evict keys (unless
+    ``allow_eviction``: then a warning is logged); ConnectionFailed
     also when the server has not answered within ``connect_timeout`` seconds
     (one that accepts connections but never replies would otherwise hold the
     caller for the socket timeout)."""
@@ -114,7 +119,7 @@ def open_redis(
             r = _memory_redis(url)
         except ValueError as exc:
             raise InvalidURL(shown, scrub(str(exc), url)) from None
-        _handshake(r, url, shown, scheme)
+        _handshake(r, url, shown, scheme, allow_eviction)
         return r, shown, scheme
     options = {
         "socket_connect_timeout": connect_timeout,
@@ -127,11 +132,11 @@ def open_redis(
     if scheme != "unix":  # TCP only
         options["socket_keepalive"] = True
     options.update(redis_options)
-    r = _within(connect_timeout, lambda: _open_network(url, shown, scheme, options), shown)
+    r = _within(connect_timeout, lambda: _open_network(url, shown, scheme, options, allow_eviction), shown)
     return r, shown, scheme
 
 
-def _open_network(url: str, shown: str, scheme: str, options: dict[str, Any]) -> RedisClient:
+def _open_network(url: str, shown: str, scheme: str, options: dict[str, Any], allow_eviction: bool) -> RedisClient:
     try:
         if scheme != "unix" and scheme not in SENTINEL_SCHEMES:  # a sentinel URL's path is /service[/db]
             check_db(shown)
@@ -146,16 +151,16 @@ def _open_network(url: str, shown: str, scheme: str, options: dict[str, Any]) ->
         raise  # an InvalidURL is a ValueError too; wrapping it would say "invalid URL" twice
     except ValueError as exc:
         raise InvalidURL(shown, scrub(str(exc), url)) from None
-    _handshake(r, url, shown, scheme)
+    _handshake(r, url, shown, scheme, allow_eviction)
     return r
 
 
-def _handshake(r: RedisClient, url: str, shown: str, scheme: str) -> None:
+def _handshake(r: RedisClient, url: str, shown: str, scheme: str, allow_eviction: bool) -> None:
     try:
         r.ping()
         if scheme != "memory":  # fakeredis has no INFO; it is as new as its Lua
-            _check_server(r, url)
-    except ServerTooOld:
+            _check_server(r, url, allow_eviction)
+    except (ServerTooOld, EvictionPolicy):
         r.close()
         raise
     except (redis.RedisError, OSError) as exc:

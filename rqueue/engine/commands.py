@@ -57,6 +57,21 @@ def translate(exc: BaseException, queue: str = "", where: str = "") -> BaseExcep
     return exc
 
 
+def with_memory_figures(error: BaseException, info_memory: Callable[[], Any]) -> BaseException:
+    """``error``, and when it is an OutOfMemory without figures, one that
+    names Redis's used memory and maxmemory (``info_memory()``: INFO memory
+    of the server that refused, read once on this error path; left out when
+    it cannot be read)."""
+    if not isinstance(error, OutOfMemory) or error.used is not None:
+        return error
+    try:
+        info = info_memory()
+        used, limit = int(info["used_memory"]), int(info["maxmemory"])
+    except Exception:  # the refusal is what matters: said without figures
+        return error
+    return OutOfMemory(error.why, used, limit)
+
+
 def run(script: Script, keys: Sequence[Any], args: Sequence[Any], queue: str, where: str) -> Any:
     """``script`` called with ``keys`` and ``args``; every error it raises
     is translated (:func:`translate`), with the driver's error as cause."""
@@ -407,7 +422,7 @@ def publish(scripts: Scripts, calls: Sequence[PublishCall], queue: str) -> list[
             script(keys, args, client=pipe)
         return pipe.execute()
     except (redis.RedisError, OSError) as exc:
-        raise translate(exc, queue) from exc
+        raise with_memory_figures(translate(exc, queue), lambda: scripts.redis.info("memory")) from exc
 
 
 def publish_each(scripts: Scripts, calls: Sequence[PublishCall], queue: str) -> list[Any]:
@@ -421,7 +436,12 @@ def publish_each(scripts: Scripts, calls: Sequence[PublishCall], queue: str) -> 
         replies = pipe.execute(raise_on_error=False)
     except (redis.RedisError, OSError) as exc:
         raise translate(exc, queue) from exc
-    return [translate(r, queue) if isinstance(r, BaseException) else r for r in replies]
+    return [
+        with_memory_figures(translate(r, queue), lambda: scripts.redis.info("memory"))
+        if isinstance(r, BaseException)
+        else r
+        for r in replies
+    ]
 
 
 def publish_results(replies: Sequence[Any], partition: int | None = None) -> list[PublishResult]:

@@ -17,7 +17,7 @@ import redis
 
 from ..connection.cluster import no_retry, not_run
 from ..errors import NotDurable
-from .commands import translate
+from .commands import translate, with_memory_figures
 from .scripts import Script, ScriptPipeline
 
 
@@ -133,7 +133,7 @@ def publish_durably(
     try:
         return _publish_durably(client, slot_key, script, calls)
     except (redis.RedisError, OSError) as exc:
-        raise translate(exc) from exc
+        raise with_memory_figures(translate(exc), lambda: client.node_for(slot_key)[0].info("memory")) from exc
 
 
 def _fsynced(state: _NodeState, reply: Any) -> bool | None:

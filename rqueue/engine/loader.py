@@ -8,7 +8,8 @@ every local stands before the code that reads it (see expand_includes).
 ``--@lazy region inc ...`` pulls in includes whose helpers are made only
 where a ``--@make region`` line stands (see make_lazy). The includes'
 top-level helpers that the script never calls are left out (see
-drop_unused).
+drop_unused). A line ``--@flags allow-oom`` in a script declares the flags
+Redis reads from a ``#!lua flags=...`` first line (see source).
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from functools import cache
 from pathlib import Path
 
 _DIRECTIVE = re.compile(r"^--@(include|lazy)[ \t]+(\w+)((?:[ \t]+\w+)*)[ \t]*$", re.MULTILINE)
+_FLAGS = re.compile(r"^--@flags((?:[ \t]+[a-z-]+)+)[ \t]*$", re.MULTILINE)
+# The flags a script may declare: allow-oom lets a call that frees memory or
+# holds what is already stored (an ack, a fetch of stored messages, a purge)
+# run while Redis is at maxmemory, where a script without it is refused at
+# its first write that can grow memory.
+KNOWN_FLAGS = ("allow-oom",)
 _MAKE = re.compile(r"^([ \t]*)--@make[ \t]+(\w+)[ \t]*\n", re.MULTILINE)
 _LAZY_REGION = re.compile(r"^--@lazy-begin (\w+)\n(.*?)^--@lazy-end\n", re.MULTILINE | re.DOTALL)
 _COMMENT = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.DOTALL)
@@ -60,9 +67,31 @@ def lua_dir() -> Path:
 
 
 @cache
-def source(name: str) -> str:
-    """The full text of script ``name`` with its includes expanded."""
-    return make_lazy(drop_unused(expand_includes(lua_dir(), name)))
+def source(name: str, shebang: bool = True) -> str:
+    """The full text of script ``name`` with its includes expanded; with
+    ``shebang``, a first line ``#!lua flags=...`` with the flags the script
+    declares (none: no such line). memory:// (fakeredis) reads no shebang
+    and has no maxmemory: it is sent the text without one."""
+    text = make_lazy(drop_unused(expand_includes(lua_dir(), name)))
+    declared = flags(name)
+    if shebang and declared:
+        return f"#!lua flags={','.join(declared)}\n{text}"
+    return text
+
+
+@cache
+def flags(name: str) -> tuple[str, ...]:
+    """The flags script ``name`` declares with ``--@flags`` lines."""
+    return declared_flags(lua_dir().joinpath(f"{name}.lua").read_text(), f"{name}.lua")
+
+
+def declared_flags(text: str, where: str) -> tuple[str, ...]:
+    """The flags of a script's ``--@flags`` lines; ValueError naming an unknown one."""
+    found = tuple(flag for line in _FLAGS.findall(text) for flag in line.split())
+    unknown = sorted(set(found) - set(KNOWN_FLAGS))
+    if unknown:
+        raise ValueError(f"{where}: unknown --@flags {', '.join(unknown)} (known: {', '.join(KNOWN_FLAGS)})")
+    return found
 
 
 def expand_includes(root: Path, name: str) -> str:

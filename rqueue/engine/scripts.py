@@ -352,13 +352,18 @@ class Scripts:
     replay: Script
     stats: Script
 
-    def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry) -> None:
+    def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry, shebang: bool = True) -> None:
         self._redis = redis
         self._retry = retry
         #: The connections of the script calls (None: redis-py's pool).
         self.connections = ScriptConnections.of(redis)
         for name in SCRIPT_NAMES:
-            setattr(self, name, Script(redis, name, source(name), retry, self.connections))
+            setattr(self, name, Script(redis, name, source(name, shebang), retry, self.connections))
+
+    @property
+    def redis(self) -> RedisClient:
+        """The client the scripts are sent with."""
+        return self._redis
 
     def close(self) -> None:
         """Closes the connections of the script calls."""

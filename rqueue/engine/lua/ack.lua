@@ -27,6 +27,7 @@
     RQ_CORRUPT <tag>      the message's delivery state does not parse
       (its lease runs out and fetch moves it to the dead-letter queue)
 ]]
+--@flags allow-oom
 --@include ack_held_one
 
 local one = ackHeldOne(4)

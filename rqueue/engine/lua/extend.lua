@@ -11,6 +11,7 @@
     (RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE) per tag; a tag that is
     not "ok" is left as it was.
 ]]
+--@flags allow-oom
 --@include group_keys
 --@include group_names
 --@include group_args

@@ -37,6 +37,7 @@
                    delivery is changed, but after the tags were acked and
                    the beat
 ]]
+--@flags allow-oom
 --@include group_keys
 --@include group_names
 --@include group_args

@@ -24,6 +24,7 @@
   Work: at most REAP_BATCH dead members per call; sync reads the in-flight
   set (at most max_inflight entries).
 ]]
+--@flags allow-oom
 --@include group_keys
 --@include group_names
 --@include group_args

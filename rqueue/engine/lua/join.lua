@@ -14,6 +14,7 @@
   An acked key that is a set, not runs (includes/acked_runs.lua), is made
   runs here, before any other script meets it (docs/upgrading.md).
 ]]
+--@flags allow-oom
 --@include group_keys
 --@include group_names
 --@include group_args

@@ -14,6 +14,7 @@
   Errors (nothing is changed):
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
+--@flags allow-oom
 --@include group_args
 --@include return_held
 

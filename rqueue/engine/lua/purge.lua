@@ -13,6 +13,7 @@
     { purged, more } with more = 1 when the group still has a backlog
   Work: at most ARGV[8] messages per call; call again while more is 1.
 ]]
+--@flags allow-oom
 --@include group_keys
 --@include group_names
 --@include bulk

@@ -17,6 +17,7 @@
     RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>.<token>
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
+--@flags allow-oom
 --@include group_keys
 --@include delivery_state
 --@include check_tag

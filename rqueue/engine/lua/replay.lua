@@ -18,6 +18,7 @@
   Errors (nothing is changed):
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
+--@flags allow-oom
 --@include group_keys
 --@include group_names
 --@include group_args

@@ -1,0 +1,137 @@
+"""A server at its maxmemory (noeviction): every call that frees memory or
+hands out what is stored still runs (ack, nack, reject, in_progress,
+fetch, join, heartbeat, leave, purge, replay, delete), a publish is refused
+whole with an error that names used and max memory, and a worker drains
+the queue until publishes are taken again. A server that may evict keys is
+refused at connect unless allowed (tests/test_connect.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from support.servers import start_server, wait_for
+
+import rqueue
+from rqueue.embedded import EmbeddedServer
+from rqueue.engine.loader import SCRIPT_NAMES, declared_flags, source
+
+KINDS = ("redis", "valkey")
+
+
+@pytest.fixture(params=KINDS)
+def full_server(request: pytest.FixtureRequest) -> Iterator[EmbeddedServer]:
+    """A private server with maxmemory-policy noeviction (the caller sets maxmemory)."""
+    server = start_server(request.param, extra_args=["--maxmemory-policy", "noeviction"])
+    yield server
+    server.stop()
+
+
+# The scripts that free memory or hand out what is stored; publish and
+# stats are not among them.
+ALLOW_OOM = {"fetch", "ack", "nack", "reject", "extend", "heartbeat", "join", "leave", "purge", "replay"}
+
+
+def test_scripts_that_free_or_hand_out_declare_allow_oom():
+    for name in SCRIPT_NAMES:
+        # then a script for a server starts with its flags, or with none when it declares none
+        first = source(name).split("\n", 1)[0]
+        assert (first == "#!lua flags=allow-oom") == (name in ALLOW_OOM), name
+        # and memory:// (fakeredis reads no shebang) is sent the same script without that line
+        assert not source(name, shebang=False).startswith("#!")
+        assert source(name).endswith(source(name, shebang=False))
+    # and a flag the loader does not know is refused, named
+    with pytest.raises(ValueError, match="x.lua: unknown --@flags no-such"):
+        declared_flags("--@flags allow-oom no-such\nreturn 1\n", "x.lua")
+
+
+def _fill(client: rqueue.Client, prefix: str) -> None:
+    """Puts the server over its maxmemory with a key beside the queues."""
+    client.redis.set(f"{prefix}:filler", b"x" * 5_000_000)
+    client.redis.config_set("maxmemory", 4 * 1024 * 1024)
+    assert client.redis.info("memory")["used_memory"] > 4 * 1024 * 1024
+
+
+def test_every_call_that_frees_or_hands_out_runs_at_maxmemory(full_server, prefix):
+    # given a queue with held deliveries, dead letters and a backlog, on a server over its maxmemory
+    client = rqueue.connect(full_server.url, prefix=prefix, settings_ttl=0)
+    client.configure("orders", max_deliveries=1)
+    q = client.queue("orders")
+    q.publish_many([b"m"] * 40)
+    c = q.consumer("g", "c1")
+    held = c.fetch(6)
+    held[5].reject()
+    _fill(client, prefix)
+    # when a consumer acks, nacks, rejects, extends, heartbeats and fetches
+    c.ack(held[:1])
+    held[1].nack()  # its last delivery (max_deliveries=1): dead-lettered
+    held[2].reject()
+    held[3].in_progress()
+    c.heartbeat([held[4].tag], 10)
+    more = c.fetch(5)
+    # and a new consumer and a new group join and fetch
+    other = q.consumer("g", "c2")
+    assert len(other.fetch(2)) == 2
+    late = q.consumer("g2")
+    assert len(late.fetch(3)) == 3
+    # then all of it was applied
+    g = q.stats().group("g")
+    assert g.acked >= 1 and len(more) == 5
+    assert q.stats().dead_letters == 3
+    # and dead letters replay, leave returns, purge and delete run too
+    assert q.replay_dead_letters("g").replayed == 3
+    assert late.close() == 3
+    assert q.purge("g")["g"] > 0
+    assert q.purge_dead_letters() == 0
+    c.close()
+    other.close()
+    q.delete(force=True)
+    assert client.queues() == []
+    client.close()
+
+
+def test_a_publish_at_maxmemory_is_refused_whole_naming_the_memory(full_server, prefix):
+    # given a server over its maxmemory
+    client = rqueue.connect(full_server.url, prefix=prefix)
+    q = client.queue("orders")
+    q.publish(b"first")
+    _fill(client, prefix)
+    # when a message and a batch are published
+    for publish in (lambda: q.publish(b"m"), lambda: q.publish_many([b"n"] * 3)):
+        # then each is refused with an error naming used and max memory, and nothing is stored
+        with pytest.raises(rqueue.OutOfMemory) as caught:
+            publish()
+        err = caught.value
+        assert err.limit == 4 * 1024 * 1024 and err.used is not None and err.used > err.limit
+        assert f"maxmemory {err.limit:,} bytes" in str(err) and f"used_memory {err.used:,}" in str(err)
+    assert q.stats().last_seq == 1
+    client.close()
+
+
+def test_a_worker_drains_a_full_server_until_publishes_are_taken_again(full_server, prefix):
+    # given a queue that filled the server: publishes are refused
+    client = rqueue.connect(full_server.url, prefix=prefix, settings_ttl=0)
+    q = client.queue("orders")
+    client.redis.config_set("maxmemory", client.redis.info("memory")["used_memory"] + 3_000_000)
+    body = b"p" * 10_000
+    stored = 0
+    with pytest.raises(rqueue.OutOfMemory):
+        for _ in range(1_000):
+            q.publish(body)
+            stored += 1
+    assert stored > 100
+    handled: list[int] = []
+    # when a worker runs against it
+    worker = rqueue.Worker(q, "g", lambda d: handled.append(d.seq), concurrency=4, heartbeat_interval=0.2)
+    worker.start()
+    try:
+        wait_for(lambda: len(handled) >= stored, timeout=30)
+        wait_for(lambda: q.stats().group("g").acked == stored, timeout=30)
+    finally:
+        worker.stop()
+        assert worker.join(15)
+    # then every stored message was handled once, and its acks were applied
+    assert sorted(handled) == list(range(1, stored + 1))
+    # and the memory they held is free again: the next publish is taken
+    assert q.publish(body).seq == stored + 1
+    client.close()
