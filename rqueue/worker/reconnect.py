@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
+from tenacity import RetryCallState, Retrying, retry_if_exception_type
+
 from ..connection.open import drop_connections
 from ..errors import ConnectionLost, OutOfMemory
 from ..randomness import Randomness
@@ -126,32 +128,63 @@ class Reconnector:
     def _again(
         self, started: float, first: BaseException, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs
     ) -> T:
-        """The retries of a call whose first attempt failed with ``first``."""
-        error = first
-        pause = FIRST_PAUSE
-        while True:
+        """The retries of a call whose first attempt, sent at ``started``,
+        failed with ``first``: tenacity runs the loop; this class says when
+        to stop (the outage's deadline, a stop at once) and how long to wait."""
+        pending: BaseException | None = first
+        last: BaseException = first  # the last attempt's error
+
+        def attempt() -> T:
+            # tenacity sees the failed first attempt, so its counts and
+            # waits are those of a call without the fast path; after a stop
+            # at once the last error stands instead of another call.
+            nonlocal pending
+            if pending is not None:
+                failed, pending = pending, None
+                raise failed
+            return call(*args, **kwargs)
+
+        def stop(state: RetryCallState) -> bool:
+            nonlocal last
+            error = last = _error(state) or last
             deadline = self._failed(started)
             if self._hard_stop.is_set():
                 log.warning("not retrying %s: the worker is stopping at once (%s)", _name(call), error)
-                raise error
-            left = deadline - time.monotonic()
-            if left <= 0:
+                return True
+            if time.monotonic() >= deadline:
                 self._give_up(error)
-                raise error
+                return True
+            return False
+
+        def wait(state: RetryCallState) -> float:
+            # Doubling from FIRST_PAUSE up to LONGEST_PAUSE, jittered so that
+            # the workers of one Redis do not all come back at once, and
+            # never past the outage's deadline.
+            pause = min(FIRST_PAUSE * 2.0 ** min(state.attempt_number - 1, 30), LONGEST_PAUSE)
+            left = self._failed(started) - time.monotonic()
+            return max(0.0, min(pause * (0.5 + self._randomness.unit()), left))
+
+        def before_sleep(state: RetryCallState) -> None:
             self.resync = True
             self._tally.count(reconnects=1)
-            # Jittered, so that the workers of one Redis do not all come back at once.
-            wait = min(pause * (0.5 + self._randomness.unit()), left)
-            pause = min(pause * 2, LONGEST_PAUSE)
-            if self._hard_stop.wait(wait):
-                continue  # said and raised above
-            try:
-                result = call(*args, **kwargs)
-            except TRANSIENT as exc:
-                error = exc
-                continue
-            self._back()
-            return result
+
+        def pause(seconds: float) -> None:
+            # A stop at once ends the pause, and the next attempt raises.
+            nonlocal pending
+            if self._hard_stop.wait(seconds):
+                pending = last
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(TRANSIENT),
+            stop=stop,
+            wait=wait,
+            sleep=pause,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        result = retrying(attempt)
+        self._back()
+        return result
 
     # -- the outage ---------------------------------------------------------------
 
@@ -219,6 +252,10 @@ class Reconnector:
                     self._cut_off()
                 except Exception:  # the watchdog must outlive a failure to close
                     log.exception("could not close the connections")
+
+
+def _error(state: RetryCallState) -> BaseException | None:
+    return state.outcome.exception() if state.outcome is not None else None
 
 
 def _name(call: Callable[..., object]) -> str:
