@@ -250,12 +250,13 @@ class Client:
     def overview(self) -> list[QueueSummary]:
         """The figures of every queue this prefix has written to (not of
         the dead-letter queues: each queue counts its dead letters), sorted
-        by name, in at most four pipelined round trips however many queues
-        there are. A queue that cannot be read has its ``error`` and no
+        by name, in at most five round trips however many queues there are
+        (the list, the time, the settings when not cached, and two pipelines;
+        on a cluster, each pipeline is one round trip per node). A queue that cannot be read has its ``error`` and no
         figures."""
-        names, stored, now = store.queue_index(self.redis, self.prefix)
+        names, stored = store.queue_index(self.redis, self.prefix)
         script_now = self.clock.script_now()
-        now = int(script_now) if script_now else now
+        now = int(script_now) if script_now else store.now_ms(self.redis)
         patterns = self.settings.patterns()
         plans: list[tuple[str, list[Queue], str | None]] = []
         levels: list[tuple[QueueKeys, QueueKeys]] = []

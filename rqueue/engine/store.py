@@ -294,23 +294,23 @@ class LevelFigures(NamedTuple):
     groups: list[GroupFigures]
 
 
-def queue_index(r: RedisClient, prefix: str) -> tuple[list[str], dict[str, bytes], int]:
-    """The registered queue names (sorted), the stored partition counts by
-    queue and the server's time in ms: one round trip."""
+def queue_index(r: RedisClient, prefix: str) -> tuple[list[str], dict[str, bytes]]:
+    """The registered queue names (sorted) and the stored partition counts
+    by queue: one round trip (one per node holding them on a cluster)."""
 
-    def read() -> tuple[list[str], dict[str, bytes], int]:
+    def read() -> tuple[list[str], dict[str, bytes]]:
         pipe = r.pipeline(transaction=False)  # plain reads: safe to send again
         pipe.smembers(registry_key(prefix))
         pipe.hgetall(partitions_key(prefix))
-        pipe.time()
-        names, parts, (sec, usec) = pipe.execute()
-        return (
-            sorted(_str(m) for m in names),
-            {_str(k): _bytes(v) for k, v in parts.items()},
-            int(sec) * 1000 + int(usec) // 1000,
-        )
+        names, parts = pipe.execute()
+        return sorted(_str(m) for m in names), {_str(k): _bytes(v) for k, v in parts.items()}
 
     return guarded(read, where=f"prefix {prefix!r}")
+
+
+def now_ms(r: RedisClient) -> int:
+    """The server's time in ms (a cluster pipeline cannot carry TIME)."""
+    return guarded(lambda: server_ms(r))
 
 
 def queue_overview(r: RedisClient, levels: list[tuple[QueueKeys, QueueKeys]], now_ms: int) -> list[LevelFigures]:
