@@ -82,7 +82,7 @@ class Dashboard:
         q = self.client.queue(name)
         part = q.parts[0] if isinstance(q, rqueue.PartitionedQueue) else q
         root = part.root if isinstance(part, rqueue.Queue) else q.name
-        if root not in self.overviews.names():
+        if not self.overviews.has(root):
             raise NotFound(f"queue {name!r} does not exist under prefix {self.client.prefix!r}")
         return q
 

@@ -14,6 +14,7 @@ from rqueue.overview import QueueSummary
 WINDOW = 300.0  # seconds of history kept and charted
 SAMPLES = 60  # readings kept per queue (at most one per WINDOW / SAMPLES seconds)
 CHART_W, CHART_H = 120, 28  # the chart's size in px
+MIN_SPAN = 60.0  # seconds the chart covers at least (a new dashboard fills it from the right)
 
 
 @dataclass(frozen=True)
@@ -70,11 +71,14 @@ class Chart:
 
 
 def chart(rates: list[Rate], now: float, window: float = WINDOW) -> Chart:
+    """The chart of ``rates``: time runs left to right over the span the
+    readings cover (at least MIN_SPAN, at most ``window``), ending now."""
     top = max([r.published for r in rates] + [r.acked for r in rates] + [1.0])
+    span = max(MIN_SPAN, min(window, now - rates[0].at)) if rates else window
 
     def points(values: list[tuple[float, float]]) -> str:
         return " ".join(
-            f"{CHART_W * (1 - min(window, now - at) / window):.1f},{CHART_H - 1 - (CHART_H - 2) * v / top:.1f}"
+            f"{CHART_W * (1 - min(span, now - at) / span):.1f},{CHART_H - 1 - (CHART_H - 2) * v / top:.1f}"
             for at, v in values
         )
 

@@ -30,15 +30,19 @@ class Overviews:
         self._latest: Reading | None = None
         self._lock = threading.Lock()
 
-    def read(self) -> Reading:
+    def read(self, fresh: bool = False) -> Reading:
+        """The latest reading, read again when older than the ttl or when ``fresh``."""
         with self._lock:  # one reader at a time; the others take its reading
             latest = self._latest
             now = time.monotonic()
-            if latest is None or now - latest.at >= self.ttl:
+            if fresh or latest is None or now - latest.at >= self.ttl:
                 latest = Reading(now, self.client.overview())
                 self.history.record(now, latest.queues)
                 self._latest = latest
             return latest
 
-    def names(self) -> set[str]:
-        return {q.name for q in self.read().queues}
+    def has(self, name: str) -> bool:
+        """Whether queue ``name`` exists (read again before saying no: it may be new)."""
+        return any(q.name == name for q in self.read().queues) or any(
+            q.name == name for q in self.read(fresh=True).queues
+        )
