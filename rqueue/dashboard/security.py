@@ -107,7 +107,11 @@ def who(request: Request, access: Access) -> str:
             return f"token@{peer}"
     if access.basic_user is not None:
         raise Denied(401, "sign in", {"WWW-Authenticate": 'Basic realm="rqueue dashboard", charset="UTF-8"'})
-    raise Denied(401, "sign in with the dashboard's token")
+    raise Denied(
+        401,
+        "this dashboard needs its token: open its address with ?token=<the token> once (the browser then keeps "
+        "it in a cookie), or send the header Authorization: Bearer <the token>",
+    )
 
 
 def token_in_query(request: Request, access: Access) -> str | None:
