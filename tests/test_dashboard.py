@@ -6,8 +6,14 @@ are in test_dashboard_browser.py."""
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import re
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -17,7 +23,7 @@ import redis
 from click.testing import CliRunner
 from starlette.applications import Starlette
 from starlette.routing import Mount
-from support.servers import start_server
+from support.servers import start_server, wait_for
 
 import rqueue
 from rqueue.cli import cli
@@ -375,3 +381,59 @@ def test_mounted_inside_another_app(mem: rqueue.Client) -> None:
     csrf = csrf_of(web.get("/ops/rq/dead-letters", params={"name": "orders"}).text)
     done = web.post("/ops/rq/dead-letters/replay", data={"csrf": csrf, "name": "orders", "scope": "filtered"})
     assert "Replayed 1 of 1" in done.text
+
+
+def test_redis_gone_is_a_page_not_a_crash() -> None:
+    # given a dashboard whose Redis (with a password in its URL) stops
+    server = start_server("redis")
+    client = rqueue.connect(server.url, prefix="gone")
+    client.queue("orders").publish(b"x")
+    client.url = server.url.replace("redis://", "redis://:hunter2-secret@")
+    web = TestClient(app(client))
+    assert web.get("/").status_code == 200
+    server.stop()
+    # when a page and the live fragment are asked for
+    for path in ("/fragment/queue?name=orders", "/messages?name=orders"):
+        page = web.get(path)
+        # then they answer 503, naming the failure, and the password never shows
+        assert page.status_code == 503 and "Redis failed" in page.text, page.text
+        assert "hunter2" not in page.text
+    client.close()
+
+
+def test_the_command_serves_the_dashboard() -> None:
+    # given `rqueue dashboard` started on a free port
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rqueue.cli", "--url", f"memory://{uuid.uuid4().hex}", "dashboard"]
+        + ["--port", str(port), "--json", "--read-only"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # then it says where it listens, and serves there, read-only
+        started = json.loads(proc.stdout.readline()) if proc.stdout else {}
+        assert started == {"url": f"http://127.0.0.1:{port}/", "read_only": True, "auth": "none"}
+
+        def answers() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/overview", timeout=2) as reply:
+                    return bool(json.load(reply) == {"queues": []})
+            except OSError:
+                return False
+
+        wait_for(answers, timeout=20, interval=0.1)
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/dead-letters/purge", data=b"name=x", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+        assert refused.value.code == 403
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

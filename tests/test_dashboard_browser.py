@@ -280,5 +280,18 @@ def test_read_only_hides_actions_and_refuses_posts(site: Site, browser: WebDrive
     # the overview, with every queue of these tests, for the docs
     browser.get(site.url("/rw/"))
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-queue="reports"]'), "the overview")
+    browser.find_element(By.ID, "queue-filter").send_keys("REP")  # the name filter, also across refreshes
+    browser.execute_script("document.getElementById('queues').dataset.old = 'yes'")
+    wait(
+        browser, lambda d: d.execute_script("return document.getElementById('queues').dataset.old") is None, "a refresh"
+    )
+    shown = [
+        r.get_attribute("data-queue")
+        for r in browser.find_elements(By.CSS_SELECTOR, "tr[data-queue]")
+        if r.is_displayed()
+    ]
+    assert shown == ["reports"]
+    browser.find_element(By.ID, "queue-filter").clear()
+    browser.find_element(By.ID, "queue-filter").send_keys(" ")
     browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="clicks"] summary').click()
     browser.save_screenshot(str(shots / "dashboard-overview.png"))

@@ -30,6 +30,7 @@
             const nodes = Array.from(doc.body.childNodes, (n) => document.adoptNode(n));
             keepOpen(box, nodes);
             box.replaceChildren(...nodes);
+            applyFilter();
             failures = 0;
             say("live · updated " + clock(new Date()));
           } else {
@@ -61,6 +62,17 @@
       }
     });
   }
+
+  // The overview's name filter: hides rows, compares the names as text.
+  const filter = document.getElementById("queue-filter");
+  function applyFilter() {
+    if (!filter) return;
+    const wanted = filter.value.trim().toLowerCase();
+    document.querySelectorAll("tr[data-queue]").forEach((row) => {
+      row.hidden = wanted !== "" && !row.dataset.queue.toLowerCase().includes(wanted);
+    });
+  }
+  if (filter) filter.addEventListener("input", applyFilter);
 
   document.querySelectorAll("[data-live]").forEach(follow);
 
