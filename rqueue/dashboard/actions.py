@@ -110,8 +110,7 @@ def what(ask: ActionForm) -> str:
 
 def do_replay(dash: Dashboard, ask: ActionForm, dry_run: bool, user: str) -> dict[str, Any]:
     q = dash.queue(ask.name)
-    picked = replay_picks(q, ask.picks, dry_run) if ask.picks else None
-    result = picked or q.replay_dead_letters(**ask.filters, dry_run=dry_run)
+    result = replay_picks(q, ask.picks, dry_run) if ask.picks else q.replay_dead_letters(**ask.filters, dry_run=dry_run)
     if not dry_run:
         log.info(
             "dashboard: %s replayed %d of %d %s of queue %r (missing %d, skipped %d)",

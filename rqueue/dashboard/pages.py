@@ -23,9 +23,10 @@ DEAD_LETTERS_MAX = 1000
 EVENTS_SHOWN = 30
 
 
-def number(request: Request, name: str, low: int = 0, high: int | None = None) -> int | None:
-    """An optional whole-number query argument; InvalidInput naming it when bad."""
-    raw = request.query_params.get(name, "").strip()
+def whole(name: str, raw: str, low: int, high: int | None = None) -> int | None:
+    """An optional whole number typed into a form or a query ("" is None);
+    InvalidInput naming it when it is not one, or out of range."""
+    raw = raw.strip()
     if not raw:
         return None
     if not raw.isdigit() or int(raw) < low or (high is not None and int(raw) > high):
@@ -34,8 +35,9 @@ def number(request: Request, name: str, low: int = 0, high: int | None = None) -
     return int(raw)
 
 
-def text(request: Request, name: str) -> str | None:
-    return request.query_params.get(name, "").strip() or None
+def number(request: Request, name: str, low: int = 0, high: int | None = None) -> int | None:
+    """An optional whole-number query argument."""
+    return whole(name, request.query_params.get(name, ""), low, high)
 
 
 def queue_name(request: Request) -> str:
@@ -170,12 +172,7 @@ def selection(request: Request | None, form: dict[str, str] | None = None) -> di
     source: Any = form if form is not None else (request.query_params if request is not None else {})
 
     def num(key: str, low: int, high: int | None = None) -> int | None:
-        raw = str(source.get(key, "")).strip()
-        if not raw:
-            return None
-        if not raw.isdigit() or int(raw) < low or (high is not None and int(raw) > high):
-            raise rqueue.InvalidInput(f"{key} {raw[:40]!r} must be a whole number of at least {low}")
-        return int(raw)
+        return whole(key, str(source.get(key, "")), low, high)
 
     return {
         "group": str(source.get("group", "")).strip() or None,
