@@ -228,6 +228,14 @@ def test_hostile_names_and_payloads_are_escaped(mem: rqueue.Client) -> None:
     assert "name=%22%3E%3Cimg%2Fsrc%3Dx%2Fonerror%3Dalert%281%29%3E" in pages[0].text  # links quote the name
 
 
+def test_every_response_forbids_inline_scripts_and_framing(mem: rqueue.Client) -> None:
+    web = TestClient(app(mem, token=TOKEN))
+    for response in (web.get("/"), web.get("/", headers={"Authorization": f"Bearer {TOKEN}"})):
+        policy = response.headers["content-security-policy"]
+        assert "script-src 'self';" in policy and "frame-ancestors 'none'" in policy
+        assert response.headers["x-frame-options"] == "DENY" and response.headers["cache-control"] == "no-store"
+
+
 def test_password_of_the_url_is_never_shown(mem: rqueue.Client) -> None:
     mem.url = "redis://user:hunter2-secret@db.example:6379/0"
     page = TestClient(app(mem)).get("/")

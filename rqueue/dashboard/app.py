@@ -31,6 +31,22 @@ from .security import (
 )
 
 log = logging.getLogger("rqueue.dashboard")
+
+# Sent with every response. The policy allows only the dashboard's own script
+# and stylesheet: should a value ever escape escaping, no inline script or
+# event handler of it would run. Pages are not cached (they hold payloads)
+# and cannot be framed by another site.
+SECURITY_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+        b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"same-origin"),
+    (b"cache-control", b"no-store"),
+]
 Handler = Callable[[Dashboard, Request], Awaitable[Response]]
 
 
@@ -70,11 +86,24 @@ class Guard:
         access = self.dash.access
         secure = request.url.scheme == "https"
         path = scope.get("root_path", "") or "/"
+        csrf = request.cookies.get(CSRF_COOKIE)
+        fresh = None if csrf else new_csrf()
+        extra = list(SECURITY_HEADERS)
+        if fresh is not None:
+            cookie = Response()
+            cookie.set_cookie(CSRF_COOKIE, fresh, httponly=True, samesite="strict", secure=secure, path=path)
+            extra += cookie.raw_headers[-1:]
+
+        async def guarded_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
         token = token_in_query(request, access)
         if token is not None:  # a link with the token: keep it in a cookie, drop it from the address bar
             response: Response = RedirectResponse(without_token(request), 303)
             response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict", secure=secure, path=path)
-            await response(scope, receive, send)
+            await response(scope, receive, guarded_send)
             return
         try:
             user = who(request, access)
@@ -83,20 +112,10 @@ class Guard:
         except Denied as exc:
             page = self.dash.render(request, "error.html", exc.status, title="Refused", message=str(exc))
             page.headers.update(exc.headers)
-            await page(scope, receive, send)
+            await page(scope, receive, guarded_send)
             return
-        csrf = request.cookies.get(CSRF_COOKIE)
-        fresh = None if csrf else new_csrf()
         scope.setdefault("state", {}).update(who=user, csrf=csrf or fresh)
-
-        async def send_with_cookie(message: Message) -> None:
-            if message["type"] == "http.response.start" and fresh is not None:
-                cookie = Response()
-                cookie.set_cookie(CSRF_COOKIE, fresh, httponly=True, samesite="strict", secure=secure, path=path)
-                message = {**message, "headers": [*message.get("headers", []), *cookie.raw_headers[-1:]]}
-            await send(message)
-
-        await self.app(scope, receive, send_with_cookie)
+        await self.app(scope, receive, guarded_send)
 
 
 def app(
