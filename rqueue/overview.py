@@ -23,7 +23,7 @@ class QueueSummary:
     dead_letters: int = 0  # records in its dead-letter queue
     acked: int = 0  # acks ever counted, over every group (a rate is its change over time)
     groups: int = 0  # groups (distinct names over the partitions)
-    consumers: int = 0  # members over every group
+    consumers: int = 0  # members over every group (of a partitioned queue: over every partition)
     error: str | None = None  # why the queue cannot be read (its figures are then zero)
     partition: int | None = None
     partitions: list[QueueSummary] = field(default_factory=list)

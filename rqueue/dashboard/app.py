@@ -16,6 +16,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import rqueue
+from rqueue import validate as check
 
 from . import actions, pages
 from .core import HERE, POLL_MS, Dashboard, NotFound
@@ -137,6 +138,7 @@ def app(
     the app decides where it listens: ``rqueue dashboard`` refuses to listen
     beyond loopback without credentials.
     """
+    check.whole_number("poll_ms", poll_ms, 200, 3_600_000)
     if client is None:
         client = rqueue.connect(url or "memory://", prefix=prefix)
     user, password = basic_auth if basic_auth is not None else (None, None)

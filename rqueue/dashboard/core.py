@@ -3,7 +3,6 @@ overview cache, templates), its rendering and the queue look-up."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +23,6 @@ from .rates import CHART_H, CHART_W
 from .security import Access
 from .state import Overviews
 
-log = logging.getLogger("rqueue.dashboard")
 HERE = Path(__file__).parent
 POLL_MS = 2000  # how often a live page asks for fresh figures
 

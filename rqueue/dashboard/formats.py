@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 
-def when(ms: int | None, now_ms: int | None = None) -> str:
+def when(ms: int | None) -> str:
     """A server time in ms since the epoch as "2026-11-26 05:40:38 UTC"."""
     if ms is None:
         return "-"
