@@ -152,16 +152,26 @@ def test_follow_a_queue_and_watch_it_live(site: Site, browser: WebDriver, shots:
     wait(browser, lambda d: "Queue orders" in d.find_element(By.TAG_NAME, "h1").text, "the queue page")
     assert text_of(browser, 'dd[data-f="acked"]') == "0"
     browser.execute_script("window.__same_page = true")
-    # when a worker acks the messages, one every 50 ms
-    worker = rqueue.Worker(q, "billing", lambda d: time.sleep(0.05), name="worker-1", concurrency=1)
+    # when a worker acks 10 messages, then waits
+    release = threading.Event()
+    handled = [0]
+
+    def handle(delivery: rqueue.Delivery) -> None:
+        handled[0] += 1
+        if handled[0] > 10:
+            assert release.wait(WAIT)
+
+    worker = rqueue.Worker(q, "billing", handle, name="worker-1", concurrency=1, prefetch=1)
     worker.start()
     try:
-        # then the count rises on the open page, without a reload
-        wait(browser, lambda d: 5 <= int(text_of(d, 'dd[data-f="acked"]') or 0) < 40, "acks counted live")
+        # then the count rises on the open page, without a reload, and the worker shows among the consumers
+        wait(browser, lambda d: text_of(d, 'dd[data-f="acked"]') == "10", "10 acks counted live")
         wait(browser, lambda d: "worker-1" in text_of(d, "#consumers"), "the worker among the consumers")
         browser.save_screenshot(str(shots / "dashboard-queue.png"))
+        release.set()
         wait(browser, lambda d: text_of(d, 'dd[data-f="acked"]') == "40", "all 40 acked")
     finally:
+        release.set()
         worker.stop()
         worker.join(10)
     assert browser.execute_script("return window.__same_page") is True
