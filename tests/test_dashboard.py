@@ -92,6 +92,17 @@ def test_overview_matches_stats(client: rqueue.Client) -> None:
     assert {s.name: s for s in client.overview()}["orders"].acked == 1
 
 
+def test_overview_lists_a_queue_it_cannot_read(mem: rqueue.Client) -> None:
+    # given a name in the list of queues that this client refuses (another client wrote it)
+    mem.queue("orders").publish(b"x")
+    mem.redis.sadd(f"{mem.prefix}:queues", "bad{name}")
+    # when the overview is read, then that queue has its error and the others their figures
+    found = {s.name: s for s in mem.overview()}
+    assert found["orders"].depth == 1 and found["bad{name}"].error and "bad{name}" in found["bad{name}"].error
+    page = TestClient(app(mem)).get("/")
+    assert page.status_code == 200 and "cannot be read" in page.text
+
+
 def count_round_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts what redis-py sends to the server: one call per round trip
     (a command, or a whole pipeline)."""
