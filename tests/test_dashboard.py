@@ -319,6 +319,8 @@ def test_posts_without_the_csrf_token_change_nothing(mem: rqueue.Client) -> None
     assert web.post("/dead-letters/purge", data={**form, "csrf": "forged"}).status_code == 403
     cross = web.post("/dead-letters/replay", data={**form, "csrf": csrf}, headers={"Origin": "https://evil.example"})
     assert cross.status_code == 403 and "another site" in cross.text
+    no_scope = web.post("/dead-letters/purge", data={**form, "csrf": csrf, "scope": ""})
+    assert no_scope.status_code == 400 and "choose the ticked dead letters or the filter" in no_scope.text
     fresh = TestClient(app(mem))  # another browser: its own cookie
     assert fresh.post("/dead-letters/replay", data={**form, "csrf": csrf}).status_code == 403
     assert len(mem.queue("orders").dead_letters()) == 1

@@ -62,14 +62,15 @@ async def read_form(request: Request) -> ActionForm:
     if not name:
         raise rqueue.InvalidInput("no queue given")
     picks = [Pick.parse(v) for k, v in fields if k == "pick"]
-    if one.get("scope") == "picked" and not picks:
+    scope = one.get("scope")
+    if scope not in ("picked", "filtered"):
+        raise rqueue.InvalidInput(f"scope {str(scope)[:40]!r}: choose the ticked dead letters or the filter")
+    if scope == "picked" and not picks:
         raise rqueue.InvalidInput("no dead letter chosen: tick some, or use the filter")
     if len(picks) > DEAD_LETTERS_MAX:
         raise rqueue.InvalidInput(f"{len(picks)} dead letters chosen; at most {DEAD_LETTERS_MAX} at once")
     chosen = selection(None, one)
-    return ActionForm(
-        name, picks if one.get("scope") == "picked" else [], chosen, [f for f in fields if f[0] != "csrf"]
-    )
+    return ActionForm(name, picks if scope == "picked" else [], chosen, [f for f in fields if f[0] != "csrf"])
 
 
 def replay_picks(q: AnyQueue, picks: list[Pick], dry_run: bool) -> rqueue.ReplayResult:
