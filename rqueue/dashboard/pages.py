@@ -21,6 +21,7 @@ PEEK_MAX = 100  # messages a page shows at once
 DEAD_LETTERS_PAGE = 100  # dead letters listed by default
 DEAD_LETTERS_MAX = 1000
 EVENTS_SHOWN = 30
+REFRESH_MS_PER_QUEUE = 5  # a long overview refreshes less often: 1,000 queues every 5 s
 
 
 def whole(name: str, raw: str, low: int, high: int | None = None) -> int | None:
@@ -57,7 +58,11 @@ def overview_rows(dash: Dashboard) -> dict[str, Any]:
     for q in reading.queues:
         rates = dash.overviews.history.rates(q.name, now)
         rows.append({"q": q, "chart": chart(rates, now, dash.overviews.history.window)})
-    return {"rows": rows, "window_s": int(dash.overviews.history.window)}
+    return {
+        "rows": rows,
+        "window_s": int(dash.overviews.history.window),
+        "every_ms": max(dash.poll_ms, REFRESH_MS_PER_QUEUE * len(rows)),
+    }
 
 
 async def overview(dash: Dashboard, request: Request) -> Response:
