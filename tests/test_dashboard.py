@@ -391,6 +391,17 @@ def test_listening_beyond_loopback_needs_auth() -> None:
     assert result.exit_code == 2 and "USER:PASSWORD" in result.output
 
 
+def test_without_the_extra_the_command_says_what_to_install() -> None:
+    # given a Python where Starlette cannot be imported (the core install)
+    blocked = "import sys; sys.modules['starlette'] = None; from rqueue.cli import main; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", blocked, "--url", "memory://", "dashboard"], capture_output=True, text=True, timeout=60
+    )
+    # then the command fails naming the extra, without a traceback
+    assert done.returncode == 1, done.stderr
+    assert "pip install 'rqueue[dashboard]' (starlette is missing)" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_mounted_inside_another_app(mem: rqueue.Client) -> None:
     dead_lettered(mem, "orders", [b"a"])
     outer = Starlette(routes=[Mount("/ops/rq", app=app(mem))])

@@ -44,8 +44,9 @@ def dashboard(
         from rqueue.dashboard import Access, app
         from rqueue.dashboard.security import check_bind, parse_basic
     except ImportError as exc:
+        missing = (exc.name or "?").split(".")[0]
         raise rqueue.RQueueError(
-            f"the dashboard needs the dashboard extra: pip install 'rqueue[dashboard]' ({exc.name} is missing)"
+            f"the dashboard needs the dashboard extra: pip install 'rqueue[dashboard]' ({missing} is missing)"
         ) from None
     user, password = parse_basic(basic_auth) if basic_auth is not None else (None, None)
     check_bind(host, Access(token=token, basic_user=user, basic_password=password, read_only=read_only))
