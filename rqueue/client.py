@@ -28,10 +28,11 @@ from .engine.notify import Notifier
 from .engine.scripts import Scripts
 from .errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, InvalidSetting
 from .names import check_name
+from .overview import QueueSummary, add_up, summarize
 from .partitions import PartitionedQueue, check_partitions
 from .queue import CLUSTER_DEAD_LETTER, Queue
 from .randomness import Randomness
-from .settings import DEAD_LETTER_MODES, Settings, SettingsStore, validate
+from .settings import DEAD_LETTER_MODES, Settings, SettingsStore, resolve, validate
 
 if TYPE_CHECKING:
     from .protocols import AnyQueue
@@ -250,6 +251,54 @@ class Client:
         has = store.have_dead_letters(self.redis, levels)
         dead = {self.dead_letter_name(n) for n, written in zip(owners, has, strict=True) if written}
         return sorted(set(names) | dead)
+
+    def overview(self) -> list[QueueSummary]:
+        """The figures of every queue this prefix has written to (not of
+        the dead-letter queues: each queue counts its dead letters), sorted
+        by name, in at most five round trips however many queues there are
+        (the list, the time, the settings when not cached, and two pipelines;
+        on a cluster, each pipeline is one round trip per node). A queue that cannot be read has its ``error`` and no
+        figures."""
+        names, stored = store.queue_index(self.redis, self.prefix)
+        script_now = self.clock.script_now()
+        now = int(script_now) if script_now else store.now_ms(self.redis)
+        patterns = self.settings.patterns()
+        plans: list[tuple[str, list[Queue], str | None]] = []
+        levels: list[tuple[QueueKeys, QueueKeys]] = []
+        for name in names:
+            try:
+                plain = Queue(self, name)
+                if plain.name != plain.root:
+                    continue  # a dead-letter queue: counted by its queue
+                raw = stored.get(name)
+                count = self._stored_count(name, raw) if raw is not None else 1
+                parts = [Queue(self, name, i) for i in range(count)] if count > 1 else [plain]
+                target = resolve(patterns, name)[0].dead_letter
+                named = count == 1 and target not in DEAD_LETTER_MODES and not self.cluster
+                dead = Queue(self, target).keys if named else None
+                levels += [(p.keys, dead or p.keys.dead_letters) for p in parts]
+                plans.append((name, parts, None))
+            except (InvalidName, CorruptRecord, InvalidSetting) as exc:
+                plans.append((name, [], str(exc)))
+        figures = iter(store.queue_overview(self.redis, levels, now))
+        out: list[QueueSummary] = []
+        for name, parts, error in plans:
+            read = [next(figures) for _ in parts]
+            if error is not None:
+                out.append(QueueSummary(name, error=error))
+            else:
+                out.append(summarize(name, read[0]) if len(read) == 1 else add_up(name, read))
+        return out
+
+    def _stored_count(self, root: str, raw: bytes) -> int:
+        """A stored number of partitions, checked as _partition_count does."""
+        text = raw.decode("ascii", "replace")
+        if not text.isdigit() or not 2 <= int(text) <= MAX_PARTITIONS:
+            raise CorruptRecord(
+                f"{partitions_key(self.prefix)}[{root}]",
+                f"{text!r} is not a number of partitions from 2 to {MAX_PARTITIONS}",
+            )
+        return int(text)
 
     def dead_letter_name(self, queue: str) -> str:
         """Name of the default dead-letter queue of ``queue``."""

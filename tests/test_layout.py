@@ -44,8 +44,9 @@ LAYERS = [
         "rqueue.partitioned_consumer",
         "rqueue.partitions",
         "rqueue.client",
+        "rqueue.overview",
     },
-    {"rqueue", "rqueue.worker", "rqueue.embedded", "rqueue.spark"},
+    {"rqueue", "rqueue.worker", "rqueue.embedded", "rqueue.spark", "rqueue.dashboard"},
     {"rqueue.cli"},
 ]
 

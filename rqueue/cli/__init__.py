@@ -22,6 +22,7 @@ import rqueue
 from rqueue.cli.admin import configure, create, publish, purge
 from rqueue.cli.bench import bench_command
 from rqueue.cli.common import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_NOT_FOUND, QueueNotFound, fail
+from rqueue.cli.dashboard import dashboard
 from rqueue.cli.demo import demo
 from rqueue.cli.dlq import dlq
 from rqueue.cli.inspect import events, peek, queues, settings, stats, top
@@ -80,6 +81,7 @@ cli.add_command(demo)
 cli.add_command(worker)
 cli.add_command(bench_command)
 cli.add_command(scripts)
+cli.add_command(dashboard)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -7,7 +7,7 @@ group holds). Each translates the driver's errors as the scripts' calls do
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..connection.cluster import Retrier, no_retry
 from ..connection.open import RedisClient
@@ -269,3 +269,86 @@ def write_settings(r: RedisClient, prefix: str, values: dict[str, str]) -> None:
 
 def delete_settings(r: RedisClient, prefix: str, fields: list[str]) -> None:
     guarded(lambda: r.hdel(settings_key(prefix), *fields), where=f"prefix {prefix!r}")
+
+
+# -- the overview of many queues at once ----------------------------------------
+
+
+class GroupFigures(NamedTuple):
+    """One group's counts as the overview reads them (no script: plain reads)."""
+
+    name: str
+    in_flight: int
+    delayed: int
+    acked: int
+    consumers: int
+
+
+class LevelFigures(NamedTuple):
+    """One queue's (or partition's) counts as the overview reads them."""
+
+    last_seq: int
+    depth: int
+    scheduled: int
+    dead_letters: int
+    groups: list[GroupFigures]
+
+
+def queue_index(r: RedisClient, prefix: str) -> tuple[list[str], dict[str, bytes]]:
+    """The registered queue names (sorted) and the stored partition counts
+    by queue: one round trip (one per node holding them on a cluster)."""
+
+    def read() -> tuple[list[str], dict[str, bytes]]:
+        pipe = r.pipeline(transaction=False)  # plain reads: safe to send again
+        pipe.smembers(registry_key(prefix))
+        pipe.hgetall(partitions_key(prefix))
+        names, parts = pipe.execute()
+        return sorted(_str(m) for m in names), {_str(k): _bytes(v) for k, v in parts.items()}
+
+    return guarded(read, where=f"prefix {prefix!r}")
+
+
+def now_ms(r: RedisClient) -> int:
+    """The server's time in ms (a cluster pipeline cannot carry TIME)."""
+    return guarded(lambda: server_ms(r))
+
+
+def queue_overview(r: RedisClient, levels: list[tuple[QueueKeys, QueueKeys]], now_ms: int) -> list[LevelFigures]:
+    """For each (queue keys, its dead-letter queue's keys): its counts and
+    its groups' (in flight, delayed, acked, consumers), in two pipelined
+    round trips whatever the number of queues. Unlike stats.lua this is not
+    one snapshot per group: the figures of a busy queue may be a few
+    commands apart, which an overview tolerates."""
+
+    def read() -> list[LevelFigures]:
+        pipe = r.pipeline(transaction=False)  # plain reads: safe to send again
+        for keys, dead in levels:
+            pipe.hget(keys.meta, "seq")
+            pipe.hlen(keys.msgs)
+            pipe.zcount(keys.sched, f"({now_ms}", "+inf")
+            pipe.hlen(dead.msgs)
+            pipe.hkeys(keys.floors)
+        first = pipe.execute()
+        names = [sorted(_str(g) for g in first[i * 5 + 4]) for i in range(len(levels))]
+        pipe = r.pipeline(transaction=False)
+        for (keys, _), groups in zip(levels, names, strict=True):
+            for g in groups:
+                gk = keys.group(g)
+                pipe.zcount(gk.lease, "-inf", "(+inf")  # the lease set holds one pin at +inf
+                pipe.zcard(gk.delay)
+                pipe.hget(gk.state, "acked")
+                pipe.hlen(gk.consumers)
+        second = pipe.execute() if any(names) else []
+        out: list[LevelFigures] = []
+        at = 0
+        for i, groups in enumerate(names):
+            figures = []
+            for g in groups:
+                flight, delayed, acked, consumers = second[at : at + 4]
+                figures.append(GroupFigures(g, int(flight), int(delayed), _int(acked), int(consumers)))
+                at += 4
+            last, depth, scheduled, dead = first[i * 5 : i * 5 + 4]
+            out.append(LevelFigures(_int(last), int(depth), int(scheduled), int(dead), figures))
+        return out
+
+    return guarded(read)
