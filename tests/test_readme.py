@@ -81,9 +81,14 @@ def test_every_other_block_runs_top_to_bottom(your_redis, tmp_path):
     session = Session(cwd=ROOT, env=env, url=url)
     blocks = [b for b in code_blocks(README) if b.lang != "sh"]
     assert [b.lang for b in blocks] == ["bash", "python", "python", "python", "bash"]
+    # The install block is the demo command's install with another extra
+    # (test_demo_command_runs_as_written runs that one): not run again here,
+    # to spare the suite a second build of the package.
+    install, demo = blocks[0].code.strip(), setup_commands()[0]
+    assert install == demo.split(" && .venv/bin/rqueue")[0].replace("[embedded]", "[metrics]")
     try:
-        # when every block runs in order (the install block into this venv)
-        for i, block in enumerate(blocks):
+        # when every other block runs in order
+        for i, block in enumerate(blocks[1:], start=1):
             code = block.code.replace(YOUR_REDIS, f"127.0.0.1:{your_redis.port}")
             if block.lang == "python":
                 session.python(code, str(tmp_path / f"readme_{i}.py"))
@@ -99,6 +104,8 @@ def test_every_other_block_runs_top_to_bottom(your_redis, tmp_path):
         (["rqueue", "worker"], 0),
         (["python", str(tmp_path / "readme_3.py")], 0),
     ]
+    quickstart = next(r for r in session.ran if r.command.endswith("readme_1.py"))
+    assert quickstart.stdout == "1 b'{\"order\": 42}'\n"
     producer = next(r for r in session.ran if r.command.endswith("readme_2.py"))
     assert "handling 1 b'{\"order\": 43}' 1" in producer.stdout
     with rqueue.connect(url) as client:

@@ -93,7 +93,7 @@ def message_json(m: rqueue.Message) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print dataclasses.asdict(QueueStats) as JSON.")
 @click.pass_obj
 def stats(obj: dict[str, Any], queue: str, as_json: bool) -> None:
-    """Depth, schedule, dead letters and per-group figures of QUEUE."""
+    """Depth, delayed publishes, dead letters and per-group figures of QUEUE."""
     with connection(obj["url"], obj["prefix"]) as client:
         s = existing(client, queue).stats()
     if as_json:
