@@ -332,3 +332,19 @@ def test_memory_url_without_the_extra_names_it_once(monkeypatch):
     assert str(exc.value) == (
         "invalid URL memory://x: memory:// needs the memory extra (fakeredis with Lua): pip install 'rqueue[memory]'"
     )
+
+
+# -- the demo on its embedded server ------------------------------------------------------------------
+
+
+def test_demo_reads_nothing_from_its_server_after_stopping_it(monkeypatch):
+    # given clients that re-read settings on every use (as they do once the
+    # cached ones are a second old, on a slow machine)
+    connect = rqueue.connect
+    monkeypatch.setattr(rqueue, "connect", lambda url, **kw: connect(url, **{**kw, "settings_ttl": 0}))
+    # when the demo runs on its own embedded server
+    result = run(None, "demo", "--messages", "200")
+    # then its report needs nothing from the server it stopped
+    assert result.exit_code == 0, result.output
+    assert "dead-lettered 3 into DLQ.demo" in result.stdout
+    assert result.stdout.endswith("ok: every message acked or dead-lettered\n")

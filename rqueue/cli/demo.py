@@ -229,6 +229,8 @@ def demo(obj: dict[str, Any], messages: int, consumers: int, as_json: bool) -> N
         if state.errors:
             raise state.errors[0]
         after = q.stats()
+        # Read while the server is there: a queue re-reads its settings once they are a second old.
+        dead_letter_name = q.dead_letter_queue.name
 
     problems = demo_problems(before, after, messages, len(seqs))
     report = {
@@ -260,7 +262,7 @@ def demo(obj: dict[str, Any], messages: int, consumers: int, as_json: bool) -> N
         )
         click.echo(
             f"\nredelivered {state.redelivered} (nacked {state.nacked}), "
-            f"dead-lettered {state.dead_lettered} into {q.dead_letter_queue.name}"
+            f"dead-lettered {state.dead_lettered} into {dead_letter_name}"
         )
         if state.foreign:
             click.echo(f"acked {state.foreign} messages left in {DEMO_QUEUE!r} by earlier runs")
