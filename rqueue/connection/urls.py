@@ -98,7 +98,7 @@ def _authentication(text: str) -> str:
     lowered = text.lower()
     if any(marker in lowered for marker in _NO_PASSWORD_GIVEN):
         return (
-            "the server needs a password and the URL gives none: put it in the URL "
+            "authentication required: the server needs a password and the URL gives none: put it in the URL "
             "(redis://:PASSWORD@HOST:PORT/0, or redis://USER:PASSWORD@HOST:PORT/0 for an ACL user)"
         )
     if "username-password" in lowered or "wrongpass" in lowered:
