@@ -35,7 +35,7 @@ from .constants import (
 from .engine import store
 from .errors import InvalidName, InvalidSetting, show
 from .names import check_name, check_pattern
-from .validate import limit_text
+from .validate import limit_text, payload_limit
 
 DEAD_LETTER_MODES = ("dlq", "none")
 
@@ -149,7 +149,7 @@ def _check_one(name: str, value: Any) -> Any:
     if name == "alternate":
         return None if value is None else _queue_name(name, value, "must be None or a queue name")
     if name == "max_payload":
-        return _at_least(name, value, 1, integer=True, what="must be a whole number of bytes >= 1")
+        return payload_limit(name, _at_least(name, value, 1, integer=True, what="must be a whole number of bytes >= 1"))
     raise InvalidSetting(name, value, f"unknown setting; known: {', '.join(sorted(SETTING_NAMES))}")
 
 

@@ -33,7 +33,12 @@ server's time; no broker offers delays or windows of more than 10 years.
 from __future__ import annotations
 
 from .constants import MAX_DURATION, MAX_REASON_LENGTH
-from .errors import InvalidInput, show
+from .errors import InvalidInput, InvalidSetting, show
+
+# The largest max_payload: a message goes to Redis as one argument, and
+# Redis refuses an argument over proto-max-bulk-len (512 MiB by default);
+# the rest is left for the record's own fields and headers.
+MAX_PAYLOAD_LIMIT = 500 * 1024 * 1024
 
 
 def whole_number(what: str, value: object, low: int, high: int | None = None) -> int:
@@ -106,4 +111,18 @@ def text(what: str, value: object, limit: int = MAX_REASON_LENGTH) -> str:
         value.encode()
     except UnicodeEncodeError as exc:
         raise InvalidInput(f"{what} {value!r} cannot be encoded as UTF-8: {exc.reason}") from None
+    return value
+
+
+def payload_limit(setting: str, value: int) -> int:
+    """``value`` (a whole number of bytes >= 1) when no larger than
+    MAX_PAYLOAD_LIMIT: a larger limit would accept payloads that Redis
+    refuses."""
+    if value > MAX_PAYLOAD_LIMIT:
+        raise InvalidSetting(
+            setting,
+            value,
+            f"is over {MAX_PAYLOAD_LIMIT} bytes (500 MiB): a message must fit in one Redis argument "
+            "(proto-max-bulk-len, 512 MiB by default)",
+        )
     return value

@@ -121,7 +121,7 @@ def test_demo_problems_names_every_failed_check():
 def test_stats_table(backend, prefix, prepared):
     result = run("--url", backend, "--prefix", prefix, "stats", "orders")
     assert result.exit_code == 0, result.output
-    assert "queue orders: depth 3, last seq 5, scheduled 0, dead letters 1" in result.stdout
+    assert "queue orders: depth 3, last seq 5, delayed 0, dead letters 1" in result.stdout
     groups_part, members_part = result.stdout.split("\n\n")
     row = table_rows(groups_part, "group")["billing"]
     assert row.pop("oldest_lease_s") != "-"  # seq 3 is leased

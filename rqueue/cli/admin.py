@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 import rqueue
-from rqueue.cli.common import connection, emit_json, existing, progress
+from rqueue.cli.common import connection, emit_json, existing, progress, require_url
 
 PUBLISH_BATCH = 500  # messages per publish_many call
 
@@ -58,6 +58,7 @@ def publish(
     as_json: bool,
 ) -> None:
     """Publish MESSAGE, a file (--file), or one message per line of stdin."""
+    require_url(obj["url"])  # before stdin is read
     if message is not None and path is not None:
         raise rqueue.InvalidInput("give MESSAGE or --file, not both")
     hdrs = parse_headers(headers)
@@ -67,6 +68,11 @@ def publish(
         with open(path, "rb") as f:
             payloads = [f.read()]
     else:
+        if sys.stdin.isatty():
+            click.echo(
+                f"reading messages for {queue} from stdin, one per line; end with Ctrl-D (or give MESSAGE or --file)",
+                err=True,
+            )
         # sys.stdin.buffer: click.get_binary_stream is deprecated (Click 9).
         payloads = [line.rstrip(b"\r\n") for line in sys.stdin.buffer]
     if msg_id is not None and len(payloads) != 1:
@@ -74,7 +80,7 @@ def publish(
     results: list[rqueue.PublishResult] = []
     with connection(obj["url"], obj["prefix"]) as client:
         q = client.queue(queue)
-        with progress(len(payloads), "publishing") as bar:
+        with progress(len(payloads), "publishing", quiet=as_json) as bar:
             for start in range(0, len(payloads), PUBLISH_BATCH):
                 batch = payloads[start : start + PUBLISH_BATCH]
                 ids = [msg_id] if msg_id is not None else None
@@ -97,6 +103,8 @@ def publish(
     }
     if as_json:
         emit_json(summary)
+    elif not results:
+        click.echo(f"no messages: stdin was empty, nothing published to {queue}")
     else:
         click.echo(
             f"published {summary['published']} message(s) to {queue}"
@@ -150,22 +158,31 @@ def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.argument("pattern")
 @setting_options
 @click.option("--unset", "unset_names", multiple=True, metavar="SETTING", help="Remove a setting from the pattern.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"pattern": P, "set": {setting: value}, "unset": [...]}.')
 @click.pass_obj
-def configure(obj: dict[str, Any], /, pattern: str, unset_names: Sequence[str], **values: Any) -> None:
+def configure(obj: dict[str, Any], /, pattern: str, unset_names: Sequence[str], as_json: bool, **values: Any) -> None:
     """Store settings for every queue matching PATTERN (* = one word, # = any)."""
     given = {k: (None if v == "none" else v) for k, v in values.items() if v is not None}
+    unset = [n.replace("-", "_") for n in unset_names]
+    for name in unset:
+        if name not in rqueue.settings.SETTING_NAMES:
+            raise rqueue.InvalidInput(
+                f"--unset {name}: no such setting; settings are {', '.join(sorted(rqueue.settings.SETTING_NAMES))}"
+            )
+    if not given and not unset:
+        raise rqueue.InvalidInput("give at least one setting (e.g. --ack-wait 5) or --unset NAME")
     with connection(obj["url"], obj["prefix"]) as client:
-        if unset_names:
-            client.settings.unset(pattern, *[n.replace("-", "_") for n in unset_names])
         if given:
+            # Checked (and stored) before anything is unset: a bad value changes nothing.
             client.configure(pattern, **given)
-        elif not unset_names:
-            raise rqueue.InvalidInput("give at least one setting (e.g. --ack-wait 5) or --unset NAME")
-    click.echo(
-        f"configured {pattern}: "
-        + ", ".join(f"{k}={v}" for k, v in given.items())
-        + (f"; unset {', '.join(unset_names)}" if unset_names else "")
-    )
+        if unset:
+            client.settings.unset(pattern, *unset)
+    if as_json:
+        emit_json({"pattern": pattern, "set": given, "unset": unset})
+        return
+    parts = [f"set {', '.join(f'{k}={v}' for k, v in given.items())}"] if given else []
+    parts += [f"unset {', '.join(unset)}"] if unset else []
+    click.echo(f"configured {pattern}: {'; '.join(parts)}")
 
 
 @click.command()
@@ -186,7 +203,7 @@ def purge(obj: dict[str, Any], queue: str, group: str | None, yes: bool, as_json
         backlog = sum(g.pending - g.in_flight for g in s.groups if group in (None, g.name)) if s.groups else s.depth
         if backlog and not yes:
             click.confirm(f"purge about {backlog} message(s) of {queue!r}?", abort=True, err=True)
-        with progress(max(backlog, 1), "purging") as bar:
+        with progress(max(backlog, 1), "purging", quiet=as_json) as bar:
             purged = q.purge(group, progress=bar.update)
     if as_json:
         emit_json({"purged": purged})

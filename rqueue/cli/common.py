@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import click
@@ -24,12 +25,35 @@ class QueueNotFound(rqueue.RQueueError):
     """The command names a queue that was never written to."""
 
 
+# Commands whose work makes sense on a server thrown away at exit; every
+# other command writes or reads data the user keeps, so it needs a URL.
+EMBEDDED_COMMANDS = ("demo", "bench")
+
+
+class MissingURL(rqueue.InvalidInput):
+    """The command needs a Redis URL and none was given."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this command needs a Redis URL: give --url redis://HOST:PORT/0 or set RQUEUE_URL (only "
+            + " and ".join(f"`rqueue {c}`" for c in EMBEDDED_COMMANDS)
+            + " start a private server of their own)"
+        )
+
+
+def require_url(url: str | None) -> str:
+    """``url``, or MissingURL (exit code 2) when there is none."""
+    if not url:
+        raise MissingURL()
+    return url
+
+
 @contextmanager
-def connection(url: str | None, prefix: str) -> Iterator[rqueue.Client]:
-    """A client for ``url``; with no URL, for a private embedded server that
-    lives as long as the block."""
-    if url:
-        with rqueue.connect(url, prefix=prefix) as client:
+def connection(url: str | None, prefix: str, *, embedded: bool = False) -> Iterator[rqueue.Client]:
+    """A client for ``url``. With no URL: with ``embedded``, for a private
+    embedded server that lives as long as the block; else MissingURL."""
+    if url or not embedded:
+        with rqueue.connect(require_url(url), prefix=prefix) as client:
             yield client
         return
     with EmbeddedServer(binary=find_binary(prefer="valkey")) as server:
@@ -63,9 +87,28 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
-def progress(length: int, label: str) -> Any:
-    """A progress bar on stderr, so that stdout holds only the result."""
+class _NoBar:
+    """What ``progress`` hands out when no bar is shown: takes the updates."""
+
+    def update(self, n: int) -> None:
+        pass
+
+
+def progress(length: int, label: str, *, quiet: bool = False) -> Any:
+    """A progress bar on stderr, so that stdout holds only the result; shown
+    only on a terminal and never with ``quiet`` (--json), so that scripts
+    and logs get the result alone."""
+    if quiet or not sys.stderr.isatty():
+        return nullcontext(_NoBar())
     return click.progressbar(length=length, label=label, file=sys.stderr)
+
+
+def clock_time(ms: int | None) -> str:
+    """Server milliseconds since the epoch as a local date and time for
+    people; "-" for None."""
+    if ms is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) + f".{ms % 1000:03d}"
 
 
 def fail(ctx: click.Context, message: str, code: int) -> None:

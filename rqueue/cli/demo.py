@@ -171,7 +171,7 @@ def demo(obj: dict[str, Any], messages: int, consumers: int, as_json: bool) -> N
     group's ack floor at the last seq, depth 0 and 3 new dead letters;
     otherwise the exit code is 1.
     """
-    with connection(obj["url"], obj["prefix"]) as client:
+    with connection(obj["url"], obj["prefix"], embedded=True) as client:
         q = client.queue(DEMO_QUEUE)
         before = q.stats()
         run = uuid.uuid4().hex[:12]
@@ -180,7 +180,7 @@ def demo(obj: dict[str, Any], messages: int, consumers: int, as_json: bool) -> N
         # Publish.
         seqs: set[int] = set()
         start = time.perf_counter()
-        with progress(messages, "publishing") as bar:
+        with progress(messages, "publishing", quiet=as_json) as bar:
             for first in range(1, messages + 1, DEMO_BATCH):
                 numbers = range(first, min(first + DEMO_BATCH, messages + 1))
                 payloads = [json.dumps({"run": run, "n": i, "poison": i in poison}).encode() for i in numbers]
@@ -202,7 +202,7 @@ def demo(obj: dict[str, Any], messages: int, consumers: int, as_json: bool) -> N
         try:
             for t in threads:
                 t.start()
-            with progress(len(seqs), "consuming") as bar:
+            with progress(len(seqs), "consuming", quiet=as_json) as bar:
                 shown, last_progress = 0, time.monotonic()
                 while not state.done.wait(0.1):
                     if state.settled != shown:
@@ -229,6 +229,8 @@ def demo(obj: dict[str, Any], messages: int, consumers: int, as_json: bool) -> N
         if state.errors:
             raise state.errors[0]
         after = q.stats()
+        # Read while the server is there: a queue re-reads its settings once they are a second old.
+        dead_letter_name = q.dead_letter_queue.name
 
     problems = demo_problems(before, after, messages, len(seqs))
     report = {
@@ -260,7 +262,7 @@ def demo(obj: dict[str, Any], messages: int, consumers: int, as_json: bool) -> N
         )
         click.echo(
             f"\nredelivered {state.redelivered} (nacked {state.nacked}), "
-            f"dead-lettered {state.dead_lettered} into {q.dead_letter_queue.name}"
+            f"dead-lettered {state.dead_lettered} into {dead_letter_name}"
         )
         if state.foreign:
             click.echo(f"acked {state.foreign} messages left in {DEMO_QUEUE!r} by earlier runs")

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 import rqueue
-from rqueue.cli.common import connection, emit_json, progress, table
+from rqueue.cli.common import clock_time, connection, emit_json, existing, progress, table
 
 
 def selection_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -52,7 +52,7 @@ def dlq() -> None:
 def dlq_list(obj: dict[str, Any], /, queue: str, as_json: bool, **selection: Any) -> None:
     """The dead letters of QUEUE, oldest first."""
     with connection(obj["url"], obj["prefix"]) as client:
-        q = client.queue(queue)
+        q = existing(client, queue)
         found = q.dead_letters(**selection)
     partitioned = isinstance(q, rqueue.PartitionedQueue)
     if as_json:
@@ -86,7 +86,7 @@ def dlq_list(obj: dict[str, Any], /, queue: str, as_json: bool, **selection: Any
 def dlq_show(obj: dict[str, Any], queue: str, dlq_seq: int, partition: int | None, as_json: bool) -> None:
     """One dead letter of QUEUE, by its seq in the dead-letter queue."""
     with connection(obj["url"], obj["prefix"]) as client:
-        q = client.queue(queue)
+        q = existing(client, queue)
         if isinstance(q, rqueue.PartitionedQueue):
             if partition is None or partition >= q.partitions:
                 raise rqueue.InvalidInput(
@@ -105,7 +105,11 @@ def dlq_show(obj: dict[str, Any], queue: str, dlq_seq: int, partition: int | Non
         emit_json(dead_letter_json(d, with_data=True))
         return
     for key, value in dead_letter_json(d, with_data=True).items():
-        click.echo(f"{key:>18}: {value}")
+        if key == "partition" and value is None:
+            continue
+        if key.endswith("_ms"):
+            key, value = key[:-3], clock_time(value)
+        click.echo(f"{key:>17}: {value}")
 
 
 @dlq.command("replay")
@@ -119,9 +123,9 @@ def dlq_replay(obj: dict[str, Any], /, queue: str, dry_run: bool, as_json: bool,
     only to it, with a fresh delivery count. Safe to run twice or to
     interrupt: each dead letter is replayed exactly once."""
     with connection(obj["url"], obj["prefix"]) as client:
-        q = client.queue(queue)
+        q = existing(client, queue)
         total = len(q.dead_letters(**selection))
-        with progress(total, "replaying") as bar:
+        with progress(total, "replaying", quiet=as_json) as bar:
             result = q.replay_dead_letters(**selection, dry_run=dry_run, progress=bar.update)
     if as_json:
         emit_json(dataclasses.asdict(result))
@@ -143,11 +147,11 @@ def dlq_replay(obj: dict[str, Any], /, queue: str, dry_run: bool, as_json: bool,
 def dlq_purge(obj: dict[str, Any], /, queue: str, yes: bool, as_json: bool, **selection: Any) -> None:
     """Delete dead letters of QUEUE for good."""
     with connection(obj["url"], obj["prefix"]) as client:
-        q = client.queue(queue)
+        q = existing(client, queue)
         total = len(q.dead_letters(**selection))
         if total and not yes:
             click.confirm(f"delete {total} dead letter(s) of {queue!r} for good?", abort=True, err=True)
-        with progress(total, "purging") as bar:
+        with progress(total, "purging", quiet=as_json) as bar:
             purged = q.purge_dead_letters(**selection, progress=bar.update)
     if as_json:
         emit_json({"purged": purged})

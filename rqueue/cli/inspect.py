@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 import rqueue
-from rqueue.cli.common import connection, emit_json, existing, table
+from rqueue.cli.common import clock_time, connection, emit_json, existing, table
 
 # One column of a group table: header and how to read it from GroupStats.
 Column = tuple[str, Callable[[rqueue.GroupStats], Any]]
@@ -33,7 +33,8 @@ STATS_COLUMNS: list[Column] = [
     ("consumers", lambda g: len(g.consumers)),
 ]
 
-EVENT_KEYS = ["id", "event", "group", "seq", "reason", "dlq_seq"]
+EVENT_KEYS = ["id", "event", "group", "seq", "reason", "at", "dlq_seq"]
+EVENT_NUMBERS = ("seq", "at", "dlq_seq")  # stored as text in the stream; whole numbers or empty
 FOLLOW_POLL = 0.5  # seconds between reads of the event stream
 
 
@@ -41,8 +42,7 @@ def stats_text(s: rqueue.QueueStats, columns: list[Column]) -> str:
     """The stats of a queue as text: one line for the queue, a table of its
     groups and, with STATS_COLUMNS, a table of their consumers."""
     head = (
-        f"queue {s.name}: depth {s.depth}, last seq {s.last_seq}, scheduled {s.scheduled}, "
-        f"dead letters {s.dead_letters}"
+        f"queue {s.name}: depth {s.depth}, last seq {s.last_seq}, delayed {s.scheduled}, dead letters {s.dead_letters}"
     )
     if not s.groups:
         return head + "\n(no groups)"
@@ -54,6 +54,29 @@ def stats_text(s: rqueue.QueueStats, columns: list[Column]) -> str:
             [[g, c.name, c.held, None if c.idle_ms is None else round(c.idle_ms / 1000, 1)] for g, c in members],
         )
     return text
+
+
+def queue_delayed(s: rqueue.QueueStats) -> int:
+    """Messages of a queue waiting for a time before they may be delivered,
+    as one figure: its delayed publishes not yet due, or the most any group
+    holds back (its delayed redeliveries and the delayed publishes it has
+    read), whichever is larger. `rqueue stats` shows each group's."""
+    return max([s.scheduled, *(g.delayed for g in s.groups)])
+
+
+def event_json(e: dict[str, str]) -> dict[str, Any]:
+    """An event with its numbers as ints (None where empty), as every other
+    --json output gives them."""
+    out: dict[str, Any] = dict(e)
+    for key in EVENT_NUMBERS:
+        value = e.get(key, "")
+        out[key] = int(value) if value.isdigit() else None
+    return out
+
+
+def event_cells(e: dict[str, Any]) -> list[Any]:
+    """An event as a table row, its time readable."""
+    return [clock_time(e["at"]) if k == "at" else e.get(k) for k in EVENT_KEYS]
 
 
 def message_json(m: rqueue.Message) -> dict[str, Any]:
@@ -70,7 +93,7 @@ def message_json(m: rqueue.Message) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print dataclasses.asdict(QueueStats) as JSON.")
 @click.pass_obj
 def stats(obj: dict[str, Any], queue: str, as_json: bool) -> None:
-    """Depth, schedule, dead letters and per-group figures of QUEUE."""
+    """Depth, delayed publishes, dead letters and per-group figures of QUEUE."""
     with connection(obj["url"], obj["prefix"]) as client:
         s = existing(client, queue).stats()
     if as_json:
@@ -98,7 +121,7 @@ def queue_row(client: rqueue.Client, name: str) -> dict[str, Any]:
         "groups": len(s.groups),
         "depth": s.depth,
         "in_flight": sum(g.in_flight for g in s.groups),
-        "delayed": sum(g.delayed for g in s.groups),
+        "delayed": queue_delayed(s),
         "dead_letters": s.dead_letters,
         "consumers": sum(len(g.consumers) for g in s.groups),
     }
@@ -117,7 +140,8 @@ def shown_name(name: str) -> str:
     "as_json",
     is_flag=True,
     help='Print {"queues": [{name, groups, depth, in_flight, delayed, dead_letters, consumers}, ...]}; '
-    'a queue that cannot be read has "error" and null figures.',
+    'a queue that cannot be read has "error" and null figures. delayed: delayed publishes not yet due, '
+    "or the most any group holds back for a delay, whichever is larger.",
 )
 @click.pass_obj
 def queues(obj: dict[str, Any], as_json: bool) -> None:
@@ -164,7 +188,7 @@ def peek(obj: dict[str, Any], queue: str, group: str | None, count: int, after: 
                 [
                     [
                         m.seq,
-                        time.strftime("%H:%M:%S", time.localtime(m.published_ms / 1000)),
+                        clock_time(m.published_ms),
                         json.dumps(m.headers) if m.headers else "",
                         m.data[:60].decode("utf-8", "backslashreplace"),
                     ]
@@ -222,7 +246,7 @@ def top(obj: dict[str, Any], interval: float, once: bool) -> None:
                         name,
                         s.depth,
                         sum(g.in_flight for g in s.groups),
-                        sum(g.delayed for g in s.groups),
+                        queue_delayed(s),
                         s.dead_letters,
                         sum(len(g.consumers) for g in s.groups),
                         in_rate,
@@ -264,25 +288,28 @@ def events(obj: dict[str, Any], queue: str, count: int, as_json: bool, follow: b
         follow_events(obj, queue, count, as_json, seconds)
         return
     with connection(obj["url"], obj["prefix"]) as client:
-        found = client.queue(queue).events(count)
+        found = [event_json(e) for e in existing(client, queue).events(count)]
     if as_json:
         emit_json({"events": found})
     elif not found:
         click.echo("(no events)")
     else:
-        click.echo(table(EVENT_KEYS, [[e.get(k, "") for k in EVENT_KEYS] for e in found]))
+        click.echo(table(EVENT_KEYS, [event_cells(e) for e in found]))
 
 
 def follow_events(obj: dict[str, Any], queue: str, count: int, as_json: bool, seconds: float | None) -> None:
     with connection(obj["url"], obj["prefix"]) as client:
-        q = client.queue(queue)
+        q = existing(client, queue)
         shown = q.events(count)
         last = shown[-1]["id"] if shown else "0"
         deadline = None if seconds is None else time.monotonic() + seconds
         try:
             while True:
-                for e in shown:
-                    click.echo(json.dumps(e) if as_json else "  ".join(f"{k}={e.get(k, '')}" for k in EVENT_KEYS))
+                for raw in shown:
+                    e = event_json(raw)
+                    cells = zip(EVENT_KEYS, event_cells(e), strict=True)
+                    line = "  ".join(f"{k}={'-' if v is None else v}" for k, v in cells)
+                    click.echo(json.dumps(e) if as_json else line)
                 if deadline is not None and time.monotonic() >= deadline:
                     return
                 time.sleep(FOLLOW_POLL)

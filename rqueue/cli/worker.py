@@ -13,8 +13,13 @@ from typing import Any
 import click
 
 import rqueue
-from rqueue.cli.common import connection
+from rqueue.cli.common import connection, require_url
 from rqueue.worker import TRANSIENT, worker_for
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's text on one line (a SyntaxError's names its file and line)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def load_handler(spec: str) -> Callable[..., Any]:
@@ -29,6 +34,12 @@ def load_handler(spec: str) -> Callable[..., Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise rqueue.InvalidInput(f"handler {spec!r}: cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:
+        # The module's own code failed (a SyntaxError, a NameError, a missing
+        # setting...): one line naming it, as for a module not found.
+        raise rqueue.InvalidInput(
+            f"handler {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {one_line(exc)}"
+        ) from None
     handler = getattr(module, attr, None)
     if not callable(handler):
         raise rqueue.InvalidInput(f"handler {spec!r}: {module_name!r} has no callable {attr!r}")
@@ -99,6 +110,7 @@ def worker(
     a second signal stops at once. Exit code 0 after a clean stop, 1 when
     Redis stayed unreachable, 2 for bad arguments.
     """
+    require_url(obj["url"])
     logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     fn = load_handler(handler)
     with connection(obj["url"], obj["prefix"]) as client:

@@ -43,7 +43,9 @@ def _memory_redis(url: str) -> Any:
     try:
         import fakeredis
     except ImportError:  # pragma: no cover - depends on the install
-        raise InvalidURL(url, "memory:// needs fakeredis with Lua: pip install 'rqueue[memory]'") from None
+        raise InvalidURL(
+            url, "memory:// needs the memory extra (fakeredis with Lua): pip install 'rqueue[memory]'"
+        ) from None
     name = urlsplit(url).netloc or "default"
     with _memory_lock:
         server = _memory_servers.get(name)
@@ -117,6 +119,8 @@ def open_redis(
     if scheme == "memory":
         try:
             r = _memory_redis(url)
+        except InvalidURL:
+            raise  # already names the URL; wrapping it would say "invalid URL" twice
         except ValueError as exc:
             raise InvalidURL(shown, scrub(str(exc), url)) from None
         _handshake(r, url, shown, scheme, allow_eviction)

@@ -81,7 +81,29 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, redis.ConnectionError) and "Protocol" in text or isinstance(exc, redis.InvalidResponse):
         return f"the server does not speak the Redis protocol ({text})"
     if isinstance(exc, redis.AuthenticationError):
-        return "authentication failed"
+        return _authentication(text)
     if isinstance(exc, redis.ConnectionError) and "reset by peer" in text:
         return f"{text} (a TLS port? TLS needs a rediss:// URL)"
     return text
+
+
+# What a server says when a client that gave no password sends a command
+# (Redis 6+ to HELLO, older servers and Valkey to any command).
+_NO_PASSWORD_GIVEN = ("must be called with the client already authenticated", "authentication required", "noauth")
+
+
+def _authentication(text: str) -> str:
+    """A refused login, saying what is missing or wrong. The server's own
+    text never holds the password."""
+    lowered = text.lower()
+    if any(marker in lowered for marker in _NO_PASSWORD_GIVEN):
+        return (
+            "authentication required: the server needs a password and the URL gives none: put it in the URL "
+            "(redis://:PASSWORD@HOST:PORT/0, or redis://USER:PASSWORD@HOST:PORT/0 for an ACL user)"
+        )
+    if "username-password" in lowered or "wrongpass" in lowered:
+        return (
+            "authentication failed: the server refused the URL's user name and password "
+            "(a wrong password, or no such user, or a disabled one)"
+        )
+    return f"authentication failed ({text})"

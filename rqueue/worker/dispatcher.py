@@ -168,9 +168,18 @@ class Dispatcher:
                 if outcome is Outcome.NACK:
                     status = self._retry(consumer.nack, d, error=text)
                     self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
+                    if status == "dead":
+                        # A drop (dead_letter None) is logged by the consumer too.
+                        log.warning(
+                            "dead-lettered %s: %d deliveries reached max_deliveries; last error: %s",
+                            d.tag,
+                            d.delivery_count,
+                            text,
+                        )
                 else:
                     self._retry(consumer.reject, d, reason=text)
                     self._tally.count(rejected=1, dead_lettered=1)
+                    log.warning("dead-lettered %s: rejected by the handler: %s", d.tag, text)
             except DeliveryError as exc:
                 # The delivery moved on (lease ran out, member removed): the
                 # message is already offered again; nothing to undo.

@@ -101,7 +101,7 @@ def bench_command(
     started = time.time()
     jiffies0 = cpu_jiffies()
     loadavg = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    with connection(url, bench_prefix) as client:
+    with connection(url, bench_prefix, embedded=True) as client:
         raw_url = url or client.url
         b = Bench(client, raw_url, config, progress)
         try:
