@@ -41,6 +41,7 @@ LAYERS = [
         "rqueue.deadletters",
         "rqueue.consumer",
         "rqueue.publishing",
+        "rqueue.waiting",
         "rqueue.queue",
         "rqueue.partitioned_consumer",
         "rqueue.partitions",

@@ -25,7 +25,9 @@ from rqueue.cli.common import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_NOT_FOUND, QueueN
 from rqueue.cli.demo import demo
 from rqueue.cli.dlq import dlq
 from rqueue.cli.inspect import events, peek, queues, settings, stats, top
+from rqueue.cli.schedules import scheduler, schedules
 from rqueue.cli.scripts import scripts
+from rqueue.cli.wait import wait
 from rqueue.cli.worker import worker
 
 
@@ -80,6 +82,9 @@ cli.add_command(demo)
 cli.add_command(worker)
 cli.add_command(bench_command)
 cli.add_command(scripts)
+cli.add_command(schedules)
+cli.add_command(scheduler)
+cli.add_command(wait)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -75,10 +75,10 @@ class Scheduler:
                 log.warning("scheduler pass failed (%s); trying again in %.1f s", exc, wait)
             else:
                 failures = 0
-                wait = self._wait(result)
+                wait = self.sleep_after(result)
             notifier.wait(channel, since, wait, until=self._stopping.is_set)
 
-    def _wait(self, result: PassResult) -> float:
+    def sleep_after(self, result: PassResult) -> float:
         """Seconds until the next pass: until the next due tick, at most
         max_sleep; none while a backlog is being worked through."""
         if result.next_due_ms is None:

@@ -2,8 +2,9 @@
   Publishes due ticks of one recurring schedule, each tick at most once: a
   tick is published only when it is later than the last tick the schedule
   handled, and that last tick moves in the same call: a tick sent again (by
-  a scheduler that restarted, or by another scheduler) is passed over. The ticks are computed by the client from the schedule's
-  timing (rqueue/ticks.py); the script judges them by its own clock.
+  a scheduler that restarted, or by another scheduler) is passed over. The
+  client computes the ticks from the schedule's timing (rqueue/ticks.py);
+  the script judges them by its own clock.
 
   Input:
     KEYS[1] schedule  hash  the schedule: version (of its timing), paused
