@@ -43,7 +43,8 @@ def wait_settled(
     """Waits until ``group`` (every group of the queue when None) has
     settled every message published to ``parts`` (a queue, or the partitions
     of a partitioned queue named ``name``) before the call. Returns, per
-    group, the highest last seq waited for (of any partition). Raises
+    group, the last seq waited for (added up over the partitions: how many
+    messages the queue had been given). Raises
     NotSettled after ``timeout`` seconds (None: no limit), InvalidInput for a
     group the queue does not have or a queue without groups."""
     if group is not None:
@@ -70,7 +71,7 @@ def wait_settled(
             if floors[key] >= targets[key]:
                 pending.remove(key)
         if not pending:
-            return {g: max(t for (_, tg), t in targets.items() if tg == g) for g in groups}
+            return {g: sum(t for (_, tg), t in targets.items() if tg == g) for g in groups}
         left = None if deadline is None else deadline - clock.monotonic()
         if left is not None and left <= 0:
             behind = {g: (floors[(i, g)], targets[(i, g)]) for i, g in pending}
