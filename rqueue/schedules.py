@@ -38,6 +38,7 @@ TICK_HEADER = "x-rq-tick"  # header holding the tick (ms since the epoch) a mess
 SKIP_LATENESS = 60.0  # seconds: with missed="skip", a tick found later than this is not published
 FIRE_BATCH = 100  # ticks per script call with missed="all"
 FIRE_CALLS = 10  # script calls per schedule per pass: one schedule's backlog does not hold up the others
+RECHECK_MS = 50  # ms: a schedule whose due ticks a call did not take is looked at again after this
 
 
 class Missed(Enum):
@@ -309,7 +310,9 @@ def due_ticks(when: Timing, policy: Missed, floor_ms: int, now_ms: int) -> list[
 
 def fire_due(client: QueueContext) -> PassResult:
     """One scheduler pass: publishes the due ticks of every active schedule
-    of the prefix. Safe to run in any number of processes at once."""
+    of the prefix. Safe to run in any number of processes at once. A
+    schedule whose stored fields do not parse is logged and passed over;
+    an error of Redis itself (unreachable, out of memory) ends the pass."""
     located = _located(client)
     states = schedule_store.states(client.redis, [key for _, _, key in located])
     now = now_ms(client)
@@ -319,36 +322,48 @@ def fire_due(client: QueueContext) -> PassResult:
         if state is None or state.get("paused") == "1":
             continue
         try:
-            when = stored_timing(state.get("every_ms"), state.get("cron"), state.get("timezone"))
-            policy = missed_policy(state.get("missed", Missed.ONCE.value))
-            floor = _floor(state)
-        except (InvalidInput, ValueError) as exc:
+            outcome = _fire_one(client, name, dest, key, state, now)
+        except (InvalidInput, CorruptRecord, ValueError) as exc:
             log.warning("schedule %r at %s does not parse: %s", name, key, exc)
             continue
-        for _ in range(FIRE_CALLS):
-            ticks = due_ticks(when, policy, floor, now)
-            if not ticks:
-                break
-            reply = commands.schedule_fire(
-                client.scripts,
-                key,
-                dest.keys,
-                client.clock.script_now(),
-                state["version"],
-                round(SKIP_LATENESS * 1000) if policy is Missed.SKIP else None,
-                ticks,
-                dest.name,
-            )
-            if reply.status is not commands.FireStatus.OK or (reply.last_tick_ms or 0) <= floor:
-                break  # changed, paused or removed since it was read, or not due by the script's clock
-            handled += 1
-            published += reply.published
-            if reply.published:
-                log.info("schedule %r published %d message(s) to %s", name, reply.published, dest.name)
-            floor = reply.last_tick_ms or floor
-        nxt = when.after(max(floor, now)) if not due_ticks(when, policy, floor, now) else now
-        next_due = nxt if next_due is None else min(next_due, nxt)
+        handled += outcome.handled
+        published += outcome.published
+        if outcome.next_due_ms is not None:
+            next_due = outcome.next_due_ms if next_due is None else min(next_due, outcome.next_due_ms)
     return PassResult(now, published, handled, next_due)
+
+
+def _fire_one(client: QueueContext, name: str, dest: Queue, key: str, state: Mapping[str, str], now: int) -> PassResult:
+    """Publishes the due ticks of one schedule (at most FIRE_CALLS calls)."""
+    when = stored_timing(state.get("every_ms"), state.get("cron"), state.get("timezone"))
+    policy = missed_policy(state.get("missed", Missed.ONCE.value))
+    floor = _floor(state)
+    published = handled = 0
+    for _ in range(FIRE_CALLS):
+        ticks = due_ticks(when, policy, floor, now)
+        if not ticks:
+            break
+        reply = commands.schedule_fire(
+            client.scripts,
+            key,
+            dest.keys,
+            client.clock.script_now(),
+            state["version"],
+            round(SKIP_LATENESS * 1000) if policy is Missed.SKIP else None,
+            ticks,
+            dest.name,
+        )
+        if reply.status is not commands.FireStatus.OK or (reply.last_tick_ms or 0) <= floor:
+            # changed, paused or removed since it was read, or not yet due by
+            # the clock of the server that holds it: looked at again shortly
+            return PassResult(now, published, handled, now + RECHECK_MS)
+        handled += 1
+        published += reply.published
+        if reply.published:
+            log.info("schedule %r published %d message(s) to %s", name, reply.published, dest.name)
+        floor = reply.last_tick_ms or floor
+    backlog = bool(due_ticks(when, policy, floor, now))
+    return PassResult(now, published, handled, now if backlog else when.after(max(floor, now)))
 
 
 __all__ = [

@@ -61,7 +61,8 @@ class Scheduler:
 
     def run(self) -> None:
         """Loops until :meth:`stop`. A pass that fails (Redis unreachable)
-        is logged and tried again after a wait that doubles up to 5 s."""
+        is logged and tried again after a wait that doubles from 0.5 s up
+        to 5 s."""
         channel = schedules_channel(self.client.prefix)
         notifier = self.client.notifier
         failures = 0
@@ -69,10 +70,11 @@ class Scheduler:
             since = notifier.generation(channel)
             try:
                 result = self.run_once()
-            except (RQueueError, OSError) as exc:
+            except Exception as exc:  # a scheduler outlives any failure: it tries again
                 failures += 1
                 wait = min(RETRY_SLEEP[0] * 2 ** (failures - 1), RETRY_SLEEP[1])
-                log.warning("scheduler pass failed (%s); trying again in %.1f s", exc, wait)
+                expected = isinstance(exc, (RQueueError, OSError))
+                log.warning("scheduler pass failed (%s); trying again in %.1f s", exc, wait, exc_info=not expected)
             else:
                 failures = 0
                 wait = self.sleep_after(result)
