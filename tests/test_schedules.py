@@ -290,6 +290,48 @@ def test_a_schedule_on_a_partitioned_queue_lives_in_its_partition(client, clock)
     assert target(client, "events", "nightly").keys == pq.parts[part].keys
 
 
+def test_a_schedule_that_does_not_parse_holds_up_no_other(client, clock, caplog):
+    # given three schedules, two of them damaged in Redis (headers that are
+    # not JSON, a cron expression that is not one)
+    for name in ("a", "b", "c"):
+        client.schedule(name, "orders", every=10)
+    keys = client.queue("orders").keys
+    client.redis.hset(keys.schedule("a"), "headers", "not json")
+    client.redis.hset(keys.schedule("b"), mapping={"every_ms": "", "cron": "bad"})
+    clock.advance(10)
+    # when a scheduler passes
+    with caplog.at_level("WARNING", logger="rqueue.schedules"):
+        result = Scheduler(client).run_once()
+    # then the sound one published, and each damaged one was named
+    assert result.published == 1
+    assert [m.headers["x-rq-schedule"] for m in client.queue("orders").peek()] == ["c"]
+    assert "schedule 'a'" in caplog.text and "schedule 'b'" in caplog.text
+    assert [s.name for s in client.schedules()] == ["a", "c"]
+
+
+@pytest.mark.parametrize("backend", ["redis"], indirect=True)
+def test_a_scheduler_on_a_host_with_a_wrong_clock_fires_by_redis_time(backend, prefix, monkeypatch):
+    # given a host whose clock is an hour behind, and a schedule every 50 ms
+    client = rqueue.connect(backend, prefix=prefix)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 3600)
+    try:
+        client.schedule("fast", "orders", every=0.05)
+        runner = Scheduler(client).start()
+        # when it runs
+        q = client.queue("orders")
+        wait_for(lambda: len(q.peek(10)) >= 3, timeout=15)
+        runner.stop()
+        # then it published the ticks due by Redis's clock, as they came
+        sec, usec = client.redis.time()
+        server_ms = int(sec) * 1000 + int(usec) // 1000
+        ticks = ticks_of(q)
+        assert all(server_ms - 15_000 < t <= server_ms for t in ticks)
+        assert ticks == sorted(set(ticks))
+    finally:
+        client.close()
+
+
 def test_the_script_checks_every_tick_itself(client, clock):
     # given a schedule, called with raw ticks as a scheduler would send them
     client.schedule("beat", "orders", every=10)

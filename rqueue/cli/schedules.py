@@ -45,7 +45,7 @@ def show(info: ScheduleInfo, as_json: bool, what: str) -> None:
         emit_json({"schedule": schedule_json(info)})
     else:
         nxt = when(info.next_tick_ms) or "none while paused"
-        click.echo(f"schedule {info.name} {what}: {timing_text(info)} -> {info.queue}, next tick {nxt}")
+        click.echo(f"schedule {info.name} {what}: {timing_text(info)} -> {info.queue}, next tick (UTC) {nxt}")
 
 
 @click.group()
@@ -67,7 +67,7 @@ def schedules_list(obj: dict[str, Any], as_json: bool) -> None:
     else:
         click.echo(
             table(
-                ["name", "queue", "timing", "missed", "paused", "last tick", "next tick", "fired"],
+                ["name", "queue", "timing", "missed", "paused", "last tick (UTC)", "next tick (UTC)", "fired"],
                 [
                     [s.name, s.queue, timing_text(s), s.missed, "yes" if s.paused else "no"]
                     + [when(s.last_tick_ms), when(s.next_tick_ms), s.fired]
