@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from . import validate as check
 from .errors import InvalidInput
@@ -73,6 +73,10 @@ def cron_expression(expression: object) -> str:
         )
     if not croniter.is_valid(text, strict=True):
         raise InvalidInput(f"cron {expression!r} is not a valid cron expression, or names a day that never comes")
+    try:
+        croniter(text, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+    except CroniterError:
+        raise InvalidInput(f"cron {expression!r} names no time in 50 years") from None
     return text
 
 
