@@ -22,7 +22,7 @@ from support.servers import wait_for
 
 import rqueue
 from rqueue.cli import cli
-from rqueue.engine import commands
+from rqueue.engine import commands, schedule_store
 from rqueue.engine.keys import schedules_key
 from rqueue.schedules import FIRE_BATCH, SKIP_LATENESS, target
 from rqueue.ticks import timing
@@ -459,11 +459,45 @@ def test_scheduler_sleeps_until_the_next_tick(client, clock):
     # then it sleeps until the next tick, bounded, never 0 when nothing is due
     assert 0 < (result.next_due_ms - result.now_ms) <= 3_600_000
     assert s.sleep_after(result) == 5.0
-    # and a stopped scheduler's loop ends at once
+
+
+class CountingScheduler(Scheduler):
+    passes = 0
+
+    def run_once(self):
+        self.passes += 1
+        return super().run_once()
+
+
+def test_a_running_scheduler_waits_and_wakes_on_a_change_or_stop(client, clock):
+    # given a running scheduler with nothing due for an hour, whose bounded
+    # sleep is longer than the test
+    client.schedule("hourly", "orders", every=3600)
+    s = CountingScheduler(client, max_sleep=60.0)
     s.start()
-    t0 = time.monotonic()
-    s.stop()
+    try:
+        wait_for(lambda: s.passes >= 1)
+        # when a schedule is added, it wakes for another pass at once (the
+        # change is announced again until then: an announcement made before
+        # the scheduler's subscription is confirmed is only seen at its next
+        # pass, up to max_sleep later)
+        client.schedule("other", "orders", every=3600)
+
+        def woken() -> bool:
+            schedule_store.announce(client.redis, client.prefix)
+            return s.passes >= 2
+
+        wait_for(woken, timeout=10, interval=0.1)
+        # and otherwise it does not pass again (no busy loop)
+        seen = s.passes
+        time.sleep(0.3)
+        assert s.passes <= seen + 1
+    finally:
+        # when stopped, its loop ends at once, mid-sleep
+        t0 = time.monotonic()
+        s.stop()
     assert time.monotonic() - t0 < 2.0
+    assert not s.alive
 
 
 # -- the command line ------------------------------------------------------------

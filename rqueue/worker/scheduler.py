@@ -50,8 +50,9 @@ class Scheduler:
             self._thread.join(timeout)
 
     @property
-    def stopping(self) -> bool:
-        return self._stopping.is_set()
+    def alive(self) -> bool:
+        """Whether the thread started with :meth:`start` still runs."""
+        return self._thread is not None and self._thread.is_alive()
 
     def run_once(self) -> PassResult:
         """One pass: publishes every due tick; what it did."""
