@@ -309,6 +309,37 @@ def test_a_schedule_that_does_not_parse_holds_up_no_other(client, clock, caplog)
     assert [s.name for s in client.schedules()] == ["a", "c"]
 
 
+def test_the_script_with_raw_keys_and_argv(client, clock):
+    # given a schedule and its script called as a client in another language would
+    client.schedule("beat", "orders", every=10, payload=b"p")
+    q = client.queue("orders")
+    key = q.keys.schedule("beat")
+    version = client.redis.hget(key, "version")
+    tick = clock.now_ms + 10_000
+    keys = [key, q.keys.meta, q.keys.msgs]
+    clock.advance(10)
+
+    def call(*args):
+        return client.scripts.schedule_fire(keys, [clock.script_now(), version, *args])
+
+    # then too many ticks, or a lateness limit that is no number, are refused whole
+    for args in (["", "", *range(1, 1002)], ["soon", "", str(tick)], ["-1", "", str(tick)]):
+        with pytest.raises(Exception, match="RQ_BAD_ARGUMENT"):
+            call(*args)
+    assert q.peek() == []
+    # and a due tick is stored as a record with the schedule's payload and headers
+    assert call("", q.keys.wake_channel, str(tick)) == [b"ok", tick, 1, 0, 1]
+    [m] = q.peek()
+    assert (m.data, m.headers, m.published_ms) == (
+        b"p",
+        {"x-rq-schedule": "beat", "x-rq-tick": str(tick)},
+        clock.now_ms,
+    )
+    # and a tick handled by a lateness limit of 0 ms, once late, is skipped
+    clock.advance(20)
+    assert call("0", "", str(tick + 10_000), str(tick + 20_000)) == [b"ok", tick + 20_000, 1, 1, 2]
+
+
 @pytest.mark.parametrize("backend", ["redis"], indirect=True)
 def test_a_scheduler_on_a_host_with_a_wrong_clock_fires_by_redis_time(backend, prefix, monkeypatch):
     # given a host whose clock is an hour behind, and a schedule every 50 ms
