@@ -23,6 +23,7 @@ from .errors import (
     NotHeld,
     NotMember,
     NotPermitted,
+    NotSettled,
     OutOfMemory,
     PartialPublish,
     PayloadTooLarge,
@@ -40,6 +41,7 @@ from .partitions import PartitionedQueue
 from .queue import Queue
 from .randomness import Randomness
 from .results import ConsumerStats, DeadLetter, GroupStats, Message, PublishResult, QueueStats, ReplayResult
+from .schedules import Missed, ScheduleInfo
 from .settings import Settings
 from .worker import PartitionedWorker, Worker, WorkerStats, worker_for
 
@@ -70,6 +72,9 @@ __all__ = [
     "NotHeld",
     "NotMember",
     "NotPermitted",
+    "NotSettled",
+    "ScheduleInfo",
+    "Missed",
     "OutOfMemory",
     "PartitionedConsumer",
     "PartitionedQueue",

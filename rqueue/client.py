@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import redis
 
+from . import schedules as scheduling
 from . import validate as check
 from .clock import SYSTEM_CLOCK, Clock
 from .connection.cluster import Retrier, cluster_retry, no_retry
@@ -32,6 +34,7 @@ from .overview import QueueSummary, add_up, summarize
 from .partitions import PartitionedQueue, check_partitions
 from .queue import CLUSTER_DEAD_LETTER, Queue
 from .randomness import Randomness
+from .schedules import Missed, ScheduleInfo
 from .settings import DEAD_LETTER_MODES, Settings, SettingsStore, resolve, validate
 
 if TYPE_CHECKING:
@@ -336,6 +339,68 @@ class Client:
         """Drops what this client remembers of queue ``name`` (it was deleted)."""
         self._registered.discard(name)
         self._partitioned.pop(name, None)
+
+    # -- recurring schedules (rqueue/schedules.py, docs/schedules.md) ----------
+
+    def schedule(
+        self,
+        name: str,
+        queue: str,
+        *,
+        every: float | None = None,
+        cron: str | None = None,
+        payload: bytes = b"",
+        headers: Mapping[str, str] | None = None,
+        timezone: str | None = None,
+        missed: Missed | str = Missed.ONCE,
+    ) -> ScheduleInfo:
+        """Publishes ``payload`` with ``headers`` to ``queue`` at every tick
+        of schedule ``name``: ``every`` seconds (ticks at its multiples since
+        the epoch) or at the times of the five-field expression ``cron`` in
+        ``timezone`` (an IANA name; UTC by default). Each tick is published
+        once, whatever number of schedulers run (a Worker runs one; so does
+        ``rqueue scheduler``); the message carries the headers
+        ``x-rq-schedule`` (the name) and ``x-rq-tick`` (the tick, ms).
+
+        ``missed`` says what happens to ticks that passed while no
+        scheduler ran: "once" (default) publishes one message for the
+        latest of them, "all" publishes each, "skip" publishes only a tick
+        found within a minute of its time.
+
+        Defining a schedule that exists replaces its payload, headers and
+        policy; a new timing fires from its first tick after now, the same
+        timing goes on where it was. Raises InvalidInput (or InvalidName,
+        PayloadTooLarge) naming the problem; nothing is stored then.
+        """
+        return scheduling.define(
+            self,
+            name,
+            queue,
+            every=every,
+            cron=cron,
+            payload=payload,
+            headers=headers,
+            timezone=timezone,
+            missed=missed,
+        )
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every recurring schedule of this prefix, by name, with its last
+        and next tick and whether it is paused."""
+        return scheduling.list_all(self)
+
+    def pause_schedule(self, name: str) -> ScheduleInfo:
+        """Stops publishing schedule ``name`` until :meth:`resume_schedule`."""
+        return scheduling.pause(self, name)
+
+    def resume_schedule(self, name: str) -> ScheduleInfo:
+        """Publishes schedule ``name`` again from its next tick after now
+        (the ticks of the pause are not published)."""
+        return scheduling.resume(self, name)
+
+    def remove_schedule(self, name: str) -> bool:
+        """Deletes schedule ``name``; False when there was none."""
+        return scheduling.remove(self, name)
 
     def close(self) -> None:
         self.notifier.close()

@@ -18,6 +18,7 @@ __all__ = [
     "PayloadTooLarge",
     "ConnectionFailed",
     "ConnectionLost",
+    "NotSettled",
     "EvictionPolicy",
     "OutOfMemory",
     "ServerTooOld",
@@ -150,6 +151,19 @@ class EvictionPolicy(RQueueError):
         )
         self.url = url
         self.policy = policy
+
+
+class NotSettled(RQueueError, TimeoutError):
+    """A wait for groups to settle ran out of time."""
+
+    def __init__(self, queue: str, behind: dict[str, tuple[int, int]], timeout: float) -> None:
+        #: Per group still behind: (the seq it settled up to, the last seq published before the wait).
+        self.behind = behind
+        self.timeout = timeout
+        parts = ", ".join(f"group {g!r} settled up to seq {f} of {t}" for g, (f, t) in sorted(behind.items()))
+        super().__init__(
+            f"queue {queue!r} did not settle what was published before the wait within {timeout:g} s: {parts}"
+        )
 
 
 class ConnectionLost(RQueueError):

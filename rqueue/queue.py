@@ -17,6 +17,7 @@ from .names import check_name, check_queue_name
 from .publishing import prepare, send
 from .results import DeadLetter, Message, Progress, PublishResult, QueueStats, ReplayResult
 from .settings import DEAD_LETTER_MODES, Settings
+from .waiting import wait_settled
 
 if TYPE_CHECKING:
     from .protocols import QueueContext
@@ -255,6 +256,16 @@ class Queue:
         if prefetch is not None:
             settings["prefetch"] = prefetch
         return Consumer(self, group, name, settings, liveness)
+
+    def wait_settled(self, group: str | None = None, timeout: float | None = None) -> dict[str, int]:
+        """Waits until ``group`` (every group when None) has settled
+        (acked, dead-lettered, dropped or purged) every message published
+        before the call, as Dramatiq's ``broker.join`` does; for tests and
+        batch jobs. Returns, per group, the last seq waited for. Raises
+        rqueue.waiting.NotSettled (a TimeoutError) after ``timeout``
+        seconds (None: no limit), InvalidInput for a group the queue does
+        not have or a queue without groups."""
+        return wait_settled([self], self.name, group, timeout)
 
     # -- inspection ---------------------------------------------------------
 

@@ -348,3 +348,43 @@ def test_demo_reads_nothing_from_its_server_after_stopping_it(monkeypatch):
     assert result.exit_code == 0, result.output
     assert "dead-lettered 3 into DLQ.demo" in result.stdout
     assert result.stdout.endswith("ok: every message acked or dead-lettered\n")
+
+
+# -- --no-scheduler and --allow-eviction --------------------------------------------------
+
+
+@pytest.mark.parametrize(("flag", "expected"), [([], True), (["--no-scheduler"], False), (["--scheduler"], True)])
+def test_worker_runs_the_scheduler_unless_told_not_to(url, monkeypatch, flag, expected):
+    # given a worker command whose worker records what it was made with
+    made = {}
+
+    class Recorded:
+        def run(self):
+            return rqueue.WorkerStats()
+
+    def worker_for(q, group, fn, **options):
+        made.update(options)
+        return Recorded()
+
+    # (the package's attribute `worker` is the command: the module is taken from sys.modules)
+    monkeypatch.setattr(sys.modules["rqueue.cli.worker"], "worker_for", worker_for)
+    # when it runs with or without --no-scheduler
+    result = run(url, "worker", "cli_handlers:handle", "-q", "orders", "-g", "g", *flag)
+    # then the worker runs the scheduler by default and not with --no-scheduler
+    assert result.exit_code == 0, result.output
+    assert made["scheduler"] is expected
+
+
+def test_a_server_that_may_evict_is_refused_unless_allow_eviction(prefix):
+    # given a server whose maxmemory-policy may evict keys
+    server = start_server("redis", extra_args=["--maxmemory-policy", "allkeys-lru"])
+    try:
+        # when a command connects to it
+        refused = run(server.url, "--prefix", prefix, "queues")
+        # then it exits 1 naming the policy and the way out, and with --allow-eviction it works
+        assert refused.exit_code == 1
+        assert "maxmemory-policy allkeys-lru" in refused.output and "allow_eviction" in refused.output
+        allowed = CliRunner().invoke(cli, ["--url", server.url, "--prefix", prefix, "--allow-eviction", "queues"])
+        assert allowed.exit_code == 0, allowed.output
+    finally:
+        server.stop()

@@ -27,7 +27,9 @@ from rqueue.cli.dashboard import dashboard
 from rqueue.cli.demo import demo
 from rqueue.cli.dlq import dlq
 from rqueue.cli.inspect import events, peek, queues, settings, stats, top
+from rqueue.cli.schedules import scheduler, schedules
 from rqueue.cli.scripts import scripts
+from rqueue.cli.wait import wait
 from rqueue.cli.worker import worker
 
 
@@ -59,11 +61,17 @@ class RQueueGroup(click.Group):
     "Every command needs one but demo and bench, which start a private embedded server without it.",
 )
 @click.option("--prefix", default="rq", show_default=True, help="First part of every Redis key.")
+@click.option(
+    "--allow-eviction",
+    is_flag=True,
+    envvar="RQUEUE_ALLOW_EVICTION",
+    help="Use a server whose maxmemory-policy may evict keys (refused otherwise: docs/memory.md).",
+)
 @click.version_option(rqueue.__version__, prog_name="rqueue")
 @click.pass_context
-def cli(ctx: click.Context, url: str | None, prefix: str) -> None:
+def cli(ctx: click.Context, url: str | None, prefix: str, allow_eviction: bool) -> None:
     """rqueue: a Redis-backed distributed work queue."""
-    ctx.obj = {"url": url, "prefix": prefix}
+    ctx.obj = {"url": url, "prefix": prefix, "allow_eviction": allow_eviction}
 
 
 # `rqueue --help` lists the commands in alphabetical order, whatever the order here.
@@ -83,6 +91,9 @@ cli.add_command(worker)
 cli.add_command(bench_command)
 cli.add_command(scripts)
 cli.add_command(dashboard)
+cli.add_command(schedules)
+cli.add_command(scheduler)
+cli.add_command(wait)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -53,13 +53,20 @@ def connection(url: str | None, prefix: str, *, embedded: bool = False) -> Itera
     """A client for ``url``. With no URL: with ``embedded``, for a private
     embedded server that lives as long as the block; else MissingURL."""
     if url or not embedded:
-        with rqueue.connect(require_url(url), prefix=prefix) as client:
+        with rqueue.connect(require_url(url), prefix=prefix, allow_eviction=_allow_eviction()) as client:
             yield client
         return
     with EmbeddedServer(binary=find_binary(prefer="valkey")) as server:
         click.echo(f"no --url given: using a private server at {server.url} (discarded at exit)", err=True)
         with rqueue.connect(server.url, prefix=prefix) as client:
             yield client
+
+
+def _allow_eviction() -> bool:
+    """Whether the command line said --allow-eviction (or RQUEUE_ALLOW_EVICTION)."""
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    return bool(isinstance(obj, dict) and obj.get("allow_eviction"))
 
 
 def existing(client: rqueue.Client, name: str) -> AnyQueue:

@@ -88,6 +88,12 @@ def load_handler(spec: str) -> Callable[..., Any]:
     default=None,
     help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics (needs rqueue[metrics]).",
 )
+@click.option(
+    "--scheduler/--no-scheduler",
+    default=True,
+    show_default=True,
+    help="Also publish the due ticks of the prefix's recurring schedules (docs/schedules.md).",
+)
 @click.pass_obj
 def worker(
     obj: dict[str, Any],
@@ -101,6 +107,7 @@ def worker(
     grace_period: float,
     log_level: str,
     metrics_port: int | None,
+    scheduler: bool,
 ) -> None:
     """Run HANDLER (module.path:function) for every message of QUEUE/GROUP.
 
@@ -133,6 +140,7 @@ def worker(
             heartbeat_interval=min(rqueue.constants.DEFAULT_HEARTBEAT_INTERVAL, heartbeat_timeout / 3),
             heartbeat_timeout=heartbeat_timeout,
             grace_period=grace_period,
+            scheduler=scheduler,
         )
         try:
             final = w.run()

@@ -6,12 +6,15 @@ driver's transport errors become rqueue exceptions in one place
 The ARGV block every group script starts with (lua/includes/group_args.lua)
 is built by :class:`GroupCall`, which keeps the parts that follow from the
 settings so that a consumer computes them once per settings object.
+
+Long because it holds every script's typed function and reply, side by side.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import redis
@@ -450,3 +453,53 @@ def publish_results(replies: Sequence[Any], partition: int | None = None) -> lis
     for reply in replies:
         out += [PublishResult(int(reply[j]), reply[j + 1] == 1, None, partition) for j in range(0, len(reply), 2)]
     return out
+
+
+# -- recurring schedules -------------------------------------------------------
+
+
+class FireStatus(Enum):
+    """What schedule_fire.lua found."""
+
+    OK = "ok"  # the ticks were handled (published, skipped, or already handled)
+    GONE = "gone"  # no such schedule
+    CHANGED = "changed"  # the schedule's timing changed since its ticks were computed
+    PAUSED = "paused"
+
+
+class FireReply(NamedTuple):
+    status: FireStatus
+    last_tick_ms: int | None  # the schedule's latest tick handled (None: none yet)
+    published: int
+    skipped: int  # ticks handled without a publish (too late)
+    first_seq: int | None  # seq of the first message published
+
+
+def schedule_fire(
+    scripts: Scripts,
+    schedule_key: str,
+    queue_keys: QueueKeys,
+    now: str,
+    version: str,
+    lateness_ms: int | None,
+    ticks: Sequence[int],
+    queue: str,
+) -> FireReply:
+    """Publishes ``ticks`` (ms, ascending) of the schedule at
+    ``schedule_key`` to the queue of ``queue_keys``, each at most once ever;
+    ticks later than ``lateness_ms`` are skipped (None: never)."""
+    reply = run(
+        scripts.schedule_fire,
+        [schedule_key, queue_keys.meta, queue_keys.msgs],
+        [now, version, "" if lateness_ms is None else lateness_ms, queue_keys.wake_channel, *ticks],
+        queue,
+        schedule_key,
+    )
+    status, last, published, skipped, first = reply
+    return FireReply(
+        FireStatus(status.decode() if isinstance(status, bytes) else status),
+        int(last) or None,
+        int(published),
+        int(skipped),
+        int(first) or None,
+    )

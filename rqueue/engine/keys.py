@@ -59,6 +59,12 @@ class QueueKeys:
         """Pub/sub channel (not a key) announcing new messages."""
         return f"{self.base}:wake"
 
+    def schedule(self, name: str) -> str:
+        """Hash of recurring schedule ``name``, which publishes to this
+        queue: under the queue's hash tag, so that one script reads the
+        schedule and stores its message."""
+        return f"{self.base}:schedule:{name}"
+
     @cached_property
     def dead_letters(self) -> QueueKeys:
         return QueueKeys(f"{self.base}:dlq")
@@ -186,3 +192,14 @@ def partitions_key(prefix: str) -> str:
 def registry_key(prefix: str) -> str:
     """Set of the names of every queue written to."""
     return f"{prefix}:queues"
+
+
+def schedules_key(prefix: str) -> str:
+    """Hash of recurring schedules: schedule name -> the queue it publishes to."""
+    return f"{prefix}:schedules"
+
+
+def schedules_channel(prefix: str) -> str:
+    """Pub/sub channel (not a key) announcing that a schedule was added,
+    changed, paused, resumed or removed: schedulers read them again."""
+    return f"{prefix}:schedules:changed"

@@ -58,6 +58,7 @@ SCRIPT_NAMES = (
     "purge",
     "replay",
     "stats",
+    "schedule_fire",
 )
 
 

@@ -351,6 +351,7 @@ class Scripts:
     purge: Script
     replay: Script
     stats: Script
+    schedule_fire: Script
 
     def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry, shebang: bool = True) -> None:
         self._redis = redis

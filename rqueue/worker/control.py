@@ -30,6 +30,7 @@ from .handlers import Handler, Handlers
 from .heartbeat import Heartbeat
 from .ledger import Ledger
 from .reconnect import Reconnector, cut_off
+from .scheduler import Scheduler
 from .stats import Tally, WorkerStats
 
 if TYPE_CHECKING:
@@ -60,6 +61,9 @@ class Worker:
     the rest is returned to the group at once, and the worker leaves the
     group. A second signal stops at once.
 
+    With ``scheduler`` (the default) the worker also publishes the due ticks
+    of the prefix's recurring schedules (docs/schedules.md).
+
     Durations are seconds. On a partitioned queue this makes a
     :class:`rqueue.PartitionedWorker` (one worker per partition), as
     :func:`rqueue.worker_for` does.
@@ -85,6 +89,7 @@ class Worker:
         grace_period: float = DEFAULT_GRACE_PERIOD,
         reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT,
         metrics: WorkerMetrics | None = None,
+        scheduler: bool = True,
     ) -> None:
         if not callable(handler):
             raise InvalidInput(f"handler {handler!r} is not callable")
@@ -117,6 +122,8 @@ class Worker:
         self.reconnect_timeout = reconnect_timeout
         self.stats = WorkerStats()
         self.metrics = metrics
+        #: Whether the worker also runs a scheduler of the prefix's recurring schedules.
+        self.scheduler = check.flag("scheduler", scheduler)
         #: The worker's member of the group, once :meth:`run` has joined it.
         self.consumer: Consumer | None = None
         self._clock = queue.client.clock
@@ -194,9 +201,12 @@ class Worker:
                 self.group,
                 self.concurrency,
             )
+            schedules = Scheduler(self.queue.client).start() if self.scheduler else None
             try:
                 dispatcher.run()
             finally:
+                if schedules is not None:
+                    schedules.stop(0.0 if self._hard_stop.is_set() else 0.5)
                 self._shutdown(consumer, ledger, dispatcher, handlers, heartbeat)
         finally:
             self._retry.unwatch()
@@ -288,6 +298,7 @@ class PartitionedWorker:
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
         name: str | None = None,
+        scheduler: bool = True,
         **options: Any,
     ) -> None:
         check.whole_number("concurrency", concurrency, 1)
@@ -300,8 +311,8 @@ class PartitionedWorker:
         self.concurrency = sum(shares)
         #: One worker per partition (``workers[i].queue.partition == i``).
         self.workers = [
-            Worker(part, group, handler, concurrency=share, name=name, **options)
-            for part, share in zip(queue.parts, shares, strict=True)
+            Worker(part, group, handler, concurrency=share, name=name, scheduler=scheduler and i == 0, **options)
+            for i, (part, share) in enumerate(zip(queue.parts, shares, strict=True))
         ]
         self._errors: list[BaseException] = []
         self._stopping = threading.Event()
