@@ -639,3 +639,61 @@ def test_a_call_that_keeps_failing_gives_up_after_reconnect_timeout(caplog):
     messages = [r.getMessage() for r in caplog.records]
     assert sum("retrying the worker's calls for up to 0.3 s" in m for m in messages) == 1
     assert sum(m.startswith("giving up: Redis has not answered for") for m in messages) == 1
+
+
+def test_a_delivery_acked_while_a_heartbeat_is_under_way_is_not_counted_as_a_lost_lease():
+    # given a heartbeat that lists two running deliveries, one of which the
+    # dispatcher settles before Redis answers (both come back "not held")
+    from rqueue.worker.heartbeat import Heartbeat
+    from rqueue.worker.ledger import Ledger
+    from rqueue.worker.outcome import Outcome
+
+    client = rqueue.connect("memory://heartbeat-race", prefix="hb")
+    q = client.queue("orders")
+    q.publish_many([b"a", b"b"])
+    consumer = q.consumer("g")
+    kept, settled = consumer.fetch(2)
+    ledger = Ledger()
+    ledger.fetched([kept, settled])
+    ledger.start(kept, client.clock.monotonic())
+    ledger.start(settled, client.clock.monotonic())
+    called = threading.Event()
+
+    class Racing:
+        name, group = consumer.name, consumer.group
+
+        def heartbeat(self, deliveries, timeout):
+            if called.is_set():  # later beats fail (not counted), so one beat is measured
+                raise rqueue.ConnectionLost("a later beat")
+            ledger.stop(settled.tag)
+            ledger.result(settled, Outcome.ACK, "")
+            ledger.drain()  # the dispatcher took its ack meanwhile
+            called.set()
+            refused = [rqueue.NotHeld(d.tag) for d in deliveries]
+            return rqueue.HeartbeatResult(refused, 0, 0, 0, 0)
+
+    stats = WorkerStats()
+    tally = Tally(stats)
+    beat = Heartbeat(
+        consumer=Racing(),
+        queue_name="orders",
+        ledger=ledger,
+        tally=tally,
+        retry=Reconnector(1.0, tally),
+        clock=client.clock,
+        ack_wait=lambda: 30.0,
+        interval=0.01,
+        timeout=5.0,
+        max_run_time=60.0,
+    )
+    # when one heartbeat runs
+    beat.start()
+    try:
+        assert called.wait(5)
+        wait_for(lambda: stats.leases_lost > 0, timeout=5)
+    finally:
+        beat.stop()
+    # then only the delivery still held counts as a lost lease
+    assert stats.leases_lost == 1
+    assert ledger.is_known(kept.tag) and not ledger.is_known(settled.tag)
+    client.close()

@@ -97,7 +97,11 @@ class Heartbeat:
             except Exception:  # never let the heartbeat thread die silently
                 log.exception("heartbeat failed")
                 continue
-            lost = sum(1 for s in statuses if s is not None)
+            # A delivery settled since the heartbeat listed it (its ack
+            # raced this call) is refused as no longer held, not lost.
+            lost = sum(
+                1 for d, s in zip(running + waiting, statuses, strict=False) if s is not None and ledger.is_known(d.tag)
+            )
             # The statuses list the running deliveries, then the waiting ones.
             gone = [d.tag for d, s in zip(waiting, statuses[len(running) :], strict=False) if s is not None]
             if gone:

@@ -45,6 +45,11 @@ class Ledger:
         """How many deliveries are fetched and not yet settled."""
         return len(self._known)
 
+    def is_known(self, tag: str) -> bool:
+        """Whether the delivery ``tag`` is fetched and its settling not yet
+        begun (any thread may ask: one dict lookup)."""
+        return tag in self._known
+
     def known(self) -> list[Delivery]:
         """Every delivery fetched and not yet settled."""
         return list(self._known.values())
