@@ -31,6 +31,7 @@ LAYERS = [
         "rqueue.results",
         "rqueue.validate",
         "rqueue.delivery",
+        "rqueue.tracing",
     },
     {"rqueue.connection"},
     {"rqueue.engine"},
@@ -46,6 +47,7 @@ LAYERS = [
         "rqueue.client",
     },
     {"rqueue", "rqueue.worker", "rqueue.embedded", "rqueue.spark"},
+    {"rqueue.aio"},
     {"rqueue.cli"},
 ]
 

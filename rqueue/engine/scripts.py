@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import redis
@@ -372,3 +372,69 @@ class Scripts:
     def by_name(self) -> dict[str, Script]:
         """Every script, by name, in the order of SCRIPT_NAMES."""
         return {name: getattr(self, name) for name in SCRIPT_NAMES}
+
+
+# -- asyncio -----------------------------------------------------------------
+
+# Wraps every awaited call that reaches Redis, as Retrier does for the sync
+# scripts (a cluster client retries topology changes with it).
+AsyncRetrier = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
+
+
+async def no_async_retry(call: Callable[[], Awaitable[Any]]) -> Any:
+    """The AsyncRetrier of a single server: the call once."""
+    return await call()
+
+
+class AsyncScript:
+    """One script of one asyncio client (redis.asyncio's Redis or
+    RedisCluster, or fakeredis's FakeAsyncRedis): EVALSHA, and SCRIPT LOAD
+    then EVALSHA again on NOSCRIPT, as :class:`Script` does."""
+
+    def __init__(self, server: Any, name: str, text: str, retry: AsyncRetrier) -> None:
+        self.name = name
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+        self._redis = server
+        self._retry = retry
+
+    async def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        if self._retry is no_async_retry:
+            return await self._run(keys, args)
+        return await self._retry(lambda: self._run(keys, args))
+
+    async def _run(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        try:
+            return await self._redis.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await self.load()
+            return await self._redis.evalsha(self.sha, len(keys), *keys, *args)
+
+    async def load(self) -> None:
+        """SCRIPT LOAD (on every primary of a cluster). ScriptsNotLoaded when
+        the user's ACL refuses it."""
+        try:
+            await self._redis.script_load(self.text)
+        except NoPermissionError as exc:
+            raise ScriptsNotLoaded(self.name, self.sha, str(exc)) from exc
+
+
+class AsyncScripts:
+    """The scripts of one asyncio client, as attributes (see :class:`Scripts`)."""
+
+    publish: AsyncScript
+    fetch: AsyncScript
+    ack: AsyncScript
+    nack: AsyncScript
+    reject: AsyncScript
+    extend: AsyncScript
+    heartbeat: AsyncScript
+    join: AsyncScript
+    leave: AsyncScript
+    purge: AsyncScript
+    replay: AsyncScript
+    stats: AsyncScript
+
+    def __init__(self, redis: Any, retry: AsyncRetrier = no_async_retry) -> None:
+        for name in SCRIPT_NAMES:
+            setattr(self, name, AsyncScript(redis, name, source(name), retry))
