@@ -7,5 +7,6 @@ event loop."""
 from .client import Client, connect
 from .consumer import Consumer, Delivery
 from .queue import Queue
+from .worker import Worker
 
-__all__ = ["Client", "Consumer", "Delivery", "Queue", "connect"]
+__all__ = ["Client", "Consumer", "Delivery", "Queue", "Worker", "connect"]
