@@ -41,12 +41,23 @@ class Traced(Protocol):
     headers: dict[str, str]
 
 
+_provider: Any = None  # set by use(): rqueue's own provider, before the global one
+
+
+def use(provider: Any) -> None:
+    """Traces rqueue with ``provider`` (an OpenTelemetry TracerProvider)
+    rather than the global one; None goes back to the global one."""
+    global _provider
+    _provider = provider
+
+
 def tracer() -> Any:
-    """rqueue's tracer of the configured provider; None when OpenTelemetry
-    is not installed or no provider is configured."""
+    """rqueue's tracer of the configured provider (:func:`use`, else the
+    global one); None when OpenTelemetry is not installed or no provider is
+    configured."""
     if _trace is None:
         return None
-    provider = _trace.get_tracer_provider()
+    provider = _provider if _provider is not None else _trace.get_tracer_provider()
     if isinstance(provider, (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider)):
         return None
     hit = _tracers.get(id(provider))
