@@ -57,8 +57,11 @@ def tracer() -> Any:
     configured."""
     if _trace is None:
         return None
-    provider = _provider if _provider is not None else _trace.get_tracer_provider()
-    if isinstance(provider, (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider)):
+    # The global provider as set_tracer_provider stored it, read without
+    # get_tracer_provider(), which looks at the environment on every call
+    # while none is set: this runs once per publish and per handler run.
+    provider = _provider if _provider is not None else getattr(_trace, "_TRACER_PROVIDER", None)
+    if provider is None or isinstance(provider, (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider)):
         return None
     hit = _tracers.get(id(provider))
     if hit is None or hit[0] is not provider:

@@ -435,3 +435,28 @@ def test_redis_restart_under_the_async_worker_loses_nothing(prefix, tmp_path):
         client.close()
     finally:
         server.stop()
+
+
+@BOTH
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # its leave fails: raised
+def test_a_stop_at_once_ends_the_worker_while_redis_is_paused(kind, prefix):
+    # given a worker whose Redis stops answering (SIGSTOP: connections stay open)
+    server = start_server("redis")
+    try:
+        q = rqueue.connect(server.url, prefix=prefix).queue("orders")
+        q.publish(b"1")
+        w = run_worker(kind, server.url, prefix, q, lambda d: None, concurrency=1, reconnect_timeout=60)
+        wait_for(lambda: w.stats.acked == 1)
+        os.kill(server.process.pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.6)  # the dispatcher's next fetch (it polls every 0.5 s) is now unanswered
+            # when it is stopped at once
+            started = time.monotonic()
+            w.stop(now=True)
+            # then it ends within about a second, not after reconnect_timeout
+            assert w.join(5)
+            assert time.monotonic() - started < 3
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+    finally:
+        server.stop()

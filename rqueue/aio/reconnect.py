@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from ..errors import ConnectionLost
 from ..worker.reconnect import FIRST_PAUSE, LONGEST_PAUSE, STOP_PATIENCE, TRANSIENT, Reconnector
@@ -23,7 +23,24 @@ T = TypeVar("T")
 
 class AsyncReconnector(Reconnector):
     """A :class:`~rqueue.worker.reconnect.Reconnector` whose calls are
-    awaited (:meth:`call`, :meth:`call_once`)."""
+    awaited (:meth:`call`, :meth:`call_once`). :meth:`cut_off_soon`, on a
+    stop at once, ends every call still under way STOP_PATIENCE later."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._attempting: set[asyncio.Task[Any]] = set()  # tasks awaiting an attempt now
+        self._cut: set[asyncio.Task[Any]] = set()  # of those, the ones cut off
+
+    def cut_off_soon(self) -> None:
+        """Cuts off, STOP_PATIENCE from now, the calls then under way (they
+        raise ConnectionLost). Call it on the loop."""
+
+        def cut() -> None:
+            for task in list(self._attempting):
+                self._cut.add(task)
+                task.cancel()
+
+        asyncio.get_running_loop().call_later(STOP_PATIENCE, cut)
 
     def _limit(self, started: float) -> float:
         """Seconds the attempt sent now may take: until the outage (or the
@@ -37,6 +54,9 @@ class AsyncReconnector(Reconnector):
 
     async def _attempt(self, started: float, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
         limit = self._limit(started)
+        task = asyncio.current_task()
+        assert task is not None
+        self._attempting.add(task)
         try:
             return await asyncio.wait_for(call(*args, **kwargs), limit)
         except TimeoutError:
@@ -44,6 +64,15 @@ class AsyncReconnector(Reconnector):
             # drops on the cancelled read: the call may or may not have run.
             log.warning("cut off a Redis call unanswered for %.1f s", limit)
             raise ConnectionLost(f"no answer within {limit:.1f} s", applied=None) from None
+        except asyncio.CancelledError:
+            if task not in self._cut:
+                raise
+            self._cut.discard(task)
+            task.uncancel()
+            log.warning("cut off a Redis call under way %g s after a stop at once", STOP_PATIENCE)
+            raise ConnectionLost("cut off: the worker is stopping at once", applied=None) from None
+        finally:
+            self._attempting.discard(task)
 
     async def call(self, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
         """``await call(*args, **kwargs)``, retried as the class says."""

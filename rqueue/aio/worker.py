@@ -188,8 +188,10 @@ class Worker:
 
     def _wake(self, now: bool) -> None:
         self._notifier.poke()
-        if now and self._dispatching is not None:
-            self._dispatching.cancel()
+        if now:
+            self._retry.cut_off_soon()
+            if self._dispatching is not None:
+                self._dispatching.cancel()
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self._stopping.is_set():
