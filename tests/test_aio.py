@@ -5,6 +5,8 @@ exceptions as the sync client."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -244,3 +246,32 @@ def test_unix_socket_and_sentinel_urls(tmp_path, prefix):
     finally:
         server.stop()
         group.stop()
+
+
+def test_a_call_redis_leaves_unanswered_fails_after_the_socket_timeout(prefix):
+    # given a client with a short socket timeout whose server stops answering
+    server = start_server("redis")
+    try:
+
+        async def main() -> float:
+            client = await aconnect(server.url, prefix, socket_timeout=0.5)
+            q = client.queue("orders")
+            await q.publish(b"1")
+            os.kill(server.process.pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                # when a publish is sent, then it fails as a lost connection
+                # (it may or may not have been applied), not hanging
+                with pytest.raises(rqueue.ConnectionLost):
+                    await q.publish(b"2")
+                waited = time.monotonic() - started
+            finally:
+                os.kill(server.process.pid, signal.SIGCONT)
+            # and the next call works on a fresh connection
+            assert (await q.publish(b"3")).seq >= 2
+            await client.close()
+            return waited
+
+        assert 0.4 < run(main()) < 3
+    finally:
+        server.stop()

@@ -140,6 +140,7 @@ class Client:
 
     async def close(self) -> None:
         await self.notifier.close()
+        await self.scripts.close()
         await self.redis.aclose()
 
     async def __aenter__(self) -> Client:
