@@ -16,6 +16,9 @@ itself spends, which a loaded machine inflates less):
   fetch_ack_batch  c.fetch(100) then c.ack(list)                 (queue preloaded)
   worker_noop      a worker with a no-op handler, 8 handlers, until the queue is empty:
                    rqueue.Worker (threads) beside rqueue.aio.Worker (tasks)
+  round_trip_floor redis-py alone: PING on one connection, sync beside asyncio (what
+                   asyncio itself adds to a round trip here: the single-message
+                   figures cannot come closer than this)
 
 and, for the asyncio client alone, publish_concurrent: 50 tasks publishing
 at once on one loop (what a service gains from not blocking).
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import statistics
 import sys
 import time
@@ -199,6 +203,47 @@ async def async_figures(url: str, n: int) -> dict[str, Cost]:
     return out
 
 
+# -- the floor: one round trip of redis-py's own connections ------------------------------
+
+
+def floor_figures(url: str, n: int) -> tuple[Cost, Cost]:
+    """PING on one connection, sent packed and read back: redis-py's sync
+    connection and its asyncio one, no rqueue code. The ratio is what
+    asyncio itself costs per round trip on this machine."""
+    import redis
+    import redis.asyncio as aioredis
+    from hiredis import pack_command
+
+    ping = pack_command(("PING",))
+    r = redis.Redis.from_url(url)
+    conn = r.connection_pool.get_connection()
+
+    def sync_loop() -> None:
+        for _ in range(n):
+            conn.send_packed_command([ping])
+            conn.read_response()
+
+    sync = timed_sync(n, sync_loop)
+    r.connection_pool.release(conn)
+    r.close()
+
+    async def async_floor() -> Cost:
+        ar = aioredis.Redis.from_url(url)
+        aconn = await ar.connection_pool.get_connection()
+
+        async def loop() -> None:
+            for _ in range(n):
+                await aconn.send_packed_command([ping], check_health=False)
+                await aconn.read_response()
+
+        cost = await timed_async(n, loop)
+        await ar.connection_pool.release(aconn)
+        await ar.aclose()
+        return cost
+
+    return sync, asyncio.run(async_floor())
+
+
 # -- arq, when installed ----------------------------------------------------------------
 
 
@@ -207,8 +252,10 @@ def arq_figures(url: str, n: int) -> dict[str, Cost] | None:
         from arq import create_pool
         from arq.connections import RedisSettings
         from arq.worker import Worker as ArqWorker
+        from arq.worker import func
     except ImportError:
         return None
+    logging.getLogger("arq").setLevel(logging.WARNING)
 
     async def noop(ctx: Any, payload: bytes) -> None:
         return None
@@ -225,7 +272,13 @@ def arq_figures(url: str, n: int) -> dict[str, Cost] | None:
 
         out["publish_single"] = await timed_async(n, enqueue)
         worker = ArqWorker(
-            functions=[noop], redis_pool=pool, queue_name=name, burst=True, max_jobs=8, keep_result=0, poll_delay=0.01
+            functions=[func(noop, name="noop")],
+            redis_pool=pool,
+            queue_name=name,
+            burst=True,
+            max_jobs=8,
+            keep_result=0,
+            poll_delay=0.01,
         )
         out["worker_noop"] = await timed_async(n, worker.main)
         await worker.close()
@@ -258,6 +311,8 @@ def main() -> None:
             else:
                 a = asyncio.run(async_figures(url, n))
                 s = sync_figures(url, n)
+            fs, fa = floor_figures(url, n)
+            s["round_trip_floor"], a["round_trip_floor"] = fs, fa
             runs.append((s, a, arq_figures(url, n)))
     finally:
         if server is not None:
@@ -268,7 +323,9 @@ def main() -> None:
         return statistics.median(values) if values else None
 
     rows = []
-    for name in ("publish_single", "publish_batch", "fetch_ack_single", "fetch_ack_batch", "worker_noop"):
+    figures = ("round_trip_floor", "publish_single", "publish_batch")
+    figures += ("fetch_ack_single", "fetch_ack_batch", "worker_noop")
+    for name in figures:
         row: dict[str, Any] = {"figure": name}
         for field in ("wall", "cpu"):
             s, a = median(0, name, field), median(1, name, field)
@@ -287,12 +344,14 @@ def main() -> None:
     print(f"{'figure':18} " + " ".join(f"{h:>{w}}" for h, w in zip(heads, (10, 11, 6, 9, 10, 6, 4, 9))))
     for row in rows:
         met = "yes" if row["ratio_wall"] is not None and row["ratio_wall"] <= TARGET else "NO"
+        met = "-" if row["figure"] == "round_trip_floor" else met
         arq = f"{row['arq_wall_us']:9.1f}" if row["arq_wall_us"] is not None else f"{'-':>9}"
         print(
             f"{row['figure']:18} {row['sync_wall_us']:10.1f} {row['async_wall_us']:11.1f} {row['ratio_wall']:6.2f}"
             f" {row['sync_cpu_us']:9.1f} {row['async_cpu_us']:10.1f} {row['ratio_cpu']:6.2f} {met:>4} {arq}"
         )
     print(f"async publish, 50 tasks at once on one loop: {concurrent:.1f} µs per message (wall)")
+    print("round_trip_floor: redis-py's own connections, no rqueue (not held to the target)")
     print(f"target: async cost per message within {TARGET}x of the sync client's (wall ratio)")
 
 
