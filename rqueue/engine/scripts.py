@@ -428,15 +428,17 @@ class AsyncScriptConnections:
                 raise redis.exceptions.MaxConnectionsError("Too many connections") from None
             conn = self._class(**self._kwargs)
             self._made.append(conn)
+        # can_read (redis-py 8) was can_read_destructive before
+        can_read = getattr(conn, "can_read", None) or conn.can_read_destructive
         try:
             await conn.connect()
             try:
-                if await conn.can_read():
+                if await can_read():
                     raise redis.ConnectionError("Connection has data")
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 await conn.disconnect()
                 await conn.connect()
-                if await conn.can_read():
+                if await can_read():
                     raise redis.ConnectionError("Connection not ready") from None
         except BaseException:
             self._free.append(conn)
