@@ -189,6 +189,8 @@ def test_the_same_exceptions_as_the_sync_client(prefix):
             await q.publish(b"12345")
         with pytest.raises(rqueue.InvalidInput):
             await q.publish_many(b"not a list")  # type: ignore[arg-type]
+        with pytest.raises(rqueue.InvalidInput, match="durabl"):
+            await q.publish(b"x", durable=True)
         async with q.consumer("g") as c:
             await q.publish(b"1")
             [d] = await c.fetch(1)

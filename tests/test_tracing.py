@@ -146,3 +146,18 @@ def test_without_a_tracer_nothing_is_added(prefix):
     q.publish(b"b", headers={"k": "v"})
     assert [m.headers for m in q.peek()] == [{}, {"k": "v"}]
     assert tracing.sending("orders", [b"a"]).__enter__() is None
+
+
+def test_a_malformed_traceparent_starts_a_trace_of_its_own(spans):
+    exporter, _ = spans
+
+    class Hostile:
+        seq, delivery_count = 7, 1
+        headers = {"traceparent": "00-zz-not-a-trace\r\n"}
+
+    with tracing.processing("orders", "g", Hostile()):
+        pass
+    tracing.dead_lettered("orders", "g", Hostile(), "rejected")
+    process, dead = exporter.get_finished_spans()
+    assert process.parent is None and process.links == ()
+    assert dead.parent is None

@@ -21,7 +21,7 @@ from ..constants import (
     SETTINGS_CACHE_TTL,
 )
 from ..engine import async_commands as acmd
-from ..engine.scripts import AsyncScripts
+from ..engine.async_scripts import AsyncScripts
 from ..errors import ConnectionLost, InvalidInput, InvalidSetting
 from ..names import check_name
 from ..queue import CLUSTER_DEAD_LETTER

@@ -37,7 +37,7 @@ from ..connection.urls import (
     scrub,
 )
 from ..constants import MIN_SERVER_VERSION
-from ..engine.scripts import AsyncRetrier, no_async_retry
+from ..engine.async_scripts import AsyncRetrier, no_async_retry
 from ..errors import ConnectionFailed, InvalidURL, ServerTooOld
 
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from ..clock import Clock
     from ..engine.async_commands import AsyncGroupCall
+    from ..engine.async_scripts import AsyncScripts
     from ..engine.keys import QueueKeys
-    from ..engine.scripts import AsyncScripts
     from ..randomness import Randomness
     from ..settings import Settings
     from .notify import AsyncNotifier

@@ -114,11 +114,17 @@ class Queue:
         id: str | None = None,
         delay: float | None = None,
         mandatory: bool = False,
+        durable: bool = False,
     ) -> PublishResult:
         """Appends one message; returns once Redis has applied it (see
         :meth:`rqueue.Queue.publish`)."""
         results = await self.publish_many(
-            [payload], headers=[headers] if headers else None, ids=[id], delay=delay, mandatory=mandatory
+            [payload],
+            headers=[headers] if headers else None,
+            ids=[id],
+            delay=delay,
+            mandatory=mandatory,
+            durable=durable,
         )
         return results[0]
 
@@ -129,9 +135,15 @@ class Queue:
         ids: Sequence[str | None] | None = None,
         delay: float | None = None,
         mandatory: bool = False,
+        durable: bool = False,
     ) -> list[PublishResult]:
         """Appends many messages, in order, checked before anything is sent
-        (see :meth:`rqueue.Queue.publish_many`); MAX_BATCH messages a round trip."""
+        (see :meth:`rqueue.Queue.publish_many`); MAX_BATCH messages a round
+        trip. ``durable=True`` is refused: use the sync client for it."""
+        if check.flag("durable", durable):
+            raise InvalidInput(
+                "rqueue.aio does not publish durably (WAIT/WAITAOF): use rqueue.connect for durable=True"
+            )
         await self.check_plain()
         settings = await self.settings()
         with sending(self.name, payloads) as trace:

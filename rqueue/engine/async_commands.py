@@ -18,8 +18,8 @@ from ..clock import Clock
 from ..randomness import Randomness
 from ..results import GroupStats
 from . import commands as c
+from .async_scripts import AsyncScript, AsyncScripts
 from .keys import QueueKeys, registry_key, settings_key
-from .scripts import AsyncScript, AsyncScripts
 
 T = TypeVar("T")
 
