@@ -6,6 +6,8 @@ no tracer configured nothing is added."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 from opentelemetry import trace
@@ -161,3 +163,19 @@ def test_a_malformed_traceparent_starts_a_trace_of_its_own(spans):
     process, dead = exporter.get_finished_spans()
     assert process.parent is None and process.links == ()
     assert dead.parent is None
+
+
+def test_the_global_tracer_provider_is_used_when_one_is_set(prefix):
+    # in a process of its own: a global provider cannot be unset
+    script = f"""
+import rqueue
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+trace.set_tracer_provider(TracerProvider())
+q = rqueue.connect("memory://", prefix={prefix!r}).queue("orders")
+with trace.get_tracer("app").start_as_current_span("request"):
+    q.publish(b"x")
+print(sorted(q.peek()[0].headers))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "['traceparent']"

@@ -177,7 +177,24 @@ async def _sentinel(url: str, shown: str, options: dict[str, Any]) -> Any:
         sync.close()
     make: Callable[..., Any] = AsyncSentinel
     sentinel = make(addresses, sentinel_kwargs=sentinel_kwargs)
-    return sentinel.master_for(service, redis_class=aioredis.Redis, **server)
+    client = sentinel.master_for(service, redis_class=AsyncSentinelRedis, **server)
+    client.sentinel_manager = sentinel
+    return client
+
+
+class AsyncSentinelRedis(aioredis.Redis):
+    """The asyncio client of the primary; closing it also closes the
+    connections to the sentinels."""
+
+    sentinel_manager: Any = None
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        try:
+            await super().aclose(close_connection_pool)
+        finally:
+            if self.sentinel_manager is not None:
+                for node in self.sentinel_manager.sentinels:
+                    await node.aclose()
 
 
 def cluster_retry(timeout: float) -> AsyncRetrier:
