@@ -460,3 +460,40 @@ def test_a_stop_at_once_ends_the_worker_while_redis_is_paused(kind, prefix):
             os.kill(server.process.pid, signal.SIGCONT)
     finally:
         server.stop()
+
+
+def test_a_second_sigterm_stops_the_async_worker_at_once(prefix, tmp_path):
+    server = start_server("redis")
+    try:
+        q = rqueue.connect(server.url, prefix=prefix).queue("orders")
+        q.publish(b"m")
+        marks = tmp_path / "marks"
+        script = f"""
+import asyncio
+import rqueue.aio
+
+async def main():
+    client = await rqueue.aio.connect({server.url!r}, prefix={prefix!r})
+    async def handler(d):
+        open({str(marks)!r}, "a").write("start\\n")
+        await asyncio.sleep(30)
+    w = rqueue.aio.Worker(client.queue("orders"), "g", handler, concurrency=1, grace_period=30)
+    await w.run()
+    print("returned", flush=True)
+
+asyncio.run(main())
+"""
+        env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+        proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+        wait_for(lambda: marks.exists() and "start" in marks.read_text(), timeout=20)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # in its grace period, the handler still running
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+        # the second signal ended it within about a second, not after the grace period
+        assert time.monotonic() - started < 5
+        assert "returned" in out
+        assert q.stats().group("g").consumers == []  # it still left the group
+    finally:
+        server.stop()

@@ -135,9 +135,9 @@ class Worker:
         included), then raises CancelledError."""
         loop = self._loop = asyncio.get_running_loop()
         signals = install_signal_handlers and threading.current_thread() is threading.main_thread()
-        if signals:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self._on_signal, sig)
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} if signals else {}
+        for sig in previous:
+            loop.add_signal_handler(sig, self._on_signal, sig)
         cancelled = False
         try:
             consumer = await self._retry.call(self._join)
@@ -164,9 +164,9 @@ class Worker:
             finally:
                 await self._shutdown(consumer, handlers)
         finally:
-            if signals:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
+            for sig, handler in previous.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, handler)  # asyncio.run's own SIGINT handler, say
         if cancelled:
             raise asyncio.CancelledError
         return self.stats
