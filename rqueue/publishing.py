@@ -23,6 +23,7 @@ from .errors import InvalidInput, NotDurable, PartialPublish, PayloadTooLarge, U
 from .names import check_message_id
 from .results import PublishResult
 from .settings import Settings
+from .tracing import with_trace
 
 if TYPE_CHECKING:
     from .protocols import QueueLike
@@ -62,17 +63,21 @@ def prepare(
     mandatory: bool,
     durable: bool,
     positions: Sequence[int] | None = None,
+    trace: str | None = None,
 ) -> PreparedPublish | None:
     """Checks every message of a publish_many call and encodes it; None for
     an empty batch. Raises before anything is sent; an error names the
     message by its index, or by ``positions[index]`` (its place in the
-    caller's batch) when given."""
+    caller's batch) when given. ``trace`` is the ``traceparent`` header
+    every message gets (rqueue.tracing.sending)."""
     if type(payloads) is not list and (isinstance(payloads, (bytes, str)) or not isinstance(payloads, Sequence)):
         raise InvalidInput("payloads must be a sequence of bytes (for one message use publish())")
     count = len(payloads)
     if count == 0:
         return None
     per_headers = per_message(headers, count, "headers")
+    if trace is not None:
+        per_headers = with_trace(per_headers, trace)
     per_ids = [None] * count if ids is None else list(ids)
     if len(per_ids) != count:
         raise InvalidInput(f"ids has {len(per_ids)} entries for {count} payloads")

@@ -17,6 +17,7 @@ from .names import check_name, check_queue_name
 from .publishing import prepare, send
 from .results import DeadLetter, Message, Progress, PublishResult, QueueStats, ReplayResult
 from .settings import DEAD_LETTER_MODES, Settings
+from .tracing import sending
 from .waiting import wait_settled
 
 if TYPE_CHECKING:
@@ -232,8 +233,9 @@ class Queue:
         before anything is sent: one bad message fails the whole call and
         stores nothing.
         """
-        prepared = prepare(self, payloads, headers, ids, delay, mandatory, durable)
-        return send(self, prepared) if prepared is not None else []
+        with sending(self.name, payloads) as trace:
+            prepared = prepare(self, payloads, headers, ids, delay, mandatory, durable, trace=trace)
+            return send(self, prepared) if prepared is not None else []
 
     # -- consuming ----------------------------------------------------------
 

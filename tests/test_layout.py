@@ -32,6 +32,7 @@ LAYERS = [
         "rqueue.validate",
         "rqueue.delivery",
         "rqueue.ticks",
+        "rqueue.tracing",
     },
     {"rqueue.connection"},
     {"rqueue.engine"},
@@ -50,6 +51,7 @@ LAYERS = [
         "rqueue.overview",
     },
     {"rqueue", "rqueue.worker", "rqueue.embedded", "rqueue.spark", "rqueue.dashboard"},
+    {"rqueue.aio"},
     {"rqueue.cli"},
 ]
 

@@ -7,7 +7,12 @@ The ARGV block every group script starts with (lua/includes/group_args.lua)
 is built by :class:`GroupCall`, which keeps the parts that follow from the
 settings so that a consumer computes them once per settings object.
 
-Long because it holds every script's typed function and reply, side by side.
+Each group command is a builder of its ARGV, a parser of its reply and the
+sync call that joins them; rqueue.engine.async_commands joins the same
+builders and parsers with an await.
+
+Long because every script's builder, parser and call belong together: one
+place knows each script's arguments and reply.
 """
 
 from __future__ import annotations
@@ -141,12 +146,13 @@ def failure_policy(settings: GroupSettings, queue: str) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
-class GroupCall:
-    """What a call of a group script needs besides its own arguments: the
-    scripts, the group's KEYS, and ARGV[1..7] less the clock and the random
-    number, which every call adds (lua/includes/group_args.lua)."""
+class GroupArgs:
+    """What a call of a group script needs besides its own arguments and the
+    connection: the group's KEYS, and ARGV[1..7] less the clock and the
+    random number, which every call adds (lua/includes/group_args.lua).
+    Shared by the sync calls (:class:`GroupCall`) and the async ones
+    (rqueue.engine.async_commands)."""
 
-    scripts: Scripts
     clock: Clock
     randomness: Randomness
     keys: list[str]
@@ -157,6 +163,50 @@ class GroupCall:
     policy: tuple[str, str]  # the failure policy's words before and after the random number
     queue: str  # for error messages
     where: str  # the queue's key base, for error messages
+
+    @staticmethod
+    def fields_of(
+        clock: Clock,
+        randomness: Randomness,
+        keys: list[str],
+        queue: str,
+        where: str,
+        group: str,
+        consumer: str,
+        settings: GroupSettings,
+    ) -> dict[str, Any]:
+        """The fields for ``settings``, by name."""
+        return {
+            "clock": clock,
+            "randomness": randomness,
+            "keys": keys,
+            "ack_keys": keys[:ACK_KEYS],
+            "group": group,
+            "consumer": consumer,
+            "head": (_ms(settings.ack_wait), settings.max_inflight, settings.prefetch),
+            "policy": failure_policy(settings, queue),
+            "queue": queue,
+            "where": where,
+        }
+
+    def argv(self, extra: Sequence[Any]) -> list[Any]:
+        """The group ARGV followed by the script's own arguments."""
+        before, after = self.policy
+        return [
+            self.group,
+            self.consumer,
+            self.clock.script_now(),
+            *self.head,
+            before + repr(self.randomness.unit()) + after,
+            *extra,
+        ]
+
+
+@dataclass(frozen=True)
+class GroupCall(GroupArgs):
+    """:class:`GroupArgs` with the scripts of a sync client, which run them."""
+
+    scripts: Scripts
 
     @classmethod
     def of(
@@ -172,30 +222,8 @@ class GroupCall:
         settings: GroupSettings,
     ) -> GroupCall:
         return cls(
-            scripts,
-            clock,
-            randomness,
-            keys,
-            keys[:ACK_KEYS],
-            group,
-            consumer,
-            (_ms(settings.ack_wait), settings.max_inflight, settings.prefetch),
-            failure_policy(settings, queue),
-            queue,
-            where,
+            scripts=scripts, **GroupArgs.fields_of(clock, randomness, keys, queue, where, group, consumer, settings)
         )
-
-    def argv(self, extra: Sequence[Any]) -> list[Any]:
-        """The group ARGV followed by the script's own arguments."""
-        before, after = self.policy
-        return [
-            self.group,
-            self.consumer,
-            self.clock.script_now(),
-            *self.head,
-            before + repr(self.randomness.unit()) + after,
-            *extra,
-        ]
 
     def run(self, script: Script, extra: Sequence[Any]) -> Any:
         return run(script, self.keys, self.argv(extra), self.queue, self.where)
@@ -229,23 +257,43 @@ def flat_tags(tags: Sequence[Tag]) -> list[int | str]:
     return [n for _, seq, count, token in tags for n in (seq, count, token)]
 
 
+# Each command below is a builder of its script's own arguments (ARGV after
+# the group block), a parser of its reply, and the sync call that joins them
+# through GroupCall.run. rqueue.engine.async_commands joins the same builders
+# and parsers through an await: only the I/O differs.
+
+
+def fetch_args(n: int, token: str, acks: Sequence[Tag] = ()) -> list[Any]:
+    return [n, token, *flat_tags(acks)]
+
+
+def parse_fetch(reply: Any, token: str, acks: int) -> FetchReply:
+    due = reply[1]
+    statuses = [s.decode() for s in reply[2 : 2 + acks]] if acks else []
+    return FetchReply(int(reply[0]), None if due in (b"", None) else int(due), statuses, token, reply, 2 + acks)
+
+
 def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = ()) -> FetchReply:
     """Claims up to ``n`` deliveries, their tags carrying ``token`` (a word
     of [0-9a-z] drawn at random per call), after acking ``acks`` leniently."""
-    reply = call.run(call.scripts.fetch, [n, token, *flat_tags(acks)])
-    due = reply[1]
-    statuses = [s.decode() for s in reply[2 : 2 + len(acks)]] if acks else []
-    return FetchReply(int(reply[0]), None if due in (b"", None) else int(due), statuses, token, reply, 2 + len(acks))
+    return parse_fetch(call.run(call.scripts.fetch, fetch_args(n, token, acks)), token, len(acks))
+
+
+def ack_args(call: GroupArgs, tags: Sequence[Tag], strict: bool) -> list[Any]:
+    """ack.lua's whole ARGV: the group and consumer names alone of the group
+    arguments (it reads no clock and no setting), the mode, the tags."""
+    return [call.group, call.consumer, "1" if strict else "0", *flat_tags(tags)]
+
+
+def parse_ack(reply: Any, strict: bool) -> list[str]:
+    return [] if strict else [s.decode() for s in reply]
 
 
 def ack(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
     """Acks ``tags``. Strict: all or none, raising the first bad tag's error
-    (returns []); else one status per tag ("ok" or its error code). ack.lua
-    is sent the group and consumer names alone of the group arguments: it
-    reads no clock and no setting."""
-    args = [call.group, call.consumer, "1" if strict else "0", *flat_tags(tags)]
-    reply = run(call.scripts.ack, call.ack_keys, args, call.queue, call.where)
-    return [] if strict else [s.decode() for s in reply]
+    (returns []); else one status per tag ("ok" or its error code)."""
+    reply = run(call.scripts.ack, call.ack_keys, ack_args(call, tags, strict), call.queue, call.where)
+    return parse_ack(reply, strict)
 
 
 class NackReply(NamedTuple):
@@ -253,16 +301,28 @@ class NackReply(NamedTuple):
     where: int  # due time (ms) when requeued; dead-letter seq when dead (0: dropped)
 
 
-def nack(call: GroupCall, tag: Tag, delay_ms: int | None, error: str) -> NackReply:
+def nack_args(tag: Tag, delay_ms: int | None, error: str) -> list[Any]:
     _, seq, count, token = tag
-    status, where = call.run(call.scripts.nack, [seq, count, token, "" if delay_ms is None else str(delay_ms), error])
+    return [seq, count, token, "" if delay_ms is None else str(delay_ms), error]
+
+
+def parse_nack(reply: Any) -> NackReply:
+    status, where = reply
     return NackReply(status == b"dead", int(where))
+
+
+def nack(call: GroupCall, tag: Tag, delay_ms: int | None, error: str) -> NackReply:
+    return parse_nack(call.run(call.scripts.nack, nack_args(tag, delay_ms, error)))
+
+
+def reject_args(tag: Tag, reason: str, text: str) -> list[Any]:
+    _, seq, count, token = tag
+    return [seq, count, token, reason, text]
 
 
 def reject(call: GroupCall, tag: Tag, reason: str, text: str) -> int:
     """Dead-letters one delivery; its seq in the dead-letter queue, 0 when dropped."""
-    _, seq, count, token = tag
-    return int(call.run(call.scripts.reject, [seq, count, token, reason, text]))
+    return int(call.run(call.scripts.reject, reject_args(tag, reason, text)))
 
 
 class ExtendReply(NamedTuple):
@@ -270,9 +330,12 @@ class ExtendReply(NamedTuple):
     statuses: list[str]  # per tag: "ok" or its error code
 
 
-def extend(call: GroupCall, tags: Sequence[Tag]) -> ExtendReply:
-    reply = call.run(call.scripts.extend, flat_tags(tags))
+def parse_extend(reply: Any) -> ExtendReply:
     return ExtendReply(int(reply[0]), [s.decode() for s in reply[1:]])
+
+
+def extend(call: GroupCall, tags: Sequence[Tag]) -> ExtendReply:
+    return parse_extend(call.run(call.scripts.extend, flat_tags(tags)))
 
 
 class HeartbeatReply(NamedTuple):
@@ -284,11 +347,18 @@ class HeartbeatReply(NamedTuple):
     statuses: list[str]  # per tag: "ok" or its error code
 
 
-def heartbeat(call: GroupCall, timeout_ms: int, sync: bool, tags: Sequence[Tag]) -> HeartbeatReply:
-    reply = call.run(call.scripts.heartbeat, [timeout_ms, "1" if sync else "0", *flat_tags(tags)])
+def heartbeat_args(timeout_ms: int, sync: bool, tags: Sequence[Tag]) -> list[Any]:
+    return [timeout_ms, "1" if sync else "0", *flat_tags(tags)]
+
+
+def parse_heartbeat(reply: Any) -> HeartbeatReply:
     return HeartbeatReply(
         int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]), [s.decode() for s in reply[5:]]
     )
+
+
+def heartbeat(call: GroupCall, timeout_ms: int, sync: bool, tags: Sequence[Tag]) -> HeartbeatReply:
+    return parse_heartbeat(call.run(call.scripts.heartbeat, heartbeat_args(timeout_ms, sync, tags)))
 
 
 class JoinReply(NamedTuple):
@@ -296,9 +366,13 @@ class JoinReply(NamedTuple):
     consumer_created: bool
 
 
-def join(call: GroupCall, liveness_ms: int) -> JoinReply:
-    group_created, consumer_created = call.run(call.scripts.join, [liveness_ms])
+def parse_join(reply: Any) -> JoinReply:
+    group_created, consumer_created = reply
     return JoinReply(int(group_created) == 1, int(consumer_created) == 1)
+
+
+def join(call: GroupCall, liveness_ms: int) -> JoinReply:
+    return parse_join(call.run(call.scripts.join, [liveness_ms]))
 
 
 class LeaveReply(NamedTuple):
@@ -306,9 +380,17 @@ class LeaveReply(NamedTuple):
     dead_lettered: int
 
 
-def leave(call: GroupCall, consumer: str, graceful: bool) -> LeaveReply:
-    returned, dead = call.run(call.scripts.leave, [consumer, "graceful" if graceful else "dead"])
+def leave_args(consumer: str, graceful: bool) -> list[Any]:
+    return [consumer, "graceful" if graceful else "dead"]
+
+
+def parse_leave(reply: Any) -> LeaveReply:
+    returned, dead = reply
     return LeaveReply(int(returned), int(dead))
+
+
+def leave(call: GroupCall, consumer: str, graceful: bool) -> LeaveReply:
+    return parse_leave(call.run(call.scripts.leave, leave_args(consumer, graceful)))
 
 
 class PurgeReply(NamedTuple):
@@ -316,14 +398,22 @@ class PurgeReply(NamedTuple):
     more: bool  # the group still has a backlog: call again
 
 
-def purge(call: GroupCall, batch: int) -> PurgeReply:
-    purged, more = call.run(call.scripts.purge, [batch])
+def parse_purge(reply: Any) -> PurgeReply:
+    purged, more = reply
     return PurgeReply(int(purged), int(more) == 1)
+
+
+def purge(call: GroupCall, batch: int) -> PurgeReply:
+    return parse_purge(call.run(call.scripts.purge, [batch]))
+
+
+def parse_replay(reply: Any) -> list[str]:
+    return [s.decode() for s in reply]
 
 
 def replay(call: GroupCall, dead_letter_seqs: Sequence[int]) -> list[str]:
     """Per dead-letter seq: "replayed", "missing", "other-group", "corrupt" or "pending"."""
-    return [s.decode() for s in call.run(call.scripts.replay, list(dead_letter_seqs))]
+    return parse_replay(call.run(call.scripts.replay, list(dead_letter_seqs)))
 
 
 def stats(call: GroupCall) -> GroupStats:

@@ -29,6 +29,7 @@ from .dispatcher import Dispatcher
 from .handlers import Handler, Handlers
 from .heartbeat import Heartbeat
 from .ledger import Ledger
+from .options import check_options
 from .reconnect import Reconnector, cut_off
 from .scheduler import Scheduler
 from .stats import Tally, WorkerStats
@@ -91,22 +92,16 @@ class Worker:
         metrics: WorkerMetrics | None = None,
         scheduler: bool = True,
     ) -> None:
-        if not callable(handler):
-            raise InvalidInput(f"handler {handler!r} is not callable")
-        check.whole_number("concurrency", concurrency, 1)
-        for what, value in (
-            ("heartbeat_interval", heartbeat_interval),
-            ("heartbeat_timeout", heartbeat_timeout),
-            ("max_run_time", max_run_time),
-            ("reconnect_timeout", reconnect_timeout),
-        ):
-            check.positive_seconds(what, value)
-        if heartbeat_timeout <= heartbeat_interval:
-            raise InvalidInput(
-                f"heartbeat_timeout ({heartbeat_timeout}) must be longer than heartbeat_interval ({heartbeat_interval})"
-            )
-        check.optional_whole_number("prefetch", prefetch, 1)
-        check.seconds("grace_period", grace_period)
+        check_options(
+            handler,
+            concurrency,
+            prefetch,
+            heartbeat_interval,
+            heartbeat_timeout,
+            max_run_time,
+            grace_period,
+            reconnect_timeout,
+        )
         self.queue = queue
         self.group = check_name("group", group)
         if name is not None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..constants import IDLE_POLL_INTERVAL
 from ..errors import AlreadyAcked, DeliveryError, RQueueError
+from ..tracing import dead_lettered
 from .handlers import Handlers
 from .ledger import Ledger
 from .outcome import Outcome
@@ -176,10 +177,12 @@ class Dispatcher:
                             d.delivery_count,
                             text,
                         )
+                        dead_lettered(consumer.queue.name, consumer.group, d, "max-deliveries")
                 else:
                     self._retry(consumer.reject, d, reason=text)
                     self._tally.count(rejected=1, dead_lettered=1)
                     log.warning("dead-lettered %s: rejected by the handler: %s", d.tag, text)
+                    dead_lettered(consumer.queue.name, consumer.group, d, "rejected")
             except DeliveryError as exc:
                 # The delivery moved on (lease ran out, member removed): the
                 # message is already offered again; nothing to undo.

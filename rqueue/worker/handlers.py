@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..constants import STALE_DISPATCH_FRACTION
 from ..errors import DeliveryError, Reject
+from ..tracing import processing
 from .ledger import Ledger
 from .outcome import Outcome
 from .reconnect import Reconnector
@@ -138,7 +139,8 @@ class Handlers:
         self._ledger.start(d, started)
         self._tally.handled()
         try:
-            self._call(d)
+            with processing(self._consumer.queue.name, self._consumer.group, d):
+                self._call(d)
             return Outcome.ACK, ""
         except Reject as exc:
             return Outcome.REJECT, exc.reason

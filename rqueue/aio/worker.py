@@ -1,0 +1,460 @@
+"""The asyncio worker: the threaded worker's design (docs/worker.md) as
+tasks on the caller's event loop. One dispatcher task fetches and settles,
+``concurrency`` handler tasks run the handler, one task beats; they share
+a :class:`~rqueue.worker.ledger.Ledger`, count in the same
+:class:`~rqueue.worker.stats.WorkerStats` and follow the same rules (the
+tests run the worker tests against both workers).
+
+Long because it holds the four parts of the threaded worker (control,
+dispatcher, handlers, heartbeat) in one module: each is the async twin of
+a small class there, and they share one object's state here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..constants import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_GRACE_PERIOD,
+    DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_HEARTBEAT_TIMEOUT,
+    DEFAULT_MAX_RUN_TIME,
+    DEFAULT_RECONNECT_TIMEOUT,
+    IDLE_POLL_INTERVAL,
+    STALE_DISPATCH_FRACTION,
+    WORKER_PREFETCH_PER_THREAD,
+)
+from ..errors import AlreadyAcked, DeliveryError, NotMember, Reject, RQueueError
+from ..names import check_name
+from ..tracing import dead_lettered, processing
+from ..worker.handlers import STALE_CHECKS
+from ..worker.ledger import Ledger
+from ..worker.options import check_options
+from ..worker.outcome import Outcome
+from ..worker.reconnect import TRANSIENT
+from ..worker.stats import Tally, WorkerStats
+from .consumer import Consumer, Delivery
+from .queue import Queue
+from .reconnect import AsyncReconnector
+
+log = logging.getLogger("rqueue.worker")
+
+Handler = Callable[[Delivery], Any]
+
+
+class Worker:
+    """Runs ``handler(delivery)`` for each message of ``group`` on ``queue``
+    (an :class:`rqueue.aio.Queue`), as ``concurrency`` tasks on the event
+    loop that awaits :meth:`run`.
+
+    The semantics are :class:`rqueue.Worker`'s: a normal return acks, an
+    exception nacks under the redelivery policy, :class:`rqueue.Reject`
+    dead-letters; up to ``prefetch`` deliveries (default ``2 *
+    concurrency``) are held, those waiting for a task kept alive by the
+    heartbeat; one that waited long is checked with Redis before it runs.
+    ``handler`` is a coroutine function, or a plain function, which then
+    runs in a thread (asyncio.to_thread) so that it does not block the loop.
+
+    :meth:`run` works until :meth:`stop`, SIGTERM / SIGINT (when it runs in
+    the main thread) or the cancellation of its task: fetching stops,
+    deliveries not started are handed back, running handlers get
+    ``grace_period`` seconds, the rest is returned at once and the worker
+    leaves the group. A second signal (or ``stop(now=True)``) stops at once.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        group: str,
+        handler: Handler,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        *,
+        name: str | None = None,
+        prefetch: int | None = None,
+        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
+        max_run_time: float = DEFAULT_MAX_RUN_TIME,
+        grace_period: float = DEFAULT_GRACE_PERIOD,
+        reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT,
+    ) -> None:
+        check_options(
+            handler,
+            concurrency,
+            prefetch,
+            heartbeat_interval,
+            heartbeat_timeout,
+            max_run_time,
+            grace_period,
+            reconnect_timeout,
+        )
+        self.queue = queue
+        self.group = check_name("group", group)
+        if name is not None:
+            check_name("consumer", name)
+        self.handler = handler
+        self.concurrency = concurrency
+        self.name = name
+        self.prefetch = prefetch if prefetch is not None else concurrency * WORKER_PREFETCH_PER_THREAD
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
+        self.max_run_time = max_run_time
+        self.grace_period = grace_period
+        self.reconnect_timeout = reconnect_timeout
+        self.stats = WorkerStats()
+        #: The worker's member of the group, once :meth:`run` has joined it.
+        self.consumer: Consumer | None = None
+        self._clock = queue.client.clock
+        self._notifier = queue.client.notifier
+        self._tally = Tally(self.stats)
+        self._stopping = threading.Event()
+        self._hard_stop = threading.Event()
+        self._retry = AsyncReconnector(
+            reconnect_timeout, self._tally, hard_stop=self._hard_stop, randomness=queue.client.randomness
+        )
+        self._coroutine = inspect.iscoroutinefunction(handler)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ledger = Ledger()
+        self._tasks: asyncio.Queue[Delivery | None] = asyncio.Queue()
+        self._dispatching: asyncio.Task[None] | None = None
+        self._beating: asyncio.Task[None] | None = None
+        self._beat_stop = asyncio.Event()
+
+    # -- control ------------------------------------------------------------------
+
+    async def run(self, install_signal_handlers: bool = True) -> WorkerStats:
+        """Works until stopped; returns the counters. Cancelling the task
+        that awaits it stops the worker as :meth:`stop` does (grace period
+        included), then raises CancelledError."""
+        loop = self._loop = asyncio.get_running_loop()
+        signals = install_signal_handlers and threading.current_thread() is threading.main_thread()
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} if signals else {}
+        for sig in previous:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        cancelled = False
+        try:
+            consumer = await self._retry.call(self._join)
+            self.consumer = consumer
+            handlers = [loop.create_task(self._work(), name=f"rqueue-handler-{i}") for i in range(self.concurrency)]
+            self._beating = loop.create_task(self._beat(consumer), name="rqueue-heartbeat")
+            log.info(
+                "worker %s joined %s/%s with %d handler tasks",
+                consumer.name,
+                self.queue.name,
+                self.group,
+                self.concurrency,
+            )
+            try:
+                self._dispatching = loop.create_task(self._dispatch(consumer), name="rqueue-dispatcher")
+                try:
+                    await self._dispatching
+                except asyncio.CancelledError:
+                    if self._hard_stop.is_set() and not _cancelling():
+                        pass  # stop(now=True) cut the dispatcher off
+                    else:
+                        cancelled = True
+                        self._stopping.set()
+            finally:
+                await self._shutdown(consumer, handlers)
+        finally:
+            for sig, handler in previous.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, handler)  # asyncio.run's own SIGINT handler, say
+        if cancelled:
+            raise asyncio.CancelledError
+        return self.stats
+
+    async def _join(self) -> Consumer:
+        consumer = self.queue.consumer(self.group, self.name, prefetch=self.prefetch, liveness=self.heartbeat_timeout)
+        return await consumer.join()
+
+    def stop(self, now: bool = False) -> None:
+        """Stops fetching; running handlers get the grace period. With
+        ``now``: no grace period, no retries, and a Redis call under way is
+        cut off. Safe to call from any thread."""
+        if now:
+            self._hard_stop.set()
+        self._stopping.set()
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._wake, now)
+
+    def _wake(self, now: bool) -> None:
+        self._notifier.poke()
+        if now:
+            self._retry.cut_off_soon()
+            if self._dispatching is not None:
+                self._dispatching.cancel()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stopping.is_set():
+            log.warning("second %s: stopping at once", sig.name)
+            self.stop(now=True)
+        else:
+            log.info("%s: finishing running handlers, then leaving", sig.name)
+            self.stop()
+
+    def _ack_wait(self) -> float:
+        assert self.consumer is not None
+        return self.consumer.last_settings.ack_wait
+
+    def _has_news(self) -> bool:
+        return self._ledger.has_results() or self._stopping.is_set()
+
+    # -- the dispatcher (rqueue.worker.dispatcher) ----------------------------------
+
+    async def _dispatch(self, consumer: Consumer) -> None:
+        ledger = self._ledger
+        notifier = self._notifier
+        channel = self.queue.keys.wake_channel
+        while not self._stopping.is_set():
+            generation = await notifier.generation(channel)
+            acks, others = ledger.drain()
+            await self._settle_others(consumer, others)
+            free = self.prefetch - ledger.unsettled()
+            if free <= 0 and not acks:
+                await notifier.wait(channel, generation, IDLE_POLL_INTERVAL, until=self._has_news)
+                continue
+            # The lease of what this fetch brings begins after it is sent.
+            sent = self._clock.monotonic()
+            joins = consumer.joins
+            statuses, deliveries, due_in = await self._retry.call(consumer.ack_and_fetch, acks, max(free, 0))
+            if consumer.joins != joins:
+                dropped = ledger.forget_waiting()
+                log.warning(
+                    "worker %s had been removed from its group and joined again; "
+                    "%d waiting deliveries dropped, not run",
+                    consumer.name,
+                    dropped,
+                )
+            self._record_acks(statuses)
+            ledger.fetched(deliveries)  # type: ignore[arg-type]  # an aio Delivery is a Delivery
+            if self._retry.resync:
+                await self._hand_back_unknown(consumer)
+            if deliveries:
+                self._tally.count(fetched=len(deliveries), redelivered=sum(1 for d in deliveries if d.redelivered))
+                ledger.wait(deliveries, sent)  # type: ignore[arg-type]
+                for d in deliveries:
+                    self._tasks.put_nowait(d)
+                continue
+            if acks or others:
+                continue
+            wait = IDLE_POLL_INTERVAL if due_in is None else min(IDLE_POLL_INTERVAL, due_in)
+            await notifier.wait(channel, generation, wait, until=self._has_news)
+
+    async def _settle(self, consumer: Consumer) -> None:
+        acks, others = self._ledger.drain()
+        if acks:
+            self._record_acks(await self._retry.call(consumer.ack_available, acks))
+        await self._settle_others(consumer, others)
+
+    async def _hand_back_unknown(self, consumer: Consumer) -> None:
+        known = self._ledger.known()
+        result = await self._retry.call(consumer.heartbeat, known, self.heartbeat_timeout, sync=True)
+        self._retry.resync = False
+        if result.handed_back:
+            log.warning("handed back %d deliveries whose fetch reply was lost", result.handed_back)
+
+    async def _hand_back_waiting(self, consumer: Consumer) -> None:
+        waiting = self._ledger.withdraw_waiting()
+        if not waiting:
+            return
+        keep = self._ledger.known()
+        try:
+            result = await self._retry.call_once(consumer.heartbeat, keep, self.heartbeat_timeout, sync=True)
+        except Exception as exc:
+            log.warning(
+                "could not hand back %d waiting deliveries (%s: %s); the leave returns them",
+                len(waiting),
+                type(exc).__name__,
+                exc,
+            )
+            return
+        log.info("handed back %d deliveries that had not started", result.handed_back)
+
+    def _record_acks(self, statuses: list[RQueueError | None]) -> None:
+        resync = self._retry.resync
+        ok = sum(1 for s in statuses if s is None or (resync and isinstance(s, AlreadyAcked)))
+        for err in statuses:
+            if err is not None and not isinstance(err, AlreadyAcked):
+                log.info("ack not applied: %s", err)
+        self._tally.count(acked=ok, late_settles=len(statuses) - ok)
+
+    async def _settle_others(self, consumer: Consumer, others: list[tuple[Any, Outcome, str]]) -> None:
+        for d, outcome, text in others:
+            try:
+                if outcome is Outcome.NACK:
+                    status = await self._retry.call(consumer.nack, d, error=text)
+                    self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
+                    if status == "dead":
+                        dead_lettered(self.queue.name, self.group, d, "max-deliveries")
+                else:
+                    await self._retry.call(consumer.reject, d, reason=text)
+                    self._tally.count(rejected=1, dead_lettered=1)
+                    dead_lettered(self.queue.name, self.group, d, "rejected")
+            except DeliveryError as exc:
+                log.info("%s of %s not applied: %s", outcome.value, d.tag, exc)
+                self._tally.count(late_settles=1)
+
+    # -- the handler tasks (rqueue.worker.handlers) ---------------------------------
+
+    async def _work(self) -> None:
+        ledger = self._ledger
+        while True:
+            d = await self._tasks.get()
+            if d is None:
+                return
+            try:
+                outcome, text = await self._handle(d)
+            except asyncio.CancelledError:
+                ledger.stop(d.tag)
+                raise
+            except BaseException as exc:  # never lose the slot or the result
+                log.error("could not run the handler on %s: %s: %s", d.tag, type(exc).__name__, exc)
+                ledger.stop(d.tag)
+                outcome, text = Outcome.SKIPPED, ""
+            ledger.result(d, outcome, text)
+            self._notifier.poke()
+
+    async def _handle(self, d: Delivery) -> tuple[Outcome, str]:
+        taken = self._ledger.take(d.tag, self._stopping)
+        if taken is Outcome.RETURNED:
+            return Outcome.RETURNED, ""
+        if isinstance(taken, Outcome):
+            self._tally.count(stale_skipped=1)
+            return Outcome.SKIPPED, ""
+        held_since = taken
+        started = self._clock.monotonic()
+        safe = min(self._ack_wait(), self.heartbeat_timeout) * STALE_DISPATCH_FRACTION
+        checks = 0
+        while started - held_since >= safe:
+            # It waited long (or the loop was blocked): check with Redis, as
+            # the threaded worker does (rqueue.worker.handlers).
+            checks += 1
+            if checks > STALE_CHECKS:
+                log.warning("not running %s: Redis answered %d checks of its lease too late", d.tag, STALE_CHECKS)
+                self._tally.count(stale_skipped=1)
+                return Outcome.SKIPPED, ""
+            if not await self._still_held(d):
+                log.info("not running %s: no longer held %.1f s after its fetch was sent", d.tag, started - taken)
+                self._tally.count(stale_skipped=1)
+                return Outcome.SKIPPED, ""
+            held_since = started
+            started = self._clock.monotonic()
+        self._ledger.start(d, started)
+        self._tally.handled()
+        try:
+            with processing(self.queue.name, self.group, d):
+                if self._coroutine:
+                    await self.handler(d)
+                else:
+                    await asyncio.to_thread(self.handler, d)
+            return Outcome.ACK, ""
+        except Reject as exc:
+            return Outcome.REJECT, exc.reason
+        except Exception as exc:
+            log.warning("handler failed on %s (delivery %d): %s: %s", d.tag, d.delivery_count, type(exc).__name__, exc)
+            return Outcome.NACK, f"{type(exc).__name__}: {exc}"
+        finally:
+            self._ledger.stop(d.tag)
+
+    async def _still_held(self, d: Delivery) -> bool:
+        assert self.consumer is not None
+        try:
+            await self._retry.call(self.consumer.in_progress, d)
+            return True
+        except DeliveryError:
+            return False
+
+    # -- the heartbeat (rqueue.worker.heartbeat) --------------------------------------
+
+    async def _beat(self, consumer: Consumer) -> None:
+        ledger = self._ledger
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._beat_stop.wait(), min(self.heartbeat_interval, self._ack_wait() / 3))
+            if self._beat_stop.is_set():
+                return
+            running, waiting = ledger.leases(self._clock.monotonic(), self.max_run_time)
+            try:
+                statuses, removed, returned, dead, _ = await self._retry.call_once(
+                    consumer.heartbeat, running + waiting, self.heartbeat_timeout
+                )
+            except NotMember:
+                dropped = ledger.forget_waiting()
+                log.warning(
+                    "worker %s had been removed from its group; %d waiting deliveries dropped, not run; joining again",
+                    consumer.name,
+                    dropped,
+                )
+                try:
+                    await self._retry.call_once(consumer.rejoin)
+                except Exception as exc:
+                    log.warning("could not join again (%s: %s)", type(exc).__name__, exc)
+                continue
+            except TRANSIENT as exc:
+                log.debug("heartbeat failed (%s); the dispatcher handles reconnecting", exc)
+                continue
+            except Exception:
+                log.exception("heartbeat failed")
+                continue
+            lost = sum(1 for s in statuses if s is not None)
+            gone = [d.tag for d, s in zip(waiting, statuses[len(running) :], strict=False) if s is not None]
+            if gone:
+                ledger.lost(gone)
+            self._tally.count(leases_lost=lost, members_removed=removed)
+            if removed:
+                log.warning(
+                    "removed %d silent member(s) of %s/%s: %d deliveries offered again, %d dead-lettered",
+                    removed,
+                    self.queue.name,
+                    consumer.group,
+                    returned,
+                    dead,
+                )
+
+    # -- stopping (rqueue.worker.control) ---------------------------------------------
+
+    async def _shutdown(self, consumer: Consumer, handlers: list[asyncio.Task[None]]) -> None:
+        """Hands back what has not started, gives running handlers the grace
+        period, settles what finished, and leaves the group."""
+        self._stopping.set()
+        hard = self._hard_stop.is_set
+        deadline = self._clock.monotonic() + (0.0 if hard() else self.grace_period)
+        ledger = self._ledger
+        try:
+            try:
+                if not hard():
+                    await self._hand_back_waiting(consumer)
+                while ledger.unsettled() and self._clock.monotonic() < deadline and not hard():
+                    await self._settle(consumer)
+                    if ledger.unsettled():
+                        left = max(0.0, deadline - self._clock.monotonic())
+                        await self._notifier.wait("", 0, min(0.05, left), until=ledger.has_results)
+                await self._settle(consumer)
+            finally:
+                self._beat_stop.set()
+                if self._beating is not None:
+                    with contextlib.suppress(BaseException):
+                        await self._beating
+            returned = await self._retry.call(consumer.close)
+            log.info(
+                "worker %s left %s/%s; %d deliveries returned", consumer.name, self.queue.name, self.group, returned
+            )
+        finally:
+            for task in handlers:
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
+
+
+def _cancelling() -> int:
+    """How many cancellations of the current task are pending."""
+    task = asyncio.current_task()
+    return task.cancelling() if task is not None else 0

@@ -1,0 +1,221 @@
+"""Running the Lua scripts on an asyncio client (rqueue.aio), as
+rqueue.engine.scripts does on a sync one: EVALSHA first, SCRIPT LOAD and
+again on NOSCRIPT; a single server's calls on connections of their own."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import redis
+from redis.exceptions import DataError, NoPermissionError, NoScriptError
+
+from ..errors import ScriptsNotLoaded
+from .loader import SCRIPT_NAMES, source
+
+_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:
+    from hiredis import pack_command as _pack
+except ImportError:  # redis-py packs then
+    _pack = None
+
+# Wraps every awaited call that reaches Redis, as Retrier does for the sync
+# scripts (a cluster client retries topology changes with it).
+AsyncRetrier = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
+
+
+async def no_async_retry(call: Callable[[], Awaitable[Any]]) -> Any:
+    """The AsyncRetrier of a single server: the call once."""
+    return await call()
+
+
+class AsyncScriptConnections:
+    """The connections of the script calls of one asyncio client of one
+    server, made with the settings of its pool and checked out without its
+    bookkeeping (a lock, metrics and events per checkout and return, and a
+    task per send for the socket timeout: more client CPU than a small
+    script's time in Redis), as :class:`ScriptConnections` does for the
+    sync client. A checkout still reconnects a connection the server closed
+    or one with an unread reply. Used for a plain redis.asyncio
+    ConnectionPool (:meth:`of`); a Sentinel pool, a cluster and memory://
+    take redis-py's path."""
+
+    def __init__(self, pool: Any) -> None:
+        self._class = pool.connection_class
+        self._kwargs = pool.connection_kwargs
+        self._max = pool.max_connections
+        self._free: list[Any] = []
+        self._made: list[Any] = []
+
+    @classmethod
+    def of(cls, client: Any) -> AsyncScriptConnections | None:
+        import redis.asyncio as aioredis
+        from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
+
+        if type(client) is not aioredis.Redis or getattr(client, "single_connection_client", False):
+            return None
+        pool = client.connection_pool
+        if type(pool) is not aioredis.ConnectionPool:
+            return None
+        if pool.connection_class not in (Connection, SSLConnection, UnixDomainSocketConnection):
+            return None
+        return cls(pool)
+
+    async def get_connection(self) -> Any:
+        try:
+            conn = self._free.pop()
+        except IndexError:
+            if len(self._made) >= self._max:
+                raise redis.exceptions.MaxConnectionsError("Too many connections") from None
+            conn = self._class(**self._kwargs)
+            self._made.append(conn)
+        # can_read (redis-py 8) was can_read_destructive before
+        can_read = getattr(conn, "can_read", None) or conn.can_read_destructive
+        try:
+            await conn.connect()
+            try:
+                if await can_read():
+                    raise redis.ConnectionError("Connection has data")
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                await conn.disconnect()
+                await conn.connect()
+                if await can_read():
+                    raise redis.ConnectionError("Connection not ready") from None
+        except BaseException:
+            self._free.append(conn)
+            raise
+        return conn
+
+    def release(self, conn: Any) -> None:
+        self._free.append(conn)
+
+    async def disconnect(self) -> None:
+        for conn in list(self._made):
+            await conn.disconnect()
+
+
+class AsyncScript:
+    """One script of one asyncio client (redis.asyncio's Redis or
+    RedisCluster, or fakeredis's FakeAsyncRedis): EVALSHA, and SCRIPT LOAD
+    then EVALSHA again on NOSCRIPT, as :class:`Script` does."""
+
+    def __init__(
+        self,
+        server: Any,
+        name: str,
+        text: str,
+        retry: AsyncRetrier,
+        connections: AsyncScriptConnections | None = None,
+    ) -> None:
+        self.name = name
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+        self._redis = server
+        self._retry = retry
+        self._pool = connections
+
+    async def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        if self._retry is no_async_retry:
+            if self._pool is not None:
+                try:
+                    return await self._direct(keys, args)
+                except NoScriptError:
+                    await self.load()
+                    return await self._direct(keys, args)
+            return await self._run(keys, args)
+        return await self._retry(lambda: self._run(keys, args))
+
+    async def _direct(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """EVALSHA on a connection of :class:`AsyncScriptConnections`. A
+        connection whose call failed other than by an error reply (lost,
+        timed out, cancelled: its reply may still come) is closed."""
+        pool = self._pool
+        assert pool is not None
+        conn = await pool.get_connection()
+        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
+        # The socket timeout as one timer that cancels this task, cheaper
+        # than redis-py's timeout context per read.
+        task = asyncio.current_task()
+        assert task is not None
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            task.cancel()
+
+        timer = asyncio.get_running_loop().call_later(conn.socket_timeout or math.inf, expire)
+        try:
+            writer = getattr(conn, "_writer", None)
+            if _pack is not None and writer is not None:
+                try:
+                    packed = _pack(command)
+                except TypeError as exc:
+                    raise DataError(str(exc)) from None
+                writer.write(packed)
+                if writer.transport.get_write_buffer_size():  # the socket did not take it all
+                    await writer.drain()
+            else:
+                await conn.send_command(*command)
+            return await conn.read_response(timeout=math.inf)
+        except redis.ResponseError:
+            raise
+        except asyncio.CancelledError:
+            await conn.disconnect(nowait=True)
+            if not expired:
+                raise
+            task.uncancel()
+            raise redis.TimeoutError("Timeout reading from socket") from None
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        finally:
+            timer.cancel()
+            pool.release(conn)
+
+    async def _run(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        try:
+            return await self._redis.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await self.load()
+            return await self._redis.evalsha(self.sha, len(keys), *keys, *args)
+
+    async def load(self) -> None:
+        """SCRIPT LOAD (on every primary of a cluster). ScriptsNotLoaded when
+        the user's ACL refuses it."""
+        try:
+            await self._redis.script_load(self.text)
+        except NoPermissionError as exc:
+            raise ScriptsNotLoaded(self.name, self.sha, str(exc)) from exc
+
+
+class AsyncScripts:
+    """The scripts of one asyncio client, as attributes (see :class:`Scripts`)."""
+
+    publish: AsyncScript
+    fetch: AsyncScript
+    ack: AsyncScript
+    nack: AsyncScript
+    reject: AsyncScript
+    extend: AsyncScript
+    heartbeat: AsyncScript
+    join: AsyncScript
+    leave: AsyncScript
+    purge: AsyncScript
+    replay: AsyncScript
+    stats: AsyncScript
+    schedule_fire: AsyncScript
+
+    def __init__(self, redis: Any, retry: AsyncRetrier = no_async_retry, shebang: bool = True) -> None:
+        #: The connections of the script calls (None: redis-py's pool).
+        self.connections = AsyncScriptConnections.of(redis)
+        for name in SCRIPT_NAMES:
+            setattr(self, name, AsyncScript(redis, name, source(name, shebang), retry, self.connections))
+
+    async def close(self) -> None:
+        """Closes the connections of the script calls."""
+        if self.connections is not None:
+            await self.connections.disconnect()

@@ -1,0 +1,499 @@
+"""The asyncio worker (rqueue.aio.Worker) beside the threaded one: a core set
+of the worker tests runs against both, so that a difference in behaviour
+fails here; then what only the asyncio worker has (its task cancelled,
+SIGTERM on its loop, a Redis restart under it)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from support.servers import start_server, wait_for
+
+import rqueue
+import rqueue.aio
+
+HERE = Path(__file__).resolve().parent
+BOTH = pytest.mark.parametrize("kind", ["threaded", "async"])
+# Each test runs on a real server and on memory://: the worker's code is the
+# same whatever the backend, which tests/test_worker.py covers.
+BACKENDS = pytest.mark.parametrize("backend", ["redis", "memory"], indirect=True)
+
+
+@pytest.fixture
+def live(backend, prefix):
+    c = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    yield c
+    c.close()
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seqs: list[int] = []
+
+    def add(self, seq: int) -> None:
+        with self.lock:
+            self.seqs.append(seq)
+
+    def count(self) -> collections.Counter[int]:
+        with self.lock:
+            return collections.Counter(self.seqs)
+
+
+class AsyncWorkerThread:
+    """An rqueue.aio.Worker on its own event loop in a thread, with its own
+    asyncio client, driven as a threaded worker is (start, stop, join)."""
+
+    def __init__(self, url: str, prefix: str, queue: str, group: str, handler, **options) -> None:
+        self.url, self.prefix, self.queue_name, self.group = url, prefix, queue, group
+        self.handler, self.options = handler, options
+        self.worker: rqueue.aio.Worker | None = None
+        self.error: BaseException | None = None
+        self._ready = threading.Event()
+        self._done = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True).start()
+        assert self._ready.wait(10)
+        if self.error is not None:
+            raise self.error
+
+    async def _main(self) -> None:
+        try:
+            client = await rqueue.aio.connect(self.url, prefix=self.prefix, settings_ttl=0)
+        except BaseException as exc:
+            self.error = exc
+            self._ready.set()
+            self._done.set()
+            return
+        try:
+            self.worker = rqueue.aio.Worker(client.queue(self.queue_name), self.group, self.handler, **self.options)
+        except BaseException as exc:
+            self.error = exc
+            self._ready.set()
+        try:
+            if self.worker is not None:
+                self._ready.set()
+                await self.worker.run(install_signal_handlers=False)
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            await client.close()
+            self._done.set()
+
+    def stop(self, now: bool = False) -> None:
+        assert self.worker is not None
+        self.worker.stop(now)
+
+    def join(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    @property
+    def stats(self) -> rqueue.WorkerStats:
+        assert self.worker is not None
+        return self.worker.stats
+
+    @property
+    def prefetch(self) -> int:
+        assert self.worker is not None
+        return self.worker.prefetch
+
+    @property
+    def consumer(self):
+        assert self.worker is not None
+        return self.worker.consumer
+
+
+def run_worker(kind: str, backend: str, prefix: str, q, handler, **options):
+    if kind == "threaded":
+        w = rqueue.Worker(q, "g", handler, **options)
+    else:
+        w = AsyncWorkerThread(backend, prefix, q.name, "g", handler, **options)
+    w.start()
+    return w
+
+
+def floor_reaches(q, group, seq):
+    def reached():
+        stats = q.stats()
+        return group in [g.name for g in stats.groups] and stats.group(group).ack_floor >= seq
+
+    return reached
+
+
+def in_flight(q, group="g"):
+    stats = q.stats()
+    return stats.group(group).in_flight if group in [g.name for g in stats.groups] else 0
+
+
+# -- both workers ------------------------------------------------------------------
+
+
+@BACKENDS
+@BOTH
+def test_return_acks_exception_nacks_reject_dead_letters(kind, live, backend, prefix):
+    # given three messages with a handler that acks, fails and rejects
+    live.configure("orders", max_deliveries=2)
+    q = live.queue("orders")
+    q.publish_many([b"ok", b"fail", b"reject"])
+    calls = Calls()
+
+    def handler(d):
+        calls.add(d.seq)
+        if d.data == b"fail":
+            raise ValueError("boom")
+        if d.data == b"reject":
+            raise rqueue.Reject("not for us")
+
+    # when a worker runs until the group has settled all three
+    w = run_worker(kind, backend, prefix, q, handler, concurrency=2)
+    wait_for(floor_reaches(q, "g", 3))
+    w.stop()
+    assert w.join(10)
+    # then "ok" ran once, "fail" max_deliveries times, "reject" once
+    assert calls.count() == {1: 1, 2: 2, 3: 1}
+    dead = {m.headers["x-rq-seq"]: m.headers for m in q.dead_letter_queue.peek()}
+    assert (dead["2"]["x-rq-reason"], dead["2"]["x-rq-error"]) == ("max-deliveries", "ValueError: boom")
+    assert (dead["3"]["x-rq-reason"], dead["3"]["x-rq-error"]) == ("rejected", "not for us")
+    assert (w.stats.acked, w.stats.nacked, w.stats.rejected, w.stats.dead_lettered) == (1, 2, 1, 2)
+    assert q.stats().group("g").consumers == []  # it left the group
+
+
+@BACKENDS
+@BOTH
+def test_a_handler_runs_exactly_once_per_message_past_ack_wait(kind, live, backend, prefix):
+    # SPEC guarantee 3: handlers longer than ack_wait, kept alive by the heartbeat
+    live.configure("orders", ack_wait=0.3)
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 3)
+    calls = Calls()
+
+    def handler(d):
+        calls.add(d.seq)
+        time.sleep(0.5)
+
+    w = run_worker(kind, backend, prefix, q, handler, concurrency=1, heartbeat_interval=0.05, heartbeat_timeout=2)
+    wait_for(floor_reaches(q, "g", 3), timeout=30)
+    w.stop()
+    assert w.join(10)
+    assert calls.count() == {1: 1, 2: 1, 3: 1}
+    assert q.stats().group("g").redelivered == 0
+    assert w.stats.stale_skipped == 0
+
+
+@BACKENDS
+@BOTH
+def test_coroutine_handler_nacks_and_acks(kind, live, backend, prefix):
+    q = live.queue("orders")
+    q.publish_many([b"a", b"b", b"c"])
+    seen = []
+
+    async def handler(d):
+        await asyncio.sleep(0.01)
+        seen.append(d.data)
+        if d.data == b"b" and d.delivery_count == 1:
+            raise RuntimeError("once")
+
+    w = run_worker(kind, backend, prefix, q, handler, concurrency=2)
+    wait_for(floor_reaches(q, "g", 3))
+    w.stop()
+    assert w.join(10)
+    assert sorted(seen) == [b"a", b"b", b"b", b"c"]
+    assert (w.stats.handled, w.stats.acked, w.stats.nacked) == (4, 3, 1)
+
+
+@BACKENDS
+@BOTH
+def test_holds_prefetch_and_hands_back_waiting_deliveries_at_once_on_stop(kind, live, backend, prefix):
+    # given a worker of 2 handlers, both blocked, holding twice that
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 10)
+    running = threading.Semaphore(0)
+    release = threading.Event()
+
+    def handler(d):
+        running.release()
+        release.wait(10)
+
+    w = run_worker(kind, backend, prefix, q, handler, concurrency=2, grace_period=10)
+    try:
+        for _ in range(2):
+            assert running.acquire(timeout=10)
+        wait_for(lambda: in_flight(q) == 4)
+        assert w.prefetch == 4
+        # when it is stopped while both handlers still run
+        w.stop()
+        # then the two waiting are offered again at once, the running two stay held
+        wait_for(lambda: in_flight(q) == 2)
+    finally:
+        release.set()
+    assert w.join(10)
+    g = q.stats().group("g")
+    assert (g.ack_floor, g.in_flight, g.consumers) == (2, 0, [])
+    assert w.stats.handled == 2
+    # and they were never attempts: their next delivery is a first one
+    with q.consumer("g", name="next") as c:
+        ds = c.fetch(10)
+        assert [(d.seq, d.delivery_count) for d in ds] == [(s, 1) for s in range(3, 11)]
+        c.ack(ds)
+
+
+@BACKENDS
+@BOTH
+def test_waiting_deliveries_keep_their_lease_and_run_once(kind, live, backend, prefix):
+    # given 3 deliveries waiting behind a handler 2x ack_wait long, and a
+    # second worker ready to take any lease that runs out
+    live.configure("orders", ack_wait=0.3)
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 4)
+    calls = Calls()
+
+    def handler(d):
+        calls.add(d.seq)
+        time.sleep(0.6)
+
+    opts = dict(concurrency=1, prefetch=4, heartbeat_interval=0.05, heartbeat_timeout=2)
+    a = run_worker(kind, backend, prefix, q, handler, **opts)
+    wait_for(lambda: in_flight(q) == 4)
+    b = run_worker(kind, backend, prefix, q, handler, **opts)
+    wait_for(floor_reaches(q, "g", 4), timeout=30)
+    for w in (a, b):
+        w.stop()
+        assert w.join(10)
+    # then each ran once: the heartbeat kept the waiting leases alive
+    assert calls.count() == {seq: 1 for seq in range(1, 5)}
+    assert q.stats().group("g").redelivered == 0
+
+
+@BACKENDS
+@BOTH
+def test_a_removed_worker_runs_none_of_its_waiting_deliveries(kind, live, backend, prefix):
+    # given a worker whose only handler is busy with message 1 while message 2 waits
+    q = live.queue("orders")
+    q.publish_many([b"1", b"2"])
+    calls = Calls()
+    started = threading.Event()
+    release = threading.Event()
+
+    def handler(d):
+        calls.add(d.seq)
+        started.set()
+        release.wait(10)
+
+    w = run_worker(kind, backend, prefix, q, handler, concurrency=1, prefetch=2, heartbeat_interval=0.1)
+    try:
+        assert started.wait(10)
+        wait_for(lambda: in_flight(q) == 2)
+        # when it is removed (a twin of its name leaves), another consumer
+        # takes and acks both, and the worker joins again
+        q.consumer("g", name=w.consumer.name).close()
+        with q.consumer("g", name="other") as other:
+            got = other.fetch(2)
+            assert [d.seq for d in got] == [1, 2]
+            other.ack(got)
+        wait_for(lambda: w.consumer.name in [c.name for c in q.stats().group("g").consumers])
+    finally:
+        release.set()
+    # then message 2 is not run from the worker, and message 1's ack is late
+    wait_for(lambda: w.stats.stale_skipped == 1 and w.stats.late_settles == 1)
+    w.stop()
+    assert w.join(10)
+    assert calls.count() == {1: 1}
+
+
+@BACKENDS
+@BOTH
+def test_bad_worker_arguments(kind, live, backend, prefix):
+    if kind == "threaded":
+        q, make = live.queue("orders"), rqueue.Worker
+    else:
+        q, make = asyncio.run(rqueue.aio.connect(backend, prefix=prefix)).queue("orders"), rqueue.aio.Worker
+    with pytest.raises(rqueue.InvalidInput, match="concurrency"):
+        make(q, "g", print, concurrency=0)
+    with pytest.raises(rqueue.InvalidInput, match="not callable"):
+        make(q, "g", "print")
+    with pytest.raises(rqueue.InvalidInput, match="heartbeat_timeout"):
+        make(q, "g", print, heartbeat_interval=2, heartbeat_timeout=1)
+    for bad in (0, -1, 2.5, True, "8"):
+        with pytest.raises(rqueue.InvalidInput, match="prefetch"):
+            make(q, "g", print, prefetch=bad)
+    with pytest.raises(rqueue.InvalidName):
+        make(q, "bad group", print)
+
+
+# -- the asyncio worker alone --------------------------------------------------------
+
+
+@BACKENDS
+def test_cancelling_the_run_task_stops_gracefully(live, backend, prefix):
+    # given an asyncio worker whose handler is running and a message waiting
+    q = live.queue("orders")
+    q.publish_many([b"1", b"2", b"3"])
+    done: list[int] = []
+
+    async def main() -> rqueue.aio.Worker:
+        client = await rqueue.aio.connect(backend, prefix=prefix, settings_ttl=0)
+        started = asyncio.Event()
+
+        async def handler(d):
+            started.set()
+            await asyncio.sleep(0.3)
+            done.append(d.seq)
+
+        w = rqueue.aio.Worker(client.queue("orders"), "g", handler, concurrency=1, prefetch=2, grace_period=5)
+        task = asyncio.create_task(w.run(install_signal_handlers=False))
+        await asyncio.wait_for(started.wait(), 10)
+        # when the task that runs it is cancelled
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await client.close()
+        return w
+
+    w = asyncio.run(main())
+    # then the running handler finished within the grace period and was
+    # acked, the waiting delivery went back unattempted, and it left
+    assert done == [1]
+    g = q.stats().group("g")
+    assert (g.ack_floor, g.in_flight, g.consumers) == (1, 0, [])
+    assert w.stats.acked == 1
+    with q.consumer("g", name="next") as c:
+        assert [(d.seq, d.delivery_count) for d in c.fetch(5)] == [(2, 1), (3, 1)]
+
+
+def test_sigterm_drains_the_running_handler_and_leaves(prefix, tmp_path):
+    server = start_server("redis")
+    try:
+        q = rqueue.connect(server.url, prefix=prefix).queue("orders")
+        q.publish_many([b"m"] * 3)
+        marks = tmp_path / "marks"
+        script = f"""
+import asyncio, sys
+import rqueue.aio
+
+async def main():
+    client = await rqueue.aio.connect({server.url!r}, prefix={prefix!r})
+    async def handler(d):
+        open({str(marks)!r}, "a").write(f"start {{d.seq}}\\n")
+        await asyncio.sleep(1.0)
+        open({str(marks)!r}, "a").write(f"end {{d.seq}}\\n")
+    w = rqueue.aio.Worker(client.queue("orders"), "g", handler, concurrency=1, prefetch=1, grace_period=10)
+    stats = await w.run()
+    print("acked", stats.acked, flush=True)
+    await client.close()
+
+asyncio.run(main())
+"""
+        env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+        proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+        wait_for(lambda: marks.exists() and "start 1" in marks.read_text(), timeout=20)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+        # the running handler finished, nothing else started, and it left
+        assert marks.read_text().split("\n")[:2] == ["start 1", "end 1"]
+        assert "start 2" not in marks.read_text()
+        assert "acked 1" in out
+        g = q.stats().group("g")
+        assert (g.ack_floor, g.in_flight, g.consumers) == (1, 0, [])
+    finally:
+        server.stop()
+
+
+def test_redis_restart_under_the_async_worker_loses_nothing(prefix, tmp_path):
+    server = start_server("redis", appendonly=True, data_dir=tmp_path / "data")
+    try:
+        client = rqueue.connect(server.url, prefix=prefix)
+        q = client.queue("orders")
+        total = 1000
+        q.publish_many([b"m"] * total)
+        calls = Calls()
+
+        async def handler(d):
+            calls.add(d.seq)
+            await asyncio.sleep(0.001)
+
+        w = run_worker("async", server.url, prefix, q, handler, concurrency=4, heartbeat_interval=0.2)
+        wait_for(lambda: len(calls.count()) > 200)
+        server.kill()
+        wait_for(lambda: w.stats.reconnects >= 1, timeout=20)
+        server.start()
+        wait_for(floor_reaches(q, "g", total), timeout=60)
+        w.stop()
+        assert w.join(20)
+        counts = calls.count()
+        assert set(counts) == set(range(1, total + 1))
+        assert sum(counts.values()) - total <= 4 * 2 + 8  # at most what was in hand when Redis died
+        client.close()
+    finally:
+        server.stop()
+
+
+@BOTH
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # its leave fails: raised
+def test_a_stop_at_once_ends_the_worker_while_redis_is_paused(kind, prefix):
+    # given a worker whose Redis stops answering (SIGSTOP: connections stay open)
+    server = start_server("redis")
+    try:
+        q = rqueue.connect(server.url, prefix=prefix).queue("orders")
+        q.publish(b"1")
+        w = run_worker(kind, server.url, prefix, q, lambda d: None, concurrency=1, reconnect_timeout=60)
+        wait_for(lambda: w.stats.acked == 1)
+        os.kill(server.process.pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.6)  # the dispatcher's next fetch (it polls every 0.5 s) is now unanswered
+            # when it is stopped at once
+            started = time.monotonic()
+            w.stop(now=True)
+            # then it ends within about a second, not after reconnect_timeout
+            assert w.join(5)
+            assert time.monotonic() - started < 3
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+    finally:
+        server.stop()
+
+
+def test_a_second_sigterm_stops_the_async_worker_at_once(prefix, tmp_path):
+    server = start_server("redis")
+    try:
+        q = rqueue.connect(server.url, prefix=prefix).queue("orders")
+        q.publish(b"m")
+        marks = tmp_path / "marks"
+        script = f"""
+import asyncio
+import rqueue.aio
+
+async def main():
+    client = await rqueue.aio.connect({server.url!r}, prefix={prefix!r})
+    async def handler(d):
+        open({str(marks)!r}, "a").write("start\\n")
+        await asyncio.sleep(30)
+    w = rqueue.aio.Worker(client.queue("orders"), "g", handler, concurrency=1, grace_period=30)
+    await w.run()
+    print("returned", flush=True)
+
+asyncio.run(main())
+"""
+        env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+        proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+        wait_for(lambda: marks.exists() and "start" in marks.read_text(), timeout=20)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # in its grace period, the handler still running
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+        # the second signal ended it within about a second, not after the grace period
+        assert time.monotonic() - started < 5
+        assert "returned" in out
+        assert q.stats().group("g").consumers == []  # it still left the group
+    finally:
+        server.stop()
