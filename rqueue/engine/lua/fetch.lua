@@ -109,10 +109,10 @@ for _, s in ipairs(expired) do
   local seq = tonumber(s)
   local raw = rcall('HGET', dlvKey, seq)
   local d, corrupt = parseDelivery(seq, raw)
-  if corrupt then
+  if corrupt or d == nil then
+    -- A lease without a state (deleted) is moved aside as one that does
+    -- not parse: its count and holder are gone.
     deadLetterCorruptState(seq, raw)
-  elseif d == nil then
-    rcall('ZREM', leaseKey, seq)
   else
     retryOrDeadLetter(seq, d, nil, 'lease expired after ' .. ackWait .. ' ms')
     rcall('HINCRBY', groupKey, 'expired', 1)
@@ -143,6 +143,27 @@ end
 free = prefetch - (holding or 0)
 if free < room then
   room = free
+end
+
+-- The ack floor is never above the cursor: a cursor moved back would hand
+-- out again what the group settled (and, settled twice, delete it from
+-- under another group). Garbage in either is named, not a Lua error.
+-- Checked before anything is handed out, so that a refusal strands nothing.
+if room > 0 then
+  local floorText = rcall('HGET', floorsKey, groupName)
+  local floor, cursor = tonumber(floorText or '0'), tonumber(groupFields[2] or '0')
+  if not (floor and floor >= 0 and floor % 1 == 0) then
+    return redis.error_reply('RQ_CORRUPT ' .. floorsKey .. ' field ' .. groupName .. ' (the ack floor) holds '
+      .. string.sub(floorText, 1, 40) .. ', not a seq')
+  end
+  if not (cursor and cursor >= 0 and cursor % 1 == 0) then
+    return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor holds ' .. string.sub(groupFields[2], 1, 40)
+      .. ', not a seq')
+  end
+  if cursor < floor then
+    return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is ' .. groupFields[2]
+      .. ', below the ack floor ' .. floorText .. ' (' .. floorsKey .. '): it would hand out settled messages again')
+  end
 end
 
 local out = {now, ''}
@@ -195,7 +216,6 @@ if room > 0 and waiting then
     bulk('ZREM', readyKey, seqs)
     local recs = bulkGet(msgsKey, seqs)
     local raws = bulkGet(dlvKey, seqs)
-    local gone = {}
     for i, s in ipairs(seqs) do
       local seq = tonumber(s)
       local d, corrupt = parseDelivery(seq, raws[i])
@@ -204,15 +224,10 @@ if room > 0 and waiting then
       elseif recs[i] then
         deliver(seq, s, recs[i], d)
       else
-        -- Cannot happen while retention pins what a group still needs;
-        -- recorded rather than silently passed over.
-        gone[#gone + 1] = seq
-        recordEvent('missing-record', seq, 'record deleted while the group still needed it')
+        -- Cannot happen while retention pins what a group still needs: a
+        -- dead letter without payload says it was lost (missing-record).
+        deadLetter(seq, d, 'redelivery', 'record deleted while the group still needed it')
       end
-    end
-    if #gone > 0 then
-      bulk('HDEL', dlvKey, gone)
-      settleMany(gone)
     end
   end
 end
@@ -228,6 +243,18 @@ if got < room then
   if room - got > SPECULATE_MAX then
     last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
   end
+  -- What the scan found wrong (RQ_CORRUPT): it stops there, keeps what it
+  -- did, and the call is refused when it hands out nothing, else the next
+  -- call is. A last seq that is garbage, below what the group read, or
+  -- gone with the meta hash while records are stored, would let a publish
+  -- reuse seqs.
+  local refusal = nil
+  if last ~= nil and (last < from or last == 0 and rcall('EXISTS', msgsKey) == 1) then
+    refusal = metaKey .. ' field seq (the last seq) is ' .. (rcall('HGET', metaKey, 'seq') or 'missing')
+      .. ', below the cursor ' .. from .. ' of ' .. groupKey .. ' or the records stored'
+    last = cursor
+  end
+  local since = nil -- the last seq when the group was created, read at the first missing record
   local passed = 0
   local gone = {}
   while got < room and (last == nil or cursor < last) and passed < SCAN_LIMIT do
@@ -266,15 +293,36 @@ if got < room then
       if not rec and last == nil then
         last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
       end
+      if not rec and (last == nil or last < from) then
+        refusal = metaKey .. ' field seq (the last seq) is ' .. (rcall('HGET', metaKey, 'seq') or 'missing')
+          .. ', below the cursor ' .. from .. ' of ' .. groupKey
+        last = cursor
+      end
       if not rec and seq > last then
         break -- not published yet: the cursor stays before it
       end
       cursor, cursorText = seq, field
       if not rec then
-        -- Deleted before this group reached it (every group that existed
+        since = since or tonumber(rcall('HGET', groupKey, 'since') or '') or last
+      end
+      if not rec and seq <= since then
+        -- Deleted before this group was created (every group that existed
         -- then had settled it): nothing to deliver.
         gone[#gone + 1] = seq
         passed = passed + 1
+      elseif not rec then
+        -- Deleted while this group still needed it, unless the cursor was
+        -- moved back over seqs it settled (the check before the scan sees
+        -- the floor; this sees its acked runs).
+        local run = rcall('ZRANGEBYSCORE', ackedKey, seq, '+inf', 'LIMIT', '0', '1')
+        if run[1] ~= nil and run[1] + 0 <= seq then
+          refusal = groupKey .. ' field cursor is ' .. from .. ', below seq ' .. seq .. ' the group settled ('
+            .. ackedKey .. ')'
+          cursor, cursorText, last = seq - 1, string.format('%d', seq - 1), seq - 1
+          break
+        end
+        --@make failurePaths
+        deadLetter(seq, nil, 'new message', 'record deleted before the group read it')
       else
         local notBefore = recordNotBefore(rec)
         if notBefore == nil then
@@ -301,6 +349,9 @@ if got < room then
     rcall('HSET', groupKey, 'cursor', cursorText)
   end
   settleMany(gone)
+  if refusal and got == 0 then
+    return redis.error_reply('RQ_CORRUPT ' .. refusal)
+  end
 end
 
 if got > 0 then
@@ -321,6 +372,22 @@ if got > 0 then
     rcall('HINCRBY', groupKey, 'redelivered', redelivered)
   end
 else
+  -- Nothing to hand out. What the consumers hold adds up to the leases:
+  -- a delivery without a lease (deleted) never runs out, so nothing else
+  -- would ever offer it again. Checked only here, where a fetch found
+  -- nothing (two reads), and not after acks, whose statuses the reply holds.
+  if #ARGV <= 9 then
+    local leases = rcall('ZCOUNT', leaseKey, '-inf', '(+inf')
+    local held = 0
+    for _, v in ipairs(rcall('HVALS', consumersKey)) do
+      held = held + (tonumber(v) or 0 / 0)
+    end
+    if held ~= leases then
+      return redis.error_reply('RQ_CORRUPT ' .. leaseKey .. ' holds ' .. leases .. ' leases, but the consumers hold '
+        .. tostring(held) .. ' deliveries (' .. consumersKey .. '): `rqueue doctor --repair` gives a lease back '
+        .. 'to each delivery without one')
+    end
+  end
   local nextDue = nil
   for _, key in ipairs({delayKey, leaseKey}) do
     local first = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')

@@ -25,6 +25,9 @@ if rcall('HEXISTS', floorsKey, groupName) == 0 then
   local start = rcall('HGET', metaKey, 'trimmed') or '0'
   rcall('HSET', floorsKey, groupName, start)
   rcall('HSET', groupKey, 'cursor', start)
+  -- The last seq now: a record above it that the group's fetch finds
+  -- missing was deleted while the group needed it, not before it existed.
+  rcall('HSET', groupKey, 'since', rcall('HGET', metaKey, 'seq') or '0')
   created = 1
 end
 -- ZCARD refuses a set (WRONGTYPE); pcall keeps that from ending the call,

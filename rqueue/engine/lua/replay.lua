@@ -14,7 +14,9 @@
     one status per dead-letter seq: "replayed", "missing" (not there any
     more: replayed or purged before), "other-group" (it belongs to another
     queue or group; left alone), "corrupt" (headers do not parse; left alone),
-    "pending" (the group already has that seq open; left alone)
+    "pending" (the group already has that seq open; left alone), "lost"
+    (a missing-record dead letter: its record was lost, there is nothing
+    to replay; left alone)
   Errors (nothing is changed):
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
@@ -49,6 +51,8 @@ for i = 8, #ARGV do
       status = 'corrupt'
     elseif headers['x-rq-group'] ~= groupName or headers['x-rq-queue'] ~= failurePolicy().queueName then
       status = 'other-group'
+    elseif headers['x-rq-reason'] == 'missing-record' then
+      status = 'lost'
     elseif rcall('HEXISTS', dlvKey, seq) == 1 then
       status = 'pending'
     else
