@@ -44,6 +44,7 @@ LAYERS = [
         "rqueue.partitioned_consumer",
         "rqueue.partitions",
         "rqueue.client",
+        "rqueue.doctor",
     },
     {"rqueue", "rqueue.worker", "rqueue.embedded", "rqueue.spark"},
     {"rqueue.cli"},

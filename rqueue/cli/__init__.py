@@ -24,6 +24,7 @@ from rqueue.cli.bench import bench_command
 from rqueue.cli.common import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_NOT_FOUND, QueueNotFound, fail
 from rqueue.cli.demo import demo
 from rqueue.cli.dlq import dlq
+from rqueue.cli.doctor import doctor
 from rqueue.cli.inspect import events, peek, queues, settings, stats, top
 from rqueue.cli.scripts import scripts
 from rqueue.cli.worker import worker
@@ -80,6 +81,7 @@ cli.add_command(demo)
 cli.add_command(worker)
 cli.add_command(bench_command)
 cli.add_command(scripts)
+cli.add_command(doctor)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -430,3 +430,21 @@ def publish_results(replies: Sequence[Any], partition: int | None = None) -> lis
     for reply in replies:
         out += [PublishResult(int(reply[j]), reply[j + 1] == 1, None, partition) for j in range(0, len(reply), 2)]
     return out
+
+
+class RepairReply(NamedTuple):
+    """repair.lua's reply: whether it changed something, and what."""
+
+    done: bool  # False: what the doctor saw is no longer so; nothing was changed
+    detail: str
+
+
+def repair(call: GroupCall, what: str, args: Sequence[Any] = ()) -> RepairReply:
+    """Repairs one finding of the doctor in the group of ``call``
+    (lua/repair.lua lists ``what`` and its arguments)."""
+    done, detail = call.run(call.scripts.repair, [what, *args])
+    return RepairReply(_text(done) == "done", _text(detail))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -125,6 +125,11 @@ class GroupKeys:
         """Sorted set of the runs of seqs settled above the ack floor."""
         return self._k("acked")
 
+    @property
+    def consumers(self) -> str:
+        """Hash of consumer -> deliveries it holds: the group's members."""
+        return self._k("cons")
+
     def as_list(self) -> list[str]:
         q = self.queue
         dlq = self.dlq

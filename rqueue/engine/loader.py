@@ -51,6 +51,7 @@ SCRIPT_NAMES = (
     "purge",
     "replay",
     "stats",
+    "repair",
 )
 
 

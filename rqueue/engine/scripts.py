@@ -351,6 +351,7 @@ class Scripts:
     purge: Script
     replay: Script
     stats: Script
+    repair: Script
 
     def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry) -> None:
         self._redis = redis

@@ -16,5 +16,5 @@ local function deadLetterCorruptState(seq, raw)
   if not raw then
     what = 'delivery state of seq ' .. seq .. ' is missing from ' .. dlvKey .. ', though it is leased'
   end
-  deadLetter(seq, d, 'corrupted-state', what)
+  return deadLetter(seq, d, 'corrupted-state', what)
 end
