@@ -302,32 +302,36 @@ if got < room then
         break -- not published yet: the cursor stays before it
       end
       cursor, cursorText = seq, field
+      local settledRun = false
       if not rec then
         since = since or tonumber(rcall('HGET', groupKey, 'since') or '') or last
+        if seq > since then
+          -- Deleted while this group still needed it (a dead letter below),
+          -- unless the cursor was moved back over seqs it settled (the
+          -- check before the scan sees the floor; this, its acked runs).
+          local run = rcall('ZRANGEBYSCORE', ackedKey, seq, '+inf', 'LIMIT', '0', '1')
+          settledRun = run[1] ~= nil and run[1] + 0 <= seq
+        end
       end
       if not rec and seq <= since then
         -- Deleted before this group was created (every group that existed
         -- then had settled it): nothing to deliver.
         gone[#gone + 1] = seq
         passed = passed + 1
-      elseif not rec then
-        -- Deleted while this group still needed it, unless the cursor was
-        -- moved back over seqs it settled (the check before the scan sees
-        -- the floor; this sees its acked runs).
-        local run = rcall('ZRANGEBYSCORE', ackedKey, seq, '+inf', 'LIMIT', '0', '1')
-        if run[1] ~= nil and run[1] + 0 <= seq then
-          refusal = groupKey .. ' field cursor is ' .. from .. ', below seq ' .. seq .. ' the group settled ('
-            .. ackedKey .. ')'
-          cursor, cursorText, last = seq - 1, string.format('%d', seq - 1), seq - 1
-          break
-        end
-        --@make failurePaths
-        deadLetter(seq, nil, 'new message', 'record deleted before the group read it')
+      elseif settledRun then
+        refusal = groupKey .. ' field cursor is ' .. from .. ', below seq ' .. seq .. ' the group settled ('
+          .. ackedKey .. ')'
+        cursor, cursorText, last = seq - 1, string.format('%d', seq - 1), seq - 1
+        break
       else
-        local notBefore = recordNotBefore(rec)
-        if notBefore == nil then
+        local notBefore = rec and recordNotBefore(rec)
+        if not notBefore then
           --@make failurePaths
-          deadLetter(seq, nil, 'corrupted-record', 'record does not parse') -- as deliver() would
+          if rec then
+            deadLetter(seq, nil, 'corrupted-record', 'record does not parse') -- as deliver() would
+          else
+            deadLetter(seq, nil, 'new message', 'record deleted before the group read it') -- missing-record
+          end
         elseif notBefore > now then
           rcall('ZADD', delayKey, notBefore, field)
           passed = passed + 1
