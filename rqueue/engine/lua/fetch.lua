@@ -149,9 +149,14 @@ end
 -- out again what the group settled (and, settled twice, delete it from
 -- under another group). Garbage in either is named, not a Lua error.
 -- Checked before anything is handed out, so that a refusal strands nothing.
+-- The floor is read again only when no ack of this call read it.
 if room > 0 then
-  local floorText = rcall('HGET', floorsKey, groupName)
-  local floor, cursor = tonumber(floorText or '0'), tonumber(groupFields[2] or '0')
+  local floor, floorText = settledFloor, nil
+  if floor == nil then
+    floorText = rcall('HGET', floorsKey, groupName)
+    floor = tonumber(floorText or '0')
+  end
+  local cursor = tonumber(groupFields[2] or '0')
   if not (floor and floor >= 0 and floor % 1 == 0) then
     return redis.error_reply('RQ_CORRUPT ' .. floorsKey .. ' field ' .. groupName .. ' (the ack floor) holds '
       .. string.sub(floorText, 1, 40) .. ', not a seq')
@@ -162,7 +167,7 @@ if room > 0 then
   end
   if cursor < floor then
     return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is ' .. groupFields[2]
-      .. ', below the ack floor ' .. floorText .. ' (' .. floorsKey .. '): it would hand out settled messages again')
+      .. ', below the ack floor ' .. floor .. ' (' .. floorsKey .. '): it would hand out settled messages again')
   end
 end
 
