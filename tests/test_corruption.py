@@ -10,6 +10,7 @@ import pytest
 from support.raw import group_key
 
 import rqueue
+from rqueue import doctor
 
 # -- records --------------------------------------------------------------------------------
 
@@ -162,3 +163,22 @@ def test_garbage_in_a_floor_is_named_not_a_lua_error(client, queue, garbage):
         c.fetch(10)
     with pytest.raises(rqueue.CorruptRecord, match=floor):
         queue.stats()
+
+
+def test_deleted_lease_of_a_member_removed_as_dead_is_an_event_and_the_doctor_repairs_it(client, queue, clock):
+    # given a delivery whose lease entry is deleted, its holder then silent
+    a = queue.consumer("g", name="a")
+    b = queue.consumer("g", name="b")
+    queue.publish(b"x")
+    a.fetch(1)
+    client.redis.zrem(group_key(queue, "g", "lease"), 1)
+    clock.advance(queue.settings().ack_wait + 1)
+    # when another member's heartbeat removes it, then a "corrupt" event names the keys
+    b.heartbeat([], timeout=1)
+    [event] = [e for e in queue.events() if e["event"] == "corrupt"]
+    assert group_key(queue, "g", "lease") in event["reason"] and "field a counted 1" in event["reason"]
+    # and the doctor finds the message stranded, and its repair offers it again
+    found = doctor.examine(queue)
+    assert [(f.kind, f.seq) for f in found] == [(doctor.Kind.STATE_STRANDED, 1)]
+    doctor.repair(queue, found)
+    assert [(d.seq, d.delivery_count) for d in b.fetch(1)] == [(1, 2)]
