@@ -27,6 +27,10 @@ def test_deleted_undelivered_record_is_a_dead_letter_not_a_silent_settle(client,
     assert (dead.seq, dead.reason, dead.data) == (2, "missing-record", b"")
     assert queue.keys.msgs in dead.error
     assert any(e["event"] == "dead-lettered" and e["seq"] == "2" for e in queue.events())
+    # and a replay leaves it where it is: there is nothing to replay
+    result = queue.replay_dead_letters("g")
+    assert (result.replayed, result.skipped) == (0, 1)
+    assert [d.seq for d in queue.dead_letters()] == [2]
 
 
 def test_record_deleted_while_waiting_for_redelivery_is_a_dead_letter(client, queue):
@@ -182,3 +186,17 @@ def test_deleted_lease_of_a_member_removed_as_dead_is_an_event_and_the_doctor_re
     assert [(f.kind, f.seq) for f in found] == [(doctor.Kind.STATE_STRANDED, 1)]
     doctor.repair(queue, found)
     assert [(d.seq, d.delivery_count) for d in b.fetch(1)] == [(1, 2)]
+
+
+def test_a_fetch_that_meets_a_deleted_meta_after_a_redelivery_hands_it_out_and_the_next_is_refused(client, queue):
+    # given a nacked message ready for redelivery, two unread, then the meta hash deleted
+    c = queue.consumer("g")
+    queue.publish_many([b"a", b"b", b"c"])
+    [first] = c.fetch(1)
+    first.nack(delay=0)
+    client.redis.delete(queue.keys.meta)
+    # when the group fetches, then the redelivery goes out (nothing is stranded) and the scan stops
+    assert [(d.seq, d.delivery_count) for d in c.fetch(10)] == [(1, 2)]
+    # and the next fetch is refused, naming the meta hash
+    with pytest.raises(rqueue.CorruptRecord, match=f"{queue.keys.meta}.*missing"):
+        c.fetch(10)
