@@ -39,6 +39,7 @@ class Kind(StrEnum):
     STATE_WITHOUT_LEASE = "state-without-lease"  # held by a member, never runs out
     STATE_STRANDED = "state-stranded"  # waiting in no set, or held by a consumer that is no member
     STATE_UNPARSED = "state-unparsed"
+    UNTRACKED = "untracked"  # read by the group, neither settled nor delivered nor waiting
     COUNT_MISMATCH = "count-mismatch"  # a member's held count, or acked_above
     RECORD_MISSING = "record-missing"  # an unsettled seq without its record
     INCARNATION_EMPTY = "incarnation-empty"
@@ -250,6 +251,7 @@ class _Examination:
             )
         self.check_runs(gk, group, floor, runs, state)
         self.check_deliveries(gk, group, leases, waiting, states, members)
+        self.check_untracked(gk, group, floor, cursor, runs, states.keys() | leases | waiting)
         self.check_records(gk, group, cursor, last, _seq(state.get("since")), states)
 
     def check_runs(
@@ -353,6 +355,33 @@ class _Examination:
                     repair="recompute the counts from the runs, leases and states",
                     fix=("counts",),
                 )
+
+    def check_untracked(
+        self, gk: GroupKeys, group: str, floor: int, cursor: int, runs: list[tuple[int, int]], tracked: set[int]
+    ) -> None:
+        """Every seq the group read (floor < seq <= cursor) is settled (in
+        an acked run) or has a delivery state: else nothing would ever hand
+        it out, and the floor could never pass it."""
+        covered = sorted((first, end) for first, end in runs if end > floor)
+        seq, i = floor + 1, 0
+        while seq <= cursor:
+            while i < len(covered) and covered[i][1] < seq:
+                i += 1
+            if i < len(covered) and covered[i][0] <= seq:
+                seq = covered[i][1] + 1
+                continue
+            if seq not in tracked:
+                self.add(
+                    Kind.UNTRACKED,
+                    gk.state,
+                    f"seq {seq} is at or below the cursor {cursor} and above the floor {floor}, but neither settled "
+                    "nor delivered nor waiting: nothing would hand it out, and the floor would stop below it",
+                    group=group,
+                    seq=seq,
+                    repair="make it ready for redelivery",
+                    fix=("untracked", str(seq)),
+                )
+            seq += 1
 
     def check_records(
         self, gk: GroupKeys, group: str, cursor: int, last: int | None, since: int | None, states: dict[int, str]

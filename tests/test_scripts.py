@@ -1172,7 +1172,14 @@ def test_repair_acts_only_while_the_finding_holds(raw, client):
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
     # when repair.lua is asked to repair what is not broken, then it answers gone and changes nothing
     with nothing_changes(client):
-        for what in (["lease-without-state", 1], ["state-without-lease", 1], ["cursor", 0, 1], ["counts"], ["meta", 9]):
+        for what in (
+            ["lease-without-state", 1],
+            ["state-without-lease", 1],
+            ["cursor", 0, 1],
+            ["counts"],
+            ["meta", 9],
+            ["untracked", 1],
+        ):
             assert s.repair(keys=gk, args=group_argv("g", "", NOW, None, *what)) == [b"gone", b""], what
     # and an unknown repair is refused
     with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT unknown repair nope"):

@@ -56,6 +56,8 @@ local EXPIRE_BATCH = '1000' -- expired leases handled per call
 local PROMOTE_BATCH = '1000' -- due delayed messages made ready per call
 local SCAN_LIMIT = 1000 -- records passed over per call (deleted or delayed)
 local SPECULATE_MAX = 8 -- deliveries wanted up to which records are read before the last seq
+-- The group hash's field holding the cursor as fetch last wrote or checked it.
+local CURSOR_CHECKED = 'cursor_checked'
 
 local n = ARGV[8] + 0
 local token = ARGV[9]
@@ -71,7 +73,7 @@ if not holding then
 end
 -- The cursor is read here with the liveness: no step before the scan of new
 -- messages moves it.
-local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor')
+local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED)
 -- Acks come before any other write: Redis refuses a script over maxmemory
 -- at its first write that may grow memory, unless it already wrote. An
 -- ack's first write (ZREM) frees memory, so acks get through when Redis is
@@ -148,14 +150,12 @@ end
 -- The ack floor is never above the cursor: a cursor moved back would hand
 -- out again what the group settled (and, settled twice, delete it from
 -- under another group). Garbage in either is named, not a Lua error.
--- Checked before anything is handed out, so that a refusal strands nothing.
--- The floor is read again only when no ack of this call read it.
-if room > 0 then
-  local floor, floorText = settledFloor, nil
-  if floor == nil then
-    floorText = rcall('HGET', floorsKey, groupName)
-    floor = tonumber(floorText or '0')
-  end
+-- Checked before anything is handed out, so that a refusal strands nothing,
+-- and only when the cursor is not the one a fetch last wrote, or checked
+-- (CURSOR_CHECKED, written with it): the common fetch reads no floor.
+if room > 0 and groupFields[3] ~= groupFields[2] then
+  local floorText = rcall('HGET', floorsKey, groupName)
+  local floor = tonumber(floorText or '0')
   local cursor = tonumber(groupFields[2] or '0')
   if not (floor and floor >= 0 and floor % 1 == 0) then
     return redis.error_reply('RQ_CORRUPT ' .. floorsKey .. ' field ' .. groupName .. ' (the ack floor) holds '
@@ -169,6 +169,7 @@ if room > 0 then
     return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is ' .. groupFields[2]
       .. ', below the ack floor ' .. floor .. ' (' .. floorsKey .. '): it would hand out settled messages again')
   end
+  rcall('HSET', groupKey, CURSOR_CHECKED, groupFields[2] or '0')
 end
 
 local out = {now, ''}
@@ -355,7 +356,7 @@ if got < room then
     end
   end
   if cursor ~= from then
-    rcall('HSET', groupKey, 'cursor', cursorText)
+    rcall('HSET', groupKey, 'cursor', cursorText, CURSOR_CHECKED, cursorText)
   end
   settleMany(gone)
   if refusal and got == 0 then

@@ -23,6 +23,10 @@
         the lease set and the states, and acked_above from the acked runs
       "meta", ARGV[9] seq: the queue's last seq, written only while it is
         missing
+      "untracked", ARGV[9] seq: a seq the group read (above its floor, at
+        or below its cursor) that is not settled and has no delivery state
+        is made ready: the next fetch hands it out as a first delivery (or
+        dead-letters it as missing-record when its record is gone)
   Output:
     { "done" or "gone", what was done }
   Errors (nothing is changed):
@@ -135,6 +139,20 @@ if what == 'meta' then
     return {'gone', ''}
   end
   return {'done', 'wrote the last seq ' .. ARGV[9] .. ' to ' .. metaKey}
+end
+
+if what == 'untracked' then
+  local seq = tonumber(ARGV[9])
+  local floor = tonumber(rcall('HGET', floorsKey, groupName) or '0')
+  local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
+  local run = rcall('ZRANGEBYSCORE', ackedKey, ARGV[9], '+inf', 'LIMIT', '0', '1')
+  if seq == nil or floor == nil or cursor == nil or seq <= floor or seq > cursor
+      or (run[1] ~= nil and run[1] + 0 <= seq) or rcall('HEXISTS', dlvKey, ARGV[9]) == 1
+      or rcall('ZSCORE', readyKey, ARGV[9]) or rcall('ZSCORE', delayKey, ARGV[9]) or rcall('ZSCORE', leaseKey, ARGV[9]) then
+    return {'gone', ''}
+  end
+  requeue(ARGV[9], 0)
+  return {'done', 'made seq ' .. ARGV[9] .. ' ready for redelivery'}
 end
 
 return redis.error_reply('RQ_BAD_ARGUMENT unknown repair ' .. tostring(what))

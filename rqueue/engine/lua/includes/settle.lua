@@ -21,10 +21,6 @@
 --@lazy sharedSettling settle_shared
 --@lazy ackedRuns acked_runs
 
--- The group's ack floor as the last settleMany of this call left it (nil
--- before one): fetch checks its cursor against it without reading it again.
-local settledFloor = nil
-
 local function settleMany(seqs, fields)
   if #seqs == 0 then
     return
@@ -98,7 +94,6 @@ local function settleMany(seqs, fields)
   if added ~= 0 then
     rcall('HINCRBY', groupKey, ACKED_ABOVE, string.format('%d', added))
   end
-  settledFloor = floor
   if floor ~= oldFloor then
     floorText = floorText or floor
     rcall('HSET', floorsKey, groupName, floorText)
