@@ -30,7 +30,20 @@
   Errors:
     RQ_NOT_MEMBER  the consumer is not in the group (never joined, or
                    removed); nothing is changed, the tags are not acked
-    RQ_CORRUPT     a delivery state in Redis does not parse
+    RQ_CORRUPT     a key is damaged, named with what is wrong; nothing is
+                   handed out. Before any delivery: the cursor is below the
+                   ack floor, or it or the floor is not a seq. From the scan
+                   of new messages (what it passed stays passed; a call
+                   that hands out deliveries returns them, and the next one
+                   is refused): the last seq is missing (a deleted meta
+                   hash) or below the cursor, or the cursor is below a run
+                   the group settled. With nothing to hand out and no tags
+                   to ack: the consumers hold more (or fewer) deliveries than
+                   the lease set has leases (a deleted lease). A damaged
+                   message costs only itself instead: a record that does not
+                   parse or is missing, or a lease whose state is missing or
+                   does not parse, is dead-lettered (corrupted-record,
+                   missing-record, corrupted-state)
     RQ_BAD_ARGUMENT  the token (ARGV[9]) is not of that form: nothing
                    is changed; or the failure policy (ARGV[7]) does not
                    parse: it is read only when a delivery fails, before that

@@ -1,7 +1,9 @@
 --[[
   Adds a consumer to a group, creating the group when it does not exist. A
   new group starts at the oldest message still retained, so a queue's first
-  group sees everything published before it.
+  group sees everything published before it. The group records the last
+  seq at its creation (since): a record missing above it is damage, one
+  missing below it may have been settled by every group before this one.
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)

@@ -15,6 +15,8 @@
     the seq of the message in the dead-letter queue, or 0 when dropped
   Errors (nothing is changed):
     RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>.<token>
+    RQ_CORRUPT <seq>.<count>.<token>  the message is leased but its delivery
+                   state is missing, or the state does not parse
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
 --@include group_keys

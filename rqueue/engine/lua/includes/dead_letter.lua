@@ -6,8 +6,9 @@
   A message whose record is gone (deleted) is dead-lettered without payload
   and headers, with the reason "missing-record", so that its loss is seen.
   Returns the dead-letter seq, or 0 when dropped.
-  Errors: RQ_BAD_ARGUMENT (the failure policy does not parse), raised
-  before any write.
+  Errors: RQ_BAD_ARGUMENT (the failure policy does not parse), and
+  RQ_CORRUPT (the dead-letter queue's next seq holds a dead letter: its
+  meta hash was deleted), raised before any write.
 ]]
 --@include group_keys
 --@include group_names
