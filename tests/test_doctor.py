@@ -31,6 +31,15 @@ def test_a_queue_in_every_normal_state_is_clean(client, queue, clock):
     d3.ack()
     d2.nack(delay=30)
     other.fetch(1)[0].nack(delay=0)
+    # and a delayed publish passed over, a dead letter replayed, a purged group
+    queue.publish(b"later", delay=60)
+    a.fetch(10)
+    client.configure("orders", max_deliveries=1)
+    d4.nack(delay=0)
+    client.configure("orders", max_deliveries=5)
+    queue.replay_dead_letters("g")
+    queue.consumer("p").fetch(2)
+    queue.purge("p")
     # when the doctor examines it, then it finds nothing
     assert doctor.examine(queue) == []
 
