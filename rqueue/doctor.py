@@ -23,6 +23,7 @@ from .protocols import AnyQueue
 from .queue import Queue
 
 # Progress of a long check: (what, done, total).
+UNTRACKED_MAX = 1000  # untracked seqs reported one by one per group
 Progress = Callable[[str, int, int], None]
 
 
@@ -361,27 +362,58 @@ class _Examination:
     ) -> None:
         """Every seq the group read (floor < seq <= cursor) is settled (in
         an acked run) or has a delivery state: else nothing would ever hand
-        it out, and the floor could never pass it."""
+        it out, and the floor could never pass it. Such a seq is made ready
+        only when no group can have settled it: its record is stored and no
+        group counts it settled (a record goes when its last group settles
+        it). Otherwise (an acked run lost, say) handing it out again could
+        run a handler after its ack, so it is reported alone."""
         covered = sorted((first, end) for first, end in runs if end > floor)
+        lost: list[int] = []
         seq, i = floor + 1, 0
-        while seq <= cursor:
+        while seq <= cursor and len(lost) <= UNTRACKED_MAX:
             while i < len(covered) and covered[i][1] < seq:
                 i += 1
             if i < len(covered) and covered[i][0] <= seq:
                 seq = covered[i][1] + 1
                 continue
             if seq not in tracked:
+                lost.append(seq)
+            seq += 1
+        shown = lost[:UNTRACKED_MAX]
+        stored = store.records_exist(self.r, self.keys, shown)
+        settled = store.settled_counts(self.r, self.keys, shown)
+        for seq, there, count in zip(shown, stored, settled, strict=True):
+            where = (
+                f"seq {seq} is at or below the cursor {cursor} and above the floor {floor}, "
+                "but neither settled nor delivered nor waiting"
+            )
+            if there and not count:
                 self.add(
                     Kind.UNTRACKED,
                     gk.state,
-                    f"seq {seq} is at or below the cursor {cursor} and above the floor {floor}, but neither settled "
-                    "nor delivered nor waiting: nothing would hand it out, and the floor would stop below it",
+                    where + ": nothing would hand it out, and the floor would stop below it",
                     group=group,
                     seq=seq,
-                    repair="make it ready for redelivery",
+                    repair="make it ready for redelivery (its record is stored and no group settled it)",
                     fix=("untracked", str(seq)),
                 )
-            seq += 1
+            else:
+                why = "its record is gone" if not there else f"{count} group(s) settled it"
+                self.add(
+                    Kind.UNTRACKED,
+                    gk.state,
+                    f"{where}; {why}, so it may have been settled (a damaged acked run): not handed out again",
+                    group=group,
+                    seq=seq,
+                )
+        if len(lost) > UNTRACKED_MAX:
+            self.add(
+                Kind.UNTRACKED,
+                gk.state,
+                f"more seqs than these {UNTRACKED_MAX} are untracked between the floor {floor} and the cursor "
+                f"{cursor} (is {gk.acked} damaged?)",
+                group=group,
+            )
 
     def check_records(
         self, gk: GroupKeys, group: str, cursor: int, last: int | None, since: int | None, states: dict[int, str]

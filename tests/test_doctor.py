@@ -172,3 +172,19 @@ def test_command_exit_codes_json_and_repair(backend, prefix, plain):
     # an unknown queue is 3, a bad name 2
     assert run(backend, prefix, "doctor", "nope").exit_code == 3
     assert run(backend, prefix, "doctor", "bad name").exit_code == 2
+
+
+def test_seqs_a_lost_acked_run_held_are_reported_not_handed_out_again(client, queue):
+    # given two groups, g1 having acked 2 and 3 above its floor (1 held), its acked runs then deleted
+    g1 = queue.consumer("g1")
+    queue.consumer("g2")
+    queue.publish_many([b"1", b"2", b"3"])
+    _, d2, d3 = g1.fetch(3)
+    g1.ack([d2, d3])
+    client.redis.delete(queue.keys.group("g1").acked)
+    # when the doctor examines and repairs it
+    found = [f for f in doctor.examine(queue) if f.kind is Kind.UNTRACKED]
+    # then 2 and 3 are named, without a repair: another group's count says they may have been settled
+    assert [(f.seq, f.repair) for f in found] == [(2, None), (3, None)]
+    assert doctor.repair(queue, found) == []
+    assert [d.seq for d in g1.fetch(10)] == []

@@ -346,3 +346,12 @@ def state_holder(raw: str) -> tuple[int, str] | None:
 
 _STATE = re.compile(r"(\d+):(.*):(\d+):(\d+):([a-z][a-z0-9]*)?\Z")
 _STATE_BEFORE_TOKENS = re.compile(r"(\d+):(.*):(\d+):(\d+)\Z")
+
+
+def settled_counts(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[int]:
+    """How many groups settled each seq above their floor (the settled hash
+    of a queue with several groups; 0 when none or one group)."""
+    if not seqs:
+        return []
+    found: list[Any] = guarded(lambda: r.hmget(keys.settled, seqs), where=keys.base)
+    return [_int(v) for v in found]

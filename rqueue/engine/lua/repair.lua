@@ -24,9 +24,9 @@
       "meta", ARGV[9] seq: the queue's last seq, written only while it is
         missing
       "untracked", ARGV[9] seq: a seq the group read (above its floor, at
-        or below its cursor) that is not settled and has no delivery state
-        is made ready: the next fetch hands it out as a first delivery (or
-        dead-letters it as missing-record when its record is gone)
+        or below its cursor) that is not settled and has no delivery state,
+        whose record is stored and that no group counts settled, is made
+        ready: the next fetch hands it out as a first delivery
   Output:
     { "done" or "gone", what was done }
   Errors (nothing is changed):
@@ -148,7 +148,8 @@ if what == 'untracked' then
   local run = rcall('ZRANGEBYSCORE', ackedKey, ARGV[9], '+inf', 'LIMIT', '0', '1')
   if seq == nil or floor == nil or cursor == nil or seq <= floor or seq > cursor
       or (run[1] ~= nil and run[1] + 0 <= seq) or rcall('HEXISTS', dlvKey, ARGV[9]) == 1
-      or rcall('ZSCORE', readyKey, ARGV[9]) or rcall('ZSCORE', delayKey, ARGV[9]) or rcall('ZSCORE', leaseKey, ARGV[9]) then
+      or rcall('ZSCORE', readyKey, ARGV[9]) or rcall('ZSCORE', delayKey, ARGV[9]) or rcall('ZSCORE', leaseKey, ARGV[9])
+      or rcall('HEXISTS', msgsKey, ARGV[9]) == 0 or rcall('HEXISTS', settledKey, ARGV[9]) == 1 then
     return {'gone', ''}
   end
   requeue(ARGV[9], 0)
