@@ -156,7 +156,7 @@ class _Examination:
             depth = store.hash_len(self.r, keys.msgs, self.where)
             settled = any(v != "0" for v in floors.values())
             if depth or settled:
-                top = self.probe_records(self.highest)
+                top = max(self.highest, self.highest_record() if depth else 0)
                 self.add(
                     Kind.META_MISSING,
                     keys.meta,
@@ -169,17 +169,12 @@ class _Examination:
         self.dead_letter_seq()
         return self.found
 
-    def probe_records(self, above: int) -> int:
-        """The highest seq with a record, looked for above ``above`` in
-        steps until a step finds none (records above every cursor are
-        unsettled, so kept)."""
-        top = above
-        while True:
-            seqs = list(range(top + 1, top + 1 + store.SCAN_STEP))
-            present = [s for s, there in zip(seqs, store.records_exist(self.r, self.keys, seqs), strict=True) if there]
-            if not present:
-                return top
-            top = present[-1]
+    def highest_record(self) -> int:
+        """The highest seq with a stored record (the records read in steps)."""
+        top = 0
+        for page in store.hash_in_steps(self.r, self.keys.msgs, self.where):
+            top = max([top, *(int(f) for f, _ in page if f.isdigit())])
+        return top
 
     def dead_letter_seq(self) -> None:
         """The dead-letter queue's next seq is free (else dead-lettering is refused)."""
@@ -211,9 +206,13 @@ class _Examination:
             self.add(Kind.BAD_NUMBER, gk.state, f"field cursor holds {state['cursor'][:40]!r}", group=group)
         if floor is None or cursor is None:
             return
-        runs = [
-            (int(first), int(end)) for page in store.zset_in_steps(self.r, gk.acked, self.where) for first, end in page
-        ]
+        runs: list[tuple[int, int]] = []
+        for run_page in store.zset_in_steps(self.r, gk.acked, self.where):
+            for first, end in run_page:
+                if first.isdigit():
+                    runs.append((int(first), int(end)))
+                else:
+                    self.add(Kind.RUN_OUT_OF_PLACE, gk.acked, f"member {first[:40]!r} is not a seq", group=group)
         leases = {int(m) for page in store.zset_in_steps(self.r, gk.lease, self.where) for m, _ in page if m.isdigit()}
         waiting = {
             int(m)
@@ -222,8 +221,8 @@ class _Examination:
             for m, _ in page
         }
         states: dict[int, str] = {}
-        for page in store.hash_in_steps(self.r, gk.deliveries, self.where):
-            states.update((int(f), v) for f, v in page if f.isdigit())
+        for state_page in store.hash_in_steps(self.r, gk.deliveries, self.where):
+            states.update((int(f), v) for f, v in state_page if f.isdigit())
         members = store.hash_all(self.r, gk.consumers, self.where)
         known = max([floor, cursor, *(end for _, end in runs), *leases, *states, *waiting])
         self.highest = max(self.highest, known)

@@ -188,3 +188,15 @@ def test_seqs_a_lost_acked_run_held_are_reported_not_handed_out_again(client, qu
     assert [(f.seq, f.repair) for f in found] == [(2, None), (3, None)]
     assert doctor.repair(queue, found) == []
     assert [d.seq for d in g1.fetch(10)] == []
+
+
+def test_deleted_meta_of_a_queue_without_groups_is_repaired_past_its_highest_record(client, queue):
+    # given a queue without groups whose first 1,500 records were purged, then its meta hash deleted
+    queue.publish_many([b"m"] * 1502)
+    client.redis.hdel(queue.keys.msgs, *range(1, 1501))
+    client.redis.delete(queue.keys.meta)
+    # when the doctor repairs it, then publishing goes on after the highest record
+    [found] = doctor.examine(queue)
+    assert found.fix == ("meta", "1502")
+    doctor.repair(queue, [found])
+    assert queue.publish(b"n").seq == 1503
