@@ -206,3 +206,19 @@ def test_a_fetch_that_meets_a_deleted_meta_after_a_redelivery_hands_it_out_and_t
     # and the next fetch is refused, naming the meta hash
     with pytest.raises(rqueue.CorruptRecord, match=f"{queue.keys.meta}.*missing"):
         c.fetch(10)
+
+
+def test_deleted_lease_of_a_live_holder_comes_back_with_its_next_extension(client, queue, clock):
+    # given a delivery whose lease entry is deleted, its holder alive
+    a = queue.consumer("g", name="a")
+    queue.publish(b"x")
+    [d] = a.fetch(1)
+    client.redis.zrem(group_key(queue, "g", "lease"), 1)
+    # when the holder extends it (in_progress, or a Worker's heartbeat), then the lease is back
+    a.in_progress(d)
+    assert client.redis.zscore(group_key(queue, "g", "lease"), 1) is not None
+    # and a "corrupt" event names the lease set; running out, it is offered again
+    [event] = [e for e in queue.events() if e["event"] == "corrupt"]
+    assert group_key(queue, "g", "lease") in event["reason"]
+    clock.advance(queue.settings().ack_wait + 1)
+    assert [(x.seq, x.delivery_count) for x in queue.consumer("g", name="b").fetch(1)] == [(1, 2)]
