@@ -402,7 +402,13 @@ def from_script_error(exc: Exception, *, queue: str = "", where: str = "") -> Ex
     if code == "RQ_CORRUPT":
         # error() in Lua appends where it stood (" script: <sha>, on ...",
         # or a traceback under memory://): the key and what is wrong come first.
-        return CorruptRecord(where, _LUA_WHERE.split(detail, 1)[0].strip())
+        detail = _LUA_WHERE.split(detail, 1)[0].strip()
+        # A script names the damaged key first (one of a queue's keys holds
+        # its hash tag); a tag's error names the tag.
+        first, _, rest = detail.partition(" ")
+        if "{" in first:
+            return CorruptRecord(first, rest)
+        return CorruptRecord(where, detail)
     if code == "RQ_BAD_ARGUMENT":
         # Only a client that builds a script's arguments wrongly (another
         # version's layout) meets it; the script headers say what a call

@@ -70,8 +70,9 @@ def test_deleted_meta_refuses_publish_instead_of_reusing_seqs(client, queue):
     queue.publish(b"d")
     client.redis.delete(queue.keys.meta)
     # when a message is published (with and without an id), then it is refused, naming the key
-    with pytest.raises(rqueue.CorruptRecord, match=f"{queue.keys.meta}.*missing"):
+    with pytest.raises(rqueue.CorruptRecord, match=f"{queue.keys.meta}.*missing") as refused:
         queue.publish(b"x")
+    assert refused.value.key == queue.keys.meta
     with pytest.raises(rqueue.CorruptRecord, match=f"{queue.keys.meta}.*missing"):
         queue.publish(b"y", id="m1")
     # and nothing was stored or overwritten
@@ -159,7 +160,7 @@ def test_garbage_in_a_floor_is_named_not_a_lua_error(client, queue, garbage):
     queue.publish_many([b"a", b"b"])
     [d] = c.fetch(1)
     client.redis.hset(queue.keys.floors, "g", garbage)
-    floor = f"{queue.keys.floors} field g"
+    floor = f"{queue.keys.floors}: field g"
     # when it acks or reads stats, then each names the key and field, and the ack settles nothing
     with pytest.raises(rqueue.CorruptRecord, match=floor):
         d.ack()
