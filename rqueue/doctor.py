@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from .engine import commands, store
-from .engine.keys import GroupKeys
+from .engine.keys import GroupKeys, QueueKeys
 from .partitions import PartitionedQueue
 from .protocols import AnyQueue
 from .queue import Queue
@@ -169,10 +169,11 @@ class _Examination:
         self.dead_letter_seq()
         return self.found
 
-    def highest_record(self) -> int:
-        """The highest seq with a stored record (the records read in steps)."""
+    def highest_record(self, keys: QueueKeys | None = None) -> int:
+        """The highest seq with a stored record in this queue (or ``keys``:
+        its dead-letter queue), the records read in steps."""
         top = 0
-        for page in store.hash_in_steps(self.r, self.keys.msgs, self.where):
+        for page in store.hash_in_steps(self.r, (keys or self.keys).msgs, self.where):
             top = max([top, *(int(f) for f, _ in page if f.isdigit())])
         return top
 
@@ -185,10 +186,13 @@ class _Examination:
             self.add(Kind.BAD_NUMBER, dlq.meta, f"field seq holds {str(text)[:40]!r}, not a seq")
             return
         if store.hash_len(self.r, dlq.msgs, self.where) and store.records_exist(self.r, dlq, [last + 1])[0]:
+            top = self.highest_record(dlq)
             self.add(
                 Kind.DEAD_LETTER_SEQ_TAKEN,
                 dlq.meta,
                 f"field seq is {last}, but dead letter {last + 1} exists in {dlq.msgs}: dead-lettering is refused",
+                repair=f"raise it to {top}, the highest dead letter stored",
+                fix=("dead-letter-seq", str(top)),
             )
 
     def group(self, group: str, floor_text: str, last: int | None) -> None:

@@ -200,3 +200,24 @@ def test_deleted_meta_of_a_queue_without_groups_is_repaired_past_its_highest_rec
     assert found.fix == ("meta", "1502")
     doctor.repair(queue, [found])
     assert queue.publish(b"n").seq == 1503
+
+
+def test_deleted_dead_letter_meta_refuses_dead_lettering_until_repaired(client, queue):
+    # given two dead letters, then the dead-letter queue's meta hash deleted
+    client.configure("orders", max_deliveries=1)
+    c = queue.consumer("g")
+    queue.publish_many([b"1", b"2", b"3"])
+    first, second, third = c.fetch(3)
+    first.nack(delay=0)
+    second.nack(delay=0)
+    client.redis.delete(queue.keys.dead_letters.meta)
+    # when another message fails, then dead-lettering is refused, overwriting nothing
+    with pytest.raises(rqueue.CorruptRecord, match="dead letter 1 exists"):
+        third.nack(delay=0)
+    assert sorted(client.redis.hkeys(queue.keys.dead_letters.msgs)) == [b"1", b"2"]
+    # when the doctor repairs it, then the next dead letter comes after them
+    [found] = doctor.examine(queue)
+    assert (found.kind, found.fix) == (Kind.DEAD_LETTER_SEQ_TAKEN, ("dead-letter-seq", "2"))
+    doctor.repair(queue, [found])
+    third.nack(delay=0)
+    assert [(d.dlq_seq, d.data) for d in queue.dead_letters()] == [(1, b"1"), (2, b"2"), (3, b"3")]

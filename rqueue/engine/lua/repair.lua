@@ -23,6 +23,9 @@
         the lease set and the states, and acked_above from the acked runs
       "meta", ARGV[9] seq: the queue's last seq, written only while it is
         missing
+      "dead-letter-seq", ARGV[9] seq: the dead-letter queue's last seq,
+        raised to seq while the dead letter after it exists (its meta was
+        deleted: the next dead letter would overwrite one)
       "untracked", ARGV[9] seq: a seq the group read (above its floor, at
         or below its cursor) that is not settled and has no delivery state,
         whose record is stored and that no group counts settled, is made
@@ -139,6 +142,16 @@ if what == 'meta' then
     return {'gone', ''}
   end
   return {'done', 'wrote the last seq ' .. ARGV[9] .. ' to ' .. metaKey}
+end
+
+if what == 'dead-letter-seq' then
+  local current = tonumber(rcall('HGET', dlqMetaKey, 'seq') or '0')
+  local seq = tonumber(ARGV[9])
+  if current == nil or seq == nil or seq <= current or rcall('HEXISTS', dlqMsgsKey, current + 1) == 0 then
+    return {'gone', ''}
+  end
+  rcall('HSET', dlqMetaKey, 'seq', ARGV[9])
+  return {'done', 'raised the last dead-letter seq from ' .. current .. ' to ' .. ARGV[9]}
 end
 
 if what == 'untracked' then

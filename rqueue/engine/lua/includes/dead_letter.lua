@@ -33,18 +33,24 @@ local function deliveryHeaders(headers, seq, d, reason, errText, published)
   return headers
 end
 
+-- The dead-letter queue's next seq must be free: with its meta hash gone
+-- (deleted) it would overwrite a dead letter. RQ_CORRUPT otherwise; callers
+-- ask before their first write (deadLetter does too).
+local function deadLetterSeqFree()
+  if failurePolicy().deadLetterMode == 'drop' then
+    return
+  end
+  local next = (tonumber(rcall('HGET', dlqMetaKey, 'seq') or '0') or 0) + 1
+  if rcall('HEXISTS', dlqMsgsKey, next) == 1 then
+    error('RQ_CORRUPT ' .. dlqMetaKey .. ' field seq (the last dead letter) is '
+      .. (rcall('HGET', dlqMetaKey, 'seq') or 'missing') .. ', but dead letter ' .. next .. ' exists in ' .. dlqMsgsKey)
+  end
+end
+
 local function deadLetter(seq, d, reason, errText)
   local policy = failurePolicy() -- before any write: a policy that does not parse stops the call here
   local rec = rcall('HGET', msgsKey, seq)
-  -- The dead-letter queue's next seq must be free: with its meta hash gone
-  -- (deleted) it would overwrite a dead letter. Before any write.
-  if policy.deadLetterMode ~= 'drop' then
-    local next = (tonumber(rcall('HGET', dlqMetaKey, 'seq') or '0') or 0) + 1
-    if rcall('HEXISTS', dlqMsgsKey, next) == 1 then
-      error('RQ_CORRUPT ' .. dlqMetaKey .. ' field seq (the last dead letter) is '
-        .. (rcall('HGET', dlqMetaKey, 'seq') or 'missing') .. ', but dead letter ' .. next .. ' exists in ' .. dlqMsgsKey)
-    end
-  end
+  deadLetterSeqFree()
   d = d or {count = 0, holder = '', first = '', last = '', past = ''}
   complete(seq, d)
   if rec == false then

@@ -10,6 +10,7 @@
 --@include dead_letter
 local function deadLetterCorruptState(seq, raw)
   failurePolicy() -- before the ZREM, as in deadLetter
+  deadLetterSeqFree()
   rcall('ZREM', leaseKey, seq)
   local d = {count = 0, holder = '', first = '', last = '', past = ''}
   local what = 'delivery state does not parse: ' .. string.sub(raw or '', 1, 200)
