@@ -223,3 +223,16 @@ def test_deleted_lease_of_a_live_holder_comes_back_with_its_next_extension(clien
     assert group_key(queue, "g", "lease") in event["reason"]
     clock.advance(queue.settings().ack_wait + 1)
     assert [(x.seq, x.delivery_count) for x in queue.consumer("g", name="b").fetch(1)] == [(1, 2)]
+
+
+def test_purge_of_a_group_whose_cursor_moved_back_is_refused_and_changes_nothing(client, queue):
+    # given two groups, g1 having acked both messages, its cursor then moved back
+    g1 = queue.consumer("g1")
+    g2 = queue.consumer("g2")
+    queue.publish_many([b"a", b"b"])
+    g1.ack(g1.fetch(2))
+    client.redis.hset(queue.keys.group("g1").state, "cursor", 0)
+    # when g1 is purged, then it is refused naming the group's key (settling them again would delete them under g2)
+    with pytest.raises(rqueue.CorruptRecord, match="cursor is 0, below the ack floor 2"):
+        queue.purge("g1")
+    assert [d.data for d in g2.fetch(10)] == [b"a", b"b"]
