@@ -19,6 +19,7 @@
     to replay; left alone)
   Errors (nothing is changed):
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
+    RQ_CORRUPT       the group's ack floor is not a seq
 ]]
 --@include group_keys
 --@include group_names
@@ -38,6 +39,13 @@ local DEAD_LETTER_HEADERS = {
 
 local out = {}
 local groups = rcall('HLEN', floorsKey)
+-- The floor is compared below: garbage is named before anything changes.
+local floorText = rcall('HGET', floorsKey, groupName)
+local floorNow = tonumber(floorText or '0')
+if not (floorNow and floorNow >= 0 and floorNow % 1 == 0) then
+  return redis.error_reply('RQ_CORRUPT ' .. floorsKey .. ' field ' .. groupName .. ' (the ack floor) holds '
+    .. string.sub(floorText, 1, 40) .. ', not a seq')
+end
 for i = 8, #ARGV do
   local dseq = ARGV[i]
   local rec = rcall('HGET', dlqMsgsKey, dseq)
