@@ -236,3 +236,16 @@ def test_purge_of_a_group_whose_cursor_moved_back_is_refused_and_changes_nothing
     with pytest.raises(rqueue.CorruptRecord, match="cursor is 0, below the ack floor 2"):
         queue.purge("g1")
     assert [d.data for d in g2.fetch(10)] == [b"a", b"b"]
+
+
+def test_replay_into_a_group_whose_floor_is_garbage_is_refused_and_changes_nothing(client, queue):
+    # given a dead letter of group g, then g's floor overwritten
+    client.configure("orders", max_deliveries=1)
+    c = queue.consumer("g")
+    queue.publish(b"a")
+    c.fetch(1)[0].nack(delay=0)
+    client.redis.hset(queue.keys.floors, "g", b"zz")
+    # when it is replayed, then the floor is named and the dead letter stays
+    with pytest.raises(rqueue.CorruptRecord, match=f"{queue.keys.floors}: field g"):
+        queue.replay_dead_letters("g")
+    assert [d.seq for d in queue.dead_letters()] == [1]
