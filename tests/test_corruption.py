@@ -249,3 +249,15 @@ def test_replay_into_a_group_whose_floor_is_garbage_is_refused_and_changes_nothi
     with pytest.raises(rqueue.CorruptRecord, match=f"{queue.keys.floors}: field g"):
         queue.replay_dead_letters("g")
     assert [d.seq for d in queue.dead_letters()] == [1]
+
+
+def test_nack_and_reject_of_a_delivery_whose_state_was_deleted_name_the_key(client, queue):
+    # given a held delivery whose state was deleted
+    c = queue.consumer("g")
+    queue.publish(b"x")
+    [d] = c.fetch(1)
+    client.redis.hdel(group_key(queue, "g", "dlv"), 1)
+    # when it is nacked or rejected, then both name the states' key
+    for settle in (d.nack, d.term):
+        with pytest.raises(rqueue.CorruptRecord, match=group_key(queue, "g", "dlv")):
+            settle()

@@ -40,10 +40,10 @@ local function deadLetterSeqFree()
   if failurePolicy().deadLetterMode == 'drop' then
     return
   end
-  local next = (tonumber(rcall('HGET', dlqMetaKey, 'seq') or '0') or 0) + 1
-  if rcall('HEXISTS', dlqMsgsKey, next) == 1 then
+  local nextSeq = (tonumber(rcall('HGET', dlqMetaKey, 'seq') or '0') or 0) + 1
+  if rcall('HEXISTS', dlqMsgsKey, nextSeq) == 1 then
     error('RQ_CORRUPT ' .. dlqMetaKey .. ' field seq (the last dead letter) is '
-      .. (rcall('HGET', dlqMetaKey, 'seq') or 'missing') .. ', but dead letter ' .. next .. ' exists in ' .. dlqMsgsKey)
+      .. (rcall('HGET', dlqMetaKey, 'seq') or 'missing') .. ', but dead letter ' .. nextSeq .. ' exists in ' .. dlqMsgsKey)
   end
 end
 
