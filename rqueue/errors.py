@@ -355,6 +355,8 @@ class Reject(RQueueError):
 # replies made with redis.error_reply() arrive as they are.
 _CODE = re.compile(r"\b(RQ_[A-Z_]+)\b(.*)", re.DOTALL)
 
+_LUA_WHERE = re.compile(r" script: [0-9a-f]{40}|\nstack traceback:")
+
 _DELIVERY_CODES: dict[str, type[DeliveryError]] = {
     "RQ_UNKNOWN_TAG": UnknownDeliveryTag,
     "RQ_ACKED": AlreadyAcked,
@@ -370,7 +372,7 @@ def delivery_error(code: str, tag: str) -> RQueueError | None:
         if code == "ok":
             return None
         if code == "RQ_CORRUPT":
-            return CorruptRecord(tag, "the delivery state of this message does not parse")
+            return CorruptRecord(tag, "the delivery state of this message is missing or does not parse")
         return DeliveryError(tag, f"unexpected status {code}")
     return cls(tag)
 
@@ -443,6 +445,14 @@ def from_script_error(exc: Exception, *, queue: str = "", where: str = "") -> Ex
     if code == "RQ_UNROUTABLE":
         return Unroutable(queue)
     if code == "RQ_CORRUPT":
+        # error() in Lua appends where it stood (" script: <sha>, on ...",
+        # or a traceback under memory://): the key and what is wrong come first.
+        detail = _LUA_WHERE.split(detail, 1)[0].strip()
+        # A script names the damaged key first (one of a queue's keys holds
+        # its hash tag); a tag's error names the tag.
+        first, _, rest = detail.partition(" ")
+        if "{" in first:
+            return CorruptRecord(first, rest)
         return CorruptRecord(where, detail)
     if code == "RQ_BAD_ARGUMENT":
         # Only a client that builds a script's arguments wrongly (another

@@ -49,6 +49,7 @@ LAYERS = [
         "rqueue.schedules",
         "rqueue.client",
         "rqueue.overview",
+        "rqueue.doctor",
     },
     {"rqueue", "rqueue.worker", "rqueue.embedded", "rqueue.spark", "rqueue.dashboard"},
     {"rqueue.aio"},

@@ -1146,3 +1146,41 @@ def test_nack_and_reject_without_a_token_name_the_tag(raw, client):
     for script in (s.nack, s.reject):
         with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_UNKNOWN_TAG 1\.1\.nil"):
             script(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1))
+
+
+# -- corruption and repair.lua ---------------------------------------------------------------
+
+
+def test_a_fetch_of_a_group_whose_cursor_is_below_its_floor_is_corrupt_and_changes_nothing(raw, client):
+    # given a group that settled seq 1, its cursor then moved back to 0
+    r, _, gk, s = raw
+    publish(raw, b"a", b"b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    s.ack(keys=gk[:ACK_KEYS], args=["g", "c1", "1", 1, 1, "t1"])
+    r.hset(gk[4], "cursor", 0)
+    # when it fetches, then the reply names the group's key and nothing changes
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=rf"^RQ_CORRUPT {gk[4]} field cursor is 0"):
+        s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t2"))
+
+
+def test_repair_acts_only_while_the_finding_holds(raw, client):
+    # given a healthy group holding seq 1
+    _, _, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    # when repair.lua is asked to repair what is not broken, then it answers gone and changes nothing
+    with nothing_changes(client):
+        for what in (
+            ["lease-without-state", 1],
+            ["state-without-lease", 1],
+            ["cursor", 0, 1],
+            ["counts"],
+            ["meta", 9],
+            ["untracked", 1],
+        ):
+            assert s.repair(keys=gk, args=group_argv("g", "", NOW, None, *what)) == [b"gone", b""], what
+    # and an unknown repair is refused
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT unknown repair nope"):
+        s.repair(keys=gk, args=group_argv("g", "", NOW, None, "nope"))

@@ -26,6 +26,7 @@ from rqueue.cli.common import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_NOT_FOUND, QueueN
 from rqueue.cli.dashboard import dashboard
 from rqueue.cli.demo import demo
 from rqueue.cli.dlq import dlq
+from rqueue.cli.doctor import doctor
 from rqueue.cli.inspect import events, peek, queues, settings, stats, top
 from rqueue.cli.schedules import scheduler, schedules
 from rqueue.cli.scripts import scripts
@@ -94,6 +95,7 @@ cli.add_command(dashboard)
 cli.add_command(schedules)
 cli.add_command(scheduler)
 cli.add_command(wait)
+cli.add_command(doctor)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -593,3 +593,21 @@ def schedule_fire(
         int(skipped),
         int(first) or None,
     )
+
+
+class RepairReply(NamedTuple):
+    """repair.lua's reply: whether it changed something, and what."""
+
+    done: bool  # False: what the doctor saw is no longer so; nothing was changed
+    detail: str
+
+
+def repair(call: GroupCall, what: str, args: Sequence[Any] = ()) -> RepairReply:
+    """Repairs one finding of the doctor in the group of ``call``
+    (lua/repair.lua lists ``what`` and its arguments)."""
+    done, detail = call.run(call.scripts.repair, [what, *args])
+    return RepairReply(_text(done) == "done", _text(detail))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

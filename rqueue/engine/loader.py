@@ -59,6 +59,7 @@ SCRIPT_NAMES = (
     "replay",
     "stats",
     "schedule_fire",
+    "repair",
 )
 
 

@@ -352,6 +352,7 @@ class Scripts:
     replay: Script
     stats: Script
     schedule_fire: Script
+    repair: Script
 
     def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry, shebang: bool = True) -> None:
         self._redis = redis

@@ -6,7 +6,8 @@ group holds). Each translates the driver's errors as the scripts' calls do
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from ..connection.cluster import Retrier, no_retry
@@ -352,3 +353,88 @@ def queue_overview(r: RedisClient, levels: list[tuple[QueueKeys, QueueKeys]], no
         return out
 
     return guarded(read)
+
+
+# -- reads of the doctor (rqueue/doctor.py): whole small keys, and big ones
+# in bounded steps -------------------------------------------------------------
+
+SCAN_STEP = 1000  # entries read per call from a big key
+
+
+def hash_all(r: RedisClient, key: str, where: str) -> dict[str, str]:
+    """A small hash (a queue's meta, floors, a group's hash, its members)."""
+    raw: dict[Any, Any] = guarded(lambda: r.hgetall(key), where=where)
+    return {_str(k): _str(v) for k, v in raw.items()}
+
+
+def hash_in_steps(r: RedisClient, key: str, where: str) -> Iterator[list[tuple[str, str]]]:
+    """Every field of a hash that may be big (delivery states), SCAN_STEP
+    or so per call (HSCAN, which may repeat a field: callers take the last)."""
+    cursor: Any = 0
+    while True:
+
+        def step(at: Any = cursor) -> tuple[Any, dict[Any, Any]]:
+            found: Any = r.hscan(key, at, count=SCAN_STEP)
+            return found[0], found[1]
+
+        cursor, page = guarded(step, where=where)
+        yield [(_str(k), _str(v)) for k, v in page.items()]
+        if int(cursor) == 0:
+            return
+
+
+def zset_in_steps(r: RedisClient, key: str, where: str) -> Iterator[list[tuple[str, float]]]:
+    """Every member of a sorted set with its score, SCAN_STEP per call, by
+    rank (a set that changes meanwhile may show a member twice or not at all)."""
+    start = 0
+    while True:
+
+        def step(at: int = start) -> list[Any]:
+            found: Any = r.zrange(key, at, at + SCAN_STEP - 1, withscores=True)
+            return list(found)
+
+        page = guarded(step, where=where)
+        yield [(_str(m), float(s)) for m, s in page]
+        if len(page) < SCAN_STEP:
+            return
+        start += SCAN_STEP
+
+
+def records_exist(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[bool]:
+    """Whether each seq has a stored record (one pipeline of HEXISTS: no
+    payload is read)."""
+
+    def read() -> list[bool]:
+        pipe = r.pipeline(transaction=False)
+        for seq in seqs:
+            pipe.hexists(keys.msgs, seq)
+        return [bool(x) for x in pipe.execute()]
+
+    return guarded(read, where=keys.base) if seqs else []
+
+
+def hash_len(r: RedisClient, key: str, where: str) -> int:
+    return int(guarded(lambda: r.hlen(key), where=where))
+
+
+def state_holder(raw: str) -> tuple[int, str] | None:
+    """The delivery count and holder ("" while waiting) of a delivery state
+    (lua/includes/delivery_state.lua), or None when it does not parse."""
+    head = raw.split("\n", 1)[0]
+    found = _STATE.match(head) or _STATE_BEFORE_TOKENS.match(head)
+    if found is None:
+        return None
+    return int(found.group(1)), found.group(2)
+
+
+_STATE = re.compile(r"(\d+):(.*):(\d+):(\d+):([a-z][a-z0-9]*)?\Z")
+_STATE_BEFORE_TOKENS = re.compile(r"(\d+):(.*):(\d+):(\d+)\Z")
+
+
+def settled_counts(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[int]:
+    """How many groups settled each seq above their floor (the settled hash
+    of a queue with several groups; 0 when none or one group)."""
+    if not seqs:
+        return []
+    found: list[Any] = guarded(lambda: r.hmget(keys.settled, seqs), where=keys.base)
+    return [_int(v) for v in found]

@@ -24,8 +24,12 @@
                           not that delivery's)
     RQ_NOT_HELD <tag>     this consumer never held that delivery
     RQ_STALE <tag>        this consumer nacked that delivery
-    RQ_CORRUPT <tag>      the message's delivery state does not parse
-      (its lease runs out and fetch moves it to the dead-letter queue)
+    RQ_CORRUPT <tag>      the message's delivery state does not parse, or
+      is missing though the message is leased (its lease runs out and fetch
+      moves it to the dead-letter queue)
+  Error of any ack (not a tag's): RQ_CORRUPT <floors key> field <group>:
+    the group's ack floor is not a seq; raised when the message is settled,
+    after its delivery was taken back (rqueue doctor finds it, docs/doctor.md)
 ]]
 --@flags allow-oom
 --@include ack_held_one

@@ -30,7 +30,20 @@
   Errors:
     RQ_NOT_MEMBER  the consumer is not in the group (never joined, or
                    removed); nothing is changed, the tags are not acked
-    RQ_CORRUPT     a delivery state in Redis does not parse
+    RQ_CORRUPT     a key is damaged, named with what is wrong; nothing is
+                   handed out. Before any delivery: the cursor is below the
+                   ack floor, or it or the floor is not a seq. From the scan
+                   of new messages (what it passed stays passed; a call
+                   that hands out deliveries returns them, and the next one
+                   is refused): the last seq is missing (a deleted meta
+                   hash) or below the cursor, or the cursor is below a run
+                   the group settled. With nothing to hand out and no tags
+                   to ack: the consumers hold more (or fewer) deliveries than
+                   the lease set has leases (a deleted lease). A damaged
+                   message costs only itself instead: a record that does not
+                   parse or is missing, or a lease whose state is missing or
+                   does not parse, is dead-lettered (corrupted-record,
+                   missing-record, corrupted-state)
     RQ_BAD_ARGUMENT  the token (ARGV[9]) is not of that form: nothing
                    is changed; or the failure policy (ARGV[7]) does not
                    parse: it is read only when a delivery fails, before that
@@ -57,6 +70,8 @@ local EXPIRE_BATCH = '1000' -- expired leases handled per call
 local PROMOTE_BATCH = '1000' -- due delayed messages made ready per call
 local SCAN_LIMIT = 1000 -- records passed over per call (deleted or delayed)
 local SPECULATE_MAX = 8 -- deliveries wanted up to which records are read before the last seq
+-- The group hash's field holding the cursor as fetch last wrote or checked it.
+local CURSOR_CHECKED = 'cursor_checked'
 
 local n = ARGV[8] + 0
 local token = ARGV[9]
@@ -72,7 +87,7 @@ if not holding then
 end
 -- The cursor is read here with the liveness: no step before the scan of new
 -- messages moves it.
-local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor')
+local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED)
 -- Acks come before any other write: Redis refuses a script over maxmemory
 -- at its first write that may grow memory, unless it already wrote. An
 -- ack's first write (ZREM) frees memory, so acks get through when Redis is
@@ -110,10 +125,10 @@ for _, s in ipairs(expired) do
   local seq = tonumber(s)
   local raw = rcall('HGET', dlvKey, seq)
   local d, corrupt = parseDelivery(seq, raw)
-  if corrupt then
+  if corrupt or d == nil then
+    -- A lease without a state (deleted) is moved aside as one that does
+    -- not parse: its count and holder are gone.
     deadLetterCorruptState(seq, raw)
-  elseif d == nil then
-    rcall('ZREM', leaseKey, seq)
   else
     retryOrDeadLetter(seq, d, nil, 'lease expired after ' .. ackWait .. ' ms')
     rcall('HINCRBY', groupKey, 'expired', 1)
@@ -144,6 +159,31 @@ end
 free = prefetch - (holding or 0)
 if free < room then
   room = free
+end
+
+-- The ack floor is never above the cursor: a cursor moved back would hand
+-- out again what the group settled (and, settled twice, delete it from
+-- under another group). Garbage in either is named, not a Lua error.
+-- Checked before anything is handed out, so that a refusal strands nothing,
+-- and only when the cursor is not the one a fetch last wrote, or checked
+-- (CURSOR_CHECKED, written with it): the common fetch reads no floor.
+if room > 0 and groupFields[3] ~= groupFields[2] then
+  local floorText = rcall('HGET', floorsKey, groupName)
+  local floor = tonumber(floorText or '0')
+  local cursor = tonumber(groupFields[2] or '0')
+  if not (floor and floor >= 0 and floor % 1 == 0) then
+    return redis.error_reply('RQ_CORRUPT ' .. floorsKey .. ' field ' .. groupName .. ' (the ack floor) holds '
+      .. string.sub(floorText, 1, 40) .. ', not a seq')
+  end
+  if not (cursor and cursor >= 0 and cursor % 1 == 0) then
+    return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor holds ' .. string.sub(groupFields[2], 1, 40)
+      .. ', not a seq')
+  end
+  if cursor < floor then
+    return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is ' .. groupFields[2]
+      .. ', below the ack floor ' .. floor .. ' (' .. floorsKey .. '): it would hand out settled messages again')
+  end
+  rcall('HSET', groupKey, CURSOR_CHECKED, groupFields[2] or '0')
 end
 
 local out = {now, ''}
@@ -196,7 +236,6 @@ if room > 0 and waiting then
     bulk('ZREM', readyKey, seqs)
     local recs = bulkGet(msgsKey, seqs)
     local raws = bulkGet(dlvKey, seqs)
-    local gone = {}
     for i, s in ipairs(seqs) do
       local seq = tonumber(s)
       local d, corrupt = parseDelivery(seq, raws[i])
@@ -205,15 +244,10 @@ if room > 0 and waiting then
       elseif recs[i] then
         deliver(seq, s, recs[i], d)
       else
-        -- Cannot happen while retention pins what a group still needs;
-        -- recorded rather than silently passed over.
-        gone[#gone + 1] = seq
-        recordEvent('missing-record', seq, 'record deleted while the group still needed it')
+        -- Cannot happen while retention pins what a group still needs: a
+        -- dead letter without payload says it was lost (missing-record).
+        deadLetter(seq, d, 'redelivery', 'record deleted while the group still needed it')
       end
-    end
-    if #gone > 0 then
-      bulk('HDEL', dlvKey, gone)
-      settleMany(gone)
     end
   end
 end
@@ -229,6 +263,18 @@ if got < room then
   if room - got > SPECULATE_MAX then
     last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
   end
+  -- What the scan found wrong (RQ_CORRUPT): it stops there, keeps what it
+  -- did, and the call is refused when it hands out nothing, else the next
+  -- call is. A last seq that is garbage, below what the group read, or
+  -- gone with the meta hash while records are stored, would let a publish
+  -- reuse seqs.
+  local refusal = nil
+  if last ~= nil and (last < from or last == 0 and rcall('EXISTS', msgsKey) == 1) then
+    refusal = metaKey .. ' field seq (the last seq) is ' .. (rcall('HGET', metaKey, 'seq') or 'missing')
+      .. ', below the cursor ' .. from .. ' of ' .. groupKey .. ' or the records stored'
+    last = cursor
+  end
+  local since = nil -- the last seq when the group was created, read at the first missing record
   local passed = 0
   local gone = {}
   while got < room and (last == nil or cursor < last) and passed < SCAN_LIMIT do
@@ -267,20 +313,45 @@ if got < room then
       if not rec and last == nil then
         last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
       end
+      if not rec and (last == nil or last < from) then
+        refusal = metaKey .. ' field seq (the last seq) is ' .. (rcall('HGET', metaKey, 'seq') or 'missing')
+          .. ', below the cursor ' .. from .. ' of ' .. groupKey
+        last = cursor
+      end
       if not rec and seq > last then
         break -- not published yet: the cursor stays before it
       end
       cursor, cursorText = seq, field
+      local settledRun = false
       if not rec then
-        -- Deleted before this group reached it (every group that existed
+        since = since or tonumber(rcall('HGET', groupKey, 'since') or '') or last
+        if seq > since then
+          -- Deleted while this group still needed it (a dead letter below),
+          -- unless the cursor was moved back over seqs it settled (the
+          -- check before the scan sees the floor; this, its acked runs).
+          local run = rcall('ZRANGEBYSCORE', ackedKey, seq, '+inf', 'LIMIT', '0', '1')
+          settledRun = run[1] ~= nil and run[1] + 0 <= seq
+        end
+      end
+      if not rec and seq <= since then
+        -- Deleted before this group was created (every group that existed
         -- then had settled it): nothing to deliver.
         gone[#gone + 1] = seq
         passed = passed + 1
+      elseif settledRun then
+        refusal = groupKey .. ' field cursor is ' .. from .. ', below seq ' .. seq .. ' the group settled ('
+          .. ackedKey .. ')'
+        cursor, cursorText, last = seq - 1, string.format('%d', seq - 1), seq - 1
+        break
       else
-        local notBefore = recordNotBefore(rec)
-        if notBefore == nil then
+        local notBefore = rec and recordNotBefore(rec)
+        if not notBefore then
           --@make failurePaths
-          deadLetter(seq, nil, 'corrupted-record', 'record does not parse') -- as deliver() would
+          if rec then
+            deadLetter(seq, nil, 'corrupted-record', 'record does not parse') -- as deliver() would
+          else
+            deadLetter(seq, nil, 'new message', 'record deleted before the group read it') -- missing-record
+          end
         elseif notBefore > now then
           rcall('ZADD', delayKey, notBefore, field)
           passed = passed + 1
@@ -299,9 +370,12 @@ if got < room then
     end
   end
   if cursor ~= from then
-    rcall('HSET', groupKey, 'cursor', cursorText)
+    rcall('HSET', groupKey, 'cursor', cursorText, CURSOR_CHECKED, cursorText)
   end
   settleMany(gone)
+  if refusal and got == 0 then
+    return redis.error_reply('RQ_CORRUPT ' .. refusal)
+  end
 end
 
 if got > 0 then
@@ -322,6 +396,22 @@ if got > 0 then
     rcall('HINCRBY', groupKey, 'redelivered', redelivered)
   end
 else
+  -- Nothing to hand out. What the consumers hold adds up to the leases:
+  -- a delivery without a lease (deleted) never runs out, so nothing else
+  -- would ever offer it again. Checked only here, where a fetch found
+  -- nothing (two reads), and not after acks, whose statuses the reply holds.
+  if #ARGV <= 9 then
+    local leases = rcall('ZCOUNT', leaseKey, '-inf', '(+inf')
+    local held = 0
+    for _, v in ipairs(rcall('HVALS', consumersKey)) do
+      held = held + (tonumber(v) or 0 / 0)
+    end
+    if held ~= leases then
+      return redis.error_reply('RQ_CORRUPT ' .. leaseKey .. ' holds ' .. leases .. ' leases, but the consumers hold '
+        .. tostring(held) .. ' deliveries (' .. consumersKey .. '): `rqueue doctor --repair` gives a lease back '
+        .. 'to each delivery without one')
+    end
+  end
   local nextDue = nil
   for _, key in ipairs({delayKey, leaseKey}) do
     local first = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')

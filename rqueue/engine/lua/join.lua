@@ -1,7 +1,9 @@
 --[[
   Adds a consumer to a group, creating the group when it does not exist. A
   new group starts at the oldest message still retained, so a queue's first
-  group sees everything published before it.
+  group sees everything published before it. The group records the last
+  seq at its creation (since): a record missing above it is damage, one
+  missing below it may have been settled by every group before this one.
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
@@ -26,6 +28,9 @@ if rcall('HEXISTS', floorsKey, groupName) == 0 then
   local start = rcall('HGET', metaKey, 'trimmed') or '0'
   rcall('HSET', floorsKey, groupName, start)
   rcall('HSET', groupKey, 'cursor', start)
+  -- The last seq now: a record above it that the group's fetch finds
+  -- missing was deleted while the group needed it, not before it existed.
+  rcall('HSET', groupKey, 'since', rcall('HGET', metaKey, 'seq') or '0')
   created = 1
 end
 -- ZCARD refuses a set (WRONGTYPE); pcall keeps that from ending the call,

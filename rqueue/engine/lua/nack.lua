@@ -17,6 +17,8 @@
     { "requeued", due_ms } or { "dead", dead_letter_seq } (0 when dropped)
   Errors (nothing is changed):
     RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>.<token>
+    RQ_CORRUPT <seq>.<count>.<token>  the message is leased but its delivery
+                   state is missing, or the state does not parse
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
 --@flags allow-oom
@@ -35,7 +37,8 @@ end
 local d = seq and readDelivery(dlvKey, seq)
 local code = checkTag(seq, count, ARGV[10], d, false)
 if code ~= 'ok' then
-  return redis.error_reply(code .. ' ' .. tostring(ARGV[8]) .. '.' .. tostring(ARGV[9]) .. '.' .. tostring(ARGV[10]))
+  local why = code == 'RQ_CORRUPT' and (': its delivery state in ' .. dlvKey .. ' is missing') or ''
+  return redis.error_reply(code .. ' ' .. tostring(ARGV[8]) .. '.' .. tostring(ARGV[9]) .. '.' .. tostring(ARGV[10]) .. why)
 end
 -- Settled: a later ack, nack or reject of this same delivery is stale.
 local due, dseq = retryOrDeadLetter(seq, d, delayMs, ARGV[12], true)

@@ -27,6 +27,9 @@
     seen: seq is then the seq of the first publish
   Errors (nothing is stored):
     RQ_UNROUTABLE  mandatory publish to a queue without a group
+    RQ_CORRUPT     the last seq (meta field seq) is garbage, or missing
+                   while the queue has records or a group that settled some
+                   (a deleted meta hash): seqs would be reused
 ]]
 --@include read_now
 --@include bulk
@@ -64,8 +67,14 @@ for i = 5, #ARGV, 3 do
   end
 end
 local first
+local seqMissing -- the last seq was missing: a queue's first publish, or a deleted meta hash
 if anyId then
-  first = tonumber(rcall('HGET', metaKey, 'seq') or '0')
+  local raw = rcall('HGET', metaKey, 'seq')
+  first = tonumber(raw or '0')
+  if not (first and first >= 0 and first % 1 == 0) then
+    return redis.error_reply('RQ_CORRUPT ' .. metaKey .. ' field seq holds ' .. string.sub(raw, 1, 40) .. ', not a seq')
+  end
+  seqMissing = not raw
   window = tonumber(ARGV[2])
   -- The stored expiry decides what is a duplicate; the key's TTL only
   -- cleans up. With a time passed by a test clock, real time says nothing
@@ -78,7 +87,33 @@ else
   local count = (#ARGV - 4) / 3
   -- A number handed to redis.call is formatted with sprintf: the common
   -- single publish passes text.
-  first = rcall('HINCRBY', metaKey, 'seq', count == 1 and '1' or count) - count
+  local newLast = redis.pcall('HINCRBY', metaKey, 'seq', count == 1 and '1' or count)
+  if type(newLast) == 'table' then
+    -- A refusal (over maxmemory, ...) as it came; garbage in the last seq named.
+    local raw = rcall('HGET', metaKey, 'seq')
+    if raw and not string.find(raw, '^%d+$') then
+      return redis.error_reply('RQ_CORRUPT ' .. metaKey .. ' field seq holds ' .. string.sub(raw, 1, 40) .. ', not a seq')
+    end
+    return newLast
+  end
+  first = newLast - count
+  seqMissing = first == 0
+end
+if seqMissing then
+  -- A meta hash gone (deleted) while the queue has records, or a group that
+  -- settled some, would make seqs start again at 1 and reuse the seqs, and
+  -- tags, of messages stored or delivered: refused, storing nothing.
+  local lost = rcall('EXISTS', msgsKey) == 1
+  for _, f in ipairs(rcall('HVALS', floorsKey)) do
+    lost = lost or f ~= '0'
+  end
+  if lost then
+    if not anyId then
+      rcall('HDEL', metaKey, 'seq') -- the HINCRBY above, undone
+    end
+    return redis.error_reply('RQ_CORRUPT ' .. metaKey .. ' is missing (no field seq) while the queue has records '
+      .. 'or a group that settled some: a publish would reuse their seqs (see `rqueue doctor`)')
+  end
 end
 local seq = first
 -- delayed, ids and claims are made when a message needs them (most batches

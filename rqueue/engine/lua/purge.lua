@@ -11,6 +11,11 @@
     ARGV[8] the most messages to purge in this call
   Output:
     { purged, more } with more = 1 when the group still has a backlog
+  Errors (nothing is changed):
+    RQ_CORRUPT  the cursor, the ack floor or the last seq is not a seq, the
+                cursor is below the floor (it would settle settled messages
+                again), or the last seq is below the cursor or missing while
+                records are stored (a deleted meta hash)
   Work: at most ARGV[8] messages per call; call again while more is 1.
 ]]
 --@flags allow-oom
@@ -22,6 +27,26 @@
 
 local limit = tonumber(ARGV[8])
 local seqs = {}
+
+-- The positions it works from, checked before any write.
+local function seqAt(key, field)
+  local raw = rcall('HGET', key, field)
+  local v = tonumber(raw or '0')
+  if not (v and v >= 0 and v % 1 == 0) then
+    error('RQ_CORRUPT ' .. key .. ' field ' .. field .. ' holds ' .. string.sub(raw, 1, 40) .. ', not a seq')
+  end
+  return v
+end
+local floor, cursor, last = seqAt(floorsKey, groupName), seqAt(groupKey, 'cursor'), seqAt(metaKey, 'seq')
+if cursor < floor then
+  return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is ' .. cursor .. ', below the ack floor '
+    .. floor .. ' (' .. floorsKey .. '): a purge would settle settled messages again')
+end
+if last < cursor or last == 0 and rcall('EXISTS', msgsKey) == 1 then
+  return redis.error_reply('RQ_CORRUPT ' .. metaKey .. ' field seq (the last seq) is '
+    .. (rcall('HGET', metaKey, 'seq') or 'missing') .. ', below the cursor ' .. cursor .. ' of ' .. groupKey
+    .. ' or the records stored')
+end
 
 for _, key in ipairs({readyKey, delayKey}) do
   if #seqs < limit then
@@ -36,8 +61,6 @@ for _, key in ipairs({readyKey, delayKey}) do
   end
 end
 
-local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
-local last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
 local upto = math.min(last, cursor + limit - #seqs)
 for s = cursor + 1, upto do
   seqs[#seqs + 1] = s

@@ -15,6 +15,8 @@
     the seq of the message in the dead-letter queue, or 0 when dropped
   Errors (nothing is changed):
     RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>.<token>
+    RQ_CORRUPT <seq>.<count>.<token>  the message is leased but its delivery
+                   state is missing, or the state does not parse
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
 ]]
 --@flags allow-oom
@@ -27,6 +29,7 @@ local seq, count = tonumber(ARGV[8]), tonumber(ARGV[9])
 local d = seq and readDelivery(dlvKey, seq)
 local code = checkTag(seq, count, ARGV[10], d, false)
 if code ~= 'ok' then
-  return redis.error_reply(code .. ' ' .. tostring(ARGV[8]) .. '.' .. tostring(ARGV[9]) .. '.' .. tostring(ARGV[10]))
+  local why = code == 'RQ_CORRUPT' and (': its delivery state in ' .. dlvKey .. ' is missing') or ''
+  return redis.error_reply(code .. ' ' .. tostring(ARGV[8]) .. '.' .. tostring(ARGV[9]) .. '.' .. tostring(ARGV[10]) .. why)
 end
 return deadLetter(seq, d, ARGV[11], ARGV[12])

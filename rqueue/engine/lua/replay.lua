@@ -14,9 +14,12 @@
     one status per dead-letter seq: "replayed", "missing" (not there any
     more: replayed or purged before), "other-group" (it belongs to another
     queue or group; left alone), "corrupt" (headers do not parse; left alone),
-    "pending" (the group already has that seq open; left alone)
+    "pending" (the group already has that seq open; left alone), "lost"
+    (a missing-record dead letter: its record was lost, there is nothing
+    to replay; left alone)
   Errors (nothing is changed):
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
+    RQ_CORRUPT       the group's ack floor is not a seq
 ]]
 --@flags allow-oom
 --@include group_keys
@@ -37,6 +40,13 @@ local DEAD_LETTER_HEADERS = {
 
 local out = {}
 local groups = rcall('HLEN', floorsKey)
+-- The floor is compared below: garbage is named before anything changes.
+local floorText = rcall('HGET', floorsKey, groupName)
+local floorNow = tonumber(floorText or '0')
+if not (floorNow and floorNow >= 0 and floorNow % 1 == 0) then
+  return redis.error_reply('RQ_CORRUPT ' .. floorsKey .. ' field ' .. groupName .. ' (the ack floor) holds '
+    .. string.sub(floorText, 1, 40) .. ', not a seq')
+end
 for i = 8, #ARGV do
   local dseq = ARGV[i]
   local rec = rcall('HGET', dlqMsgsKey, dseq)
@@ -50,6 +60,8 @@ for i = 8, #ARGV do
       status = 'corrupt'
     elseif headers['x-rq-group'] ~= groupName or headers['x-rq-queue'] ~= failurePolicy().queueName then
       status = 'other-group'
+    elseif headers['x-rq-reason'] == 'missing-record' then
+      status = 'lost'
     elseif rcall('HEXISTS', dlvKey, seq) == 1 then
       status = 'pending'
     else

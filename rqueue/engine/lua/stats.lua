@@ -12,6 +12,10 @@
     (acked, nacked, redelivered, expired, dead_lettered, dropped), then
     "consumer", name, held, liveness deadline (ms), liveness timeout (ms)
     for each consumer; the last sign of life is deadline - timeout
+  Errors:
+    RQ_CORRUPT  the last seq, the cursor or the floor is garbage, or the
+                last seq is below the cursor or missing while records are
+                stored (a deleted meta hash)
 ]]
 --@include read_now
 --@include group_keys
@@ -25,10 +29,26 @@ local function put(name, value)
 end
 
 put('now', now)
+-- Figures from damaged keys would mislead (a pending count below zero):
+-- a seq that is garbage, or a last seq below the cursor or missing while
+-- records are stored, is RQ_CORRUPT naming the key.
+local function seqAt(key, field)
+  local raw = rcall('HGET', key, field)
+  local v = tonumber(raw or '0')
+  if not (v and v >= 0 and v % 1 == 0) then
+    error('RQ_CORRUPT ' .. key .. ' field ' .. field .. ' holds ' .. string.sub(raw, 1, 40) .. ', not a seq')
+  end
+  return v
+end
+local lastSeq, cursor = seqAt(metaKey, 'seq'), seqAt(groupKey, 'cursor')
+if lastSeq < cursor or lastSeq == 0 and rcall('EXISTS', msgsKey) == 1 then
+  error('RQ_CORRUPT ' .. metaKey .. ' field seq (the last seq) is ' .. (rcall('HGET', metaKey, 'seq') or 'missing')
+    .. ', below the cursor ' .. cursor .. ' of ' .. groupKey .. ' or the records stored')
+end
 put('last_seq', rcall('HGET', metaKey, 'seq') or '0')
 -- A seq reopened by replay at or below the stored floor is unsettled again:
 -- the floor reported is below it, and it counts as pending.
-local storedFloor = tonumber(rcall('HGET', floorsKey, groupName) or '0')
+local storedFloor = seqAt(floorsKey, groupName)
 local floor = storedFloor
 local lowest = rcall('ZRANGE', reopenKey, 0, 0)
 if lowest[1] ~= nil and tonumber(lowest[1]) <= storedFloor then

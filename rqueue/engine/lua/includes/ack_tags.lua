@@ -78,7 +78,11 @@ local function ackTags(strict, first)
       code = 'RQ_ACKED' -- listed twice in one call
     end
     if code ~= 'ok' and strict then
-      return nil, code .. ' ' .. fields[i] .. '.' .. tostring(countArg) .. '.' .. tostring(tokenArg)
+      local why = ''
+      if code == 'RQ_CORRUPT' then
+        why = ': its delivery state in ' .. dlvKey .. ' is missing or does not parse'
+      end
+      return nil, code .. ' ' .. fields[i] .. '.' .. tostring(countArg) .. '.' .. tostring(tokenArg) .. why
     end
     result[i] = code
     if code == 'ok' then

@@ -10,6 +10,7 @@
                       not the delivery's (another group's, queue's or server
                       incarnation's delivery of the same seq and count)
     "RQ_NOT_HELD"     this consumer never held that delivery
+    "RQ_CORRUPT"      the message is leased but has no delivery state
     "RQ_STALE"        the delivery was settled explicitly (nacked) by this
                       consumer, or (only when lateOk is false) it is no
                       longer held: its lease ran out or a newer delivery
@@ -29,7 +30,12 @@ local function checkTag(seq, count, token, d, lateOk)
     return 'RQ_UNKNOWN_TAG'
   end
   if d == nil then
-    if seq <= tonumber(rcall('HGET', floorsKey, groupName) or '0') then
+    local floor = tonumber(rcall('HGET', floorsKey, groupName) or '0')
+    if not (floor and floor >= 0 and floor % 1 == 0) then
+      error('RQ_CORRUPT ' .. floorsKey .. ' field ' .. groupName .. ' (the ack floor) holds '
+        .. string.sub(rcall('HGET', floorsKey, groupName), 1, 40) .. ', not a seq')
+    end
+    if seq <= floor then
       return 'RQ_ACKED'
     end
     -- The first acked run that ends at or above seq holds it if it starts
@@ -38,6 +44,10 @@ local function checkTag(seq, count, token, d, lateOk)
     local run = rcall('ZRANGEBYSCORE', ackedKey, seq, '+inf', 'LIMIT', '0', '1')
     if run[1] ~= nil and run[1] + 0 <= seq then
       return 'RQ_ACKED'
+    end
+    if rcall('ZSCORE', leaseKey, seq) then
+      -- Leased, so delivered and unsettled: its state was deleted.
+      return 'RQ_CORRUPT'
     end
     return 'RQ_UNKNOWN_TAG'
   end

@@ -3,9 +3,12 @@
   or drops it and counts it when the failure policy says "drop", and settles
   it for this group, in the same atomic call. The dead letter keeps the
   message's own headers and payload, with the x-rq-* headers below added.
+  A message whose record is gone (deleted) is dead-lettered without payload
+  and headers, with the reason "missing-record", so that its loss is seen.
   Returns the dead-letter seq, or 0 when dropped.
-  Errors: RQ_BAD_ARGUMENT (the failure policy does not parse), raised
-  before any write.
+  Errors: RQ_BAD_ARGUMENT (the failure policy does not parse), and
+  RQ_CORRUPT (the dead-letter queue's next seq holds a dead letter: its
+  meta hash was deleted), raised before any write.
 ]]
 --@include group_keys
 --@include group_names
@@ -30,18 +33,40 @@ local function deliveryHeaders(headers, seq, d, reason, errText, published)
   return headers
 end
 
+-- The dead-letter queue's next seq must be free: with its meta hash gone
+-- (deleted) it would overwrite a dead letter. RQ_CORRUPT otherwise; callers
+-- ask before their first write (deadLetter does too).
+local function deadLetterSeqFree()
+  if failurePolicy().deadLetterMode == 'drop' then
+    return
+  end
+  local nextSeq = (tonumber(rcall('HGET', dlqMetaKey, 'seq') or '0') or 0) + 1
+  if rcall('HEXISTS', dlqMsgsKey, nextSeq) == 1 then
+    error('RQ_CORRUPT ' .. dlqMetaKey .. ' field seq (the last dead letter) is '
+      .. (rcall('HGET', dlqMetaKey, 'seq') or 'missing') .. ', but dead letter ' .. nextSeq .. ' exists in ' .. dlqMsgsKey)
+  end
+end
+
 local function deadLetter(seq, d, reason, errText)
   local policy = failurePolicy() -- before any write: a policy that does not parse stops the call here
   local rec = rcall('HGET', msgsKey, seq)
+  deadLetterSeqFree()
   d = d or {count = 0, holder = '', first = '', last = '', past = ''}
   complete(seq, d)
-  if rec == false or policy.deadLetterMode == 'drop' then
+  if rec == false then
+    errText = 'record of seq ' .. seq .. ' is missing from ' .. msgsKey .. ' (' .. reason .. ': ' .. (errText or '') .. ')'
+    reason = 'missing-record'
+  end
+  if policy.deadLetterMode == 'drop' then
     rcall('HINCRBY', groupKey, 'dropped', 1)
     recordEvent('dropped', seq, reason)
     return 0
   end
-  local headers, payload = splitRecord(rec)
-  local published = recordPublished(rec) or ''
+  local headers, payload, published = {}, '', ''
+  if rec then
+    headers, payload = splitRecord(rec)
+    published = recordPublished(rec) or ''
+  end
   if headers == nil then
     -- Kept byte for byte so that nothing is lost; the reason says why.
     headers, payload, reason = {}, rec, 'corrupted-record'

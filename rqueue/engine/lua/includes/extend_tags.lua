@@ -1,19 +1,23 @@
 --[[
   Extends the leases of the tags in ARGV[first], ARGV[first+1], ... (seq,
   count, token triples) to deadline when this consumer holds them. Returns
-  one status per tag: "ok" or the code from checkTag.
+  one status per tag: "ok" or the code from checkTag. A current delivery
+  held by this consumer always has a lease; one found without (deleted) is
+  given its lease back and recorded as a "corrupt" event.
 ]]
 --@include group_keys
 --@include group_names
 --@include delivery_state
 --@include check_tag
+--@include record_event
 local function extendTags(first, deadline)
   local statuses = {}
   for i = first, #ARGV, 3 do
     local seq, count = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
     local code = checkTag(seq, count, ARGV[i + 2], seq and readDelivery(dlvKey, seq), false)
-    if code == 'ok' then
-      rcall('ZADD', leaseKey, 'XX', deadline, seq)
+    if code == 'ok' and rcall('ZADD', leaseKey, deadline, seq) == 1 then
+      recordEvent('corrupt', seq, 'the lease of seq ' .. seq .. ' was missing from ' .. leaseKey
+        .. ' (its delivery held by ' .. consumerName .. '): given back by an extension')
     end
     statuses[#statuses + 1] = code
   end

@@ -7,7 +7,9 @@
     KEYS[3]  floors     hash  group -> ack floor; also the group registry
     KEYS[4]  settled    hash  seq -> groups that settled it above their floor
     KEYS[5]  group      hash  cursor and counters of this group; ACKED_ABOVE
-                              (below): how many seqs the acked runs hold
+                              (below): how many seqs the acked runs hold;
+                              since: the last seq when the group was
+                              created (join.lua); cursor_checked (fetch.lua)
     KEYS[6]  lease      zset  seq -> lease deadline (ms): the in-flight set;
                               and LEASE_PIN at +inf (below)
     KEYS[7]  ready      zset  seq -> seq: redeliveries due now

@@ -14,8 +14,12 @@
 --@include dead_letter
 local function retryOrDeadLetter(seq, d, delayMs, errText, settled)
   local policy = failurePolicy() -- before release(), as in deadLetter
+  local dead = policy.maxDeliveries ~= -1 and d.count >= policy.maxDeliveries
+  if dead then
+    deadLetterSeqFree() -- before release() too
+  end
   release(seq, d, settled)
-  if policy.maxDeliveries ~= -1 and d.count >= policy.maxDeliveries then
+  if dead then
     return 'dead', deadLetter(seq, d, 'max-deliveries', errText)
   end
   writeDelivery(dlvKey, seq, d)

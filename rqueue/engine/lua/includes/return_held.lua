@@ -12,8 +12,14 @@
 --@include requeue
 --@include retry_or_dead_letter
 --@include dead_letter_corrupt_state
+--@include record_event
 local function returnHeld(member, graceful)
   local returned, dead = 0, 0
+  -- What the member counts as held, against what the lease set shows it
+  -- holding: a delivery whose lease was deleted is found by neither, so it
+  -- is recorded as a "corrupt" event naming the keys (rqueue doctor
+  -- --repair makes it ready again).
+  local counted, leased = rcall('HGET', consumersKey, member), 0
   for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
     if s == LEASE_PIN then
       break -- last: its score is +inf
@@ -23,7 +29,9 @@ local function returnHeld(member, graceful)
     local d, corrupt = parseDelivery(seq, raw)
     if corrupt then
       deadLetterCorruptState(seq, raw)
+      leased = leased + 1 -- whose it was is lost with its state: counted as possibly this member's
     elseif d ~= nil and d.holder == member then
+      leased = leased + 1
       if graceful then
         release(seq, d)
         writeDelivery(dlvKey, seq, d)
@@ -35,6 +43,10 @@ local function returnHeld(member, graceful)
         returned = returned + 1
       end
     end
+  end
+  if counted and not ((tonumber(counted) or 1 / 0) <= leased) then
+    recordEvent('corrupt', '', consumersKey .. ' field ' .. member .. ' counted ' .. counted .. ' deliveries, but '
+      .. leaseKey .. ' leased it ' .. leased .. ': run rqueue doctor --repair')
   end
   rcall('HDEL', consumersKey, member)
   rcall('ZREM', beatsKey, member)

@@ -48,7 +48,11 @@ local function settleMany(seqs, fields)
       end
     end
   end
-  local oldFloor = (rcall('HGET', floorsKey, groupName) or 0) + 0
+  local oldFloor = tonumber(rcall('HGET', floorsKey, groupName) or '0')
+  if not (oldFloor and oldFloor >= 0 and oldFloor % 1 == 0) then
+    error('RQ_CORRUPT ' .. floorsKey .. ' field ' .. groupName .. ' (the ack floor) holds '
+      .. string.sub(rcall('HGET', floorsKey, groupName), 1, 40) .. ', not a seq')
+  end
   local floor = oldFloor
   -- The new floor as the caller's string when it is one of the seqs (an ack
   -- of the next seq): the two HSETs below then format no number.

@@ -1,0 +1,452 @@
+"""The doctor: checks that a queue's keys in Redis agree with each other, and
+repairs what can be repaired without losing or repeating a message
+(docs/doctor.md).
+
+It reads each key by its name (engine/keys.py), never by SCAN, and big
+keys in bounded steps (engine/store.py); each repair is one atomic script
+call (lua/repair.lua) that acts only while what the doctor saw is still so.
+The reads are not one snapshot: on a queue in use, a finding may be a
+moment's state; the repair then answers that it is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from .engine import commands, store
+from .engine.keys import GroupKeys, QueueKeys
+from .partitions import PartitionedQueue
+from .protocols import AnyQueue
+from .queue import Queue
+
+# Progress of a long check: (what, done, total).
+UNTRACKED_MAX = 1000  # untracked seqs reported one by one per group
+Progress = Callable[[str, int, int], None]
+
+
+class Kind(StrEnum):
+    """What a finding is about."""
+
+    META_MISSING = "meta-missing"  # no last seq while records or settled messages exist
+    BAD_NUMBER = "bad-number"  # a seq field that is not a whole number >= 0
+    LAST_BELOW_CURSOR = "last-below-cursor"  # the last seq is below a group's cursor
+    CURSOR_BELOW_FLOOR = "cursor-below-floor"  # it would hand out settled messages again
+    CURSOR_BELOW_RUN = "cursor-below-acked-run"  # ditto, for seqs settled above the floor
+    RUN_OUT_OF_PLACE = "acked-run-out-of-place"  # at or below the floor, reversed or overlapping
+    LEASE_WITHOUT_STATE = "lease-without-state"
+    STATE_WITHOUT_LEASE = "state-without-lease"  # held by a member, never runs out
+    STATE_STRANDED = "state-stranded"  # waiting in no set, or held by a consumer that is no member
+    STATE_UNPARSED = "state-unparsed"
+    UNTRACKED = "untracked"  # read by the group, neither settled nor delivered nor waiting
+    COUNT_MISMATCH = "count-mismatch"  # a member's held count, or acked_above
+    RECORD_MISSING = "record-missing"  # an unsettled seq without its record
+    INCARNATION_EMPTY = "incarnation-empty"
+    DEAD_LETTER_SEQ_TAKEN = "dead-letter-seq-taken"  # the next dead letter would overwrite one
+
+
+class Outcome(StrEnum):
+    """What a repair did."""
+
+    REPAIRED = "repaired"
+    GONE = "gone"  # no longer so when the repair ran: nothing changed
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One broken invariant: its kind, the key it is in, what is wrong and,
+    when it is safe to repair, how (``repair`` says it in words)."""
+
+    kind: Kind
+    key: str
+    detail: str
+    queue: str
+    group: str | None = None
+    seq: int | None = None
+    repair: str | None = None  # what --repair does, None: not repaired (docs/doctor.md says why)
+    fix: tuple[str, ...] = field(default=(), repr=False, compare=False)  # repair.lua's arguments
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": str(self.kind),
+            "queue": self.queue,
+            "group": self.group,
+            "key": self.key,
+            "seq": self.seq,
+            "detail": self.detail,
+            "repair": self.repair,
+        }
+
+
+@dataclass(frozen=True)
+class Repair:
+    """What one repair did."""
+
+    finding: Finding
+    outcome: Outcome
+    detail: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"finding": self.finding.as_json(), "outcome": str(self.outcome), "detail": self.detail}
+
+
+def parts(queue: AnyQueue) -> list[Queue]:
+    """The plain queues the doctor checks: the queue, or each partition."""
+    if isinstance(queue, PartitionedQueue):
+        return list(queue.parts)
+    if isinstance(queue, Queue):
+        return [queue]
+    raise TypeError(f"expected a Queue or a PartitionedQueue, not {type(queue).__name__}")
+
+
+def examine(queue: AnyQueue, progress: Progress | None = None) -> list[Finding]:
+    """Every finding in ``queue`` (each partition of a partitioned one)."""
+    return [f for q in parts(queue) for f in _Examination(q, progress).run()]
+
+
+def repair(queue: AnyQueue, findings: list[Finding]) -> list[Repair]:
+    """Repairs each finding that has a repair, one atomic call each; the
+    counts of a group last, after what changes them."""
+    by_name = {q.name if q.partition is None else f"{q.name}/{q.partition}": q for q in parts(queue)}
+    todo = [f for f in findings if f.fix]
+    todo.sort(key=lambda f: f.fix[0] == "counts")
+    done: list[Repair] = []
+    for f in todo:
+        q = by_name[f.queue]
+        reply = commands.repair(q.group_call(f.group or ""), f.fix[0], f.fix[1:])
+        done.append(Repair(f, Outcome.REPAIRED if reply.done else Outcome.GONE, reply.detail))
+    return done
+
+
+def _seq(text: str | None) -> int | None:
+    """A stored seq, None when it is not a whole number >= 0 (missing: 0)."""
+    if text is None:
+        return 0
+    return int(text) if text.isdigit() else None
+
+
+class _Examination:
+    def __init__(self, queue: Queue, progress: Progress | None) -> None:
+        self.q = queue
+        self.r = queue.client.redis
+        self.keys = queue.keys
+        self.where = queue.keys.base
+        self.name = queue.name if queue.partition is None else f"{queue.name}/{queue.partition}"
+        self.progress = progress
+        self.found: list[Finding] = []
+        self.highest = 0  # the highest seq any group knows of
+
+    def add(self, kind: Kind, key: str, detail: str, **kw: Any) -> None:
+        self.found.append(Finding(kind, key, detail, self.name, **kw))
+
+    def run(self) -> list[Finding]:
+        keys = self.keys
+        meta = store.hash_all(self.r, keys.meta, self.where)
+        floors = store.hash_all(self.r, keys.floors, self.where)
+        last = _seq(meta.get("seq"))
+        if last is None:
+            self.add(Kind.BAD_NUMBER, keys.meta, f"field seq holds {meta['seq'][:40]!r}, not a seq")
+        if "incarnation" in meta and not meta["incarnation"].strip():
+            self.add(Kind.INCARNATION_EMPTY, keys.meta, "field incarnation is empty")
+        for group in sorted(floors):
+            self.group(group, floors[group], last if meta.get("seq") is not None else None)
+        if meta.get("seq") is None:
+            depth = store.hash_len(self.r, keys.msgs, self.where)
+            settled = any(v != "0" for v in floors.values())
+            if depth or settled:
+                top = max(self.highest, self.highest_record() if depth else 0)
+                self.add(
+                    Kind.META_MISSING,
+                    keys.meta,
+                    f"no field seq (the last seq) while {depth} records are stored"
+                    + (" and groups settled messages" if settled else "")
+                    + ": a publish would reuse seqs, so publishing is refused",
+                    repair=f"write the last seq {top}, the highest seq any group or record knows of",
+                    fix=("meta", str(top)),
+                )
+        self.dead_letter_seq()
+        return self.found
+
+    def highest_record(self, keys: QueueKeys | None = None) -> int:
+        """The highest seq with a stored record in this queue (or ``keys``:
+        its dead-letter queue), the records read in steps."""
+        top = 0
+        for page in store.hash_in_steps(self.r, (keys or self.keys).msgs, self.where):
+            top = max([top, *(int(f) for f, _ in page if f.isdigit())])
+        return top
+
+    def dead_letter_seq(self) -> None:
+        """The dead-letter queue's next seq is free (else dead-lettering is refused)."""
+        dlq = self.keys.dead_letters
+        text = store.hash_all(self.r, dlq.meta, self.where).get("seq")
+        last = _seq(text)
+        if last is None:
+            self.add(Kind.BAD_NUMBER, dlq.meta, f"field seq holds {str(text)[:40]!r}, not a seq")
+            return
+        if store.hash_len(self.r, dlq.msgs, self.where) and store.records_exist(self.r, dlq, [last + 1])[0]:
+            top = self.highest_record(dlq)
+            self.add(
+                Kind.DEAD_LETTER_SEQ_TAKEN,
+                dlq.meta,
+                f"field seq is {last}, but dead letter {last + 1} exists in {dlq.msgs}: dead-lettering is refused",
+                repair=f"raise it to {top}, the highest dead letter stored",
+                fix=("dead-letter-seq", str(top)),
+            )
+
+    def group(self, group: str, floor_text: str, last: int | None) -> None:
+        gk = self.keys.group(group)
+        state = store.hash_all(self.r, gk.state, self.where)
+        floor, cursor = _seq(floor_text), _seq(state.get("cursor"))
+        if floor is None:
+            self.add(
+                Kind.BAD_NUMBER,
+                self.keys.floors,
+                f"field {group} (the ack floor) holds {floor_text[:40]!r}",
+                group=group,
+            )
+        if cursor is None:
+            self.add(Kind.BAD_NUMBER, gk.state, f"field cursor holds {state['cursor'][:40]!r}", group=group)
+        if floor is None or cursor is None:
+            return
+        runs: list[tuple[int, int]] = []
+        for run_page in store.zset_in_steps(self.r, gk.acked, self.where):
+            for first, end in run_page:
+                if first.isdigit():
+                    runs.append((int(first), int(end)))
+                else:
+                    self.add(Kind.RUN_OUT_OF_PLACE, gk.acked, f"member {first[:40]!r} is not a seq", group=group)
+        leases = {int(m) for page in store.zset_in_steps(self.r, gk.lease, self.where) for m, _ in page if m.isdigit()}
+        waiting = {
+            int(m)
+            for key in (gk.ready, gk.delay)
+            for page in store.zset_in_steps(self.r, key, self.where)
+            for m, _ in page
+        }
+        states: dict[int, str] = {}
+        for state_page in store.hash_in_steps(self.r, gk.deliveries, self.where):
+            states.update((int(f), v) for f, v in state_page if f.isdigit())
+        members = store.hash_all(self.r, gk.consumers, self.where)
+        known = max([floor, cursor, *(end for _, end in runs), *leases, *states, *waiting])
+        self.highest = max(self.highest, known)
+
+        # The cursor: at or above the floor and every acked run; a repair
+        # moves it up to the highest seq the group settled or holds, so that
+        # nothing above it was delivered: nothing is handed out twice, or skipped.
+        if last is not None and cursor > last:
+            self.add(
+                Kind.LAST_BELOW_CURSOR,
+                self.keys.meta,
+                f"field seq is {last}, below the cursor {cursor} of {gk.state}",
+                group=group,
+            )
+        behind = [end for _, end in runs if end > cursor]
+        if cursor < floor or behind:
+            kind = Kind.CURSOR_BELOW_FLOOR if cursor < floor else Kind.CURSOR_BELOW_RUN
+            what = f"below the ack floor {floor}" if cursor < floor else f"below seq {max(behind)} the group settled"
+            self.add(
+                kind,
+                gk.state,
+                f"field cursor is {cursor}, {what}: fetch refuses to hand out settled messages again",
+                group=group,
+                repair=f"set the cursor to {known}, the highest seq the group settled or holds",
+                fix=("cursor", state.get("cursor", "0"), str(known)),
+            )
+        self.check_runs(gk, group, floor, runs, state)
+        self.check_deliveries(gk, group, leases, waiting, states, members)
+        self.check_untracked(gk, group, floor, cursor, runs, states.keys() | leases | waiting)
+        self.check_records(gk, group, cursor, last, _seq(state.get("since")), states)
+
+    def check_runs(
+        self, gk: GroupKeys, group: str, floor: int, runs: list[tuple[int, int]], state: dict[str, str]
+    ) -> None:
+        previous = floor
+        for first, end in sorted(runs):
+            if first > end or first <= previous:
+                self.add(
+                    Kind.RUN_OUT_OF_PLACE,
+                    gk.acked,
+                    f"run {first}..{end} is reversed, at or below the ack floor {floor}, or overlaps the run before",
+                    group=group,
+                    seq=first,
+                )
+            previous = max(previous, end)
+        above = sum(end - first + 1 for first, end in runs)
+        stored = _seq(state.get("acked_above"))
+        if stored != above:
+            self.add(
+                Kind.COUNT_MISMATCH,
+                gk.state,
+                f"field acked_above is {state.get('acked_above', '0')}, but the acked runs hold {above} seqs",
+                group=group,
+                repair="recompute the counts from the runs, leases and states",
+                fix=("counts",),
+            )
+
+    def check_deliveries(
+        self,
+        gk: GroupKeys,
+        group: str,
+        leases: set[int],
+        waiting: set[int],
+        states: dict[int, str],
+        members: dict[str, str],
+    ) -> None:
+        for seq in sorted(leases - states.keys()):
+            self.add(
+                Kind.LEASE_WITHOUT_STATE,
+                gk.lease,
+                f"seq {seq} is leased but has no delivery state in {gk.deliveries}",
+                group=group,
+                seq=seq,
+                repair="move it to the dead-letter queue as corrupted-state (its count and holder are lost)",
+                fix=("lease-without-state", str(seq)),
+            )
+        held: dict[str, int] = {}
+        for seq, raw in sorted(states.items()):
+            parsed = store.state_holder(raw)
+            if parsed is None:
+                self.add(
+                    Kind.STATE_UNPARSED,
+                    gk.deliveries,
+                    f"the state of seq {seq} does not parse: {raw[:80]!r}"
+                    + ("" if seq in leases or seq in waiting else " (and it waits in no set)"),
+                    group=group,
+                    seq=seq,
+                )
+                continue
+            _, holder = parsed
+            if holder and holder not in members:
+                self.add(
+                    Kind.STATE_STRANDED,
+                    gk.deliveries,
+                    f"seq {seq} is held by {holder!r}, no member of the group",
+                    group=group,
+                    seq=seq,
+                    repair="make it ready again, its count kept",
+                    fix=("state-without-lease", str(seq)),
+                )
+            elif holder and seq not in leases:
+                self.add(
+                    Kind.STATE_WITHOUT_LEASE,
+                    gk.deliveries,
+                    f"seq {seq} is held by {holder!r} but has no lease in {gk.lease}: it would never run out",
+                    group=group,
+                    seq=seq,
+                    repair="give it a lease that runs out now, so the next fetch offers it again",
+                    fix=("state-without-lease", str(seq)),
+                )
+            elif not holder and seq not in waiting and seq not in leases:
+                self.add(
+                    Kind.STATE_STRANDED,
+                    gk.deliveries,
+                    f"seq {seq} waits for redelivery in no set ({gk.ready}, {gk.delay})",
+                    group=group,
+                    seq=seq,
+                    repair="make it ready again, its count kept",
+                    fix=("state-without-lease", str(seq)),
+                )
+            if holder and seq in leases:
+                held[holder] = held.get(holder, 0) + 1
+        for member, count in sorted(members.items()):
+            if _seq(count) != held.get(member, 0):
+                self.add(
+                    Kind.COUNT_MISMATCH,
+                    gk.consumers,
+                    f"field {member} (deliveries it holds) is {count}, but it holds {held.get(member, 0)} leases",
+                    group=group,
+                    repair="recompute the counts from the runs, leases and states",
+                    fix=("counts",),
+                )
+
+    def check_untracked(
+        self, gk: GroupKeys, group: str, floor: int, cursor: int, runs: list[tuple[int, int]], tracked: set[int]
+    ) -> None:
+        """Every seq the group read (floor < seq <= cursor) is settled (in
+        an acked run) or has a delivery state: else nothing would ever hand
+        it out, and the floor could never pass it. Such a seq is made ready
+        only when no group can have settled it: its record is stored and no
+        group counts it settled (a record goes when its last group settles
+        it). Otherwise (an acked run lost, say) handing it out again could
+        run a handler after its ack, so it is reported alone."""
+        covered = sorted((first, end) for first, end in runs if end > floor)
+        lost: list[int] = []
+        seq, i = floor + 1, 0
+        while seq <= cursor and len(lost) <= UNTRACKED_MAX:
+            while i < len(covered) and covered[i][1] < seq:
+                i += 1
+            if i < len(covered) and covered[i][0] <= seq:
+                seq = covered[i][1] + 1
+                continue
+            if seq not in tracked:
+                lost.append(seq)
+            seq += 1
+        shown = lost[:UNTRACKED_MAX]
+        stored = store.records_exist(self.r, self.keys, shown)
+        settled = store.settled_counts(self.r, self.keys, shown)
+        for seq, there, count in zip(shown, stored, settled, strict=True):
+            where = (
+                f"seq {seq} is at or below the cursor {cursor} and above the floor {floor}, "
+                "but neither settled nor delivered nor waiting"
+            )
+            if there and not count:
+                self.add(
+                    Kind.UNTRACKED,
+                    gk.state,
+                    where + ": nothing would hand it out, and the floor would stop below it",
+                    group=group,
+                    seq=seq,
+                    repair="make it ready for redelivery (its record is stored and no group settled it)",
+                    fix=("untracked", str(seq)),
+                )
+            else:
+                why = "its record is gone" if not there else f"{count} group(s) settled it"
+                self.add(
+                    Kind.UNTRACKED,
+                    gk.state,
+                    f"{where}; {why}, so it may have been settled (a damaged acked run): not handed out again",
+                    group=group,
+                    seq=seq,
+                )
+        if len(lost) > UNTRACKED_MAX:
+            self.add(
+                Kind.UNTRACKED,
+                gk.state,
+                f"more seqs than these {UNTRACKED_MAX} are untracked between the floor {floor} and the cursor "
+                f"{cursor} (is {gk.acked} damaged?)",
+                group=group,
+            )
+
+    def check_records(
+        self, gk: GroupKeys, group: str, cursor: int, last: int | None, since: int | None, states: dict[int, str]
+    ) -> None:
+        """Every message the group has not settled has its record: those
+        in flight or waiting (a state), and those not read yet (above the
+        cursor, but a record deleted before the group was created)."""
+        top = last if last is not None else cursor
+        start = max(cursor, since if since is not None else top)
+        todo = list(_chunks(sorted(states), store.SCAN_STEP)) + [
+            list(range(low, min(top, low + store.SCAN_STEP - 1) + 1))
+            for low in range(start + 1, top + 1, store.SCAN_STEP)
+        ]
+        total, done = sum(len(c) for c in todo), 0
+        for seqs in todo:
+            for seq, there in zip(seqs, store.records_exist(self.r, self.keys, seqs), strict=True):
+                if not there:
+                    self.add(
+                        Kind.RECORD_MISSING,
+                        self.keys.msgs,
+                        f"seq {seq} is not settled by group {group} but has no record: the group's fetch "
+                        "moves it to the dead-letter queue as missing-record",
+                        group=group,
+                        seq=seq,
+                    )
+            done += len(seqs)
+            if self.progress is not None:
+                self.progress(f"records of {self.name} for {group}", done, total)
+
+
+def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

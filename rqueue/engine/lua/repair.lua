@@ -1,0 +1,172 @@
+--[[
+  Repairs one finding of `rqueue doctor` (rqueue/doctor.py) in one group, in
+  one atomic step, only while what the doctor saw is still so; otherwise it
+  does nothing and answers "gone" (fixed meanwhile). Nothing is deleted: a
+  message whose state is lost goes to the dead-letter queue.
+
+  Input:
+    KEYS[1..17] the group layout (includes/group_keys.lua)
+    ARGV[1..7] the group arguments (includes/group_args.lua)
+    ARGV[8] what to repair:
+      "lease-without-state", ARGV[9] seq: a leased message without a
+        delivery state is moved to the dead-letter queue as corrupted-state
+        (its delivery count and holder are lost with the state)
+      "state-without-lease", ARGV[9] seq: a delivery held by a member gets a
+        lease that runs out now, so the next fetch offers it again (counted
+        as an attempt, as any expiry); one held by a consumer that is no
+        member, or waiting but in no set, is made ready at once, its count
+        kept
+      "cursor", ARGV[9] the cursor the doctor read, ARGV[10] the new one:
+        written while the cursor is still the one read and the new one is
+        at or above the ack floor
+      "counts": each member's count of held deliveries, recomputed from
+        the lease set and the states, and acked_above from the acked runs
+      "meta", ARGV[9] seq: the queue's last seq, written only while it is
+        missing
+      "dead-letter-seq", ARGV[9] seq: the dead-letter queue's last seq,
+        raised to seq while the dead letter after it exists (its meta was
+        deleted: the next dead letter would overwrite one)
+      "untracked", ARGV[9] seq: a seq the group read (above its floor, at
+        or below its cursor) that is not settled and has no delivery state,
+        whose record is stored and that no group counts settled, is made
+        ready: the next fetch hands it out as a first delivery
+  Output:
+    { "done" or "gone", what was done }
+  Errors (nothing is changed):
+    RQ_BAD_ARGUMENT  what is unknown, or the failure policy (ARGV[7]) does
+                     not parse
+  Work: "counts" reads the lease set (at most max_inflight entries), their
+  states, the members and the acked runs; the others a few keys.
+]]
+--@include group_keys
+--@include group_names
+--@include group_args
+--@include delivery_state
+--@include requeue
+--@include dead_letter_corrupt_state
+
+local what = ARGV[8]
+failurePolicy() -- parsed before any write
+
+if what == 'lease-without-state' then
+  local seq = ARGV[9]
+  if not rcall('ZSCORE', leaseKey, seq) or rcall('HEXISTS', dlvKey, seq) == 1 then
+    return {'gone', ''}
+  end
+  local dseq = deadLetterCorruptState(tonumber(seq), nil)
+  return {'done', 'moved seq ' .. seq .. ' to the dead-letter queue as corrupted-state (dead letter ' .. dseq .. ')'}
+end
+
+if what == 'state-without-lease' then
+  local seq = ARGV[9]
+  local raw = rcall('HGET', dlvKey, seq)
+  local d, corrupt = parseDelivery(tonumber(seq), raw)
+  if d == nil or corrupt then
+    return {'gone', ''}
+  end
+  local leased = rcall('ZSCORE', leaseKey, seq)
+  if d.holder ~= '' and rcall('HEXISTS', consumersKey, d.holder) == 1 then
+    if leased then
+      return {'gone', ''}
+    end
+    rcall('ZADD', leaseKey, now, seq)
+    return {'done', 'gave seq ' .. seq .. ' (held by ' .. d.holder .. ') a lease that runs out now: the next fetch '
+      .. 'offers it again'}
+  end
+  if d.holder == '' and (rcall('ZSCORE', readyKey, seq) or rcall('ZSCORE', delayKey, seq) or leased) then
+    return {'gone', ''}
+  end
+  local was = d.holder
+  if leased then
+    rcall('ZREM', leaseKey, seq)
+  end
+  rememberHolder(d, false)
+  d.holder = ''
+  writeDelivery(dlvKey, seq, d)
+  requeue(seq, 0)
+  if was == '' then
+    return {'done', 'made seq ' .. seq .. ' ready again (it waited in no set)'}
+  end
+  return {'done', 'made seq ' .. seq .. ' ready again (its holder ' .. was .. ' is no member)'}
+end
+
+if what == 'cursor' then
+  local cursor = rcall('HGET', groupKey, 'cursor') or '0'
+  local floor = tonumber(rcall('HGET', floorsKey, groupName) or '0')
+  local new = tonumber(ARGV[10])
+  if cursor ~= ARGV[9] or floor == nil or new == nil or new < floor then
+    return {'gone', ''}
+  end
+  rcall('HSET', groupKey, 'cursor', ARGV[10])
+  return {'done', 'set the cursor from ' .. cursor .. ' to ' .. ARGV[10]}
+end
+
+if what == 'counts' then
+  local held = {}
+  for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
+    if s ~= LEASE_PIN then
+      local d = parseDelivery(tonumber(s), rcall('HGET', dlvKey, s))
+      if d ~= nil and d.holder ~= '' then
+        held[d.holder] = (held[d.holder] or 0) + 1
+      end
+    end
+  end
+  local changed = {}
+  local members = rcall('HGETALL', consumersKey)
+  for i = 1, #members, 2 do
+    local name, count = members[i], members[i + 1]
+    local want = held[name] or 0
+    if tonumber(count) ~= want then
+      rcall('HSET', consumersKey, name, want)
+      changed[#changed + 1] = name .. ' ' .. count .. ' -> ' .. want
+    end
+  end
+  local above = 0
+  local runs = rcall('ZRANGE', ackedKey, 0, -1, 'WITHSCORES')
+  for i = 1, #runs, 2 do
+    above = above + (tonumber(runs[i + 1]) - tonumber(runs[i]) + 1)
+  end
+  local stored = rcall('HGET', groupKey, ACKED_ABOVE) or '0'
+  if tonumber(stored) ~= above then
+    rcall('HSET', groupKey, ACKED_ABOVE, above)
+    changed[#changed + 1] = ACKED_ABOVE .. ' ' .. stored .. ' -> ' .. above
+  end
+  if #changed == 0 then
+    return {'gone', ''}
+  end
+  return {'done', 'recomputed ' .. table.concat(changed, ', ')}
+end
+
+if what == 'meta' then
+  if rcall('HSETNX', metaKey, 'seq', ARGV[9]) == 0 then
+    return {'gone', ''}
+  end
+  return {'done', 'wrote the last seq ' .. ARGV[9] .. ' to ' .. metaKey}
+end
+
+if what == 'dead-letter-seq' then
+  local current = tonumber(rcall('HGET', dlqMetaKey, 'seq') or '0')
+  local seq = tonumber(ARGV[9])
+  if current == nil or seq == nil or seq <= current or rcall('HEXISTS', dlqMsgsKey, current + 1) == 0 then
+    return {'gone', ''}
+  end
+  rcall('HSET', dlqMetaKey, 'seq', ARGV[9])
+  return {'done', 'raised the last dead-letter seq from ' .. current .. ' to ' .. ARGV[9]}
+end
+
+if what == 'untracked' then
+  local seq = tonumber(ARGV[9])
+  local floor = tonumber(rcall('HGET', floorsKey, groupName) or '0')
+  local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
+  local run = rcall('ZRANGEBYSCORE', ackedKey, ARGV[9], '+inf', 'LIMIT', '0', '1')
+  if seq == nil or floor == nil or cursor == nil or seq <= floor or seq > cursor
+      or (run[1] ~= nil and run[1] + 0 <= seq) or rcall('HEXISTS', dlvKey, ARGV[9]) == 1
+      or rcall('ZSCORE', readyKey, ARGV[9]) or rcall('ZSCORE', delayKey, ARGV[9]) or rcall('ZSCORE', leaseKey, ARGV[9])
+      or rcall('HEXISTS', msgsKey, ARGV[9]) == 0 or rcall('HEXISTS', settledKey, ARGV[9]) == 1 then
+    return {'gone', ''}
+  end
+  requeue(ARGV[9], 0)
+  return {'done', 'made seq ' .. ARGV[9] .. ' ready for redelivery'}
+end
+
+return redis.error_reply('RQ_BAD_ARGUMENT unknown repair ' .. tostring(what))

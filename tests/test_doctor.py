@@ -1,0 +1,223 @@
+"""`rqueue doctor`: the checks of a queue's invariants (rqueue/doctor.py) on
+every backend, each repair taking the queue back to a state the scripts
+accept without losing or repeating a message, and the command's output and
+exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from support.raw import group_key
+
+import rqueue
+from rqueue import doctor
+from rqueue.cli import cli
+from rqueue.doctor import Kind, Outcome
+
+
+def kinds(findings: list[doctor.Finding]) -> list[tuple[Kind, int | None]]:
+    return sorted((f.kind, f.seq) for f in findings)
+
+
+def test_a_queue_in_every_normal_state_is_clean(client, queue, clock):
+    # given a queue with settled, in-flight, nacked, delayed, acked-above-floor and unread messages, two groups
+    a = queue.consumer("g", name="a")
+    other = queue.consumer("h")
+    queue.publish_many([b"1", b"2", b"3", b"4", b"5", b"6"])
+    d1, d2, d3, d4 = a.fetch(4)
+    d1.ack()
+    d3.ack()
+    d2.nack(delay=30)
+    other.fetch(1)[0].nack(delay=0)
+    # and a delayed publish passed over, a dead letter replayed, a purged group
+    queue.publish(b"later", delay=60)
+    a.fetch(10)
+    client.configure("orders", max_deliveries=1)
+    d4.nack(delay=0)
+    client.configure("orders", max_deliveries=5)
+    queue.replay_dead_letters("g")
+    queue.consumer("p").fetch(2)
+    queue.purge("p")
+    # when the doctor examines it, then it finds nothing
+    assert doctor.examine(queue) == []
+
+
+def test_deleted_lease_is_found_and_repaired_into_a_redelivery(client, queue, clock):
+    # given a delivery whose lease entry was deleted, its holder gone
+    a = queue.consumer("g", name="a")
+    b = queue.consumer("g", name="b")
+    queue.publish(b"x")
+    a.fetch(1)
+    client.redis.zrem(group_key(queue, "g", "lease"), 1)
+    # when the doctor examines it, then the state without a lease and the holder's count are named
+    found = doctor.examine(queue)
+    assert kinds(found) == [(Kind.COUNT_MISMATCH, None), (Kind.STATE_WITHOUT_LEASE, 1)]
+    assert {f.key for f in found} == {group_key(queue, "g", "dlv"), queue.keys.group("g").consumers}
+    # when it repairs, then the message gets a lease that runs out now, and is offered again
+    repairs = doctor.repair(queue, found)
+    assert [r.outcome for r in repairs] == [Outcome.REPAIRED, Outcome.GONE]
+    assert doctor.examine(queue) == []
+    [again] = b.fetch(1)
+    assert (again.seq, again.delivery_count) == (1, 2)
+
+
+def test_deleted_state_is_found_and_repaired_into_a_dead_letter(client, queue):
+    # given a leased message whose delivery state was deleted
+    a = queue.consumer("g", name="a")
+    queue.publish(b"x")
+    a.fetch(1)
+    client.redis.hdel(group_key(queue, "g", "dlv"), 1)
+    # when the doctor examines and repairs it
+    found = doctor.examine(queue)
+    assert kinds(found) == [(Kind.COUNT_MISMATCH, None), (Kind.LEASE_WITHOUT_STATE, 1)]
+    repairs = doctor.repair(queue, found)
+    # then the message is a dead letter (never deleted), the counts add up and the queue is clean
+    assert [r.outcome for r in repairs] == [Outcome.REPAIRED, Outcome.REPAIRED]
+    [dead] = queue.dead_letters()
+    assert (dead.seq, dead.reason, dead.data) == (1, "corrupted-state", b"x")
+    assert doctor.examine(queue) == []
+    assert a.fetch(1) == []
+
+
+def test_cursor_moved_back_is_repaired_without_handing_out_anything_twice(client, queue):
+    # given two groups, g1 with three acked, one held and one unread message, its cursor moved back to 0
+    g1 = queue.consumer("g1")
+    g2 = queue.consumer("g2")
+    queue.publish_many([b"1", b"2", b"3", b"4", b"5"])
+    got = g1.fetch(4)
+    g1.ack(got[:3])
+    client.redis.hset(queue.keys.group("g1").state, "cursor", 0)
+    # when the doctor examines it, then the cursor is named with its repair
+    [found] = doctor.examine(queue)
+    assert (found.kind, found.key) == (Kind.CURSOR_BELOW_FLOOR, queue.keys.group("g1").state)
+    # when it repairs, then g1 gets only the unread message, and g2 every one
+    [fixed] = doctor.repair(queue, [found])
+    assert fixed.outcome is Outcome.REPAIRED
+    assert [d.seq for d in g1.fetch(10)] == [5]
+    assert [d.seq for d in g2.fetch(10)] == [1, 2, 3, 4, 5]
+    assert doctor.examine(queue) == []
+
+
+def test_deleted_meta_is_repaired_so_seqs_go_on(client, queue):
+    # given a queue whose meta hash was deleted, with a message unread
+    c = queue.consumer("g")
+    queue.publish_many([b"1", b"2", b"3"])
+    c.ack(c.fetch(2))
+    client.redis.delete(queue.keys.meta)
+    # when the doctor examines and repairs it
+    [found] = doctor.examine(queue)
+    assert (found.kind, found.key, found.fix) == (Kind.META_MISSING, queue.keys.meta, ("meta", "3"))
+    assert doctor.repair(queue, [found])[0].outcome is Outcome.REPAIRED
+    # then publishing goes on after the last seq, and nothing is handed out twice
+    assert queue.publish(b"4").seq == 4
+    assert [d.data for d in c.fetch(10)] == [b"3", b"4"]
+
+
+def test_missing_record_is_reported_not_repaired(client, queue):
+    # given an unread message whose record was deleted
+    queue.consumer("g")
+    queue.publish_many([b"1", b"2"])
+    client.redis.hdel(queue.keys.msgs, 2)
+    # when the doctor examines it, then it names the record's key, with no repair
+    [found] = doctor.examine(queue)
+    assert (found.kind, found.key, found.seq, found.repair) == (Kind.RECORD_MISSING, queue.keys.msgs, 2, None)
+
+
+def test_a_partitioned_queue_is_examined_partition_by_partition(client):
+    # given a partitioned queue whose partition 1 lost a lease
+    q = client.queue("parted", partitions=2)
+    part = q.parts[1]
+    part.publish(b"x")
+    part.consumer("g", name="a").fetch(1)
+    client.redis.zrem(group_key(part, "g", "lease"), 1)
+    # when the doctor examines it, then the finding names the partition
+    found = doctor.examine(q)
+    assert {f.queue for f in found} == {"parted/1"}
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+def run(backend, prefix, *args):
+    return CliRunner().invoke(cli, ["--url", backend, "--prefix", prefix, *args])
+
+
+@pytest.fixture
+def plain(backend, prefix):
+    """A client on the real clock, as the command's."""
+    c = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    yield c
+    c.close()
+
+
+def test_command_exit_codes_json_and_repair(backend, prefix, plain):
+    # given a clean queue, then exit code 0
+    q = plain.queue("orders")
+    q.publish(b"x")
+    q.consumer("g", name="a").fetch(1)
+    clean = run(backend, prefix, "doctor", "orders")
+    assert (clean.exit_code, clean.stdout.strip()) == (0, "queue orders: clean")
+    # given a deleted lease, then exit code 1 and the finding in JSON
+    plain.redis.zrem(group_key(q, "g", "lease"), 1)
+    broken = run(backend, prefix, "doctor", "orders", "--json")
+    report = json.loads(broken.stdout)
+    assert broken.exit_code == 1 and not report["clean"]
+    assert [f["kind"] for f in report["findings"]] == ["state-without-lease", "count-mismatch"]
+    # when it repairs, then it says what it did and exits 0
+    fixed = run(backend, prefix, "doctor", "orders", "--repair")
+    assert fixed.exit_code == 0, fixed.output
+    assert "repaired  state-without-lease" in fixed.stdout and "0 findings remain" in fixed.stdout
+    # an unknown queue is 3, a bad name 2
+    assert run(backend, prefix, "doctor", "nope").exit_code == 3
+    assert run(backend, prefix, "doctor", "bad name").exit_code == 2
+
+
+def test_seqs_a_lost_acked_run_held_are_reported_not_handed_out_again(client, queue):
+    # given two groups, g1 having acked 2 and 3 above its floor (1 held), its acked runs then deleted
+    g1 = queue.consumer("g1")
+    queue.consumer("g2")
+    queue.publish_many([b"1", b"2", b"3"])
+    _, d2, d3 = g1.fetch(3)
+    g1.ack([d2, d3])
+    client.redis.delete(queue.keys.group("g1").acked)
+    # when the doctor examines and repairs it
+    found = [f for f in doctor.examine(queue) if f.kind is Kind.UNTRACKED]
+    # then 2 and 3 are named, without a repair: another group's count says they may have been settled
+    assert [(f.seq, f.repair) for f in found] == [(2, None), (3, None)]
+    assert doctor.repair(queue, found) == []
+    assert [d.seq for d in g1.fetch(10)] == []
+
+
+def test_deleted_meta_of_a_queue_without_groups_is_repaired_past_its_highest_record(client, queue):
+    # given a queue without groups whose first 1,500 records were purged, then its meta hash deleted
+    queue.publish_many([b"m"] * 1502)
+    client.redis.hdel(queue.keys.msgs, *range(1, 1501))
+    client.redis.delete(queue.keys.meta)
+    # when the doctor repairs it, then publishing goes on after the highest record
+    [found] = doctor.examine(queue)
+    assert found.fix == ("meta", "1502")
+    doctor.repair(queue, [found])
+    assert queue.publish(b"n").seq == 1503
+
+
+def test_deleted_dead_letter_meta_refuses_dead_lettering_until_repaired(client, queue):
+    # given two dead letters, then the dead-letter queue's meta hash deleted
+    client.configure("orders", max_deliveries=1)
+    c = queue.consumer("g")
+    queue.publish_many([b"1", b"2", b"3"])
+    first, second, third = c.fetch(3)
+    first.nack(delay=0)
+    second.nack(delay=0)
+    client.redis.delete(queue.keys.dead_letters.meta)
+    # when another message fails, then dead-lettering is refused, overwriting nothing
+    with pytest.raises(rqueue.CorruptRecord, match="dead letter 1 exists"):
+        third.nack(delay=0)
+    assert sorted(client.redis.hkeys(queue.keys.dead_letters.msgs)) == [b"1", b"2"]
+    # when the doctor repairs it, then the next dead letter comes after them
+    [found] = doctor.examine(queue)
+    assert (found.kind, found.fix) == (Kind.DEAD_LETTER_SEQ_TAKEN, ("dead-letter-seq", "2"))
+    doctor.repair(queue, [found])
+    third.nack(delay=0)
+    assert [(d.dlq_seq, d.data) for d in queue.dead_letters()] == [(1, b"1"), (2, b"2"), (3, b"3")]
