@@ -335,8 +335,12 @@ class CorruptRecord(RQueueError):
     """
 
     def __init__(self, key: str, detail: str) -> None:
-        super().__init__(f"corrupted record at {key}: {detail}")
+        super().__init__(
+            f"corrupted record at {key}: {detail} (`rqueue doctor QUEUE` names every damaged key; "
+            "--repair fixes what is safe)"
+        )
         self.key = key
+        self.detail = detail
 
 
 class Reject(RQueueError):

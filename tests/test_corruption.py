@@ -261,3 +261,16 @@ def test_nack_and_reject_of_a_delivery_whose_state_was_deleted_name_the_key(clie
     for settle in (d.nack, d.term):
         with pytest.raises(rqueue.CorruptRecord, match=group_key(queue, "g", "dlv")):
             settle()
+
+
+def test_a_worker_stops_on_a_damaged_queue_naming_the_key_and_the_doctor(client, queue):
+    # given a queue whose meta hash was deleted under a group
+    queue.publish(b"m")
+    queue.consumer("g", "c0").close()
+    client.redis.delete(queue.keys.meta)
+    # when a worker runs on it
+    worker = rqueue.Worker(queue, "g", lambda d: None, concurrency=1, scheduler=False)
+    # then it stops with the error, naming the key and what to run, instead of carrying on
+    with pytest.raises(rqueue.CorruptRecord) as stopped:
+        worker.run(install_signal_handlers=False)
+    assert queue.keys.meta in str(stopped.value) and "rqueue doctor" in str(stopped.value)
