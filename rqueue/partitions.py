@@ -38,7 +38,7 @@ from .constants import MAX_PARTITIONS
 from .engine import commands, store
 from .errors import InvalidInput, NotDurable, PartialPublish, QueueInUse, Unroutable
 from .partitioned_consumer import PartitionedConsumer
-from .publishing import PreparedPublish, per_message, prepare, send
+from .publishing import PreparedPublish, per_message, prepare, send, watch_replies
 from .queue import Queue
 from .results import ConsumerStats, DeadLetter, GroupStats, Message, Progress, PublishResult, QueueStats, ReplayResult
 from .settings import Settings
@@ -241,6 +241,7 @@ class PartitionedQueue:
                 out.append((part, idx, reply))
             else:
                 self.client.register(self.name)
+                watch_replies(ready, [reply])
                 out.append((part, idx, commands.publish_results([reply], part.partition)))
         return out
 

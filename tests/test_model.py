@@ -65,10 +65,11 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from support.model import ERRORS, Model, ModelError, Settings, Tag
+from support.model import ERRORS, REPLAYED, Model, ModelError, Settings, Tag
 from support.raw import group_key
 
 import rqueue
+from rqueue.delivery import REPLAYED_HEADER
 
 QUEUE = "q"
 SLOTS = {"a1": "A", "a2": "A", "a3": "A", "b1": "B", "b2": "B"}  # consumer name -> group
@@ -143,6 +144,9 @@ def parse_state(raw: str) -> tuple[int, str, str, list[tuple[int, str, str, bool
     count, holder, _, _, token = head.split(":")
     past = []
     for line in lines:
+        if replay := re.fullmatch(r"(\d+)\^", line):  # a replay restarted the count after n deliveries
+            past.append((int(replay[1]), REPLAYED, "", False))
+            continue
         match = re.fullmatch(r"(\d+)([=!])([^=]*)=([0-9a-z]*)", line)
         assert match, f"delivery state {raw!r}: history line {line!r}"
         past.append((int(match[1]), match[3], match[4], match[2] == "!"))
@@ -338,7 +342,8 @@ class QueueMachine(RuleBasedStateMachine):
         if real[0] == "ok":
             real = ("ok", [(d.seq, d.delivery_count, d.redelivered) for d in got])
         if model[0] == "ok":
-            model = ("ok", [(s, c, c > 1) for s, c in model[1]])
+            dlv = self.model.groups[h.group].dlv
+            model = ("ok", [(s, c, c > 1 or dlv[s].replayed_after() is not None) for s, c in model[1]])
         self._same_result(f"fetch {h} n={n}", real, model)
         # without the model: order, counts, nothing settled handed out again
         seqs = [d.seq for d in got]
@@ -357,7 +362,10 @@ class QueueMachine(RuleBasedStateMachine):
             self.seen_counts[key] = self.seen_counts.get(key, 0) + 1
             assert d.delivery_count == self.seen_counts[key], f"{d.tag}: delivered {self.seen_counts[key]} times"
             rec = self.model.records[d.seq]
-            assert (d.data, d.headers) == (rec.payload, rec.headers), f"{d.tag}: payload or headers changed"
+            headers = dict(d.headers)
+            earlier = self.model.groups[h.group].dlv[d.seq].replayed_after()
+            assert headers.pop(REPLAYED_HEADER, None) == (None if earlier is None else str(earlier)), d.tag
+            assert (d.data, headers) == (rec.payload, rec.headers), f"{d.tag}: payload or headers changed"
             self.deliveries.append((h, d))
         del self.deliveries[:-KEEP_DELIVERIES]
 

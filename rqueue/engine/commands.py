@@ -190,6 +190,8 @@ class FetchReply(NamedTuple):
 
     now_ms: int
     next_due_ms: int | None  # when a waiting message falls due (only when nothing was delivered)
+    incarnation: str  # the queue's incarnation ("" when it has none)
+    last_seq: int  # the queue's last seq
     ack_statuses: list[str]  # per tag acked first: "ok" or its error code
     token: str  # the token of the deliveries
     raw: list[Any]
@@ -198,7 +200,18 @@ class FetchReply(NamedTuple):
     def deliveries(self) -> Iterator[tuple[int, int, bytes]]:
         raw = self.raw
         for i in range(self.first, len(raw), 3):
-            yield int(raw[i]), int(raw[i + 1]), raw[i + 2]
+            yield int(raw[i]), delivery_count(raw[i + 1])[0], raw[i + 2]
+
+
+def delivery_count(raw: Any) -> tuple[int, int | None]:
+    """A delivery's count in a fetch reply, and for a replayed dead letter
+    the deliveries it had before its replay (None otherwise): a count is a
+    number, or "<count>^<earlier>" after a replay."""
+    if type(raw) is int:
+        return raw, None
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    count, _, earlier = text.partition("^")
+    return int(count), int(earlier) if earlier else None
 
 
 # A delivery tag as the scripts take it: its text "<seq>.<count>.<token>",
@@ -216,8 +229,21 @@ def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = ()) -> Fetc
     of [0-9a-z] drawn at random per call), after acking ``acks`` leniently."""
     reply = call.run(call.scripts.fetch, [n, token, *flat_tags(acks)])
     due = reply[1]
-    statuses = [s.decode() for s in reply[2 : 2 + len(acks)]] if acks else []
-    return FetchReply(int(reply[0]), None if due in (b"", None) else int(due), statuses, token, reply, 2 + len(acks))
+    statuses = [s.decode() for s in reply[4 : 4 + len(acks)]] if acks else []
+    return FetchReply(
+        int(reply[0]),
+        None if due in (b"", None) else int(due),
+        _text(reply[2]),
+        int(reply[3]),
+        statuses,
+        token,
+        reply,
+        4 + len(acks),
+    )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def ack(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
@@ -263,24 +289,34 @@ class HeartbeatReply(NamedTuple):
     returned: int  # their deliveries offered again
     dead_lettered: int  # their deliveries that had reached max_deliveries
     handed_back: int  # (sync) deliveries held in Redis that the caller did not list
+    incarnation: str  # the queue's incarnation ("" when it has none)
     statuses: list[str]  # per tag: "ok" or its error code
 
 
 def heartbeat(call: GroupCall, timeout_ms: int, sync: bool, tags: Sequence[Tag]) -> HeartbeatReply:
     reply = call.run(call.scripts.heartbeat, [timeout_ms, "1" if sync else "0", *flat_tags(tags)])
     return HeartbeatReply(
-        int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]), [s.decode() for s in reply[5:]]
+        int(reply[0]),
+        int(reply[1]),
+        int(reply[2]),
+        int(reply[3]),
+        int(reply[4]),
+        _text(reply[5]),
+        [s.decode() for s in reply[6:]],
     )
 
 
 class JoinReply(NamedTuple):
     group_created: bool
     consumer_created: bool
+    incarnation: str  # the queue's: the one offered when the queue had none
 
 
-def join(call: GroupCall, liveness_ms: int) -> JoinReply:
-    group_created, consumer_created = call.run(call.scripts.join, [liveness_ms])
-    return JoinReply(int(group_created) == 1, int(consumer_created) == 1)
+def join(call: GroupCall, liveness_ms: int, incarnation: str) -> JoinReply:
+    """Joins the group; ``incarnation`` (random) becomes the queue's when
+    it has none."""
+    group_created, consumer_created, inc = call.run(call.scripts.join, [liveness_ms, incarnation])
+    return JoinReply(int(group_created) == 1, int(consumer_created) == 1, _text(inc))
 
 
 class LeaveReply(NamedTuple):
@@ -375,12 +411,14 @@ def publish_calls(
     mandatory: bool,
     messages: Sequence[PublishMessage],
     batch: int,
+    incarnation: str,
 ) -> list[PublishCall]:
     """The publish.lua calls that store ``messages`` in order, ``batch`` a
     call: KEYS are the queue's four, then one key per message with an id;
-    ARGV the call's head, then per message its id key's index (0: none),
-    timing and body."""
-    head = [now, dedup_window_ms, "1" if mandatory else "0", keys.wake_channel]
+    ARGV the call's head (with ``incarnation``, random, which becomes the
+    queue's when it has none), then per message its id key's index (0:
+    none), timing and body."""
+    head = [now, dedup_window_ms, "1" if mandatory else "0", keys.wake_channel, incarnation]
     calls = []
     for start in range(0, len(messages), batch):
         call_keys = keys.publish_keys()
@@ -425,8 +463,22 @@ def publish_each(scripts: Scripts, calls: Sequence[PublishCall], queue: str) -> 
 
 
 def publish_results(replies: Sequence[Any], partition: int | None = None) -> list[PublishResult]:
-    """PublishResults from publish.lua replies (seq, duplicate flag, ...)."""
+    """PublishResults from publish.lua replies (incarnation, then seq,
+    duplicate flag, ...)."""
     out: list[PublishResult] = []
     for reply in replies:
-        out += [PublishResult(int(reply[j]), reply[j + 1] == 1, None, partition) for j in range(0, len(reply), 2)]
+        out += [PublishResult(int(reply[j]), reply[j + 1] == 1, None, partition) for j in range(1, len(reply), 2)]
     return out
+
+
+class PublishSeen(NamedTuple):
+    """What one publish reply tells of the queue's state: its incarnation
+    and the seqs it assigned (duplicates left out), in order."""
+
+    incarnation: str
+    new_seqs: list[int]
+
+
+def publish_seen(reply: Sequence[Any]) -> PublishSeen:
+    """The incarnation and new seqs of one publish.lua reply."""
+    return PublishSeen(_text(reply[0]), [int(reply[j]) for j in range(1, len(reply), 2) if reply[j + 1] != 1])

@@ -113,6 +113,7 @@ class Record:
 
 
 Tag = tuple[int, int, str]  # (seq, delivery count, token)
+REPLAYED = "^"  # the holder of a history entry that is a replay (no consumer name holds it here)
 
 
 @dataclass
@@ -122,8 +123,13 @@ class Dlv:
     count: int = 0
     holder: str = ""  # "" while it waits for (re)delivery
     token: str = ""  # of the fetch that made the current (or last) delivery
-    # deliveries taken back: (count, holder, token, nacked by that holder)
+    # deliveries taken back: (count, holder, token, nacked by that holder);
+    # (n, REPLAYED, "", False) where a replay restarted the count after n
     past: list[tuple[int, str, str, bool]] = field(default_factory=list)
+
+    def replayed_after(self) -> int | None:
+        """The deliveries before its replay, for a replayed dead letter."""
+        return next((n for n, holder, _, _ in self.past if holder == REPLAYED), None)
 
 
 @dataclass
@@ -459,7 +465,7 @@ class Model:
                     self.records[dl.seq] = Record(dl.payload, dict(dl.headers), None, {gname})
                 else:
                     rec.needed.add(gname)
-                g.dlv[dl.seq] = Dlv()
+                g.dlv[dl.seq] = Dlv(past=[(dl.deliveries, REPLAYED, "", False)])
                 g.ready.add(dl.seq)
                 del self.dlq[k]
                 replayed += 1
