@@ -19,7 +19,9 @@
     ARGV[3] mandatory: "1" refuses the batch when the queue has no group
     ARGV[4] channel to announce new messages on, or ""
     ARGV[5] an incarnation id for the queue, drawn at random by the client:
-        stored in meta field "inc" when the queue has none (its meta is new)
+        stored in meta field "inc" when the queue has none (its meta is
+        new), if it is a lowercase letter, then lowercase letters and
+        digits, 32 at most (else none is stored, and the reply's is "")
     ARGV[6], ARGV[7], ARGV[8] ... per message: index of its id key in KEYS
         (0 = no id); "<delay_ms>" (0 = none), or "<delay_ms>:<headers_len>"
         when the body starts with headers; body "<headers_json><payload>".
@@ -33,8 +35,6 @@
     change, or a new seq at or below one it saw, knows Redis lost state
   Errors (nothing is stored):
     RQ_UNROUTABLE  mandatory publish to a queue without a group
-    RQ_BAD_ARGUMENT  the incarnation (ARGV[5]) is not a lowercase letter,
-                   then lowercase letters and digits, 32 at most
 ]]
 --@include read_now
 --@include bulk
@@ -50,10 +50,6 @@ local schedKey = KEYS[4]
 
 local now = readNow(ARGV[1])
 local channel = ARGV[4]
-if not string.find(ARGV[5] or '', '^%l[%l%d]*$') or #ARGV[5] > 32 then
-  return redis.error_reply('RQ_BAD_ARGUMENT the incarnation (ARGV[5]) must be a letter, then letters and digits, '
-    .. 'at most 32 in all, not ' .. tostring(ARGV[5]))
-end
 
 if ARGV[3] == '1' and rcall('HLEN', floorsKey) == 0 then
   return redis.error_reply('RQ_UNROUTABLE the queue has no group to deliver to')
@@ -96,9 +92,12 @@ else
 end
 if not inc then
   -- A new meta (or one an older rqueue wrote): the queue's incarnation
-  -- starts here.
-  inc = ARGV[5]
-  rcall('HSET', metaKey, 'inc', inc)
+  -- starts here, checked here rather than by every call.
+  inc = ''
+  if string.find(ARGV[5] or '', '^%l[%l%d]*$') and #ARGV[5] <= 32 then
+    inc = ARGV[5]
+    rcall('HSET', metaKey, 'inc', inc)
+  end
 end
 local seq = first
 -- delayed, ids and claims are made when a message needs them (most batches
