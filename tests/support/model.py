@@ -66,7 +66,16 @@ from dataclasses import dataclass, field
 
 HISTORY_MAX = 10  # earlier holders of a message the real scripts remember
 
-ERRORS = ("AlreadyAcked", "UnknownDeliveryTag", "NotHeld", "StaleDelivery", "NotMember", "Closed", "Unroutable")
+ERRORS = (
+    "AlreadyAcked",
+    "UnknownDeliveryTag",
+    "NotHeld",
+    "StaleDelivery",
+    "NotMember",
+    "Closed",
+    "Unroutable",
+    "LostDelivery",
+)
 
 
 class ModelError(Exception):
@@ -184,6 +193,12 @@ class Model:
         self.groups: dict[str, Group] = {}
         self.dlq: dict[int, DeadLetter] = {}
         self.dlq_last = 0
+
+    def wipe(self) -> None:
+        """Redis loses every key of the queue (a restart without its data):
+        the queue starts again, empty, without groups. The settings stay
+        (they are the prefix's, kept apart)."""
+        self.__init__(self.settings, self.now)  # type: ignore[misc]
 
     # -- time -----------------------------------------------------------------
 
