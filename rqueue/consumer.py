@@ -130,6 +130,12 @@ class Consumer:
         return self._watch.epoch
 
     @property
+    def incarnation(self) -> str | None:
+        """The queue's incarnation id as this consumer last saw it (None
+        before a reply told it; docs/guarantees.md, guarantee 12)."""
+        return self._watch.incarnation
+
+    @property
     def last_state_loss(self) -> StateLost | None:
         """The last loss of the queue's state in Redis this consumer saw."""
         return self._watch.last_loss
