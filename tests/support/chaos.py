@@ -3,16 +3,24 @@ Redis with AOF (appendfsync always), while a nemesis kills workers with
 SIGKILL, kills every client connection (CLIENT KILL), kills and restarts
 Redis (keeping its AOF), pauses workers with SIGSTOP (for up to 7 s, longer
 than the lease, most of them right as the worker's handlers start on a
-fetched batch), and kills Redis and starts it again without its data (the
-settings are applied again at once, as an operator would).
+fetched batch), kills Redis and starts it again without its data (the
+settings are applied again at once, as an operator would), and fails over
+to a replica that is behind: the replica (AOF always too) is stalled with
+DEBUG SLEEP while the primary takes writes for 0.7 s more, both are killed,
+and a server on the primary's address starts from the replica's data (the
+clients' address stays; the queue keeps its incarnation, but its seqs and
+acks go back).
 
 Every handler call and every ack Redis applied is recorded by the children
 (the message's id, seq and the queue's incarnation, with the time), every
 publish Redis confirmed by the producers, and every loss of Redis state a
-client reported. At the end the run prints confirmed publishes, those
-handled, those lost and reported, those lost and not reported (must be 0)
-and handler runs after an ack of the same message (must be 0); every
-message published after the last loss must be settled by the group.
+client reported (with the time). At the end the run prints confirmed
+publishes, those handled, those lost and reported, those lost and not
+reported (must be 0) and handler runs after an ack of the same message
+that no reported loss came between (must be 0: a failover to a replica
+that missed an ack hands the message out again, at least once, and says
+so); every message published after the last loss must be settled by the
+group.
 
     python tests/support/chaos.py --seconds 120 --messages 20000   # the long run, by hand
 
@@ -24,6 +32,7 @@ time and only addresses on 127.0.0.1 are used.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -36,8 +45,10 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import redis
 
@@ -48,6 +59,7 @@ import rqueue  # noqa: E402
 from rqueue.consumer import Consumer  # noqa: E402
 from rqueue.embedded import EmbeddedServer, find_binary  # noqa: E402
 
+T = TypeVar("T")
 QUEUE, GROUP = "chaos", "g"
 BATCH = 50  # messages per publish_many
 MAX_INFLIGHT = 16  # the group's cap, below 3 workers x PREFETCH so that it binds
@@ -64,11 +76,13 @@ class Report:
     lost_unreported: int = 0  # confirmed, never acked, no report covers it: must be 0
     runs_after_ack: int = 0  # handler calls that began after an ack of their message: must be 0
     losses_reported: int = 0  # StateLost reports by the children (one per client that saw a loss)
+    runs_again_after_a_loss: int = 0  # runs after an ack that a reported loss came between (allowed)
     worker_kills: int = 0
     worker_pauses: int = 0
     client_kills: int = 0
     redis_restarts: int = 0
     redis_wipes: int = 0  # restarts without the data
+    lagging_failovers: int = 0  # restarts from a replica that was behind
     handler_calls: int = 0
     duplicates_presented: int = 0  # handler calls beyond one per message
     dead_lettered: int = 0
@@ -79,6 +93,18 @@ class Report:
 
 
 # -- child processes ---------------------------------------------------------------
+
+
+def retrying(call: Callable[[], T], seconds: float = 60) -> T:
+    """``call()``, tried again while Redis is being restarted."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return call()
+        except (redis.RedisError, OSError, rqueue.RQueueError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def connect_retrying(url: str, prefix: str, seconds: float = 60) -> rqueue.Client:
@@ -106,7 +132,8 @@ class LossLog(logging.Handler):
         for loss in args:
             if isinstance(loss, rqueue.StateLost):
                 with open(self.path, "a") as f:
-                    f.write(json.dumps({"incarnation": loss.incarnation, "gone_above": loss.gone_above}) + "\n")
+                    fields = {"incarnation": loss.incarnation, "gone_above": loss.gone_above, "at": time.time()}
+                    f.write(json.dumps(fields) + "\n")
 
 
 def record_losses(path: str) -> None:
@@ -120,8 +147,8 @@ def producer(url: str, prefix: str, first: int, count: int, out: str, seconds: f
     record_losses(out + ".losses")
     with open(out, "a") as f:
         client = connect_retrying(url, prefix)
-        q = client.queue(QUEUE)
-        watch = client.state_watch(QUEUE, client.queue(QUEUE).keys)  # type: ignore[attr-defined]
+        q = retrying(lambda: client.queue(QUEUE))
+        watch = client.state_watch(QUEUE, q.keys)  # type: ignore[attr-defined]
         pause = seconds / max(1, count // BATCH)
         for start in range(first, first + count, BATCH):
             time.sleep(pause)
@@ -141,8 +168,11 @@ def producer(url: str, prefix: str, first: int, count: int, out: str, seconds: f
 
 
 def worker(url: str, prefix: str, out: str) -> None:
-    """A Worker whose handler appends "run id seq incarnation time" lines
-    to ``out``, and whose acks Redis applied are appended as "ack ..."."""
+    """A Worker whose handler appends "run id seq incarnation published_ms
+    time" lines to ``out``, and whose acks Redis applied are appended as
+    "ack ..." (published_ms tells apart two copies of one publish that a
+    rollback made: the retry of a publish whose reply was lost, stored
+    again under the same seq)."""
     record_losses(out + ".losses")
     client = connect_retrying(url, prefix)
     lock = threading.Lock()
@@ -155,7 +185,7 @@ def worker(url: str, prefix: str, out: str) -> None:
         def handler(d: rqueue.Delivery) -> None:
             c = d.consumer
             assert isinstance(c, Consumer)
-            write(f"run {d.data.decode()} {d.seq} {c.incarnation} {time.time():.6f}\n")
+            write(f"run {d.data.decode()} {d.seq} {c.incarnation} {d.published_ms} {time.time():.6f}\n")
             time.sleep(random.uniform(0.005, 0.03))
 
         def recorded(method):  # type: ignore[no-untyped-def]
@@ -168,7 +198,7 @@ def worker(url: str, prefix: str, out: str) -> None:
                 now = time.time()
                 for d, status in zip(acks, statuses, strict=False):
                     if status is None and isinstance(d, rqueue.Delivery):
-                        write(f"ack {d.data.decode()} {d.seq} {self.incarnation} {now:.6f}\n")
+                        write(f"ack {d.data.decode()} {d.seq} {self.incarnation} {d.published_ms} {now:.6f}\n")
                 return out
 
             return call
@@ -177,7 +207,7 @@ def worker(url: str, prefix: str, out: str) -> None:
         Consumer.ack_available = recorded(Consumer.ack_available)  # type: ignore[method-assign]
 
         w = rqueue.Worker(
-            client.queue(QUEUE),
+            retrying(lambda: client.queue(QUEUE)),
             GROUP,
             handler,
             concurrency=CONCURRENCY,
@@ -197,7 +227,10 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
     rng = random.Random(seed)
     report = Report(messages=messages)
     work = Path(tempfile.mkdtemp(prefix="rqueue-chaos-"))
-    server = EmbeddedServer(binary=find_binary(prefer="redis"), data_dir=work / "data", appendonly=True).start()
+    no_delay = ["--repl-diskless-sync-delay", "0"]  # a replica's full sync at once (the default waits 5 s)
+    server = EmbeddedServer(
+        binary=find_binary(prefer="redis"), data_dir=work / "data", appendonly=True, extra_args=no_delay
+    ).start()
     prefix = "chaos"
     me = [sys.executable, str(Path(__file__).resolve())]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -209,6 +242,21 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
 
     configure()
     admin = redis.Redis(port=server.port, socket_timeout=2)
+    binary = find_binary(prefer="redis")
+
+    def start_replica() -> EmbeddedServer:
+        for path in (work / "replica").glob("*"):
+            if path.name != "server.log":
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        args = ["--replicaof", "127.0.0.1", str(server.port), "--enable-debug-command", "local"]
+        started = EmbeddedServer(binary=binary, data_dir=work / "replica", appendonly=True, extra_args=args).start()
+        with redis.Redis(port=started.port, socket_timeout=2) as r:
+            deadline = time.monotonic() + 5
+            while r.info("replication").get("master_link_status") != "up" and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return started
+
+    replica = start_replica()
 
     def spawn(*args: str) -> subprocess.Popen[bytes]:
         # stderr kept (appended per role and slot) so that a child's failure names its cause
@@ -227,16 +275,35 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
     procs = [spawn("worker", server.url, prefix, str(logs[i])) for i in range(workers)]
     started = time.monotonic()
     wipe_at = started + seconds / 2  # one wipe for certain, while messages flow
+    failover_at = started + seconds / 4  # and one failover to a lagging replica
+    pause_at = started + seconds * 3 / 4  # and one pause of a worker
     try:
         while time.monotonic() - started < seconds:
             time.sleep(rng.uniform(0.3, 1.0))
             action = rng.choice(
-                ["kill-worker", "kill-worker", "client-kill", "restart-redis", "pause-worker", "wipe-redis", "sample"]
+                [
+                    "kill-worker",
+                    "kill-worker",
+                    "client-kill",
+                    "restart-redis",
+                    "pause-worker",
+                    "wipe-redis",
+                    "failover-lagging",
+                    "sample",
+                ]
             )
             if time.monotonic() > wipe_at:
                 action, wipe_at = "wipe-redis", float("inf")
+            elif time.monotonic() > failover_at:
+                action, failover_at = "failover-lagging", float("inf")
+            elif time.monotonic() > pause_at:
+                action, pause_at = "pause-worker", float("inf")
             try:
-                if action == "pause-worker":
+                if action == "failover-lagging":
+                    replica = _fail_over_to_a_lagging_replica(server, replica, start_replica)
+                    configure()
+                    report.lagging_failovers += 1
+                elif action == "pause-worker":
                     i = rng.randrange(workers)
                     _pause_after_a_fetch(procs[i], logs[i], rng.uniform(1.0, 7.0))
                     report.worker_pauses += 1
@@ -249,6 +316,8 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
                     server.start()
                     configure()
                     report.redis_wipes += 1
+                    replica.kill()  # it would sync the empty primary: started afresh
+                    replica = start_replica()
                 elif action == "kill-worker":
                     i = rng.randrange(workers)
                     procs[i].kill()
@@ -297,6 +366,7 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
     _account(report, work, producers, logs, final)
     client.close()
     admin.close()
+    replica.stop()
     server.stop()
     return report
 
@@ -314,6 +384,33 @@ def _pause_after_a_fetch(proc: subprocess.Popen[bytes], log: Path, seconds: floa
         time.sleep(seconds)
     finally:
         proc.send_signal(signal.SIGCONT)
+
+
+def _fail_over_to_a_lagging_replica(
+    server: EmbeddedServer, replica: EmbeddedServer, start_replica: Callable[[], EmbeddedServer]
+) -> EmbeddedServer:
+    """The replica stalls (DEBUG SLEEP) while the primary takes writes for
+    0.7 s more; both die; the primary's address comes back with the
+    replica's data. Returns a new replica of it."""
+    stall = threading.Thread(
+        target=lambda: _quietly(lambda: redis.Redis(port=replica.port).execute_command("DEBUG", "SLEEP", "3"))
+    )
+    stall.start()
+    time.sleep(0.7)
+    server.kill()
+    replica.kill()
+    stall.join()
+    for path in server.data_dir.iterdir():
+        if path.name != "server.log":
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    shutil.copytree(replica.data_dir / "appendonlydir", server.data_dir / "appendonlydir")
+    server.start()
+    return start_replica()
+
+
+def _quietly(call: Callable[[], object]) -> None:
+    with contextlib.suppress(redis.RedisError, OSError):  # the stalled replica is killed under its DEBUG SLEEP
+        call()
 
 
 def _confirmed(work: Path, producers: int) -> set[tuple[str, int, str]]:
@@ -337,32 +434,42 @@ def _account(report: Report, work: Path, producers: int, logs: list[Path], final
     old ack settling a new message) counts as lost, and reported only if a
     report covers it."""
     confirmed = _confirmed(work, producers)
-    runs: list[tuple[str, int, str, float]] = []
-    acked: dict[tuple[str, int, str], float] = {}  # message -> its first applied ack's time
-    losses: list[tuple[str, int]] = []
+    runs: list[tuple[tuple[str, int, str, int], float]] = []  # (copy, time)
+    acked: dict[tuple[str, int, str, int], float] = {}  # a copy of a message -> its first applied ack's time
+    losses: list[tuple[str, int, float]] = []
     for path in [*logs, *(work / f"p{i}.txt" for i in range(producers))]:
         extra = Path(str(path) + ".losses")
         for line in extra.read_text().splitlines() if extra.exists() else []:
             loss = json.loads(line)
-            losses.append((loss["incarnation"], int(loss["gone_above"])))
+            losses.append((loss["incarnation"], int(loss["gone_above"]), float(loss["at"])))
     for path in logs:
         for line in path.read_text().splitlines() if path.exists() else []:
-            kind, mid, seq, inc, at = line.split()
-            key = (mid, int(seq), inc)
+            kind, mid, seq, inc, published, at = line.split()
+            key = (mid, int(seq), inc, int(published))
             if kind == "run":
-                runs.append((*key, float(at)))
+                runs.append((key, float(at)))
             elif key not in acked or float(at) < acked[key]:
                 acked[key] = float(at)
     report.losses_reported = len(losses)
-    ran = {(mid, seq, inc) for mid, seq, inc, _ in runs}
+    # ids are unique, so every copy of (id, seq, incarnation) is of one confirmed publish
+    ran = {key[:3] for key, _ in runs}
+    done = {key[:3] for key in acked}
     settled = {m for m in confirmed & ran if final is not None and m[2] == final[0] and m[1] <= final[1]}
-    report.handled = len(confirmed & (acked.keys() | settled))
-    for _mid, seq, inc in confirmed - acked.keys() - settled:
-        if any(inc == lost and seq > above for lost, above in losses):
+    report.handled = len(confirmed & (done | settled))
+    for _mid, seq, inc in confirmed - done - settled:
+        if any(inc == lost and seq > above for lost, above, _ in losses):
             report.lost_reported += 1
         else:
             report.lost_unreported += 1
-    report.runs_after_ack = sum(1 for mid, seq, inc, at in runs if at > acked.get((mid, seq, inc), at))
+    for key, at in runs:
+        acked_at = acked.get(key, at)
+        if at > acked_at:
+            # Allowed only when a loss of that incarnation was reported in
+            # between (Redis lost the ack: at least once, and said so).
+            if any(lost == key[2] and acked_at < when < at for lost, _, when in losses):
+                report.runs_again_after_a_loss += 1
+            else:
+                report.runs_after_ack += 1
     if report.lost_unreported:
         report.problems.append(f"{report.lost_unreported} confirmed publishes lost without a report")
     if report.runs_after_ack:
@@ -383,12 +490,12 @@ def _check(client: rqueue.Client, report: Report, logs: list[Path]) -> tuple[str
     g = s.group(GROUP)
     inc = client.redis.hget(q.keys.meta, "inc")  # type: ignore[attr-defined]
     final = (inc.decode(), s.last_seq) if inc and g.ack_floor == s.last_seq and g.pending == 0 else None
-    calls: Counter[tuple[str, int, str]] = Counter()
+    calls: Counter[tuple[str, int, str, str]] = Counter()
     for path in logs:
         for line in path.read_text().splitlines():
-            kind, mid, seq, inc, _ = line.split()
+            kind, mid, seq, inc, published, _ = line.split()
             if kind == "run":
-                calls[(mid, int(seq), inc)] += 1
+                calls[(mid, int(seq), inc, published)] += 1
     report.handler_calls = sum(calls.values())
     report.duplicates_presented = report.handler_calls - len(calls)
     report.dead_lettered = s.dead_letters
