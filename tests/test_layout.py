@@ -36,6 +36,7 @@ LAYERS = [
     {"rqueue.engine"},
     {
         "rqueue.settings",
+        "rqueue.statewatch",
         "rqueue.protocols",
         "rqueue.deadletters",
         "rqueue.consumer",
