@@ -313,7 +313,7 @@ class StateLost(RQueueError):
             Redis (0: every one).
         last_seq_seen: the highest seq of ``incarnation`` this client saw.
         confirmed_gone: publishes this client confirmed (of its last
-            100,000) whose messages are gone: those no group had handled
+            100,000 publish calls) whose messages are gone: those no group had handled
             yet are lost. durable=True is what protects them.
         deliveries_dropped: deliveries this consumer held from before the
             loss, dropped: never run, never settled.

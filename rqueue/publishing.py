@@ -118,7 +118,7 @@ def watch_replies(prepared: PreparedPublish, replies: Sequence[Any]) -> None:
     for reply in replies:
         if isinstance(reply, list) and reply:
             seen = commands.publish_seen(reply)
-            prepared.watch.saw(prepared.mark, seen.incarnation, new_seqs=seen.new_seqs)
+            prepared.watch.saw(prepared.mark, seen.incarnation, new=(seen.first, seen.last))
 
 
 def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from .engine import store
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rqueue")
 
-CONFIRMED_KEPT = 100_000  # confirmed seqs a publisher remembers, to count those a loss took
+CONFIRMED_KEPT = 100_000  # runs of confirmed seqs a publisher remembers, to count those a loss took
 
 
 class Mark(NamedTuple):
@@ -70,7 +70,8 @@ class StateWatch:
         self.incarnation: str | None = None
         self.epoch = 0
         self._last_seq = 0
-        self._confirmed: deque[int] = deque(maxlen=CONFIRMED_KEPT)
+        # (first, last) of the seqs each publish call confirmed
+        self._confirmed: deque[tuple[int, int]] = deque(maxlen=CONFIRMED_KEPT)
         #: The incarnation id this client offers when a call creates the
         #: queue's meta; drawn again once a queue takes it.
         self.candidate = incarnation_id(randomness)
@@ -91,11 +92,12 @@ class StateWatch:
             self.epoch += 1
 
     def saw(
-        self, mark: Mark, incarnation: str, last_seq: int | None = None, new_seqs: Sequence[int] = ()
+        self, mark: Mark, incarnation: str, last_seq: int | None = None, new: tuple[int, int] | None = None
     ) -> int | None:
         """Judges the reply of a call sent at ``mark``: the queue's
         ``incarnation`` ("" when it has none), and its ``last_seq`` or the
-        ``new_seqs`` the call assigned (confirmed publishes). Reports a
+        first and last of the ``new`` seqs the call assigned in one run
+        (confirmed publishes; last < first: none). Reports a
         loss it shows (log, event, ``last_loss``). Returns the epoch the
         reply belongs to, or None when a loss was seen after the call was
         sent (what the reply brought is from before it)."""
@@ -107,18 +109,21 @@ class StateWatch:
                 return None
             if incarnation == self.candidate:
                 self.candidate = incarnation_id(self._randomness)
-            top = new_seqs[-1] if new_seqs else last_seq
+            if new is not None and new[1] < new[0]:
+                new = None
+            top = new[1] if new is not None else last_seq
             if self.incarnation is None:
                 self.incarnation = incarnation
             elif incarnation != self.incarnation:
                 loss = self._lost(LossKind.INCARNATION, incarnation, 0)
-            elif new_seqs and new_seqs[0] <= mark.last_seq:
-                loss = self._lost(LossKind.SEQ_WENT_BACK, incarnation, new_seqs[0] - 1)
+            elif new is not None and new[0] <= mark.last_seq:
+                loss = self._lost(LossKind.SEQ_WENT_BACK, incarnation, new[0] - 1)
             elif last_seq is not None and last_seq < mark.last_seq:
                 loss = self._lost(LossKind.SEQ_WENT_BACK, incarnation, last_seq)
             if top is not None and top > self._last_seq:
                 self._last_seq = top
-            self._confirmed.extend(new_seqs)
+            if new is not None:
+                self._confirmed.append(new)
             epoch = self.epoch
         if loss is not None:
             self._report(loss)
@@ -127,12 +132,10 @@ class StateWatch:
     def _lost(self, kind: LossKind, incarnation: str, gone_above: int) -> StateLost:
         """Records a loss (under the lock) and starts over from the reply."""
         old = self.incarnation or ""
-        gone = sum(1 for s in self._confirmed if s > gone_above)
-        if kind is LossKind.INCARNATION:
-            self._confirmed.clear()
-        else:
-            kept = [s for s in self._confirmed if s <= gone_above]
-            self._confirmed.clear()
+        gone = sum(max(0, last - max(first, gone_above + 1) + 1) for first, last in self._confirmed)
+        kept = [(first, min(last, gone_above)) for first, last in self._confirmed if first <= gone_above]
+        self._confirmed.clear()
+        if kind is LossKind.SEQ_WENT_BACK:
             self._confirmed.extend(kept)
         dropped = self._drop_held() if self._drop_held is not None else 0
         loss = StateLost(

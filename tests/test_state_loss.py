@@ -91,6 +91,19 @@ def test_a_publisher_sees_its_seqs_go_back(client, queue):
     assert queue.last_state_loss is loss and len(state_lost_events(queue)) == 1
 
 
+def test_duplicates_are_not_counted_as_gone(client, queue):
+    # given five publishes with ids, then a batch whose first id is a duplicate: new seqs 6 and 7
+    queue.publish_many([b"1", b"2", b"3", b"4", b"5"], ids=["a", "b", "c", "d", "e"])
+    results = queue.publish_many([b"a", b"f", b"g"], ids=["a", "f", "g"])
+    assert [(r.seq, r.duplicate) for r in results] == [(1, True), (6, False), (7, False)]
+    # when Redis comes back as it was after seq 5
+    roll_back(client, queue, 5)
+    queue.publish(b"h")
+    # then the two confirmed publishes above seq 5 are gone, and no more
+    loss = queue.last_state_loss
+    assert loss is not None and (loss.gone_above, loss.last_seq_seen, loss.confirmed_gone) == (5, 7, 2)
+
+
 def test_publishes_from_several_threads_are_no_loss(client, queue):
     # when threads publish through one queue at once, their replies arriving in any order
     def publish() -> None:

@@ -473,12 +473,21 @@ def publish_results(replies: Sequence[Any], partition: int | None = None) -> lis
 
 class PublishSeen(NamedTuple):
     """What one publish reply tells of the queue's state: its incarnation
-    and the seqs it assigned (duplicates left out), in order."""
+    and the seqs it assigned (duplicates left out), which one call assigns
+    in one run: the first and the last (0, -1: none)."""
 
     incarnation: str
-    new_seqs: list[int]
+    first: int
+    last: int
 
 
 def publish_seen(reply: Sequence[Any]) -> PublishSeen:
     """The incarnation and new seqs of one publish.lua reply."""
-    return PublishSeen(_text(reply[0]), [int(reply[j]) for j in range(1, len(reply), 2) if reply[j + 1] != 1])
+    flags = reply[2::2]
+    new = flags.count(0)
+    if new == len(flags):  # no duplicate: the common case, read without a loop
+        return PublishSeen(_text(reply[0]), int(reply[1]), int(reply[-2]))
+    if new == 0:
+        return PublishSeen(_text(reply[0]), 0, -1)
+    first = int(reply[1 + 2 * flags.index(0)])
+    return PublishSeen(_text(reply[0]), first, first + new - 1)
