@@ -156,7 +156,8 @@ class Dispatcher:
         are dropped, never run; running ones finish, but their outcomes are
         not sent (LostDelivery), so none settles a new message."""
         dropped = self._ledger.forget_waiting()
-        log.error(
+        # The consumer logged the loss at ERROR; this says what the worker did.
+        log.warning(
             "worker %s: Redis lost the queue's state; %d waiting deliveries dropped, not run",
             self._consumer.name,
             dropped,

@@ -103,7 +103,7 @@ class Heartbeat:
                     # Redis lost the queue's state (the consumer logged it):
                     # what waits is from before the loss and never runs.
                     dropped = ledger.forget_waiting()
-                    log.error("worker %s: %d waiting deliveries dropped, not run", consumer.name, dropped)
+                    log.warning("worker %s: %d waiting deliveries dropped, not run", consumer.name, dropped)
             lost = sum(1 for s in statuses if s is not None)
             # The statuses list the running deliveries, then the waiting ones.
             gone = [d.tag for d, s in zip(waiting, statuses[len(running) :], strict=False) if s is not None]
