@@ -183,6 +183,25 @@ def test_a_heartbeat_reports_a_loss(client, queue):
         d.ack()
 
 
+def test_a_partitioned_queue_reports_per_partition(client):
+    # given a queue of two partitions, published to and consumed from in both
+    q = client.queue("parted", partitions=2)
+    q.publish_many([b"%d" % i for i in range(8)], keys=[str(i) for i in range(8)])
+    c = q.consumer("g", name="w")
+    held = c.fetch(8)
+    assert {d.consumer.queue.partition for d in held} == {0, 1}
+    # when Redis loses its data and both sides call again
+    wipe(client)
+    q.publish_many([b"%d" % i for i in range(8)], keys=[str(i) for i in range(8)])
+    c.fetch(8)
+    # then each partition's loss is reported, for the publisher and for the consumer
+    assert all(loss is not None and loss.kind is LossKind.INCARNATION for loss in q.state_losses)
+    assert all(loss is not None for loss in c.state_losses) and c.state_epoch == 2
+    assert sum(loss.deliveries_dropped for loss in c.state_losses if loss is not None) == 8
+    with pytest.raises(LostDelivery):
+        c.ack(held[0])
+
+
 def test_after_delete_an_id_is_no_duplicate(client, queue):
     # given a message published with id "1"
     assert not queue.publish(b"a", id="1").duplicate
