@@ -36,6 +36,7 @@ from .queue import CLUSTER_DEAD_LETTER, Queue
 from .randomness import Randomness
 from .schedules import Missed, ScheduleInfo
 from .settings import DEAD_LETTER_MODES, Settings, SettingsStore, resolve, validate
+from .statewatch import StateWatch
 
 if TYPE_CHECKING:
     from .protocols import AnyQueue
@@ -156,6 +157,7 @@ class Client:
         self.notifier = Notifier(redis_client)
         self._registered: set[str] = set()
         self._partitioned: dict[str, tuple[int, float]] = {}  # queue -> (partitions, monotonic time read)
+        self._watches: dict[str, StateWatch] = {}  # key base -> what this client's publishes saw
 
     def configure(self, pattern: str, **settings: Any) -> None:
         """Stores settings for every queue whose name matches ``pattern``
@@ -334,6 +336,16 @@ class Client:
                 log.warning("could not record queue %r in the list of queues (%s); will try again", name, exc)
                 return
             self._registered.add(name)
+
+    def state_watch(self, name: str, keys: QueueKeys) -> StateWatch:
+        """What this client's publishes saw of queue ``name``'s state in
+        Redis (one watch per queue, whichever Queue object publishes)."""
+        watch = self._watches.get(keys.base)
+        if watch is None:
+            watch = self._watches.setdefault(
+                keys.base, StateWatch(name, keys, self.redis, self.randomness, "publisher")
+            )
+        return watch
 
     def forget(self, name: str) -> None:
         """Drops what this client remembers of queue ``name`` (it was deleted)."""

@@ -8,13 +8,23 @@ from typing import TYPE_CHECKING, Any
 
 from . import validate as check
 from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
-from .delivery import Delivery, DeliveryRef, HeartbeatResult
+from .delivery import REPLAYED_HEADER, Delivery, DeliveryRef, HeartbeatResult
 from .engine import commands
 from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
-from .errors import CorruptRecord, InvalidInput, NotHeld, NotMember, RQueueError, delivery_error
+from .errors import (
+    CorruptRecord,
+    InvalidInput,
+    LostDelivery,
+    NotHeld,
+    NotMember,
+    RQueueError,
+    StateLost,
+    delivery_error,
+)
 from .ids import consumer_name, delivery_tag, fetch_token, parse_delivery_tag
 from .names import check_name
 from .settings import Settings, validate
+from .statewatch import Mark, StateWatch
 
 if TYPE_CHECKING:
     from .protocols import QueueLike
@@ -46,6 +56,17 @@ class Consumer:
         # How many times this consumer has joined its group: a worker compares
         # it around a call to learn that the group had removed it meanwhile.
         self.joins = 0
+        # What it saw of the queue's state in Redis (statewatch.py): a loss
+        # drops every delivery it holds.
+        self._watch = StateWatch(
+            self.queue.name,
+            self.queue.keys,
+            self.client.redis,
+            self.client.randomness,
+            f"consumer {self.name} of group {self.group}",
+            self.group,
+            self._drop_held,
+        )
         self._join()
 
     def __repr__(self) -> str:
@@ -94,9 +115,37 @@ class Consumer:
 
     def _join(self) -> None:
         liveness = self.liveness if self.liveness is not None else self.settings().ack_wait
-        commands.join(self._group_call(), int(liveness * 1000))
+        watch = self._watch
+        mark = watch.mark()
+        reply = commands.join(self._group_call(), int(liveness * 1000), watch.candidate)
+        watch.saw(mark, reply.incarnation)
         self.joins += 1
         self.client.register(self.queue.name)
+
+    @property
+    def state_epoch(self) -> int:
+        """How many losses of the queue's state in Redis this consumer has
+        seen: a delivery made before the last one cannot be settled
+        (LostDelivery), and a worker drops it unrun."""
+        return self._watch.epoch
+
+    @property
+    def incarnation(self) -> str | None:
+        """The queue's incarnation id as this consumer last saw it (None
+        before a reply told it; docs/guarantees.md, guarantee 12)."""
+        return self._watch.incarnation
+
+    @property
+    def last_state_loss(self) -> StateLost | None:
+        """The last loss of the queue's state in Redis this consumer saw."""
+        return self._watch.last_loss
+
+    def _drop_held(self) -> int:
+        """Forgets every delivery held (Redis lost the state they were
+        made in); how many."""
+        dropped = len(self._held)
+        self._held.clear()
+        return dropped
 
     # -- fetching -----------------------------------------------------------
 
@@ -111,8 +160,8 @@ class Consumer:
         deadline = clock.monotonic() + timeout
         while True:
             generation = self.client.notifier.generation(channel) if timeout > 0 else 0
-            reply = self._fetch_once(n)
-            deliveries = self._parse(reply)
+            reply, mark = self._fetch_once(n)
+            deliveries = self._parse(reply, mark)
             remaining = deadline - clock.monotonic()
             if deliveries or remaining <= 0:
                 return deliveries
@@ -121,20 +170,32 @@ class Consumer:
                 wait = min(wait, max(0.001, (reply.next_due_ms - reply.now_ms) / 1000))
             self.client.notifier.wait(channel, generation, wait)
 
-    def _fetch_once(self, n: int) -> commands.FetchReply:
+    def _fetch_once(self, n: int) -> tuple[commands.FetchReply, Mark]:
+        """A fetch's reply, and what the watch knew when it was sent."""
+        mark = self._watch.mark()
         try:
-            return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness))
+            return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness)), mark
         except NotMember:
             # Removed as dead (e.g. after a long pause): what it held was
             # already offered again, so joining afresh loses nothing.
             log.warning("%r was not a member of its group any more; joining again", self)
             self._join()
-            return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness))
+            mark = self._watch.mark()
+            return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness)), mark
 
-    def _parse(self, reply: commands.FetchReply) -> list[Delivery]:
+    def _parse(self, reply: commands.FetchReply, mark: Mark) -> list[Delivery]:
         # Per message on the hot path: no helper calls for a compact record
         # (no headers, no delay: the common case); anything else goes to
         # decode_record.
+        epoch = self._watch.saw(mark, reply.incarnation, reply.last_seq)
+        if epoch is None:
+            # Sent before a loss this consumer saw meanwhile: what it brought
+            # may be from before the loss, so none of it runs; its leases run
+            # out and the messages that still exist are offered again.
+            if len(reply.raw) > reply.first:
+                count = (len(reply.raw) - reply.first) // 3
+                log.warning("%r dropped %d deliveries fetched across a loss of Redis state", self, count)
+            return []
         raw, token = reply.raw, reply.token
         deadline = reply.now_ms + int(round(self.settings().ack_wait * 1000))
         held = self._held
@@ -142,7 +203,10 @@ class Consumer:
         new = Delivery.__new__
         from_bytes = int.from_bytes
         for i in range(reply.first, len(raw), 3):
-            seq, count, record = int(raw[i]), int(raw[i + 1]), raw[i + 2]
+            seq, count, record = int(raw[i]), raw[i + 1], raw[i + 2]
+            replayed = None
+            if type(count) is not int:
+                count, replayed = commands.delivery_count(count)
             headers: dict[str, str]
             if record[:1] == COMPACT_TAG and len(record) >= COMPACT_HEAD:
                 published, headers, data = from_bytes(record[1:COMPACT_HEAD], "big"), {}, record[COMPACT_HEAD:]
@@ -164,6 +228,10 @@ class Consumer:
             d.deadline_ms = deadline
             d.token = token
             d.tag = tag = delivery_tag(seq, count, token)
+            d.epoch = epoch
+            d.replayed = replayed is not None
+            if replayed is not None:
+                d.headers = {**headers, REPLAYED_HEADER: str(replayed)}
             held[tag] = d
             out.append(d)
         return out
@@ -176,6 +244,10 @@ class Consumer:
                 # Another consumer's delivery (of this group or another): its
                 # seq and count may name one of this consumer's too.
                 raise NotHeld(ref.tag, f"it was fetched by {ref.consumer!r}, not by {self!r}")
+            if ref.epoch != self._watch.epoch and self._watch.last_loss is not None:
+                # Made before Redis lost the state it was made in: nothing is
+                # sent, so no settle of it can touch a new message.
+                raise LostDelivery(ref.tag, self._watch.last_loss)
             return ref.tag, ref.seq, ref.delivery_count, ref.token
         if not isinstance(ref, str):
             raise InvalidInput(f"expected a Delivery or a delivery tag, not {type(ref).__name__}")
@@ -216,16 +288,29 @@ class Consumer:
         """Acks every delivery that can be acked, in one round trip; returns,
         per delivery, None or the DeliveryError that kept it from being acked.
         For runtimes that must not fail a whole batch for one stale tag."""
-        tags = [self._tag_of(r) for r in refs_of(deliveries)]
+        tags, lost = self._sendable(refs_of(deliveries))
         if not tags:
-            return []
+            return list(lost)
         statuses = commands.ack(self._group_call(), tags, strict=False)
         held = self._held
         out = []
         for (tag, *_), status in zip(tags, statuses, strict=True):
             held.pop(tag, None)
             out.append(delivery_error(status, tag))
-        return out
+        return _merged(lost, out)
+
+    def _sendable(self, refs: Iterable[DeliveryRef]) -> tuple[list[commands.Tag], list[RQueueError | None]]:
+        """The tags of ``refs`` to send, and per ref its LostDelivery (not
+        sent) or None (sent)."""
+        tags: list[commands.Tag] = []
+        lost: list[RQueueError | None] = []
+        for ref in refs:
+            try:
+                tags.append(self._tag_of(ref))
+                lost.append(None)
+            except LostDelivery as exc:
+                lost.append(exc)
+        return tags, lost
 
     def ack_and_fetch(
         self, acks: Iterable[DeliveryRef], n: int
@@ -234,9 +319,11 @@ class Consumer:
         ``n`` deliveries, both in one script call (one round trip). Returns
         the ack statuses, the deliveries, and (when none came) the seconds
         until a waiting message falls due, or None."""
-        tags = [self._tag_of(r) for r in acks]
+        refs = list(acks)
         if n <= 0:
-            return self.ack_available([t[0] for t in tags]), [], None
+            return self.ack_available(refs), [], None
+        tags, lost = self._sendable(refs)
+        mark = self._watch.mark()
         try:
             reply = commands.fetch(self._group_call(), n, fetch_token(self.client.randomness), tags)
         except NotMember:
@@ -244,15 +331,17 @@ class Consumer:
             # offered again; its late acks are still accepted) and do both.
             log.warning("%r was not a member of its group any more; joining again", self)
             self._join()
-            lenient = self.ack_available([t[0] for t in tags]) if tags else []
+            lenient = self.ack_available(refs) if refs else []
+            mark = self._watch.mark()
             fetched = commands.fetch(self._group_call(), n, fetch_token(self.client.randomness))
-            return lenient, self._parse(fetched), None
+            return lenient, self._parse(fetched, mark), None
         statuses: list[RQueueError | None] = []
         held = self._held
         for (tag, *_), status in zip(tags, reply.ack_statuses, strict=True):
             held.pop(tag, None)
             statuses.append(None if status == "ok" else delivery_error(status, tag))
-        deliveries = self._parse(reply)
+        statuses = _merged(lost, statuses)
+        deliveries = self._parse(reply, mark)
         due_in = None
         if not deliveries and reply.next_due_ms is not None:
             due_in = max(0.0, (reply.next_due_ms - reply.now_ms) / 1000)
@@ -266,22 +355,26 @@ class Consumer:
         knows of: any other delivery this consumer holds in Redis (a fetch
         whose reply was lost) is handed back without counting as an attempt.
         Raises NotMember when this consumer was itself removed."""
-        tags = [self._tag_of(r) for r in refs_of(running)]
+        tags, lost = self._sendable(refs_of(running))
         timeout_ms = int(check.positive_seconds("timeout", timeout) * 1000)
+        mark = self._watch.mark()
         reply = commands.heartbeat(self._group_call(), timeout_ms, sync, tags)
-        statuses = []
+        self._watch.saw(mark, reply.incarnation)
+        statuses: list[RQueueError | None] = []
         for (tag, *_), status in zip(tags, reply.statuses, strict=True):
             err = delivery_error(status, tag)
             held = self._held.get(tag)
             if err is None and held is not None:
                 held.deadline_ms = reply.deadline_ms
             statuses.append(err)
-        return HeartbeatResult(statuses, reply.removed, reply.returned, reply.dead_lettered, reply.handed_back)
+        return HeartbeatResult(
+            _merged(lost, statuses), reply.removed, reply.returned, reply.dead_lettered, reply.handed_back
+        )
 
     def rejoin(self) -> None:
         """Joins the group again after having been removed."""
+        self._join()  # sees a loss of Redis state with what was held
         self._held.clear()
-        self._join()
 
     def _held_up_to(self, last: commands.Tag) -> list[commands.Tag]:
         if last[0] not in self._held:
@@ -367,6 +460,15 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _merged(lost: list[RQueueError | None], sent: list[RQueueError | None]) -> list[RQueueError | None]:
+    """Per ref, in order: its LostDelivery, or the status of its tag that
+    was sent (``sent``, in order)."""
+    if not any(lost):
+        return sent
+    statuses = iter(sent)
+    return [exc if exc is not None else next(statuses) for exc in lost]
 
 
 def refs_of(deliveries: object) -> list[DeliveryRef]:

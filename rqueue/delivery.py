@@ -11,6 +11,10 @@ from .ids import delivery_tag
 if TYPE_CHECKING:
     from .errors import RQueueError
 
+# The header of a replayed dead letter's deliveries: how many deliveries it
+# had before it was dead-lettered and replayed.
+REPLAYED_HEADER = "x-rq-replayed-deliveries"
+
 
 class DeliveryOwner(Protocol):
     """What a delivery needs of the consumer that fetched it."""
@@ -35,9 +39,27 @@ class Delivery:
         token: the random word of the fetch that made it (a tag names its
             delivery only with it).
         tag: ``<seq>.<delivery_count>.<token>``: exactly this hand-over.
+        replayed: the message was dead-lettered and replayed: its
+            delivery_count started again (max_deliveries counts from the
+            replay) and the header ``x-rq-replayed-deliveries`` says how
+            many deliveries came before the replay.
+        epoch: how many losses of Redis state its consumer had seen when
+            it was made (a delivery from before a loss cannot be settled).
     """
 
-    __slots__ = ("seq", "data", "headers", "delivery_count", "published_ms", "deadline_ms", "consumer", "token", "tag")
+    __slots__ = (
+        "seq",
+        "data",
+        "headers",
+        "delivery_count",
+        "published_ms",
+        "deadline_ms",
+        "consumer",
+        "token",
+        "tag",
+        "replayed",
+        "epoch",
+    )
 
     def __init__(
         self,
@@ -49,6 +71,8 @@ class Delivery:
         published_ms: int,
         deadline_ms: int,
         token: str,
+        replayed: bool = False,
+        epoch: int = 0,
     ) -> None:
         self.consumer = consumer
         self.seq = seq
@@ -59,10 +83,14 @@ class Delivery:
         self.deadline_ms = deadline_ms
         self.token = token
         self.tag = delivery_tag(seq, delivery_count, token)
+        self.replayed = replayed
+        self.epoch = epoch
 
     @property
     def redelivered(self) -> bool:
-        return self.delivery_count > 1
+        """The message was delivered before (to this group): a later
+        delivery, or a replayed dead letter."""
+        return self.delivery_count > 1 or self.replayed
 
     def ack(self, multiple: bool = False) -> None:
         """Settles the message for the group (with ``multiple``, also every

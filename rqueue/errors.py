@@ -3,6 +3,7 @@ become exceptions (:func:`from_script_error`)."""
 
 from __future__ import annotations
 
+import enum
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,9 @@ __all__ = [
     "NotHeld",
     "StaleDelivery",
     "NotMember",
+    "StateLost",
+    "LossKind",
+    "LostDelivery",
     "NotPermitted",
     "ScriptsNotLoaded",
     "Unroutable",
@@ -265,6 +269,22 @@ class NotHeld(DeliveryError):
     reason = "is not held by this consumer"
 
 
+class LostDelivery(DeliveryError):
+    """The delivery was made before this consumer saw Redis lose the
+    queue's state: it is not settled (nothing is sent), so no settle of it
+    can touch the queue's new messages.
+
+    Attributes:
+        loss: the StateLost that made it void.
+    """
+
+    reason = "is from before Redis lost the queue's state"
+
+    def __init__(self, tag: str, loss: StateLost) -> None:
+        super().__init__(tag, str(loss))
+        self.loss = loss
+
+
 class StaleDelivery(DeliveryError):
     """The delivery is no longer held: its lease ran out, a newer delivery
     exists, or this consumer settled it already (a nack)."""
@@ -313,6 +333,71 @@ class ScriptsNotLoaded(NotPermitted):
 
 class NotMember(RQueueError):
     """The consumer is not a member of its group (it left or was removed)."""
+
+
+class LossKind(enum.Enum):
+    """How a client saw that Redis lost a queue's state."""
+
+    INCARNATION = "incarnation-changed"  # the queue's incarnation id is not the one seen before
+    SEQ_WENT_BACK = "seq-went-back"  # a seq at or below one seen before, in the same incarnation
+
+
+class StateLost(RQueueError):
+    """Redis lost state of a queue that this client had seen (a restart
+    without its data, FLUSHALL, a failover to a replica that was behind, a
+    rolled-back AOF, or the queue deleted and made again by another
+    client). Logged at ERROR and recorded as a "state-lost" event when a
+    client notices it; the consumer's and queue's ``last_state_loss``.
+
+    Attributes:
+        queue: the queue's name.
+        kind: a LossKind.
+        incarnation: the queue's incarnation id before the loss.
+        new_incarnation: its incarnation id now.
+        gone_above: every seq of ``incarnation`` above this is gone from
+            Redis (0: every one).
+        last_seq_seen: the highest seq of ``incarnation`` this client saw.
+        confirmed_gone: publishes this client confirmed (of its last
+            100,000 publish calls) whose messages are gone: those no group had handled
+            yet are lost. durable=True is what protects them.
+        deliveries_dropped: deliveries this consumer held from before the
+            loss, dropped: never run, never settled.
+        noticed_by: who noticed ("publisher", or "consumer <name> of group <group>").
+    """
+
+    def __init__(
+        self,
+        queue: str,
+        kind: LossKind,
+        incarnation: str,
+        new_incarnation: str,
+        gone_above: int,
+        last_seq_seen: int,
+        confirmed_gone: int,
+        deliveries_dropped: int,
+        noticed_by: str,
+    ) -> None:
+        if kind is LossKind.INCARNATION:
+            what = f"its incarnation changed from {incarnation} to {new_incarnation}: every message of it is gone"
+        else:
+            what = (
+                f"its seqs went back from {last_seq_seen} to {gone_above} (incarnation {incarnation}): "
+                f"messages above seq {gone_above} are gone"
+            )
+        super().__init__(
+            f"Redis lost state of queue {queue!r} ({noticed_by}): {what}; {confirmed_gone} publishes this client "
+            f"confirmed are gone, {deliveries_dropped} deliveries held were dropped, not run "
+            "(a restart without data, FLUSHALL, a failover to a lagging replica, or the queue deleted)"
+        )
+        self.queue = queue
+        self.kind = kind
+        self.incarnation = incarnation
+        self.new_incarnation = new_incarnation
+        self.gone_above = gone_above
+        self.last_seq_seen = last_seq_seen
+        self.confirmed_gone = confirmed_gone
+        self.deliveries_dropped = deliveries_dropped
+        self.noticed_by = noticed_by
 
 
 class Unroutable(RQueueError):

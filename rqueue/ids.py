@@ -26,6 +26,14 @@ def fetch_token(rng: Randomness) -> str:
     return "t" + rng.token(TOKEN_BYTES)
 
 
+def incarnation_id(rng: Randomness) -> str:
+    """An incarnation id a client offers for a queue whose state in Redis
+    starts anew (the scripts store it with the queue's meta): 64 bits from
+    the operating system, so that no two incarnations share one. It starts
+    with a letter, as the scripts require."""
+    return "i" + rng.unique(8)
+
+
 def delivery_tag(seq: int, count: int, token: str) -> str:
     """The tag of the ``count``-th delivery of ``seq`` in its group, made by
     the fetch call whose token is ``token``."""

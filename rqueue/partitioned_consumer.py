@@ -12,7 +12,7 @@ from . import validate as check
 from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from .consumer import Consumer, refs_of
 from .delivery import Delivery, DeliveryRef, HeartbeatResult
-from .errors import DeliveryError, InvalidInput, RQueueError
+from .errors import DeliveryError, InvalidInput, LostDelivery, RQueueError, StateLost
 from .ids import consumer_name
 from .settings import Settings
 
@@ -157,6 +157,8 @@ class PartitionedConsumer:
         for p, mine in self._split(refs_of(deliveries)).items():
             try:
                 self.consumers[p].ack([d for _, d in mine], multiple=multiple)
+            except LostDelivery as exc:
+                first = first or LostDelivery(f"{p}/{exc.tag}", exc.loss)
             except DeliveryError as exc:
                 first = first or type(exc)(f"{p}/{exc.tag}")
         if first is not None:
@@ -207,6 +209,18 @@ class PartitionedConsumer:
             dead += result.dead_lettered
             handed_back += result.handed_back
         return HeartbeatResult([statuses[i] for i in range(len(statuses))], removed, returned, dead, handed_back)
+
+    @property
+    def state_epoch(self) -> int:
+        """How many losses of Redis state the partitions' consumers have
+        seen, in all (see :attr:`rqueue.Consumer.state_epoch`)."""
+        return sum(c.state_epoch for c in self.consumers)
+
+    @property
+    def state_losses(self) -> list[StateLost | None]:
+        """Per partition, the last loss of its state in Redis that this
+        consumer saw, or None."""
+        return [c.last_state_loss for c in self.consumers]
 
     def rejoin(self) -> None:
         for c in self.consumers:

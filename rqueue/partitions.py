@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any
 from . import validate as check
 from .constants import MAX_PARTITIONS
 from .engine import commands, store
-from .errors import InvalidInput, NotDurable, PartialPublish, QueueInUse, Unroutable
+from .errors import InvalidInput, NotDurable, PartialPublish, QueueInUse, StateLost, Unroutable
 from .partitioned_consumer import PartitionedConsumer
-from .publishing import PreparedPublish, per_message, prepare, send
+from .publishing import PreparedPublish, per_message, prepare, send, watch_replies
 from .queue import Queue
 from .results import ConsumerStats, DeadLetter, GroupStats, Message, Progress, PublishResult, QueueStats, ReplayResult
 from .settings import Settings
@@ -241,6 +241,7 @@ class PartitionedQueue:
                 out.append((part, idx, reply))
             else:
                 self.client.register(self.name)
+                watch_replies(ready, [reply])
                 out.append((part, idx, commands.publish_results([reply], part.partition)))
         return out
 
@@ -392,6 +393,13 @@ class PartitionedQueue:
         """The dead-letter queue, partitioned like this queue (each
         partition's dead letters stay in that partition's slot)."""
         return PartitionedQueue(self.client, self.client.dead_letter_name(self.name), self.partitions)
+
+    @property
+    def state_losses(self) -> list[StateLost | None]:
+        """Per partition, the last loss of its state in Redis that this
+        client's publishes saw, or None (see
+        :attr:`rqueue.Queue.last_state_loss`)."""
+        return [part.last_state_loss for part in self.parts]
 
     def events_after(self, last_id: str, count: int = 100) -> list[dict[str, str]]:
         """Events newer than the stream id ``last_id`` ("0" for all) over

@@ -23,6 +23,7 @@ from .errors import InvalidInput, NotDurable, PartialPublish, PayloadTooLarge, U
 from .names import check_message_id
 from .results import PublishResult
 from .settings import Settings
+from .statewatch import Mark, StateWatch
 from .tracing import with_trace
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ class PreparedPublish(NamedTuple):
     ids: list[Any]
     delay: float | None
     durable: bool
+    watch: StateWatch  # what this client saw of the queue's state
+    mark: Mark  # what it knew when the calls were made
 
 
 def per_message(value: Any, count: int, what: str) -> list[Any]:
@@ -84,6 +87,7 @@ def prepare(
     check.flag("durable", durable)
     delay_ms = check.delay_ms(delay)
     settings = queue.settings()
+    watch = queue.client.state_watch(queue.name, queue.keys)
     messages: list[commands.PublishMessage] = []
     single = count == 1 and positions is None
     for i, payload in enumerate(payloads):
@@ -106,9 +110,20 @@ def prepare(
         mandatory,
         messages,
         MAX_BATCH,
+        watch.candidate,
     )
     sizes = [count] if count <= MAX_BATCH else [min(MAX_BATCH, count - s) for s in range(0, count, MAX_BATCH)]
-    return PreparedPublish(calls, sizes, settings, payloads, per_headers, per_ids, delay, durable)
+    return PreparedPublish(calls, sizes, settings, payloads, per_headers, per_ids, delay, durable, watch, watch.mark())
+
+
+def watch_replies(prepared: PreparedPublish, replies: Sequence[Any]) -> None:
+    """Checks what publish replies say of the queue's state in Redis (a
+    changed incarnation, a seq gone back: statewatch.py); errors are
+    skipped. The publish itself stands: its messages are stored."""
+    for reply in replies:
+        if isinstance(reply, list) and reply:
+            seen = commands.publish_seen(reply)
+            prepared.watch.saw(prepared.mark, seen.incarnation, new=(seen.first, seen.last))
 
 
 def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
@@ -127,6 +142,7 @@ def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
                 raise _failure(queue, prepared, replies)
     except NotDurable as exc:
         client.register(queue.name)
+        watch_replies(prepared, exc.results)
         exc.results = commands.publish_results(exc.results, queue.partition)
         raise
     except Unroutable:
@@ -142,6 +158,7 @@ def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
         )
         return [PublishResult(r.seq, r.duplicate, alternate) for r in results]
     client.register(queue.name)
+    watch_replies(prepared, replies)
     return commands.publish_results(replies, queue.partition)
 
 
@@ -154,6 +171,7 @@ def _failure(queue: QueueLike, prepared: PreparedPublish, replies: list[Any]) ->
     if len(errors) == len(replies):
         return errors[0]
     queue.client.register(queue.name)
+    watch_replies(prepared, replies)
     results: list[PublishResult | None] = []
     for reply, size in zip(replies, prepared.sizes, strict=True):
         if isinstance(reply, Exception):

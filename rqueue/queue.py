@@ -12,7 +12,7 @@ from .deadletters import Selection, iter_dead_letters, purge, replay
 from .engine import commands, store
 from .engine.keys import QueueKeys, queue_base
 from .engine.record import decode_record
-from .errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse
+from .errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, StateLost
 from .names import check_name, check_queue_name
 from .publishing import prepare, send
 from .results import DeadLetter, Message, Progress, PublishResult, QueueStats, ReplayResult
@@ -164,7 +164,9 @@ class Queue:
 
     def delete(self, force: bool = False) -> int:
         """Deletes the queue: its messages, groups, dead-letter queue and
-        events. De-duplication ids are left to expire with their window.
+        events. De-duplication ids are left to expire with their window, but
+        a message id stored before the delete is no duplicate after it (ids
+        belong to the incarnation that stored them).
         Refuses with QueueInUse, deleting nothing, while consumers hold
         deliveries of it, unless ``force`` (their settles then fail).
         Returns how many keys were deleted."""
@@ -172,7 +174,16 @@ class Queue:
             raise QueueInUse(self.name, held)
         deleted = store.delete_queue(self.client.redis, self.keys, self.client.prefix, self.name)
         self.client.forget(self.name)
+        # Its next incarnation is no loss to this client.
+        self.client.state_watch(self.name, self.keys).forget()
         return deleted
+
+    @property
+    def last_state_loss(self) -> StateLost | None:
+        """The last loss of this queue's state in Redis that this client's
+        publishes saw (logged at ERROR and recorded as a "state-lost"
+        event when seen), or None."""
+        return self.client.state_watch(self.name, self.keys).last_loss
 
     def events_after(self, last_id: str, count: int = 100) -> list[dict[str, str]]:
         """Events newer than the stream id ``last_id`` ("0" for all), oldest first."""

@@ -219,11 +219,11 @@ def test_replay_returns_to_that_group_only_with_a_fresh_count(queue):
     b.ack(b.fetch(10))
     # when the dead letters are replayed
     result = queue.replay_dead_letters()
-    # then only group "a" gets seq 2 again, as a first delivery
+    # then only group "a" gets seq 2 again: its count starts again, but it says it was delivered before
     assert (result.replayed, result.by_group) == (1, {"a": 1})
     a = queue.consumer("a")
     ds = a.fetch(10)
-    assert [(d.seq, d.data, d.delivery_count, d.redelivered) for d in ds] == [(2, b"2", 1, False)]
+    assert [(d.seq, d.data, d.delivery_count, d.redelivered) for d in ds] == [(2, b"2", 1, True)]
     assert b.fetch(10) == []
     ds[0].ack()
     s = queue.stats()
@@ -288,9 +288,10 @@ def test_replay_keeps_user_headers_and_reason_and_does_not_count_a_redelivery(qu
     c.fetch()[0].reject(reason="because")
     # when it is replayed
     queue.replay_dead_letters()
-    # then it comes with the same headers, not counted as a redelivery, and the event names the reason
+    # then it comes with the same headers and the deliveries before its replay, not counted as a
+    # redelivery, and the event names the reason
     [d] = c.fetch()
-    assert d.headers == {"x-rq-custom": "mine", "k": "v"}
+    assert d.headers == {"x-rq-custom": "mine", "k": "v", "x-rq-replayed-deliveries": "1"}
     assert queue.stats().group("g").redelivered == 0
     replayed = [e for e in queue.events() if e["event"] == "replayed"]
     assert replayed[0]["reason"] == "rejected"
@@ -400,7 +401,11 @@ def test_replay_puts_back_a_record_an_older_consumer_could_not_read(client, queu
     # then the record is back as it was, and reads as the first publish
     assert client.redis.hget(queue.keys.msgs, 1) == record
     [d] = queue.consumer("g").fetch()
-    assert (d.data, d.headers, d.published_ms) == (b"hello", {}, int.from_bytes(record[1:7], "big"))
+    assert (d.data, d.headers, d.published_ms) == (
+        b"hello",
+        {"x-rq-replayed-deliveries": "1"},
+        int.from_bytes(record[1:7], "big"),
+    )
 
 
 # -- purge and events -------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ LAYERS = [
     {"rqueue.engine"},
     {
         "rqueue.settings",
+        "rqueue.statewatch",
         "rqueue.protocols",
         "rqueue.deadletters",
         "rqueue.consumer",

@@ -15,8 +15,12 @@ consumer (refused by the client before any call), lease expiry (the
 ManualClock moves), consumer death (a member removed by another member's
 heartbeat once its liveness passed; its next fetch joins it again),
 graceful close and joining again, settings changes (max_deliveries,
-redelivery_delay, redelivery_multiplier) and replay of dead letters (all,
-one group's, limited).
+redelivery_delay, redelivery_multiplier), replay of dead letters (all,
+one group's, limited), and Redis losing the queue's keys (a wipe, at most
+MAX_WIPES per example: the queue starts again, each group's first consumer
+joins again and must see the loss, the others on their next call) with
+settles of deliveries from before it by their own consumers (refused:
+LostDelivery once the consumer saw the loss, and nothing changes).
 
 Compared after every step: per group the ack floor, cursor, pending, in
 flight, expired leases, ready, delayed, the six counters, the members and
@@ -65,14 +69,16 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from support.model import ERRORS, Model, ModelError, Settings, Tag
+from support.model import ERRORS, REPLAYED, Model, ModelError, Settings, Tag
 from support.raw import group_key
 
 import rqueue
+from rqueue.delivery import REPLAYED_HEADER
 
 QUEUE = "q"
 SLOTS = {"a1": "A", "a2": "A", "a3": "A", "b1": "B", "b2": "B"}  # consumer name -> group
 KEEP_DELIVERIES = 40  # deliveries remembered for settling (stale ones included)
+MAX_WIPES = 2  # per example: a wipe is cheap to reach and costly to follow
 
 LONG = int(os.environ.get("RQUEUE_MODEL_EXAMPLES", "0") or 0)
 STEPS = int(os.environ.get("RQUEUE_MODEL_STEPS", "0") or 0)
@@ -143,6 +149,9 @@ def parse_state(raw: str) -> tuple[int, str, str, list[tuple[int, str, str, bool
     count, holder, _, _, token = head.split(":")
     past = []
     for line in lines:
+        if replay := re.fullmatch(r"(\d+)\^", line):  # a replay restarted the count after n deliveries
+            past.append((int(replay[1]), REPLAYED, "", False))
+            continue
         match = re.fullmatch(r"(\d+)([=!])([^=]*)=([0-9a-z]*)", line)
         assert match, f"delivery state {raw!r}: history line {line!r}"
         past.append((int(match[1]), match[3], match[4], match[2] == "!"))
@@ -209,6 +218,9 @@ class QueueMachine(RuleBasedStateMachine):
         self.model = Model(Settings(**values), self.clock.now_ms)
         self.handles: dict[str, Handle | None] = {slot: None for slot in SLOTS}
         self.deliveries: list[tuple[Handle, rqueue.Delivery]] = []
+        # deliveries made before a wipe: nothing may settle them
+        self.old_deliveries: list[tuple[Handle, rqueue.Delivery]] = []
+        self.wipes = 0
         self.payloads = 0
         self.steps = 0
         self.groups = ["A", "B"] if two_groups else ["A"]
@@ -338,7 +350,8 @@ class QueueMachine(RuleBasedStateMachine):
         if real[0] == "ok":
             real = ("ok", [(d.seq, d.delivery_count, d.redelivered) for d in got])
         if model[0] == "ok":
-            model = ("ok", [(s, c, c > 1) for s, c in model[1]])
+            dlv = self.model.groups[h.group].dlv
+            model = ("ok", [(s, c, c > 1 or dlv[s].replayed_after() is not None) for s, c in model[1]])
         self._same_result(f"fetch {h} n={n}", real, model)
         # without the model: order, counts, nothing settled handed out again
         seqs = [d.seq for d in got]
@@ -357,7 +370,10 @@ class QueueMachine(RuleBasedStateMachine):
             self.seen_counts[key] = self.seen_counts.get(key, 0) + 1
             assert d.delivery_count == self.seen_counts[key], f"{d.tag}: delivered {self.seen_counts[key]} times"
             rec = self.model.records[d.seq]
-            assert (d.data, d.headers) == (rec.payload, rec.headers), f"{d.tag}: payload or headers changed"
+            headers = dict(d.headers)
+            earlier = self.model.groups[h.group].dlv[d.seq].replayed_after()
+            assert headers.pop(REPLAYED_HEADER, None) == (None if earlier is None else str(earlier)), d.tag
+            assert (d.data, headers) == (rec.payload, rec.headers), f"{d.tag}: payload or headers changed"
             self.deliveries.append((h, d))
         del self.deliveries[:-KEEP_DELIVERIES]
 
@@ -472,6 +488,60 @@ class QueueMachine(RuleBasedStateMachine):
         if (via.group, via.name) == (h.group, h.name):
             COVERAGE["(Delivery of an earlier Consumer object of the same name)"] += 1
         self._settle(f"{op}-of-another's-Delivery", op, via, d, tag_of(d))
+
+    # -- Redis losing its data -------------------------------------------------------------
+
+    @precondition(lambda self: self.deliveries and self.wipes < MAX_WIPES)
+    @rule()
+    def wipe(self):
+        """Redis loses every key of the queue (a restart without its data, a
+        FLUSHALL, a failover to an empty replica); the settings, kept apart,
+        stay. The first consumer of each group joins again at once (and sees
+        the loss); the others find out on their next call."""
+        r = self.client.redis
+        for key in list(r.scan_iter(match=f"{self.client.prefix}:{{{QUEUE}}}*", count=1000)):
+            r.delete(key)
+        self.model.wipe()
+        self.wipes += 1
+        self.old_deliveries = (self.old_deliveries + self.deliveries)[-KEEP_DELIVERIES:]
+        self.deliveries = []
+        self.settled = {g: set() for g in self.groups}
+        self.seen_counts = {}
+        self.real_cursor = {g: 0 for g in self.groups}
+        for g in self.groups:
+            self.model.create_group(g)
+            slot = f"{g.lower()}1"
+            h = self.handles[slot]
+            if h is None:
+                self._join(slot, 100, None)
+            else:
+                h.consumer.rejoin()
+                self.model.join(g, slot, h.liveness)
+                assert h.consumer.last_state_loss is not None, f"{h} saw no loss when it joined again"
+        COVERAGE["(wipe)"] += 1
+
+    @precondition(lambda self: self.old_deliveries)
+    @rule(i=pick, op=ops)
+    def settle_from_before_a_wipe(self, i, op):
+        """A settle of a delivery made before a wipe, by its own consumer:
+        refused (LostDelivery once its consumer saw the loss; otherwise the
+        tokens in the tags refuse it in Redis), and nothing changes (the
+        model does nothing; the state is compared after the step)."""
+        h, d = self.old_deliveries[i % len(self.old_deliveries)]
+        c = d.consumer
+        seen = c.state_epoch > d.epoch  # its consumer saw the loss
+        real_fn = {
+            "ack": lambda: c.ack(d),
+            "nack": lambda: c.nack(d),
+            "reject": lambda: c.reject(d),
+            "term": lambda: c.term(d, "bad"),
+            "in_progress": lambda: c.in_progress(d),
+        }[op]
+        real = outcome(real_fn)
+        assert real[0] == "err", f"{op} of {d.tag} from before a wipe by {h}: {real}"
+        if seen and not h.closed:
+            assert real[1] == "LostDelivery", f"{op} of {d.tag} from before a wipe by {h}: {real}"
+        COVERAGE[f"{op} from before a wipe -> {real[1]}"] += 1
 
     # -- time, membership, settings -------------------------------------------------------
 

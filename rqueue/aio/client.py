@@ -3,7 +3,9 @@ hands out queues (the awaitable twin of rqueue.client)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -22,11 +24,13 @@ from ..constants import (
 )
 from ..engine import async_commands as acmd
 from ..engine.async_scripts import AsyncScripts
+from ..engine.keys import QueueKeys
 from ..errors import ConnectionLost, InvalidInput, InvalidSetting
 from ..names import check_name
 from ..queue import CLUSTER_DEAD_LETTER
 from ..randomness import Randomness
 from ..settings import DEAD_LETTER_MODES, validate
+from ..statewatch import StateWatch
 from .connect import cluster_retry, open_async_redis, scheme_of
 from .notify import AsyncNotifier
 from .queue import Queue
@@ -103,6 +107,8 @@ class Client:
         self.settings = AsyncSettings(redis_client, prefix, self.clock.monotonic, settings_ttl)
         self.notifier = AsyncNotifier(redis_client)
         self._registered: set[str] = set()
+        self._watches: dict[str, StateWatch] = {}  # key base -> what this client's publishes saw
+        self._events: set[asyncio.Task[Any]] = set()  # state-lost events being written
 
     def __repr__(self) -> str:
         return f"rqueue.aio.Client({self.url!r}, prefix={self.prefix!r})"
@@ -128,6 +134,33 @@ class Client:
 
     def dead_letter_name(self, queue: str) -> str:
         return self.dlq_prefix + queue + self.dlq_suffix
+
+    def state_watch(self, name: str, keys: QueueKeys) -> StateWatch:
+        """What this client's publishes saw of queue ``name``'s state in
+        Redis (rqueue.statewatch; one watch per queue)."""
+        watch = self._watches.get(keys.base)
+        if watch is None:
+            watch = self._watches.setdefault(
+                keys.base,
+                StateWatch(name, keys, self.redis, self.randomness, "publisher", record=self.event_writer(keys)),
+            )
+        return watch
+
+    def event_writer(self, keys: QueueKeys) -> Callable[[dict[str, str]], None]:
+        """Writes an event of queue ``keys`` from sync code on the loop: as
+        a task (its failure is logged), kept until it is done."""
+
+        def record(fields: dict[str, str]) -> None:
+            task = asyncio.get_running_loop().create_task(acmd.record_event(self.redis, keys, fields))
+            self._events.add(task)
+            task.add_done_callback(self._event_written)
+
+        return record
+
+    def _event_written(self, task: asyncio.Task[Any]) -> None:
+        self._events.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("could not record a state-lost event: %s", task.exception())
 
     async def register(self, name: str) -> None:
         """Records queue ``name`` in the prefix's list of queues (once per client)."""

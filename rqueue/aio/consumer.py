@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 from .. import validate as check
 from ..constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from ..consumer import refs_of
+from ..delivery import REPLAYED_HEADER, HeartbeatResult
 from ..delivery import Delivery as SyncDelivery
-from ..delivery import HeartbeatResult
 from ..engine import async_commands as acmd
 from ..engine import commands
 from ..engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
 from ..errors import CorruptRecord, InvalidInput, NotHeld, NotMember, RQueueError, delivery_error
-from ..ids import consumer_name, delivery_tag, fetch_token, parse_delivery_tag
+from ..ids import consumer_name, delivery_tag, fetch_token, incarnation_id, parse_delivery_tag
 from ..names import check_name
 from ..settings import Settings, validate
 
@@ -112,7 +112,7 @@ class Consumer:
         """Joins the group (created on first use)."""
         await self.queue.check_plain()
         liveness = self.liveness if self.liveness is not None else (await self.settings()).ack_wait
-        await acmd.join(await self._group_call(), int(liveness * 1000))
+        await acmd.join(await self._group_call(), int(liveness * 1000), incarnation_id(self.client.randomness))
         self.joins += 1
         await self.client.register(self.queue.name)
         return self
@@ -165,7 +165,10 @@ class Consumer:
         corrupt: list[tuple[str, str]] = []
         new = Delivery.__new__
         for i in range(reply.first, len(raw), 3):
-            seq, count, record = int(raw[i]), int(raw[i + 1]), raw[i + 2]
+            seq, count, record = int(raw[i]), raw[i + 1], raw[i + 2]
+            replayed = None
+            if type(count) is not int:
+                count, replayed = commands.delivery_count(count)
             headers: dict[str, str]
             if record[:1] == COMPACT_TAG and len(record) >= COMPACT_HEAD:
                 published, headers, data = int.from_bytes(record[1:COMPACT_HEAD], "big"), {}, record[COMPACT_HEAD:]
@@ -186,6 +189,10 @@ class Consumer:
             d.deadline_ms = deadline
             d.token = token
             d.tag = tag = delivery_tag(seq, count, token)
+            d.epoch = 0
+            d.replayed = replayed is not None
+            if replayed is not None:
+                d.headers = {**headers, REPLAYED_HEADER: str(replayed)}
             held[tag] = d
             out.append(d)
         for tag, text in corrupt:  # moved aside byte for byte; the rest of the batch goes on

@@ -20,6 +20,7 @@ from ..results import GroupStats
 from . import commands as c
 from .async_scripts import AsyncScript, AsyncScripts
 from .keys import QueueKeys, registry_key, settings_key
+from .store import EVENTS_MAX
 
 T = TypeVar("T")
 
@@ -96,8 +97,8 @@ async def heartbeat(call: AsyncGroupCall, timeout_ms: int, sync: bool, tags: Seq
     return c.parse_heartbeat(await call.run(call.scripts.heartbeat, c.heartbeat_args(timeout_ms, sync, tags)))
 
 
-async def join(call: AsyncGroupCall, liveness_ms: int) -> c.JoinReply:
-    return c.parse_join(await call.run(call.scripts.join, [liveness_ms]))
+async def join(call: AsyncGroupCall, liveness_ms: int, incarnation: str) -> c.JoinReply:
+    return c.parse_join(await call.run(call.scripts.join, c.join_args(liveness_ms, incarnation)))
 
 
 async def leave(call: AsyncGroupCall, consumer: str, graceful: bool) -> c.LeaveReply:
@@ -215,6 +216,11 @@ async def purge_records(r: Any, keys: QueueKeys, batch: int) -> int:
 
         deleted += await guarded(delete, where=keys.base)
     return deleted
+
+
+async def record_event(r: Any, keys: QueueKeys, fields: dict[str, str]) -> None:
+    """Appends an event to the queue's events stream (as rqueue.engine.store.record_event)."""
+    await guarded(lambda: r.xadd(keys.events, fields, maxlen=EVENTS_MAX, approximate=True), where=keys.base)
 
 
 async def register_queue(r: Any, prefix: str, name: str) -> None:

@@ -236,6 +236,8 @@ class FetchReply(NamedTuple):
 
     now_ms: int
     next_due_ms: int | None  # when a waiting message falls due (only when nothing was delivered)
+    incarnation: str  # the queue's incarnation ("" when it has none)
+    last_seq: int  # the queue's last seq
     ack_statuses: list[str]  # per tag acked first: "ok" or its error code
     token: str  # the token of the deliveries
     raw: list[Any]
@@ -244,7 +246,18 @@ class FetchReply(NamedTuple):
     def deliveries(self) -> Iterator[tuple[int, int, bytes]]:
         raw = self.raw
         for i in range(self.first, len(raw), 3):
-            yield int(raw[i]), int(raw[i + 1]), raw[i + 2]
+            yield int(raw[i]), delivery_count(raw[i + 1])[0], raw[i + 2]
+
+
+def delivery_count(raw: Any) -> tuple[int, int | None]:
+    """A delivery's count in a fetch reply, and for a replayed dead letter
+    the deliveries it had before its replay (None otherwise): a count is a
+    number, or "<count>^<earlier>" after a replay."""
+    if type(raw) is int:
+        return raw, None
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    count, _, earlier = text.partition("^")
+    return int(count), int(earlier) if earlier else None
 
 
 # A delivery tag as the scripts take it: its text "<seq>.<count>.<token>",
@@ -269,8 +282,17 @@ def fetch_args(n: int, token: str, acks: Sequence[Tag] = ()) -> list[Any]:
 
 def parse_fetch(reply: Any, token: str, acks: int) -> FetchReply:
     due = reply[1]
-    statuses = [s.decode() for s in reply[2 : 2 + acks]] if acks else []
-    return FetchReply(int(reply[0]), None if due in (b"", None) else int(due), statuses, token, reply, 2 + acks)
+    statuses = [s.decode() for s in reply[4 : 4 + acks]] if acks else []
+    return FetchReply(
+        int(reply[0]),
+        None if due in (b"", None) else int(due),
+        _text(reply[2]),
+        int(reply[3]),
+        statuses,
+        token,
+        reply,
+        4 + acks,
+    )
 
 
 def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = ()) -> FetchReply:
@@ -287,6 +309,10 @@ def ack_args(call: GroupArgs, tags: Sequence[Tag], strict: bool) -> list[Any]:
 
 def parse_ack(reply: Any, strict: bool) -> list[str]:
     return [] if strict else [s.decode() for s in reply]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def ack(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
@@ -344,6 +370,7 @@ class HeartbeatReply(NamedTuple):
     returned: int  # their deliveries offered again
     dead_lettered: int  # their deliveries that had reached max_deliveries
     handed_back: int  # (sync) deliveries held in Redis that the caller did not list
+    incarnation: str  # the queue's incarnation ("" when it has none)
     statuses: list[str]  # per tag: "ok" or its error code
 
 
@@ -353,7 +380,13 @@ def heartbeat_args(timeout_ms: int, sync: bool, tags: Sequence[Tag]) -> list[Any
 
 def parse_heartbeat(reply: Any) -> HeartbeatReply:
     return HeartbeatReply(
-        int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]), [s.decode() for s in reply[5:]]
+        int(reply[0]),
+        int(reply[1]),
+        int(reply[2]),
+        int(reply[3]),
+        int(reply[4]),
+        _text(reply[5]),
+        [s.decode() for s in reply[6:]],
     )
 
 
@@ -364,15 +397,22 @@ def heartbeat(call: GroupCall, timeout_ms: int, sync: bool, tags: Sequence[Tag])
 class JoinReply(NamedTuple):
     group_created: bool
     consumer_created: bool
+    incarnation: str  # the queue's: the one offered when the queue had none
+
+
+def join_args(liveness_ms: int, incarnation: str) -> list[Any]:
+    return [liveness_ms, incarnation]
 
 
 def parse_join(reply: Any) -> JoinReply:
-    group_created, consumer_created = reply
-    return JoinReply(int(group_created) == 1, int(consumer_created) == 1)
+    group_created, consumer_created, inc = reply
+    return JoinReply(int(group_created) == 1, int(consumer_created) == 1, _text(inc))
 
 
-def join(call: GroupCall, liveness_ms: int) -> JoinReply:
-    return parse_join(call.run(call.scripts.join, [liveness_ms]))
+def join(call: GroupCall, liveness_ms: int, incarnation: str) -> JoinReply:
+    """Joins the group; ``incarnation`` (random) becomes the queue's when
+    it has none."""
+    return parse_join(call.run(call.scripts.join, join_args(liveness_ms, incarnation)))
 
 
 class LeaveReply(NamedTuple):
@@ -483,12 +523,14 @@ def publish_calls(
     mandatory: bool,
     messages: Sequence[PublishMessage],
     batch: int,
+    incarnation: str,
 ) -> list[PublishCall]:
     """The publish.lua calls that store ``messages`` in order, ``batch`` a
     call: KEYS are the queue's four, then one key per message with an id;
-    ARGV the call's head, then per message its id key's index (0: none),
-    timing and body."""
-    head = [now, dedup_window_ms, "1" if mandatory else "0", keys.wake_channel]
+    ARGV the call's head (with ``incarnation``, random, which becomes the
+    queue's when it has none), then per message its id key's index (0:
+    none), timing and body."""
+    head = [now, dedup_window_ms, "1" if mandatory else "0", keys.wake_channel, incarnation]
     calls = []
     for start in range(0, len(messages), batch):
         call_keys = keys.publish_keys()
@@ -538,10 +580,11 @@ def publish_each(scripts: Scripts, calls: Sequence[PublishCall], queue: str) -> 
 
 
 def publish_results(replies: Sequence[Any], partition: int | None = None) -> list[PublishResult]:
-    """PublishResults from publish.lua replies (seq, duplicate flag, ...)."""
+    """PublishResults from publish.lua replies (incarnation, then seq,
+    duplicate flag, ...)."""
     out: list[PublishResult] = []
     for reply in replies:
-        out += [PublishResult(int(reply[j]), reply[j + 1] == 1, None, partition) for j in range(0, len(reply), 2)]
+        out += [PublishResult(int(reply[j]), reply[j + 1] == 1, None, partition) for j in range(1, len(reply), 2)]
     return out
 
 
@@ -609,5 +652,23 @@ def repair(call: GroupCall, what: str, args: Sequence[Any] = ()) -> RepairReply:
     return RepairReply(_text(done) == "done", _text(detail))
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+class PublishSeen(NamedTuple):
+    """What one publish reply tells of the queue's state: its incarnation
+    and the seqs it assigned (duplicates left out), which one call assigns
+    in one run: the first and the last (0, -1: none)."""
+
+    incarnation: str
+    first: int
+    last: int
+
+
+def publish_seen(reply: Sequence[Any]) -> PublishSeen:
+    """The incarnation and new seqs of one publish.lua reply."""
+    flags = reply[2::2]
+    new = flags.count(0)
+    if new == len(flags):  # no duplicate: the common case, read without a loop
+        return PublishSeen(_text(reply[0]), int(reply[1]), int(reply[-2]))
+    if new == 0:
+        return PublishSeen(_text(reply[0]), 0, -1)
+    first = int(reply[1 + 2 * flags.index(0)])
+    return PublishSeen(_text(reply[0]), first, first + new - 1)

@@ -186,6 +186,12 @@ def delete_dead_letters(r: RedisClient, dead_letters: QueueKeys, events: str, se
     return guarded(delete, where=dead_letters.base)
 
 
+def record_event(r: RedisClient, keys: QueueKeys, fields: dict[str, str]) -> None:
+    """Appends an event to the queue's events stream (capped as the
+    scripts cap it)."""
+    guarded(lambda: r.xadd(keys.events, fields, maxlen=EVENTS_MAX, approximate=True), where=keys.base)  # type: ignore[arg-type]  # str -> str is a valid mapping
+
+
 def _event(entry_id: Any, fields: Any) -> dict[str, str]:
     return {"id": _str(entry_id), **{_str(k): _str(v) for k, v in fields.items()}}
 

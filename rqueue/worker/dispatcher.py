@@ -77,9 +77,11 @@ class Dispatcher:
             # delivery is judged by this time, not by when the reply was
             # read (the worker may have been paused in between).
             sent = self._clock.monotonic()
-            joins = consumer.joins
+            joins, epoch = consumer.joins, consumer.state_epoch
             statuses, deliveries, due_in = self._retry(consumer.ack_and_fetch, acks, max(free, 0))
-            if consumer.joins != joins:
+            if consumer.state_epoch != epoch:
+                self._state_lost()
+            elif consumer.joins != joins:
                 self._removed()
             self._record_acks(statuses)
             ledger.fetched(deliveries)
@@ -145,6 +147,19 @@ class Dispatcher:
         dropped = self._ledger.forget_waiting()
         log.warning(
             "worker %s had been removed from its group and joined again; %d waiting deliveries dropped, not run",
+            self._consumer.name,
+            dropped,
+        )
+
+    def _state_lost(self) -> None:
+        """The consumer saw Redis lose the queue's state (and logged it):
+        the deliveries waiting for a thread are from before the loss, and
+        are dropped, never run; running ones finish, but their outcomes are
+        not sent (LostDelivery), so none settles a new message."""
+        dropped = self._ledger.forget_waiting()
+        # The consumer logged the loss at ERROR; this says what the worker did.
+        log.warning(
+            "worker %s: Redis lost the queue's state; %d waiting deliveries dropped, not run",
             self._consumer.name,
             dropped,
         )

@@ -114,6 +114,10 @@ class Handlers:
             # Its lease was lost while it waited (the heartbeat withdrew it).
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
+        if d.epoch != self._consumer.state_epoch:
+            # Made before Redis lost the queue's state: never run.
+            self._tally.count(stale_skipped=1)
+            return Outcome.SKIPPED, ""
         # Redis last vouched for the lease when the fetch was sent. One
         # clock reading per message: with a quick handler this bookkeeping
         # is most of a handler thread's work.

@@ -69,6 +69,7 @@ class Heartbeat:
         # A lease shorter than the heartbeat interval must still be extended in time.
         while not self._stop.wait(min(self._interval, self._ack_wait() / 3)):
             running, waiting = ledger.leases(self._clock.monotonic(), self._max_run_time)
+            epoch = consumer.state_epoch
             try:
                 # Sent once (the next one comes an interval later), but cut off
                 # by the watchdog if Redis leaves it unanswered.
@@ -97,6 +98,12 @@ class Heartbeat:
             except Exception:  # never let the heartbeat thread die silently
                 log.exception("heartbeat failed")
                 continue
+            finally:
+                if consumer.state_epoch != epoch:
+                    # Redis lost the queue's state (the consumer logged it):
+                    # what waits is from before the loss and never runs.
+                    dropped = ledger.forget_waiting()
+                    log.warning("worker %s: %d waiting deliveries dropped, not run", consumer.name, dropped)
             # A delivery settled since the heartbeat listed it (its ack
             # raced this call) is refused as no longer held, not lost.
             lost = sum(

@@ -66,7 +66,16 @@ from dataclasses import dataclass, field
 
 HISTORY_MAX = 10  # earlier holders of a message the real scripts remember
 
-ERRORS = ("AlreadyAcked", "UnknownDeliveryTag", "NotHeld", "StaleDelivery", "NotMember", "Closed", "Unroutable")
+ERRORS = (
+    "AlreadyAcked",
+    "UnknownDeliveryTag",
+    "NotHeld",
+    "StaleDelivery",
+    "NotMember",
+    "Closed",
+    "Unroutable",
+    "LostDelivery",
+)
 
 
 class ModelError(Exception):
@@ -113,6 +122,7 @@ class Record:
 
 
 Tag = tuple[int, int, str]  # (seq, delivery count, token)
+REPLAYED = "^"  # the holder of a history entry that is a replay (no consumer name holds it here)
 
 
 @dataclass
@@ -122,8 +132,13 @@ class Dlv:
     count: int = 0
     holder: str = ""  # "" while it waits for (re)delivery
     token: str = ""  # of the fetch that made the current (or last) delivery
-    # deliveries taken back: (count, holder, token, nacked by that holder)
+    # deliveries taken back: (count, holder, token, nacked by that holder);
+    # (n, REPLAYED, "", False) where a replay restarted the count after n
     past: list[tuple[int, str, str, bool]] = field(default_factory=list)
+
+    def replayed_after(self) -> int | None:
+        """The deliveries before its replay, for a replayed dead letter."""
+        return next((n for n, holder, _, _ in self.past if holder == REPLAYED), None)
 
 
 @dataclass
@@ -178,6 +193,12 @@ class Model:
         self.groups: dict[str, Group] = {}
         self.dlq: dict[int, DeadLetter] = {}
         self.dlq_last = 0
+
+    def wipe(self) -> None:
+        """Redis loses every key of the queue (a restart without its data):
+        the queue starts again, empty, without groups. The settings stay
+        (they are the prefix's, kept apart)."""
+        self.__init__(self.settings, self.now)  # type: ignore[misc]
 
     # -- time -----------------------------------------------------------------
 
@@ -459,7 +480,7 @@ class Model:
                     self.records[dl.seq] = Record(dl.payload, dict(dl.headers), None, {gname})
                 else:
                     rec.needed.add(gname)
-                g.dlv[dl.seq] = Dlv()
+                g.dlv[dl.seq] = Dlv(past=[(dl.deliveries, REPLAYED, "", False)])
                 g.ready.add(dl.seq)
                 del self.dlq[k]
                 replayed += 1

@@ -22,9 +22,14 @@
     ARGV[10], ARGV[11], ... seq1, count1, token1, seq2, ... tags to ack
       first (none: a plain fetch)
   Output:
-    { now_ms, next_due_ms or "", status1, ..., statusK, seq1, count1, record1, seq2, ... }
-    one status per tag to ack, in order ("ok" or the code of that tag, as
-    ack.lua), then the deliveries. next_due_ms is the earliest time a waiting
+    { now_ms, next_due_ms or "", incarnation, last_seq, status1, ..., statusK,
+      seq1, count1, record1, seq2, ... }
+    the queue's incarnation (meta field "inc", "" when none) and last seq,
+    by which a client tells that Redis lost state (the incarnation changed,
+    or the last seq went back); one status per tag to ack, in order ("ok"
+    or the code of that tag, as ack.lua), then the deliveries. A count is
+    "<count>^<earlier>" for a replayed dead letter: <earlier> deliveries
+    came before its replay (includes/delivery_state.lua). next_due_ms is the earliest time a waiting
     message becomes due, given only when nothing was delivered, so that an
     idle client can sleep.
   Errors:
@@ -88,6 +93,10 @@ end
 -- The cursor is read here with the liveness: no step before the scan of new
 -- messages moves it.
 local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED)
+-- The incarnation and the last seq, for the client's check that Redis kept
+-- its state; no step of a fetch changes either.
+local metaFields = rcall('HMGET', metaKey, 'inc', 'seq')
+local lastSeq = tonumber(metaFields[2] or '0')
 -- Acks come before any other write: Redis refuses a script over maxmemory
 -- at its first write that may grow memory, unless it already wrote. An
 -- ack's first write (ZREM) frees memory, so acks get through when Redis is
@@ -186,7 +195,7 @@ if room > 0 and groupFields[3] ~= groupFields[2] then
   rcall('HSET', groupKey, CURSOR_CHECKED, groupFields[2] or '0')
 end
 
-local out = {now, ''}
+local out = {now, '', metaFields[1] or '', lastSeq}
 for _, status in ipairs(acked) do
   out[#out + 1] = status
 end
@@ -222,10 +231,11 @@ if room > 0 and waiting then
       d.last = now
       d.token = token
       states[#states + 1] = formatDelivery(d)
+      d.replayed = string.match(d.past, '\n(%d+)%^')
     end
     leased[#leased + 1] = field
     out[#out + 1] = seq
-    out[#out + 1] = d.count
+    out[#out + 1] = d.replayed and (d.count .. '^' .. d.replayed) or d.count
     out[#out + 1] = rec
     got = got + 1
   end
@@ -261,7 +271,7 @@ if got < room then
   -- yet): a fetch of one message that is there is one call less.
   local last = nil
   if room - got > SPECULATE_MAX then
-    last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
+    last = lastSeq
   end
   -- What the scan found wrong (RQ_CORRUPT): it stops there, keeps what it
   -- did, and the call is refused when it hands out nothing, else the next
@@ -311,7 +321,7 @@ if got < room then
       local rec = recs[i]
       local seq = cursor + 1
       if not rec and last == nil then
-        last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
+        last = lastSeq
       end
       if not rec and (last == nil or last < from) then
         refusal = metaKey .. ' field seq (the last seq) is ' .. (rcall('HGET', metaKey, 'seq') or 'missing')

@@ -15,7 +15,8 @@
     ARGV[10], ARGV[11], ... seq1, count1, token1, ... deliveries to extend
   Output:
     { new_deadline_ms, members_removed, returned, dead_lettered, handed_back,
-      status1, status2, ... } with "ok" or an error code per tag
+      incarnation, status1, status2, ... } with "ok" or an error code per
+      tag; incarnation is the queue's (meta field "inc"; "" when none)
   Errors:
     RQ_NOT_MEMBER  this consumer was itself removed (its leases are gone)
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse: read when
@@ -80,7 +81,7 @@ if removed > 0 then
   rcall('HINCRBY', groupKey, 'members_removed', removed)
 end
 
-local out = {deadline, removed, returned, dead, handedBack}
+local out = {deadline, removed, returned, dead, handedBack, rcall('HGET', metaKey, 'inc') or ''}
 for _, status in ipairs(statuses) do
   out[#out + 1] = status
 end

@@ -10,8 +10,13 @@
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] liveness timeout, ms: the member counts as dead when silent
       longer (optional: ack_wait)
+    ARGV[9] an incarnation id for the queue, drawn at random by the client:
+      stored in meta field "inc" when the queue has none (optional: none is
+      stored)
   Output:
-    { group_created (0/1), consumer_created (0/1) }
+    { group_created (0/1), consumer_created (0/1), incarnation } the
+    queue's incarnation ("" when it has none): a client that sees it change
+    knows Redis lost the queue's state
 
   An acked key that is a set, not runs (includes/acked_runs.lua), is made
   runs here, before any other script meets it (docs/upgrading.md).
@@ -23,6 +28,11 @@
 --@include beat
 --@lazy ackedRuns acked_runs
 
+local inc = rcall('HGET', metaKey, 'inc')
+if not inc and string.find(ARGV[9] or '', '^%l[%l%d]*$') and #ARGV[9] <= 32 then
+  inc = ARGV[9]
+  rcall('HSET', metaKey, 'inc', inc)
+end
 local created = 0
 if rcall('HEXISTS', floorsKey, groupName) == 0 then
   local start = rcall('HGET', metaKey, 'trimmed') or '0'
@@ -43,4 +53,4 @@ end
 local joined = rcall('HSETNX', consumersKey, consumerName, 0)
 rcall('HSET', groupKey, 'live:' .. consumerName, tonumber(ARGV[8] or '') or ackWait)
 beat()
-return {created, joined}
+return {created, joined, inc or ''}

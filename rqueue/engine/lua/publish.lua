@@ -8,23 +8,31 @@
     KEYS[2] msgs     hash  seq -> record
     KEYS[3] floors   hash  group -> ack floor (read: is there any group?)
     KEYS[4] sched    zset  seq -> not-before (ms) of delayed publishes
-    KEYS[5..] id keys (string "<seq>:<expires_ms>"; PX = the window), one
-        per message that has an id, in message order. The expiry is in the
-        scripts' clock, so a test clock decides what is a duplicate; Redis's
-        own TTL removes the key.
+    KEYS[5..] id keys (string "<seq>:<expires_ms>:<incarnation>"; PX = the
+        window), one per message that has an id, in message order. The
+        expiry is in the scripts' clock, so a test clock decides what is a
+        duplicate; Redis's own TTL removes the key. An id stored by another
+        incarnation of the queue (it was deleted, or Redis lost it) is no
+        duplicate; one without an incarnation (an older rqueue) counts.
     ARGV[1] now in ms, or "" for the server's TIME
     ARGV[2] de-duplication window, ms
     ARGV[3] mandatory: "1" refuses the batch when the queue has no group
     ARGV[4] channel to announce new messages on, or ""
-    ARGV[5], ARGV[6], ARGV[7] ... per message: index of its id key in KEYS
+    ARGV[5] an incarnation id for the queue, drawn at random by the client:
+        stored in meta field "inc" when the queue has none (its meta is
+        new), if it is a lowercase letter, then lowercase letters and
+        digits, 32 at most (else none is stored, and the reply's is "")
+    ARGV[6], ARGV[7], ARGV[8] ... per message: index of its id key in KEYS
         (0 = no id); "<delay_ms>" (0 = none), or "<delay_ms>:<headers_len>"
         when the body starts with headers; body "<headers_json><payload>".
         Stored as a record (includes/record.lua): compact when the message
         has no headers and no delay (and now < 2^48 ms), so most bodies are
         copied once
   Output:
-    { seq1, duplicate1, seq2, duplicate2, ... }, duplicate 1 when the id was
-    seen: seq is then the seq of the first publish
+    { incarnation, seq1, duplicate1, seq2, duplicate2, ... }, duplicate 1
+    when the id was seen: seq is then the seq of the first publish. The
+    incarnation is the queue's (meta field "inc"): a client that sees it
+    change, or a new seq at or below one it saw, knows Redis lost state
   Errors (nothing is stored):
     RQ_UNROUTABLE  mandatory publish to a queue without a group
     RQ_CORRUPT     the last seq (meta field seq) is garbage, or missing
@@ -56,21 +64,22 @@ local window, ttl = nil, nil -- read only by a batch with ids (tonumber is a str
 -- not two commands per message. claims holds what the id keys say once the
 -- earlier messages of this batch are stored, so that an id repeated inside
 -- the batch is judged exactly as if each message had been published alone.
-local out = {}
+local out = {''} -- the incarnation, read below
 -- Without ids every message is stored: the seqs are taken in one HINCRBY
 -- (one call less than reading and writing the last seq).
 local anyId = false
-for i = 5, #ARGV, 3 do
+for i = 6, #ARGV, 3 do
   if ARGV[i] ~= '0' then
     anyId = true
     break
   end
 end
-local first
+local first, inc
 local seqMissing -- the last seq was missing: a queue's first publish, or a deleted meta hash
 if anyId then
-  local raw = rcall('HGET', metaKey, 'seq')
-  first = tonumber(raw or '0')
+  local fields = rcall('HMGET', metaKey, 'seq', 'inc')
+  local raw = fields[1]
+  first, inc = tonumber(raw or '0'), fields[2]
   if not (first and first >= 0 and first % 1 == 0) then
     return redis.error_reply('RQ_CORRUPT ' .. metaKey .. ' field seq holds ' .. string.sub(raw, 1, 40) .. ', not a seq')
   end
@@ -84,7 +93,7 @@ if anyId then
     ttl = window + TEST_CLOCK_TTL_SLACK
   end
 else
-  local count = (#ARGV - 4) / 3
+  local count = (#ARGV - 5) / 3
   -- A number handed to redis.call is formatted with sprintf: the common
   -- single publish passes text.
   local newLast = redis.pcall('HINCRBY', metaKey, 'seq', count == 1 and '1' or count)
@@ -98,6 +107,7 @@ else
   end
   first = newLast - count
   seqMissing = first == 0
+  inc = rcall('HGET', metaKey, 'inc')
 end
 if seqMissing then
   -- A meta hash gone (deleted) while the queue has records, or a group that
@@ -115,6 +125,15 @@ if seqMissing then
       .. 'or a group that settled some: a publish would reuse their seqs (see `rqueue doctor`)')
   end
 end
+if not inc then
+  -- A new meta (or one an older rqueue wrote): the queue's incarnation
+  -- starts here, checked here rather than by every call.
+  inc = ''
+  if string.find(ARGV[5] or '', '^%l[%l%d]*$') and #ARGV[5] <= 32 then
+    inc = ARGV[5]
+    rcall('HSET', metaKey, 'inc', inc)
+  end
+end
 local seq = first
 -- delayed, ids and claims are made when a message needs them (most batches
 -- have neither delays nor ids).
@@ -125,7 +144,7 @@ local compact = compactHead(now)
 -- style past 14 digits. The layout is makeRecord's (includes/record.lua),
 -- built here so that a batch makes the prefix once.
 local prefix = nil
-for i = 5, #ARGV, 3 do
+for i = 6, #ARGV, 3 do
   -- "0" is compared as a string: tonumber parses with strtod.
   local idKey, timing, body = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local delay, hlen = 0, '0'
@@ -147,8 +166,8 @@ for i = 5, #ARGV, 3 do
       value = rcall('GET', name)
     end
     if value then
-      local old, expires = string.match(value, '^(%d+):(%d+)$')
-      if old and tonumber(expires) > now then
+      local old, expires, owner = string.match(value, '^(%d+):(%d+):?(.*)$')
+      if old and tonumber(expires) > now and (owner == inc or owner == '') then
         seen = old
       end
     end
@@ -174,7 +193,7 @@ for i = 5, #ARGV, 3 do
       records[#records + 1] = notBefore .. prefix .. hlen .. ':' .. body
     end
     if name ~= nil then
-      claims[name] = seq .. ':' .. (now + window)
+      claims[name] = seq .. ':' .. (now + window) .. ':' .. inc
       ids = ids or {}
       ids[#ids + 1] = name
     end
@@ -209,6 +228,7 @@ end
 if delayed or seq - seq % SCHED_CLEAN_EVERY > first then
   rcall('ZREMRANGEBYSCORE', schedKey, '-inf', now)
 end
+out[1] = inc
 if last ~= nil and channel ~= '' then
   -- Only a wake-up hint: a refusal must not fail a publish already stored.
   redis.pcall('PUBLISH', channel, last)

@@ -67,6 +67,7 @@ for i = 8, #ARGV do
     else
       local published = headers['x-rq-published'] or tostring(now)
       local reason = headers['x-rq-reason']
+      local earlier = string.match(headers['x-rq-deliveries'] or '', '^%d+$') or '0'
       for _, name in ipairs(DEAD_LETTER_HEADERS) do
         headers[name] = nil
       end
@@ -93,7 +94,10 @@ for i = 8, #ARGV do
         -- It had been deleted, so every group had settled it.
         rcall('HSET', settledKey, seq, groups)
       end
-      writeDelivery(dlvKey, seq, {count = 0, holder = '', first = now, last = now, past = ''})
+      -- Its count starts again (max_deliveries counts from the replay); the
+      -- history's replay line keeps how many deliveries came before, for
+      -- fetch to report (includes/delivery_state.lua).
+      writeDelivery(dlvKey, seq, {count = 0, holder = '', first = now, last = now, past = '\n' .. earlier .. '^'})
       rcall('ZADD', readyKey, seq, seq)
       rcall('HDEL', dlqMsgsKey, dseq)
       rcall('HINCRBY', groupKey, 'replayed', 1)

@@ -5,7 +5,9 @@
   delivery n that was taken back from its holder (at most HISTORY_MAX):
   "\n<n>=<name>=<token>" when its lease ran out or its holder left (a late
   ack of it still completes the message), "\n<n>!<name>=<token>" when its
-  holder settled it explicitly (nack: any later settle of it is stale).
+  holder settled it explicitly (nack: any later settle of it is stale);
+  "\n<n>^" when a replay of the message as a dead letter restarted its
+  count after n deliveries (kept while the history keeps it).
   consumer is empty while the message waits for redelivery. The token is
   the fetch call's (the client's random word, guarantee 11): a tag names
   its delivery only with it, so no tag from another group, queue or server

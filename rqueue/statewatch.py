@@ -1,0 +1,174 @@
+"""The client's check that Redis kept a queue's state.
+
+Each queue has an incarnation id, stored with its meta by the script that
+creates the meta (publish or join), from a random id the client offers. The
+scripts a client calls all the time (publish, fetch, heartbeat, join)
+return it, and publish and fetch return seqs. A client that sees the
+incarnation change, or a seq go back, knows Redis lost state it had
+confirmed: it logs at ERROR once, records a "state-lost" event in the
+queue's events stream, and says what it knows is gone (docs/guarantees.md,
+guarantee 12).
+
+Replies of calls made by several threads can arrive in any order, so each
+reply is judged against what the watch knew when its call was sent
+(:meth:`StateWatch.mark`): a seq the server assigned after the call was
+sent is above every seq seen before it was sent, unless Redis lost state.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+from .engine import store
+from .errors import LossKind, RQueueError, StateLost
+from .ids import incarnation_id
+
+if TYPE_CHECKING:
+    from .connection.open import RedisClient
+    from .engine.keys import QueueKeys
+    from .randomness import Randomness
+
+log = logging.getLogger("rqueue")
+
+CONFIRMED_KEPT = 100_000  # runs of confirmed seqs a publisher remembers, to count those a loss took
+
+
+class Mark(NamedTuple):
+    """What a watch knew when a call was sent."""
+
+    epoch: int  # losses seen so far
+    last_seq: int  # the highest seq seen
+
+
+class StateWatch:
+    """What one client (a queue's publisher, or one consumer) saw of one
+    queue's state: its incarnation, the highest seq, the seqs it confirmed.
+    Thread-safe."""
+
+    def __init__(
+        self,
+        queue: str,
+        keys: QueueKeys,
+        redis: RedisClient,
+        randomness: Randomness,
+        noticed_by: str,
+        group: str = "",
+        drop_held: Callable[[], int] | None = None,
+        record: Callable[[dict[str, str]], None] | None = None,
+    ) -> None:
+        self._queue = queue
+        self._keys = keys
+        self._redis = redis
+        self._randomness = randomness
+        self._noticed_by = noticed_by
+        self._group = group
+        self._drop_held = drop_held
+        # How the state-lost event is written: by default a plain XADD on
+        # ``redis``; an asyncio client passes one that schedules it.
+        self._record = record
+        self._lock = threading.Lock()
+        self.incarnation: str | None = None
+        self.epoch = 0
+        self._last_seq = 0
+        # (first, last) of the seqs each publish call confirmed
+        self._confirmed: deque[tuple[int, int]] = deque(maxlen=CONFIRMED_KEPT)
+        #: The incarnation id this client offers when a call creates the
+        #: queue's meta; drawn again once a queue takes it.
+        self.candidate = incarnation_id(randomness)
+        #: The last loss this watch saw, or None.
+        self.last_loss: StateLost | None = None
+
+    def mark(self) -> Mark:
+        """What the watch knows now: taken before a call is sent."""
+        return Mark(self.epoch, self._last_seq)
+
+    def forget(self) -> None:
+        """Forgets the queue's state (this client deleted the queue: its next
+        incarnation is no loss)."""
+        with self._lock:
+            self.incarnation = None
+            self._last_seq = 0
+            self._confirmed.clear()
+            self.epoch += 1
+
+    def saw(
+        self, mark: Mark, incarnation: str, last_seq: int | None = None, new: tuple[int, int] | None = None
+    ) -> int | None:
+        """Judges the reply of a call sent at ``mark``: the queue's
+        ``incarnation`` ("" when it has none), and its ``last_seq`` or the
+        first and last of the ``new`` seqs the call assigned in one run
+        (confirmed publishes; last < first: none). Reports a
+        loss it shows (log, event, ``last_loss``). Returns the epoch the
+        reply belongs to, or None when a loss was seen after the call was
+        sent (what the reply brought is from before it)."""
+        if not incarnation:
+            return self.epoch  # a queue an older rqueue made: nothing to compare
+        loss = None
+        with self._lock:
+            if mark.epoch != self.epoch:
+                return None
+            if incarnation == self.candidate:
+                self.candidate = incarnation_id(self._randomness)
+            if new is not None and new[1] < new[0]:
+                new = None
+            top = new[1] if new is not None else last_seq
+            if self.incarnation is None:
+                self.incarnation = incarnation
+            elif incarnation != self.incarnation:
+                loss = self._lost(LossKind.INCARNATION, incarnation, 0)
+            elif new is not None and new[0] <= mark.last_seq:
+                loss = self._lost(LossKind.SEQ_WENT_BACK, incarnation, new[0] - 1)
+            elif last_seq is not None and last_seq < mark.last_seq:
+                loss = self._lost(LossKind.SEQ_WENT_BACK, incarnation, last_seq)
+            if top is not None and top > self._last_seq:
+                self._last_seq = top
+            if new is not None:
+                self._confirmed.append(new)
+            epoch = self.epoch
+        if loss is not None:
+            self._report(loss)
+        return epoch
+
+    def _lost(self, kind: LossKind, incarnation: str, gone_above: int) -> StateLost:
+        """Records a loss (under the lock) and starts over from the reply."""
+        old = self.incarnation or ""
+        gone = sum(max(0, last - max(first, gone_above + 1) + 1) for first, last in self._confirmed)
+        kept = [(first, min(last, gone_above)) for first, last in self._confirmed if first <= gone_above]
+        self._confirmed.clear()
+        if kind is LossKind.SEQ_WENT_BACK:
+            self._confirmed.extend(kept)
+        dropped = self._drop_held() if self._drop_held is not None else 0
+        loss = StateLost(
+            self._queue, kind, old, incarnation, gone_above, self._last_seq, gone, dropped, self._noticed_by
+        )
+        self.incarnation = incarnation
+        self._last_seq = gone_above
+        self.epoch += 1
+        self.last_loss = loss
+        return loss
+
+    def _report(self, loss: StateLost) -> None:
+        log.error("%s", loss)
+        fields = {
+            "event": "state-lost",
+            "group": self._group,
+            "seq": str(loss.gone_above),
+            "reason": loss.kind.value,
+            "incarnation": loss.incarnation,
+            "new_incarnation": loss.new_incarnation,
+            "last_seq_seen": str(loss.last_seq_seen),
+            "confirmed_gone": str(loss.confirmed_gone),
+            "deliveries_dropped": str(loss.deliveries_dropped),
+            "noticed_by": loss.noticed_by,
+        }
+        try:
+            if self._record is not None:
+                self._record(fields)
+            else:
+                store.record_event(self._redis, self._keys, fields)
+        except RQueueError as exc:  # the log line stands; the event is a record of it
+            log.warning("could not record the state-lost event of %r: %s", self._queue, exc)

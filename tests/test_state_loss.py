@@ -1,0 +1,315 @@
+"""Redis losing a queue's state is detected (guarantee 12 in
+docs/guarantees.md): each queue has an incarnation id, returned by publish,
+fetch, heartbeat and join; a client that sees it change, or a seq go back,
+logs at ERROR, records a "state-lost" event, says what is gone, and a
+consumer drops what it held, so that no settle from before the loss touches
+a new message. Also: delete() leaves no de-duplication id behind, and a
+replayed dead letter says it was delivered before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+from support.servers import start_server, wait_for
+
+import rqueue
+from rqueue import LossKind, LostDelivery
+
+QUEUE = "orders"
+
+
+def wipe(client: rqueue.Client) -> None:
+    """Every key of the client's prefix deleted: Redis as after a restart
+    without its data, a FLUSHALL or a failover to an empty replica (the
+    prefix alone: the servers are shared by the session)."""
+    for key in list(client.redis.scan_iter(match=f"{client.prefix}:*", count=1000)):
+        client.redis.delete(key)
+
+
+def roll_back(client: rqueue.Client, queue: rqueue.Queue, to: int) -> None:
+    """The queue as a replica that missed every publish after seq ``to``
+    would have it: same incarnation, last seq ``to``, later records gone."""
+    last = int(client.redis.hget(queue.keys.meta, "seq"))
+    client.redis.hset(queue.keys.meta, "seq", to)
+    client.redis.hdel(queue.keys.msgs, *range(to + 1, last + 1))
+    # The groups' cursors with it: a cursor left above the last seq is damage
+    # of another kind (tests/test_corruption.py), not a rollback.
+    for group in queue.groups():
+        key = queue.keys.group(group).state
+        cursor = int(client.redis.hget(key, "cursor") or 0)
+        if cursor > to:
+            client.redis.hset(key, mapping={"cursor": to, "cursor_checked": to})
+
+
+def state_lost_events(queue: rqueue.Queue) -> list[dict[str, str]]:
+    return [e for e in queue.events() if e["event"] == "state-lost"]
+
+
+def test_a_queue_gets_one_incarnation_from_its_first_call(client, queue):
+    # when a queue is first published to, and then joined
+    queue.publish(b"a")
+    inc = client.redis.hget(queue.keys.meta, "inc")
+    c = queue.consumer("g")
+    # then its meta holds one incarnation id, kept by every later call, and no loss is seen
+    assert inc is not None and inc.startswith(b"i") and len(inc) == 17
+    c.fetch(1)
+    queue.publish(b"b")
+    assert client.redis.hget(queue.keys.meta, "inc") == inc
+    assert queue.last_state_loss is None and c.last_state_loss is None and c.state_epoch == 0
+
+
+def test_a_publisher_sees_the_queue_start_again(client, queue, caplog):
+    # given three confirmed publishes
+    queue.publish_many([b"a", b"b", b"c"])
+    # when Redis loses every key and the next publish makes the queue anew
+    wipe(client)
+    with caplog.at_level(logging.ERROR, logger="rqueue"):
+        r = queue.publish(b"d")
+        queue.publish(b"e")
+    # then the publish stands, and the loss is reported once: log, event and last_state_loss
+    assert r.seq == 1
+    loss = queue.last_state_loss
+    assert loss is not None and loss.kind is LossKind.INCARNATION
+    assert (loss.gone_above, loss.last_seq_seen, loss.confirmed_gone, loss.noticed_by) == (0, 3, 3, "publisher")
+    assert loss.new_incarnation == client.redis.hget(queue.keys.meta, "inc").decode()
+    errors = [rec for rec in caplog.records if rec.levelno == logging.ERROR and "lost state" in rec.getMessage()]
+    assert len(errors) == 1 and QUEUE in errors[0].getMessage()
+    [event] = state_lost_events(queue)
+    assert (event["reason"], event["confirmed_gone"], event["noticed_by"]) == ("incarnation-changed", "3", "publisher")
+
+
+def test_a_publisher_sees_its_seqs_go_back(client, queue):
+    # given five confirmed publishes
+    queue.publish_many([b"1", b"2", b"3", b"4", b"5"])
+    # when Redis comes back as it was after seq 2 (a replica that was behind, a rolled-back AOF)
+    roll_back(client, queue, 2)
+    r = queue.publish(b"6")
+    # then the new seq, 3, is reported as gone back: seqs 3..5 this client confirmed are gone
+    assert r.seq == 3
+    loss = queue.last_state_loss
+    assert loss is not None and loss.kind is LossKind.SEQ_WENT_BACK
+    assert (loss.gone_above, loss.last_seq_seen, loss.confirmed_gone) == (2, 5, 3)
+    assert loss.incarnation == loss.new_incarnation
+    # and it is reported once: the next publish is judged from there
+    queue.publish(b"7")
+    assert queue.last_state_loss is loss and len(state_lost_events(queue)) == 1
+
+
+def test_duplicates_are_not_counted_as_gone(client, queue):
+    # given five publishes with ids, then a batch whose first id is a duplicate: new seqs 6 and 7
+    queue.publish_many([b"1", b"2", b"3", b"4", b"5"], ids=["a", "b", "c", "d", "e"])
+    results = queue.publish_many([b"a", b"f", b"g"], ids=["a", "f", "g"])
+    assert [(r.seq, r.duplicate) for r in results] == [(1, True), (6, False), (7, False)]
+    # when Redis comes back as it was after seq 5
+    roll_back(client, queue, 5)
+    queue.publish(b"h")
+    # then the two confirmed publishes above seq 5 are gone, and no more
+    loss = queue.last_state_loss
+    assert loss is not None and (loss.gone_above, loss.last_seq_seen, loss.confirmed_gone) == (5, 7, 2)
+
+
+def test_publishes_from_several_threads_are_no_loss(client, queue):
+    # when threads publish through one queue at once, their replies arriving in any order
+    def publish() -> None:
+        for _ in range(30):
+            queue.publish(b"x")
+
+    threads = [threading.Thread(target=publish) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # then no loss is seen
+    assert queue.last_state_loss is None and state_lost_events(queue) == []
+
+
+def test_a_consumer_drops_what_it_held_and_settles_none_of_it(client, queue):
+    # given w holding seq 1 and 2 when Redis loses its data
+    queue.publish_many([b"old1", b"old2"])
+    w = queue.consumer("g", name="w")
+    old = w.fetch(2)
+    wipe(client)
+    # when new messages are published (seqs 1 and 2 again) and w fetches (joining again)
+    queue.publish_many([b"new1", b"new2"])
+    new = w.fetch(2)
+    assert [(d.seq, d.delivery_count, d.data) for d in new] == [(1, 1, b"new1"), (2, 1, b"new2")]
+    # then w reports the loss with the deliveries it dropped
+    loss = w.last_state_loss
+    assert loss is not None and (loss.kind, loss.deliveries_dropped) == (LossKind.INCARNATION, 2)
+    assert w.state_epoch == 1 and all(d.epoch == 1 for d in new)
+    # and an old delivery settles nothing: refused before anything is sent
+    for settle in (lambda d: d.ack(), lambda d: d.nack(), lambda d: d.reject(), lambda d: d.in_progress()):
+        with pytest.raises(LostDelivery, match=old[0].tag) as raised:
+            settle(old[0])
+        assert raised.value.loss is loss
+    statuses = w.ack_available([old[0], new[0]])
+    assert isinstance(statuses[0], LostDelivery) and statuses[1] is None
+    # and the new messages are still theirs to settle: one acked by its own delivery, one in flight
+    g = queue.stats().group("g")
+    assert (g.acked, g.in_flight) == (1, 1)
+    new[1].ack()
+    assert queue.stats().group("g").acked == 2
+
+
+def test_a_consumer_sees_the_last_seq_go_back(client, queue):
+    # given a consumer that fetched seqs 1..4
+    queue.publish_many([b"1", b"2", b"3", b"4"])
+    c = queue.consumer("g", name="c")
+    held = c.fetch(4)
+    c.ack(held[:2])
+    # when Redis comes back as it was after seq 2
+    roll_back(client, queue, 2)
+    c.fetch(1)
+    # then the fetch reports it, and what was held is dropped
+    loss = c.last_state_loss
+    assert loss is not None and loss.kind is LossKind.SEQ_WENT_BACK
+    assert (loss.gone_above, loss.last_seq_seen, loss.deliveries_dropped) == (2, 4, 2)
+    with pytest.raises(LostDelivery):
+        held[2].ack()
+
+
+def test_a_heartbeat_reports_a_loss(client, queue):
+    # given a consumer that joined, and a second consumer of the group
+    queue.publish(b"a")
+    c = queue.consumer("g", name="c")
+    [d] = c.fetch(1)
+    # when the queue is made anew under it, with c a member again (another client joined it by name)
+    wipe(client)
+    other = rqueue.connect(client.url, prefix=client.prefix, settings_ttl=0)
+    try:
+        other.queue(QUEUE).consumer("g", name="c")
+        c.heartbeat([], timeout=5)
+    finally:
+        other.close()
+    # then the heartbeat saw the new incarnation
+    assert c.last_state_loss is not None and c.last_state_loss.deliveries_dropped == 1
+    with pytest.raises(LostDelivery):
+        d.ack()
+
+
+def test_a_partitioned_queue_reports_per_partition(client):
+    # given a queue of two partitions, published to and consumed from in both
+    q = client.queue("parted", partitions=2)
+    q.publish_many([b"%d" % i for i in range(8)], keys=[str(i) for i in range(8)])
+    c = q.consumer("g", name="w")
+    held = c.fetch(8)
+    assert {d.consumer.queue.partition for d in held} == {0, 1}
+    # when Redis loses its data and both sides call again
+    wipe(client)
+    q.publish_many([b"%d" % i for i in range(8)], keys=[str(i) for i in range(8)])
+    c.fetch(8)
+    # then each partition's loss is reported, for the publisher and for the consumer
+    assert all(loss is not None and loss.kind is LossKind.INCARNATION for loss in q.state_losses)
+    assert all(loss is not None for loss in c.state_losses) and c.state_epoch == 2
+    assert sum(loss.deliveries_dropped for loss in c.state_losses if loss is not None) == 8
+    with pytest.raises(LostDelivery):
+        c.ack(held[0])
+
+
+def test_after_delete_an_id_is_no_duplicate(client, queue):
+    # given a message published with id "1"
+    assert not queue.publish(b"a", id="1").duplicate
+    # when the queue is deleted and the same id published again
+    queue.delete()
+    r = queue.publish(b"b", id="1")
+    # then it is stored: a new message, delivered
+    assert (r.seq, r.duplicate) == (1, False)
+    [d] = queue.consumer("g").fetch(1)
+    assert d.data == b"b"
+    # and the id counts from there, in the new incarnation; the delete was no loss to this client
+    assert queue.publish(b"c", id="1").duplicate
+    assert queue.last_state_loss is None
+
+
+def test_a_replayed_dead_letter_says_it_was_delivered_before_and_counts_afresh(client, queue):
+    # given a message dead-lettered after max_deliveries=2
+    client.configure(QUEUE, max_deliveries=2)
+    queue.publish(b"m")
+    c = queue.consumer("g")
+    for _ in range(2):
+        [d] = c.fetch(1)
+        d.nack(delay=0)
+    assert queue.stats().dead_letters == 1
+    # when it is replayed
+    queue.replay_dead_letters()
+    # then it comes back as a redelivery with its earlier deliveries in a header, its count at 1
+    [d] = c.fetch(1)
+    assert (d.delivery_count, d.redelivered, d.replayed) == (1, True, True)
+    assert d.headers["x-rq-replayed-deliveries"] == "2"
+    # and max_deliveries counts from the replay: one more failure requeues, the second dead-letters
+    assert d.nack(delay=0) == "requeued"
+    [d] = c.fetch(1)
+    assert (d.delivery_count, d.redelivered, d.headers["x-rq-replayed-deliveries"]) == (2, True, "2")
+    assert d.nack(delay=0) == "dead"
+
+
+# -- a worker under a Redis that restarts without its data ------------------------------
+
+
+def test_a_worker_under_a_redis_restarted_without_its_data(caplog):
+    """The scenario of a worker whose handlers are running when Redis comes
+    back empty: new messages get the same seqs (and tags' seq and count) as
+    the deliveries in hand. Every new message is handled, no old ack
+    settles one, no waiting old delivery runs, and the loss is reported."""
+    server = start_server("redis")  # no persistence: a restart loses everything
+    client = rqueue.connect(server.url, prefix="w", settings_ttl=0)
+    try:
+        queue = client.queue(QUEUE)
+        calls: list[bytes] = []
+        release = threading.Event()
+        lock = threading.Lock()
+
+        def handler(d: rqueue.Delivery) -> None:
+            with lock:
+                calls.append(d.data)
+            if d.data.startswith(b"old"):
+                release.wait(30)
+
+        # given a worker running two old messages, with two more waiting in it
+        queue.publish_many([b"old1", b"old2", b"old3", b"old4"])
+        worker = rqueue.Worker(
+            queue, "g", handler, concurrency=2, prefetch=8, heartbeat_interval=0.2, heartbeat_timeout=2
+        )
+        worker.start()
+        wait_for(lambda: len(calls) == 2)
+        # when Redis restarts without its data and new messages are published (seqs 1.. again)
+        with caplog.at_level(logging.ERROR):
+            server.stop()
+            server.start()
+            new = [b"new%d" % i for i in range(1, 7)]
+            results = queue.publish_many(new)
+            assert [r.seq for r in results] == list(range(1, 7))
+            # and the new messages are fetched while the old handlers still run
+            wait_for(lambda: queue.stats().group("g").in_flight > 0 if queue.groups() else False)
+            release.set()
+            # then every new message is handled and acked, and no old waiting delivery runs
+            wait_for(lambda: queue.stats().group("g").acked == len(new), timeout=20)
+            worker.stop()
+        assert sorted(c for c in calls if c.startswith(b"new")) == new
+        assert sorted(c for c in calls if c.startswith(b"old")) == [b"old1", b"old2"]
+        g = queue.stats().group("g")
+        assert (g.acked, g.in_flight, g.pending) == (len(new), 0, 0)
+        # and the loss is reported: the worker's consumer dropped what it held, the publisher saw it
+        assert worker.consumer is not None
+        loss = worker.consumer.last_state_loss
+        assert loss is not None and loss.kind is LossKind.INCARNATION and loss.deliveries_dropped == 4
+        assert queue.last_state_loss is not None and queue.last_state_loss.confirmed_gone == 4
+        assert {e["noticed_by"] for e in state_lost_events(queue)} >= {"publisher"}
+        assert any("lost state" in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
+    finally:
+        release.set()
+        client.close()
+        server.stop()
+
+
+def test_a_bad_incarnation_is_not_stored(client, queue):
+    # when a foreign client offers an incarnation that is not a word
+    keys = queue.keys.publish_keys()
+    reply = client.scripts.publish(keys=keys, args=["", 1000, "0", "", "I:1", 0, 0, b"a"])
+    # then the message is stored, and the queue has no incarnation until a call offers a good one
+    assert reply == [b"", 1, 0] and not client.redis.hexists(queue.keys.meta, "inc")
+    queue.publish(b"b")
+    assert client.redis.hget(queue.keys.meta, "inc").startswith(b"i")
