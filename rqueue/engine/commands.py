@@ -303,6 +303,19 @@ def purge(call: GroupCall, batch: int) -> PurgeReply:
     return PurgeReply(int(purged), int(more) == 1)
 
 
+class SettleToReply(NamedTuple):
+    settled: int
+    reached: int  # the last seq looked at: the next call's ``after``
+    more: bool  # reached is below the target: call again
+
+
+def settle_to(call: GroupCall, target: int, after: int, batch: int) -> SettleToReply:
+    """Settles, for the group, up to ``batch`` seqs above ``after`` and up
+    to ``target`` that are not in flight (lua/settle_to.lua)."""
+    settled, reached, more = call.run(call.scripts.settle_to, [target, after, batch])
+    return SettleToReply(int(settled), int(reached), int(more) == 1)
+
+
 def replay(call: GroupCall, dead_letter_seqs: Sequence[int]) -> list[str]:
     """Per dead-letter seq: "replayed", "missing", "other-group", "corrupt" or "pending"."""
     return [s.decode() for s in call.run(call.scripts.replay, list(dead_letter_seqs))]
@@ -422,6 +435,27 @@ def publish_each(scripts: Scripts, calls: Sequence[PublishCall], queue: str) -> 
     except (redis.RedisError, OSError) as exc:
         raise translate(exc, queue) from exc
     return [translate(r, queue) if isinstance(r, BaseException) else r for r in replies]
+
+
+def publish_tracked(
+    scripts: Scripts,
+    keys: QueueKeys,
+    writer: str,
+    now: int | str,
+    window_ms: int,
+    mode: str,
+    offset: int,
+    messages: Sequence[PublishMessage],
+    queue: str,
+) -> list[Any]:
+    """Stores ``messages`` with what ``writer`` stored kept in its tracker
+    hash (lua/publish_tracked.lua): ``mode`` "position" (``offset`` is the
+    row number of the first message) or "content" (each message's id is its
+    content key). One script call; its raw reply (:func:`publish_results`)."""
+    args: list[Any] = [now, window_ms, "0", keys.wake_channel, mode, offset]
+    for key, timing, body in messages:
+        args += [key or "", timing, body]
+    return list(run(scripts.publish_tracked, [*keys.publish_keys(), keys.tracker(writer)], args, queue, keys.base))
 
 
 def publish_results(replies: Sequence[Any], partition: int | None = None) -> list[PublishResult]:

@@ -51,6 +51,8 @@ SCRIPT_NAMES = (
     "purge",
     "replay",
     "stats",
+    "settle_to",
+    "publish_tracked",
 )
 
 

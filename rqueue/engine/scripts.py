@@ -351,6 +351,8 @@ class Scripts:
     purge: Script
     replay: Script
     stats: Script
+    settle_to: Script
+    publish_tracked: Script
 
     def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry) -> None:
         self._redis = redis
