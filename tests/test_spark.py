@@ -13,11 +13,15 @@ from __future__ import annotations
 import collections
 import json
 import os
+import random
 import shutil
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+import redis
 from support.servers import IN_CI, start_server
 
 try:
@@ -99,9 +103,16 @@ def test_every_row_arrives_once_with_its_headers(spark, server, client, prefix):
         (F.col("id") % 4).alias("kind"),
         F.when(F.col("id") % 2 == 0, F.lit("even")).alias("parity"),
     )
-    # when the DataFrame is published
+    # when the DataFrame is published, spread over 3 tasks by content
     stats = rs.publish_dataframe(
-        df, server.url, "events", header_cols=["kind", "parity"], batch_size=128, prefix=prefix, job_id="load-1"
+        df,
+        server.url,
+        "events",
+        header_cols=["kind", "parity"],
+        batch_size=128,
+        prefix=prefix,
+        job_id="load-1",
+        partitions=3,
     )
     # then every row is stored exactly once, UTF-8 encoded, with its headers (a null header is left out)
     assert (stats.rows, stats.published, stats.duplicates) == (3000, 3000, 0)
@@ -110,9 +121,15 @@ def test_every_row_arrives_once_with_its_headers(spark, server, client, prefix):
     for m in messages:
         i = int(m.data.split(b"-")[1])
         assert m.headers == ({"kind": str(i % 4), "parity": "even"} if i % 2 == 0 else {"kind": str(i % 4)})
-    # and running the same job again publishes nothing new
+    # and running the same job again, its input partitioned another way, publishes nothing new
     again = rs.publish_dataframe(
-        df.repartition(5), server.url, "events", header_cols=["kind", "parity"], prefix=prefix, job_id="load-1"
+        df.repartition(5),
+        server.url,
+        "events",
+        header_cols=["kind", "parity"],
+        prefix=prefix,
+        job_id="load-1",
+        partitions=3,
     )
     assert (again.published, again.duplicates) == (0, 3000)
     assert client.queue("events").stats().depth == 3000
@@ -139,8 +156,9 @@ def test_a_replayed_batch_id_adds_nothing(spark, server, client, prefix, row_ids
     sink = rs.sink(server.url, "replay", prefix=prefix, job_id="pipeline", row_ids=row_ids)
     sink(batch, 7)
     assert (sink.last.rows, sink.last.published, sink.last.duplicates) == (205, 205, 0)
-    # when batch 7 runs again (with content ids even shuffled into another partitioning)
-    replay = batch.orderBy(F.rand(3)).repartition(3) if row_ids == "content" else batch
+    # when batch 7 runs again (with content ids, each partition's rows in another order, as a
+    # recomputed shuffle may give them)
+    replay = batch.sortWithinPartitions(F.rand(3)) if row_ids == "content" else batch
     sink(replay, 7)
     # then nothing new is stored, and the identical rows are still 5 messages
     assert (sink.last.published, sink.last.duplicates) == (0, 205)
@@ -151,29 +169,50 @@ def test_a_replayed_batch_id_adds_nothing(spark, server, client, prefix, row_ids
     assert client.queue("replay").stats().depth == 410
 
 
-def test_a_partition_retried_after_a_partial_publish_adds_no_duplicates(spark, server, client, prefix, tmp_path):
-    # given a transformation that fails once, in partition 1 at its row 900, after that partition has
-    # published a good part of its rows (the sink publishes as rows stream in, 20 per call)
-    marker = str(tmp_path / "failed-once")
-    url, queue = server.url, "retry"
+def cut_connections_once(server, key: str, depth: int) -> threading.Thread:
+    """Closes every client connection of the server once ``key`` (a msgs
+    hash) holds ``depth`` records: a writing task fails mid-write, as on a
+    network fault, and Spark runs it again."""
+    admin = redis.Redis.from_url(server.url)
+    deadline = time.monotonic() + 60
 
-    def payload(i):
-        if i == 1900 and not os.path.exists(marker):
-            open(marker, "w").close()
-            raise RuntimeError("injected failure, first attempt only")
-        return f"{i:06d}" * 10
+    def watch() -> None:
+        try:
+            while time.monotonic() < deadline:
+                if admin.hlen(key) >= depth:
+                    # writes wait while paused, so the writers' next calls are in flight when cut
+                    admin.client_pause(2000, all=False)
+                    time.sleep(0.3)
+                    admin.client_kill_filter(_type="normal", skipme=True)
+                    admin.client_unpause()
+                    return
+                time.sleep(0.005)
+        finally:
+            admin.close()
 
-    df = spark.range(0, 2000, 1, 2).select(F.udf(payload, "string", useArrow=False)("id").alias("value"))
-    # when it is published (position ids: no shuffle, so the failure is in the publishing task)
-    stats = rs.publish_dataframe(df, url, queue, batch_size=20, prefix=prefix, job_id="retry", row_ids="position")
-    # then Spark retried the task, the retry found what the failed attempt had stored, and every row is there once
-    assert os.path.exists(marker)
-    # (the rows reach the sink in blocks of a few hundred while the transformation runs, so the failed
-    # attempt had stored part of partition 1: the retry met those rows as duplicates)
-    assert stats.rows == 2000 and stats.duplicates > 0, stats
-    assert stats.published + stats.duplicates == 2000
-    counts = payloads(client, queue)
-    assert len(counts) == 2000 and set(counts.values()) == {1}
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("row_ids", ["position", "content"])
+def test_a_task_failing_mid_write_is_retried_without_duplicates(spark, server, client, prefix, row_ids):
+    # given 20,000 rows in 2 partitions; with content ids each computation of a partition orders its rows
+    # at random (as rows fetched from a shuffle may come), so the retry sees them in another order
+    df = spark.range(0, 20_000, 1, 2).select(F.format_string("row-%06d", "id").alias("value"))
+    if row_ids == "content":
+        shuffle_order = F.udf(lambda: random.random(), "double").asNondeterministic()
+        df = df.sortWithinPartitions(shuffle_order())
+    queue = client.queue("retry")
+    # when the connections to Redis are cut while the tasks publish (20 rows a call)
+    watcher = cut_connections_once(server, queue.keys.msgs, 3000)
+    stats = rs.publish_dataframe(df, server.url, "retry", batch_size=20, prefix=prefix, job_id="retry", row_ids=row_ids)
+    watcher.join()
+    # then Spark ran a task again, the retry skipped what the failed attempt had stored, and every row is there once
+    assert stats.rows == 20_000 and stats.duplicates > 0, stats
+    assert stats.published + stats.duplicates == 20_000
+    counts = payloads(client, "retry")
+    assert len(counts) == 20_000 and set(counts.values()) == {1}
 
 
 def test_bad_rows_fail_the_batch_naming_the_row(spark, server, client, prefix):
@@ -183,8 +222,7 @@ def test_bad_rows_fail_the_batch_naming_the_row(spark, server, client, prefix):
     df = spark.createDataFrame([("ok",), (None,)], "value string").coalesce(1)
     with pytest.raises(
         rqueue.InvalidInput,
-        match=r"value column 'value' is null in the row with message id "
-        r"'spark-stream:p:3:[0-9a-f]{32}:0' \(batch 3 of query p, partition",
+        match=r"^value column 'value' is null in the row with row 1 \(row 1 of Spark partition 0, run p:3\)",
     ):
         sink(df, 3)
     # a payload over the queue's max_payload: PayloadTooLarge naming the row
@@ -192,17 +230,20 @@ def test_bad_rows_fail_the_batch_naming_the_row(spark, server, client, prefix):
     df = spark.createDataFrame([("x" * 101,)], "value string")
     with pytest.raises(
         rqueue.PayloadTooLarge,
-        match=r"payload of 101 bytes is over max_payload 100 bytes in "
-        r"value column 'value' in the row with message id",
+        match=r"^payload of 101 bytes is over max_payload 100 bytes in "
+        r"value column 'value' in the row with row 0 \(row 0 of Spark partition 0, run p:4\)",
     ) as info:
         sink(df, 4)
     assert (info.value.size, info.value.limit) == (101, 100)
-    # no bad row was stored (the good row may be: rows are published in digest order until the bad one)
+    # no bad row was stored (the good row before it may be)
     assert {m.data for m in stored(client, "bad")} <= {b"ok"}
-    # a null id
-    df = spark.createDataFrame([(None, "v")], "id string, value string")
-    with pytest.raises(rqueue.InvalidInput, match=r"id column 'id' is null in a row \(job -, partition"):
-        rs.publish_dataframe(df, url, "bad", id_col="id", prefix=prefix)
+    # a null id, the row named by the input's own label column
+    df = spark.createDataFrame([("line-7", None, "v")], "line string, id string, value string")
+    with pytest.raises(rqueue.InvalidInput, match=r"^id column 'id' is null in the row with line 'line-7' \(row 0"):
+        rs.publish_dataframe(df, url, "bad", id_col="id", prefix=prefix, label_col="line")
+    # a header column with rqueue's reserved prefix
+    with pytest.raises(rqueue.InvalidInput, match="header column 'x-rq-trace' starts with 'x-rq-'"):
+        rs.publish_dataframe(df, url, "bad", prefix=prefix, job_id="j", header_cols=["x-rq-trace"])
     # columns of the wrong kind, missing columns and bad arguments are refused on the driver, before any Spark job
     ints = spark.range(3)
     with pytest.raises(rqueue.InvalidInput, match="value column 'id' is bigint: it must be binary or string"):
@@ -228,7 +269,7 @@ def test_bad_rows_fail_the_batch_naming_the_row(spark, server, client, prefix):
         rs.sink(url, "bad", batch_size=0)
     with pytest.raises(rqueue.InvalidInput, match="must not contain ':'"):
         rs.sink(url, "bad", job_id="a:b")
-    with pytest.raises(rqueue.InvalidInput, match="no streaming query is running"):
+    with pytest.raises(rqueue.InvalidInput, match="no streaming query id"):
         rs.sink(url, "bad", prefix=prefix)(df, 0)
 
 
@@ -249,8 +290,8 @@ def test_a_bad_row_stops_the_stream_with_the_rqueue_error(spark, server, client,
     # when it runs, the query fails with the sink's error naming the column and the batch, and is not committed
     with pytest.raises(
         Exception,
-        match=r"InvalidInput: value column 'value' is null in the row with message id "
-        r"'spark-stream:[0-9a-f-]{36}:0:[0-9a-f]{32}:0' \(batch 0 of query",
+        match=r"InvalidInput: value column 'value' is null in the row with row 1 \(row 1 of Spark partition 0, "
+        r"run [0-9a-f-]{36}:0\)",
     ):
         query.awaitTermination(60)
     assert not query.isActive

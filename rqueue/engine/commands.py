@@ -437,6 +437,11 @@ def publish_each(scripts: Scripts, calls: Sequence[PublishCall], queue: str) -> 
     return [translate(r, queue) if isinstance(r, BaseException) else r for r in replies]
 
 
+# A message of publish_tracked: its content key (bytes, or None in position
+# mode), timing and body as in PublishMessage.
+TrackedMessage = tuple[str | bytes | None, int | str, bytes]
+
+
 def publish_tracked(
     scripts: Scripts,
     keys: QueueKeys,
@@ -445,7 +450,7 @@ def publish_tracked(
     window_ms: int,
     mode: str,
     offset: int,
-    messages: Sequence[PublishMessage],
+    messages: Sequence[TrackedMessage],
     queue: str,
 ) -> list[Any]:
     """Stores ``messages`` with what ``writer`` stored kept in its tracker
@@ -456,6 +461,25 @@ def publish_tracked(
     for key, timing, body in messages:
         args += [key or "", timing, body]
     return list(run(scripts.publish_tracked, [*keys.publish_keys(), keys.tracker(writer)], args, queue, keys.base))
+
+
+def save_report(r: Any, key: str, fields: dict[str, int | str], ttl_ms: int) -> None:
+    """Writes a small hash of figures that expires after ``ttl_ms`` (what a
+    Spark write did, for the driver that started it)."""
+
+    def write() -> None:
+        pipe = r.pipeline(transaction=False)
+        pipe.hset(key, mapping=fields)
+        pipe.pexpire(key, ttl_ms)
+        pipe.execute()
+
+    guarded(write, where=key)
+
+
+def load_report(r: Any, key: str) -> dict[str, str]:
+    """The hash :func:`save_report` wrote ({} when there is none)."""
+    raw = guarded(lambda: r.hgetall(key), where=key)
+    return {k.decode(): v.decode() for k, v in raw.items()}
 
 
 def publish_results(replies: Sequence[Any], partition: int | None = None) -> list[PublishResult]:
