@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -124,25 +125,34 @@ class RqueueReader(DataSourceReader):
         return read_range(self.plan, partition)
 
 
-class RqueueStreamReader(DataSourceStreamReader):
+class RqueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are {label: seq}: the last seq read of each partition."""
 
     def __init__(self, plan: ReadPlan) -> None:
         self.plan = plan
+        self.until: dict[str, int] | None = None  # availableNow: the last seqs when the query started
 
     def initialOffset(self) -> dict[str, int]:  # noqa: N802  # Spark's names
         with connect(self.plan.url, prefix=self.plan.prefix) as client:
             return floors(client, self.plan)
 
-    def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:  # noqa: N802
+    def _last_seqs(self) -> dict[str, int]:
         with connect(self.plan.url, prefix=self.plan.prefix) as client:
-            out = {}
-            for label, queue in parts(client, self.plan):
-                last = store.last_seq(client.redis, queue.keys)
-                if start is not None and self.plan.max_rows is not None:
-                    last = min(last, int(start.get(label, 0)) + self.plan.max_rows)
-                out[label] = last
-            return out
+            return {label: store.last_seq(client.redis, queue.keys) for label, queue in parts(client, self.plan)}
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        self.until = self._last_seqs()
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        return ReadAllAvailable() if self.plan.max_rows is None else ReadMaxRows(self.plan.max_rows)
+
+    def latestOffset(self, start: dict[str, int] | None = None, limit: ReadLimit | None = None) -> dict[str, int]:  # noqa: N802
+        """The last seqs, at most ReadMaxRows seqs past ``start`` in each
+        partition of the queue (max_rows_per_batch)."""
+        last = self.until if self.until is not None else self._last_seqs()
+        if start is None or not isinstance(limit, ReadMaxRows):
+            return dict(last)
+        return {label: min(seq, int(start.get(label, 0)) + limit.max_rows) for label, seq in last.items()}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[SeqRange]:
         out: list[SeqRange] = []
