@@ -222,7 +222,7 @@ def test_bad_rows_fail_the_batch_naming_the_row(spark, server, client, prefix):
     df = spark.createDataFrame([("ok",), (None,)], "value string").coalesce(1)
     with pytest.raises(
         rqueue.InvalidInput,
-        match=r"^value column 'value' is null in the row with row 1 \(row 1 of Spark partition 0, run p:3\)",
+        match=r"^value column 'value' is null in row 1 of Spark partition 0 \(run p:3\); rqueue publishes no such row",
     ):
         sink(df, 3)
     # a payload over the queue's max_payload: PayloadTooLarge naming the row
@@ -231,7 +231,7 @@ def test_bad_rows_fail_the_batch_naming_the_row(spark, server, client, prefix):
     with pytest.raises(
         rqueue.PayloadTooLarge,
         match=r"^payload of 101 bytes is over max_payload 100 bytes in "
-        r"value column 'value' in the row with row 0 \(row 0 of Spark partition 0, run p:4\)",
+        r"value column 'value' in row 0 of Spark partition \d \(run p:4\)",
     ) as info:
         sink(df, 4)
     assert (info.value.size, info.value.limit) == (101, 100)
@@ -290,8 +290,7 @@ def test_a_bad_row_stops_the_stream_with_the_rqueue_error(spark, server, client,
     # when it runs, the query fails with the sink's error naming the column and the batch, and is not committed
     with pytest.raises(
         Exception,
-        match=r"InvalidInput: value column 'value' is null in the row with row 1 \(row 1 of Spark partition 0, "
-        r"run [0-9a-f-]{36}:0\)",
+        match=r"InvalidInput: value column 'value' is null in row 1 of Spark partition 0 \(run [0-9a-f-]{36}:0\)",
     ):
         query.awaitTermination(60)
     assert not query.isActive

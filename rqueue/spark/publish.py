@@ -68,10 +68,11 @@ def content_key(value: bytes, headers: list[str | None]) -> bytes:
 def bad_row(problem: str, plan: WritePlan, run: str, partition: int, row: int, label: Any) -> InvalidInput:
     """The error of a row rqueue will not publish: the problem first, then
     the row by the input's own label (label_col) when it has one."""
-    named = f"{plan.label_col} {label!r}" if plan.label_col is not None and label is not None else f"row {row}"
-    return InvalidInput(
-        f"{problem} in the row with {named} (row {row} of Spark partition {partition}, run {run}); {BAD_ROW}"
-    )
+    if plan.label_col is not None and label is not None:
+        where = f"the row with {plan.label_col} {label!r} (row {row} of Spark partition {partition}, run {run})"
+    else:
+        where = f"row {row} of Spark partition {partition} (run {run})"
+    return InvalidInput(f"{problem} in {where}; {BAD_ROW}")
 
 
 class _Task:
