@@ -14,6 +14,7 @@ import collections
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import threading
@@ -443,3 +444,34 @@ def test_read_a_queue_as_a_dataframe(spark, server, client, prefix):
     # and with the group, only what it has not settled; reading settles nothing
     assert [r.seq for r in reader.option("group", "g").load().orderBy("seq").collect()] == [3, 4, 5, 6, 7]
     assert [g.ack_floor for g in q.stats().groups] == [2, 0]
+
+
+def test_the_data_source_options_are_checked_on_the_driver():
+    from rqueue.spark.options import read_plan, write_plan
+
+    base = {"url": "redis://127.0.0.1:1/0", "queue": "q"}
+    # a stream needs a group; a batch read does not
+    with pytest.raises(rqueue.InvalidInput, match="a stream of an rqueue queue needs the group option"):
+        read_plan(base, streaming=True)
+    assert read_plan(base, streaming=False).group is None
+    # each bad write option is named with the value it refused
+    for options, message in [
+        ({"header_cols": "kind,X-RQ-seq"}, "header column 'X-RQ-seq' starts with 'x-rq-'"),
+        ({"header_cols": "a,a"}, "names a column twice"),
+        ({"row_ids": "random"}, "option row_ids must be one of 'content', 'position', not 'random'"),
+        ({"batch_size": "0"}, "option batch_size must be a whole number from 1 to 5000, not '0'"),
+        ({"batch_size": "ten"}, "option batch_size must be a whole number, not 'ten'"),
+        ({"dedup_window": "-1"}, "option dedup_window must be more than 0 seconds"),
+        ({"job_id": "a:b"}, "must not contain ':'"),
+        ({"rows_per_task": "0"}, None),
+    ]:
+        if message is None:
+            with pytest.raises(rqueue.InvalidInput, match="option rows_per_task"):
+                read_plan({**base, **options, "group": "g"}, streaming=True)
+            continue
+        with pytest.raises(rqueue.RQueueError, match=re.escape(message)):
+            write_plan({**base, **options})
+    with pytest.raises(rqueue.InvalidURL, match="memory:// lives inside one process"):
+        write_plan({**base, "url": "memory://x"})
+    with pytest.raises(rqueue.InvalidURL, match="the url option is required"):
+        read_plan({"queue": "q"}, streaming=False)
