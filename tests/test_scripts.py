@@ -1225,7 +1225,7 @@ def test_settle_to_does_bounded_work_and_never_passes_the_last_seq(raw, client):
 def test_settle_to_refuses_a_missing_group_and_bad_numbers(raw, client):
     # given a queue with messages and no group "g"
     publish(raw, b"1")
-    for args in ((1, 0, 10, "nope"), ("x", 0, 10, "g"), (1, 0, 0, "g")):
+    for args in ((1, 0, 10, "nope"), ("x", 0, 10, "g"), (1, 0, 0, "g"), (1, -1, 10, "g"), (1.5, 0, 10, "g")):
         target, after, limit, group = args
         # when settle_to is called for a missing group, or with a bad number, then nothing changes
         with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT"):
@@ -1274,9 +1274,13 @@ def test_publish_tracked_refuses_bad_arguments(raw, client):
     # given a queue
     publish(raw, b"1")
     # when the mode is unknown, the row number does not parse, or a content key is empty, then nothing changes
-    for mode, offset, key in (("other", 0, "k"), ("position", "x", ""), ("content", 0, "")):
+    for mode, offset, key in (("other", 0, "k"), ("position", "x", ""), ("position", -5, ""), ("content", 0, "")):
         with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT"):
             publish_tracked(raw, mode, offset, (key, b"a"))
+    # and a message short of its three arguments changes nothing either
+    r, qk, _, s = raw
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT"):
+        s.publish_tracked(keys=[*qk.publish_keys(), qk.tracker("w")], args=[NOW, 60_000, "0", "", "position", 0, "", 0])
 
 
 def test_queue_settle_through_loops_until_the_target_and_refuses_a_missing_group(client, queue):

@@ -34,8 +34,9 @@
     keeps no seqs)
   Errors (nothing is stored):
     RQ_UNROUTABLE    mandatory publish to a queue without a group
-    RQ_BAD_ARGUMENT  an unknown mode, a row number that does not parse, or
-                     a content key that is empty
+    RQ_BAD_ARGUMENT  an unknown mode, a row number that is not a whole
+                     number >= 0, arguments not in threes, or a content key
+                     that is empty
 ]]
 --@include read_now
 --@include bulk
@@ -57,8 +58,11 @@ if not content and mode ~= 'position' then
   return redis.error_reply('RQ_BAD_ARGUMENT publish_tracked mode must be position or content, not ' .. mode)
 end
 local offset = tonumber(ARGV[6])
-if not content and offset == nil then
-  return redis.error_reply('RQ_BAD_ARGUMENT publish_tracked takes a row number, not ' .. ARGV[6])
+if not content and (offset == nil or offset < 0 or offset ~= math.floor(offset)) then
+  return redis.error_reply('RQ_BAD_ARGUMENT publish_tracked takes a row number >= 0, not ' .. ARGV[6])
+end
+if (#ARGV - FIRST + 1) % 3 ~= 0 then
+  return redis.error_reply('RQ_BAD_ARGUMENT publish_tracked takes three arguments per message')
 end
 if ARGV[3] == '1' and rcall('HLEN', floorsKey) == 0 then
   return redis.error_reply('RQ_UNROUTABLE the queue has no group to deliver to')

@@ -23,7 +23,8 @@
     last seq it looked at (pass it as ARGV[9] of the next call), more = 1
     while reached is below the target (call again)
   Errors (nothing is changed):
-    RQ_BAD_ARGUMENT  a number does not parse, or the group does not exist
+    RQ_BAD_ARGUMENT  a number is not a whole number >= 0 (the limit 1..5000),
+                     or the group does not exist
   Work: at most ARGV[10] seqs per call, and one look-up per acked run and
   per reopened seq among them.
 ]]
@@ -36,7 +37,10 @@
 local target = tonumber(ARGV[8])
 local after = tonumber(ARGV[9])
 local limit = tonumber(ARGV[10])
-if target == nil or after == nil or limit == nil or limit < 1 or limit > 5000 then
+local function whole(n)
+  return n ~= nil and n >= 0 and n == math.floor(n)
+end
+if not (whole(target) and whole(after) and whole(limit)) or limit < 1 or limit > 5000 then
   return redis.error_reply('RQ_BAD_ARGUMENT settle_to takes a target seq, a start seq and a limit of 1..5000')
 end
 local floorText = rcall('HGET', floorsKey, groupName)
