@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                 .option("queue", queue)
                 .option("prefix", prefix)
                 .option("batch_size", args.batch_size)
-                .option("job_id", "replay")
+                .option("job_id", f"replay{replay.rows}")
                 .option("dedup_window", 3600)
             )
             if not hasattr(replay, "primed"):
@@ -174,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             if hasattr(replay, "primed"):
                 del replay.primed
                 client.queue("bench.replay").delete(force=True)
+            replay.rows = rows  # a job name per size: a tracker outlives its queue's deletion
             # Round robin: run r of every variant, then run r+1 of every variant, so
             # that a busy machine slows all of them alike.
             times: dict[str, list[float]] = {name: [] for name in variants}

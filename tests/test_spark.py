@@ -147,6 +147,18 @@ def test_binary_values_and_an_id_column(spark, server, client, prefix):
     assert payloads(client, "blobs") == collections.Counter(
         [b"from the web app"] + [bytes([i, 0, 255]) for i in range(40, 50) if i != 42]
     )
+    # and the same rows written with format("rqueue") directly, ids from the column and no job_id, add nothing
+    (
+        df.write.format("rqueue")
+        .mode("append")
+        .option("url", server.url)
+        .option("queue", "blobs")
+        .option("prefix", prefix)
+        .option("value_col", "blob")
+        .option("id_col", "id")
+        .save()
+    )
+    assert client.queue("blobs").stats().last_seq == 10
 
 
 @pytest.mark.parametrize("row_ids", ["content", "position"])

@@ -11,6 +11,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from ..errors import InvalidInput
 from .options import WritePlan, check_job
 from .publish import TaskReport, publish_partition
 from .report import save_report
@@ -40,9 +41,12 @@ def _task_run(plan: WritePlan, streaming: bool) -> tuple[str, int]:
     job = plan.job
     if job is None:
         job = context.getLocalProperty(QUERY_ID_PROPERTY) if streaming else None
-        if not job:
-            raise RuntimeError("rqueue: no job_id option and no streaming query id: nothing names this write")
-        job = check_job(job, "streaming query id")
+        if job:
+            job = check_job(job, "streaming query id")
+        elif plan.mode == "id":
+            job = "-"  # the ids are the rows' own: the run only names the report
+        else:
+            raise InvalidInput("no job_id option and no streaming query id: nothing names this write's rows")
     batch = plan.batch
     if batch is None:
         batch = (context.getLocalProperty(BATCH_ID_PROPERTY) if streaming else None) or "-"
