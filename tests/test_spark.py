@@ -487,3 +487,46 @@ def test_the_data_source_options_are_checked_on_the_driver():
         write_plan({**base, "url": "memory://x"})
     with pytest.raises(rqueue.InvalidURL, match="the url option is required"):
         read_plan({"queue": "q"}, streaming=False)
+
+
+def test_the_stream_reader_commits_by_settling_and_a_restart_reads_exactly_the_uncommitted_range(
+    server, client, prefix
+):
+    # given 30 messages and the stream reader of format("rqueue") for group "spark", 10 seqs a batch
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from rqueue.spark.options import read_plan
+    from rqueue.spark.reader import RqueueStreamReader
+
+    q = client.queue("feed")
+    q.publish_many([f"m{i}".encode() for i in range(1, 31)])
+    options = {"url": server.url, "queue": "feed", "group": "spark", "prefix": prefix, "rows_per_task": "4"}
+    reader = RqueueStreamReader(read_plan(options, streaming=True))
+
+    def read(r, start, end):
+        return [row[0] for part in r.partitions(start, end) for row in r.read(part)]
+
+    # when it plans and reads two batches, and Spark commits the first only (the driver dies in the second)
+    start = reader.initialOffset()
+    assert start == {"seq": 0} and q.groups() == ["spark"]
+    first = reader.latestOffset(start, ReadMaxRows(10))
+    second = reader.latestOffset(first, ReadMaxRows(10))
+    assert (first, second) == ({"seq": 10}, {"seq": 20})
+    assert read(reader, start, first) == list(range(1, 11))
+    assert read(reader, first, second) == list(range(11, 21))
+    reader.commit(first)
+    # then the first batch is settled for the group (its records are gone), the rest is stored
+    assert q.stats().groups[0].ack_floor == 10
+    assert [m.seq for m in q.peek(100)] == list(range(11, 31))
+    # and a reader restarted from the checkpoint's offsets reads exactly the uncommitted range again
+    again = RqueueStreamReader(read_plan(options, streaming=True))
+    assert again.initialOffset() == {"seq": 10}
+    assert read(again, first, second) == list(range(11, 21))
+    # and a commit past a seq another consumer of the group holds leaves that delivery to it
+    held = q.consumer("spark", "other").fetch(1)
+    assert [d.seq for d in held] == [11]
+    again.commit(again.latestOffset(second, None))
+    group = q.stats().groups[0]
+    assert (group.ack_floor, group.in_flight) == (10, 1)
+    held[0].ack()
+    assert q.stats().groups[0].ack_floor == 30
