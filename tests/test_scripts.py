@@ -1296,3 +1296,21 @@ def test_queue_settle_through_loops_until_the_target_and_refuses_a_missing_group
     # and a missing group is refused, changing nothing
     with nothing_changes(client), pytest.raises(InvalidInput, match="no group 'other'"):
         queue.settle_through("other", 5)
+
+
+def test_settle_through_settles_a_replayed_dead_letter_below_the_floor(client, queue):
+    # given seq 1 dead-lettered by group g, the floor past it, then replayed: reopened, waiting below the floor
+    queue.publish_many([b"a", b"b"])
+    with queue.consumer("g", "c1") as c:
+        first, second = c.fetch(2)
+        first.reject(reason="bad")
+        second.ack()
+    assert queue.replay_dead_letters().replayed == 1
+    assert queue.stats().groups[0].ready == 1
+    # when the group settles through seq 0, then the replayed message (seq 1) stays
+    assert queue.settle_through("g", 0) == 0
+    # and when it settles through seq 2, it is settled: nothing is left for the group, and fetch finds nothing
+    assert queue.settle_through("g", 2) == 1
+    group = queue.stats().groups[0]
+    assert (group.ready, group.pending, group.ack_floor) == (0, 0, 2)
+    assert queue.consumer("g", "c2").fetch(1) == []

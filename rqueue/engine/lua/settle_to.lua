@@ -105,10 +105,11 @@ if upto >= from then
 else
   upto = math.max(after, target)
 end
--- Seqs reopened by a replay at or below the ack floor, waiting to be
--- delivered again: settled with the first call.
+-- Seqs reopened by a replay at or below the ack floor (and the target),
+-- waiting to be delivered again: settled with the first call.
 if after == 0 then
-  local reopened = rcall('ZRANGEBYSCORE', reopenKey, '-inf', floorText, 'LIMIT', '0', string.format('%d', limit))
+  local bound = string.format('%d', math.min(floorText + 0, target))
+  local reopened = rcall('ZRANGEBYSCORE', reopenKey, '-inf', bound, 'LIMIT', '0', string.format('%d', limit))
   for _, s in ipairs(reopened) do
     local d, corrupt = parseDelivery(s, rcall('HGET', dlvKey, s))
     if d == nil or (not corrupt and d.holder == '') then
