@@ -489,9 +489,7 @@ def test_the_data_source_options_are_checked_on_the_driver():
         read_plan({"queue": "q"}, streaming=False)
 
 
-def test_the_stream_reader_commits_by_settling_and_a_restart_reads_exactly_the_uncommitted_range(
-    server, client, prefix
-):
+def test_the_stream_reader_settles_on_commit_and_a_restart_reads_the_uncommitted_range(server, client, prefix):
     # given 30 messages and the stream reader of format("rqueue") for group "spark", 10 seqs a batch
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
