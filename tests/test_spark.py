@@ -1,5 +1,7 @@
 """rqueue.spark: DataFrames and Structured Streaming micro-batches published
-into rqueue exactly once, bad rows refused loudly, dead letters as a DataFrame.
+into rqueue exactly once through format("rqueue") and its wrappers (tasks
+retried mid-write, batches replayed), queues read back by the source, bad
+rows refused loudly, dead letters as a DataFrame.
 
 One local SparkSession (local[2,3]: two cores, a failed task is tried up to
 three times) and one private redis-server serve the whole module; each test
