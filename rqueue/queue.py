@@ -162,6 +162,29 @@ class Queue:
                     break
         return out
 
+    def settle_through(self, group: str, seq: int, progress: Progress | None = None) -> int:
+        """Settles, for ``group``, every message with a seq up to ``seq``
+        (at most the last published) that is not in flight: unread ones and
+        ones waiting for a redelivery, as if acked. Deliveries a consumer of
+        the group holds stay with it: its ack or its lease decides them.
+        For a reader that takes messages by seq (the Spark source) and
+        settles what it read in one step; running it again settles nothing
+        new. Returns how many messages it settled."""
+        check_name("group", group)
+        check.whole_number("seq", seq, 0)
+        if group not in self.groups():
+            raise InvalidInput(f"queue {self.name!r} has no group {group!r}")
+        call = self.group_call(group)
+        total, after = 0, 0
+        while True:
+            reply = commands.settle_to(call, seq, after, PURGE_BATCH)
+            total += reply.settled
+            if progress is not None and reply.settled:
+                progress(reply.settled)
+            if not reply.more:
+                return total
+            after = reply.reached
+
     def delete(self, force: bool = False) -> int:
         """Deletes the queue: its messages, groups, dead-letter queue and
         events. De-duplication ids are left to expire with their window, but

@@ -56,7 +56,7 @@ ADMIN_LOADED = (
     "+evalsha +script|exists "
     "+multi +exec "
     "+exists +get +set +del "
-    "+hdel +hexists +hget +hgetall +hincrby +hkeys +hlen +hmget +hset +hsetnx +hvals "
+    "+hdel +hexists +hget +hgetall +hincrby +hkeys +hlen +hmget +hset +hsetnx +hvals +pexpire "
     "+sadd +sismember +smembers +srem "
     "+zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore "
     "+xadd +xrange +xrevrange "

@@ -274,3 +274,22 @@ def test_a_worker_stops_on_a_damaged_queue_naming_the_key_and_the_doctor(client,
     with pytest.raises(rqueue.CorruptRecord) as stopped:
         worker.run(install_signal_handlers=False)
     assert queue.keys.meta in str(stopped.value) and "rqueue doctor" in str(stopped.value)
+
+
+def test_a_tracked_publish_refuses_a_deleted_meta_as_publish_does(client, queue):
+    # given a queue with a message and a group that settled it, whose meta hash was deleted
+    from rqueue.engine import commands
+
+    queue.publish(b"m")
+    c = queue.consumer("g")
+    c.ack(c.fetch(1))
+    queue.publish(b"kept")
+    client.redis.delete(queue.keys.meta)
+    # when a Spark writer's tracked publish stores a row
+    # then it is refused naming the key, and nothing is stored (seqs are not reused)
+    with pytest.raises(rqueue.CorruptRecord, match=f"{queue.keys.meta}.*missing"):
+        commands.publish_tracked(
+            client.scripts, queue.keys, "run:0", "", 60_000, "position", 0, [(None, 0, b"row")], queue.name
+        )
+    assert client.redis.exists(queue.keys.meta) == 0
+    assert client.redis.hlen(queue.keys.msgs) == 1

@@ -1190,3 +1190,171 @@ def test_repair_acts_only_while_the_finding_holds(raw, client):
     # and an unknown repair is refused
     with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT unknown repair nope"):
         s.repair(keys=gk, args=group_argv("g", "", NOW, None, "nope"))
+
+
+# -- settle_to: a group settles everything up to a seq ---------------------------
+
+
+def settle_to(raw, target, after=0, limit=5000, group="g"):
+    _, _, gk, s = raw
+    return s.settle_to(keys=gk, args=group_argv(group, "", NOW, None, target, after, limit))
+
+
+def test_settle_to_settles_unread_messages_and_moves_the_floor_and_cursor(raw, client):
+    # given a group and five messages it has not read
+    r, qk, gk, s = raw
+    s.join(keys=gk, args=group_argv())
+    publish(raw, b"1", b"2", b"3", b"4", b"5")
+    # when it settles through seq 3
+    assert settle_to(raw, 3) == [3, 3, 0]
+    # then the floor and the cursor are at 3, records 1..3 are gone, and fetch hands out seq 4 next
+    assert r.hget(qk.floors, "g") == b"3"
+    assert r.hget(gk[4], "cursor") == b"3"
+    assert sorted(int(f) for f in r.hkeys(qk.msgs)) == [4, 5]
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    assert reply[4] == 4  # after now, next due, incarnation and last seq
+    # and settling the same range again settles nothing
+    assert settle_to(raw, 3) == [0, 3, 0]
+
+
+def test_settle_to_leaves_a_delivery_in_flight_to_its_consumer(raw, client):
+    # given c1 holding seq 2 of five
+    r, qk, gk, s = raw
+    s.join(keys=gk, args=group_argv())
+    publish(raw, b"1", b"2", b"3", b"4", b"5")
+    settle_to(raw, 1)
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    # when the group settles through 5
+    assert settle_to(raw, 5) == [3, 5, 0]
+    # then seq 2 is still c1's, the floor stops below it, and 3..5 are one acked run
+    assert r.hget(qk.floors, "g") == b"1"
+    assert r.zrange(gk[9], 0, -1, withscores=True) == [(b"3", 5.0)]
+    assert sorted(int(f) for f in r.hkeys(qk.msgs)) == [2]
+    # and c1's ack of it moves the floor over the run
+    assert ack_of(s, gk, "c1", "0", (2, 1, "t1")) == [b"ok"]
+    assert r.hget(qk.floors, "g") == b"5"
+    assert r.hlen(qk.msgs) == 0
+
+
+def test_settle_to_settles_a_message_waiting_for_redelivery(raw, client):
+    # given seq 1 nacked with a delay: waiting, held by nobody
+    r, qk, gk, s = raw
+    s.join(keys=gk, args=group_argv())
+    publish(raw, b"1")
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", "60000", "boom"))
+    assert r.zcard(gk[7]) == 1
+    # when the group settles through 1
+    assert settle_to(raw, 1) == [1, 1, 0]
+    # then it left the delay set and its state, and the floor passed it
+    assert r.zcard(gk[7]) == 0 and r.hget(gk[8], 1) is None
+    assert r.hget(qk.floors, "g") == b"1"
+
+
+def test_settle_to_does_bounded_work_and_never_passes_the_last_seq(raw, client):
+    # given a group and five messages
+    r, qk, gk, s = raw
+    s.join(keys=gk, args=group_argv())
+    publish(raw, b"1", b"2", b"3", b"4", b"5")
+    # when it settles through 9 two seqs a call
+    assert settle_to(raw, 9, 0, 2) == [2, 2, 1]
+    assert settle_to(raw, 9, 2, 2) == [2, 4, 1]
+    assert settle_to(raw, 9, 4, 2) == [1, 5, 0]
+    # then seq 6, published later, is not settled
+    publish(raw, b"6")
+    assert r.hget(qk.floors, "g") == b"5"
+    assert r.hkeys(qk.msgs) == [b"6"]
+
+
+def test_settle_to_refuses_a_missing_group_and_bad_numbers(raw, client):
+    # given a queue with messages and no group "g"
+    publish(raw, b"1")
+    for args in ((1, 0, 10, "nope"), ("x", 0, 10, "g"), (1, 0, 0, "g"), (1, -1, 10, "g"), (1.5, 0, 10, "g")):
+        target, after, limit, group = args
+        # when settle_to is called for a missing group, or with a bad number, then nothing changes
+        with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT"):
+            settle_to(raw, target, after, limit, group)
+
+
+# -- publish_tracked: what a re-run writer stored, one hash per writer ---------------
+
+
+def publish_tracked(raw, mode, offset, *messages, writer="w1"):
+    r, qk, _, s = raw
+    args = [NOW, 60_000, "0", "", mode, offset]
+    for key, body in messages:
+        args += [key, 0, body]
+    return s.publish_tracked(keys=[*qk.publish_keys(), qk.tracker(writer)], args=args)
+
+
+def test_publish_tracked_position_skips_the_rows_a_writer_stored(raw, client):
+    # given a writer that stored rows 0..2 in two calls
+    r, qk, _, _ = raw
+    assert publish_tracked(raw, "position", 0, ("", b"a"), ("", b"b")) == [1, 0, 2, 0]
+    assert publish_tracked(raw, "position", 2, ("", b"c")) == [3, 0]
+    # when it runs again from row 0 with one row more
+    reply = publish_tracked(raw, "position", 0, ("", b"a"), ("", b"b"), ("", b"c"), ("", b"d"))
+    # then only row 3 is stored; the tracker is one hash with one field, expiring
+    assert reply == [0, 1, 0, 1, 0, 1, 4, 0]
+    assert r.hlen(qk.msgs) == 4
+    assert r.hgetall(qk.tracker("w1")) == {b"rows": b"4"}
+    assert r.pttl(qk.tracker("w1")) > 0
+    # and another writer's rows are its own
+    assert publish_tracked(raw, "position", 0, ("", b"a"), writer="w2") == [5, 0]
+
+
+def test_publish_tracked_content_skips_stored_rows_in_any_order(raw, client):
+    # given a writer that stored rows keyed x, y, y#1
+    r, qk, _, _ = raw
+    assert publish_tracked(raw, "content", 0, ("x", b"x"), ("y", b"y"), ("y#1", b"y")) == [1, 0, 2, 0, 3, 0]
+    # when it runs again with the rows in another order and a new one, z repeated inside the call
+    reply = publish_tracked(raw, "content", 0, ("y#1", b"y"), ("z", b"z"), ("x", b"x"), ("z", b"z"), ("y", b"y"))
+    # then only z is stored, once; duplicates name the seq they were stored under
+    assert reply == [3, 1, 4, 0, 1, 1, 4, 1, 2, 1]
+    assert r.hlen(qk.msgs) == 4
+
+
+def test_publish_tracked_refuses_bad_arguments(raw, client):
+    # given a queue
+    publish(raw, b"1")
+    # when the mode is unknown, the row number does not parse, or a content key is empty, then nothing changes
+    for mode, offset, key in (("other", 0, "k"), ("position", "x", ""), ("position", -5, ""), ("content", 0, "")):
+        with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT"):
+            publish_tracked(raw, mode, offset, (key, b"a"))
+    # and a message short of its three arguments changes nothing either
+    r, qk, _, s = raw
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT"):
+        s.publish_tracked(keys=[*qk.publish_keys(), qk.tracker("w")], args=[NOW, 60_000, "0", "", "position", 0, "", 0])
+
+
+def test_queue_settle_through_loops_until_the_target_and_refuses_a_missing_group(client, queue):
+    # given 12,000 messages (more than one script call settles) and c1 holding the first
+    queue.publish_many([b"x"] * 12_000)
+    assert [d.seq for d in queue.consumer("g", "c1").fetch(1)] == [1]
+    # when it settles through 11,000
+    settled = queue.settle_through("g", 11_000)
+    # then every message up to it but the one c1 holds is settled
+    assert settled == 10_999
+    group = queue.stats().groups[0]
+    assert group.ack_floor == 0 and group.pending == 12_000 - 10_999
+    # and a missing group is refused, changing nothing
+    with nothing_changes(client), pytest.raises(InvalidInput, match="no group 'other'"):
+        queue.settle_through("other", 5)
+
+
+def test_settle_through_settles_a_replayed_dead_letter_below_the_floor(client, queue):
+    # given seq 1 dead-lettered by group g, the floor past it, then replayed: reopened, waiting below the floor
+    queue.publish_many([b"a", b"b"])
+    with queue.consumer("g", "c1") as c:
+        first, second = c.fetch(2)
+        first.reject(reason="bad")
+        second.ack()
+    assert queue.replay_dead_letters().replayed == 1
+    assert queue.stats().groups[0].ready == 1
+    # when the group settles through seq 0, then the replayed message (seq 1) stays
+    assert queue.settle_through("g", 0) == 0
+    # and when it settles through seq 2, it is settled: nothing is left for the group, and fetch finds nothing
+    assert queue.settle_through("g", 2) == 1
+    group = queue.stats().groups[0]
+    assert (group.ready, group.pending, group.ack_floor) == (0, 0, 2)
+    assert queue.consumer("g", "c2").fetch(1) == []

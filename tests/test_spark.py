@@ -1,5 +1,7 @@
 """rqueue.spark: DataFrames and Structured Streaming micro-batches published
-into rqueue exactly once, bad rows refused loudly, dead letters as a DataFrame.
+into rqueue exactly once through format("rqueue") and its wrappers (tasks
+retried mid-write, batches replayed), queues read back by the source, bad
+rows refused loudly, dead letters as a DataFrame.
 
 One local SparkSession (local[2,3]: two cores, a failed task is tried up to
 three times) and one private redis-server serve the whole module; each test
@@ -13,11 +15,16 @@ from __future__ import annotations
 import collections
 import json
 import os
+import random
+import re
 import shutil
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+import redis
 from support.servers import IN_CI, start_server
 
 try:
@@ -99,9 +106,16 @@ def test_every_row_arrives_once_with_its_headers(spark, server, client, prefix):
         (F.col("id") % 4).alias("kind"),
         F.when(F.col("id") % 2 == 0, F.lit("even")).alias("parity"),
     )
-    # when the DataFrame is published
+    # when the DataFrame is published, spread over 3 tasks by content
     stats = rs.publish_dataframe(
-        df, server.url, "events", header_cols=["kind", "parity"], batch_size=128, prefix=prefix, job_id="load-1"
+        df,
+        server.url,
+        "events",
+        header_cols=["kind", "parity"],
+        batch_size=128,
+        prefix=prefix,
+        job_id="load-1",
+        partitions=3,
     )
     # then every row is stored exactly once, UTF-8 encoded, with its headers (a null header is left out)
     assert (stats.rows, stats.published, stats.duplicates) == (3000, 3000, 0)
@@ -110,9 +124,15 @@ def test_every_row_arrives_once_with_its_headers(spark, server, client, prefix):
     for m in messages:
         i = int(m.data.split(b"-")[1])
         assert m.headers == ({"kind": str(i % 4), "parity": "even"} if i % 2 == 0 else {"kind": str(i % 4)})
-    # and running the same job again publishes nothing new
+    # and running the same job again, its input partitioned another way, publishes nothing new
     again = rs.publish_dataframe(
-        df.repartition(5), server.url, "events", header_cols=["kind", "parity"], prefix=prefix, job_id="load-1"
+        df.repartition(5),
+        server.url,
+        "events",
+        header_cols=["kind", "parity"],
+        prefix=prefix,
+        job_id="load-1",
+        partitions=3,
     )
     assert (again.published, again.duplicates) == (0, 3000)
     assert client.queue("events").stats().depth == 3000
@@ -129,6 +149,18 @@ def test_binary_values_and_an_id_column(spark, server, client, prefix):
     assert payloads(client, "blobs") == collections.Counter(
         [b"from the web app"] + [bytes([i, 0, 255]) for i in range(40, 50) if i != 42]
     )
+    # and the same rows written with format("rqueue") directly, ids from the column and no job_id, add nothing
+    (
+        df.write.format("rqueue")
+        .mode("append")
+        .option("url", server.url)
+        .option("queue", "blobs")
+        .option("prefix", prefix)
+        .option("value_col", "blob")
+        .option("id_col", "id")
+        .save()
+    )
+    assert client.queue("blobs").stats().last_seq == 10
 
 
 @pytest.mark.parametrize("row_ids", ["content", "position"])
@@ -139,8 +171,9 @@ def test_a_replayed_batch_id_adds_nothing(spark, server, client, prefix, row_ids
     sink = rs.sink(server.url, "replay", prefix=prefix, job_id="pipeline", row_ids=row_ids)
     sink(batch, 7)
     assert (sink.last.rows, sink.last.published, sink.last.duplicates) == (205, 205, 0)
-    # when batch 7 runs again (with content ids even shuffled into another partitioning)
-    replay = batch.orderBy(F.rand(3)).repartition(3) if row_ids == "content" else batch
+    # when batch 7 runs again (with content ids, each partition's rows in another order, as a
+    # recomputed shuffle may give them)
+    replay = batch.sortWithinPartitions(F.rand(3)) if row_ids == "content" else batch
     sink(replay, 7)
     # then nothing new is stored, and the identical rows are still 5 messages
     assert (sink.last.published, sink.last.duplicates) == (0, 205)
@@ -151,29 +184,50 @@ def test_a_replayed_batch_id_adds_nothing(spark, server, client, prefix, row_ids
     assert client.queue("replay").stats().depth == 410
 
 
-def test_a_partition_retried_after_a_partial_publish_adds_no_duplicates(spark, server, client, prefix, tmp_path):
-    # given a transformation that fails once, in partition 1 at its row 900, after that partition has
-    # published a good part of its rows (the sink publishes as rows stream in, 20 per call)
-    marker = str(tmp_path / "failed-once")
-    url, queue = server.url, "retry"
+def cut_connections_once(server, key: str, depth: int) -> threading.Thread:
+    """Closes every client connection of the server once ``key`` (a msgs
+    hash) holds ``depth`` records: a writing task fails mid-write, as on a
+    network fault, and Spark runs it again."""
+    admin = redis.Redis.from_url(server.url)
+    deadline = time.monotonic() + 60
 
-    def payload(i):
-        if i == 1900 and not os.path.exists(marker):
-            open(marker, "w").close()
-            raise RuntimeError("injected failure, first attempt only")
-        return f"{i:06d}" * 10
+    def watch() -> None:
+        try:
+            while time.monotonic() < deadline:
+                if admin.hlen(key) >= depth:
+                    # writes wait while paused, so the writers' next calls are in flight when cut
+                    admin.client_pause(2000, all=False)
+                    time.sleep(0.3)
+                    admin.client_kill_filter(_type="normal", skipme=True)
+                    admin.client_unpause()
+                    return
+                time.sleep(0.005)
+        finally:
+            admin.close()
 
-    df = spark.range(0, 2000, 1, 2).select(F.udf(payload, "string", useArrow=False)("id").alias("value"))
-    # when it is published (position ids: no shuffle, so the failure is in the publishing task)
-    stats = rs.publish_dataframe(df, url, queue, batch_size=20, prefix=prefix, job_id="retry", row_ids="position")
-    # then Spark retried the task, the retry found what the failed attempt had stored, and every row is there once
-    assert os.path.exists(marker)
-    # (the rows reach the sink in blocks of a few hundred while the transformation runs, so the failed
-    # attempt had stored part of partition 1: the retry met those rows as duplicates)
-    assert stats.rows == 2000 and stats.duplicates > 0, stats
-    assert stats.published + stats.duplicates == 2000
-    counts = payloads(client, queue)
-    assert len(counts) == 2000 and set(counts.values()) == {1}
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("row_ids", ["position", "content"])
+def test_a_task_failing_mid_write_is_retried_without_duplicates(spark, server, client, prefix, row_ids):
+    # given 8000 rows in 2 partitions; with content ids each computation of a partition orders its rows
+    # at random (as rows fetched from a shuffle may come), so the retry sees them in another order
+    df = spark.range(0, 8000, 1, 2).select(F.format_string("row-%06d", "id").alias("value"))
+    if row_ids == "content":
+        shuffle_order = F.udf(lambda: random.random(), "double").asNondeterministic()
+        df = df.sortWithinPartitions(shuffle_order())
+    queue = client.queue("retry")
+    # when the connections to Redis are cut while the tasks publish (20 rows a call)
+    watcher = cut_connections_once(server, queue.keys.msgs, 1500)
+    stats = rs.publish_dataframe(df, server.url, "retry", batch_size=20, prefix=prefix, job_id="retry", row_ids=row_ids)
+    watcher.join()
+    # then Spark ran a task again, the retry skipped what the failed attempt had stored, and every row is there once
+    assert stats.rows == 8000 and stats.duplicates > 0, stats
+    assert stats.published + stats.duplicates == 8000
+    counts = payloads(client, "retry")
+    assert len(counts) == 8000 and set(counts.values()) == {1}
 
 
 def test_bad_rows_fail_the_batch_naming_the_row(spark, server, client, prefix):
@@ -183,8 +237,7 @@ def test_bad_rows_fail_the_batch_naming_the_row(spark, server, client, prefix):
     df = spark.createDataFrame([("ok",), (None,)], "value string").coalesce(1)
     with pytest.raises(
         rqueue.InvalidInput,
-        match=r"value column 'value' is null in the row with message id "
-        r"'spark-stream:p:3:[0-9a-f]{32}:0' \(batch 3 of query p, partition",
+        match=r"^value column 'value' is null in row 1 of Spark partition 0 \(run p:3\); rqueue publishes no such row",
     ):
         sink(df, 3)
     # a payload over the queue's max_payload: PayloadTooLarge naming the row
@@ -192,17 +245,20 @@ def test_bad_rows_fail_the_batch_naming_the_row(spark, server, client, prefix):
     df = spark.createDataFrame([("x" * 101,)], "value string")
     with pytest.raises(
         rqueue.PayloadTooLarge,
-        match=r"payload of 101 bytes is over max_payload 100 bytes in "
-        r"value column 'value' in the row with message id",
+        match=r"^payload of 101 bytes is over max_payload 100 bytes in "
+        r"value column 'value' in row 0 of Spark partition \d \(run p:4\)",
     ) as info:
         sink(df, 4)
     assert (info.value.size, info.value.limit) == (101, 100)
-    # no bad row was stored (the good row may be: rows are published in digest order until the bad one)
+    # no bad row was stored (the good row before it may be)
     assert {m.data for m in stored(client, "bad")} <= {b"ok"}
-    # a null id
-    df = spark.createDataFrame([(None, "v")], "id string, value string")
-    with pytest.raises(rqueue.InvalidInput, match=r"id column 'id' is null in a row \(job -, partition"):
-        rs.publish_dataframe(df, url, "bad", id_col="id", prefix=prefix)
+    # a null id, the row named by the input's own label column
+    df = spark.createDataFrame([("line-7", None, "v")], "line string, id string, value string")
+    with pytest.raises(rqueue.InvalidInput, match=r"^id column 'id' is null in the row with line 'line-7' \(row 0"):
+        rs.publish_dataframe(df, url, "bad", id_col="id", prefix=prefix, label_col="line")
+    # a header column with rqueue's reserved prefix
+    with pytest.raises(rqueue.InvalidInput, match="header column 'x-rq-trace' starts with 'x-rq-'"):
+        rs.publish_dataframe(df, url, "bad", prefix=prefix, job_id="j", header_cols=["x-rq-trace"])
     # columns of the wrong kind, missing columns and bad arguments are refused on the driver, before any Spark job
     ints = spark.range(3)
     with pytest.raises(rqueue.InvalidInput, match="value column 'id' is bigint: it must be binary or string"):
@@ -228,7 +284,7 @@ def test_bad_rows_fail_the_batch_naming_the_row(spark, server, client, prefix):
         rs.sink(url, "bad", batch_size=0)
     with pytest.raises(rqueue.InvalidInput, match="must not contain ':'"):
         rs.sink(url, "bad", job_id="a:b")
-    with pytest.raises(rqueue.InvalidInput, match="no streaming query is running"):
+    with pytest.raises(rqueue.InvalidInput, match="no streaming query id"):
         rs.sink(url, "bad", prefix=prefix)(df, 0)
 
 
@@ -249,8 +305,7 @@ def test_a_bad_row_stops_the_stream_with_the_rqueue_error(spark, server, client,
     # when it runs, the query fails with the sink's error naming the column and the batch, and is not committed
     with pytest.raises(
         Exception,
-        match=r"InvalidInput: value column 'value' is null in the row with message id "
-        r"'spark-stream:[0-9a-f-]{36}:0:[0-9a-f]{32}:0' \(batch 0 of query",
+        match=r"InvalidInput: value column 'value' is null in row 1 of Spark partition 0 \(run [0-9a-f-]{36}:0\)",
     ):
         query.awaitTermination(60)
     assert not query.isActive
@@ -380,3 +435,98 @@ def test_dead_letters_as_a_dataframe(spark, server, client, prefix):
     only = rs.read_dead_letters(spark, server.url, "orders", reason="terminated", prefix=prefix)
     assert [r.seq for r in only.collect()] == [3]
     assert rs.read_dead_letters(spark, server.url, "empty", prefix=prefix).count() == 0
+
+
+# -- format("rqueue"): the source, and the writer used directly --------------------------
+
+
+def test_read_a_queue_as_a_dataframe(spark, server, client, prefix):
+    # given 7 messages, some with headers, a group "g" that settled the first 2 and a group "h" that settled none
+    q = client.queue("in")
+    q.consumer("h").close()
+    q.publish_many([f"m{i}".encode() for i in range(7)], headers=[{"k": str(i)} if i % 2 else None for i in range(7)])
+    with q.consumer("g") as c:
+        c.ack(c.fetch(2))
+    rs.register(spark)
+    reader = spark.read.format("rqueue").option("url", server.url).option("queue", "in").option("prefix", prefix)
+    # when the queue is read in tasks of 3 seqs, then every stored message is a row, in seq order
+    rows = reader.option("rows_per_task", 3).load().orderBy("seq").collect()
+    assert [(r.seq, bytes(r.value), r.headers, r.partition) for r in rows] == [
+        (i + 1, f"m{i}".encode(), {"k": str(i)} if i % 2 else {}, None) for i in range(7)
+    ]
+    assert all(r.published is not None for r in rows)
+    # and with the group, only what it has not settled; reading settles nothing
+    assert [r.seq for r in reader.option("group", "g").load().orderBy("seq").collect()] == [3, 4, 5, 6, 7]
+    assert [g.ack_floor for g in q.stats().groups] == [2, 0]
+
+
+def test_the_data_source_options_are_checked_on_the_driver():
+    from rqueue.spark.options import read_plan, write_plan
+
+    base = {"url": "redis://127.0.0.1:1/0", "queue": "q"}
+    # a stream needs a group; a batch read does not
+    with pytest.raises(rqueue.InvalidInput, match="a stream of an rqueue queue needs the group option"):
+        read_plan(base, streaming=True)
+    assert read_plan(base, streaming=False).group is None
+    # each bad write option is named with the value it refused
+    for options, message in [
+        ({"header_cols": "kind,X-RQ-seq"}, "header column 'X-RQ-seq' starts with 'x-rq-'"),
+        ({"header_cols": "a,a"}, "names a column twice"),
+        ({"row_ids": "random"}, "option row_ids must be one of 'content', 'position', not 'random'"),
+        ({"batch_size": "0"}, "option batch_size must be a whole number from 1 to 5000, not '0'"),
+        ({"batch_size": "ten"}, "option batch_size must be a whole number, not 'ten'"),
+        ({"dedup_window": "-1"}, "option dedup_window must be more than 0 seconds"),
+        ({"job_id": "a:b"}, "must not contain ':'"),
+        ({"rows_per_task": "0"}, None),
+    ]:
+        if message is None:
+            with pytest.raises(rqueue.InvalidInput, match="option rows_per_task"):
+                read_plan({**base, **options, "group": "g"}, streaming=True)
+            continue
+        with pytest.raises(rqueue.RQueueError, match=re.escape(message)):
+            write_plan({**base, **options})
+    with pytest.raises(rqueue.InvalidURL, match="memory:// lives inside one process"):
+        write_plan({**base, "url": "memory://x"})
+    with pytest.raises(rqueue.InvalidURL, match="the url option is required"):
+        read_plan({"queue": "q"}, streaming=False)
+
+
+def test_the_stream_reader_settles_on_commit_and_a_restart_reads_the_uncommitted_range(server, client, prefix):
+    # given 30 messages and the stream reader of format("rqueue") for group "spark", 10 seqs a batch
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from rqueue.spark.options import read_plan
+    from rqueue.spark.reader import RqueueStreamReader
+
+    q = client.queue("feed")
+    q.publish_many([f"m{i}".encode() for i in range(1, 31)])
+    options = {"url": server.url, "queue": "feed", "group": "spark", "prefix": prefix, "rows_per_task": "4"}
+    reader = RqueueStreamReader(read_plan(options, streaming=True))
+
+    def read(r, start, end):
+        return [row[0] for part in r.partitions(start, end) for row in r.read(part)]
+
+    # when it plans and reads two batches, and Spark commits the first only (the driver dies in the second)
+    start = reader.initialOffset()
+    assert start == {"seq": 0} and q.groups() == ["spark"]
+    first = reader.latestOffset(start, ReadMaxRows(10))
+    second = reader.latestOffset(first, ReadMaxRows(10))
+    assert (first, second) == ({"seq": 10}, {"seq": 20})
+    assert read(reader, start, first) == list(range(1, 11))
+    assert read(reader, first, second) == list(range(11, 21))
+    reader.commit(first)
+    # then the first batch is settled for the group (its records are gone), the rest is stored
+    assert q.stats().groups[0].ack_floor == 10
+    assert [m.seq for m in q.peek(100)] == list(range(11, 31))
+    # and a reader restarted from the checkpoint's offsets reads exactly the uncommitted range again
+    again = RqueueStreamReader(read_plan(options, streaming=True))
+    assert again.initialOffset() == {"seq": 10}
+    assert read(again, first, second) == list(range(11, 21))
+    # and a commit past a seq another consumer of the group holds leaves that delivery to it
+    held = q.consumer("spark", "other").fetch(1)
+    assert [d.seq for d in held] == [11]
+    again.commit(again.latestOffset(second, None))
+    group = q.stats().groups[0]
+    assert (group.ack_floor, group.in_flight) == (10, 1)
+    held[0].ack()
+    assert q.stats().groups[0].ack_floor == 30

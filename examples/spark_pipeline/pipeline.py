@@ -75,7 +75,11 @@ def run_stream(spark, inbox: Path, checkpoint: Path, sink) -> None:
         orders.where(F.col("status") != "test")
         .withColumn("amount_cents", F.round(F.col("amount") * 100).cast("long"))
         .withColumn("priority", F.when(F.col("amount") >= 500, "high").otherwise("normal"))
-        .select("priority", F.to_json(F.struct("order_id", "user", "amount_cents", "status", "ts")).alias("value"))
+        .select(
+            "order_id",
+            "priority",
+            F.to_json(F.struct("order_id", "user", "amount_cents", "status", "ts")).alias("value"),
+        )
     )
     query = (
         enriched.writeStream.foreachBatch(sink)
@@ -115,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     inbox.mkdir(parents=True, exist_ok=True)
     prefix = args.prefix
     spark = (
-        SparkSession.builder.master("local[2]")
+        # local[2,2]: two cores, and a failed task is tried twice, as on a cluster (plain local[2] never
+        # retries a task, so a retry's exactly-once would never be exercised here).
+        SparkSession.builder.master("local[2,2]")
         .appName("rqueue-spark-example")
         .config("spark.driver.memory", "512m")
         .config("spark.ui.enabled", "false")
@@ -135,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         w = rqueue.Worker(client.queue(QUEUE), GROUP, worker.handle, concurrency=4)
         w.start()
 
-        # The producer: the streaming query, with the sink remembering ids for a day.
+        # The producer: the streaming query, with the sink remembering what each batch stored for a day
+        # (the window must outlast the time a failed query may take to be restarted), a bad row named by
+        # its order_id.
         sink = rqueue.spark.sink(
             args.url,
             QUEUE,
@@ -144,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             prefix=prefix,
             dedup_window=86400,
             batch_size=500,
+            label_col="order_id",
         )
         started = time.monotonic()
         run_stream(spark, inbox, checkpoint, sink)

@@ -451,6 +451,19 @@ def parse_replay(reply: Any) -> list[str]:
     return [s.decode() for s in reply]
 
 
+class SettleToReply(NamedTuple):
+    settled: int
+    reached: int  # the last seq looked at: the next call's ``after``
+    more: bool  # reached is below the target: call again
+
+
+def settle_to(call: GroupCall, target: int, after: int, batch: int) -> SettleToReply:
+    """Settles, for the group, up to ``batch`` seqs above ``after`` and up
+    to ``target`` that are not in flight (lua/settle_to.lua)."""
+    settled, reached, more = call.run(call.scripts.settle_to, [target, after, batch])
+    return SettleToReply(int(settled), int(reached), int(more) == 1)
+
+
 def replay(call: GroupCall, dead_letter_seqs: Sequence[int]) -> list[str]:
     """Per dead-letter seq: "replayed", "missing", "other-group", "corrupt" or "pending"."""
     return parse_replay(call.run(call.scripts.replay, list(dead_letter_seqs)))
@@ -577,6 +590,51 @@ def publish_each(scripts: Scripts, calls: Sequence[PublishCall], queue: str) -> 
         else r
         for r in replies
     ]
+
+
+# A message of publish_tracked: its content key (bytes, or None in position
+# mode), timing and body as in PublishMessage.
+TrackedMessage = tuple[str | bytes | None, int | str, bytes]
+
+
+def publish_tracked(
+    scripts: Scripts,
+    keys: QueueKeys,
+    writer: str,
+    now: int | str,
+    window_ms: int,
+    mode: str,
+    offset: int,
+    messages: Sequence[TrackedMessage],
+    queue: str,
+) -> list[Any]:
+    """Stores ``messages`` with what ``writer`` stored kept in its tracker
+    hash (lua/publish_tracked.lua): ``mode`` "position" (``offset`` is the
+    row number of the first message) or "content" (each message's id is its
+    content key). One script call; its raw reply (:func:`publish_results`)."""
+    args: list[Any] = [now, window_ms, "0", keys.wake_channel, mode, offset]
+    for key, timing, body in messages:
+        args += [key or "", timing, body]
+    return list(run(scripts.publish_tracked, [*keys.publish_keys(), keys.tracker(writer)], args, queue, keys.base))
+
+
+def save_report(r: Any, key: str, fields: dict[str, int | str], ttl_ms: int) -> None:
+    """Writes a small hash of figures that expires after ``ttl_ms`` (what a
+    Spark write did, for the driver that started it)."""
+
+    def write() -> None:
+        pipe = r.pipeline(transaction=False)
+        pipe.hset(key, mapping=fields)
+        pipe.pexpire(key, ttl_ms)
+        pipe.execute()
+
+    guarded(write, where=key)
+
+
+def load_report(r: Any, key: str) -> dict[str, str]:
+    """The hash :func:`save_report` wrote ({} when there is none)."""
+    raw = guarded(lambda: r.hgetall(key), where=key)
+    return {k.decode(): v.decode() for k, v in raw.items()}
 
 
 def publish_results(replies: Sequence[Any], partition: int | None = None) -> list[PublishResult]:

@@ -60,6 +60,8 @@ SCRIPT_NAMES = (
     "stats",
     "schedule_fire",
     "repair",
+    "settle_to",
+    "publish_tracked",
 )
 
 

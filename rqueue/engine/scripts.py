@@ -353,6 +353,8 @@ class Scripts:
     stats: Script
     schedule_fire: Script
     repair: Script
+    settle_to: Script
+    publish_tracked: Script
 
     def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry, shebang: bool = True) -> None:
         self._redis = redis

@@ -1,13 +1,8 @@
-"""PySpark integration: publish DataFrames and streaming micro-batches into
-a queue exactly once, and read a queue's dead letters as a DataFrame.
-
-Install with the ``spark`` extra (PySpark 4.x, Java 17). docs/spark.md
-describes what the sink promises, how its message ids make it exactly once,
-its options and its failure cases.
-
-Long because the sink's steps (checks, the id plan, the partition layout,
-the publish of each partition, finding a bad row) share one plan and read
-best together.
+"""The reference the rqueue writer is measured against in
+benchmarks/spark_bench.py: a foreachBatch sink that gives every row a
+de-duplication id of its own (a Redis key per message, publish.lua),
+content ids made by a digest, a shuffle by it and a sort. Only the
+benchmark imports it.
 """
 
 from __future__ import annotations
@@ -18,13 +13,13 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from .client import connect
-from .connection.urls import mask_url
-from .constants import DEFAULT_DLQ_PREFIX, DEFAULT_DLQ_SUFFIX, DEFAULT_PREFIX, MAX_BATCH
-from .engine.record import encode_body
-from .errors import InvalidInput, InvalidURL, PayloadTooLarge
-from .names import check_message_id, check_name
-from .validate import optional_whole_number, seconds, whole_number
+from rqueue.client import connect
+from rqueue.connection.urls import mask_url
+from rqueue.constants import DEFAULT_DLQ_PREFIX, DEFAULT_DLQ_SUFFIX, DEFAULT_PREFIX, MAX_BATCH
+from rqueue.engine.record import encode_body
+from rqueue.errors import InvalidInput, InvalidURL, PayloadTooLarge
+from rqueue.names import check_message_id, check_name
+from rqueue.validate import optional_whole_number, seconds, whole_number
 
 try:
     from pyspark.sql import Column, DataFrame, Row, SparkSession
