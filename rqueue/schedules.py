@@ -323,7 +323,10 @@ def fire_due(client: QueueContext) -> PassResult:
             continue
         try:
             outcome = _fire_one(client, name, dest, key, state, now)
-        except (InvalidInput, CorruptRecord, ValueError) as exc:
+        except CorruptRecord as exc:  # the schedule's fields, or its target queue, damaged: the others go on
+            log.error("schedule %r (to queue %r) not fired: %s", name, dest, exc)
+            continue
+        except (InvalidInput, ValueError) as exc:
             log.warning("schedule %r at %s does not parse: %s", name, key, exc)
             continue
         handled += outcome.handled

@@ -316,7 +316,7 @@ def test_the_script_with_raw_keys_and_argv(client, clock):
     key = q.keys.schedule("beat")
     version = client.redis.hget(key, "version")
     tick = clock.now_ms + 10_000
-    keys = [key, q.keys.meta, q.keys.msgs]
+    keys = [key, q.keys.meta, q.keys.msgs, q.keys.floors]
     clock.advance(10)
 
     def call(*args):
@@ -585,3 +585,35 @@ def test_cli_schedules_with_json(prefix):
     assert bad.exit_code == 2 and "exactly one" in bad.output
     assert run("schedules", "pause", "x").exit_code == 2
     assert json.loads(run("schedules", "list", "--json").output) == {"schedules": []}
+
+
+def test_a_schedule_never_overwrites_a_queue_whose_meta_was_deleted(client, clock):
+    # given a queue with stored messages and a group, whose meta hash was deleted, and a due schedule on it
+    q = client.queue("orders")
+    q.publish_many([b"original-1", b"original-2"])
+    q.consumer("g", "c0").close()
+    client.schedule("beat", "orders", every=10, payload=b"SCHEDULED")
+    client.redis.delete(q.keys.meta)
+    clock.advance(10)
+    # when a scheduler passes
+    result = Scheduler(client).run_once()
+    # then nothing is published and no stored record is overwritten: the meta stays missing for the doctor
+    assert result.published == 0
+    records = client.redis.hgetall(q.keys.msgs)
+    assert sorted(records) == [b"1", b"2"] and not any(b"SCHEDULED" in r for r in records.values())
+    assert client.redis.exists(q.keys.meta) == 0
+
+
+def test_a_damaged_target_queue_holds_up_only_its_own_schedule(client, clock):
+    # given two schedules, one to a queue whose last seq is garbage
+    client.schedule("a", "broken", every=10, payload=b"a")
+    client.schedule("b", "fine", every=10, payload=b"b")
+    broken = client.queue("broken")
+    client.redis.hset(broken.keys.meta, "seq", "garbage")
+    clock.advance(10)
+    # when a scheduler passes
+    result = Scheduler(client).run_once()
+    # then the other schedule fires, and the broken queue is left as it was
+    assert result.published == 1
+    assert [m.data for m in client.queue("fine").peek()] == [b"b"]
+    assert client.redis.hget(broken.keys.meta, "seq") == b"garbage"

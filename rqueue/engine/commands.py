@@ -681,7 +681,7 @@ def schedule_fire(
     ticks later than ``lateness_ms`` are skipped (None: never)."""
     reply = run(
         scripts.schedule_fire,
-        [schedule_key, queue_keys.meta, queue_keys.msgs],
+        [schedule_key, queue_keys.meta, queue_keys.msgs, queue_keys.floors],
         [now, version, "" if lateness_ms is None else lateness_ms, queue_keys.wake_channel, *ticks],
         queue,
         schedule_key,

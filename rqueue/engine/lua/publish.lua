@@ -40,6 +40,7 @@
                    (a deleted meta hash): seqs would be reused
 ]]
 --@include read_now
+--@include seq_guard
 --@include bulk
 --@include record_head
 
@@ -81,7 +82,7 @@ if anyId then
   local raw = fields[1]
   first, inc = tonumber(raw or '0'), fields[2]
   if not (first and first >= 0 and first % 1 == 0) then
-    return redis.error_reply('RQ_CORRUPT ' .. metaKey .. ' field seq holds ' .. string.sub(raw, 1, 40) .. ', not a seq')
+    return badSeqError(metaKey, raw)
   end
   seqMissing = not raw
   window = tonumber(ARGV[2])
@@ -101,7 +102,7 @@ else
     -- A refusal (over maxmemory, ...) as it came; garbage in the last seq named.
     local raw = rcall('HGET', metaKey, 'seq')
     if raw and not string.find(raw, '^%d+$') then
-      return redis.error_reply('RQ_CORRUPT ' .. metaKey .. ' field seq holds ' .. string.sub(raw, 1, 40) .. ', not a seq')
+      return badSeqError(metaKey, raw)
     end
     return newLast
   end
@@ -110,19 +111,12 @@ else
   inc = rcall('HGET', metaKey, 'inc')
 end
 if seqMissing then
-  -- A meta hash gone (deleted) while the queue has records, or a group that
-  -- settled some, would make seqs start again at 1 and reuse the seqs, and
-  -- tags, of messages stored or delivered: refused, storing nothing.
-  local lost = rcall('EXISTS', msgsKey) == 1
-  for _, f in ipairs(rcall('HVALS', floorsKey)) do
-    lost = lost or f ~= '0'
-  end
-  if lost then
+  local refused = reusedSeqsError(metaKey, msgsKey, floorsKey)
+  if refused then
     if not anyId then
       rcall('HDEL', metaKey, 'seq') -- the HINCRBY above, undone
     end
-    return redis.error_reply('RQ_CORRUPT ' .. metaKey .. ' is missing (no field seq) while the queue has records '
-      .. 'or a group that settled some: a publish would reuse their seqs (see `rqueue doctor`)')
+    return refused
   end
 end
 if not inc then

@@ -42,6 +42,7 @@
                      would be reused (as publish.lua)
 ]]
 --@include read_now
+--@include seq_guard
 --@include bulk
 --@include record_head
 
@@ -113,16 +114,11 @@ local first = 0
 if stored > 0 then
   first = rcall('HINCRBY', metaKey, 'seq', stored) - stored
   if first == 0 then
-    -- The queue's first publish, or a deleted meta hash: with records
-    -- stored or a group that settled some, seqs would start again at 1.
-    local lost = rcall('EXISTS', msgsKey) == 1
-    for _, f in ipairs(rcall('HVALS', floorsKey)) do
-      lost = lost or f ~= '0'
-    end
-    if lost then
+    -- The queue's first publish, or a deleted meta hash.
+    local refused = reusedSeqsError(metaKey, msgsKey, floorsKey)
+    if refused then
       rcall('HDEL', metaKey, 'seq') -- the HINCRBY above, undone
-      return redis.error_reply('RQ_CORRUPT ' .. metaKey .. ' is missing (no field seq) while the queue has records '
-        .. 'or a group that settled some: a publish would reuse their seqs (see `rqueue doctor`)')
+      return refused
     end
   end
 end

@@ -14,6 +14,8 @@
         fired_at (ms: when the latest publish was stored)
     KEYS[2] meta      hash  seq (last assigned) of the target queue
     KEYS[3] msgs      hash  seq -> record of the target queue
+    KEYS[4] floors    hash  group -> ack floor of the target queue (read:
+        whether a missing last seq means a deleted meta hash)
     ARGV[1] now in ms, or "" for the server's TIME
     ARGV[2] the version of the timing the ticks were computed from
     ARGV[3] lateness limit, ms: a due tick older than now minus it is
@@ -32,15 +34,18 @@
   Errors (nothing is written):
     RQ_BAD_ARGUMENT  a tick that is not a whole number, ticks not in
         ascending order, more than 1000 ticks, or a bad lateness limit
-    RQ_CORRUPT       the schedule's headers are not a JSON object
+    RQ_CORRUPT       the schedule's headers are not a JSON object, or the
+        target queue's last seq is garbage, or missing while the queue has
+        records or a group that settled some (as publish.lua)
 ]]
 --@include read_now
+--@include seq_guard
 --@include bulk
 --@include record
 
 local rcall = redis.call
 local MAX_TICKS = 1000
-local scheduleKey, metaKey, msgsKey = KEYS[1], KEYS[2], KEYS[3]
+local scheduleKey, metaKey, msgsKey, floorsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now, nowText = readNow(ARGV[1])
 local channel = ARGV[4]
 
@@ -104,6 +109,16 @@ if #publish > 0 then
     return redis.error_reply('RQ_CORRUPT ' .. scheduleKey .. ' headers are not a JSON object')
   end
   local payload = rcall('HGET', scheduleKey, 'payload') or ''
+  local raw = rcall('HGET', metaKey, 'seq')
+  if raw and not string.find(raw, '^%d+$') then
+    return badSeqError(metaKey, raw)
+  end
+  if not raw then
+    local refused = reusedSeqsError(metaKey, msgsKey, floorsKey)
+    if refused then
+      return refused
+    end
+  end
   -- The first write may grow memory: over maxmemory Redis refuses the whole
   -- call here, before anything is written.
   local seq = rcall('HINCRBY', metaKey, 'seq', #publish) - #publish
