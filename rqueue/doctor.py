@@ -11,6 +11,7 @@ moment's state; the repair then answers that it is gone.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -148,8 +149,8 @@ class _Examination:
         last = _seq(meta.get("seq"))
         if last is None:
             self.add(Kind.BAD_NUMBER, keys.meta, f"field seq holds {meta['seq'][:40]!r}, not a seq")
-        if "incarnation" in meta and not meta["incarnation"].strip():
-            self.add(Kind.INCARNATION_EMPTY, keys.meta, "field incarnation is empty")
+        if "inc" in meta and not meta["inc"].strip():
+            self.add(Kind.INCARNATION_EMPTY, keys.meta, "field inc (the queue's incarnation id) is empty")
         for group in sorted(floors):
             self.group(group, floors[group], last if meta.get("seq") is not None else None)
         if meta.get("seq") is None:
@@ -426,22 +427,51 @@ class _Examination:
         cursor, but a record deleted before the group was created)."""
         top = last if last is not None else cursor
         start = max(cursor, since if since is not None else top)
-        todo = list(_chunks(sorted(states), store.SCAN_STEP)) + [
-            list(range(low, min(top, low + store.SCAN_STEP - 1) + 1))
-            for low in range(start + 1, top + 1, store.SCAN_STEP)
-        ]
-        total, done = sum(len(c) for c in todo), 0
+        if top > start:
+            # A last seq far above what is stored (damaged, or set by hand)
+            # is one finding, not one per seq: the scan stops at the records.
+            highest = self.highest_record()
+            if top - max(highest, start) > UNTRACKED_MAX:
+                self.add(
+                    Kind.RECORD_MISSING,
+                    self.keys.msgs,
+                    f"seqs {max(highest, start) + 1} to {top} are not settled by group {group} but have no "
+                    f"record: the last seq {top} is above the highest stored record {highest}",
+                    group=group,
+                )
+                top = max(highest, start)
+        held = sorted(states)
+        total = len(held) + max(0, top - start)
+        todo = itertools.chain(
+            _chunks(held, store.SCAN_STEP),
+            (
+                list(range(low, min(top, low + store.SCAN_STEP - 1) + 1))
+                for low in range(start + 1, top + 1, store.SCAN_STEP)
+            ),
+        )
+        done = missing = 0
         for seqs in todo:
             for seq, there in zip(seqs, store.records_exist(self.r, self.keys, seqs), strict=True):
-                if not there:
+                if there:
+                    continue
+                missing += 1
+                if missing > UNTRACKED_MAX:
                     self.add(
                         Kind.RECORD_MISSING,
                         self.keys.msgs,
-                        f"seq {seq} is not settled by group {group} but has no record: the group's fetch "
-                        "moves it to the dead-letter queue as missing-record",
+                        f"more than these {UNTRACKED_MAX} seqs not settled by group {group} have no record; "
+                        "the check stopped there",
                         group=group,
-                        seq=seq,
                     )
+                    return
+                self.add(
+                    Kind.RECORD_MISSING,
+                    self.keys.msgs,
+                    f"seq {seq} is not settled by group {group} but has no record: the group's fetch "
+                    "moves it to the dead-letter queue as missing-record",
+                    group=group,
+                    seq=seq,
+                )
             done += len(seqs)
             if self.progress is not None:
                 self.progress(f"records of {self.name} for {group}", done, total)

@@ -221,3 +221,28 @@ def test_deleted_dead_letter_meta_refuses_dead_lettering_until_repaired(client, 
     doctor.repair(queue, [found])
     third.nack(delay=0)
     assert [(d.dlq_seq, d.data) for d in queue.dead_letters()] == [(1, b"1"), (2, b"2"), (3, b"3")]
+
+
+def test_a_last_seq_far_above_the_records_is_one_finding_and_a_bounded_check(client, queue):
+    # given a group, one stored message, and a last seq set far above it
+    queue.consumer("g", "c0").close()
+    queue.publish(b"m")
+    client.redis.hset(queue.keys.meta, "seq", 100_000_000)
+    # when the doctor examines the queue
+    found = doctor.examine(queue)
+    # then the gap is one finding naming the highest stored record, not one per seq
+    missing = [f for f in found if f.kind is doctor.Kind.RECORD_MISSING]
+    assert len(missing) == 1
+    assert "to 100000000" in missing[0].detail and "highest stored record 1" in missing[0].detail
+
+
+def test_many_missing_records_are_reported_up_to_a_limit(client, queue):
+    # given a group that has not read 1,500 messages whose records were deleted, and one kept above them
+    queue.consumer("g", "c0").close()
+    queue.publish_many([b"m"] * 1_502)
+    client.redis.hdel(queue.keys.msgs, *range(2, 1_502))
+    # when the doctor examines the queue
+    found = [f for f in doctor.examine(queue) if f.kind is doctor.Kind.RECORD_MISSING]
+    # then it names UNTRACKED_MAX of them, then says it stopped
+    assert len(found) == doctor.UNTRACKED_MAX + 1
+    assert "the check stopped there" in found[-1].detail
