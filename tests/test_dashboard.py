@@ -470,3 +470,9 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_the_app_needs_a_client_or_a_url():
+    # when the app is made with neither, then it says what it needs instead of showing an empty store
+    with pytest.raises(rqueue.InvalidInput, match="needs a client or a url"):
+        app()

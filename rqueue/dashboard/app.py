@@ -140,7 +140,9 @@ def app(
     """
     check.whole_number("poll_ms", poll_ms, 200, 3_600_000)
     if client is None:
-        client = rqueue.connect(url or "memory://", prefix=prefix)
+        if not url:
+            raise rqueue.InvalidInput("the dashboard needs a client or a url (a Redis URL), and was given neither")
+        client = rqueue.connect(url, prefix=prefix)
     user, password = basic_auth if basic_auth is not None else (None, None)
     access = Access(token=token, basic_user=user, basic_password=password, read_only=bool(read_only))
     dash = Dashboard(client, access, poll_ms)

@@ -8,7 +8,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from ..constants import IDLE_POLL_INTERVAL
-from ..errors import AlreadyAcked, DeliveryError, RQueueError
+from ..errors import AlreadyAcked, CorruptRecord, DeliveryError, RQueueError
 from ..tracing import dead_lettered
 from .handlers import Handlers
 from .ledger import Ledger
@@ -173,7 +173,9 @@ class Dispatcher:
         resync = self._retry.resync
         ok = sum(1 for s in statuses if s is None or (resync and isinstance(s, AlreadyAcked)))
         for err in statuses:
-            if err is not None and not isinstance(err, AlreadyAcked):
+            if isinstance(err, CorruptRecord):  # damage, not a late ack: said loudly
+                log.error("ack not applied: %s", err)
+            elif err is not None and not isinstance(err, AlreadyAcked):
                 log.info("ack not applied: %s", err)
         self._tally.count(acked=ok, late_settles=len(statuses) - ok)
 

@@ -418,8 +418,8 @@ else
     end
     if held ~= leases then
       return redis.error_reply('RQ_CORRUPT ' .. leaseKey .. ' holds ' .. leases .. ' leases, but the consumers hold '
-        .. tostring(held) .. ' deliveries (' .. consumersKey .. '): `rqueue doctor --repair` gives a lease back '
-        .. 'to each delivery without one')
+        .. tostring(held) .. ' deliveries (' .. consumersKey .. '): the counts and the lease set disagree; '
+        .. '`rqueue doctor --repair` recomputes the counts and gives a lease back to any delivery without one')
     end
   end
   local nextDue = nil
