@@ -617,3 +617,11 @@ def test_a_damaged_target_queue_holds_up_only_its_own_schedule(client, clock):
     assert result.published == 1
     assert [m.data for m in client.queue("fine").peek()] == [b"b"]
     assert client.redis.hget(broken.keys.meta, "seq") == b"garbage"
+
+
+def test_the_scheduler_waits_double_up_to_a_limit_however_long_redis_is_away():
+    # then the waits double from 0.5 s to 5 s, and stay there after any number of failures
+    from rqueue.worker.scheduler import retry_wait
+
+    assert [retry_wait(n) for n in (1, 2, 3, 4, 5)] == [0.5, 1.0, 2.0, 4.0, 5.0]
+    assert retry_wait(10_000) == 5.0  # 2 ** 9999 overflowed a float and ended the thread

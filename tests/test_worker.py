@@ -698,3 +698,25 @@ def test_a_delivery_acked_while_a_heartbeat_is_under_way_is_not_counted_as_a_los
     assert stats.leases_lost == 1
     assert ledger.is_known(kept.tag) and not ledger.is_known(settled.tag)
     client.close()
+
+
+def test_after_a_loss_of_redis_state_only_deliveries_from_before_it_are_dropped():
+    # given a ledger with one delivery waiting from before a loss (epoch 0) and one fetched after it (epoch 1)
+    from rqueue.worker.ledger import Ledger
+
+    client = rqueue.connect("memory://ledger-epochs", prefix="le")
+    q = client.queue("orders")
+    q.publish_many([b"old", b"new"])
+    old, new = q.consumer("g").fetch(2)
+    new.epoch = 1
+    ledger = Ledger()
+    ledger.fetched([old, new])
+    ledger.wait([old, new], 0.0)
+    # when the heartbeat or the dispatcher drops what is from before epoch 1
+    dropped = ledger.forget_waiting(older_than=1)
+    # then only the old one is dropped: the new one still runs
+    assert dropped == 1
+    stopping = threading.Event()
+    assert ledger.take(old.tag, stopping) is rqueue.worker.outcome.Outcome.SKIPPED
+    assert ledger.take(new.tag, stopping) == 0.0
+    client.close()

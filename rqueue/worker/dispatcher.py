@@ -79,13 +79,18 @@ class Dispatcher:
             sent = self._clock.monotonic()
             joins, epoch = consumer.joins, consumer.state_epoch
             statuses, deliveries, due_in = self._retry(consumer.ack_and_fetch, acks, max(free, 0))
-            if consumer.state_epoch != epoch:
+            lost = consumer.state_epoch != epoch
+            if lost:
                 self._state_lost()
             elif consumer.joins != joins:
                 self._removed()
             self._record_acks(statuses)
             ledger.fetched(deliveries)
-            if self._retry.resync:
+            if self._retry.resync or lost:
+                # After a loss the consumer drops what a fetch sent before it
+                # brought (it may be from before the loss); those messages
+                # are held in Redis all the same and go back now rather than
+                # when their leases run out.
                 self._hand_back_unknown()
             if deliveries:
                 self._tally.count(fetched=len(deliveries), redelivered=sum(1 for d in deliveries if d.redelivered))
@@ -129,14 +134,15 @@ class Dispatcher:
 
     def _hand_back_unknown(self) -> None:
         """After a failed call was retried, a fetch may have leased messages
-        whose reply never arrived: hands back whatever this worker holds in
+        whose reply never arrived (or, after a loss of Redis state, whose
+        reply the consumer dropped): hands back whatever this worker holds in
         Redis but does not know about. The known list is complete here, as
         this is the only thread that fetches."""
         known = self._ledger.known()
         result = self._retry(self._consumer.heartbeat, known, self._heartbeat_timeout, sync=True)
         self._retry.resync = False
         if result.handed_back:
-            log.warning("handed back %d deliveries whose fetch reply was lost", result.handed_back)
+            log.warning("handed back %d deliveries whose fetch reply was lost or dropped", result.handed_back)
 
     def _removed(self) -> None:
         """The fetch found this worker removed from its group (silent too
@@ -156,7 +162,7 @@ class Dispatcher:
         the deliveries waiting for a thread are from before the loss, and
         are dropped, never run; running ones finish, but their outcomes are
         not sent (LostDelivery), so none settles a new message."""
-        dropped = self._ledger.forget_waiting()
+        dropped = self._ledger.forget_waiting(older_than=self._consumer.state_epoch)
         # The consumer logged the loss at ERROR; this says what the worker did.
         log.warning(
             "worker %s: Redis lost the queue's state; %d waiting deliveries dropped, not run",

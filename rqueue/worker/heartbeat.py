@@ -101,8 +101,9 @@ class Heartbeat:
             finally:
                 if consumer.state_epoch != epoch:
                     # Redis lost the queue's state (the consumer logged it):
-                    # what waits is from before the loss and never runs.
-                    dropped = ledger.forget_waiting()
+                    # what waits from before the loss never runs; what the
+                    # dispatcher fetched since (a newer epoch) does.
+                    dropped = ledger.forget_waiting(older_than=consumer.state_epoch)
                     log.warning("worker %s: %d waiting deliveries dropped, not run", consumer.name, dropped)
             # A delivery settled since the heartbeat listed it (its ack
             # raced this call) is refused as no longer held, not lost.

@@ -139,10 +139,18 @@ class Ledger:
             for tag in tags:
                 self._waiting.pop(tag, None)
 
-    def forget_waiting(self) -> int:
+    def forget_waiting(self, older_than: int | None = None) -> int:
         """Withdraws every waiting delivery (the worker was removed from its
-        group: what it held is offered again); returns how many."""
+        group: what it held is offered again), or with ``older_than`` those
+        fetched before the consumer's state epoch ``older_than`` (Redis lost
+        the queue's state: what was fetched after the loss stays); returns
+        how many."""
         with self._lock:
-            dropped = len(self._waiting)
-            self._waiting.clear()
-        return dropped
+            if older_than is None:
+                dropped = len(self._waiting)
+                self._waiting.clear()
+                return dropped
+            old = [tag for tag, (d, _) in self._waiting.items() if d.epoch < older_than]
+            for tag in old:
+                del self._waiting[tag]
+        return len(old)

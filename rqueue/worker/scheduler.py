@@ -73,7 +73,7 @@ class Scheduler:
                 result = self.run_once()
             except Exception as exc:  # a scheduler outlives any failure: it tries again
                 failures += 1
-                wait = min(RETRY_SLEEP[0] * 2 ** (failures - 1), RETRY_SLEEP[1])
+                wait = retry_wait(failures)
                 expected = isinstance(exc, (RQueueError, OSError))
                 log.warning("scheduler pass failed (%s); trying again in %.1f s", exc, wait, exc_info=not expected)
             else:
@@ -90,3 +90,10 @@ class Scheduler:
         if wait <= 0:
             return 0.0 if result.handled else IDLE_SLEEP
         return min(wait, self.max_sleep)
+
+
+def retry_wait(failures: int) -> float:
+    """Seconds to wait after ``failures`` passes in a row failed: doubling
+    from RETRY_SLEEP[0] up to RETRY_SLEEP[1]; the exponent is capped, so
+    no overflow however long Redis stays away."""
+    return min(RETRY_SLEEP[0] * 2.0 ** min(failures - 1, 30), RETRY_SLEEP[1])
