@@ -17,9 +17,9 @@ ratio to RPUSH. Every run writes to a fresh queue / list. Variants:
 - ``redis-py RPUSH``: foreachPartition, one connection per partition,
   pipelines of --batch-size RPUSH commands (no ids, no de-duplication, no
   exactly once: the ceiling of what any Redis sink could do here);
-- ``key per message``: the foreachBatch sink that gives each row a
-  de-duplication key of its own (content ids: digest, shuffle, sort;
-  benchmarks/spark_key_per_message_sink.py);
+- ``key per message``: the writer with an id column of content digests
+  (SHA-256 of the value), so that every row gets a de-duplication key of
+  its own in Redis, as the sink before the writer did;
 - ``writer content`` / ``writer position`` / ``writer id_col``: the rqueue
   writer with its three ways of recognising a task run again
   (docs/spark.md); ``writer replay``: the content writer run again on the
@@ -39,7 +39,6 @@ import statistics
 import sys
 import time
 import uuid
-from pathlib import Path
 
 
 def rpush_partition(rows, url: str, key: str, batch_size: int):
@@ -100,8 +99,6 @@ def main(argv: list[str] | None = None) -> int:
         pad = "x" * max(0, args.size - 12)
         counter = iter(range(10**9))
         rs.register(spark)
-        spark.sparkContext.addPyFile(str(Path(__file__).with_name("spark_key_per_message_sink.py")))
-        import spark_key_per_message_sink as reference
 
         def writer(**options):
             def run(batch_df, batch_id):
@@ -136,11 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             return queue
 
         def key_per_message(batch_df, batch_id):
-            queue = f"bench.{next(counter)}"
-            reference.sink(
-                args.url, queue, prefix=prefix, batch_size=args.batch_size, job_id="bench", dedup_window=3600
-            )(batch_df.select("value"), batch_id)
-            return queue
+            digests = batch_df.withColumn("id", F.sha2(F.col("value").cast("binary"), 256))
+            return writer(id_col=True)(digests, batch_id)
 
         def rpush(batch_df, batch_id):
             key = f"{prefix}:rpush:{next(counter)}"
