@@ -19,6 +19,7 @@ from ..randomness import Randomness
 from ..results import GroupStats
 from . import commands as c
 from .async_scripts import AsyncScript, AsyncScripts
+from .commands import text
 from .keys import QueueKeys, registry_key, settings_key
 from .store import EVENTS_MAX
 
@@ -143,13 +144,9 @@ def _int(value: Any) -> int:
     return int(value or 0)
 
 
-def _str(value: bytes | str) -> str:
-    return value.decode(errors="surrogateescape") if isinstance(value, bytes) else value
-
-
 async def group_names(r: Any, keys: QueueKeys) -> list[str]:
     async def read() -> list[str]:
-        return sorted(_str(g) for g in await r.hkeys(keys.floors))
+        return sorted(text(g) for g in await r.hkeys(keys.floors))
 
     return await guarded(read, where=keys.base)
 
@@ -229,7 +226,7 @@ async def register_queue(r: Any, prefix: str, name: str) -> None:
 
 async def read_settings(r: Any, prefix: str) -> dict[str, str]:
     raw: dict[Any, Any] = await guarded(lambda: r.hgetall(settings_key(prefix)), where=f"prefix {prefix!r}")
-    return {_str(k): _str(v) for k, v in raw.items()}
+    return {text(k): text(v) for k, v in raw.items()}
 
 
 async def write_settings(r: Any, prefix: str, values: dict[str, str]) -> None:

@@ -286,7 +286,7 @@ def parse_fetch(reply: Any, token: str, acks: int) -> FetchReply:
     return FetchReply(
         int(reply[0]),
         None if due in (b"", None) else int(due),
-        _text(reply[2]),
+        text(reply[2]),
         int(reply[3]),
         statuses,
         token,
@@ -311,8 +311,11 @@ def parse_ack(reply: Any, strict: bool) -> list[str]:
     return [] if strict else [s.decode() for s in reply]
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def text(value: Any) -> str:
+    """A reply's value as str: bytes (from a client that does not decode
+    replies) as UTF-8, bytes that are not kept as surrogates (a name as it
+    was stored); anything else through str()."""
+    return value.decode(errors="surrogateescape") if isinstance(value, bytes) else str(value)
 
 
 def ack(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
@@ -385,7 +388,7 @@ def parse_heartbeat(reply: Any) -> HeartbeatReply:
         int(reply[2]),
         int(reply[3]),
         int(reply[4]),
-        _text(reply[5]),
+        text(reply[5]),
         [s.decode() for s in reply[6:]],
     )
 
@@ -406,7 +409,7 @@ def join_args(liveness_ms: int, incarnation: str) -> list[Any]:
 
 def parse_join(reply: Any) -> JoinReply:
     group_created, consumer_created, inc = reply
-    return JoinReply(int(group_created) == 1, int(consumer_created) == 1, _text(inc))
+    return JoinReply(int(group_created) == 1, int(consumer_created) == 1, text(inc))
 
 
 def join(call: GroupCall, liveness_ms: int, incarnation: str) -> JoinReply:
@@ -707,7 +710,7 @@ def repair(call: GroupCall, what: str, args: Sequence[Any] = ()) -> RepairReply:
     """Repairs one finding of the doctor in the group of ``call``
     (lua/repair.lua lists ``what`` and its arguments)."""
     done, detail = call.run(call.scripts.repair, [what, *args])
-    return RepairReply(_text(done) == "done", _text(detail))
+    return RepairReply(text(done) == "done", text(detail))
 
 
 class PublishSeen(NamedTuple):
@@ -725,8 +728,8 @@ def publish_seen(reply: Sequence[Any]) -> PublishSeen:
     flags = reply[2::2]
     new = flags.count(0)
     if new == len(flags):  # no duplicate: the common case, read without a loop
-        return PublishSeen(_text(reply[0]), int(reply[1]), int(reply[-2]))
+        return PublishSeen(text(reply[0]), int(reply[1]), int(reply[-2]))
     if new == 0:
-        return PublishSeen(_text(reply[0]), 0, -1)
+        return PublishSeen(text(reply[0]), 0, -1)
     first = int(reply[1 + 2 * flags.index(0)])
-    return PublishSeen(_text(reply[0]), first, first + new - 1)
+    return PublishSeen(text(reply[0]), first, first + new - 1)

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..connection.open import RedisClient
-from .commands import guarded
+from .commands import guarded, text
 from .keys import schedules_channel, schedules_key
 
 Fields = Mapping[str, bytes | str | int]  # a schedule's fields, as written
@@ -33,10 +33,6 @@ STATE_FIELDS = (
 )
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def _mapping(fields: Fields) -> dict[Any, Any]:
     """``fields`` as redis-py's hset takes them (its key type is invariant)."""
     return dict(fields)
@@ -45,13 +41,13 @@ def _mapping(fields: Fields) -> dict[Any, Any]:
 def registry(r: RedisClient, prefix: str) -> dict[str, str]:
     """Schedule name -> the queue it publishes to, for every schedule."""
     raw = guarded(lambda: r.hgetall(schedules_key(prefix)), where=f"prefix {prefix!r}")
-    return {_text(k): _text(v) for k, v in raw.items()}
+    return {text(k): text(v) for k, v in raw.items()}
 
 
 def registered_queue(r: RedisClient, prefix: str, name: str) -> str | None:
     """The queue schedule ``name`` publishes to, or None when there is no such schedule."""
     raw = guarded(lambda: r.hget(schedules_key(prefix), name), where=f"prefix {prefix!r}")
-    return None if raw is None else _text(raw)
+    return None if raw is None else text(raw)
 
 
 def states(r: RedisClient, keys: Sequence[str]) -> list[dict[str, str] | None]:
@@ -64,7 +60,7 @@ def states(r: RedisClient, keys: Sequence[str]) -> list[dict[str, str] | None]:
             pipe.hmget(key, STATE_FIELDS)
         out: list[dict[str, str] | None] = []
         for values in pipe.execute():
-            state = {f: _text(v) for f, v in zip(STATE_FIELDS, values, strict=True) if v is not None}
+            state = {f: text(v) for f, v in zip(STATE_FIELDS, values, strict=True) if v is not None}
             out.append(state if "version" in state else None)
         return out
 
@@ -73,7 +69,7 @@ def states(r: RedisClient, keys: Sequence[str]) -> list[dict[str, str] | None]:
 
 def field(r: RedisClient, key: str, name: str) -> str | None:
     raw = guarded(lambda: r.hget(key, name), where=key)
-    return None if raw is None else _text(raw)
+    return None if raw is None else text(raw)
 
 
 def write(r: RedisClient, prefix: str, name: str, key: str, fields: Fields, drop: Sequence[str]) -> None:

@@ -21,6 +21,7 @@ from redis.sentinel import SentinelConnectionPool
 
 from ..connection.open import RedisClient
 from ..connection.urls import describe
+from .commands import text
 from .scripts import Script
 
 
@@ -44,12 +45,10 @@ def load_everywhere(r: RedisClient, by_name: Mapping[str, Script]) -> list[Serve
                 for (name, script), reply in zip(by_name.items(), replies, strict=True):
                     if isinstance(reply, Exception):
                         entry.error = entry.error or _why(reply)
-                    elif _text(reply) == script.sha:
+                    elif text(reply) == script.sha:
                         entry.held.append(name)
                     else:  # the server hashed another text: never seen, but never hidden
-                        entry.error = (
-                            entry.error or f"SCRIPT LOAD of {name} answered {_text(reply)!r}, not {script.sha}"
-                        )
+                        entry.error = entry.error or f"SCRIPT LOAD of {name} answered {text(reply)!r}, not {script.sha}"
             out.append(entry)
     return out
 
@@ -156,10 +155,6 @@ def _address(r: redis.Redis) -> str:
     if kwargs.get("path"):
         return str(kwargs["path"])
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-
-
-def _text(reply: Any) -> str:
-    return reply.decode() if isinstance(reply, bytes) else str(reply)
 
 
 def _why(exc: BaseException) -> str:

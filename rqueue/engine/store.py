@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from ..connection.cluster import Retrier, no_retry
 from ..connection.open import RedisClient
-from .commands import guarded
+from .commands import guarded, text
 from .keys import QueueKeys, partitions_key, registry_key, settings_key
 
 EVENTS_MAX = 10_000  # entries a queue's event stream keeps (approximately)
@@ -21,12 +21,6 @@ DELETE_BATCH = 500  # keys deleted per DEL
 
 def _int(value: Any) -> int:
     return int(value or 0)
-
-
-def _str(value: bytes | str) -> str:
-    """A name as Redis returned it (bytes from a client that does not
-    decode replies)."""
-    return value.decode(errors="surrogateescape") if isinstance(value, bytes) else value
 
 
 def _bytes(value: bytes | str) -> bytes:
@@ -62,7 +56,7 @@ def record(r: RedisClient, keys: QueueKeys, seq: int) -> bytes | None:
 
 def group_names(r: RedisClient, keys: QueueKeys) -> list[str]:
     """The queue's groups, sorted."""
-    return guarded(lambda: sorted(_str(g) for g in r.hkeys(keys.floors)), where=keys.base)
+    return guarded(lambda: sorted(text(g) for g in r.hkeys(keys.floors)), where=keys.base)
 
 
 def has_group(r: RedisClient, keys: QueueKeys, group: str) -> bool:
@@ -145,7 +139,7 @@ def in_flight(r: RedisClient, keys: QueueKeys) -> int:
         total = 0
         for level in _levels(r, keys):
             for g in r.hkeys(level.floors):
-                total += int(r.zcount(level.group(_str(g)).lease, "-inf", "(+inf"))
+                total += int(r.zcount(level.group(text(g)).lease, "-inf", "(+inf"))
         return total
 
     return guarded(count, where=keys.base)
@@ -160,7 +154,7 @@ def delete_queue(r: RedisClient, keys: QueueKeys, prefix: str, name: str) -> int
     def delete() -> int:
         doomed: list[str] = []
         for level in _levels(r, keys):
-            groups = [_str(g) for g in r.hkeys(level.floors)]
+            groups = [text(g) for g in r.hkeys(level.floors)]
             doomed += level.all_static()
             for g in groups:
                 doomed += level.group(g).group_only()
@@ -193,7 +187,7 @@ def record_event(r: RedisClient, keys: QueueKeys, fields: dict[str, str]) -> Non
 
 
 def _event(entry_id: Any, fields: Any) -> dict[str, str]:
-    return {"id": _str(entry_id), **{_str(k): _str(v) for k, v in fields.items()}}
+    return {"id": text(entry_id), **{text(k): text(v) for k, v in fields.items()}}
 
 
 def events_after(r: RedisClient, keys: QueueKeys, last_id: str, count: int) -> list[dict[str, str]]:
@@ -246,7 +240,7 @@ def register_queue(r: RedisClient, prefix: str, name: str, retry: Retrier[Any] =
 
 
 def registered_queues(r: RedisClient, prefix: str) -> list[str]:
-    return guarded(lambda: sorted(_str(m) for m in r.smembers(registry_key(prefix))), where=f"prefix {prefix!r}")
+    return guarded(lambda: sorted(text(m) for m in r.smembers(registry_key(prefix))), where=f"prefix {prefix!r}")
 
 
 def have_dead_letters(r: RedisClient, levels: list[QueueKeys]) -> list[bool]:
@@ -267,7 +261,7 @@ def have_dead_letters(r: RedisClient, levels: list[QueueKeys]) -> list[bool]:
 def read_settings(r: RedisClient, prefix: str, retry: Retrier[Any] = no_retry) -> dict[str, str]:
     """Every stored setting: "<pattern> <setting>" -> its JSON value."""
     raw: dict[Any, Any] = guarded(lambda: retry(lambda: r.hgetall(settings_key(prefix))), where=f"prefix {prefix!r}")
-    return {_str(k): _str(v) for k, v in raw.items()}
+    return {text(k): text(v) for k, v in raw.items()}
 
 
 def write_settings(r: RedisClient, prefix: str, values: dict[str, str]) -> None:
@@ -310,7 +304,7 @@ def queue_index(r: RedisClient, prefix: str) -> tuple[list[str], dict[str, bytes
         pipe.smembers(registry_key(prefix))
         pipe.hgetall(partitions_key(prefix))
         names, parts = pipe.execute()
-        return sorted(_str(m) for m in names), {_str(k): _bytes(v) for k, v in parts.items()}
+        return sorted(text(m) for m in names), {text(k): _bytes(v) for k, v in parts.items()}
 
     return guarded(read, where=f"prefix {prefix!r}")
 
@@ -336,7 +330,7 @@ def queue_overview(r: RedisClient, levels: list[tuple[QueueKeys, QueueKeys]], no
             pipe.hlen(dead.msgs)
             pipe.hkeys(keys.floors)
         first = pipe.execute()
-        names = [sorted(_str(g) for g in first[i * 5 + 4]) for i in range(len(levels))]
+        names = [sorted(text(g) for g in first[i * 5 + 4]) for i in range(len(levels))]
         pipe = r.pipeline(transaction=False)
         for (keys, _), groups in zip(levels, names, strict=True):
             for g in groups:
@@ -370,7 +364,7 @@ SCAN_STEP = 1000  # entries read per call from a big key
 def hash_all(r: RedisClient, key: str, where: str) -> dict[str, str]:
     """A small hash (a queue's meta, floors, a group's hash, its members)."""
     raw: dict[Any, Any] = guarded(lambda: r.hgetall(key), where=where)
-    return {_str(k): _str(v) for k, v in raw.items()}
+    return {text(k): text(v) for k, v in raw.items()}
 
 
 def hash_in_steps(r: RedisClient, key: str, where: str) -> Iterator[list[tuple[str, str]]]:
@@ -384,7 +378,7 @@ def hash_in_steps(r: RedisClient, key: str, where: str) -> Iterator[list[tuple[s
             return found[0], found[1]
 
         cursor, page = guarded(step, where=where)
-        yield [(_str(k), _str(v)) for k, v in page.items()]
+        yield [(text(k), text(v)) for k, v in page.items()]
         if int(cursor) == 0:
             return
 
@@ -400,7 +394,7 @@ def zset_in_steps(r: RedisClient, key: str, where: str) -> Iterator[list[tuple[s
             return list(found)
 
         page = guarded(step, where=where)
-        yield [(_str(m), float(s)) for m, s in page]
+        yield [(text(m), float(s)) for m, s in page]
         if len(page) < SCAN_STEP:
             return
         start += SCAN_STEP
