@@ -13,7 +13,7 @@ from . import validate as check
 from .clock import SYSTEM_CLOCK, Clock
 from .connection.cluster import Retrier, cluster_retry, no_retry
 from .connection.open import RedisClient, open_redis
-from .connection.urls import CLUSTER_SCHEMES, CONNECT_TIMEOUT
+from .connection.urls import CLUSTER_SCHEMES, CONNECT_TIMEOUT, reads_shebang
 from .constants import (
     DEFAULT_DLQ_PREFIX,
     DEFAULT_DLQ_SUFFIX,
@@ -149,8 +149,7 @@ class Client:
         self.randomness = randomness or Randomness()
         self.dlq_prefix = dlq_prefix
         self.dlq_suffix = dlq_suffix
-        # memory:// (fakeredis) reads no "#!lua" line and has no maxmemory.
-        self.scripts = Scripts(redis_client, retry, shebang=not url.startswith("memory:"))
+        self.scripts = Scripts(redis_client, retry, shebang=reads_shebang(url))
         #: Wraps plain commands that may safely be sent twice (reads, SADD, HSETNX).
         self.idempotent = idempotent_retry
         self.settings = SettingsStore(redis_client, prefix, self.clock.monotonic, settings_ttl, idempotent_retry)

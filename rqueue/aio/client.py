@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from ..client import check_durable
 from ..clock import SYSTEM_CLOCK, Clock
-from ..connection.urls import CLUSTER_SCHEMES, CONNECT_TIMEOUT, mask_url
+from ..connection.urls import CLUSTER_SCHEMES, CONNECT_TIMEOUT, mask_url, reads_shebang
 from ..constants import (
     DEFAULT_DLQ_PREFIX,
     DEFAULT_DLQ_SUFFIX,
@@ -100,10 +100,7 @@ class Client:
         self.dlq_prefix = dlq_prefix
         self.dlq_suffix = dlq_suffix
         self.failover_timeout = failover_timeout
-        # memory:// (fakeredis) reads no "#!lua" line and has no maxmemory.
-        self.scripts = AsyncScripts(
-            redis_client, cluster_retry(failover_timeout), shebang=not url.startswith("memory:")
-        )
+        self.scripts = AsyncScripts(redis_client, cluster_retry(failover_timeout), shebang=reads_shebang(url))
         self.settings = AsyncSettings(redis_client, prefix, self.clock.monotonic, settings_ttl)
         self.notifier = AsyncNotifier(redis_client)
         self._registered: set[str] = set()

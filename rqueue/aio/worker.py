@@ -29,13 +29,12 @@ from ..constants import (
     DEFAULT_MAX_RUN_TIME,
     DEFAULT_RECONNECT_TIMEOUT,
     IDLE_POLL_INTERVAL,
-    STALE_DISPATCH_FRACTION,
     WORKER_PREFETCH_PER_THREAD,
 )
 from ..errors import AlreadyAcked, DeliveryError, NotMember, Reject, RQueueError
 from ..names import check_name
 from ..tracing import dead_lettered, processing
-from ..worker.handlers import STALE_CHECKS
+from ..worker.handlers import LeaseCheck
 from ..worker.ledger import Ledger
 from ..worker.options import check_options
 from ..worker.outcome import Outcome
@@ -330,24 +329,18 @@ class Worker:
         if isinstance(taken, Outcome):
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
-        held_since = taken
-        started = self._clock.monotonic()
-        safe = min(self._ack_wait(), self.heartbeat_timeout) * STALE_DISPATCH_FRACTION
-        checks = 0
-        while started - held_since >= safe:
-            # It waited long (or the loop was blocked): check with Redis, as
-            # the threaded worker does (rqueue.worker.handlers).
-            checks += 1
-            if checks > STALE_CHECKS:
-                log.warning("not running %s: Redis answered %d checks of its lease too late", d.tag, STALE_CHECKS)
+        check = LeaseCheck(d.tag, taken, self._clock.monotonic(), self._ack_wait(), self.heartbeat_timeout)
+        while check.wanted():
+            # It waited long (or the loop was blocked): check with Redis.
+            if check.exhausted():
                 self._tally.count(stale_skipped=1)
                 return Outcome.SKIPPED, ""
             if not await self._still_held(d):
-                log.info("not running %s: no longer held %.1f s after its fetch was sent", d.tag, started - taken)
+                check.lost()
                 self._tally.count(stale_skipped=1)
                 return Outcome.SKIPPED, ""
-            held_since = started
-            started = self._clock.monotonic()
+            check.vouched(self._clock.monotonic())
+        started = check.now
         self._ledger.start(d, started)
         self._tally.handled()
         try:

@@ -21,6 +21,13 @@ SOCKET_TIMEOUT = 30.0  # seconds to wait for any one reply
 _SECRET_PARAM = re.compile(r"([?&;](?:\w+_)?(?:password|pass|pwd|passwd|secret|token)=)([^&;#]*)", re.IGNORECASE)
 
 
+def reads_shebang(url: str) -> bool:
+    """Whether the server of ``url`` reads a script's ``#!lua flags=...``
+    line: every Redis and Valkey does; memory:// (fakeredis) does not, and
+    has no maxmemory for the flags to matter."""
+    return not url.startswith("memory:")
+
+
 def split_secrets(url: str) -> tuple[str, str, str, str]:
     """``url`` as (scheme with "://", user and ":" or "", password, the rest
     from "@" or the whole authority when there is no password).

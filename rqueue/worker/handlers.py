@@ -35,6 +35,43 @@ Handler = Callable[["Delivery"], Any]
 STALE_CHECKS = 3
 
 
+class LeaseCheck:
+    """Whether a delivery that waited in the worker must be checked with
+    Redis before its handler runs, for both workers (this one and
+    rqueue.aio.Worker). Redis last vouched for the lease when the fetch was
+    sent; past ``min(ack_wait, heartbeat_timeout) * STALE_DISPATCH_FRACTION``
+    since then (a long wait, or a paused worker) it is asked again, and a
+    check that vouches from when it was sent but answers late is checked
+    again, up to STALE_CHECKS times."""
+
+    def __init__(self, tag: str, sent: float, now: float, ack_wait: float, heartbeat_timeout: float) -> None:
+        self.tag = tag
+        self._sent = self._vouched = sent
+        #: When the handler may start (monotonic seconds), once no check is wanted.
+        self.now = now
+        self._safe = min(ack_wait, heartbeat_timeout) * STALE_DISPATCH_FRACTION
+        self._checks = 0
+
+    def wanted(self) -> bool:
+        return self.now - self._vouched >= self._safe
+
+    def exhausted(self) -> bool:
+        """Counts a check; True (and logged) when STALE_CHECKS answered too late."""
+        self._checks += 1
+        if self._checks <= STALE_CHECKS:
+            return False
+        log.warning("not running %s: Redis answered %d checks of its lease too late", self.tag, STALE_CHECKS)
+        return True
+
+    def lost(self) -> None:
+        log.info("not running %s: no longer held %.1f s after its fetch was sent", self.tag, self.now - self._sent)
+
+    def vouched(self, now: float) -> None:
+        """Redis vouched for the lease when the check was sent (at the last
+        ``now``); ``now`` is after its answer."""
+        self._vouched, self.now = self.now, now
+
+
 class Handlers:
     """``concurrency`` threads that run ``handler`` on the deliveries
     :meth:`submit` gives them."""
@@ -118,28 +155,19 @@ class Handlers:
             # Made before Redis lost the queue's state: never run.
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
-        # Redis last vouched for the lease when the fetch was sent. One
-        # clock reading per message: with a quick handler this bookkeeping
-        # is most of a handler thread's work.
-        held_since = taken
-        started = self._clock.monotonic()
-        safe = min(self._ack_wait(), self._heartbeat_timeout) * STALE_DISPATCH_FRACTION
-        checks = 0
-        while started - held_since >= safe:
-            # It waited long (or the worker was paused): check with Redis.
-            # The check vouches from when it was sent; should its reply come
-            # late too, it is checked again, up to STALE_CHECKS times.
-            checks += 1
-            if checks > STALE_CHECKS:
-                log.warning("not running %s: Redis answered %d checks of its lease too late", d.tag, STALE_CHECKS)
+        # One clock reading per message: with a quick handler this
+        # bookkeeping is most of a handler thread's work.
+        check = LeaseCheck(d.tag, taken, self._clock.monotonic(), self._ack_wait(), self._heartbeat_timeout)
+        while check.wanted():
+            if check.exhausted():
                 self._tally.count(stale_skipped=1)
                 return Outcome.SKIPPED, ""
             if not self._still_held(d):
-                log.info("not running %s: no longer held %.1f s after its fetch was sent", d.tag, started - taken)
+                check.lost()
                 self._tally.count(stale_skipped=1)
                 return Outcome.SKIPPED, ""
-            held_since = started
-            started = self._clock.monotonic()  # the check's time is not the handler's (max_run_time)
+            check.vouched(self._clock.monotonic())  # the check's time is not the handler's (max_run_time)
+        started = check.now
         self._ledger.start(d, started)
         self._tally.handled()
         try:
