@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import validate as check
 from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
-from .consumer import Consumer, refs_of
+from .consumer import Consumer
+from .consumer_core import ConsumerCore, refs_of
 from .delivery import Delivery, DeliveryRef, HeartbeatResult
 from .errors import DeliveryError, InvalidInput, LostDelivery, RQueueError, StateLost
 from .ids import consumer_name
@@ -43,7 +44,57 @@ class Partitioned(Protocol):
     def parts(self) -> Sequence[Partition]: ...
 
 
-class PartitionedConsumer:
+class PartitionRouting:
+    """Which partition's consumer a delivery or tag belongs to, and the
+    order partitions are fetched from: shared by the sync and the asyncio
+    partitioned consumers."""
+
+    consumers: Sequence[Any]
+    _next: int
+    _lock: threading.Lock
+
+    def _order(self) -> list[Any]:
+        """The partitions' consumers, starting one further on each call."""
+        with self._lock:
+            start = self._next
+            self._next = (start + 1) % len(self.consumers)
+        return [*self.consumers[start:], *self.consumers[:start]]
+
+    @staticmethod
+    def _by_index(statuses: dict[int, Any]) -> list[Any]:
+        return [statuses[i] for i in range(len(statuses))]
+
+    def _locate(self, ref: DeliveryRef) -> tuple[int, DeliveryRef]:
+        if isinstance(ref, Delivery):
+            owner = ref.consumer
+            p = owner.queue.partition if isinstance(owner, ConsumerCore) else None
+            if owner not in self.consumers or p is None:
+                raise InvalidInput(f"delivery {ref.tag} was not fetched by {self!r}")
+            return p, ref
+        if not isinstance(ref, str):
+            raise InvalidInput(f"expected a Delivery or a delivery tag, not {type(ref).__name__}")
+        head, sep, tag = ref.partition("/")
+        if not sep or not head.isascii() or not head.isdigit() or int(head) >= len(self.consumers):
+            raise InvalidInput(
+                f"{ref!r} is not a delivery tag of a partitioned queue: <partition>/<seq>.<count>.<token> "
+                f"with a partition from 0 to {len(self.consumers) - 1}"
+            )
+        return int(head), tag
+
+    def _split(self, refs: Iterable[DeliveryRef]) -> dict[int, list[tuple[int, DeliveryRef]]]:
+        """The deliveries by partition, each with its index in ``refs``."""
+        out: dict[int, list[tuple[int, DeliveryRef]]] = {}
+        for i, ref in enumerate(refs):
+            p, d = self._locate(ref)
+            out.setdefault(p, []).append((i, d))
+        return out
+
+    def _one(self, ref: DeliveryRef) -> tuple[Any, DeliveryRef]:
+        p, d = self._locate(ref)
+        return self.consumers[p], d
+
+
+class PartitionedConsumer(PartitionRouting):
     """A member of a group in every partition of a partitioned queue, under
     one name. Obtain one with :meth:`PartitionedQueue.consumer`.
 
@@ -84,13 +135,6 @@ class PartitionedConsumer:
     def settings(self) -> Settings:
         """The settings this consumer works with (the same in every partition)."""
         return self.consumers[0].settings()
-
-    def _order(self) -> list[Consumer]:
-        """The partitions' consumers, starting one further on each call."""
-        with self._lock:
-            start = self._next
-            self._next = (start + 1) % len(self.consumers)
-        return self.consumers[start:] + self.consumers[:start]
 
     def fetch(self, n: int = 1, timeout: float = 0.0) -> list[Delivery]:
         """Claims up to ``n`` deliveries from the partitions in turn (see
@@ -175,7 +219,8 @@ class PartitionedConsumer:
 
     def nack(self, delivery: DeliveryRef, delay: float | None = None, error: str = "") -> str:
         c, d = self._one(delivery)
-        return c.nack(d, delay=delay, error=error)
+        status: str = c.nack(d, delay=delay, error=error)
+        return status
 
     nak = nack
 
@@ -245,34 +290,3 @@ class PartitionedConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- routing of deliveries ----------------------------------------------
-
-    def _locate(self, ref: DeliveryRef) -> tuple[int, DeliveryRef]:
-        if isinstance(ref, Delivery):
-            owner = ref.consumer
-            p = owner.queue.partition if isinstance(owner, Consumer) else None
-            if owner not in self.consumers or p is None:
-                raise InvalidInput(f"delivery {ref.tag} was not fetched by {self!r}")
-            return p, ref
-        if not isinstance(ref, str):
-            raise InvalidInput(f"expected a Delivery or a delivery tag, not {type(ref).__name__}")
-        head, sep, tag = ref.partition("/")
-        if not sep or not head.isascii() or not head.isdigit() or int(head) >= len(self.consumers):
-            raise InvalidInput(
-                f"{ref!r} is not a delivery tag of a partitioned queue: <partition>/<seq>.<count>.<token> "
-                f"with a partition from 0 to {len(self.consumers) - 1}"
-            )
-        return int(head), tag
-
-    def _split(self, refs: Iterable[DeliveryRef]) -> dict[int, list[tuple[int, DeliveryRef]]]:
-        """The deliveries by partition, each with its index in ``refs``."""
-        out: dict[int, list[tuple[int, DeliveryRef]]] = {}
-        for i, ref in enumerate(refs):
-            p, d = self._locate(ref)
-            out.setdefault(p, []).append((i, d))
-        return out
-
-    def _one(self, ref: DeliveryRef) -> tuple[Consumer, DeliveryRef]:
-        p, d = self._locate(ref)
-        return self.consumers[p], d

@@ -204,6 +204,10 @@ class Worker:
         assert self.consumer is not None
         return self.consumer.last_settings.ack_wait
 
+    def _state_epoch(self) -> int:
+        assert self.consumer is not None
+        return self.consumer.state_epoch
+
     def _has_news(self) -> bool:
         return self._ledger.has_results() or self._stopping.is_set()
 
@@ -223,9 +227,17 @@ class Worker:
                 continue
             # The lease of what this fetch brings begins after it is sent.
             sent = self._clock.monotonic()
-            joins = consumer.joins
+            joins, epoch = consumer.joins, consumer.state_epoch
             statuses, deliveries, due_in = await self._retry.call(consumer.ack_and_fetch, acks, max(free, 0))
-            if consumer.joins != joins:
+            lost = consumer.state_epoch != epoch
+            if lost:
+                dropped = ledger.forget_waiting(older_than=consumer.state_epoch)
+                log.warning(
+                    "worker %s: Redis lost the queue's state; %d waiting deliveries dropped, not run",
+                    consumer.name,
+                    dropped,
+                )
+            elif consumer.joins != joins:
                 dropped = ledger.forget_waiting()
                 log.warning(
                     "worker %s had been removed from its group and joined again; "
@@ -235,7 +247,9 @@ class Worker:
                 )
             self._record_acks(statuses)
             ledger.fetched(deliveries)  # type: ignore[arg-type]  # an aio Delivery is a Delivery
-            if self._retry.resync:
+            if self._retry.resync or lost:
+                # After a loss the consumer drops what a fetch sent before it
+                # brought; those messages are held in Redis and go back now.
                 await self._hand_back_unknown(consumer)
             if deliveries:
                 self._tally.count(fetched=len(deliveries), redelivered=sum(1 for d in deliveries if d.redelivered))
@@ -326,7 +340,9 @@ class Worker:
         taken = self._ledger.take(d.tag, self._stopping)
         if taken is Outcome.RETURNED:
             return Outcome.RETURNED, ""
-        if isinstance(taken, Outcome):
+        if isinstance(taken, Outcome) or d.epoch != self._state_epoch():
+            # Its lease was lost while it waited, or it was made before Redis
+            # lost the queue's state: never run.
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
         check = LeaseCheck(d.tag, taken, self._clock.monotonic(), self._ack_wait(), self.heartbeat_timeout)
@@ -376,6 +392,7 @@ class Worker:
             if self._beat_stop.is_set():
                 return
             running, waiting = ledger.leases(self._clock.monotonic(), self.max_run_time)
+            epoch = consumer.state_epoch
             try:
                 statuses, removed, returned, dead, _ = await self._retry.call_once(
                     consumer.heartbeat, running + waiting, self.heartbeat_timeout
@@ -398,7 +415,18 @@ class Worker:
             except Exception:
                 log.exception("heartbeat failed")
                 continue
-            lost = sum(1 for s in statuses if s is not None)
+            finally:
+                if consumer.state_epoch != epoch:
+                    # Redis lost the queue's state (the consumer logged it):
+                    # what waits from before the loss never runs; what the
+                    # dispatcher fetched since (a newer epoch) does.
+                    dropped = ledger.forget_waiting(older_than=consumer.state_epoch)
+                    log.warning("worker %s: %d waiting deliveries dropped, not run", consumer.name, dropped)
+            # A delivery settled since the heartbeat listed it (its ack
+            # raced this call) is refused as no longer held, not lost.
+            lost = sum(
+                1 for d, s in zip(running + waiting, statuses, strict=False) if s is not None and ledger.is_known(d.tag)
+            )
             gone = [d.tag for d, s in zip(waiting, statuses[len(running) :], strict=False) if s is not None]
             if gone:
                 ledger.lost(gone)
