@@ -6,6 +6,7 @@ counted by rqueue.deadletters: only the I/O is this module's."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -23,6 +24,7 @@ from ..queue import CLUSTER_DEAD_LETTER, PARTITION_DEAD_LETTER
 from ..results import DeadLetter, Message, PublishResult, QueueStats, ReplayResult
 from ..settings import DEAD_LETTER_MODES, Settings
 from ..tracing import sending
+from ..waiting import FIRST_POLL, LAST_POLL, check_wait, groups_to_wait_for, not_settled, waited_for
 from .consumer import Consumer
 from .publishing import send
 
@@ -274,6 +276,48 @@ class Queue:
         # Its next incarnation is no loss to this client.
         self.client.state_watch(self.name, self.keys).forget()
         return deleted
+
+    async def settle_through(self, group: str, seq: int) -> int:
+        """Settles, for ``group``, every message up to ``seq`` that is not in
+        flight (see :meth:`rqueue.Queue.settle_through`); how many."""
+        check_name("group", group)
+        check.whole_number("seq", seq, 0)
+        if group not in await self.groups():
+            raise InvalidInput(f"queue {self.name!r} has no group {group!r}")
+        call = self.group_call(group)
+        total, after = 0, 0
+        while True:
+            reply = await acmd.settle_to(call, seq, after, PURGE_BATCH)
+            total += reply.settled
+            if not reply.more:
+                return total
+            after = reply.reached
+
+    async def wait_settled(self, group: str | None = None, timeout: float | None = None) -> dict[str, int]:
+        """Waits, without blocking the loop, until ``group`` (every group
+        when None) has settled every message published before the call
+        (see :meth:`rqueue.Queue.wait_settled`)."""
+        check_wait(group, timeout)
+        clock = self.client.clock
+        deadline = None if timeout is None else clock.monotonic() + timeout
+        groups = groups_to_wait_for(self.name, group, await self.groups())
+        last = await acmd.last_seq(self.client.redis, self.keys)
+        targets = {(0, g): last for g in groups}
+        floors = dict.fromkeys(targets, 0)
+        pending = [key for key, target in targets.items() if target > 0]
+        pause = FIRST_POLL
+        while True:
+            for key in list(pending):
+                floors[key] = (await acmd.stats(self.group_call(key[1]))).ack_floor
+                if floors[key] >= targets[key]:
+                    pending.remove(key)
+            if not pending:
+                return waited_for(targets, groups)
+            left = None if deadline is None else deadline - clock.monotonic()
+            if left is not None and left <= 0:
+                raise not_settled(self.name, floors, targets, pending, timeout)
+            await asyncio.sleep(pause if left is None else min(pause, left))
+            pause = min(pause * 1.5, LAST_POLL)
 
     # -- dead letters -------------------------------------------------------
 

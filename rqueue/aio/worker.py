@@ -36,17 +36,21 @@ from ..names import check_name
 from ..tracing import dead_lettered, processing
 from ..worker.handlers import LeaseCheck
 from ..worker.ledger import Ledger
+from ..worker.metrics import WorkerMetrics
 from ..worker.options import check_options
 from ..worker.outcome import Outcome
 from ..worker.reconnect import TRANSIENT
 from ..worker.stats import Tally, WorkerStats
-from .consumer import Consumer, Delivery
+from .consumer import Consumer as PlainConsumer
+from .consumer import Delivery
+from .partitions import PartitionedConsumer, PartitionedQueue
 from .queue import Queue
 from .reconnect import AsyncReconnector
 
 log = logging.getLogger("rqueue.worker")
 
 Handler = Callable[[Delivery], Any]
+Consumer = PlainConsumer | PartitionedConsumer
 
 
 class Worker:
@@ -71,7 +75,7 @@ class Worker:
 
     def __init__(
         self,
-        queue: Queue,
+        queue: Queue | PartitionedQueue,
         group: str,
         handler: Handler,
         concurrency: int = DEFAULT_CONCURRENCY,
@@ -83,6 +87,7 @@ class Worker:
         max_run_time: float = DEFAULT_MAX_RUN_TIME,
         grace_period: float = DEFAULT_GRACE_PERIOD,
         reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         check_options(
             handler,
@@ -112,7 +117,9 @@ class Worker:
         self.consumer: Consumer | None = None
         self._clock = queue.client.clock
         self._notifier = queue.client.notifier
-        self._tally = Tally(self.stats)
+        #: Where the counters also go (rqueue.worker.metrics), as for the threaded worker.
+        self.metrics = metrics
+        self._tally = Tally(self.stats, metrics)
         self._stopping = threading.Event()
         self._hard_stop = threading.Event()
         self._retry = AsyncReconnector(
@@ -170,7 +177,7 @@ class Worker:
             raise asyncio.CancelledError
         return self.stats
 
-    async def _join(self) -> Consumer:
+    async def _join(self) -> PlainConsumer | PartitionedConsumer:
         consumer = self.queue.consumer(self.group, self.name, prefetch=self.prefetch, liveness=self.heartbeat_timeout)
         return await consumer.join()
 
@@ -204,10 +211,6 @@ class Worker:
         assert self.consumer is not None
         return self.consumer.last_settings.ack_wait
 
-    def _state_epoch(self) -> int:
-        assert self.consumer is not None
-        return self.consumer.state_epoch
-
     def _has_news(self) -> bool:
         return self._ledger.has_results() or self._stopping.is_set()
 
@@ -216,14 +219,15 @@ class Worker:
     async def _dispatch(self, consumer: Consumer) -> None:
         ledger = self._ledger
         notifier = self._notifier
-        channel = self.queue.keys.wake_channel
+        parts = self.queue.parts if isinstance(self.queue, PartitionedQueue) else [self.queue]
+        channels = [part.keys.wake_channel for part in parts]
         while not self._stopping.is_set():
-            generation = await notifier.generation(channel)
+            since = {channel: await notifier.generation(channel) for channel in channels}
             acks, others = ledger.drain()
             await self._settle_others(consumer, others)
             free = self.prefetch - ledger.unsettled()
             if free <= 0 and not acks:
-                await notifier.wait(channel, generation, IDLE_POLL_INTERVAL, until=self._has_news)
+                await notifier.wait_any(since, IDLE_POLL_INTERVAL, until=self._has_news)
                 continue
             # The lease of what this fetch brings begins after it is sent.
             sent = self._clock.monotonic()
@@ -260,7 +264,7 @@ class Worker:
             if acks or others:
                 continue
             wait = IDLE_POLL_INTERVAL if due_in is None else min(IDLE_POLL_INTERVAL, due_in)
-            await notifier.wait(channel, generation, wait, until=self._has_news)
+            await notifier.wait_any(since, wait, until=self._has_news)
 
     async def _settle(self, consumer: Consumer) -> None:
         acks, others = self._ledger.drain()
@@ -340,7 +344,7 @@ class Worker:
         taken = self._ledger.take(d.tag, self._stopping)
         if taken is Outcome.RETURNED:
             return Outcome.RETURNED, ""
-        if isinstance(taken, Outcome) or d.epoch != self._state_epoch():
+        if isinstance(taken, Outcome) or d.epoch != d.consumer.state_epoch:
             # Its lease was lost while it waited, or it was made before Redis
             # lost the queue's state: never run.
             self._tally.count(stale_skipped=1)

@@ -110,6 +110,11 @@ async def purge(call: AsyncGroupCall, batch: int) -> c.PurgeReply:
     return c.parse_purge(await call.run(call.scripts.purge, [batch]))
 
 
+async def settle_to(call: AsyncGroupCall, target: int, after: int, batch: int) -> c.SettleToReply:
+    settled, reached, more = await call.run(call.scripts.settle_to, [target, after, batch])
+    return c.SettleToReply(int(settled), int(reached), int(more) == 1)
+
+
 async def replay(call: AsyncGroupCall, dead_letter_seqs: Sequence[int]) -> list[str]:
     return c.parse_replay(await call.run(call.scripts.replay, list(dead_letter_seqs)))
 
