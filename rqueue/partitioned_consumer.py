@@ -64,6 +64,28 @@ class PartitionRouting:
     def _by_index(statuses: dict[int, Any]) -> list[Any]:
         return [statuses[i] for i in range(len(statuses))]
 
+    @staticmethod
+    def _named(partition: int, exc: DeliveryError) -> DeliveryError:
+        """A partition's settle error, its tag naming the partition
+        ("<partition>/<seq>.<count>.<token>")."""
+        if isinstance(exc, LostDelivery):
+            return LostDelivery(f"{partition}/{exc.tag}", exc.loss)
+        return type(exc)(f"{partition}/{exc.tag}")
+
+    def _summed(self, results: list[tuple[list[tuple[int, Any]], HeartbeatResult]]) -> HeartbeatResult:
+        """One heartbeat result from the partitions' (each with the refs it
+        was given, by their index): statuses in the caller's order, figures added up."""
+        statuses: dict[int, RQueueError | None] = {}
+        for mine, result in results:
+            statuses.update(zip((i for i, _ in mine), result.statuses, strict=True))
+        return HeartbeatResult(
+            self._by_index(statuses),
+            sum(r.removed for _, r in results),
+            sum(r.returned for _, r in results),
+            sum(r.dead_lettered for _, r in results),
+            sum(r.handed_back for _, r in results),
+        )
+
     def _locate(self, ref: DeliveryRef) -> tuple[int, DeliveryRef]:
         if isinstance(ref, Delivery):
             owner = ref.consumer
@@ -201,10 +223,8 @@ class PartitionedConsumer(PartitionRouting):
         for p, mine in self._split(refs_of(deliveries)).items():
             try:
                 self.consumers[p].ack([d for _, d in mine], multiple=multiple)
-            except LostDelivery as exc:
-                first = first or LostDelivery(f"{p}/{exc.tag}", exc.loss)
             except DeliveryError as exc:
-                first = first or type(exc)(f"{p}/{exc.tag}")
+                first = first or self._named(p, exc)
         if first is not None:
             raise first
 
@@ -243,17 +263,11 @@ class PartitionedConsumer(PartitionRouting):
         """A heartbeat in every partition (see :meth:`rqueue.Consumer.heartbeat`);
         the figures add up."""
         by_part = self._split(running)
-        statuses: dict[int, RQueueError | None] = {}
-        removed = returned = dead = handed_back = 0
+        results = []
         for c in self.consumers:
             mine = by_part.get(c.queue.partition or 0, [])
-            result = c.heartbeat([d for _, d in mine], timeout, sync)
-            statuses.update(zip((i for i, _ in mine), result.statuses, strict=True))
-            removed += result.removed
-            returned += result.returned
-            dead += result.dead_lettered
-            handed_back += result.handed_back
-        return HeartbeatResult([statuses[i] for i in range(len(statuses))], removed, returned, dead, handed_back)
+            results.append((mine, c.heartbeat([d for _, d in mine], timeout, sync)))
+        return self._summed(results)
 
     @property
     def state_epoch(self) -> int:

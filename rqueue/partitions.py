@@ -194,29 +194,13 @@ class PartitionedQueue:
 
     def stats(self) -> QueueStats:
         """The figures of every partition, and their sums."""
-        parts = [part.stats() for part in self.parts]
-        groups = [
-            sum_groups(name, [g for s in parts for g in s.groups if g.name == name])
-            for name in sorted({g.name for s in parts for g in s.groups})
-        ]
-        return QueueStats(
-            self.name,
-            sum(s.last_seq for s in parts),
-            sum(s.depth for s in parts),
-            sum(s.scheduled for s in parts),
-            sum(s.dead_letters for s in parts),
-            groups,
-            parts,
-        )
+        return summed_stats(self.name, [part.stats() for part in self.parts])
 
     def peek(self, n: int = 10, after: int = 0) -> list[Message]:
         """Up to ``n`` stored messages, oldest publish first, over every
         partition (each Message's seq is a seq of its partition)."""
-        if after != 0:
-            raise InvalidInput(f"after={after!r}: seqs are per partition; peek one partition with .parts[i].peek()")
-        return heapq.nsmallest(
-            n, (m for part in self.parts for m in part.peek(n)), key=lambda m: (m.published_ms, m.seq)
-        )
+        check_after(after)
+        return oldest(n, [m for part in self.parts for m in part.peek(n)])
 
     def peek_group(self, group: str, n: int = 10) -> list[Message]:
         """The next messages ``group`` would be offered, partition by
@@ -266,13 +250,9 @@ class PartitionedQueue:
         partition, oldest first; ``limit`` counts over all of them."""
         out: list[DeadLetter] = []
         for part in self.parts:
-            left = None if limit is None else limit - len(out)
-            if left is not None and left <= 0:
+            if (left := left_of(limit, len(out))) == 0:
                 break
-            out += [
-                dataclasses.replace(d, partition=part.partition)
-                for d in part.dead_letters(group, reason, seq_from, seq_to, left)
-            ]
+            out += of_partition(part.partition, part.dead_letters(group, reason, seq_from, seq_to, left))
         return out
 
     def replay_dead_letters(
@@ -289,8 +269,7 @@ class PartitionedQueue:
         partition (each dead letter goes back to its own partition)."""
         total: ReplayResult | None = None
         for part in self.parts:
-            left = None if limit is None else limit - (total.selected if total else 0)
-            if left is not None and left <= 0:
+            if (left := left_of(limit, total.selected if total else 0)) == 0:
                 break
             result = part.replay_dead_letters(group, reason, seq_from, seq_to, left, dry_run, progress)
             total = result if total is None else total.plus(result)
@@ -309,8 +288,7 @@ class PartitionedQueue:
         """Deletes the selected dead letters of every partition; returns how many."""
         deleted = 0
         for part in self.parts:
-            left = None if limit is None else limit - deleted
-            if left is not None and left <= 0:
+            if (left := left_of(limit, deleted)) == 0:
                 break
             deleted += part.purge_dead_letters(group, reason, seq_from, seq_to, left, progress)
         return deleted
@@ -331,16 +309,58 @@ class PartitionedQueue:
     def events_after(self, last_id: str, count: int = 100) -> list[dict[str, str]]:
         """Events newer than the stream id ``last_id`` ("0" for all) over
         every partition, oldest first, each with its ``partition``."""
-        merged = [
-            {**e, "partition": str(part.partition)} for part in self.parts for e in part.events_after(last_id, count)
-        ]
-        return sorted(merged, key=event_order)[:count]
+        return merged_events([(part.partition, part.events_after(last_id, count)) for part in self.parts], count)
 
     def events(self, count: int = 100) -> list[dict[str, str]]:
         """The newest ``count`` events over every partition, oldest first,
         each with its ``partition``."""
-        merged = [{**e, "partition": str(part.partition)} for part in self.parts for e in part.events(count)]
-        return sorted(merged, key=event_order)[-count:]
+        return merged_events([(part.partition, part.events(count)) for part in self.parts], count, newest=True)
+
+
+def left_of(limit: int | None, used: int) -> int | None:
+    """What ``limit`` leaves once ``used`` are taken: None for no limit, 0
+    when nothing is left (the partitions after it are not asked)."""
+    return None if limit is None else max(0, limit - used)
+
+
+def of_partition(partition: int | None, dead: list[DeadLetter]) -> list[DeadLetter]:
+    return [dataclasses.replace(d, partition=partition) for d in dead]
+
+
+def check_after(after: int) -> None:
+    if after != 0:
+        raise InvalidInput(f"after={after!r}: seqs are per partition; peek one partition with .parts[i].peek()")
+
+
+def oldest(n: int, messages: list[Message]) -> list[Message]:
+    """The ``n`` oldest of the partitions' messages, by publish time."""
+    return heapq.nsmallest(n, messages, key=lambda m: (m.published_ms, m.seq))
+
+
+def summed_stats(name: str, parts: list[QueueStats]) -> QueueStats:
+    """The figures of queue ``name`` from its partitions' figures."""
+    groups = [
+        sum_groups(group, [g for s in parts for g in s.groups if g.name == group])
+        for group in sorted({g.name for s in parts for g in s.groups})
+    ]
+    return QueueStats(
+        name,
+        sum(s.last_seq for s in parts),
+        sum(s.depth for s in parts),
+        sum(s.scheduled for s in parts),
+        sum(s.dead_letters for s in parts),
+        groups,
+        parts,
+    )
+
+
+def merged_events(
+    per_partition: list[tuple[int | None, list[dict[str, str]]]], count: int, newest: bool = False
+) -> list[dict[str, str]]:
+    """The partitions' events, each with its ``partition``, in time order:
+    the first ``count`` (the last ``count`` with ``newest``)."""
+    merged = sorted(({**e, "partition": str(p)} for p, events in per_partition for e in events), key=event_order)
+    return merged[-count:] if newest else merged[:count]
 
 
 def event_order(event: dict[str, str]) -> tuple[int, ...]:

@@ -7,8 +7,6 @@ fetched from, rqueue.partitioned_consumer's. Only the I/O is here."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import heapq
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,12 +17,20 @@ from ..constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from ..consumer_core import refs_of
 from ..delivery import HeartbeatResult
 from ..engine import async_commands as acmd
-from ..errors import DeliveryError, InvalidInput, LostDelivery, QueueInUse, RQueueError, StateLost
+from ..errors import DeliveryError, InvalidInput, QueueInUse, RQueueError, StateLost
 from ..ids import consumer_name
 from ..partition_routing import gather, prepare_parts, route
 from ..partitioned_consumer import PartitionRouting
 from ..partitions import PartitionedQueue as SyncPartitionedQueue
-from ..partitions import check_partitions, event_order, sum_groups
+from ..partitions import (
+    check_after,
+    check_partitions,
+    left_of,
+    merged_events,
+    of_partition,
+    oldest,
+    summed_stats,
+)
 from ..results import DeadLetter, Message, PublishResult, QueueStats, ReplayResult
 from ..settings import Settings
 from .consumer import Consumer, Delivery, Ref
@@ -135,27 +141,12 @@ class PartitionedQueue:
 
     async def stats(self) -> QueueStats:
         """The figures of every partition, and their sums."""
-        parts = [await part.stats() for part in self.parts]
-        groups = [
-            sum_groups(name, [g for s in parts for g in s.groups if g.name == name])
-            for name in sorted({g.name for s in parts for g in s.groups})
-        ]
-        return QueueStats(
-            self.name,
-            sum(s.last_seq for s in parts),
-            sum(s.depth for s in parts),
-            sum(s.scheduled for s in parts),
-            sum(s.dead_letters for s in parts),
-            groups,
-            parts,
-        )
+        return summed_stats(self.name, [await part.stats() for part in self.parts])
 
     async def peek(self, n: int = 10, after: int = 0) -> list[Message]:
         """As :meth:`rqueue.PartitionedQueue.peek`."""
-        if after != 0:
-            raise InvalidInput(f"after={after!r}: seqs are per partition; peek one partition with .parts[i].peek()")
-        found = [m for part in self.parts for m in await part.peek(n)]
-        return heapq.nsmallest(n, found, key=lambda m: (m.published_ms, m.seq))
+        check_after(after)
+        return oldest(n, [m for part in self.parts for m in await part.peek(n)])
 
     async def peek_group(self, group: str, n: int = 10) -> list[Message]:
         """As :meth:`rqueue.PartitionedQueue.peek_group`."""
@@ -201,13 +192,9 @@ class PartitionedQueue:
         """As :meth:`rqueue.PartitionedQueue.dead_letters`."""
         out: list[DeadLetter] = []
         for part in self.parts:
-            left = None if limit is None else limit - len(out)
-            if left is not None and left <= 0:
+            if (left := left_of(limit, len(out))) == 0:
                 break
-            out += [
-                dataclasses.replace(d, partition=part.partition)
-                for d in await part.dead_letters(group, reason, seq_from, seq_to, left)
-            ]
+            out += of_partition(part.partition, await part.dead_letters(group, reason, seq_from, seq_to, left))
         return out
 
     async def replay_dead_letters(
@@ -222,8 +209,7 @@ class PartitionedQueue:
         """As :meth:`rqueue.PartitionedQueue.replay_dead_letters`."""
         total: ReplayResult | None = None
         for part in self.parts:
-            left = None if limit is None else limit - (total.selected if total else 0)
-            if left is not None and left <= 0:
+            if (left := left_of(limit, total.selected if total else 0)) == 0:
                 break
             result = await part.replay_dead_letters(group, reason, seq_from, seq_to, left, dry_run)
             total = result if total is None else total.plus(result)
@@ -243,8 +229,7 @@ class PartitionedQueue:
         """As :meth:`rqueue.PartitionedQueue.purge_dead_letters`."""
         deleted = 0
         for part in self.parts:
-            left = None if limit is None else limit - deleted
-            if left is not None and left <= 0:
+            if (left := left_of(limit, deleted)) == 0:
                 break
             deleted += await part.purge_dead_letters(group, reason, seq_from, seq_to, left)
         return deleted
@@ -261,17 +246,12 @@ class PartitionedQueue:
 
     async def events_after(self, last_id: str, count: int = 100) -> list[dict[str, str]]:
         """As :meth:`rqueue.PartitionedQueue.events_after`."""
-        merged = [
-            {**e, "partition": str(part.partition)}
-            for part in self.parts
-            for e in await part.events_after(last_id, count)
-        ]
-        return sorted(merged, key=event_order)[:count]
+        return merged_events([(part.partition, await part.events_after(last_id, count)) for part in self.parts], count)
 
     async def events(self, count: int = 100) -> list[dict[str, str]]:
         """As :meth:`rqueue.PartitionedQueue.events`."""
-        merged = [{**e, "partition": str(part.partition)} for part in self.parts for e in await part.events(count)]
-        return sorted(merged, key=event_order)[-count:]
+        per_partition = [(part.partition, await part.events(count)) for part in self.parts]
+        return merged_events(per_partition, count, newest=True)
 
 
 class PartitionedConsumer(PartitionRouting):
@@ -388,10 +368,8 @@ class PartitionedConsumer(PartitionRouting):
         for p, mine in self._split(refs_of(deliveries)).items():
             try:
                 await self.consumers[p].ack([d for _, d in mine], multiple=multiple)
-            except LostDelivery as exc:
-                first = first or LostDelivery(f"{p}/{exc.tag}", exc.loss)
             except DeliveryError as exc:
-                first = first or type(exc)(f"{p}/{exc.tag}")
+                first = first or self._named(p, exc)
         if first is not None:
             raise first
 
@@ -428,17 +406,11 @@ class PartitionedConsumer(PartitionRouting):
     async def heartbeat(self, running: Iterable[Ref], timeout: float, sync: bool = False) -> HeartbeatResult:
         """A heartbeat in every partition; the figures add up."""
         by_part = self._split(running)
-        statuses: dict[int, RQueueError | None] = {}
-        removed = returned = dead = handed_back = 0
+        results = []
         for c in self.consumers:
             mine = by_part.get(c.queue.partition or 0, [])
-            result = await c.heartbeat([d for _, d in mine], timeout, sync)
-            statuses.update(zip((i for i, _ in mine), result.statuses, strict=True))
-            removed += result.removed
-            returned += result.returned
-            dead += result.dead_lettered
-            handed_back += result.handed_back
-        return HeartbeatResult(self._by_index(statuses), removed, returned, dead, handed_back)
+            results.append((mine, await c.heartbeat([d for _, d in mine], timeout, sync)))
+        return self._summed(results)
 
     @property
     def state_epoch(self) -> int:
