@@ -82,7 +82,8 @@ class Consumer(ConsumerCore):
         return self._merge_settings(await self.queue.settings())
 
     async def _group_call(self) -> acmd.AsyncGroupCall:
-        settings = await self.settings()
+        resolved = self.client.settings.fresh(self.queue.name)
+        settings = self._merge_settings(resolved) if resolved is not None else await self.settings()
         call: acmd.AsyncGroupCall = self._cached_call(
             settings, lambda: self.queue.group_call(self.group, settings, self.name)
         )

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 from ..engine import async_commands as acmd
 from ..engine.async_durable import publish_durably
+from ..engine.commands import translate
 from ..errors import NotDurable, PartialPublish, Unroutable
 from ..publishing import PreparedPublish, alternate_results, durable_outcome, failure, short_of_durable, stored
 from ..results import PublishResult
@@ -26,7 +29,10 @@ async def send(queue: AsyncQueueLike, prepared: PreparedPublish) -> list[Publish
             replies = await _send_durably(queue, prepared)
         elif len(prepared.calls) == 1:
             keys, args = prepared.calls[0]
-            replies = [await acmd.run(client.scripts.publish, keys, args, queue.name, "")]
+            try:
+                replies = [await client.scripts.publish(keys, args)]
+            except (redis.RedisError, OSError) as exc:
+                raise translate(exc, queue.name) from exc
         else:
             replies = await acmd.publish_each(client.scripts, prepared.calls, queue.name)
             if any(isinstance(r, Exception) for r in replies):

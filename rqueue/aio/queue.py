@@ -156,8 +156,9 @@ class Queue:
         """Appends many messages, in order, checked before anything is sent
         (see :meth:`rqueue.Queue.publish_many`; ``durable``: the client's
         durable_replicas and durable_timeout, as the sync client's)."""
-        await self.check_plain()
-        settings = await self.settings()
+        if not self._plain_checked:
+            await self.check_plain()
+        settings = self.client.settings.fresh(self.name) or await self.settings()
         with sending(self.name, payloads) as trace:
             view = cast("QueueLike", Prepared(self, settings))
             prepared = prepare(view, payloads, headers, ids, delay, mandatory, durable, trace=trace)

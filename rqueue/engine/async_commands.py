@@ -67,7 +67,10 @@ class AsyncGroupCall(c.GroupArgs):
         return cls(scripts=scripts, **fields)
 
     async def run(self, script: AsyncScript, extra: Sequence[Any]) -> Any:
-        return await run(script, self.keys, self.argv(extra), self.queue, self.where)
+        try:
+            return await script(self.keys, self.argv(extra))
+        except (redis.RedisError, OSError) as exc:
+            raise c.translate(exc, self.queue, self.where) from exc
 
 
 # -- the group scripts ---------------------------------------------------------
