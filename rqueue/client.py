@@ -21,7 +21,6 @@ from .constants import (
     DURABLE_REPLICAS,
     DURABLE_TIMEOUT,
     FAILOVER_TIMEOUT,
-    MAX_PARTITIONS,
     SETTINGS_CACHE_TTL,
 )
 from .engine import store
@@ -32,6 +31,7 @@ from .errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, In
 from .names import check_name
 from .overview import QueueSummary, add_up, summarize
 from .partitions import PartitionedQueue, check_partitions
+from .placement import Layout, place
 from .queue import CLUSTER_DEAD_LETTER, Queue
 from .randomness import Randomness
 from .schedules import Missed, ScheduleInfo
@@ -155,7 +155,7 @@ class Client:
         self.settings = SettingsStore(redis_client, prefix, self.clock.monotonic, settings_ttl, idempotent_retry)
         self.notifier = Notifier(redis_client)
         self._registered: set[str] = set()
-        self._partitioned: dict[str, tuple[int, float]] = {}  # queue -> (partitions, monotonic time read)
+        self._partitioned: dict[str, tuple[Layout, float]] = {}  # queue -> (its layout, monotonic time read)
         self._watches: dict[str, StateWatch] = {}  # key base -> what this client's publishes saw
 
     def configure(self, pattern: str, **settings: Any) -> None:
@@ -191,50 +191,50 @@ class Client:
 
     def _queue(self, name: str, partitions: int | None = None) -> Queue | PartitionedQueue:
         plain = Queue(self, name)  # checks the name
-        count = self._partition_count(plain.root)
+        layout = self._layout(plain.root)
         if partitions is not None:
-            count = self._create_partitioned(plain, check_partitions(partitions), count)
-        return PartitionedQueue(self, name, count) if count > 1 else plain
+            layout = self._create_partitioned(plain, check_partitions(partitions), layout)
+        return PartitionedQueue(self, name, layout.partitions, layout.salts) if layout.partitions > 1 else plain
 
     def _partition_count(self, root: str) -> int:
-        """How many partitions queue ``root`` has (1 = not partitioned),
-        re-read after the settings' cache time, like settings (a queue may
-        be deleted and created again)."""
+        """How many partitions queue ``root`` has (1 = not partitioned)."""
+        return self._layout(root).partitions
+
+    def _layout(self, root: str) -> Layout:
+        """The stored layout of queue ``root`` (one partition: not
+        partitioned), re-read after the settings' cache time, like settings
+        (a queue may be deleted and created again, or grown)."""
         now = self.clock.monotonic()
         seen = self._partitioned.get(root)
         if seen is not None and now - seen[1] < self.settings.ttl:
             return seen[0]
         raw = store.stored_partitions(self.redis, self.prefix, root, self.idempotent)
-        count = 1
-        if raw is not None:
-            text = raw.decode("ascii", "replace")
-            if not text.isdigit() or not 2 <= int(text) <= MAX_PARTITIONS:
-                raise CorruptRecord(
-                    f"{partitions_key(self.prefix)}[{root}]",
-                    f"{text!r} is not a number of partitions from 2 to {MAX_PARTITIONS}",
-                )
-            count = int(text)
-        self._partitioned[root] = (count, now)
-        return count
+        layout = Layout.plain(1) if raw is None else Layout.parse(raw, f"{partitions_key(self.prefix)}[{root}]")
+        self._partitioned[root] = (layout, now)
+        return layout
 
-    def _create_partitioned(self, plain: Queue, partitions: int, stored: int) -> int:
-        if stored == partitions:
+    def _create_partitioned(self, plain: Queue, partitions: int, stored: Layout) -> Layout:
+        if stored.partitions == partitions:
             return stored
         why = None
-        if stored > 1:
-            why = f"queue {plain.root!r} has {stored} partitions; the number cannot change"
+        if stored.partitions > 1:
+            why = (
+                f"queue {plain.root!r} has {stored.partitions} partitions; the number cannot change "
+                "except upwards with grow_partitions()"
+            )
         elif plain.name != plain.root:
             why = f"{plain.name!r} is a dead-letter queue: partition its queue {plain.root!r} instead"
         elif store.queue_exists(self.redis, self.prefix, plain.keys, plain.root, self.idempotent):
             why = f"queue {plain.root!r} already exists without partitions (it has messages or groups)"
-        elif not store.claim_partitions(self.redis, self.prefix, plain.root, partitions, self.idempotent):
-            # another process created it just now
-            self._partitioned.pop(plain.root, None)
-            return self._create_partitioned(plain, partitions, self._partition_count(plain.root))
-        if why is not None:
-            raise InvalidSetting("partitions", partitions, why)
-        self._partitioned[plain.root] = (partitions, self.clock.monotonic())
-        return partitions
+        else:
+            layout = place(self.redis, plain.root, partitions)
+            if not store.claim_partitions(self.redis, self.prefix, plain.root, layout.text(), self.idempotent):
+                # another process created it just now
+                self._partitioned.pop(plain.root, None)
+                return self._create_partitioned(plain, partitions, self._layout(plain.root))
+            self._partitioned[plain.root] = (layout, self.clock.monotonic())
+            return layout
+        raise InvalidSetting("partitions", partitions, why)
 
     def queues(self) -> list[str]:
         """Names of every queue this prefix has written to, and of their
@@ -275,8 +275,9 @@ class Client:
                 if plain.name != plain.root:
                     continue  # a dead-letter queue: counted by its queue
                 raw = stored.get(name)
-                count = self._stored_count(name, raw) if raw is not None else 1
-                parts = [Queue(self, name, i) for i in range(count)] if count > 1 else [plain]
+                layout = Layout.parse(raw, f"{partitions_key(self.prefix)}[{name}]") if raw is not None else None
+                parts = [Queue(self, name, i, s) for i, s in enumerate(layout.salts)] if layout else [plain]
+                count = len(parts)
                 target = resolve(patterns, name)[0].dead_letter
                 named = count == 1 and target not in DEAD_LETTER_MODES and not self.cluster
                 dead = Queue(self, target).keys if named else None
@@ -293,16 +294,6 @@ class Client:
             else:
                 out.append(summarize(name, read[0]) if len(read) == 1 else add_up(name, read))
         return out
-
-    def _stored_count(self, root: str, raw: bytes) -> int:
-        """A stored number of partitions, checked as _partition_count does."""
-        text = raw.decode("ascii", "replace")
-        if not text.isdigit() or not 2 <= int(text) <= MAX_PARTITIONS:
-            raise CorruptRecord(
-                f"{partitions_key(self.prefix)}[{root}]",
-                f"{text!r} is not a number of partitions from 2 to {MAX_PARTITIONS}",
-            )
-        return int(text)
 
     def dead_letter_name(self, queue: str) -> str:
         """Name of the default dead-letter queue of ``queue``."""

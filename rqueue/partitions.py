@@ -38,9 +38,20 @@ from .constants import MAX_PARTITIONS
 from .engine import commands, store
 from .errors import InvalidInput, NotDurable, PartialPublish, QueueInUse, StateLost, Unroutable
 from .partitioned_consumer import PartitionedConsumer
+from .placement import Layout, placements
 from .publishing import PreparedPublish, per_message, prepare, send, watch_replies
 from .queue import Queue
-from .results import ConsumerStats, DeadLetter, GroupStats, Message, Progress, PublishResult, QueueStats, ReplayResult
+from .results import (
+    ConsumerStats,
+    DeadLetter,
+    GroupStats,
+    Message,
+    PlacementReport,
+    Progress,
+    PublishResult,
+    QueueStats,
+    ReplayResult,
+)
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -80,12 +91,14 @@ class PartitionedQueue:
     :class:`rqueue.Queue` objects) for anything else.
     """
 
-    def __init__(self, client: QueueContext, name: str, partitions: int) -> None:
+    def __init__(self, client: QueueContext, name: str, partitions: int, salts: Sequence[int] | None = None) -> None:
         self.client = client
         self.name = name
         self.partitions = check_partitions(partitions)
+        #: Per partition, the salt of its hash tag (rqueue/placement.py; 0 = ``{<name>/<i>}``).
+        self.salts = tuple(salts) if salts is not None else (0,) * partitions
         #: The partitions, as queues (``parts[i].partition == i``).
-        self.parts = [Queue(client, name, i) for i in range(partitions)]
+        self.parts = [Queue(client, name, i, salt) for i, salt in enumerate(self.salts)]
         self._lock = threading.Lock()
         # Producers start their round-robin at different partitions.
         self._next = int(client.randomness.unit() * partitions)
@@ -265,8 +278,17 @@ class PartitionedQueue:
         """Names of the groups of any partition, sorted."""
         return sorted({g for part in self.parts for g in part.groups()})
 
+    def placement(self, refresh: bool = False) -> PlacementReport:
+        """Where each partition lives: its hash tag, slot and the primary
+        serving it (by the client's map of slots to nodes; ``refresh``
+        reads the map from the cluster first). Moves nothing."""
+        if refresh:
+            self.client.refresh_topology()
+        return placements(self.client.redis, self.name, Layout(self.partitions, self.salts))
+
     def stats(self) -> QueueStats:
-        """The figures of every partition, and their sums."""
+        """The figures of every partition, and their sums, and where each
+        partition lives (``placement``)."""
         parts = [part.stats() for part in self.parts]
         groups = [
             _sum_groups(name, [g for s in parts for g in s.groups if g.name == name])
@@ -280,6 +302,7 @@ class PartitionedQueue:
             sum(s.dead_letters for s in parts),
             groups,
             parts,
+            self.placement().placement,
         )
 
     def peek(self, n: int = 10, after: int = 0) -> list[Message]:
@@ -392,7 +415,7 @@ class PartitionedQueue:
     def dead_letter_queue(self) -> PartitionedQueue:
         """The dead-letter queue, partitioned like this queue (each
         partition's dead letters stay in that partition's slot)."""
-        return PartitionedQueue(self.client, self.client.dead_letter_name(self.name), self.partitions)
+        return PartitionedQueue(self.client, self.client.dead_letter_name(self.name), self.partitions, self.salts)
 
     @property
     def state_losses(self) -> list[StateLost | None]:

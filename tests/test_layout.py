@@ -47,6 +47,7 @@ LAYERS = [
         "rqueue.queue",
         "rqueue.partitioned_consumer",
         "rqueue.partitions",
+        "rqueue.placement",
         "rqueue.schedules",
         "rqueue.client",
         "rqueue.overview",

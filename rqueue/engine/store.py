@@ -212,11 +212,11 @@ def stored_partitions(r: RedisClient, prefix: str, root: str, retry: Retrier[Any
     return raw
 
 
-def claim_partitions(r: RedisClient, prefix: str, root: str, partitions: int, retry: Retrier[Any] = no_retry) -> bool:
-    """Stores ``partitions`` for queue ``root`` unless a number is stored
-    already; True when this call stored it."""
+def claim_partitions(r: RedisClient, prefix: str, root: str, layout: str, retry: Retrier[Any] = no_retry) -> bool:
+    """Stores ``layout`` (the partition count, with placement salts) for
+    queue ``root`` unless one is stored already; True when this call stored it."""
     return bool(
-        guarded(lambda: retry(lambda: r.hsetnx(partitions_key(prefix), root, partitions)), where=f"prefix {prefix!r}")
+        guarded(lambda: retry(lambda: r.hsetnx(partitions_key(prefix), root, layout)), where=f"prefix {prefix!r}")
     )
 
 
