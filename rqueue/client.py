@@ -23,7 +23,7 @@ from .constants import (
     FAILOVER_TIMEOUT,
     SETTINGS_CACHE_TTL,
 )
-from .engine import store
+from .engine import commands, store
 from .engine.keys import QueueKeys, partitions_key
 from .engine.notify import Notifier
 from .engine.scripts import Scripts
@@ -31,7 +31,7 @@ from .errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, In
 from .names import check_name
 from .overview import QueueSummary, add_up, summarize
 from .partitions import PartitionedQueue, check_partitions
-from .placement import Layout, place
+from .placement import Layout, place, plain_meta_name
 from .queue import CLUSTER_DEAD_LETTER, Queue
 from .randomness import Randomness
 from .schedules import Missed, ScheduleInfo
@@ -224,17 +224,30 @@ class Client:
             )
         elif plain.name != plain.root:
             why = f"{plain.name!r} is a dead-letter queue: partition its queue {plain.root!r} instead"
-        elif store.queue_exists(self.redis, self.prefix, plain.keys, plain.root, self.idempotent):
-            why = f"queue {plain.root!r} already exists without partitions (it has messages or groups)"
         else:
+            # The marker in the plain queue's slot decides, atomically with
+            # the check that the plain queue is unused; the prefix's hash,
+            # which every process reads, is its copy.
             layout = place(self.redis, plain.root, partitions)
-            if not store.claim_partitions(self.redis, self.prefix, plain.root, layout.text(), self.idempotent):
-                # another process created it just now
-                self._partitioned.pop(plain.root, None)
-                return self._create_partitioned(plain, partitions, self._layout(plain.root))
-            self._partitioned[plain.root] = (layout, self.clock.monotonic())
-            return layout
+            status, text = commands.mark_partitioned(self.scripts, plain.keys, layout.text(), "", plain.root)
+            if status is commands.MarkStatus.IN_USE:
+                why = f"queue {plain.root!r} already exists without partitions (it has messages or groups)"
+            else:
+                made = self.partitioned_now(plain.root, text)
+                if made.partitions != partitions:
+                    return self._create_partitioned(plain, partitions, made)  # another process created it just now
+                return made
         raise InvalidSetting("partitions", partitions, why)
+
+    def partitioned_now(self, root: str, text: str) -> Layout:
+        """Queue ``root`` is partitioned with the layout ``text`` (as its
+        marker says): the prefix's copy is written when it is missing
+        (a creator that stopped between the two writes) and this client
+        routes by it from now on."""
+        layout = Layout.parse(text, f"{plain_meta_name(self, root)}[partitioned]")
+        store.claim_partitions(self.redis, self.prefix, root, text, self.idempotent)
+        self._partitioned[root] = (layout, self.clock.monotonic())
+        return layout
 
     def queues(self) -> list[str]:
         """Names of every queue this prefix has written to, and of their

@@ -17,6 +17,7 @@ from .errors import (
     LostDelivery,
     NotHeld,
     NotMember,
+    QueuePartitioned,
     RQueueError,
     StateLost,
     delivery_error,
@@ -117,7 +118,12 @@ class Consumer:
         liveness = self.liveness if self.liveness is not None else self.settings().ack_wait
         watch = self._watch
         mark = watch.mark()
-        reply = commands.join(self._group_call(), int(liveness * 1000), watch.candidate)
+        try:
+            reply = commands.join(self._group_call(), int(liveness * 1000), watch.candidate)
+        except QueuePartitioned as exc:
+            if self.queue.partition is None:  # the client asks for the partitioned queue from now on
+                self.client.partitioned_now(self.queue.root, exc.layout)
+            raise
         watch.saw(mark, reply.incarnation)
         self.joins += 1
         self.client.register(self.queue.name)

@@ -346,7 +346,9 @@ class PartitionedQueue:
             if held:
                 raise QueueInUse(self.name, held)
         deleted = sum(part.delete(force=True) for part in self.parts)
-        deleted += store.delete_partitioning(self.client.redis, self.client.prefix, self.name)
+        deleted += store.delete_partitioning(
+            self.client.redis, self.client.prefix, self.name, Queue(self.client, self.name).keys
+        )
         self.client.forget(self.parts[0].root)
         return deleted
 

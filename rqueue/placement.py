@@ -22,7 +22,7 @@ from typing import Any
 
 from .connection.cluster import primary_names, slot_of, slot_owner
 from .constants import MAX_PARTITIONS
-from .engine.keys import partition_tag
+from .engine.keys import QueueKeys, partition_tag, queue_base
 from .errors import CorruptRecord
 from .results import PartitionPlacement, PlacementReport
 
@@ -119,3 +119,9 @@ def placements(redis_client: Any, root: str, layout: Layout) -> PlacementReport:
     counts = [per_node[name] for name in primaries]
     balanced = not counts or max(counts) - min(counts) <= 1
     return PlacementReport(root, layout.partitions, rows, per_node, balanced)
+
+
+def plain_meta_name(client: Any, root: str) -> str:
+    """The key of queue ``root``'s plain meta hash, which holds its
+    partitioning marker (named in errors)."""
+    return QueueKeys(queue_base(client.prefix, root, 0)).meta

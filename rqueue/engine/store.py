@@ -220,19 +220,12 @@ def claim_partitions(r: RedisClient, prefix: str, root: str, layout: str, retry:
     )
 
 
-def queue_exists(r: RedisClient, prefix: str, keys: QueueKeys, name: str, retry: Retrier[Any] = no_retry) -> bool:
-    """True when queue ``name`` is registered or has messages or groups."""
-
-    def read() -> bool:
-        return bool(retry(lambda: r.sismember(registry_key(prefix), name))) or bool(
-            retry(lambda: r.exists(keys.meta, keys.floors))
-        )
-
-    return guarded(read, where=keys.base)
-
-
-def delete_partitioning(r: RedisClient, prefix: str, name: str) -> int:
-    return int(guarded(lambda: r.hdel(partitions_key(prefix), name), where=f"prefix {prefix!r}"))
+def delete_partitioning(r: RedisClient, prefix: str, name: str, marker: QueueKeys) -> int:
+    """Deletes the record that queue ``name`` is partitioned: the prefix's
+    copy, then the marker in the plain queue's meta (``marker.meta``, which
+    holds nothing else); returns how many keys or fields went."""
+    gone = int(guarded(lambda: r.hdel(partitions_key(prefix), name), where=f"prefix {prefix!r}"))
+    return gone + int(guarded(lambda: r.hdel(marker.meta, "partitioned"), where=marker.base))
 
 
 def register_queue(r: RedisClient, prefix: str, name: str, retry: Retrier[Any] = no_retry) -> None:
