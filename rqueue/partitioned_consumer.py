@@ -211,6 +211,26 @@ class PartitionedConsumer:
         return HeartbeatResult([statuses[i] for i in range(len(statuses))], removed, returned, dead, handed_back)
 
     @property
+    def joins(self) -> int:
+        """How many times the partitions' members joined, in all: a worker
+        compares it around a call to learn that a partition's group had
+        removed this member meanwhile."""
+        return sum(c.joins for c in self.consumers)
+
+    @property
+    def last_settings(self) -> Settings:
+        """The settings of the last call (the same in every partition),
+        read without asking Redis."""
+        return self.consumers[0].last_settings
+
+    def epoch_for(self, delivery: Delivery) -> int:
+        """The state epoch ``delivery`` is judged by: that of its own
+        partition's consumer (a loss in one partition leaves the others'
+        deliveries valid)."""
+        owner = delivery.consumer
+        return owner.state_epoch if isinstance(owner, Consumer) else self.state_epoch
+
+    @property
     def state_epoch(self) -> int:
         """How many losses of Redis state the partitions' consumers have
         seen, in all (see :attr:`rqueue.Consumer.state_epoch`)."""
