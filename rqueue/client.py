@@ -194,7 +194,76 @@ class Client:
         layout = self._layout(plain.root)
         if partitions is not None:
             layout = self._create_partitioned(plain, check_partitions(partitions), layout)
-        return PartitionedQueue(self, name, layout.partitions, layout.salts) if layout.partitions > 1 else plain
+        return PartitionedQueue(self, name, layout.partitions, layout.salts, layout) if layout.partitions > 1 else plain
+
+    def layout(self, root: str) -> Layout:
+        """The layout of queue ``root`` as this client last read it (read
+        again after the settings' cache time); one partition: not partitioned."""
+        return self._layout(root)
+
+    def grow_partitions(self, name: str, partitions: int) -> PartitionedQueue:
+        """Adds partitions to partitioned queue ``name``, live, up to
+        ``partitions`` in all; returns the grown queue. Nothing moves: the
+        existing partitions keep their messages and are still consumed,
+        new messages are routed over every partition (each process within
+        the settings' cache time, 1 s by default), consumers and workers
+        join the new partitions by themselves. Order per key holds for keys
+        whose partition stays the same; a key that moves may have a newer
+        message handled before an older one that still waits in its old
+        partition (docs/connections.md, "Growing"). Message ids keep
+        de-duplicating across the change. InvalidSetting when the queue is
+        not partitioned, ``partitions`` is not more than it has, or it grew
+        less than one de-duplication window ago; nothing changes then."""
+        plain = Queue(self, name)
+        target = check_partitions(partitions)
+        if plain.name != plain.root:
+            raise InvalidSetting("partitions", partitions, f"{name!r} is a dead-letter queue: grow {plain.root!r}")
+        self._partitioned.pop(plain.root, None)
+        current = self._layout(plain.root)
+        window_ms = round(self.resolved_settings(plain.root).dedup_window * 1000)
+        while True:
+            if current.partitions < 2:
+                raise InvalidSetting("partitions", partitions, f"queue {name!r} is not partitioned")
+            if target == current.partitions:
+                break
+            if target < current.partitions:
+                raise InvalidSetting(
+                    "partitions", partitions, f"queue {name!r} has {current.partitions} partitions; they only grow"
+                )
+            now = self._now_ms()
+            if current.in_transition(now, window_ms):
+                raise InvalidSetting(
+                    "partitions",
+                    partitions,
+                    f"queue {name!r} grew {(now - current.grown_ms) / 1000:.1f} s ago; it may grow again once "
+                    f"its de-duplication window ({window_ms / 1000:g} s) has passed since",
+                )
+            grown = current.grown(self.redis, plain.root, target, now)
+            status, stored = commands.mark_partitioned(self.scripts, plain.keys, grown.text(), current.text(), name)
+            if status is commands.MarkStatus.STORED:
+                self._publish_layout(plain, grown.text())
+                break
+            current = Layout.parse(stored, f"{plain.keys.meta}[partitioned]")  # another process changed it
+        queue = self._queue(name)
+        assert isinstance(queue, PartitionedQueue)
+        return queue
+
+    def _publish_layout(self, plain: Queue, text: str) -> None:
+        """Writes the prefix's copy of a grown layout, and again while the
+        marker says something else: two growths that write their copies in
+        the wrong order still leave the copy at the marker's (the larger)."""
+        for _ in range(10):
+            store.set_partitions(self.redis, self.prefix, plain.root, text, self.idempotent)
+            marker = store.partition_marker(self.redis, plain.keys, self.idempotent)
+            if marker is None or marker.decode("ascii", "replace") == text:
+                break
+            text = marker.decode("ascii", "replace")
+        self._partitioned[plain.root] = (Layout.parse(text, f"{plain.keys.meta}[partitioned]"), self.clock.monotonic())
+
+    def _now_ms(self) -> int:
+        """The scripts' time in ms: the test clock's, else the server's."""
+        now = self.clock.script_now()
+        return int(now) if now else store.now_ms(self.redis)
 
     def _partition_count(self, root: str) -> int:
         """How many partitions queue ``root`` has (1 = not partitioned)."""

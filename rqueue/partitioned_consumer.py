@@ -41,6 +41,7 @@ class Partitioned(Protocol):
 
     @property
     def parts(self) -> Sequence[Partition]: ...
+    def refresh(self) -> bool: ...
 
 
 class PartitionedConsumer:
@@ -68,6 +69,7 @@ class PartitionedConsumer:
         self.group = group
         self.name = name if name is not None else consumer_name(self.client.randomness)
         self.consumers: list[Consumer] = []
+        self._joining = (prefetch, liveness, settings)
         try:
             for part in queue.parts:
                 self.consumers.append(part.consumer(group, self.name, prefetch, liveness, **settings))
@@ -77,6 +79,21 @@ class PartitionedConsumer:
             raise
         self._next = 0
         self._lock = threading.Lock()
+
+    def _take_up_growth(self) -> None:
+        """Joins the partitions a growth added (rqueue.Client.grow_partitions),
+        once the queue sees them (at most a second later)."""
+        self.queue.refresh()
+        parts = self.queue.parts
+        if len(parts) <= len(self.consumers):
+            return
+        prefetch, liveness, settings = self._joining
+        joined = [
+            part.consumer(self.group, self.name, prefetch, liveness, **settings)
+            for part in parts[len(self.consumers) :]
+        ]
+        with self._lock:
+            self.consumers = self.consumers + joined
 
     def __repr__(self) -> str:
         return f"PartitionedConsumer(queue={self.queue.name!r}, group={self.group!r}, name={self.name!r})"
@@ -98,6 +115,7 @@ class PartitionedConsumer:
         the first one when none is ready."""
         check.whole_number("n", n, 1, MAX_FETCH)
         check.seconds("timeout", timeout)
+        self._take_up_growth()
         clock, notifier = self.client.clock, self.client.notifier
         deadline = clock.monotonic() + timeout
         while True:
@@ -128,6 +146,7 @@ class PartitionedConsumer:
     ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """As :meth:`rqueue.Consumer.ack_and_fetch`: each partition settles
         its acks; new deliveries come from the partitions in turn."""
+        self._take_up_growth()
         by_part = self._split(acks)
         statuses: dict[int, RQueueError | None] = {}
         out: list[Delivery] = []

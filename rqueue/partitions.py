@@ -17,10 +17,14 @@ holds per partition. What spans partitions:
   consumer up to N x prefetch. Divide them by N for a total cap.
 - Stats add up over the partitions (each partition's figures are listed too).
 
-The number of partitions is fixed when the queue is first created
+The number of partitions is set when the queue is first created
 (``client.queue(name, partitions=N)``) and stored in Redis, so every process
 finds the same layout; ``client.queue(name)`` returns the partitioned queue
-from then on.
+from then on. It only grows (``client.grow_partitions``); where partitions
+live is rqueue/placement.py.
+
+Long because a partitioned queue offers every method of a queue that makes
+sense across partitions, each spelled out over its partitions.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from .constants import MAX_PARTITIONS
 from .engine import commands, store
 from .errors import InvalidInput, NotDurable, PartialPublish, QueueInUse, StateLost, Unroutable
 from .partitioned_consumer import PartitionedConsumer
-from .placement import Layout, placements
+from .placement import Layout, placements, seen_before_growth
 from .publishing import PreparedPublish, per_message, prepare, send, watch_replies
 from .queue import Queue
 from .results import (
@@ -91,12 +95,21 @@ class PartitionedQueue:
     :class:`rqueue.Queue` objects) for anything else.
     """
 
-    def __init__(self, client: QueueContext, name: str, partitions: int, salts: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        client: QueueContext,
+        name: str,
+        partitions: int,
+        salts: Sequence[int] | None = None,
+        layout: Layout | None = None,
+    ) -> None:
         self.client = client
         self.name = name
         self.partitions = check_partitions(partitions)
         #: Per partition, the salt of its hash tag (rqueue/placement.py; 0 = ``{<name>/<i>}``).
         self.salts = tuple(salts) if salts is not None else (0,) * partitions
+        #: The stored layout this queue routes by (count, salts, last growth).
+        self.layout = layout if layout is not None else Layout(self.partitions, self.salts)
         #: The partitions, as queues (``parts[i].partition == i``).
         self.parts = [Queue(client, name, i, salt) for i, salt in enumerate(self.salts)]
         self._lock = threading.Lock()
@@ -105,6 +118,30 @@ class PartitionedQueue:
 
     def __repr__(self) -> str:
         return f"PartitionedQueue({self.name!r}, partitions={self.partitions})"
+
+    def refresh(self) -> bool:
+        """Takes up partitions added by a growth (read through the client's
+        cache, so at most once a second); True when it grew."""
+        layout = self.client.layout(self.parts[0].root)
+        if layout.partitions <= self.partitions:
+            return False
+        with self._lock:
+            if layout.partitions > self.partitions:
+                self.parts = self.parts + [
+                    Queue(self.client, self.name, i, layout.salts[i]) for i in range(self.partitions, layout.partitions)
+                ]
+                self.salts = layout.salts
+                self.layout = layout
+                self.partitions = layout.partitions
+        return True
+
+    def grow(self, partitions: int) -> PartitionedQueue:
+        """Adds partitions, live, up to ``partitions`` in all (see
+        :meth:`rqueue.Client.grow_partitions`); this queue routes over them
+        at once."""
+        self.client.grow_partitions(self.parts[0].root, partitions)
+        self.refresh()
+        return self
 
     def settings(self) -> Settings:
         """The settings in force for this queue (the same for every partition)."""
@@ -174,10 +211,12 @@ class PartitionedQueue:
         per_ids = [None] * count if ids is None else list(ids)
         if len(per_ids) != count:
             raise InvalidInput(f"ids has {len(per_ids)} entries for {count} payloads")
+        self.refresh()
         routes: dict[int, list[int]] = {}
         for i in range(count):
             msg_id = per_ids[i] if isinstance(per_ids[i], str) else None
             routes.setdefault(self.partition_for(per_keys[i], msg_id), []).append(i)
+        known = seen_before_growth(self, routes, per_keys, per_ids, partition_of)
         prepared: list[tuple[Queue, list[int], PreparedPublish]] = []
         for p, idx in sorted(routes.items()):
             part = self.parts[p]
@@ -194,6 +233,8 @@ class PartitionedQueue:
             if ready is not None:
                 prepared.append((part, idx, ready))
         out: list[PublishResult | None] = [None] * count
+        for i, result in known.items():
+            out[i] = result
         errors: dict[int, Exception] = {}
         durability: dict[int, NotDurable] = {}
         for part, idx, got in self._send_all(prepared):
@@ -417,7 +458,9 @@ class PartitionedQueue:
     def dead_letter_queue(self) -> PartitionedQueue:
         """The dead-letter queue, partitioned like this queue (each
         partition's dead letters stay in that partition's slot)."""
-        return PartitionedQueue(self.client, self.client.dead_letter_name(self.name), self.partitions, self.salts)
+        return PartitionedQueue(
+            self.client, self.client.dead_letter_name(self.name), self.partitions, self.salts, self.layout
+        )
 
     @property
     def state_losses(self) -> list[StateLost | None]:

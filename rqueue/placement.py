@@ -16,15 +16,16 @@ partitions with them, and :func:`placements` reports where they are now.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .connection.cluster import primary_names, slot_of, slot_owner
 from .constants import MAX_PARTITIONS
+from .engine import store
 from .engine.keys import QueueKeys, partition_tag, queue_base
 from .errors import CorruptRecord
-from .results import PartitionPlacement, PlacementReport
+from .results import PartitionPlacement, PlacementReport, PublishResult
 
 # Salts tried per partition before giving up on placing it (the default tag
 # is kept then): with P primaries a salt fits after about P tries.
@@ -33,43 +34,60 @@ MAX_SALT_TRIES = 10_000
 
 @dataclass(frozen=True)
 class Layout:
-    """A partitioned queue's stored layout: how many partitions, and the
-    salt of each one's hash tag. Stored as ``"<n>"`` when no partition has
-    a salt (also how queues made before placement are stored), else
-    ``"<n>:<salt0>,<salt1>,..."``."""
+    """A partitioned queue's stored layout: how many partitions, the salt
+    of each one's hash tag, and its last growth. Stored as ``"<n>"`` when
+    no partition has a salt and it never grew (also how queues made before
+    placement are stored), else ``"<n>[:<salt0>,<salt1>,...][/<previous>@<grown_ms>]"``:
+    ``previous`` partitions before the last growth, at server time
+    ``grown_ms``."""
 
     partitions: int
     salts: tuple[int, ...]
+    previous: int = 0  # partitions before the last growth; 0: never grown
+    grown_ms: int = 0
 
     @classmethod
     def plain(cls, partitions: int) -> Layout:
         return cls(partitions, (0,) * partitions)
 
     def text(self) -> str:
-        if not any(self.salts):
-            return str(self.partitions)
-        return f"{self.partitions}:" + ",".join(str(s) for s in self.salts)
+        out = str(self.partitions)
+        if any(self.salts):
+            out += ":" + ",".join(str(s) for s in self.salts)
+        if self.previous:
+            out += f"/{self.previous}@{self.grown_ms}"
+        return out
 
     @classmethod
     def parse(cls, raw: bytes | str, where: str) -> Layout:
         """The layout stored as ``raw`` at ``where``; CorruptRecord names
         a value that is not one."""
         text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
-        count, sep, rest = text.partition(":")
+        head, slash, growth = text.partition("/")
+        count, sep, rest = head.partition(":")
         if not count.isascii() or not count.isdigit() or not 2 <= int(count) <= MAX_PARTITIONS:
             raise CorruptRecord(where, f"{text!r} is not a number of partitions from 2 to {MAX_PARTITIONS}")
         n = int(count)
-        if not sep:
-            return cls.plain(n)
-        salts = rest.split(",")
+        salts = rest.split(",") if sep else ["0"] * n
         if len(salts) != n or not all(s.isascii() and s.isdigit() and int(s) < MAX_SALT_TRIES for s in salts):
             raise CorruptRecord(where, f"{text!r} does not list one placement salt per partition ({n})")
-        return cls(n, tuple(int(s) for s in salts))
+        previous, _, grown = growth.partition("@")
+        if slash and not (
+            previous.isascii() and previous.isdigit() and 1 <= int(previous) < n and grown.isascii() and grown.isdigit()
+        ):
+            raise CorruptRecord(where, f"{text!r} does not say its last growth as /<partitions>@<ms>")
+        return cls(n, tuple(int(s) for s in salts), int(previous) if slash else 0, int(grown) if slash else 0)
 
-    def grown(self, redis_client: Any, root: str, partitions: int) -> Layout:
+    def grown(self, redis_client: Any, root: str, partitions: int, now_ms: int) -> Layout:
         """This layout with partitions added up to ``partitions``, the new
-        ones placed as :func:`place` does."""
-        return place(redis_client, root, partitions, self.salts)
+        ones placed as :func:`place` does, grown at ``now_ms``."""
+        placed = place(redis_client, root, partitions, self.salts)
+        return Layout(partitions, placed.salts, self.partitions, now_ms)
+
+    def in_transition(self, now_ms: int, window_ms: int) -> bool:
+        """Whether a message published before the last growth may still be
+        within its de-duplication window (``window_ms``) at ``now_ms``."""
+        return self.previous > 0 and now_ms < self.grown_ms + window_ms
 
 
 def place(redis_client: Any, root: str, partitions: int, kept: Sequence[int] = ()) -> Layout:
@@ -125,3 +143,44 @@ def plain_meta_name(client: Any, root: str) -> str:
     """The key of queue ``root``'s plain meta hash, which holds its
     partitioning marker (named in errors)."""
     return QueueKeys(queue_base(client.prefix, root, 0)).meta
+
+
+def seen_before_growth(
+    queue: Any,
+    routes: dict[int, list[int]],
+    keys: Sequence[str | None],
+    ids: Sequence[Any],
+    partition_of: Callable[[str, int], int],
+) -> dict[int, PublishResult]:
+    """For a publish to partitioned ``queue`` routed as ``routes``
+    (partition -> message indexes): messages with an id (and no key) whose
+    first copy may sit in the partition the id had before the last growth.
+    While that growth is less than one de-duplication window old, such an
+    id is looked up there; one found makes the message a duplicate of that
+    copy (it is removed from ``routes``; its result is returned by index).
+    ``partition_of`` routes an id over a number of partitions."""
+    layout: Layout = queue.layout
+    if not layout.previous:
+        return {}
+    moved = [
+        (i, p, partition_of(ids[i], layout.previous))
+        for p, idx in routes.items()
+        for i in idx
+        if keys[i] is None and isinstance(ids[i], str) and partition_of(ids[i], layout.previous) != p
+    ]
+    if not moved:
+        return {}
+    client = queue.client
+    now = client.clock.script_now()
+    now_ms = int(now) if now else store.now_ms(client.redis)
+    if not layout.in_transition(now_ms, round(queue.settings().dedup_window * 1000)):
+        return {}
+    found: dict[int, PublishResult] = {}
+    for i, p, old in moved:
+        seen = store.id_seen(client.redis, queue.parts[old].keys, ids[i], client.idempotent)
+        if seen is not None and seen[1] > now_ms:
+            found[i] = PublishResult(seen[0], True, None, old)
+            routes[p].remove(i)
+    for p in [p for p, idx in routes.items() if not idx]:
+        del routes[p]
+    return found

@@ -47,3 +47,38 @@ def rebalance(obj: dict[str, Any], queue: str, as_json: bool) -> None:
         emit_json(dataclasses.asdict(report))
     else:
         click.echo(placement_text(report))
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--grow", "grow", type=int, default=None, help="Add partitions, live, up to this many in all.")
+@click.option("--json", "as_json", is_flag=True, help="Print the layout as JSON.")
+@click.pass_obj
+def partitions(obj: dict[str, Any], queue: str, grow: int | None, as_json: bool) -> None:
+    """Show how many partitions QUEUE has (and its last growth); with
+    --grow M, add partitions up to M in all without stopping producers or
+    workers (they take up the new partitions within a second)."""
+    with connection(obj["url"], obj["prefix"]) as client:
+        q = partitioned(client, queue)
+        before = q.partitions
+        if grow is not None:
+            q = client.grow_partitions(queue, grow)
+        layout = q.layout
+        report = q.placement(refresh=True)
+    out = {
+        "queue": queue,
+        "partitions": layout.partitions,
+        "before": before,
+        "previous": layout.previous or None,
+        "grown_ms": layout.grown_ms or None,
+        "per_node": report.per_node,
+    }
+    if as_json:
+        emit_json(out)
+        return
+    if grow is not None and before != layout.partitions:
+        click.echo(f"queue {queue}: grew from {before} to {layout.partitions} partitions")
+    else:
+        click.echo(f"queue {queue}: {layout.partitions} partitions")
+    if layout.previous:
+        click.echo(f"last growth: from {layout.previous} partitions at server time {layout.grown_ms} ms")

@@ -220,6 +220,30 @@ def claim_partitions(r: RedisClient, prefix: str, root: str, layout: str, retry:
     )
 
 
+def set_partitions(r: RedisClient, prefix: str, root: str, layout: str, retry: Retrier[Any] = no_retry) -> None:
+    """Writes the prefix's copy of queue ``root``'s layout (after a growth)."""
+    guarded(lambda: retry(lambda: r.hset(partitions_key(prefix), root, layout)), where=f"prefix {prefix!r}")
+
+
+def partition_marker(r: RedisClient, keys: QueueKeys, retry: Retrier[Any] = no_retry) -> bytes | None:
+    """The layout stored in the plain queue's meta (partition.lua), or None."""
+    raw: bytes | None = guarded(lambda: retry(lambda: r.hget(keys.meta, "partitioned")), where=keys.base)
+    return raw
+
+
+def id_seen(r: RedisClient, keys: QueueKeys, msg_id: str, retry: Retrier[Any] = no_retry) -> tuple[int, int] | None:
+    """The seq and expiry (ms, the scripts' clock) stored for message id
+    ``msg_id`` in the queue of ``keys`` (publish.lua's id key), or None."""
+    raw = guarded(lambda: retry(lambda: r.get(keys.message_id(msg_id))), where=keys.base)
+    if raw is None:
+        return None
+    seq, _, rest = text(raw).partition(":")
+    expires = rest.split(":", 1)[0]
+    if not seq.isdigit() or not expires.isdigit():
+        return None  # not an id record of this version: publish.lua judges it
+    return int(seq), int(expires)
+
+
 def delete_partitioning(r: RedisClient, prefix: str, name: str, marker: QueueKeys) -> int:
     """Deletes the record that queue ``name`` is partitioned: the prefix's
     copy, then the marker in the plain queue's meta (``marker.meta``, which

@@ -187,7 +187,7 @@ class Worker:
                 retry=self._retry,
                 clock=self._clock,
                 notifier=notifier,
-                channels=self._channels(),
+                channels=self._channels,
                 stopping=self._stopping,
                 prefetch=self.prefetch,
                 heartbeat_timeout=self.heartbeat_timeout,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..constants import IDLE_POLL_INTERVAL
@@ -45,7 +46,7 @@ class Dispatcher:
         retry: Reconnector,
         clock: Clock,
         notifier: Notifier,
-        channels: list[str],
+        channels: Callable[[], list[str]],
         stopping: threading.Event,
         prefetch: int,
         heartbeat_timeout: float,
@@ -69,7 +70,8 @@ class Dispatcher:
         notifier = self._notifier
         channels = self._channels
         while not self._stopping.is_set():
-            generations = {channel: notifier.generation(channel) for channel in channels}
+            # read per round: a grown partitioned queue adds channels
+            generations = {channel: notifier.generation(channel) for channel in channels()}
             acks, others = ledger.drain()
             self._settle_others(others)
             free = self._prefetch - ledger.unsettled()
