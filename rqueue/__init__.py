@@ -30,6 +30,7 @@ from .errors import (
     PartialPublish,
     PayloadTooLarge,
     QueueInUse,
+    QueuePartitioned,
     Reject,
     RQueueError,
     ScriptsNotLoaded,
@@ -43,7 +44,17 @@ from .partitioned_consumer import PartitionedConsumer
 from .partitions import PartitionedQueue
 from .queue import Queue
 from .randomness import Randomness
-from .results import ConsumerStats, DeadLetter, GroupStats, Message, PublishResult, QueueStats, ReplayResult
+from .results import (
+    ConsumerStats,
+    DeadLetter,
+    GroupStats,
+    Message,
+    PartitionPlacement,
+    PlacementReport,
+    PublishResult,
+    QueueStats,
+    ReplayResult,
+)
 from .schedules import Missed, ScheduleInfo
 from .settings import Settings
 from .worker import PartitionedWorker, Worker, WorkerStats, worker_for
@@ -91,6 +102,8 @@ __all__ = [
     "PublishResult",
     "Queue",
     "QueueStats",
+    "PartitionPlacement",
+    "PlacementReport",
     "RQueueError",
     "Randomness",
     "Reject",
@@ -100,6 +113,7 @@ __all__ = [
     "Settings",
     "StaleDelivery",
     "UnknownDeliveryTag",
+    "QueuePartitioned",
     "Unroutable",
     "Worker",
     "WorkerStats",

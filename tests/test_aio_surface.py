@@ -33,6 +33,10 @@ NOT_IN_AIO = {
     "Client.idempotent": "the sync client's retry of plain commands on a cluster (aio: cluster_retry)",
     "Worker.start": "a thread's start: the asyncio worker is a task (await worker.run())",
     "Worker.join": "a thread's join: await the task that runs worker.run()",
+    "Client.grow_partitions": "growing a queue is an operator's step: rqueue partitions --grow or rqueue.connect",
+    "Client.layout": "read by the sync partitioned queue's refresh; the asyncio client reads layouts in open_queue()",
+    "PartitionedQueue.grow": "growing a queue is an operator's step: rqueue partitions --grow or rqueue.connect",
+    "PartitionedQueue.refresh": "an asyncio client routes by the layout read at connect or open_queue() (docs/aio.md)",
     "Worker.scheduler": "the recurring-schedule scheduler runs in threaded workers and `rqueue scheduler`",
 }
 

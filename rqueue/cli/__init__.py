@@ -28,6 +28,7 @@ from rqueue.cli.demo import demo
 from rqueue.cli.dlq import dlq
 from rqueue.cli.doctor import doctor
 from rqueue.cli.inspect import events, peek, queues, settings, stats, top
+from rqueue.cli.partitions import partitions, rebalance
 from rqueue.cli.schedules import scheduler, schedules
 from rqueue.cli.scripts import scripts
 from rqueue.cli.wait import wait
@@ -96,6 +97,8 @@ cli.add_command(schedules)
 cli.add_command(scheduler)
 cli.add_command(wait)
 cli.add_command(doctor)
+cli.add_command(rebalance)
+cli.add_command(partitions)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -740,3 +740,31 @@ def publish_seen(reply: Sequence[Any]) -> PublishSeen:
         return PublishSeen(text(reply[0]), 0, -1)
     first = int(reply[1 + 2 * flags.index(0)])
     return PublishSeen(text(reply[0]), first, first + new - 1)
+
+
+class MarkStatus(Enum):
+    """What partition.lua did."""
+
+    STORED = "stored"  # the layout asked for is stored now
+    KEPT = "kept"  # another layout was stored: nothing changed
+    IN_USE = "in-use"  # the plain queue has messages or groups: nothing stored
+
+
+def mark_partitioned(
+    scripts: Scripts, keys: QueueKeys, layout: str, expected: str, queue: str
+) -> tuple[MarkStatus, str]:
+    """Stores ``layout`` in the plain queue's meta (lua/partition.lua):
+    to create (``expected`` ""), or in place of ``expected`` (a grow).
+    Returns what the script did and the layout stored now."""
+    return parse_mark(run(scripts.partition, mark_keys(keys), [layout, expected], queue, keys.base))
+
+
+def mark_keys(keys: QueueKeys) -> list[str]:
+    """KEYS of partition.lua."""
+    return [keys.meta, keys.msgs, keys.floors]
+
+
+def parse_mark(reply: Sequence[Any]) -> tuple[MarkStatus, str]:
+    """partition.lua's reply: what it did, and the layout stored now."""
+    status, stored = reply
+    return MarkStatus(text(status)), text(stored)
