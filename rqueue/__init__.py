@@ -38,6 +38,7 @@ from .errors import (
     StateLost,
     UnknownDeliveryTag,
     Unroutable,
+    QueuePaused,
 )
 from .partitioned_consumer import PartitionedConsumer
 from .partitions import PartitionedQueue
@@ -101,6 +102,7 @@ __all__ = [
     "StaleDelivery",
     "UnknownDeliveryTag",
     "Unroutable",
+    "QueuePaused",
     "Worker",
     "WorkerStats",
     "connect",

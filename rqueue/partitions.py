@@ -280,6 +280,7 @@ class PartitionedQueue:
             sum(s.dead_letters for s in parts),
             groups,
             parts,
+            paused=next((s.paused for s in parts if s.paused), ""),
         )
 
     def peek(self, n: int = 10, after: int = 0) -> list[Message]:
@@ -312,6 +313,15 @@ class PartitionedQueue:
             for g, purged in part.purge(group, progress).items():
                 out[g] = out.get(g, 0) + purged
         return out
+
+    def pause(self, group: str | None = None, mode: str = "hold") -> bool:
+        """As :meth:`rqueue.Queue.pause`, in every partition (one after the
+        other: not one atomic step); True when any partition changed."""
+        return [part.pause(group, mode) for part in self.parts].count(True) > 0
+
+    def resume(self, group: str | None = None) -> bool:
+        """As :meth:`rqueue.Queue.resume`, in every partition."""
+        return [part.resume(group) for part in self.parts].count(True) > 0
 
     def delete(self, force: bool = False) -> int:
         """Deletes every partition and the record of the partitioning (see
@@ -441,10 +451,11 @@ def _sum_groups(name: str, groups: list[GroupStats]) -> GroupStats:
     counted = {
         f.name: sum(getattr(g, f.name) for g in groups)
         for f in dataclasses.fields(GroupStats)
-        if f.name not in ("name", "oldest_lease_age_ms", "consumers")
+        if f.name not in ("name", "oldest_lease_age_ms", "consumers", "paused")
     }
     return GroupStats(
         name=name,
+        paused=any(g.paused for g in groups),
         oldest_lease_age_ms=max(ages) if ages else None,
         consumers=sorted(members.values(), key=lambda c: c.name),
         **counted,

@@ -162,6 +162,26 @@ class Queue:
                     break
         return out
 
+    def pause(self, group: str | None = None, mode: str = "hold") -> bool:
+        """Pauses ``group``: its fetches hand out nothing, while acks, nacks,
+        lease extensions and heartbeats go on; leases that run out meanwhile
+        are offered again after :meth:`resume`, not before. Without a group,
+        pauses the queue: with ``mode`` "refuse" publishes raise
+        QueuePaused; with "hold" they are stored and no group hands out a
+        message published after the pause until :meth:`resume`.
+        Returns False when it was already so (docs/flow-control.md)."""
+        if group is not None:
+            check_name("group", group)
+        mode = check.pause_mode(mode)
+        return commands.pause(self.client.scripts, self.keys, group, True, mode, self.name).changed
+
+    def resume(self, group: str | None = None) -> bool:
+        """Ends the pause of ``group``, or of the queue when None, and wakes
+        its waiting consumers. Returns False when it was not paused."""
+        if group is not None:
+            check_name("group", group)
+        return commands.pause(self.client.scripts, self.keys, group, False, "", self.name).changed
+
     def settle_through(self, group: str, seq: int, progress: Progress | None = None) -> int:
         """Settles, for ``group``, every message with a seq up to ``seq``
         (at most the last published) that is not in flight: unread ones and
@@ -346,4 +366,5 @@ class Queue:
         last, depth, scheduled, dead = store.queue_figures(
             self.client.redis, self.keys, self.dead_letter_queue.keys, int(now) if now else None
         )
-        return QueueStats(self.name, last, depth, scheduled, dead, groups)
+        paused = store.pause_state(self.client.redis, self.keys)
+        return QueueStats(self.name, last, depth, scheduled, dead, groups, paused=paused)

@@ -76,6 +76,7 @@ class GroupStats:
     dead_lettered: int
     dropped: int
     consumers: list[ConsumerStats] = field(default_factory=list)
+    paused: bool = False  # its fetches hand out nothing until resumed (docs/flow-control.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,7 @@ class QueueStats:
     groups: list[GroupStats] = field(default_factory=list)
     # A partitioned queue's figures are the sums over its partitions, listed here.
     partitions: list[QueueStats] = field(default_factory=list)
+    paused: str = ""  # "" running, "refuse" or "hold" (docs/flow-control.md)
 
     def group(self, name: str) -> GroupStats:
         for g in self.groups:

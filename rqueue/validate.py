@@ -126,3 +126,14 @@ def payload_limit(setting: str, value: int) -> int:
             "(proto-max-bulk-len, 512 MiB by default)",
         )
     return value
+
+
+PAUSE_MODES = ("refuse", "hold")
+
+
+def pause_mode(value: object) -> str:
+    """A queue's way of pausing: "refuse" (publishes raise QueuePaused) or
+    "hold" (publishes are stored, no group hands them out until resume)."""
+    if value not in PAUSE_MODES:
+        raise InvalidInput(f"mode={value!r}: a queue pauses with mode 'refuse' or 'hold'")
+    return str(value)

@@ -515,6 +515,7 @@ def group_stats(name: str, flat: list[Any]) -> GroupStats:
         dead_lettered=num("dead_lettered"),
         dropped=num("dropped"),
         consumers=sorted(consumers, key=lambda c: c.name),
+        paused=values.get("paused") not in (None, b"", ""),
     )
 
 
@@ -711,6 +712,25 @@ def repair(call: GroupCall, what: str, args: Sequence[Any] = ()) -> RepairReply:
     (lua/repair.lua lists ``what`` and its arguments)."""
     done, detail = call.run(call.scripts.repair, [what, *args])
     return RepairReply(text(done) == "done", text(detail))
+
+
+class PauseReply(NamedTuple):
+    changed: bool  # False: it was already so
+    state: str  # after the call: "" running, "paused" (a group), "refuse" or "hold" (a queue)
+
+
+def pause(scripts: Scripts, keys: QueueKeys, group: str | None, pause: bool, mode: str, queue: str) -> PauseReply:
+    """Pauses or resumes ``group``, or the queue when None (lua/pause.lua);
+    ``mode`` ("refuse" or "hold") is the queue's way of pausing."""
+    group_key = keys.group(group).state if group is not None else keys.meta
+    reply = run(
+        scripts.pause,
+        [keys.meta, keys.floors, group_key],
+        ["queue" if group is None else "group", "pause" if pause else "resume", group or "", mode, keys.wake_channel],
+        queue,
+        keys.base,
+    )
+    return PauseReply(int(reply[0]) == 1, text(reply[1]))
 
 
 class PublishSeen(NamedTuple):

@@ -7,6 +7,11 @@
   group's max_inflight and the consumer's prefetch. The delivery count and
   the lease deadline are written in this same call.
 
+  A paused group (group hash field "paused", pause.lua) acks the tags and
+  records the beat, and does nothing else: no delivery, no lease taken back.
+  A queue on hold (meta field "paused" = "hold:<seq>") hands out no message
+  published after <seq>; redeliveries go on.
+
   Tags given after n are acknowledged first, leniently, exactly as ack.lua
   with strict "0" would (the previous batch of a worker settled in the same
   call as its next fetch), so that they free prefetch room for this fetch.
@@ -92,10 +97,12 @@ if not holding then
 end
 -- The cursor is read here with the liveness: no step before the scan of new
 -- messages moves it.
-local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED)
+-- "paused" (pause.lua) is read with them: a field more of a read the call
+-- makes anyway is what flow control costs a fetch of a plain group.
+local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused')
 -- The incarnation and the last seq, for the client's check that Redis kept
--- its state; no step of a fetch changes either.
-local metaFields = rcall('HMGET', metaKey, 'inc', 'seq')
+-- its state; no step of a fetch changes either. And the queue's pause.
+local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused')
 local lastSeq = tonumber(metaFields[2] or '0')
 -- Acks come before any other write: Redis refuses a script over maxmemory
 -- at its first write that may grow memory, unless it already wrote. An
@@ -116,6 +123,22 @@ if #ARGV > 9 then
   holding = rcall('HGET', consumersKey, consumerName)
 end
 beatWith(groupFields[1])
+
+-- A paused group hands out nothing, and leaves its expired leases where
+-- they are: they are taken back by the first fetch after resume, so none
+-- goes to anyone before. The acks above and the beat are done.
+if groupFields[4] then
+  local out = {now, '', metaFields[1] or '', lastSeq}
+  for _, status in ipairs(acked) do
+    out[#out + 1] = status
+  end
+  return out
+end
+-- A queue paused with "hold:<seq>" hands out nothing published after seq.
+local holdAt = nil
+if metaFields[3] then
+  holdAt = tonumber(string.match(metaFields[3], '^hold:(%d+)$') or '')
+end
 
 -- The in-flight count first: with nothing in flight no lease can have run
 -- out, and a consumer that acks before it fetches again asks no more. The
@@ -271,6 +294,11 @@ if got < room then
   -- yet): a fetch of one message that is there is one call less.
   local last = nil
   if room - got > SPECULATE_MAX then
+    last = lastSeq
+  end
+  if holdAt and holdAt < lastSeq then
+    last = math.max(holdAt, from)
+  elseif holdAt then
     last = lastSeq
   end
   -- What the scan found wrong (RQ_CORRUPT): it stops there, keeps what it

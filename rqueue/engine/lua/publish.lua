@@ -35,6 +35,9 @@
     change, or a new seq at or below one it saw, knows Redis lost state
   Errors (nothing is stored):
     RQ_UNROUTABLE  mandatory publish to a queue without a group
+    RQ_PAUSED      the queue is paused with mode "refuse" (meta field
+                   "paused", pause.lua); with "hold:<seq>" the messages are
+                   stored and fetch holds them
     RQ_CORRUPT     the last seq (meta field seq) is garbage, or missing
                    while the queue has records or a group that settled some
                    (a deleted meta hash): seqs would be reused
@@ -59,6 +62,10 @@ if ARGV[3] == '1' and rcall('HLEN', floorsKey) == 0 then
   return redis.error_reply('RQ_UNROUTABLE the queue has no group to deliver to')
 end
 
+local function pausedError()
+  return redis.error_reply('RQ_PAUSED the queue is paused: publishes are refused until it is resumed')
+end
+
 local window, ttl = nil, nil -- read only by a batch with ids (tonumber is a strtod)
 
 -- Seqs are assigned here and written with one variadic command per key,
@@ -76,11 +83,15 @@ for i = 6, #ARGV, 3 do
   end
 end
 local first, inc
+local paused -- meta field "paused" (pause.lua): "refuse" refuses the call
 local seqMissing -- the last seq was missing: a queue's first publish, or a deleted meta hash
 if anyId then
-  local fields = rcall('HMGET', metaKey, 'seq', 'inc')
+  local fields = rcall('HMGET', metaKey, 'seq', 'inc', 'paused')
   local raw = fields[1]
-  first, inc = tonumber(raw or '0'), fields[2]
+  first, inc, paused = tonumber(raw or '0'), fields[2], fields[3]
+  if paused == 'refuse' then
+    return pausedError()
+  end
   if not (first and first >= 0 and first % 1 == 0) then
     return badSeqError(metaKey, raw)
   end
@@ -108,7 +119,17 @@ else
   end
   first = newLast - count
   seqMissing = first == 0
-  inc = rcall('HGET', metaKey, 'inc')
+  local fields = rcall('HMGET', metaKey, 'inc', 'paused')
+  inc, paused = fields[1], fields[2]
+  if paused == 'refuse' then
+    -- The HINCRBY above, undone: the script is atomic, so no call saw it.
+    if seqMissing then
+      rcall('HDEL', metaKey, 'seq')
+    else
+      rcall('HINCRBY', metaKey, 'seq', -count)
+    end
+    return pausedError()
+  end
 end
 if seqMissing then
   local refused = reusedSeqsError(metaKey, msgsKey, floorsKey)

@@ -1,0 +1,133 @@
+"""Flow control in the fetch script: pause and resume of groups and queues,
+priorities (docs/flow-control.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+import rqueue
+from rqueue import InvalidInput, QueuePaused
+
+# -- pause and resume of a group ----------------------------------------------------
+
+
+def test_a_paused_group_hands_out_nothing_and_keeps_acks_working(queue):
+    # given a group whose consumer holds one of three messages
+    queue.publish_many([b"a", b"b", b"c"])
+    c, other = queue.consumer("g"), queue.consumer("other")
+    [d] = c.fetch(1)
+    # when the group is paused
+    assert queue.pause("g") is True
+    assert queue.pause("g") is False  # already so
+    # then fetches hand out nothing, and the ack of what it holds works
+    assert c.fetch(10) == []
+    c.ack(d)
+    stats = queue.stats().group("g")
+    assert stats.paused and stats.acked == 1 and stats.in_flight == 0
+    # and another group of the queue is not paused
+    assert [x.seq for x in other.fetch(10)] == [1, 2, 3]
+    # when it is resumed, then the rest flows
+    assert queue.resume("g") is True
+    assert queue.resume("g") is False
+    assert [x.seq for x in c.fetch(10)] == [2, 3]
+    assert not queue.stats().group("g").paused
+
+
+def test_a_paused_groups_expired_lease_is_redelivered_on_resume_not_before(queue, clock):
+    # given a delivery whose holder is paused while it holds it
+    queue.publish(b"a")
+    w1, w2 = queue.consumer("g", name="w1"), queue.consumer("g", name="w2")
+    [d] = w1.fetch(1)
+    queue.pause("g")
+    # when its lease runs out during the pause
+    clock.advance(queue.settings().ack_wait + 1)
+    # then nobody gets it again while paused; the holder may still extend nothing
+    assert w2.fetch(1) == []
+    assert queue.stats().group("g").in_flight == 1
+    # and after resume the next fetch hands it out again, as a redelivery
+    queue.resume("g")
+    [again] = w2.fetch(1)
+    assert (again.seq, again.delivery_count, again.redelivered) == (1, 2, True)
+    # and the old holder's late ack still completes the message (guarantee: late acks)
+    w1.ack(d)
+    with pytest.raises(rqueue.DeliveryError):
+        w2.ack(again)
+
+
+def test_pausing_a_group_that_does_not_exist_is_refused(queue):
+    queue.publish(b"a")
+    with pytest.raises(rqueue.NotMember):
+        queue.pause("nope")
+
+
+# -- pause and resume of a queue ----------------------------------------------------
+
+
+def test_a_queue_paused_to_refuse_refuses_publishes_and_stores_nothing(queue):
+    # given a queue with one message and a group
+    queue.publish(b"a")
+    c = queue.consumer("g")
+    # when it is paused with mode refuse
+    queue.pause(mode="refuse")
+    # then a publish, with or without an id, raises QueuePaused and stores nothing
+    with pytest.raises(QueuePaused):
+        queue.publish(b"b")
+    with pytest.raises(QueuePaused):
+        queue.publish_many([b"c", b"d"], ids=["x", "y"])
+    stats = queue.stats()
+    assert stats.paused == "refuse" and stats.last_seq == 1 and stats.depth == 1
+    # and consumers still drain what is stored
+    assert [d.seq for d in c.fetch(10)] == [1]
+    # and after resume publishes get the next seq
+    queue.resume()
+    assert queue.publish(b"e").seq == 2
+    assert queue.stats().paused == ""
+
+
+def test_a_queue_paused_to_refuse_before_its_first_publish_keeps_no_seq(queue):
+    queue.pause(mode="refuse")
+    with pytest.raises(QueuePaused):
+        queue.publish(b"a")
+    queue.resume()
+    assert queue.publish(b"b").seq == 1
+
+
+def test_a_queue_on_hold_stores_publishes_and_hands_out_only_what_came_before(queue, clock):
+    # given a queue with two messages, one of them delivered and nacked
+    queue.publish_many([b"a", b"b"])
+    c = queue.consumer("g")
+    [first] = c.fetch(1)
+    # when it is put on hold and more is published
+    queue.pause(mode="hold")
+    assert [r.seq for r in queue.publish_many([b"c", b"d"])] == [3, 4]
+    first.nack()
+    # then the redelivery and the message published before the hold flow,
+    # the ones published after it do not
+    assert [(d.seq, d.delivery_count) for d in c.fetch(10)] == [(1, 2), (2, 1)]
+    assert c.fetch(10) == []
+    assert queue.stats().paused == "hold" and queue.stats().depth == 4
+    # and a second hold keeps the first one's point
+    assert queue.pause(mode="hold") is False
+    # when it is resumed, then they are handed out
+    queue.resume()
+    assert [d.seq for d in c.fetch(10)] == [3, 4]
+
+
+def test_a_bad_pause_mode_is_refused_and_changes_nothing(queue):
+    with pytest.raises(InvalidInput, match="mode"):
+        queue.pause(mode="later")
+    assert queue.stats().paused == ""
+
+
+def test_a_paused_partitioned_queue_pauses_every_partition(client):
+    # given a queue of 3 partitions with a message in each
+    q = client.queue("parts", partitions=3)
+    q.publish_many([b"a", b"b", b"c"])
+    c = q.consumer("g")
+    # when its group is paused, then no partition hands out anything
+    q.pause("g")
+    assert c.fetch(10) == []
+    assert q.stats().group("g").paused
+    # and after resume every message flows
+    q.resume("g")
+    assert len(c.fetch(10)) == 3
