@@ -30,6 +30,7 @@ from .errors import (
     PartialPublish,
     PayloadTooLarge,
     QueueInUse,
+    QueuePaused,
     Reject,
     RQueueError,
     ScriptsNotLoaded,
@@ -38,7 +39,6 @@ from .errors import (
     StateLost,
     UnknownDeliveryTag,
     Unroutable,
-    QueuePaused,
 )
 from .partitioned_consumer import PartitionedConsumer
 from .partitions import PartitionedQueue

@@ -1358,3 +1358,58 @@ def test_settle_through_settles_a_replayed_dead_letter_below_the_floor(client, q
     group = queue.stats().groups[0]
     assert (group.ready, group.pending, group.ack_floor) == (0, 0, 2)
     assert queue.consumer("g", "c2").fetch(1) == []
+
+
+def pause_call(raw, target, action, group="", mode="", channel=""):
+    r, qk, gk, s = raw
+    return s.pause(keys=[qk.meta, qk.floors, gk[4]], args=[target, action, group, mode, channel])
+
+
+def test_pause_of_a_group_is_a_field_fetch_reads_and_acks_ignore(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b")
+    s.join(keys=gk, args=group_argv())
+    [*_, seq, count, _rec] = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    # when the group is paused, then its hash holds the field and a second pause changes nothing
+    assert pause_call(raw, "group", "pause", "g") == [1, b"paused"]
+    assert pause_call(raw, "group", "pause", "g") == [0, b"paused"]
+    assert r.hget(gk[4], "paused") == b"1"
+    # and a fetch that acks a tag acks it, records the beat and hands out nothing
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 1, None, 10, "t2", seq, count, "t1"))
+    assert reply == [NOW + 1, b"", b"itest", 2, b"ok"]
+    assert r.zscore(gk[13], "c1") == NOW + 1 + 10_000
+    # when resumed, the field is gone and the next message is handed out
+    assert pause_call(raw, "group", "resume", "g") == [1, b""]
+    assert r.hget(gk[4], "paused") is None
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 2, None, 10, "t3"))[4] == 2
+
+
+def test_pause_of_a_queue_stores_its_mode_and_the_seq_a_hold_began_at(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b")
+    assert pause_call(raw, "queue", "pause", mode="hold") == [1, b"hold"]
+    assert r.hget(qk.meta, "paused") == b"hold:2"
+    publish(raw, b"c")
+    assert pause_call(raw, "queue", "pause", mode="hold") == [0, b"hold"]  # the hold keeps seq 2
+    assert pause_call(raw, "queue", "pause", mode="refuse") == [1, b"refuse"]
+    with pytest.raises(redis.ResponseError, match="^RQ_PAUSED"):
+        publish(raw, b"d")
+    with pytest.raises(redis.ResponseError, match="^RQ_PAUSED"):
+        publish(raw, b"e", ids=["x"])
+    assert r.hget(qk.meta, "seq") == b"3" and r.exists(qk.message_id("x")) == 0
+    assert pause_call(raw, "queue", "resume") == [1, b""]
+    assert r.hget(qk.meta, "paused") is None
+
+
+def test_pause_refuses_what_it_does_not_know_and_changes_nothing(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"a")
+    with pytest.raises(redis.ResponseError, match="^RQ_NOT_MEMBER"):
+        pause_call(raw, "group", "pause", "nope")
+    with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT"):
+        pause_call(raw, "queue", "pause", mode="later")
+    with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT"):
+        pause_call(raw, "partition", "pause")
+    with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT"):
+        pause_call(raw, "queue", "stop")
+    assert r.hget(qk.meta, "paused") is None

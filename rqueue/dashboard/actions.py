@@ -184,7 +184,13 @@ def do_pause(dash: Dashboard, name: str, group: str | None, action: str, mode: s
     q = dash.queue(name)
     changed = q.pause(group, mode) if action == "pause" else q.resume(group)
     target = f"group {group!r} of queue {name!r}" if group else f"queue {name!r}"
-    log.info("dashboard: %s %s %s%s", user, "paused" if action == "pause" else "resumed", target, "" if changed else " (no change)")
+    log.info(
+        "dashboard: %s %s %s%s",
+        user,
+        "paused" if action == "pause" else "resumed",
+        target,
+        "" if changed else " (no change)",
+    )
     return queue_figures(dash, name)
 
 

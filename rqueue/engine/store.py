@@ -34,7 +34,7 @@ def last_seq(r: RedisClient, keys: QueueKeys) -> int:
 def pause_state(r: RedisClient, keys: QueueKeys) -> str:
     """The queue's pause (lua/pause.lua): "" running, "refuse" or "hold"."""
     raw = guarded(lambda: r.hget(keys.meta, "paused"), where=keys.base)
-    return "" if raw is None else raw.decode().partition(":")[0]
+    return "" if raw is None else text(raw).partition(":")[0]
 
 
 def records_after(r: RedisClient, keys: QueueKeys, after: int, n: int) -> list[tuple[int, bytes]]:
