@@ -119,6 +119,7 @@ class PartitionedQueue:
         mandatory: bool = False,
         durable: bool = False,
         key: str | None = None,
+        priority: int = 0,
     ) -> PublishResult:
         """As :meth:`rqueue.Queue.publish`, to the partition of ``key`` (a
         str: the same key, the same partition, so order is kept per key),
@@ -132,6 +133,7 @@ class PartitionedQueue:
             mandatory=mandatory,
             durable=durable,
             keys=[key],
+            priority=priority or None,
         )[0]
 
     def publish_many(
@@ -143,6 +145,7 @@ class PartitionedQueue:
         mandatory: bool = False,
         durable: bool = False,
         keys: Sequence[str | None] | None = None,
+        priority: int | Sequence[int] | None = None,
     ) -> list[PublishResult]:
         """As :meth:`rqueue.Queue.publish_many`, each message routed as in
         :meth:`publish` (``keys``: one routing key or None per message).
@@ -158,6 +161,7 @@ class PartitionedQueue:
         if len(per_keys) != count:
             raise InvalidInput(f"keys has {len(per_keys)} entries for {count} payloads")
         per_headers = per_message(headers, count, "headers")
+        per_priority = check.priorities(priority, count)
         per_ids = [None] * count if ids is None else list(ids)
         if len(per_ids) != count:
             raise InvalidInput(f"ids has {len(per_ids)} entries for {count} payloads")
@@ -177,6 +181,7 @@ class PartitionedQueue:
                 mandatory,
                 durable,
                 positions=idx if count > 1 else None,
+                priority=[per_priority[i] for i in idx],
             )
             if ready is not None:
                 prepared.append((part, idx, ready))

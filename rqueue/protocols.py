@@ -110,6 +110,7 @@ class AnyQueue(Protocol):
         delay: float | None = None,
         mandatory: bool = False,
         durable: bool = False,
+        priority: int = 0,
     ) -> PublishResult: ...
     def publish_many(
         self,
@@ -119,6 +120,7 @@ class AnyQueue(Protocol):
         delay: float | None = None,
         mandatory: bool = False,
         durable: bool = False,
+        priority: int | Sequence[int] | None = None,
     ) -> list[PublishResult]: ...
     def consumer(
         self, group: str, name: str | None = None, prefetch: int | None = None, liveness: float | None = None

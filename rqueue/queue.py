@@ -251,6 +251,7 @@ class Queue:
         delay: float | None = None,
         mandatory: bool = False,
         durable: bool = False,
+        priority: int = 0,
     ) -> PublishResult:
         """Appends one message; returns once Redis has applied it.
 
@@ -260,6 +261,8 @@ class Queue:
         also waits until the client's durable_replicas replicas have it and,
         where the server has WAITAOF and AOF is on, until it is fsynced;
         NotDurable is raised (the message is stored) when that falls short.
+        ``priority`` (0 to 9, higher first) hands it out before messages of
+        lower priority, after due redeliveries (docs/flow-control.md).
         """
         return self.publish_many(
             [payload],
@@ -268,6 +271,7 @@ class Queue:
             delay=delay,
             mandatory=mandatory,
             durable=durable,
+            priority=priority or None,
         )[0]
 
     def publish_many(
@@ -278,9 +282,11 @@ class Queue:
         delay: float | None = None,
         mandatory: bool = False,
         durable: bool = False,
+        priority: int | Sequence[int] | None = None,
     ) -> list[PublishResult]:
-        """Appends many messages in one round trip, in order (``durable``:
-        see :meth:`publish`).
+        """Appends many messages in one round trip, in order (``durable``,
+        ``priority``: see :meth:`publish`; ``priority`` is one for all or
+        one per message).
 
         ``headers`` is one mapping for all messages or one per message;
         ``ids`` one per message (None for no id). Every message is checked
@@ -288,7 +294,7 @@ class Queue:
         stores nothing.
         """
         with sending(self.name, payloads) as trace:
-            prepared = prepare(self, payloads, headers, ids, delay, mandatory, durable, trace=trace)
+            prepared = prepare(self, payloads, headers, ids, delay, mandatory, durable, trace=trace, priority=priority)
             return send(self, prepared) if prepared is not None else []
 
     # -- consuming ----------------------------------------------------------

@@ -131,3 +131,98 @@ def test_a_paused_partitioned_queue_pauses_every_partition(client):
     # and after resume every message flows
     q.resume("g")
     assert len(c.fetch(10)) == 3
+
+
+# -- priorities ---------------------------------------------------------------------
+
+
+def test_higher_priority_first_fifo_within_a_priority_and_plain_last(queue):
+    # given plain messages and messages of priorities 5 and 9, interleaved
+    queue.publish(b"p0-a")
+    queue.publish(b"p5-a", priority=5)
+    queue.publish(b"p9-a", priority=9)
+    queue.publish(b"p0-b")
+    queue.publish_many([b"p5-b", b"p9-b"], priority=[5, 9])
+    c = queue.consumer("g", prefetch=100)
+    # when one fetch takes them all, then 9s, then 5s, then plain, each FIFO
+    assert [d.data for d in c.fetch(10)] == [b"p9-a", b"p9-b", b"p5-a", b"p5-b", b"p0-a", b"p0-b"]
+    assert c.fetch(10) == []
+
+
+def test_due_redeliveries_come_before_any_priority(queue, clock):
+    # given a plain message nacked while a priority 9 message waits
+    queue.publish(b"plain")
+    c = queue.consumer("g")
+    [d] = c.fetch(1)
+    queue.publish(b"urgent", priority=9)
+    d.nack()
+    # then the redelivery comes first, then the priority message
+    assert [(x.data, x.delivery_count) for x in c.fetch(10)] == [(b"plain", 2), (b"urgent", 1)]
+
+
+def test_priorities_one_at_a_time_and_acks_move_the_floor(queue):
+    # given messages of mixed priorities fetched one by one and acked
+    queue.publish_many([b"a", b"b", b"c", b"d"], priority=[0, 3, 0, 7])
+    c = queue.consumer("g")
+    got = []
+    while batch := c.fetch(1):
+        got.append(batch[0].data)
+        batch[0].ack()
+    # then the order is by priority, and every message is settled once
+    assert got == [b"d", b"b", b"a", b"c"]
+    g = queue.stats().group("g")
+    assert (g.ack_floor, g.acked, g.pending, g.in_flight) == (4, 4, 0, 0)
+
+
+def test_each_group_sees_every_priority_message_once(queue):
+    # given two groups and a group created after the messages were published
+    a = queue.consumer("a")
+    queue.publish_many([b"x", b"y", b"z"], priority=[1, 0, 2])
+    b = queue.consumer("b")
+    # then each hands out all three, by priority
+    assert [d.data for d in a.fetch(10)] == [b"z", b"x", b"y"]
+    assert [d.data for d in b.fetch(10)] == [b"z", b"x", b"y"]
+
+
+def test_a_purged_priority_message_is_not_handed_out(queue):
+    # given a priority message the group has not read yet, and one in flight
+    c = queue.consumer("g")
+    queue.publish(b"held", priority=4)
+    [held] = c.fetch(1)
+    queue.publish_many([b"a", b"b"], priority=[4, 0])
+    # when the group is purged, then the one in flight stays, the rest is settled
+    assert queue.purge("g") == {"g": 2}
+    assert c.fetch(10) == []
+    held.ack()
+    g = queue.stats().group("g")
+    assert (g.ack_floor, g.pending, g.in_flight) == (3, 0, 0)
+
+
+def test_a_delayed_priority_message_waits_its_delay(queue, clock):
+    c = queue.consumer("g")
+    queue.publish(b"later", priority=9, delay=5)
+    queue.publish(b"now")
+    assert [d.data for d in c.fetch(10)] == [b"now"]
+    clock.advance(5)
+    assert [d.data for d in c.fetch(10)] == [b"later"]
+
+
+def test_a_queue_on_hold_holds_priority_messages_published_after_it(queue):
+    c = queue.consumer("g")
+    queue.publish(b"before", priority=2)
+    queue.pause(mode="hold")
+    queue.publish(b"after", priority=9)
+    assert [d.data for d in c.fetch(10)] == [b"before"]
+    queue.resume()
+    assert [d.data for d in c.fetch(10)] == [b"after"]
+
+
+@pytest.mark.parametrize("bad", [-1, 10, 1.5, "1", True])
+def test_a_priority_out_of_range_is_refused_and_stores_nothing(queue, bad):
+    with pytest.raises(InvalidInput, match="priority"):
+        queue.publish(b"a", priority=bad)
+    with pytest.raises(InvalidInput, match="priority"):
+        queue.publish_many([b"a", b"b"], priority=[1, bad])
+    with pytest.raises(InvalidInput, match="priority has 1 entries for 2"):
+        queue.publish_many([b"a", b"b"], priority=[1])
+    assert queue.stats().last_seq == 0

@@ -524,8 +524,17 @@ def group_stats(name: str, flat: list[Any]) -> GroupStats:
 
 # One encoded message of a publish call: its id (or None), its timing (the
 # delay in ms, or "<delay_ms>:<headers_len>" when the body starts with
-# headers) and its body. A plain tuple: a publish makes one per message.
+# headers, or "<delay_ms>:<headers_len>:<priority>" for a priority of 1 to 9:
+# see :func:`timing`) and its body. A plain tuple: a publish makes one per message.
 PublishMessage = tuple[str | None, int | str, bytes]
+
+
+def timing(delay_ms: int, headers_len: int, priority: int = 0) -> int | str:
+    """A message's timing argument of publish.lua: the plain delay when it
+    has no headers and no priority (most messages)."""
+    if priority:
+        return f"{delay_ms}:{headers_len}:{priority}"
+    return f"{delay_ms}:{headers_len}" if headers_len else delay_ms
 
 
 class PublishCall(NamedTuple):
@@ -552,12 +561,17 @@ def publish_calls(
     for start in range(0, len(messages), batch):
         call_keys = keys.publish_keys()
         args: list[Any] = list(head)
+        prioritized = False
         for msg_id, timing, body in messages[start : start + batch]:
             if msg_id:
                 call_keys.append(keys.message_id(msg_id))
                 args += [len(call_keys), timing, body]
             else:
                 args += [0, timing, body]
+            if type(timing) is str and timing.count(":") == 2:
+                prioritized = True
+        if prioritized:
+            call_keys.append(keys.prio)  # the priority log, last
         calls.append(PublishCall(call_keys, args))
     return calls
 

@@ -17,7 +17,7 @@
   call as its next fetch), so that they free prefetch room for this fetch.
 
   Input:
-    KEYS[1..17] the group layout (includes/group_keys.lua)
+    KEYS[1..19] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] n, the most deliveries to return
     ARGV[9] the token of this call's deliveries: a lowercase letter, then
@@ -82,6 +82,10 @@ local SCAN_LIMIT = 1000 -- records passed over per call (deleted or delayed)
 local SPECULATE_MAX = 8 -- deliveries wanted up to which records are read before the last seq
 -- The group hash's field holding the cursor as fetch last wrote or checked it.
 local CURSOR_CHECKED = 'cursor_checked'
+local PULL_BATCH = '1000' -- entries of the priority log moved to the group's priority set per call
+-- A priority set's score is seq - priority x PRIORITY_SPAN (2^45, above any
+-- seq): the highest priority first, then the lowest seq, exact in a double.
+local PRIORITY_SPAN = 35184372088832
 
 local n = ARGV[8] + 0
 local token = ARGV[9]
@@ -99,10 +103,10 @@ end
 -- messages moves it.
 -- "paused" (pause.lua) is read with them: a field more of a read the call
 -- makes anyway is what flow control costs a fetch of a plain group.
-local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused')
+local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused', 'pcur')
 -- The incarnation and the last seq, for the client's check that Redis kept
 -- its state; no step of a fetch changes either. And the queue's pause.
-local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused')
+local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio')
 local lastSeq = tonumber(metaFields[2] or '0')
 -- Acks come before any other write: Redis refuses a script over maxmemory
 -- at its first write that may grow memory, unless it already wrote. An
@@ -285,6 +289,88 @@ if room > 0 and waiting then
   end
 end
 
+-- Messages published with a priority (meta field "prio", written by the
+-- first such publish): what is new in the queue's priority log joins this
+-- group's priority set, which hands out the highest priority first, then
+-- the lowest seq; the scan of new messages below passes over them. A queue
+-- that never had one reads a field more of the meta hash, nothing else.
+if got < room and metaFields[4] then
+  local pulledTo = tonumber(groupFields[5] or '')
+  if pulledTo == nil then
+    -- A group's first pull: everything above its ack floor is new to it.
+    pulledTo = tonumber(rcall('HGET', floorsKey, groupName) or '0') or 0
+  end
+  local upper = '+inf'
+  if holdAt then
+    upper = string.format('%d', holdAt)
+  end
+  local pulled = rcall('ZRANGEBYSCORE', prioKey, '(' .. string.format('%d', pulledTo), upper, 'WITHSCORES', 'LIMIT',
+    '0', PULL_BATCH)
+  if #pulled > 0 then
+    local adds = {}
+    for i = 1, #pulled, 2 do
+      -- A member whose priority does not parse counts as priority 1: it is
+      -- handed out all the same, never passed over.
+      local p = tonumber(string.match(pulled[i], ':(%d)$') or '1')
+      adds[#adds + 1] = pulled[i + 1] - p * PRIORITY_SPAN
+      adds[#adds + 1] = pulled[i + 1]
+    end
+    bulk('ZADD', prioSetKey, adds)
+    rcall('HSET', groupKey, 'pcur', pulled[#pulled])
+    -- The log keeps what some group may still pull or pass over: entries
+    -- at or below every group's ack floor go.
+    local lowest = nil
+    for _, f in ipairs(rcall('HVALS', floorsKey)) do
+      local v = tonumber(f)
+      if v and (lowest == nil or v < lowest) then
+        lowest = v
+      end
+    end
+    if lowest and lowest > 0 then
+      rcall('ZREMRANGEBYSCORE', prioKey, '-inf', string.format('%d', lowest))
+    end
+  end
+  local picked = rcall('ZRANGE', prioSetKey, '0', room - got - 1)
+  if #picked > 0 then
+    bulk('ZREM', prioSetKey, picked)
+    local recs = bulkGet(msgsKey, picked)
+    -- Settled meanwhile (a purge, settle_through) or handed out another way
+    -- (a delivery state exists): not handed out again.
+    local raws = bulkGet(dlvKey, picked)
+    local prioFloor = tonumber(rcall('HGET', floorsKey, groupName) or '0') or 0
+    local runsExist = rcall('EXISTS', ackedKey) == 1
+    for i, field in ipairs(picked) do
+      local seq = field + 0
+      local settledAlready = seq <= prioFloor or raws[i]
+      if not settledAlready and runsExist then
+        local run = rcall('ZRANGEBYSCORE', ackedKey, field, '+inf', 'LIMIT', '0', '1')
+        settledAlready = run[1] ~= nil and run[1] + 0 <= seq
+      end
+      local notBefore = recs[i] and recordNotBefore(recs[i])
+      if settledAlready then
+        -- nothing to hand out
+      elseif not notBefore then
+        --@make failurePaths
+        if recs[i] then
+          deadLetter(seq, nil, 'corrupted-record', 'record does not parse')
+        else
+          deadLetter(seq, nil, 'new message', 'record deleted before the group read it') -- missing-record
+        end
+      elseif notBefore > now then
+        rcall('ZADD', delayKey, notBefore, field)
+      else
+        states[#states + 1] = field
+        states[#states + 1] = firstState
+        leased[#leased + 1] = field
+        out[#out + 1] = seq
+        out[#out + 1] = 1
+        out[#out + 1] = recs[i]
+        got = got + 1
+      end
+    end
+  end
+end
+
 if got < room then
   local cursor = (groupFields[2] or 0) + 0
   local from = cursor
@@ -345,64 +431,78 @@ if got < room then
       end
     end
     local recs = bulkGet(msgsKey, fields)
+    -- Seqs published with a priority are handed out from the priority set
+    -- above, not here: the scan passes over them.
+    local prioritized = nil
+    if metaFields[4] then
+      prioritized = {}
+      for _, m in ipairs(rcall('ZRANGEBYSCORE', prioKey, fields[1], fields[#fields])) do
+        prioritized[string.match(m, '^(%d+)') or m] = true
+      end
+    end
     for i, field in ipairs(fields) do
       local rec = recs[i]
       local seq = cursor + 1
-      if not rec and last == nil then
-        last = lastSeq
-      end
-      if not rec and (last == nil or last < from) then
-        refusal = metaKey .. ' field seq (the last seq) is ' .. (rcall('HGET', metaKey, 'seq') or 'missing')
-          .. ', below the cursor ' .. from .. ' of ' .. groupKey
-        last = cursor
-      end
-      if not rec and seq > last then
-        break -- not published yet: the cursor stays before it
-      end
-      cursor, cursorText = seq, field
-      local settledRun = false
-      if not rec then
-        since = since or tonumber(rcall('HGET', groupKey, 'since') or '') or last
-        if seq > since then
-          -- Deleted while this group still needed it (a dead letter below),
-          -- unless the cursor was moved back over seqs it settled (the
-          -- check before the scan sees the floor; this, its acked runs).
-          local run = rcall('ZRANGEBYSCORE', ackedKey, seq, '+inf', 'LIMIT', '0', '1')
-          settledRun = run[1] ~= nil and run[1] + 0 <= seq
-        end
-      end
-      if not rec and seq <= since then
-        -- Deleted before this group was created (every group that existed
-        -- then had settled it): nothing to deliver.
-        gone[#gone + 1] = seq
+      if prioritized and prioritized[field] then
+        cursor, cursorText = seq, field
         passed = passed + 1
-      elseif settledRun then
-        refusal = groupKey .. ' field cursor is ' .. from .. ', below seq ' .. seq .. ' the group settled ('
-          .. ackedKey .. ')'
-        cursor, cursorText, last = seq - 1, string.format('%d', seq - 1), seq - 1
-        break
       else
-        local notBefore = rec and recordNotBefore(rec)
-        if not notBefore then
-          --@make failurePaths
-          if rec then
-            deadLetter(seq, nil, 'corrupted-record', 'record does not parse') -- as deliver() would
-          else
-            deadLetter(seq, nil, 'new message', 'record deleted before the group read it') -- missing-record
+        if not rec and last == nil then
+          last = lastSeq
+        end
+        if not rec and (last == nil or last < from) then
+          refusal = metaKey .. ' field seq (the last seq) is ' .. (rcall('HGET', metaKey, 'seq') or 'missing')
+            .. ', below the cursor ' .. from .. ' of ' .. groupKey
+          last = cursor
+        end
+        if not rec and seq > last then
+          break -- not published yet: the cursor stays before it
+        end
+        cursor, cursorText = seq, field
+        local settledRun = false
+        if not rec then
+          since = since or tonumber(rcall('HGET', groupKey, 'since') or '') or last
+          if seq > since then
+            -- Deleted while this group still needed it (a dead letter below),
+            -- unless the cursor was moved back over seqs it settled (the
+            -- check before the scan sees the floor; this, its acked runs).
+            local run = rcall('ZRANGEBYSCORE', ackedKey, seq, '+inf', 'LIMIT', '0', '1')
+            settledRun = run[1] ~= nil and run[1] + 0 <= seq
           end
-        elseif notBefore > now then
-          rcall('ZADD', delayKey, notBefore, field)
+        end
+        if not rec and seq <= since then
+          -- Deleted before this group was created (every group that existed
+          -- then had settled it): nothing to deliver.
+          gone[#gone + 1] = seq
           passed = passed + 1
+        elseif settledRun then
+          refusal = groupKey .. ' field cursor is ' .. from .. ', below seq ' .. seq .. ' the group settled ('
+            .. ackedKey .. ')'
+          cursor, cursorText, last = seq - 1, string.format('%d', seq - 1), seq - 1
+          break
         else
-          -- A first delivery, as deliver() above would make it: the common
-          -- case, without a call, a state table and a second parse.
-          states[#states + 1] = field
-          states[#states + 1] = firstState
-          leased[#leased + 1] = field
-          out[#out + 1] = seq
-          out[#out + 1] = 1
-          out[#out + 1] = rec
-          got = got + 1
+          local notBefore = rec and recordNotBefore(rec)
+          if not notBefore then
+            --@make failurePaths
+            if rec then
+              deadLetter(seq, nil, 'corrupted-record', 'record does not parse') -- as deliver() would
+            else
+              deadLetter(seq, nil, 'new message', 'record deleted before the group read it') -- missing-record
+            end
+          elseif notBefore > now then
+            rcall('ZADD', delayKey, notBefore, field)
+            passed = passed + 1
+          else
+            -- A first delivery, as deliver() above would make it: the common
+            -- case, without a call, a state table and a second parse.
+            states[#states + 1] = field
+            states[#states + 1] = firstState
+            leased[#leased + 1] = field
+            out[#out + 1] = seq
+            out[#out + 1] = 1
+            out[#out + 1] = rec
+            got = got + 1
+          end
         end
       end
     end

@@ -24,16 +24,23 @@
         digits, 32 at most (else none is stored, and the reply's is "")
     ARGV[6], ARGV[7], ARGV[8] ... per message: index of its id key in KEYS
         (0 = no id); "<delay_ms>" (0 = none), or "<delay_ms>:<headers_len>"
-        when the body starts with headers; body "<headers_json><payload>".
+        when the body starts with headers, or "<delay_ms>:<headers_len>:<p>"
+        for a priority p of 1 to 9 (0, the default, is none of these); body
+        "<headers_json><payload>".
         Stored as a record (includes/record.lua): compact when the message
         has no headers and no delay (and now < 2^48 ms), so most bodies are
         copied once
+    KEYS[#KEYS] the priority log (zset "<base>:prio", seq -> "<seq>:<p>"),
+        last, after the id keys, when a message has a priority; meta field
+        "prio" is set with it (fetch.lua reads it)
   Output:
     { incarnation, seq1, duplicate1, seq2, duplicate2, ... }, duplicate 1
     when the id was seen: seq is then the seq of the first publish. The
     incarnation is the queue's (meta field "inc"): a client that sees it
     change, or a new seq at or below one it saw, knows Redis lost state
   Errors (nothing is stored):
+    RQ_BAD_ARGUMENT  a message has a priority and the last key is not the
+                   queue's priority log
     RQ_UNROUTABLE  mandatory publish to a queue without a group
     RQ_PAUSED      the queue is paused with mode "refuse" (meta field
                    "paused", pause.lua); with "hold:<seq>" the messages are
@@ -75,12 +82,20 @@ local window, ttl = nil, nil -- read only by a batch with ids (tonumber is a str
 local out = {''} -- the incarnation, read below
 -- Without ids every message is stored: the seqs are taken in one HINCRBY
 -- (one call less than reading and writing the last seq).
-local anyId = false
+local anyId, anyPriority = false, false
 for i = 6, #ARGV, 3 do
   if ARGV[i] ~= '0' then
     anyId = true
-    break
   end
+  if ARGV[i + 1] ~= '0' and string.find(ARGV[i + 1], ':%d*:') then
+    anyPriority = true
+  end
+end
+-- The priority log is the last key, named as keys.py names it: checked
+-- before any write, so that a call built wrongly stores nothing.
+if anyPriority and KEYS[#KEYS] ~= string.sub(metaKey, 1, -5) .. 'prio' then
+  return redis.error_reply('RQ_BAD_ARGUMENT a message has a priority, and the last key is not the priority log: '
+    .. tostring(KEYS[#KEYS]))
 end
 local first, inc
 local paused -- meta field "paused" (pause.lua): "refuse" refuses the call
@@ -153,6 +168,7 @@ local seq = first
 -- delayed, ids and claims are made when a message needs them (most batches
 -- have neither delays nor ids).
 local records, delayed, ids, claims = {}, nil, nil, nil
+local prioritized = nil -- score, member pairs for the priority log
 local compact = compactHead(now)
 -- The text records' ":<now>:", made on first use (turning a number into a
 -- string is a sprintf). %.0f: a number concatenated as it is reads 1e+14
@@ -163,11 +179,15 @@ for i = 6, #ARGV, 3 do
   -- "0" is compared as a string: tonumber parses with strtod.
   local idKey, timing, body = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local delay, hlen = 0, '0'
+  local priority = nil -- '1'..'9'; nil: 0, the log alone
   if timing ~= '0' then
     delay = tonumber(timing)
     if delay == nil then
-      local d, h = string.match(timing, '^(%d+):(%d+)$')
+      local d, h, p = string.match(timing, '^(%d+):(%d+):?([1-9]?)$')
       delay, hlen = tonumber(d), h
+      if p ~= '' and p ~= nil then
+        priority = p
+      end
     end
   end
   local seen, name = nil, nil
@@ -212,6 +232,13 @@ for i = 6, #ARGV, 3 do
       ids = ids or {}
       ids[#ids + 1] = name
     end
+    if priority then
+      -- The priority log: score the seq, member "<seq>:<priority>"; each
+      -- group's fetch moves what is new in it to its own priority set.
+      prioritized = prioritized or {}
+      prioritized[#prioritized + 1] = seq
+      prioritized[#prioritized + 1] = string.format('%d', seq) .. ':' .. priority
+    end
     out[#out + 1] = seq
     out[#out + 1] = 0
   end
@@ -234,6 +261,13 @@ if seq > first then
   end
   for _, name in ipairs(ids or {}) do
     rcall('SET', name, claims[name], 'PX', ttl)
+  end
+  if prioritized then
+    local prioKey = KEYS[#KEYS]
+    bulk('ZADD', prioKey, prioritized)
+    -- Read by every fetch with the incarnation: a queue without it pays
+    -- nothing more for priorities.
+    rcall('HSET', metaKey, 'prio', '1')
   end
 end
 -- Delayed publishes now due leave the schedule (only new ones are later than
