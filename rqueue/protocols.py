@@ -110,6 +110,7 @@ class AnyQueue(Protocol):
         delay: float | None = None,
         mandatory: bool = False,
         durable: bool = False,
+        *,
         priority: int = 0,
     ) -> PublishResult: ...
     def publish_many(
@@ -120,6 +121,7 @@ class AnyQueue(Protocol):
         delay: float | None = None,
         mandatory: bool = False,
         durable: bool = False,
+        *,
         priority: int | Sequence[int] | None = None,
     ) -> list[PublishResult]: ...
     def consumer(

@@ -44,6 +44,7 @@ class PreparedPublish(NamedTuple):
     durable: bool
     watch: StateWatch  # what this client saw of the queue's state
     mark: Mark  # what it knew when the calls were made
+    priorities: list[int] | None = None  # one per message (the alternate queue gets them too)
 
 
 def per_message(value: Any, count: int, what: str) -> list[Any]:
@@ -117,7 +118,9 @@ def prepare(
         watch.candidate,
     )
     sizes = [count] if count <= MAX_BATCH else [min(MAX_BATCH, count - s) for s in range(0, count, MAX_BATCH)]
-    return PreparedPublish(calls, sizes, settings, payloads, per_headers, per_ids, delay, durable, watch, watch.mark())
+    return PreparedPublish(
+        calls, sizes, settings, payloads, per_headers, per_ids, delay, durable, watch, watch.mark(), per_priority
+    )
 
 
 def watch_replies(prepared: PreparedPublish, replies: Sequence[Any]) -> None:
@@ -159,6 +162,7 @@ def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
             ids=prepared.ids,
             delay=prepared.delay,
             durable=prepared.durable,
+            priority=prepared.priorities,
         )
         return [PublishResult(r.seq, r.duplicate, alternate) for r in results]
     client.register(queue.name)

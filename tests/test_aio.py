@@ -279,3 +279,19 @@ def test_a_call_redis_leaves_unanswered_fails_after_the_socket_timeout(prefix):
         assert 0.4 < run(main()) < 3
     finally:
         server.stop()
+
+
+def test_aio_publish_takes_a_priority(backend, prefix):
+    # given an async client publishing with priorities
+    async def main() -> list[bytes]:
+        client = await aconnect(backend, prefix)
+        q = client.queue("prio")
+        async with q.consumer("g") as c:
+            await q.publish(b"low", priority=1)
+            await q.publish_many([b"plain", b"high"], priority=[0, 9])
+            got = [d.data for d in await c.fetch(10, timeout=1)]
+        await client.close()
+        return got
+
+    # then the group hands them out by priority
+    assert run(main()) == [b"high", b"low", b"plain"]

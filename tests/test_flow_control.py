@@ -226,3 +226,14 @@ def test_a_priority_out_of_range_is_refused_and_stores_nothing(queue, bad):
     with pytest.raises(InvalidInput, match="priority has 1 entries for 2"):
         queue.publish_many([b"a", b"b"], priority=[1])
     assert queue.stats().last_seq == 0
+
+
+def test_an_unroutable_batch_keeps_its_priorities_in_the_alternate_queue(client):
+    # given a queue without groups whose mandatory publishes go to an alternate queue
+    client.configure("orders", alternate="spill")
+    spill = client.queue("spill")
+    c = spill.consumer("g")
+    # when a mandatory batch with priorities is published
+    client.queue("orders").publish_many([b"low", b"high"], mandatory=True, priority=[1, 8])
+    # then the alternate queue hands them out by priority
+    assert [d.data for d in c.fetch(10)] == [b"high", b"low"]

@@ -115,6 +115,7 @@ class Queue:
         delay: float | None = None,
         mandatory: bool = False,
         durable: bool = False,
+        priority: int = 0,
     ) -> PublishResult:
         """Appends one message; returns once Redis has applied it (see
         :meth:`rqueue.Queue.publish`)."""
@@ -125,6 +126,7 @@ class Queue:
             delay=delay,
             mandatory=mandatory,
             durable=durable,
+            priority=priority or None,
         )
         return results[0]
 
@@ -136,6 +138,7 @@ class Queue:
         delay: float | None = None,
         mandatory: bool = False,
         durable: bool = False,
+        priority: int | Sequence[int] | None = None,
     ) -> list[PublishResult]:
         """Appends many messages, in order, checked before anything is sent
         (see :meth:`rqueue.Queue.publish_many`); MAX_BATCH messages a round
@@ -148,7 +151,7 @@ class Queue:
         settings = await self.settings()
         with sending(self.name, payloads) as trace:
             view = cast("QueueLike", _Prepared(self, settings))
-            prepared = prepare(view, payloads, headers, ids, delay, mandatory, False, trace=trace)
+            prepared = prepare(view, payloads, headers, ids, delay, mandatory, False, trace=trace, priority=priority)
             if prepared is None:
                 return []
             replies = await acmd.publish_each(self.client.scripts, prepared.calls, self.name)
@@ -157,7 +160,7 @@ class Queue:
             if isinstance(failed[0], Unroutable) and settings.alternate is not None:
                 alternate = Queue(self.client, settings.alternate)
                 results = await alternate.publish_many(
-                    prepared.payloads, headers=prepared.headers, ids=prepared.ids, delay=delay
+                    prepared.payloads, headers=prepared.headers, ids=prepared.ids, delay=delay, priority=priority
                 )
                 return [PublishResult(r.seq, r.duplicate, settings.alternate) for r in results]
             raise failed[0]
