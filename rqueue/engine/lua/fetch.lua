@@ -430,15 +430,32 @@ if got < room then
         fields[#fields + 1] = prefix .. twoDigits[s - h * 100 + 1]
       end
     end
-    local recs = bulkGet(msgsKey, fields)
     -- Seqs published with a priority are handed out from the priority set
-    -- above, not here: the scan passes over them.
+    -- above, not here: the scan passes over them without reading them.
     local prioritized = nil
+    local recs
     if metaFields[4] then
       prioritized = {}
       for _, m in ipairs(rcall('ZRANGEBYSCORE', prioKey, fields[1], fields[#fields])) do
         prioritized[string.match(m, '^(%d+)') or m] = true
       end
+      local read = {}
+      for _, field in ipairs(fields) do
+        if not prioritized[field] then
+          read[#read + 1] = field
+        end
+      end
+      local stored = bulkGet(msgsKey, read)
+      recs = {}
+      local j = 0
+      for i, field in ipairs(fields) do
+        if not prioritized[field] then
+          j = j + 1
+          recs[i] = stored[j]
+        end
+      end
+    else
+      recs = bulkGet(msgsKey, fields)
     end
     for i, field in ipairs(fields) do
       local rec = recs[i]
