@@ -3,10 +3,14 @@ priorities (docs/flow-control.md)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from support.servers import wait_for
 
 import rqueue
 from rqueue import InvalidInput, QueuePaused
+from rqueue.engine import commands
 
 # -- pause and resume of a group ----------------------------------------------------
 
@@ -237,3 +241,94 @@ def test_an_unroutable_batch_keeps_its_priorities_in_the_alternate_queue(client)
     client.queue("orders").publish_many([b"low", b"high"], mandatory=True, priority=[1, 8])
     # then the alternate queue hands them out by priority
     assert [d.data for d in c.fetch(10)] == [b"high", b"low"]
+
+
+# -- rate limits --------------------------------------------------------------------
+
+
+def test_a_rate_limit_holds_any_window_to_its_count_across_consumers(client, queue, clock):
+    # given a group limited to 3 deliveries per second, two consumers, 10 messages
+    client.configure("orders", rate_limit=3, rate_period=1.0)
+    queue.publish_many([b"m"] * 10)
+    a, b = queue.consumer("g", name="a"), queue.consumer("g", name="b")
+    # when both fetch, then 3 in all are handed out in this second
+    got = a.fetch(2) + b.fetch(10)
+    assert len(got) == 3
+    assert a.fetch(10) == [] and b.fetch(10) == []
+    # and acking does not make room: the limit counts deliveries, not what is in flight
+    for d in got:
+        d.ack()
+    assert b.fetch(10) == []
+    # when the window has moved past them, then 3 more
+    clock.advance(1.0)
+    assert len(b.fetch(10)) == 3
+    # and half a window later, nothing more
+    clock.advance(0.5)
+    assert a.fetch(10) == []
+
+
+def test_a_fetch_held_back_by_the_rate_limit_says_when_to_come_back(client, queue, clock):
+    # given a limit of 2 per 10 seconds, reached
+    client.configure("orders", rate_limit=2, rate_period=10.0)
+    queue.publish_many([b"m"] * 5)
+    c = queue.consumer("g")
+    assert len(c.fetch(5)) == 2
+    clock.advance(4)
+    # when it fetches again, then nothing, and the next due time is when the window has room
+    reply = commands.fetch(queue.group_call("g", queue.settings(), c.name), 5, "tok")
+    assert list(reply.deliveries()) == []
+    assert reply.next_due_ms - reply.now_ms == 6000
+    # and a blocking fetch waits that long, not busy-looping (the test clock moves)
+    clock.advance(6)
+    assert len(c.fetch(5)) == 2
+
+
+def test_redeliveries_count_against_the_rate_limit(client, queue, clock):
+    client.configure("orders", rate_limit=1, rate_period=1.0)
+    queue.publish_many([b"a", b"b"])
+    c = queue.consumer("g")
+    [d] = c.fetch(5)
+    d.nack()
+    assert c.fetch(5) == []  # the redelivery waits for the window too
+    clock.advance(1)
+    [again] = c.fetch(5)
+    assert (again.seq, again.delivery_count) == (1, 2)
+
+
+@pytest.mark.parametrize("values", [{"rate_limit": -1}, {"rate_limit": 1.5}, {"rate_period": 0}])
+def test_a_bad_rate_setting_is_refused(client, values):
+    with pytest.raises(rqueue.InvalidSetting):
+        client.configure("orders", **values)
+
+
+def test_the_worker_sleeps_against_the_rate_limit(client, monkeypatch):
+    # given a group on the real clock limited to 5 deliveries per 0.5 s, and 12 messages
+    fetches = []
+    real_fetch = commands.fetch
+
+    def counted(*args, **kwargs):
+        fetches.append(time.monotonic())
+        return real_fetch(*args, **kwargs)
+
+    monkeypatch.setattr(commands, "fetch", counted)
+    real = rqueue.connect(client.url, prefix=client.prefix, settings_ttl=0)
+    try:
+        real.configure("paced", rate_limit=5, rate_period=0.5)
+        q = real.queue("paced")
+        q.publish_many([b"m"] * 12)
+        done: list[float] = []
+        w = rqueue.Worker(q, "g", lambda d: done.append(time.monotonic()), concurrency=4)
+        w.start()
+        try:
+            wait_for(lambda: len(done) == 12, timeout=10)
+        finally:
+            w.stop()
+            w.join(10)
+    finally:
+        real.close()
+    # then it took two windows at least, no window held more than 5
+    assert done[-1] - done[0] >= 0.9
+    for t in done:
+        assert sum(1 for u in done if t <= u < t + 0.45) <= 5
+    # and the worker slept until the window had room instead of fetching again and again
+    assert len(fetches) < 40, f"{len(fetches)} fetches for 12 messages"

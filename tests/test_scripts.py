@@ -1413,3 +1413,26 @@ def test_pause_refuses_what_it_does_not_know_and_changes_nothing(raw):
     with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT"):
         pause_call(raw, "queue", "stop")
     assert r.hget(qk.meta, "paused") is None
+
+
+def test_fetch_with_a_rate_limit_counts_the_window_and_names_when_it_has_room(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b", b"c")
+    s.join(keys=gk, args=group_argv())
+    # given a limit of 2 per 1000 ms after the token
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1:2:1000"))
+    assert reply[4::3] == [1, 2]
+    assert r.zrange(gk[19], 0, -1, withscores=True) == [(b"1:t1", NOW), (b"2:t1", NOW)]
+    # when the window is full, then nothing, and the next due time is when the first leaves it
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 400, None, 10, "t2:2:1000")) == [
+        NOW + 400,
+        NOW + 1000,
+        b"itest",
+        3,
+    ]
+    # and once it left, the next one
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 1000, None, 10, "t3:2:1000"))[4] == 3
+    # and a limit that does not parse is refused, naming the token
+    for bad in ("t4:0:1000", "t4:2:0", "t4:2", "T4:2:1000"):
+        with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT the token"):
+            s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 1000, None, 10, bad))

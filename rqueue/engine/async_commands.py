@@ -74,7 +74,7 @@ class AsyncGroupCall(c.GroupArgs):
 
 
 async def fetch(call: AsyncGroupCall, n: int, token: str, acks: Sequence[c.Tag] = ()) -> c.FetchReply:
-    return c.parse_fetch(await call.run(call.scripts.fetch, c.fetch_args(n, token, acks)), token, len(acks))
+    return c.parse_fetch(await call.run(call.scripts.fetch, c.fetch_args(n, token + call.rate, acks)), token, len(acks))
 
 
 async def ack(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool) -> list[str]:

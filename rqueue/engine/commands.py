@@ -121,6 +121,10 @@ class GroupSettings(Protocol):
     def redelivery_jitter(self) -> float: ...
     @property
     def dead_letter(self) -> str: ...
+    @property
+    def rate_limit(self) -> int: ...
+    @property
+    def rate_period(self) -> float: ...
 
 
 def _ms(seconds: float) -> int:
@@ -163,6 +167,7 @@ class GroupArgs:
     policy: tuple[str, str]  # the failure policy's words before and after the random number
     queue: str  # for error messages
     where: str  # the queue's key base, for error messages
+    rate: str  # "" or ":<rate_limit>:<rate_period ms>", after fetch's token (lua/fetch.lua)
 
     @staticmethod
     def fields_of(
@@ -187,6 +192,7 @@ class GroupArgs:
             "policy": failure_policy(settings, queue),
             "queue": queue,
             "where": where,
+            "rate": f":{settings.rate_limit}:{_ms(settings.rate_period)}" if settings.rate_limit else "",
         }
 
     def argv(self, extra: Sequence[Any]) -> list[Any]:
@@ -298,7 +304,7 @@ def parse_fetch(reply: Any, token: str, acks: int) -> FetchReply:
 def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = ()) -> FetchReply:
     """Claims up to ``n`` deliveries, their tags carrying ``token`` (a word
     of [0-9a-z] drawn at random per call), after acking ``acks`` leniently."""
-    return parse_fetch(call.run(call.scripts.fetch, fetch_args(n, token, acks)), token, len(acks))
+    return parse_fetch(call.run(call.scripts.fetch, fetch_args(n, token + call.rate, acks)), token, len(acks))
 
 
 def ack_args(call: GroupArgs, tags: Sequence[Tag], strict: bool) -> list[Any]:

@@ -170,13 +170,14 @@ class GroupKeys:
             q.events,
             q.prio,
             self._k("pq"),
+            self._k("rate"),
         ]
 
     def group_only(self) -> list[str]:
         """The keys that belong to this group alone."""
         return [
             self._k(kind)
-            for kind in ("grp", "lease", "ready", "delay", "dlv", "acked", "cons", "reopen", "beats", "pq")
+            for kind in ("grp", "lease", "ready", "delay", "dlv", "acked", "cons", "reopen", "beats", "pq", "rate")
         ]
 
 

@@ -17,13 +17,17 @@
   call as its next fetch), so that they free prefetch room for this fetch.
 
   Input:
-    KEYS[1..19] the group layout (includes/group_keys.lua)
+    KEYS[1..20] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] n, the most deliveries to return
     ARGV[9] the token of this call's deliveries: a lowercase letter, then
       lowercase letters and digits, 32 at most, that the client draws at
       random for each call, part of every tag it makes
-      (includes/delivery_state.lua)
+      (includes/delivery_state.lua); followed by ":<limit>:<period_ms>"
+      when the group has a rate limit: at most <limit> deliveries in any
+      <period_ms> ms (KEYS[20] holds those inside the window). A call held
+      back by it hands out nothing and its next due time is when the
+      window has room again
     ARGV[10], ARGV[11], ... seq1, count1, token1, seq2, ... tags to ack
       first (none: a plain fetch)
   Output:
@@ -89,9 +93,17 @@ local PRIORITY_SPAN = 35184372088832
 
 local n = ARGV[8] + 0
 local token = ARGV[9]
+-- The group's rate limit, when it has one, follows the token: found only
+-- where the token alone does not match, so a fetch without one pays nothing.
+local rateLimit, ratePeriod = nil, nil
 if token == nil or #token > 32 or not string.find(token, '^%l[%l%d]*$') then
-  return redis.error_reply('RQ_BAD_ARGUMENT the token (ARGV[9]) must be a letter, then letters and digits, '
-    .. 'at most 32 in all, not ' .. tostring(token))
+  local t, limit, period = string.match(token or '', '^(%l[%l%d]*):(%d+):(%d+)$')
+  if not (t and #t <= 32 and limit + 0 > 0 and period + 0 > 0) then
+    return redis.error_reply('RQ_BAD_ARGUMENT the token (ARGV[9]) must be a letter, then letters and digits, '
+      .. 'at most 32 in all, optionally followed by :<rate_limit>:<rate_period_ms> (both >= 1), not '
+      .. tostring(token))
+  end
+  token, rateLimit, ratePeriod = t, limit + 0, period + 0
 end
 
 -- What this consumer holds; false when it is not a member.
@@ -195,6 +207,21 @@ end
 free = prefetch - (holding or 0)
 if free < room then
   room = free
+end
+-- The rate limit: at most rateLimit deliveries in any ratePeriod ms, kept
+-- as the times of the deliveries inside the window (rateKey). Held back,
+-- the reply's next due time is when the window has room again.
+local rateFree = nil
+if rateLimit and room > 0 then
+  rcall('ZREMRANGEBYSCORE', rateKey, '-inf', string.format('%d', now - ratePeriod))
+  local used = rcall('ZCARD', rateKey)
+  if used >= rateLimit then
+    local oldest = rcall('ZRANGE', rateKey, '0', '0', 'WITHSCORES')
+    rateFree = (tonumber(oldest[2]) or now) + ratePeriod
+    room = 0
+  elseif rateLimit - used < room then
+    room = rateLimit - used
+  end
 end
 
 -- The ack floor is never above the cursor: a cursor moved back would hand
@@ -547,6 +574,14 @@ if got > 0 then
   end
   bulk('ZADD', leaseKey, leases)
   rcall('HINCRBY', consumersKey, consumerName, got == 1 and '1' or got) -- fetch(1): no sprintf
+  if rateLimit then
+    local window = {}
+    for _, field in ipairs(leased) do
+      window[#window + 1] = nowText
+      window[#window + 1] = field .. ':' .. token
+    end
+    bulk('ZADD', rateKey, window)
+  end
   if redelivered > 0 then
     rcall('HINCRBY', groupKey, 'redelivered', redelivered)
   end
@@ -573,6 +608,9 @@ else
     if first[2] ~= nil and first[1] ~= LEASE_PIN and (nextDue == nil or tonumber(first[2]) < nextDue) then
       nextDue = tonumber(first[2])
     end
+  end
+  if rateFree ~= nil then
+    nextDue = rateFree -- nothing is handed out before, whatever waits
   end
   if nextDue ~= nil then
     out[2] = nextDue

@@ -33,6 +33,9 @@
                               this group read from the log and has not
                               handed out, highest priority first, then
                               lowest seq (fetch.lua)
+    KEYS[20] rate       zset  "<seq>:<token>" -> when it was handed out (ms):
+                              the deliveries inside the rate limit's window
+                              (fetch.lua; settings rate_limit, rate_period)
   KEYS[1..13] are every key an ack can touch, and ack.lua is sent those
   alone (every key sent adds to the cost of a call); the others are nil
   there.
@@ -56,6 +59,7 @@ local dlqMsgsKey = KEYS[16]
 local eventsKey = KEYS[17]
 local prioKey = KEYS[18]
 local prioSetKey = KEYS[19]
+local rateKey = KEYS[20]
 -- One member of the lease set that is no delivery, at score +inf: fetch adds
 -- it with every batch of leases. It is longer than zset-max-listpack-value
 -- (64 bytes by default), so the set is a skiplist from then on, and stays
