@@ -63,6 +63,7 @@ SCRIPT_NAMES = (
     "settle_to",
     "publish_tracked",
     "partition",
+    "pause",
 )
 
 

@@ -356,6 +356,7 @@ class Scripts:
     settle_to: Script
     publish_tracked: Script
     partition: Script
+    pause: Script
 
     def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry, shebang: bool = True) -> None:
         self._redis = redis
