@@ -30,6 +30,7 @@ from .errors import (
     PartialPublish,
     PayloadTooLarge,
     QueueInUse,
+    GroupInUse,
     Reject,
     RQueueError,
     ScriptsNotLoaded,
@@ -42,6 +43,7 @@ from .errors import (
 from .partitioned_consumer import PartitionedConsumer
 from .partitions import PartitionedQueue
 from .queue import Queue
+from .retention import Start
 from .randomness import Randomness
 from .results import ConsumerStats, DeadLetter, GroupStats, Message, PublishResult, QueueStats, ReplayResult
 from .schedules import Missed, ScheduleInfo
@@ -87,9 +89,11 @@ __all__ = [
     "PartitionedWorker",
     "PartialPublish",
     "QueueInUse",
+    "GroupInUse",
     "PayloadTooLarge",
     "PublishResult",
     "Queue",
+    "Start",
     "QueueStats",
     "RQueueError",
     "Randomness",

@@ -22,6 +22,7 @@ from .engine.record import encode_body
 from .errors import InvalidInput, NotDurable, PartialPublish, PayloadTooLarge, Unroutable
 from .names import check_message_id
 from .results import PublishResult
+from .retention import after_publish
 from .settings import Settings
 from .statewatch import Mark, StateWatch
 from .tracing import with_trace
@@ -159,6 +160,7 @@ def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
         return [PublishResult(r.seq, r.duplicate, alternate) for r in results]
     client.register(queue.name)
     watch_replies(prepared, replies)
+    after_publish(queue, prepared.settings)
     return commands.publish_results(replies, queue.partition)
 
 

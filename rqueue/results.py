@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -184,3 +185,20 @@ class ReplayResult:
             self.dry_run,
             by_group,
         )
+
+
+class GroupReset(NamedTuple):
+    """What a group reset did (``Queue.reset_group``)."""
+
+    group: str
+    previous: int  # the ack floor before
+    floor: int  # the ack floor now: the group is handed the seqs above it
+    cancelled: int  # deliveries taken back from its consumers
+
+
+class Trimmed(NamedTuple):
+    """One trim step of retention (``Queue.trim``)."""
+
+    retained: bool  # the queue is in retention mode: trim steps delete its settled records
+    trimmed: int  # records at or below this seq are deleted
+    passed: int  # seqs this step deleted

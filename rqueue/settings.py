@@ -56,6 +56,8 @@ class Settings:
     alternate: str | None = None  # queue that takes unroutable mandatory publishes
     dedup_window: float = DEFAULT_DEDUP_WINDOW
     max_payload: int = DEFAULT_MAX_PAYLOAD
+    max_age: float | None = None  # seconds settled messages are kept (docs/retention.md); None = not by age
+    max_length: int | None = None  # newest seqs kept once settled; None = not by length
 
     def merged(self, values: Mapping[str, Any]) -> Settings:
         """A copy with ``values`` applied after validating each of them."""
@@ -148,6 +150,12 @@ def _check_one(name: str, value: Any) -> Any:
         return _queue_name(name, value, f"must be {' or '.join(DEAD_LETTER_MODES)}, None, or a queue name")
     if name == "alternate":
         return None if value is None else _queue_name(name, value, "must be None or a queue name")
+    if name == "max_age":
+        return None if value is None else _duration(name, value, 0, "must be None or seconds >= 0")
+    if name == "max_length":
+        if value is None:
+            return None
+        return _at_least(name, value, 0, integer=True, what="must be None or a whole number of messages >= 0")
     if name == "max_payload":
         return payload_limit(name, _at_least(name, value, 1, integer=True, what="must be a whole number of bytes >= 1"))
     raise InvalidSetting(name, value, f"unknown setting; known: {', '.join(sorted(SETTING_NAMES))}")

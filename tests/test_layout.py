@@ -42,6 +42,7 @@ LAYERS = [
         "rqueue.protocols",
         "rqueue.deadletters",
         "rqueue.consumer",
+        "rqueue.retention",
         "rqueue.publishing",
         "rqueue.waiting",
         "rqueue.queue",

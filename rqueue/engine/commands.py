@@ -733,3 +733,64 @@ def publish_seen(reply: Sequence[Any]) -> PublishSeen:
         return PublishSeen(text(reply[0]), 0, -1)
     first = int(reply[1 + 2 * flags.index(0)])
     return PublishSeen(text(reply[0]), first, first + new - 1)
+
+
+# -- retention and group positions ------------------------------------------
+
+
+class RetainReply(NamedTuple):
+    retained: bool  # the queue is in retention mode (lua/includes/retain_mark.lua)
+    trimmed: int  # the trim point: records at or below it are deleted
+    passed: int  # seqs the trim point moved over in this call
+
+
+def retain(
+    scripts: Scripts,
+    keys: QueueKeys,
+    now: int | str,
+    max_age_ms: int | None,
+    max_length: int | None,
+    apply: bool,
+    limit: int,
+    queue: str,
+) -> RetainReply:
+    """One call of retain.lua: stores the retention (when ``apply``) and
+    runs one trim step of at most ``limit`` seqs."""
+    args = [
+        now,
+        "-" if max_age_ms is None else max_age_ms,
+        "-" if max_length is None else max_length,
+        "1" if apply else "0",
+        limit,
+    ]
+    reply = run(scripts.retain, keys.retain_keys(), args, queue, keys.base)
+    return RetainReply(bool(int(reply[0])), int(reply[1]), int(reply[2]))
+
+
+class GroupStartReply(NamedTuple):
+    floor: int  # the group is handed the seqs above it
+    last: int  # the last seq published when it was made
+
+
+def group_create(call: GroupCall, mode: str, value: str) -> GroupStartReply:
+    """Creates ``call.group`` at a position (lua/includes/group_position.lua)."""
+    reply = call.run(call.scripts.group_create, [mode, value])
+    return GroupStartReply(int(reply[0]), int(reply[1]))
+
+
+class ResetReply(NamedTuple):
+    previous: int  # the ack floor before
+    floor: int  # the ack floor now
+    cancelled: int  # deliveries taken back from consumers
+
+
+def group_reset(call: GroupCall, mode: str, value: str, force: bool) -> ResetReply:
+    """Moves ``call.group`` to a position; takes back what it had in flight."""
+    reply = call.run(call.scripts.group_reset, [mode, value, "1" if force else "0"])
+    return ResetReply(int(reply[0]), int(reply[1]), int(reply[2]))
+
+
+def group_delete(call: GroupCall, force: bool) -> int:
+    """Deletes ``call.group``; how many deliveries were taken back."""
+    reply = call.run(call.scripts.group_delete, ["1" if force else "0"])
+    return int(reply[0])

@@ -87,6 +87,10 @@ class QueueKeys:
         its dead letters (default: this queue's own dead-letter queue)."""
         return GroupKeys(self, group, dead_letters or self.dead_letters)
 
+    def retain_keys(self) -> list[str]:
+        """KEYS of retain.lua."""
+        return [self.meta, self.msgs, self.floors, self.settled, self.pinned]
+
     def all_static(self) -> list[str]:
         """The queue-level keys, for deletion and inspection."""
         return [self.meta, self.msgs, self.floors, self.settled, self.sched, self.events, self.pinned]

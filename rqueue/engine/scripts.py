@@ -355,6 +355,10 @@ class Scripts:
     repair: Script
     settle_to: Script
     publish_tracked: Script
+    retain: Script
+    group_create: Script
+    group_reset: Script
+    group_delete: Script
 
     def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry, shebang: bool = True) -> None:
         self._redis = redis
