@@ -15,6 +15,7 @@ from .errors import (
     CorruptRecord,
     DeliveryError,
     EvictionPolicy,
+    GroupInUse,
     InvalidInput,
     InvalidName,
     InvalidSetting,
@@ -30,7 +31,6 @@ from .errors import (
     PartialPublish,
     PayloadTooLarge,
     QueueInUse,
-    GroupInUse,
     Reject,
     RQueueError,
     ScriptsNotLoaded,
@@ -43,9 +43,9 @@ from .errors import (
 from .partitioned_consumer import PartitionedConsumer
 from .partitions import PartitionedQueue
 from .queue import Queue
-from .retention import Start
 from .randomness import Randomness
 from .results import ConsumerStats, DeadLetter, GroupStats, Message, PublishResult, QueueStats, ReplayResult
+from .retention import Start
 from .schedules import Missed, ScheduleInfo
 from .settings import Settings
 from .worker import PartitionedWorker, Worker, WorkerStats, worker_for

@@ -15,9 +15,9 @@ from .engine.record import decode_record
 from .errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, StateLost
 from .names import check_name, check_queue_name
 from .publishing import prepare, send
+from .results import DeadLetter, GroupReset, Message, Progress, PublishResult, QueueStats, ReplayResult, Trimmed
 from .retention import Position, position_args
 from .retention import trim as trim_step
-from .results import DeadLetter, GroupReset, Message, Progress, PublishResult, QueueStats, ReplayResult, Trimmed
 from .settings import DEAD_LETTER_MODES, Settings
 from .tracing import sending
 from .waiting import wait_settled

@@ -100,9 +100,7 @@ def trim(queue: QueueLike, settings: Settings | None = None, limit: int = RETAIN
     client = queue.client
     settings = settings if settings is not None else queue.settings()
     age, length = retention_args(settings)
-    reply = commands.retain(
-        client.scripts, queue.keys, client.clock.script_now(), age, length, True, limit, queue.name
-    )
+    reply = commands.retain(client.scripts, queue.keys, client.clock.script_now(), age, length, True, limit, queue.name)
     t = _tracker(client)
     with t.lock:
         t.seen[queue.keys.base] = (client.clock.monotonic(), reply.retained, (age, length))

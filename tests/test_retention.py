@@ -3,6 +3,7 @@ position, reset, delete (docs/retention.md)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -310,3 +311,42 @@ def test_a_missing_record_does_not_make_a_time_position_skip(client, queue, cloc
     # then it skips nothing stored at or after that time
     assert floor in (1, 2)
     assert drain(queue.consumer("late")) == [b"m3", b"m4"]
+
+
+def cli_run(client, *args):
+    from click.testing import CliRunner
+
+    from rqueue.cli import cli
+
+    return CliRunner().invoke(cli, ["--url", client.url, "--prefix", client.prefix, *args])
+
+
+def test_group_commands_with_json(client, queue):
+    # given 4 messages a group settled, kept by retention
+    if client.url.startswith("memory://"):
+        pytest.skip("a memory:// server lives in one client")
+    client.configure("orders", max_length=10)
+    queue.publish_many(payloads(4))
+    drain(queue.consumer("g"))
+    # when groups are created, reset and deleted from the command line
+    made = cli_run(client, "group", "create", "orders", "late", "--from", "seq:3", "--json")
+    assert json.loads(made.stdout) == {"queue": "orders", "group": "late", "after": 2}
+    reset = cli_run(client, "group", "reset", "orders", "g", "--to", "first", "--json")
+    assert json.loads(reset.stdout) == {"queue": "orders", "group": "g", "previous": 4, "floor": 0, "cancelled": 0}
+    text = cli_run(client, "group", "create", "orders", "now", "--from", "2020-01-01T00:00:00Z")
+    assert text.exit_code == 0 and "after seq 0" in text.stdout
+    gone = cli_run(client, "group", "delete", "orders", "now", "--json")
+    assert json.loads(gone.stdout) == {"queue": "orders", "group": "now", "cancelled": 0}
+    # then each took effect
+    assert drain(queue.consumer("late")) == payloads(2, 3)
+    assert drain(queue.consumer("g")) == payloads(4)
+    assert queue.groups() == ["g", "late"]
+    # and bad input is refused with a message naming it
+    for args, fragment in [
+        (("create", "orders", "x", "--from", "soon"), "position 'soon' is not one"),
+        (("create", "orders", "x", "--from", "2020-01-01T00:00:00"), "has no timezone"),
+        (("create", "orders", "x", "--from", "99"), "seq 99 is beyond the last published seq, 4"),
+        (("reset", "orders", "nope", "--to", "last"), "group nope does not exist"),
+    ]:
+        bad = cli_run(client, "group", *args)
+        assert bad.exit_code != 0 and fragment in bad.output, bad.output

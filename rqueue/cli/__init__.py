@@ -27,6 +27,7 @@ from rqueue.cli.dashboard import dashboard
 from rqueue.cli.demo import demo
 from rqueue.cli.dlq import dlq
 from rqueue.cli.doctor import doctor
+from rqueue.cli.groups import group
 from rqueue.cli.inspect import events, peek, queues, settings, stats, top
 from rqueue.cli.schedules import scheduler, schedules
 from rqueue.cli.scripts import scripts
@@ -96,6 +97,7 @@ cli.add_command(schedules)
 cli.add_command(scheduler)
 cli.add_command(wait)
 cli.add_command(doctor)
+cli.add_command(group)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
