@@ -4,10 +4,12 @@ position, reset, delete (docs/retention.md)."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime
 
 import pytest
 from support.refusals import names_input, nothing_changes
+from support.servers import wait_for
 
 import rqueue
 
@@ -350,3 +352,41 @@ def test_group_commands_with_json(client, queue):
     ]:
         bad = cli_run(client, "group", *args)
         assert bad.exit_code != 0 and fragment in bad.output, bad.output
+
+
+def test_a_worker_holding_deliveries_through_a_forced_reset(backend, prefix):
+    # given a worker whose handler is running seq 1, with 3 messages kept by retention
+    live = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    live.configure("orders", max_age=3600)
+    q = live.queue("orders")
+    q.publish_many(payloads(3))
+    started, release = threading.Event(), threading.Event()
+    seen: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def handler(d: rqueue.Delivery) -> None:
+        with lock:
+            seen.append((d.seq, len(seen)))
+        if d.seq == 1 and not started.is_set():
+            started.set()
+            release.wait(10)
+
+    w = rqueue.Worker(q, "g", handler, concurrency=1, prefetch=1)
+    w.start()
+    try:
+        assert started.wait(10)
+        # when the group is reset to the start with force while the handler runs, then the handler ends
+        reset = q.reset_group("g", "first", force=True)
+        assert reset.cancelled >= 1
+        release.set()
+        # then the worker goes on: every message is handled again after the reset, and its old ack changed nothing
+        wait_for(lambda: q.stats().group("g").ack_floor == 3 and q.stats().group("g").in_flight == 0)
+        with lock:
+            after = [s for s, _ in seen[1:]]
+        assert sorted(set(after)) == [1, 2, 3]
+        g = q.stats().group("g")
+        assert (g.pending, g.ready, g.delayed) == (0, 0, 0)
+    finally:
+        release.set()
+        w.stop()
+        live.close()
