@@ -13,9 +13,19 @@ from .engine import commands, store
 from .engine.keys import QueueKeys, queue_base
 from .engine.record import decode_record
 from .errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, StateLost
-from .names import check_name, check_queue_name
+from .names import check_message_id, check_name, check_queue_name
 from .publishing import prepare, send
-from .results import DeadLetter, GroupReset, Message, Progress, PublishResult, QueueStats, ReplayResult, Trimmed
+from .results import (
+    DeadLetter,
+    GroupReset,
+    Message,
+    MessageStatus,
+    Progress,
+    PublishResult,
+    QueueStats,
+    ReplayResult,
+    Trimmed,
+)
 from .retention import Position, position_args
 from .retention import trim as trim_step
 from .settings import DEAD_LETTER_MODES, Settings
@@ -374,6 +384,22 @@ class Queue:
         if len(out) < n and cursor < store.last_seq(r, self.keys):
             out += self.peek(n - len(out), after=cursor)
         return out[:n]
+
+    def status(self, id: str | None = None, *, seq: int | None = None) -> MessageStatus:
+        """What became of the message with id ``id`` (found while its id is
+        inside the de-duplication window) or with ``seq``: published,
+        delayed, or per group in flight (by whom, how many deliveries),
+        waiting for a redelivery, acked, dead-lettered or dropped (the
+        reason), from one consistent snapshot. UNKNOWN when there is no
+        such message. docs/retention.md#message-status."""
+        if (id is None) == (seq is None):
+            raise InvalidInput("give a message id or seq=, not both and not neither")
+        if id is not None:
+            check_message_id(id)
+        if seq is not None:
+            check.whole_number("seq", seq, 1)
+        r = self.client
+        return commands.status(r.scripts, self.keys, r.clock.script_now(), id, seq, self.groups(), self.name)
 
     def _read(self, seq: int) -> Message | None:
         rec = store.record(self.client.redis, self.keys, seq)

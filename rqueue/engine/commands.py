@@ -28,7 +28,7 @@ from ..clock import Clock
 from ..connection.cluster import not_run
 from ..errors import ConnectionLost, NotPermitted, OutOfMemory, from_script_error
 from ..randomness import Randomness
-from ..results import ConsumerStats, GroupStats, PublishResult
+from ..results import ConsumerStats, GroupMessageStatus, GroupStats, MessageState, MessageStatus, PublishResult
 from .keys import ACK_KEYS, QueueKeys
 from .scripts import Script, ScriptPipeline, Scripts
 
@@ -794,3 +794,56 @@ def group_delete(call: GroupCall, force: bool) -> int:
     """Deletes ``call.group``; how many deliveries were taken back."""
     reply = call.run(call.scripts.group_delete, ["1" if force else "0"])
     return int(reply[0])
+
+
+STATUS_EVENTS = 10_000  # events status.lua reads at most, newest first (the stream's cap)
+_GROUP_STATES = {
+    "pending": MessageState.PUBLISHED,
+    "delayed": MessageState.DELAYED,
+    "in-flight": MessageState.IN_FLIGHT,
+    "waiting": MessageState.WAITING,
+    "acked": MessageState.ACKED,
+    "dead-lettered": MessageState.DEAD_LETTERED,
+    "dropped": MessageState.DROPPED,
+}
+
+
+def status_args(now: int | str, seq: int | None, groups: Sequence[str]) -> list[Any]:
+    return [now, "" if seq is None else seq, STATUS_EVENTS, *groups]
+
+
+def parse_status(reply: Any) -> MessageStatus:
+    """status.lua's reply as a MessageStatus."""
+    if not int(reply[0]):
+        return MessageStatus(None, MessageState.UNKNOWN, None, None)
+    seq, published, not_before = int(reply[1]), text(reply[3]), text(reply[4])
+    groups: dict[str, GroupMessageStatus] = {}
+    rest = reply[5:]
+    for i in range(0, len(rest), 5):
+        name, state = text(rest[i]), _GROUP_STATES.get(text(rest[i + 1]))
+        if state is None:  # the group was deleted between the listing and the call
+            continue
+        consumer, reason = text(rest[i + 2]), text(rest[i + 4])
+        groups[name] = GroupMessageStatus(state, consumer or None, int(rest[i + 3]), reason or None)
+    settled = (MessageState.ACKED, MessageState.DEAD_LETTERED, MessageState.DROPPED)
+    if groups and all(g.state in settled for g in groups.values()):
+        overall = MessageState.SETTLED
+    else:
+        overall = MessageState.DELAYED if not_before else MessageState.PUBLISHED
+    return MessageStatus(
+        seq, overall, int(published) if published else None, int(not_before) if not_before else None, groups
+    )
+
+
+def status(
+    scripts: Scripts,
+    keys: QueueKeys,
+    now: int | str,
+    msg_id: str | None,
+    seq: int | None,
+    groups: Sequence[str],
+    queue: str,
+) -> MessageStatus:
+    """One call of status.lua."""
+    reply = run(scripts.status, keys.status_keys(msg_id, groups), status_args(now, seq, groups), queue, keys.base)
+    return parse_status(reply)

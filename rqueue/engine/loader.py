@@ -66,6 +66,7 @@ SCRIPT_NAMES = (
     "group_create",
     "group_reset",
     "group_delete",
+    "status",
 )
 
 

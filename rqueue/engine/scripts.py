@@ -359,6 +359,7 @@ class Scripts:
     group_create: Script
     group_reset: Script
     group_delete: Script
+    status: Script
 
     def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry, shebang: bool = True) -> None:
         self._redis = redis
