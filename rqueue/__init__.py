@@ -44,7 +44,18 @@ from .partitioned_consumer import PartitionedConsumer
 from .partitions import PartitionedQueue
 from .queue import Queue
 from .randomness import Randomness
-from .results import ConsumerStats, DeadLetter, GroupStats, Message, PublishResult, QueueStats, ReplayResult
+from .results import (
+    ConsumerStats,
+    DeadLetter,
+    GroupMessageStatus,
+    GroupStats,
+    Message,
+    MessageState,
+    MessageStatus,
+    PublishResult,
+    QueueStats,
+    ReplayResult,
+)
 from .retention import Start
 from .schedules import Missed, ScheduleInfo
 from .settings import Settings
@@ -94,6 +105,9 @@ __all__ = [
     "PublishResult",
     "Queue",
     "Start",
+    "MessageState",
+    "MessageStatus",
+    "GroupMessageStatus",
     "QueueStats",
     "RQueueError",
     "Randomness",

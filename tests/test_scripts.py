@@ -1468,3 +1468,20 @@ def test_group_delete_removes_the_group_keys(raw, client):
     assert r.hlen(qk.floors) == 0
     assert [k for k in qk.group("g").group_only() if r.exists(k)] == []
     assert r.hlen(qk.msgs) == 1
+
+
+def test_status_by_id_and_by_seq_per_group(raw, client):
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b", ids=["x", ""])
+    s.join(keys=gk, args=group_argv("g", "c1", NOW, None, 10_000, INC))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "tok"))
+
+    def status(msg_id, seq):
+        return s.status(keys=qk.status_keys(msg_id, ["g"]), args=[NOW, seq, 100, "g"])
+
+    assert status("x", "") == [1, 1, 2, str(NOW).encode(), b"", b"g", b"in-flight", b"c1", 1, b""]
+    assert status(None, 2)[5:] == [b"g", b"pending", b"", 0, b""]
+    assert status("nope", "") == [0, 0, 2, b"", b""]
+    assert status(None, 3) == [0, 3, 2, b"", b""]
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match="RQ_BAD_ARGUMENT the seq"):
+        status(None, "1.5")

@@ -31,6 +31,7 @@ from rqueue.cli.groups import group
 from rqueue.cli.inspect import events, peek, queues, settings, stats, top
 from rqueue.cli.schedules import scheduler, schedules
 from rqueue.cli.scripts import scripts
+from rqueue.cli.status import status
 from rqueue.cli.wait import wait
 from rqueue.cli.worker import worker
 
@@ -98,6 +99,7 @@ cli.add_command(scheduler)
 cli.add_command(wait)
 cli.add_command(doctor)
 cli.add_command(group)
+cli.add_command(status)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

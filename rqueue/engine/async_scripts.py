@@ -207,6 +207,7 @@ class AsyncScripts:
     purge: AsyncScript
     replay: AsyncScript
     stats: AsyncScript
+    status: AsyncScript
     schedule_fire: AsyncScript
 
     def __init__(self, redis: Any, retry: AsyncRetrier = no_async_retry, shebang: bool = True) -> None:
