@@ -390,3 +390,21 @@ def test_a_worker_holding_deliveries_through_a_forced_reset(backend, prefix):
         release.set()
         w.stop()
         live.close()
+
+
+def test_the_doctor_finds_nothing_wrong_with_retained_and_reset_queues(client, queue):
+    from rqueue import doctor
+
+    # given a queue keeping settled messages, a group reset with force while it held some, and one deleted
+    client.configure("orders", max_length=100)
+    queue.trim()
+    queue.publish_many(payloads(6))
+    a, b = queue.consumer("a"), queue.consumer("b")
+    drain(a)
+    b.fetch(2)
+    queue.reset_group("a", 3)
+    queue.reset_group("b", "first", force=True)
+    queue.consumer("c").close()
+    queue.delete_group("c")
+    # when the doctor examines it, then it finds nothing
+    assert doctor.examine(queue) == []
