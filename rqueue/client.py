@@ -50,6 +50,33 @@ def check_durable(failover_timeout: float, durable_replicas: int, durable_timeou
     check.whole_number("durable_replicas", durable_replicas, 0, 100)
 
 
+def stored_count(prefix: str, root: str, raw: bytes) -> int:
+    """The number of partitions stored for queue ``root``, checked
+    (CorruptRecord when it is not one)."""
+    text = raw.decode("ascii", "replace")
+    if not text.isdigit() or not 2 <= int(text) <= MAX_PARTITIONS:
+        raise CorruptRecord(
+            f"{partitions_key(prefix)}[{root}]",
+            f"{text!r} is not a number of partitions from 2 to {MAX_PARTITIONS}",
+        )
+    return int(text)
+
+
+def partitioning_refused(name: str, root: str, stored: int) -> str | None:
+    """Why queue ``name`` (of queue ``root``), stored with ``stored``
+    partitions (1: none), cannot be given another number of partitions;
+    None when nothing known without asking Redis refuses it."""
+    if stored > 1:
+        return f"queue {root!r} has {stored} partitions; the number cannot change"
+    if name != root:
+        return f"{name!r} is a dead-letter queue: partition its queue {root!r} instead"
+    return None
+
+
+def already_plain(root: str) -> str:
+    return f"queue {root!r} already exists without partitions (it has messages or groups)"
+
+
 def connect(
     url: str = "memory://",
     *,
@@ -205,29 +232,19 @@ class Client:
         if seen is not None and now - seen[1] < self.settings.ttl:
             return seen[0]
         raw = store.stored_partitions(self.redis, self.prefix, root, self.idempotent)
-        count = 1
-        if raw is not None:
-            text = raw.decode("ascii", "replace")
-            if not text.isdigit() or not 2 <= int(text) <= MAX_PARTITIONS:
-                raise CorruptRecord(
-                    f"{partitions_key(self.prefix)}[{root}]",
-                    f"{text!r} is not a number of partitions from 2 to {MAX_PARTITIONS}",
-                )
-            count = int(text)
+        count = 1 if raw is None else stored_count(self.prefix, root, raw)
         self._partitioned[root] = (count, now)
         return count
 
     def _create_partitioned(self, plain: Queue, partitions: int, stored: int) -> int:
         if stored == partitions:
             return stored
-        why = None
-        if stored > 1:
-            why = f"queue {plain.root!r} has {stored} partitions; the number cannot change"
-        elif plain.name != plain.root:
-            why = f"{plain.name!r} is a dead-letter queue: partition its queue {plain.root!r} instead"
-        elif store.queue_exists(self.redis, self.prefix, plain.keys, plain.root, self.idempotent):
-            why = f"queue {plain.root!r} already exists without partitions (it has messages or groups)"
-        elif not store.claim_partitions(self.redis, self.prefix, plain.root, partitions, self.idempotent):
+        why = partitioning_refused(plain.name, plain.root, stored)
+        if why is None and store.queue_exists(self.redis, self.prefix, plain.keys, plain.root, self.idempotent):
+            why = already_plain(plain.root)
+        elif why is None and not store.claim_partitions(
+            self.redis, self.prefix, plain.root, partitions, self.idempotent
+        ):
             # another process created it just now
             self._partitioned.pop(plain.root, None)
             return self._create_partitioned(plain, partitions, self._partition_count(plain.root))
@@ -296,13 +313,7 @@ class Client:
 
     def _stored_count(self, root: str, raw: bytes) -> int:
         """A stored number of partitions, checked as _partition_count does."""
-        text = raw.decode("ascii", "replace")
-        if not text.isdigit() or not 2 <= int(text) <= MAX_PARTITIONS:
-            raise CorruptRecord(
-                f"{partitions_key(self.prefix)}[{root}]",
-                f"{text!r} is not a number of partitions from 2 to {MAX_PARTITIONS}",
-            )
-        return int(text)
+        return stored_count(self.prefix, root, raw)
 
     def dead_letter_name(self, queue: str) -> str:
         """Name of the default dead-letter queue of ``queue``."""

@@ -1,4 +1,6 @@
-"""Consumers of a group: fetching, settling, and the deliveries they hold."""
+"""Consumers of a group: fetching, settling, and the deliveries they hold.
+What a consumer decides without Redis is rqueue.consumer_core's (shared
+with the asyncio consumer); this module is its I/O."""
 
 from __future__ import annotations
 
@@ -8,65 +10,34 @@ from typing import TYPE_CHECKING, Any
 
 from . import validate as check
 from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
-from .delivery import REPLAYED_HEADER, Delivery, DeliveryRef, HeartbeatResult
+from .consumer_core import ConsumerCore, refs_of
+from .delivery import Delivery, DeliveryRef, HeartbeatResult
 from .engine import commands
-from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
-from .errors import (
-    CorruptRecord,
-    InvalidInput,
-    LostDelivery,
-    NotHeld,
-    NotMember,
-    RQueueError,
-    StateLost,
-    delivery_error,
-)
-from .ids import consumer_name, delivery_tag, fetch_token, parse_delivery_tag
-from .names import check_name
-from .settings import Settings, validate
-from .statewatch import Mark, StateWatch
+from .errors import NotMember, RQueueError
+from .ids import fetch_token
+from .settings import Settings
 
 if TYPE_CHECKING:
     from .protocols import QueueLike
 
+__all__ = ["Consumer", "refs_of"]
+
 log = logging.getLogger("rqueue")
 
 
-class Consumer:
+class Consumer(ConsumerCore):
     """A named member of a group. Obtain one with :meth:`rqueue.Queue.consumer`.
 
     Joins the group when created; :meth:`close` leaves it and returns every
     unacked delivery at once. Safe to share between threads.
     """
 
+    queue: QueueLike
+
     def __init__(
         self, queue: QueueLike, group: str, name: str | None, overrides: dict[str, Any], liveness: float | None = None
     ) -> None:
-        self.queue = queue
-        self.client = queue.client
-        self.group = check_name("group", group)
-        self.name = check_name("consumer", name) if name is not None else consumer_name(self.client.randomness)
-        self.overrides = validate(overrides)
-        self.liveness = check.positive_seconds("liveness", liveness) if liveness is not None else None
-        self._call_for: tuple[Settings | None, commands.GroupCall | None] = (None, None)
-        self._held: dict[str, Delivery] = {}
-        self._closed = False
-        self._settings_seen: Settings | None = None
-        self._settings: Settings = Settings()
-        # How many times this consumer has joined its group: a worker compares
-        # it around a call to learn that the group had removed it meanwhile.
-        self.joins = 0
-        # What it saw of the queue's state in Redis (statewatch.py): a loss
-        # drops every delivery it holds.
-        self._watch = StateWatch(
-            self.queue.name,
-            self.queue.keys,
-            self.client.redis,
-            self.client.randomness,
-            f"consumer {self.name} of group {self.group}",
-            self.group,
-            self._drop_held,
-        )
+        super().__init__(queue, group, name, overrides, liveness)
         self._join()
 
     def __repr__(self) -> str:
@@ -77,75 +48,26 @@ class Consumer:
     def settings(self) -> Settings:
         """The settings this consumer works with: stored patterns, then the
         overrides given when it was created."""
-        resolved = self.queue.settings()
-        if resolved is not self._settings_seen:
-            self._settings_seen = resolved
-            self._settings = resolved.merged(self.overrides) if self.overrides else resolved
-        return self._settings
-
-    @property
-    def last_settings(self) -> Settings:
-        """The settings of this consumer's last call, read without asking
-        Redis (a worker's heartbeat runs on them while Redis is away)."""
-        return self._settings
+        return self._merge_settings(self.queue.settings())
 
     def _group_call(self) -> commands.GroupCall:
-        """The engine's view of this consumer under its settings now, made
-        once per settings object (the KEYS follow the settings, as the
-        dead_letter setting may name another queue)."""
-        if self._closed:
-            raise RQueueError(f"{self!r} is closed")
         settings = self.settings()
-        seen, call = self._call_for
-        if seen is not settings or call is None:
+
+        def make() -> commands.GroupCall:
             queue, client = self.queue, self.client
-            call = commands.GroupCall.of(
-                client.scripts,
-                client.clock,
-                client.randomness,
-                queue.group_keys(self.group, settings),
-                queue.name,
-                queue.keys.base,
-                self.group,
-                self.name,
-                settings,
-            )
-            self._call_for = (settings, call)
+            return commands.GroupCall.of(
+                client.scripts, client.clock, client.randomness, queue.group_keys(self.group, settings),
+                queue.name, queue.keys.base, self.group, self.name, settings,
+            )  # fmt: skip
+
+        call: commands.GroupCall = self._cached_call(settings, make)
         return call
 
     def _join(self) -> None:
-        liveness = self.liveness if self.liveness is not None else self.settings().ack_wait
-        watch = self._watch
-        mark = watch.mark()
-        reply = commands.join(self._group_call(), int(liveness * 1000), watch.candidate)
-        watch.saw(mark, reply.incarnation)
-        self.joins += 1
+        call = self._group_call()
+        mark = self._watch.mark()
+        self._joined(mark, commands.join(call, self._liveness_ms(), self._watch.candidate))
         self.client.register(self.queue.name)
-
-    @property
-    def state_epoch(self) -> int:
-        """How many losses of the queue's state in Redis this consumer has
-        seen: a delivery made before the last one cannot be settled
-        (LostDelivery), and a worker drops it unrun."""
-        return self._watch.epoch
-
-    @property
-    def incarnation(self) -> str | None:
-        """The queue's incarnation id as this consumer last saw it (None
-        before a reply told it; docs/guarantees.md, guarantee 12)."""
-        return self._watch.incarnation
-
-    @property
-    def last_state_loss(self) -> StateLost | None:
-        """The last loss of the queue's state in Redis this consumer saw."""
-        return self._watch.last_loss
-
-    def _drop_held(self) -> int:
-        """Forgets every delivery held (Redis lost the state they were
-        made in); how many."""
-        dropped = len(self._held)
-        self._held.clear()
-        return dropped
 
     # -- fetching -----------------------------------------------------------
 
@@ -161,16 +83,13 @@ class Consumer:
         while True:
             generation = self.client.notifier.generation(channel) if timeout > 0 else 0
             reply, mark = self._fetch_once(n)
-            deliveries = self._parse(reply, mark)
+            deliveries = self._received(reply, mark)
             remaining = deadline - clock.monotonic()
             if deliveries or remaining <= 0:
                 return deliveries
-            wait = min(remaining, IDLE_POLL_INTERVAL)
-            if reply.next_due_ms is not None:
-                wait = min(wait, max(0.001, (reply.next_due_ms - reply.now_ms) / 1000))
-            self.client.notifier.wait(channel, generation, wait)
+            self.client.notifier.wait(channel, generation, self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL)))
 
-    def _fetch_once(self, n: int) -> tuple[commands.FetchReply, Mark]:
+    def _fetch_once(self, n: int) -> tuple[commands.FetchReply, Any]:
         """A fetch's reply, and what the watch knew when it was sent."""
         mark = self._watch.mark()
         try:
@@ -183,79 +102,15 @@ class Consumer:
             mark = self._watch.mark()
             return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness)), mark
 
-    def _parse(self, reply: commands.FetchReply, mark: Mark) -> list[Delivery]:
-        # Per message on the hot path: no helper calls for a compact record
-        # (no headers, no delay: the common case); anything else goes to
-        # decode_record.
-        epoch = self._watch.saw(mark, reply.incarnation, reply.last_seq)
-        if epoch is None:
-            # Sent before a loss this consumer saw meanwhile: what it brought
-            # may be from before the loss, so none of it runs; its leases run
-            # out and the messages that still exist are offered again.
-            if len(reply.raw) > reply.first:
-                count = (len(reply.raw) - reply.first) // 3
-                log.warning("%r dropped %d deliveries fetched across a loss of Redis state", self, count)
-            return []
-        raw, token = reply.raw, reply.token
-        deadline = reply.now_ms + int(round(self.settings().ack_wait * 1000))
-        held = self._held
-        out = []
-        new = Delivery.__new__
-        from_bytes = int.from_bytes
-        for i in range(reply.first, len(raw), 3):
-            seq, count, record = int(raw[i]), raw[i + 1], raw[i + 2]
-            replayed = None
-            if type(count) is not int:
-                count, replayed = commands.delivery_count(count)
-            headers: dict[str, str]
-            if record[:1] == COMPACT_TAG and len(record) >= COMPACT_HEAD:
-                published, headers, data = from_bytes(record[1:COMPACT_HEAD], "big"), {}, record[COMPACT_HEAD:]
-            else:
-                try:
-                    published, headers, data = decode_record(record, f"{self.queue.keys.msgs}[{seq}]")
-                except CorruptRecord as exc:
-                    # Moved aside byte for byte; the rest of the batch goes on.
-                    log.error("%s; moving it to the dead-letter queue", exc)
-                    self._dead_letter(delivery_tag(seq, count, token), "corrupted-record", str(exc))
-                    continue
-            d = new(Delivery)
-            d.consumer = self
-            d.seq = seq
-            d.delivery_count = count
-            d.data = data
-            d.headers = headers
-            d.published_ms = published
-            d.deadline_ms = deadline
-            d.token = token
-            d.tag = tag = delivery_tag(seq, count, token)
-            d.epoch = epoch
-            d.replayed = replayed is not None
-            if replayed is not None:
-                d.headers = {**headers, REPLAYED_HEADER: str(replayed)}
-            held[tag] = d
-            out.append(d)
-        return out
+    def _received(self, reply: commands.FetchReply, mark: Any) -> list[Delivery]:
+        """The deliveries of a fetch reply; its corrupt records are moved
+        aside, byte for byte, and the rest of the batch goes on."""
+        deliveries, corrupt = self._parse(reply, mark)
+        for tag, text in corrupt:
+            self._dead_letter(tag, "corrupted-record", text)
+        return deliveries
 
     # -- settling -----------------------------------------------------------
-
-    def _tag_of(self, ref: DeliveryRef) -> commands.Tag:
-        if isinstance(ref, Delivery):
-            if ref.consumer is not self:
-                # Another consumer's delivery (of this group or another): its
-                # seq and count may name one of this consumer's too.
-                raise NotHeld(ref.tag, f"it was fetched by {ref.consumer!r}, not by {self!r}")
-            if ref.epoch != self._watch.epoch and self._watch.last_loss is not None:
-                # Made before Redis lost the state it was made in: nothing is
-                # sent, so no settle of it can touch a new message.
-                raise LostDelivery(ref.tag, self._watch.last_loss)
-            return ref.tag, ref.seq, ref.delivery_count, ref.token
-        if not isinstance(ref, str):
-            raise InvalidInput(f"expected a Delivery or a delivery tag, not {type(ref).__name__}")
-        try:
-            seq, count, token = parse_delivery_tag(ref)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from None
-        return ref, seq, count, token
 
     def ack(self, deliveries: DeliveryRef | Iterable[DeliveryRef], multiple: bool = False) -> None:
         """Acks one delivery or a list of them in one round trip.
@@ -265,24 +120,16 @@ class Consumer:
         tag is acked. With ``multiple``, every delivery this consumer handed
         out before the given one (and still holds) is acked too.
         """
-        tags = [self._tag_of(r) for r in refs_of(deliveries)]
+        tags = self._ack_tags(deliveries, multiple)
         if multiple:
-            if len(tags) != 1:
-                raise InvalidInput("multiple=True takes exactly one delivery: the last one to ack")
-            # Earlier deliveries that moved on meanwhile are skipped; only
-            # the named one must be ackable.
-            named = tags[0]
-            earlier = [t[0] for t in self._held_up_to(named) if t != named]
-            statuses = self.ack_available([*earlier, named[0]])
+            statuses = self.ack_available(self._earlier_refs(tags[0]))
             if statuses[-1] is not None:
                 raise statuses[-1]
             return
         if not tags:
             return
         commands.ack(self._group_call(), tags, strict=True)
-        held = self._held
-        for tag, *_ in tags:
-            held.pop(tag, None)
+        self._forget(tags)
 
     def ack_available(self, deliveries: Iterable[DeliveryRef]) -> list[RQueueError | None]:
         """Acks every delivery that can be acked, in one round trip; returns,
@@ -291,26 +138,7 @@ class Consumer:
         tags, lost = self._sendable(refs_of(deliveries))
         if not tags:
             return list(lost)
-        statuses = commands.ack(self._group_call(), tags, strict=False)
-        held = self._held
-        out = []
-        for (tag, *_), status in zip(tags, statuses, strict=True):
-            held.pop(tag, None)
-            out.append(delivery_error(status, tag))
-        return _merged(lost, out)
-
-    def _sendable(self, refs: Iterable[DeliveryRef]) -> tuple[list[commands.Tag], list[RQueueError | None]]:
-        """The tags of ``refs`` to send, and per ref its LostDelivery (not
-        sent) or None (sent)."""
-        tags: list[commands.Tag] = []
-        lost: list[RQueueError | None] = []
-        for ref in refs:
-            try:
-                tags.append(self._tag_of(ref))
-                lost.append(None)
-            except LostDelivery as exc:
-                lost.append(exc)
-        return tags, lost
+        return self._acked(tags, lost, commands.ack(self._group_call(), tags, strict=False))
 
     def ack_and_fetch(
         self, acks: Iterable[DeliveryRef], n: int
@@ -334,18 +162,10 @@ class Consumer:
             lenient = self.ack_available(refs) if refs else []
             mark = self._watch.mark()
             fetched = commands.fetch(self._group_call(), n, fetch_token(self.client.randomness))
-            return lenient, self._parse(fetched, mark), None
-        statuses: list[RQueueError | None] = []
-        held = self._held
-        for (tag, *_), status in zip(tags, reply.ack_statuses, strict=True):
-            held.pop(tag, None)
-            statuses.append(None if status == "ok" else delivery_error(status, tag))
-        statuses = _merged(lost, statuses)
-        deliveries = self._parse(reply, mark)
-        due_in = None
-        if not deliveries and reply.next_due_ms is not None:
-            due_in = max(0.0, (reply.next_due_ms - reply.now_ms) / 1000)
-        return statuses, deliveries, due_in
+            return lenient, self._received(fetched, mark), None
+        statuses = self._fetched_acks(tags, lost, reply)
+        deliveries = self._received(reply, mark)
+        return statuses, deliveries, self._due_in(reply, deliveries)
 
     def heartbeat(self, running: Iterable[DeliveryRef], timeout: float, sync: bool = False) -> HeartbeatResult:
         """Records that this consumer is alive for ``timeout`` seconds more,
@@ -358,33 +178,12 @@ class Consumer:
         tags, lost = self._sendable(refs_of(running))
         timeout_ms = int(check.positive_seconds("timeout", timeout) * 1000)
         mark = self._watch.mark()
-        reply = commands.heartbeat(self._group_call(), timeout_ms, sync, tags)
-        self._watch.saw(mark, reply.incarnation)
-        statuses: list[RQueueError | None] = []
-        for (tag, *_), status in zip(tags, reply.statuses, strict=True):
-            err = delivery_error(status, tag)
-            held = self._held.get(tag)
-            if err is None and held is not None:
-                held.deadline_ms = reply.deadline_ms
-            statuses.append(err)
-        return HeartbeatResult(
-            _merged(lost, statuses), reply.removed, reply.returned, reply.dead_lettered, reply.handed_back
-        )
+        return self._beaten(tags, lost, mark, commands.heartbeat(self._group_call(), timeout_ms, sync, tags))
 
     def rejoin(self) -> None:
         """Joins the group again after having been removed."""
         self._join()  # sees a loss of Redis state with what was held
         self._held.clear()
-
-    def _held_up_to(self, last: commands.Tag) -> list[commands.Tag]:
-        if last[0] not in self._held:
-            return [last]
-        out = []
-        for tag in self._held:
-            out.append(self._tag_of(tag))
-            if tag == last[0]:
-                break
-        return out
 
     def nack(self, delivery: DeliveryRef, delay: float | None = None, error: str = "") -> str:
         """Offers the message again: at once ahead of every later message
@@ -393,12 +192,7 @@ class Consumer:
         dead-lettered instead. Returns "requeued" or "dead"."""
         tag = self._tag_of(delivery)
         delay_ms = None if delay is None else check.delay_ms(delay)
-        reply = commands.nack(self._group_call(), tag, delay_ms, check.text("error", error))
-        self._held.pop(tag[0], None)
-        seq = tag[1]
-        if reply.dead and reply.where == 0:
-            self._log_drop(seq, "max-deliveries")
-        return "dead" if reply.dead else "requeued"
+        return self._nacked(tag, commands.nack(self._group_call(), tag, delay_ms, check.text("error", error)))
 
     nak = nack
 
@@ -417,15 +211,7 @@ class Consumer:
 
     def _dead_letter(self, delivery: DeliveryRef, reason: str, text: str) -> None:
         tag = self._tag_of(delivery)
-        dseq = commands.reject(self._group_call(), tag, reason, check.text("reason", text))
-        self._held.pop(tag[0], None)
-        if dseq == 0:
-            self._log_drop(tag[1], reason)
-
-    def _log_drop(self, seq: int, reason: str) -> None:
-        log.warning(
-            "message %s/%d dropped by group %s (%s): dead_letter is none", self.queue.name, seq, self.group, reason
-        )
+        self._dead_lettered(tag, reason, commands.reject(self._group_call(), tag, reason, check.text("reason", text)))
 
     def in_progress(self, deliveries: DeliveryRef | Iterable[DeliveryRef]) -> int:
         """Extends the leases of deliveries this consumer holds to now +
@@ -433,15 +219,7 @@ class Consumer:
         DeliveryError of the first tag that could not be extended (the
         others are extended)."""
         tags = [self._tag_of(r) for r in refs_of(deliveries)]
-        reply = commands.extend(self._group_call(), tags)
-        for (tag, *_), status in zip(tags, reply.statuses, strict=True):
-            err = delivery_error(status, tag)
-            if err is not None:
-                raise err
-            held = self._held.get(tag)
-            if held is not None:
-                held.deadline_ms = reply.deadline_ms
-        return reply.deadline_ms
+        return self._extended(tags, commands.extend(self._group_call(), tags))
 
     # -- leaving ------------------------------------------------------------
 
@@ -451,8 +229,7 @@ class Consumer:
         if self._closed:
             return 0
         reply = commands.leave(self._group_call(), self.name, graceful=True)
-        self._closed = True
-        self._held.clear()
+        self._left()
         return reply.returned
 
     def __enter__(self) -> Consumer:
@@ -460,21 +237,3 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _merged(lost: list[RQueueError | None], sent: list[RQueueError | None]) -> list[RQueueError | None]:
-    """Per ref, in order: its LostDelivery, or the status of its tag that
-    was sent (``sent``, in order)."""
-    if not any(lost):
-        return sent
-    statuses = iter(sent)
-    return [exc if exc is not None else next(statuses) for exc in lost]
-
-
-def refs_of(deliveries: object) -> list[DeliveryRef]:
-    """``deliveries`` as a list: one Delivery or tag, or an iterable of them."""
-    if isinstance(deliveries, (Delivery, str)):
-        return [deliveries]
-    if isinstance(deliveries, Iterable):
-        return list(deliveries)
-    raise InvalidInput(f"expected a Delivery, a delivery tag or a list of them, not {type(deliveries).__name__}")

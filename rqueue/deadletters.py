@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from .engine import commands, store
 from .errors import InvalidInput
 from .names import check_name
-from .results import DeadLetter, Progress, ReplayResult
+from .results import DeadLetter, Message, Progress, ReplayResult
 from .validate import optional_whole_number
 
 if TYPE_CHECKING:
@@ -62,14 +62,43 @@ def iter_dead_letters(queue: QueueLike, selection: Selection) -> Iterator[DeadLe
         page = dlq.peek(PAGE, after=after)
         if not page:
             return
-        for m in page:
-            d = DeadLetter.from_message(m)
-            if d.queue in ("", queue.name) and selection.matches(d):
-                yield d
-                found += 1
-                if selection.limit is not None and found >= selection.limit:
-                    return
+        for d in selected(queue.name, selection, page, found):
+            yield d
+            found += 1
         after = page[-1].seq
+
+
+def selected(queue: str, selection: Selection, page: list[Message], found: int) -> list[DeadLetter]:
+    """The dead letters of queue ``queue`` in a page of its dead-letter
+    queue that ``selection`` takes, ``found`` having been taken before."""
+    out: list[DeadLetter] = []
+    for m in page:
+        if selection.limit is not None and found + len(out) >= selection.limit:
+            break
+        d = DeadLetter.from_message(m)
+        if d.queue in ("", queue) and selection.matches(d):
+            out.append(d)
+    return out
+
+
+def by_group(chosen: list[DeadLetter]) -> dict[str, list[int]]:
+    """The dead-letter seqs of ``chosen``, by the group that dead-lettered each."""
+    out: dict[str, list[int]] = {}
+    for d in chosen:
+        out.setdefault(d.group, []).append(d.dlq_seq)
+    return out
+
+
+def tally(result: ReplayResult, group: str, statuses: list[str]) -> None:
+    """Counts the statuses of one replay call of ``group`` in ``result``."""
+    for status in statuses:
+        if status == "replayed":
+            result.replayed += 1
+            result.by_group[group] = result.by_group.get(group, 0) + 1
+        elif status == "missing":
+            result.missing += 1
+        else:
+            result.skipped += 1
 
 
 def replay(
@@ -78,24 +107,15 @@ def replay(
     """Returns the selected dead letters of ``queue`` to their groups."""
     chosen = list(iter_dead_letters(queue, selection))
     result = ReplayResult(selected=len(chosen), dry_run=dry_run)
-    by_group: dict[str, list[int]] = {}
-    for d in chosen:
-        by_group.setdefault(d.group, []).append(d.dlq_seq)
+    groups = by_group(chosen)
     if dry_run:
-        result.by_group = {g: len(s) for g, s in by_group.items()}
+        result.by_group = {g: len(s) for g, s in groups.items()}
         return result
-    for group, dseqs in by_group.items():
+    for group, dseqs in groups.items():
         call = queue.group_call(group, queue.settings())
         for start in range(0, len(dseqs), REPLAY_BATCH):
             batch = dseqs[start : start + REPLAY_BATCH]
-            for status in commands.replay(call, batch):
-                if status == "replayed":
-                    result.replayed += 1
-                    result.by_group[group] = result.by_group.get(group, 0) + 1
-                elif status == "missing":
-                    result.missing += 1
-                else:
-                    result.skipped += 1
+            tally(result, group, commands.replay(call, batch))
             if progress is not None:
                 progress(len(batch))
     return result

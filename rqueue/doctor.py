@@ -5,8 +5,9 @@ repairs what can be repaired without losing or repeating a message
 It reads each key by its name (engine/keys.py), never by SCAN, and big
 keys in bounded steps (engine/store.py); each repair is one atomic script
 call (lua/repair.lua) that acts only while what the doctor saw is still so.
-The reads are not one snapshot: on a queue in use, a finding may be a
-moment's state; the repair then answers that it is gone.
+The reads are not one snapshot, so on a queue in use they see moments that
+never were one state; each finding is confirmed in one atomic look
+(repair.lua's check form) before it is reported, and dropped if it is gone.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ class Finding:
     seq: int | None = None
     repair: str | None = None  # what --repair does, None: not repaired (docs/doctor.md says why)
     fix: tuple[str, ...] = field(default=(), repr=False, compare=False)  # repair.lua's arguments
+    # repair.lua's check of a finding without a repair; () with a fix: the fix's
+    # own check; () without one: damage that does not come and go (kept as read)
+    check: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -103,8 +107,9 @@ def parts(queue: AnyQueue) -> list[Queue]:
 
 
 def examine(queue: AnyQueue, progress: Progress | None = None) -> list[Finding]:
-    """Every finding in ``queue`` (each partition of a partitioned one)."""
-    return [f for q in parts(queue) for f in _Examination(q, progress).run()]
+    """Every finding in ``queue`` (each partition of a partitioned one),
+    each confirmed in one atomic look."""
+    return [f for q in parts(queue) for f in _Examination(q, progress).run() if _still_so(q, f)]
 
 
 def repair(queue: AnyQueue, findings: list[Finding]) -> list[Repair]:
@@ -119,6 +124,13 @@ def repair(queue: AnyQueue, findings: list[Finding]) -> list[Repair]:
         reply = commands.repair(q.group_call(f.group or ""), f.fix[0], f.fix[1:])
         done.append(Repair(f, Outcome.REPAIRED if reply.done else Outcome.GONE, reply.detail))
     return done
+
+
+def _still_so(q: Queue, f: Finding) -> bool:
+    check = f.check or f.fix
+    if not check:
+        return True
+    return commands.still_so(q.group_call(f.group or ""), check[0], check[1:])
 
 
 def _seq(text: str | None) -> int | None:
@@ -241,6 +253,7 @@ class _Examination:
                 self.keys.meta,
                 f"field seq is {last}, below the cursor {cursor} of {gk.state}",
                 group=group,
+                check=("last-below-cursor",),
             )
         behind = [end for _, end in runs if end > cursor]
         if cursor < floor or behind:
@@ -409,6 +422,7 @@ class _Examination:
                     f"{where}; {why}, so it may have been settled (a damaged acked run): not handed out again",
                     group=group,
                     seq=seq,
+                    check=("lost-seq", str(seq)),
                 )
         if len(lost) > UNTRACKED_MAX:
             self.add(
@@ -471,6 +485,7 @@ class _Examination:
                     "moves it to the dead-letter queue as missing-record",
                     group=group,
                     seq=seq,
+                    check=("record-missing", str(seq)),
                 )
             done += len(seqs)
             if self.progress is not None:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import validate as check
 from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
-from .consumer import Consumer, refs_of
+from .consumer import Consumer
+from .consumer_core import ConsumerCore, refs_of
 from .delivery import Delivery, DeliveryRef, HeartbeatResult
 from .errors import DeliveryError, InvalidInput, LostDelivery, RQueueError, StateLost
 from .ids import consumer_name
@@ -43,7 +44,79 @@ class Partitioned(Protocol):
     def parts(self) -> Sequence[Partition]: ...
 
 
-class PartitionedConsumer:
+class PartitionRouting:
+    """Which partition's consumer a delivery or tag belongs to, and the
+    order partitions are fetched from: shared by the sync and the asyncio
+    partitioned consumers."""
+
+    consumers: Sequence[Any]
+    _next: int
+    _lock: threading.Lock
+
+    def _order(self) -> list[Any]:
+        """The partitions' consumers, starting one further on each call."""
+        with self._lock:
+            start = self._next
+            self._next = (start + 1) % len(self.consumers)
+        return [*self.consumers[start:], *self.consumers[:start]]
+
+    @staticmethod
+    def _by_index(statuses: dict[int, Any]) -> list[Any]:
+        return [statuses[i] for i in range(len(statuses))]
+
+    @staticmethod
+    def _named(partition: int, exc: DeliveryError) -> DeliveryError:
+        """A partition's settle error, its tag naming the partition
+        ("<partition>/<seq>.<count>.<token>")."""
+        if isinstance(exc, LostDelivery):
+            return LostDelivery(f"{partition}/{exc.tag}", exc.loss)
+        return type(exc)(f"{partition}/{exc.tag}")
+
+    def _summed(self, results: list[tuple[list[tuple[int, Any]], HeartbeatResult]]) -> HeartbeatResult:
+        """One heartbeat result from the partitions' (each with the refs it
+        was given, by their index): statuses in the caller's order, figures added up."""
+        statuses: dict[int, RQueueError | None] = {}
+        for mine, result in results:
+            statuses.update(zip((i for i, _ in mine), result.statuses, strict=True))
+        return HeartbeatResult(
+            self._by_index(statuses),
+            sum(r.removed for _, r in results),
+            sum(r.returned for _, r in results),
+            sum(r.dead_lettered for _, r in results),
+            sum(r.handed_back for _, r in results),
+        )
+
+    def _locate(self, ref: DeliveryRef) -> tuple[int, DeliveryRef]:
+        if isinstance(ref, Delivery):
+            owner = ref.consumer
+            p = owner.queue.partition if isinstance(owner, ConsumerCore) else None
+            if owner not in self.consumers or p is None:
+                raise InvalidInput(f"delivery {ref.tag} was not fetched by {self!r}")
+            return p, ref
+        if not isinstance(ref, str):
+            raise InvalidInput(f"expected a Delivery or a delivery tag, not {type(ref).__name__}")
+        head, sep, tag = ref.partition("/")
+        if not sep or not head.isascii() or not head.isdigit() or int(head) >= len(self.consumers):
+            raise InvalidInput(
+                f"{ref!r} is not a delivery tag of a partitioned queue: <partition>/<seq>.<count>.<token> "
+                f"with a partition from 0 to {len(self.consumers) - 1}"
+            )
+        return int(head), tag
+
+    def _split(self, refs: Iterable[DeliveryRef]) -> dict[int, list[tuple[int, DeliveryRef]]]:
+        """The deliveries by partition, each with its index in ``refs``."""
+        out: dict[int, list[tuple[int, DeliveryRef]]] = {}
+        for i, ref in enumerate(refs):
+            p, d = self._locate(ref)
+            out.setdefault(p, []).append((i, d))
+        return out
+
+    def _one(self, ref: DeliveryRef) -> tuple[Any, DeliveryRef]:
+        p, d = self._locate(ref)
+        return self.consumers[p], d
+
+
+class PartitionedConsumer(PartitionRouting):
     """A member of a group in every partition of a partitioned queue, under
     one name. Obtain one with :meth:`PartitionedQueue.consumer`.
 
@@ -84,13 +157,6 @@ class PartitionedConsumer:
     def settings(self) -> Settings:
         """The settings this consumer works with (the same in every partition)."""
         return self.consumers[0].settings()
-
-    def _order(self) -> list[Consumer]:
-        """The partitions' consumers, starting one further on each call."""
-        with self._lock:
-            start = self._next
-            self._next = (start + 1) % len(self.consumers)
-        return self.consumers[start:] + self.consumers[:start]
 
     def fetch(self, n: int = 1, timeout: float = 0.0) -> list[Delivery]:
         """Claims up to ``n`` deliveries from the partitions in turn (see
@@ -157,10 +223,8 @@ class PartitionedConsumer:
         for p, mine in self._split(refs_of(deliveries)).items():
             try:
                 self.consumers[p].ack([d for _, d in mine], multiple=multiple)
-            except LostDelivery as exc:
-                first = first or LostDelivery(f"{p}/{exc.tag}", exc.loss)
             except DeliveryError as exc:
-                first = first or type(exc)(f"{p}/{exc.tag}")
+                first = first or self._named(p, exc)
         if first is not None:
             raise first
 
@@ -175,7 +239,8 @@ class PartitionedConsumer:
 
     def nack(self, delivery: DeliveryRef, delay: float | None = None, error: str = "") -> str:
         c, d = self._one(delivery)
-        return c.nack(d, delay=delay, error=error)
+        status: str = c.nack(d, delay=delay, error=error)
+        return status
 
     nak = nack
 
@@ -198,17 +263,11 @@ class PartitionedConsumer:
         """A heartbeat in every partition (see :meth:`rqueue.Consumer.heartbeat`);
         the figures add up."""
         by_part = self._split(running)
-        statuses: dict[int, RQueueError | None] = {}
-        removed = returned = dead = handed_back = 0
+        results = []
         for c in self.consumers:
             mine = by_part.get(c.queue.partition or 0, [])
-            result = c.heartbeat([d for _, d in mine], timeout, sync)
-            statuses.update(zip((i for i, _ in mine), result.statuses, strict=True))
-            removed += result.removed
-            returned += result.returned
-            dead += result.dead_lettered
-            handed_back += result.handed_back
-        return HeartbeatResult([statuses[i] for i in range(len(statuses))], removed, returned, dead, handed_back)
+            results.append((mine, c.heartbeat([d for _, d in mine], timeout, sync)))
+        return self._summed(results)
 
     @property
     def state_epoch(self) -> int:
@@ -245,34 +304,3 @@ class PartitionedConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- routing of deliveries ----------------------------------------------
-
-    def _locate(self, ref: DeliveryRef) -> tuple[int, DeliveryRef]:
-        if isinstance(ref, Delivery):
-            owner = ref.consumer
-            p = owner.queue.partition if isinstance(owner, Consumer) else None
-            if owner not in self.consumers or p is None:
-                raise InvalidInput(f"delivery {ref.tag} was not fetched by {self!r}")
-            return p, ref
-        if not isinstance(ref, str):
-            raise InvalidInput(f"expected a Delivery or a delivery tag, not {type(ref).__name__}")
-        head, sep, tag = ref.partition("/")
-        if not sep or not head.isascii() or not head.isdigit() or int(head) >= len(self.consumers):
-            raise InvalidInput(
-                f"{ref!r} is not a delivery tag of a partitioned queue: <partition>/<seq>.<count>.<token> "
-                f"with a partition from 0 to {len(self.consumers) - 1}"
-            )
-        return int(head), tag
-
-    def _split(self, refs: Iterable[DeliveryRef]) -> dict[int, list[tuple[int, DeliveryRef]]]:
-        """The deliveries by partition, each with its index in ``refs``."""
-        out: dict[int, list[tuple[int, DeliveryRef]]] = {}
-        for i, ref in enumerate(refs):
-            p, d = self._locate(ref)
-            out.setdefault(p, []).append((i, d))
-        return out
-
-    def _one(self, ref: DeliveryRef) -> tuple[Consumer, DeliveryRef]:
-        p, d = self._locate(ref)
-        return self.consumers[p], d

@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any
 from . import validate as check
 from .constants import MAX_PARTITIONS
 from .engine import commands, store
-from .errors import InvalidInput, NotDurable, PartialPublish, QueueInUse, StateLost, Unroutable
+from .errors import InvalidInput, QueueInUse, StateLost, Unroutable
+from .partition_routing import gather, prepare_parts, route
 from .partitioned_consumer import PartitionedConsumer
-from .publishing import PreparedPublish, per_message, prepare, send, watch_replies
+from .publishing import PreparedPublish, send, watch_replies
 from .queue import Queue
 from .results import ConsumerStats, DeadLetter, GroupStats, Message, Progress, PublishResult, QueueStats, ReplayResult
 from .settings import Settings
@@ -57,18 +58,6 @@ def partition_of(key: str, partitions: int) -> int:
 
 def check_partitions(partitions: object) -> int:
     return check.whole_number("partitions", partitions, 1, MAX_PARTITIONS)
-
-
-def _check_key(key: object) -> str | None:
-    if key is None:
-        return None
-    if not isinstance(key, str) or not key:
-        raise InvalidInput(f"partition key must be a non-empty str or None, not {key!r}")
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInput(f"partition key {key!r} cannot be encoded as UTF-8: {exc.reason}") from None
-    return key
 
 
 class PartitionedQueue:
@@ -149,71 +138,9 @@ class PartitionedQueue:
         Every message is checked before anything is sent. The partitions
         are written in one pipelined round trip (one per node of a
         cluster); results come back in the order of ``payloads``."""
-        if type(payloads) is not list and (isinstance(payloads, (bytes, str)) or not isinstance(payloads, Sequence)):
-            raise InvalidInput("payloads must be a sequence of bytes (for one message use publish())")
-        count = len(payloads)
-        if isinstance(keys, (str, bytes)):
-            raise InvalidInput("keys must be a sequence with one routing key (or None) per message, not a str")
-        per_keys = [None] * count if keys is None else [_check_key(k) for k in keys]
-        if len(per_keys) != count:
-            raise InvalidInput(f"keys has {len(per_keys)} entries for {count} payloads")
-        per_headers = per_message(headers, count, "headers")
-        per_ids = [None] * count if ids is None else list(ids)
-        if len(per_ids) != count:
-            raise InvalidInput(f"ids has {len(per_ids)} entries for {count} payloads")
-        routes: dict[int, list[int]] = {}
-        for i in range(count):
-            msg_id = per_ids[i] if isinstance(per_ids[i], str) else None
-            routes.setdefault(self.partition_for(per_keys[i], msg_id), []).append(i)
-        prepared: list[tuple[Queue, list[int], PreparedPublish]] = []
-        for p, idx in sorted(routes.items()):
-            part = self.parts[p]
-            ready = prepare(
-                part,
-                [payloads[i] for i in idx],
-                [per_headers[i] for i in idx],
-                [per_ids[i] for i in idx],
-                delay,
-                mandatory,
-                durable,
-                positions=idx if count > 1 else None,
-            )
-            if ready is not None:
-                prepared.append((part, idx, ready))
-        out: list[PublishResult | None] = [None] * count
-        errors: dict[int, Exception] = {}
-        durability: dict[int, NotDurable] = {}
-        for part, idx, got in self._send_all(prepared):
-            p = part.partition if part.partition is not None else 0
-            if isinstance(got, NotDurable):
-                errors[p] = durability[p] = got
-                got = got.results
-            if isinstance(got, PartialPublish):
-                # a partition's batch over MAX_BATCH: its earlier calls stored theirs
-                errors[p] = next(iter(got.errors.values()))
-                for i, stored in zip(idx, got.results, strict=True):
-                    out[i] = stored
-                continue
-            if isinstance(got, Exception):
-                errors[p] = got
-                continue
-            for i, result in zip(idx, got, strict=True):
-                out[i] = result
-        if not errors:
-            return [r for r in out if r is not None]
-        if all(r is None for r in out) and not durability:
-            raise next(iter(errors.values()))  # nothing stored: as from one queue
-        if len(durability) == len(errors):
-            weakest = list(durability.values())
-            synced = [e.fsynced for e in weakest]
-            raise NotDurable(
-                out,
-                min(e.replicas for e in weakest),
-                weakest[0].required,
-                None if None in synced else all(synced),
-                "; ".join(f"partition {p}: {e.why}" for p, e in sorted(durability.items())),
-            )
-        raise PartialPublish(out, errors)
+        routed = route(payloads, headers, ids, keys, self.partition_for)
+        prepared = prepare_parts(self.parts, routed, payloads, delay, mandatory, durable)
+        return gather(routed.size, self._send_all(prepared))
 
     def _send_all(
         self, prepared: list[tuple[Queue, list[int], PreparedPublish]]
@@ -267,29 +194,13 @@ class PartitionedQueue:
 
     def stats(self) -> QueueStats:
         """The figures of every partition, and their sums."""
-        parts = [part.stats() for part in self.parts]
-        groups = [
-            _sum_groups(name, [g for s in parts for g in s.groups if g.name == name])
-            for name in sorted({g.name for s in parts for g in s.groups})
-        ]
-        return QueueStats(
-            self.name,
-            sum(s.last_seq for s in parts),
-            sum(s.depth for s in parts),
-            sum(s.scheduled for s in parts),
-            sum(s.dead_letters for s in parts),
-            groups,
-            parts,
-        )
+        return summed_stats(self.name, [part.stats() for part in self.parts])
 
     def peek(self, n: int = 10, after: int = 0) -> list[Message]:
         """Up to ``n`` stored messages, oldest publish first, over every
         partition (each Message's seq is a seq of its partition)."""
-        if after != 0:
-            raise InvalidInput(f"after={after!r}: seqs are per partition; peek one partition with .parts[i].peek()")
-        return heapq.nsmallest(
-            n, (m for part in self.parts for m in part.peek(n)), key=lambda m: (m.published_ms, m.seq)
-        )
+        check_after(after)
+        return oldest(n, [m for part in self.parts for m in part.peek(n)])
 
     def peek_group(self, group: str, n: int = 10) -> list[Message]:
         """The next messages ``group`` would be offered, partition by
@@ -339,13 +250,9 @@ class PartitionedQueue:
         partition, oldest first; ``limit`` counts over all of them."""
         out: list[DeadLetter] = []
         for part in self.parts:
-            left = None if limit is None else limit - len(out)
-            if left is not None and left <= 0:
+            if (left := left_of(limit, len(out))) == 0:
                 break
-            out += [
-                dataclasses.replace(d, partition=part.partition)
-                for d in part.dead_letters(group, reason, seq_from, seq_to, left)
-            ]
+            out += of_partition(part.partition, part.dead_letters(group, reason, seq_from, seq_to, left))
         return out
 
     def replay_dead_letters(
@@ -362,8 +269,7 @@ class PartitionedQueue:
         partition (each dead letter goes back to its own partition)."""
         total: ReplayResult | None = None
         for part in self.parts:
-            left = None if limit is None else limit - (total.selected if total else 0)
-            if left is not None and left <= 0:
+            if (left := left_of(limit, total.selected if total else 0)) == 0:
                 break
             result = part.replay_dead_letters(group, reason, seq_from, seq_to, left, dry_run, progress)
             total = result if total is None else total.plus(result)
@@ -382,8 +288,7 @@ class PartitionedQueue:
         """Deletes the selected dead letters of every partition; returns how many."""
         deleted = 0
         for part in self.parts:
-            left = None if limit is None else limit - deleted
-            if left is not None and left <= 0:
+            if (left := left_of(limit, deleted)) == 0:
                 break
             deleted += part.purge_dead_letters(group, reason, seq_from, seq_to, left, progress)
         return deleted
@@ -404,24 +309,66 @@ class PartitionedQueue:
     def events_after(self, last_id: str, count: int = 100) -> list[dict[str, str]]:
         """Events newer than the stream id ``last_id`` ("0" for all) over
         every partition, oldest first, each with its ``partition``."""
-        merged = [
-            {**e, "partition": str(part.partition)} for part in self.parts for e in part.events_after(last_id, count)
-        ]
-        return sorted(merged, key=_event_order)[:count]
+        return merged_events([(part.partition, part.events_after(last_id, count)) for part in self.parts], count)
 
     def events(self, count: int = 100) -> list[dict[str, str]]:
         """The newest ``count`` events over every partition, oldest first,
         each with its ``partition``."""
-        merged = [{**e, "partition": str(part.partition)} for part in self.parts for e in part.events(count)]
-        return sorted(merged, key=_event_order)[-count:]
+        return merged_events([(part.partition, part.events(count)) for part in self.parts], count, newest=True)
 
 
-def _event_order(event: dict[str, str]) -> tuple[int, ...]:
+def left_of(limit: int | None, used: int) -> int | None:
+    """What ``limit`` leaves once ``used`` are taken: None for no limit, 0
+    when nothing is left (the partitions after it are not asked)."""
+    return None if limit is None else max(0, limit - used)
+
+
+def of_partition(partition: int | None, dead: list[DeadLetter]) -> list[DeadLetter]:
+    return [dataclasses.replace(d, partition=partition) for d in dead]
+
+
+def check_after(after: int) -> None:
+    if after != 0:
+        raise InvalidInput(f"after={after!r}: seqs are per partition; peek one partition with .parts[i].peek()")
+
+
+def oldest(n: int, messages: list[Message]) -> list[Message]:
+    """The ``n`` oldest of the partitions' messages, by publish time."""
+    return heapq.nsmallest(n, messages, key=lambda m: (m.published_ms, m.seq))
+
+
+def summed_stats(name: str, parts: list[QueueStats]) -> QueueStats:
+    """The figures of queue ``name`` from its partitions' figures."""
+    groups = [
+        sum_groups(group, [g for s in parts for g in s.groups if g.name == group])
+        for group in sorted({g.name for s in parts for g in s.groups})
+    ]
+    return QueueStats(
+        name,
+        sum(s.last_seq for s in parts),
+        sum(s.depth for s in parts),
+        sum(s.scheduled for s in parts),
+        sum(s.dead_letters for s in parts),
+        groups,
+        parts,
+    )
+
+
+def merged_events(
+    per_partition: list[tuple[int | None, list[dict[str, str]]]], count: int, newest: bool = False
+) -> list[dict[str, str]]:
+    """The partitions' events, each with its ``partition``, in time order:
+    the first ``count`` (the last ``count`` with ``newest``)."""
+    merged = sorted(({**e, "partition": str(p)} for p, events in per_partition for e in events), key=event_order)
+    return merged[-count:] if newest else merged[:count]
+
+
+def event_order(event: dict[str, str]) -> tuple[int, ...]:
     """Stream ids ("<ms>-<n>") of different partitions, in time order."""
     return tuple(int(x) for x in event["id"].split("-")) + (int(event["partition"]),)
 
 
-def _sum_groups(name: str, groups: list[GroupStats]) -> GroupStats:
+def sum_groups(name: str, groups: list[GroupStats]) -> GroupStats:
     """One group's figures over every partition: counts add up; the ack
     floor and cursor are sums of per-partition seqs (messages settled and
     read); the oldest lease is the oldest of all."""

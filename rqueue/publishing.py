@@ -127,6 +127,75 @@ def watch_replies(prepared: PreparedPublish, replies: Sequence[Any]) -> None:
             prepared.watch.saw(prepared.mark, seen.incarnation, new=(seen.first, seen.last))
 
 
+def stored(prepared: PreparedPublish, replies: Sequence[Any], partition: int | None) -> list[PublishResult]:
+    """The results of a publish whose calls all stored their messages (the
+    state watch judges the replies first)."""
+    watch_replies(prepared, replies)
+    return commands.publish_results(replies, partition)
+
+
+def short_of_durable(prepared: PreparedPublish, exc: NotDurable, partition: int | None) -> NotDurable:
+    """``exc`` (every message stored, the wait fell short) with the results
+    of its replies instead of the replies."""
+    watch_replies(prepared, exc.results)
+    exc.results = commands.publish_results(exc.results, partition)
+    return exc
+
+
+def failure(prepared: PreparedPublish, replies: list[Any], partition: int | None) -> Exception:
+    """What a publish whose calls gave ``replies`` (per call its reply or its
+    error, at least one an error) raises: the first error when no call
+    stored anything (so an Unroutable batch still goes to the alternate
+    queue), else PartialPublish with the results of the calls that did (the
+    caller registers the queue then)."""
+    errors = [r for r in replies if isinstance(r, Exception)]
+    if len(errors) == len(replies):
+        return errors[0]
+    watch_replies(prepared, replies)
+    results: list[PublishResult | None] = []
+    for reply, size in zip(replies, prepared.sizes, strict=True):
+        if isinstance(reply, Exception):
+            results += [None] * size
+        else:
+            results += commands.publish_results([reply], partition)
+    failed = {i: r for i, r in enumerate(replies) if isinstance(r, Exception)}
+    return PartialPublish(results, failed, unit="call")
+
+
+def durable_outcome(
+    prepared: PreparedPublish,
+    replies: list[Any],
+    short: list[NotDurable],
+    failed: Exception | None,
+    partition: int | None,
+) -> list[Any]:
+    """The replies of a durable publish sent one call at a time (each call
+    confirmed before the next: publish_durably raises the first error of
+    the calls it is given without the others' replies, so one call at a
+    time is what tells which messages a failure left stored): ``replies``
+    of the calls that stored, ``short`` the NotDurable of those whose wait
+    fell short, ``failed`` the error that stopped the rest. Raises the
+    failure (PartialPublish when earlier calls stored), or NotDurable for
+    the weakest confirmation of any call."""
+    if failed is not None:
+        # the calls after the one that failed were not sent: not stored
+        raise failure(prepared, replies + [failed] * (len(prepared.calls) - len(replies)), partition)
+    if short:
+        synced = [e.fsynced for e in short]
+        raise NotDurable(
+            replies,
+            min(e.replicas for e in short),
+            short[0].required,
+            None if None in synced else all(synced),
+            "; ".join(dict.fromkeys(e.why for e in short)),
+        )
+    return replies
+
+
+def alternate_results(alternate: str, results: list[PublishResult]) -> list[PublishResult]:
+    return [PublishResult(r.seq, r.duplicate, alternate) for r in results]
+
+
 def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
     """Runs the script calls of a prepared publish; returns once Redis
     applied them. When some call failed: its error if no call stored
@@ -140,11 +209,11 @@ def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
         else:
             replies = commands.publish_each(client.scripts, prepared.calls, queue.name)
             if any(isinstance(r, Exception) for r in replies):
-                raise _failure(queue, prepared, replies)
-    except NotDurable as exc:
+                raise failure(prepared, replies, queue.partition)
+    except (NotDurable, PartialPublish) as exc:
         client.register(queue.name)
-        watch_replies(prepared, exc.results)
-        exc.results = commands.publish_results(exc.results, queue.partition)
+        if isinstance(exc, NotDurable):
+            raise short_of_durable(prepared, exc, queue.partition) from None
         raise
     except Unroutable:
         alternate = prepared.settings.alternate
@@ -157,39 +226,16 @@ def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
             delay=prepared.delay,
             durable=prepared.durable,
         )
-        return [PublishResult(r.seq, r.duplicate, alternate) for r in results]
+        return alternate_results(alternate, results)
     client.register(queue.name)
-    watch_replies(prepared, replies)
+    results = stored(prepared, replies, queue.partition)
     after_publish(queue, prepared.settings)
-    return commands.publish_results(replies, queue.partition)
-
-
-def _failure(queue: QueueLike, prepared: PreparedPublish, replies: list[Any]) -> Exception:
-    """What a publish whose calls gave ``replies`` (per call its reply or its
-    error, at least one an error) raises: the first error when no call
-    stored anything (so an Unroutable batch still goes to the alternate
-    queue), else PartialPublish with the results of the calls that did."""
-    errors = [r for r in replies if isinstance(r, Exception)]
-    if len(errors) == len(replies):
-        return errors[0]
-    queue.client.register(queue.name)
-    watch_replies(prepared, replies)
-    results: list[PublishResult | None] = []
-    for reply, size in zip(replies, prepared.sizes, strict=True):
-        if isinstance(reply, Exception):
-            results += [None] * size
-        else:
-            results += commands.publish_results([reply], queue.partition)
-    failed = {i: r for i, r in enumerate(replies) if isinstance(r, Exception)}
-    return PartialPublish(results, failed, unit="call")
+    return results
 
 
 def _send_durably(queue: QueueLike, prepared: PreparedPublish) -> list[Any]:
     """The replies of a durable publish's calls, each call confirmed before
-    the next is sent: publish_durably raises the first error of the calls
-    it is given without the others' replies, so one call at a time is what
-    tells which messages a failure left stored. Raises NotDurable (every
-    call stored) for the weakest confirmation of any call."""
+    the next is sent (see :func:`durable_outcome`)."""
     client = queue.client
     if len(prepared.calls) == 1:
         return publish_durably(client, queue.keys.meta, client.scripts.publish, prepared.calls)
@@ -205,16 +251,4 @@ def _send_durably(queue: QueueLike, prepared: PreparedPublish) -> list[Any]:
         except Exception as exc:
             failed = exc
             break
-    if failed is not None:
-        # the calls after the one that failed were not sent: not stored
-        raise _failure(queue, prepared, replies + [failed] * (len(prepared.calls) - len(replies)))
-    if short:
-        synced = [e.fsynced for e in short]
-        raise NotDurable(
-            replies,
-            min(e.replicas for e in short),
-            short[0].required,
-            None if None in synced else all(synced),
-            "; ".join(dict.fromkeys(e.why for e in short)),
-        )
-    return replies
+    return durable_outcome(prepared, replies, short, failed, queue.partition)

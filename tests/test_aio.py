@@ -191,8 +191,11 @@ def test_the_same_exceptions_as_the_sync_client(prefix):
             await q.publish(b"12345")
         with pytest.raises(rqueue.InvalidInput):
             await q.publish_many(b"not a list")  # type: ignore[arg-type]
-        with pytest.raises(rqueue.InvalidInput, match="durabl"):
-            await q.publish(b"x", durable=True)
+        with pytest.raises(rqueue.InvalidInput, match="durable"):
+            await q.publish(b"x", durable="yes")  # type: ignore[arg-type]
+        with pytest.raises(rqueue.NotDurable, match="refused WAIT") as short:
+            await q.publish(b"x", durable=True)  # memory:// has no WAIT: stored, not confirmed
+        assert short.value.results[0].seq >= 1
         async with q.consumer("g") as c:
             await q.publish(b"1")
             [d] = await c.fetch(1)
@@ -208,16 +211,30 @@ def test_the_same_exceptions_as_the_sync_client(prefix):
     run(main())
 
 
-def test_a_partitioned_queue_is_refused_with_a_clear_error(prefix):
+def test_a_queue_partitioned_after_connect_is_refused_once_then_served(prefix):
+    # given an asyncio client connected before another process partitioned "orders"
     url = "memory://parts-" + prefix
-    rqueue.connect(url, prefix=prefix).queue("orders", partitions=2)
 
     async def main() -> None:
         client = await aconnect(url, prefix)
+        stale = client.queue("orders")
+        assert isinstance(stale, rqueue.aio.Queue)
+        rqueue.connect(url, prefix=prefix).queue("orders", partitions=2)
+        # when the plain handle publishes or joins: refused, nothing stored
         with pytest.raises(rqueue.InvalidSetting, match="partitioned"):
-            await client.queue("orders").publish(b"x")
-        with pytest.raises(rqueue.InvalidSetting, match="partitioned"):
-            await client.queue("orders").consumer("g").join()
+            await stale.publish(b"x")
+        # then the client has learned it: queue() gives the partitioned queue, which works
+        q = client.queue("orders")
+        assert isinstance(q, rqueue.aio.PartitionedQueue) and q.partitions == 2
+        results = await q.publish_many([b"a", b"b"], keys=["k1", "k2"])
+        assert [r.partition for r in results] == [q.partition_for("k1"), q.partition_for("k2")]
+        assert (await q.stats()).last_seq == 2
+        # and open_queue reads the layout afresh and creates one
+        made = await client.open_queue("other", partitions=3)
+        assert isinstance(made, rqueue.aio.PartitionedQueue) and made.partitions == 3
+        with pytest.raises(rqueue.InvalidSetting, match="cannot change"):
+            await client.open_queue("other", partitions=4)
+        assert rqueue.connect(url, prefix=prefix).queue("other").partitions == 3
         await client.close()
 
     run(main())

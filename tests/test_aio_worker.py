@@ -170,6 +170,35 @@ def test_return_acks_exception_nacks_reject_dead_letters(kind, live, backend, pr
 
 @BACKENDS
 @BOTH
+def test_a_partitioned_queue_has_every_message_handled_once(kind, live, backend, prefix):
+    # given a queue of three partitions with messages in each, one failing once
+    pq = live.queue("orders", partitions=3)
+    pq.publish_many([b"%d" % i for i in range(30)], keys=[f"k{i}" for i in range(30)])
+    calls = Calls()
+    seen: set[tuple[int, int]] = set()
+    lock = threading.Lock()
+
+    def handler(d):
+        with lock:
+            first = (d.consumer.queue.partition, d.seq) not in seen
+            seen.add((d.consumer.queue.partition, d.seq))
+        calls.add(int(d.data))
+        if d.data == b"7" and first:
+            raise ValueError("once")
+
+    # when a worker runs until every partition's group has settled its messages
+    w = run_worker(kind, backend, prefix, pq, handler, concurrency=3)
+    wait_for(lambda: pq.stats().groups and pq.stats().group("g").acked == 30)
+    w.stop()
+    assert w.join(10)
+    # then each message ran once, the failed one twice, and nothing is left in flight
+    assert calls.count() == {i: 2 if i == 7 else 1 for i in range(30)}
+    g = pq.stats().group("g")
+    assert (g.acked, g.in_flight, g.pending) == (30, 0, 0)
+
+
+@BACKENDS
+@BOTH
 def test_a_handler_runs_exactly_once_per_message_past_ack_wait(kind, live, backend, prefix):
     # SPEC guarantee 3: handlers longer than ack_wait, kept alive by the heartbeat
     live.configure("orders", ack_wait=0.3)

@@ -6,6 +6,7 @@ exit codes."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 from click.testing import CliRunner
@@ -15,6 +16,7 @@ import rqueue
 from rqueue import doctor
 from rqueue.cli import cli
 from rqueue.doctor import Kind, Outcome
+from rqueue.engine import commands
 
 
 def kinds(findings: list[doctor.Finding]) -> list[tuple[Kind, int | None]]:
@@ -246,3 +248,57 @@ def test_many_missing_records_are_reported_up_to_a_limit(client, queue):
     # then it names UNTRACKED_MAX of them, then says it stopped
     assert len(found) == doctor.UNTRACKED_MAX + 1
     assert "the check stopped there" in found[-1].detail
+
+
+def test_a_busy_queue_gives_no_findings_of_a_moment(backend, prefix):
+    # given a queue that a producer and a consumer (acking, nacking now and then) keep busy
+    client = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    queue = client.queue("orders")
+    queue.consumer("g")  # the group exists before the first publish
+    stop = threading.Event()
+
+    def produce() -> None:
+        while not stop.is_set():
+            queue.publish_many([b"x"] * 20)
+
+    def consume() -> None:
+        c = queue.consumer("g")
+        turn = 0
+        while not stop.is_set():
+            for d in c.fetch(10, timeout=0.05):
+                turn += 1
+                d.nack(delay=0) if turn % 7 == 0 else d.ack()
+
+    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
+    for t in threads:
+        t.start()
+    try:
+        # when the doctor examines it again and again while it changes
+        found = [f for _ in range(8) for f in doctor.examine(queue)]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        client.close()
+    # then it finds nothing: what its unsynchronised reads saw is confirmed in one atomic look first
+    assert found == []
+
+
+def test_a_check_answers_whether_a_finding_holds_and_changes_nothing(client, queue):
+    # given a delivery whose lease entry was deleted, and a seq whose record was deleted
+    a = queue.consumer("g", name="a")
+    queue.publish_many([b"x", b"y"])
+    a.fetch(1)
+    client.redis.zrem(group_key(queue, "g", "lease"), 1)
+    client.redis.hdel(queue.keys.msgs, 2)
+    call = queue.group_call("g")
+    before = {k: client.redis.dump(k) for k in sorted(client.redis.keys(f"{client.prefix}*"))}
+    # when each finding is checked, then the damaged ones hold, a sound seq is gone, and nothing changed
+    assert commands.still_so(call, "state-without-lease", ["1"])
+    assert commands.still_so(call, "record-missing", ["2"])
+    assert not commands.still_so(call, "record-missing", ["1"])
+    assert commands.still_so(call, "counts")
+    assert {k: client.redis.dump(k) for k in sorted(client.redis.keys(f"{client.prefix}*"))} == before
+    # when the lease is repaired, then its check answers gone
+    assert commands.repair(call, "state-without-lease", ["1"]).done
+    assert not commands.still_so(call, "state-without-lease", ["1"])

@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import pytest
 import redis
+from support.aio_bridge import connect_as, parametrize_api
 from support.servers import start_cluster, start_server
 
 import rqueue
+
+
+def pytest_generate_tests(metafunc):
+    # every test runs against the sync client and the asyncio one (tests/support/aio_bridge.py)
+    parametrize_api(metafunc)
 
 
 @pytest.fixture(scope="module")
@@ -18,9 +24,9 @@ def cluster():
     c.stop()
 
 
-def test_durable_publish_on_a_cluster_is_held_by_a_replica(cluster, prefix):
+def test_durable_publish_on_a_cluster_is_held_by_a_replica(api, cluster, prefix):
     # given a cluster whose primaries have one replica each
-    client = rqueue.connect(cluster.url, prefix=prefix)
+    client = connect_as(api, cluster.url, prefix=prefix)
     q = client.queue("orders")
     # when publishing durably, one message and a batch
     one = q.publish(b"a", id="a", durable=True)
@@ -41,11 +47,11 @@ def _replicates(node, primary) -> bool:
     return info.get("role") == "slave" and int(info.get("master_port", 0)) == primary.port
 
 
-def test_durable_publish_without_replicas_says_what_fell_short(prefix):
+def test_durable_publish_without_replicas_says_what_fell_short(api, prefix):
     # given a single server without replicas
     server = start_server("redis")
     try:
-        client = rqueue.connect(server.url, prefix=prefix, durable_replicas=1, durable_timeout=0.1)
+        client = connect_as(api, server.url, prefix=prefix, durable_replicas=1, durable_timeout=0.1)
         q = client.queue("orders")
         # when publishing durably
         with pytest.raises(rqueue.NotDurable, match="0 of 1 replicas acknowledged within 0.1 s") as exc:
@@ -64,11 +70,11 @@ def test_durable_publish_without_replicas_says_what_fell_short(prefix):
 
 
 @pytest.mark.parametrize("appendonly", [True, False], ids=["aof", "no-aof"])
-def test_durable_publish_waits_for_fsync_where_the_server_has_waitaof(prefix, appendonly):
+def test_durable_publish_waits_for_fsync_where_the_server_has_waitaof(api, prefix, appendonly):
     # given Valkey (which has WAITAOF), with or without an append-only file, and no replica required
     server = start_server("valkey", appendonly=appendonly)
     try:
-        client = rqueue.connect(server.url, prefix=prefix, durable_replicas=0)
+        client = connect_as(api, server.url, prefix=prefix, durable_replicas=0)
         q = client.queue("orders")
         if appendonly:
             # when publishing durably, then it is confirmed once fsynced
@@ -83,11 +89,11 @@ def test_durable_publish_waits_for_fsync_where_the_server_has_waitaof(prefix, ap
         server.stop()
 
 
-def test_durable_publish_on_redis_7_0_needs_replicas(prefix):
+def test_durable_publish_on_redis_7_0_needs_replicas(api, prefix):
     # given Redis 7.0 (no WAITAOF) and no replica required
     server = start_server("redis", appendonly=True)
     try:
-        client = rqueue.connect(server.url, prefix=prefix, durable_replicas=0)
+        client = connect_as(api, server.url, prefix=prefix, durable_replicas=0)
         # when publishing durably, then the server cannot confirm anything and says so
         with pytest.raises(rqueue.NotDurable, match="WAITAOF"):
             client.queue("orders").publish(b"a", durable=True)
@@ -96,13 +102,14 @@ def test_durable_publish_on_redis_7_0_needs_replicas(prefix):
         server.stop()
 
 
-def test_durable_publish_in_memory_is_refused_after_storing():
+def test_durable_publish_in_memory_is_refused_after_storing(api, prefix):
     # given the in-process server, which keeps nothing on disk
-    client = rqueue.connect("memory://durable", durable_replicas=0)
+    client = connect_as(api, "memory://durable", prefix=prefix, durable_replicas=0)
     # when publishing durably, then it is not confirmed durable, and the message is stored
     with pytest.raises(rqueue.NotDurable, match="refused WAIT"):
         client.queue("orders").publish(b"a", durable=True)
     assert client.queue("orders").stats().last_seq == 1
+    client.close()
 
 
 def test_durable_must_be_a_bool(client, queue):

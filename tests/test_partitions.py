@@ -9,6 +9,7 @@ import threading
 import pytest
 import redis
 from click.testing import CliRunner
+from support.aio_bridge import connect_as, parametrize_api
 from support.servers import SINGLE_SERVERS, start_server, wait_for
 
 import rqueue
@@ -16,6 +17,19 @@ from rqueue.cli import cli
 from rqueue.constants import MAX_BATCH
 from rqueue.engine.keys import partitions_key
 from rqueue.partitions import partition_of
+
+
+def pytest_generate_tests(metafunc):
+    parametrize_api(metafunc)
+
+
+@pytest.fixture
+def client(api, backend, prefix, clock):
+    """The sync client, or the asyncio client behind the sync API
+    (tests/support/aio_bridge.py): each test runs against both."""
+    c = connect_as(api, backend, prefix=prefix, clock=clock, randomness=rqueue.Randomness(seed=7), settings_ttl=0)
+    yield c
+    c.close()
 
 
 @pytest.fixture
@@ -200,6 +214,7 @@ def test_fetch_with_timeout_wakes_on_a_publish_to_any_partition(pq):
     assert [d.data for d in got] == [b"late"]
 
 
+@pytest.mark.sync_only("the threaded Worker takes a sync queue")
 def test_worker_on_a_partitioned_queue_handles_every_message_once(client, pq):
     # given 60 messages over three partitions
     pq.publish_many([f"m{i}".encode() for i in range(60)], keys=[f"k{i % 7}" for i in range(60)])
@@ -416,6 +431,7 @@ def test_dlq_show_needs_the_partition(client, backend, prefix, pq):
 
 
 @pytest.mark.parametrize("backend", ["cluster"], indirect=True)
+@pytest.mark.sync_only("it patches the sync client's cluster pipeline")
 def test_a_lost_reply_from_one_node_does_not_stop_the_others_nor_run_twice(client, servers, monkeypatch):
     # given a queue of 12 partitions over 3 primaries, and one primary whose replies get lost after it ran the calls
     pq = client.queue("spread", partitions=12)

@@ -1187,6 +1187,18 @@ def test_repair_acts_only_while_the_finding_holds(raw, client):
             ["untracked", 1],
         ):
             assert s.repair(keys=gk, args=group_argv("g", "", NOW, None, *what)) == [b"gone", b""], what
+            check = [f"check:{what[0]}", *what[1:]]
+            assert s.repair(keys=gk, args=group_argv("g", "", NOW, None, *check)) == [b"gone", b""], check
+        # and the findings that are only checked are gone too
+        for check in (["check:record-missing", 1], ["check:lost-seq", 1], ["check:last-below-cursor"]):
+            assert s.repair(keys=gk, args=group_argv("g", "", NOW, None, *check)) == [b"gone", b""], check
+    # and a check of a broken state holds, and changes nothing
+    client.redis.delete(gk[5])  # the lease set
+    with nothing_changes(client):
+        assert s.repair(keys=gk, args=group_argv("g", "", NOW, None, "check:state-without-lease", 1)) == [
+            b"holds",
+            b"",
+        ]
     # and an unknown repair is refused
     with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT unknown repair nope"):
         s.repair(keys=gk, args=group_argv("g", "", NOW, None, "nope"))

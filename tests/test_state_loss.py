@@ -13,12 +13,27 @@ import logging
 import threading
 
 import pytest
+from support.aio_bridge import connect_as, parametrize_api
 from support.servers import start_server, wait_for
+from test_aio_worker import AsyncWorkerThread
 
 import rqueue
 from rqueue import LossKind, LostDelivery
 
 QUEUE = "orders"
+
+
+def pytest_generate_tests(metafunc):
+    parametrize_api(metafunc)
+
+
+@pytest.fixture
+def client(api, backend, prefix, clock):
+    """The sync client, or the asyncio client behind the sync API
+    (tests/support/aio_bridge.py): each test runs against both."""
+    c = connect_as(api, backend, prefix=prefix, clock=clock, randomness=rqueue.Randomness(seed=7), settings_ttl=0)
+    yield c
+    c.close()
 
 
 def wipe(client: rqueue.Client) -> None:
@@ -249,7 +264,8 @@ def test_a_replayed_dead_letter_says_it_was_delivered_before_and_counts_afresh(c
 # -- a worker under a Redis that restarts without its data ------------------------------
 
 
-def test_a_worker_under_a_redis_restarted_without_its_data(caplog):
+@pytest.mark.parametrize("kind", ["threaded", "async"])
+def test_a_worker_under_a_redis_restarted_without_its_data(caplog, kind):
     """The scenario of a worker whose handlers are running when Redis comes
     back empty: new messages get the same seqs (and tags' seq and count) as
     the deliveries in hand. Every new message is handled, no old ack
@@ -270,9 +286,11 @@ def test_a_worker_under_a_redis_restarted_without_its_data(caplog):
 
         # given a worker running two old messages, with two more waiting in it
         queue.publish_many([b"old1", b"old2", b"old3", b"old4"])
-        worker = rqueue.Worker(
-            queue, "g", handler, concurrency=2, prefetch=8, heartbeat_interval=0.2, heartbeat_timeout=2
-        )
+        options = {"concurrency": 2, "prefetch": 8, "heartbeat_interval": 0.2, "heartbeat_timeout": 2}
+        if kind == "threaded":
+            worker = rqueue.Worker(queue, "g", handler, **options)
+        else:
+            worker = AsyncWorkerThread(server.url, "w", QUEUE, "g", handler, **options)
         worker.start()
         wait_for(lambda: len(calls) == 2)
         # when Redis restarts without its data and new messages are published (seqs 1.. again)
@@ -288,6 +306,7 @@ def test_a_worker_under_a_redis_restarted_without_its_data(caplog):
             # then every new message is handled and acked, and no old waiting delivery runs
             wait_for(lambda: queue.stats().group("g").acked == len(new), timeout=20)
             worker.stop()
+            assert worker.join(10) is not False
         assert sorted(c for c in calls if c.startswith(b"new")) == new
         assert sorted(c for c in calls if c.startswith(b"old")) == [b"old1", b"old2"]
         g = queue.stats().group("g")
@@ -305,6 +324,7 @@ def test_a_worker_under_a_redis_restarted_without_its_data(caplog):
         server.stop()
 
 
+@pytest.mark.sync_only("it calls a script through the sync client's scripts")
 def test_a_bad_incarnation_is_not_stored(client, queue):
     # when a foreign client offers an incarnation that is not a word
     keys = queue.keys.publish_keys()

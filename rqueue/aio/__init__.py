@@ -6,7 +6,8 @@ event loop."""
 
 from .client import Client, connect
 from .consumer import Consumer, Delivery
+from .partitions import PartitionedConsumer, PartitionedQueue
 from .queue import Queue
 from .worker import Worker
 
-__all__ = ["Client", "Consumer", "Delivery", "Queue", "Worker", "connect"]
+__all__ = ["Client", "Consumer", "Delivery", "PartitionedConsumer", "PartitionedQueue", "Queue", "Worker", "connect"]

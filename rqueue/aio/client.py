@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from ..client import check_durable
+from ..client import already_plain, check_durable, partitioning_refused, stored_count
 from ..clock import SYSTEM_CLOCK, Clock
 from ..connection.urls import CLUSTER_SCHEMES, CONNECT_TIMEOUT, mask_url, reads_shebang
 from ..constants import (
@@ -24,15 +25,17 @@ from ..constants import (
 )
 from ..engine import async_commands as acmd
 from ..engine.async_scripts import AsyncScripts
-from ..engine.keys import QueueKeys
-from ..errors import ConnectionLost, InvalidInput, InvalidSetting
+from ..engine.keys import QueueKeys, partitions_key
+from ..errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, InvalidSetting
 from ..names import check_name
+from ..partitions import check_partitions
 from ..queue import CLUSTER_DEAD_LETTER
 from ..randomness import Randomness
 from ..settings import DEAD_LETTER_MODES, validate
 from ..statewatch import StateWatch
 from .connect import cluster_retry, open_async_redis, scheme_of
 from .notify import AsyncNotifier
+from .partitions import PartitionedQueue
 from .queue import Queue
 from .settings import AsyncSettings
 
@@ -49,6 +52,8 @@ async def connect(
     dlq_suffix: str = DEFAULT_DLQ_SUFFIX,
     settings_ttl: float = SETTINGS_CACHE_TTL,
     failover_timeout: float = FAILOVER_TIMEOUT,
+    durable_replicas: int = DURABLE_REPLICAS,
+    durable_timeout: float = DURABLE_TIMEOUT,
     connect_timeout: float = CONNECT_TIMEOUT,
     **redis_options: Any,
 ) -> Client:
@@ -57,11 +62,11 @@ async def connect(
     :func:`rqueue.connect` (every scheme: redis, rediss, unix, cluster,
     sentinel, memory) and raises the same exceptions."""
     check_name("key prefix", prefix)
-    check_durable(failover_timeout, DURABLE_REPLICAS, DURABLE_TIMEOUT)
+    check_durable(failover_timeout, durable_replicas, durable_timeout)
     if not isinstance(dlq_prefix, str) or not isinstance(dlq_suffix, str) or not (dlq_prefix or dlq_suffix):
         raise InvalidInput(f"dlq_prefix {dlq_prefix!r} and dlq_suffix {dlq_suffix!r} must be str, not both empty")
     r = await open_async_redis(url, redis_options, connect_timeout)
-    return Client(
+    client = Client(
         r,
         url=mask_url(url),
         prefix=prefix,
@@ -72,6 +77,14 @@ async def connect(
         settings_ttl=settings_ttl,
         failover_timeout=failover_timeout if scheme_of(url) in CLUSTER_SCHEMES else 0.0,
     )
+    client.durable_replicas = durable_replicas
+    client.durable_timeout = durable_timeout
+    try:
+        await client.read_layout()
+    except BaseException:
+        await client.close()
+        raise
+    return client
 
 
 class Client:
@@ -103,7 +116,14 @@ class Client:
         self.scripts = AsyncScripts(redis_client, cluster_retry(failover_timeout), shebang=reads_shebang(url))
         self.settings = AsyncSettings(redis_client, prefix, self.clock.monotonic, settings_ttl)
         self.notifier = AsyncNotifier(redis_client)
+        #: Replicas that must acknowledge a durable publish, and seconds to wait.
+        self.durable_replicas = DURABLE_REPLICAS
+        self.durable_timeout = DURABLE_TIMEOUT
+        #: Per node: what durable publishes learned it supports (rqueue.engine.durable).
+        self.durable_state: dict[str, Any] = {}
+        self._nodes: dict[str, Any] = {}  # cluster node name -> a client of that node alone
         self._registered: set[str] = set()
+        self._partitioned: dict[str, int] = {}  # queue -> partitions (>1), as last read
         self._watches: dict[str, StateWatch] = {}  # key base -> what this client's publishes saw
         self._events: set[asyncio.Task[Any]] = set()  # state-lost events being written
 
@@ -122,12 +142,118 @@ class Client:
         """The settings that apply to ``queue`` now."""
         return await self.settings.resolve(queue)
 
-    def queue(self, name: str) -> Queue:
-        """A handle on queue ``name`` (nothing is sent until it is used).
-        ``DLQ.<name>`` is the dead-letter queue of ``<name>``. A partitioned
-        queue is refused, on first use, with InvalidSetting: use the sync
-        client for those."""
-        return Queue(self, name)
+    def queue(self, name: str) -> Queue | PartitionedQueue:
+        """A handle on queue ``name`` (nothing is sent): a
+        :class:`PartitionedQueue` when the queue was partitioned when this
+        client last read the prefix's partitionings (at connect, and on
+        :meth:`open_queue`), else a :class:`Queue`. ``DLQ.<name>`` is the
+        dead-letter queue of ``<name>``. A plain handle on a queue
+        partitioned since (by another process) refuses its first publish or
+        join with InvalidSetting and learns the partitioning, so the next
+        ``queue(name)`` gives the partitioned queue."""
+        plain = Queue(self, name)  # checks the name
+        count = self._partitioned.get(plain.root, 1)
+        return PartitionedQueue(self, name, count) if count > 1 else plain
+
+    def plain_queue(self, name: str) -> Queue:
+        """A handle on queue ``name`` that is not partitioned (an alternate
+        queue; checked on first use)."""
+        queue = self.queue(name)
+        if isinstance(queue, PartitionedQueue):
+            raise InvalidSetting("alternate", name, "an alternate queue must not be partitioned")
+        return queue
+
+    async def open_queue(self, name: str, partitions: int | None = None) -> Queue | PartitionedQueue:
+        """The queue ``name``, its partitioning read from Redis now;
+        ``partitions=N`` makes it a partitioned queue (see
+        :meth:`rqueue.Client.queue`: the number is stored the first time;
+        another number, or partitioning a queue that holds messages
+        unpartitioned, raises InvalidSetting and changes nothing)."""
+        plain = Queue(self, name)
+        count = await self._partition_count(plain.root)
+        if partitions is not None:
+            count = await self._create_partitioned(plain, check_partitions(partitions), count)
+        return PartitionedQueue(self, name, count) if count > 1 else plain
+
+    async def read_layout(self) -> None:
+        """Reads which queues of the prefix are partitioned (one HGETALL)."""
+        layout: dict[str, int] = {}
+        for root, raw in (await acmd.partition_counts(self.redis, self.prefix)).items():
+            try:
+                layout[root] = stored_count(self.prefix, root, raw)
+            except CorruptRecord as exc:
+                log.error("%s", exc)  # raised again when that queue is opened
+        self._partitioned = layout
+
+    async def _partition_count(self, root: str) -> int:
+        raw = await acmd.guarded(lambda: self.redis.hget(partitions_key(self.prefix), root))
+        count = 1 if raw is None else stored_count(self.prefix, root, raw)
+        self.learn_partitions(root, count)
+        return count
+
+    def learn_partitions(self, root: str, count: int) -> None:
+        """Records that queue ``root`` has ``count`` partitions (1: none)."""
+        if count > 1:
+            self._partitioned[root] = count
+        else:
+            self._partitioned.pop(root, None)
+
+    async def _create_partitioned(self, plain: Queue, partitions: int, stored: int) -> int:
+        if stored == partitions:
+            return stored
+        why = partitioning_refused(plain.name, plain.root, stored)
+        if why is None and await acmd.queue_exists(self.redis, self.prefix, plain.keys, plain.root):
+            why = already_plain(plain.root)
+        elif why is None and not await acmd.claim_partitions(self.redis, self.prefix, plain.root, partitions):
+            # another process created it just now
+            return await self._create_partitioned(plain, partitions, await self._partition_count(plain.root))
+        if why is not None:
+            raise InvalidSetting("partitions", partitions, why)
+        self.learn_partitions(plain.root, partitions)
+        return partitions
+
+    async def queues(self) -> list[str]:
+        """Names of every queue this prefix has written to (see
+        :meth:`rqueue.Client.queues`; the dead-letter queues listed are
+        those of the registered queues that hold or held dead letters)."""
+        names = await acmd.registered_queues(self.redis, self.prefix)
+        dead: set[str] = set()
+        for name in names:
+            try:
+                q = self.queue(name)
+            except InvalidName:
+                continue  # listed all the same: using it raises
+            parts = q.parts if isinstance(q, PartitionedQueue) else [q]
+            for part in parts:
+                meta = part.keys.dead_letters.meta
+                if await acmd.guarded(partial(self.redis.exists, meta)):
+                    dead.add(self.dead_letter_name(name))
+        return sorted(set(names) | dead)
+
+    def forget(self, name: str) -> None:
+        """Drops what this client remembers of queue ``name`` (it was deleted)."""
+        self._registered.discard(name)
+        self._partitioned.pop(name, None)
+
+    async def node_for(self, key: str) -> tuple[Any, str]:
+        """A client of the one server that holds ``key`` (on a cluster: the
+        primary serving its slot now, on a connection of its own, as WAIT
+        needs), and that server's name."""
+        r = self.redis
+        if not self.cluster:
+            return r, ""
+        node = r.get_node_from_key(key)
+        client = self._nodes.get(node.name)
+        if client is None:
+            kwargs = {k: v for k, v in node.connection_kwargs.items() if k != "event_dispatcher"}
+            pool = aioredis.ConnectionPool(connection_class=node.connection_class, **kwargs)
+            client = self._nodes[node.name] = aioredis.Redis(connection_pool=pool)
+        return client, node.name
+
+    async def refresh_topology(self) -> None:
+        """Reads the cluster's map of slots to nodes again (after a failover)."""
+        if self.cluster:
+            await self.redis.nodes_manager.initialize()
 
     def dead_letter_name(self, queue: str) -> str:
         return self.dlq_prefix + queue + self.dlq_suffix
@@ -172,6 +298,8 @@ class Client:
         self._registered.add(name)
 
     async def close(self) -> None:
+        for node in self._nodes.values():
+            await node.aclose()
         await self.notifier.close()
         await self.scripts.close()
         await self.redis.aclose()

@@ -4,6 +4,7 @@ rqueue.protocols does for the sync classes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     from ..engine.keys import QueueKeys
     from ..randomness import Randomness
     from ..settings import Settings
+    from ..statewatch import StateWatch
     from .notify import AsyncNotifier
     from .settings import AsyncSettings
 
@@ -23,20 +25,35 @@ class AsyncContext(Protocol):
     clock: Clock
     randomness: Randomness
     prefix: str
-    cluster: bool
     dlq_prefix: str
     dlq_suffix: str
     settings: AsyncSettings
     notifier: AsyncNotifier
 
+    cluster: bool
+    durable_replicas: int
+    durable_timeout: float
+    failover_timeout: float
+    durable_state: dict[str, Any]
+
     def dead_letter_name(self, queue: str) -> str: ...
+    def forget(self, name: str) -> None: ...
+    def learn_partitions(self, root: str, count: int) -> None: ...
+    def state_watch(self, name: str, keys: QueueKeys) -> StateWatch: ...
+    def plain_queue(self, name: str) -> Any: ...
+    async def node_for(self, key: str) -> tuple[Any, str]: ...
+    async def refresh_topology(self) -> None: ...
     async def register(self, name: str) -> None: ...
+    def event_writer(self, keys: QueueKeys) -> Callable[[dict[str, str]], None]: ...
 
 
 class AsyncQueueLike(Protocol):
     name: str
     keys: QueueKeys
-    client: AsyncContext
+    partition: int | None
+
+    @property
+    def client(self) -> AsyncContext: ...
 
     async def settings(self) -> Settings: ...
     async def check_plain(self) -> None: ...

@@ -52,6 +52,11 @@ class AsyncNotifier:
     async def wait(self, channel: str, since: int, timeout: float, until: Callable[[], bool] | None = None) -> bool:
         """Waits until ``channel``'s generation differs from ``since`` (or
         ``until()`` is true after a :meth:`poke`); True if either happened."""
+        return await self.wait_any({channel: since}, timeout, until)
+
+    async def wait_any(self, since: dict[str, int], timeout: float, until: Callable[[], bool] | None = None) -> bool:
+        """As :meth:`wait`, for the first of several channels (``since`` maps
+        each to the generation read before fetching)."""
         if timeout <= 0:
             return False
         generation = self._generation
@@ -59,7 +64,7 @@ class AsyncNotifier:
         def done() -> bool:
             if self._closed or (until is not None and until()):
                 return True
-            return generation.get(channel, 0) != since
+            return any(generation.get(channel, 0) != gen for channel, gen in since.items())
 
         return await self._until(done, timeout)
 

@@ -1,37 +1,44 @@
 """Queues of an asyncio client: publishing, figures, purging, dead letters
 and consumers, awaitable. Messages are checked and encoded by the sync
-code (rqueue.publishing.prepare) and the replies parsed by the engine's
-shared parsers: only the I/O is this module's."""
+code (rqueue.publishing.prepare), the replies judged by its functions and
+parsed by the engine's shared parsers, the dead letters selected and
+counted by rqueue.deadletters: only the I/O is this module's."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import validate as check
+from ..client import stored_count
 from ..constants import PURGE_BATCH
-from ..deadletters import PAGE, REPLAY_BATCH, Selection
+from ..deadletters import PAGE, REPLAY_BATCH, Selection, by_group, selected, tally
 from ..engine import async_commands as acmd
-from ..engine import commands
 from ..engine.keys import QueueKeys, partitions_key, queue_base
 from ..engine.record import decode_record
-from ..errors import InvalidInput, InvalidName, InvalidSetting, PartialPublish, Unroutable
+from ..errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, StateLost
 from ..names import check_message_id, check_name, check_queue_name
 from ..publishing import prepare
-from ..queue import CLUSTER_DEAD_LETTER
+from ..queue import CLUSTER_DEAD_LETTER, PARTITION_DEAD_LETTER
 from ..results import DeadLetter, Message, MessageStatus, PublishResult, QueueStats, ReplayResult
 from ..settings import DEAD_LETTER_MODES, Settings
 from ..tracing import sending
+from ..waiting import FIRST_POLL, LAST_POLL, check_wait, groups_to_wait_for, not_settled, waited_for
 from .consumer import Consumer
+from .publishing import send
 
 if TYPE_CHECKING:
     from ..protocols import QueueLike
     from .context import AsyncContext
 
-PARTITIONED = "rqueue.aio does not serve partitioned queues: use rqueue.connect for this one"
+PARTITIONED_SINCE = (
+    "the queue was partitioned after this client read the partitionings; "
+    "client.queue(name) now gives the partitioned queue"
+)
 
 
-class _Prepared:
+class Prepared:
     """What rqueue.publishing.prepare reads of a queue, with its settings
     already read (prepare itself sends nothing)."""
 
@@ -46,10 +53,10 @@ class _Prepared:
 
 
 class Queue:
-    """A named queue of an asyncio client. Obtain one with
-    :meth:`rqueue.aio.Client.queue`."""
+    """A named queue (or one partition of a partitioned queue) of an asyncio
+    client. Obtain one with :meth:`rqueue.aio.Client.queue`."""
 
-    def __init__(self, client: AsyncContext, name: str) -> None:
+    def __init__(self, client: AsyncContext, name: str, partition: int | None = None) -> None:
         check_queue_name(name, client.dlq_prefix, client.dlq_suffix)
         root, depth = name, 0
         pre, suf = client.dlq_prefix, client.dlq_suffix
@@ -60,21 +67,28 @@ class Queue:
         self.client = client
         self.name = name
         self.root = root
-        self.partition: int | None = None
-        self.keys = QueueKeys(queue_base(client.prefix, root, depth))
-        self._plain_checked = False
+        #: None, or which partition of a partitioned queue this is.
+        self.partition = partition
+        self.keys = QueueKeys(queue_base(client.prefix, root, depth, partition))
+        self._plain_checked = partition is not None
 
     def __repr__(self) -> str:
+        if self.partition is not None:
+            return f"rqueue.aio.Queue({self.name!r}, partition={self.partition})"
         return f"rqueue.aio.Queue({self.name!r})"
 
     async def check_plain(self) -> None:
-        """Refuses a partitioned queue (checked once per handle)."""
+        """Refuses, once per handle, a queue partitioned since this client
+        read the partitionings (another process partitioned it); the client
+        learns it, so that its next ``queue(name)`` is the partitioned one."""
         if self._plain_checked:
             return
-        r = self.client.redis
-        raw = await acmd.guarded(lambda: r.hget(partitions_key(self.client.prefix), self.root))
+        r, prefix = self.client.redis, self.client.prefix
+        raw = await acmd.guarded(lambda: r.hget(partitions_key(prefix), self.root))
         if raw is not None:
-            raise InvalidSetting("partitions", raw.decode(errors="replace"), PARTITIONED)
+            count = stored_count(prefix, self.root, raw)
+            self.client.learn_partitions(self.root, count)
+            raise InvalidSetting("partitions", count, PARTITIONED_SINCE)
         self._plain_checked = True
 
     async def settings(self) -> Settings:
@@ -84,8 +98,8 @@ class Queue:
     async def dead_letter_queue(self) -> Queue:
         """The queue that receives this queue's dead letters."""
         target = (await self.settings()).dead_letter
-        if target in DEAD_LETTER_MODES:
-            return Queue(self.client, self.client.dead_letter_name(self.name))
+        if target in DEAD_LETTER_MODES or self.partition is not None:
+            return Queue(self.client, self.client.dead_letter_name(self.name), self.partition)
         return Queue(self.client, target)
 
     def group_keys(self, group: str, settings: Settings) -> list[str]:
@@ -95,6 +109,8 @@ class Queue:
             return self.keys.group(group).as_list()
         if self.client.cluster:
             raise InvalidSetting("dead_letter", target, CLUSTER_DEAD_LETTER)
+        if self.partition is not None:
+            raise InvalidSetting("dead_letter", target, PARTITION_DEAD_LETTER)
         return self.keys.group(group, Queue(self.client, target).keys).as_list()
 
     def group_call(self, group: str, settings: Settings | None = None, consumer: str = "") -> acmd.AsyncGroupCall:
@@ -138,36 +154,15 @@ class Queue:
         durable: bool = False,
     ) -> list[PublishResult]:
         """Appends many messages, in order, checked before anything is sent
-        (see :meth:`rqueue.Queue.publish_many`); MAX_BATCH messages a round
-        trip. ``durable=True`` is refused: use the sync client for it."""
-        if check.flag("durable", durable):
-            raise InvalidInput(
-                "rqueue.aio does not publish durably (WAIT/WAITAOF): use rqueue.connect for durable=True"
-            )
-        await self.check_plain()
-        settings = await self.settings()
+        (see :meth:`rqueue.Queue.publish_many`; ``durable``: the client's
+        durable_replicas and durable_timeout, as the sync client's)."""
+        if not self._plain_checked:
+            await self.check_plain()
+        settings = self.client.settings.fresh(self.name) or await self.settings()
         with sending(self.name, payloads) as trace:
-            view = cast("QueueLike", _Prepared(self, settings))
-            prepared = prepare(view, payloads, headers, ids, delay, mandatory, False, trace=trace)
-            if prepared is None:
-                return []
-            replies = await acmd.publish_each(self.client.scripts, prepared.calls, self.name)
-        failed = [r for r in replies if isinstance(r, Exception)]
-        if failed and len(failed) == len(replies):
-            if isinstance(failed[0], Unroutable) and settings.alternate is not None:
-                alternate = Queue(self.client, settings.alternate)
-                results = await alternate.publish_many(
-                    prepared.payloads, headers=prepared.headers, ids=prepared.ids, delay=delay
-                )
-                return [PublishResult(r.seq, r.duplicate, settings.alternate) for r in results]
-            raise failed[0]
-        await self.client.register(self.name)
-        if failed:
-            stored: list[PublishResult | None] = []
-            for reply, size in zip(replies, prepared.sizes, strict=True):
-                stored += [None] * size if isinstance(reply, Exception) else commands.publish_results([reply])
-            raise PartialPublish(stored, {i: r for i, r in enumerate(replies) if isinstance(r, Exception)}, unit="call")
-        return commands.publish_results(replies)
+            view = cast("QueueLike", Prepared(self, settings))
+            prepared = prepare(view, payloads, headers, ids, delay, mandatory, durable, trace=trace)
+            return await send(self, prepared) if prepared is not None else []
 
     # -- consuming ----------------------------------------------------------
 
@@ -196,11 +191,31 @@ class Queue:
         """Up to ``n`` stored messages with seq > ``after``, oldest first."""
         check.whole_number("n", n, 1)
         check.whole_number("after", after, 0)
+        return [
+            self._message(seq, rec) for seq, rec in await acmd.records_after(self.client.redis, self.keys, after, n)
+        ]
+
+    async def peek_group(self, group: str, n: int = 10) -> list[Message]:
+        """The next ``n`` messages ``group`` would be offered, without
+        claiming them (see :meth:`rqueue.Queue.peek_group`)."""
+        check_name("group", group)
+        check.whole_number("n", n, 1)
+        r = self.client.redis
+        if not await acmd.has_group(r, self.keys, group):
+            raise InvalidInput(f"queue {self.name!r} has no group {group!r}")
+        ready, cursor = await acmd.group_position(r, self.keys, group, n)
         out = []
-        for seq, rec in await acmd.records_after(self.client.redis, self.keys, after, n):
-            published, headers, data = decode_record(rec, f"{self.keys.msgs}[{seq}]")
-            out.append(Message(seq, data, headers, published))
-        return out
+        for seq in ready:
+            rec = await acmd.record(r, self.keys, seq)
+            if rec is not None:
+                out.append(self._message(seq, rec))
+        if len(out) < n and cursor < await acmd.last_seq(r, self.keys):
+            out += await self.peek(n - len(out), after=cursor)
+        return out[:n]
+
+    def _message(self, seq: int, rec: bytes) -> Message:
+        published, headers, data = decode_record(rec, f"{self.keys.msgs}[{seq}]")
+        return Message(seq, data, headers, published)
 
     async def status(self, id: str | None = None, *, seq: int | None = None) -> MessageStatus:
         """What became of one message (see :meth:`rqueue.Queue.status`)."""
@@ -223,6 +238,22 @@ class Queue:
         )
         return QueueStats(self.name, last, depth, scheduled, dead_count, groups)
 
+    async def events(self, count: int = 100) -> list[dict[str, str]]:
+        """The newest ``count`` events, oldest first (see :meth:`rqueue.Queue.events`)."""
+        return await acmd.newest_events(self.client.redis, self.keys, check.whole_number("count", count, 1))
+
+    async def events_after(self, last_id: str, count: int = 100) -> list[dict[str, str]]:
+        """Events newer than the stream id ``last_id`` ("0" for all), oldest first."""
+        return await acmd.events_after(self.client.redis, self.keys, last_id, count)
+
+    @property
+    def last_state_loss(self) -> StateLost | None:
+        """The last loss of this queue's state in Redis that this client's
+        publishes saw, or None (see :attr:`rqueue.Queue.last_state_loss`)."""
+        return self.client.state_watch(self.name, self.keys).last_loss
+
+    # -- maintenance --------------------------------------------------------
+
     async def purge(self, group: str | None = None) -> dict[str, int]:
         """Settles, as purged, every message not in flight (see :meth:`rqueue.Queue.purge`)."""
         names = await self.groups()
@@ -243,6 +274,62 @@ class Queue:
                 if not reply.more:
                     break
         return out
+
+    async def delete(self, force: bool = False) -> int:
+        """Deletes the queue: messages, groups, dead-letter queue and events
+        (see :meth:`rqueue.Queue.delete`); refused with QueueInUse while
+        deliveries are in flight, unless ``force``. Returns how many keys
+        were deleted."""
+        r = self.client.redis
+        if not check.flag("force", force) and (held := await acmd.in_flight(r, self.keys)):
+            raise QueueInUse(self.name, held)
+        deleted = await acmd.delete_queue(r, self.keys, self.client.prefix, self.name)
+        self.client.forget(self.name)
+        # Its next incarnation is no loss to this client.
+        self.client.state_watch(self.name, self.keys).forget()
+        return deleted
+
+    async def settle_through(self, group: str, seq: int) -> int:
+        """Settles, for ``group``, every message up to ``seq`` that is not in
+        flight (see :meth:`rqueue.Queue.settle_through`); how many."""
+        check_name("group", group)
+        check.whole_number("seq", seq, 0)
+        if group not in await self.groups():
+            raise InvalidInput(f"queue {self.name!r} has no group {group!r}")
+        call = self.group_call(group)
+        total, after = 0, 0
+        while True:
+            reply = await acmd.settle_to(call, seq, after, PURGE_BATCH)
+            total += reply.settled
+            if not reply.more:
+                return total
+            after = reply.reached
+
+    async def wait_settled(self, group: str | None = None, timeout: float | None = None) -> dict[str, int]:
+        """Waits, without blocking the loop, until ``group`` (every group
+        when None) has settled every message published before the call
+        (see :meth:`rqueue.Queue.wait_settled`)."""
+        check_wait(group, timeout)
+        clock = self.client.clock
+        deadline = None if timeout is None else clock.monotonic() + timeout
+        groups = groups_to_wait_for(self.name, group, await self.groups())
+        last = await acmd.last_seq(self.client.redis, self.keys)
+        targets = {(0, g): last for g in groups}
+        floors = dict.fromkeys(targets, 0)
+        pending = [key for key, target in targets.items() if target > 0]
+        pause = FIRST_POLL
+        while True:
+            for key in list(pending):
+                floors[key] = (await acmd.stats(self.group_call(key[1]))).ack_floor
+                if floors[key] >= targets[key]:
+                    pending.remove(key)
+            if not pending:
+                return waited_for(targets, groups)
+            left = None if deadline is None else deadline - clock.monotonic()
+            if left is not None and left <= 0:
+                raise not_settled(self.name, floors, targets, pending, timeout)
+            await asyncio.sleep(pause if left is None else min(pause, left))
+            pause = min(pause * 1.5, LAST_POLL)
 
     # -- dead letters -------------------------------------------------------
 
@@ -265,12 +352,7 @@ class Queue:
             page = await dlq.peek(PAGE, after=after)
             if not page:
                 break
-            for m in page:
-                d = DeadLetter.from_message(m)
-                if d.queue in ("", self.name) and selection.matches(d):
-                    out.append(d)
-                    if selection.limit is not None and len(out) >= selection.limit:
-                        break
+            out += selected(self.name, selection, page, len(out))
             after = page[-1].seq
         return out
 
@@ -287,24 +369,32 @@ class Queue:
         each, exactly once (see :meth:`rqueue.Queue.replay_dead_letters`)."""
         chosen = await self._dead_letters(Selection(group, reason, seq_from, seq_to, limit))
         result = ReplayResult(selected=len(chosen), dry_run=dry_run)
-        by_group: dict[str, list[int]] = {}
-        for d in chosen:
-            by_group.setdefault(d.group, []).append(d.dlq_seq)
+        groups = by_group(chosen)
         if dry_run:
-            result.by_group = {g: len(s) for g, s in by_group.items()}
+            result.by_group = {g: len(s) for g, s in groups.items()}
             return result
         settings = await self.settings()
-        for g, dseqs in by_group.items():
+        for g, dseqs in groups.items():
             call = self.group_call(g, settings)
             for start in range(0, len(dseqs), REPLAY_BATCH):
-                for status in await acmd.replay(call, dseqs[start : start + REPLAY_BATCH]):
-                    if status == "replayed":
-                        result.replayed += 1
-                        result.by_group[g] = result.by_group.get(g, 0) + 1
-                    elif status == "missing":
-                        result.missing += 1
-                    else:
-                        result.skipped += 1
+                tally(result, g, await acmd.replay(call, dseqs[start : start + REPLAY_BATCH]))
         return result
 
     replay = replay_dead_letters
+
+    async def purge_dead_letters(
+        self,
+        group: str | None = None,
+        reason: str | None = None,
+        seq_from: int | None = None,
+        seq_to: int | None = None,
+        limit: int | None = None,
+    ) -> int:
+        """Deletes the selected dead letters; returns how many were deleted."""
+        dlq = await self.dead_letter_queue()
+        chosen = [d.dlq_seq for d in await self._dead_letters(Selection(group, reason, seq_from, seq_to, limit))]
+        deleted = 0
+        for start in range(0, len(chosen), PAGE):
+            batch = chosen[start : start + PAGE]
+            deleted += await acmd.delete_dead_letters(self.client.redis, dlq.keys, self.keys.events, batch)
+        return deleted

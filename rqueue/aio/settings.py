@@ -54,6 +54,13 @@ class AsyncSettings:
         await self._refresh()
         return self._store.resolve(name)[0]
 
+    def fresh(self, name: str) -> Settings | None:
+        """The settings of queue ``name`` when the copy is younger than the
+        cache time (no await: the hot path's), else None."""
+        if self._read_at is not None and self._now() - self._read_at < self.ttl:
+            return self._store.resolve(name)[0]
+        return None
+
     def cached(self, name: str) -> Settings:
         """The settings of queue ``name`` as last read (no Redis call)."""
         return self._store.resolve(name)[0]

@@ -36,17 +36,21 @@ from ..names import check_name
 from ..tracing import dead_lettered, processing
 from ..worker.handlers import LeaseCheck
 from ..worker.ledger import Ledger
+from ..worker.metrics import WorkerMetrics
 from ..worker.options import check_options
 from ..worker.outcome import Outcome
 from ..worker.reconnect import TRANSIENT
 from ..worker.stats import Tally, WorkerStats
-from .consumer import Consumer, Delivery
+from .consumer import Consumer as PlainConsumer
+from .consumer import Delivery
+from .partitions import PartitionedConsumer, PartitionedQueue
 from .queue import Queue
 from .reconnect import AsyncReconnector
 
 log = logging.getLogger("rqueue.worker")
 
 Handler = Callable[[Delivery], Any]
+Consumer = PlainConsumer | PartitionedConsumer
 
 
 class Worker:
@@ -71,7 +75,7 @@ class Worker:
 
     def __init__(
         self,
-        queue: Queue,
+        queue: Queue | PartitionedQueue,
         group: str,
         handler: Handler,
         concurrency: int = DEFAULT_CONCURRENCY,
@@ -83,6 +87,7 @@ class Worker:
         max_run_time: float = DEFAULT_MAX_RUN_TIME,
         grace_period: float = DEFAULT_GRACE_PERIOD,
         reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         check_options(
             handler,
@@ -112,7 +117,9 @@ class Worker:
         self.consumer: Consumer | None = None
         self._clock = queue.client.clock
         self._notifier = queue.client.notifier
-        self._tally = Tally(self.stats)
+        #: Where the counters also go (rqueue.worker.metrics), as for the threaded worker.
+        self.metrics = metrics
+        self._tally = Tally(self.stats, metrics)
         self._stopping = threading.Event()
         self._hard_stop = threading.Event()
         self._retry = AsyncReconnector(
@@ -170,7 +177,7 @@ class Worker:
             raise asyncio.CancelledError
         return self.stats
 
-    async def _join(self) -> Consumer:
+    async def _join(self) -> PlainConsumer | PartitionedConsumer:
         consumer = self.queue.consumer(self.group, self.name, prefetch=self.prefetch, liveness=self.heartbeat_timeout)
         return await consumer.join()
 
@@ -212,20 +219,29 @@ class Worker:
     async def _dispatch(self, consumer: Consumer) -> None:
         ledger = self._ledger
         notifier = self._notifier
-        channel = self.queue.keys.wake_channel
+        parts = self.queue.parts if isinstance(self.queue, PartitionedQueue) else [self.queue]
+        channels = [part.keys.wake_channel for part in parts]
         while not self._stopping.is_set():
-            generation = await notifier.generation(channel)
+            since = {channel: await notifier.generation(channel) for channel in channels}
             acks, others = ledger.drain()
             await self._settle_others(consumer, others)
             free = self.prefetch - ledger.unsettled()
             if free <= 0 and not acks:
-                await notifier.wait(channel, generation, IDLE_POLL_INTERVAL, until=self._has_news)
+                await notifier.wait_any(since, IDLE_POLL_INTERVAL, until=self._has_news)
                 continue
             # The lease of what this fetch brings begins after it is sent.
             sent = self._clock.monotonic()
-            joins = consumer.joins
+            joins, epoch = consumer.joins, consumer.state_epoch
             statuses, deliveries, due_in = await self._retry.call(consumer.ack_and_fetch, acks, max(free, 0))
-            if consumer.joins != joins:
+            lost = consumer.state_epoch != epoch
+            if lost:
+                dropped = ledger.forget_waiting(older_than=consumer.state_epoch)
+                log.warning(
+                    "worker %s: Redis lost the queue's state; %d waiting deliveries dropped, not run",
+                    consumer.name,
+                    dropped,
+                )
+            elif consumer.joins != joins:
                 dropped = ledger.forget_waiting()
                 log.warning(
                     "worker %s had been removed from its group and joined again; "
@@ -235,7 +251,9 @@ class Worker:
                 )
             self._record_acks(statuses)
             ledger.fetched(deliveries)  # type: ignore[arg-type]  # an aio Delivery is a Delivery
-            if self._retry.resync:
+            if self._retry.resync or lost:
+                # After a loss the consumer drops what a fetch sent before it
+                # brought; those messages are held in Redis and go back now.
                 await self._hand_back_unknown(consumer)
             if deliveries:
                 self._tally.count(fetched=len(deliveries), redelivered=sum(1 for d in deliveries if d.redelivered))
@@ -246,7 +264,7 @@ class Worker:
             if acks or others:
                 continue
             wait = IDLE_POLL_INTERVAL if due_in is None else min(IDLE_POLL_INTERVAL, due_in)
-            await notifier.wait(channel, generation, wait, until=self._has_news)
+            await notifier.wait_any(since, wait, until=self._has_news)
 
     async def _settle(self, consumer: Consumer) -> None:
         acks, others = self._ledger.drain()
@@ -326,7 +344,9 @@ class Worker:
         taken = self._ledger.take(d.tag, self._stopping)
         if taken is Outcome.RETURNED:
             return Outcome.RETURNED, ""
-        if isinstance(taken, Outcome):
+        if isinstance(taken, Outcome) or d.epoch != d.consumer.state_epoch:
+            # Its lease was lost while it waited, or it was made before Redis
+            # lost the queue's state: never run.
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
         check = LeaseCheck(d.tag, taken, self._clock.monotonic(), self._ack_wait(), self.heartbeat_timeout)
@@ -376,6 +396,7 @@ class Worker:
             if self._beat_stop.is_set():
                 return
             running, waiting = ledger.leases(self._clock.monotonic(), self.max_run_time)
+            epoch = consumer.state_epoch
             try:
                 statuses, removed, returned, dead, _ = await self._retry.call_once(
                     consumer.heartbeat, running + waiting, self.heartbeat_timeout
@@ -398,7 +419,18 @@ class Worker:
             except Exception:
                 log.exception("heartbeat failed")
                 continue
-            lost = sum(1 for s in statuses if s is not None)
+            finally:
+                if consumer.state_epoch != epoch:
+                    # Redis lost the queue's state (the consumer logged it):
+                    # what waits from before the loss never runs; what the
+                    # dispatcher fetched since (a newer epoch) does.
+                    dropped = ledger.forget_waiting(older_than=consumer.state_epoch)
+                    log.warning("worker %s: %d waiting deliveries dropped, not run", consumer.name, dropped)
+            # A delivery settled since the heartbeat listed it (its ack
+            # raced this call) is refused as no longer held, not lost.
+            lost = sum(
+                1 for d, s in zip(running + waiting, statuses, strict=False) if s is not None and ledger.is_known(d.tag)
+            )
             gone = [d.tag for d, s in zip(waiting, statuses[len(running) :], strict=False) if s is not None]
             if gone:
                 ledger.lost(gone)

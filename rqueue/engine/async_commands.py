@@ -20,8 +20,8 @@ from ..results import GroupStats, MessageStatus
 from . import commands as c
 from .async_scripts import AsyncScript, AsyncScripts
 from .commands import text
-from .keys import QueueKeys, registry_key, settings_key
-from .store import EVENTS_MAX
+from .keys import QueueKeys, partitions_key, registry_key, settings_key
+from .store import DELETE_BATCH, EVENTS_MAX, event
 
 T = TypeVar("T")
 
@@ -67,7 +67,10 @@ class AsyncGroupCall(c.GroupArgs):
         return cls(scripts=scripts, **fields)
 
     async def run(self, script: AsyncScript, extra: Sequence[Any]) -> Any:
-        return await run(script, self.keys, self.argv(extra), self.queue, self.where)
+        try:
+            return await script(self.keys, self.argv(extra))
+        except (redis.RedisError, OSError) as exc:
+            raise c.translate(exc, self.queue, self.where) from exc
 
 
 # -- the group scripts ---------------------------------------------------------
@@ -110,6 +113,11 @@ async def purge(call: AsyncGroupCall, batch: int) -> c.PurgeReply:
     return c.parse_purge(await call.run(call.scripts.purge, [batch]))
 
 
+async def settle_to(call: AsyncGroupCall, target: int, after: int, batch: int) -> c.SettleToReply:
+    settled, reached, more = await call.run(call.scripts.settle_to, [target, after, batch])
+    return c.SettleToReply(int(settled), int(reached), int(more) == 1)
+
+
 async def replay(call: AsyncGroupCall, dead_letter_seqs: Sequence[int]) -> list[str]:
     return c.parse_replay(await call.run(call.scripts.replay, list(dead_letter_seqs)))
 
@@ -133,7 +141,7 @@ async def publish_each(scripts: AsyncScripts, calls: Sequence[c.PublishCall], qu
     """Runs publish calls in order, one round trip each; per call its raw
     reply or its error, translated. A call after one that failed is not
     sent: its error is ConnectionLost-free "not sent", so that the caller
-    reports only what was stored (publishing._failure)."""
+    reports only what was stored (publishing.failure)."""
     out: list[Any] = []
     for keys, args in calls:
         try:
@@ -221,6 +229,115 @@ async def purge_records(r: Any, keys: QueueKeys, batch: int) -> int:
 
         deleted += await guarded(delete, where=keys.base)
     return deleted
+
+
+async def last_seq(r: Any, keys: QueueKeys) -> int:
+    return _int(await guarded(lambda: r.hget(keys.meta, "seq"), where=keys.base))
+
+
+async def record(r: Any, keys: QueueKeys, seq: int) -> bytes | None:
+    rec = await guarded(lambda: r.hget(keys.msgs, seq), where=keys.base)
+    return None if rec is None else rec if isinstance(rec, bytes) else rec.encode()
+
+
+async def group_position(r: Any, keys: QueueKeys, group: str, n: int) -> tuple[list[int], int]:
+    """As store.group_position."""
+    gk = keys.group(group)
+
+    async def read() -> tuple[list[int], int]:
+        ready = await r.zrange(gk.ready, 0, n - 1)
+        return [int(s) for s in ready], _int(await r.hget(gk.state, "cursor"))
+
+    return await guarded(read, where=keys.base)
+
+
+async def _levels(r: Any, keys: QueueKeys) -> list[QueueKeys]:
+    levels = [keys]
+    below = keys.dead_letters
+    while await r.exists(below.meta, below.msgs):
+        levels.append(below)
+        below = below.dead_letters
+    return levels
+
+
+async def in_flight(r: Any, keys: QueueKeys) -> int:
+    """As store.in_flight."""
+
+    async def count() -> int:
+        total = 0
+        for level in await _levels(r, keys):
+            for g in await r.hkeys(level.floors):
+                total += int(await r.zcount(level.group(text(g)).lease, "-inf", "(+inf"))
+        return total
+
+    return await guarded(count, where=keys.base)
+
+
+async def delete_queue(r: Any, keys: QueueKeys, prefix: str, name: str) -> int:
+    """As store.delete_queue."""
+
+    async def delete() -> int:
+        doomed: list[str] = []
+        for level in await _levels(r, keys):
+            doomed += level.all_static()
+            for g in await r.hkeys(level.floors):
+                doomed += level.group(text(g)).group_only()
+        deleted = 0
+        for start in range(0, len(doomed), DELETE_BATCH):
+            deleted += int(await r.delete(*doomed[start : start + DELETE_BATCH]))
+        await r.srem(registry_key(prefix), name)
+        return deleted
+
+    return await guarded(delete, where=keys.base)
+
+
+async def delete_dead_letters(r: Any, dead_letters: QueueKeys, events: str, seqs: list[int]) -> int:
+    """As store.delete_dead_letters: one transaction."""
+
+    async def delete() -> int:
+        async with r.pipeline(transaction=True) as pipe:
+            pipe.hdel(dead_letters.msgs, *seqs)
+            pipe.xadd(events, {"event": "purged", "count": len(seqs)}, maxlen=EVENTS_MAX, approximate=True)
+            return int((await pipe.execute())[0])
+
+    return await guarded(delete, where=dead_letters.base)
+
+
+async def events_after(r: Any, keys: QueueKeys, last_id: str, count: int) -> list[dict[str, str]]:
+    low = f"({last_id}" if last_id != "0" else "-"
+    entries = await guarded(lambda: r.xrange(keys.events, min=low, count=count), where=keys.base)
+    return [event(i, f) for i, f in entries or []]
+
+
+async def newest_events(r: Any, keys: QueueKeys, count: int) -> list[dict[str, str]]:
+    entries = await guarded(lambda: r.xrevrange(keys.events, count=count), where=keys.base)
+    return [event(i, f) for i, f in reversed(entries or [])]
+
+
+async def partition_counts(r: Any, prefix: str) -> dict[str, bytes]:
+    """Every stored number of partitions of the prefix, by queue."""
+    raw = await guarded(lambda: r.hgetall(partitions_key(prefix)), where=f"prefix {prefix!r}")
+    return {text(k): v if isinstance(v, bytes) else str(v).encode() for k, v in raw.items()}
+
+
+async def claim_partitions(r: Any, prefix: str, root: str, partitions: int) -> bool:
+    return bool(await guarded(lambda: r.hsetnx(partitions_key(prefix), root, partitions), where=f"prefix {prefix!r}"))
+
+
+async def queue_exists(r: Any, prefix: str, keys: QueueKeys, name: str) -> bool:
+    async def read() -> bool:
+        return bool(await r.sismember(registry_key(prefix), name)) or bool(await r.exists(keys.meta, keys.floors))
+
+    return await guarded(read, where=keys.base)
+
+
+async def delete_partitioning(r: Any, prefix: str, name: str) -> int:
+    return int(await guarded(lambda: r.hdel(partitions_key(prefix), name), where=f"prefix {prefix!r}"))
+
+
+async def registered_queues(r: Any, prefix: str) -> list[str]:
+    members = await guarded(lambda: r.smembers(registry_key(prefix)), where=f"prefix {prefix!r}")
+    return sorted(text(m) for m in members)
 
 
 async def record_event(r: Any, keys: QueueKeys, fields: dict[str, str]) -> None:

@@ -117,24 +117,22 @@ class AsyncScript:
         self._retry = retry
         self._pool = connections
 
-    async def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+    def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Awaitable[Any]:
+        # Returns the coroutine that does the call rather than awaiting it
+        # here: one coroutine less per call on the hot path.
         if self._retry is no_async_retry:
             if self._pool is not None:
-                try:
-                    return await self._direct(keys, args)
-                except NoScriptError:
-                    await self.load()
-                    return await self._direct(keys, args)
-            return await self._run(keys, args)
-        return await self._retry(lambda: self._run(keys, args))
+                return self._direct(keys, args)
+            return self._run(keys, args)
+        return self._retry(lambda: self._run(keys, args))
 
     async def _direct(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-        """EVALSHA on a connection of :class:`AsyncScriptConnections`. A
-        connection whose call failed other than by an error reply (lost,
-        timed out, cancelled: its reply may still come) is closed."""
+        """EVALSHA on a connection of :class:`AsyncScriptConnections`, and
+        after NOSCRIPT, SCRIPT LOAD and EVALSHA again. A connection whose
+        call failed other than by an error reply (lost, timed out,
+        cancelled: its reply may still come) is closed."""
         pool = self._pool
         assert pool is not None
-        conn = await pool.get_connection()
         command = ("EVALSHA", self.sha, len(keys), *keys, *args)
         # The socket timeout as one timer that cancels this task, cheaper
         # than redis-py's timeout context per read.
@@ -147,34 +145,42 @@ class AsyncScript:
             expired = True
             task.cancel()
 
-        timer = asyncio.get_running_loop().call_later(conn.socket_timeout or math.inf, expire)
-        try:
-            writer = getattr(conn, "_writer", None)
-            if _pack is not None and writer is not None:
-                try:
-                    packed = _pack(command)
-                except TypeError as exc:
-                    raise DataError(str(exc)) from None
-                writer.write(packed)
-                if writer.transport.get_write_buffer_size():  # the socket did not take it all
-                    await writer.drain()
-            else:
-                await conn.send_command(*command)
-            return await conn.read_response(timeout=math.inf)
-        except redis.ResponseError:
-            raise
-        except asyncio.CancelledError:
-            await conn.disconnect(nowait=True)
-            if not expired:
+        loaded = False
+        while True:
+            conn = await pool.get_connection()
+            timer = asyncio.get_running_loop().call_later(conn.socket_timeout or math.inf, expire)
+            try:
+                writer = getattr(conn, "_writer", None)
+                if _pack is not None and writer is not None:
+                    try:
+                        packed = _pack(command)
+                    except TypeError as exc:
+                        raise DataError(str(exc)) from None
+                    writer.write(packed)
+                    if writer.transport.get_write_buffer_size():  # the socket did not take it all
+                        await writer.drain()
+                else:
+                    await conn.send_command(*command)
+                return await conn.read_response(timeout=math.inf)
+            except NoScriptError:
+                if loaded:
+                    raise
+            except redis.ResponseError:
                 raise
-            task.uncancel()
-            raise redis.TimeoutError("Timeout reading from socket") from None
-        except BaseException:
-            await conn.disconnect(nowait=True)
-            raise
-        finally:
-            timer.cancel()
-            pool.release(conn)
+            except asyncio.CancelledError:
+                await conn.disconnect(nowait=True)
+                if not expired:
+                    raise
+                task.uncancel()
+                raise redis.TimeoutError("Timeout reading from socket") from None
+            except BaseException:
+                await conn.disconnect(nowait=True)
+                raise
+            finally:
+                timer.cancel()
+                pool.release(conn)
+            await self.load()  # NOSCRIPT: the call did not run
+            loaded = True
 
     async def _run(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         try:
@@ -209,6 +215,7 @@ class AsyncScripts:
     stats: AsyncScript
     status: AsyncScript
     schedule_fire: AsyncScript
+    settle_to: AsyncScript
 
     def __init__(self, redis: Any, retry: AsyncRetrier = no_async_retry, shebang: bool = True) -> None:
         #: The connections of the script calls (None: redis-py's pool).

@@ -713,6 +713,13 @@ def repair(call: GroupCall, what: str, args: Sequence[Any] = ()) -> RepairReply:
     return RepairReply(text(done) == "done", text(detail))
 
 
+def still_so(call: GroupCall, what: str, args: Sequence[Any] = ()) -> bool:
+    """Whether a finding of the doctor is still so, in one atomic look that
+    changes nothing (repair.lua's "check:" form of ``what``)."""
+    answer, _ = call.run(call.scripts.repair, [f"check:{what}", *args])
+    return text(answer) == "holds"
+
+
 class PublishSeen(NamedTuple):
     """What one publish reply tells of the queue's state: its incarnation
     and the seqs it assigned (duplicates left out), which one call assigns

@@ -21,8 +21,8 @@ from .commands import translate, with_memory_figures
 from .scripts import Script, ScriptPipeline
 
 
-class DurableTarget(Protocol):
-    """What a durable publish needs of the client."""
+class DurableSettings(Protocol):
+    """What judging a durable publish reads of the client."""
 
     cluster: bool
     durable_replicas: int
@@ -30,11 +30,15 @@ class DurableTarget(Protocol):
     failover_timeout: float
     durable_state: dict[str, Any]
 
+
+class DurableTarget(DurableSettings, Protocol):
+    """What a durable publish needs of the client."""
+
     def node_for(self, key: str) -> tuple[Any, str]: ...
     def refresh_topology(self) -> None: ...
 
 
-class _NodeState:
+class NodeState:
     """What one node was found to support (learned from its replies)."""
 
     __slots__ = ("waitaof", "aof")
@@ -53,15 +57,13 @@ def _publish_durably(
     waits: list[tuple[Any, Any]] = []  # (WAIT, WAITAOF) replies after calls that ran
     while True:
         node, name = client.node_for(slot_key)
-        state = client.durable_state.setdefault(name, _NodeState())
+        state = client.durable_state.setdefault(name, NodeState())
         pipe = ScriptPipeline(node, no_retry)
         for i in pending:
             keys, args = calls[i]
             script(keys=keys, args=args, client=pipe)
-        timeout_ms = max(1, int(client.durable_timeout * 1000))
-        pipe.then("WAIT", client.durable_replicas, timeout_ms)
-        if state.waitaof is not False and state.aof is not False:
-            pipe.then("WAITAOF", 1, 0, timeout_ms)
+        for command in wait_commands(client, state):
+            pipe.then(*command)
         try:
             replies = pipe.execute(raise_on_error=False)
         except Exception as exc:
@@ -71,24 +73,77 @@ def _publish_durably(
             client.refresh_topology()
             time.sleep(0.05)
             continue
-        sent = pending
-        for i, reply in zip(sent, replies, strict=False):  # WAIT and WAITAOF follow
-            results[i] = reply
-        # MOVED/ASK/... replies mean that call did not run there: only those go again
-        pending = [i for i in sent if client.cluster and isinstance(results[i], Exception) and not_run(results[i])]
-        if len(pending) < len(sent):
-            tail = replies[len(sent) :]
-            waits.append((tail[0], tail[1] if len(tail) > 1 else None))
+        pending = record_replies(client.cluster, pending, replies, results, waits)
         if not pending:
             break
         if time.monotonic() > deadline:
             raise results[pending[0]]
         client.refresh_topology()
         time.sleep(0.05)
+    return judge(client, state, results, waits)
+
+
+def publish_durably(
+    client: DurableTarget, slot_key: str, script: Script, calls: Sequence[tuple[list[Any], list[Any]]]
+) -> list[Any]:
+    """Runs the publish ``calls`` (KEYS, ARGV) and waits for durability on
+    the same connection. Returns the script replies; raises NotDurable (the
+    messages are stored) when the wait fell short, and the error of the
+    first call that failed otherwise (translated as commands.run does)."""
+    try:
+        return _publish_durably(client, slot_key, script, calls)
+    except (redis.RedisError, OSError) as exc:
+        raise with_memory_figures(translate(exc), lambda: client.node_for(slot_key)[0].info("memory")) from exc
+
+
+def _fsynced(state: NodeState, reply: Any) -> bool | None:
+    """True/False from a WAITAOF reply; None when it could not be asked (and
+    remembers why, so it is not asked again)."""
+    if reply is None:
+        return None
+    if isinstance(reply, Exception):
+        text = str(reply).lower()
+        if "appendonly is disabled" in text:
+            state.aof = False
+        elif "unknown command" in text:
+            state.waitaof = False
+        return None
+    state.waitaof = state.aof = True
+    return int(reply[0]) >= 1
+
+
+def wait_commands(client: DurableSettings, state: NodeState) -> list[tuple[Any, ...]]:
+    """The WAIT (and, where the node may have it, WAITAOF) sent after the
+    publish calls, on their connection."""
+    timeout_ms = max(1, int(client.durable_timeout * 1000))
+    out: list[tuple[Any, ...]] = [("WAIT", client.durable_replicas, timeout_ms)]
+    if state.waitaof is not False and state.aof is not False:
+        out.append(("WAITAOF", 1, 0, timeout_ms))
+    return out
+
+
+def record_replies(
+    cluster: bool, sent: list[int], replies: Sequence[Any], results: list[Any], waits: list[tuple[Any, Any]]
+) -> list[int]:
+    """Files the replies of one attempt (the calls ``sent``, then WAIT and
+    WAITAOF) in ``results`` and ``waits``; returns the calls to send again:
+    MOVED/ASK/... replies mean that call did not run there."""
+    for i, reply in zip(sent, replies, strict=False):  # WAIT and WAITAOF follow
+        results[i] = reply
+    pending = [i for i in sent if cluster and isinstance(results[i], Exception) and not_run(results[i])]
+    if len(pending) < len(sent):
+        tail = replies[len(sent) :]
+        waits.append((tail[0], tail[1] if len(tail) > 1 else None))
+    return pending
+
+
+def judge(client: DurableSettings, state: NodeState, results: list[Any], waits: list[tuple[Any, Any]]) -> list[Any]:
+    """The script replies of a durable publish whose calls all ran; raises
+    the first call's error, or NotDurable (the messages are stored) for the
+    weakest confirmation of its waits (one per node written to)."""
     for reply in results:
         if isinstance(reply, Exception):
             raise reply
-    # The weakest confirmation counts (there is one wait per node written to).
     refused = next((w for w, _ in waits if isinstance(w, Exception)), None)
     synced = [_fsynced(state, aof) for _, aof in waits]
     fsynced = None if None in synced else all(synced)
@@ -121,32 +176,3 @@ def _publish_durably(
             "no append-only file with WAITAOF (Redis >= 7.2, Valkey >= 8)",
         )
     return results
-
-
-def publish_durably(
-    client: DurableTarget, slot_key: str, script: Script, calls: Sequence[tuple[list[Any], list[Any]]]
-) -> list[Any]:
-    """Runs the publish ``calls`` (KEYS, ARGV) and waits for durability on
-    the same connection. Returns the script replies; raises NotDurable (the
-    messages are stored) when the wait fell short, and the error of the
-    first call that failed otherwise (translated as commands.run does)."""
-    try:
-        return _publish_durably(client, slot_key, script, calls)
-    except (redis.RedisError, OSError) as exc:
-        raise with_memory_figures(translate(exc), lambda: client.node_for(slot_key)[0].info("memory")) from exc
-
-
-def _fsynced(state: _NodeState, reply: Any) -> bool | None:
-    """True/False from a WAITAOF reply; None when it could not be asked (and
-    remembers why, so it is not asked again)."""
-    if reply is None:
-        return None
-    if isinstance(reply, Exception):
-        text = str(reply).lower()
-        if "appendonly is disabled" in text:
-            state.aof = False
-        elif "unknown command" in text:
-            state.waitaof = False
-        return None
-    state.waitaof = state.aof = True
-    return int(reply[0]) >= 1

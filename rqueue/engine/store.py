@@ -186,7 +186,7 @@ def record_event(r: RedisClient, keys: QueueKeys, fields: dict[str, str]) -> Non
     guarded(lambda: r.xadd(keys.events, fields, maxlen=EVENTS_MAX, approximate=True), where=keys.base)  # type: ignore[arg-type]  # str -> str is a valid mapping
 
 
-def _event(entry_id: Any, fields: Any) -> dict[str, str]:
+def event(entry_id: Any, fields: Any) -> dict[str, str]:
     return {"id": text(entry_id), **{text(k): text(v) for k, v in fields.items()}}
 
 
@@ -194,13 +194,13 @@ def events_after(r: RedisClient, keys: QueueKeys, last_id: str, count: int) -> l
     """Events newer than the stream id ``last_id`` ("0" for all), oldest first."""
     low = f"({last_id}" if last_id != "0" else "-"
     entries: list[Any] = guarded(lambda: r.xrange(keys.events, min=low, count=count) or [], where=keys.base)
-    return [_event(i, f) for i, f in entries]
+    return [event(i, f) for i, f in entries]
 
 
 def newest_events(r: RedisClient, keys: QueueKeys, count: int) -> list[dict[str, str]]:
     """The newest ``count`` events, oldest first."""
     entries: list[Any] = guarded(lambda: r.xrevrange(keys.events, count=count) or [], where=keys.base)
-    return [_event(i, f) for i, f in reversed(entries)]
+    return [event(i, f) for i, f in reversed(entries)]
 
 
 # -- the prefix's registry of queues and partitioned queues -------------------

@@ -30,8 +30,20 @@
         or below its cursor) that is not settled and has no delivery state,
         whose record is stored and that no group counts settled, is made
         ready: the next fetch hands it out as a first delivery
+    "check:<what>", the same arguments: answers "holds" while the
+      finding is still so, "gone" otherwise, and changes nothing. The
+      doctor's reads are not one snapshot, so it confirms each finding in
+      one atomic look before it reports it. Two findings have no repair
+      and are only checked:
+      "record-missing", ARGV[9] seq: the record is missing while the group
+        has a delivery state for seq, or has yet to read it (above its
+        cursor and its since, at or below the last seq)
+      "lost-seq", ARGV[9] seq: the group read seq (above its floor, at or
+        below its cursor), did not settle it (in no acked run) and has no
+        delivery state for it, nor does it wait in any set
+      "last-below-cursor": the queue's last seq is below the cursor
   Output:
-    { "done" or "gone", what was done }
+    { "done", "gone" or (a check) "holds", what was done }
   Errors (nothing is changed):
     RQ_BAD_ARGUMENT  what is unknown, or the failure policy (ARGV[7]) does
                      not parse
@@ -47,11 +59,60 @@
 
 local what = ARGV[8]
 failurePolicy() -- parsed before any write
+local checking = string.sub(what, 1, 6) == 'check:'
+if checking then
+  what = string.sub(what, 7)
+end
+local HOLDS = {'holds', ''}
+
+-- Read by the group, unsettled, and tracked nowhere (see "lost-seq").
+local function untracked(seqText)
+  local seq = tonumber(seqText)
+  local floor = tonumber(rcall('HGET', floorsKey, groupName) or '0')
+  local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
+  if seq == nil or floor == nil or cursor == nil or seq <= floor or seq > cursor then
+    return false
+  end
+  local run = rcall('ZRANGEBYSCORE', ackedKey, seqText, '+inf', 'LIMIT', '0', '1')
+  return not ((run[1] ~= nil and run[1] + 0 <= seq) or rcall('HEXISTS', dlvKey, seqText) == 1
+    or rcall('ZSCORE', readyKey, seqText) or rcall('ZSCORE', delayKey, seqText) or rcall('ZSCORE', leaseKey, seqText))
+end
+
+if checking and what == 'record-missing' then
+  local seq = ARGV[9]
+  if rcall('HEXISTS', msgsKey, seq) == 1 then
+    return {'gone', ''}
+  end
+  if rcall('HEXISTS', dlvKey, seq) == 1 then
+    return HOLDS
+  end
+  local n = tonumber(seq)
+  local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
+  local since = tonumber(rcall('HGET', groupKey, 'since') or '0')
+  local last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
+  if n ~= nil and cursor ~= nil and n > cursor and (since == nil or n > since) and last ~= nil and n <= last then
+    return HOLDS
+  end
+  return {'gone', ''}
+end
+
+if checking and what == 'lost-seq' then
+  return untracked(ARGV[9]) and HOLDS or {'gone', ''}
+end
+
+if checking and what == 'last-below-cursor' then
+  local last = tonumber(rcall('HGET', metaKey, 'seq') or '')
+  local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
+  return (last ~= nil and cursor ~= nil and last < cursor) and HOLDS or {'gone', ''}
+end
 
 if what == 'lease-without-state' then
   local seq = ARGV[9]
   if not rcall('ZSCORE', leaseKey, seq) or rcall('HEXISTS', dlvKey, seq) == 1 then
     return {'gone', ''}
+  end
+  if checking then
+    return HOLDS
   end
   local dseq = deadLetterCorruptState(tonumber(seq), nil)
   return {'done', 'moved seq ' .. seq .. ' to the dead-letter queue as corrupted-state (dead letter ' .. dseq .. ')'}
@@ -69,12 +130,18 @@ if what == 'state-without-lease' then
     if leased then
       return {'gone', ''}
     end
+    if checking then
+      return HOLDS
+    end
     rcall('ZADD', leaseKey, now, seq)
     return {'done', 'gave seq ' .. seq .. ' (held by ' .. d.holder .. ') a lease that runs out now: the next fetch '
       .. 'offers it again'}
   end
   if d.holder == '' and (rcall('ZSCORE', readyKey, seq) or rcall('ZSCORE', delayKey, seq) or leased) then
     return {'gone', ''}
+  end
+  if checking then
+    return HOLDS
   end
   local was = d.holder
   if leased then
@@ -97,6 +164,9 @@ if what == 'cursor' then
   if cursor ~= ARGV[9] or floor == nil or new == nil or new < floor then
     return {'gone', ''}
   end
+  if checking then
+    return HOLDS
+  end
   rcall('HSET', groupKey, 'cursor', ARGV[10])
   return {'done', 'set the cursor from ' .. cursor .. ' to ' .. ARGV[10]}
 end
@@ -111,13 +181,13 @@ if what == 'counts' then
       end
     end
   end
-  local changed = {}
+  local writes, changed = {}, {}
   local members = rcall('HGETALL', consumersKey)
   for i = 1, #members, 2 do
     local name, count = members[i], members[i + 1]
     local want = held[name] or 0
     if tonumber(count) ~= want then
-      rcall('HSET', consumersKey, name, want)
+      writes[#writes + 1] = {consumersKey, name, want}
       changed[#changed + 1] = name .. ' ' .. count .. ' -> ' .. want
     end
   end
@@ -128,19 +198,29 @@ if what == 'counts' then
   end
   local stored = rcall('HGET', groupKey, ACKED_ABOVE) or '0'
   if tonumber(stored) ~= above then
-    rcall('HSET', groupKey, ACKED_ABOVE, above)
+    writes[#writes + 1] = {groupKey, ACKED_ABOVE, above}
     changed[#changed + 1] = ACKED_ABOVE .. ' ' .. stored .. ' -> ' .. above
   end
   if #changed == 0 then
     return {'gone', ''}
   end
+  if checking then
+    return HOLDS
+  end
+  for _, w in ipairs(writes) do
+    rcall('HSET', w[1], w[2], w[3])
+  end
   return {'done', 'recomputed ' .. table.concat(changed, ', ')}
 end
 
 if what == 'meta' then
-  if rcall('HSETNX', metaKey, 'seq', ARGV[9]) == 0 then
+  if rcall('HEXISTS', metaKey, 'seq') == 1 then
     return {'gone', ''}
   end
+  if checking then
+    return HOLDS
+  end
+  rcall('HSET', metaKey, 'seq', ARGV[9])
   return {'done', 'wrote the last seq ' .. ARGV[9] .. ' to ' .. metaKey}
 end
 
@@ -150,20 +230,19 @@ if what == 'dead-letter-seq' then
   if current == nil or seq == nil or seq <= current or rcall('HEXISTS', dlqMsgsKey, current + 1) == 0 then
     return {'gone', ''}
   end
+  if checking then
+    return HOLDS
+  end
   rcall('HSET', dlqMetaKey, 'seq', ARGV[9])
   return {'done', 'raised the last dead-letter seq from ' .. current .. ' to ' .. ARGV[9]}
 end
 
 if what == 'untracked' then
-  local seq = tonumber(ARGV[9])
-  local floor = tonumber(rcall('HGET', floorsKey, groupName) or '0')
-  local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
-  local run = rcall('ZRANGEBYSCORE', ackedKey, ARGV[9], '+inf', 'LIMIT', '0', '1')
-  if seq == nil or floor == nil or cursor == nil or seq <= floor or seq > cursor
-      or (run[1] ~= nil and run[1] + 0 <= seq) or rcall('HEXISTS', dlvKey, ARGV[9]) == 1
-      or rcall('ZSCORE', readyKey, ARGV[9]) or rcall('ZSCORE', delayKey, ARGV[9]) or rcall('ZSCORE', leaseKey, ARGV[9])
-      or rcall('HEXISTS', msgsKey, ARGV[9]) == 0 or rcall('HEXISTS', settledKey, ARGV[9]) == 1 then
+  if not untracked(ARGV[9]) or rcall('HEXISTS', msgsKey, ARGV[9]) == 0 or rcall('HEXISTS', settledKey, ARGV[9]) == 1 then
     return {'gone', ''}
+  end
+  if checking then
+    return HOLDS
   end
   requeue(ARGV[9], 0)
   return {'done', 'made seq ' .. ARGV[9] .. ' ready for redelivery'}

@@ -1,0 +1,439 @@
+"""Partitioned queues on an asyncio client: rqueue.partitions' queue and
+consumer, awaited. Routing, the checks of a publish, each partition's share
+and how the partitions' results add up are rqueue.partitions' functions;
+which partition a delivery belongs to, and the order partitions are
+fetched from, rqueue.partitioned_consumer's. Only the I/O is here."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import validate as check
+from ..constants import IDLE_POLL_INTERVAL, MAX_FETCH
+from ..consumer_core import refs_of
+from ..delivery import HeartbeatResult
+from ..engine import async_commands as acmd
+from ..errors import DeliveryError, InvalidInput, QueueInUse, RQueueError, StateLost
+from ..ids import consumer_name
+from ..partition_routing import gather, prepare_parts, route
+from ..partitioned_consumer import PartitionRouting
+from ..partitions import PartitionedQueue as SyncPartitionedQueue
+from ..partitions import (
+    check_after,
+    check_partitions,
+    left_of,
+    merged_events,
+    of_partition,
+    oldest,
+    summed_stats,
+)
+from ..results import DeadLetter, Message, PublishResult, QueueStats, ReplayResult
+from ..settings import Settings
+from .consumer import Consumer, Delivery, Ref
+from .publishing import send
+from .queue import Prepared, Queue
+
+if TYPE_CHECKING:
+    from .context import AsyncContext
+
+log = logging.getLogger("rqueue")
+
+
+class PartitionedQueue:
+    """A queue of ``partitions`` partitions on an asyncio client (see
+    :class:`rqueue.PartitionedQueue`). Obtain one with
+    :meth:`rqueue.aio.Client.queue`."""
+
+    def __init__(self, client: AsyncContext, name: str, partitions: int) -> None:
+        self.client = client
+        self.name = name
+        self.partitions = check_partitions(partitions)
+        #: The partitions, as queues (``parts[i].partition == i``).
+        self.parts = [Queue(client, name, i) for i in range(partitions)]
+        self._lock = threading.Lock()
+        self._next = int(client.randomness.unit() * partitions)
+
+    def __repr__(self) -> str:
+        return f"rqueue.aio.PartitionedQueue({self.name!r}, partitions={self.partitions})"
+
+    async def settings(self) -> Settings:
+        """The settings in force for this queue (the same for every partition)."""
+        return await self.client.settings.resolve(self.name)
+
+    def partition_for(self, key: str | None = None, id: str | None = None) -> int:
+        """The partition a message with this routing ``key`` and ``id`` goes
+        to (see :meth:`rqueue.PartitionedQueue.partition_for`)."""
+        return SyncPartitionedQueue.partition_for(self, key, id)  # type: ignore[arg-type]  # the same fields
+
+    # -- publishing ---------------------------------------------------------
+
+    async def publish(
+        self,
+        payload: bytes,
+        headers: Mapping[str, str] | None = None,
+        id: str | None = None,
+        delay: float | None = None,
+        mandatory: bool = False,
+        durable: bool = False,
+        key: str | None = None,
+    ) -> PublishResult:
+        """As :meth:`rqueue.PartitionedQueue.publish`."""
+        results = await self.publish_many(
+            [payload],
+            headers=[headers] if headers else None,
+            ids=[id],
+            delay=delay,
+            mandatory=mandatory,
+            durable=durable,
+            keys=[key],
+        )
+        return results[0]
+
+    async def publish_many(
+        self,
+        payloads: Sequence[bytes],
+        headers: Mapping[str, str] | Sequence[Mapping[str, str] | None] | None = None,
+        ids: Sequence[str | None] | None = None,
+        delay: float | None = None,
+        mandatory: bool = False,
+        durable: bool = False,
+        keys: Sequence[str | None] | None = None,
+    ) -> list[PublishResult]:
+        """As :meth:`rqueue.PartitionedQueue.publish_many`; the partitions
+        are written concurrently."""
+        routed = route(payloads, headers, ids, keys, self.partition_for)
+        settings = await self.settings()
+        prepared = prepare_parts(
+            self.parts, routed, payloads, delay, mandatory, durable, view=lambda part: Prepared(part, settings)
+        )
+        replies = await asyncio.gather(*(send(part, ready) for part, _, ready in prepared), return_exceptions=True)
+        sent: list[tuple[Any, list[int], list[PublishResult] | Exception]] = []
+        for (part, idx, _), got in zip(prepared, replies, strict=True):
+            if isinstance(got, BaseException) and not isinstance(got, Exception):
+                raise got
+            sent.append((part, idx, got))
+        return gather(routed.size, sent)
+
+    # -- consuming ----------------------------------------------------------
+
+    def consumer(
+        self,
+        group: str,
+        name: str | None = None,
+        prefetch: int | None = None,
+        liveness: float | None = None,
+        **settings: Any,
+    ) -> PartitionedConsumer:
+        """A member of ``group`` in every partition (see
+        :meth:`rqueue.PartitionedQueue.consumer`); it joins on ``async with``
+        or ``await c.join()``."""
+        return PartitionedConsumer(self, group, name, prefetch, liveness, settings)
+
+    # -- inspection and maintenance -----------------------------------------
+
+    async def groups(self) -> list[str]:
+        """Names of the groups of any partition, sorted."""
+        return sorted({g for part in self.parts for g in await part.groups()})
+
+    async def stats(self) -> QueueStats:
+        """The figures of every partition, and their sums."""
+        return summed_stats(self.name, [await part.stats() for part in self.parts])
+
+    async def peek(self, n: int = 10, after: int = 0) -> list[Message]:
+        """As :meth:`rqueue.PartitionedQueue.peek`."""
+        check_after(after)
+        return oldest(n, [m for part in self.parts for m in await part.peek(n)])
+
+    async def peek_group(self, group: str, n: int = 10) -> list[Message]:
+        """As :meth:`rqueue.PartitionedQueue.peek_group`."""
+        out: list[Message] = []
+        for part in self.parts:
+            if len(out) >= n:
+                break
+            out += await part.peek_group(group, n - len(out))
+        return out
+
+    async def purge(self, group: str | None = None) -> dict[str, int]:
+        """As :meth:`rqueue.PartitionedQueue.purge`."""
+        if group is not None and group not in await self.groups():
+            raise InvalidInput(f"queue {self.name!r} has no group {group!r}")
+        out: dict[str, int] = {}
+        for part in self.parts:
+            if group is not None and group not in await part.groups():
+                continue
+            for g, purged in (await part.purge(group)).items():
+                out[g] = out.get(g, 0) + purged
+        return out
+
+    async def delete(self, force: bool = False) -> int:
+        """As :meth:`rqueue.PartitionedQueue.delete`."""
+        r = self.client.redis
+        if not check.flag("force", force):
+            held = sum([await acmd.in_flight(r, part.keys) for part in self.parts])
+            if held:
+                raise QueueInUse(self.name, held)
+        deleted = sum([await part.delete(force=True) for part in self.parts])
+        deleted += await acmd.delete_partitioning(r, self.client.prefix, self.name)
+        self.client.forget(self.parts[0].root)
+        return deleted
+
+    async def dead_letters(
+        self,
+        group: str | None = None,
+        reason: str | None = None,
+        seq_from: int | None = None,
+        seq_to: int | None = None,
+        limit: int | None = None,
+    ) -> list[DeadLetter]:
+        """As :meth:`rqueue.PartitionedQueue.dead_letters`."""
+        out: list[DeadLetter] = []
+        for part in self.parts:
+            if (left := left_of(limit, len(out))) == 0:
+                break
+            out += of_partition(part.partition, await part.dead_letters(group, reason, seq_from, seq_to, left))
+        return out
+
+    async def replay_dead_letters(
+        self,
+        group: str | None = None,
+        reason: str | None = None,
+        seq_from: int | None = None,
+        seq_to: int | None = None,
+        limit: int | None = None,
+        dry_run: bool = False,
+    ) -> ReplayResult:
+        """As :meth:`rqueue.PartitionedQueue.replay_dead_letters`."""
+        total: ReplayResult | None = None
+        for part in self.parts:
+            if (left := left_of(limit, total.selected if total else 0)) == 0:
+                break
+            result = await part.replay_dead_letters(group, reason, seq_from, seq_to, left, dry_run)
+            total = result if total is None else total.plus(result)
+        assert total is not None
+        return total
+
+    replay = replay_dead_letters
+
+    async def purge_dead_letters(
+        self,
+        group: str | None = None,
+        reason: str | None = None,
+        seq_from: int | None = None,
+        seq_to: int | None = None,
+        limit: int | None = None,
+    ) -> int:
+        """As :meth:`rqueue.PartitionedQueue.purge_dead_letters`."""
+        deleted = 0
+        for part in self.parts:
+            if (left := left_of(limit, deleted)) == 0:
+                break
+            deleted += await part.purge_dead_letters(group, reason, seq_from, seq_to, left)
+        return deleted
+
+    async def dead_letter_queue(self) -> PartitionedQueue:
+        """The dead-letter queue, partitioned like this queue."""
+        return PartitionedQueue(self.client, self.client.dead_letter_name(self.name), self.partitions)
+
+    @property
+    def state_losses(self) -> list[StateLost | None]:
+        """Per partition, the last loss of its state in Redis that this
+        client's publishes saw, or None."""
+        return [part.last_state_loss for part in self.parts]
+
+    async def events_after(self, last_id: str, count: int = 100) -> list[dict[str, str]]:
+        """As :meth:`rqueue.PartitionedQueue.events_after`."""
+        return merged_events([(part.partition, await part.events_after(last_id, count)) for part in self.parts], count)
+
+    async def events(self, count: int = 100) -> list[dict[str, str]]:
+        """As :meth:`rqueue.PartitionedQueue.events`."""
+        per_partition = [(part.partition, await part.events(count)) for part in self.parts]
+        return merged_events(per_partition, count, newest=True)
+
+
+class PartitionedConsumer(PartitionRouting):
+    """A member of a group in every partition of a partitioned queue, on an
+    asyncio client (see :class:`rqueue.PartitionedConsumer`)."""
+
+    def __init__(
+        self,
+        queue: PartitionedQueue,
+        group: str,
+        name: str | None,
+        prefetch: int | None,
+        liveness: float | None,
+        settings: dict[str, Any],
+    ) -> None:
+        self.queue = queue
+        self.client = queue.client
+        self.group = group
+        self.name = name if name is not None else consumer_name(self.client.randomness)
+        self.consumers: list[Consumer] = [
+            part.consumer(group, self.name, prefetch, liveness, **settings) for part in queue.parts
+        ]
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"rqueue.aio.PartitionedConsumer(queue={self.queue.name!r}, group={self.group!r}, name={self.name!r})"
+
+    @property
+    def joins(self) -> int:
+        return sum(c.joins for c in self.consumers)
+
+    @property
+    def last_settings(self) -> Settings:
+        return self.consumers[0].last_settings
+
+    async def settings(self) -> Settings:
+        return await self.consumers[0].settings()
+
+    async def join(self) -> PartitionedConsumer:
+        """Joins the group in every partition (leaving those it joined when one fails)."""
+        joined: list[Consumer] = []
+        try:
+            for c in self.consumers:
+                await c.join()
+                joined.append(c)
+        except BaseException:
+            for c in joined:
+                await c.close()
+            raise
+        return self
+
+    async def __aenter__(self) -> PartitionedConsumer:
+        return await self.join()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def fetch(self, n: int = 1, timeout: float = 0.0) -> list[Delivery]:
+        """As :meth:`rqueue.PartitionedConsumer.fetch`."""
+        check.whole_number("n", n, 1, MAX_FETCH)
+        check.seconds("timeout", timeout)
+        clock, notifier = self.client.clock, self.client.notifier
+        deadline = clock.monotonic() + timeout
+        while True:
+            since = (
+                {
+                    c.queue.keys.wake_channel: await notifier.generation(c.queue.keys.wake_channel)
+                    for c in self.consumers
+                }
+                if timeout > 0
+                else {}
+            )
+            out: list[Delivery] = []
+            for c in self._order():
+                try:
+                    out += await c.fetch(n - len(out))
+                except Exception as exc:
+                    if not out:
+                        raise
+                    log.warning("fetch from %r failed (%s); returning what the other partitions gave", c.queue, exc)
+                    break
+                if len(out) >= n:
+                    break
+            remaining = deadline - clock.monotonic()
+            if out or remaining <= 0:
+                return out
+            await notifier.wait_any(since, min(remaining, IDLE_POLL_INTERVAL))
+
+    async def ack_and_fetch(
+        self, acks: Iterable[Ref], n: int
+    ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
+        """As :meth:`rqueue.PartitionedConsumer.ack_and_fetch`."""
+        by_part = self._split(acks)
+        statuses: dict[int, RQueueError | None] = {}
+        out: list[Delivery] = []
+        due: list[float] = []
+        for c in self._order():
+            p = c.queue.partition
+            mine = by_part.pop(p, [])
+            want = max(0, n - len(out))
+            if not mine and not want:
+                continue
+            got_statuses, got, due_in = await c.ack_and_fetch([d for _, d in mine], want)
+            statuses.update(zip((i for i, _ in mine), got_statuses, strict=True))
+            out += got
+            if due_in is not None:
+                due.append(due_in)
+        return self._by_index(statuses), out, (min(due) if due and not out else None)
+
+    async def ack(self, deliveries: Ref | Iterable[Ref], multiple: bool = False) -> None:
+        """As :meth:`rqueue.PartitionedConsumer.ack`."""
+        first: Exception | None = None
+        for p, mine in self._split(refs_of(deliveries)).items():
+            try:
+                await self.consumers[p].ack([d for _, d in mine], multiple=multiple)
+            except DeliveryError as exc:
+                first = first or self._named(p, exc)
+        if first is not None:
+            raise first
+
+    async def ack_available(self, deliveries: Iterable[Ref]) -> list[RQueueError | None]:
+        statuses: dict[int, RQueueError | None] = {}
+        for p, mine in self._split(deliveries).items():
+            got = await self.consumers[p].ack_available([d for _, d in mine])
+            statuses.update(zip((i for i, _ in mine), got, strict=True))
+        return self._by_index(statuses)
+
+    async def nack(self, delivery: Ref, delay: float | None = None, error: str = "") -> str:
+        c, d = self._one(delivery)
+        status: str = await c.nack(d, delay=delay, error=error)
+        return status
+
+    nak = nack
+
+    async def reject(self, delivery: Ref, requeue: bool = False, reason: str = "") -> None:
+        c, d = self._one(delivery)
+        await c.reject(d, requeue=requeue, reason=reason)
+
+    async def term(self, delivery: Ref, reason: str = "") -> None:
+        c, d = self._one(delivery)
+        await c.term(d, reason)
+
+    async def in_progress(self, deliveries: Ref | Iterable[Ref]) -> int:
+        return max(
+            [
+                await self.consumers[p].in_progress([d for _, d in mine])
+                for p, mine in self._split(refs_of(deliveries)).items()
+            ]
+        )
+
+    async def heartbeat(self, running: Iterable[Ref], timeout: float, sync: bool = False) -> HeartbeatResult:
+        """A heartbeat in every partition; the figures add up."""
+        by_part = self._split(running)
+        results = []
+        for c in self.consumers:
+            mine = by_part.get(c.queue.partition or 0, [])
+            results.append((mine, await c.heartbeat([d for _, d in mine], timeout, sync)))
+        return self._summed(results)
+
+    @property
+    def state_epoch(self) -> int:
+        return sum(c.state_epoch for c in self.consumers)
+
+    @property
+    def state_losses(self) -> list[StateLost | None]:
+        return [c.last_state_loss for c in self.consumers]
+
+    async def rejoin(self) -> None:
+        for c in self.consumers:
+            await c.rejoin()
+
+    async def close(self) -> int:
+        """Leaves the group in every partition (each one, even when another
+        fails; then the first error is raised); returns how many deliveries
+        went back."""
+        returned, first = 0, None
+        for c in self.consumers:
+            try:
+                returned += await c.close()
+            except Exception as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+        return returned

@@ -1,0 +1,359 @@
+"""What a consumer of a group knows and decides without Redis: its name and
+settings, the deliveries it holds, what it saw of the queue's state
+(rqueue.statewatch), how a fetch reply becomes deliveries, and how the
+replies of its settles change what it holds. The sync consumer
+(rqueue.consumer) and the asyncio one (rqueue.aio.consumer) are this core
+plus their I/O, so that the two cannot drift apart."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import validate as check
+from .delivery import REPLAYED_HEADER, Delivery, DeliveryRef, HeartbeatResult
+from .engine import commands
+from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
+from .errors import CorruptRecord, InvalidInput, LostDelivery, NotHeld, RQueueError, StateLost, delivery_error
+from .ids import consumer_name, delivery_tag, parse_delivery_tag
+from .names import check_name
+from .settings import Settings, validate
+from .statewatch import Mark, StateWatch
+
+if TYPE_CHECKING:
+    from .engine.keys import QueueKeys
+    from .randomness import Randomness
+
+log = logging.getLogger("rqueue")
+
+
+class ConsumerCore:
+    """The state of one member of a group, and the bookkeeping around its
+    calls. ``delivery_class`` is the Delivery type its fetches make."""
+
+    delivery_class: type[Delivery] = Delivery
+
+    def __init__(
+        self,
+        queue: Any,
+        group: str,
+        name: str | None,
+        overrides: dict[str, Any],
+        liveness: float | None,
+        record: Callable[[dict[str, str]], None] | None = None,
+    ) -> None:
+        self.queue = queue
+        self.client = queue.client
+        self.group = check_name("group", group)
+        randomness: Randomness = self.client.randomness
+        self.name = check_name("consumer", name) if name is not None else consumer_name(randomness)
+        self.overrides = validate(overrides)
+        self.liveness = check.positive_seconds("liveness", liveness) if liveness is not None else None
+        self._call_for: tuple[Settings | None, Any] = (None, None)
+        self._held: dict[str, Delivery] = {}
+        self._closed = False
+        self._settings_seen: Settings | None = None
+        self._settings: Settings = Settings()
+        # How many times this consumer has joined its group: a worker compares
+        # it around a call to learn that the group had removed it meanwhile.
+        self.joins = 0
+        keys: QueueKeys = queue.keys
+        # What it saw of the queue's state in Redis (statewatch.py): a loss
+        # drops every delivery it holds.
+        self._watch = StateWatch(
+            queue.name,
+            keys,
+            self.client.redis,
+            randomness,
+            f"consumer {self.name} of group {self.group}",
+            self.group,
+            self._drop_held,
+            record,
+        )
+
+    # -- settings -------------------------------------------------------------
+
+    def _merge_settings(self, resolved: Settings) -> Settings:
+        """The queue's settings ``resolved`` with this consumer's overrides
+        (merged once per settings object)."""
+        if resolved is not self._settings_seen:
+            self._settings_seen = resolved
+            self._settings = resolved.merged(self.overrides) if self.overrides else resolved
+        return self._settings
+
+    @property
+    def last_settings(self) -> Settings:
+        """The settings of this consumer's last call, read without asking
+        Redis (a worker's heartbeat runs on them while Redis is away)."""
+        return self._settings
+
+    def _liveness_ms(self) -> int:
+        liveness = self.liveness if self.liveness is not None else self._settings.ack_wait
+        return int(liveness * 1000)
+
+    def _cached_call(self, settings: Settings, make: Callable[[], Any]) -> Any:
+        """The engine's view of this consumer under ``settings``, made once
+        per settings object (the KEYS follow the settings, as the
+        dead_letter setting may name another queue)."""
+        if self._closed:
+            raise RQueueError(f"{self!r} is closed")
+        seen, call = self._call_for
+        if seen is not settings or call is None:
+            call = make()
+            self._call_for = (settings, call)
+        return call
+
+    # -- the state watch ----------------------------------------------------------
+
+    @property
+    def state_epoch(self) -> int:
+        """How many losses of the queue's state in Redis this consumer has
+        seen: a delivery made before the last one cannot be settled
+        (LostDelivery), and a worker drops it unrun."""
+        return self._watch.epoch
+
+    @property
+    def incarnation(self) -> str | None:
+        """The queue's incarnation id as this consumer last saw it (None
+        before a reply told it; docs/guarantees.md, guarantee 12)."""
+        return self._watch.incarnation
+
+    @property
+    def last_state_loss(self) -> StateLost | None:
+        """The last loss of the queue's state in Redis this consumer saw."""
+        return self._watch.last_loss
+
+    def _drop_held(self) -> int:
+        """Forgets every delivery held (Redis lost the state they were
+        made in); how many."""
+        dropped = len(self._held)
+        self._held.clear()
+        return dropped
+
+    def _joined(self, mark: Mark, reply: commands.JoinReply) -> None:
+        self._watch.saw(mark, reply.incarnation)
+        self.joins += 1
+
+    # -- fetch replies ------------------------------------------------------------
+
+    def _parse(self, reply: commands.FetchReply, mark: Mark) -> tuple[list[Delivery], list[tuple[str, str]]]:
+        """The deliveries of a fetch sent at ``mark`` (now held), and the
+        (tag, why) of each corrupt record among them, for the caller to move
+        to the dead-letter queue byte for byte."""
+        # Per message on the hot path: no helper calls for a compact record
+        # (no headers, no delay: the common case); anything else goes to
+        # decode_record.
+        epoch = self._watch.saw(mark, reply.incarnation, reply.last_seq)
+        if epoch is None:
+            # Sent before a loss this consumer saw meanwhile: what it brought
+            # may be from before the loss, so none of it runs; its leases run
+            # out (or a worker hands them back) and the messages that still
+            # exist are offered again.
+            if len(reply.raw) > reply.first:
+                count = (len(reply.raw) - reply.first) // 3
+                log.warning("%r dropped %d deliveries fetched across a loss of Redis state", self, count)
+            return [], []
+        raw, token = reply.raw, reply.token
+        deadline = reply.now_ms + int(round(self._settings.ack_wait * 1000))
+        held = self._held
+        out: list[Delivery] = []
+        corrupt: list[tuple[str, str]] = []
+        new = Delivery.__new__
+        cls = self.delivery_class
+        from_bytes = int.from_bytes
+        for i in range(reply.first, len(raw), 3):
+            seq, count, record = int(raw[i]), raw[i + 1], raw[i + 2]
+            replayed = None
+            if type(count) is not int:
+                count, replayed = commands.delivery_count(count)
+            headers: dict[str, str]
+            if record[:1] == COMPACT_TAG and len(record) >= COMPACT_HEAD:
+                published, headers, data = from_bytes(record[1:COMPACT_HEAD], "big"), {}, record[COMPACT_HEAD:]
+            else:
+                try:
+                    published, headers, data = decode_record(record, f"{self.queue.keys.msgs}[{seq}]")
+                except CorruptRecord as exc:
+                    log.error("%s; moving it to the dead-letter queue", exc)
+                    corrupt.append((delivery_tag(seq, count, token), str(exc)))
+                    continue
+            d = new(cls)
+            d.consumer = self  # type: ignore[assignment]  # each consumer class settles its own deliveries
+            d.seq = seq
+            d.delivery_count = count
+            d.data = data
+            d.headers = headers
+            d.published_ms = published
+            d.deadline_ms = deadline
+            d.token = token
+            d.tag = tag = delivery_tag(seq, count, token)
+            d.epoch = epoch
+            d.replayed = replayed is not None
+            if replayed is not None:
+                d.headers = {**headers, REPLAYED_HEADER: str(replayed)}
+            held[tag] = d
+            out.append(d)
+        return out, corrupt
+
+    def _fetched_acks(
+        self, tags: Sequence[commands.Tag], lost: list[RQueueError | None], reply: commands.FetchReply
+    ) -> list[RQueueError | None]:
+        """Per ack ref of an ack_and_fetch, its LostDelivery or its status."""
+        statuses: list[RQueueError | None] = []
+        held = self._held
+        for (tag, *_), status in zip(tags, reply.ack_statuses, strict=True):
+            held.pop(tag, None)
+            statuses.append(None if status == "ok" else delivery_error(status, tag))
+        return merged(lost, statuses)
+
+    @staticmethod
+    def _due_in(reply: commands.FetchReply, deliveries: list[Delivery]) -> float | None:
+        """Seconds until a waiting message falls due, when a fetch brought none."""
+        if deliveries or reply.next_due_ms is None:
+            return None
+        return max(0.0, (reply.next_due_ms - reply.now_ms) / 1000)
+
+    @staticmethod
+    def _fetch_wait(reply: commands.FetchReply, wait: float) -> float:
+        """How long an empty fetch waits before it asks again: at most
+        ``wait``, and no longer than until a waiting message falls due."""
+        if reply.next_due_ms is not None:
+            return min(wait, max(0.001, (reply.next_due_ms - reply.now_ms) / 1000))
+        return wait
+
+    # -- tags and settles -----------------------------------------------------------
+
+    def _tag_of(self, ref: DeliveryRef) -> commands.Tag:
+        if isinstance(ref, Delivery):
+            if ref.consumer is not self:  # type: ignore[comparison-overlap]  # any consumer class
+                # Another consumer's delivery (of this group or another): its
+                # seq and count may name one of this consumer's too.
+                raise NotHeld(ref.tag, f"it was fetched by {ref.consumer!r}, not by {self!r}")
+            if ref.epoch != self._watch.epoch and self._watch.last_loss is not None:
+                # Made before Redis lost the state it was made in: nothing is
+                # sent, so no settle of it can touch a new message.
+                raise LostDelivery(ref.tag, self._watch.last_loss)
+            return ref.tag, ref.seq, ref.delivery_count, ref.token
+        if not isinstance(ref, str):
+            raise InvalidInput(f"expected a Delivery or a delivery tag, not {type(ref).__name__}")
+        try:
+            seq, count, token = parse_delivery_tag(ref)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+        return ref, seq, count, token
+
+    def _sendable(self, refs: Iterable[DeliveryRef]) -> tuple[list[commands.Tag], list[RQueueError | None]]:
+        """The tags of ``refs`` to send, and per ref its LostDelivery (not
+        sent) or None (sent)."""
+        tags: list[commands.Tag] = []
+        lost: list[RQueueError | None] = []
+        for ref in refs:
+            try:
+                tags.append(self._tag_of(ref))
+                lost.append(None)
+            except LostDelivery as exc:
+                lost.append(exc)
+        return tags, lost
+
+    def _ack_tags(self, deliveries: DeliveryRef | Iterable[DeliveryRef], multiple: bool) -> list[commands.Tag]:
+        """The tags an ack sends (checked before anything is sent); with
+        ``multiple`` the one named (the caller acks the earlier ones too:
+        :meth:`_earlier_refs`)."""
+        tags = [self._tag_of(r) for r in refs_of(deliveries)]
+        if multiple and len(tags) != 1:
+            raise InvalidInput("multiple=True takes exactly one delivery: the last one to ack")
+        return tags
+
+    def _earlier_refs(self, named: commands.Tag) -> list[DeliveryRef]:
+        """The refs an ack with multiple=True acks leniently: every delivery
+        held up to ``named`` (earlier ones that moved on meanwhile are
+        skipped; only the named one must be ackable), ``named`` last."""
+        return [*(t[0] for t in self._held_up_to(named) if t != named), named[0]]
+
+    def _held_up_to(self, last: commands.Tag) -> list[commands.Tag]:
+        if last[0] not in self._held:
+            return [last]
+        out = []
+        for tag in self._held:
+            out.append(self._tag_of(tag))
+            if tag == last[0]:
+                break
+        return out
+
+    def _forget(self, tags: Sequence[commands.Tag]) -> None:
+        held = self._held
+        for tag, *_ in tags:
+            held.pop(tag, None)
+
+    def _acked(
+        self, tags: Sequence[commands.Tag], lost: list[RQueueError | None], statuses: Sequence[str]
+    ) -> list[RQueueError | None]:
+        """Per ref of an ack_available, its LostDelivery or the error of its status."""
+        self._forget(tags)
+        return merged(lost, [delivery_error(status, tag) for (tag, *_), status in zip(tags, statuses, strict=True)])
+
+    def _beaten(
+        self, tags: Sequence[commands.Tag], lost: list[RQueueError | None], mark: Mark, reply: commands.HeartbeatReply
+    ) -> HeartbeatResult:
+        """What a heartbeat sent at ``mark`` did."""
+        self._watch.saw(mark, reply.incarnation)
+        statuses: list[RQueueError | None] = []
+        for (tag, *_), status in zip(tags, reply.statuses, strict=True):
+            err = delivery_error(status, tag)
+            held = self._held.get(tag)
+            if err is None and held is not None:
+                held.deadline_ms = reply.deadline_ms
+            statuses.append(err)
+        return HeartbeatResult(
+            merged(lost, statuses), reply.removed, reply.returned, reply.dead_lettered, reply.handed_back
+        )
+
+    def _extended(self, tags: Sequence[commands.Tag], reply: commands.ExtendReply) -> int:
+        """The new deadline of an in_progress; raises the DeliveryError of
+        the first tag that could not be extended (the others are)."""
+        for (tag, *_), status in zip(tags, reply.statuses, strict=True):
+            err = delivery_error(status, tag)
+            if err is not None:
+                raise err
+            held = self._held.get(tag)
+            if held is not None:
+                held.deadline_ms = reply.deadline_ms
+        return reply.deadline_ms
+
+    def _nacked(self, tag: commands.Tag, reply: commands.NackReply) -> str:
+        self._held.pop(tag[0], None)
+        if reply.dead and reply.where == 0:
+            self._log_drop(tag[1], "max-deliveries")
+        return "dead" if reply.dead else "requeued"
+
+    def _dead_lettered(self, tag: commands.Tag, reason: str, dead_letter_seq: int) -> None:
+        self._held.pop(tag[0], None)
+        if dead_letter_seq == 0:
+            self._log_drop(tag[1], reason)
+
+    def _log_drop(self, seq: int, reason: str) -> None:
+        log.warning(
+            "message %s/%d dropped by group %s (%s): dead_letter is none", self.queue.name, seq, self.group, reason
+        )
+
+    def _left(self) -> None:
+        self._closed = True
+        self._held.clear()
+
+
+def merged(lost: list[RQueueError | None], sent: list[RQueueError | None]) -> list[RQueueError | None]:
+    """Per ref, in order: its LostDelivery, or the status of its tag that
+    was sent (``sent``, in order)."""
+    if not any(lost):
+        return sent
+    statuses = iter(sent)
+    return [exc if exc is not None else next(statuses) for exc in lost]
+
+
+def refs_of(deliveries: object) -> list[DeliveryRef]:
+    """``deliveries`` as a list: one Delivery or tag, or an iterable of them."""
+    if isinstance(deliveries, (Delivery, str)):
+        return [deliveries]
+    if isinstance(deliveries, Iterable):
+        return list(deliveries)
+    raise InvalidInput(f"expected a Delivery, a delivery tag or a list of them, not {type(deliveries).__name__}")
