@@ -21,10 +21,9 @@ from .constants import (
     DURABLE_REPLICAS,
     DURABLE_TIMEOUT,
     FAILOVER_TIMEOUT,
-    MAX_PARTITIONS,
     SETTINGS_CACHE_TTL,
 )
-from .engine import store
+from .engine import commands, store
 from .engine.keys import QueueKeys, partitions_key
 from .engine.notify import Notifier
 from .engine.scripts import Scripts
@@ -32,6 +31,7 @@ from .errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, In
 from .names import check_name
 from .overview import QueueSummary, add_up, summarize
 from .partitions import PartitionedQueue, check_partitions
+from .placement import Layout, place, plain_meta_name
 from .queue import CLUSTER_DEAD_LETTER, Queue
 from .randomness import Randomness
 from .schedules import Missed, ScheduleInfo
@@ -50,24 +50,12 @@ def check_durable(failover_timeout: float, durable_replicas: int, durable_timeou
     check.whole_number("durable_replicas", durable_replicas, 0, 100)
 
 
-def stored_count(prefix: str, root: str, raw: bytes) -> int:
-    """The number of partitions stored for queue ``root``, checked
-    (CorruptRecord when it is not one)."""
-    text = raw.decode("ascii", "replace")
-    if not text.isdigit() or not 2 <= int(text) <= MAX_PARTITIONS:
-        raise CorruptRecord(
-            f"{partitions_key(prefix)}[{root}]",
-            f"{text!r} is not a number of partitions from 2 to {MAX_PARTITIONS}",
-        )
-    return int(text)
-
-
 def partitioning_refused(name: str, root: str, stored: int) -> str | None:
     """Why queue ``name`` (of queue ``root``), stored with ``stored``
     partitions (1: none), cannot be given another number of partitions;
     None when nothing known without asking Redis refuses it."""
     if stored > 1:
-        return f"queue {root!r} has {stored} partitions; the number cannot change"
+        return f"queue {root!r} has {stored} partitions; the number cannot change except upwards with grow_partitions()"
     if name != root:
         return f"{name!r} is a dead-letter queue: partition its queue {root!r} instead"
     return None
@@ -182,7 +170,7 @@ class Client:
         self.settings = SettingsStore(redis_client, prefix, self.clock.monotonic, settings_ttl, idempotent_retry)
         self.notifier = Notifier(redis_client)
         self._registered: set[str] = set()
-        self._partitioned: dict[str, tuple[int, float]] = {}  # queue -> (partitions, monotonic time read)
+        self._partitioned: dict[str, tuple[Layout, float]] = {}  # queue -> (its layout, monotonic time read)
         self._watches: dict[str, StateWatch] = {}  # key base -> what this client's publishes saw
 
     def configure(self, pattern: str, **settings: Any) -> None:
@@ -218,40 +206,125 @@ class Client:
 
     def _queue(self, name: str, partitions: int | None = None) -> Queue | PartitionedQueue:
         plain = Queue(self, name)  # checks the name
-        count = self._partition_count(plain.root)
+        layout = self._layout(plain.root)
         if partitions is not None:
-            count = self._create_partitioned(plain, check_partitions(partitions), count)
-        return PartitionedQueue(self, name, count) if count > 1 else plain
+            layout = self._create_partitioned(plain, check_partitions(partitions), layout)
+        return PartitionedQueue(self, name, layout.partitions, layout.salts, layout) if layout.partitions > 1 else plain
+
+    def layout(self, root: str) -> Layout:
+        """The layout of queue ``root`` as this client last read it (read
+        again after the settings' cache time); one partition: not partitioned."""
+        return self._layout(root)
+
+    def grow_partitions(self, name: str, partitions: int) -> PartitionedQueue:
+        """Adds partitions to partitioned queue ``name``, live, up to
+        ``partitions`` in all; returns the grown queue. Nothing moves: the
+        existing partitions keep their messages and are still consumed,
+        new messages are routed over every partition (each process within
+        the settings' cache time, 1 s by default), consumers and workers
+        join the new partitions by themselves. Order per key holds for keys
+        whose partition stays the same; a key that moves may have a newer
+        message handled before an older one that still waits in its old
+        partition (docs/connections.md, "Growing"). Message ids keep
+        de-duplicating across the change. InvalidSetting when the queue is
+        not partitioned, ``partitions`` is not more than it has, or it grew
+        less than one de-duplication window ago; nothing changes then."""
+        plain = Queue(self, name)
+        target = check_partitions(partitions)
+        if plain.name != plain.root:
+            raise InvalidSetting("partitions", partitions, f"{name!r} is a dead-letter queue: grow {plain.root!r}")
+        self._partitioned.pop(plain.root, None)
+        current = self._layout(plain.root)
+        window_ms = round(self.resolved_settings(plain.root).dedup_window * 1000)
+        while True:
+            if current.partitions < 2:
+                raise InvalidSetting("partitions", partitions, f"queue {name!r} is not partitioned")
+            if target == current.partitions:
+                break
+            if target < current.partitions:
+                raise InvalidSetting(
+                    "partitions", partitions, f"queue {name!r} has {current.partitions} partitions; they only grow"
+                )
+            now = self._now_ms()
+            if current.in_transition(now, window_ms):
+                raise InvalidSetting(
+                    "partitions",
+                    partitions,
+                    f"queue {name!r} grew {(now - current.grown_ms) / 1000:.1f} s ago; it may grow again once "
+                    f"its de-duplication window ({window_ms / 1000:g} s) has passed since",
+                )
+            grown = current.grown(self.redis, plain.root, target, now)
+            status, stored = commands.mark_partitioned(self.scripts, plain.keys, grown.text(), current.text(), name)
+            if status is commands.MarkStatus.STORED:
+                self._publish_layout(plain, grown.text())
+                break
+            current = Layout.parse(stored, f"{plain.keys.meta}[partitioned]")  # another process changed it
+        queue = self._queue(name)
+        assert isinstance(queue, PartitionedQueue)
+        return queue
+
+    def _publish_layout(self, plain: Queue, text: str) -> None:
+        """Writes the prefix's copy of a grown layout, and again while the
+        marker says something else: two growths that write their copies in
+        the wrong order still leave the copy at the marker's (the larger)."""
+        for _ in range(10):
+            store.set_partitions(self.redis, self.prefix, plain.root, text, self.idempotent)
+            marker = store.partition_marker(self.redis, plain.keys, self.idempotent)
+            if marker is None or marker.decode("ascii", "replace") == text:
+                break
+            text = marker.decode("ascii", "replace")
+        self._partitioned[plain.root] = (Layout.parse(text, f"{plain.keys.meta}[partitioned]"), self.clock.monotonic())
+
+    def _now_ms(self) -> int:
+        """The scripts' time in ms: the test clock's, else the server's."""
+        now = self.clock.script_now()
+        return int(now) if now else store.now_ms(self.redis)
 
     def _partition_count(self, root: str) -> int:
-        """How many partitions queue ``root`` has (1 = not partitioned),
-        re-read after the settings' cache time, like settings (a queue may
-        be deleted and created again)."""
+        """How many partitions queue ``root`` has (1 = not partitioned)."""
+        return self._layout(root).partitions
+
+    def _layout(self, root: str) -> Layout:
+        """The stored layout of queue ``root`` (one partition: not
+        partitioned), re-read after the settings' cache time, like settings
+        (a queue may be deleted and created again, or grown)."""
         now = self.clock.monotonic()
         seen = self._partitioned.get(root)
         if seen is not None and now - seen[1] < self.settings.ttl:
             return seen[0]
         raw = store.stored_partitions(self.redis, self.prefix, root, self.idempotent)
-        count = 1 if raw is None else stored_count(self.prefix, root, raw)
-        self._partitioned[root] = (count, now)
-        return count
+        layout = Layout.plain(1) if raw is None else Layout.parse(raw, f"{partitions_key(self.prefix)}[{root}]")
+        self._partitioned[root] = (layout, now)
+        return layout
 
-    def _create_partitioned(self, plain: Queue, partitions: int, stored: int) -> int:
-        if stored == partitions:
+    def _create_partitioned(self, plain: Queue, partitions: int, stored: Layout) -> Layout:
+        if stored.partitions == partitions:
             return stored
-        why = partitioning_refused(plain.name, plain.root, stored)
-        if why is None and store.queue_exists(self.redis, self.prefix, plain.keys, plain.root, self.idempotent):
-            why = already_plain(plain.root)
-        elif why is None and not store.claim_partitions(
-            self.redis, self.prefix, plain.root, partitions, self.idempotent
-        ):
-            # another process created it just now
-            self._partitioned.pop(plain.root, None)
-            return self._create_partitioned(plain, partitions, self._partition_count(plain.root))
-        if why is not None:
-            raise InvalidSetting("partitions", partitions, why)
-        self._partitioned[plain.root] = (partitions, self.clock.monotonic())
-        return partitions
+        why = partitioning_refused(plain.name, plain.root, stored.partitions)
+        if why is None:
+            # The marker in the plain queue's slot decides, atomically with
+            # the check that the plain queue is unused; the prefix's hash,
+            # which every process reads, is its copy.
+            layout = place(self.redis, plain.root, partitions)
+            status, text = commands.mark_partitioned(self.scripts, plain.keys, layout.text(), "", plain.root)
+            if status is commands.MarkStatus.IN_USE:
+                why = already_plain(plain.root)
+            else:
+                made = self.partitioned_now(plain.root, text)
+                if made.partitions != partitions:
+                    return self._create_partitioned(plain, partitions, made)  # another process created it just now
+                return made
+        raise InvalidSetting("partitions", partitions, why)
+
+    def partitioned_now(self, root: str, text: str) -> Layout:
+        """Queue ``root`` is partitioned with the layout ``text`` (as its
+        marker says): the prefix's copy is written when it is missing
+        (a creator that stopped between the two writes) and this client
+        routes by it from now on."""
+        layout = Layout.parse(text, f"{plain_meta_name(self, root)}[partitioned]")
+        store.claim_partitions(self.redis, self.prefix, root, text, self.idempotent)
+        self._partitioned[root] = (layout, self.clock.monotonic())
+        return layout
 
     def queues(self) -> list[str]:
         """Names of every queue this prefix has written to, and of their
@@ -292,8 +365,9 @@ class Client:
                 if plain.name != plain.root:
                     continue  # a dead-letter queue: counted by its queue
                 raw = stored.get(name)
-                count = self._stored_count(name, raw) if raw is not None else 1
-                parts = [Queue(self, name, i) for i in range(count)] if count > 1 else [plain]
+                layout = Layout.parse(raw, f"{partitions_key(self.prefix)}[{name}]") if raw is not None else None
+                parts = [Queue(self, name, i, s) for i, s in enumerate(layout.salts)] if layout else [plain]
+                count = len(parts)
                 target = resolve(patterns, name)[0].dead_letter
                 named = count == 1 and target not in DEAD_LETTER_MODES and not self.cluster
                 dead = Queue(self, target).keys if named else None
@@ -310,10 +384,6 @@ class Client:
             else:
                 out.append(summarize(name, read[0]) if len(read) == 1 else add_up(name, read))
         return out
-
-    def _stored_count(self, root: str, raw: bytes) -> int:
-        """A stored number of partitions, checked as _partition_count does."""
-        return stored_count(self.prefix, root, raw)
 
     def dead_letter_name(self, queue: str) -> str:
         """Name of the default dead-letter queue of ``queue``."""

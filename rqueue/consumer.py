@@ -13,7 +13,7 @@ from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from .consumer_core import ConsumerCore, refs_of
 from .delivery import Delivery, DeliveryRef, HeartbeatResult
 from .engine import commands
-from .errors import NotMember, RQueueError
+from .errors import NotMember, QueuePartitioned, RQueueError
 from .ids import fetch_token
 from .settings import Settings
 
@@ -66,7 +66,13 @@ class Consumer(ConsumerCore):
     def _join(self) -> None:
         call = self._group_call()
         mark = self._watch.mark()
-        self._joined(mark, commands.join(call, self._liveness_ms(), self._watch.candidate))
+        try:
+            reply = commands.join(call, self._liveness_ms(), self._watch.candidate)
+        except QueuePartitioned as exc:
+            if self.queue.partition is None:  # the client asks for the partitioned queue from now on
+                self.client.partitioned_now(self.queue.root, exc.layout)
+            raise
+        self._joined(mark, reply)
         self.client.register(self.queue.name)
 
     # -- fetching -----------------------------------------------------------

@@ -113,6 +113,11 @@ class ConsumerCore:
         (LostDelivery), and a worker drops it unrun."""
         return self._watch.epoch
 
+    def epoch_for(self, delivery: Delivery) -> int:
+        """The state epoch a delivery of this consumer is judged by (its
+        ``epoch`` is current when equal): this consumer's."""
+        return self._watch.epoch
+
     @property
     def incarnation(self) -> str | None:
         """The queue's incarnation id as this consumer last saw it (None

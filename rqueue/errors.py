@@ -423,6 +423,29 @@ class StateLost(RQueueError):
         self.noticed_by = noticed_by
 
 
+class QueuePartitioned(RQueueError):
+    """A publish or join reached the plain queue of a name that was made a
+    partitioned queue (this process took it for a plain queue, read less
+    than the settings' cache time before): nothing was stored or changed.
+    ``client.queue(name)`` returns the partitioned queue now; a plain
+    :meth:`rqueue.Queue.publish` sends its messages there by itself.
+
+    Attributes:
+        queue: the queue's name.
+        layout: the stored layout ("<n>" or "<n>:<salts>").
+    """
+
+    def __init__(self, queue: str, layout: str) -> None:
+        super().__init__(
+            f"queue {queue!r} is partitioned ({layout.split(':')[0]} partitions): use client.queue({queue!r}) again"
+        )
+        self.queue = queue
+        self.layout = layout
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.queue, self.layout))
+
+
 class Unroutable(RQueueError):
     """A mandatory publish found no group to deliver to; nothing was stored.
 
@@ -556,6 +579,8 @@ def from_script_error(exc: Exception, *, queue: str = "", where: str = "") -> Ex
         return NotMember(detail)
     if code == "RQ_UNROUTABLE":
         return Unroutable(queue)
+    if code == "RQ_PARTITIONED":
+        return QueuePartitioned(queue, detail)
     if code == "RQ_CORRUPT":
         # error() in Lua appends where it stood (" script: <sha>, on ...",
         # or a traceback under memory://): the key and what is wrong come first.

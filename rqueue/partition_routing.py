@@ -38,6 +38,7 @@ class Routed(NamedTuple):
     size: int
     headers: list[Any]
     ids: list[Any]
+    keys: list[str | None]
     routes: dict[int, list[int]]
 
 
@@ -47,27 +48,31 @@ def route(
     ids: Sequence[str | None] | None,
     keys: Sequence[str | None] | None,
     partition_for: Callable[[str | None, str | None], int],
+    before: Callable[[], object] | None = None,
 ) -> Routed:
     """Checks a partitioned publish_many's per-message arguments and routes
-    each message with ``partition_for(key, id)``; raises before anything is
-    sent."""
+    each message with ``partition_for(key, id)``, after ``before()`` (the
+    sync queue's read of a grown layout) once the checks passed; raises
+    before anything is sent."""
     if type(payloads) is not list and (isinstance(payloads, (bytes, str)) or not isinstance(payloads, Sequence)):
         raise InvalidInput("payloads must be a sequence of bytes (for one message use publish())")
     count = len(payloads)
     if isinstance(keys, (str, bytes)):
         raise InvalidInput("keys must be a sequence with one routing key (or None) per message, not a str")
-    per_keys = [None] * count if keys is None else [check_key(k) for k in keys]
+    per_keys: list[str | None] = [None] * count if keys is None else [check_key(k) for k in keys]
     if len(per_keys) != count:
         raise InvalidInput(f"keys has {len(per_keys)} entries for {count} payloads")
     per_headers = per_message(headers, count, "headers")
     per_ids = [None] * count if ids is None else list(ids)
     if len(per_ids) != count:
         raise InvalidInput(f"ids has {len(per_ids)} entries for {count} payloads")
+    if before is not None:
+        before()
     routes: dict[int, list[int]] = {}
     for i in range(count):
         msg_id = per_ids[i] if isinstance(per_ids[i], str) else None
         routes.setdefault(partition_for(per_keys[i], msg_id), []).append(i)
-    return Routed(count, per_headers, per_ids, routes)
+    return Routed(count, per_headers, per_ids, per_keys, routes)
 
 
 def prepare_parts(
@@ -100,13 +105,21 @@ def prepare_parts(
     return prepared
 
 
-def gather(count: int, sent: Sequence[tuple[Any, list[int], list[PublishResult] | Exception]]) -> list[PublishResult]:
+def gather(
+    count: int,
+    sent: Sequence[tuple[Any, list[int], list[PublishResult] | Exception]],
+    known: dict[int, PublishResult] | None = None,
+) -> list[PublishResult]:
     """The results of a partitioned publish, in the order of its messages,
-    from what each partition gave (its results or its error); raises when a
+    from what each partition gave (its results or its error) and the
+    results ``known`` without a send (by index: duplicates of a copy in a
+    partition from before a growth, placement.seen_before_growth); raises when a
     partition failed: its error when nothing was stored anywhere,
     NotDurable when every failure was a wait that fell short, else
     PartialPublish saying what was stored."""
     out: list[PublishResult | None] = [None] * count
+    for i, result in (known or {}).items():
+        out[i] = result
     errors: dict[int, Exception] = {}
     durability: dict[int, NotDurable] = {}
     for part, idx, got in sent:

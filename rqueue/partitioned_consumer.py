@@ -42,6 +42,7 @@ class Partitioned(Protocol):
 
     @property
     def parts(self) -> Sequence[Partition]: ...
+    def refresh(self) -> bool: ...
 
 
 class PartitionRouting:
@@ -141,6 +142,7 @@ class PartitionedConsumer(PartitionRouting):
         self.group = group
         self.name = name if name is not None else consumer_name(self.client.randomness)
         self.consumers: list[Consumer] = []
+        self._joining = (prefetch, liveness, settings)
         try:
             for part in queue.parts:
                 self.consumers.append(part.consumer(group, self.name, prefetch, liveness, **settings))
@@ -150,6 +152,21 @@ class PartitionedConsumer(PartitionRouting):
             raise
         self._next = 0
         self._lock = threading.Lock()
+
+    def _take_up_growth(self) -> None:
+        """Joins the partitions a growth added (rqueue.Client.grow_partitions),
+        once the queue sees them (at most a second later)."""
+        self.queue.refresh()
+        parts = self.queue.parts
+        if len(parts) <= len(self.consumers):
+            return
+        prefetch, liveness, settings = self._joining
+        joined = [
+            part.consumer(self.group, self.name, prefetch, liveness, **settings)
+            for part in parts[len(self.consumers) :]
+        ]
+        with self._lock:
+            self.consumers = self.consumers + joined
 
     def __repr__(self) -> str:
         return f"PartitionedConsumer(queue={self.queue.name!r}, group={self.group!r}, name={self.name!r})"
@@ -164,6 +181,7 @@ class PartitionedConsumer(PartitionRouting):
         the first one when none is ready."""
         check.whole_number("n", n, 1, MAX_FETCH)
         check.seconds("timeout", timeout)
+        self._take_up_growth()
         clock, notifier = self.client.clock, self.client.notifier
         deadline = clock.monotonic() + timeout
         while True:
@@ -194,6 +212,7 @@ class PartitionedConsumer(PartitionRouting):
     ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """As :meth:`rqueue.Consumer.ack_and_fetch`: each partition settles
         its acks; new deliveries come from the partitions in turn."""
+        self._take_up_growth()
         by_part = self._split(acks)
         statuses: dict[int, RQueueError | None] = {}
         out: list[Delivery] = []
@@ -268,6 +287,26 @@ class PartitionedConsumer(PartitionRouting):
             mine = by_part.get(c.queue.partition or 0, [])
             results.append((mine, c.heartbeat([d for _, d in mine], timeout, sync)))
         return self._summed(results)
+
+    @property
+    def joins(self) -> int:
+        """How many times the partitions' members joined, in all: a worker
+        compares it around a call to learn that a partition's group had
+        removed this member meanwhile."""
+        return sum(c.joins for c in self.consumers)
+
+    @property
+    def last_settings(self) -> Settings:
+        """The settings of the last call (the same in every partition),
+        read without asking Redis."""
+        return self.consumers[0].last_settings
+
+    def epoch_for(self, delivery: Delivery) -> int:
+        """The state epoch ``delivery`` is judged by: that of its own
+        partition's consumer (a loss in one partition leaves the others'
+        deliveries valid)."""
+        owner = delivery.consumer
+        return owner.state_epoch if isinstance(owner, Consumer) else self.state_epoch
 
     @property
     def state_epoch(self) -> int:

@@ -17,10 +17,14 @@ holds per partition. What spans partitions:
   consumer up to N x prefetch. Divide them by N for a total cap.
 - Stats add up over the partitions (each partition's figures are listed too).
 
-The number of partitions is fixed when the queue is first created
+The number of partitions is set when the queue is first created
 (``client.queue(name, partitions=N)``) and stored in Redis, so every process
 finds the same layout; ``client.queue(name)`` returns the partitioned queue
-from then on.
+from then on. It only grows (``client.grow_partitions``); where partitions
+live is rqueue/placement.py.
+
+Long because a partitioned queue offers every method of a queue that makes
+sense across partitions, each spelled out over its partitions.
 """
 
 from __future__ import annotations
@@ -39,9 +43,20 @@ from .engine import commands, store
 from .errors import InvalidInput, QueueInUse, StateLost, Unroutable
 from .partition_routing import gather, prepare_parts, route
 from .partitioned_consumer import PartitionedConsumer
+from .placement import Layout, placements, seen_before_growth
 from .publishing import PreparedPublish, send, watch_replies
 from .queue import Queue
-from .results import ConsumerStats, DeadLetter, GroupStats, Message, Progress, PublishResult, QueueStats, ReplayResult
+from .results import (
+    ConsumerStats,
+    DeadLetter,
+    GroupStats,
+    Message,
+    PlacementReport,
+    Progress,
+    PublishResult,
+    QueueStats,
+    ReplayResult,
+)
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -69,18 +84,53 @@ class PartitionedQueue:
     :class:`rqueue.Queue` objects) for anything else.
     """
 
-    def __init__(self, client: QueueContext, name: str, partitions: int) -> None:
+    def __init__(
+        self,
+        client: QueueContext,
+        name: str,
+        partitions: int,
+        salts: Sequence[int] | None = None,
+        layout: Layout | None = None,
+    ) -> None:
         self.client = client
         self.name = name
         self.partitions = check_partitions(partitions)
+        #: Per partition, the salt of its hash tag (rqueue/placement.py; 0 = ``{<name>/<i>}``).
+        self.salts = tuple(salts) if salts is not None else (0,) * partitions
+        #: The stored layout this queue routes by (count, salts, last growth).
+        self.layout = layout if layout is not None else Layout(self.partitions, self.salts)
         #: The partitions, as queues (``parts[i].partition == i``).
-        self.parts = [Queue(client, name, i) for i in range(partitions)]
+        self.parts = [Queue(client, name, i, salt) for i, salt in enumerate(self.salts)]
         self._lock = threading.Lock()
         # Producers start their round-robin at different partitions.
         self._next = int(client.randomness.unit() * partitions)
 
     def __repr__(self) -> str:
         return f"PartitionedQueue({self.name!r}, partitions={self.partitions})"
+
+    def refresh(self) -> bool:
+        """Takes up partitions added by a growth (read through the client's
+        cache, so at most once a second); True when it grew."""
+        layout = self.client.layout(self.parts[0].root)
+        if layout.partitions <= self.partitions:
+            return False
+        with self._lock:
+            if layout.partitions > self.partitions:
+                self.parts = self.parts + [
+                    Queue(self.client, self.name, i, layout.salts[i]) for i in range(self.partitions, layout.partitions)
+                ]
+                self.salts = layout.salts
+                self.layout = layout
+                self.partitions = layout.partitions
+        return True
+
+    def grow(self, partitions: int) -> PartitionedQueue:
+        """Adds partitions, live, up to ``partitions`` in all (see
+        :meth:`rqueue.Client.grow_partitions`); this queue routes over them
+        at once."""
+        self.client.grow_partitions(self.parts[0].root, partitions)
+        self.refresh()
+        return self
 
     def settings(self) -> Settings:
         """The settings in force for this queue (the same for every partition)."""
@@ -138,9 +188,10 @@ class PartitionedQueue:
         Every message is checked before anything is sent. The partitions
         are written in one pipelined round trip (one per node of a
         cluster); results come back in the order of ``payloads``."""
-        routed = route(payloads, headers, ids, keys, self.partition_for)
+        routed = route(payloads, headers, ids, keys, self.partition_for, before=self.refresh)
+        known = seen_before_growth(self, routed.routes, routed.keys, routed.ids, partition_of)
         prepared = prepare_parts(self.parts, routed, payloads, delay, mandatory, durable)
-        return gather(routed.size, self._send_all(prepared))
+        return gather(routed.size, self._send_all(prepared), known)
 
     def _send_all(
         self, prepared: list[tuple[Queue, list[int], PreparedPublish]]
@@ -192,9 +243,19 @@ class PartitionedQueue:
         """Names of the groups of any partition, sorted."""
         return sorted({g for part in self.parts for g in part.groups()})
 
+    def placement(self, refresh: bool = False) -> PlacementReport:
+        """Where each partition lives: its hash tag, slot and the primary
+        serving it (by the client's map of slots to nodes; ``refresh``
+        reads the map from the cluster first). Moves nothing."""
+        if refresh:
+            self.client.refresh_topology()
+        return placements(self.client.redis, self.name, Layout(self.partitions, self.salts))
+
     def stats(self) -> QueueStats:
-        """The figures of every partition, and their sums."""
-        return summed_stats(self.name, [part.stats() for part in self.parts])
+        """The figures of every partition, and their sums, and where each
+        partition lives (``placement``)."""
+        summed = summed_stats(self.name, [part.stats() for part in self.parts])
+        return dataclasses.replace(summed, placement=self.placement().placement)
 
     def peek(self, n: int = 10, after: int = 0) -> list[Message]:
         """Up to ``n`` stored messages, oldest publish first, over every
@@ -234,7 +295,9 @@ class PartitionedQueue:
             if held:
                 raise QueueInUse(self.name, held)
         deleted = sum(part.delete(force=True) for part in self.parts)
-        deleted += store.delete_partitioning(self.client.redis, self.client.prefix, self.name)
+        deleted += store.delete_partitioning(
+            self.client.redis, self.client.prefix, self.name, Queue(self.client, self.name).keys
+        )
         self.client.forget(self.parts[0].root)
         return deleted
 
@@ -297,7 +360,9 @@ class PartitionedQueue:
     def dead_letter_queue(self) -> PartitionedQueue:
         """The dead-letter queue, partitioned like this queue (each
         partition's dead letters stay in that partition's slot)."""
-        return PartitionedQueue(self.client, self.client.dead_letter_name(self.name), self.partitions)
+        return PartitionedQueue(
+            self.client, self.client.dead_letter_name(self.name), self.partitions, self.salts, self.layout
+        )
 
     @property
     def state_losses(self) -> list[StateLost | None]:

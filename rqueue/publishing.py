@@ -19,7 +19,7 @@ from .constants import MAX_BATCH
 from .engine import commands
 from .engine.durable import publish_durably
 from .engine.record import encode_body
-from .errors import InvalidInput, NotDurable, PartialPublish, PayloadTooLarge, Unroutable
+from .errors import InvalidInput, NotDurable, PartialPublish, PayloadTooLarge, QueuePartitioned, Unroutable
 from .names import check_message_id
 from .results import PublishResult
 from .retention import after_publish
@@ -45,6 +45,7 @@ class PreparedPublish(NamedTuple):
     durable: bool
     watch: StateWatch  # what this client saw of the queue's state
     mark: Mark  # what it knew when the calls were made
+    mandatory: bool = False
 
 
 def per_message(value: Any, count: int, what: str) -> list[Any]:
@@ -114,7 +115,9 @@ def prepare(
         watch.candidate,
     )
     sizes = [count] if count <= MAX_BATCH else [min(MAX_BATCH, count - s) for s in range(0, count, MAX_BATCH)]
-    return PreparedPublish(calls, sizes, settings, payloads, per_headers, per_ids, delay, durable, watch, watch.mark())
+    return PreparedPublish(
+        calls, sizes, settings, payloads, per_headers, per_ids, delay, durable, watch, watch.mark(), mandatory
+    )
 
 
 def watch_replies(prepared: PreparedPublish, replies: Sequence[Any]) -> None:
@@ -215,6 +218,23 @@ def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
         if isinstance(exc, NotDurable):
             raise short_of_durable(prepared, exc, queue.partition) from None
         raise
+    except QueuePartitioned as exc:
+        if queue.partition is not None:
+            raise
+        # The name was partitioned after this process last read it as plain:
+        # nothing was stored; the messages go to the partitions.
+        client.partitioned_now(queue.root, exc.layout)
+        target = client.queue(queue.name)
+        if not hasattr(target, "partitions"):  # a dead-letter queue's name: not routed
+            raise
+        return target.publish_many(
+            prepared.payloads,
+            headers=prepared.headers,
+            ids=prepared.ids,
+            delay=prepared.delay,
+            mandatory=prepared.mandatory,
+            durable=prepared.durable,
+        )
     except Unroutable:
         alternate = prepared.settings.alternate
         if alternate is None:

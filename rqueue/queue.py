@@ -56,7 +56,7 @@ class Queue:
     Cluster slot as its source.
     """
 
-    def __init__(self, client: QueueContext, name: str, partition: int | None = None) -> None:
+    def __init__(self, client: QueueContext, name: str, partition: int | None = None, salt: int = 0) -> None:
         check_queue_name(name, client.dlq_prefix, client.dlq_suffix)
         root, depth = name, 0
         pre, suf = client.dlq_prefix, client.dlq_suffix
@@ -72,7 +72,9 @@ class Queue:
         #: None, or which partition of a partitioned queue this is (its
         #: settings, dead-letter headers and registry entry are the queue's).
         self.partition = partition
-        self.keys = QueueKeys(queue_base(client.prefix, root, depth, partition))
+        #: Which hash tag a partition was placed under (rqueue/placement.py; 0 = ``{<queue>/<partition>}``).
+        self.salt = salt
+        self.keys = QueueKeys(queue_base(client.prefix, root, depth, partition, salt))
 
     def __repr__(self) -> str:
         if self.partition is not None:
@@ -85,7 +87,7 @@ class Queue:
         or the queue named by the dead_letter setting."""
         target = self.settings().dead_letter
         if target in DEAD_LETTER_MODES or self.partition is not None:  # a partition never takes a named target
-            return Queue(self.client, self.client.dead_letter_name(self.name), self.partition)
+            return Queue(self.client, self.client.dead_letter_name(self.name), self.partition, self.salt)
         return Queue(self.client, target)
 
     def group_keys(self, group: str, settings: Settings) -> list[str]:

@@ -81,6 +81,27 @@ class GroupStats:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionPlacement:
+    """Where one partition of a partitioned queue lives."""
+
+    partition: int
+    hash_tag: str  # "{<queue>/<i>}" or "{<queue>/<i>~<salt>}"
+    slot: int  # its Redis Cluster slot
+    node: str  # host:port of the primary serving the slot; "" on a single server
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementReport:
+    """Where every partition of a queue lives (`rqueue rebalance`)."""
+
+    queue: str
+    partitions: int
+    placement: list[PartitionPlacement]
+    per_node: dict[str, int]  # primary -> how many of the queue's partitions it serves (every primary listed)
+    balanced: bool  # no primary serves two partitions more than another
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStats:
     """Figures of one queue; never counts deleted data."""
 
@@ -92,6 +113,8 @@ class QueueStats:
     groups: list[GroupStats] = field(default_factory=list)
     # A partitioned queue's figures are the sums over its partitions, listed here.
     partitions: list[QueueStats] = field(default_factory=list)
+    # A partitioned queue's partitions: where each one lives (rqueue/placement.py).
+    placement: list[PartitionPlacement] = field(default_factory=list)
 
     def group(self, name: str) -> GroupStats:
         for g in self.groups:

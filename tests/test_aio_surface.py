@@ -37,6 +37,10 @@ NOT_IN_AIO = {
     "Queue.reset_group": "operator actions on a queue's groups: rqueue.connect or `rqueue group`",
     "Queue.delete_group": "operator actions on a queue's groups: rqueue.connect or `rqueue group`",
     "Queue.trim": "retention's trim step runs from the sync client's publishers (docs/retention.md)",
+    "Client.grow_partitions": "growing a queue is an operator's step: rqueue partitions --grow or rqueue.connect",
+    "Client.layout": "read by the sync partitioned queue's refresh; the asyncio client reads layouts in open_queue()",
+    "PartitionedQueue.grow": "growing a queue is an operator's step: rqueue partitions --grow or rqueue.connect",
+    "PartitionedQueue.refresh": "an asyncio client routes by the layout read at connect or open_queue() (docs/aio.md)",
     "Worker.scheduler": "the recurring-schedule scheduler runs in threaded workers and `rqueue scheduler`",
 }
 

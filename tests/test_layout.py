@@ -50,6 +50,7 @@ LAYERS = [
         "rqueue.partitioned_consumer",
         "rqueue.partition_routing",
         "rqueue.partitions",
+        "rqueue.placement",
         "rqueue.schedules",
         "rqueue.client",
         "rqueue.overview",

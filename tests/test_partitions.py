@@ -227,7 +227,7 @@ def test_worker_on_a_partitioned_queue_handles_every_message_once(client, pq):
 
     # when a worker runs on it
     w = rqueue.Worker(pq, "g", handler, concurrency=4, heartbeat_timeout=5)
-    assert isinstance(w, rqueue.PartitionedWorker) and len(w.workers) == 3 and w.concurrency == 4
+    assert isinstance(w, rqueue.PartitionedWorker) and w.partitions == 3 and w.concurrency == 4
     w.start()
     wait_for(lambda: len(handled) >= 60)
     w.stop()

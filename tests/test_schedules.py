@@ -471,9 +471,9 @@ def test_a_worker_runs_a_scheduler_by_default(client, clock):
     assert w.scheduler is True and off.scheduler is False
     with pytest.raises(rqueue.InvalidInput, match="scheduler must be True or False"):
         rqueue.Worker(client.queue("orders"), "g", lambda d: None, scheduler="yes")
-    # (a partitioned queue's worker runs one scheduler, not one per partition)
+    # (a partitioned queue's worker is one worker: one scheduler, not one per partition)
     pw = rqueue.Worker(client.queue("parted", partitions=3), "g", lambda d: None)
-    assert [w.scheduler for w in pw.workers] == [True, False, False]
+    assert isinstance(pw, rqueue.PartitionedWorker) and pw.scheduler is True
     # when it runs
     w.start()
     try:

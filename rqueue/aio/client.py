@@ -11,7 +11,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from ..client import already_plain, check_durable, partitioning_refused, stored_count
+from ..client import already_plain, check_durable, partitioning_refused
 from ..clock import SYSTEM_CLOCK, Clock
 from ..connection.urls import CLUSTER_SCHEMES, CONNECT_TIMEOUT, mask_url, reads_shebang
 from ..constants import (
@@ -25,10 +25,12 @@ from ..constants import (
 )
 from ..engine import async_commands as acmd
 from ..engine.async_scripts import AsyncScripts
+from ..engine.commands import MarkStatus
 from ..engine.keys import QueueKeys, partitions_key
 from ..errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, InvalidSetting
 from ..names import check_name
 from ..partitions import check_partitions
+from ..placement import Layout, place, plain_meta_name
 from ..queue import CLUSTER_DEAD_LETTER
 from ..randomness import Randomness
 from ..settings import DEAD_LETTER_MODES, validate
@@ -123,7 +125,7 @@ class Client:
         self.durable_state: dict[str, Any] = {}
         self._nodes: dict[str, Any] = {}  # cluster node name -> a client of that node alone
         self._registered: set[str] = set()
-        self._partitioned: dict[str, int] = {}  # queue -> partitions (>1), as last read
+        self._partitioned: dict[str, Layout] = {}  # queue -> its layout (partitioned queues), as last read
         self._watches: dict[str, StateWatch] = {}  # key base -> what this client's publishes saw
         self._events: set[asyncio.Task[Any]] = set()  # state-lost events being written
 
@@ -152,8 +154,8 @@ class Client:
         join with InvalidSetting and learns the partitioning, so the next
         ``queue(name)`` gives the partitioned queue."""
         plain = Queue(self, name)  # checks the name
-        count = self._partitioned.get(plain.root, 1)
-        return PartitionedQueue(self, name, count) if count > 1 else plain
+        layout = self._partitioned.get(plain.root)
+        return PartitionedQueue(self, name, layout) if layout is not None else plain
 
     def plain_queue(self, name: str) -> Queue:
         """A handle on queue ``name`` that is not partitioned (an alternate
@@ -170,47 +172,62 @@ class Client:
         another number, or partitioning a queue that holds messages
         unpartitioned, raises InvalidSetting and changes nothing)."""
         plain = Queue(self, name)
-        count = await self._partition_count(plain.root)
+        layout = await self._layout(plain.root)
         if partitions is not None:
-            count = await self._create_partitioned(plain, check_partitions(partitions), count)
-        return PartitionedQueue(self, name, count) if count > 1 else plain
+            layout = await self._create_partitioned(plain, check_partitions(partitions), layout)
+        return PartitionedQueue(self, name, layout) if layout.partitions > 1 else plain
 
     async def read_layout(self) -> None:
         """Reads which queues of the prefix are partitioned (one HGETALL)."""
-        layout: dict[str, int] = {}
+        layouts: dict[str, Layout] = {}
         for root, raw in (await acmd.partition_counts(self.redis, self.prefix)).items():
             try:
-                layout[root] = stored_count(self.prefix, root, raw)
+                layouts[root] = Layout.parse(raw, f"{partitions_key(self.prefix)}[{root}]")
             except CorruptRecord as exc:
                 log.error("%s", exc)  # raised again when that queue is opened
-        self._partitioned = layout
+        self._partitioned = layouts
 
-    async def _partition_count(self, root: str) -> int:
+    async def _layout(self, root: str) -> Layout:
         raw = await acmd.guarded(lambda: self.redis.hget(partitions_key(self.prefix), root))
-        count = 1 if raw is None else stored_count(self.prefix, root, raw)
-        self.learn_partitions(root, count)
-        return count
+        layout = Layout.plain(1) if raw is None else Layout.parse(raw, f"{partitions_key(self.prefix)}[{root}]")
+        self.learn_partitions(root, layout)
+        return layout
 
-    def learn_partitions(self, root: str, count: int) -> None:
-        """Records that queue ``root`` has ``count`` partitions (1: none)."""
-        if count > 1:
-            self._partitioned[root] = count
+    def learn_partitions(self, root: str, layout: Layout) -> None:
+        """Records queue ``root``'s layout (one partition: not partitioned)."""
+        if layout.partitions > 1:
+            self._partitioned[root] = layout
         else:
             self._partitioned.pop(root, None)
 
-    async def _create_partitioned(self, plain: Queue, partitions: int, stored: int) -> int:
-        if stored == partitions:
+    async def _create_partitioned(self, plain: Queue, partitions: int, stored: Layout) -> Layout:
+        """As rqueue.Client's: the marker in the plain queue's slot decides
+        (lua/partition.lua), atomically with the check that the plain queue
+        is unused; the prefix's hash, which every process reads, is its copy."""
+        if stored.partitions == partitions:
             return stored
-        why = partitioning_refused(plain.name, plain.root, stored)
-        if why is None and await acmd.queue_exists(self.redis, self.prefix, plain.keys, plain.root):
-            why = already_plain(plain.root)
-        elif why is None and not await acmd.claim_partitions(self.redis, self.prefix, plain.root, partitions):
-            # another process created it just now
-            return await self._create_partitioned(plain, partitions, await self._partition_count(plain.root))
-        if why is not None:
-            raise InvalidSetting("partitions", partitions, why)
-        self.learn_partitions(plain.root, partitions)
-        return partitions
+        why = partitioning_refused(plain.name, plain.root, stored.partitions)
+        if why is None:
+            layout = place(self.redis, plain.root, partitions)
+            status, text = await acmd.mark_partitioned(self.scripts, plain.keys, layout.text(), "", plain.root)
+            if status is MarkStatus.IN_USE:
+                why = already_plain(plain.root)
+            else:
+                made = await self.partitioned_now(plain.root, text)
+                if made.partitions != partitions:
+                    return await self._create_partitioned(plain, partitions, made)  # another process made it just now
+                return made
+        raise InvalidSetting("partitions", partitions, why)
+
+    async def partitioned_now(self, root: str, text: str) -> Layout:
+        """Queue ``root`` is partitioned with the layout ``text`` (as its
+        marker says): the prefix's copy is written when it is missing (a
+        creator that stopped between the two writes), and this client routes
+        by it from now on."""
+        layout = Layout.parse(text, f"{plain_meta_name(self, root)}[partitioned]")
+        await acmd.claim_partitions(self.redis, self.prefix, root, text)
+        self.learn_partitions(root, layout)
+        return layout
 
     async def queues(self) -> list[str]:
         """Names of every queue this prefix has written to (see

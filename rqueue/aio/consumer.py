@@ -15,7 +15,7 @@ from ..delivery import Delivery as SyncDelivery
 from ..delivery import HeartbeatResult
 from ..engine import async_commands as acmd
 from ..engine import commands
-from ..errors import NotMember, RQueueError
+from ..errors import NotMember, QueuePartitioned, RQueueError
 from ..ids import fetch_token
 from ..settings import Settings
 from ..statewatch import Mark
@@ -94,7 +94,13 @@ class Consumer(ConsumerCore):
         await self.queue.check_plain()
         call = await self._group_call()
         mark = self._watch.mark()
-        self._joined(mark, await acmd.join(call, self._liveness_ms(), self._watch.candidate))
+        try:
+            reply = await acmd.join(call, self._liveness_ms(), self._watch.candidate)
+        except QueuePartitioned as exc:
+            if self.queue.partition is None:  # the client opens the partitioned queue from now on
+                await self.client.partitioned_now(self.queue.root, exc.layout)
+            raise
+        self._joined(mark, reply)
         await self.client.register(self.queue.name)
         return self
 

@@ -31,7 +31,8 @@ from ..partitions import (
     oldest,
     summed_stats,
 )
-from ..results import DeadLetter, Message, PublishResult, QueueStats, ReplayResult
+from ..placement import Layout, placements
+from ..results import DeadLetter, Message, PlacementReport, PublishResult, QueueStats, ReplayResult
 from ..settings import Settings
 from .consumer import Consumer, Delivery, Ref
 from .publishing import send
@@ -48,17 +49,28 @@ class PartitionedQueue:
     :class:`rqueue.PartitionedQueue`). Obtain one with
     :meth:`rqueue.aio.Client.queue`."""
 
-    def __init__(self, client: AsyncContext, name: str, partitions: int) -> None:
+    def __init__(self, client: AsyncContext, name: str, layout: Layout) -> None:
         self.client = client
         self.name = name
-        self.partitions = check_partitions(partitions)
-        #: The partitions, as queues (``parts[i].partition == i``).
-        self.parts = [Queue(client, name, i) for i in range(partitions)]
+        self.partitions = check_partitions(layout.partitions)
+        #: The stored layout this queue routes by (rqueue/placement.py), and each partition's hash-tag salt.
+        self.layout = layout
+        self.salts = layout.salts
+        #: The partitions, as queues (``parts[i].partition == i``), under the hash tags they were placed at.
+        self.parts = [Queue(client, name, i, salt) for i, salt in enumerate(layout.salts)]
         self._lock = threading.Lock()
-        self._next = int(client.randomness.unit() * partitions)
+        self._next = int(client.randomness.unit() * self.partitions)
 
     def __repr__(self) -> str:
         return f"rqueue.aio.PartitionedQueue({self.name!r}, partitions={self.partitions})"
+
+    async def placement(self, refresh: bool = False) -> PlacementReport:
+        """As :meth:`rqueue.PartitionedQueue.placement`: where each partition
+        lives, by the client's map of slots to nodes (``refresh`` reads the
+        cluster's map first)."""
+        if refresh:
+            await self.client.refresh_topology()
+        return placements(self.client.redis, self.parts[0].root, self.layout)
 
     async def settings(self) -> Settings:
         """The settings in force for this queue (the same for every partition)."""
@@ -177,7 +189,7 @@ class PartitionedQueue:
             if held:
                 raise QueueInUse(self.name, held)
         deleted = sum([await part.delete(force=True) for part in self.parts])
-        deleted += await acmd.delete_partitioning(r, self.client.prefix, self.name)
+        deleted += await acmd.delete_partitioning(r, self.client.prefix, self.name, Queue(self.client, self.name).keys)
         self.client.forget(self.parts[0].root)
         return deleted
 
@@ -236,7 +248,7 @@ class PartitionedQueue:
 
     async def dead_letter_queue(self) -> PartitionedQueue:
         """The dead-letter queue, partitioned like this queue."""
-        return PartitionedQueue(self.client, self.client.dead_letter_name(self.name), self.partitions)
+        return PartitionedQueue(self.client, self.client.dead_letter_name(self.name), self.layout)
 
     @property
     def state_losses(self) -> list[StateLost | None]:
@@ -415,6 +427,12 @@ class PartitionedConsumer(PartitionRouting):
     @property
     def state_epoch(self) -> int:
         return sum(c.state_epoch for c in self.consumers)
+
+    def epoch_for(self, delivery: Delivery) -> int:
+        """The state epoch ``delivery`` is judged by: that of its own
+        partition's consumer (see :meth:`rqueue.PartitionedConsumer.epoch_for`)."""
+        owner = delivery.consumer
+        return owner.state_epoch if isinstance(owner, Consumer) else self.state_epoch
 
     @property
     def state_losses(self) -> list[StateLost | None]:

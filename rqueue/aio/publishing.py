@@ -13,7 +13,7 @@ import redis
 from ..engine import async_commands as acmd
 from ..engine.async_durable import publish_durably
 from ..engine.commands import translate
-from ..errors import NotDurable, PartialPublish, Unroutable
+from ..errors import NotDurable, PartialPublish, QueuePartitioned, Unroutable
 from ..publishing import PreparedPublish, alternate_results, durable_outcome, failure, short_of_durable, stored
 from ..results import PublishResult
 
@@ -42,6 +42,24 @@ async def send(queue: AsyncQueueLike, prepared: PreparedPublish) -> list[Publish
         if isinstance(exc, NotDurable):
             raise short_of_durable(prepared, exc, queue.partition) from None
         raise
+    except QueuePartitioned as exc:
+        if queue.partition is not None:
+            raise
+        # The name was partitioned after this client last read it as plain:
+        # nothing was stored; the messages go to the partitions.
+        await client.partitioned_now(queue.root, exc.layout)
+        target = client.queue(queue.name)
+        if not hasattr(target, "partitions"):  # a dead-letter queue's name: not routed
+            raise
+        partitioned: list[PublishResult] = await target.publish_many(
+            prepared.payloads,
+            headers=prepared.headers,
+            ids=prepared.ids,
+            delay=prepared.delay,
+            mandatory=prepared.mandatory,
+            durable=prepared.durable,
+        )
+        return partitioned
     except Unroutable:
         alternate = prepared.settings.alternate
         if alternate is None:

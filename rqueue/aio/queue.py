@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import validate as check
-from ..client import stored_count
 from ..constants import PURGE_BATCH
 from ..deadletters import PAGE, REPLAY_BATCH, Selection, by_group, selected, tally
 from ..engine import async_commands as acmd
@@ -19,6 +18,7 @@ from ..engine.keys import QueueKeys, partitions_key, queue_base
 from ..engine.record import decode_record
 from ..errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, StateLost
 from ..names import check_message_id, check_name, check_queue_name
+from ..placement import Layout
 from ..publishing import prepare
 from ..queue import CLUSTER_DEAD_LETTER, PARTITION_DEAD_LETTER
 from ..results import DeadLetter, Message, MessageStatus, PublishResult, QueueStats, ReplayResult
@@ -56,7 +56,7 @@ class Queue:
     """A named queue (or one partition of a partitioned queue) of an asyncio
     client. Obtain one with :meth:`rqueue.aio.Client.queue`."""
 
-    def __init__(self, client: AsyncContext, name: str, partition: int | None = None) -> None:
+    def __init__(self, client: AsyncContext, name: str, partition: int | None = None, salt: int = 0) -> None:
         check_queue_name(name, client.dlq_prefix, client.dlq_suffix)
         root, depth = name, 0
         pre, suf = client.dlq_prefix, client.dlq_suffix
@@ -69,7 +69,9 @@ class Queue:
         self.root = root
         #: None, or which partition of a partitioned queue this is.
         self.partition = partition
-        self.keys = QueueKeys(queue_base(client.prefix, root, depth, partition))
+        #: Which hash tag a partition was placed under (rqueue/placement.py).
+        self.salt = salt
+        self.keys = QueueKeys(queue_base(client.prefix, root, depth, partition, salt))
         self._plain_checked = partition is not None
 
     def __repr__(self) -> str:
@@ -86,9 +88,9 @@ class Queue:
         r, prefix = self.client.redis, self.client.prefix
         raw = await acmd.guarded(lambda: r.hget(partitions_key(prefix), self.root))
         if raw is not None:
-            count = stored_count(prefix, self.root, raw)
-            self.client.learn_partitions(self.root, count)
-            raise InvalidSetting("partitions", count, PARTITIONED_SINCE)
+            layout = Layout.parse(raw, f"{partitions_key(prefix)}[{self.root}]")
+            self.client.learn_partitions(self.root, layout)
+            raise InvalidSetting("partitions", layout.partitions, PARTITIONED_SINCE)
         self._plain_checked = True
 
     async def settings(self) -> Settings:
@@ -99,7 +101,7 @@ class Queue:
         """The queue that receives this queue's dead letters."""
         target = (await self.settings()).dead_letter
         if target in DEAD_LETTER_MODES or self.partition is not None:
-            return Queue(self.client, self.client.dead_letter_name(self.name), self.partition)
+            return Queue(self.client, self.client.dead_letter_name(self.name), self.partition, self.salt)
         return Queue(self.client, target)
 
     def group_keys(self, group: str, settings: Settings) -> list[str]:

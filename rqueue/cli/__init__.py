@@ -29,6 +29,7 @@ from rqueue.cli.dlq import dlq
 from rqueue.cli.doctor import doctor
 from rqueue.cli.groups import group
 from rqueue.cli.inspect import events, peek, queues, settings, stats, top
+from rqueue.cli.partitions import partitions, rebalance
 from rqueue.cli.schedules import scheduler, schedules
 from rqueue.cli.scripts import scripts
 from rqueue.cli.status import status
@@ -100,6 +101,8 @@ cli.add_command(wait)
 cli.add_command(doctor)
 cli.add_command(group)
 cli.add_command(status)
+cli.add_command(rebalance)
+cli.add_command(partitions)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -44,6 +44,8 @@ def stats_text(s: rqueue.QueueStats, columns: list[Column]) -> str:
     head = (
         f"queue {s.name}: depth {s.depth}, last seq {s.last_seq}, delayed {s.scheduled}, dead letters {s.dead_letters}"
     )
+    if s.placement:
+        head += "\npartitions on: " + ", ".join(f"{p.partition} {p.node or 'the server'}" for p in s.placement)
     if not s.groups:
         return head + "\n(no groups)"
     text = head + "\n" + table([h for h, _ in columns], [[get(g) for _, get in columns] for g in s.groups])

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
 from redis.retry import Retry
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
@@ -101,3 +102,29 @@ def cluster_retry(timeout: float, idempotent: bool = False) -> Retrier[Any]:
         reraise=True,
     )
     return lambda call: retrying(call)
+
+
+# Both clients keep the slot map in memory (read without I/O).
+_CLUSTERS = (redis.RedisCluster, redis.asyncio.RedisCluster)
+
+
+def slot_of(key: str) -> int:
+    """The cluster slot of ``key`` (of its hash tag, when it has one)."""
+    return int(key_slot(key.encode("utf-8", "surrogateescape")))
+
+
+def primary_names(r: Any) -> list[str]:
+    """The names (host:port) of a cluster's primaries as the client's slot
+    map knows them, sorted; [] for a client of one server."""
+    if not isinstance(r, _CLUSTERS):
+        return []
+    return sorted(str(node.name) for node in r.get_primaries())
+
+
+def slot_owner(r: Any, slot: int) -> str:
+    """The name of the primary that serves ``slot`` in the client's slot
+    map, or "" for a client of one server (or a slot no node covers)."""
+    if not isinstance(r, _CLUSTERS):
+        return ""
+    nodes = r.nodes_manager.slots_cache.get(slot)
+    return str(nodes[0].name) if nodes else ""

@@ -320,8 +320,15 @@ async def partition_counts(r: Any, prefix: str) -> dict[str, bytes]:
     return {text(k): v if isinstance(v, bytes) else str(v).encode() for k, v in raw.items()}
 
 
-async def claim_partitions(r: Any, prefix: str, root: str, partitions: int) -> bool:
-    return bool(await guarded(lambda: r.hsetnx(partitions_key(prefix), root, partitions), where=f"prefix {prefix!r}"))
+async def mark_partitioned(
+    scripts: AsyncScripts, keys: QueueKeys, layout: str, expected: str, queue: str
+) -> tuple[c.MarkStatus, str]:
+    """As :func:`rqueue.engine.commands.mark_partitioned`, awaited."""
+    return c.parse_mark(await run(scripts.partition, c.mark_keys(keys), [layout, expected], queue, keys.base))
+
+
+async def claim_partitions(r: Any, prefix: str, root: str, layout: str) -> bool:
+    return bool(await guarded(lambda: r.hsetnx(partitions_key(prefix), root, layout), where=f"prefix {prefix!r}"))
 
 
 async def queue_exists(r: Any, prefix: str, keys: QueueKeys, name: str) -> bool:
@@ -331,8 +338,10 @@ async def queue_exists(r: Any, prefix: str, keys: QueueKeys, name: str) -> bool:
     return await guarded(read, where=keys.base)
 
 
-async def delete_partitioning(r: Any, prefix: str, name: str) -> int:
-    return int(await guarded(lambda: r.hdel(partitions_key(prefix), name), where=f"prefix {prefix!r}"))
+async def delete_partitioning(r: Any, prefix: str, name: str, marker: QueueKeys) -> int:
+    """As :func:`rqueue.engine.store.delete_partitioning`, awaited."""
+    gone = int(await guarded(lambda: r.hdel(partitions_key(prefix), name), where=f"prefix {prefix!r}"))
+    return gone + int(await guarded(lambda: r.hdel(marker.meta, "partitioned"), where=marker.base))
 
 
 async def registered_queues(r: Any, prefix: str) -> list[str]:

@@ -854,3 +854,31 @@ def status(
     """One call of status.lua."""
     reply = run(scripts.status, keys.status_keys(msg_id, groups), status_args(now, seq, groups), queue, keys.base)
     return parse_status(reply)
+
+
+class MarkStatus(Enum):
+    """What partition.lua did."""
+
+    STORED = "stored"  # the layout asked for is stored now
+    KEPT = "kept"  # another layout was stored: nothing changed
+    IN_USE = "in-use"  # the plain queue has messages or groups: nothing stored
+
+
+def mark_partitioned(
+    scripts: Scripts, keys: QueueKeys, layout: str, expected: str, queue: str
+) -> tuple[MarkStatus, str]:
+    """Stores ``layout`` in the plain queue's meta (lua/partition.lua):
+    to create (``expected`` ""), or in place of ``expected`` (a grow).
+    Returns what the script did and the layout stored now."""
+    return parse_mark(run(scripts.partition, mark_keys(keys), [layout, expected], queue, keys.base))
+
+
+def mark_keys(keys: QueueKeys) -> list[str]:
+    """KEYS of partition.lua."""
+    return [keys.meta, keys.msgs, keys.floors]
+
+
+def parse_mark(reply: Sequence[Any]) -> tuple[MarkStatus, str]:
+    """partition.lua's reply: what it did, and the layout stored now."""
+    status, stored = reply
+    return MarkStatus(text(status)), text(stored)

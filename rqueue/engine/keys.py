@@ -183,7 +183,7 @@ class GroupKeys:
         return [self._k(kind) for kind in ("grp", "lease", "ready", "delay", "dlv", "acked", "cons", "reopen", "beats")]
 
 
-def queue_base(prefix: str, root: str, depth: int, partition: int | None = None) -> str:
+def queue_base(prefix: str, root: str, depth: int, partition: int | None = None, salt: int = 0) -> str:
     """Base of the keys of ``root``'s dead-letter queue ``depth`` levels down
     (0 = the queue itself); with ``partition``, of that partition of a
     partitioned queue.
@@ -191,11 +191,20 @@ def queue_base(prefix: str, root: str, depth: int, partition: int | None = None)
     A partition's hash tag ``{<root>/<partition>}`` differs per partition, so
     the partitions spread over the slots (and shards) of a cluster; the
     ``part:`` before it keeps partition keys apart from those of a plain queue
-    that happens to be named ``<root>/<partition>``.
+    that happens to be named ``<root>/<partition>``. A ``salt`` (placement,
+    rqueue/placement.py) makes the tag ``{<root>/<partition>~<salt>}``, a
+    tag whose slot is served by the primary the partition was placed on.
     """
     if partition is None:
         return f"{prefix}:{{{root}}}" + ":dlq" * depth
-    return f"{prefix}:part:{{{root}/{partition}}}" + ":dlq" * depth
+    return f"{prefix}:part:{{{partition_tag(root, partition, salt)}}}" + ":dlq" * depth
+
+
+def partition_tag(root: str, partition: int, salt: int = 0) -> str:
+    """The hash tag (without braces) of a partition: ``<root>/<partition>``,
+    or ``<root>/<partition>~<salt>``. The last ``/`` segment is digits, or
+    digits ``~`` digits, so no two partitions of any queues share a tag."""
+    return f"{root}/{partition}" if salt == 0 else f"{root}/{partition}~{salt}"
 
 
 def settings_key(prefix: str) -> str:

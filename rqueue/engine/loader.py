@@ -67,6 +67,7 @@ SCRIPT_NAMES = (
     "group_reset",
     "group_delete",
     "status",
+    "partition",
 )
 
 

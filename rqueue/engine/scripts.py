@@ -360,6 +360,7 @@ class Scripts:
     group_reset: Script
     group_delete: Script
     status: Script
+    partition: Script
 
     def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry, shebang: bool = True) -> None:
         self._redis = redis

@@ -212,27 +212,44 @@ def stored_partitions(r: RedisClient, prefix: str, root: str, retry: Retrier[Any
     return raw
 
 
-def claim_partitions(r: RedisClient, prefix: str, root: str, partitions: int, retry: Retrier[Any] = no_retry) -> bool:
-    """Stores ``partitions`` for queue ``root`` unless a number is stored
-    already; True when this call stored it."""
+def claim_partitions(r: RedisClient, prefix: str, root: str, layout: str, retry: Retrier[Any] = no_retry) -> bool:
+    """Stores ``layout`` (the partition count, with placement salts) for
+    queue ``root`` unless one is stored already; True when this call stored it."""
     return bool(
-        guarded(lambda: retry(lambda: r.hsetnx(partitions_key(prefix), root, partitions)), where=f"prefix {prefix!r}")
+        guarded(lambda: retry(lambda: r.hsetnx(partitions_key(prefix), root, layout)), where=f"prefix {prefix!r}")
     )
 
 
-def queue_exists(r: RedisClient, prefix: str, keys: QueueKeys, name: str, retry: Retrier[Any] = no_retry) -> bool:
-    """True when queue ``name`` is registered or has messages or groups."""
-
-    def read() -> bool:
-        return bool(retry(lambda: r.sismember(registry_key(prefix), name))) or bool(
-            retry(lambda: r.exists(keys.meta, keys.floors))
-        )
-
-    return guarded(read, where=keys.base)
+def set_partitions(r: RedisClient, prefix: str, root: str, layout: str, retry: Retrier[Any] = no_retry) -> None:
+    """Writes the prefix's copy of queue ``root``'s layout (after a growth)."""
+    guarded(lambda: retry(lambda: r.hset(partitions_key(prefix), root, layout)), where=f"prefix {prefix!r}")
 
 
-def delete_partitioning(r: RedisClient, prefix: str, name: str) -> int:
-    return int(guarded(lambda: r.hdel(partitions_key(prefix), name), where=f"prefix {prefix!r}"))
+def partition_marker(r: RedisClient, keys: QueueKeys, retry: Retrier[Any] = no_retry) -> bytes | None:
+    """The layout stored in the plain queue's meta (partition.lua), or None."""
+    raw: bytes | None = guarded(lambda: retry(lambda: r.hget(keys.meta, "partitioned")), where=keys.base)
+    return raw
+
+
+def id_seen(r: RedisClient, keys: QueueKeys, msg_id: str, retry: Retrier[Any] = no_retry) -> tuple[int, int] | None:
+    """The seq and expiry (ms, the scripts' clock) stored for message id
+    ``msg_id`` in the queue of ``keys`` (publish.lua's id key), or None."""
+    raw = guarded(lambda: retry(lambda: r.get(keys.message_id(msg_id))), where=keys.base)
+    if raw is None:
+        return None
+    seq, _, rest = text(raw).partition(":")
+    expires = rest.split(":", 1)[0]
+    if not seq.isdigit() or not expires.isdigit():
+        return None  # not an id record of this version: publish.lua judges it
+    return int(seq), int(expires)
+
+
+def delete_partitioning(r: RedisClient, prefix: str, name: str, marker: QueueKeys) -> int:
+    """Deletes the record that queue ``name`` is partitioned: the prefix's
+    copy, then the marker in the plain queue's meta (``marker.meta``, which
+    holds nothing else); returns how many keys or fields went."""
+    gone = int(guarded(lambda: r.hdel(partitions_key(prefix), name), where=f"prefix {prefix!r}"))
+    return gone + int(guarded(lambda: r.hdel(marker.meta, "partitioned"), where=marker.base))
 
 
 def register_queue(r: RedisClient, prefix: str, name: str, retry: Retrier[Any] = no_retry) -> None:

@@ -1,6 +1,6 @@
 """The classes that run workers: :class:`Worker` for a queue,
-:class:`PartitionedWorker` for a partitioned one (one Worker per partition),
-and :func:`worker_for`, which picks between them. How a worker's threads
+:class:`PartitionedWorker` for a partitioned one (one fetch loop over every
+partition), and :func:`worker_for`, which picks between them. How a worker's threads
 share their work is in docs/worker.md."""
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from ..constants import (
     WORKER_PREFETCH_PER_THREAD,
 )
 from ..errors import InvalidInput
-from ..ids import consumer_name
 from ..names import check_name
 from ..partitions import PartitionedQueue
 from ..queue import Queue
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
     from types import FrameType
 
     from ..consumer import Consumer
+    from ..partitioned_consumer import PartitionedConsumer
     from ..protocols import AnyQueue
     from .metrics import WorkerMetrics
 
@@ -66,18 +66,19 @@ class Worker:
     of the prefix's recurring schedules (docs/schedules.md).
 
     Durations are seconds. On a partitioned queue this makes a
-    :class:`rqueue.PartitionedWorker` (one worker per partition), as
-    :func:`rqueue.worker_for` does.
+    :class:`rqueue.PartitionedWorker` (one fetch loop over every
+    partition), as :func:`rqueue.worker_for` does.
     """
 
     def __new__(cls, queue: Queue | PartitionedQueue, *args: Any, **kwargs: Any) -> Any:
+        # Made, not initialised: Python then runs the subclass's __init__ once.
         if cls is Worker and isinstance(queue, PartitionedQueue):
-            return PartitionedWorker(queue, *args, **kwargs)
+            return super().__new__(PartitionedWorker)
         return super().__new__(cls)
 
     def __init__(
         self,
-        queue: Queue,
+        queue: Queue | PartitionedQueue,
         group: str,
         handler: Handler,
         *,
@@ -119,8 +120,8 @@ class Worker:
         self.metrics = metrics
         #: Whether the worker also runs a scheduler of the prefix's recurring schedules.
         self.scheduler = check.flag("scheduler", scheduler)
-        #: The worker's member of the group, once :meth:`run` has joined it.
-        self.consumer: Consumer | None = None
+        #: The worker's member of the group (of every partition), once :meth:`run` has joined it.
+        self.consumer: Consumer | PartitionedConsumer | None = None
         self._clock = queue.client.clock
         self._tally = Tally(self.stats, metrics)
         self._stopping = threading.Event()
@@ -143,9 +144,13 @@ class Worker:
                 signal.signal(sig, self._on_signal)
         self._retry.watch()
         try:
-            consumer = self._retry(
-                self.queue.consumer, self.group, self.name, prefetch=self.prefetch, liveness=self.heartbeat_timeout
-            )
+
+            def join() -> Consumer | PartitionedConsumer:
+                return self.queue.consumer(
+                    self.group, self.name, prefetch=self.prefetch, liveness=self.heartbeat_timeout
+                )
+
+            consumer = self._retry(join)
             self.consumer = consumer
             notifier = self.queue.client.notifier
             ledger = Ledger()
@@ -182,7 +187,7 @@ class Worker:
                 retry=self._retry,
                 clock=self._clock,
                 notifier=notifier,
-                channel=self.queue.keys.wake_channel,
+                channels=self._channels,
                 stopping=self._stopping,
                 prefetch=self.prefetch,
                 heartbeat_timeout=self.heartbeat_timeout,
@@ -207,6 +212,14 @@ class Worker:
             self._retry.unwatch()
             self._stopped.set()
         return self.stats
+
+    def _channels(self) -> list[str]:
+        """The wake-up channels the dispatcher sleeps on: the queue's, or
+        every partition's."""
+        queue = self.queue
+        if isinstance(queue, PartitionedQueue):
+            return [part.keys.wake_channel for part in queue.parts]
+        return [queue.keys.wake_channel]
 
     def start(self) -> None:
         """Runs the worker in a background thread (no signal handlers)."""
@@ -245,7 +258,12 @@ class Worker:
         return self.consumer.last_settings.ack_wait
 
     def _shutdown(
-        self, consumer: Consumer, ledger: Ledger, dispatcher: Dispatcher, handlers: Handlers, heartbeat: Heartbeat
+        self,
+        consumer: Consumer | PartitionedConsumer,
+        ledger: Ledger,
+        dispatcher: Dispatcher,
+        handlers: Handlers,
+        heartbeat: Heartbeat,
     ) -> None:
         """Hands back what has not started, gives running handlers the grace
         period, settles what finished, and leaves the group."""
@@ -276,98 +294,23 @@ class Worker:
             handlers.stop()
 
 
-class PartitionedWorker:
-    """The worker of a partitioned queue: one :class:`rqueue.Worker` per
-    partition, all under one consumer name, sharing the ``concurrency``
-    handler threads between them (each partition gets at least one).
+class PartitionedWorker(Worker):
+    """The worker of a partitioned queue: one member of the group in every
+    partition under one consumer name, one dispatcher whose fetch loop goes
+    over the partitions in turn (each round trip starts at the next
+    partition, so none starves), and ``concurrency`` handler threads
+    shared by all of them, however many partitions there are.
     ``rqueue.Worker(partitioned_queue, ...)`` makes one; it takes the same
-    arguments and is run and stopped the same way. ``prefetch`` holds per
-    partition, as a consumer's does (default: twice each partition's
-    threads)."""
+    arguments and is run and stopped the same way. ``prefetch`` (default
+    twice ``concurrency``) caps what the worker holds over all partitions;
+    each partition's member may hold up to as many."""
 
-    def __init__(
-        self,
-        queue: PartitionedQueue,
-        group: str,
-        handler: Handler,
-        *,
-        concurrency: int = DEFAULT_CONCURRENCY,
-        name: str | None = None,
-        scheduler: bool = True,
-        **options: Any,
-    ) -> None:
-        check.whole_number("concurrency", concurrency, 1)
-        n = queue.partitions
-        shares = [max(1, concurrency // n + (1 if i < concurrency % n else 0)) for i in range(n)]
-        name = name if name is not None else consumer_name(queue.client.randomness)
-        self.queue = queue
-        self.group = group
-        self.name = name
-        self.concurrency = sum(shares)
-        #: One worker per partition (``workers[i].queue.partition == i``).
-        self.workers = [
-            Worker(part, group, handler, concurrency=share, name=name, scheduler=scheduler and i == 0, **options)
-            for i, (part, share) in enumerate(zip(queue.parts, shares, strict=True))
-        ]
-        self._errors: list[BaseException] = []
-        self._stopping = threading.Event()
-        self._stopped = threading.Event()
-        self._background: threading.Thread | None = None
+    queue: PartitionedQueue
 
     @property
-    def stats(self) -> WorkerStats:
-        """The counters of every partition's worker, added up."""
-        return WorkerStats.total(w.stats for w in self.workers)
-
-    def run(self, install_signal_handlers: bool = True) -> WorkerStats:
-        """Works until stopped (as :meth:`rqueue.Worker.run`); returns the
-        added-up counters. When one partition's worker fails (Redis stayed
-        unreachable), the others stop too and its error is raised."""
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, self._on_signal)
-        threads = [
-            threading.Thread(target=self._run_one, args=(w,), name=f"rqueue-worker-{w.queue.partition}")
-            for w in self.workers
-        ]
-        try:
-            for t in threads:
-                t.start()
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(0.2)  # short joins keep the main thread responsive to signals
-        finally:
-            self._stopped.set()
-        if self._errors:
-            raise self._errors[0]
-        return self.stats
-
-    def _run_one(self, worker: Worker) -> None:
-        try:
-            worker.run(install_signal_handlers=False)
-        except BaseException as exc:
-            self._errors.append(exc)
-            self.stop()
-
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        self.stop(now=self._stopping.is_set())
-
-    def start(self) -> None:
-        """Runs the workers in the background (no signal handlers)."""
-        self._background = threading.Thread(
-            target=self.run, kwargs={"install_signal_handlers": False}, name="rqueue-partitioned-worker"
-        )
-        self._background.start()
-
-    def stop(self, now: bool = False) -> None:
-        """Stops every partition's worker (see :meth:`rqueue.Worker.stop`)."""
-        self._stopping.set()
-        for w in self.workers:
-            w.stop(now=now)
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Waits for a worker started with :meth:`start` to end; True if it did."""
-        return self._stopped.wait(timeout)
+    def partitions(self) -> int:
+        """How many partitions the worker serves."""
+        return self.queue.partitions
 
 
 @overload

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..constants import IDLE_POLL_INTERVAL
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from ..consumer import Consumer
     from ..delivery import Delivery
     from ..engine.notify import Notifier
+    from ..partitioned_consumer import PartitionedConsumer
 
 log = logging.getLogger("rqueue.worker")
 
@@ -29,20 +31,22 @@ class Dispatcher:
     """Keeps up to ``prefetch`` deliveries in hand: those without a free
     handler thread wait locally, so that one round trip serves more
     messages. Settles finished work in the same round trip as the next
-    fetch, and sleeps on the queue's wake-up channel when idle. Runs on the
+    fetch, and sleeps on the queue's wake-up channels when idle (one per
+    partition of a partitioned queue, whose consumer fetches from the
+    partitions in turn, each call starting at the next). Runs on the
     thread that runs the worker; it alone fetches and settles."""
 
     def __init__(
         self,
         *,
-        consumer: Consumer,
+        consumer: Consumer | PartitionedConsumer,
         ledger: Ledger,
         handlers: Handlers,
         tally: Tally,
         retry: Reconnector,
         clock: Clock,
         notifier: Notifier,
-        channel: str,
+        channels: Callable[[], list[str]],
         stopping: threading.Event,
         prefetch: int,
         heartbeat_timeout: float,
@@ -54,7 +58,7 @@ class Dispatcher:
         self._retry = retry
         self._clock = clock
         self._notifier = notifier
-        self._channel = channel
+        self._channels = channels
         self._stopping = stopping
         self._prefetch = prefetch
         self._heartbeat_timeout = heartbeat_timeout
@@ -64,14 +68,15 @@ class Dispatcher:
         consumer = self._consumer
         ledger = self._ledger
         notifier = self._notifier
-        channel = self._channel
+        channels = self._channels
         while not self._stopping.is_set():
-            generation = notifier.generation(channel)
+            # read per round: a grown partitioned queue adds channels
+            generations = {channel: notifier.generation(channel) for channel in channels()}
             acks, others = ledger.drain()
             self._settle_others(others)
             free = self._prefetch - ledger.unsettled()
             if free <= 0 and not acks:
-                notifier.wait(channel, generation, IDLE_POLL_INTERVAL, until=self._has_news)
+                notifier.wait_any(generations, IDLE_POLL_INTERVAL, until=self._has_news)
                 continue
             # The lease of what this fetch brings begins after it is sent: a
             # delivery is judged by this time, not by when the reply was
@@ -101,7 +106,7 @@ class Dispatcher:
             if acks or others:
                 continue
             wait = IDLE_POLL_INTERVAL if due_in is None else min(IDLE_POLL_INTERVAL, due_in)
-            notifier.wait(channel, generation, wait, until=self._has_news)
+            notifier.wait_any(generations, wait, until=self._has_news)
 
     def settle(self) -> None:
         """Settles every finished delivery (acks without a fetch)."""
@@ -162,7 +167,7 @@ class Dispatcher:
         the deliveries waiting for a thread are from before the loss, and
         are dropped, never run; running ones finish, but their outcomes are
         not sent (LostDelivery), so none settles a new message."""
-        dropped = self._ledger.forget_waiting(older_than=self._consumer.state_epoch)
+        dropped = self._ledger.forget_waiting(epoch_for=self._consumer.epoch_for)
         # The consumer logged the loss at ERROR; this says what the worker did.
         log.warning(
             "worker %s: Redis lost the queue's state; %d waiting deliveries dropped, not run",

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..consumer import Consumer
     from ..delivery import Delivery
     from ..engine.notify import Notifier
+    from ..partitioned_consumer import PartitionedConsumer
 
 log = logging.getLogger("rqueue.worker")
 
@@ -81,7 +82,7 @@ class Handlers:
         handler: Handler,
         concurrency: int,
         *,
-        consumer: Consumer,
+        consumer: Consumer | PartitionedConsumer,
         ledger: Ledger,
         tally: Tally,
         retry: Reconnector,
@@ -151,7 +152,7 @@ class Handlers:
             # Its lease was lost while it waited (the heartbeat withdrew it).
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
-        if d.epoch != self._consumer.state_epoch:
+        if d.epoch != self._consumer.epoch_for(d):
             # Made before Redis lost the queue's state: never run.
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""

@@ -17,6 +17,7 @@ from .stats import Tally
 if TYPE_CHECKING:
     from ..clock import Clock
     from ..consumer import Consumer
+    from ..partitioned_consumer import PartitionedConsumer
 
 log = logging.getLogger("rqueue.worker")
 
@@ -28,7 +29,7 @@ class Heartbeat:
     def __init__(
         self,
         *,
-        consumer: Consumer,
+        consumer: Consumer | PartitionedConsumer,
         queue_name: str,
         ledger: Ledger,
         tally: Tally,
@@ -103,7 +104,7 @@ class Heartbeat:
                     # Redis lost the queue's state (the consumer logged it):
                     # what waits from before the loss never runs; what the
                     # dispatcher fetched since (a newer epoch) does.
-                    dropped = ledger.forget_waiting(older_than=consumer.state_epoch)
+                    dropped = ledger.forget_waiting(epoch_for=consumer.epoch_for)
                     log.warning("worker %s: %d waiting deliveries dropped, not run", consumer.name, dropped)
             # A delivery settled since the heartbeat listed it (its ack
             # raced this call) is refused as no longer held, not lost.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .outcome import Outcome
@@ -139,18 +140,24 @@ class Ledger:
             for tag in tags:
                 self._waiting.pop(tag, None)
 
-    def forget_waiting(self, older_than: int | None = None) -> int:
+    def forget_waiting(self, older_than: int | None = None, epoch_for: Callable[[Delivery], int] | None = None) -> int:
         """Withdraws every waiting delivery (the worker was removed from its
         group: what it held is offered again), or with ``older_than`` those
         fetched before the consumer's state epoch ``older_than`` (Redis lost
-        the queue's state: what was fetched after the loss stays); returns
-        how many."""
+        the queue's state: what was fetched after the loss stays), or with
+        ``epoch_for`` those older than the epoch it gives for each (a
+        partitioned queue: each partition's own); returns how many."""
         with self._lock:
-            if older_than is None:
+            if older_than is None and epoch_for is None:
                 dropped = len(self._waiting)
                 self._waiting.clear()
                 return dropped
-            old = [tag for tag, (d, _) in self._waiting.items() if d.epoch < older_than]
+            floor = older_than
+            old = [
+                tag
+                for tag, (d, _) in self._waiting.items()
+                if d.epoch < (epoch_for(d) if epoch_for is not None else (floor or 0))
+            ]
             for tag in old:
                 del self._waiting[tag]
         return len(old)

@@ -17,6 +17,9 @@
     { group_created (0/1), consumer_created (0/1), incarnation } the
     queue's incarnation ("" when it has none): a client that sees it change
     knows Redis lost the queue's state
+  Errors (nothing is changed):
+    RQ_PARTITIONED <layout>  the queue was made a partitioned queue (meta
+      field "partitioned", set by partition.lua): groups join its partitions
 
   An acked key that is a set, not runs (includes/acked_runs.lua), is made
   runs here, before any other script meets it (docs/upgrading.md).
@@ -28,7 +31,10 @@
 --@include beat
 --@lazy ackedRuns acked_runs
 
-local inc = rcall('HGET', metaKey, 'inc')
+local inc, partitioned = unpack(rcall('HMGET', metaKey, 'inc', 'partitioned'))
+if partitioned then
+  return redis.error_reply('RQ_PARTITIONED ' .. partitioned)
+end
 if not inc and string.find(ARGV[9] or '', '^%l[%l%d]*$') and #ARGV[9] <= 32 then
   inc = ARGV[9]
   rcall('HSET', metaKey, 'inc', inc)

@@ -34,6 +34,9 @@
     incarnation is the queue's (meta field "inc"): a client that sees it
     change, or a new seq at or below one it saw, knows Redis lost state
   Errors (nothing is stored):
+    RQ_PARTITIONED <layout>  the queue was made a partitioned queue (meta
+                   field "partitioned", set by partition.lua): its
+                   messages go to its partitions
     RQ_UNROUTABLE  mandatory publish to a queue without a group
     RQ_CORRUPT     the last seq (meta field seq) is garbage, or missing
                    while the queue has records or a group that settled some
@@ -54,6 +57,11 @@ local schedKey = KEYS[4]
 
 local now = readNow(ARGV[1])
 local channel = ARGV[4]
+
+local partitioned = rcall('HGET', metaKey, 'partitioned')
+if partitioned then
+  return redis.error_reply('RQ_PARTITIONED ' .. partitioned)
+end
 
 if ARGV[3] == '1' and rcall('HLEN', floorsKey) == 0 then
   return redis.error_reply('RQ_UNROUTABLE the queue has no group to deliver to')

@@ -1,0 +1,61 @@
+"""The worker of a partitioned queue: one fetch loop over every partition,
+sharing ``concurrency`` handler threads (fewer threads than partitions
+work), fair between partitions, and a loss of Redis state in one partition
+leaves the other partitions' deliveries alone."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from support.servers import wait_for
+
+import rqueue
+
+
+def handler_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("rqueue-handler-"))
+
+
+@pytest.mark.parametrize("backend", ["redis", "cluster"], indirect=True)
+def test_one_thread_serves_six_partitions_fairly(client):
+    # given 6 partitions with 20 messages each, and a worker of one handler thread
+    pq = client.queue("orders", partitions=6)
+    for p, part in enumerate(pq.parts):
+        part.publish_many([f"{p}:{i}".encode() for i in range(20)])
+    order: list[int] = []
+    before = handler_threads()
+    w = rqueue.Worker(pq, "g", lambda d: order.append(int(d.data.split(b":")[0])), concurrency=1, prefetch=2)
+    assert isinstance(w, rqueue.PartitionedWorker) and w.concurrency == 1
+    # when it runs
+    w.start()
+    try:
+        wait_for(lambda: len(order) >= 120, timeout=30)
+        # then it ran one handler thread, not one per partition
+        assert handler_threads() - before == 1
+    finally:
+        w.stop()
+        assert w.join(30)
+    # and every partition was served from the start: the first 24 handled hold each partition at least twice
+    assert sorted(order) == sorted(p for p in range(6) for _ in range(20))
+    assert all(order[:24].count(p) >= 2 for p in range(6)), order[:24]
+    assert w.stats.acked == 120 and pq.stats().group("g").pending == 0
+
+
+def test_a_loss_in_one_partition_leaves_the_other_partitions_deliveries_current(client):
+    # given a partitioned consumer holding one delivery of each of two partitions
+    pq = client.queue("orders", partitions=2)
+    pq.parts[0].publish(b"a")
+    pq.parts[1].publish(b"b")
+    c = pq.consumer("g")
+    ds = sorted(c.fetch(2), key=lambda d: d.consumer.queue.partition)
+    # when Redis loses partition 1's state (its keys go) and a new message makes it anew
+    client.redis.delete(*[k for k in client.redis.scan_iter(match=pq.parts[1].keys.base + "*")])
+    pq.parts[1].publish(b"c")
+    c.fetch(2)
+    # then partition 1's old delivery is judged lost, partition 0's stays current, and settles
+    assert c.consumers[1].state_epoch == 1 and c.consumers[0].state_epoch == 0
+    assert [d.epoch == c.epoch_for(d) for d in ds] == [True, False]
+    c.ack(ds[0])
+    with pytest.raises(rqueue.LostDelivery):
+        c.ack(ds[1])
