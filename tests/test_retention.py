@@ -408,3 +408,23 @@ def test_the_doctor_finds_nothing_wrong_with_retained_and_reset_queues(client, q
     queue.delete_group("c")
     # when the doctor examines it, then it finds nothing
     assert doctor.examine(queue) == []
+
+
+def test_max_age_passes_seqs_whose_records_went_before_retention(client, queue, clock):
+    # given two groups that settled seqs 2 and 3 (deleted: every group settled
+    # them) while holding seq 1, before retention applied
+    queue.publish_many(payloads(3))
+    g, h = queue.consumer("g"), queue.consumer("h")
+    held_g, held_h = g.fetch(3), h.fetch(3)
+    g.ack(held_g[1:])
+    h.ack(held_h[1:])
+    assert stored(queue) == [1]
+    # when retention applies, seq 1 is settled and kept, and later a trim step runs
+    client.configure("orders", max_age=60)
+    queue.trim()
+    g.ack(held_g[0])
+    h.ack(held_h[0])
+    assert stored(queue) == [1]
+    clock.advance(61)
+    # then the seqs without records do not stop it
+    assert queue.trim().trimmed == 3 and stored(queue) == []

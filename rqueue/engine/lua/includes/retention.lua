@@ -35,9 +35,11 @@ local function trimRetained(spec, nowMs, limit)
     local drop = (maxAge == nil and maxLen == nil) or (maxLen ~= nil and nxt <= last - maxLen)
     if not drop and maxAge ~= nil then
       local rec = rcall('HGET', msgsKey, nxt)
-      -- Publish times rise with seqs: the first record young enough ends the step.
+      -- Publish times rise with seqs: the first record young enough ends
+      -- the step. A seq without a record (deleted before retention mode)
+      -- or whose time does not parse holds nothing back.
       local published = rec and tonumber(recordPublished(rec) or '')
-      drop = published == nil or published <= nowMs - maxAge
+      drop = not published or published <= nowMs - maxAge
     end
     if not drop then
       break
