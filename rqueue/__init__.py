@@ -15,6 +15,7 @@ from .errors import (
     CorruptRecord,
     DeliveryError,
     EvictionPolicy,
+    GroupInUse,
     InvalidInput,
     InvalidName,
     InvalidSetting,
@@ -48,14 +49,18 @@ from .randomness import Randomness
 from .results import (
     ConsumerStats,
     DeadLetter,
+    GroupMessageStatus,
     GroupStats,
     Message,
+    MessageState,
+    MessageStatus,
     PartitionPlacement,
     PlacementReport,
     PublishResult,
     QueueStats,
     ReplayResult,
 )
+from .retention import Start
 from .schedules import Missed, ScheduleInfo
 from .settings import Settings
 from .worker import PartitionedWorker, Worker, WorkerStats, worker_for
@@ -99,9 +104,14 @@ __all__ = [
     "PartitionedWorker",
     "PartialPublish",
     "QueueInUse",
+    "GroupInUse",
     "PayloadTooLarge",
     "PublishResult",
     "Queue",
+    "Start",
+    "MessageState",
+    "MessageStatus",
+    "GroupMessageStatus",
     "QueueStats",
     "PartitionPlacement",
     "PlacementReport",

@@ -34,6 +34,9 @@ MAX_FETCH = 10_000  # deliveries one fetch may ask for
 MAX_BATCH = 5_000  # messages one publish_many call sends in one script call
 MAX_PARTITIONS = 1024  # partitions of one partitioned queue
 PURGE_BATCH = 5_000  # messages one purge script call settles at most
+RETAIN_STEP = 5_000  # seqs one trim step of retention passes at most
+RETAIN_INTERVAL = 0.1  # seconds between a publisher's trim steps of a queue in retention mode
+RETAIN_CHECK = 10.0  # seconds between a publisher's checks of a queue not in retention mode
 # Seconds of the longest duration or window a user can set (delays, ack_wait,
 # redelivery delays, dedup_window, liveness, worker timeouts): 10 years, far
 # inside what the scripts and Python's waits can represent (validate.py).

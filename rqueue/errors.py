@@ -227,6 +227,25 @@ class QueueInUse(RQueueError):
         self.in_flight = in_flight
 
 
+class GroupInUse(RQueueError):
+    """A group was to be reset or deleted while its consumers hold
+    deliveries; nothing was changed (``force=True`` takes them back: their
+    settles then fail).
+
+    Attributes:
+        group: the group's name.
+        in_flight: deliveries held when it was asked.
+    """
+
+    def __init__(self, group: str, in_flight: int) -> None:
+        super().__init__(
+            f"group {group!r} has {in_flight} deliveries in flight: nothing was changed "
+            "(stop its consumers first, or pass force=True)"
+        )
+        self.group = group
+        self.in_flight = in_flight
+
+
 class ServerTooOld(RQueueError):
     """The server's version is older than the scripts need.
 
@@ -586,6 +605,12 @@ def from_script_error(exc: Exception, *, queue: str = "", where: str = "") -> Ex
         if "{" in first:
             return CorruptRecord(first, rest)
         return CorruptRecord(where, detail)
+    if code in ("RQ_POSITION", "RQ_NO_GROUP", "RQ_GROUP_EXISTS"):
+        return InvalidInput(_LUA_WHERE.split(detail, 1)[0].strip())
+    if code == "RQ_GROUP_BUSY":
+        held, _, rest = detail.partition(" ")
+        group = rest.split(" ")[1] if rest.startswith("group ") else rest
+        return GroupInUse(group, int(held) if held.isdigit() else 0)
     if code == "RQ_BAD_ARGUMENT":
         # Only a client that builds a script's arguments wrongly (another
         # version's layout) meets it; the script headers say what a call

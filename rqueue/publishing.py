@@ -22,6 +22,7 @@ from .engine.record import encode_body
 from .errors import InvalidInput, NotDurable, PartialPublish, PayloadTooLarge, QueuePartitioned, Unroutable
 from .names import check_message_id
 from .results import PublishResult
+from .retention import after_publish
 from .settings import Settings
 from .statewatch import Mark, StateWatch
 from .tracing import with_trace
@@ -265,7 +266,9 @@ def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
         )
         return alternate_results(alternate, results)
     client.register(queue.name)
-    return stored(prepared, replies, queue.partition)
+    results = stored(prepared, replies, queue.partition)
+    after_publish(queue, prepared.settings)
+    return results
 
 
 def _send_durably(queue: QueueLike, prepared: PreparedPublish) -> list[Any]:

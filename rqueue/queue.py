@@ -13,9 +13,21 @@ from .engine import commands, store
 from .engine.keys import QueueKeys, queue_base
 from .engine.record import decode_record
 from .errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, StateLost
-from .names import check_name, check_queue_name
+from .names import check_message_id, check_name, check_queue_name
 from .publishing import prepare, send
-from .results import DeadLetter, Message, Progress, PublishResult, QueueStats, ReplayResult
+from .results import (
+    DeadLetter,
+    GroupReset,
+    Message,
+    MessageStatus,
+    Progress,
+    PublishResult,
+    QueueStats,
+    ReplayResult,
+    Trimmed,
+)
+from .retention import Position, position_args
+from .retention import trim as trim_step
 from .settings import DEAD_LETTER_MODES, Settings
 from .tracing import sending
 from .waiting import wait_settled
@@ -223,6 +235,48 @@ class Queue:
         self.client.state_watch(self.name, self.keys).forget()
         return deleted
 
+    # -- groups and retention (docs/retention.md) ---------------------------
+
+    def create_group(self, group: str, start: Position = "first") -> int:
+        """Creates ``group`` at ``start``: "first" (the oldest message
+        stored, where a consumer's first join starts a group), "last"
+        (only messages published from now on), a seq (the first one the
+        group is handed) or an aware datetime (the first message published
+        at or after it). Returns the seq the group starts after. Raises
+        InvalidInput, changing nothing, for a group that exists or a
+        position that is not stored (a seq beyond the last, or one or a
+        time older than the oldest message stored)."""
+        check_name("group", group)
+        mode, value = position_args(start)
+        return commands.group_create(self.group_call(group), mode, value).floor
+
+    def reset_group(self, group: str, to: Position, force: bool = False) -> GroupReset:
+        """Moves ``group`` to the position ``to`` (as for
+        :meth:`create_group`): back, and it is handed again what it had
+        settled (the operator's explicit choice), or forward, and it counts
+        what it skips as settled. Refuses with GroupInUse, changing
+        nothing, while its consumers hold deliveries, unless ``force``:
+        they are taken back, and their acks fail (UnknownDeliveryTag or
+        AlreadyAcked)."""
+        check_name("group", group)
+        mode, value = position_args(to)
+        reply = commands.group_reset(self.group_call(group), mode, value, check.flag("force", force))
+        return GroupReset(group, reply.previous, reply.floor, reply.cancelled)
+
+    def delete_group(self, group: str, force: bool = False) -> int:
+        """Deletes ``group`` and its state (its dead letters stay). Refuses
+        with GroupInUse while its consumers hold deliveries, unless
+        ``force`` (their acks then fail). Returns how many deliveries were
+        taken back."""
+        check_name("group", group)
+        return commands.group_delete(self.group_call(group), check.flag("force", force))
+
+    def trim(self) -> Trimmed:
+        """Stores the queue's retention settings (max_age, max_length) and
+        runs one bounded trim step now; publishers run it by themselves."""
+        reply = trim_step(self)
+        return Trimmed(reply.retained, reply.trimmed, reply.passed)
+
     @property
     def last_state_loss(self) -> StateLost | None:
         """The last loss of this queue's state in Redis that this client's
@@ -358,6 +412,22 @@ class Queue:
         if len(out) < n and cursor < store.last_seq(r, self.keys):
             out += self.peek(n - len(out), after=cursor)
         return out[:n]
+
+    def status(self, id: str | None = None, *, seq: int | None = None) -> MessageStatus:
+        """What became of the message with id ``id`` (found while its id is
+        inside the de-duplication window) or with ``seq``: published,
+        delayed, or per group in flight (by whom, how many deliveries),
+        waiting for a redelivery, acked, dead-lettered or dropped (the
+        reason), from one consistent snapshot. UNKNOWN when there is no
+        such message. docs/retention.md#message-status."""
+        if (id is None) == (seq is None):
+            raise InvalidInput("give a message id or seq=, not both and not neither")
+        if id is not None:
+            check_message_id(id)
+        if seq is not None:
+            check.whole_number("seq", seq, 1)
+        r = self.client
+        return commands.status(r.scripts, self.keys, r.clock.script_now(), id, seq, self.groups(), self.name)
 
     def _read(self, seq: int) -> Message | None:
         rec = store.record(self.client.redis, self.keys, seq)

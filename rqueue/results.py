@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import NamedTuple
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -209,3 +211,54 @@ class ReplayResult:
             self.dry_run,
             by_group,
         )
+
+
+class GroupReset(NamedTuple):
+    """What a group reset did (``Queue.reset_group``)."""
+
+    group: str
+    previous: int  # the ack floor before
+    floor: int  # the ack floor now: the group is handed the seqs above it
+    cancelled: int  # deliveries taken back from its consumers
+
+
+class Trimmed(NamedTuple):
+    """One trim step of retention (``Queue.trim``)."""
+
+    retained: bool  # the queue is in retention mode: trim steps delete its settled records
+    trimmed: int  # records at or below this seq are deleted
+    passed: int  # seqs this step deleted
+
+
+class MessageState(Enum):
+    """Where one message stands (``Queue.status``): overall, or in one group."""
+
+    UNKNOWN = "unknown"  # no such seq, or an id outside the de-duplication window
+    PUBLISHED = "published"  # stored; in a group: not read by it yet
+    DELAYED = "delayed"  # a delayed publish, or a delayed redelivery, not yet due
+    IN_FLIGHT = "in-flight"  # a consumer of the group holds it
+    WAITING = "waiting"  # a redelivery due now
+    ACKED = "acked"  # settled by the group, and no dead letter or drop of it in the events read
+    DEAD_LETTERED = "dead-lettered"  # moved to the dead-letter queue (reason)
+    DROPPED = "dropped"  # dropped by dead_letter=None (reason)
+    SETTLED = "settled"  # overall only: every group settled it (or the queue's retention deleted it)
+
+
+class GroupMessageStatus(NamedTuple):
+    """One group's view of a message."""
+
+    state: MessageState
+    consumer: str | None  # who holds it (IN_FLIGHT)
+    deliveries: int  # deliveries made so far (IN_FLIGHT, WAITING, DELAYED redeliveries)
+    reason: str | None  # DEAD_LETTERED, DROPPED
+
+
+@dataclass(frozen=True)
+class MessageStatus:
+    """What became of one message (``Queue.status``)."""
+
+    seq: int | None  # None when unknown
+    state: MessageState  # UNKNOWN, PUBLISHED, DELAYED or SETTLED
+    published_ms: int | None  # None once the record is deleted
+    not_before_ms: int | None  # a delayed publish not yet due
+    groups: dict[str, GroupMessageStatus] = field(default_factory=dict)

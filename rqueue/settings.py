@@ -60,6 +60,8 @@ class Settings:
     # limit), in any window of that length, across every consumer.
     rate_limit: int = 0
     rate_period: float = 1.0
+    max_age: float | None = None  # seconds settled messages are kept (docs/retention.md); None = not by age
+    max_length: int | None = None  # newest seqs kept once settled; None = not by length
 
     def merged(self, values: Mapping[str, Any]) -> Settings:
         """A copy with ``values`` applied after validating each of them."""
@@ -156,6 +158,12 @@ def _check_one(name: str, value: Any) -> Any:
         return _at_least(name, value, 0, integer=True, what="must be a whole number >= 0 (0: no limit)")
     if name == "rate_period":
         return _duration(name, value, 0.001, "must be a positive number of seconds (at least 0.001)")
+    if name == "max_age":
+        return None if value is None else _duration(name, value, 0, "must be None or seconds >= 0")
+    if name == "max_length":
+        if value is None:
+            return None
+        return _at_least(name, value, 0, integer=True, what="must be None or a whole number of messages >= 0")
     if name == "max_payload":
         return payload_limit(name, _at_least(name, value, 1, integer=True, what="must be a whole number of bytes >= 1"))
     raise InvalidSetting(name, value, f"unknown setting; known: {', '.join(sorted(SETTING_NAMES))}")

@@ -43,6 +43,7 @@ LAYERS = [
         "rqueue.deadletters",
         "rqueue.consumer_core",
         "rqueue.consumer",
+        "rqueue.retention",
         "rqueue.publishing",
         "rqueue.waiting",
         "rqueue.queue",

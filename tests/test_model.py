@@ -17,7 +17,8 @@ heartbeat once its liveness passed; its next fetch joins it again),
 graceful close and joining again, publishes with priorities, pause and
 resume of a group and of the queue (refuse, hold), settings changes (max_deliveries,
 redelivery_delay, redelivery_multiplier), replay of dead letters (all,
-one group's, limited), and Redis losing the queue's keys (a wipe, at most
+one group's, limited), group resets (to first, last or a seq, forced or
+not, refused outside the stored seqs) and retention trim steps, and Redis losing the queue's keys (a wipe, at most
 MAX_WIPES per example: the queue starts again, each group's first consumer
 joins again and must see the loss, the others on their next call) with
 settles of deliveries from before it by their own consumers (refused:
@@ -207,6 +208,10 @@ class QueueMachine(RuleBasedStateMachine):
             settings_ttl=0,
         )
         self.q = self.client.queue(QUEUE)
+        # Publishers run trim steps by themselves after their first publish
+        # (rqueue/retention.py), on the wall clock: this one runs them only
+        # by the trim rule (the intervals are patched by _no_background_trim).
+        self.q.trim()
         values = dict(
             ack_wait=ack_wait,
             max_inflight=max_inflight,
@@ -655,6 +660,29 @@ class QueueMachine(RuleBasedStateMachine):
                 else "(replayed a seq above the ack floor)"
             ] += 1
 
+    # -- retention and resets (docs/retention.md) -------------------------------------------
+
+    @rule(group=st.sampled_from(["A", "B"]), to=st.sampled_from(["first", "last", 1, 2, 3, 5, 8]), force=st.booleans())
+    def reset(self, group, to, force):
+        if group not in self.groups:
+            group = "A"
+        real = outcome(lambda: self.q.reset_group(group, to, force=force))
+        if real[0] == "ok":
+            real = ("ok", (real[1].previous, real[1].floor, real[1].cancelled))
+        model = outcome(lambda: self.model.reset(group, to, force))
+        self._same_result(f"reset {group} to {to} force={force}", real, model)
+        if real[0] == "ok":
+            # an operator's choice: the group is handed again what lies above its new floor
+            self.settled[group] = set()
+            for key in [k for k in self.seen_counts if k[0] == group]:
+                del self.seen_counts[key]
+            COVERAGE[f"(reset) {'with' if real[1][2] else 'without'} deliveries taken back"] += 1
+
+    @rule()
+    def trim(self):
+        real = self.q.trim()
+        self._same_result("trim", ("ok", tuple(real)), ("ok", self.model.trim()))
+
     # -- comparison after every step -----------------------------------------------------------
 
     @invariant()
@@ -724,6 +752,12 @@ class QueueMachine(RuleBasedStateMachine):
             "dead_letters": sorted((d.group, d.seq, d.reason, d.deliveries) for d in self.q.dead_letters()),
             "groups": groups,
         }
+
+
+@pytest.fixture(autouse=True)
+def _no_background_trim(monkeypatch):
+    monkeypatch.setattr("rqueue.retention.RETAIN_INTERVAL", 1e9)
+    monkeypatch.setattr("rqueue.retention.RETAIN_CHECK", 1e9)
 
 
 @pytest.fixture(autouse=True)
@@ -853,3 +887,47 @@ def test_a_late_ack_with_another_fetchs_token_is_not_held(backend: str) -> None:
         assert state.q.stats().group("A").acked == 1
     finally:
         state.teardown()
+
+
+def test_a_forced_reset_while_deliveries_are_held_and_then_settled(backend: str) -> None:
+    # a reset that takes back deliveries, their settles afterwards, a replay
+    # held open across it, and trim steps: the model and the scripts agree
+    state = _machine(backend)
+    try:
+        state.setup(
+            ack_wait=5.0,
+            max_inflight=1024,
+            max_deliveries=1,
+            redelivery_delay=0.0,
+            multiplier=1.0,
+            dedup_window=20.0,
+            two_groups=True,
+            early=[],
+            first=(100, None),
+        )
+        steps = [
+            lambda: state.publish_many(message_ids=[None, None, None], delay=None),
+            lambda: state.fetch(i=0, n=3),  # a1 holds 1..3
+            lambda: state.reject(i=0, term=True),  # seq 1 dead-lettered by A
+            lambda: state.replay(group="A", limit=None),  # and reopened
+            lambda: state.fetch(i=1, n=3),  # b1 holds 1..3
+            lambda: state.ack_list(i=1, js=[(2, False), (3, False)]),
+            lambda: state.reset(group="A", to="first", force=False),  # refused: A holds deliveries
+            lambda: state.reset(group="A", to=2, force=True),
+            lambda: state.ack(i=1),  # an old delivery of A: refused
+            lambda: state.trim(),
+            lambda: state.fetch(i=0, n=3),
+            lambda: state.ack_list(i=0, js=[(0, False), (1, False)]),
+            lambda: state.ack(i=5),
+            lambda: state.trim(),
+            lambda: state.reset(group="B", to="last", force=True),
+            lambda: state.trim(),
+            lambda: state.publish(mid=None, delay=None, mandatory=False),
+        ]
+        for step in steps:
+            step()
+            state.same_state()
+        assert COVERAGE["(reset) with deliveries taken back"] >= 1
+    finally:
+        state.teardown()
+        COVERAGE.clear()

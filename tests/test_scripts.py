@@ -1448,3 +1448,130 @@ def test_fetch_with_a_rate_limit_counts_the_window_and_names_when_it_has_room(ra
     for bad in ("t4:0:1000", "t4:2:0", "t4:2", "T4:2:1000"):
         with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT the token"):
             s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 1000, None, 10, bad))
+
+
+# -- retain, group_create, group_reset, group_delete (docs/retention.md) ---------
+
+
+def retain(raw, age="-", length="-", apply="1", limit=5000, now=NOW):
+    r, qk, _, s = raw
+    return s.retain(keys=qk.retain_keys(), args=[now, age, length, apply, limit])
+
+
+def test_retain_stores_the_retention_and_trims_only_what_every_group_settled(raw):
+    # given 4 messages a group settled 3 of, in retention mode keeping the last 1
+    r, qk, gk, s = raw
+    assert retain(raw) == [0, 0, 0] and not r.exists(qk.meta)  # no retention, no queue: nothing written
+    publish(raw, b"a", b"b", b"c", b"d")
+    s.join(keys=gk, args=group_argv("g", "c1", NOW, None, 10_000, INC))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 3, "tok"))
+    assert retain(raw, length="1") == [1, 0, 0]
+    assert r.hget(qk.meta, "retain") == b"- 1"
+    s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *[x for seq in (1, 2, 3) for x in (seq, 1, "tok")]))
+    # then acks deleted nothing, and a step deletes the settled seqs beyond the length only
+    assert r.hlen(qk.msgs) == 4
+    assert retain(raw, length="1", limit=2) == [1, 2, 2]  # at most the limit per call
+    assert retain(raw, length="1") == [1, 3, 1]
+    assert sorted(r.hkeys(qk.msgs)) == [b"4"]
+    # and with apply "0" the stored retention is kept
+    assert retain(raw, apply="0") == [1, 3, 0] and r.hget(qk.meta, "retain") == b"- 1"
+
+
+def test_retain_by_age_reads_the_publish_time(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"a", now=NOW)
+    publish(raw, b"b", now=NOW + 10_000)
+    s.join(keys=gk, args=group_argv("g", "c1", NOW, None, 10_000, INC))
+    retain(raw, age="5000")
+    s.settle_to(keys=gk, args=group_argv("g", "", NOW, None, 2, 0, 100))
+    assert retain(raw, age="5000", now=NOW + 12_000) == [1, 1, 1]
+    assert retain(raw, age="5000", now=NOW + 15_000) == [1, 2, 1]
+
+
+def test_retain_leaves_retention_mode_once_nothing_is_stored(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv("g", "c1", NOW, None, 10_000, INC))
+    retain(raw, length="5")
+    s.settle_to(keys=gk, args=group_argv("g", "", NOW, None, 1, 0, 100))
+    assert retain(raw) == [0, 1, 1]
+    assert r.hget(qk.meta, "retain") is None and r.hlen(qk.msgs) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [(["x", "-", "1", 10], "ARGV[2]"), (["-", "1.5", "1", 10], "ARGV[3]"), (["-", "-", "1", 0], "ARGV[5]")],
+)
+def test_retain_refuses_bad_arguments(raw, client, args, fragment):
+    _, qk, _, s = raw
+    publish(raw, b"a")
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=re.escape(fragment)):
+        s.retain(keys=qk.retain_keys(), args=[NOW, *args])
+
+
+def test_group_create_at_a_position_and_its_refusals(raw, client):
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b", b"c")
+    hk = qk.group("h").as_list()
+    assert s.group_create(keys=hk, args=group_argv("h", "", NOW, None, "seq", "2")) == [1, 3]
+    assert r.hget(qk.floors, "h") == b"1"
+    assert r.hmget(qk.group("h").state, "cursor", "since") == [b"1", b"3"]
+    for mode, value, code in [
+        ("seq", "5", "RQ_POSITION seq 5 is beyond the last published seq, 3"),
+        ("seq", "x", "RQ_POSITION seq x is not a seq"),
+        ("time", "-1", "RQ_POSITION time -1 is not a time"),
+        ("later", "", "RQ_POSITION later is not a position"),
+    ]:
+        with nothing_changes(client), pytest.raises(redis.ResponseError, match=re.escape(code)):
+            s.group_create(keys=gk, args=group_argv("g", "", NOW, None, mode, value))
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match="RQ_GROUP_EXISTS group h exists"):
+        s.group_create(keys=hk, args=group_argv("h", "", NOW, None, "first", ""))
+
+
+def test_group_reset_takes_back_what_was_in_flight_and_fences_its_tags(raw, client):
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b", b"c")
+    s.join(keys=gk, args=group_argv("g", "c1", NOW, None, 10_000, INC))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "tok"))
+    tags = [x for seq in (1, 2) for x in (seq, 1, "tok")]
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match="RQ_GROUP_BUSY 2 group g has 2"):
+        s.group_reset(keys=gk, args=group_argv("g", "", NOW, None, "last", "", "0"))
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match="RQ_NO_GROUP group x does not exist"):
+        s.group_reset(keys=qk.group("x").as_list(), args=group_argv("x", "", NOW, None, "last", "", "1"))
+    assert s.group_reset(keys=gk, args=group_argv("g", "", NOW, None, "seq", "3", "1")) == [0, 2, 2]
+    gkeys = qk.group("g")
+    assert r.zcount(gkeys.lease, "-inf", "(+inf") == 0 and r.hget(gkeys.consumers, "c1") == b"0"
+    assert r.hget(qk.meta, "retain") == b"- -"
+    # the old tags settle nothing: seq 1 and 2 are at or below the new floor
+    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", *tags)) == [b"RQ_ACKED", b"RQ_ACKED"]
+    assert r.hget(qk.floors, "g") == b"2"
+
+
+def test_group_delete_removes_the_group_keys(raw, client):
+    r, qk, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv("g", "c1", NOW, None, 10_000, INC))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "tok"))
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match="RQ_GROUP_BUSY 1"):
+        s.group_delete(keys=gk, args=group_argv("g", "", NOW, None, "0"))
+    assert s.group_delete(keys=gk, args=group_argv("g", "", NOW, None, "1")) == [1]
+    assert r.hlen(qk.floors) == 0
+    assert [k for k in qk.group("g").group_only() if r.exists(k)] == []
+    assert r.hlen(qk.msgs) == 1
+
+
+def test_status_by_id_and_by_seq_per_group(raw, client):
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b", ids=["x", ""])
+    s.join(keys=gk, args=group_argv("g", "c1", NOW, None, 10_000, INC))
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "tok"))
+
+    def status(msg_id, seq):
+        return s.status(keys=qk.status_keys(msg_id, ["g"]), args=[NOW, seq, 100, "g"])
+
+    assert status("x", "") == [1, 1, 2, str(NOW).encode(), b"", b"g", b"in-flight", b"c1", 1, b""]
+    assert status(None, 2)[5:] == [b"g", b"pending", b"", 0, b""]
+    assert status("nope", "") == [0, 0, 2, b"", b""]
+    assert status(None, 3) == [0, 3, 2, b"", b""]
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match="RQ_BAD_ARGUMENT the seq"):
+        status(None, "1.5")

@@ -17,11 +17,11 @@ from ..engine import async_commands as acmd
 from ..engine.keys import QueueKeys, partitions_key, queue_base
 from ..engine.record import decode_record
 from ..errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, StateLost
-from ..names import check_name, check_queue_name
+from ..names import check_message_id, check_name, check_queue_name
 from ..placement import Layout
 from ..publishing import prepare
 from ..queue import CLUSTER_DEAD_LETTER, PARTITION_DEAD_LETTER
-from ..results import DeadLetter, Message, PublishResult, QueueStats, ReplayResult
+from ..results import DeadLetter, Message, MessageStatus, PublishResult, QueueStats, ReplayResult
 from ..settings import DEAD_LETTER_MODES, Settings
 from ..tracing import sending
 from ..waiting import FIRST_POLL, LAST_POLL, check_wait, groups_to_wait_for, not_settled, waited_for
@@ -221,6 +221,17 @@ class Queue:
     def _message(self, seq: int, rec: bytes) -> Message:
         published, headers, data = decode_record(rec, f"{self.keys.msgs}[{seq}]")
         return Message(seq, data, headers, published)
+
+    async def status(self, id: str | None = None, *, seq: int | None = None) -> MessageStatus:
+        """What became of one message (see :meth:`rqueue.Queue.status`)."""
+        if (id is None) == (seq is None):
+            raise InvalidInput("give a message id or seq=, not both and not neither")
+        if id is not None:
+            check_message_id(id)
+        if seq is not None:
+            check.whole_number("seq", seq, 1)
+        client = self.client
+        return await acmd.status(client.scripts, self.keys, client.clock.script_now(), id, seq, await self.groups())
 
     async def stats(self) -> QueueStats:
         """Depth, schedule, dead letters and per-group figures."""

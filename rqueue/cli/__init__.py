@@ -27,10 +27,12 @@ from rqueue.cli.dashboard import dashboard
 from rqueue.cli.demo import demo
 from rqueue.cli.dlq import dlq
 from rqueue.cli.doctor import doctor
+from rqueue.cli.groups import group
 from rqueue.cli.inspect import events, peek, queues, settings, stats, top
 from rqueue.cli.partitions import partitions, rebalance
 from rqueue.cli.schedules import scheduler, schedules
 from rqueue.cli.scripts import scripts
+from rqueue.cli.status import status
 from rqueue.cli.wait import wait
 from rqueue.cli.worker import worker
 
@@ -99,6 +101,8 @@ cli.add_command(schedules)
 cli.add_command(scheduler)
 cli.add_command(wait)
 cli.add_command(doctor)
+cli.add_command(group)
+cli.add_command(status)
 cli.add_command(rebalance)
 cli.add_command(partitions)
 

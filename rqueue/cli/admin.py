@@ -140,6 +140,7 @@ def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
         "prefetch": int,
         "max_deliveries": int,
         "max_payload": int,
+        "max_length": int,
         "dead_letter": str,
         "alternate": str,
     }

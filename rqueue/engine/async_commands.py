@@ -16,7 +16,7 @@ import redis
 
 from ..clock import Clock
 from ..randomness import Randomness
-from ..results import GroupStats
+from ..results import GroupStats, MessageStatus
 from . import commands as c
 from .async_scripts import AsyncScript, AsyncScripts
 from .commands import text
@@ -120,6 +120,14 @@ async def settle_to(call: AsyncGroupCall, target: int, after: int, batch: int) -
 
 async def replay(call: AsyncGroupCall, dead_letter_seqs: Sequence[int]) -> list[str]:
     return c.parse_replay(await call.run(call.scripts.replay, list(dead_letter_seqs)))
+
+
+async def status(
+    scripts: AsyncScripts, keys: QueueKeys, now: int | str, msg_id: str | None, seq: int | None, groups: Sequence[str]
+) -> MessageStatus:
+    """One call of status.lua (commands.status)."""
+    args = c.status_args(now, seq, groups)
+    return c.parse_status(await run(scripts.status, keys.status_keys(msg_id, groups), args, "", keys.base))
 
 
 async def stats(call: AsyncGroupCall) -> GroupStats:

@@ -213,6 +213,7 @@ class AsyncScripts:
     purge: AsyncScript
     replay: AsyncScript
     stats: AsyncScript
+    status: AsyncScript
     schedule_fire: AsyncScript
     settle_to: AsyncScript
     partition: AsyncScript

@@ -28,7 +28,7 @@ from ..clock import Clock
 from ..connection.cluster import not_run
 from ..errors import ConnectionLost, NotPermitted, OutOfMemory, from_script_error
 from ..randomness import Randomness
-from ..results import ConsumerStats, GroupStats, PublishResult
+from ..results import ConsumerStats, GroupMessageStatus, GroupStats, MessageState, MessageStatus, PublishResult
 from .keys import ACK_KEYS, QueueKeys
 from .scripts import Script, ScriptPipeline, Scripts
 
@@ -788,6 +788,120 @@ def publish_seen(reply: Sequence[Any]) -> PublishSeen:
         return PublishSeen(text(reply[0]), 0, -1)
     first = int(reply[1 + 2 * flags.index(0)])
     return PublishSeen(text(reply[0]), first, first + new - 1)
+
+
+# -- retention and group positions ------------------------------------------
+
+
+class RetainReply(NamedTuple):
+    retained: bool  # the queue is in retention mode (lua/includes/retain_mark.lua)
+    trimmed: int  # the trim point: records at or below it are deleted
+    passed: int  # seqs the trim point moved over in this call
+
+
+def retain(
+    scripts: Scripts,
+    keys: QueueKeys,
+    now: int | str,
+    max_age_ms: int | None,
+    max_length: int | None,
+    apply: bool,
+    limit: int,
+    queue: str,
+) -> RetainReply:
+    """One call of retain.lua: stores the retention (when ``apply``) and
+    runs one trim step of at most ``limit`` seqs."""
+    args = [
+        now,
+        "-" if max_age_ms is None else max_age_ms,
+        "-" if max_length is None else max_length,
+        "1" if apply else "0",
+        limit,
+    ]
+    reply = run(scripts.retain, keys.retain_keys(), args, queue, keys.base)
+    return RetainReply(bool(int(reply[0])), int(reply[1]), int(reply[2]))
+
+
+class GroupStartReply(NamedTuple):
+    floor: int  # the group is handed the seqs above it
+    last: int  # the last seq published when it was made
+
+
+def group_create(call: GroupCall, mode: str, value: str) -> GroupStartReply:
+    """Creates ``call.group`` at a position (lua/includes/group_position.lua)."""
+    reply = call.run(call.scripts.group_create, [mode, value])
+    return GroupStartReply(int(reply[0]), int(reply[1]))
+
+
+class ResetReply(NamedTuple):
+    previous: int  # the ack floor before
+    floor: int  # the ack floor now
+    cancelled: int  # deliveries taken back from consumers
+
+
+def group_reset(call: GroupCall, mode: str, value: str, force: bool) -> ResetReply:
+    """Moves ``call.group`` to a position; takes back what it had in flight."""
+    reply = call.run(call.scripts.group_reset, [mode, value, "1" if force else "0"])
+    return ResetReply(int(reply[0]), int(reply[1]), int(reply[2]))
+
+
+def group_delete(call: GroupCall, force: bool) -> int:
+    """Deletes ``call.group``; how many deliveries were taken back."""
+    reply = call.run(call.scripts.group_delete, ["1" if force else "0"])
+    return int(reply[0])
+
+
+STATUS_EVENTS = 10_000  # events status.lua reads at most, newest first (the stream's cap)
+_GROUP_STATES = {
+    "pending": MessageState.PUBLISHED,
+    "delayed": MessageState.DELAYED,
+    "in-flight": MessageState.IN_FLIGHT,
+    "waiting": MessageState.WAITING,
+    "acked": MessageState.ACKED,
+    "dead-lettered": MessageState.DEAD_LETTERED,
+    "dropped": MessageState.DROPPED,
+}
+
+
+def status_args(now: int | str, seq: int | None, groups: Sequence[str]) -> list[Any]:
+    return [now, "" if seq is None else seq, STATUS_EVENTS, *groups]
+
+
+def parse_status(reply: Any) -> MessageStatus:
+    """status.lua's reply as a MessageStatus."""
+    if not int(reply[0]):
+        return MessageStatus(None, MessageState.UNKNOWN, None, None)
+    seq, published, not_before = int(reply[1]), text(reply[3]), text(reply[4])
+    groups: dict[str, GroupMessageStatus] = {}
+    rest = reply[5:]
+    for i in range(0, len(rest), 5):
+        name, state = text(rest[i]), _GROUP_STATES.get(text(rest[i + 1]))
+        if state is None:  # the group was deleted between the listing and the call
+            continue
+        consumer, reason = text(rest[i + 2]), text(rest[i + 4])
+        groups[name] = GroupMessageStatus(state, consumer or None, int(rest[i + 3]), reason or None)
+    settled = (MessageState.ACKED, MessageState.DEAD_LETTERED, MessageState.DROPPED)
+    if groups and all(g.state in settled for g in groups.values()):
+        overall = MessageState.SETTLED
+    else:
+        overall = MessageState.DELAYED if not_before else MessageState.PUBLISHED
+    return MessageStatus(
+        seq, overall, int(published) if published else None, int(not_before) if not_before else None, groups
+    )
+
+
+def status(
+    scripts: Scripts,
+    keys: QueueKeys,
+    now: int | str,
+    msg_id: str | None,
+    seq: int | None,
+    groups: Sequence[str],
+    queue: str,
+) -> MessageStatus:
+    """One call of status.lua."""
+    reply = run(scripts.status, keys.status_keys(msg_id, groups), status_args(now, seq, groups), queue, keys.base)
+    return parse_status(reply)
 
 
 class MarkStatus(Enum):

@@ -8,6 +8,7 @@ queue ``orders`` one level down: ``<prefix>:{orders}:dlq``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -92,6 +93,19 @@ class QueueKeys:
         """Keys of ``group``; ``dead_letters`` names another queue to receive
         its dead letters (default: this queue's own dead-letter queue)."""
         return GroupKeys(self, group, dead_letters or self.dead_letters)
+
+    def status_keys(self, msg_id: str | None, groups: Sequence[str]) -> list[str]:
+        """KEYS of status.lua: the message's id key (the meta key when it
+        is named by its seq), then three keys per group."""
+        keys = [self.meta, self.msgs, self.floors, self.events, self.message_id(msg_id) if msg_id else self.meta]
+        for g in groups:
+            gk = self.group(g)
+            keys += [gk.deliveries, gk.acked, gk.delay]
+        return keys
+
+    def retain_keys(self) -> list[str]:
+        """KEYS of retain.lua."""
+        return [self.meta, self.msgs, self.floors, self.settled, self.pinned]
 
     def all_static(self) -> list[str]:
         """The queue-level keys, for deletion and inspection."""

@@ -62,6 +62,11 @@ SCRIPT_NAMES = (
     "repair",
     "settle_to",
     "publish_tracked",
+    "retain",
+    "group_create",
+    "group_reset",
+    "group_delete",
+    "status",
     "partition",
     "pause",
 )

@@ -355,6 +355,11 @@ class Scripts:
     repair: Script
     settle_to: Script
     publish_tracked: Script
+    retain: Script
+    group_create: Script
+    group_reset: Script
+    group_delete: Script
+    status: Script
     partition: Script
     pause: Script
 

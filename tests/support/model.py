@@ -57,6 +57,19 @@ What the model says, in short:
 - Replay returns a dead letter to the group that dead-lettered it, and only
   to it, ready at once, with a fresh delivery count (the next delivery has
   count 1 and is not "redelivered").
+- Retention mode (docs/retention.md): a group reset puts the queue in it.
+  Then settling deletes no record (but one at or below the trim point that
+  no replay holds open); a trim step deletes the records from the trim point
+  up to the lowest stored ack floor of all groups, but those a replay holds
+  open, and the mode ends once the trim point reaches the last seq. The
+  stored ack floor is the floor as the scripts keep it: a replay does not
+  lower it (the reported floor does). The trim point outside retention mode
+  is the lowest stored floor.
+- A reset moves a group to a position (first: the trim point; last; a seq
+  in trim point + 1 .. last + 1), refused (InvalidInput) outside that, and
+  (GroupInUse) while the group has leases, unless forced: everything it had
+  in flight or waiting is forgotten, its consumers hold nothing, and it
+  needs again every record above the new floor.
 """
 
 from __future__ import annotations
@@ -76,6 +89,8 @@ ERRORS = (
     "Unroutable",
     "LostDelivery",
     "QueuePaused",
+    "GroupInUse",
+    "InvalidInput",
 )
 
 
@@ -172,6 +187,8 @@ class Group:
         self.paused = False  # its fetches hand out nothing and take no lease back
         self.pulled = 0  # the highest priority seq moved to pq
         self.pq: set[int] = set()  # priority seqs read from the queue's log, not handed out yet
+        self.hash_floor = 0  # the floor as stored: a replay does not lower it
+        self.reopened: set[int] = set()  # seqs a replay reopened, not settled again
 
     def is_settled(self, seq: int) -> bool:
         return seq <= self.start or seq in self.settled
@@ -200,6 +217,8 @@ class Model:
         self.priority: dict[int, int] = {}  # seq -> priority (1-9) of the messages published with one
         self.paused = ""  # the queue's pause: "", "refuse" or "hold"
         self.hold_at = 0  # with "hold": the last seq when it began
+        self.retained = False  # retention mode (docs/retention.md)
+        self.trimmed = 0  # records at or below it are deleted, but those a replay holds open
 
     def wipe(self) -> None:
         """Redis loses every key of the queue (a restart without its data):
@@ -281,14 +300,25 @@ class Model:
         else:
             g.ready.add(seq)
 
+    def _pinned(self, seq: int) -> bool:
+        return any(seq in g.reopened for g in self.groups.values())
+
     def _settle(self, g: Group, seq: int) -> None:
         if seq > g.start:
             g.settled.add(seq)
+        g.reopened.discard(seq)
+        while g.hash_floor + 1 in g.settled:
+            g.hash_floor += 1
         rec = self.records.get(seq)
         if rec is not None:
             rec.needed.discard(g.name)
-            if not rec.needed:
+            if self.retained:
+                if seq <= self.trimmed and not self._pinned(seq):
+                    del self.records[seq]
+            elif not rec.needed:
                 del self.records[seq]
+        if not self.retained and self.groups:
+            self.trimmed = min(x.hash_floor for x in self.groups.values())
 
     def _dead_letter(self, g: Group, seq: int, d: Dlv, reason: str) -> None:
         rec = self.records.get(seq)
@@ -513,6 +543,7 @@ class Model:
                     skipped += 1
                     continue
                 g.settled.discard(dl.seq)
+                g.reopened.add(dl.seq)
                 rec = self.records.get(dl.seq)
                 if rec is None:
                     self.records[dl.seq] = Record(dl.payload, dict(dl.headers), None, {gname})
@@ -542,6 +573,62 @@ class Model:
             self.hold_at = self.last
         self.paused = mode
         return changed
+
+    # -- retention and resets ----------------------------------------------------------
+
+    def reset(self, group: str, to: str | int, force: bool) -> tuple[int, int, int]:
+        """Returns (previous stored floor, new floor, deliveries taken back)."""
+        g = self.groups[group]
+        if to == "first":
+            target = self.trimmed
+        elif to == "last":
+            target = self.last
+        else:
+            assert isinstance(to, int)
+            if to > self.last + 1 or to <= self.trimmed:
+                raise ModelError("InvalidInput")
+            target = to - 1
+        if g.lease and not force:
+            raise ModelError("GroupInUse")
+        previous, cancelled = g.hash_floor, len(g.lease)
+        for seq in g.reopened:
+            g.reopened = g.reopened - {seq}
+            if seq <= self.trimmed and not self._pinned(seq) and seq in self.records:
+                del self.records[seq]
+        g.reopened = set()
+        g.pq, g.pulled = set(), 0
+        g.start = g.hash_floor = g.cursor = target
+        g.settled = set()
+        g.dlv.clear()
+        g.lease.clear()
+        g.ready.clear()
+        g.delay.clear()
+        for member in g.members:
+            g.members[member] = 0
+        for seq, rec in self.records.items():
+            if seq > target:
+                rec.needed.add(group)
+            else:
+                rec.needed.discard(group)
+        self.retained = True
+        return previous, target, cancelled
+
+    def trim(self) -> tuple[bool, int, int]:
+        """One trim step without retention settings: (retained, trim point, seqs passed)."""
+        if not self.retained:
+            return False, self.trimmed, 0
+        passed = 0
+        if self.groups:
+            low = min(g.hash_floor for g in self.groups.values())
+            if low > self.trimmed:
+                upto = min(low, self.trimmed + 5000)
+                for seq in range(self.trimmed + 1, upto + 1):
+                    if seq in self.records and not self._pinned(seq):
+                        del self.records[seq]
+                passed, self.trimmed = upto - self.trimmed, upto
+        if self.trimmed >= self.last:
+            self.retained = False
+        return self.retained, self.trimmed, passed
 
     # -- what can be observed ------------------------------------------------------
 

@@ -2,7 +2,8 @@
   The group is done with a list of seqs (acked, dead-lettered or dropped):
   advance the ack floor over every contiguous settled seq, keep the rest as
   runs of acked seqs above the floor (includes/acked_runs.lua), and delete
-  each record once every group has settled it (work-queue retention). Work
+  each record once every group has settled it (work-queue retention), unless
+  the queue is in retention mode (includes/retain_mark.lua). Work
   is one pass over the list plus a few calls per run of contiguous seqs in
   it: however many acked seqs the floor passes, it passes a run in one step.
 
@@ -16,6 +17,7 @@
 --@include group_keys
 --@include group_names
 --@include bulk
+--@include retain_mark
 -- The multi-group and replay cases, and acks above the floor, made only
 -- when a call meets one.
 --@lazy sharedSettling settle_shared
@@ -94,12 +96,17 @@ local function settleMany(seqs, fields)
   if added ~= 0 then
     rcall('HINCRBY', groupKey, ACKED_ABOVE, string.format('%d', added))
   end
+  -- In retention mode the trim step deletes records (includes/retain_mark.lua).
+  local retained = rcall('HEXISTS', metaKey, RETAIN) == 1
   if floor ~= oldFloor then
     floorText = floorText or floor
     rcall('HSET', floorsKey, groupName, floorText)
-    if groups <= 1 then
+    if groups <= 1 and not retained then
       rcall('HSET', metaKey, 'trimmed', floorText)
     end
+  end
+  if retained then
+    return
   end
   if groups <= 1 then
     -- The strings when nothing was reopened: a number handed to redis.call

@@ -6,6 +6,7 @@
 --@include group_keys
 --@include group_names
 --@include bulk
+--@include retain_mark
 local function unpinned(seqs)
   if rcall('HLEN', pinnedKey) == 0 then
     return seqs
@@ -53,7 +54,10 @@ local function settleReopened(seq, groups)
   end
   rcall('HDEL', pinnedKey, seq)
   local trimmed = tonumber(rcall('HGET', metaKey, 'trimmed') or '0')
-  if groups <= 1 or seq <= trimmed or tonumber(rcall('HGET', settledKey, seq) or '0') >= groups then
+  -- In retention mode only a record below the trim point goes (the pin kept it).
+  local counted = rcall('HEXISTS', metaKey, RETAIN) == 0
+    and (groups <= 1 or tonumber(rcall('HGET', settledKey, seq) or '0') >= groups)
+  if seq <= trimmed or counted then
     rcall('HDEL', msgsKey, seq)
     rcall('HDEL', settledKey, seq)
   end

@@ -1,0 +1,54 @@
+--[[
+  Takes back everything a group has in flight or waiting (a reset or a
+  delete of the group): leases, delivery states, redeliveries, delays, the
+  consumers' counts, the seqs a replay reopened (unpinning their records),
+  the acked runs and the priority set with its pull position. A tag of a delivery taken back names no delivery any
+  more: its settle is refused (RQ_UNKNOWN_TAG, or RQ_ACKED at or below the
+  new floor), and a delivery made again later carries another token
+  (guarantee 11). Returns how many deliveries were in flight.
+  Work: the group's in-flight and waiting sets, read whole.
+]]
+--@include group_keys
+--@include group_names
+--@include delivery_state
+--@include retain_mark
+local function clearGroup()
+  local cancelled = 0
+  for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
+    if s ~= LEASE_PIN then
+      rcall('ZREM', leaseKey, s)
+      cancelled = cancelled + 1
+    end
+  end
+  for _, f in ipairs(rcall('HKEYS', dlvKey)) do
+    if f ~= DLV_PIN_FIELD then
+      rcall('HDEL', dlvKey, f)
+    end
+  end
+  rcall('DEL', readyKey, delayKey, ackedKey)
+  local consumers = rcall('HKEYS', consumersKey)
+  for _, c in ipairs(consumers) do
+    rcall('HSET', consumersKey, c, 0)
+  end
+  local trimmed = tonumber(rcall('HGET', metaKey, 'trimmed') or '0') or 0
+  for _, s in ipairs(rcall('ZRANGE', reopenKey, 0, -1)) do
+    if rcall('HINCRBY', pinnedKey, s, -1) <= 0 then
+      rcall('HDEL', pinnedKey, s)
+      if tonumber(s) <= trimmed then
+        rcall('HDEL', msgsKey, s)
+      end
+    end
+  end
+  rcall('DEL', reopenKey)
+  -- The priority set holds what the group read from the priority log and
+  -- has not handed out; without it and its pull position ("pcur"), the
+  -- next fetch pulls again from the group's new floor (fetch.lua).
+  rcall('DEL', prioSetKey)
+  rcall('HDEL', groupKey, 'pcur')
+  rcall('HSET', groupKey, ACKED_ABOVE, 0)
+  -- The settled hash counts which groups settled a seq; once a group moves
+  -- or goes, the counts are no longer true, so the trim step deletes
+  -- records from here on (includes/retain_mark.lua).
+  rcall('HSETNX', metaKey, RETAIN, '- -')
+  return cancelled
+end

@@ -1,0 +1,63 @@
+--[[
+  The trim step of retention mode (includes/retain_mark.lua): deletes, from
+  the oldest stored up, records that every group settled (at or below the
+  lowest ack floor of all groups) and that retention no longer keeps:
+  published more than max_age ago, or more than max_length seqs below the
+  last. With neither set, every record every group settled goes. A record
+  a replay pinned stays (includes/settle_shared.lua). The trim point (meta
+  field "trimmed") moves up with it: a new group starts there, at the
+  oldest record still stored. A queue without groups keeps everything.
+  Work: at most limit seqs per call.
+]]
+--@include record
+
+-- Returns the new trim point and how many seqs it passed. spec is the
+-- stored "<max_age_ms> <max_length>".
+local function trimRetained(spec, nowMs, limit)
+  local ageText, lenText = string.match(spec, '^(%S+) (%S+)$')
+  local maxAge, maxLen = tonumber(ageText or ''), tonumber(lenText or '')
+  local fields = rcall('HMGET', metaKey, 'trimmed', 'seq')
+  local trimmed, last = tonumber(fields[1] or '0') or 0, tonumber(fields[2] or '0') or 0
+  local minFloor = nil
+  for _, f in ipairs(rcall('HVALS', floorsKey)) do
+    f = tonumber(f)
+    if f and (minFloor == nil or f < minFloor) then
+      minFloor = f
+    end
+  end
+  if minFloor == nil or minFloor <= trimmed then
+    return trimmed, 0
+  end
+  local upto = math.min(minFloor, trimmed + limit)
+  local s = trimmed
+  while s < upto do
+    local nxt = s + 1
+    local drop = (maxAge == nil and maxLen == nil) or (maxLen ~= nil and nxt <= last - maxLen)
+    if not drop and maxAge ~= nil then
+      local rec = rcall('HGET', msgsKey, nxt)
+      -- Publish times rise with seqs: the first record young enough ends
+      -- the step. A seq without a record (deleted before retention mode)
+      -- or whose time does not parse holds nothing back.
+      local published = rec and tonumber(recordPublished(rec) or '')
+      drop = not published or published <= nowMs - maxAge
+    end
+    if not drop then
+      break
+    end
+    s = nxt
+  end
+  if s == trimmed then
+    return trimmed, 0
+  end
+  local gone = {}
+  local anyPinned = rcall('HLEN', pinnedKey) > 0
+  for q = trimmed + 1, s do
+    if not anyPinned or rcall('HEXISTS', pinnedKey, q) == 0 then
+      gone[#gone + 1] = q
+    end
+  end
+  bulk('HDEL', msgsKey, gone)
+  bulk('HDEL', settledKey, gone)
+  rcall('HSET', metaKey, 'trimmed', s)
+  return s, s - trimmed
+end
