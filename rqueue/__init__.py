@@ -31,11 +31,13 @@ from .errors import (
     PayloadTooLarge,
     QueueInUse,
     Reject,
+    ResultTimeout,
     RQueueError,
     ScriptsNotLoaded,
     ServerTooOld,
     StaleDelivery,
     StateLost,
+    TimeLimitExceeded,
     UnknownDeliveryTag,
     Unroutable,
 )
@@ -46,12 +48,14 @@ from .randomness import Randomness
 from .results import ConsumerStats, DeadLetter, GroupStats, Message, PublishResult, QueueStats, ReplayResult
 from .schedules import Missed, ScheduleInfo
 from .settings import Settings
+from .timelimits import Cancellation, cancellation
 from .worker import PartitionedWorker, Worker, WorkerStats, worker_for
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AlreadyAcked",
+    "Cancellation",
     "Client",
     "Clock",
     "ConnectionFailed",
@@ -95,14 +99,17 @@ __all__ = [
     "Randomness",
     "Reject",
     "ReplayResult",
+    "ResultTimeout",
     "ScriptsNotLoaded",
     "ServerTooOld",
     "Settings",
     "StaleDelivery",
+    "TimeLimitExceeded",
     "UnknownDeliveryTag",
     "Unroutable",
     "Worker",
     "WorkerStats",
+    "cancellation",
     "connect",
     "worker_for",
 ]

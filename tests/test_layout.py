@@ -24,6 +24,7 @@ LAYERS = [
     {
         "rqueue.constants",
         "rqueue.errors",
+        "rqueue.timelimits",
         "rqueue.clock",
         "rqueue.randomness",
         "rqueue.ids",

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .. import timelimits as cancel_mod
 from ..constants import (
     DEFAULT_CONCURRENCY,
     DEFAULT_GRACE_PERIOD,
@@ -31,8 +32,9 @@ from ..constants import (
     IDLE_POLL_INTERVAL,
     WORKER_PREFETCH_PER_THREAD,
 )
-from ..errors import AlreadyAcked, DeliveryError, NotMember, Reject, RQueueError
+from ..errors import AlreadyAcked, DeliveryError, NotMember, Reject, RQueueError, TimeLimitExceeded
 from ..names import check_name
+from ..timelimits import Cancellation, time_limit_for
 from ..tracing import dead_lettered, processing
 from ..worker.handlers import LeaseCheck
 from ..worker.ledger import Ledger
@@ -67,6 +69,11 @@ class Worker:
     deliveries not started are handed back, running handlers get
     ``grace_period`` seconds, the rest is returned at once and the worker
     leaves the group. A second signal (or ``stop(now=True)``) stops at once.
+
+    ``time_limit`` (seconds; a message's ``x-rq-time-limit`` header
+    overrides it): past it the handler's task is cancelled, its
+    :func:`rqueue.cancellation` set, the message nacked with the reason
+    ``timeout``, and whatever the handler does later is discarded.
     """
 
     def __init__(
@@ -83,6 +90,7 @@ class Worker:
         max_run_time: float = DEFAULT_MAX_RUN_TIME,
         grace_period: float = DEFAULT_GRACE_PERIOD,
         reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT,
+        time_limit: float | None = None,
     ) -> None:
         check_options(
             handler,
@@ -93,6 +101,7 @@ class Worker:
             max_run_time,
             grace_period,
             reconnect_timeout,
+            time_limit,
         )
         self.queue = queue
         self.group = check_name("group", group)
@@ -107,6 +116,8 @@ class Worker:
         self.max_run_time = max_run_time
         self.grace_period = grace_period
         self.reconnect_timeout = reconnect_timeout
+        #: Seconds each run of the handler may take (None: no limit but max_run_time's).
+        self.time_limit = time_limit
         self.stats = WorkerStats()
         #: The worker's member of the group, once :meth:`run` has joined it.
         self.consumer: Consumer | None = None
@@ -125,6 +136,9 @@ class Worker:
         self._dispatching: asyncio.Task[None] | None = None
         self._beating: asyncio.Task[None] | None = None
         self._beat_stop = asyncio.Event()
+        # Handler runs cut off at their time limit, kept until they end
+        # (the loop holds tasks weakly), their outcome discarded.
+        self._abandoned: set[asyncio.Task[Any]] = set()
 
     # -- control ------------------------------------------------------------------
 
@@ -289,7 +303,7 @@ class Worker:
     async def _settle_others(self, consumer: Consumer, others: list[tuple[Any, Outcome, str]]) -> None:
         for d, outcome, text in others:
             try:
-                if outcome is Outcome.NACK:
+                if outcome is Outcome.NACK or outcome is Outcome.TIMEOUT:
                     status = await self._retry.call(consumer.nack, d, error=text)
                     self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
                     if status == "dead":
@@ -343,12 +357,14 @@ class Worker:
         started = check.now
         self._ledger.start(d, started)
         self._tally.handled()
+        limit = time_limit_for(d.headers, self.time_limit)
         try:
             with processing(self.queue.name, self.group, d):
-                if self._coroutine:
-                    await self.handler(d)
-                else:
-                    await asyncio.to_thread(self.handler, d)
+                if limit is None:
+                    await self._call(d, Cancellation())
+                elif not await self._call_within(d, limit):
+                    self._tally.count(timed_out=1)
+                    return Outcome.TIMEOUT, str(TimeLimitExceeded(limit))
             return Outcome.ACK, ""
         except Reject as exc:
             return Outcome.REJECT, exc.reason
@@ -357,6 +373,40 @@ class Worker:
             return Outcome.NACK, f"{type(exc).__name__}: {exc}"
         finally:
             self._ledger.stop(d.tag)
+
+    async def _call(self, d: Delivery, cancellation: Cancellation) -> None:
+        cancel_mod.enter(cancellation)  # this task's context; to_thread copies it
+        if self._coroutine:
+            await self.handler(d)
+        else:
+            await asyncio.to_thread(self.handler, d)
+
+    async def _call_within(self, d: Delivery, limit: float) -> bool:
+        """Runs the handler as a task of its own for up to ``limit`` seconds;
+        False when it ran past it: the task is then cancelled and left to
+        end on its own (a handler that ignores the cancellation cannot hold
+        the worker up or ack later), its outcome discarded."""
+        cancellation = Cancellation(limit)
+        run = asyncio.get_running_loop().create_task(self._call(d, cancellation), name=f"rqueue-handler {d.tag}")
+        try:
+            done, _ = await asyncio.wait({run}, timeout=limit)
+        except asyncio.CancelledError:
+            run.cancel()
+            raise
+        if done:
+            run.result()  # its exception, if any, is the handler's outcome
+            return True
+        log.warning("handler ran past its time limit of %g s on %s: nacked (timeout)", limit, d.tag)
+        cancellation.cancel()
+        run.cancel()
+        self._abandoned.add(run)
+        run.add_done_callback(self._forget)
+        return False
+
+    def _forget(self, run: asyncio.Task[Any]) -> None:
+        self._abandoned.discard(run)
+        if not run.cancelled() and run.exception() is not None:
+            log.info("handler cut off at its time limit ended with %r (discarded)", run.exception())
 
     async def _still_held(self, d: Delivery) -> bool:
         assert self.consumer is not None

@@ -189,7 +189,7 @@ class Dispatcher:
         consumer = self._consumer
         for d, outcome, text in others:
             try:
-                if outcome is Outcome.NACK:
+                if outcome is Outcome.NACK or outcome is Outcome.TIMEOUT:
                     status = self._retry(consumer.nack, d, error=text)
                     self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
                     if status == "dead":

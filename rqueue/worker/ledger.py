@@ -90,7 +90,7 @@ class Ledger:
             self._known.pop(d.tag, None)
             if outcome is Outcome.ACK:
                 acks.append(d)
-            elif outcome is Outcome.NACK or outcome is Outcome.REJECT:
+            elif outcome is Outcome.NACK or outcome is Outcome.REJECT or outcome is Outcome.TIMEOUT:
                 others.append((d, outcome, text))
         return acks, others
 
@@ -113,10 +113,12 @@ class Ledger:
         with self._lock:
             self._running[d.tag] = (d, started)
 
-    def stop(self, tag: str) -> None:
-        """Records that no handler runs the delivery ``tag`` any more."""
+    def stop(self, tag: str) -> bool:
+        """Records that no handler runs the delivery ``tag`` any more; False
+        when it was no longer running. The handler's end and its time limit
+        both call it, and only the first to do so settles the delivery."""
         with self._lock:
-            self._running.pop(tag, None)
+            return self._running.pop(tag, None) is not None
 
     def result(self, d: Delivery, outcome: Outcome, text: str) -> None:
         """Hands the outcome of ``d`` to the dispatcher."""
