@@ -48,6 +48,7 @@ from .randomness import Randomness
 from .results import ConsumerStats, DeadLetter, GroupStats, Message, PublishResult, QueueStats, ReplayResult
 from .schedules import Missed, ScheduleInfo
 from .settings import Settings
+from .stored_results import Failure, Result
 from .timelimits import Cancellation, cancellation
 from .worker import PartitionedWorker, Worker, WorkerStats, worker_for
 
@@ -67,6 +68,7 @@ __all__ = [
     "DeadLetter",
     "Delivery",
     "DeliveryError",
+    "Failure",
     "GroupStats",
     "HeartbeatResult",
     "InvalidInput",
@@ -99,6 +101,7 @@ __all__ = [
     "Randomness",
     "Reject",
     "ReplayResult",
+    "Result",
     "ResultTimeout",
     "ScriptsNotLoaded",
     "ServerTooOld",

@@ -1,4 +1,8 @@
-"""Consumers of a group: fetching, settling, and the deliveries they hold."""
+"""Consumers of a group: fetching, settling, and the deliveries they hold.
+
+Long because every way of settling (ack, ack_result, nack, reject, term,
+in_progress) checks its tags and keeps the held deliveries in step, and
+they share that bookkeeping here."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from . import validate as check
 from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from .delivery import REPLAYED_HEADER, Delivery, DeliveryRef, HeartbeatResult
-from .engine import commands
+from .engine import commands, store
 from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
 from .errors import (
     CorruptRecord,
@@ -21,10 +25,12 @@ from .errors import (
     StateLost,
     delivery_error,
 )
+from .events import EventKind
 from .ids import consumer_name, delivery_tag, fetch_token, parse_delivery_tag
 from .names import check_name
 from .settings import Settings, validate
 from .statewatch import Mark, StateWatch
+from .stored_results import encode_failure
 
 if TYPE_CHECKING:
     from .protocols import QueueLike
@@ -386,14 +392,20 @@ class Consumer:
                 break
         return out
 
-    def nack(self, delivery: DeliveryRef, delay: float | None = None, error: str = "") -> str:
+    def nack(
+        self, delivery: DeliveryRef, delay: float | None = None, error: str = "", *, timed_out: bool = False
+    ) -> str:
         """Offers the message again: at once ahead of every later message
         (``delay`` 0), after ``delay`` seconds, or (None) after the queue's
         redelivery policy. A message that already had max_deliveries is
-        dead-lettered instead. Returns "requeued" or "dead"."""
+        dead-lettered instead. Returns "requeued" or "dead". The event it
+        records (events setting) is ``timeout`` with ``timed_out``, else ``failed``."""
         tag = self._tag_of(delivery)
         delay_ms = None if delay is None else check.delay_ms(delay)
-        reply = commands.nack(self._group_call(), tag, delay_ms, check.text("error", error))
+        call = self._group_call()
+        kind = EventKind.TIMEOUT.value if timed_out else EventKind.FAILED.value
+        event = kind if kind in self._settings.events else ""
+        reply = commands.nack(call, tag, delay_ms, check.text("error", error), event)
         self._held.pop(tag[0], None)
         seq = tag[1]
         if reply.dead and reply.where == 0:
@@ -401,6 +413,22 @@ class Consumer:
         return "dead" if reply.dead else "requeued"
 
     nak = nack
+
+    def ack_result(self, delivery: DeliveryRef, value: bytes | None, event: bool) -> None:
+        """Acks one delivery as :meth:`ack` does and in the same call keeps
+        ``value`` (rqueue.stored_results' encoding; None: none) for the
+        result_ttl and, with ``event``, records a completed event."""
+        tag = self._tag_of(delivery)
+        call = self._group_call()
+        ttl_ms = None if value is None else max(1, int(self._settings.result_ttl * 1000))
+        commands.ack_result(call, self.queue.keys.result(tag[1]), tag, ttl_ms, value or b"", event)
+        self._held.pop(tag[0], None)
+
+    def keep_failure(self, seq: int, reason: str, error: str) -> None:
+        """Keeps how message ``seq`` failed for good as its result (sent
+        after its settle: a crash in between loses the result, not the message)."""
+        ttl_ms = max(1, int(self.settings().result_ttl * 1000))
+        store.save_result(self.client.redis, self.queue.keys, seq, encode_failure(reason, error), ttl_ms)
 
     def reject(self, delivery: DeliveryRef, requeue: bool = False, reason: str = "") -> None:
         """Dead-letters the message now (RabbitMQ basic.reject); with

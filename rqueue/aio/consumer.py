@@ -17,9 +17,11 @@ from ..engine import async_commands as acmd
 from ..engine import commands
 from ..engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
 from ..errors import CorruptRecord, InvalidInput, NotHeld, NotMember, RQueueError, delivery_error
+from ..events import EventKind
 from ..ids import consumer_name, delivery_tag, fetch_token, incarnation_id, parse_delivery_tag
 from ..names import check_name
 from ..settings import Settings, validate
+from ..stored_results import encode_failure
 
 if TYPE_CHECKING:
     from .context import AsyncQueueLike
@@ -301,18 +303,34 @@ class Consumer:
         self._held.clear()
         await self.join()
 
-    async def nack(self, delivery: Ref, delay: float | None = None, error: str = "") -> str:
+    async def nack(self, delivery: Ref, delay: float | None = None, error: str = "", *, timed_out: bool = False) -> str:
         """Offers the message again (see :meth:`rqueue.Consumer.nack`);
         returns "requeued" or "dead"."""
         tag = self._tag_of(delivery)
         delay_ms = None if delay is None else check.delay_ms(delay)
-        reply = await acmd.nack(await self._group_call(), tag, delay_ms, check.text("error", error))
+        call = await self._group_call()
+        kind = EventKind.TIMEOUT.value if timed_out else EventKind.FAILED.value
+        event = kind if kind in self._settings.events else ""
+        reply = await acmd.nack(call, tag, delay_ms, check.text("error", error), event)
         self._held.pop(tag[0], None)
         if reply.dead and reply.where == 0:
             self._log_drop(tag[1], "max-deliveries")
         return "dead" if reply.dead else "requeued"
 
     nak = nack
+
+    async def ack_result(self, delivery: Ref, value: bytes | None, event: bool) -> None:
+        """See :meth:`rqueue.Consumer.ack_result`."""
+        tag = self._tag_of(delivery)
+        call = await self._group_call()
+        ttl_ms = None if value is None else max(1, int(self._settings.result_ttl * 1000))
+        await acmd.ack_result(call, self.queue.keys.result(tag[1]), tag, ttl_ms, value or b"", event)
+        self._held.pop(tag[0], None)
+
+    async def keep_failure(self, seq: int, reason: str, error: str) -> None:
+        """See :meth:`rqueue.Consumer.keep_failure`."""
+        ttl_ms = max(1, int(self._settings.result_ttl * 1000))
+        await acmd.save_result(self.client.redis, self.queue.keys, seq, encode_failure(reason, error), ttl_ms)
 
     async def reject(self, delivery: Ref, requeue: bool = False, reason: str = "") -> None:
         """Dead-letters the message now; with ``requeue`` offers it again at once."""

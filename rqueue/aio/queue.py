@@ -5,6 +5,7 @@ shared parsers: only the I/O is this module's."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -15,12 +16,16 @@ from ..engine import async_commands as acmd
 from ..engine import commands
 from ..engine.keys import QueueKeys, partitions_key, queue_base
 from ..engine.record import decode_record
-from ..errors import InvalidInput, InvalidName, InvalidSetting, PartialPublish, Unroutable
+from ..errors import InvalidInput, InvalidName, InvalidSetting, PartialPublish, ResultTimeout, Unroutable
 from ..names import check_name, check_queue_name
 from ..publishing import prepare
 from ..queue import CLUSTER_DEAD_LETTER
 from ..results import DeadLetter, Message, PublishResult, QueueStats, ReplayResult
 from ..settings import DEAD_LETTER_MODES, Settings
+from ..stored_results import FIRST_POLL as FIRST_RESULT_POLL
+from ..stored_results import LAST_POLL as LAST_RESULT_POLL
+from ..stored_results import Result
+from ..stored_results import decode as decode_result
 from ..tracing import sending
 from .consumer import Consumer
 
@@ -191,6 +196,25 @@ class Queue:
     async def groups(self) -> list[str]:
         """Names of the queue's groups, sorted."""
         return await acmd.group_names(self.client.redis, self.keys)
+
+    async def result(self, seq: int, timeout: float = 0.0) -> Result:
+        """See :meth:`rqueue.Queue.result`: waits up to ``timeout`` seconds
+        for the stored outcome of message ``seq``; raises ResultTimeout."""
+        seq = check.whole_number("seq", seq, 1)
+        timeout = check.seconds("timeout", timeout)
+        clock = self.client.clock
+        deadline = clock.monotonic() + timeout
+        pause = FIRST_RESULT_POLL
+        while True:
+            raw, incarnation = await acmd.read_result(self.client.redis, self.keys, seq)
+            found = None if raw is None else decode_result(seq, raw, incarnation)
+            if found is not None:
+                return found
+            left = deadline - clock.monotonic()
+            if left <= 0:
+                raise ResultTimeout(self.name, seq, timeout)
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 1.5, LAST_RESULT_POLL)
 
     async def peek(self, n: int = 10, after: int = 0) -> list[Message]:
         """Up to ``n`` stored messages with seq > ``after``, oldest first."""

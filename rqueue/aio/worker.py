@@ -34,12 +34,13 @@ from ..constants import (
 )
 from ..errors import AlreadyAcked, DeliveryError, NotMember, Reject, RQueueError, TimeLimitExceeded
 from ..names import check_name
+from ..settings import Settings
 from ..timelimits import Cancellation, time_limit_for
 from ..tracing import dead_lettered, processing
 from ..worker.handlers import LeaseCheck
 from ..worker.ledger import Ledger
 from ..worker.options import check_options
-from ..worker.outcome import Outcome
+from ..worker.outcome import Completion, Detail, Outcome, ack_detail
 from ..worker.reconnect import TRANSIENT
 from ..worker.stats import Tally, WorkerStats
 from .consumer import Consumer, Delivery
@@ -300,21 +301,43 @@ class Worker:
                 log.info("ack not applied: %s", err)
         self._tally.count(acked=ok, late_settles=len(statuses) - ok)
 
-    async def _settle_others(self, consumer: Consumer, others: list[tuple[Any, Outcome, str]]) -> None:
-        for d, outcome, text in others:
+    async def _settle_others(self, consumer: Consumer, others: list[tuple[Any, Outcome, Detail]]) -> None:
+        for d, outcome, detail in others:
             try:
-                if outcome is Outcome.NACK or outcome is Outcome.TIMEOUT:
-                    status = await self._retry.call(consumer.nack, d, error=text)
+                if isinstance(detail, Completion):
+                    await self._ack_keeping(consumer, d, detail)
+                elif outcome is Outcome.NACK or outcome is Outcome.TIMEOUT:
+                    timed_out = outcome is Outcome.TIMEOUT
+                    status = await self._retry.call(consumer.nack, d, error=detail, timed_out=timed_out)
                     self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
                     if status == "dead":
                         dead_lettered(self.queue.name, self.group, d, "max-deliveries")
+                        await self._keep_failure(consumer, d, "max-deliveries", detail)
                 else:
-                    await self._retry.call(consumer.reject, d, reason=text)
+                    await self._retry.call(consumer.reject, d, reason=detail)
                     self._tally.count(rejected=1, dead_lettered=1)
                     dead_lettered(self.queue.name, self.group, d, "rejected")
+                    await self._keep_failure(consumer, d, "rejected", detail)
             except DeliveryError as exc:
                 log.info("%s of %s not applied: %s", outcome.value, d.tag, exc)
                 self._tally.count(late_settles=1)
+
+    async def _ack_keeping(self, consumer: Consumer, d: Any, detail: Completion) -> None:
+        """As rqueue.worker.dispatcher.Dispatcher._ack_keeping."""
+        try:
+            await self._retry.call(consumer.ack_result, d, detail.value, detail.event)
+        except AlreadyAcked:
+            if not self._retry.resync:
+                raise
+        self._tally.count(acked=1)
+
+    async def _keep_failure(self, consumer: Consumer, d: Any, reason: str, error: str) -> None:
+        if not consumer.last_settings.results:
+            return
+        try:
+            await self._retry.call(consumer.keep_failure, d.seq, reason, error)
+        except RQueueError as exc:
+            log.warning("failure of %s not kept as its result: %s", d.tag, exc)
 
     # -- the handler tasks (rqueue.worker.handlers) ---------------------------------
 
@@ -336,7 +359,7 @@ class Worker:
             ledger.result(d, outcome, text)
             self._notifier.poke()
 
-    async def _handle(self, d: Delivery) -> tuple[Outcome, str]:
+    async def _handle(self, d: Delivery) -> tuple[Outcome, Detail]:
         taken = self._ledger.take(d.tag, self._stopping)
         if taken is Outcome.RETURNED:
             return Outcome.RETURNED, ""
@@ -361,11 +384,13 @@ class Worker:
         try:
             with processing(self.queue.name, self.group, d):
                 if limit is None:
-                    await self._call(d, Cancellation())
-                elif not await self._call_within(d, limit):
-                    self._tally.count(timed_out=1)
-                    return Outcome.TIMEOUT, str(TimeLimitExceeded(limit))
-            return Outcome.ACK, ""
+                    value = await self._call(d, Cancellation())
+                else:
+                    finished, value = await self._call_within(d, limit)
+                    if not finished:
+                        self._tally.count(timed_out=1)
+                        return Outcome.TIMEOUT, str(TimeLimitExceeded(limit))
+            return Outcome.ACK, ack_detail(value, self._consumer_settings())
         except Reject as exc:
             return Outcome.REJECT, exc.reason
         except Exception as exc:
@@ -374,18 +399,23 @@ class Worker:
         finally:
             self._ledger.stop(d.tag)
 
-    async def _call(self, d: Delivery, cancellation: Cancellation) -> None:
+    def _consumer_settings(self) -> Settings:
+        assert self.consumer is not None
+        return self.consumer.last_settings
+
+    async def _call(self, d: Delivery, cancellation: Cancellation) -> Any:
+        """The handler's return value."""
         cancel_mod.enter(cancellation)  # this task's context; to_thread copies it
         if self._coroutine:
-            await self.handler(d)
-        else:
-            await asyncio.to_thread(self.handler, d)
+            return await self.handler(d)
+        return await asyncio.to_thread(self.handler, d)
 
-    async def _call_within(self, d: Delivery, limit: float) -> bool:
-        """Runs the handler as a task of its own for up to ``limit`` seconds;
-        False when it ran past it: the task is then cancelled and left to
-        end on its own (a handler that ignores the cancellation cannot hold
-        the worker up or ack later), its outcome discarded."""
+    async def _call_within(self, d: Delivery, limit: float) -> tuple[bool, Any]:
+        """Runs the handler as a task of its own for up to ``limit`` seconds:
+        (True, its return value), or (False, None) when it ran past it: the
+        task is then cancelled and left to end on its own (a handler that
+        ignores the cancellation cannot hold the worker up or ack later),
+        its outcome discarded."""
         cancellation = Cancellation(limit)
         run = asyncio.get_running_loop().create_task(self._call(d, cancellation), name=f"rqueue-handler {d.tag}")
         try:
@@ -394,14 +424,13 @@ class Worker:
             run.cancel()
             raise
         if done:
-            run.result()  # its exception, if any, is the handler's outcome
-            return True
+            return True, run.result()  # its exception, if any, is the handler's outcome
         log.warning("handler ran past its time limit of %g s on %s: nacked (timeout)", limit, d.tag)
         cancellation.cancel()
         run.cancel()
         self._abandoned.add(run)
         run.add_done_callback(self._forget)
-        return False
+        return False, None
 
     def _forget(self, run: asyncio.Task[Any]) -> None:
         self._abandoned.discard(run)

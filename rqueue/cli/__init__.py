@@ -28,6 +28,7 @@ from rqueue.cli.demo import demo
 from rqueue.cli.dlq import dlq
 from rqueue.cli.doctor import doctor
 from rqueue.cli.inspect import events, peek, queues, settings, stats, top
+from rqueue.cli.result import result
 from rqueue.cli.schedules import scheduler, schedules
 from rqueue.cli.scripts import scripts
 from rqueue.cli.wait import wait
@@ -96,6 +97,7 @@ cli.add_command(schedules)
 cli.add_command(scheduler)
 cli.add_command(wait)
 cli.add_command(doctor)
+cli.add_command(result)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -208,6 +208,7 @@ class AsyncScripts:
     replay: AsyncScript
     stats: AsyncScript
     schedule_fire: AsyncScript
+    ack_result: AsyncScript
 
     def __init__(self, redis: Any, retry: AsyncRetrier = no_async_retry, shebang: bool = True) -> None:
         #: The connections of the script calls (None: redis-py's pool).

@@ -325,14 +325,32 @@ def ack(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
     return parse_ack(reply, strict)
 
 
+def ack_result_args(tag: Tag, ttl_ms: int | None, result: bytes, event: bool) -> list[Any]:
+    _, seq, count, token = tag
+    return ["" if ttl_ms is None else str(ttl_ms), result, "1" if event else "0", seq, count, token]
+
+
+def ack_result(call: GroupCall, result_key: str, tag: Tag, ttl_ms: int | None, result: bytes, event: bool) -> None:
+    """Acks one delivery (strictly: its error raised, nothing kept) and in
+    the same call keeps ``result`` under ``result_key`` for ``ttl_ms``
+    (None: keeps none) and, with ``event``, records a completed event."""
+    run(
+        call.scripts.ack_result,
+        [*call.keys, result_key],
+        call.argv(ack_result_args(tag, ttl_ms, result, event)),
+        call.queue,
+        call.where,
+    )
+
+
 class NackReply(NamedTuple):
     dead: bool  # dead-lettered (max_deliveries reached) rather than requeued
     where: int  # due time (ms) when requeued; dead-letter seq when dead (0: dropped)
 
 
-def nack_args(tag: Tag, delay_ms: int | None, error: str) -> list[Any]:
+def nack_args(tag: Tag, delay_ms: int | None, error: str, event: str = "") -> list[Any]:
     _, seq, count, token = tag
-    return [seq, count, token, "" if delay_ms is None else str(delay_ms), error]
+    return [seq, count, token, "" if delay_ms is None else str(delay_ms), error, event]
 
 
 def parse_nack(reply: Any) -> NackReply:
@@ -340,8 +358,10 @@ def parse_nack(reply: Any) -> NackReply:
     return NackReply(status == b"dead", int(where))
 
 
-def nack(call: GroupCall, tag: Tag, delay_ms: int | None, error: str) -> NackReply:
-    return parse_nack(call.run(call.scripts.nack, nack_args(tag, delay_ms, error)))
+def nack(call: GroupCall, tag: Tag, delay_ms: int | None, error: str, event: str = "") -> NackReply:
+    """Nacks one delivery; ``event`` ("failed", "timeout" or "") is the
+    lifecycle event recorded with it."""
+    return parse_nack(call.run(call.scripts.nack, nack_args(tag, delay_ms, error, event)))
 
 
 def reject_args(tag: Tag, reason: str, text: str) -> list[Any]:

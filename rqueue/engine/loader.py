@@ -62,6 +62,7 @@ SCRIPT_NAMES = (
     "repair",
     "settle_to",
     "publish_tracked",
+    "ack_result",
 )
 
 

@@ -355,6 +355,7 @@ class Scripts:
     repair: Script
     settle_to: Script
     publish_tracked: Script
+    ack_result: Script
 
     def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry, shebang: bool = True) -> None:
         self._redis = redis

@@ -19,7 +19,7 @@ from ..timelimits import Cancellation, time_limit_for
 from ..tracing import processing
 from .ledger import Ledger
 from .limits import Run, TimeLimits
-from .outcome import Outcome
+from .outcome import Detail, Outcome, ack_detail
 from .reconnect import Reconnector
 from .stats import Tally
 
@@ -164,7 +164,7 @@ class Handlers:
         self._notifier.poke()
         threading.Thread(target=self._work, name="rqueue-handler", daemon=True).start()
 
-    def _handle(self, d: Delivery) -> tuple[Outcome, str] | None:
+    def _handle(self, d: Delivery) -> tuple[Outcome, Detail] | None:
         taken = self._ledger.take(d.tag, self._stopping)
         if taken is Outcome.RETURNED:
             # Not started before the stop: the graceful leave hands it back
@@ -199,11 +199,11 @@ class Handlers:
             run = Run(d, limit, cancellation)
             self._limits.watch(run, started)
         self._tally.handled()
-        done: tuple[Outcome, str]
+        done: tuple[Outcome, Detail]
         try:
             with processing(self._consumer.queue.name, self._consumer.group, d):
-                self._call(d, cancellation, run)
-            done = Outcome.ACK, ""
+                value = self._call(d, cancellation, run)
+            done = Outcome.ACK, ack_detail(value, self._consumer.last_settings)
         except Reject as exc:
             done = Outcome.REJECT, exc.reason
         except Exception as exc:
@@ -226,27 +226,27 @@ class Handlers:
                 metrics.handler_seconds.observe(self._clock.monotonic() - started)
         return done if mine else None
 
-    def _call(self, d: Delivery, cancellation: Cancellation, run: Run | None) -> None:
+    def _call(self, d: Delivery, cancellation: Cancellation, run: Run | None) -> Any:
+        """The handler's return value."""
         if self._loop is not None:
             future = asyncio.run_coroutine_threadsafe(self._run_coroutine(d, cancellation), self._loop)
             if run is not None:
                 run.future = future
                 if cancellation.cancelled:  # the limit passed before the future was known
                     future.cancel()
-            future.result()
-            return
+            return future.result()
         token = cancel_mod.enter(cancellation)
         try:
             if run is not None:
                 with run.lock:
                     run.in_handler = True
-            self.handler(d)
+            return self.handler(d)
         finally:
             cancel_mod.leave(token)
 
-    async def _run_coroutine(self, d: Delivery, cancellation: Cancellation) -> None:
+    async def _run_coroutine(self, d: Delivery, cancellation: Cancellation) -> Any:
         cancel_mod.enter(cancellation)  # in the task's own context
-        await self.handler(d)
+        return await self.handler(d)
 
     def _still_held(self, d: Delivery) -> bool:
         """False when a delivery that waited for a handler thread has moved

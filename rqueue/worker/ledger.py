@@ -8,7 +8,7 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING
 
-from .outcome import Outcome
+from .outcome import Detail, Outcome
 
 if TYPE_CHECKING:
     from ..delivery import Delivery
@@ -37,7 +37,7 @@ class Ledger:
         self._known: dict[str, Delivery] = {}
         self._waiting: dict[str, tuple[Delivery, float]] = {}
         self._running: dict[str, tuple[Delivery, float]] = {}
-        self._results: deque[tuple[Delivery, Outcome, str]] = deque()
+        self._results: deque[tuple[Delivery, Outcome, Detail]] = deque()
 
     # -- the dispatcher ---------------------------------------------------------
 
@@ -79,17 +79,22 @@ class Ledger:
     def has_results(self) -> bool:
         return bool(self._results)
 
-    def drain(self) -> tuple[list[Delivery], list[tuple[Delivery, Outcome, str]]]:
-        """Takes every result: the deliveries to ack, and the nacks and
-        rejects with their texts. Deliveries not run are only forgotten."""
+    def drain(self) -> tuple[list[Delivery], list[tuple[Delivery, Outcome, Detail]]]:
+        """Takes every result: the deliveries to ack with the next fetch, and
+        the rest (nacks, rejects and timeouts with their texts, acks that
+        keep a result or record an event). Deliveries not run are only
+        forgotten."""
         acks: list[Delivery] = []
-        others: list[tuple[Delivery, Outcome, str]] = []
+        others: list[tuple[Delivery, Outcome, Detail]] = []
         results = self._results
         while results:
             d, outcome, text = results.popleft()
             self._known.pop(d.tag, None)
             if outcome is Outcome.ACK:
-                acks.append(d)
+                if text:
+                    others.append((d, outcome, text))
+                else:
+                    acks.append(d)
             elif outcome is Outcome.NACK or outcome is Outcome.REJECT or outcome is Outcome.TIMEOUT:
                 others.append((d, outcome, text))
         return acks, others
@@ -120,7 +125,7 @@ class Ledger:
         with self._lock:
             return self._running.pop(tag, None) is not None
 
-    def result(self, d: Delivery, outcome: Outcome, text: str) -> None:
+    def result(self, d: Delivery, outcome: Outcome, text: Detail) -> None:
         """Hands the outcome of ``d`` to the dispatcher."""
         self._results.append((d, outcome, text))
 
