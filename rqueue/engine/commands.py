@@ -698,13 +698,18 @@ def schedule_fire(
     lateness_ms: int | None,
     ticks: Sequence[int],
     queue: str,
+    event: bool = False,
 ) -> FireReply:
     """Publishes ``ticks`` (ms, ascending) of the schedule at
     ``schedule_key`` to the queue of ``queue_keys``, each at most once ever;
-    ticks later than ``lateness_ms`` are skipped (None: never)."""
+    ticks later than ``lateness_ms`` are skipped (None: never). With
+    ``event``, each message published records a "scheduled" event."""
+    keys = [schedule_key, queue_keys.meta, queue_keys.msgs, queue_keys.floors]
+    if event:
+        keys.append(queue_keys.events)
     reply = run(
         scripts.schedule_fire,
-        [schedule_key, queue_keys.meta, queue_keys.msgs, queue_keys.floors],
+        keys,
         [now, version, "" if lateness_ms is None else lateness_ms, queue_keys.wake_channel, *ticks],
         queue,
         schedule_key,
