@@ -154,10 +154,11 @@ def test_rqueue_events_kind_and_follow_json_lines(client, queue, backend, prefix
     lines = [json.loads(line) for line in out.output.splitlines()]
     assert [(e["event"], e["seq"]) for e in lines] == [("completed", 1), ("failed", 2)]
     # and configure takes the kinds as a comma-separated list
-    out = CliRunner().invoke(cli, ["--url", backend, "--prefix", prefix, "configure", "x", "--events", "failed,timeout"])
+    configure = ["--url", backend, "--prefix", prefix, "configure", "x"]
+    out = CliRunner().invoke(cli, [*configure, "--events", "failed,timeout"])
     assert out.exit_code == 0, out.output
     assert client.queue("x").settings().events == ("failed", "timeout")
-    out = CliRunner().invoke(cli, ["--url", backend, "--prefix", prefix, "configure", "x", "--events", "nope"])
+    out = CliRunner().invoke(cli, [*configure, "--events", "nope"])
     assert out.exit_code == 2 and "nope" in out.output
 
 

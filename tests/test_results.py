@@ -267,3 +267,13 @@ def test_rqueue_result_prints_a_value_a_failure_and_times_out(client, queue, bac
     out = run_cli(*base, "3", "--timeout", "0.05")
     assert out.exit_code == 1 and "no result for seq 3" in out.output
     assert run_cli(*base, "0").exit_code == 2
+
+
+def test_ack_result_of_another_consumers_delivery_keeps_nothing(raw, client):
+    r, qk, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    argv = group_argv("g", "c2", NOW, None, "5000", b"jx", "1", 1, 1, "t1")
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_NOT_HELD 1\.1\.t1"):
+        s.ack_result(keys=[*gk, qk.result(1)], args=argv)

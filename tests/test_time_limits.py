@@ -239,3 +239,14 @@ def test_outside_a_handler_the_cancellation_is_never_set():
     c = rqueue.cancellation()
     assert not c.cancelled and c.limit is None
     c.check()  # does not raise
+
+
+def test_the_worker_command_takes_a_time_limit():
+    from click.testing import CliRunner
+
+    from rqueue.cli import cli
+
+    out = CliRunner().invoke(cli, ["worker", "--help"])
+    assert "--time-limit" in out.output and "--interrupt" in out.output
+    bad = CliRunner().invoke(cli, ["--url", "memory://", "worker", "m:f", "-q", "q", "-g", "g", "--time-limit", "0"])
+    assert bad.exit_code == 2 and "--time-limit" in bad.output
