@@ -445,7 +445,9 @@ class Consumer:
 
     def _dead_letter(self, delivery: DeliveryRef, reason: str, text: str) -> None:
         tag = self._tag_of(delivery)
-        dseq = commands.reject(self._group_call(), tag, reason, check.text("reason", text))
+        call = self._group_call()
+        event = EventKind.FAILED.value if EventKind.FAILED.value in self._settings.events else ""
+        dseq = commands.reject(call, tag, reason, check.text("reason", text), event)
         self._held.pop(tag[0], None)
         if dseq == 0:
             self._log_drop(tag[1], reason)

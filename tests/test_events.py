@@ -135,6 +135,31 @@ def test_nack_refuses_an_event_it_does_not_record(client, queue):
     assert queue.events() == []
 
 
+def test_a_reject_records_failed_beside_its_dead_letter(client, queue):
+    client.configure("orders", events=["failed"])
+    queue.publish_many([b"a", b"b"])
+    c = queue.consumer("g", "c1")
+    d1, d2 = c.fetch(2)
+    d1.reject(reason="bad input")
+    d2.term(reason="never")
+    got = [(e["event"], e["seq"], e["reason"], e["dlq_seq"]) for e in queue.events()]
+    assert got == [
+        ("dead-lettered", "1", "rejected", "1"),
+        ("failed", "1", "bad input", "1"),
+        ("dead-lettered", "2", "terminated", "2"),
+        ("failed", "2", "never", "2"),
+    ]
+
+
+def test_reject_refuses_an_event_it_does_not_record(client, queue):
+    r, gk, s = client.redis, queue.keys.group("g").as_list(), client.scripts
+    publish((r, queue.keys, gk, s), b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT reject records no event"):
+        s.reject(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", "rejected", "x", "timeout"))
+
+
 # -- the command line and the dashboard -----------------------------------------------
 
 

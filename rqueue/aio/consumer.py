@@ -345,7 +345,9 @@ class Consumer:
 
     async def _dead_letter(self, delivery: Ref, reason: str, text: str) -> None:
         tag = self._tag_of(delivery)
-        dseq = await acmd.reject(await self._group_call(), tag, reason, check.text("reason", text))
+        call = await self._group_call()
+        event = EventKind.FAILED.value if EventKind.FAILED.value in self._settings.events else ""
+        dseq = await acmd.reject(call, tag, reason, check.text("reason", text), event)
         self._held.pop(tag[0], None)
         if dseq == 0:
             self._log_drop(tag[1], reason)

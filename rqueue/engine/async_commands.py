@@ -93,8 +93,8 @@ async def ack_result(
     await run(call.scripts.ack_result, [*call.keys, result_key], args, call.queue, call.where)
 
 
-async def reject(call: AsyncGroupCall, tag: c.Tag, reason: str, text: str) -> int:
-    return int(await call.run(call.scripts.reject, c.reject_args(tag, reason, text)))
+async def reject(call: AsyncGroupCall, tag: c.Tag, reason: str, text: str, event: str = "") -> int:
+    return int(await call.run(call.scripts.reject, c.reject_args(tag, reason, text, event)))
 
 
 async def extend(call: AsyncGroupCall, tags: Sequence[c.Tag]) -> c.ExtendReply:

@@ -364,14 +364,15 @@ def nack(call: GroupCall, tag: Tag, delay_ms: int | None, error: str, event: str
     return parse_nack(call.run(call.scripts.nack, nack_args(tag, delay_ms, error, event)))
 
 
-def reject_args(tag: Tag, reason: str, text: str) -> list[Any]:
+def reject_args(tag: Tag, reason: str, text: str, event: str = "") -> list[Any]:
     _, seq, count, token = tag
-    return [seq, count, token, reason, text]
+    return [seq, count, token, reason, text, event]
 
 
-def reject(call: GroupCall, tag: Tag, reason: str, text: str) -> int:
-    """Dead-letters one delivery; its seq in the dead-letter queue, 0 when dropped."""
-    return int(call.run(call.scripts.reject, reject_args(tag, reason, text)))
+def reject(call: GroupCall, tag: Tag, reason: str, text: str, event: str = "") -> int:
+    """Dead-letters one delivery; its seq in the dead-letter queue, 0 when
+    dropped. ``event`` ("failed" or "") is the lifecycle event recorded."""
+    return int(call.run(call.scripts.reject, reject_args(tag, reason, text, event)))
 
 
 class ExtendReply(NamedTuple):
