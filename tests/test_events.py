@@ -203,8 +203,19 @@ def test_the_dashboard_shows_lifecycle_events():
         c = q.consumer("g", "c1")
         (d,) = c.fetch(1)
         c.nack(d, error="went wrong")
-        page = TestClient(app(mem)).get("/queue", params={"name": "orders"})
+        (d,) = c.fetch(1)
+        c.ack_result(d, None, event=True)
+        web = TestClient(app(mem))
+        page = web.get("/queue", params={"name": "orders"})
         assert page.status_code == 200
         assert "<td>failed</td>" in page.text and "<td>went wrong</td>" in page.text
+        assert "<td>completed</td>" in page.text
+        # and the view filters by kind, on the page and in its live fragment
+        for path in ("/queue", "/fragment/queue"):
+            only = web.get(path, params={"name": "orders", "event": "completed"})
+            assert only.status_code == 200
+            assert "<td>completed</td>" in only.text and "<td>failed</td>" not in only.text
+        bad = web.get("/queue", params={"name": "orders", "event": "<b>"})
+        assert bad.status_code == 400 and "<b>" not in bad.text
     finally:
         mem.close()
