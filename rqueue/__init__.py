@@ -34,11 +34,13 @@ from .errors import (
     QueuePartitioned,
     QueuePaused,
     Reject,
+    ResultTimeout,
     RQueueError,
     ScriptsNotLoaded,
     ServerTooOld,
     StaleDelivery,
     StateLost,
+    TimeLimitExceeded,
     UnknownDeliveryTag,
     Unroutable,
 )
@@ -63,12 +65,15 @@ from .results import (
 from .retention import Start
 from .schedules import Missed, ScheduleInfo
 from .settings import Settings
+from .stored_results import Failure, Result
+from .timelimits import Cancellation, cancellation
 from .worker import PartitionedWorker, Worker, WorkerStats, worker_for
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AlreadyAcked",
+    "Cancellation",
     "Client",
     "Clock",
     "ConnectionFailed",
@@ -80,6 +85,7 @@ __all__ = [
     "DeadLetter",
     "Delivery",
     "DeliveryError",
+    "Failure",
     "GroupStats",
     "HeartbeatResult",
     "InvalidInput",
@@ -119,16 +125,20 @@ __all__ = [
     "Randomness",
     "Reject",
     "ReplayResult",
+    "Result",
+    "ResultTimeout",
     "ScriptsNotLoaded",
     "ServerTooOld",
     "Settings",
     "StaleDelivery",
+    "TimeLimitExceeded",
     "UnknownDeliveryTag",
     "QueuePartitioned",
     "Unroutable",
     "QueuePaused",
     "Worker",
     "WorkerStats",
+    "cancellation",
     "connect",
     "worker_for",
 ]

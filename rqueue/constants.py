@@ -54,3 +54,5 @@ DEFAULT_MAX_RUN_TIME = 3600.0  # seconds a handler's lease is kept alive at most
 DEFAULT_GRACE_PERIOD = 30.0  # seconds running handlers get to finish on SIGTERM
 DEFAULT_RECONNECT_TIMEOUT = 60.0  # seconds a worker keeps retrying a lost Redis
 STALE_DISPATCH_FRACTION = 0.5  # of min(ack_wait, heartbeat timeout): older fetches are re-checked before running
+
+DEFAULT_RESULT_TTL = 86_400.0  # seconds a handler's stored result lives (the result_ttl setting)

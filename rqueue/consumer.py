@@ -12,10 +12,11 @@ from . import validate as check
 from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from .consumer_core import ConsumerCore, refs_of
 from .delivery import Delivery, DeliveryRef, HeartbeatResult
-from .engine import commands
+from .engine import commands, store
 from .errors import NotMember, QueuePartitioned, RQueueError
 from .ids import fetch_token
 from .settings import Settings
+from .stored_results import encode_failure
 
 if TYPE_CHECKING:
     from .protocols import QueueLike
@@ -191,16 +192,36 @@ class Consumer(ConsumerCore):
         self._join()  # sees a loss of Redis state with what was held
         self._held.clear()
 
-    def nack(self, delivery: DeliveryRef, delay: float | None = None, error: str = "") -> str:
+    def nack(
+        self, delivery: DeliveryRef, delay: float | None = None, error: str = "", *, timed_out: bool = False
+    ) -> str:
         """Offers the message again: at once ahead of every later message
         (``delay`` 0), after ``delay`` seconds, or (None) after the queue's
         redelivery policy. A message that already had max_deliveries is
-        dead-lettered instead. Returns "requeued" or "dead"."""
+        dead-lettered instead. Returns "requeued" or "dead". The event it
+        records (events setting) is ``timeout`` with ``timed_out``, else ``failed``."""
         tag = self._tag_of(delivery)
         delay_ms = None if delay is None else check.delay_ms(delay)
-        return self._nacked(tag, commands.nack(self._group_call(), tag, delay_ms, check.text("error", error)))
+        event = self._nack_event(timed_out)
+        return self._nacked(tag, commands.nack(self._group_call(), tag, delay_ms, check.text("error", error), event))
 
     nak = nack
+
+    def ack_result(self, delivery: DeliveryRef, value: bytes | None, event: bool) -> None:
+        """Acks one delivery as :meth:`ack` does and in the same call keeps
+        ``value`` (rqueue.stored_results' encoding; None: none) for the
+        result_ttl and, with ``event``, records a completed event."""
+        tag = self._tag_of(delivery)
+        call = self._group_call()
+        ttl_ms = None if value is None else max(1, int(self._settings.result_ttl * 1000))
+        commands.ack_result(call, self.queue.keys.result(tag[1]), tag, ttl_ms, value or b"", event)
+        self._held.pop(tag[0], None)
+
+    def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
+        """Keeps how the message of ``delivery`` failed for good as its result
+        (sent after its settle: a crash in between loses the result, not the message)."""
+        ttl_ms = max(1, int(self.settings().result_ttl * 1000))
+        store.save_result(self.client.redis, self.queue.keys, delivery.seq, encode_failure(reason, error), ttl_ms)
 
     def reject(self, delivery: DeliveryRef, requeue: bool = False, reason: str = "") -> None:
         """Dead-letters the message now (RabbitMQ basic.reject); with
@@ -217,7 +238,8 @@ class Consumer(ConsumerCore):
 
     def _dead_letter(self, delivery: DeliveryRef, reason: str, text: str) -> None:
         tag = self._tag_of(delivery)
-        self._dead_lettered(tag, reason, commands.reject(self._group_call(), tag, reason, check.text("reason", text)))
+        dseq = commands.reject(self._group_call(), tag, reason, check.text("reason", text), self._reject_event())
+        self._dead_lettered(tag, reason, dseq)
 
     def in_progress(self, deliveries: DeliveryRef | Iterable[DeliveryRef]) -> int:
         """Extends the leases of deliveries this consumer holds to now +

@@ -16,6 +16,7 @@ from .delivery import REPLAYED_HEADER, Delivery, DeliveryRef, HeartbeatResult
 from .engine import commands
 from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
 from .errors import CorruptRecord, InvalidInput, LostDelivery, NotHeld, RQueueError, StateLost, delivery_error
+from .events import EventKind
 from .ids import consumer_name, delivery_tag, parse_delivery_tag
 from .names import check_name
 from .settings import Settings, validate
@@ -324,6 +325,16 @@ class ConsumerCore:
             if held is not None:
                 held.deadline_ms = reply.deadline_ms
         return reply.deadline_ms
+
+    def _nack_event(self, timed_out: bool) -> str:
+        """The lifecycle event a nack records: timeout or failed, when the
+        events setting asks for that kind ("" records none)."""
+        kind = EventKind.TIMEOUT.value if timed_out else EventKind.FAILED.value
+        return kind if kind in self._settings.events else ""
+
+    def _reject_event(self) -> str:
+        """The lifecycle event a reject or term records (see _nack_event)."""
+        return EventKind.FAILED.value if EventKind.FAILED.value in self._settings.events else ""
 
     def _nacked(self, tag: commands.Tag, reply: commands.NackReply) -> str:
         self._held.pop(tag[0], None)

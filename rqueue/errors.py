@@ -44,6 +44,8 @@ __all__ = [
     "QueueInUse",
     "CorruptRecord",
     "Reject",
+    "TimeLimitExceeded",
+    "ResultTimeout",
     "from_script_error",
 ]
 
@@ -496,6 +498,36 @@ class Reject(RQueueError):
     def __init__(self, reason: str = "rejected") -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class TimeLimitExceeded(RQueueError):
+    """A handler ran past its time limit (``Worker(time_limit=...)`` or the
+    message's ``x-rq-time-limit`` header). Raised inside the handler by
+    :meth:`rqueue.Cancellation.check`, or delivered into its thread by a
+    worker with ``interrupt=True``; the worker has nacked the message with
+    the reason ``timeout`` by then, whatever the handler does next.
+
+    Attributes:
+        limit: the time limit, seconds (None when raised into the
+            handler's thread, which is told no more).
+    """
+
+    def __init__(self, limit: float | None = None) -> None:
+        of = "" if limit is None else f" of {limit:g} s"
+        super().__init__(f"timeout: the handler ran past its time limit{of}")
+        self.limit = limit
+
+
+class ResultTimeout(RQueueError, TimeoutError):
+    """``q.result(seq, timeout=...)`` found no stored result in time: the
+    message is not settled yet, its result expired, or results are off for
+    its queue (the ``results`` setting)."""
+
+    def __init__(self, queue: str, seq: int, timeout: float) -> None:
+        super().__init__(f"no result for seq {seq} of queue {queue!r} within {timeout:g} s")
+        self.queue = queue
+        self.seq = seq
+        self.timeout = timeout
 
 
 # Errors raised with error() arrive wrapped ("ERR user_script:1: RQ_X ...");

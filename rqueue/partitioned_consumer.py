@@ -256,10 +256,22 @@ class PartitionedConsumer(PartitionRouting):
             )
         return [statuses[i] for i in range(len(statuses))]
 
-    def nack(self, delivery: DeliveryRef, delay: float | None = None, error: str = "") -> str:
+    def nack(
+        self, delivery: DeliveryRef, delay: float | None = None, error: str = "", *, timed_out: bool = False
+    ) -> str:
         c, d = self._one(delivery)
-        status: str = c.nack(d, delay=delay, error=error)
+        status: str = c.nack(d, delay=delay, error=error, timed_out=timed_out)
         return status
+
+    def ack_result(self, delivery: DeliveryRef, value: bytes | None, event: bool) -> None:
+        """As :meth:`rqueue.Consumer.ack_result`, in the delivery's partition."""
+        c, d = self._one(delivery)
+        c.ack_result(d, value, event)
+
+    def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
+        """As :meth:`rqueue.Consumer.keep_failure`, in the delivery's partition."""
+        c, _ = self._one(delivery)
+        c.keep_failure(delivery, reason, error)
 
     nak = nack
 

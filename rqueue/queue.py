@@ -12,7 +12,7 @@ from .deadletters import Selection, iter_dead_letters, purge, replay
 from .engine import commands, store
 from .engine.keys import QueueKeys, queue_base
 from .engine.record import decode_record
-from .errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, StateLost
+from .errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, ResultTimeout, StateLost
 from .names import check_message_id, check_name, check_queue_name
 from .publishing import prepare, send
 from .results import (
@@ -29,6 +29,10 @@ from .results import (
 from .retention import Position, position_args
 from .retention import trim as trim_step
 from .settings import DEAD_LETTER_MODES, Settings
+from .stored_results import FIRST_POLL as FIRST_RESULT_POLL
+from .stored_results import LAST_POLL as LAST_RESULT_POLL
+from .stored_results import Result
+from .stored_results import decode as decode_result
 from .tracing import sending
 from .waiting import wait_settled
 
@@ -390,6 +394,28 @@ class Queue:
     def groups(self) -> list[str]:
         """Names of the queue's groups, sorted."""
         return store.group_names(self.client.redis, self.keys)
+
+    def result(self, seq: int, timeout: float = 0.0) -> Result:
+        """The stored outcome of message ``seq`` (a queue whose ``results``
+        setting is on keeps one per settled message for ``result_ttl``):
+        the handler's return value, or its :class:`~rqueue.stored_results.Failure`.
+        Waits up to ``timeout`` seconds for it, polling with backoff; raises
+        :class:`rqueue.ResultTimeout` when none came (docs/results.md)."""
+        seq = check.whole_number("seq", seq, 1)
+        timeout = check.seconds("timeout", timeout)
+        clock = self.client.clock
+        deadline = clock.monotonic() + timeout
+        pause = FIRST_RESULT_POLL
+        while True:
+            raw, incarnation = store.read_result(self.client.redis, self.keys, seq)
+            found = None if raw is None else decode_result(seq, raw, incarnation)
+            if found is not None:
+                return found
+            left = deadline - clock.monotonic()
+            if left <= 0:
+                raise ResultTimeout(self.name, seq, timeout)
+            clock.sleep(min(pause, left))
+            pause = min(pause * 1.5, LAST_RESULT_POLL)
 
     def peek(self, n: int = 10, after: int = 0) -> list[Message]:
         """Up to ``n`` stored messages with seq > ``after``, oldest first,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .engine import commands, schedule_store, store
 from .engine.record import encode_body
 from .errors import CorruptRecord, InvalidInput, PayloadTooLarge
+from .events import EventKind
 from .names import check_name
 from .partitions import PartitionedQueue
 from .queue import Queue
@@ -342,6 +343,7 @@ def _fire_one(client: QueueContext, name: str, dest: Queue, key: str, state: Map
     policy = missed_policy(state.get("missed", Missed.ONCE.value))
     floor = _floor(state)
     published = handled = 0
+    event = EventKind.SCHEDULED.value in dest.settings().events
     for _ in range(FIRE_CALLS):
         ticks = due_ticks(when, policy, floor, now)
         if not ticks:
@@ -355,6 +357,7 @@ def _fire_one(client: QueueContext, name: str, dest: Queue, key: str, state: Map
             round(SKIP_LATENESS * 1000) if policy is Missed.SKIP else None,
             ticks,
             dest.name,
+            event,
         )
         if reply.status is not commands.FireStatus.OK or (reply.last_tick_ms or 0) <= floor:
             # changed, paused or removed since it was read, or not yet due by

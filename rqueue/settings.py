@@ -28,12 +28,14 @@ from .constants import (
     DEFAULT_REDELIVERY_DELAY,
     DEFAULT_REDELIVERY_JITTER,
     DEFAULT_REDELIVERY_MULTIPLIER,
+    DEFAULT_RESULT_TTL,
     MAX_DURATION,
     MAX_REDELIVERY_DELAY_FACTOR,
     SETTINGS_CACHE_TTL,
 )
 from .engine import store
 from .errors import InvalidName, InvalidSetting, show
+from .events import EventKind
 from .names import check_name, check_pattern
 from .validate import limit_text, payload_limit
 
@@ -62,6 +64,9 @@ class Settings:
     rate_period: float = 1.0
     max_age: float | None = None  # seconds settled messages are kept (docs/retention.md); None = not by age
     max_length: int | None = None  # newest seqs kept once settled; None = not by length
+    results: bool = False  # workers keep each handler's return value (docs/results.md)
+    result_ttl: float = DEFAULT_RESULT_TTL  # seconds a kept result lives
+    events: tuple[str, ...] = ()  # lifecycle event kinds recorded besides the always-on ones
 
     def merged(self, values: Mapping[str, Any]) -> Settings:
         """A copy with ``values`` applied after validating each of them."""
@@ -164,9 +169,30 @@ def _check_one(name: str, value: Any) -> Any:
         if value is None:
             return None
         return _at_least(name, value, 0, integer=True, what="must be None or a whole number of messages >= 0")
+    if name == "results":
+        if not isinstance(value, bool):
+            raise InvalidSetting(name, value, "must be true or false")
+        return value
+    if name == "result_ttl":
+        return _duration(name, value, 0.001, "must be a positive number of seconds (at least 0.001)")
+    if name == "events":
+        return _event_kinds(name, value)
     if name == "max_payload":
         return payload_limit(name, _at_least(name, value, 1, integer=True, what="must be a whole number of bytes >= 1"))
     raise InvalidSetting(name, value, f"unknown setting; known: {', '.join(sorted(SETTING_NAMES))}")
+
+
+def _event_kinds(name: str, value: Any) -> tuple[str, ...]:
+    """A list of lifecycle event kinds (EventKind values), or "all"."""
+    known = [k.value for k in EventKind]
+    if value == "all":
+        return tuple(known)
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise InvalidSetting(name, value, f'must be a list of event kinds ({", ".join(known)}) or "all"')
+    for kind in value:
+        if kind not in known:
+            raise InvalidSetting(name, value, f"{show(kind)} is no event kind; known: {', '.join(known)}")
+    return tuple(k for k in known if k in value)
 
 
 def validate(values: Mapping[str, Any]) -> dict[str, Any]:

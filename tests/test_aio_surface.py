@@ -41,6 +41,7 @@ NOT_IN_AIO = {
     "Client.layout": "read by the sync partitioned queue's refresh; the asyncio client reads layouts in open_queue()",
     "PartitionedQueue.grow": "growing a queue is an operator's step: rqueue partitions --grow or rqueue.connect",
     "PartitionedQueue.refresh": "an asyncio client routes by the layout read at connect or open_queue() (docs/aio.md)",
+    "Worker.interrupt": "an async handler past its time limit is cancelled; interrupt= raises in a handler thread",
     "Worker.scheduler": "the recurring-schedule scheduler runs in threaded workers and `rqueue scheduler`",
 }
 

@@ -24,6 +24,8 @@ LAYERS = [
     {
         "rqueue.constants",
         "rqueue.errors",
+        "rqueue.timelimits",
+        "rqueue.events",
         "rqueue.clock",
         "rqueue.randomness",
         "rqueue.ids",
@@ -38,6 +40,7 @@ LAYERS = [
     {"rqueue.engine"},
     {
         "rqueue.settings",
+        "rqueue.stored_results",
         "rqueue.statewatch",
         "rqueue.protocols",
         "rqueue.deadletters",

@@ -19,6 +19,7 @@ from ..errors import NotMember, QueuePartitioned, RQueueError
 from ..ids import fetch_token
 from ..settings import Settings
 from ..statewatch import Mark
+from ..stored_results import encode_failure
 
 if TYPE_CHECKING:
     from .context import AsyncQueueLike
@@ -209,14 +210,30 @@ class Consumer(ConsumerCore):
         await self.join()  # sees a loss of Redis state with what was held
         self._held.clear()
 
-    async def nack(self, delivery: Ref, delay: float | None = None, error: str = "") -> str:
+    async def nack(self, delivery: Ref, delay: float | None = None, error: str = "", *, timed_out: bool = False) -> str:
         """Offers the message again (see :meth:`rqueue.Consumer.nack`);
         returns "requeued" or "dead"."""
         tag = self._tag_of(delivery)
         delay_ms = None if delay is None else check.delay_ms(delay)
-        return self._nacked(tag, await acmd.nack(await self._group_call(), tag, delay_ms, check.text("error", error)))
+        event = self._nack_event(timed_out)
+        return self._nacked(
+            tag, await acmd.nack(await self._group_call(), tag, delay_ms, check.text("error", error), event)
+        )
 
     nak = nack
+
+    async def ack_result(self, delivery: Ref, value: bytes | None, event: bool) -> None:
+        """See :meth:`rqueue.Consumer.ack_result`."""
+        tag = self._tag_of(delivery)
+        call = await self._group_call()
+        ttl_ms = None if value is None else max(1, int(self._settings.result_ttl * 1000))
+        await acmd.ack_result(call, self.queue.keys.result(tag[1]), tag, ttl_ms, value or b"", event)
+        self._held.pop(tag[0], None)
+
+    async def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
+        """See :meth:`rqueue.Consumer.keep_failure`."""
+        ttl_ms = max(1, int(self._settings.result_ttl * 1000))
+        await acmd.save_result(self.client.redis, self.queue.keys, delivery.seq, encode_failure(reason, error), ttl_ms)
 
     async def reject(self, delivery: Ref, requeue: bool = False, reason: str = "") -> None:
         """Dead-letters the message now; with ``requeue`` offers it again at once."""
@@ -231,7 +248,9 @@ class Consumer(ConsumerCore):
 
     async def _dead_letter(self, delivery: Ref, reason: str, text: str) -> None:
         tag = self._tag_of(delivery)
-        dseq = await acmd.reject(await self._group_call(), tag, reason, check.text("reason", text))
+        dseq = await acmd.reject(
+            await self._group_call(), tag, reason, check.text("reason", text), self._reject_event()
+        )
         self._dead_lettered(tag, reason, dseq)
 
     async def in_progress(self, deliveries: Ref | Iterable[Ref]) -> int:

@@ -404,10 +404,20 @@ class PartitionedConsumer(PartitionRouting):
             statuses.update(zip((i for i, _ in mine), got, strict=True))
         return self._by_index(statuses)
 
-    async def nack(self, delivery: Ref, delay: float | None = None, error: str = "") -> str:
+    async def nack(self, delivery: Ref, delay: float | None = None, error: str = "", *, timed_out: bool = False) -> str:
         c, d = self._one(delivery)
-        status: str = await c.nack(d, delay=delay, error=error)
+        status: str = await c.nack(d, delay=delay, error=error, timed_out=timed_out)
         return status
+
+    async def ack_result(self, delivery: Ref, value: bytes | None, event: bool) -> None:
+        """As :meth:`rqueue.Consumer.ack_result`, in the delivery's partition."""
+        c, d = self._one(delivery)
+        await c.ack_result(d, value, event)
+
+    async def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
+        """As :meth:`rqueue.Consumer.keep_failure`, in the delivery's partition."""
+        c, _ = self._one(delivery)
+        await c.keep_failure(delivery, reason, error)
 
     nak = nack
 

@@ -16,13 +16,17 @@ from ..deadletters import PAGE, REPLAY_BATCH, Selection, by_group, selected, tal
 from ..engine import async_commands as acmd
 from ..engine.keys import QueueKeys, partitions_key, queue_base
 from ..engine.record import decode_record
-from ..errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, StateLost
+from ..errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, ResultTimeout, StateLost
 from ..names import check_message_id, check_name, check_queue_name
 from ..placement import Layout
 from ..publishing import prepare
 from ..queue import CLUSTER_DEAD_LETTER, PARTITION_DEAD_LETTER
 from ..results import DeadLetter, Message, MessageStatus, PublishResult, QueueStats, ReplayResult
 from ..settings import DEAD_LETTER_MODES, Settings
+from ..stored_results import FIRST_POLL as FIRST_RESULT_POLL
+from ..stored_results import LAST_POLL as LAST_RESULT_POLL
+from ..stored_results import Result
+from ..stored_results import decode as decode_result
 from ..tracing import sending
 from ..waiting import FIRST_POLL, LAST_POLL, check_wait, groups_to_wait_for, not_settled, waited_for
 from .consumer import Consumer
@@ -191,6 +195,25 @@ class Queue:
     async def groups(self) -> list[str]:
         """Names of the queue's groups, sorted."""
         return await acmd.group_names(self.client.redis, self.keys)
+
+    async def result(self, seq: int, timeout: float = 0.0) -> Result:
+        """See :meth:`rqueue.Queue.result`: waits up to ``timeout`` seconds
+        for the stored outcome of message ``seq``; raises ResultTimeout."""
+        seq = check.whole_number("seq", seq, 1)
+        timeout = check.seconds("timeout", timeout)
+        clock = self.client.clock
+        deadline = clock.monotonic() + timeout
+        pause = FIRST_RESULT_POLL
+        while True:
+            raw, incarnation = await acmd.read_result(self.client.redis, self.keys, seq)
+            found = None if raw is None else decode_result(seq, raw, incarnation)
+            if found is not None:
+                return found
+            left = deadline - clock.monotonic()
+            if left <= 0:
+                raise ResultTimeout(self.name, seq, timeout)
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 1.5, LAST_RESULT_POLL)
 
     async def peek(self, n: int = 10, after: int = 0) -> list[Message]:
         """Up to ``n`` stored messages with seq > ``after``, oldest first."""

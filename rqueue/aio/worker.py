@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .. import timelimits as cancel_mod
 from ..constants import (
     DEFAULT_CONCURRENCY,
     DEFAULT_GRACE_PERIOD,
@@ -31,14 +32,16 @@ from ..constants import (
     IDLE_POLL_INTERVAL,
     WORKER_PREFETCH_PER_THREAD,
 )
-from ..errors import AlreadyAcked, DeliveryError, NotMember, Reject, RQueueError
+from ..errors import AlreadyAcked, DeliveryError, NotMember, Reject, RQueueError, TimeLimitExceeded
 from ..names import check_name
+from ..settings import Settings
+from ..timelimits import Cancellation, time_limit_for
 from ..tracing import dead_lettered, processing
 from ..worker.handlers import LeaseCheck
 from ..worker.ledger import Ledger
 from ..worker.metrics import WorkerMetrics
 from ..worker.options import check_options
-from ..worker.outcome import Outcome
+from ..worker.outcome import Completion, Detail, Outcome, ack_detail
 from ..worker.reconnect import TRANSIENT
 from ..worker.stats import Tally, WorkerStats
 from .consumer import Consumer as PlainConsumer
@@ -71,6 +74,11 @@ class Worker:
     deliveries not started are handed back, running handlers get
     ``grace_period`` seconds, the rest is returned at once and the worker
     leaves the group. A second signal (or ``stop(now=True)``) stops at once.
+
+    ``time_limit`` (seconds; a message's ``x-rq-time-limit`` header
+    overrides it): past it the handler's task is cancelled, its
+    :func:`rqueue.cancellation` set, the message nacked with the reason
+    ``timeout``, and whatever the handler does later is discarded.
     """
 
     def __init__(
@@ -88,6 +96,7 @@ class Worker:
         grace_period: float = DEFAULT_GRACE_PERIOD,
         reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT,
         metrics: WorkerMetrics | None = None,
+        time_limit: float | None = None,
     ) -> None:
         check_options(
             handler,
@@ -98,6 +107,7 @@ class Worker:
             max_run_time,
             grace_period,
             reconnect_timeout,
+            time_limit,
         )
         self.queue = queue
         self.group = check_name("group", group)
@@ -112,6 +122,8 @@ class Worker:
         self.max_run_time = max_run_time
         self.grace_period = grace_period
         self.reconnect_timeout = reconnect_timeout
+        #: Seconds each run of the handler may take (None: no limit but max_run_time's).
+        self.time_limit = time_limit
         self.stats = WorkerStats()
         #: The worker's member of the group, once :meth:`run` has joined it.
         self.consumer: Consumer | None = None
@@ -132,6 +144,9 @@ class Worker:
         self._dispatching: asyncio.Task[None] | None = None
         self._beating: asyncio.Task[None] | None = None
         self._beat_stop = asyncio.Event()
+        # Handler runs cut off at their time limit, kept until they end
+        # (the loop holds tasks weakly), their outcome discarded.
+        self._abandoned: set[asyncio.Task[Any]] = set()
 
     # -- control ------------------------------------------------------------------
 
@@ -304,21 +319,43 @@ class Worker:
                 log.info("ack not applied: %s", err)
         self._tally.count(acked=ok, late_settles=len(statuses) - ok)
 
-    async def _settle_others(self, consumer: Consumer, others: list[tuple[Any, Outcome, str]]) -> None:
-        for d, outcome, text in others:
+    async def _settle_others(self, consumer: Consumer, others: list[tuple[Any, Outcome, Detail]]) -> None:
+        for d, outcome, detail in others:
             try:
-                if outcome is Outcome.NACK:
-                    status = await self._retry.call(consumer.nack, d, error=text)
+                if isinstance(detail, Completion):
+                    await self._ack_keeping(consumer, d, detail)
+                elif outcome is Outcome.NACK or outcome is Outcome.TIMEOUT:
+                    timed_out = outcome is Outcome.TIMEOUT
+                    status = await self._retry.call(consumer.nack, d, error=detail, timed_out=timed_out)
                     self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
                     if status == "dead":
                         dead_lettered(self.queue.name, self.group, d, "max-deliveries")
+                        await self._keep_failure(consumer, d, "max-deliveries", detail)
                 else:
-                    await self._retry.call(consumer.reject, d, reason=text)
+                    await self._retry.call(consumer.reject, d, reason=detail)
                     self._tally.count(rejected=1, dead_lettered=1)
                     dead_lettered(self.queue.name, self.group, d, "rejected")
+                    await self._keep_failure(consumer, d, "rejected", detail)
             except DeliveryError as exc:
                 log.info("%s of %s not applied: %s", outcome.value, d.tag, exc)
                 self._tally.count(late_settles=1)
+
+    async def _ack_keeping(self, consumer: Consumer, d: Any, detail: Completion) -> None:
+        """As rqueue.worker.dispatcher.Dispatcher._ack_keeping."""
+        try:
+            await self._retry.call(consumer.ack_result, d, detail.value, detail.event)
+        except AlreadyAcked:
+            if not self._retry.resync:
+                raise
+        self._tally.count(acked=1)
+
+    async def _keep_failure(self, consumer: Consumer, d: Any, reason: str, error: str) -> None:
+        if not consumer.last_settings.results:
+            return
+        try:
+            await self._retry.call(consumer.keep_failure, d, reason, error)
+        except RQueueError as exc:
+            log.warning("failure of %s not kept as its result: %s", d.tag, exc)
 
     # -- the handler tasks (rqueue.worker.handlers) ---------------------------------
 
@@ -340,7 +377,7 @@ class Worker:
             ledger.result(d, outcome, text)
             self._notifier.poke()
 
-    async def _handle(self, d: Delivery) -> tuple[Outcome, str]:
+    async def _handle(self, d: Delivery) -> tuple[Outcome, Detail]:
         taken = self._ledger.take(d.tag, self._stopping)
         if taken is Outcome.RETURNED:
             return Outcome.RETURNED, ""
@@ -363,13 +400,17 @@ class Worker:
         started = check.now
         self._ledger.start(d, started)
         self._tally.handled()
+        limit = time_limit_for(d.headers, self.time_limit)
         try:
             with processing(self.queue.name, self.group, d):
-                if self._coroutine:
-                    await self.handler(d)
+                if limit is None:
+                    value = await self._call(d, Cancellation())
                 else:
-                    await asyncio.to_thread(self.handler, d)
-            return Outcome.ACK, ""
+                    finished, value = await self._call_within(d, limit)
+                    if not finished:
+                        self._tally.count(timed_out=1)
+                        return Outcome.TIMEOUT, str(TimeLimitExceeded(limit))
+            return Outcome.ACK, ack_detail(value, self._consumer_settings())
         except Reject as exc:
             return Outcome.REJECT, exc.reason
         except Exception as exc:
@@ -377,6 +418,44 @@ class Worker:
             return Outcome.NACK, f"{type(exc).__name__}: {exc}"
         finally:
             self._ledger.stop(d.tag)
+
+    def _consumer_settings(self) -> Settings:
+        assert self.consumer is not None
+        return self.consumer.last_settings
+
+    async def _call(self, d: Delivery, cancellation: Cancellation) -> Any:
+        """The handler's return value."""
+        cancel_mod.enter(cancellation)  # this task's context; to_thread copies it
+        if self._coroutine:
+            return await self.handler(d)
+        return await asyncio.to_thread(self.handler, d)
+
+    async def _call_within(self, d: Delivery, limit: float) -> tuple[bool, Any]:
+        """Runs the handler as a task of its own for up to ``limit`` seconds:
+        (True, its return value), or (False, None) when it ran past it: the
+        task is then cancelled and left to end on its own (a handler that
+        ignores the cancellation cannot hold the worker up or ack later),
+        its outcome discarded."""
+        cancellation = Cancellation(limit)
+        run = asyncio.get_running_loop().create_task(self._call(d, cancellation), name=f"rqueue-handler {d.tag}")
+        try:
+            done, _ = await asyncio.wait({run}, timeout=limit)
+        except asyncio.CancelledError:
+            run.cancel()
+            raise
+        if done:
+            return True, run.result()  # its exception, if any, is the handler's outcome
+        log.warning("handler ran past its time limit of %g s on %s: nacked (timeout)", limit, d.tag)
+        cancellation.cancel()
+        run.cancel()
+        self._abandoned.add(run)
+        run.add_done_callback(self._forget)
+        return False, None
+
+    def _forget(self, run: asyncio.Task[Any]) -> None:
+        self._abandoned.discard(run)
+        if not run.cancelled() and run.exception() is not None:
+            log.info("handler cut off at its time limit ended with %r (discarded)", run.exception())
 
     async def _still_held(self, d: Delivery) -> bool:
         assert self.consumer is not None

@@ -30,6 +30,7 @@ from rqueue.cli.doctor import doctor
 from rqueue.cli.groups import group
 from rqueue.cli.inspect import events, peek, queues, settings, stats, top
 from rqueue.cli.partitions import partitions, rebalance
+from rqueue.cli.result import result
 from rqueue.cli.schedules import scheduler, schedules
 from rqueue.cli.scripts import scripts
 from rqueue.cli.status import status
@@ -105,6 +106,7 @@ cli.add_command(group)
 cli.add_command(status)
 cli.add_command(rebalance)
 cli.add_command(partitions)
+cli.add_command(result)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

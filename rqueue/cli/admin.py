@@ -143,6 +143,14 @@ def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
         "max_length": int,
         "dead_letter": str,
         "alternate": str,
+        "results": click.BOOL,
+        "events": str,
+    }
+    helps = {
+        "dead_letter": "none = no target",
+        "alternate": "none = no target",
+        "results": "true = workers keep each handler's result (docs/results.md)",
+        "events": "lifecycle event kinds to record, comma-separated (completed,failed,timeout,...), all or none",
     }
     for name in reversed(sorted(rqueue.settings.SETTING_NAMES)):
         f = click.option(
@@ -150,7 +158,7 @@ def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
             name,
             type=kinds.get(name, float),
             default=None,
-            help="none = no target" if name in ("dead_letter", "alternate") else None,
+            help=helps.get(name),
         )(f)
     return f
 
@@ -164,6 +172,9 @@ def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
 def configure(obj: dict[str, Any], /, pattern: str, unset_names: Sequence[str], as_json: bool, **values: Any) -> None:
     """Store settings for every queue matching PATTERN (* = one word, # = any)."""
     given = {k: (None if v == "none" else v) for k, v in values.items() if v is not None}
+    if "events" in given:
+        kinds = given["events"]
+        given["events"] = [] if kinds is None else kinds if kinds == "all" else [k for k in kinds.split(",") if k]
     unset = [n.replace("-", "_") for n in unset_names]
     for name in unset:
         if name not in rqueue.settings.SETTING_NAMES:

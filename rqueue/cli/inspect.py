@@ -295,14 +295,32 @@ def top(obj: dict[str, Any], interval: float, once: bool) -> None:
 )
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events as they happen (Ctrl-C to stop).")
 @click.option("--seconds", type=click.FloatRange(0), default=None, help="With --follow: stop after this long.")
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    metavar="EVENT",
+    help="Show only events of this kind (repeatable): completed, failed, timeout, dead-lettered, ...",
+)
 @click.pass_obj
-def events(obj: dict[str, Any], queue: str, count: int, as_json: bool, follow: bool, seconds: float | None) -> None:
-    """Recent dead-letters, drops, replays and purges of QUEUE, oldest first."""
+def events(
+    obj: dict[str, Any],
+    queue: str,
+    count: int,
+    as_json: bool,
+    follow: bool,
+    seconds: float | None,
+    kinds: tuple[str, ...],
+) -> None:
+    """Recent events of QUEUE, oldest first: dead-letters, drops, replays and
+    purges, and the lifecycle events its events setting records (completed,
+    failed, timeout, scheduled, ...; docs/events.md). --kind filters the
+    newest COUNT."""
     if follow:
-        follow_events(obj, queue, count, as_json, seconds)
+        follow_events(obj, queue, count, as_json, seconds, kinds)
         return
     with connection(obj["url"], obj["prefix"]) as client:
-        found = [event_json(e) for e in existing(client, queue).events(count)]
+        found = [event_json(e) for e in existing(client, queue).events(count) if not kinds or e.get("event") in kinds]
     if as_json:
         emit_json({"events": found})
     elif not found:
@@ -311,7 +329,9 @@ def events(obj: dict[str, Any], queue: str, count: int, as_json: bool, follow: b
         click.echo(table(EVENT_KEYS, [event_cells(e) for e in found]))
 
 
-def follow_events(obj: dict[str, Any], queue: str, count: int, as_json: bool, seconds: float | None) -> None:
+def follow_events(
+    obj: dict[str, Any], queue: str, count: int, as_json: bool, seconds: float | None, kinds: tuple[str, ...] = ()
+) -> None:
     with connection(obj["url"], obj["prefix"]) as client:
         q = existing(client, queue)
         shown = q.events(count)
@@ -320,6 +340,8 @@ def follow_events(obj: dict[str, Any], queue: str, count: int, as_json: bool, se
         try:
             while True:
                 for raw in shown:
+                    if kinds and raw.get("event") not in kinds:
+                        continue
                     e = event_json(raw)
                     cells = zip(EVENT_KEYS, event_cells(e), strict=True)
                     line = "  ".join(f"{k}={'-' if v is None else v}" for k, v in cells)

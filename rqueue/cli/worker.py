@@ -80,6 +80,19 @@ def load_handler(spec: str) -> Callable[..., Any]:
     help="Seconds running handlers get to finish on SIGTERM/SIGINT.",
 )
 @click.option(
+    "--time-limit",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    help="Seconds each run of the handler may take; past it the message is nacked (reason timeout) "
+    "and the handler's rqueue.cancellation() is set. A message's x-rq-time-limit header overrides it.",
+)
+@click.option(
+    "--interrupt/--no-interrupt",
+    default=False,
+    show_default=True,
+    help="Also raise rqueue.TimeLimitExceeded inside a handler past its time limit (docs/worker.md).",
+)
+@click.option(
     "--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True
 )
 @click.option(
@@ -105,6 +118,8 @@ def worker(
     name: str | None,
     heartbeat_timeout: float,
     grace_period: float,
+    time_limit: float | None,
+    interrupt: bool,
     log_level: str,
     metrics_port: int | None,
     scheduler: bool,
@@ -141,6 +156,8 @@ def worker(
             heartbeat_timeout=heartbeat_timeout,
             grace_period=grace_period,
             scheduler=scheduler,
+            time_limit=time_limit,
+            interrupt=interrupt,
         )
         try:
             final = w.run()

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 import rqueue
+from rqueue.events import EventKind
 from rqueue.protocols import AnyQueue
 
 from .core import Dashboard, blocking
@@ -21,6 +22,9 @@ PEEK_MAX = 100  # messages a page shows at once
 DEAD_LETTERS_PAGE = 100  # dead letters listed by default
 DEAD_LETTERS_MAX = 1000
 EVENTS_SHOWN = 30
+EVENTS_SCANNED = 1000  # newest events read to find EVENTS_SHOWN of one kind
+# The kinds the events view can be filtered by: those always recorded, then the lifecycle kinds.
+EVENT_KINDS = ("dead-lettered", "dropped", "replayed", "purged", "state-lost", *(k.value for k in EventKind))
 REFRESH_MS_PER_QUEUE = 5  # a long overview refreshes less often: 1,000 queues every 5 s
 
 
@@ -92,27 +96,41 @@ async def overview_json(dash: Dashboard, request: Request) -> Response:
 # -- one queue --------------------------------------------------------------------
 
 
-def queue_figures(dash: Dashboard, name: str) -> dict[str, Any]:
+def event_kind(request: Request) -> str:
+    """The ?event= filter of the events view: "" (every kind) or a kind."""
+    kind = request.query_params.get("event", "")
+    if kind and kind not in EVENT_KINDS:
+        raise rqueue.InvalidInput(f"no event kind {kind!r} (kinds: {', '.join(EVENT_KINDS)})")
+    return kind
+
+
+def queue_figures(dash: Dashboard, name: str, kind: str = "") -> dict[str, Any]:
     q = dash.queue(name)
     stats = q.stats()
     resolved, origin = dash.client.settings.resolve(name)
-    events = list(reversed(q.events(EVENTS_SHOWN)))
+    if kind:
+        # the newest of that kind among the last EVENTS_SCANNED
+        events = [e for e in reversed(q.events(EVENTS_SCANNED)) if e.get("event") == kind][:EVENTS_SHOWN]
+    else:
+        events = list(reversed(q.events(EVENTS_SHOWN)))
     return {
         "name": name,
         "stats": stats,
         "partitioned": isinstance(q, rqueue.PartitionedQueue),
         "settings": [(k, v, origin.get(k, "default")) for k, v in resolved.as_dict().items()],
         "events": events,
+        "event_kind": kind,
+        "event_kinds": EVENT_KINDS,
     }
 
 
 async def queue_page(dash: Dashboard, request: Request) -> Response:
-    found = await blocking(queue_figures, dash, queue_name(request))
+    found = await blocking(queue_figures, dash, queue_name(request), event_kind(request))
     return dash.render(request, "queue.html", title=found["name"], **found)
 
 
 async def queue_fragment(dash: Dashboard, request: Request) -> Response:
-    found = await blocking(queue_figures, dash, queue_name(request))
+    found = await blocking(queue_figures, dash, queue_name(request), event_kind(request))
     return dash.render(request, "queue_live.html", **found)
 
 

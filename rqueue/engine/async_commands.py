@@ -21,7 +21,7 @@ from . import commands as c
 from .async_scripts import AsyncScript, AsyncScripts
 from .commands import text
 from .keys import QueueKeys, partitions_key, registry_key, settings_key
-from .store import DELETE_BATCH, EVENTS_MAX, event
+from .store import DELETE_BATCH, EVENTS_MAX, event, headed_result
 
 T = TypeVar("T")
 
@@ -85,12 +85,19 @@ async def ack(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool) -> list
     return c.parse_ack(reply, strict)
 
 
-async def nack(call: AsyncGroupCall, tag: c.Tag, delay_ms: int | None, error: str) -> c.NackReply:
-    return c.parse_nack(await call.run(call.scripts.nack, c.nack_args(tag, delay_ms, error)))
+async def nack(call: AsyncGroupCall, tag: c.Tag, delay_ms: int | None, error: str, event: str = "") -> c.NackReply:
+    return c.parse_nack(await call.run(call.scripts.nack, c.nack_args(tag, delay_ms, error, event)))
 
 
-async def reject(call: AsyncGroupCall, tag: c.Tag, reason: str, text: str) -> int:
-    return int(await call.run(call.scripts.reject, c.reject_args(tag, reason, text)))
+async def ack_result(
+    call: AsyncGroupCall, result_key: str, tag: c.Tag, ttl_ms: int | None, result: bytes, event: bool
+) -> None:
+    args = call.argv(c.ack_result_args(tag, ttl_ms, result, event))
+    await run(call.scripts.ack_result, [*call.keys, result_key], args, call.queue, call.where)
+
+
+async def reject(call: AsyncGroupCall, tag: c.Tag, reason: str, text: str, event: str = "") -> int:
+    return int(await call.run(call.scripts.reject, c.reject_args(tag, reason, text, event)))
 
 
 async def extend(call: AsyncGroupCall, tags: Sequence[c.Tag]) -> c.ExtendReply:
@@ -383,3 +390,26 @@ async def write_settings(r: Any, prefix: str, values: dict[str, str]) -> None:
 def settings_values(values: dict[str, Any], pattern: str) -> dict[str, str]:
     """The hash fields that store ``values`` for ``pattern`` (as SettingsStore.configure writes them)."""
     return {f"{pattern} {k}": json.dumps(v) for k, v in values.items()}
+
+
+async def save_result(r: Any, keys: QueueKeys, seq: int, value: bytes, ttl_ms: int) -> None:
+    """As rqueue.engine.store.save_result."""
+
+    async def save() -> None:
+        inc = await r.hget(keys.meta, "inc")
+        await r.set(keys.result(seq), headed_result(inc, value), px=ttl_ms)
+
+    await guarded(save, where=keys.base)
+
+
+async def read_result(r: Any, keys: QueueKeys, seq: int) -> tuple[bytes | None, str]:
+    """As rqueue.engine.store.read_result."""
+
+    async def read() -> list[Any]:
+        pipe = r.pipeline(transaction=False)
+        pipe.get(keys.result(seq))
+        pipe.hget(keys.meta, "inc")
+        return list(await pipe.execute())
+
+    raw, inc = await guarded(read, where=keys.base)
+    return raw, "" if inc is None else text(inc)

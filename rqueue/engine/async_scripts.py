@@ -218,6 +218,7 @@ class AsyncScripts:
     settle_to: AsyncScript
     partition: AsyncScript
     pause: AsyncScript
+    ack_result: AsyncScript
 
     def __init__(self, redis: Any, retry: AsyncRetrier = no_async_retry, shebang: bool = True) -> None:
         #: The connections of the script calls (None: redis-py's pool).

@@ -331,14 +331,32 @@ def ack(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
     return parse_ack(reply, strict)
 
 
+def ack_result_args(tag: Tag, ttl_ms: int | None, result: bytes, event: bool) -> list[Any]:
+    _, seq, count, token = tag
+    return ["" if ttl_ms is None else str(ttl_ms), result, "1" if event else "0", seq, count, token]
+
+
+def ack_result(call: GroupCall, result_key: str, tag: Tag, ttl_ms: int | None, result: bytes, event: bool) -> None:
+    """Acks one delivery (strictly: its error raised, nothing kept) and in
+    the same call keeps ``result`` under ``result_key`` for ``ttl_ms``
+    (None: keeps none) and, with ``event``, records a completed event."""
+    run(
+        call.scripts.ack_result,
+        [*call.keys, result_key],
+        call.argv(ack_result_args(tag, ttl_ms, result, event)),
+        call.queue,
+        call.where,
+    )
+
+
 class NackReply(NamedTuple):
     dead: bool  # dead-lettered (max_deliveries reached) rather than requeued
     where: int  # due time (ms) when requeued; dead-letter seq when dead (0: dropped)
 
 
-def nack_args(tag: Tag, delay_ms: int | None, error: str) -> list[Any]:
+def nack_args(tag: Tag, delay_ms: int | None, error: str, event: str = "") -> list[Any]:
     _, seq, count, token = tag
-    return [seq, count, token, "" if delay_ms is None else str(delay_ms), error]
+    return [seq, count, token, "" if delay_ms is None else str(delay_ms), error, event]
 
 
 def parse_nack(reply: Any) -> NackReply:
@@ -346,18 +364,21 @@ def parse_nack(reply: Any) -> NackReply:
     return NackReply(status == b"dead", int(where))
 
 
-def nack(call: GroupCall, tag: Tag, delay_ms: int | None, error: str) -> NackReply:
-    return parse_nack(call.run(call.scripts.nack, nack_args(tag, delay_ms, error)))
+def nack(call: GroupCall, tag: Tag, delay_ms: int | None, error: str, event: str = "") -> NackReply:
+    """Nacks one delivery; ``event`` ("failed", "timeout" or "") is the
+    lifecycle event recorded with it."""
+    return parse_nack(call.run(call.scripts.nack, nack_args(tag, delay_ms, error, event)))
 
 
-def reject_args(tag: Tag, reason: str, text: str) -> list[Any]:
+def reject_args(tag: Tag, reason: str, text: str, event: str = "") -> list[Any]:
     _, seq, count, token = tag
-    return [seq, count, token, reason, text]
+    return [seq, count, token, reason, text, event]
 
 
-def reject(call: GroupCall, tag: Tag, reason: str, text: str) -> int:
-    """Dead-letters one delivery; its seq in the dead-letter queue, 0 when dropped."""
-    return int(call.run(call.scripts.reject, reject_args(tag, reason, text)))
+def reject(call: GroupCall, tag: Tag, reason: str, text: str, event: str = "") -> int:
+    """Dead-letters one delivery; its seq in the dead-letter queue, 0 when
+    dropped. ``event`` ("failed" or "") is the lifecycle event recorded."""
+    return int(call.run(call.scripts.reject, reject_args(tag, reason, text, event)))
 
 
 class ExtendReply(NamedTuple):
@@ -699,13 +720,18 @@ def schedule_fire(
     lateness_ms: int | None,
     ticks: Sequence[int],
     queue: str,
+    event: bool = False,
 ) -> FireReply:
     """Publishes ``ticks`` (ms, ascending) of the schedule at
     ``schedule_key`` to the queue of ``queue_keys``, each at most once ever;
-    ticks later than ``lateness_ms`` are skipped (None: never)."""
+    ticks later than ``lateness_ms`` are skipped (None: never). With
+    ``event``, each message published records a "scheduled" event."""
+    keys = [schedule_key, queue_keys.meta, queue_keys.msgs, queue_keys.floors]
+    if event:
+        keys.append(queue_keys.events)
     reply = run(
         scripts.schedule_fire,
-        [schedule_key, queue_keys.meta, queue_keys.msgs, queue_keys.floors],
+        keys,
         [now, version, "" if lateness_ms is None else lateness_ms, queue_keys.wake_channel, *ticks],
         queue,
         schedule_key,

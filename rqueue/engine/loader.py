@@ -69,6 +69,7 @@ SCRIPT_NAMES = (
     "status",
     "partition",
     "pause",
+    "ack_result",
 )
 
 

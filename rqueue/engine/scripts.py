@@ -362,6 +362,7 @@ class Scripts:
     status: Script
     partition: Script
     pause: Script
+    ack_result: Script
 
     def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry, shebang: bool = True) -> None:
         self._redis = redis

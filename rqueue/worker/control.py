@@ -65,6 +65,16 @@ class Worker:
     With ``scheduler`` (the default) the worker also publishes the due ticks
     of the prefix's recurring schedules (docs/schedules.md).
 
+    ``time_limit`` (seconds; a message's ``x-rq-time-limit`` header
+    overrides it) bounds each run of the handler: past it the message is
+    nacked with the reason ``timeout``, the handler's
+    :func:`rqueue.cancellation` is set (a coroutine handler is cancelled)
+    and whatever it returns later is discarded; a new thread takes the
+    place of the one still running it. With ``interrupt``,
+    :class:`rqueue.TimeLimitExceeded` is also raised inside a plain
+    handler's thread (docs/worker.md, "Time limits", says where that
+    cannot reach).
+
     Durations are seconds. On a partitioned queue this makes a
     :class:`rqueue.PartitionedWorker` (one fetch loop over every
     partition), as :func:`rqueue.worker_for` does.
@@ -92,6 +102,8 @@ class Worker:
         reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT,
         metrics: WorkerMetrics | None = None,
         scheduler: bool = True,
+        time_limit: float | None = None,
+        interrupt: bool = False,
     ) -> None:
         check_options(
             handler,
@@ -102,6 +114,7 @@ class Worker:
             max_run_time,
             grace_period,
             reconnect_timeout,
+            time_limit,
         )
         self.queue = queue
         self.group = check_name("group", group)
@@ -116,6 +129,10 @@ class Worker:
         self.max_run_time = max_run_time
         self.grace_period = grace_period
         self.reconnect_timeout = reconnect_timeout
+        #: Seconds each run of the handler may take (None: no limit but max_run_time's).
+        self.time_limit = time_limit
+        #: Whether a run past its time limit is also interrupted in its thread.
+        self.interrupt = check.flag("interrupt", interrupt)
         self.stats = WorkerStats()
         self.metrics = metrics
         #: Whether the worker also runs a scheduler of the prefix's recurring schedules.
@@ -166,6 +183,8 @@ class Worker:
                 stopping=self._stopping,
                 ack_wait=self._ack_wait,
                 heartbeat_timeout=self.heartbeat_timeout,
+                time_limit=self.time_limit,
+                interrupt=self.interrupt,
             )
             heartbeat = Heartbeat(
                 consumer=consumer,

@@ -13,7 +13,7 @@ from ..errors import AlreadyAcked, CorruptRecord, DeliveryError, RQueueError
 from ..tracing import dead_lettered
 from .handlers import Handlers
 from .ledger import Ledger
-from .outcome import Outcome
+from .outcome import Completion, Detail, Outcome
 from .reconnect import Reconnector
 from .stats import Tally
 
@@ -190,12 +190,15 @@ class Dispatcher:
                 log.info("ack not applied: %s", err)
         self._tally.count(acked=ok, late_settles=len(statuses) - ok)
 
-    def _settle_others(self, others: list[tuple[Delivery, Outcome, str]]) -> None:
+    def _settle_others(self, others: list[tuple[Delivery, Outcome, Detail]]) -> None:
         consumer = self._consumer
-        for d, outcome, text in others:
+        for d, outcome, detail in others:
             try:
-                if outcome is Outcome.NACK:
-                    status = self._retry(consumer.nack, d, error=text)
+                if isinstance(detail, Completion):
+                    self._ack_keeping(d, detail)
+                    continue
+                if outcome is Outcome.NACK or outcome is Outcome.TIMEOUT:
+                    status = self._retry(consumer.nack, d, error=detail, timed_out=outcome is Outcome.TIMEOUT)
                     self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
                     if status == "dead":
                         # A drop (dead_letter None) is logged by the consumer too.
@@ -203,16 +206,40 @@ class Dispatcher:
                             "dead-lettered %s: %d deliveries reached max_deliveries; last error: %s",
                             d.tag,
                             d.delivery_count,
-                            text,
+                            detail,
                         )
                         dead_lettered(consumer.queue.name, consumer.group, d, "max-deliveries")
+                        self._keep_failure(d, "max-deliveries", detail)
                 else:
-                    self._retry(consumer.reject, d, reason=text)
+                    self._retry(consumer.reject, d, reason=detail)
                     self._tally.count(rejected=1, dead_lettered=1)
-                    log.warning("dead-lettered %s: rejected by the handler: %s", d.tag, text)
+                    log.warning("dead-lettered %s: rejected by the handler: %s", d.tag, detail)
                     dead_lettered(consumer.queue.name, consumer.group, d, "rejected")
+                    self._keep_failure(d, "rejected", detail)
             except DeliveryError as exc:
                 # The delivery moved on (lease ran out, member removed): the
                 # message is already offered again; nothing to undo.
                 log.info("%s of %s not applied: %s", outcome.value, d.tag, exc)
                 self._tally.count(late_settles=1)
+
+    def _ack_keeping(self, d: Delivery, detail: Completion) -> None:
+        """Results or completed events are on: this ack keeps them, in a
+        call of its own (a refused ack keeps nothing)."""
+        try:
+            self._retry(self._consumer.ack_result, d, detail.value, detail.event)
+        except AlreadyAcked:
+            if not self._retry.resync:
+                raise
+            # after a retry: the first attempt was applied, its reply lost
+        self._tally.count(acked=1)
+
+    def _keep_failure(self, d: Delivery, reason: str, error: str) -> None:
+        """With results on, a message that failed for good keeps its failure
+        as its result (after the settle; a failure to keep it is logged)."""
+        consumer = self._consumer
+        if not consumer.last_settings.results:
+            return
+        try:
+            self._retry(consumer.keep_failure, d, reason, error)
+        except RQueueError as exc:
+            log.warning("failure of %s not kept as its result: %s", d.tag, exc)

@@ -12,11 +12,14 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import timelimits as cancel_mod
 from ..constants import STALE_DISPATCH_FRACTION
-from ..errors import DeliveryError, Reject
+from ..errors import DeliveryError, Reject, TimeLimitExceeded
+from ..timelimits import Cancellation, time_limit_for
 from ..tracing import processing
 from .ledger import Ledger
-from .outcome import Outcome
+from .limits import Run, TimeLimits
+from .outcome import Detail, Outcome, ack_detail
 from .reconnect import Reconnector
 from .stats import Tally
 
@@ -91,6 +94,8 @@ class Handlers:
         stopping: threading.Event,
         ack_wait: Callable[[], float],
         heartbeat_timeout: float,
+        time_limit: float | None = None,
+        interrupt: bool = False,
     ) -> None:
         self.handler = handler
         self.concurrency = concurrency
@@ -105,6 +110,8 @@ class Handlers:
         self._heartbeat_timeout = heartbeat_timeout
         self._tasks: queue_module.SimpleQueue[Delivery | None] = queue_module.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._time_limit = time_limit
+        self._limits = TimeLimits(ledger, clock, self._timed_out, interrupt)
 
     def start(self) -> None:
         """Starts the threads (and the event loop of a coroutine handler)."""
@@ -123,6 +130,7 @@ class Handlers:
         """Ends each thread once it has finished its current delivery."""
         for _ in range(self.concurrency):
             self._tasks.put(None)
+        self._limits.stop()
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
 
@@ -134,15 +142,30 @@ class Handlers:
             if d is None:
                 return
             try:
-                outcome, text = self._handle(d)
+                done = self._handle(d)
+            except TimeLimitExceeded:
+                return  # interrupted just after its handler ended: timed out, replaced (_timed_out)
             except BaseException as exc:  # never lose the slot or the result
                 log.error("could not run the handler on %s: %s: %s", d.tag, type(exc).__name__, exc)
                 ledger.stop(d.tag)  # no longer kept alive: its lease runs out and it is offered again
-                outcome, text = Outcome.SKIPPED, ""
-            ledger.result(d, outcome, text)
+                done = Outcome.SKIPPED, ""
+            if done is None:
+                # It ran past its time limit, was nacked, and this thread was
+                # replaced meanwhile: its result is discarded, and it ends.
+                return
+            ledger.result(d, done[0], done[1])
             notifier.poke()
 
-    def _handle(self, d: Delivery) -> tuple[Outcome, str]:
+    def _timed_out(self, d: Delivery, limit: float) -> None:
+        """A handler ran past its time limit (the TimeLimits thread, after
+        taking it from the running ones): its nack goes to the dispatcher,
+        and a new thread takes the place of the one still running it."""
+        self._tally.count(timed_out=1)
+        self._ledger.result(d, Outcome.TIMEOUT, str(TimeLimitExceeded(limit)))
+        self._notifier.poke()
+        threading.Thread(target=self._work, name="rqueue-handler", daemon=True).start()
+
+    def _handle(self, d: Delivery) -> tuple[Outcome, Detail] | None:
         taken = self._ledger.take(d.tag, self._stopping)
         if taken is Outcome.RETURNED:
             # Not started before the stop: the graceful leave hands it back
@@ -169,28 +192,62 @@ class Handlers:
                 return Outcome.SKIPPED, ""
             check.vouched(self._clock.monotonic())  # the check's time is not the handler's (max_run_time)
         started = check.now
+        limit = time_limit_for(d.headers, self._time_limit)
+        cancellation = Cancellation(limit)
+        run = None
         self._ledger.start(d, started)
+        if limit is not None:
+            run = Run(d, limit, cancellation)
+            self._limits.watch(run, started)
         self._tally.handled()
+        done: tuple[Outcome, Detail]
         try:
             with processing(self._consumer.queue.name, self._consumer.group, d):
-                self._call(d)
-            return Outcome.ACK, ""
+                value = self._call(d, cancellation, run)
+            done = Outcome.ACK, ack_detail(value, self._consumer.last_settings)
         except Reject as exc:
-            return Outcome.REJECT, exc.reason
+            done = Outcome.REJECT, exc.reason
         except Exception as exc:
-            log.warning("handler failed on %s (delivery %d): %s: %s", d.tag, d.delivery_count, type(exc).__name__, exc)
-            return Outcome.NACK, f"{type(exc).__name__}: {exc}"
+            if not cancellation.cancelled:
+                log.warning(
+                    "handler failed on %s (delivery %d): %s: %s", d.tag, d.delivery_count, type(exc).__name__, exc
+                )
+            done = Outcome.NACK, f"{type(exc).__name__}: {exc}"
+        except BaseException:
+            if cancellation.cancelled:  # the time limit's cancel, or its interrupt
+                return None
+            raise
         finally:
-            self._ledger.stop(d.tag)
+            if run is not None:
+                run.left_handler()
+            # False when the time limit took it first: already nacked.
+            mine = self._ledger.stop(d.tag)
             metrics = self._tally.metrics
             if metrics is not None:
                 metrics.handler_seconds.observe(self._clock.monotonic() - started)
+        return done if mine else None
 
-    def _call(self, d: Delivery) -> None:
+    def _call(self, d: Delivery, cancellation: Cancellation, run: Run | None) -> Any:
+        """The handler's return value."""
         if self._loop is not None:
-            asyncio.run_coroutine_threadsafe(self.handler(d), self._loop).result()
-        else:
-            self.handler(d)
+            future = asyncio.run_coroutine_threadsafe(self._run_coroutine(d, cancellation), self._loop)
+            if run is not None:
+                run.future = future
+                if cancellation.cancelled:  # the limit passed before the future was known
+                    future.cancel()
+            return future.result()
+        token = cancel_mod.enter(cancellation)
+        try:
+            if run is not None:
+                with run.lock:
+                    run.in_handler = True
+            return self.handler(d)
+        finally:
+            cancel_mod.leave(token)
+
+    async def _run_coroutine(self, d: Delivery, cancellation: Cancellation) -> Any:
+        cancel_mod.enter(cancellation)  # in the task's own context
+        return await self.handler(d)
 
     def _still_held(self, d: Delivery) -> bool:
         """False when a delivery that waited for a handler thread has moved

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .outcome import Outcome
+from .outcome import Detail, Outcome
 
 if TYPE_CHECKING:
     from ..delivery import Delivery
@@ -38,7 +38,7 @@ class Ledger:
         self._known: dict[str, Delivery] = {}
         self._waiting: dict[str, tuple[Delivery, float]] = {}
         self._running: dict[str, tuple[Delivery, float]] = {}
-        self._results: deque[tuple[Delivery, Outcome, str]] = deque()
+        self._results: deque[tuple[Delivery, Outcome, Detail]] = deque()
 
     # -- the dispatcher ---------------------------------------------------------
 
@@ -80,18 +80,23 @@ class Ledger:
     def has_results(self) -> bool:
         return bool(self._results)
 
-    def drain(self) -> tuple[list[Delivery], list[tuple[Delivery, Outcome, str]]]:
-        """Takes every result: the deliveries to ack, and the nacks and
-        rejects with their texts. Deliveries not run are only forgotten."""
+    def drain(self) -> tuple[list[Delivery], list[tuple[Delivery, Outcome, Detail]]]:
+        """Takes every result: the deliveries to ack with the next fetch, and
+        the rest (nacks, rejects and timeouts with their texts, acks that
+        keep a result or record an event). Deliveries not run are only
+        forgotten."""
         acks: list[Delivery] = []
-        others: list[tuple[Delivery, Outcome, str]] = []
+        others: list[tuple[Delivery, Outcome, Detail]] = []
         results = self._results
         while results:
             d, outcome, text = results.popleft()
             self._known.pop(d.tag, None)
             if outcome is Outcome.ACK:
-                acks.append(d)
-            elif outcome is Outcome.NACK or outcome is Outcome.REJECT:
+                if text:
+                    others.append((d, outcome, text))
+                else:
+                    acks.append(d)
+            elif outcome is Outcome.NACK or outcome is Outcome.REJECT or outcome is Outcome.TIMEOUT:
                 others.append((d, outcome, text))
         return acks, others
 
@@ -114,12 +119,14 @@ class Ledger:
         with self._lock:
             self._running[d.tag] = (d, started)
 
-    def stop(self, tag: str) -> None:
-        """Records that no handler runs the delivery ``tag`` any more."""
+    def stop(self, tag: str) -> bool:
+        """Records that no handler runs the delivery ``tag`` any more; False
+        when it was no longer running. The handler's end and its time limit
+        both call it, and only the first to do so settles the delivery."""
         with self._lock:
-            self._running.pop(tag, None)
+            return self._running.pop(tag, None) is not None
 
-    def result(self, d: Delivery, outcome: Outcome, text: str) -> None:
+    def result(self, d: Delivery, outcome: Outcome, text: Detail) -> None:
         """Hands the outcome of ``d`` to the dispatcher."""
         self._results.append((d, outcome, text))
 

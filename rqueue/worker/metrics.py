@@ -34,6 +34,7 @@ COUNTERS: dict[str, tuple[str, str]] = {
         "rqueue_suppressed_duplicates_total",
         "Deliveries not run because the group may have settled them.",
     ),
+    "timed_out": ("rqueue_timed_out_total", "Handlers that ran past their time limit (nacked, reason timeout)."),
     "late_settles": ("rqueue_late_settles_total", "Acks and nacks whose delivery had moved on."),
     "members_removed": ("rqueue_members_removed_total", "Silent members of the group this worker removed."),
     "reconnects": ("rqueue_reconnects_total", "Redis calls retried after a connection error."),

@@ -18,6 +18,7 @@ def check_options(
     max_run_time: float,
     grace_period: float,
     reconnect_timeout: float,
+    time_limit: float | None = None,
 ) -> None:
     """Raises InvalidInput (naming the argument) for a bad worker argument."""
     if not callable(handler):
@@ -36,3 +37,5 @@ def check_options(
         )
     check.optional_whole_number("prefetch", prefetch, 1)
     check.seconds("grace_period", grace_period)
+    if time_limit is not None:
+        check.positive_seconds("time_limit", time_limit)

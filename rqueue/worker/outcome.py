@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 import enum
+import logging
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ..errors import InvalidInput
+from ..events import EventKind
+from ..stored_results import encode_failure, encode_value
+
+if TYPE_CHECKING:
+    from ..settings import Settings
+
+log = logging.getLogger("rqueue.worker")
 
 
 class Outcome(enum.Enum):
@@ -11,5 +22,35 @@ class Outcome(enum.Enum):
     ACK = "ack"  # the handler returned: acked with the next fetch
     NACK = "nack"  # the handler raised: offered again under the redelivery policy
     REJECT = "reject"  # the handler raised rqueue.Reject: dead-lettered
+    TIMEOUT = "timeout"  # the handler ran past its time limit: nacked with the reason timeout
     SKIPPED = "skipped"  # not run: its lease was lost while it waited, or the handler could not be called
     RETURNED = "return"  # not run: the worker is stopping, and its leave returns the delivery
+
+
+class Completion(NamedTuple):
+    """What an ack keeps besides (the queue's results and events settings):
+    acked on its own, with them, rather than with the next fetch."""
+
+    value: bytes | None  # the handler's result, encoded (None: none kept)
+    event: bool  # record a completed event
+
+
+# What comes with an outcome: the error text of a nack, reject or timeout;
+# for an ack, "" or what it keeps.
+Detail = str | Completion
+
+
+def ack_detail(value: Any, settings: Settings) -> Detail:
+    """What the ack of a handler that returned ``value`` keeps, under the
+    queue's settings: "" (the common ack, sent with the next fetch) unless
+    results or completed events are on."""
+    event = EventKind.COMPLETED.value in settings.events
+    if not settings.results:
+        return Completion(None, True) if event else ""
+    try:
+        encoded = encode_value(value)
+    except InvalidInput as exc:
+        # The work is done: acked all the same, the result kept as a failure.
+        log.warning("result not kept: %s", exc)
+        encoded = encode_failure("bad-result", str(exc))
+    return Completion(encoded, event)

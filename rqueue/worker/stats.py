@@ -25,6 +25,7 @@ class WorkerStats:
     redelivered: int = 0  # deliveries with a delivery count above 1
     stale_skipped: int = 0  # deliveries no longer held when their turn came: not run
     late_settles: int = 0  # acks/nacks whose delivery had moved on (reported, not raised)
+    timed_out: int = 0  # handlers that ran past their time limit: nacked with the reason timeout
     leases_lost: int = 0  # running or waiting deliveries whose lease could not be extended
     members_removed: int = 0  # silent members of the group this worker removed
     reconnects: int = 0  # Redis calls retried after a connection error

@@ -13,13 +13,17 @@
     ARGV[10] token of the tag
     ARGV[11] delay in ms, or "" for the redelivery policy
     ARGV[12] error text for the record, may be ""
+    ARGV[13] the lifecycle event to record, "failed" or "timeout" (its
+             reason the error text), or "" (or absent) for none: the
+             client sends one only when the queue's events setting names it
   Output:
     { "requeued", due_ms } or { "dead", dead_letter_seq } (0 when dropped)
   Errors (nothing is changed):
     RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>.<token>
     RQ_CORRUPT <seq>.<count>.<token>  the message is leased but its delivery
                    state is missing, or the state does not parse
-    RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
+    RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse, or
+                     ARGV[13] is no event kind nack records
 ]]
 --@flags allow-oom
 --@include group_keys
@@ -27,8 +31,13 @@
 --@include delivery_state
 --@include check_tag
 --@include retry_or_dead_letter
+--@include record_event
 
 local seq, count = tonumber(ARGV[8]), tonumber(ARGV[9])
+local event = ARGV[13] or ''
+if event ~= '' and event ~= 'failed' and event ~= 'timeout' then
+  return redis.error_reply('RQ_BAD_ARGUMENT nack records no event ' .. event .. ' (ARGV[13]: failed, timeout or "")')
+end
 local delayMs = nil
 if ARGV[11] ~= '' then
   delayMs = tonumber(ARGV[11])
@@ -42,6 +51,10 @@ if code ~= 'ok' then
 end
 -- Settled: a later ack, nack or reject of this same delivery is stale.
 local due, dseq = retryOrDeadLetter(seq, d, delayMs, ARGV[12], true)
+if event ~= '' then
+  -- its reason the error text; its dlq_seq the dead letter's, when this was the last delivery
+  recordEvent(event, ARGV[8], string.sub(ARGV[12], 1, 1024), due == 'dead' and dseq or '')
+end
 if due == 'dead' then
   return {'dead', dseq}
 end

@@ -11,13 +11,18 @@
     ARGV[10] token of the tag
     ARGV[11] reason, e.g. "rejected" or "terminated"
     ARGV[12] error text for the record, may be ""
+    ARGV[13] "failed" to record a failed event (its reason the error text,
+             its dlq_seq the dead letter's), or "" (or absent) for none:
+             the client sends it only when the queue's events setting
+             names it
   Output:
     the seq of the message in the dead-letter queue, or 0 when dropped
   Errors (nothing is changed):
     RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>.<token>
     RQ_CORRUPT <seq>.<count>.<token>  the message is leased but its delivery
                    state is missing, or the state does not parse
-    RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
+    RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse, or
+                     ARGV[13] is neither "failed" nor ""
 ]]
 --@flags allow-oom
 --@include group_keys
@@ -26,10 +31,18 @@
 --@include dead_letter
 
 local seq, count = tonumber(ARGV[8]), tonumber(ARGV[9])
+local event = ARGV[13] or ''
+if event ~= '' and event ~= 'failed' then
+  return redis.error_reply('RQ_BAD_ARGUMENT reject records no event ' .. event .. ' (ARGV[13]: failed or "")')
+end
 local d = seq and readDelivery(dlvKey, seq)
 local code = checkTag(seq, count, ARGV[10], d, false)
 if code ~= 'ok' then
   local why = code == 'RQ_CORRUPT' and (': its delivery state in ' .. dlvKey .. ' is missing') or ''
   return redis.error_reply(code .. ' ' .. tostring(ARGV[8]) .. '.' .. tostring(ARGV[9]) .. '.' .. tostring(ARGV[10]) .. why)
 end
-return deadLetter(seq, d, ARGV[11], ARGV[12])
+local dseq = deadLetter(seq, d, ARGV[11], ARGV[12])
+if event ~= '' then
+  recordEvent(event, ARGV[8], string.sub(ARGV[12], 1, 1024), dseq)
+end
+return dseq

@@ -16,6 +16,10 @@
     KEYS[3] msgs      hash  seq -> record of the target queue
     KEYS[4] floors    hash  group -> ack floor of the target queue (read:
         whether a missing last seq means a deleted meta hash)
+    KEYS[5] events    stream  the target queue's events: given only when
+        its events setting names "scheduled"; one "scheduled" entry per
+        message published (seq, reason: the schedule's name), capped as
+        includes/record_event.lua caps it
     ARGV[1] now in ms, or "" for the server's TIME
     ARGV[2] the version of the timing the ticks were computed from
     ARGV[3] lateness limit, ms: a due tick older than now minus it is
@@ -45,7 +49,8 @@
 
 local rcall = redis.call
 local MAX_TICKS = 1000
-local scheduleKey, metaKey, msgsKey, floorsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local scheduleKey, metaKey, msgsKey, floorsKey, eventsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local EVENTS_MAX = 10000 -- as includes/record_event.lua
 local now, nowText = readNow(ARGV[1])
 local channel = ARGV[4]
 
@@ -133,6 +138,13 @@ if #publish > 0 then
   bulk('HSET', msgsKey, records)
   rcall('HINCRBY', scheduleKey, 'fired', #publish)
   rcall('HSET', scheduleKey, 'fired_at', nowText)
+  if eventsKey then
+    local name = string.match(scheduleKey, '^.*:schedule:(.*)$') or scheduleKey
+    for i = 1, #publish do
+      rcall('XADD', eventsKey, 'MAXLEN', '~', EVENTS_MAX, '*', 'event', 'scheduled', 'group', '',
+        'seq', firstSeq + i - 1, 'reason', name, 'at', now, 'dlq_seq', '')
+    end
+  end
   if channel ~= '' then
     -- Only a wake-up hint: a refusal must not fail a publish already stored.
     redis.pcall('PUBLISH', channel, string.format('%d', seq))

@@ -1,0 +1,57 @@
+"""``rqueue result``: the stored outcome of one message (rqueue.Queue.result)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import click
+
+import rqueue
+from rqueue.cli.common import connection, emit_json, existing
+from rqueue.stored_results import Result
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("seq", type=click.IntRange(1))
+@click.option(
+    "--timeout", type=click.FloatRange(0), default=0.0, show_default=True, help="Wait up to this many seconds for it."
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"queue", "seq", "ok", "value"} (bytes as {"base64": ...}), or with "failure": {"reason", "error"}.',
+)
+@click.pass_obj
+def result(obj: dict[str, Any], queue: str, seq: int, timeout: float, as_json: bool) -> None:
+    """Show the result a worker kept for message SEQ of QUEUE (the queue's results setting).
+
+    Exit code 0 with a result (a failure included), 1 when none came within --timeout.
+    """
+    with connection(obj["url"], obj["prefix"]) as client:
+        q = existing(client, queue)
+        if not isinstance(q, rqueue.Queue):
+            raise rqueue.InvalidInput(f"queue {queue!r} is partitioned: its results are kept per partition")
+        found = q.result(seq, timeout=timeout)
+    if as_json:
+        emit_json(result_json(queue, found))
+    elif found.failure is not None:
+        click.echo(f"failed ({found.failure.reason}): {found.failure.error}")
+    elif isinstance(found.value, bytes):
+        click.echo(found.value.decode(errors="backslashreplace"))
+    else:
+        click.echo(json.dumps(found.value))
+
+
+def result_json(queue: str, found: Result) -> dict[str, Any]:
+    out: dict[str, Any] = {"queue": queue, "seq": found.seq, "ok": found.ok}
+    if found.failure is not None:
+        out["failure"] = {"reason": found.failure.reason, "error": found.failure.error}
+    elif isinstance(found.value, bytes):
+        out["value"] = {"base64": base64.b64encode(found.value).decode()}
+    else:
+        out["value"] = found.value
+    return out

@@ -1,0 +1,91 @@
+"""Handler results kept in Redis (docs/results.md): how a worker encodes a
+handler's return value or its failure, and how :meth:`rqueue.Queue.result`
+reads them back. Bytes stay bytes; anything else must be JSON; nothing is
+ever pickled."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidInput
+
+__all__ = ["Failure", "Result", "encode_value", "encode_failure", "decode"]
+
+# The first byte of a stored result says what follows.
+BYTES, JSON, FAILURE = b"b", b"j", b"e"
+
+FIRST_POLL = 0.005  # seconds between the first two looks for a result
+LAST_POLL = 0.2  # seconds between looks at most: polls back off by half each time up to it
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a message failed for good: dead-lettered (or dropped) by the
+    worker that stored it.
+
+    Attributes:
+        reason: ``rejected``, ``max-deliveries`` (its last attempt failed:
+            an exception, or ``timeout: ...`` past a time limit).
+        error: the last error text.
+    """
+
+    reason: str
+    error: str
+
+
+@dataclass(frozen=True)
+class Result:
+    """The outcome of one message, as its worker stored it.
+
+    Attributes:
+        seq: the message's seq.
+        value: what the handler returned: bytes as they were, else the JSON
+            value (None when it returned None, or when it failed).
+        failure: None, or how the message failed.
+    """
+
+    seq: int
+    value: Any = None
+    failure: Failure | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the handler returned (the message was acked)."""
+        return self.failure is None
+
+
+def encode_value(value: Any) -> bytes:
+    """A handler's return value as stored: bytes as they are, anything else
+    as JSON (InvalidInput when it is neither)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return BYTES + bytes(value)
+    try:
+        return JSON + json.dumps(value, allow_nan=False, separators=(",", ":")).encode()
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(
+            f"a handler's result must be bytes or a JSON value, not {type(value).__name__}: {exc}"
+        ) from None
+
+
+def encode_failure(reason: str, error: str) -> bytes:
+    return FAILURE + json.dumps({"reason": reason, "error": error}, separators=(",", ":")).encode()
+
+
+def decode(seq: int, raw: bytes, incarnation: str) -> Result | None:
+    """The result stored as ``raw`` (``<incarnation>\\n<kind><body>``);
+    None when it belongs to another incarnation of the queue (the queue was
+    deleted or lost and made anew: its seqs name other messages now)."""
+    stored_inc, sep, body = raw.partition(b"\n")
+    if not sep or stored_inc.decode(errors="replace") != incarnation:
+        return None
+    kind, data = body[:1], body[1:]
+    if kind == BYTES:
+        return Result(seq, data)
+    if kind == JSON:
+        return Result(seq, json.loads(data))
+    if kind == FAILURE:
+        fields = json.loads(data)
+        return Result(seq, None, Failure(str(fields.get("reason", "")), str(fields.get("error", ""))))
+    return None

@@ -1,0 +1,221 @@
+"""Lifecycle events: completed, failed, timeout and scheduled entries in a
+queue's events stream, each recorded only when the queue's events setting
+names its kind; the setting; rqueue events --kind/--follow; the dashboard."""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+
+import pytest
+import redis
+from click.testing import CliRunner
+from support.refusals import nothing_changes
+from support.servers import wait_for
+from test_aio_worker import BACKENDS, BOTH, floor_reaches, run_worker
+from test_scripts import NOW, group_argv, publish
+
+import rqueue
+from rqueue.cli import cli
+from rqueue.events import EventKind
+from rqueue.worker.scheduler import Scheduler
+
+ALWAYS = {"dead-lettered", "dropped", "replayed", "purged", "state-lost"}
+
+
+@pytest.fixture
+def live(backend, prefix):
+    c = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    yield c
+    c.close()
+
+
+def kinds_of(q: rqueue.Queue) -> list[tuple[str, str]]:
+    return [(e["event"], e["seq"]) for e in q.events(100)]
+
+
+@BACKENDS
+@BOTH
+def test_a_worker_records_completed_failed_and_timeout_when_asked(kind, live, backend, prefix):
+    # given every lifecycle kind on, and a handler that acks, fails and overruns
+    live.configure("orders", events="all", max_deliveries=1)
+    q = live.queue("orders")
+    q.publish_many([b"ok", b"fail", b"slow"])
+    release = threading.Event()
+
+    def handler(d):
+        if d.data == b"fail":
+            raise ValueError("boom")
+        if d.data == b"slow":
+            release.wait(5)
+
+    w = run_worker(kind, backend, prefix, q, handler, time_limit=0.3)
+    try:
+        wait_for(floor_reaches(q, "g", 3), timeout=10)
+    finally:
+        release.set()
+        w.stop()
+        assert w.join(10)
+    # then each outcome left its event, with its error as the reason
+    events = {e["seq"]: e for e in q.events(100) if e["event"] not in ALWAYS}
+    assert (events["1"]["event"], events["1"]["group"]) == ("completed", "g")
+    assert (events["2"]["event"], events["2"]["reason"]) == ("failed", "ValueError: boom")
+    assert events["2"]["dlq_seq"] == "1"  # it was the last delivery: dead-lettered
+    assert events["3"]["event"] == "timeout"
+    assert events["3"]["reason"] == "timeout: the handler ran past its time limit of 0.3 s"
+
+
+@BACKENDS
+def test_kinds_that_are_off_are_not_recorded(live):
+    # given the default setting (no lifecycle kind), and only "failed" on elsewhere
+    live.configure("other", events=["failed"])
+    q = live.queue("orders")
+    q.publish_many([b"ok", b"fail"])
+    live.configure("orders", max_deliveries=2)
+
+    def handler(d):
+        if d.data == b"fail" and d.delivery_count == 1:
+            raise ValueError("once")
+
+    w = rqueue.Worker(q, "g", handler)
+    w.start()
+    try:
+        wait_for(floor_reaches(q, "g", 2))
+    finally:
+        w.stop()
+        assert w.join(10)
+    assert kinds_of(q) == []
+    # when only failed is on, a completed message records nothing and a nack records failed
+    live.configure("orders", events=["failed"])
+    q.publish_many([b"ok", b"fail"])
+    w = rqueue.Worker(q, "g", handler)
+    w.start()
+    try:
+        wait_for(floor_reaches(q, "g", 4))
+    finally:
+        w.stop()
+        assert w.join(10)
+    assert kinds_of(q) == [("failed", "4")]
+
+
+def test_a_schedule_records_scheduled_events_when_asked(client, clock):
+    client.configure("orders", events=["scheduled"])
+    client.schedule("beat", "orders", every=10, payload=b"tick")
+    client.schedule("quiet", "other", every=10, payload=b"tick")
+    clock.advance(10)
+    assert Scheduler(client).run_once().published == 2
+    assert [(e["event"], e["seq"], e["reason"]) for e in client.queue("orders").events()] == [
+        ("scheduled", "1", "beat")
+    ]
+    assert client.queue("other").events() == []
+
+
+def test_the_events_setting(client):
+    assert rqueue.Settings().events == ()
+    client.configure("a", events="all")
+    assert client.queue("a").settings().events == tuple(k.value for k in EventKind)
+    client.configure("b", events=["timeout", "completed", "completed"])
+    assert client.queue("b").settings().events == ("completed", "timeout")  # in the kinds' order, once
+    for bad in ("completed", ["done"], [1], None, 3):
+        with pytest.raises(rqueue.InvalidSetting, match="events"):
+            client.configure("c", events=bad)
+
+
+def test_nack_refuses_an_event_it_does_not_record(client, queue):
+    r, gk, s = client.redis, queue.keys.group("g").as_list(), client.scripts
+    raw = (r, queue.keys, gk, s)
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT nack records no event"):
+        s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", "", "err", "completed"))
+    # and with no ARGV[13] at all (an older client) it records nothing
+    assert s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", "", "err"))[0] == b"requeued"
+    assert queue.events() == []
+
+
+def test_a_reject_records_failed_beside_its_dead_letter(client, queue):
+    client.configure("orders", events=["failed"])
+    queue.publish_many([b"a", b"b"])
+    c = queue.consumer("g", "c1")
+    d1, d2 = c.fetch(2)
+    d1.reject(reason="bad input")
+    d2.term(reason="never")
+    got = [(e["event"], e["seq"], e["reason"], e["dlq_seq"]) for e in queue.events()]
+    assert got == [
+        ("dead-lettered", "1", "rejected", "1"),
+        ("failed", "1", "bad input", "1"),
+        ("dead-lettered", "2", "terminated", "2"),
+        ("failed", "2", "never", "2"),
+    ]
+
+
+def test_reject_refuses_an_event_it_does_not_record(client, queue):
+    r, gk, s = client.redis, queue.keys.group("g").as_list(), client.scripts
+    publish((r, queue.keys, gk, s), b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT reject records no event"):
+        s.reject(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", "rejected", "x", "timeout"))
+
+
+# -- the command line and the dashboard -----------------------------------------------
+
+
+def test_rqueue_events_kind_and_follow_json_lines(client, queue, backend, prefix):
+    client.configure("orders", events="all")
+    queue.publish_many([b"a", b"b"])
+    c = queue.consumer("g", "c1")
+    d1, d2 = c.fetch(2)
+    c.ack_result(d1, None, event=True)
+    c.nack(d2, error="boom")
+    base = ["--url", backend, "--prefix", prefix, "events", "orders"]
+    out = CliRunner().invoke(cli, [*base, "--kind", "failed", "--json"])
+    assert out.exit_code == 0, out.output
+    [failed] = json.loads(out.output)["events"]
+    assert (failed["event"], failed["seq"], failed["reason"]) == ("failed", 2, "boom")
+    out = CliRunner().invoke(cli, [*base, "--follow", "--json", "--seconds", "0"])
+    lines = [json.loads(line) for line in out.output.splitlines()]
+    assert [(e["event"], e["seq"]) for e in lines] == [("completed", 1), ("failed", 2)]
+    # and configure takes the kinds as a comma-separated list
+    configure = ["--url", backend, "--prefix", prefix, "configure", "x"]
+    out = CliRunner().invoke(cli, [*configure, "--events", "failed,timeout"])
+    assert out.exit_code == 0, out.output
+    assert client.queue("x").settings().events == ("failed", "timeout")
+    out = CliRunner().invoke(cli, [*configure, "--events", "nope"])
+    assert out.exit_code == 2 and "nope" in out.output
+
+
+def test_the_dashboard_shows_lifecycle_events():
+    import uuid
+
+    from rqueue.dashboard import app
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+    mem = rqueue.connect(f"memory://{uuid.uuid4().hex}", prefix="dash", settings_ttl=0)
+    try:
+        mem.configure("orders", events="all")
+        q = mem.queue("orders")
+        q.publish(b"a")
+        c = q.consumer("g", "c1")
+        (d,) = c.fetch(1)
+        c.nack(d, error="went wrong")
+        (d,) = c.fetch(1)
+        c.ack_result(d, None, event=True)
+        web = TestClient(app(mem))
+        page = web.get("/queue", params={"name": "orders"})
+        assert page.status_code == 200
+        assert "<td>failed</td>" in page.text and "<td>went wrong</td>" in page.text
+        assert "<td>completed</td>" in page.text
+        # and the view filters by kind, on the page and in its live fragment
+        for path in ("/queue", "/fragment/queue"):
+            only = web.get(path, params={"name": "orders", "event": "completed"})
+            assert only.status_code == 200
+            assert "<td>completed</td>" in only.text and "<td>failed</td>" not in only.text
+        bad = web.get("/queue", params={"name": "orders", "event": "<b>"})
+        assert bad.status_code == 400 and "<b>" not in bad.text
+    finally:
+        mem.close()

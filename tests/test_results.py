@@ -1,0 +1,283 @@
+"""The result store: a handler's return value kept with its ack (or its
+failure after the settle), q.result waiting for it, nothing kept for an ack
+Redis refuses, and ack_result.lua's raw contract."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import redis
+from support.refusals import nothing_changes
+from support.servers import wait_for
+from test_aio_worker import BACKENDS, BOTH, floor_reaches, run_worker
+from test_scripts import NOW, group_argv, publish
+
+import rqueue
+import rqueue.aio
+from rqueue.stored_results import Failure, encode_value
+
+ALL_BACKENDS = "backend"  # the conftest fixture: every backend
+
+
+@pytest.fixture
+def live(backend, prefix):
+    c = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    yield c
+    c.close()
+
+
+@BACKENDS
+@BOTH
+def test_a_worker_keeps_each_handlers_result_and_failure(kind, live, backend, prefix):
+    # given results on and handlers that return bytes, JSON, None, and fail
+    live.configure("orders", results=True, max_deliveries=1)
+    q = live.queue("orders")
+    q.publish_many([b"bytes", b"json", b"none", b"fail", b"reject", b"odd"])
+
+    def handler(d):
+        if d.data == b"bytes":
+            return b"\x00raw"
+        if d.data == b"json":
+            return {"total": 3, "items": ["a"]}
+        if d.data == b"fail":
+            raise ValueError("boom")
+        if d.data == b"reject":
+            raise rqueue.Reject("not ours")
+        if d.data == b"odd":
+            return object()  # neither bytes nor JSON
+        return None
+
+    async def async_handler(d):
+        return handler(d)
+
+    w = run_worker(kind, backend, prefix, q, handler if kind == "threaded" else async_handler)
+    try:
+        wait_for(floor_reaches(q, "g", 6), timeout=10)
+        # then q.result returns each outcome
+        assert q.result(1, timeout=5).value == b"\x00raw"
+        assert q.result(2, timeout=5).value == {"total": 3, "items": ["a"]}
+        none = q.result(3, timeout=5)
+        assert none.ok and none.value is None
+        failed = q.result(4, timeout=5)
+        assert not failed.ok and failed.failure == Failure("max-deliveries", "ValueError: boom")
+        assert q.result(5, timeout=5).failure == Failure("rejected", "not ours")
+        odd = q.result(6, timeout=5)
+        assert odd.failure is not None and odd.failure.reason == "bad-result"
+        assert q.stats().group("g").acked == 4  # the odd result's work was done: acked
+    finally:
+        w.stop()
+        assert w.join(10)
+
+
+@BACKENDS
+def test_results_are_off_by_default_and_q_result_times_out(live):
+    q = live.queue("orders")
+    q.publish(b"x")
+    w = rqueue.Worker(q, "g", lambda d: b"ignored")
+    w.start()
+    try:
+        wait_for(floor_reaches(q, "g", 1))
+    finally:
+        w.stop()
+        assert w.join(10)
+    with pytest.raises(rqueue.ResultTimeout, match=r"no result for seq 1 of queue 'orders' within 0\.2 s"):
+        q.result(1, timeout=0.2)
+    assert w.stats.acked == 1
+
+
+@BACKENDS
+def test_q_result_waits_for_a_result_stored_later(live):
+    # given results on, and a worker started only after the wait began
+    live.configure("orders", results=True)
+    q = live.queue("orders")
+    q.publish(b"x")
+    w = rqueue.Worker(q, "g", lambda d: {"n": 1})
+    found = []
+    import threading
+
+    waiter = threading.Thread(target=lambda: found.append(q.result(1, timeout=10)))
+    waiter.start()
+    w.start()
+    try:
+        waiter.join(10)
+        assert found and found[0].value == {"n": 1}
+    finally:
+        w.stop()
+        assert w.join(10)
+
+
+def test_a_refused_ack_keeps_no_result(client, queue, clock):
+    # given results on, c1's delivery taken back (lease ran out) and acked by c2
+    client.configure("orders", results=True, ack_wait=10)
+    queue.publish(b"x")
+    c1, c2 = queue.consumer("g", "c1"), queue.consumer("g", "c2")
+    (d1,) = c1.fetch(1)
+    clock.advance(11)
+    (d2,) = c2.fetch(1)
+    c2.ack_result(d2, encode_value(b"from c2"), event=False)
+    # when c1's late ack comes, with its own result
+    with pytest.raises(rqueue.AlreadyAcked):
+        c1.ack_result(d1, encode_value(b"from c1"), event=False)
+    # then the result is c2's
+    assert queue.result(1).value == b"from c2"
+
+
+def test_a_nacked_delivery_cannot_store_a_result(client, queue):
+    client.configure("orders", results=True)
+    queue.publish(b"x")
+    c1 = queue.consumer("g", "c1")
+    (d,) = c1.fetch(1)
+    c1.nack(d, delay=60)
+    with nothing_changes(client), pytest.raises(rqueue.StaleDelivery):
+        c1.ack_result(d, encode_value(b"late"), event=False)
+    with pytest.raises(rqueue.ResultTimeout):
+        queue.result(1)
+
+
+def test_a_result_of_an_earlier_incarnation_is_not_returned(client, queue):
+    # given a kept result, then the queue deleted and made anew: seq 1 is another message
+    client.configure("orders", results=True)
+    queue.publish(b"old")
+    c = queue.consumer("g", "c1")
+    (d,) = c.fetch(1)
+    c.ack_result(d, encode_value(b"old result"), event=False)
+    assert queue.result(1).value == b"old result"
+    c.close()
+    queue.delete()
+    queue.publish(b"new")
+    # then q.result(1) does not answer with the old message's result
+    with pytest.raises(rqueue.ResultTimeout):
+        queue.result(1)
+
+
+def test_the_result_lives_for_result_ttl(client, queue, backend):
+    client.configure("orders", results=True, result_ttl=30)
+    queue.publish(b"x")
+    c = queue.consumer("g", "c1")
+    (d,) = c.fetch(1)
+    c.ack_result(d, encode_value([1, 2]), event=False)
+    ttl = client.redis.pttl(queue.keys.result(1))
+    assert 0 < ttl <= 30_000
+
+
+def test_bad_result_arguments(client, queue):
+    for bad in (0, -1, "1", 1.5, True):
+        with pytest.raises(rqueue.InvalidInput, match="seq"):
+            queue.result(bad)
+    with pytest.raises(rqueue.InvalidInput, match="timeout"):
+        queue.result(1, timeout=-1)
+    for setting, value in (("results", "yes"), ("result_ttl", 0), ("result_ttl", -5)):
+        with pytest.raises(rqueue.InvalidSetting, match=setting):
+            client.configure("orders", **{setting: value})
+
+
+def test_the_async_client_waits_for_a_result(client, queue, backend, prefix):
+    client.configure("orders", results=True)
+    queue.publish(b"x")
+    c = queue.consumer("g", "c1")
+    (d,) = c.fetch(1)
+    c.ack_result(d, encode_value({"ok": True}), event=False)
+
+    async def main():
+        ac = await rqueue.aio.connect(backend, prefix=prefix)
+        try:
+            q = ac.queue("orders")
+            found = await q.result(1, timeout=2)
+            with pytest.raises(rqueue.ResultTimeout):
+                await q.result(2, timeout=0.05)
+            return found
+        finally:
+            await ac.close()
+
+    assert asyncio.run(main()).value == {"ok": True}
+
+
+# -- ack_result.lua, raw --------------------------------------------------------------
+
+
+@pytest.fixture
+def raw(client, queue):
+    return client.redis, queue.keys, queue.keys.group("g").as_list(), client.scripts
+
+
+def ack_result_argv(ttl, value, event, seq, count, token):
+    return group_argv("g", "c1", NOW, None, ttl, value, event, seq, count, token)
+
+
+def test_ack_result_acks_keeps_the_result_and_records_the_event(raw, queue):
+    r, qk, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    reply = s.ack_result(keys=[*gk, qk.result(1)], args=ack_result_argv("5000", b"jtrue", "1", 1, 1, "t1"))
+    assert reply == [b"ok"]
+    assert r.get(qk.result(1)) == b"itest\njtrue"
+    assert 0 < r.pttl(qk.result(1)) <= 5000
+    assert [e["event"] for e in queue.events()] == ["completed"]
+    assert queue.stats().group("g").acked == 1
+
+
+def test_ack_result_without_a_ttl_keeps_nothing_and_a_refusal_changes_nothing(raw, client):
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))
+    assert s.ack_result(keys=[*gk, qk.result(1)], args=ack_result_argv("", b"", "0", 1, 1, "t1")) == [b"ok"]
+    assert r.exists(qk.result(1)) == 0
+    # an ack of a settled message, a bad time to live, two tags: refused, nothing changed
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_ACKED 1\.1\.t1"):
+        s.ack_result(keys=[*gk, qk.result(1)], args=ack_result_argv("5000", b"jx", "1", 1, 1, "t1"))
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*time to live"):
+        s.ack_result(keys=[*gk, qk.result(2)], args=ack_result_argv("0", b"jx", "1", 2, 1, "t1"))
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*one tag"):
+        s.ack_result(keys=[*gk, qk.result(2)], args=[*ack_result_argv("5", b"jx", "1", 2, 1, "t1"), 3, 1, "t1"])
+    # a call whose last key is not the tag's result key (built for another layout): refused, nothing written
+    for wrong in (list(gk), [*gk, qk.result(3)]):
+        with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT the last key"):
+            s.ack_result(keys=wrong, args=ack_result_argv("5000", b"jx", "1", 2, 1, "t1"))
+
+
+# -- rqueue result --------------------------------------------------------------------
+
+
+def run_cli(*args):
+    from click.testing import CliRunner
+
+    from rqueue.cli import cli
+
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_rqueue_result_prints_a_value_a_failure_and_times_out(client, queue, backend, prefix):
+    # given a kept JSON result for seq 1, a kept failure for seq 2, nothing for seq 3
+    client.configure("orders", results=True)
+    queue.publish_many([b"a", b"b", b"c"])
+    c = queue.consumer("g", "c1")
+    d1, d2, _ = c.fetch(3)
+    c.ack_result(d1, encode_value(b"\xffbytes"), event=False)
+    c.reject(d2, reason="nope")
+    c.keep_failure(d2, "rejected", "nope")
+    base = ["--url", backend, "--prefix", prefix, "result", "orders"]
+    # then each prints as such, --json included
+    out = run_cli(*base, "1", "--json")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output) == {"queue": "orders", "seq": 1, "ok": True, "value": {"base64": "/2J5dGVz"}}
+    out = run_cli(*base, "2")
+    assert (out.exit_code, out.output.strip()) == (0, "failed (rejected): nope")
+    out = run_cli(*base, "2", "--json")
+    assert json.loads(out.output)["failure"] == {"reason": "rejected", "error": "nope"}
+    out = run_cli(*base, "3", "--timeout", "0.05")
+    assert out.exit_code == 1 and "no result for seq 3" in out.output
+    assert run_cli(*base, "0").exit_code == 2
+
+
+def test_ack_result_of_another_consumers_delivery_keeps_nothing(raw, client):
+    r, qk, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    argv = group_argv("g", "c2", NOW, None, "5000", b"jx", "1", 1, 1, "t1")
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_NOT_HELD 1\.1\.t1"):
+        s.ack_result(keys=[*gk, qk.result(1)], args=argv)
