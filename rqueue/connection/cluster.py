@@ -47,7 +47,8 @@ def not_run(exc: BaseException | None) -> bool:
     says "Error N connecting to host:port" or "Timeout connecting to ...").
     redis-py's "cluster cannot be connected" counts only when it did not
     replace another error (it is raised while refreshing the slot map, also
-    right after a reply was lost)."""
+    right after a reply was lost). redis-py's "TTL exhausted" counts: it
+    comes only after every attempt was redirected or refused."""
     if exc is None:
         return False
     if isinstance(exc, CLUSTER_NOT_RUN):
@@ -57,6 +58,11 @@ def not_run(exc: BaseException | None) -> bool:
         return " connecting to " in text
     if isinstance(exc, redis.exceptions.TimeoutError):
         return text.startswith("Timeout connecting to")
+    if type(exc) is redis.exceptions.ClusterError and text == "TTL exhausted.":
+        # redis-py followed MOVED / ASK and waited out TRYAGAIN (a slot whose
+        # keys are split by a migration) until its own budget ran out: every
+        # attempt was refused, none ran.
+        return True
     if isinstance(exc, redis.exceptions.RedisClusterException) and "cannot be connected" in text:
         return exc.__context__ is None or not_run(exc.__context__)
     return False
