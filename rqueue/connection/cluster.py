@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import PRIMARY, ClusterNode
 from redis.crc import key_slot
 from redis.retry import Retry
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
@@ -68,6 +69,32 @@ def not_run(exc: BaseException | None) -> bool:
     return False
 
 
+class RedirectableCluster(redis.RedisCluster):
+    """redis-py's RedisCluster, which can follow an ASK redirect to a node
+    its slot map does not list yet. A primary added to a cluster serves no
+    slot, so CLUSTER SLOTS does not name it, until a resharding moves a slot
+    to it; while the slot migrates, the old node answers ASK naming it, and
+    redis-py looks the name up in its map, finds nothing and fails with an
+    AttributeError (which ended a worker). Here an unknown node named by
+    ``host:port`` is added to the map as a primary, as redis-py does for a
+    MOVED."""
+
+    def get_node(self, host: str | None = None, port: int | None = None, node_name: str | None = None) -> Any:
+        node = super().get_node(host, port, node_name)  # type: ignore[no-untyped-call]  # unannotated in redis-py
+        if node is not None or not node_name or ":" not in node_name:
+            return node
+        name_host, _, name_port = node_name.rpartition(":")
+        if not name_port.isdigit():
+            return None
+        manager = self.nodes_manager
+        with manager._lock:  # redis-py guards its map with this lock
+            node = manager.nodes_cache.get(node_name)
+            if node is None:
+                node = ClusterNode(name_host, int(name_port), PRIMARY)  # type: ignore[no-untyped-call]  # unannotated in redis-py
+                manager.nodes_cache[node.name] = node
+        return node
+
+
 def cluster_redis(url: str, shown: str, options: dict[str, Any]) -> Any:
     """A RedisCluster client for ``redis+cluster://host:port`` (any one node).
     Raises ConnectionFailed when no node answers or the server is not a
@@ -81,7 +108,7 @@ def cluster_redis(url: str, shown: str, options: dict[str, Any]) -> Any:
     # default): a script could run twice. rqueue retries what never ran.
     options.setdefault("retry", Retry(NoBackoff(), 0))
     try:
-        return redis.RedisCluster.from_url(node_url, **options)
+        return RedirectableCluster.from_url(node_url, **options)
     except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
         text = scrub(describe(exc), url)
         if "cluster mode is not enabled" in text.lower() or "cluster support disabled" in text.lower():
