@@ -330,6 +330,7 @@ class PartitionedQueue:
     def stats(self) -> QueueStats:
         """The figures of every partition, and their sums, and where each
         partition lives (``placement``)."""
+        self.refresh()
         parts = [part.stats() for part in self.parts]
         groups = [
             _sum_groups(name, [g for s in parts for g in s.groups if g.name == name])
