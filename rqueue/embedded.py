@@ -307,6 +307,31 @@ class EmbeddedCluster:
                     _command(r, "CLUSTER", "REPLICATE", ids[j % self.primaries])
             self._wait(self.is_ready, "every slot to be served and every replica to be in sync")
 
+    def add_primary(self, replicas: int = 0) -> EmbeddedServer:
+        """Starts one more primary (serving no slot yet) with ``replicas``
+        replicas of its own and joins them to the running cluster: the
+        node slots are moved to when the cluster is resharded."""
+        before = len(self.nodes)
+        for _ in range(1 + replicas):
+            self._start_node()
+        added = self.nodes[before:]
+        with _connect(self.nodes[0].port) as first:
+            for node in added:
+                _command(first, "CLUSTER", "MEET", "127.0.0.1", node.port, self._bus_ports[node.port])
+        self._wait(
+            lambda: all(self._knows(n, len(self.nodes)) for n in self.nodes if n.process), "the new nodes to meet"
+        )
+        primary_id = self._node_id(added[0])
+        for node in added[1:]:
+            with _connect(node.port) as r:
+                _command(r, "CLUSTER", "REPLICATE", primary_id)
+        self._wait(self.is_ready, "the new replicas to be in sync")
+        return added[0]
+
+    def node_id(self, node: EmbeddedServer) -> str:
+        """The cluster node id of ``node``."""
+        return self._node_id(node)
+
     @staticmethod
     def _node_id(node: EmbeddedServer) -> str:
         with _connect(node.port) as r:

@@ -257,6 +257,7 @@ class PartitionedQueue:
     def stats(self) -> QueueStats:
         """The figures of every partition, and their sums, and where each
         partition lives (``placement``)."""
+        self.refresh()
         summed = summed_stats(self.name, [part.stats() for part in self.parts])
         return dataclasses.replace(summed, placement=self.placement().placement)
 

@@ -133,7 +133,8 @@ def placements(redis_client: Any, root: str, layout: Layout) -> PlacementReport:
     primaries = primary_names(redis_client)
     per_node = {name: 0 for name in primaries}
     for row in rows:
-        per_node[row.node] = per_node.get(row.node, 0) + 1
+        if row.node:  # "" on a single server: no primaries to count
+            per_node[row.node] = per_node.get(row.node, 0) + 1
     counts = [per_node[name] for name in primaries]
     balanced = not counts or max(counts) - min(counts) <= 1
     return PlacementReport(root, layout.partitions, rows, per_node, balanced)

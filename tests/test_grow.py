@@ -14,7 +14,9 @@ from support.servers import wait_for
 
 import rqueue
 from rqueue.cli import cli
+from rqueue.engine import commands
 from rqueue.partitions import partition_of
+from rqueue.placement import Layout
 
 
 def drain(c, n=50):
@@ -159,3 +161,22 @@ def test_cli_grows_and_reports(client, backend, prefix):
     assert shown.exit_code == 0 and "4 partitions" in shown.output and "from 2" in shown.output
     bad = run("partitions", "jobs", "--grow", "3")
     assert bad.exit_code == 2 and "they only grow" in bad.output
+
+
+def test_a_growth_that_meets_another_one_grows_from_what_that_one_stored(client):
+    # given a queue of 3 partitions whose marker another process has just grown to 4 (its copy not yet written)
+    pq = client.queue("orders", partitions=3)
+    four = Layout(4, (*pq.salts, 0)).text()
+    plain = rqueue.Queue(client, "orders").keys
+    status, _ = commands.mark_partitioned(client.scripts, plain, four, pq.layout.text(), "orders")
+    assert status is commands.MarkStatus.STORED
+    # when this process grows it to 6 from the 3 it read
+    grown = client.grow_partitions("orders", 6)
+    # then it grew from the 4 the marker held, and the copy every process reads says 6
+    assert (grown.partitions, grown.layout.previous) == (6, 4)
+    other = rqueue.connect(client.url, prefix=client.prefix)
+    try:
+        assert other.queue("orders").partitions == 6
+    finally:
+        other.close()
+    assert pq.stats().last_seq == 0 and len(pq.stats().partitions) == 6

@@ -24,7 +24,9 @@ def placement_text(report: rqueue.PlacementReport) -> str:
     rows = [[p.partition, p.hash_tag, p.slot, p.node or "(the server)"] for p in report.placement]
     text = f"queue {report.queue}: {report.partitions} partitions\n"
     text += table(["partition", "hash_tag", "slot", "node"], rows)
-    if report.per_node:
+    if not report.per_node:
+        text += "\none server: every partition lives on it (balanced)"
+    else:
         text += "\n\n" + table(["node", "partitions"], [[n, c] for n, c in sorted(report.per_node.items())])
         text += "\n" + (
             "balanced" if report.balanced else "not balanced: a primary serves 2 or more partitions more than another"

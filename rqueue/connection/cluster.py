@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import PRIMARY, ClusterNode
 from redis.crc import key_slot
 from redis.retry import Retry
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
@@ -47,7 +48,8 @@ def not_run(exc: BaseException | None) -> bool:
     says "Error N connecting to host:port" or "Timeout connecting to ...").
     redis-py's "cluster cannot be connected" counts only when it did not
     replace another error (it is raised while refreshing the slot map, also
-    right after a reply was lost)."""
+    right after a reply was lost). redis-py's "TTL exhausted" counts: it
+    comes only after every attempt was redirected or refused."""
     if exc is None:
         return False
     if isinstance(exc, CLUSTER_NOT_RUN):
@@ -57,9 +59,40 @@ def not_run(exc: BaseException | None) -> bool:
         return " connecting to " in text
     if isinstance(exc, redis.exceptions.TimeoutError):
         return text.startswith("Timeout connecting to")
+    if type(exc) is redis.exceptions.ClusterError and text == "TTL exhausted.":
+        # redis-py followed MOVED / ASK and waited out TRYAGAIN (a slot whose
+        # keys are split by a migration) until its own budget ran out: every
+        # attempt was refused, none ran.
+        return True
     if isinstance(exc, redis.exceptions.RedisClusterException) and "cannot be connected" in text:
         return exc.__context__ is None or not_run(exc.__context__)
     return False
+
+
+class RedirectableCluster(redis.RedisCluster):
+    """redis-py's RedisCluster, which can follow an ASK redirect to a node
+    its slot map does not list yet. A primary added to a cluster serves no
+    slot, so CLUSTER SLOTS does not name it, until a resharding moves a slot
+    to it; while the slot migrates, the old node answers ASK naming it, and
+    redis-py looks the name up in its map, finds nothing and fails with an
+    AttributeError (which ended a worker). Here an unknown node named by
+    ``host:port`` is added to the map as a primary, as redis-py does for a
+    MOVED."""
+
+    def get_node(self, host: str | None = None, port: int | None = None, node_name: str | None = None) -> Any:
+        node = super().get_node(host, port, node_name)  # type: ignore[no-untyped-call]  # unannotated in redis-py
+        if node is not None or not node_name or ":" not in node_name:
+            return node
+        name_host, _, name_port = node_name.rpartition(":")
+        if not name_port.isdigit():
+            return None
+        manager = self.nodes_manager
+        with manager._lock:  # redis-py guards its map with this lock
+            node = manager.nodes_cache.get(node_name)
+            if node is None:
+                node = ClusterNode(name_host, int(name_port), PRIMARY)  # type: ignore[no-untyped-call]  # unannotated in redis-py
+                manager.nodes_cache[node.name] = node
+        return node
 
 
 def cluster_redis(url: str, shown: str, options: dict[str, Any]) -> Any:
@@ -75,7 +108,7 @@ def cluster_redis(url: str, shown: str, options: dict[str, Any]) -> Any:
     # default): a script could run twice. rqueue retries what never ran.
     options.setdefault("retry", Retry(NoBackoff(), 0))
     try:
-        return redis.RedisCluster.from_url(node_url, **options)
+        return RedirectableCluster.from_url(node_url, **options)
     except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
         text = scrub(describe(exc), url)
         if "cluster mode is not enabled" in text.lower() or "cluster support disabled" in text.lower():

@@ -351,13 +351,6 @@ async def claim_partitions(r: Any, prefix: str, root: str, layout: str) -> bool:
     return bool(await guarded(lambda: r.hsetnx(partitions_key(prefix), root, layout), where=f"prefix {prefix!r}"))
 
 
-async def queue_exists(r: Any, prefix: str, keys: QueueKeys, name: str) -> bool:
-    async def read() -> bool:
-        return bool(await r.sismember(registry_key(prefix), name)) or bool(await r.exists(keys.meta, keys.floors))
-
-    return await guarded(read, where=keys.base)
-
-
 async def delete_partitioning(r: Any, prefix: str, name: str, marker: QueueKeys) -> int:
     """As :func:`rqueue.engine.store.delete_partitioning`, awaited."""
     gone = int(await guarded(lambda: r.hdel(partitions_key(prefix), name), where=f"prefix {prefix!r}"))
