@@ -30,6 +30,7 @@ from .handlers import Handler, Handlers
 from .heartbeat import Heartbeat
 from .ledger import Ledger
 from .options import check_options
+from .processes import InProcess
 from .reconnect import Reconnector, cut_off
 from .scheduler import Scheduler
 from .stats import Tally, WorkerStats
@@ -293,6 +294,8 @@ class Worker:
             )
         finally:
             handlers.stop()
+            if isinstance(self.handler, InProcess):
+                self.handler.close()
 
 
 class PartitionedWorker:
