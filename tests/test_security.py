@@ -434,11 +434,11 @@ DYNAMIC_IMPORTS = {"import_module", "run_module", "run_path", "spec_from_file_lo
 # (file, function, name) -> why it is safe. Keep this short.
 ALLOWED = {
     (
-        "rqueue/cli/worker.py",
+        "rqueue/worker/loading.py",
         "load_handler",
         "import_module",
-    ): "imports the handler module the operator names on the command line (rqueue worker MODULE:FUNCTION), "
-    "like python -m; never a name read from Redis or from a message",
+    ): "imports the handler module the operator names on the command line (rqueue worker MODULE:FUNCTION) "
+    "or in code (rqueue.worker.InProcess), like python -m; never a name read from Redis or from a message",
 }
 # Lua functions that turn a string into code or load files.
 UNSAFE_LUA = ("loadstring", "load", "dofile", "loadfile", "require", "setfenv", "getfenv")

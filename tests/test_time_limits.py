@@ -5,7 +5,9 @@ set, and whatever the handler does later never acks."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import threading
 import time
 
@@ -16,6 +18,7 @@ from test_aio_worker import BACKENDS, BOTH, floor_reaches, in_flight, run_worker
 import rqueue
 import rqueue.aio
 from rqueue.timelimits import TIME_LIMIT_HEADER, time_limit_for
+from rqueue.worker import InProcess
 
 
 @pytest.fixture
@@ -250,3 +253,50 @@ def test_the_worker_command_takes_a_time_limit():
     assert "--time-limit" in out.output and "--interrupt" in out.output
     bad = CliRunner().invoke(cli, ["--url", "memory://", "worker", "m:f", "-q", "q", "-g", "g", "--time-limit", "0"])
     assert bad.exit_code == 2 and "--time-limit" in bad.output
+
+
+@pytest.mark.parametrize("backend", ["redis"], indirect=True)
+def test_in_process_handlers_are_killed_at_their_limit(live, tmp_path):
+    # given a handler run in child processes, one message that blocks in C
+    live.configure("orders", max_deliveries=1, results=True)
+    q = live.queue("orders")
+    pid_file = tmp_path / "pid"
+    q.publish(b"hang", headers={"pid-file": str(pid_file)})
+    q.publish_many([b"quick", b"fail", b"reject", b"print"])
+    handler = InProcess("process_handlers:work")
+    w = rqueue.Worker(q, "g", handler, concurrency=1, time_limit=1.0)
+    w.start()
+    try:
+        wait_for(floor_reaches(q, "g", 5), timeout=20)
+        # then the blocked one was nacked for its limit and its process killed
+        assert q.result(1, timeout=5).failure == rqueue.Failure(
+            "max-deliveries", "timeout: the handler ran past its time limit of 1 s"
+        )
+        pid = int(pid_file.read_text())
+        wait_for(lambda: not alive(pid), timeout=5)
+        # and the others ran in a new child, with their outcomes
+        assert q.result(2, timeout=5).value == {"seq": 2, "count": 1}
+        assert q.result(3, timeout=5).failure == rqueue.Failure("max-deliveries", "ChildFailed: ValueError: boom")
+        assert q.result(4, timeout=5).failure == rqueue.Failure("rejected", "nope")
+        assert q.result(5, timeout=5).value == b"printed"
+    finally:
+        w.stop()
+        assert w.join(10)
+    assert handler._children == []  # the worker's stop ended its children
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"  # a zombie is dead
+    return True
+
+
+def test_in_process_refuses_a_bad_handler_name():
+    with pytest.raises(rqueue.InvalidInput, match="module.path:function"):
+        InProcess("nothing")
+    with pytest.raises(rqueue.InvalidInput, match="cannot import"):
+        InProcess("no_such_module_here:f")

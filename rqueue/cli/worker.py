@@ -3,11 +3,9 @@ every message of a queue's group."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import click
@@ -15,35 +13,8 @@ import click
 import rqueue
 from rqueue.cli.common import connection, require_url
 from rqueue.worker import TRANSIENT, worker_for
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception's text on one line (a SyntaxError's names its file and line)."""
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def load_handler(spec: str) -> Callable[..., Any]:
-    """The function named by ``module.path:function`` (the current directory
-    is importable, as for ``python -m``)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise rqueue.InvalidInput(f"handler {spec!r} must be given as module.path:function")
-    if "" not in sys.path:
-        sys.path.insert(0, "")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise rqueue.InvalidInput(f"handler {spec!r}: cannot import {module_name!r}: {exc}") from None
-    except Exception as exc:
-        # The module's own code failed (a SyntaxError, a NameError, a missing
-        # setting...): one line naming it, as for a module not found.
-        raise rqueue.InvalidInput(
-            f"handler {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {one_line(exc)}"
-        ) from None
-    handler = getattr(module, attr, None)
-    if not callable(handler):
-        raise rqueue.InvalidInput(f"handler {spec!r}: {module_name!r} has no callable {attr!r}")
-    return handler
+from rqueue.worker.loading import load_handler
+from rqueue.worker.processes import InProcess
 
 
 @click.command()
@@ -87,6 +58,12 @@ def load_handler(spec: str) -> Callable[..., Any]:
     "and the handler's rqueue.cancellation() is set. A message's x-rq-time-limit header overrides it.",
 )
 @click.option(
+    "--processes",
+    is_flag=True,
+    help="Run HANDLER in a child process per handler thread, killed at its time limit (a hard limit; "
+    "the handler gets the delivery's data, not the delivery).",
+)
+@click.option(
     "--interrupt/--no-interrupt",
     default=False,
     show_default=True,
@@ -119,6 +96,7 @@ def worker(
     heartbeat_timeout: float,
     grace_period: float,
     time_limit: float | None,
+    processes: bool,
     interrupt: bool,
     log_level: str,
     metrics_port: int | None,
@@ -134,7 +112,7 @@ def worker(
     """
     require_url(obj["url"])
     logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    fn = load_handler(handler)
+    fn = InProcess(handler) if processes else load_handler(handler)
     with connection(obj["url"], obj["prefix"]) as client:
         q = client.queue(queue_name)
         metrics = None

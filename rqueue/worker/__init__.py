@@ -7,7 +7,8 @@ heartbeat each have a module, and share what they hold through a
 
 from .control import PartitionedWorker, Worker, worker_for
 from .outcome import Outcome
+from .processes import InProcess
 from .reconnect import TRANSIENT
 from .stats import WorkerStats
 
-__all__ = ["TRANSIENT", "Outcome", "PartitionedWorker", "Worker", "WorkerStats", "worker_for"]
+__all__ = ["TRANSIENT", "InProcess", "Outcome", "PartitionedWorker", "Worker", "WorkerStats", "worker_for"]

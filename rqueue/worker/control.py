@@ -29,6 +29,7 @@ from .handlers import Handler, Handlers
 from .heartbeat import Heartbeat
 from .ledger import Ledger
 from .options import check_options
+from .processes import InProcess
 from .reconnect import Reconnector, cut_off
 from .scheduler import Scheduler
 from .stats import Tally, WorkerStats
@@ -311,6 +312,8 @@ class Worker:
             )
         finally:
             handlers.stop()
+            if isinstance(self.handler, InProcess):
+                self.handler.close()
 
 
 class PartitionedWorker(Worker):
