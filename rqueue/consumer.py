@@ -110,11 +110,12 @@ class Consumer(ConsumerCore):
             return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness)), mark
 
     def _received(self, reply: commands.FetchReply, mark: Any) -> list[Delivery]:
-        """The deliveries of a fetch reply; its corrupt records are moved
-        aside, byte for byte, and the rest of the batch goes on."""
-        deliveries, corrupt = self._parse(reply, mark)
-        for tag, text in corrupt:
-            self._dead_letter(tag, "corrupted-record", text)
+        """The deliveries of a fetch reply; its corrupt records (byte for
+        byte) and expired messages are dead-lettered, and the rest of the
+        batch goes on."""
+        deliveries, aside = self._parse(reply, mark)
+        for tag, reason, text in aside:
+            self._dead_letter(tag, reason, text)
         return deliveries
 
     # -- settling -----------------------------------------------------------
@@ -238,7 +239,7 @@ class Consumer(ConsumerCore):
 
     def _dead_letter(self, delivery: DeliveryRef, reason: str, text: str) -> None:
         tag = self._tag_of(delivery)
-        dseq = commands.reject(self._group_call(), tag, reason, check.text("reason", text), self._reject_event())
+        dseq = commands.reject(self._group_call(), tag, reason, check.text("reason", text), self._reject_event(reason))
         self._dead_lettered(tag, reason, dseq)
 
     def in_progress(self, deliveries: DeliveryRef | Iterable[DeliveryRef]) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import validate as check
-from .delivery import REPLAYED_HEADER, Delivery, DeliveryRef, HeartbeatResult
+from .delivery import REPLAYED_HEADER, TTL_HEADER, Delivery, DeliveryRef, HeartbeatResult
 from .engine import commands
 from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
 from .errors import CorruptRecord, InvalidInput, LostDelivery, NotHeld, RQueueError, StateLost, delivery_error
@@ -143,10 +143,11 @@ class ConsumerCore:
 
     # -- fetch replies ------------------------------------------------------------
 
-    def _parse(self, reply: commands.FetchReply, mark: Mark) -> tuple[list[Delivery], list[tuple[str, str]]]:
+    def _parse(self, reply: commands.FetchReply, mark: Mark) -> tuple[list[Delivery], list[tuple[str, str, str]]]:
         """The deliveries of a fetch sent at ``mark`` (now held), and the
-        (tag, why) of each corrupt record among them, for the caller to move
-        to the dead-letter queue byte for byte."""
+        (tag, reason, why) of each one set aside for the caller to move to
+        the dead-letter queue: a corrupt record (byte for byte), or a
+        message past its time to live ("expired": never handed to a handler)."""
         # Per message on the hot path: no helper calls for a compact record
         # (no headers, no delay: the common case); anything else goes to
         # decode_record.
@@ -164,7 +165,11 @@ class ConsumerCore:
         deadline = reply.now_ms + int(round(self._settings.ack_wait * 1000))
         held = self._held
         out: list[Delivery] = []
-        corrupt: list[tuple[str, str]] = []
+        aside: list[tuple[str, str, str]] = []
+        now = reply.now_ms
+        ttl = self._settings.ttl
+        # Published at or before this: past the queue's ttl (a header's own is read per message).
+        stale = now - max(1, round(ttl * 1000)) if ttl is not None else -1
         new = Delivery.__new__
         cls = self.delivery_class
         from_bytes = int.from_bytes
@@ -181,8 +186,16 @@ class ConsumerCore:
                     published, headers, data = decode_record(record, f"{self.queue.keys.msgs}[{seq}]")
                 except CorruptRecord as exc:
                     log.error("%s; moving it to the dead-letter queue", exc)
-                    corrupt.append((delivery_tag(seq, count, token), str(exc)))
+                    aside.append((delivery_tag(seq, count, token), "corrupted-record", str(exc)))
                     continue
+                if TTL_HEADER in headers:
+                    expired = expiry(headers[TTL_HEADER], published, now)
+                    if expired is not None:
+                        aside.append((delivery_tag(seq, count, token), "expired", expired))
+                        continue
+            if published <= stale and TTL_HEADER not in headers:
+                aside.append((delivery_tag(seq, count, token), "expired", f"its time to live of {ttl} s ran out"))
+                continue
             d = new(cls)
             d.consumer = self  # type: ignore[assignment]  # each consumer class settles its own deliveries
             d.seq = seq
@@ -199,7 +212,7 @@ class ConsumerCore:
                 d.headers = {**headers, REPLAYED_HEADER: str(replayed)}
             held[tag] = d
             out.append(d)
-        return out, corrupt
+        return out, aside
 
     def _fetched_acks(
         self, tags: Sequence[commands.Tag], lost: list[RQueueError | None], reply: commands.FetchReply
@@ -332,9 +345,11 @@ class ConsumerCore:
         kind = EventKind.TIMEOUT.value if timed_out else EventKind.FAILED.value
         return kind if kind in self._settings.events else ""
 
-    def _reject_event(self) -> str:
-        """The lifecycle event a reject or term records (see _nack_event)."""
-        return EventKind.FAILED.value if EventKind.FAILED.value in self._settings.events else ""
+    def _reject_event(self, reason: str = "") -> str:
+        """The lifecycle event a dead-lettering for ``reason`` records (see
+        _nack_event): expired for a message past its time to live, else failed."""
+        kind = EventKind.EXPIRED.value if reason == "expired" else EventKind.FAILED.value
+        return kind if kind in self._settings.events else ""
 
     def _nacked(self, tag: commands.Tag, reply: commands.NackReply) -> str:
         self._held.pop(tag[0], None)
@@ -355,6 +370,18 @@ class ConsumerCore:
     def _left(self) -> None:
         self._closed = True
         self._held.clear()
+
+
+def expiry(header: str, published: int, now: int) -> str | None:
+    """Why a message with the ``x-rq-ttl`` header ``header`` (ms), published
+    at ``published``, has expired at ``now`` (server ms); None while it
+    lives, or when the header is not a whole number (handed out as usual)."""
+    if not header.isascii() or not header.isdigit():
+        log.warning("header %s=%r is not a whole number of ms: the message does not expire", TTL_HEADER, header[:40])
+        return None
+    if published + int(header) > now:
+        return None
+    return f"its time to live of {int(header) / 1000:g} s ran out"
 
 
 def merged(lost: list[RQueueError | None], sent: list[RQueueError | None]) -> list[RQueueError | None]:

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 # The header of a replayed dead letter's deliveries: how many deliveries it
 # had before it was dead-lettered and replayed.
 REPLAYED_HEADER = "x-rq-replayed-deliveries"
+# A message's time to live in ms after its publish (publish(ttl=), docs/lifecycle.md).
+TTL_HEADER = "x-rq-ttl"
 
 
 class DeliveryOwner(Protocol):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from . import validate as check
 from .errors import InvalidInput, NotDurable, PartialPublish
-from .publishing import PreparedPublish, per_message, prepare
+from .publishing import PreparedPublish, per_message, prepare, with_ttl
 from .results import PublishResult
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ def route(
     partition_for: Callable[[str | None, str | None], int],
     before: Callable[[], object] | None = None,
     priority: int | Sequence[int] | None = None,
+    ttl: float | None = None,
 ) -> Routed:
     """Checks a partitioned publish_many's per-message arguments and routes
     each message with ``partition_for(key, id)``, after ``before()`` (the
@@ -65,7 +66,7 @@ def route(
     per_keys: list[str | None] = [None] * count if keys is None else [check_key(k) for k in keys]
     if len(per_keys) != count:
         raise InvalidInput(f"keys has {len(per_keys)} entries for {count} payloads")
-    per_headers = per_message(headers, count, "headers")
+    per_headers = with_ttl(per_message(headers, count, "headers"), ttl)
     per_priority = check.priorities(priority, count)
     per_ids = [None] * count if ids is None else list(ids)
     if len(per_ids) != count:

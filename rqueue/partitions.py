@@ -159,6 +159,7 @@ class PartitionedQueue:
         durable: bool = False,
         key: str | None = None,
         priority: int = 0,
+        ttl: float | None = None,
     ) -> PublishResult:
         """As :meth:`rqueue.Queue.publish`, to the partition of ``key`` (a
         str: the same key, the same partition, so order is kept per key),
@@ -173,6 +174,7 @@ class PartitionedQueue:
             durable=durable,
             keys=[key],
             priority=priority or None,
+            ttl=ttl,
         )[0]
 
     def publish_many(
@@ -185,13 +187,16 @@ class PartitionedQueue:
         durable: bool = False,
         keys: Sequence[str | None] | None = None,
         priority: int | Sequence[int] | None = None,
+        ttl: float | None = None,
     ) -> list[PublishResult]:
         """As :meth:`rqueue.Queue.publish_many`, each message routed as in
         :meth:`publish` (``keys``: one routing key or None per message).
         Every message is checked before anything is sent. The partitions
         are written in one pipelined round trip (one per node of a
         cluster); results come back in the order of ``payloads``."""
-        routed = route(payloads, headers, ids, keys, self.partition_for, before=self.refresh, priority=priority)
+        routed = route(
+            payloads, headers, ids, keys, self.partition_for, before=self.refresh, priority=priority, ttl=ttl
+        )
         known = seen_before_growth(self, routed.routes, routed.keys, routed.ids, partition_of)
         prepared = prepare_parts(self.parts, routed, payloads, delay, mandatory, durable)
         return gather(routed.size, self._send_all(prepared), known)

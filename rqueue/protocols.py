@@ -115,6 +115,7 @@ class AnyQueue(Protocol):
         durable: bool = False,
         *,
         priority: int = 0,
+        ttl: float | None = None,
     ) -> PublishResult: ...
     def publish_many(
         self,
@@ -126,6 +127,7 @@ class AnyQueue(Protocol):
         durable: bool = False,
         *,
         priority: int | Sequence[int] | None = None,
+        ttl: float | None = None,
     ) -> list[PublishResult]: ...
     def consumer(
         self, group: str, name: str | None = None, prefetch: int | None = None, liveness: float | None = None

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import validate as check
 from .constants import MAX_BATCH
+from .delivery import TTL_HEADER
 from .engine import commands
 from .engine.durable import publish_durably
 from .engine.record import encode_body
@@ -60,6 +61,15 @@ def per_message(value: Any, count: int, what: str) -> list[Any]:
     return values
 
 
+def with_ttl(headers: list[Any], ttl: float | None) -> list[Any]:
+    """Each message's headers with its time to live (``x-rq-ttl``, ms) when
+    ``ttl`` is given; a header the caller set is kept."""
+    if ttl is None:
+        return headers
+    ms = str(max(1, round(check.seconds("ttl", ttl, positive=True) * 1000)))
+    return [h if h is not None and TTL_HEADER in h else {**(h or {}), TTL_HEADER: ms} for h in headers]
+
+
 def prepare(
     queue: QueueLike,
     payloads: Sequence[bytes],
@@ -71,6 +81,7 @@ def prepare(
     positions: Sequence[int] | None = None,
     trace: str | None = None,
     priority: int | Sequence[int] | None = None,
+    ttl: float | None = None,
 ) -> PreparedPublish | None:
     """Checks every message of a publish_many call and encodes it; None for
     an empty batch. Raises before anything is sent; an error names the
@@ -78,13 +89,14 @@ def prepare(
     caller's batch) when given. ``trace`` is the ``traceparent`` header
     every message gets (rqueue.tracing.sending). ``priority``: one for all
     messages or one per message, 0 (none, the default) to 9
-    (docs/flow-control.md)."""
+    (docs/flow-control.md). ``ttl``: seconds after its publish each message
+    expires unhandled (the ``x-rq-ttl`` header, docs/lifecycle.md)."""
     if type(payloads) is not list and (isinstance(payloads, (bytes, str)) or not isinstance(payloads, Sequence)):
         raise InvalidInput("payloads must be a sequence of bytes (for one message use publish())")
     count = len(payloads)
     if count == 0:
         return None
-    per_headers = per_message(headers, count, "headers")
+    per_headers = with_ttl(per_message(headers, count, "headers"), ttl)
     if trace is not None:
         per_headers = with_trace(per_headers, trace)
     per_ids = [None] * count if ids is None else list(ids)

@@ -312,6 +312,7 @@ class Queue:
         mandatory: bool = False,
         durable: bool = False,
         priority: int = 0,
+        ttl: float | None = None,
     ) -> PublishResult:
         """Appends one message; returns once Redis has applied it.
 
@@ -332,6 +333,7 @@ class Queue:
             mandatory=mandatory,
             durable=durable,
             priority=priority or None,
+            ttl=ttl,
         )[0]
 
     def publish_many(
@@ -343,6 +345,7 @@ class Queue:
         mandatory: bool = False,
         durable: bool = False,
         priority: int | Sequence[int] | None = None,
+        ttl: float | None = None,
     ) -> list[PublishResult]:
         """Appends many messages in one round trip, in order (``durable``,
         ``priority``: see :meth:`publish`; ``priority`` is one for all or
@@ -354,7 +357,9 @@ class Queue:
         stores nothing.
         """
         with sending(self.name, payloads) as trace:
-            prepared = prepare(self, payloads, headers, ids, delay, mandatory, durable, trace=trace, priority=priority)
+            prepared = prepare(
+                self, payloads, headers, ids, delay, mandatory, durable, trace=trace, priority=priority, ttl=ttl
+            )
             return send(self, prepared) if prepared is not None else []
 
     # -- consuming ----------------------------------------------------------

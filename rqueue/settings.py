@@ -67,6 +67,12 @@ class Settings:
     results: bool = False  # workers keep each handler's return value (docs/results.md)
     result_ttl: float = DEFAULT_RESULT_TTL  # seconds a kept result lives
     events: tuple[str, ...] = ()  # lifecycle event kinds recorded besides the always-on ones
+    # Seconds after its publish a message expires when handed out (dead-lettered
+    # as "expired"; docs/lifecycle.md); publish(ttl=) sets it per message. None: never.
+    ttl: float | None = None
+    # Seconds after its publish a failed attempt dead-letters a message
+    # ("deadline") instead of offering it again. None: only max_deliveries.
+    retry_deadline: float | None = None
 
     def merged(self, values: Mapping[str, Any]) -> Settings:
         """A copy with ``values`` applied after validating each of them."""
@@ -163,6 +169,8 @@ def _check_one(name: str, value: Any) -> Any:
         return _at_least(name, value, 0, integer=True, what="must be a whole number >= 0 (0: no limit)")
     if name == "rate_period":
         return _duration(name, value, 0.001, "must be a positive number of seconds (at least 0.001)")
+    if name in ("ttl", "retry_deadline"):
+        return None if value is None else _duration(name, value, 0.001, "must be None or seconds (at least 0.001)")
     if name == "max_age":
         return None if value is None else _duration(name, value, 0, "must be None or seconds >= 0")
     if name == "max_length":

@@ -145,9 +145,9 @@ class Consumer(ConsumerCore):
             return await acmd.fetch(await self._group_call(), n, fetch_token(self.client.randomness)), mark
 
     async def _received(self, reply: commands.FetchReply, mark: Mark) -> list[Delivery]:
-        deliveries, corrupt = self._parse(reply, mark)
-        for tag, text in corrupt:  # moved aside byte for byte; the rest of the batch goes on
-            await self._dead_letter(tag, "corrupted-record", text)
+        deliveries, aside = self._parse(reply, mark)
+        for tag, reason, text in aside:  # corrupt or expired; the rest of the batch goes on
+            await self._dead_letter(tag, reason, text)
         return deliveries  # type: ignore[return-value]  # delivery_class makes them
 
     # -- settling -----------------------------------------------------------
@@ -249,7 +249,7 @@ class Consumer(ConsumerCore):
     async def _dead_letter(self, delivery: Ref, reason: str, text: str) -> None:
         tag = self._tag_of(delivery)
         dseq = await acmd.reject(
-            await self._group_call(), tag, reason, check.text("reason", text), self._reject_event()
+            await self._group_call(), tag, reason, check.text("reason", text), self._reject_event(reason)
         )
         self._dead_lettered(tag, reason, dseq)
 

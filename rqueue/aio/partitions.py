@@ -102,6 +102,7 @@ class PartitionedQueue:
         durable: bool = False,
         key: str | None = None,
         priority: int = 0,
+        ttl: float | None = None,
     ) -> PublishResult:
         """As :meth:`rqueue.PartitionedQueue.publish`."""
         results = await self.publish_many(
@@ -113,6 +114,7 @@ class PartitionedQueue:
             durable=durable,
             keys=[key],
             priority=priority or None,
+            ttl=ttl,
         )
         return results[0]
 
@@ -126,10 +128,11 @@ class PartitionedQueue:
         durable: bool = False,
         keys: Sequence[str | None] | None = None,
         priority: int | Sequence[int] | None = None,
+        ttl: float | None = None,
     ) -> list[PublishResult]:
         """As :meth:`rqueue.PartitionedQueue.publish_many`; the partitions
         are written concurrently."""
-        routed = route(payloads, headers, ids, keys, self.partition_for, priority=priority)
+        routed = route(payloads, headers, ids, keys, self.partition_for, priority=priority, ttl=ttl)
         settings = await self.settings()
         prepared = prepare_parts(
             self.parts, routed, payloads, delay, mandatory, durable, view=lambda part: Prepared(part, settings)

@@ -138,6 +138,7 @@ class Queue:
         mandatory: bool = False,
         durable: bool = False,
         priority: int = 0,
+        ttl: float | None = None,
     ) -> PublishResult:
         """Appends one message; returns once Redis has applied it (see
         :meth:`rqueue.Queue.publish`)."""
@@ -149,6 +150,7 @@ class Queue:
             mandatory=mandatory,
             durable=durable,
             priority=priority or None,
+            ttl=ttl,
         )
         return results[0]
 
@@ -161,6 +163,7 @@ class Queue:
         mandatory: bool = False,
         durable: bool = False,
         priority: int | Sequence[int] | None = None,
+        ttl: float | None = None,
     ) -> list[PublishResult]:
         """Appends many messages, in order, checked before anything is sent
         (see :meth:`rqueue.Queue.publish_many`; ``durable``: the client's
@@ -170,7 +173,9 @@ class Queue:
         settings = self.client.settings.fresh(self.name) or await self.settings()
         with sending(self.name, payloads) as trace:
             view = cast("QueueLike", Prepared(self, settings))
-            prepared = prepare(view, payloads, headers, ids, delay, mandatory, durable, trace=trace, priority=priority)
+            prepared = prepare(
+                view, payloads, headers, ids, delay, mandatory, durable, trace=trace, priority=priority, ttl=ttl
+            )
             return await send(self, prepared) if prepared is not None else []
 
     # -- consuming ----------------------------------------------------------

@@ -122,6 +122,8 @@ class GroupSettings(Protocol):
     @property
     def dead_letter(self) -> str: ...
     @property
+    def retry_deadline(self) -> float | None: ...
+    @property
     def rate_limit(self) -> int: ...
     @property
     def rate_period(self) -> float: ...
@@ -134,7 +136,7 @@ def _ms(seconds: float) -> int:
 def failure_policy(settings: GroupSettings, queue: str) -> tuple[str, str]:
     """ARGV[7] of the group scripts, split where each call's random number
     goes: the words before it (max_deliveries, the redelivery delays in ms
-    and factors) and after it (the dead-letter mode and the queue's name),
+    and factors, and the retry deadline in ms when one is set) and after it (the dead-letter mode and the queue's name),
     with their spaces."""
     before = " ".join(
         str(v)
@@ -144,6 +146,7 @@ def failure_policy(settings: GroupSettings, queue: str) -> tuple[str, str]:
             repr(float(settings.redelivery_multiplier)),
             _ms(settings.effective_max_redelivery_delay),
             repr(float(settings.redelivery_jitter)),
+            *(() if settings.retry_deadline is None else (_ms(settings.retry_deadline),)),
         )
     )
     return before + " ", f" {'drop' if settings.dead_letter == 'none' else 'dlq'} {queue}"

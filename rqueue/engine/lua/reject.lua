@@ -9,9 +9,10 @@
     ARGV[8] seq
     ARGV[9] delivery count of the tag
     ARGV[10] token of the tag
-    ARGV[11] reason, e.g. "rejected" or "terminated"
+    ARGV[11] reason, e.g. "rejected", "terminated" or "expired" (a message
+             past its time to live, set aside by the client's fetch)
     ARGV[12] error text for the record, may be ""
-    ARGV[13] "failed" to record a failed event (its reason the error text,
+    ARGV[13] "failed" or "expired" to record that event (its reason the error text,
              its dlq_seq the dead letter's), or "" (or absent) for none:
              the client sends it only when the queue's events setting
              names it
@@ -22,7 +23,7 @@
     RQ_CORRUPT <seq>.<count>.<token>  the message is leased but its delivery
                    state is missing, or the state does not parse
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse, or
-                     ARGV[13] is neither "failed" nor ""
+                     ARGV[13] is neither "failed", "expired" nor ""
 ]]
 --@flags allow-oom
 --@include group_keys
@@ -32,8 +33,8 @@
 
 local seq, count = tonumber(ARGV[8]), tonumber(ARGV[9])
 local event = ARGV[13] or ''
-if event ~= '' and event ~= 'failed' then
-  return redis.error_reply('RQ_BAD_ARGUMENT reject records no event ' .. event .. ' (ARGV[13]: failed or "")')
+if event ~= '' and event ~= 'failed' and event ~= 'expired' then
+  return redis.error_reply('RQ_BAD_ARGUMENT reject records no event ' .. event .. ' (ARGV[13]: failed, expired or "")')
 end
 local d = seq and readDelivery(dlvKey, seq)
 local code = checkTag(seq, count, ARGV[10], d, false)

@@ -38,9 +38,18 @@ local prefetch = ARGV[6] + 0
 local failureArgs = nil
 local function failurePolicy()
   if failureArgs == nil then
-    local maxDeliveries, delay, multiplier, maxDelay, jitter, random, mode, queue =
-      string.match(ARGV[7] or '', '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+    -- Eight words, or nine with the retry deadline (ms of a message's age
+    -- after which a failed attempt dead-letters it) after the jitter.
+    local policyText = ARGV[7] or ''
+    local maxDeliveries, delay, multiplier, maxDelay, jitter, deadline, random, mode, queue =
+      string.match(policyText, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+    if maxDeliveries == nil then
+      deadline = '0'
+      maxDeliveries, delay, multiplier, maxDelay, jitter, random, mode, queue =
+        string.match(policyText, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+    end
     failureArgs = {
+      deadline = tonumber(deadline),
       maxDeliveries = tonumber(maxDeliveries),
       delay = tonumber(delay),
       multiplier = tonumber(multiplier),
@@ -50,7 +59,7 @@ local function failurePolicy()
       deadLetterMode = mode,
       queueName = queue,
     }
-    for _, name in ipairs({'maxDeliveries', 'delay', 'multiplier', 'maxDelay', 'jitter', 'random'}) do
+    for _, name in ipairs({'maxDeliveries', 'delay', 'multiplier', 'maxDelay', 'jitter', 'deadline', 'random'}) do
       if failureArgs[name] == nil then
         error('RQ_BAD_ARGUMENT the failure policy (ARGV[7]) does not parse: ' .. string.sub(ARGV[7] or '', 1, 200))
       end
