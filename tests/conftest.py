@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
+from support.aio_bridge import connect_as, redundant
 from support.servers import (
     BACKENDS,
     start_cluster,
@@ -62,9 +63,24 @@ def clock() -> rqueue.ManualClock:
     return rqueue.ManualClock()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    left_out = [item for item in items if redundant(item)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not redundant(item)]
+
+
 @pytest.fixture
-def client(backend: str, prefix: str, clock: rqueue.ManualClock) -> Iterator[rqueue.Client]:
-    c = rqueue.connect(backend, prefix=prefix, clock=clock, randomness=rqueue.Randomness(seed=7), settings_ttl=0)
+def api() -> str:
+    """Which client ``client`` is: "sync" here; a module that defines
+    ``pytest_generate_tests = parametrize_api`` (tests/support/aio_bridge.py)
+    runs its tests against the asyncio client too."""
+    return "sync"
+
+
+@pytest.fixture
+def client(api: str, backend: str, prefix: str, clock: rqueue.ManualClock) -> Iterator[rqueue.Client]:
+    c = connect_as(api, backend, prefix=prefix, clock=clock, randomness=rqueue.Randomness(seed=7), settings_ttl=0)
     yield c
     c.close()
 

@@ -5,10 +5,13 @@ above the floor."""
 from __future__ import annotations
 
 import pytest
+from support.aio_bridge import parametrize_api
 from support.raw import group_key
 
 import rqueue
 from rqueue.engine import commands
+
+pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
 # -- the ack floor -------------------------------------------------------------------
 
@@ -171,6 +174,7 @@ def test_ack_and_fetch_is_one_call_that_acks_before_it_fetches(client, queue, mo
     assert queue.stats().group("g").acked == 2
 
 
+@pytest.mark.sync_only("it removes the consumer with the sync engine's leave")
 def test_ack_and_fetch_of_a_removed_consumer_joins_again_and_still_acks(client, queue):
     # given a consumer holding two deliveries
     queue.publish_many([b"a", b"b"])

@@ -7,10 +7,13 @@ they cannot account for (docs/doctor.md)."""
 from __future__ import annotations
 
 import pytest
+from support.aio_bridge import parametrize_api
 from support.raw import group_key
 
 import rqueue
 from rqueue import doctor
+
+pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
 # -- records --------------------------------------------------------------------------------
 
@@ -154,6 +157,7 @@ def test_cursor_moved_back_is_refused_before_any_handler_runs_again(client, queu
 
 
 @pytest.mark.parametrize("garbage", [b"garbage", b"-3", b"1.5"])
+@pytest.mark.sync_only("the doctor (rqueue.doctor) works on a sync queue")
 def test_garbage_in_a_floor_is_named_not_a_lua_error(client, queue, garbage):
     # given a group holding a delivery, its floor then overwritten
     c = queue.consumer("g")
@@ -176,6 +180,7 @@ def test_garbage_in_a_floor_is_named_not_a_lua_error(client, queue, garbage):
     assert [(d.seq, d.delivery_count) for d in c.fetch(10)] == [(1, 1), (2, 1)]
 
 
+@pytest.mark.sync_only("the doctor (rqueue.doctor) works on a sync queue")
 def test_deleted_lease_of_a_member_removed_as_dead_is_an_event_and_the_doctor_repairs_it(client, queue, clock):
     # given a delivery whose lease entry is deleted, its holder then silent
     a = queue.consumer("g", name="a")
@@ -276,6 +281,7 @@ def test_a_worker_stops_on_a_damaged_queue_naming_the_key_and_the_doctor(client,
     assert queue.keys.meta in str(stopped.value) and "rqueue doctor" in str(stopped.value)
 
 
+@pytest.mark.sync_only("a tracked publish is the sync engine's (the Spark writer's)")
 def test_a_tracked_publish_refuses_a_deleted_meta_as_publish_does(client, queue):
     # given a queue with a message and a group that settled it, whose meta hash was deleted
     from rqueue.engine import commands

@@ -8,10 +8,13 @@ import json
 import logging
 
 import pytest
+from support.aio_bridge import parametrize_api
 from support.raw import group_key
 from support.servers import SINGLE_SERVERS
 
 import rqueue
+
+pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
 
 def kill(queue, group, *seqs, reason="rejected", keep_rest=False):

@@ -11,10 +11,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support.aio_bridge import parametrize_api
 from support.refusals import nothing_changes
 
 import rqueue
 from rqueue import NotHeld, StaleDelivery, UnknownDeliveryTag
+
+pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
 SETTLE_OPS: dict[str, Callable[[rqueue.Consumer, Any], Any]] = {
     "ack": lambda c, ref: c.ack(ref),

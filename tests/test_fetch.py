@@ -6,12 +6,15 @@ from __future__ import annotations
 import threading
 
 import pytest
+from support.aio_bridge import parametrize_api
 from support.refusals import names_input, nothing_changes
 from support.servers import wait_for
 
 import rqueue
 from rqueue import InvalidInput
 from rqueue.engine import commands
+
+pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
 NAN = float("nan")
 INF = float("inf")

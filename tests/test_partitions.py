@@ -9,7 +9,7 @@ import threading
 import pytest
 import redis
 from click.testing import CliRunner
-from support.aio_bridge import connect_as, parametrize_api
+from support.aio_bridge import parametrize_api
 from support.servers import SINGLE_SERVERS, start_server, wait_for
 
 import rqueue
@@ -18,18 +18,7 @@ from rqueue.constants import MAX_BATCH
 from rqueue.engine.keys import partitions_key
 from rqueue.partitions import partition_of
 
-
-def pytest_generate_tests(metafunc):
-    parametrize_api(metafunc)
-
-
-@pytest.fixture
-def client(api, backend, prefix, clock):
-    """The sync client, or the asyncio client behind the sync API
-    (tests/support/aio_bridge.py): each test runs against both."""
-    c = connect_as(api, backend, prefix=prefix, clock=clock, randomness=rqueue.Randomness(seed=7), settings_ttl=0)
-    yield c
-    c.close()
+pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
 
 @pytest.fixture

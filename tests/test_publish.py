@@ -10,12 +10,15 @@ from __future__ import annotations
 import array
 
 import pytest
+from support.aio_bridge import parametrize_api
 from support.refusals import names_input, nothing_changes
 from support.servers import start_server
 
 import rqueue
 from rqueue import InvalidInput, PayloadTooLarge, Unroutable
 from rqueue.constants import MAX_BATCH
+
+pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
 NAN = float("nan")
 INF = float("inf")

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from support.aio_bridge import parametrize_api
 from support.refusals import nothing_changes
 
 import rqueue
+
+pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
 
 def test_purge_settles_everything_not_in_flight(queue, clock):

@@ -4,9 +4,12 @@ ahead of new messages."""
 
 from __future__ import annotations
 
+from support.aio_bridge import parametrize_api
 from support.raw import group_key
 
 import rqueue
+
+pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
 # -- leases -----------------------------------------------------------------------------
 

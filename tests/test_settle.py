@@ -12,11 +12,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support.aio_bridge import parametrize_api
 from support.raw import group_key
 from support.refusals import names_input, nothing_changes
 
 import rqueue
 from rqueue import AlreadyAcked, InvalidInput, NotHeld, StaleDelivery, UnknownDeliveryTag
+
+pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
 NAN = float("nan")
 

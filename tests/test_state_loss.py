@@ -13,7 +13,7 @@ import logging
 import threading
 
 import pytest
-from support.aio_bridge import connect_as, parametrize_api
+from support.aio_bridge import parametrize_api
 from support.servers import start_server, wait_for
 from test_aio_worker import AsyncWorkerThread
 
@@ -23,17 +23,7 @@ from rqueue import LossKind, LostDelivery
 QUEUE = "orders"
 
 
-def pytest_generate_tests(metafunc):
-    parametrize_api(metafunc)
-
-
-@pytest.fixture
-def client(api, backend, prefix, clock):
-    """The sync client, or the asyncio client behind the sync API
-    (tests/support/aio_bridge.py): each test runs against both."""
-    c = connect_as(api, backend, prefix=prefix, clock=clock, randomness=rqueue.Randomness(seed=7), settings_ttl=0)
-    yield c
-    c.close()
+pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
 
 def wipe(client: rqueue.Client) -> None:

@@ -8,10 +8,13 @@ import threading
 
 import pytest
 from click.testing import CliRunner
+from support.aio_bridge import parametrize_api
 
 import rqueue
 from rqueue import NotSettled
 from rqueue.cli import cli
+
+pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
 
 def test_returns_once_the_group_has_settled(queue):

@@ -157,14 +157,6 @@ class Client:
         layout = self._partitioned.get(plain.root)
         return PartitionedQueue(self, name, layout) if layout is not None else plain
 
-    def plain_queue(self, name: str) -> Queue:
-        """A handle on queue ``name`` that is not partitioned (an alternate
-        queue; checked on first use)."""
-        queue = self.queue(name)
-        if isinstance(queue, PartitionedQueue):
-            raise InvalidSetting("alternate", name, "an alternate queue must not be partitioned")
-        return queue
-
     async def open_queue(self, name: str, partitions: int | None = None) -> Queue | PartitionedQueue:
         """The queue ``name``, its partitioning read from Redis now;
         ``partitions=N`` makes it a partitioned queue (see

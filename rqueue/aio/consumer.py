@@ -82,13 +82,27 @@ class Consumer(ConsumerCore):
         """The settings this consumer works with (stored patterns, then overrides)."""
         return self._merge_settings(await self.queue.settings())
 
-    async def _group_call(self) -> acmd.AsyncGroupCall:
+    def _call_now(self) -> acmd.AsyncGroupCall | None:
+        """The engine's view of this consumer, without an await while the
+        client's copy of the settings is fresh (None: it is not)."""
         resolved = self.client.settings.fresh(self.queue.name)
-        settings = self._merge_settings(resolved) if resolved is not None else await self.settings()
+        if resolved is None:
+            return None
+        settings = self._merge_settings(resolved)
         call: acmd.AsyncGroupCall = self._cached_call(
             settings, lambda: self.queue.group_call(self.group, settings, self.name)
         )
         return call
+
+    async def _group_call(self) -> acmd.AsyncGroupCall:
+        call = self._call_now()
+        if call is not None:
+            return call
+        settings = await self.settings()
+        made: acmd.AsyncGroupCall = self._cached_call(
+            settings, lambda: self.queue.group_call(self.group, settings, self.name)
+        )
+        return made
 
     async def join(self) -> Consumer:
         """Joins the group (created on first use)."""
@@ -135,7 +149,8 @@ class Consumer(ConsumerCore):
     async def _fetch_once(self, n: int) -> tuple[commands.FetchReply, Mark]:
         mark = self._watch.mark()
         try:
-            return await acmd.fetch(await self._group_call(), n, fetch_token(self.client.randomness)), mark
+            call = self._call_now() or await self._group_call()
+            return await acmd.fetch(call, n, fetch_token(self.client.randomness)), mark
         except NotMember:
             # Removed as dead (e.g. after a long pause): what it held was
             # already offered again, so joining afresh loses nothing.
@@ -163,7 +178,7 @@ class Consumer(ConsumerCore):
             return
         if not tags:
             return
-        await acmd.ack(await self._group_call(), tags, strict=True)
+        await acmd.ack(self._call_now() or await self._group_call(), tags, strict=True)
         self._forget(tags)
 
     async def ack_available(self, deliveries: Iterable[Ref]) -> list[RQueueError | None]:
@@ -185,7 +200,8 @@ class Consumer(ConsumerCore):
         tags, lost = self._sendable(refs)
         mark = self._watch.mark()
         try:
-            reply = await acmd.fetch(await self._group_call(), n, fetch_token(self.client.randomness), tags)
+            call = self._call_now() or await self._group_call()
+            reply = await acmd.fetch(call, n, fetch_token(self.client.randomness), tags)
         except NotMember:
             # Nothing was changed: join afresh and do both (as rqueue.Consumer).
             log.warning("%r was not a member of its group any more; joining again", self)

@@ -65,7 +65,7 @@ async def send(queue: AsyncQueueLike, prepared: PreparedPublish) -> list[Publish
         alternate = prepared.settings.alternate
         if alternate is None:
             raise
-        results = await client.plain_queue(alternate).publish_many(
+        results = await client.queue(alternate).publish_many(
             prepared.payloads,
             headers=prepared.headers,
             ids=prepared.ids,

@@ -76,12 +76,23 @@ class AsyncGroupCall(c.GroupArgs):
 # -- the group scripts ---------------------------------------------------------
 
 
+# fetch and ack await their script themselves (one coroutine less than
+# call.run): they are the calls a consumer makes per message.
+
+
 async def fetch(call: AsyncGroupCall, n: int, token: str, acks: Sequence[c.Tag] = ()) -> c.FetchReply:
-    return c.parse_fetch(await call.run(call.scripts.fetch, c.fetch_args(n, token + call.rate, acks)), token, len(acks))
+    try:
+        reply = await call.scripts.fetch(call.keys, call.argv(c.fetch_args(n, token + call.rate, acks)))
+    except (redis.RedisError, OSError) as exc:
+        raise c.translate(exc, call.queue, call.where) from exc
+    return c.parse_fetch(reply, token, len(acks))
 
 
 async def ack(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool) -> list[str]:
-    reply = await run(call.scripts.ack, call.ack_keys, c.ack_args(call, tags, strict), call.queue, call.where)
+    try:
+        reply = await call.scripts.ack(call.ack_keys, c.ack_args(call, tags, strict))
+    except (redis.RedisError, OSError) as exc:
+        raise c.translate(exc, call.queue, call.where) from exc
     return c.parse_ack(reply, strict)
 
 
