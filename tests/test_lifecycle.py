@@ -1,0 +1,127 @@
+"""Time to live and the retry deadline (docs/lifecycle.md): a message past
+its ttl is never handed to a handler but dead-lettered as expired (or
+dropped and counted); a failed attempt past the retry deadline
+dead-letters it as deadline. Both clients, every backend."""
+
+from __future__ import annotations
+
+import pytest
+from support.aio_bridge import parametrize_api
+
+import rqueue
+
+pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
+
+
+def reasons(queue: rqueue.Queue) -> list[tuple[int, str]]:
+    return [(d.seq, d.reason) for d in queue.dead_letters()]
+
+
+def test_a_message_past_its_ttl_is_dead_lettered_as_expired_not_handed_out(client, queue, clock):
+    # given a message with a ttl of 5 s and one without, and a group
+    c = queue.consumer("g")
+    queue.publish(b"short", ttl=5)
+    queue.publish(b"plain")
+    # when 5 s pass before a fetch
+    clock.advance(5)
+    got = c.fetch(10)
+    # then only the plain message is handed out, and the other is a dead letter named expired
+    assert [d.data for d in got] == [b"plain"]
+    assert reasons(queue) == [(1, "expired")]
+    [dead] = queue.dead_letters()
+    assert "time to live of 5 s ran out" in dead.error
+    assert queue.stats().group("g").in_flight == 1
+
+
+def test_a_message_within_its_ttl_is_handed_out(client, queue, clock):
+    c = queue.consumer("g")
+    queue.publish(b"x", ttl=5)
+    clock.advance(4.9)
+    assert [d.data for d in c.fetch(1)] == [b"x"]
+    assert queue.dead_letters() == []
+
+
+def test_the_queue_setting_expires_messages_without_a_header(client, queue, clock):
+    # given a queue ttl of 2 s and a message published with its own longer ttl
+    client.configure("orders", ttl=2)
+    c = queue.consumer("g")
+    queue.publish_many([b"a", b"b"])
+    queue.publish(b"own", ttl=60)
+    # when 3 s pass, then the two without their own ttl expired and the other is handed out
+    clock.advance(3)
+    assert [d.data for d in c.fetch(10)] == [b"own"]
+    assert reasons(queue) == [(1, "expired"), (2, "expired")]
+
+
+def test_a_message_waiting_in_a_redelivery_delay_expires_too(client, queue, clock):
+    # given a message with a ttl of 10 s, nacked with a delay of 30 s
+    c = queue.consumer("g")
+    queue.publish(b"x", ttl=10)
+    [d] = c.fetch(1)
+    d.nack(delay=30)
+    # when its delay runs out, after its ttl, then it is not handed out again but dead-lettered
+    clock.advance(31)
+    assert c.fetch(1) == []
+    assert reasons(queue) == [(1, "expired")]
+    assert queue.stats().group("g").ack_floor == 1
+
+
+def test_with_dead_letter_none_an_expired_message_is_dropped_and_counted(client, queue, clock):
+    client.configure("orders", dead_letter="none")
+    c = queue.consumer("g")
+    queue.publish(b"x", ttl=1)
+    clock.advance(2)
+    assert c.fetch(1) == []
+    g = queue.stats().group("g")
+    assert (g.ack_floor, g.dropped) == (1, 1)
+
+
+def test_an_expired_event_is_recorded_when_asked_for(client, queue, clock):
+    client.configure("orders", events=["expired"])
+    c = queue.consumer("g")
+    queue.publish(b"x", ttl=1)
+    clock.advance(2)
+    c.fetch(1)
+    assert [e["event"] for e in queue.events() if e["event"] == "expired"] == ["expired"]
+
+
+def test_a_failed_attempt_past_the_retry_deadline_dead_letters_as_deadline(client, queue, clock):
+    # given a retry deadline of 10 s and many deliveries allowed
+    client.configure("orders", retry_deadline=10, max_deliveries=100)
+    c = queue.consumer("g")
+    queue.publish(b"x")
+    # when an attempt fails before the deadline, then it is offered again
+    [d] = c.fetch(1)
+    assert d.nack(delay=0) == "requeued"
+    # when an attempt fails after it, then it is dead-lettered as deadline
+    clock.advance(11)
+    [d] = c.fetch(1)
+    assert d.nack(delay=0, error="still broken") == "dead"
+    assert reasons(queue) == [(1, "deadline")]
+    assert queue.dead_letters()[0].error == "still broken"
+
+
+@pytest.mark.sync_only("the expiry of a lease is the fetch script's: one client shows it")
+def test_a_lease_that_runs_out_past_the_retry_deadline_dead_letters(client, queue, clock):
+    client.configure("orders", retry_deadline=10, max_deliveries=100, ack_wait=30)
+    c = queue.consumer("g")
+    queue.publish(b"x")
+    c.fetch(1)
+    clock.advance(31)
+    assert c.fetch(1) == []
+    assert reasons(queue) == [(1, "deadline")]
+
+
+@pytest.mark.parametrize("ttl", [0, -1, float("nan"), "5", True, 10**12])
+def test_a_bad_ttl_is_refused_and_nothing_is_stored(client, queue, ttl):
+    with pytest.raises(rqueue.InvalidInput, match="ttl"):
+        queue.publish(b"x", ttl=ttl)
+    assert queue.stats().last_seq == 0
+
+
+@pytest.mark.sync_only("settings are validated once, by rqueue.settings")
+@pytest.mark.parametrize("name", ["ttl", "retry_deadline"])
+@pytest.mark.parametrize("value", [0, -3, "soon", 10**12])
+def test_bad_lifecycle_settings_are_refused(client, name, value):
+    with pytest.raises(rqueue.InvalidSetting, match=name):
+        client.configure("orders", **{name: value})
