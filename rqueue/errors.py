@@ -458,6 +458,18 @@ class Unroutable(RQueueError):
         self.queue = queue
 
 
+class QueuePaused(RQueueError):
+    """A publish to a queue paused with mode "refuse"; nothing was stored.
+
+    Attributes:
+        queue: the queue's name.
+    """
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(f"queue {queue!r} is paused: publish refused, nothing stored (resume it to publish)")
+        self.queue = queue
+
+
 class CorruptRecord(RQueueError):
     """Data found in Redis does not have the shape rqueue writes.
 
@@ -581,6 +593,8 @@ def from_script_error(exc: Exception, *, queue: str = "", where: str = "") -> Ex
         return Unroutable(queue)
     if code == "RQ_PARTITIONED":
         return QueuePartitioned(queue, detail)
+    if code == "RQ_PAUSED":
+        return QueuePaused(queue)
     if code == "RQ_CORRUPT":
         # error() in Lua appends where it stood (" script: <sha>, on ...",
         # or a traceback under memory://): the key and what is wrong come first.

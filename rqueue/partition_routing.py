@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
+from . import validate as check
 from .errors import InvalidInput, NotDurable, PartialPublish
 from .publishing import PreparedPublish, per_message, prepare
 from .results import PublishResult
@@ -39,6 +40,7 @@ class Routed(NamedTuple):
     headers: list[Any]
     ids: list[Any]
     keys: list[str | None]
+    priorities: list[int]
     routes: dict[int, list[int]]
 
 
@@ -49,6 +51,7 @@ def route(
     keys: Sequence[str | None] | None,
     partition_for: Callable[[str | None, str | None], int],
     before: Callable[[], object] | None = None,
+    priority: int | Sequence[int] | None = None,
 ) -> Routed:
     """Checks a partitioned publish_many's per-message arguments and routes
     each message with ``partition_for(key, id)``, after ``before()`` (the
@@ -63,6 +66,7 @@ def route(
     if len(per_keys) != count:
         raise InvalidInput(f"keys has {len(per_keys)} entries for {count} payloads")
     per_headers = per_message(headers, count, "headers")
+    per_priority = check.priorities(priority, count)
     per_ids = [None] * count if ids is None else list(ids)
     if len(per_ids) != count:
         raise InvalidInput(f"ids has {len(per_ids)} entries for {count} payloads")
@@ -72,7 +76,7 @@ def route(
     for i in range(count):
         msg_id = per_ids[i] if isinstance(per_ids[i], str) else None
         routes.setdefault(partition_for(per_keys[i], msg_id), []).append(i)
-    return Routed(count, per_headers, per_ids, per_keys, routes)
+    return Routed(count, per_headers, per_ids, per_keys, per_priority, routes)
 
 
 def prepare_parts(
@@ -99,6 +103,7 @@ def prepare_parts(
             mandatory,
             durable,
             positions=idx if routed.size > 1 else None,
+            priority=[routed.priorities[i] for i in idx],
         )
         if ready is not None:
             prepared.append((part, idx, ready))

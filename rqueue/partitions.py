@@ -158,6 +158,7 @@ class PartitionedQueue:
         mandatory: bool = False,
         durable: bool = False,
         key: str | None = None,
+        priority: int = 0,
     ) -> PublishResult:
         """As :meth:`rqueue.Queue.publish`, to the partition of ``key`` (a
         str: the same key, the same partition, so order is kept per key),
@@ -171,6 +172,7 @@ class PartitionedQueue:
             mandatory=mandatory,
             durable=durable,
             keys=[key],
+            priority=priority or None,
         )[0]
 
     def publish_many(
@@ -182,13 +184,14 @@ class PartitionedQueue:
         mandatory: bool = False,
         durable: bool = False,
         keys: Sequence[str | None] | None = None,
+        priority: int | Sequence[int] | None = None,
     ) -> list[PublishResult]:
         """As :meth:`rqueue.Queue.publish_many`, each message routed as in
         :meth:`publish` (``keys``: one routing key or None per message).
         Every message is checked before anything is sent. The partitions
         are written in one pipelined round trip (one per node of a
         cluster); results come back in the order of ``payloads``."""
-        routed = route(payloads, headers, ids, keys, self.partition_for, before=self.refresh)
+        routed = route(payloads, headers, ids, keys, self.partition_for, before=self.refresh, priority=priority)
         known = seen_before_growth(self, routed.routes, routed.keys, routed.ids, partition_of)
         prepared = prepare_parts(self.parts, routed, payloads, delay, mandatory, durable)
         return gather(routed.size, self._send_all(prepared), known)
@@ -284,6 +287,15 @@ class PartitionedQueue:
             for g, purged in part.purge(group, progress).items():
                 out[g] = out.get(g, 0) + purged
         return out
+
+    def pause(self, group: str | None = None, mode: str = "hold") -> bool:
+        """As :meth:`rqueue.Queue.pause`, in every partition (one after the
+        other: not one atomic step); True when any partition changed."""
+        return [part.pause(group, mode) for part in self.parts].count(True) > 0
+
+    def resume(self, group: str | None = None) -> bool:
+        """As :meth:`rqueue.Queue.resume`, in every partition."""
+        return [part.resume(group) for part in self.parts].count(True) > 0
 
     def delete(self, force: bool = False) -> int:
         """Deletes every partition and the record of the partitioning (see
@@ -416,6 +428,7 @@ def summed_stats(name: str, parts: list[QueueStats]) -> QueueStats:
         sum(s.dead_letters for s in parts),
         groups,
         parts,
+        paused=next((s.paused for s in parts if s.paused), ""),
     )
 
 
@@ -453,10 +466,11 @@ def sum_groups(name: str, groups: list[GroupStats]) -> GroupStats:
     counted = {
         f.name: sum(getattr(g, f.name) for g in groups)
         for f in dataclasses.fields(GroupStats)
-        if f.name not in ("name", "oldest_lease_age_ms", "consumers")
+        if f.name not in ("name", "oldest_lease_age_ms", "consumers", "paused")
     }
     return GroupStats(
         name=name,
+        paused=any(g.paused for g in groups),
         oldest_lease_age_ms=max(ages) if ages else None,
         consumers=sorted(members.values(), key=lambda c: c.name),
         **counted,

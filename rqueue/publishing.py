@@ -46,6 +46,7 @@ class PreparedPublish(NamedTuple):
     watch: StateWatch  # what this client saw of the queue's state
     mark: Mark  # what it knew when the calls were made
     mandatory: bool = False
+    priorities: list[int] | None = None  # one per message (the alternate queue gets them too)
 
 
 def per_message(value: Any, count: int, what: str) -> list[Any]:
@@ -69,12 +70,15 @@ def prepare(
     durable: bool,
     positions: Sequence[int] | None = None,
     trace: str | None = None,
+    priority: int | Sequence[int] | None = None,
 ) -> PreparedPublish | None:
     """Checks every message of a publish_many call and encodes it; None for
     an empty batch. Raises before anything is sent; an error names the
     message by its index, or by ``positions[index]`` (its place in the
     caller's batch) when given. ``trace`` is the ``traceparent`` header
-    every message gets (rqueue.tracing.sending)."""
+    every message gets (rqueue.tracing.sending). ``priority``: one for all
+    messages or one per message, 0 (none, the default) to 9
+    (docs/flow-control.md)."""
     if type(payloads) is not list and (isinstance(payloads, (bytes, str)) or not isinstance(payloads, Sequence)):
         raise InvalidInput("payloads must be a sequence of bytes (for one message use publish())")
     count = len(payloads)
@@ -86,6 +90,7 @@ def prepare(
     per_ids = [None] * count if ids is None else list(ids)
     if len(per_ids) != count:
         raise InvalidInput(f"ids has {len(per_ids)} entries for {count} payloads")
+    per_priority = check.priorities(priority, count)
     check.flag("durable", durable)
     delay_ms = check.delay_ms(delay)
     settings = queue.settings()
@@ -104,7 +109,7 @@ def prepare(
         size = len(body) - hlen
         if size > settings.max_payload:
             raise PayloadTooLarge(size, settings.max_payload, None if single else where)
-        messages.append((msg_id, f"{delay_ms}:{hlen}" if hlen else delay_ms, body))
+        messages.append((msg_id, commands.timing(delay_ms, hlen, per_priority[i]), body))
     calls = commands.publish_calls(
         queue.keys,
         queue.client.clock.script_now(),
@@ -116,7 +121,18 @@ def prepare(
     )
     sizes = [count] if count <= MAX_BATCH else [min(MAX_BATCH, count - s) for s in range(0, count, MAX_BATCH)]
     return PreparedPublish(
-        calls, sizes, settings, payloads, per_headers, per_ids, delay, durable, watch, watch.mark(), mandatory
+        calls,
+        sizes,
+        settings,
+        payloads,
+        per_headers,
+        per_ids,
+        delay,
+        durable,
+        watch,
+        watch.mark(),
+        mandatory,
+        per_priority,
     )
 
 
@@ -234,6 +250,7 @@ def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
             delay=prepared.delay,
             mandatory=prepared.mandatory,
             durable=prepared.durable,
+            priority=prepared.priorities,
         )
     except Unroutable:
         alternate = prepared.settings.alternate
@@ -245,6 +262,7 @@ def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
             ids=prepared.ids,
             delay=prepared.delay,
             durable=prepared.durable,
+            priority=prepared.priorities,
         )
         return alternate_results(alternate, results)
     client.register(queue.name)

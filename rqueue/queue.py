@@ -176,6 +176,26 @@ class Queue:
                     break
         return out
 
+    def pause(self, group: str | None = None, mode: str = "hold") -> bool:
+        """Pauses ``group``: its fetches hand out nothing, while acks, nacks,
+        lease extensions and heartbeats go on; leases that run out meanwhile
+        are offered again after :meth:`resume`, not before. Without a group,
+        pauses the queue: with ``mode`` "refuse" publishes raise
+        QueuePaused; with "hold" they are stored and no group hands out a
+        message published after the pause until :meth:`resume`.
+        Returns False when it was already so (docs/flow-control.md)."""
+        if group is not None:
+            check_name("group", group)
+        mode = check.pause_mode(mode)
+        return commands.pause(self.client.scripts, self.keys, group, True, mode, self.name).changed
+
+    def resume(self, group: str | None = None) -> bool:
+        """Ends the pause of ``group``, or of the queue when None, and wakes
+        its waiting consumers. Returns False when it was not paused."""
+        if group is not None:
+            check_name("group", group)
+        return commands.pause(self.client.scripts, self.keys, group, False, "", self.name).changed
+
     def settle_through(self, group: str, seq: int, progress: Progress | None = None) -> int:
         """Settles, for ``group``, every message with a seq up to ``seq``
         (at most the last published) that is not in flight: unread ones and
@@ -287,6 +307,7 @@ class Queue:
         delay: float | None = None,
         mandatory: bool = False,
         durable: bool = False,
+        priority: int = 0,
     ) -> PublishResult:
         """Appends one message; returns once Redis has applied it.
 
@@ -296,6 +317,8 @@ class Queue:
         also waits until the client's durable_replicas replicas have it and,
         where the server has WAITAOF and AOF is on, until it is fsynced;
         NotDurable is raised (the message is stored) when that falls short.
+        ``priority`` (0 to 9, higher first) hands it out before messages of
+        lower priority, after due redeliveries (docs/flow-control.md).
         """
         return self.publish_many(
             [payload],
@@ -304,6 +327,7 @@ class Queue:
             delay=delay,
             mandatory=mandatory,
             durable=durable,
+            priority=priority or None,
         )[0]
 
     def publish_many(
@@ -314,9 +338,11 @@ class Queue:
         delay: float | None = None,
         mandatory: bool = False,
         durable: bool = False,
+        priority: int | Sequence[int] | None = None,
     ) -> list[PublishResult]:
-        """Appends many messages in one round trip, in order (``durable``:
-        see :meth:`publish`).
+        """Appends many messages in one round trip, in order (``durable``,
+        ``priority``: see :meth:`publish`; ``priority`` is one for all or
+        one per message).
 
         ``headers`` is one mapping for all messages or one per message;
         ``ids`` one per message (None for no id). Every message is checked
@@ -324,7 +350,7 @@ class Queue:
         stores nothing.
         """
         with sending(self.name, payloads) as trace:
-            prepared = prepare(self, payloads, headers, ids, delay, mandatory, durable, trace=trace)
+            prepared = prepare(self, payloads, headers, ids, delay, mandatory, durable, trace=trace, priority=priority)
             return send(self, prepared) if prepared is not None else []
 
     # -- consuming ----------------------------------------------------------
@@ -418,4 +444,5 @@ class Queue:
         last, depth, scheduled, dead = store.queue_figures(
             self.client.redis, self.keys, self.dead_letter_queue.keys, int(now) if now else None
         )
-        return QueueStats(self.name, last, depth, scheduled, dead, groups)
+        paused = store.pause_state(self.client.redis, self.keys)
+        return QueueStats(self.name, last, depth, scheduled, dead, groups, paused=paused)

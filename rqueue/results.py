@@ -78,6 +78,7 @@ class GroupStats:
     dead_lettered: int
     dropped: int
     consumers: list[ConsumerStats] = field(default_factory=list)
+    paused: bool = False  # its fetches hand out nothing until resumed (docs/flow-control.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,7 @@ class QueueStats:
     partitions: list[QueueStats] = field(default_factory=list)
     # A partitioned queue's partitions: where each one lives (rqueue/placement.py).
     placement: list[PartitionPlacement] = field(default_factory=list)
+    paused: str = ""  # "" running, "refuse" or "hold" (docs/flow-control.md)
 
     def group(self, name: str) -> GroupStats:
         for g in self.groups:

@@ -56,6 +56,10 @@ class Settings:
     alternate: str | None = None  # queue that takes unroutable mandatory publishes
     dedup_window: float = DEFAULT_DEDUP_WINDOW
     max_payload: int = DEFAULT_MAX_PAYLOAD
+    # At most rate_limit deliveries per rate_period seconds per group (0: no
+    # limit), in any window of that length, across every consumer.
+    rate_limit: int = 0
+    rate_period: float = 1.0
     max_age: float | None = None  # seconds settled messages are kept (docs/retention.md); None = not by age
     max_length: int | None = None  # newest seqs kept once settled; None = not by length
 
@@ -150,6 +154,10 @@ def _check_one(name: str, value: Any) -> Any:
         return _queue_name(name, value, f"must be {' or '.join(DEAD_LETTER_MODES)}, None, or a queue name")
     if name == "alternate":
         return None if value is None else _queue_name(name, value, "must be None or a queue name")
+    if name == "rate_limit":
+        return _at_least(name, value, 0, integer=True, what="must be a whole number >= 0 (0: no limit)")
+    if name == "rate_period":
+        return _duration(name, value, 0.001, "must be a positive number of seconds (at least 0.001)")
     if name == "max_age":
         return None if value is None else _duration(name, value, 0, "must be None or seconds >= 0")
     if name == "max_length":

@@ -126,3 +126,29 @@ def payload_limit(setting: str, value: int) -> int:
             "(proto-max-bulk-len, 512 MiB by default)",
         )
     return value
+
+
+PAUSE_MODES = ("refuse", "hold")
+
+
+def pause_mode(value: object) -> str:
+    """A queue's way of pausing: "refuse" (publishes raise QueuePaused) or
+    "hold" (publishes are stored, no group hands them out until resume)."""
+    if value not in PAUSE_MODES:
+        raise InvalidInput(f"mode={value!r}: a queue pauses with mode 'refuse' or 'hold'")
+    return str(value)
+
+
+MAX_PRIORITY = 9  # priorities are 0 (the default, none) to 9, higher first
+
+
+def priorities(value: object, count: int) -> list[int]:
+    """One priority per message from ``value``: None (all 0), one whole
+    number from 0 to MAX_PRIORITY for all, or a sequence of one per message."""
+    if value is None:
+        return [0] * count
+    if isinstance(value, (list, tuple)):
+        if len(value) != count:
+            raise InvalidInput(f"priority has {len(value)} entries for {count} payloads")
+        return [whole_number("priority", v, 0, MAX_PRIORITY) for v in value]
+    return [whole_number("priority", value, 0, MAX_PRIORITY)] * count

@@ -296,3 +296,48 @@ def test_a_call_redis_leaves_unanswered_fails_after_the_socket_timeout(prefix):
         assert 0.4 < run(main()) < 3
     finally:
         server.stop()
+
+
+def test_aio_publish_takes_a_priority(backend, prefix):
+    # given an async client publishing with priorities
+    async def main() -> list[bytes]:
+        client = await aconnect(backend, prefix)
+        q = client.queue("prio")
+        async with q.consumer("g") as c:
+            await q.publish(b"low", priority=1)
+            await q.publish_many([b"plain", b"high"], priority=[0, 9])
+            got = [d.data for d in await c.fetch(10, timeout=1)]
+        await client.close()
+        return got
+
+    # then the group hands them out by priority
+    assert run(main()) == [b"high", b"low", b"plain"]
+
+
+def test_aio_pause_and_resume_of_a_group_and_a_queue(backend, prefix):
+    # given an async client with a group holding one message
+    async def main() -> tuple[list[bytes], list[bytes], str, bool]:
+        client = await aconnect(backend, prefix)
+        q = client.queue("paused")
+        async with q.consumer("g") as c:
+            await q.publish(b"one")
+            # when the group is paused, then its fetch hands out nothing
+            assert await q.pause("g")
+            assert not await q.pause("g")  # already so
+            held = [d.data for d in await c.fetch(10)]
+            assert await q.resume("g")
+            got = [d.data for d in await c.fetch(10, timeout=1)]
+            # when the queue is paused with refuse, then a publish is refused and stats say so
+            await q.pause(mode="refuse")
+            state = (await q.stats()).paused
+            try:
+                await q.publish(b"two")
+                refused = False
+            except rqueue.QueuePaused:
+                refused = True
+            await q.resume()
+        await client.close()
+        return held, got, state, refused
+
+    held, got, state, refused = run(main())
+    assert (held, got, state, refused) == ([], [b"one"], "refuse", True)

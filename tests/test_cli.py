@@ -138,6 +138,7 @@ def test_stats_table(backend, prefix, prepared):
         "dead_lettered": "1",
         "dropped": "0",
         "consumers": "1",
+        "paused": "no",
     }
     member = table_rows(members_part, "group")["billing"]
     assert (member["consumer"], member["held"]) == ("w1", "1")

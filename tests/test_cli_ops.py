@@ -98,3 +98,29 @@ def test_unknown_queue_is_exit_code_3(backend, prefix, command):
     result = run(backend, prefix, *command)
     assert result.exit_code == 3
     assert "queue 'ghost' does not exist" in result.output and "Traceback" not in result.output
+
+
+def test_pause_and_resume_a_group_and_a_queue(backend, prefix, client):
+    # given a queue with a group
+    q = client.queue("orders")
+    q.publish(b"a")
+    c = q.consumer("g")
+    # when the group is paused from the CLI, then it says so and stats and top show it
+    r = run(backend, prefix, "pause", "orders", "--group", "g", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output) == {"queue": "orders", "group": "g", "paused": True, "mode": "hold", "changed": True}
+    assert c.fetch(1) == []
+    stats = json.loads(run(backend, prefix, "stats", "orders", "--json").output)
+    assert stats["groups"][0]["paused"] is True and stats["paused"] == ""
+    # when the queue is paused to refuse, then publishes fail and top names both
+    r = run(backend, prefix, "pause", "orders", "--mode", "refuse")
+    assert r.exit_code == 0 and "is now paused (refuse)" in r.output
+    assert run(backend, prefix, "publish", "orders", "b").exit_code != 0
+    top = run(backend, prefix, "top", "--once").output
+    assert "queue (refuse), g" in top
+    # when both are resumed, then it flows again
+    assert json.loads(run(backend, prefix, "resume", "orders", "--json").output)["changed"] is True
+    r = run(backend, prefix, "resume", "orders", "-g", "g")
+    assert "is now running" in r.output
+    assert [d.seq for d in c.fetch(1)] == [1]
+    assert "was already running" in run(backend, prefix, "resume", "orders").output

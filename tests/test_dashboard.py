@@ -476,3 +476,29 @@ def test_the_app_needs_a_client_or_a_url():
     # when the app is made with neither, then it says what it needs instead of showing an empty store
     with pytest.raises(rqueue.InvalidInput, match="needs a client or a url"):
         app()
+
+
+def test_pause_and_resume_from_the_queue_page(mem: rqueue.Client) -> None:
+    # given a queue with a group
+    q = mem.queue("orders")
+    q.publish(b"a")
+    c = q.consumer("billing")
+    web = TestClient(app(mem))
+    page = web.get("/queue", params={"name": "orders"}).text
+    csrf = csrf_of(page)
+    assert 'id="pause"' in page
+    # when the group is paused from the page, then its fetches hand out nothing and the page says so
+    done = web.post("/queue/pause", data={"csrf": csrf, "name": "orders", "group": "billing", "action": "pause"})
+    assert done.status_code == 200 and ">paused<" in done.text
+    assert c.fetch(1) == []
+    # when the queue is paused to refuse, then publishes are refused
+    web.post("/queue/pause", data={"csrf": csrf, "name": "orders", "action": "pause", "mode": "refuse"})
+    with pytest.raises(rqueue.QueuePaused):
+        q.publish(b"b")
+    # when both are resumed, then it flows again
+    web.post("/queue/pause", data={"csrf": csrf, "name": "orders", "action": "resume"})
+    web.post("/queue/pause", data={"csrf": csrf, "name": "orders", "group": "billing", "action": "resume"})
+    assert [d.seq for d in c.fetch(1)] == [1]
+    # and without the CSRF token nothing is changed
+    assert web.post("/queue/pause", data={"name": "orders", "action": "pause"}).status_code == 403
+    assert q.stats().paused == ""

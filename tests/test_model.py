@@ -14,7 +14,8 @@ token that fetch did not hand out with it, a Delivery handed to another
 consumer (refused by the client before any call), lease expiry (the
 ManualClock moves), consumer death (a member removed by another member's
 heartbeat once its liveness passed; its next fetch joins it again),
-graceful close and joining again, settings changes (max_deliveries,
+graceful close and joining again, publishes with priorities, pause and
+resume of a group and of the queue (refuse, hold), settings changes (max_deliveries,
 redelivery_delay, redelivery_multiplier), replay of dead letters (all,
 one group's, limited), group resets (to first, last or a seq, forced or
 not, refused outside the stored seqs) and retention trim steps, and Redis losing the queue's keys (a wipe, at most
@@ -297,7 +298,13 @@ class QueueMachine(RuleBasedStateMachine):
 
     # -- publish ----------------------------------------------------------------------
 
-    def _publish_both(self, message_ids: list[str | None], delay: float | None, mandatory: bool = False) -> None:
+    def _publish_both(
+        self,
+        message_ids: list[str | None],
+        delay: float | None,
+        mandatory: bool = False,
+        priorities: list[int] | None = None,
+    ) -> None:
         items = []
         for mid in message_ids:
             self.payloads += 1
@@ -307,13 +314,20 @@ class QueueMachine(RuleBasedStateMachine):
         if len(items) == 1:
             real = outcome(
                 lambda: [
-                    self.q.publish(payloads[0], headers=headers[0], id=message_ids[0], delay=delay, mandatory=mandatory)
+                    self.q.publish(
+                        payloads[0],
+                        headers=headers[0],
+                        id=message_ids[0],
+                        delay=delay,
+                        mandatory=mandatory,
+                        priority=priorities[0] if priorities else 0,
+                    )
                 ]
             )
         else:
             real = outcome(
                 lambda: self.q.publish_many(
-                    payloads, headers=headers, ids=message_ids, delay=delay, mandatory=mandatory
+                    payloads, headers=headers, ids=message_ids, delay=delay, mandatory=mandatory, priority=priorities
                 )
             )
         if real[0] == "ok":
@@ -321,8 +335,10 @@ class QueueMachine(RuleBasedStateMachine):
         for mid in message_ids:
             if mid in self.model.ids and self.model.ids[mid][1] <= self.model.now:
                 COVERAGE["(publish of an id whose window is over)"] += 1
-        model = outcome(lambda: self.model.publish(items, delay, mandatory))
-        self._same_result(f"publish ids={message_ids} delay={delay} mandatory={mandatory}", real, model)
+        model = outcome(lambda: self.model.publish(items, delay, mandatory, priorities))
+        self._same_result(
+            f"publish ids={message_ids} delay={delay} mandatory={mandatory} priorities={priorities}", real, model
+        )
 
     @rule(mid=ids, delay=delays, mandatory=st.booleans())
     def publish(self, mid, delay, mandatory):
@@ -331,6 +347,28 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(message_ids=st.lists(ids, min_size=2, max_size=4), delay=delays)
     def publish_many(self, message_ids, delay):
         self._publish_both(message_ids, delay)
+
+    @rule(
+        message_ids=st.lists(ids, min_size=1, max_size=4),
+        delay=delays,
+        priorities=st.lists(st.sampled_from([0, 0, 1, 5, 9]), min_size=4, max_size=4),
+    )
+    def publish_prioritized(self, message_ids, delay, priorities):
+        self._publish_both(message_ids, delay, priorities=priorities[: len(message_ids)])
+
+    # -- pause and resume ---------------------------------------------------------------
+
+    @rule(group=st.sampled_from(["A", "B"]), paused=st.booleans())
+    def pause_group(self, group, paused):
+        if group not in self.groups:
+            return
+        real = self.q.pause(group) if paused else self.q.resume(group)
+        self._same_result(f"pause_group {group} {paused}", ("ok", real), ("ok", self.model.pause_group(group, paused)))
+
+    @rule(mode=st.sampled_from(["", "", "refuse", "hold"]))
+    def pause_queue(self, mode):
+        real = self.q.pause(mode=mode) if mode else self.q.resume()
+        self._same_result(f"pause_queue {mode!r}", ("ok", real), ("ok", self.model.pause_queue(mode)))
 
     # -- fetch -----------------------------------------------------------------------
 
@@ -362,8 +400,9 @@ class QueueMachine(RuleBasedStateMachine):
         seqs = [d.seq for d in got]
         old = [s for s in seqs if s <= cursor_before]
         new = [s for s in seqs if s > cursor_before]
-        assert seqs == old + new, f"fetch {seqs}: redeliveries (<= cursor {cursor_before}) must come first"
-        assert old == sorted(old) and new == sorted(new), f"fetch {seqs}: not lowest seq first"
+        if not self.model.priority:  # (with priorities the model says the order)
+            assert seqs == old + new, f"fetch {seqs}: redeliveries (<= cursor {cursor_before}) must come first"
+            assert old == sorted(old) and new == sorted(new), f"fetch {seqs}: not lowest seq first"
         assert len(got) <= n
         if got:
             assert {d.token for d in got} == {token}, f"fetch {seqs}: one token per call"

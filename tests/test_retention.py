@@ -428,3 +428,20 @@ def test_max_age_passes_seqs_whose_records_went_before_retention(client, queue, 
     clock.advance(61)
     # then the seqs without records do not stop it
     assert queue.trim().trimmed == 3 and stored(queue) == []
+
+
+def test_a_reset_hands_out_priority_messages_again_and_a_delete_leaves_no_flow_keys(client, queue):
+    # given a group that pulled priority messages into its priority set and settled one of them
+    client.configure("orders", max_length=100, rate_limit=1000)
+    queue.publish_many(payloads(3), priority=[5, 5, 0])
+    c = queue.consumer("g")
+    [first] = c.fetch(1)
+    first.ack()
+    # when the group is reset back to its first stored message
+    queue.reset_group("g", "first")
+    # then every message is handed out again, priority ones first, none stalled
+    assert drain(c) == [b"m1", b"m2", b"m3"]
+    # and a deleted group leaves neither its priority set, its pull position nor its rate window
+    queue.delete_group("g")
+    gk = queue.keys.group("g")
+    assert client.redis.exists(*gk.group_only()) == 0

@@ -299,7 +299,7 @@ def test_fetch_makes_its_failure_paths_only_where_they_are_taken():
     # none of the helpers of a failure is built by the plain fetch's top level
     for helper in ("deadLetter", "retryOrDeadLetter", "parseDelivery", "splitRecord"):
         assert not re.search(rf"^local function {helper}\(", text, re.MULTILINE), helper
-    assert text.count("if parseDelivery == nil then") == 4
+    assert text.count("if parseDelivery == nil then") == 5
 
 
 def test_publish_reply_is_seq_and_duplicate_flag(raw):
@@ -1370,6 +1370,84 @@ def test_settle_through_settles_a_replayed_dead_letter_below_the_floor(client, q
     group = queue.stats().groups[0]
     assert (group.ready, group.pending, group.ack_floor) == (0, 0, 2)
     assert queue.consumer("g", "c2").fetch(1) == []
+
+
+def pause_call(raw, target, action, group="", mode="", channel=""):
+    r, qk, gk, s = raw
+    return s.pause(keys=[qk.meta, qk.floors, gk[4]], args=[target, action, group, mode, channel])
+
+
+def test_pause_of_a_group_is_a_field_fetch_reads_and_acks_ignore(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b")
+    s.join(keys=gk, args=group_argv())
+    [*_, seq, count, _rec] = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    # when the group is paused, then its hash holds the field and a second pause changes nothing
+    assert pause_call(raw, "group", "pause", "g") == [1, b"paused"]
+    assert pause_call(raw, "group", "pause", "g") == [0, b"paused"]
+    assert r.hget(gk[4], "paused") == b"1"
+    # and a fetch that acks a tag acks it, records the beat and hands out nothing
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 1, None, 10, "t2", seq, count, "t1"))
+    assert reply == [NOW + 1, b"", b"itest", 2, b"ok"]
+    assert r.zscore(gk[13], "c1") == NOW + 1 + 10_000
+    # when resumed, the field is gone and the next message is handed out
+    assert pause_call(raw, "group", "resume", "g") == [1, b""]
+    assert r.hget(gk[4], "paused") is None
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 2, None, 10, "t3"))[4] == 2
+
+
+def test_pause_of_a_queue_stores_its_mode_and_the_seq_a_hold_began_at(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b")
+    assert pause_call(raw, "queue", "pause", mode="hold") == [1, b"hold"]
+    assert r.hget(qk.meta, "paused") == b"hold:2"
+    publish(raw, b"c")
+    assert pause_call(raw, "queue", "pause", mode="hold") == [0, b"hold"]  # the hold keeps seq 2
+    assert pause_call(raw, "queue", "pause", mode="refuse") == [1, b"refuse"]
+    with pytest.raises(redis.ResponseError, match="^RQ_PAUSED"):
+        publish(raw, b"d")
+    with pytest.raises(redis.ResponseError, match="^RQ_PAUSED"):
+        publish(raw, b"e", ids=["x"])
+    assert r.hget(qk.meta, "seq") == b"3" and r.exists(qk.message_id("x")) == 0
+    assert pause_call(raw, "queue", "resume") == [1, b""]
+    assert r.hget(qk.meta, "paused") is None
+
+
+def test_pause_refuses_what_it_does_not_know_and_changes_nothing(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"a")
+    with pytest.raises(redis.ResponseError, match="^RQ_NOT_MEMBER"):
+        pause_call(raw, "group", "pause", "nope")
+    with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT"):
+        pause_call(raw, "queue", "pause", mode="later")
+    with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT"):
+        pause_call(raw, "partition", "pause")
+    with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT"):
+        pause_call(raw, "queue", "stop")
+    assert r.hget(qk.meta, "paused") is None
+
+
+def test_fetch_with_a_rate_limit_counts_the_window_and_names_when_it_has_room(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b", b"c")
+    s.join(keys=gk, args=group_argv())
+    # given a limit of 2 per 1000 ms after the token
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1:2:1000"))
+    assert reply[4::3] == [1, 2]
+    assert r.zrange(gk[19], 0, -1, withscores=True) == [(b"1:t1", NOW), (b"2:t1", NOW)]
+    # when the window is full, then nothing, and the next due time is when the first leaves it
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 400, None, 10, "t2:2:1000")) == [
+        NOW + 400,
+        NOW + 1000,
+        b"itest",
+        3,
+    ]
+    # and once it left, the next one
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 1000, None, 10, "t3:2:1000"))[4] == 3
+    # and a limit that does not parse is refused, naming the token
+    for bad in ("t4:0:1000", "t4:2:0", "t4:2", "T4:2:1000"):
+        with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT the token"):
+            s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 1000, None, 10, bad))
 
 
 # -- retain, group_create, group_reset, group_delete (docs/retention.md) ---------

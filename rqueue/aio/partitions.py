@@ -64,6 +64,15 @@ class PartitionedQueue:
     def __repr__(self) -> str:
         return f"rqueue.aio.PartitionedQueue({self.name!r}, partitions={self.partitions})"
 
+    async def pause(self, group: str | None = None, mode: str = "hold") -> bool:
+        """As :meth:`rqueue.PartitionedQueue.pause`, in every partition (one
+        after the other); True when any partition changed."""
+        return [await part.pause(group, mode) for part in self.parts].count(True) > 0
+
+    async def resume(self, group: str | None = None) -> bool:
+        """As :meth:`rqueue.PartitionedQueue.resume`, in every partition."""
+        return [await part.resume(group) for part in self.parts].count(True) > 0
+
     async def placement(self, refresh: bool = False) -> PlacementReport:
         """As :meth:`rqueue.PartitionedQueue.placement`: where each partition
         lives, by the client's map of slots to nodes (``refresh`` reads the
@@ -92,6 +101,7 @@ class PartitionedQueue:
         mandatory: bool = False,
         durable: bool = False,
         key: str | None = None,
+        priority: int = 0,
     ) -> PublishResult:
         """As :meth:`rqueue.PartitionedQueue.publish`."""
         results = await self.publish_many(
@@ -102,6 +112,7 @@ class PartitionedQueue:
             mandatory=mandatory,
             durable=durable,
             keys=[key],
+            priority=priority or None,
         )
         return results[0]
 
@@ -114,10 +125,11 @@ class PartitionedQueue:
         mandatory: bool = False,
         durable: bool = False,
         keys: Sequence[str | None] | None = None,
+        priority: int | Sequence[int] | None = None,
     ) -> list[PublishResult]:
         """As :meth:`rqueue.PartitionedQueue.publish_many`; the partitions
         are written concurrently."""
-        routed = route(payloads, headers, ids, keys, self.partition_for)
+        routed = route(payloads, headers, ids, keys, self.partition_for, priority=priority)
         settings = await self.settings()
         prepared = prepare_parts(
             self.parts, routed, payloads, delay, mandatory, durable, view=lambda part: Prepared(part, settings)

@@ -58,6 +58,7 @@ async def send(queue: AsyncQueueLike, prepared: PreparedPublish) -> list[Publish
             delay=prepared.delay,
             mandatory=prepared.mandatory,
             durable=prepared.durable,
+            priority=prepared.priorities,
         )
         return partitioned
     except Unroutable:
@@ -70,6 +71,7 @@ async def send(queue: AsyncQueueLike, prepared: PreparedPublish) -> list[Publish
             ids=prepared.ids,
             delay=prepared.delay,
             durable=prepared.durable,
+            priority=prepared.priorities,
         )
         return alternate_results(alternate, results)
     await client.register(queue.name)

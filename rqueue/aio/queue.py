@@ -133,6 +133,7 @@ class Queue:
         delay: float | None = None,
         mandatory: bool = False,
         durable: bool = False,
+        priority: int = 0,
     ) -> PublishResult:
         """Appends one message; returns once Redis has applied it (see
         :meth:`rqueue.Queue.publish`)."""
@@ -143,6 +144,7 @@ class Queue:
             delay=delay,
             mandatory=mandatory,
             durable=durable,
+            priority=priority or None,
         )
         return results[0]
 
@@ -154,6 +156,7 @@ class Queue:
         delay: float | None = None,
         mandatory: bool = False,
         durable: bool = False,
+        priority: int | Sequence[int] | None = None,
     ) -> list[PublishResult]:
         """Appends many messages, in order, checked before anything is sent
         (see :meth:`rqueue.Queue.publish_many`; ``durable``: the client's
@@ -163,7 +166,7 @@ class Queue:
         settings = self.client.settings.fresh(self.name) or await self.settings()
         with sending(self.name, payloads) as trace:
             view = cast("QueueLike", Prepared(self, settings))
-            prepared = prepare(view, payloads, headers, ids, delay, mandatory, durable, trace=trace)
+            prepared = prepare(view, payloads, headers, ids, delay, mandatory, durable, trace=trace, priority=priority)
             return await send(self, prepared) if prepared is not None else []
 
     # -- consuming ----------------------------------------------------------
@@ -238,7 +241,22 @@ class Queue:
         last, depth, scheduled, dead_count = await acmd.queue_figures(
             self.client.redis, self.keys, dead.keys, int(now) if now else None
         )
-        return QueueStats(self.name, last, depth, scheduled, dead_count, groups)
+        paused = await acmd.pause_state(self.client.redis, self.keys)
+        return QueueStats(self.name, last, depth, scheduled, dead_count, groups, paused=paused)
+
+    async def pause(self, group: str | None = None, mode: str = "hold") -> bool:
+        """As :meth:`rqueue.Queue.pause`: pauses ``group``, or the queue
+        (``mode`` "refuse" or "hold") when None; False when it was already so."""
+        if group is not None:
+            check_name("group", group)
+        mode = check.pause_mode(mode)
+        return (await acmd.pause(self.client.scripts, self.keys, group, True, mode, self.name)).changed
+
+    async def resume(self, group: str | None = None) -> bool:
+        """As :meth:`rqueue.Queue.resume`; False when it was not paused."""
+        if group is not None:
+            check_name("group", group)
+        return (await acmd.pause(self.client.scripts, self.keys, group, False, "", self.name)).changed
 
     async def events(self, count: int = 100) -> list[dict[str, str]]:
         """The newest ``count`` events, oldest first (see :meth:`rqueue.Queue.events`)."""

@@ -20,7 +20,7 @@ import click
 import redis
 
 import rqueue
-from rqueue.cli.admin import configure, create, publish, purge
+from rqueue.cli.admin import configure, create, pause, publish, purge, resume
 from rqueue.cli.bench import bench_command
 from rqueue.cli.common import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_NOT_FOUND, QueueNotFound, fail
 from rqueue.cli.dashboard import dashboard
@@ -89,6 +89,8 @@ cli.add_command(publish)
 cli.add_command(create)
 cli.add_command(configure)
 cli.add_command(purge)
+cli.add_command(pause)
+cli.add_command(resume)
 cli.add_command(dlq)
 cli.add_command(demo)
 cli.add_command(worker)

@@ -1,5 +1,5 @@
 """Commands that write to a queue or its settings: publish, create,
-configure and purge."""
+configure, purge, pause and resume."""
 
 from __future__ import annotations
 
@@ -210,3 +210,47 @@ def purge(obj: dict[str, Any], queue: str, group: str | None, yes: bool, as_json
         emit_json({"purged": purged})
     else:
         click.echo("purged " + ", ".join(f"{n} ({g or 'no group'})" for g, n in purged.items()))
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--group", "-g", default=None, help="Pause this group only: its fetches hand out nothing.")
+@click.option(
+    "--mode",
+    type=click.Choice(["refuse", "hold"]),
+    default="hold",
+    show_default=True,
+    help="Without --group, what publishes to the paused queue do: refused (QueuePaused) or stored and held.",
+)
+@click.option("--json", "as_json", is_flag=True, help='Print {"queue", "group", "paused": true, "changed"}.')
+@click.pass_obj
+def pause(obj: dict[str, Any], queue: str, group: str | None, mode: str, as_json: bool) -> None:
+    """Pause QUEUE's publishes (--mode), or one group's deliveries (--group).
+
+    A paused group keeps acks, nacks and heartbeats working; leases that run
+    out while it is paused are offered again after `rqueue resume`.
+    """
+    with connection(obj["url"], obj["prefix"]) as client:
+        changed = existing(client, queue).pause(group, mode)
+    report_pause(queue, group, True, changed, mode, as_json)
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--group", "-g", default=None, help="Resume this group (else the queue).")
+@click.option("--json", "as_json", is_flag=True, help='Print {"queue", "group", "paused": false, "changed"}.')
+@click.pass_obj
+def resume(obj: dict[str, Any], queue: str, group: str | None, as_json: bool) -> None:
+    """End the pause of QUEUE (or of one --group) and wake its consumers."""
+    with connection(obj["url"], obj["prefix"]) as client:
+        changed = existing(client, queue).resume(group)
+    report_pause(queue, group, False, changed, "", as_json)
+
+
+def report_pause(queue: str, group: str | None, paused: bool, changed: bool, mode: str, as_json: bool) -> None:
+    if as_json:
+        emit_json({"queue": queue, "group": group, "paused": paused, "mode": mode or None, "changed": changed})
+        return
+    what = f"group {group!r} of queue {queue!r}" if group is not None else f"queue {queue!r}"
+    state = ("paused" + (f" ({mode})" if group is None else "")) if paused else "running"
+    click.echo(f"{what} {'is now' if changed else 'was already'} {state}")

@@ -31,6 +31,7 @@ STATS_COLUMNS: list[Column] = [
     ("dropped", lambda g: g.dropped),
     ("oldest_lease_s", lambda g: None if g.oldest_lease_age_ms is None else round(g.oldest_lease_age_ms / 1000, 1)),
     ("consumers", lambda g: len(g.consumers)),
+    ("paused", lambda g: "yes" if g.paused else "no"),
 ]
 
 EVENT_KEYS = ["id", "event", "group", "seq", "reason", "at", "dlq_seq"]
@@ -44,6 +45,8 @@ def stats_text(s: rqueue.QueueStats, columns: list[Column]) -> str:
     head = (
         f"queue {s.name}: depth {s.depth}, last seq {s.last_seq}, delayed {s.scheduled}, dead letters {s.dead_letters}"
     )
+    if s.paused:
+        head += f", paused ({s.paused})"
     if s.placement:
         head += "\npartitions on: " + ", ".join(f"{p.partition} {p.node or 'the server'}" for p in s.placement)
     if not s.groups:
@@ -56,6 +59,13 @@ def stats_text(s: rqueue.QueueStats, columns: list[Column]) -> str:
             [[g, c.name, c.held, None if c.idle_ms is None else round(c.idle_ms / 1000, 1)] for g, c in members],
         )
     return text
+
+
+def paused_text(s: rqueue.QueueStats) -> str:
+    """What of a queue is paused, as `rqueue top` shows it: the queue's
+    mode, and the paused groups."""
+    parts = [f"queue ({s.paused})"] if s.paused else []
+    return ", ".join(parts + [g.name for g in s.groups if g.paused])
 
 
 def queue_delayed(s: rqueue.QueueStats) -> int:
@@ -253,11 +263,13 @@ def top(obj: dict[str, Any], interval: float, once: bool) -> None:
                         sum(len(g.consumers) for g in s.groups),
                         in_rate,
                         ack_rate,
+                        paused_text(s) or None,
                     ]
                 )
             last_at = now
             view = table(
-                ["queue", "depth", "in flight", "delayed", "dead letters", "consumers", "in/s", "acked/s"], rows
+                ["queue", "depth", "in flight", "delayed", "dead letters", "consumers", "in/s", "acked/s", "paused"],
+                rows,
             )
             if once:
                 click.echo(view if rows else "(no queues)")

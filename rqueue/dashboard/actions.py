@@ -1,5 +1,5 @@
 """The actions: replay and purge dead letters, chosen one by one or by a
-filter. Each is a POST that carries the page's CSRF token; each is logged
+filter; pause and resume a queue or one of its groups. Each is a POST that carries the page's CSRF token; each is logged
 with who did it. Replay is Queue.replay_dead_letters, the CLI's exactly-once
 replay: a dead letter chosen by hand is selected by its group and seq (a
 dead-letter queue holds at most one dead letter per group and seq, since
@@ -18,7 +18,7 @@ import rqueue
 from rqueue.protocols import AnyQueue
 
 from .core import Dashboard, blocking
-from .pages import DEAD_LETTERS_MAX, list_dead_letters, part_of, read_dead_letter, selection
+from .pages import DEAD_LETTERS_MAX, list_dead_letters, part_of, queue_figures, read_dead_letter, selection
 from .security import CSRF_FIELD, check_csrf
 
 log = logging.getLogger("rqueue.dashboard")
@@ -176,3 +176,35 @@ async def purge(dash: Dashboard, request: Request) -> Response:
     user = request.scope["state"]["who"]
     found = await blocking(do_purge, dash, ask, int(expect), user)
     return dash.render(request, "dead_letters.html", title=f"Dead letters of {ask.name}", **found)
+
+
+def do_pause(dash: Dashboard, name: str, group: str | None, action: str, mode: str, user: str) -> dict[str, Any]:
+    """Pauses or resumes the queue ``name`` (or its ``group``); the queue
+    page's figures after it."""
+    q = dash.queue(name)
+    changed = q.pause(group, mode) if action == "pause" else q.resume(group)
+    target = f"group {group!r} of queue {name!r}" if group else f"queue {name!r}"
+    log.info(
+        "dashboard: %s %s %s%s",
+        user,
+        "paused" if action == "pause" else "resumed",
+        target,
+        "" if changed else " (no change)",
+    )
+    return queue_figures(dash, name)
+
+
+async def pause(dash: Dashboard, request: Request) -> Response:
+    """The queue page's pause and resume buttons: the queue (with its mode)
+    or one group."""
+    form = await request.form()
+    check_csrf(request, form.get(CSRF_FIELD))
+    name, group = str(form.get("name", "")), str(form.get("group", ""))
+    action, mode = str(form.get("action", "")), str(form.get("mode", "hold"))
+    if not name:
+        raise rqueue.InvalidInput("no queue given")
+    if action not in ("pause", "resume"):
+        raise rqueue.InvalidInput(f"action {action[:40]!r}: pause or resume")
+    user = request.scope["state"]["who"]
+    found = await blocking(do_pause, dash, name, group or None, action, mode, user)
+    return dash.render(request, "queue.html", title=found["name"], **found)

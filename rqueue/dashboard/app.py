@@ -157,6 +157,7 @@ def app(
         Route("/dead-letter", route(dash, pages.dead_letter)),
         Route("/dead-letters/replay", route(dash, actions.replay), methods=["POST"]),
         Route("/dead-letters/purge", route(dash, actions.purge), methods=["POST"]),
+        Route("/queue/pause", route(dash, actions.pause), methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     inner = Starlette(routes=routes)

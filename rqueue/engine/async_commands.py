@@ -77,7 +77,7 @@ class AsyncGroupCall(c.GroupArgs):
 
 
 async def fetch(call: AsyncGroupCall, n: int, token: str, acks: Sequence[c.Tag] = ()) -> c.FetchReply:
-    return c.parse_fetch(await call.run(call.scripts.fetch, c.fetch_args(n, token, acks)), token, len(acks))
+    return c.parse_fetch(await call.run(call.scripts.fetch, c.fetch_args(n, token + call.rate, acks)), token, len(acks))
 
 
 async def ack(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool) -> list[str]:
@@ -325,6 +325,19 @@ async def mark_partitioned(
 ) -> tuple[c.MarkStatus, str]:
     """As :func:`rqueue.engine.commands.mark_partitioned`, awaited."""
     return c.parse_mark(await run(scripts.partition, c.mark_keys(keys), [layout, expected], queue, keys.base))
+
+
+async def pause(
+    scripts: AsyncScripts, keys: QueueKeys, group: str | None, pause: bool, mode: str, queue: str
+) -> c.PauseReply:
+    """As :func:`rqueue.engine.commands.pause`, awaited."""
+    return c.parse_pause(await run(scripts.pause, *c.pause_call(keys, group, pause, mode), queue, keys.base))
+
+
+async def pause_state(r: Any, keys: QueueKeys) -> str:
+    """As :func:`rqueue.engine.store.pause_state`, awaited."""
+    raw = await guarded(lambda: r.hget(keys.meta, "paused"), where=keys.base)
+    return "" if raw is None else text(raw).partition(":")[0]
 
 
 async def claim_partitions(r: Any, prefix: str, root: str, layout: str) -> bool:

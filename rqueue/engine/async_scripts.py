@@ -217,6 +217,7 @@ class AsyncScripts:
     schedule_fire: AsyncScript
     settle_to: AsyncScript
     partition: AsyncScript
+    pause: AsyncScript
 
     def __init__(self, redis: Any, retry: AsyncRetrier = no_async_retry, shebang: bool = True) -> None:
         #: The connections of the script calls (None: redis-py's pool).

@@ -121,6 +121,10 @@ class GroupSettings(Protocol):
     def redelivery_jitter(self) -> float: ...
     @property
     def dead_letter(self) -> str: ...
+    @property
+    def rate_limit(self) -> int: ...
+    @property
+    def rate_period(self) -> float: ...
 
 
 def _ms(seconds: float) -> int:
@@ -163,6 +167,7 @@ class GroupArgs:
     policy: tuple[str, str]  # the failure policy's words before and after the random number
     queue: str  # for error messages
     where: str  # the queue's key base, for error messages
+    rate: str  # "" or ":<rate_limit>:<rate_period ms>", after fetch's token (lua/fetch.lua)
 
     @staticmethod
     def fields_of(
@@ -187,6 +192,7 @@ class GroupArgs:
             "policy": failure_policy(settings, queue),
             "queue": queue,
             "where": where,
+            "rate": f":{settings.rate_limit}:{_ms(settings.rate_period)}" if settings.rate_limit else "",
         }
 
     def argv(self, extra: Sequence[Any]) -> list[Any]:
@@ -298,7 +304,7 @@ def parse_fetch(reply: Any, token: str, acks: int) -> FetchReply:
 def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = ()) -> FetchReply:
     """Claims up to ``n`` deliveries, their tags carrying ``token`` (a word
     of [0-9a-z] drawn at random per call), after acking ``acks`` leniently."""
-    return parse_fetch(call.run(call.scripts.fetch, fetch_args(n, token, acks)), token, len(acks))
+    return parse_fetch(call.run(call.scripts.fetch, fetch_args(n, token + call.rate, acks)), token, len(acks))
 
 
 def ack_args(call: GroupArgs, tags: Sequence[Tag], strict: bool) -> list[Any]:
@@ -515,6 +521,7 @@ def group_stats(name: str, flat: list[Any]) -> GroupStats:
         dead_lettered=num("dead_lettered"),
         dropped=num("dropped"),
         consumers=sorted(consumers, key=lambda c: c.name),
+        paused=values.get("paused") not in (None, b"", ""),
     )
 
 
@@ -523,8 +530,17 @@ def group_stats(name: str, flat: list[Any]) -> GroupStats:
 
 # One encoded message of a publish call: its id (or None), its timing (the
 # delay in ms, or "<delay_ms>:<headers_len>" when the body starts with
-# headers) and its body. A plain tuple: a publish makes one per message.
+# headers, or "<delay_ms>:<headers_len>:<priority>" for a priority of 1 to 9:
+# see :func:`timing`) and its body. A plain tuple: a publish makes one per message.
 PublishMessage = tuple[str | None, int | str, bytes]
+
+
+def timing(delay_ms: int, headers_len: int, priority: int = 0) -> int | str:
+    """A message's timing argument of publish.lua: the plain delay when it
+    has no headers and no priority (most messages)."""
+    if priority:
+        return f"{delay_ms}:{headers_len}:{priority}"
+    return f"{delay_ms}:{headers_len}" if headers_len else delay_ms
 
 
 class PublishCall(NamedTuple):
@@ -551,12 +567,17 @@ def publish_calls(
     for start in range(0, len(messages), batch):
         call_keys = keys.publish_keys()
         args: list[Any] = list(head)
+        prioritized = False
         for msg_id, timing, body in messages[start : start + batch]:
             if msg_id:
                 call_keys.append(keys.message_id(msg_id))
                 args += [len(call_keys), timing, body]
             else:
                 args += [0, timing, body]
+            if type(timing) is str and timing.count(":") == 2:
+                prioritized = True
+        if prioritized:
+            call_keys.append(keys.prio)  # the priority log, last
         calls.append(PublishCall(call_keys, args))
     return calls
 
@@ -718,6 +739,33 @@ def still_so(call: GroupCall, what: str, args: Sequence[Any] = ()) -> bool:
     changes nothing (repair.lua's "check:" form of ``what``)."""
     answer, _ = call.run(call.scripts.repair, [f"check:{what}", *args])
     return text(answer) == "holds"
+
+
+class PauseReply(NamedTuple):
+    changed: bool  # False: it was already so
+    state: str  # after the call: "" running, "paused" (a group), "refuse" or "hold" (a queue)
+
+
+def pause(scripts: Scripts, keys: QueueKeys, group: str | None, pause: bool, mode: str, queue: str) -> PauseReply:
+    """Pauses or resumes ``group``, or the queue when None (lua/pause.lua);
+    ``mode`` ("refuse" or "hold") is the queue's way of pausing."""
+    return parse_pause(run(scripts.pause, *pause_call(keys, group, pause, mode), queue, keys.base))
+
+
+def pause_call(keys: QueueKeys, group: str | None, pause: bool, mode: str) -> tuple[list[str], list[str]]:
+    """KEYS and ARGV of lua/pause.lua."""
+    group_key = keys.group(group).state if group is not None else keys.meta
+    return [keys.meta, keys.floors, group_key], [
+        "queue" if group is None else "group",
+        "pause" if pause else "resume",
+        group or "",
+        mode,
+        keys.wake_channel,
+    ]
+
+
+def parse_pause(reply: Sequence[Any]) -> PauseReply:
+    return PauseReply(int(reply[0]) == 1, text(reply[1]))
 
 
 class PublishSeen(NamedTuple):

@@ -61,6 +61,12 @@ class QueueKeys:
         return f"{self.base}:events"
 
     @cached_property
+    def prio(self) -> str:
+        """Sorted set seq -> "<seq>:<priority>" of the messages published
+        with a priority (1-9): the log each group's fetch reads them from."""
+        return f"{self.base}:prio"
+
+    @cached_property
     def wake_channel(self) -> str:
         """Pub/sub channel (not a key) announcing new messages."""
         return f"{self.base}:wake"
@@ -103,7 +109,7 @@ class QueueKeys:
 
     def all_static(self) -> list[str]:
         """The queue-level keys, for deletion and inspection."""
-        return [self.meta, self.msgs, self.floors, self.settled, self.sched, self.events, self.pinned]
+        return [self.meta, self.msgs, self.floors, self.settled, self.sched, self.events, self.pinned, self.prio]
 
 
 ACK_KEYS = 13  # keys: the first of GroupKeys.as_list that ack.lua is sent (all it can touch)
@@ -176,11 +182,17 @@ class GroupKeys:
             dlq.meta,
             dlq.msgs,
             q.events,
+            q.prio,
+            self._k("pq"),
+            self._k("rate"),
         ]
 
     def group_only(self) -> list[str]:
         """The keys that belong to this group alone."""
-        return [self._k(kind) for kind in ("grp", "lease", "ready", "delay", "dlv", "acked", "cons", "reopen", "beats")]
+        return [
+            self._k(kind)
+            for kind in ("grp", "lease", "ready", "delay", "dlv", "acked", "cons", "reopen", "beats", "pq", "rate")
+        ]
 
 
 def queue_base(prefix: str, root: str, depth: int, partition: int | None = None, salt: int = 0) -> str:

@@ -68,6 +68,7 @@ SCRIPT_NAMES = (
     "group_delete",
     "status",
     "partition",
+    "pause",
 )
 
 

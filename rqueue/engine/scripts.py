@@ -361,6 +361,7 @@ class Scripts:
     group_delete: Script
     status: Script
     partition: Script
+    pause: Script
 
     def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry, shebang: bool = True) -> None:
         self._redis = redis

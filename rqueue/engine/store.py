@@ -31,6 +31,12 @@ def last_seq(r: RedisClient, keys: QueueKeys) -> int:
     return guarded(lambda: _int(r.hget(keys.meta, "seq")), where=keys.base)
 
 
+def pause_state(r: RedisClient, keys: QueueKeys) -> str:
+    """The queue's pause (lua/pause.lua): "" running, "refuse" or "hold"."""
+    raw = guarded(lambda: r.hget(keys.meta, "paused"), where=keys.base)
+    return "" if raw is None else text(raw).partition(":")[0]
+
+
 def records_after(r: RedisClient, keys: QueueKeys, after: int, n: int) -> list[tuple[int, bytes]]:
     """Up to ``n`` stored records with seq > ``after``, oldest first."""
 

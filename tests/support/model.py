@@ -88,6 +88,7 @@ ERRORS = (
     "Closed",
     "Unroutable",
     "LostDelivery",
+    "QueuePaused",
     "GroupInUse",
     "InvalidInput",
 )
@@ -183,6 +184,9 @@ class Group:
         self.beats: dict[str, int] = {}  # consumer -> liveness deadline ms
         self.live: dict[str, int] = {}  # consumer -> liveness timeout ms
         self.counters = {k: 0 for k in COUNTERS}
+        self.paused = False  # its fetches hand out nothing and take no lease back
+        self.pulled = 0  # the highest priority seq moved to pq
+        self.pq: set[int] = set()  # priority seqs read from the queue's log, not handed out yet
         self.hash_floor = 0  # the floor as stored: a replay does not lower it
         self.reopened: set[int] = set()  # seqs a replay reopened, not settled again
 
@@ -210,6 +214,9 @@ class Model:
         self.groups: dict[str, Group] = {}
         self.dlq: dict[int, DeadLetter] = {}
         self.dlq_last = 0
+        self.priority: dict[int, int] = {}  # seq -> priority (1-9) of the messages published with one
+        self.paused = ""  # the queue's pause: "", "refuse" or "hold"
+        self.hold_at = 0  # with "hold": the last seq when it began
         self.retained = False  # retention mode (docs/retention.md)
         self.trimmed = 0  # records at or below it are deleted, but those a replay holds open
 
@@ -227,18 +234,26 @@ class Model:
     # -- publish -------------------------------------------------------------
 
     def publish(
-        self, items: list[tuple[bytes, dict[str, str], str | None]], delay: float | None, mandatory: bool = False
+        self,
+        items: list[tuple[bytes, dict[str, str], str | None]],
+        delay: float | None,
+        mandatory: bool = False,
+        priorities: list[int] | None = None,
     ) -> list[tuple[int, bool]]:
         if mandatory and not self.groups:
             raise ModelError("Unroutable")
+        if self.paused == "refuse":
+            raise ModelError("QueuePaused")
         delay_ms = 0 if delay is None else ms(delay)
         out = []
-        for payload, headers, mid in items:
+        for i, (payload, headers, mid) in enumerate(items):
             if mid is not None and mid in self.ids and self.ids[mid][1] > self.now:
                 out.append((self.ids[mid][0], True))
                 continue
             self.last += 1
             seq = self.last
+            if priorities and priorities[i]:
+                self.priority[seq] = priorities[i]
             nb = self.now + delay_ms if delay_ms > 0 else None
             if nb is not None:
                 self.sched[seq] = nb
@@ -377,6 +392,8 @@ class Model:
         if consumer not in g.members:  # the client joins again by itself
             self.join(group, consumer, liveness)
         self._beat(g, consumer)
+        if g.paused:
+            return []
         # in deadline order (ties: seq as text), which decides the order of dead letters
         for seq in sorted((s for s, dl in g.lease.items() if dl <= self.now), key=lambda s: (g.lease[s], str(s))):
             self._retry_or_dead(g, seq, g.dlv[seq], None)
@@ -406,9 +423,30 @@ class Model:
             g.ready.remove(seq)
             assert seq in self.records, f"model: ready seq {seq} has no record"
             deliver(seq)
-        while len(out) < room and g.cursor < self.last:
+        last = self.last if self.paused != "hold" else min(self.last, max(self.hold_at, g.cursor))
+        if len(out) < room and self.priority:
+            # what is new in the priority log joins the group's priority set
+            # (a group's first pull starts above its ack floor)
+            start = g.pulled if g.pulled else g.floor()
+            fresh = [s for s in self.priority if start < s <= last]
+            if fresh:
+                g.pq.update(fresh)
+                g.pulled = max(fresh)
+            for seq in sorted(g.pq, key=lambda s: (-self.priority[s], s))[: room - len(out)]:
+                g.pq.remove(seq)
+                rec = self.records.get(seq)
+                if g.is_settled(seq) or seq in g.dlv:
+                    continue  # settled meanwhile (a purge) or delivered another way
+                assert rec is not None, f"model: priority seq {seq} has no record"
+                if rec.not_before is not None and rec.not_before > self.now:
+                    g.delay[seq] = rec.not_before
+                else:
+                    deliver(seq)
+        while len(out) < room and g.cursor < last:
             g.cursor += 1
             seq = g.cursor
+            if seq in self.priority:
+                continue  # handed out from the priority set
             rec = self.records.get(seq)
             if rec is None or group not in rec.needed:
                 self._settle(g, seq)  # gone before this group reached it
@@ -518,6 +556,24 @@ class Model:
                 by_group[gname] = by_group.get(gname, 0) + 1
         return len(chosen), replayed, 0, skipped, by_group
 
+    # -- flow control ----------------------------------------------------------------
+
+    def pause_group(self, group: str, paused: bool) -> bool:
+        g = self.groups[group]
+        changed = g.paused != paused
+        g.paused = paused
+        return changed
+
+    def pause_queue(self, mode: str) -> bool:
+        """mode "" resumes."""
+        if mode == "hold" and self.paused == "hold":
+            return False
+        changed = mode != self.paused
+        if mode == "hold":
+            self.hold_at = self.last
+        self.paused = mode
+        return changed
+
     # -- retention and resets ----------------------------------------------------------
 
     def reset(self, group: str, to: str | int, force: bool) -> tuple[int, int, int]:
@@ -540,6 +596,7 @@ class Model:
             if seq <= self.trimmed and not self._pinned(seq) and seq in self.records:
                 del self.records[seq]
         g.reopened = set()
+        g.pq, g.pulled = set(), 0
         g.start = g.hash_floor = g.cursor = target
         g.settled = set()
         g.dlv.clear()

@@ -7,18 +7,27 @@
   group's max_inflight and the consumer's prefetch. The delivery count and
   the lease deadline are written in this same call.
 
+  A paused group (group hash field "paused", pause.lua) acks the tags and
+  records the beat, and does nothing else: no delivery, no lease taken back.
+  A queue on hold (meta field "paused" = "hold:<seq>") hands out no message
+  published after <seq>; redeliveries go on.
+
   Tags given after n are acknowledged first, leniently, exactly as ack.lua
   with strict "0" would (the previous batch of a worker settled in the same
   call as its next fetch), so that they free prefetch room for this fetch.
 
   Input:
-    KEYS[1..17] the group layout (includes/group_keys.lua)
+    KEYS[1..20] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] n, the most deliveries to return
     ARGV[9] the token of this call's deliveries: a lowercase letter, then
       lowercase letters and digits, 32 at most, that the client draws at
       random for each call, part of every tag it makes
-      (includes/delivery_state.lua)
+      (includes/delivery_state.lua); followed by ":<limit>:<period_ms>"
+      when the group has a rate limit: at most <limit> deliveries in any
+      <period_ms> ms (KEYS[20] holds those inside the window). A call held
+      back by it hands out nothing and its next due time is when the
+      window has room again
     ARGV[10], ARGV[11], ... seq1, count1, token1, seq2, ... tags to ack
       first (none: a plain fetch)
   Output:
@@ -77,12 +86,24 @@ local SCAN_LIMIT = 1000 -- records passed over per call (deleted or delayed)
 local SPECULATE_MAX = 8 -- deliveries wanted up to which records are read before the last seq
 -- The group hash's field holding the cursor as fetch last wrote or checked it.
 local CURSOR_CHECKED = 'cursor_checked'
+local PULL_BATCH = '1000' -- entries of the priority log moved to the group's priority set per call
+-- A priority set's score is seq - priority x PRIORITY_SPAN (2^45, above any
+-- seq): the highest priority first, then the lowest seq, exact in a double.
+local PRIORITY_SPAN = 35184372088832
 
 local n = ARGV[8] + 0
 local token = ARGV[9]
+-- The group's rate limit, when it has one, follows the token: found only
+-- where the token alone does not match, so a fetch without one pays nothing.
+local rateLimit, ratePeriod = nil, nil
 if token == nil or #token > 32 or not string.find(token, '^%l[%l%d]*$') then
-  return redis.error_reply('RQ_BAD_ARGUMENT the token (ARGV[9]) must be a letter, then letters and digits, '
-    .. 'at most 32 in all, not ' .. tostring(token))
+  local t, limit, period = string.match(token or '', '^(%l[%l%d]*):(%d+):(%d+)$')
+  if not (t and #t <= 32 and limit + 0 > 0 and period + 0 > 0) then
+    return redis.error_reply('RQ_BAD_ARGUMENT the token (ARGV[9]) must be a letter, then letters and digits, '
+      .. 'at most 32 in all, optionally followed by :<rate_limit>:<rate_period_ms> (both >= 1), not '
+      .. tostring(token))
+  end
+  token, rateLimit, ratePeriod = t, limit + 0, period + 0
 end
 
 -- What this consumer holds; false when it is not a member.
@@ -92,10 +113,12 @@ if not holding then
 end
 -- The cursor is read here with the liveness: no step before the scan of new
 -- messages moves it.
-local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED)
+-- "paused" (pause.lua) is read with them: a field more of a read the call
+-- makes anyway is what flow control costs a fetch of a plain group.
+local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused', 'pcur')
 -- The incarnation and the last seq, for the client's check that Redis kept
--- its state; no step of a fetch changes either.
-local metaFields = rcall('HMGET', metaKey, 'inc', 'seq')
+-- its state; no step of a fetch changes either. And the queue's pause.
+local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio')
 local lastSeq = tonumber(metaFields[2] or '0')
 -- Acks come before any other write: Redis refuses a script over maxmemory
 -- at its first write that may grow memory, unless it already wrote. An
@@ -116,6 +139,22 @@ if #ARGV > 9 then
   holding = rcall('HGET', consumersKey, consumerName)
 end
 beatWith(groupFields[1])
+
+-- A paused group hands out nothing, and leaves its expired leases where
+-- they are: they are taken back by the first fetch after resume, so none
+-- goes to anyone before. The acks above and the beat are done.
+if groupFields[4] then
+  local out = {now, '', metaFields[1] or '', lastSeq}
+  for _, status in ipairs(acked) do
+    out[#out + 1] = status
+  end
+  return out
+end
+-- A queue paused with "hold:<seq>" hands out nothing published after seq.
+local holdAt = nil
+if metaFields[3] then
+  holdAt = tonumber(string.match(metaFields[3], '^hold:(%d+)$') or '')
+end
 
 -- The in-flight count first: with nothing in flight no lease can have run
 -- out, and a consumer that acks before it fetches again asks no more. The
@@ -168,6 +207,21 @@ end
 free = prefetch - (holding or 0)
 if free < room then
   room = free
+end
+-- The rate limit: at most rateLimit deliveries in any ratePeriod ms, kept
+-- as the times of the deliveries inside the window (rateKey). Held back,
+-- the reply's next due time is when the window has room again.
+local rateFree = nil
+if rateLimit and room > 0 then
+  rcall('ZREMRANGEBYSCORE', rateKey, '-inf', string.format('%d', now - ratePeriod))
+  local used = rcall('ZCARD', rateKey)
+  if used >= rateLimit then
+    local oldest = rcall('ZRANGE', rateKey, '0', '0', 'WITHSCORES')
+    rateFree = (tonumber(oldest[2]) or now) + ratePeriod
+    room = 0
+  elseif rateLimit - used < room then
+    room = rateLimit - used
+  end
 end
 
 -- The ack floor is never above the cursor: a cursor moved back would hand
@@ -262,6 +316,88 @@ if room > 0 and waiting then
   end
 end
 
+-- Messages published with a priority (meta field "prio", written by the
+-- first such publish): what is new in the queue's priority log joins this
+-- group's priority set, which hands out the highest priority first, then
+-- the lowest seq; the scan of new messages below passes over them. A queue
+-- that never had one reads a field more of the meta hash, nothing else.
+if got < room and metaFields[4] then
+  local pulledTo = tonumber(groupFields[5] or '')
+  if pulledTo == nil then
+    -- A group's first pull: everything above its ack floor is new to it.
+    pulledTo = tonumber(rcall('HGET', floorsKey, groupName) or '0') or 0
+  end
+  local upper = '+inf'
+  if holdAt then
+    upper = string.format('%d', holdAt)
+  end
+  local pulled = rcall('ZRANGEBYSCORE', prioKey, '(' .. string.format('%d', pulledTo), upper, 'WITHSCORES', 'LIMIT',
+    '0', PULL_BATCH)
+  if #pulled > 0 then
+    local adds = {}
+    for i = 1, #pulled, 2 do
+      -- A member whose priority does not parse counts as priority 1: it is
+      -- handed out all the same, never passed over.
+      local p = tonumber(string.match(pulled[i], ':(%d)$') or '1')
+      adds[#adds + 1] = pulled[i + 1] - p * PRIORITY_SPAN
+      adds[#adds + 1] = pulled[i + 1]
+    end
+    bulk('ZADD', prioSetKey, adds)
+    rcall('HSET', groupKey, 'pcur', pulled[#pulled])
+    -- The log keeps what some group may still pull or pass over: entries
+    -- at or below every group's ack floor go.
+    local lowest = nil
+    for _, f in ipairs(rcall('HVALS', floorsKey)) do
+      local v = tonumber(f)
+      if v and (lowest == nil or v < lowest) then
+        lowest = v
+      end
+    end
+    if lowest and lowest > 0 then
+      rcall('ZREMRANGEBYSCORE', prioKey, '-inf', string.format('%d', lowest))
+    end
+  end
+  local picked = rcall('ZRANGE', prioSetKey, '0', room - got - 1)
+  if #picked > 0 then
+    bulk('ZREM', prioSetKey, picked)
+    local recs = bulkGet(msgsKey, picked)
+    -- Settled meanwhile (a purge, settle_through) or handed out another way
+    -- (a delivery state exists): not handed out again.
+    local raws = bulkGet(dlvKey, picked)
+    local prioFloor = tonumber(rcall('HGET', floorsKey, groupName) or '0') or 0
+    local runsExist = rcall('EXISTS', ackedKey) == 1
+    for i, field in ipairs(picked) do
+      local seq = field + 0
+      local settledAlready = seq <= prioFloor or raws[i]
+      if not settledAlready and runsExist then
+        local run = rcall('ZRANGEBYSCORE', ackedKey, field, '+inf', 'LIMIT', '0', '1')
+        settledAlready = run[1] ~= nil and run[1] + 0 <= seq
+      end
+      local notBefore = recs[i] and recordNotBefore(recs[i])
+      if settledAlready then
+        -- nothing to hand out
+      elseif not notBefore then
+        --@make failurePaths
+        if recs[i] then
+          deadLetter(seq, nil, 'corrupted-record', 'record does not parse')
+        else
+          deadLetter(seq, nil, 'new message', 'record deleted before the group read it') -- missing-record
+        end
+      elseif notBefore > now then
+        rcall('ZADD', delayKey, notBefore, field)
+      else
+        states[#states + 1] = field
+        states[#states + 1] = firstState
+        leased[#leased + 1] = field
+        out[#out + 1] = seq
+        out[#out + 1] = 1
+        out[#out + 1] = recs[i]
+        got = got + 1
+      end
+    end
+  end
+end
+
 if got < room then
   local cursor = (groupFields[2] or 0) + 0
   local from = cursor
@@ -271,6 +407,11 @@ if got < room then
   -- yet): a fetch of one message that is there is one call less.
   local last = nil
   if room - got > SPECULATE_MAX then
+    last = lastSeq
+  end
+  if holdAt and holdAt < lastSeq then
+    last = math.max(holdAt, from)
+  elseif holdAt then
     last = lastSeq
   end
   -- What the scan found wrong (RQ_CORRUPT): it stops there, keeps what it
@@ -316,65 +457,96 @@ if got < room then
         fields[#fields + 1] = prefix .. twoDigits[s - h * 100 + 1]
       end
     end
-    local recs = bulkGet(msgsKey, fields)
+    -- Seqs published with a priority are handed out from the priority set
+    -- above, not here: the scan passes over them without reading them.
+    local prioritized = nil
+    local recs
+    if metaFields[4] then
+      prioritized = {}
+      for _, m in ipairs(rcall('ZRANGEBYSCORE', prioKey, fields[1], fields[#fields])) do
+        prioritized[string.match(m, '^(%d+)') or m] = true
+      end
+      local read = {}
+      for _, field in ipairs(fields) do
+        if not prioritized[field] then
+          read[#read + 1] = field
+        end
+      end
+      local stored = bulkGet(msgsKey, read)
+      recs = {}
+      local j = 0
+      for i, field in ipairs(fields) do
+        if not prioritized[field] then
+          j = j + 1
+          recs[i] = stored[j]
+        end
+      end
+    else
+      recs = bulkGet(msgsKey, fields)
+    end
     for i, field in ipairs(fields) do
       local rec = recs[i]
       local seq = cursor + 1
-      if not rec and last == nil then
-        last = lastSeq
-      end
-      if not rec and (last == nil or last < from) then
-        refusal = metaKey .. ' field seq (the last seq) is ' .. (rcall('HGET', metaKey, 'seq') or 'missing')
-          .. ', below the cursor ' .. from .. ' of ' .. groupKey
-        last = cursor
-      end
-      if not rec and seq > last then
-        break -- not published yet: the cursor stays before it
-      end
-      cursor, cursorText = seq, field
-      local settledRun = false
-      if not rec then
-        since = since or tonumber(rcall('HGET', groupKey, 'since') or '') or last
-        if seq > since then
-          -- Deleted while this group still needed it (a dead letter below),
-          -- unless the cursor was moved back over seqs it settled (the
-          -- check before the scan sees the floor; this, its acked runs).
-          local run = rcall('ZRANGEBYSCORE', ackedKey, seq, '+inf', 'LIMIT', '0', '1')
-          settledRun = run[1] ~= nil and run[1] + 0 <= seq
-        end
-      end
-      if not rec and seq <= since then
-        -- Deleted before this group was created (every group that existed
-        -- then had settled it): nothing to deliver.
-        gone[#gone + 1] = seq
+      if prioritized and prioritized[field] then
+        cursor, cursorText = seq, field
         passed = passed + 1
-      elseif settledRun then
-        refusal = groupKey .. ' field cursor is ' .. from .. ', below seq ' .. seq .. ' the group settled ('
-          .. ackedKey .. ')'
-        cursor, cursorText, last = seq - 1, string.format('%d', seq - 1), seq - 1
-        break
       else
-        local notBefore = rec and recordNotBefore(rec)
-        if not notBefore then
-          --@make failurePaths
-          if rec then
-            deadLetter(seq, nil, 'corrupted-record', 'record does not parse') -- as deliver() would
-          else
-            deadLetter(seq, nil, 'new message', 'record deleted before the group read it') -- missing-record
+        if not rec and last == nil then
+          last = lastSeq
+        end
+        if not rec and (last == nil or last < from) then
+          refusal = metaKey .. ' field seq (the last seq) is ' .. (rcall('HGET', metaKey, 'seq') or 'missing')
+            .. ', below the cursor ' .. from .. ' of ' .. groupKey
+          last = cursor
+        end
+        if not rec and seq > last then
+          break -- not published yet: the cursor stays before it
+        end
+        cursor, cursorText = seq, field
+        local settledRun = false
+        if not rec then
+          since = since or tonumber(rcall('HGET', groupKey, 'since') or '') or last
+          if seq > since then
+            -- Deleted while this group still needed it (a dead letter below),
+            -- unless the cursor was moved back over seqs it settled (the
+            -- check before the scan sees the floor; this, its acked runs).
+            local run = rcall('ZRANGEBYSCORE', ackedKey, seq, '+inf', 'LIMIT', '0', '1')
+            settledRun = run[1] ~= nil and run[1] + 0 <= seq
           end
-        elseif notBefore > now then
-          rcall('ZADD', delayKey, notBefore, field)
+        end
+        if not rec and seq <= since then
+          -- Deleted before this group was created (every group that existed
+          -- then had settled it): nothing to deliver.
+          gone[#gone + 1] = seq
           passed = passed + 1
+        elseif settledRun then
+          refusal = groupKey .. ' field cursor is ' .. from .. ', below seq ' .. seq .. ' the group settled ('
+            .. ackedKey .. ')'
+          cursor, cursorText, last = seq - 1, string.format('%d', seq - 1), seq - 1
+          break
         else
-          -- A first delivery, as deliver() above would make it: the common
-          -- case, without a call, a state table and a second parse.
-          states[#states + 1] = field
-          states[#states + 1] = firstState
-          leased[#leased + 1] = field
-          out[#out + 1] = seq
-          out[#out + 1] = 1
-          out[#out + 1] = rec
-          got = got + 1
+          local notBefore = rec and recordNotBefore(rec)
+          if not notBefore then
+            --@make failurePaths
+            if rec then
+              deadLetter(seq, nil, 'corrupted-record', 'record does not parse') -- as deliver() would
+            else
+              deadLetter(seq, nil, 'new message', 'record deleted before the group read it') -- missing-record
+            end
+          elseif notBefore > now then
+            rcall('ZADD', delayKey, notBefore, field)
+            passed = passed + 1
+          else
+            -- A first delivery, as deliver() above would make it: the common
+            -- case, without a call, a state table and a second parse.
+            states[#states + 1] = field
+            states[#states + 1] = firstState
+            leased[#leased + 1] = field
+            out[#out + 1] = seq
+            out[#out + 1] = 1
+            out[#out + 1] = rec
+            got = got + 1
+          end
         end
       end
     end
@@ -402,6 +574,14 @@ if got > 0 then
   end
   bulk('ZADD', leaseKey, leases)
   rcall('HINCRBY', consumersKey, consumerName, got == 1 and '1' or got) -- fetch(1): no sprintf
+  if rateLimit then
+    local window = {}
+    for _, field in ipairs(leased) do
+      window[#window + 1] = nowText
+      window[#window + 1] = field .. ':' .. token
+    end
+    bulk('ZADD', rateKey, window)
+  end
   if redelivered > 0 then
     rcall('HINCRBY', groupKey, 'redelivered', redelivered)
   end
@@ -428,6 +608,9 @@ else
     if first[2] ~= nil and first[1] ~= LEASE_PIN and (nextDue == nil or tonumber(first[2]) < nextDue) then
       nextDue = tonumber(first[2])
     end
+  end
+  if rateFree ~= nil then
+    nextDue = rateFree -- nothing is handed out before, whatever waits
   end
   if nextDue ~= nil then
     out[2] = nextDue

@@ -6,7 +6,7 @@
   letters stay in the dead-letter queue. Recorded as a "group-deleted" event.
 
   Input:
-    KEYS[1..17] the group layout (includes/group_keys.lua)
+    KEYS[1..20] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] "1": delete even with deliveries in flight (their settles fail)
   Output:
@@ -34,6 +34,6 @@ if held > 0 and ARGV[8] ~= '1' then
 end
 local cancelled = clearGroup()
 rcall('HDEL', floorsKey, groupName)
-rcall('DEL', groupKey, leaseKey, readyKey, delayKey, dlvKey, ackedKey, consumersKey, reopenKey, beatsKey)
+rcall('DEL', groupKey, leaseKey, readyKey, delayKey, dlvKey, ackedKey, consumersKey, reopenKey, beatsKey, rateKey)
 recordEvent('group-deleted', floor, cancelled .. ' in flight taken back')
 return {cancelled}

@@ -24,10 +24,15 @@
         digits, 32 at most (else none is stored, and the reply's is "")
     ARGV[6], ARGV[7], ARGV[8] ... per message: index of its id key in KEYS
         (0 = no id); "<delay_ms>" (0 = none), or "<delay_ms>:<headers_len>"
-        when the body starts with headers; body "<headers_json><payload>".
+        when the body starts with headers, or "<delay_ms>:<headers_len>:<p>"
+        for a priority p of 1 to 9 (0, the default, is none of these); body
+        "<headers_json><payload>".
         Stored as a record (includes/record.lua): compact when the message
         has no headers and no delay (and now < 2^48 ms), so most bodies are
         copied once
+    KEYS[#KEYS] the priority log (zset "<base>:prio", seq -> "<seq>:<p>"),
+        last, after the id keys, when a message has a priority; meta field
+        "prio" is set with it (fetch.lua reads it)
   Output:
     { incarnation, seq1, duplicate1, seq2, duplicate2, ... }, duplicate 1
     when the id was seen: seq is then the seq of the first publish. The
@@ -37,7 +42,12 @@
     RQ_PARTITIONED <layout>  the queue was made a partitioned queue (meta
                    field "partitioned", set by partition.lua): its
                    messages go to its partitions
+    RQ_BAD_ARGUMENT  a message has a priority and the last key is not the
+                   queue's priority log
     RQ_UNROUTABLE  mandatory publish to a queue without a group
+    RQ_PAUSED      the queue is paused with mode "refuse" (meta field
+                   "paused", pause.lua); with "hold:<seq>" the messages are
+                   stored and fetch holds them
     RQ_CORRUPT     the last seq (meta field seq) is garbage, or missing
                    while the queue has records or a group that settled some
                    (a deleted meta hash): seqs would be reused
@@ -58,13 +68,23 @@ local schedKey = KEYS[4]
 local now = readNow(ARGV[1])
 local channel = ARGV[4]
 
-local partitioned = rcall('HGET', metaKey, 'partitioned')
-if partitioned then
-  return redis.error_reply('RQ_PARTITIONED ' .. partitioned)
+-- The meta field "partitioned" (partition.lua) is read with the fields
+-- every publish reads anyway, below; a mandatory publish that finds no
+-- group reads it here, so that it goes to the partitions.
+local function partitionedError(layout)
+  return redis.error_reply('RQ_PARTITIONED ' .. layout)
 end
 
 if ARGV[3] == '1' and rcall('HLEN', floorsKey) == 0 then
+  local layout = rcall('HGET', metaKey, 'partitioned')
+  if layout then
+    return partitionedError(layout)
+  end
   return redis.error_reply('RQ_UNROUTABLE the queue has no group to deliver to')
+end
+
+local function pausedError()
+  return redis.error_reply('RQ_PAUSED the queue is paused: publishes are refused until it is resumed')
 end
 
 local window, ttl = nil, nil -- read only by a batch with ids (tonumber is a strtod)
@@ -76,19 +96,34 @@ local window, ttl = nil, nil -- read only by a batch with ids (tonumber is a str
 local out = {''} -- the incarnation, read below
 -- Without ids every message is stored: the seqs are taken in one HINCRBY
 -- (one call less than reading and writing the last seq).
-local anyId = false
+local anyId, anyPriority = false, false
 for i = 6, #ARGV, 3 do
   if ARGV[i] ~= '0' then
     anyId = true
-    break
+  end
+  if ARGV[i + 1] ~= '0' and string.find(ARGV[i + 1], ':%d*:') then
+    anyPriority = true
   end
 end
+-- The priority log is the last key, named as keys.py names it: checked
+-- before any write, so that a call built wrongly stores nothing.
+if anyPriority and KEYS[#KEYS] ~= string.sub(metaKey, 1, -5) .. 'prio' then
+  return redis.error_reply('RQ_BAD_ARGUMENT a message has a priority, and the last key is not the priority log: '
+    .. tostring(KEYS[#KEYS]))
+end
 local first, inc
+local paused -- meta field "paused" (pause.lua): "refuse" refuses the call
 local seqMissing -- the last seq was missing: a queue's first publish, or a deleted meta hash
 if anyId then
-  local fields = rcall('HMGET', metaKey, 'seq', 'inc')
+  local fields = rcall('HMGET', metaKey, 'seq', 'inc', 'paused', 'partitioned')
   local raw = fields[1]
-  first, inc = tonumber(raw or '0'), fields[2]
+  first, inc, paused = tonumber(raw or '0'), fields[2], fields[3]
+  if fields[4] then
+    return partitionedError(fields[4])
+  end
+  if paused == 'refuse' then
+    return pausedError()
+  end
   if not (first and first >= 0 and first % 1 == 0) then
     return badSeqError(metaKey, raw)
   end
@@ -116,7 +151,17 @@ else
   end
   first = newLast - count
   seqMissing = first == 0
-  inc = rcall('HGET', metaKey, 'inc')
+  local fields = rcall('HMGET', metaKey, 'inc', 'paused', 'partitioned')
+  inc, paused = fields[1], fields[2]
+  if paused == 'refuse' or fields[3] then
+    -- The HINCRBY above, undone: the script is atomic, so no call saw it.
+    if seqMissing then
+      rcall('HDEL', metaKey, 'seq')
+    else
+      rcall('HINCRBY', metaKey, 'seq', -count)
+    end
+    return fields[3] and partitionedError(fields[3]) or pausedError()
+  end
 end
 if seqMissing then
   local refused = reusedSeqsError(metaKey, msgsKey, floorsKey)
@@ -140,6 +185,7 @@ local seq = first
 -- delayed, ids and claims are made when a message needs them (most batches
 -- have neither delays nor ids).
 local records, delayed, ids, claims = {}, nil, nil, nil
+local prioritized = nil -- score, member pairs for the priority log
 local compact = compactHead(now)
 -- The text records' ":<now>:", made on first use (turning a number into a
 -- string is a sprintf). %.0f: a number concatenated as it is reads 1e+14
@@ -150,11 +196,15 @@ for i = 6, #ARGV, 3 do
   -- "0" is compared as a string: tonumber parses with strtod.
   local idKey, timing, body = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local delay, hlen = 0, '0'
+  local priority = nil -- '1'..'9'; nil: 0, the log alone
   if timing ~= '0' then
     delay = tonumber(timing)
     if delay == nil then
-      local d, h = string.match(timing, '^(%d+):(%d+)$')
+      local d, h, p = string.match(timing, '^(%d+):(%d+):?([1-9]?)$')
       delay, hlen = tonumber(d), h
+      if p ~= '' and p ~= nil then
+        priority = p
+      end
     end
   end
   local seen, name = nil, nil
@@ -199,6 +249,13 @@ for i = 6, #ARGV, 3 do
       ids = ids or {}
       ids[#ids + 1] = name
     end
+    if priority then
+      -- The priority log: score the seq, member "<seq>:<priority>"; each
+      -- group's fetch moves what is new in it to its own priority set.
+      prioritized = prioritized or {}
+      prioritized[#prioritized + 1] = seq
+      prioritized[#prioritized + 1] = string.format('%d', seq) .. ':' .. priority
+    end
     out[#out + 1] = seq
     out[#out + 1] = 0
   end
@@ -221,6 +278,13 @@ if seq > first then
   end
   for _, name in ipairs(ids or {}) do
     rcall('SET', name, claims[name], 'PX', ttl)
+  end
+  if prioritized then
+    local prioKey = KEYS[#KEYS]
+    bulk('ZADD', prioKey, prioritized)
+    -- Read by every fetch with the incarnation: a queue without it pays
+    -- nothing more for priorities.
+    rcall('HSET', metaKey, 'prio', '1')
   end
 end
 -- Delayed publishes now due leave the schedule (only new ones are later than

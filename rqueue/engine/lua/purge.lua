@@ -1,12 +1,13 @@
 --[[
   Purges one group's backlog: every message the group has not settled and
   that is not in flight (due and delayed redeliveries, and everything its
-  cursor has not read yet, delayed publishes included) is settled as purged.
+  cursor has not read yet, delayed publishes and messages published with a
+  priority included) is settled as purged.
   In-flight deliveries are left to their consumers (RabbitMQ's queue.purge).
   Records go once every group has settled them, as for acks.
 
   Input:
-    KEYS[1..17] the group layout (includes/group_keys.lua)
+    KEYS[1..20] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] the most messages to purge in this call
   Output:
@@ -22,6 +23,7 @@
 --@include group_keys
 --@include group_names
 --@include bulk
+--@include bulk_get
 --@include settle
 --@include record_event
 
@@ -62,8 +64,25 @@ for _, key in ipairs({readyKey, delayKey}) do
 end
 
 local upto = math.min(last, cursor + limit - #seqs)
+-- A message published with a priority (meta field "prio") may be in flight
+-- above the cursor (fetch hands those out apart from the cursor): a seq
+-- with a delivery state is left to its consumer.
+local inFlight = {}
+if upto > cursor and rcall('HEXISTS', metaKey, 'prio') == 1 then
+  local range = {}
+  for s = cursor + 1, upto do
+    range[#range + 1] = s
+  end
+  for i, state in ipairs(bulkGet(dlvKey, range)) do
+    if state then
+      inFlight[range[i]] = true
+    end
+  end
+end
 for s = cursor + 1, upto do
-  seqs[#seqs + 1] = s
+  if not inFlight[s] then
+    seqs[#seqs + 1] = s
+  end
 end
 if upto > cursor then
   rcall('HSET', groupKey, 'cursor', upto)

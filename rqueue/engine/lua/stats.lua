@@ -2,13 +2,13 @@
   Reads one group's figures in one consistent snapshot. Changes nothing.
 
   Input:
-    KEYS[1..17] the group layout (includes/group_keys.lua)
+    KEYS[1..20] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua); only ARGV[1],
       the group name, and ARGV[3], now, are read
   Output:
     flat list of name, value pairs: last_seq, floor (lowered below any seq
     reopened by replay), stored_floor, reopened_below_floor, cursor, acked_above_floor,
-    in_flight, expired_leases, oldest_lease_ms, ready, delayed, counters
+    paused ("1" or ""), in_flight, expired_leases, oldest_lease_ms, ready, delayed, counters
     (acked, nacked, redelivered, expired, dead_lettered, dropped), then
     "consumer", name, held, liveness deadline (ms), liveness timeout (ms)
     for each consumer; the last sign of life is deadline - timeout
@@ -58,6 +58,7 @@ put('floor', floor)
 put('stored_floor', storedFloor)
 put('reopened_below_floor', rcall('ZCOUNT', reopenKey, '-inf', storedFloor))
 put('cursor', rcall('HGET', groupKey, 'cursor') or '0')
+put('paused', rcall('HGET', groupKey, 'paused') or '')
 put('acked_above_floor', rcall('HGET', groupKey, ACKED_ABOVE) or '0')
 put('in_flight', rcall('ZCOUNT', leaseKey, '-inf', '(+inf'))
 put('expired_leases', rcall('ZCOUNT', leaseKey, '-inf', now))

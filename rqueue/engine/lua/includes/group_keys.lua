@@ -27,8 +27,17 @@
     KEYS[15] dlq_meta   hash  meta of this queue's dead-letter queue
     KEYS[16] dlq_msgs   hash  records of this queue's dead-letter queue
     KEYS[17] events     stream  dead-letters, drops and replays (capped)
+    KEYS[18] prio       zset  seq -> "<seq>:<priority>": the queue's log of
+                              messages published with a priority (1-9)
+    KEYS[19] pq         zset  seq -> seq - priority x PRIORITY_SPAN: what
+                              this group read from the log and has not
+                              handed out, highest priority first, then
+                              lowest seq (fetch.lua)
+    KEYS[20] rate       zset  "<seq>:<token>" -> when it was handed out (ms):
+                              the deliveries inside the rate limit's window
+                              (fetch.lua; settings rate_limit, rate_period)
   KEYS[1..13] are every key an ack can touch, and ack.lua is sent those
-  alone (every key sent adds to the cost of a call); the last four are nil
+  alone (every key sent adds to the cost of a call); the others are nil
   there.
 ]]
 local metaKey = KEYS[1]
@@ -48,6 +57,9 @@ local beatsKey = KEYS[14]
 local dlqMetaKey = KEYS[15]
 local dlqMsgsKey = KEYS[16]
 local eventsKey = KEYS[17]
+local prioKey = KEYS[18]
+local prioSetKey = KEYS[19]
+local rateKey = KEYS[20]
 -- One member of the lease set that is no delivery, at score +inf: fetch adds
 -- it with every batch of leases. It is longer than zset-max-listpack-value
 -- (64 bytes by default), so the set is a skiplist from then on, and stays
