@@ -18,7 +18,8 @@ graceful close and joining again, publishes with priorities, pause and
 resume of a group and of the queue (refuse, hold), settings changes (max_deliveries,
 redelivery_delay, redelivery_multiplier), replay of dead letters (all,
 one group's, limited), group resets (to first, last or a seq, forced or
-not, refused outside the stored seqs) and retention trim steps, and Redis losing the queue's keys (a wipe, at most
+not, refused outside the stored seqs), retention by max_length set and
+unset, and trim steps, and Redis losing the queue's keys (a wipe, at most
 MAX_WIPES per example: the queue starts again, each group's first consumer
 joins again and must see the loss, the others on their next call) with
 settles of deliveries from before it by their own consumers (refused:
@@ -233,6 +234,7 @@ class QueueMachine(RuleBasedStateMachine):
         # for the checks that do not use the model
         self.settled: dict[str, set[int]] = {g: set() for g in self.groups}
         self.seen_counts: dict[tuple[str, int], int] = {}
+        self.reset_dead: set[tuple[str, int]] = set()  # dead letters a reset of their group made pending again
         self.tokens: set[str] = set()  # every token a fetch handed out
         self.real_cursor: dict[str, int] = {g: 0 for g in self.groups}
         # a queue without a group keeps what is published (a mandatory publish
@@ -672,11 +674,23 @@ class QueueMachine(RuleBasedStateMachine):
         model = outcome(lambda: self.model.reset(group, to, force))
         self._same_result(f"reset {group} to {to} force={force}", real, model)
         if real[0] == "ok":
-            # an operator's choice: the group is handed again what lies above its new floor
+            # an operator's choice: the group is handed again what lies above its new floor,
+            # even what it dead-lettered (those dead letters stay)
             self.settled[group] = set()
+            self.reset_dead |= {(d.group, d.seq) for d in self.q.dead_letters() if d.group == group}
             for key in [k for k in self.seen_counts if k[0] == group]:
                 del self.seen_counts[key]
             COVERAGE[f"(reset) {'with' if real[1][2] else 'without'} deliveries taken back"] += 1
+
+    @rule(length=st.sampled_from([None, 0, 2, 5]))
+    def retention(self, length):
+        # stored by the publishers' next trim step: here at once (see setup)
+        if length is None:
+            self.client.settings.unset(QUEUE, "max_length")
+        else:
+            self.client.configure(QUEUE, max_length=length)
+        self.model.settings.max_length = length
+        self.trim()
 
     @rule()
     def trim(self):
@@ -707,7 +721,8 @@ class QueueMachine(RuleBasedStateMachine):
                 if h is not None:
                     assert 0 <= held <= h.prefetch, f"{name} holds {held}, prefetch {h.prefetch}"
         for g, seq, _, _ in real["dead_letters"]:
-            self.settled[g].add(seq)
+            if (g, seq) not in self.reset_dead:
+                self.settled[g].add(seq)
 
     def _observe(self) -> dict:
         stats = self.q.stats()

@@ -445,3 +445,16 @@ def test_a_reset_hands_out_priority_messages_again_and_a_delete_leaves_no_flow_k
     queue.delete_group("g")
     gk = queue.keys.group("g")
     assert client.redis.exists(*gk.group_only()) == 0
+
+
+def test_a_reset_leaves_no_count_that_could_delete_what_another_group_needs(client, queue):
+    # given two groups without retention; "fast" settled 1..3, "slow" none
+    queue.publish_many(payloads(3))
+    fast, slow = queue.consumer("fast"), queue.consumer("slow")
+    drain(fast)
+    # when fast is reset, the retention mode's field is deleted by hand, and fast settles all again
+    queue.reset_group("fast", "first")
+    client.redis.hdel(queue.keys.meta, "retain")
+    drain(fast)
+    # then the slow group still gets every message
+    assert drain(slow) == payloads(3)

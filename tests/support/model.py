@@ -57,7 +57,9 @@ What the model says, in short:
 - Replay returns a dead letter to the group that dead-lettered it, and only
   to it, ready at once, with a fresh delivery count (the next delivery has
   count 1 and is not "redelivered").
-- Retention mode (docs/retention.md): a group reset puts the queue in it.
+- Retention mode (docs/retention.md): a trim step with max_length set, or
+  a group reset, puts the queue in it; a trim step keeps the settled
+  records among the last max_length seqs.
   Then settling deletes no record (but one at or below the trim point that
   no replay holds open); a trim step deletes the records from the trim point
   up to the lowest stored ack floor of all groups, but those a replay holds
@@ -116,6 +118,7 @@ class Settings:
     redelivery_delay: float = 0.0
     redelivery_multiplier: float = 1.0
     dedup_window: float = 120.0
+    max_length: int | None = None  # retention (docs/retention.md); applied by trim()
 
     def policy_delay_ms(self, count: int) -> int:
         """Artemis: delay x multiplier^(count-1), capped at delay x 10; jitter 0."""
@@ -191,16 +194,19 @@ class Group:
         self.reopened: set[int] = set()  # seqs a replay reopened, not settled again
 
     def is_settled(self, seq: int) -> bool:
-        return seq <= self.start or seq in self.settled
+        return (seq <= self.start and seq not in self.reopened) or seq in self.settled
 
     def floor(self) -> int:
         f = self.start
         while f + 1 in self.settled:
             f += 1
-        return f
+        # a replay reopens a seq at or below the floor a reset gave the group too
+        below = [s for s in self.reopened if s <= f]
+        return min(below) - 1 if below else f
 
     def pending(self, last: int) -> int:
-        return sum(1 for s in range(self.start + 1, last + 1) if s not in self.settled)
+        reopened_below = sum(1 for s in self.reopened if s <= self.start)
+        return reopened_below + sum(1 for s in range(self.start + 1, last + 1) if s not in self.settled)
 
 
 class Model:
@@ -217,7 +223,7 @@ class Model:
         self.priority: dict[int, int] = {}  # seq -> priority (1-9) of the messages published with one
         self.paused = ""  # the queue's pause: "", "refuse" or "hold"
         self.hold_at = 0  # with "hold": the last seq when it began
-        self.retained = False  # retention mode (docs/retention.md)
+        self.retain: str | None = None  # retention mode's "<max_age> <max_length>" (docs/retention.md)
         self.trimmed = 0  # records at or below it are deleted, but those a replay holds open
 
     def wipe(self) -> None:
@@ -312,12 +318,12 @@ class Model:
         rec = self.records.get(seq)
         if rec is not None:
             rec.needed.discard(g.name)
-            if self.retained:
+            if self.retain is not None:
                 if seq <= self.trimmed and not self._pinned(seq):
                     del self.records[seq]
             elif not rec.needed:
                 del self.records[seq]
-        if not self.retained and self.groups:
+        if self.retain is None and self.groups:
             self.trimmed = min(x.hash_floor for x in self.groups.values())
 
     def _dead_letter(self, g: Group, seq: int, d: Dlv, reason: str) -> None:
@@ -610,25 +616,37 @@ class Model:
                 rec.needed.add(group)
             else:
                 rec.needed.discard(group)
-        self.retained = True
+        if self.retain is None:
+            self.retain = "- -"
         return previous, target, cancelled
 
     def trim(self) -> tuple[bool, int, int]:
-        """One trim step without retention settings: (retained, trim point, seqs passed)."""
-        if not self.retained:
+        """One trim step under the settings' max_length (no max_age):
+        (retention mode, trim point, seqs passed)."""
+        want = "- " + ("-" if self.settings.max_length is None else str(self.settings.max_length))
+        if want == "- -":
+            if self.retain is not None:
+                self.retain = want  # leaving: the step deletes until nothing is stored
+        else:
+            self.retain = want
+        if self.retain is None:
             return False, self.trimmed, 0
+        length = None if self.retain == "- -" else int(self.retain.split()[1])
         passed = 0
         if self.groups:
             low = min(g.hash_floor for g in self.groups.values())
             if low > self.trimmed:
-                upto = min(low, self.trimmed + 5000)
-                for seq in range(self.trimmed + 1, upto + 1):
+                upto, s = min(low, self.trimmed + 5000), self.trimmed
+                while s < upto and (length is None or s + 1 <= self.last - length):
+                    s += 1
+                for seq in range(self.trimmed + 1, s + 1):
                     if seq in self.records and not self._pinned(seq):
                         del self.records[seq]
-                passed, self.trimmed = upto - self.trimmed, upto
-        if self.trimmed >= self.last:
-            self.retained = False
-        return self.retained, self.trimmed, passed
+                passed, self.trimmed = s - self.trimmed, s
+        if self.retain == "- -" and self.trimmed >= self.last:
+            self.retain = None
+            return False, self.trimmed, passed
+        return True, self.trimmed, passed
 
     # -- what can be observed ------------------------------------------------------
 

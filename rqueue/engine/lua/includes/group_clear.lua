@@ -48,7 +48,11 @@ local function clearGroup()
   rcall('HSET', groupKey, ACKED_ABOVE, 0)
   -- The settled hash counts which groups settled a seq; once a group moves
   -- or goes, the counts are no longer true, so the trim step deletes
-  -- records from here on (includes/retain_mark.lua).
+  -- records from here on (includes/retain_mark.lua). The counts go too:
+  -- retention mode reads none, and counts that start again from nothing
+  -- can only keep a record longer, never delete one a group needs (should
+  -- the mode's field be lost).
   rcall('HSETNX', metaKey, RETAIN, '- -')
+  rcall('DEL', settledKey)
   return cancelled
 end
