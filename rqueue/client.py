@@ -31,7 +31,7 @@ from .errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, In
 from .names import check_name
 from .overview import QueueSummary, add_up, summarize
 from .partitions import PartitionedQueue, check_partitions
-from .placement import Layout, place, plain_meta_name
+from .placement import Layout, already_plain, partitioning_refused, place, plain_meta_name
 from .queue import CLUSTER_DEAD_LETTER, Queue
 from .randomness import Randomness
 from .schedules import Missed, ScheduleInfo
@@ -48,21 +48,6 @@ def check_durable(failover_timeout: float, durable_replicas: int, durable_timeou
     check.seconds("failover_timeout", failover_timeout, high=3600, positive=True)
     check.seconds("durable_timeout", durable_timeout, high=3600, positive=True)
     check.whole_number("durable_replicas", durable_replicas, 0, 100)
-
-
-def partitioning_refused(name: str, root: str, stored: int) -> str | None:
-    """Why queue ``name`` (of queue ``root``), stored with ``stored``
-    partitions (1: none), cannot be given another number of partitions;
-    None when nothing known without asking Redis refuses it."""
-    if stored > 1:
-        return f"queue {root!r} has {stored} partitions; the number cannot change except upwards with grow_partitions()"
-    if name != root:
-        return f"{name!r} is a dead-letter queue: partition its queue {root!r} instead"
-    return None
-
-
-def already_plain(root: str) -> str:
-    return f"queue {root!r} already exists without partitions (it has messages or groups)"
 
 
 def connect(

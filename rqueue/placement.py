@@ -185,3 +185,18 @@ def seen_before_growth(
     for p in [p for p, idx in routes.items() if not idx]:
         del routes[p]
     return found
+
+
+def partitioning_refused(name: str, root: str, stored: int) -> str | None:
+    """Why queue ``name`` (of queue ``root``), stored with ``stored``
+    partitions (1: none), cannot be given another number of partitions;
+    None when nothing known without asking Redis refuses it."""
+    if stored > 1:
+        return f"queue {root!r} has {stored} partitions; the number cannot change except upwards with grow_partitions()"
+    if name != root:
+        return f"{name!r} is a dead-letter queue: partition its queue {root!r} instead"
+    return None
+
+
+def already_plain(root: str) -> str:
+    return f"queue {root!r} already exists without partitions (it has messages or groups)"

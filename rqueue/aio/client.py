@@ -11,7 +11,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from ..client import already_plain, check_durable, partitioning_refused
+from ..client import check_durable
 from ..clock import SYSTEM_CLOCK, Clock
 from ..connection.urls import CLUSTER_SCHEMES, CONNECT_TIMEOUT, mask_url, reads_shebang
 from ..constants import (
@@ -30,7 +30,7 @@ from ..engine.keys import QueueKeys, partitions_key
 from ..errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, InvalidSetting
 from ..names import check_name
 from ..partitions import check_partitions
-from ..placement import Layout, place, plain_meta_name
+from ..placement import Layout, already_plain, partitioning_refused, place, plain_meta_name
 from ..queue import CLUSTER_DEAD_LETTER
 from ..randomness import Randomness
 from ..settings import DEAD_LETTER_MODES, validate
