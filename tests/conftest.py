@@ -6,7 +6,8 @@ valkey-server), against a Redis Cluster of 3 primaries with a replica each
 (redis-server nodes on loopback, redis+cluster://) and against memory://
 (fakeredis running the same Lua). Each server is started by the suite with
 its own data directory; the machine's shared Redis on 6379 is never touched.
-When CI is set, a missing server is a failure, not a skip.
+When CI is set, a missing server is a failure, not a skip, and so is any
+other skip (pytest_runtest_makereport below).
 
 The helpers that start servers live in tests/support/servers.py.
 """
@@ -14,6 +15,7 @@ The helpers that start servers live in tests/support/servers.py.
 from __future__ import annotations
 
 import itertools
+import os
 import uuid
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -113,3 +115,13 @@ def stale(queue: rqueue.Queue, clock: rqueue.ManualClock) -> SimpleNamespace:
     [new] = w2.fetch(1)
     assert [(d.seq, d.delivery_count) for d in (old, new)] == [(1, 1), (1, 2)]
     return SimpleNamespace(w1=w1, w2=w2, old=old, new=new)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """With CI set, a skipped test fails: every path runs there."""
+    report = yield
+    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, where every test must run: {report.longrepr}"
+    return report
