@@ -115,7 +115,7 @@ end
 -- messages moves it.
 -- "paused" (pause.lua) is read with them: a field more of a read the call
 -- makes anyway is what flow control costs a fetch of a plain group.
-local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused', 'pcur')
+local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused')
 -- The incarnation and the last seq, for the client's check that Redis kept
 -- its state; no step of a fetch changes either. And the queue's pause.
 local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio')
@@ -322,7 +322,7 @@ end
 -- the lowest seq; the scan of new messages below passes over them. A queue
 -- that never had one reads a field more of the meta hash, nothing else.
 if got < room and metaFields[4] then
-  local pulledTo = tonumber(groupFields[5] or '')
+  local pulledTo = tonumber(rcall('HGET', groupKey, 'pcur') or '')
   if pulledTo == nil then
     -- A group's first pull: everything above its ack floor is new to it.
     pulledTo = tonumber(rcall('HGET', floorsKey, groupName) or '0') or 0
