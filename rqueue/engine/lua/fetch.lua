@@ -321,7 +321,9 @@ end
 -- group's priority set, which hands out the highest priority first, then
 -- the lowest seq; the scan of new messages below passes over them. A queue
 -- that never had one reads a field more of the meta hash, nothing else.
+local fromPrioritySet = nil -- fields this call handed out from the priority set
 if got < room and metaFields[4] then
+  fromPrioritySet = {}
   local pulledTo = tonumber(rcall('HGET', groupKey, 'pcur') or '')
   if pulledTo == nil then
     -- A group's first pull: everything above its ack floor is new to it.
@@ -389,6 +391,7 @@ if got < room and metaFields[4] then
         states[#states + 1] = field
         states[#states + 1] = firstState
         leased[#leased + 1] = field
+        fromPrioritySet[#fromPrioritySet + 1] = field
         out[#out + 1] = seq
         out[#out + 1] = 1
         out[#out + 1] = recs[i]
@@ -465,6 +468,24 @@ if got < room then
       prioritized = {}
       for _, m in ipairs(rcall('ZRANGEBYSCORE', prioKey, fields[1], fields[#fields])) do
         prioritized[string.match(m, '^(%d+)') or m] = true
+      end
+      -- A seq above the cursor with a delivery state, or handed out from
+      -- the priority set by this call, came from the priority set: passed
+      -- over too, should the log have lost its entry (a deleted key),
+      -- rather than handed out twice.
+      for _, field in ipairs(fromPrioritySet or {}) do
+        prioritized[field] = true
+      end
+      local unsure = {}
+      for _, field in ipairs(fields) do
+        if not prioritized[field] then
+          unsure[#unsure + 1] = field
+        end
+      end
+      for i, state in ipairs(bulkGet(dlvKey, unsure)) do
+        if state then
+          prioritized[unsure[i]] = true
+        end
       end
       local read = {}
       for _, field in ipairs(fields) do
