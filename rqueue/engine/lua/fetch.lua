@@ -464,27 +464,23 @@ if got < room then
     -- above, not here: the scan passes over them without reading them.
     local prioritized = nil
     local recs
-    if metaFields[4] then
+    local inLog = metaFields[4] and rcall('ZRANGEBYSCORE', prioKey, fields[1], fields[#fields])
+    if inLog and (#inLog > 0 or rcall('EXISTS', prioKey) == 0) then
       prioritized = {}
-      for _, m in ipairs(rcall('ZRANGEBYSCORE', prioKey, fields[1], fields[#fields])) do
+      for _, m in ipairs(inLog) do
         prioritized[string.match(m, '^(%d+)') or m] = true
       end
-      -- A seq above the cursor with a delivery state, or handed out from
-      -- the priority set by this call, came from the priority set: passed
-      -- over too, should the log have lost its entry (a deleted key),
-      -- rather than handed out twice.
-      for _, field in ipairs(fromPrioritySet or {}) do
-        prioritized[field] = true
-      end
-      local unsure = {}
-      for _, field in ipairs(fields) do
-        if not prioritized[field] then
-          unsure[#unsure + 1] = field
+      if #inLog == 0 then
+        -- The log is gone (a deleted key): a seq with a delivery state, or
+        -- handed out from the priority set by this call, came from the
+        -- priority set and is passed over too, rather than handed out twice.
+        for _, field in ipairs(fromPrioritySet or {}) do
+          prioritized[field] = true
         end
-      end
-      for i, state in ipairs(bulkGet(dlvKey, unsure)) do
-        if state then
-          prioritized[unsure[i]] = true
+        for i, state in ipairs(bulkGet(dlvKey, fields)) do
+          if state then
+            prioritized[fields[i]] = true
+          end
         end
       end
       local read = {}
