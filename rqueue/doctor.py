@@ -134,7 +134,6 @@ class _Examination:
         self.r = queue.client.redis
         self.keys = queue.keys
         self.where = queue.keys.base
-        self._prioritized: set[int] | None = None
         self.name = queue.name if queue.partition is None else f"{queue.name}/{queue.partition}"
         self.progress = progress
         self.found: list[Finding] = []
@@ -230,11 +229,9 @@ class _Examination:
         for state_page in store.hash_in_steps(self.r, gk.deliveries, self.where):
             states.update((int(f), v) for f, v in state_page if f.isdigit())
         members = store.hash_all(self.r, gk.consumers, self.where)
-        # Messages published with a priority are handed out apart from the
-        # cursor (fetch.lua): above it once handed out, below it (passed by
-        # the scan) while they wait in the group's priority set or in the
-        # queue's log above the group's pull cursor.
-        prioritized = self.priority_seqs()
+        # Priority messages are handed out apart from the cursor (fetch.lua): waiting
+        # in the group's priority set or in the log above its pull cursor.
+        prioritized = {int(s) for page in store.zset_in_steps(self.r, self.keys.prio, self.where) for _, s in page}
         pulled = _seq(state.get("pcur")) or floor
         waiting |= {int(m) for page in store.zset_in_steps(self.r, gk.priority, self.where) for m, _ in page}
         waiting |= {s for s in prioritized if s > pulled}
@@ -271,14 +268,6 @@ class _Examination:
         self.check_deliveries(gk, group, leases, waiting, states, members)
         self.check_untracked(gk, group, floor, cursor, runs, states.keys() | leases | waiting)
         self.check_records(gk, group, cursor, last, _seq(state.get("since")), states)
-
-    def priority_seqs(self) -> set[int]:
-        """The seqs in the queue's priority log (read once per check)."""
-        if self._prioritized is None:
-            self._prioritized = {
-                int(s) for page in store.zset_in_steps(self.r, self.keys.prio, self.where) for _, s in page
-            }
-        return self._prioritized
 
     def check_runs(
         self, gk: GroupKeys, group: str, floor: int, runs: list[tuple[int, int]], state: dict[str, str]
