@@ -213,7 +213,8 @@ class Queue:
         last, depth, scheduled, dead_count = await acmd.queue_figures(
             self.client.redis, self.keys, dead.keys, int(now) if now else None
         )
-        return QueueStats(self.name, last, depth, scheduled, dead_count, groups)
+        paused = await acmd.pause_state(self.client.redis, self.keys)
+        return QueueStats(self.name, last, depth, scheduled, dead_count, groups, paused=paused)
 
     async def purge(self, group: str | None = None) -> dict[str, int]:
         """Settles, as purged, every message not in flight (see :meth:`rqueue.Queue.purge`)."""
