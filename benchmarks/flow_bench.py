@@ -6,12 +6,13 @@ usage: .venv/bin/python benchmarks/flow_bench.py [--messages N] [--runs R] [--ur
 Without --url a private redis-server is started on a free loopback port,
 without persistence, and stopped at the end.
 
-Each case preloads N messages of 100 bytes (untimed), then drains them with
-fetch(100) and an ack of the whole batch, one call in flight at a time, and
-reports wall-clock microseconds per message, the median over --runs. The
-cases of one run are measured back to back, their order rotating between
-runs, so that a loaded machine moves them alike; the ratio to "plain" is
-what to read:
+Each fetch case preloads N messages of 100 bytes into its own queue
+(untimed), then the cases take turns, 1,000 messages at a time (the order
+rotating), each draining its slice with fetch(100) and an ack of the whole
+batch, one call in flight at a time; the publish cases publish their slice.
+Reported: wall-clock microseconds per message, the median over every slice
+of every run, and the ratio to "plain" (so that a loaded machine, which
+moves the slices alike, moves the ratio less than the figures):
 
   plain            a queue that never used flow control
   paused_resumed   the group and the queue were paused and resumed first
@@ -35,30 +36,13 @@ import json
 import statistics
 import time
 import uuid
-from collections.abc import Callable
 
 import rqueue
 from rqueue.embedded import EmbeddedServer
 
 PAYLOAD = b"x" * 100
 BATCH = 100
-Case = Callable[[rqueue.Client, int], float]
-
-
-def drain(q: rqueue.Queue, n: int) -> float:
-    """Seconds to fetch(100) and ack the N messages of ``q``'s group."""
-    c = q.consumer("g")
-    got = 0
-    start = time.perf_counter()
-    while got < n:
-        batch = c.fetch(BATCH)
-        if not batch:
-            raise SystemExit(f"{q.name}: {got} of {n} handed out, then nothing")
-        c.ack(batch)
-        got += len(batch)
-    took = time.perf_counter() - start
-    c.close()
-    return took
+CHUNK = 1000  # messages per timed slice; the cases take turns slice by slice
 
 
 def fresh(client: rqueue.Client) -> rqueue.Queue:
@@ -74,93 +58,89 @@ def fill(q: rqueue.Queue, n: int, priority: bool = False) -> None:
         q.publish_many([PAYLOAD] * k, priority=[1 + (start + i) % 9 for i in range(k)] if priority else None)
 
 
-def plain(client: rqueue.Client, n: int) -> float:
+def prepared(client: rqueue.Client, case: str, n: int) -> rqueue.Queue:
+    """A queue holding ``n`` messages for a fetch case, set up as ``case`` says."""
     q = fresh(client)
-    fill(q, n)
-    return drain(q, n)
+    if case == "paused_resumed":
+        q.pause("g")
+        q.pause(mode="refuse")
+        q.resume("g")
+        q.resume()
+    if case == "priority_seen":
+        q.publish(PAYLOAD, priority=5)
+        c = q.consumer("g")
+        c.ack(c.fetch(1))
+        c.close()
+    fill(q, n, priority=case == "priority_all")
+    if case == "hold":
+        q.pause(mode="hold")
+        fill(q, n)
+    return q
 
 
-def paused_resumed(client: rqueue.Client, n: int) -> float:
-    q = fresh(client)
-    q.pause("g")
-    q.pause(mode="refuse")
-    q.resume("g")
-    q.resume()
-    fill(q, n)
-    return drain(q, n)
-
-
-def hold(client: rqueue.Client, n: int) -> float:
-    q = fresh(client)
-    fill(q, n)
-    q.pause(mode="hold")
-    fill(q, n)
-    took = drain(q, n)
-    q.purge()
-    return took
-
-
-def priority_seen(client: rqueue.Client, n: int) -> float:
-    q = fresh(client)
-    q.publish(PAYLOAD, priority=5)
-    c = q.consumer("g")
-    c.ack(c.fetch(1))
-    c.close()
-    fill(q, n)
-    return drain(q, n)
-
-
-def priority_all(client: rqueue.Client, n: int) -> float:
-    q = fresh(client)
-    fill(q, n, priority=True)
-    return drain(q, n)
-
-
-def publishing(priority: bool) -> Case:
-    def case(client: rqueue.Client, n: int) -> float:
-        q = fresh(client)
-        prios = [1 + i % 9 for i in range(BATCH)] if priority else None
-        start = time.perf_counter()
-        for _ in range(n // BATCH):
-            q.publish_many([PAYLOAD] * BATCH, priority=prios)
-        took = time.perf_counter() - start
-        q.purge()
-        return took
-
-    return case
-
-
-CASES: dict[str, Case] = {
-    "plain": plain,
-    "paused_resumed": paused_resumed,
-    "hold": hold,
-    "priority_seen": priority_seen,
-    "priority_all": priority_all,
-    "publish_plain": publishing(False),
-    "publish_priority": publishing(True),
-}
+FETCH_CASES = ("plain", "paused_resumed", "hold", "priority_seen", "priority_all")
+PUBLISH_CASES = ("publish_plain", "publish_priority")
 BASE = {"publish_plain": "publish_plain", "publish_priority": "publish_plain"}
+
+
+def drain_slice(c: rqueue.Consumer, k: int) -> float:
+    """Seconds to fetch(100) and ack ``k`` messages."""
+    got = 0
+    start = time.perf_counter()
+    while got < k:
+        batch = c.fetch(BATCH)
+        if not batch:
+            raise SystemExit(f"{c!r}: {got} of {k} handed out, then nothing")
+        c.ack(batch)
+        got += len(batch)
+    return time.perf_counter() - start
+
+
+def publish_slice(q: rqueue.Queue, k: int, priority: bool) -> float:
+    prios = [1 + i % 9 for i in range(BATCH)] if priority else None
+    start = time.perf_counter()
+    for _ in range(k // BATCH):
+        q.publish_many([PAYLOAD] * BATCH, priority=prios)
+    return time.perf_counter() - start
+
+
+def measure(client: rqueue.Client, n: int) -> dict[str, list[float]]:
+    """Microseconds per message of every slice of every case."""
+    consumers = {case: prepared(client, case, n).consumer("g") for case in FETCH_CASES}
+    publishers = {case: fresh(client) for case in PUBLISH_CASES}
+    samples: dict[str, list[float]] = {case: [] for case in FETCH_CASES + PUBLISH_CASES}
+    names = list(samples)
+    for turn in range(n // CHUNK):
+        for case in names[turn % len(names) :] + names[: turn % len(names)]:
+            if case in consumers:
+                took = drain_slice(consumers[case], CHUNK)
+            else:
+                took = publish_slice(publishers[case], CHUNK, case == "publish_priority")
+            samples[case].append(took / CHUNK * 1e6)
+    for c in consumers.values():
+        c.close()
+    for q in publishers.values():
+        q.purge()
+    return samples
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=20_000)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--messages", type=int, default=20_000, help="per case and run")
+    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--url", default=None)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     server = None if args.url else EmbeddedServer().start()
     url = args.url or server.url  # type: ignore[union-attr]
+    samples: dict[str, list[float]] = {}
     try:
         client = rqueue.connect(url, prefix=f"flowbench-{uuid.uuid4().hex[:6]}")
         client.configure("flow.*", prefetch=10**6, max_inflight=10**6, ack_wait=3600)
-        names = list(CASES)
-        plain(client, 2000)  # warm-up: scripts loaded, connections made
-        samples: dict[str, list[float]] = {k: [] for k in names}
-        for run in range(args.runs):
-            order = names[run % len(names) :] + names[: run % len(names)]
-            for name in order:
-                samples[name].append(CASES[name](client, args.messages) / args.messages * 1e6)
+        measure(client, 2 * CHUNK)  # warm-up: scripts loaded, connections made
+        for _ in range(args.runs):
+            for case, values in measure(client, args.messages).items():
+                samples.setdefault(case, []).extend(values)
         client.close()
     finally:
         if server is not None:
@@ -172,7 +152,10 @@ def main() -> int:
     if args.json:
         print(json.dumps({"messages": args.messages, "runs": args.runs, "cases": report}, indent=2))
     else:
-        print(f"{args.messages} messages per case, median of {args.runs} runs (ratio: to plain, or publish_plain)")
+        print(
+            f"{args.messages} messages per case and run, {args.runs} runs, median of {CHUNK}-message slices "
+            "(ratio: to plain, or to publish_plain)"
+        )
         for k, v in report.items():
             print(f"  {k:18s} {v['us_per_msg']:9.3f} us/msg   x{v['ratio']:.3f}")
     return 0

@@ -9,6 +9,8 @@ Redis's work for the calls (reading the request, the script, the reply).
 
 usage: .venv/bin/python benchmarks/icount.py SCENARIO [N]
   scenarios: publish1 publish100 fetch1 ack1 fetch100 ack100 fetch100ack
+             fetch100ack-prio fetch100ack-prioseen fetch100ack-hold
+             fetch100ack-rate (fetch100ack with a flow-control feature on),
              inflight100ack (rqueue; the last with 20,000 held below),
              fetchack1 (rqueue: fetch(1) then its ack, one at a time, as
              the bench's fetch(1)+ack figure),
@@ -103,6 +105,8 @@ def main() -> int:
                 time.sleep(0.1)
         client = rqueue.connect(f"redis://127.0.0.1:{port}", prefix="icount")
         client.configure("q", ack_wait=3600, prefetch=10**6, max_inflight=10**6)
+        if scenario == "fetch100ack-rate":
+            client.configure("q", rate_limit=10**9, rate_period=1)
         queue = client.queue("q")
         consumer = queue.consumer("g", "c1")
         runs = [0]
@@ -175,6 +179,27 @@ def main() -> int:
                     consumer.ack(consumer.fetch(100))
             elif scenario == "fetch100ack":
                 queue.publish_many([PAYLOAD] * k)
+                ctl("-z")
+                for _ in range(k // 100):
+                    consumer.ack(consumer.fetch(100))
+            elif scenario.startswith("fetch100ack-"):
+                # As fetch100ack with one flow-control feature on
+                # (docs/flow-control.md): every message with a priority
+                # (1-9 in turn); a queue that had one priority message once;
+                # the queue on hold with as many held behind; a rate limit
+                # that never binds.
+                feature = scenario.split("-", 1)[1]
+                if runs[0] == 1 and feature == "prioseen":
+                    queue.publish(PAYLOAD, priority=5)
+                    consumer.ack(consumer.fetch(1))
+                if feature == "hold" and runs[0] > 1:
+                    queue.resume()  # what the last run held goes, uncounted
+                    queue.purge()
+                prios = [1 + i % 9 for i in range(k)] if feature == "prio" else None
+                queue.publish_many([PAYLOAD] * k, priority=prios)
+                if feature == "hold":
+                    queue.pause(mode="hold")
+                    queue.publish_many([PAYLOAD] * k)
                 ctl("-z")
                 for _ in range(k // 100):
                     consumer.ack(consumer.fetch(100))

@@ -241,6 +241,12 @@ class _Examination:
         for state_page in store.hash_in_steps(self.r, gk.deliveries, self.where):
             states.update((int(f), v) for f, v in state_page if f.isdigit())
         members = store.hash_all(self.r, gk.consumers, self.where)
+        # Priority messages are handed out apart from the cursor (fetch.lua): waiting
+        # in the group's priority set or in the log above its pull cursor.
+        prioritized = {int(s) for page in store.zset_in_steps(self.r, self.keys.prio, self.where) for _, s in page}
+        pulled = _seq(state.get("pcur")) or floor
+        waiting |= {int(m) for page in store.zset_in_steps(self.r, gk.priority, self.where) for m, _ in page}
+        waiting |= {s for s in prioritized if s > pulled}
         known = max([floor, cursor, *(end for _, end in runs), *leases, *states, *waiting])
         self.highest = max(self.highest, known)
 
@@ -255,7 +261,11 @@ class _Examination:
                 group=group,
                 check=("last-below-cursor",),
             )
-        behind = [end for _, end in runs if end > cursor]
+        behind = [
+            end
+            for first, end in runs
+            if end > cursor and not all(s in prioritized for s in range(max(first, cursor + 1), end + 1))
+        ]
         if cursor < floor or behind:
             kind = Kind.CURSOR_BELOW_FLOOR if cursor < floor else Kind.CURSOR_BELOW_RUN
             what = f"below the ack floor {floor}" if cursor < floor else f"below seq {max(behind)} the group settled"

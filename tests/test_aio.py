@@ -341,3 +341,23 @@ def test_aio_pause_and_resume_of_a_group_and_a_queue(backend, prefix):
 
     held, got, state, refused = run(main())
     assert (held, got, state, refused) == ([], [b"one"], "refuse", True)
+
+
+def test_aio_stats_show_a_paused_queue_and_group(backend, prefix):
+    # given a queue and group paused by the sync client
+    sync = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    q = sync.queue("held")
+    q.publish(b"a")
+    q.consumer("g").close()
+    q.pause("g")
+    q.pause(mode="hold")
+
+    async def main() -> tuple[str, bool]:
+        client = await aconnect(backend, prefix)
+        stats = await client.queue("held").stats()
+        await client.close()
+        return stats.paused, stats.group("g").paused
+
+    # then the async client's stats say so
+    assert run(main()) == ("hold", True)
+    sync.close()

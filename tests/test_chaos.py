@@ -22,4 +22,5 @@ def test_chaos_loses_nothing_unreported_and_runs_nothing_after_an_ack():
     assert report.handled + report.lost_reported == report.confirmed
     assert report.worker_kills + report.client_kills + report.redis_restarts > 0
     assert report.worker_pauses > 0 and report.redis_wipes > 0 and report.lagging_failovers > 0
+    assert report.group_pauses > 0
     assert report.losses_reported > 0  # every wipe came while clients had seen the queue

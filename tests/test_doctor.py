@@ -46,6 +46,36 @@ def test_a_queue_in_every_normal_state_is_clean(client, queue, clock):
     assert doctor.examine(queue) == []
 
 
+def test_a_queue_under_flow_control_is_clean(client, queue, clock):
+    # given priority messages delivered and acked above the cursor, some
+    # waiting in the group's priority set, some passed by the scan, a rate
+    # limit, a paused group and a queue on hold
+    client.configure("orders", rate_limit=100)
+    a = queue.consumer("g", name="a")
+    other = queue.consumer("h")
+    queue.publish_many([b"1", b"2", b"3", b"4", b"5", b"6"], priority=[0, 5, 9, 0, 3, 0])
+    d3, d2 = a.fetch(2)
+    assert (d3.seq, d2.seq) == (3, 2)
+    d3.ack()
+    [d5, d1] = a.fetch(2)
+    d1.ack()
+    other.fetch(1)
+    queue.pause("h")
+    queue.pause(mode="hold")
+    queue.publish(b"7", priority=9)
+    # when the doctor examines it, then it finds nothing
+    assert doctor.examine(queue) == []
+    # and after everything is settled either
+    queue.resume("h")
+    queue.resume()
+    for c in (a, other):
+        while got := c.fetch(10):
+            c.ack(got)
+    d2.ack()
+    d5.ack()
+    assert doctor.examine(queue) == []
+
+
 def test_deleted_lease_is_found_and_repaired_into_a_redelivery(client, queue, clock):
     # given a delivery whose lease entry was deleted, its holder gone
     a = queue.consumer("g", name="a")

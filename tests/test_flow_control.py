@@ -332,3 +332,21 @@ def test_the_worker_sleeps_against_the_rate_limit(client, monkeypatch):
         assert sum(1 for u in done if t <= u < t + 0.45) <= 5
     # and the worker slept until the window had room instead of fetching again and again
     assert len(fetches) < 40, f"{len(fetches)} fetches for 12 messages"
+
+
+def test_a_deleted_priority_log_hands_nothing_out_twice(queue):
+    # given priority messages the group moved to its priority set, one of them delivered
+    queue.publish_many([b"a", b"b", b"c"], priority=[0, 5, 5])
+    c = queue.consumer("g")
+    [first] = c.fetch(1)
+    assert first.data == b"b"
+    # when the queue's priority log is deleted (damage)
+    queue.client.redis.delete(queue.keys.prio)
+    # then the rest is handed out once each, the delivered one not again
+    rest = c.fetch(10)
+    assert sorted(d.data for d in rest) == [b"a", b"c"]
+    first.ack()
+    for d in rest:
+        d.ack()
+    g = queue.stats().group("g")
+    assert (g.ack_floor, g.pending, g.in_flight) == (3, 0, 0)

@@ -29,7 +29,7 @@ def full_server(request: pytest.FixtureRequest) -> Iterator[EmbeddedServer]:
 
 # The scripts that free memory or hand out what is stored; publish and
 # stats are not among them.
-ALLOW_OOM = {"fetch", "ack", "nack", "reject", "extend", "heartbeat", "join", "leave", "purge", "replay"}
+ALLOW_OOM = {"fetch", "ack", "nack", "reject", "extend", "heartbeat", "join", "leave", "purge", "replay", "pause"}
 
 
 def test_scripts_that_free_or_hand_out_declare_allow_oom():
@@ -87,6 +87,22 @@ def test_every_call_that_frees_or_hands_out_runs_at_maxmemory(full_server, prefi
     other.close()
     q.delete(force=True)
     assert client.queues() == []
+    client.close()
+
+
+def test_a_queue_on_hold_resumes_at_maxmemory(full_server, prefix):
+    # given a queue on hold whose held messages wait, on a server over its maxmemory
+    client = rqueue.connect(full_server.url, prefix=prefix, settings_ttl=0)
+    q = client.queue("orders")
+    c = q.consumer("g")
+    q.pause(mode="hold")
+    q.publish_many([b"m"] * 5)
+    q.pause("g")
+    assert c.fetch(5) == []
+    _fill(client, prefix)
+    # when the group and the queue are resumed, then the held messages are handed out
+    assert q.resume("g") and q.resume()
+    assert len(c.fetch(5)) == 5
     client.close()
 
 

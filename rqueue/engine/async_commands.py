@@ -230,6 +230,12 @@ async def queue_figures(
     return await guarded(read, where=keys.base)
 
 
+async def pause_state(r: Any, keys: QueueKeys) -> str:
+    """As store.pause_state: "" running, "refuse" or "hold"."""
+    raw = await guarded(lambda: r.hget(keys.meta, "paused"), where=keys.base)
+    return "" if raw is None else c.text(raw).partition(":")[0]
+
+
 async def purge_records(r: Any, keys: QueueKeys, batch: int) -> int:
     """As store.purge_records: the records of a queue without groups,
     ``batch`` per transaction."""
@@ -350,12 +356,6 @@ async def pause(
 ) -> c.PauseReply:
     """As :func:`rqueue.engine.commands.pause`, awaited."""
     return c.parse_pause(await run(scripts.pause, *c.pause_call(keys, group, pause, mode), queue, keys.base))
-
-
-async def pause_state(r: Any, keys: QueueKeys) -> str:
-    """As :func:`rqueue.engine.store.pause_state`, awaited."""
-    raw = await guarded(lambda: r.hget(keys.meta, "paused"), where=keys.base)
-    return "" if raw is None else text(raw).partition(":")[0]
 
 
 async def claim_partitions(r: Any, prefix: str, root: str, layout: str) -> bool:

@@ -162,6 +162,17 @@ class GroupKeys:
         return self._k("acked")
 
     @property
+    def priority(self) -> str:
+        """Sorted set of the priority seqs the group read from the queue's
+        priority log and has not handed out (fetch.lua)."""
+        return self._k("pq")
+
+    @property
+    def rate(self) -> str:
+        """Sorted set of the deliveries inside the rate limit's window."""
+        return self._k("rate")
+
+    @property
     def consumers(self) -> str:
         """Hash of consumer -> deliveries it holds, per member of the group."""
         return self._k("cons")

@@ -9,7 +9,8 @@ to a replica that is behind: the replica (AOF always too) is stalled with
 DEBUG SLEEP while the primary takes writes for 0.7 s more, both are killed,
 and a server on the primary's address starts from the replica's data (the
 clients' address stays; the queue keeps its incarnation, but its seqs and
-acks go back).
+acks go back), and pauses the group (for up to 3 s) and resumes it.
+Producers publish with priorities 0, 3, 6 and 9 in turn.
 
 Every handler call and every ack Redis applied is recorded by the children
 (the message's id, seq and the queue's incarnation, with the time), every
@@ -78,6 +79,7 @@ class Report:
     losses_reported: int = 0  # StateLost reports by the children (one per client that saw a loss)
     runs_again_after_a_loss: int = 0  # runs after an ack that a reported loss came between (allowed)
     worker_kills: int = 0
+    group_pauses: int = 0
     worker_pauses: int = 0
     client_kills: int = 0
     redis_restarts: int = 0
@@ -156,7 +158,11 @@ def producer(url: str, prefix: str, first: int, count: int, out: str, seconds: f
             deadline = time.monotonic() + 120
             while True:
                 try:
-                    results = q.publish_many([i.encode() for i in ids], ids=ids)
+                    # priorities 0, 3, 6 and 9 in turn: the priority path
+                    # takes the same kills, restarts, wipes and failovers
+                    results = q.publish_many(
+                        [i.encode() for i in ids], ids=ids, priority=[int(i[1:]) % 4 * 3 for i in ids]
+                    )
                     break
                 except (redis.RedisError, OSError, rqueue.RQueueError):
                     if time.monotonic() > deadline:
@@ -277,6 +283,7 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
     wipe_at = started + seconds / 2  # one wipe for certain, while messages flow
     failover_at = started + seconds / 4  # and one failover to a lagging replica
     pause_at = started + seconds * 3 / 4  # and one pause of a worker
+    group_pause_at = started + seconds * 5 / 8  # and one pause of the group
     try:
         while time.monotonic() - started < seconds:
             time.sleep(rng.uniform(0.3, 1.0))
@@ -289,6 +296,7 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
                     "pause-worker",
                     "wipe-redis",
                     "failover-lagging",
+                    "pause-group",
                     "sample",
                 ]
             )
@@ -298,6 +306,8 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
                 action, failover_at = "failover-lagging", float("inf")
             elif time.monotonic() > pause_at:
                 action, pause_at = "pause-worker", float("inf")
+            elif time.monotonic() > group_pause_at:
+                action, group_pause_at = "pause-group", float("inf")
             try:
                 if action == "failover-lagging":
                     replica = _fail_over_to_a_lagging_replica(server, replica, start_replica)
@@ -318,6 +328,16 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
                     report.redis_wipes += 1
                     replica.kill()  # it would sync the empty primary: started afresh
                     replica = start_replica()
+                elif action == "pause-group":
+                    # the group hands out nothing for a while (its leases may
+                    # run out meanwhile: redelivered after the resume)
+                    paused = client.queue(QUEUE)
+                    paused.pause(GROUP)
+                    report.group_pauses += 1
+                    try:
+                        time.sleep(rng.uniform(0.5, 3.0))
+                    finally:
+                        retrying(lambda: client.queue(QUEUE).resume(GROUP), 30)
                 elif action == "kill-worker":
                     i = rng.randrange(workers)
                     procs[i].kill()

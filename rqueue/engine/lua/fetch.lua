@@ -115,7 +115,7 @@ end
 -- messages moves it.
 -- "paused" (pause.lua) is read with them: a field more of a read the call
 -- makes anyway is what flow control costs a fetch of a plain group.
-local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused', 'pcur')
+local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused')
 -- The incarnation and the last seq, for the client's check that Redis kept
 -- its state; no step of a fetch changes either. And the queue's pause.
 local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio')
@@ -321,8 +321,10 @@ end
 -- group's priority set, which hands out the highest priority first, then
 -- the lowest seq; the scan of new messages below passes over them. A queue
 -- that never had one reads a field more of the meta hash, nothing else.
+local fromPrioritySet = nil -- fields this call handed out from the priority set
 if got < room and metaFields[4] then
-  local pulledTo = tonumber(groupFields[5] or '')
+  fromPrioritySet = {}
+  local pulledTo = tonumber(rcall('HGET', groupKey, 'pcur') or '')
   if pulledTo == nil then
     -- A group's first pull: everything above its ack floor is new to it.
     pulledTo = tonumber(rcall('HGET', floorsKey, groupName) or '0') or 0
@@ -389,6 +391,7 @@ if got < room and metaFields[4] then
         states[#states + 1] = field
         states[#states + 1] = firstState
         leased[#leased + 1] = field
+        fromPrioritySet[#fromPrioritySet + 1] = field
         out[#out + 1] = seq
         out[#out + 1] = 1
         out[#out + 1] = recs[i]
@@ -461,10 +464,24 @@ if got < room then
     -- above, not here: the scan passes over them without reading them.
     local prioritized = nil
     local recs
-    if metaFields[4] then
+    local inLog = metaFields[4] and rcall('ZRANGEBYSCORE', prioKey, fields[1], fields[#fields])
+    if inLog and (#inLog > 0 or rcall('EXISTS', prioKey) == 0) then
       prioritized = {}
-      for _, m in ipairs(rcall('ZRANGEBYSCORE', prioKey, fields[1], fields[#fields])) do
+      for _, m in ipairs(inLog) do
         prioritized[string.match(m, '^(%d+)') or m] = true
+      end
+      if #inLog == 0 then
+        -- The log is gone (a deleted key): a seq with a delivery state, or
+        -- handed out from the priority set by this call, came from the
+        -- priority set and is passed over too, rather than handed out twice.
+        for _, field in ipairs(fromPrioritySet or {}) do
+          prioritized[field] = true
+        end
+        for i, state in ipairs(bulkGet(dlvKey, fields)) do
+          if state then
+            prioritized[fields[i]] = true
+          end
+        end
       end
       local read = {}
       for _, field in ipairs(fields) do

@@ -23,7 +23,10 @@
   Errors (nothing is changed):
     RQ_BAD_ARGUMENT  a target, action or mode not among those above
     RQ_NOT_MEMBER    target "group": the queue has no such group
+  Runs over maxmemory too: a queue on hold can fill Redis, and its resume
+  is what lets consumers drain it.
 ]]
+--@flags allow-oom
 local rcall = redis.call
 local metaKey, floorsKey, groupKey = KEYS[1], KEYS[2], KEYS[3]
 local target, action, groupName, mode, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]

@@ -83,9 +83,8 @@ if ARGV[3] == '1' and rcall('HLEN', floorsKey) == 0 then
   return redis.error_reply('RQ_UNROUTABLE the queue has no group to deliver to')
 end
 
-local function pausedError()
-  return redis.error_reply('RQ_PAUSED the queue is paused: publishes are refused until it is resumed')
-end
+-- A string, not a function: a function is a closure made anew by every call.
+local PAUSED_ERROR = 'RQ_PAUSED the queue is paused: publishes are refused until it is resumed'
 
 local window, ttl = nil, nil -- read only by a batch with ids (tonumber is a strtod)
 
@@ -122,7 +121,7 @@ if anyId then
     return partitionedError(fields[4])
   end
   if paused == 'refuse' then
-    return pausedError()
+    return redis.error_reply(PAUSED_ERROR)
   end
   if not (first and first >= 0 and first % 1 == 0) then
     return badSeqError(metaKey, raw)
@@ -160,7 +159,7 @@ else
     else
       rcall('HINCRBY', metaKey, 'seq', -count)
     end
-    return fields[3] and partitionedError(fields[3]) or pausedError()
+    return fields[3] and partitionedError(fields[3]) or redis.error_reply(PAUSED_ERROR)
   end
 end
 if seqMissing then
