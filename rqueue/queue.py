@@ -13,6 +13,7 @@ from .engine import commands, store
 from .engine.keys import QueueKeys, queue_base
 from .engine.record import decode_record
 from .errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, ResultTimeout, StateLost
+from .events import EventKind
 from .names import check_message_id, check_name, check_queue_name
 from .publishing import prepare, send
 from .results import (
@@ -191,14 +192,22 @@ class Queue:
         if group is not None:
             check_name("group", group)
         mode = check.pause_mode(mode)
-        return commands.pause(self.client.scripts, self.keys, group, True, mode, self.name).changed
+        return commands.pause(
+            self.client.scripts, self.keys, group, True, mode, self.name, *self._pause_event()
+        ).changed
 
     def resume(self, group: str | None = None) -> bool:
         """Ends the pause of ``group``, or of the queue when None, and wakes
         its waiting consumers. Returns False when it was not paused."""
         if group is not None:
             check_name("group", group)
-        return commands.pause(self.client.scripts, self.keys, group, False, "", self.name).changed
+        record, now = self._pause_event()
+        return commands.pause(self.client.scripts, self.keys, group, False, "", self.name, record, now).changed
+
+    def _pause_event(self) -> tuple[bool, str]:
+        """Whether a pause or resume is recorded (the events setting names
+        "paused"), and the scripts' time."""
+        return EventKind.PAUSED.value in self.settings().events, self.client.clock.script_now()
 
     def settle_through(self, group: str, seq: int, progress: Progress | None = None) -> int:
         """Settles, for ``group``, every message with a seq up to ``seq``

@@ -125,3 +125,25 @@ def test_a_bad_ttl_is_refused_and_nothing_is_stored(client, queue, ttl):
 def test_bad_lifecycle_settings_are_refused(client, name, value):
     with pytest.raises(rqueue.InvalidSetting, match=name):
         client.configure("orders", **{name: value})
+
+
+def test_pauses_and_resumes_are_paused_events_when_asked_for(client, queue, clock):
+    # given a group, and the events setting naming paused
+    client.configure("orders", events=["paused"])
+    queue.consumer("g")
+    # when the group and the queue are paused and resumed, and a pause repeats (no change)
+    queue.pause("g")
+    queue.pause("g")
+    queue.pause(mode="hold")
+    queue.resume("g")
+    queue.resume()
+    # then each change is one paused event, naming what changed
+    got = [(e["group"], e["reason"]) for e in queue.events() if e["event"] == "paused"]
+    assert got == [("g", "paused"), ("", "paused (hold)"), ("g", "resumed"), ("", "resumed")]
+
+
+def test_without_the_setting_pauses_record_nothing(client, queue):
+    queue.consumer("g")
+    queue.pause("g")
+    queue.resume("g")
+    assert [e for e in queue.events() if e["event"] == "paused"] == []

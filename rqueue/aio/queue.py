@@ -17,6 +17,7 @@ from ..engine import async_commands as acmd
 from ..engine.keys import QueueKeys, partitions_key, queue_base
 from ..engine.record import decode_record
 from ..errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, ResultTimeout, StateLost
+from ..events import EventKind
 from ..names import check_message_id, check_name, check_queue_name
 from ..placement import Layout
 from ..publishing import prepare
@@ -278,13 +279,19 @@ class Queue:
         if group is not None:
             check_name("group", group)
         mode = check.pause_mode(mode)
-        return (await acmd.pause(self.client.scripts, self.keys, group, True, mode, self.name)).changed
+        record, now = await self._pause_event()
+        return (await acmd.pause(self.client.scripts, self.keys, group, True, mode, self.name, record, now)).changed
 
     async def resume(self, group: str | None = None) -> bool:
         """As :meth:`rqueue.Queue.resume`; False when it was not paused."""
         if group is not None:
             check_name("group", group)
-        return (await acmd.pause(self.client.scripts, self.keys, group, False, "", self.name)).changed
+        record, now = await self._pause_event()
+        return (await acmd.pause(self.client.scripts, self.keys, group, False, "", self.name, record, now)).changed
+
+    async def _pause_event(self) -> tuple[bool, str]:
+        """See :meth:`rqueue.Queue._pause_event`."""
+        return EventKind.PAUSED.value in (await self.settings()).events, self.client.clock.script_now()
 
     async def events(self, count: int = 100) -> list[dict[str, str]]:
         """The newest ``count`` events, oldest first (see :meth:`rqueue.Queue.events`)."""

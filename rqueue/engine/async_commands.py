@@ -352,10 +352,18 @@ async def mark_partitioned(
 
 
 async def pause(
-    scripts: AsyncScripts, keys: QueueKeys, group: str | None, pause: bool, mode: str, queue: str
+    scripts: AsyncScripts,
+    keys: QueueKeys,
+    group: str | None,
+    pause: bool,
+    mode: str,
+    queue: str,
+    record: bool = False,
+    now: str = "",
 ) -> c.PauseReply:
     """As :func:`rqueue.engine.commands.pause`, awaited."""
-    return c.parse_pause(await run(scripts.pause, *c.pause_call(keys, group, pause, mode), queue, keys.base))
+    call = c.pause_call(keys, group, pause, mode, record, now)
+    return c.parse_pause(await run(scripts.pause, *call, queue, keys.base))
 
 
 async def claim_partitions(r: Any, prefix: str, root: str, layout: str) -> bool:

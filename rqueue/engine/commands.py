@@ -775,21 +775,35 @@ class PauseReply(NamedTuple):
     state: str  # after the call: "" running, "paused" (a group), "refuse" or "hold" (a queue)
 
 
-def pause(scripts: Scripts, keys: QueueKeys, group: str | None, pause: bool, mode: str, queue: str) -> PauseReply:
+def pause(
+    scripts: Scripts,
+    keys: QueueKeys,
+    group: str | None,
+    pause: bool,
+    mode: str,
+    queue: str,
+    record: bool = False,
+    now: str = "",
+) -> PauseReply:
     """Pauses or resumes ``group``, or the queue when None (lua/pause.lua);
     ``mode`` ("refuse" or "hold") is the queue's way of pausing."""
-    return parse_pause(run(scripts.pause, *pause_call(keys, group, pause, mode), queue, keys.base))
+    return parse_pause(run(scripts.pause, *pause_call(keys, group, pause, mode, record, now), queue, keys.base))
 
 
-def pause_call(keys: QueueKeys, group: str | None, pause: bool, mode: str) -> tuple[list[str], list[str]]:
-    """KEYS and ARGV of lua/pause.lua."""
+def pause_call(
+    keys: QueueKeys, group: str | None, pause: bool, mode: str, record: bool = False, now: str = ""
+) -> tuple[list[str], list[str]]:
+    """KEYS and ARGV of lua/pause.lua; ``record``: a change is a "paused"
+    event (at ``now``, "" for the server's time)."""
     group_key = keys.group(group).state if group is not None else keys.meta
-    return [keys.meta, keys.floors, group_key], [
+    return [keys.meta, keys.floors, group_key, keys.events], [
         "queue" if group is None else "group",
         "pause" if pause else "resume",
         group or "",
         mode,
         keys.wake_channel,
+        "1" if record else "0",
+        now,
     ]
 
 

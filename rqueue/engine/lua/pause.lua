@@ -10,6 +10,8 @@
     KEYS[2] floors   hash  group -> ack floor: the group registry
     KEYS[3] group    hash  field "paused": "1" while the group is paused
                            (the queue's target reads no KEYS[3])
+    KEYS[4] events   stream  the queue's events: a change is recorded as a
+                           "paused" event when ARGV[6] is "1" (optional)
     ARGV[1] target: "queue" or "group"
     ARGV[2] "pause" or "resume"
     ARGV[3] the group's name (target "group"), else ""
@@ -17,6 +19,10 @@
       "hold"
     ARGV[5] the channel announcing new messages: a resume publishes on it
       so that waiting consumers fetch at once, or ""
+    ARGV[6] "1": record a change in KEYS[4] (the events setting names
+      "paused"), else nothing is recorded
+    ARGV[7] now in ms for the event's time, or "" for the server's
+      (includes/read_now.lua)
   Output:
     { changed (0/1), state } state the target's state after the call: ""
     (running), "paused" (a group), "refuse" or "hold" (a queue)
@@ -27,6 +33,7 @@
   is what lets consumers drain it.
 ]]
 --@flags allow-oom
+--@include read_now
 local rcall = redis.call
 local metaKey, floorsKey, groupKey = KEYS[1], KEYS[2], KEYS[3]
 local target, action, groupName, mode, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -74,6 +81,13 @@ elseif target == 'queue' then
   end
 else
   return redis.error_reply('RQ_BAD_ARGUMENT the target (ARGV[1]) must be queue or group, not ' .. tostring(target))
+end
+if changed == 1 and ARGV[6] == '1' and KEYS[4] then
+  -- As includes/record_event.lua writes its entries (reason: what changed).
+  local what = action == 'pause' and ('paused' .. (state ~= 'paused' and (' (' .. state .. ')') or '')) or 'resumed'
+  local _, nowText = readNow(ARGV[7])
+  rcall('XADD', KEYS[4], 'MAXLEN', '~', 10000, '*', 'event', 'paused', 'group', target == 'group' and groupName or '',
+    'seq', '', 'reason', what, 'at', nowText, 'dlq_seq', '')
 end
 if action == 'resume' and changed == 1 and channel ~= '' then
   -- Only a wake-up hint: consumers poll as well.
