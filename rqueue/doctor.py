@@ -8,6 +8,10 @@ call (lua/repair.lua) that acts only while what the doctor saw is still so.
 The reads are not one snapshot, so on a queue in use they see moments that
 never were one state; each finding is confirmed in one atomic look
 (repair.lua's check form) before it is reported, and dropped if it is gone.
+
+Long because each invariant of a group's keys is checked here beside the
+finding it makes and the repair that finding allows; split by invariant,
+the checks would read the same keys several times.
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from support.model import ERRORS, REPLAYED, Model, ModelError, Settings, Tag
+from support.model import ERRORS, REPLAYED, Model, ModelError, Settings, Tag, ms
 from support.raw import group_key
 
 import rqueue
@@ -306,13 +306,19 @@ class QueueMachine(RuleBasedStateMachine):
         delay: float | None,
         mandatory: bool = False,
         priorities: list[int] | None = None,
+        ttl: float | None = None,
     ) -> None:
         items = []
         for mid in message_ids:
             self.payloads += 1
-            items.append((b"p%d" % self.payloads, {"n": str(self.payloads)} if self.payloads % 2 else {}, mid))
+            headers = {"n": str(self.payloads)} if self.payloads % 2 else {}
+            # the client writes a ttl as this header (ms): the model stores it as any header
+            items.append(
+                (b"p%d" % self.payloads, headers if ttl is None else {**headers, "x-rq-ttl": str(ms(ttl))}, mid)
+            )
         payloads = [p for p, _, _ in items]
-        headers = [h for _, h, _ in items]
+        # the real client gets the ttl as publish(ttl=) and writes the header itself
+        headers = [{k: v for k, v in h.items() if k != "x-rq-ttl"} for _, h, _ in items]
         if len(items) == 1:
             real = outcome(
                 lambda: [
@@ -323,13 +329,20 @@ class QueueMachine(RuleBasedStateMachine):
                         delay=delay,
                         mandatory=mandatory,
                         priority=priorities[0] if priorities else 0,
+                        ttl=ttl,
                     )
                 ]
             )
         else:
             real = outcome(
                 lambda: self.q.publish_many(
-                    payloads, headers=headers, ids=message_ids, delay=delay, mandatory=mandatory, priority=priorities
+                    payloads,
+                    headers=headers,
+                    ids=message_ids,
+                    delay=delay,
+                    mandatory=mandatory,
+                    priority=priorities,
+                    ttl=ttl,
                 )
             )
         if real[0] == "ok":
@@ -357,6 +370,10 @@ class QueueMachine(RuleBasedStateMachine):
     )
     def publish_prioritized(self, message_ids, delay, priorities):
         self._publish_both(message_ids, delay, priorities=priorities[: len(message_ids)])
+
+    @rule(message_ids=st.lists(ids, min_size=1, max_size=3), delay=delays, ttl=st.sampled_from([0.5, 2, 5]))
+    def publish_with_ttl(self, message_ids, delay, ttl):
+        self._publish_both(message_ids, delay, ttl=ttl)
 
     # -- pause and resume ---------------------------------------------------------------
 

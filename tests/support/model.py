@@ -138,6 +138,7 @@ class Record:
     headers: dict[str, str]
     not_before: int | None  # ms, for a delayed publish
     needed: set[str]  # groups that have not settled it (or reopened it)
+    published: int = 0  # ms; with an x-rq-ttl header, when its time to live began
 
 
 Tag = tuple[int, int, str]  # (seq, delivery count, token)
@@ -263,7 +264,7 @@ class Model:
             nb = self.now + delay_ms if delay_ms > 0 else None
             if nb is not None:
                 self.sched[seq] = nb
-            self.records[seq] = Record(payload, dict(headers), nb, set(self.groups))
+            self.records[seq] = Record(payload, dict(headers), nb, set(self.groups), self.now)
             if mid is not None:
                 self.ids[mid] = (seq, self.now + ms(self.settings.dedup_window))
             out.append((seq, False))
@@ -460,7 +461,20 @@ class Model:
                 g.delay[seq] = rec.not_before
             else:
                 deliver(seq)
-        return out
+        return self._drop_expired(g, out)
+
+    def _drop_expired(self, g: Group, out: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """What the fetching consumer hands on: a message past its time to
+        live (x-rq-ttl) is dead-lettered as expired in fetch order instead."""
+        kept = []
+        for seq, count in out:
+            rec = self.records.get(seq)
+            ttl = rec.headers.get("x-rq-ttl") if rec is not None else None
+            if rec is not None and ttl is not None and rec.published + int(ttl) <= self.now:
+                self._dead_letter(g, seq, g.dlv[seq], "expired")
+            else:
+                kept.append((seq, count))
+        return kept
 
     def ack(self, group: str, consumer: str, tags: list[Tag]) -> None:
         g = self.groups[group]
