@@ -350,3 +350,15 @@ def test_a_deleted_priority_log_hands_nothing_out_twice(queue):
         d.ack()
     g = queue.stats().group("g")
     assert (g.ack_floor, g.pending, g.in_flight) == (3, 0, 0)
+
+
+def test_a_hold_that_began_on_an_empty_queue_holds_without_refusing(client, queue):
+    # given a group, and the queue put on hold before its first publish
+    c = queue.consumer("g")
+    queue.pause(mode="hold")
+    queue.publish_many([b"1", b"2", b"3"], priority=[0, 5, 0])
+    # when the group fetches, then nothing is handed out, and no damage is reported
+    assert c.fetch(3) == []
+    # and once resumed, every message comes, the priority one first
+    queue.resume()
+    assert [d.seq for d in c.fetch(3)] == [2, 1, 3]

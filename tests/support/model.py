@@ -169,6 +169,7 @@ class DeadLetter:
     deliveries: int
     payload: bytes
     headers: dict[str, str]
+    published: int = field(default=0, compare=False)  # ms: a replay restores it (x-rq-published)
 
 
 COUNTERS = ("acked", "nacked", "redelivered", "expired", "dead_lettered", "dropped")
@@ -338,7 +339,7 @@ class Model:
             g.counters["dropped"] += 1
             return
         self.dlq_last += 1
-        self.dlq[self.dlq_last] = DeadLetter(g.name, seq, reason, d.count, rec.payload, dict(rec.headers))
+        self.dlq[self.dlq_last] = DeadLetter(g.name, seq, reason, d.count, rec.payload, dict(rec.headers), rec.published)
         g.counters["dead_lettered"] += 1
 
     def _retry_or_dead(self, g: Group, seq: int, d: Dlv, delay_ms: int | None, nacked: bool = False) -> str:
@@ -566,7 +567,7 @@ class Model:
                 g.reopened.add(dl.seq)
                 rec = self.records.get(dl.seq)
                 if rec is None:
-                    self.records[dl.seq] = Record(dl.payload, dict(dl.headers), None, {gname})
+                    self.records[dl.seq] = Record(dl.payload, dict(dl.headers), None, {gname}, dl.published)
                 else:
                     rec.needed.add(gname)
                 g.dlv[dl.seq] = Dlv(past=[(dl.deliveries, REPLAYED, "", False)])

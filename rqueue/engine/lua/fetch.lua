@@ -423,7 +423,13 @@ if got < room then
   -- gone with the meta hash while records are stored, would let a publish
   -- reuse seqs.
   local refusal = nil
-  if last ~= nil and (last < from or last == 0 and rcall('EXISTS', msgsKey) == 1) then
+  -- Judged by the last seq itself, not by a hold's bound: a hold that began
+  -- on an empty queue bounds the scan at 0 while records are stored.
+  local judged = last
+  if holdAt then
+    judged = lastSeq or last
+  end
+  if judged ~= nil and (judged < from or judged == 0 and rcall('EXISTS', msgsKey) == 1) then
     refusal = metaKey .. ' field seq (the last seq) is ' .. (rcall('HGET', metaKey, 'seq') or 'missing')
       .. ', below the cursor ' .. from .. ' of ' .. groupKey .. ' or the records stored'
     last = cursor
