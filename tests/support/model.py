@@ -339,7 +339,9 @@ class Model:
             g.counters["dropped"] += 1
             return
         self.dlq_last += 1
-        self.dlq[self.dlq_last] = DeadLetter(g.name, seq, reason, d.count, rec.payload, dict(rec.headers), rec.published)
+        self.dlq[self.dlq_last] = DeadLetter(
+            g.name, seq, reason, d.count, rec.payload, dict(rec.headers), rec.published
+        )
         g.counters["dead_lettered"] += 1
 
     def _retry_or_dead(self, g: Group, seq: int, d: Dlv, delay_ms: int | None, nacked: bool = False) -> str:
