@@ -13,7 +13,7 @@ from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from .consumer_core import ConsumerCore, refs_of
 from .delivery import Delivery, DeliveryRef, HeartbeatResult
 from .engine import commands, store
-from .errors import NotMember, QueuePartitioned, RQueueError
+from .errors import DeliveryError, NotMember, QueuePartitioned, RQueueError
 from .ids import fetch_token
 from .settings import Settings
 from .stored_results import encode_failure
@@ -115,7 +115,10 @@ class Consumer(ConsumerCore):
         batch goes on."""
         deliveries, aside = self._parse(reply, mark)
         for tag, reason, text in aside:
-            self._dead_letter(tag, reason, text)
+            try:
+                self._dead_letter(tag, reason, text)
+            except DeliveryError as exc:
+                self._set_aside_refused(tag, reason, exc)
         return deliveries
 
     # -- settling -----------------------------------------------------------

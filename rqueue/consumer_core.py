@@ -15,7 +15,16 @@ from . import validate as check
 from .delivery import REPLAYED_HEADER, TTL_HEADER, Delivery, DeliveryRef, HeartbeatResult
 from .engine import commands
 from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
-from .errors import CorruptRecord, InvalidInput, LostDelivery, NotHeld, RQueueError, StateLost, delivery_error
+from .errors import (
+    CorruptRecord,
+    DeliveryError,
+    InvalidInput,
+    LostDelivery,
+    NotHeld,
+    RQueueError,
+    StateLost,
+    delivery_error,
+)
 from .events import EventKind
 from .ids import consumer_name, delivery_tag, parse_delivery_tag
 from .names import check_name
@@ -338,6 +347,12 @@ class ConsumerCore:
             if held is not None:
                 held.deadline_ms = reply.deadline_ms
         return reply.deadline_ms
+
+    def _set_aside_refused(self, tag: str, reason: str, exc: DeliveryError) -> None:
+        """A delivery the fetch set aside (corrupt, expired) whose
+        dead-lettering the group refused: it was settled or taken back
+        meanwhile, so nothing is left to do; the rest of the batch goes on."""
+        log.info("%s of %s not dead-lettered: %s", reason, tag, exc)
 
     def _nack_event(self, timed_out: bool) -> str:
         """The lifecycle event a nack records: timeout or failed, when the

@@ -458,3 +458,18 @@ def test_a_reset_leaves_no_count_that_could_delete_what_another_group_needs(clie
     drain(fast)
     # then the slow group still gets every message
     assert drain(slow) == payloads(3)
+
+
+def test_a_replay_after_a_reset_back_hands_a_message_out_once(client, queue):
+    # given a dead letter, and its group reset back before it
+    client.configure("orders", max_length=100)
+    queue.publish_many(payloads(2))
+    c = queue.consumer("g")
+    first, second = c.fetch(2)
+    first.reject()
+    second.ack()
+    queue.reset_group("g", "first")
+    # when it is replayed, then it is skipped: the group reads it again anyway
+    assert (queue.replay_dead_letters().replayed, len(queue.dead_letters())) == (0, 1)
+    # and the group's fetch hands each message out once
+    assert [d.seq for d in c.fetch(10)] == [1, 2]

@@ -447,7 +447,9 @@ class Model:
                 rec = self.records.get(seq)
                 if g.is_settled(seq) or seq in g.dlv:
                     continue  # settled meanwhile (a purge) or delivered another way
-                assert rec is not None, f"model: priority seq {seq} has no record"
+                if rec is None or group not in rec.needed:
+                    self._settle(g, seq)  # gone before this group reached it (as the scan judges it)
+                    continue
                 if rec.not_before is not None and rec.not_before > self.now:
                     g.delay[seq] = rec.not_before
                 else:
@@ -562,8 +564,8 @@ class Model:
             g = self.groups[gname]
             for k in dseqs:
                 dl = self.dlq[k]
-                if dl.seq in g.dlv:
-                    skipped += 1
+                if dl.seq in g.dlv or dl.seq > g.cursor:
+                    skipped += 1  # pending, or unread since a reset: its scan hands it out
                     continue
                 g.settled.discard(dl.seq)
                 g.reopened.add(dl.seq)

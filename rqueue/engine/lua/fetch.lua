@@ -368,12 +368,23 @@ if got < room and metaFields[4] then
     local raws = bulkGet(dlvKey, picked)
     local prioFloor = tonumber(rcall('HGET', floorsKey, groupName) or '0') or 0
     local runsExist = rcall('EXISTS', ackedKey) == 1
+    local prioSince, prioGone = nil, {}
     for i, field in ipairs(picked) do
       local seq = field + 0
       local settledAlready = seq <= prioFloor or raws[i]
       if not settledAlready and runsExist then
         local run = rcall('ZRANGEBYSCORE', ackedKey, field, '+inf', 'LIMIT', '0', '1')
         settledAlready = run[1] ~= nil and run[1] + 0 <= seq
+      end
+      if not settledAlready and not recs[i] then
+        -- As the scan of new messages judges a missing record: deleted before
+        -- this group was created or reset (every group then had settled it),
+        -- so nothing to deliver, and settled for this group.
+        prioSince = prioSince or tonumber(rcall('HGET', groupKey, 'since') or '') or 0
+        if seq <= prioSince then
+          prioGone[#prioGone + 1] = seq
+          settledAlready = true
+        end
       end
       local notBefore = recs[i] and recordNotBefore(recs[i])
       if settledAlready then
@@ -397,6 +408,9 @@ if got < room and metaFields[4] then
         out[#out + 1] = recs[i]
         got = got + 1
       end
+    end
+    if #prioGone > 0 then
+      settleMany(prioGone)
     end
   end
 end

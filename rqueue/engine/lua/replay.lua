@@ -14,9 +14,10 @@
     one status per dead-letter seq: "replayed", "missing" (not there any
     more: replayed or purged before), "other-group" (it belongs to another
     queue or group; left alone), "corrupt" (headers do not parse; left alone),
-    "pending" (the group already has that seq open; left alone), "lost"
-    (a missing-record dead letter: its record was lost, there is nothing
-    to replay; left alone)
+    "pending" (the group already has that seq open; left alone), "unread"
+    (above the group's cursor: a reset moved the group back over it and its
+    fetches hand it out again; left alone), "lost" (a missing-record dead
+    letter: its record was lost, there is nothing to replay; left alone)
   Errors (nothing is changed):
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
     RQ_CORRUPT       the group's ack floor is not a seq
@@ -64,6 +65,10 @@ for i = 8, #ARGV do
       status = 'lost'
     elseif rcall('HEXISTS', dlvKey, seq) == 1 then
       status = 'pending'
+    elseif seq > tonumber(rcall('HGET', groupKey, 'cursor') or '0') then
+      -- Above the cursor: a reset moved the group back over it, and its scan
+      -- hands it out again; reopened as well, it would go out twice.
+      status = 'unread'
     else
       local published = headers['x-rq-published'] or tostring(now)
       local reason = headers['x-rq-reason']
