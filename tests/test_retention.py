@@ -473,3 +473,18 @@ def test_a_replay_after_a_reset_back_hands_a_message_out_once(client, queue):
     assert (queue.replay_dead_letters().replayed, len(queue.dead_letters())) == (0, 1)
     # and the group's fetch hands each message out once
     assert [d.seq for d in c.fetch(10)] == [1, 2]
+
+
+def test_a_forced_reset_over_a_deleted_priority_message_settles_it(client, queue):
+    # given a priority message acked (and so deleted) while an older plain one is still in flight
+    queue.publish(b"plain")
+    queue.publish(b"urgent", priority=5)
+    c = queue.consumer("g")
+    urgent, plain = c.fetch(2)
+    assert (urgent.seq, plain.seq) == (2, 1)
+    urgent.ack()
+    # when the group is reset back over both, taking the in-flight one back
+    queue.reset_group("g", "first", force=True)
+    # then the plain one comes again, and the deleted one is settled, not dead-lettered as missing
+    assert [d.seq for d in c.fetch(10)] == [1]
+    assert queue.dead_letters() == []
