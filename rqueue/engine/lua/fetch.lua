@@ -346,17 +346,13 @@ if got < room and metaFields[4] then
     end
     bulk('ZADD', prioSetKey, adds)
     rcall('HSET', groupKey, 'pcur', pulled[#pulled])
-    -- The log keeps what some group may still pull or pass over: entries
-    -- at or below every group's ack floor go.
-    local lowest = nil
-    for _, f in ipairs(rcall('HVALS', floorsKey)) do
-      local v = tonumber(f)
-      if v and (lowest == nil or v < lowest) then
-        lowest = v
-      end
-    end
-    if lowest and lowest > 0 then
-      rcall('ZREMRANGEBYSCORE', prioKey, '-inf', string.format('%d', lowest))
+    -- The log keeps its entries as long as their records: those at or
+    -- below the trim point go (the lowest ack floor, or in retention mode
+    -- the trim step's point), so a reset back pulls what it may hand out
+    -- again with its priority.
+    local trimmedTo = tonumber(rcall('HGET', metaKey, 'trimmed') or '0')
+    if trimmedTo and trimmedTo > 0 then
+      rcall('ZREMRANGEBYSCORE', prioKey, '-inf', string.format('%d', trimmedTo))
     end
   end
   local picked = rcall('ZRANGE', prioSetKey, '0', room - got - 1)
