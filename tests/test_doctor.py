@@ -286,10 +286,16 @@ def test_a_busy_queue_gives_no_findings_of_a_moment(backend, prefix):
     queue = client.queue("orders")
     queue.consumer("g")  # the group exists before the first publish
     stop = threading.Event()
+    done = {"published": 0, "acked": 0}
 
     def produce() -> None:
+        # at most 200 messages ahead of the consumer: each examination reads a bounded queue
         while not stop.is_set():
-            queue.publish_many([b"x"] * 20)
+            if done["published"] - done["acked"] < 200:
+                queue.publish_many([b"x"] * 20)
+                done["published"] += 20
+            else:
+                stop.wait(0.005)
 
     def consume() -> None:
         c = queue.consumer("g")
@@ -297,7 +303,11 @@ def test_a_busy_queue_gives_no_findings_of_a_moment(backend, prefix):
         while not stop.is_set():
             for d in c.fetch(10, timeout=0.05):
                 turn += 1
-                d.nack(delay=0) if turn % 7 == 0 else d.ack()
+                if turn % 7 == 0:
+                    d.nack(delay=0)
+                else:
+                    d.ack()
+                    done["acked"] += 1
 
     threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
     for t in threads:
