@@ -148,6 +148,20 @@ def prepare(
     )
 
 
+def resend(prepared: PreparedPublish, mandatory: bool = True) -> dict[str, Any]:
+    """The publish_many arguments that send ``prepared``'s messages again,
+    to the partitions of a queue partitioned since, or to the alternate
+    queue (``mandatory`` False: it takes them as they are)."""
+    return {
+        "headers": prepared.headers,
+        "ids": prepared.ids,
+        "delay": prepared.delay,
+        "mandatory": prepared.mandatory and mandatory,
+        "durable": prepared.durable,
+        "priority": prepared.priorities,
+    }
+
+
 def watch_replies(prepared: PreparedPublish, replies: Sequence[Any]) -> None:
     """Checks what publish replies say of the queue's state in Redis (a
     changed incarnation, a seq gone back: statewatch.py); errors are
@@ -255,27 +269,12 @@ def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
         target = client.queue(queue.name)
         if not hasattr(target, "partitions"):  # a dead-letter queue's name: not routed
             raise
-        return target.publish_many(
-            prepared.payloads,
-            headers=prepared.headers,
-            ids=prepared.ids,
-            delay=prepared.delay,
-            mandatory=prepared.mandatory,
-            durable=prepared.durable,
-            priority=prepared.priorities,
-        )
+        return target.publish_many(prepared.payloads, **resend(prepared))
     except Unroutable:
         alternate = prepared.settings.alternate
         if alternate is None:
             raise
-        results = client.queue(alternate).publish_many(
-            prepared.payloads,
-            headers=prepared.headers,
-            ids=prepared.ids,
-            delay=prepared.delay,
-            durable=prepared.durable,
-            priority=prepared.priorities,
-        )
+        results = client.queue(alternate).publish_many(prepared.payloads, **resend(prepared, mandatory=False))
         return alternate_results(alternate, results)
     client.register(queue.name)
     results = stored(prepared, replies, queue.partition)

@@ -14,7 +14,7 @@ from ..engine import async_commands as acmd
 from ..engine.async_durable import publish_durably
 from ..engine.commands import translate
 from ..errors import NotDurable, PartialPublish, QueuePartitioned, Unroutable
-from ..publishing import PreparedPublish, alternate_results, durable_outcome, failure, short_of_durable, stored
+from ..publishing import PreparedPublish, alternate_results, durable_outcome, failure, resend, short_of_durable, stored
 from ..results import PublishResult
 
 if TYPE_CHECKING:
@@ -51,28 +51,13 @@ async def send(queue: AsyncQueueLike, prepared: PreparedPublish) -> list[Publish
         target = client.queue(queue.name)
         if not hasattr(target, "partitions"):  # a dead-letter queue's name: not routed
             raise
-        partitioned: list[PublishResult] = await target.publish_many(
-            prepared.payloads,
-            headers=prepared.headers,
-            ids=prepared.ids,
-            delay=prepared.delay,
-            mandatory=prepared.mandatory,
-            durable=prepared.durable,
-            priority=prepared.priorities,
-        )
+        partitioned: list[PublishResult] = await target.publish_many(prepared.payloads, **resend(prepared))
         return partitioned
     except Unroutable:
         alternate = prepared.settings.alternate
         if alternate is None:
             raise
-        results = await client.queue(alternate).publish_many(
-            prepared.payloads,
-            headers=prepared.headers,
-            ids=prepared.ids,
-            delay=prepared.delay,
-            durable=prepared.durable,
-            priority=prepared.priorities,
-        )
+        results = await client.queue(alternate).publish_many(prepared.payloads, **resend(prepared, mandatory=False))
         return alternate_results(alternate, results)
     await client.register(queue.name)
     return stored(prepared, replies, queue.partition)
