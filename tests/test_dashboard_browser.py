@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import uvicorn
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -119,7 +119,10 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def wait(driver: WebDriver, condition: Any, what: str) -> Any:
-    return WebDriverWait(driver, WAIT, poll_frequency=0.1).until(lambda d: condition(d), message=what)
+    # The live page replaces its elements as it refreshes: one found just before is polled again.
+    return WebDriverWait(driver, WAIT, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda d: condition(d), message=what
+    )
 
 
 def text_of(driver: WebDriver, css: str) -> str:
