@@ -35,6 +35,7 @@ class Selection:
     seq_from: int | None = None  # original seq, inclusive
     seq_to: int | None = None  # original seq, inclusive
     limit: int | None = None  # at most this many
+    dead_lettered_to: int | None = None  # dead-lettered at or before this server ms
 
     def __post_init__(self) -> None:
         if self.group is not None:
@@ -42,6 +43,7 @@ class Selection:
         optional_whole_number("seq_from", self.seq_from, 0)
         optional_whole_number("seq_to", self.seq_to, 0)
         optional_whole_number("limit", self.limit, 1)
+        optional_whole_number("dead_lettered_to", self.dead_lettered_to, 0)
         if self.seq_from is not None and self.seq_to is not None and self.seq_from > self.seq_to:
             raise InvalidInput(f"seq_from {self.seq_from} is above seq_to {self.seq_to}")
 
@@ -51,6 +53,7 @@ class Selection:
             and (self.reason is None or d.reason == self.reason)
             and (self.seq_from is None or d.seq >= self.seq_from)
             and (self.seq_to is None or d.seq <= self.seq_to)
+            and (self.dead_lettered_to is None or d.dead_lettered_ms <= self.dead_lettered_to)
         )
 
 

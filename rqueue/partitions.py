@@ -365,13 +365,17 @@ class PartitionedQueue:
         seq_to: int | None = None,
         limit: int | None = None,
         progress: Progress | None = None,
+        *,
+        dead_lettered_to: int | None = None,
     ) -> int:
         """Deletes the selected dead letters of every partition; returns how many."""
         deleted = 0
         for part in self.parts:
             if (left := left_of(limit, deleted)) == 0:
                 break
-            deleted += part.purge_dead_letters(group, reason, seq_from, seq_to, left, progress)
+            deleted += part.purge_dead_letters(
+                group, reason, seq_from, seq_to, left, progress, dead_lettered_to=dead_lettered_to
+            )
         return deleted
 
     @property

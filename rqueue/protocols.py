@@ -168,4 +168,6 @@ class AnyQueue(Protocol):
         seq_to: int | None = None,
         limit: int | None = None,
         progress: Progress | None = None,
+        *,
+        dead_lettered_to: int | None = None,
     ) -> int: ...

@@ -154,9 +154,14 @@ class Queue:
         seq_to: int | None = None,
         limit: int | None = None,
         progress: Progress | None = None,
+        *,
+        dead_lettered_to: int | None = None,
     ) -> int:
-        """Deletes the selected dead letters; returns how many were deleted."""
-        return purge(self, Selection(group, reason, seq_from, seq_to, limit), progress)
+        """Deletes the selected dead letters; returns how many were deleted.
+        ``dead_lettered_to`` (server ms) leaves out dead letters that arrived
+        after that time, so a purge confirmed by a person deletes no more
+        than what was shown."""
+        return purge(self, Selection(group, reason, seq_from, seq_to, limit, dead_lettered_to), progress)
 
     def purge(self, group: str | None = None, progress: Progress | None = None) -> dict[str, int]:
         """Settles, as purged, every message not in flight: for ``group``, or

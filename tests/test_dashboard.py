@@ -310,6 +310,31 @@ def test_purge_asks_first_and_deletes_only_what_it_showed(mem: rqueue.Client) ->
     assert "Purged 1 dead letter(s)" in pick.text and mem.queue("orders").dead_letters() == []
 
 
+def test_a_confirmed_purge_leaves_dead_letters_newer_than_it_showed(clock: rqueue.ManualClock) -> None:
+    # given three dead letters, and the confirmation page of a purge by the filter
+    c = rqueue.connect(f"memory://{uuid.uuid4().hex}", prefix="dash", settings_ttl=0, clock=clock)
+    dead_lettered(c, "orders", [b"a", b"b", b"c"])
+    web = TestClient(app(c))
+    csrf = csrf_of(web.get("/dead-letters", params={"name": "orders"}).text)
+    ask = web.post("/dead-letters/purge", data={"csrf": csrf, "name": "orders", "scope": "filtered"})
+    assert 'id="purge-count">3<' in ask.text
+    # when, before it is confirmed, one of the three is purged elsewhere and a new one arrives
+    assert c.queue("orders").purge_dead_letters(seq_to=1) == 1
+    clock.advance(1)
+    dead_lettered(c, "orders", [b"d"])
+    fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', ask.text))
+    done = web.post("/dead-letters/purge", data=fields)
+    # then the confirmation deletes the two it showed that are left, not the new one
+    assert "Purged 2 dead letter(s)" in done.text
+    assert [d.data for d in c.queue("orders").dead_letters()] == [b"d"]
+    # and a confirmation without its time changes nothing
+    fields.pop("upto")
+    refused = web.post("/dead-letters/purge", data=fields)
+    assert refused.status_code == 400 and "names no count or time" in refused.text
+    assert len(c.queue("orders").dead_letters()) == 1
+    c.close()
+
+
 def test_posts_without_the_csrf_token_change_nothing(mem: rqueue.Client) -> None:
     dead_lettered(mem, "orders", [b"a"])
     web = TestClient(app(mem))

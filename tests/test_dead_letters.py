@@ -424,6 +424,22 @@ def test_purge_deletes_selected_dead_letters(queue):
     assert queue.events()[-1]["event"] == "purged"
 
 
+def test_purge_leaves_dead_letters_newer_than_its_time_bound(queue, clock):
+    # given two dead letters, and a third one a second later
+    queue.publish_many([b"m"] * 3)
+    kill(queue, "g", 1, 2, keep_rest=True)
+    bound = clock.now_ms
+    clock.advance(1)
+    kill(queue, "g", 3)
+    # when a purge is bounded by the time of the first two, then the third stays
+    assert queue.purge_dead_letters(dead_lettered_to=bound) == 2
+    assert [d.seq for d in queue.dead_letters()] == [3]
+    # and a bound that is no time is refused, changing nothing
+    with pytest.raises(rqueue.InvalidInput, match="dead_lettered_to"):
+        queue.purge_dead_letters(dead_lettered_to=-1)
+    assert len(queue.dead_letters()) == 1
+
+
 def test_events_record_dead_letters_drops_and_replays(client, queue):
     # given a dead letter that is replayed, then a drop
     queue.publish_many([b"m", b"n"])

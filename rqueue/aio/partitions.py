@@ -252,13 +252,17 @@ class PartitionedQueue:
         seq_from: int | None = None,
         seq_to: int | None = None,
         limit: int | None = None,
+        *,
+        dead_lettered_to: int | None = None,
     ) -> int:
         """As :meth:`rqueue.PartitionedQueue.purge_dead_letters`."""
         deleted = 0
         for part in self.parts:
             if (left := left_of(limit, deleted)) == 0:
                 break
-            deleted += await part.purge_dead_letters(group, reason, seq_from, seq_to, left)
+            deleted += await part.purge_dead_letters(
+                group, reason, seq_from, seq_to, left, dead_lettered_to=dead_lettered_to
+            )
         return deleted
 
     async def dead_letter_queue(self) -> PartitionedQueue:

@@ -444,10 +444,13 @@ class Queue:
         seq_from: int | None = None,
         seq_to: int | None = None,
         limit: int | None = None,
+        *,
+        dead_lettered_to: int | None = None,
     ) -> int:
-        """Deletes the selected dead letters; returns how many were deleted."""
+        """As :meth:`rqueue.Queue.purge_dead_letters`."""
         dlq = await self.dead_letter_queue()
-        chosen = [d.dlq_seq for d in await self._dead_letters(Selection(group, reason, seq_from, seq_to, limit))]
+        selection = Selection(group, reason, seq_from, seq_to, limit, dead_lettered_to)
+        chosen = [d.dlq_seq for d in await self._dead_letters(selection)]
         deleted = 0
         for start in range(0, len(chosen), PAGE):
             batch = chosen[start : start + PAGE]

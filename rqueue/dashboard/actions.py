@@ -134,22 +134,28 @@ async def replay(dash: Dashboard, request: Request) -> Response:
     return dash.render(request, "dead_letters.html", title=f"Dead letters of {ask.name}", **found)
 
 
-def count_chosen(dash: Dashboard, ask: ActionForm) -> int:
+def count_chosen(dash: Dashboard, ask: ActionForm) -> tuple[int, int]:
+    """How many dead letters the purge would delete, and when the newest of
+    them was dead-lettered (server ms; 0 when none): the confirmed purge
+    deletes none that arrived later."""
     q = dash.queue(ask.name)
     if ask.picks:
-        return sum(read_dead_letter(q, p.partition, p.dlq_seq) is not None for p in ask.picks)
-    return len(q.dead_letters(**ask.filters))
+        return sum(read_dead_letter(q, p.partition, p.dlq_seq) is not None for p in ask.picks), 0
+    shown = q.dead_letters(**ask.filters)
+    return len(shown), max((d.dead_lettered_ms for d in shown), default=0)
 
 
-def do_purge(dash: Dashboard, ask: ActionForm, expect: int, user: str) -> dict[str, Any]:
+def do_purge(dash: Dashboard, ask: ActionForm, expect: int, upto: int, user: str) -> dict[str, Any]:
     """Purges what the confirmation page showed: by a filter, at most the
-    ``expect`` oldest matching (dead letters that arrived since stay)."""
+    ``expect`` oldest matching that were dead-lettered by ``upto`` (dead
+    letters that arrived since stay, also when some of those shown were
+    replayed or purged in between)."""
     q = dash.queue(ask.name)
     if ask.picks:
         purged = purge_picks(q, ask.picks)
     else:
         limit = min(ask.filters["limit"] or expect, expect)
-        purged = q.purge_dead_letters(**{**ask.filters, "limit": limit}) if limit else 0
+        purged = q.purge_dead_letters(**{**ask.filters, "limit": limit}, dead_lettered_to=upto) if limit else 0
     log.info("dashboard: %s purged %d %s of queue %r", user, purged, what(ask), ask.name)
     return {**list_dead_letters(dash, ask.name, ask.filters), "result": None, "purged": purged}
 
@@ -160,21 +166,23 @@ async def purge(dash: Dashboard, request: Request) -> Response:
     ask = await read_form(request)
     form = await request.form()
     if form.get("confirm") != "yes":
-        count = await blocking(count_chosen, dash, ask)
+        count, upto = await blocking(count_chosen, dash, ask)
         return dash.render(
             request,
             "confirm_purge.html",
             title=f"Purge dead letters of {ask.name}?",
             name=ask.name,
             count=count,
+            upto=upto,
             what=what(ask),
-            form=[f for f in ask.form if f[0] not in ("confirm", "expect")],
+            form=[f for f in ask.form if f[0] not in ("confirm", "expect", "upto")],
         )
-    expect = str(form.get("expect", ""))
-    if not expect.isdigit():
-        raise rqueue.InvalidInput("the confirmation names no count: go back and purge again")
+    # A purge by the filter also needs the time of the newest dead letter shown.
+    expect, upto = str(form.get("expect", "")), str(form.get("upto", "0" if ask.picks else ""))
+    if not expect.isdigit() or not upto.isdigit():
+        raise rqueue.InvalidInput("the confirmation names no count or time: go back and purge again")
     user = request.scope["state"]["who"]
-    found = await blocking(do_purge, dash, ask, int(expect), user)
+    found = await blocking(do_purge, dash, ask, int(expect), int(upto), user)
     return dash.render(request, "dead_letters.html", title=f"Dead letters of {ask.name}", **found)
 
 
