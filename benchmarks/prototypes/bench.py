@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 import redis
-from layouts import ACK_WAIT_MS, LAYOUTS, Layout, StreamCalls, StreamPel, WideHash
+from layouts import ACK_WAIT_MS, LAYOUTS, Layout, Scripted, StreamCalls, StreamCallsClaim, StreamPel, WideHash
 
 BATCH = 100
 FILL = 1000  # messages per call when filling for the memory figures (untimed)
@@ -176,29 +176,28 @@ def check(server: Server) -> list[str]:
         said.append(f"XREADGROUP BLOCK 1000 inside EVAL returns at once ({time.perf_counter() - t0:.3f} s): {blocked}")
     except redis.ResponseError as exc:
         said.append(f"XREADGROUP BLOCK inside EVAL is refused: {exc}")
-    for kind in (StreamPel, WideHash, StreamCalls):
+    for kind in (StreamPel, WideHash, StreamCalls, StreamCallsClaim):
         r.flushall()
         layout = kind(r, server.url, "chk")
         layout.join()
         layout.publish_many(payloads(0, 6))
         first = fetch_with(layout, 3, ack_wait=50)
-        assert [d[1] for d in first] == [1, 1, 1] and layout.payload(first[0][3]) == payloads(0, 1)[0], first
+        assert [d[1] for d in first] == [1, 1, 1] and first[0][3] == payloads(0, 1)[0], first
         second = layout.fetch(3)
         # out of order: ack the later call first, then a stale count, then the earlier
         layout.ack(second)
-        stale = (first[0][0], 2, first[0][2])
-        keys = layout.ack_keys
-        statuses = r.evalsha(layout.sha["ack"], len(keys), *keys, *ack_args(layout, [stale]))
+        stale = (first[0][0], 2, *first[0][2:])  # the first delivery's tag with a count it never had
+        statuses = ack_raw(layout, [stale])
         assert statuses[0].startswith(b"RQ_STALE"), statuses
         layout.ack(first[:2])
-        statuses = r.evalsha(layout.sha["ack"], len(keys), *keys, *ack_args(layout, [first[0], first[0]]))
-        assert all(s.startswith((b"RQ_NOT_HELD", b"RQ_ACKED")) for s in statuses), statuses
+        statuses = ack_raw(layout, [first[0], first[0]])
+        assert all(s.startswith((b"RQ_NOT_HELD", b"RQ_PARTIAL")) for s in statuses), statuses
         # the last of the first call: its lease runs out (ack_wait 50 ms)
         lone = first[2]
         time.sleep(0.1)  # the lease must have run out on the server's clock: nothing to poll
         again = fetch_with(layout, 3, ack_wait=50)
         assert [(d[0], d[1]) for d in again] == [(lone[0], 2)], again
-        statuses = r.evalsha(layout.sha["ack"], len(keys), *keys, *ack_args(layout, [lone]))
+        statuses = ack_raw(layout, [lone])
         assert statuses[0].startswith(b"RQ_STALE"), statuses
         layout.ack(again)
         if isinstance(layout, StreamPel):
@@ -206,8 +205,8 @@ def check(server: Server) -> list[str]:
             assert r.xpending(layout.publish_keys[0], "g")["pending"] == 0
         elif isinstance(layout, StreamCalls):
             assert r.xlen(layout.publish_keys[0]) == 0, r.xrange(layout.publish_keys[0])
-            assert r.hget(layout.fetch_keys[1], "floor").endswith(b"-6"), r.hgetall(layout.fetch_keys[1])
-            assert r.hlen(layout.fetch_keys[3]) == 0 and r.hlen(layout.fetch_keys[4]) == 0
+            assert r.hget(layout.fetch_keys[1], "floor") == b"6", r.hgetall(layout.fetch_keys[1])
+            assert r.hlen(layout.fetch_keys[3]) == 0 and r.hlen(layout.fetch_keys[4]) == 0, r.hgetall(layout.fetch_keys[4])
         else:
             assert r.hget(layout.fetch_keys[2], "floor") == b"6", r.hgetall(layout.fetch_keys[2])
             assert r.hlen(layout.fetch_keys[1]) == 0
@@ -219,7 +218,7 @@ def check(server: Server) -> list[str]:
             assert len(got) == 1, got
             time.sleep(0.01)
         assert fetch_with(layout, 1, ack_wait=1) == []
-        dlq = layout.fetch_keys[6 if isinstance(layout, StreamCalls) else -1]
+        dlq = layout.dlq if isinstance(layout, StreamCalls) else layout.fetch_keys[-1]
         assert (r.llen(dlq) if isinstance(layout, WideHash) else r.xlen(dlq)) == 1
         # ids de-duplicate inside the window
         idkey = f"{layout.publish_keys[0]}:id:a"
@@ -236,24 +235,22 @@ def check(server: Server) -> list[str]:
     return said
 
 
-def ack_args(layout: Layout, tags: list[Any]) -> list[Any]:
+def ack_raw(layout: Layout, tags: list[Any]) -> list[bytes]:
+    if isinstance(layout, StreamCalls):
+        return layout.ack_raw(tags)
     args: list[Any] = ["g", "c1"]
     if isinstance(layout, StreamPel):
         ids = sorted((d[0] for d in tags), key=lambda i: tuple(int(x) for x in i.split(b"-")))
         args += [ids[0], ids[-1]]
     for d in tags:
         args += [d[0], d[1], d[2]]
-    return args
+    keys = layout.ack_keys  # type: ignore[attr-defined]
+    return layout.r.evalsha(layout.sha["ack"], len(keys), *keys, *args)  # type: ignore[attr-defined,no-any-return]
 
 
 def fetch_with(layout: Layout, n: int, ack_wait: int) -> list[Any]:
-    from layouts import token
-
-    assert isinstance(layout, (StreamPel, WideHash, StreamCalls))
-    tok = token()
-    keys = layout.fetch_keys
-    reply = layout.r.evalsha(layout.sha["fetch"], len(keys), *keys, "g", "c1", ack_wait, 10**9, 10**9, 5, n, tok)
-    return [(reply[k], int(reply[k + 1]), tok, reply[k + 2]) for k in range(1, len(reply), 3)]
+    assert isinstance(layout, Scripted)
+    return layout.fetch(n, ack_wait)
 
 
 # -- report --------------------------------------------------------------------------

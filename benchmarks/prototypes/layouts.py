@@ -138,7 +138,7 @@ class Scripted(Layout):
             args += (b"0", p)
         self.call("EVALSHA", self.sha["publish"], len(self.publish_keys), *self.publish_keys, *args)
 
-    def fetch(self, n: int) -> list[Any]:
+    def fetch(self, n: int, ack_wait: int = ACK_WAIT_MS) -> list[Any]:
         tok = token()
         reply = self.call(
             "EVALSHA",
@@ -147,7 +147,7 @@ class Scripted(Layout):
             *self.fetch_keys,
             GROUP,
             CONSUMER,
-            ACK_WAIT_MS,
+            ack_wait,
             BIG,
             BIG,
             MAX_DELIVERIES,
@@ -222,29 +222,96 @@ class WideHash(Scripted):
 
 
 class StreamCalls(Scripted):
+    """Prototype (d): the script reads the new entries (one round trip)."""
+
     name = "stream_calls"
     folder = "stream_calls"
+    mode = "read"
 
     def join(self) -> None:
         base = f"pd:{{{self.queue}}}"
         s, meta, g = f"{base}:log", f"{base}:meta", f"{base}:g:{GROUP}"
         exp, calls, dlv = f"{base}:exp:{GROUP}", f"{base}:calls:{GROUP}", f"{base}:dlv:{GROUP}"
         acked = f"{base}:acked:{GROUP}"
+        self.stream_key = s
+        self.dlq = f"{base}:dlq"
         self.publish_keys = [s, meta]
-        self.fetch_keys = [s, g, exp, calls, dlv, f"{base}:ready:{GROUP}", f"{base}:dlq", acked]
+        self.fetch_keys = [s, g, exp, calls, dlv, f"{base}:ready:{GROUP}", self.dlq, meta]
         self.ack_keys = [s, g, exp, calls, dlv, acked, f"{base}:floors"]
         self.r.hset(g, f"m:{CONSUMER}", "1")
         self.load()
 
+    def fetch(self, n: int, ack_wait: int = ACK_WAIT_MS) -> list[Any]:
+        tok = token()
+        reply = self.call(
+            "EVALSHA",
+            self.sha["fetch"],
+            len(self.fetch_keys),
+            *self.fetch_keys,
+            GROUP,
+            CONSUMER,
+            ack_wait,
+            BIG,
+            BIG,
+            MAX_DELIVERIES,
+            n,
+            tok,
+            self.mode,
+        )
+        # (id, count, token, payload, seq): a call's new entries have contiguous seqs
+        out = [
+            (reply[k], int(reply[k + 1]), tok, reply[k + 2], int(reply[k].split(b"-")[0]))
+            for k in range(2, len(reply), 3)
+        ]
+        entries = reply[1]
+        if entries and self.mode == "claim":
+            # redis-py makes each entry (id, {field: value})
+            read = self.call("XRANGE", self.stream_key, entries[0], "+", "COUNT", entries[1])
+            first = int(read[0][0].split(b"-")[0])
+            return out + [(e[0], 1, tok, e[1][b"p"], first + i) for i, e in enumerate(read)]
+        if entries:
+            first = int(entries[0][0].split(b"-")[0])
+            out += [(e[0], 1, tok, e[1][1], first + i) for i, e in enumerate(entries)]
+        return out
+
+    def ack_raw(self, deliveries: list[Any]) -> list[bytes]:
+        """One argument triple per fetch call: its first deliveries as
+        ranges of seqs, its redeliveries as seq=count."""
+        calls: dict[str, tuple[list[int], list[str]]] = {}
+        for d in deliveries:
+            seqs, again = calls.setdefault(d[2], ([], []))
+            if d[1] == 1:
+                seqs.append(d[4])
+            else:
+                again.append(f"{d[4]}={d[1]}")
+        args: list[Any] = [GROUP, CONSUMER]
+        for tok, (seqs, again) in calls.items():
+            seqs.sort()
+            ranges = []
+            k = 0
+            while k < len(seqs):
+                j = k
+                while j + 1 < len(seqs) and seqs[j + 1] == seqs[j] + 1:
+                    j += 1
+                ranges.append(f"{seqs[k]}-{seqs[j]}")
+                k = j + 1
+            args += (tok, ",".join(ranges), ",".join(again))
+        return self.call("EVALSHA", self.sha["ack"], len(self.ack_keys), *self.ack_keys, *args)  # type: ignore[no-any-return]
+
     def ack(self, deliveries: list[Any]) -> None:
         if not deliveries:
             return
-        args: list[Any] = [GROUP, CONSUMER]
-        for d in deliveries:
-            args += (d[0], d[1], d[2])
-        statuses = self.call("EVALSHA", self.sha["ack"], len(self.ack_keys), *self.ack_keys, *args)
+        statuses = self.ack_raw(deliveries)
         if any(s != b"ok" for s in statuses):
-            raise AssertionError(f"stream_calls ack: {statuses[:3]}")
+            raise AssertionError(f"{self.name} ack: {statuses[:3]}")
 
 
-LAYOUTS: dict[str, type[Layout]] = {k.name: k for k in (Streams, Rqueue, StreamPel, WideHash, StreamCalls)}
+class StreamCallsClaim(StreamCalls):
+    """Prototype (d), two round trips: the script claims, XRANGE reads."""
+
+    name = "stream_calls_2rt"
+    mode = "claim"
+    fetch_cmds = (*SCRIPT_COMMANDS, "xrange")
+
+
+LAYOUTS: dict[str, type[Layout]] = {k.name: k for k in (Streams, Rqueue, StreamPel, WideHash, StreamCalls, StreamCallsClaim)}

@@ -1,22 +1,31 @@
 --[[
   Prototype (d), stream log + per-call in-flight records: no consumer
-  group and no PEL. A fetch reads the stream from the group's cursor
-  (XRANGE) and writes one record per call, not per message: the calls
-  hash holds <token> -> ",id1,id2,...," (what the call handed out),
-  h:<token> -> holder, n:<token> -> how many are still out; the exp zset
-  <token> -> lease deadline. A delivery that is not the first (taken
-  back, then handed out again) also has a state in the dlv hash,
-  id -> "<count>:<token>", so the count of a first delivery costs
+  group, no PEL, and no write per message. A fetch hands out new entries
+  from the group's cursor (a seq) and keeps one record per call: the
+  calls hash holds <token> -> "<first seq> <out>", <out> one byte per
+  entry the call handed out, "1" while it is out and "0" once settled
+  (the entries are contiguous: seqs are gap-free and nothing above the
+  cursor is trimmed), h:<token> -> holder, n:<token> -> how many are
+  still out, x:<token> -> the seqs it handed out again (redeliveries,
+  each with a state in the dlv hash, seq -> "<count>:<token>"); the exp
+  zset <token> -> lease deadline. A first delivery's count (1) costs
   nothing. A fetch that finds no call past its deadline pays one ZCOUNT
   for leases.
 
-  KEYS[1] stream  KEYS[2] group hash (m:<c>, h:<c>, inflight, cursor id,
-    floor id, paused)  KEYS[3] exp zset  KEYS[4] calls hash  KEYS[5] dlv
-    hash  KEYS[6] ready zset (seq -> id)  KEYS[7] dead-letter stream
-    KEYS[8] acked runs zset (read when a call's lease ran out)
+  With ARGV[9] "read" the script reads the new entries (XRANGE) and
+  returns them; with "claim" it only claims them and returns their first
+  seq and how many: the client reads them with XRANGE <first> + COUNT <k>
+  (no one can settle or trim them before: they are this call's).
+
+  KEYS[1] stream  KEYS[2] group hash (m:<c>, h:<c>, inflight, cursor,
+    floor, paused)  KEYS[3] exp zset  KEYS[4] calls hash  KEYS[5] dlv
+    hash  KEYS[6] ready zset (seq -> seq)  KEYS[7] dead-letter stream
+    KEYS[8] meta hash (seq: the last assigned)
   ARGV[1] group  ARGV[2] consumer  ARGV[3] ack_wait ms  ARGV[4] max_inflight
   ARGV[5] prefetch  ARGV[6] max_deliveries  ARGV[7] n  ARGV[8] token
-  Reply: { now_ms, id1, count1, payload1, ... }
+  ARGV[9] "read" or "claim"
+  Reply: { now_ms, new entries as XRANGE returns them ("read") or
+    {first seq, k} ("claim"), id1, count1, payload1, ... (redeliveries) }
 ]]
 local rcall = redis.call
 local EXPIRE_CALLS = 100
@@ -31,47 +40,47 @@ local t = rcall('TIME')
 local now = t[1] * 1000 + (t[2] - t[2] % 1000) / 1000
 local nowText = string.format('%d', now)
 local heldField = 'h:' .. consumer
-local f = rcall('HMGET', g, 'm:' .. consumer, heldField, 'inflight', 'cursor', 'floor', 'paused')
+local f = rcall('HMGET', g, 'm:' .. consumer, heldField, 'inflight', 'cursor', 'paused')
 if not f[1] then
   return redis.error_reply('RQ_NOT_MEMBER consumer ' .. consumer .. ' is not a member of group ' .. group)
 end
-local out = {nowText}
-if f[6] then
-  return out
+if f[5] then
+  return {nowText, {}}
 end
-local held, inflight, cursor = (f[2] or 0) + 0, (f[3] or 0) + 0, f[4] or '0-0'
--- Calls past their deadline: what they still have out is taken back.
+local held, inflight, cursor = (f[2] or 0) + 0, (f[3] or 0) + 0, (f[4] or 0) + 0
+-- Calls past their deadline: what they still have out is taken back,
+-- ready now, or dead-lettered after max_deliveries.
+local function takeBack(seq, count)
+  if count >= ARGV[6] + 0 then
+    local rec = rcall('XRANGE', s, seq, seq)
+    rcall('XADD', dlq, '*', 'p', rec[1] and rec[1][2][2] or '', 'x-rq-seq', seq, 'x-rq-deliveries', count)
+    rcall('HDEL', dlv, seq) -- settling it (the floor) is left out of the prototype
+  else
+    rcall('HSET', dlv, seq, count .. ':')
+    rcall('ZADD', ready, seq, seq)
+  end
+end
 if inflight > 0 and rcall('ZCOUNT', exp, '-inf', nowText) > 0 then
-  local floorSeq = string.match(f[5] or '0-0', '-(%d+)$') + 0
-  local runsKey = KEYS[8]
   for _, tok in ipairs(rcall('ZRANGEBYSCORE', exp, '-inf', nowText, 'LIMIT', '0', EXPIRE_CALLS)) do
-    local c = rcall('HMGET', calls, tok, 'h:' .. tok)
-    local back = 0
-    for id in string.gmatch(c[1] or '', '[^,]+') do
-      local seq = string.match(id, '-(%d+)$') + 0
-      local settled = seq <= floorSeq
-      if not settled then
-        local run = rcall('ZRANGEBYSCORE', runsKey, seq, '+inf', 'LIMIT', '0', '1')
-        settled = run[1] ~= nil and run[1] + 0 <= seq
-      end
-      local st = rcall('HGET', dlv, id)
-      local count, owner = 1, tok
-      if st then
-        local a, b = string.match(st, '^(%d+):(.*)$')
-        count, owner = a + 0, b
-      end
-      if not settled and owner == tok then
-        back = back + 1
-        if count >= ARGV[6] + 0 then
-          local rec = rcall('XRANGE', s, id, id)
-          rcall('XADD', dlq, '*', 'p', rec[1] and rec[1][2][2] or '', 'x-rq-id', id, 'x-rq-deliveries', count)
-          rcall('HDEL', dlv, id) -- settling it (the floor) is left out of the prototype
-        else
-          rcall('HSET', dlv, id, count .. ':')
-          rcall('ZADD', ready, seq, id)
+    local c = rcall('HMGET', calls, tok, 'h:' .. tok, 'n:' .. tok, 'x:' .. tok)
+    local first, out = string.match(c[1] or '', '^(%d+) (%d+)$')
+    if first then
+      local p = 0
+      while true do
+        p = string.find(out, '1', p + 1, true)
+        if not p then
+          break
         end
+        takeBack(string.format('%d', first + p - 1), 1)
       end
     end
+    for seq in string.gmatch(c[4] or '', '%d+') do
+      local count, owner = string.match(rcall('HGET', dlv, seq) or '', '^(%d+):(.*)$')
+      if owner == tok then
+        takeBack(seq, count + 0)
+      end
+    end
+    local back = (c[3] or 0) + 0
     if c[2] then
       rcall('HINCRBY', g, 'h:' .. c[2], -back)
       if c[2] == consumer then
@@ -79,7 +88,7 @@ if inflight > 0 and rcall('ZCOUNT', exp, '-inf', nowText) > 0 then
       end
     end
     inflight = inflight - back
-    rcall('HDEL', calls, tok, 'h:' .. tok, 'n:' .. tok)
+    rcall('HDEL', calls, tok, 'h:' .. tok, 'n:' .. tok, 'x:' .. tok)
     rcall('ZREM', exp, tok)
   end
 end
@@ -90,43 +99,61 @@ end
 if ARGV[5] - held < room then
   room = ARGV[5] - held
 end
+local reply = {nowText, {}}
 local got = 0
-local ids = {}
+local again = nil
 if room > 0 and rcall('EXISTS', ready) == 1 then
-  local due = rcall('ZRANGE', ready, '0', room - 1)
-  for _, id in ipairs(due) do
-    rcall('ZREM', ready, id)
-    local rec = rcall('XRANGE', s, id, id)
-    local count = string.match(rcall('HGET', dlv, id) or '1:', '^(%d+):') + 1
+  again = {}
+  for _, seq in ipairs(rcall('ZRANGE', ready, '0', room - 1)) do
+    rcall('ZREM', ready, seq)
+    local rec = rcall('XRANGE', s, seq, seq)
+    local count = string.match(rcall('HGET', dlv, seq) or '1:', '^(%d+):') + 1
     if rec[1] then
-      rcall('HSET', dlv, id, count .. ':' .. token)
-      ids[#ids + 1] = id
-      out[#out + 1] = id
-      out[#out + 1] = count
-      out[#out + 1] = rec[1][2][2]
+      rcall('HSET', dlv, seq, count .. ':' .. token)
+      again[#again + 1] = seq
+      reply[#reply + 1] = rec[1][1]
+      reply[#reply + 1] = count
+      reply[#reply + 1] = rec[1][2][2]
       got = got + 1
     end
   end
 end
-local newCursor = nil
-if room - got > 0 then
-  local entries = rcall('XRANGE', s, '(' .. cursor, '+', 'COUNT', room - got)
-  for _, e in ipairs(entries) do
-    ids[#ids + 1] = e[1]
-    out[#out + 1] = e[1]
-    out[#out + 1] = 1
-    out[#out + 1] = e[2][2]
+local fields = {}
+local k = room - got
+if k > 0 then
+  local first = string.format('%d', cursor + 1)
+  if ARGV[9] == 'claim' then
+    local last = (rcall('HGET', KEYS[8], 'seq') or 0) + 0
+    if last - cursor < k then
+      k = last - cursor
+    end
+    if k > 0 then
+      reply[2] = {first, k}
+    end
+  else
+    local entries = rcall('XRANGE', s, first, '+', 'COUNT', k)
+    k = #entries
+    if k > 0 then
+      reply[2] = entries
+    end
   end
-  got = got + #entries
-  newCursor = ids[#ids]
+  if k > 0 then
+    got = got + k
+    cursor = cursor + k
+    fields = {token, first .. ' ' .. string.rep('1', k)}
+  end
 end
 if got > 0 then
-  rcall('HSET', calls, token, ',' .. table.concat(ids, ',') .. ',', 'h:' .. token, consumer, 'n:' .. token, got)
-  rcall('ZADD', exp, string.format('%d', now + ackWait), token)
-  if newCursor then
-    rcall('HSET', g, heldField, held + got, 'inflight', inflight + got, 'cursor', newCursor)
-  else
-    rcall('HSET', g, heldField, held + got, 'inflight', inflight + got)
+  fields[#fields + 1] = 'h:' .. token
+  fields[#fields + 1] = consumer
+  fields[#fields + 1] = 'n:' .. token
+  fields[#fields + 1] = got
+  if again and #again > 0 then
+    fields[#fields + 1] = 'x:' .. token
+    fields[#fields + 1] = table.concat(again, ',')
   end
+  rcall('HSET', calls, unpack(fields))
+  rcall('ZADD', exp, string.format('%d', now + ackWait), token)
+  rcall('HSET', g, heldField, held + got, 'inflight', inflight + got, 'cursor', string.format('%d', cursor))
 end
-return out
+return reply

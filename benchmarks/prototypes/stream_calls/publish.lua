@@ -1,12 +1,13 @@
 --[[
   Prototype (d), stream log + per-call in-flight records: appends messages
-  to the queue's stream with explicit ids <ms>-<seq>, seq one queue-wide
-  counter (so that seqs are contiguous and the ack floor and acked runs
-  work on them as they do now) and ms the publish time (never below the
-  last entry's, which XADD requires). An entry is the record: one field
-  "p", the payload.
+  to the queue's stream with explicit ids <seq>-<ms>: seq one queue-wide
+  counter first, so that ids sort by seq, seqs are gap-free, and the ack
+  floor, acked runs, XRANGE and XTRIM MINID all work on seqs alone; the
+  publish time second, where it costs no bytes of its own. An entry is
+  the record: one field "p", the payload (the field name is shared by
+  the listpack's master entry).
 
-  KEYS[1] the stream  KEYS[2] meta hash (seq, ms: the last entry's)
+  KEYS[1] the stream  KEYS[2] meta hash (seq: the last assigned)
   KEYS[3..] id keys (string -> stream id, PX = window)
   ARGV[1] window ms  ARGV[2] wake-up channel or ""
   ARGV[3], ARGV[4], ... per message: index of its id key (0: none), payload
@@ -15,14 +16,20 @@
 local rcall = redis.call
 local s, meta = KEYS[1], KEYS[2]
 local t = rcall('TIME')
-local now = t[1] * 1000 + (t[2] - t[2] % 1000) / 1000
-local m = rcall('HMGET', meta, 'seq', 'ms')
-local seq = (m[1] or 0) + 0
-local ms = (m[2] or 0) + 0
-if now > ms then
-  ms = now
+local msText = '-' .. t[1] .. string.sub(string.format('%06d', t[2]), 1, 3)
+local count = (#ARGV - 2) / 2
+local anyId = false
+for i = 3, #ARGV, 2 do
+  if ARGV[i] ~= '0' then
+    anyId = true
+  end
 end
-local msText = string.format('%d', ms) .. '-'
+local seq
+if anyId then
+  seq = (rcall('HGET', meta, 'seq') or 0) + 0
+else
+  seq = rcall('HINCRBY', meta, 'seq', count) - count
+end
 local out = {}
 local last = nil
 for i = 3, #ARGV, 2 do
@@ -36,7 +43,7 @@ for i = 3, #ARGV, 2 do
     out[#out + 1] = 1
   else
     seq = seq + 1
-    last = msText .. string.format('%d', seq)
+    last = string.format('%d', seq) .. msText
     rcall('XADD', s, last, 'p', ARGV[i + 1])
     if idKey ~= '0' then
       rcall('SET', KEYS[idKey + 0], last, 'PX', ARGV[1])
@@ -45,10 +52,10 @@ for i = 3, #ARGV, 2 do
     out[#out + 1] = 0
   end
 end
-if last then
-  rcall('HSET', meta, 'seq', seq, 'ms', ms)
-  if ARGV[2] ~= '' then
-    redis.pcall('PUBLISH', ARGV[2], last)
-  end
+if anyId and last then
+  rcall('HSET', meta, 'seq', seq)
+end
+if last and ARGV[2] ~= '' then
+  redis.pcall('PUBLISH', ARGV[2], last)
 end
 return out
