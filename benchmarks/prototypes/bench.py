@@ -6,10 +6,10 @@ usage: PYTHONPATH=. python benchmarks/prototypes/bench.py [--runs 3] [--messages
 
 Starts redis-server on a free loopback port (never 6379) in a temp dir without
 persistence, checks the prototypes' semantics (--check-only stops there), then
-per run and layout, in turns: publish_many(100) msg/s, fetch(100)+ack(list)
-msg/s, Redis CPU per message of publish / fetch / ack (INFO commandstats usec,
-fetch and ack in a pass of their own with the counters read between calls),
-used_memory per queued message and per message in flight. Prints the medians
+per run, every layout in turns (10 turns each, on one server): publish_many(100)
+msg/s, fetch(100)+ack(list) msg/s; then per layout: Redis CPU per message of
+publish / fetch / ack (INFO commandstats usec, fetch and ack in a pass of their
+own with the counters read between calls), used_memory per queued message and per message in flight. Prints the medians
 and the ratios to Streams; stops the server by its PID.
 """
 
@@ -49,8 +49,21 @@ class Server:
             self.port = s.getsockname()[1]
         assert self.port != 6379
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
-             "--appendonly", "no", "--logfile", os.path.join(self.dir, "redis.log")],  # fmt: skip
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                self.dir,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--logfile",
+                os.path.join(self.dir, "redis.log"),
+            ],  # fmt: skip
             stdout=subprocess.DEVNULL,
         )
         self.url = f"redis://127.0.0.1:{self.port}/0"
@@ -98,22 +111,55 @@ def drain(layout: Layout, n: int) -> None:
         done += len(ds)
 
 
-def measure(server: Server, kind: str, n: int, mem_n: int, run: int) -> dict[str, float]:
+TURNS = 10  # the timed figures: each layout does its messages in this many turns, taking turns
+
+
+def measure_run(server: Server, kinds: list[str], n: int, mem_n: int, run: int) -> dict[str, dict[str, float]]:
+    """One run of every figure for every layout. The timed figures
+    interleave the layouts (TURNS turns each, on one server holding all
+    their queues), so that every layout meets the same background load:
+    on 2 shared cores a figure timed alone swings by 2-4x."""
     r = server.r
-    out: dict[str, float] = {}
-    layout = fresh(server, kind, f"{run}")
-    # publish_many(100), timed, and its Redis CPU
-    u0, t0 = usec(r, layout.publish_cmds), time.perf_counter()
-    for start in range(0, n, BATCH):
-        layout.publish_many(payloads(start, BATCH))
-    out["publish_rate"] = n / (time.perf_counter() - t0)
-    out["publish_us"] = (usec(r, layout.publish_cmds) - u0) / n
-    # fetch(100)+ack(list) of those n, timed
-    c0, t0 = time.process_time(), time.perf_counter()
-    drain(layout, n)
-    out["consume_rate"] = n / (time.perf_counter() - t0)
-    out["client_us"] = (time.process_time() - c0) / n * 1e6
-    # fetch and ack apart: counters read between the calls (untimed)
+    r.flushall()
+    out: dict[str, dict[str, float]] = {k: {} for k in kinds}
+    layouts = {}
+    for k in kinds:
+        layouts[k] = LAYOUTS[k](r, server.url, f"q-{run}-{k}")
+        layouts[k].join()
+    chunk = n // TURNS
+    spent = {k: [0.0, 0, 0.0, 0.0] for k in kinds}  # publish s, publish usec, consume s, client cpu s
+    for turn in range(TURNS):
+        for k in kinds[turn % len(kinds) :] + kinds[: turn % len(kinds)]:
+            layout = layouts[k]
+            u0, t0 = usec(r, layout.publish_cmds), time.perf_counter()
+            for start in range(turn * chunk, (turn + 1) * chunk, BATCH):
+                layout.publish_many(payloads(start, BATCH))
+            spent[k][0] += time.perf_counter() - t0
+            spent[k][1] += usec(r, layout.publish_cmds) - u0
+    for turn in range(TURNS):
+        for k in kinds[turn % len(kinds) :] + kinds[: turn % len(kinds)]:
+            c0, t0 = time.process_time(), time.perf_counter()
+            drain(layouts[k], chunk)
+            spent[k][2] += time.perf_counter() - t0
+            spent[k][3] += time.process_time() - c0
+    for k in kinds:
+        total = chunk * TURNS
+        out[k]["publish_rate"] = total / spent[k][0]
+        out[k]["publish_us"] = spent[k][1] / total
+        out[k]["consume_rate"] = total / spent[k][2]
+        out[k]["client_us"] = spent[k][3] / total * 1e6
+        out[k].update(split_cpu(server, layouts[k], n))
+        layouts[k].close()
+    for k in kinds:
+        out[k].update(memory(server, k, mem_n, run))
+    r.flushall()
+    return out
+
+
+def split_cpu(server: Server, layout: Layout, n: int) -> dict[str, float]:
+    """Redis usec per message of fetch and of ack, the counters read
+    between the calls (untimed)."""
+    r = server.r
     for start in range(0, n, FILL):
         layout.publish_many(payloads(start, FILL))
     fetch_us = ack_us = 0
@@ -128,9 +174,13 @@ def measure(server: Server, kind: str, n: int, mem_n: int, run: int) -> dict[str
         fetch_us += b - a
         ack_us += c - b_ack
         done += len(ds)
-    out["fetch_us"], out["ack_us"] = fetch_us / n, ack_us / n
-    layout.close()
-    # memory: mem_n queued, then the same held in flight by one consumer
+    return {"fetch_us": fetch_us / n, "ack_us": ack_us / n}
+
+
+def memory(server: Server, kind: str, mem_n: int, run: int) -> dict[str, float]:
+    """used_memory per message: mem_n queued, then the same held in flight
+    by one consumer (a fresh server state for each layout)."""
+    r = server.r
     layout = fresh(server, kind, f"{run}m")
     m0 = used_memory(r)
     for start in range(0, mem_n, FILL):
@@ -143,11 +193,8 @@ def measure(server: Server, kind: str, n: int, mem_n: int, run: int) -> dict[str
             raise RuntimeError(f"{layout.name}: {held} of {mem_n} in flight")
         held += got
     m2 = used_memory(r)
-    out["mem_queued"] = (m1 - m0) / mem_n
-    out["mem_inflight"] = (m2 - m1) / mem_n
     layout.close()
-    r.flushall()
-    return out
+    return {"mem_queued": (m1 - m0) / mem_n, "mem_inflight": (m2 - m1) / mem_n}
 
 
 # -- the semantics the prototypes keep, checked on the same server -----------------
@@ -206,7 +253,8 @@ def check(server: Server) -> list[str]:
         elif isinstance(layout, StreamCalls):
             assert r.xlen(layout.publish_keys[0]) == 0, r.xrange(layout.publish_keys[0])
             assert r.hget(layout.fetch_keys[1], "floor") == b"6", r.hgetall(layout.fetch_keys[1])
-            assert r.hlen(layout.fetch_keys[3]) == 0 and r.hlen(layout.fetch_keys[4]) == 0, r.hgetall(layout.fetch_keys[4])
+            assert r.hlen(layout.fetch_keys[3]) == 0, r.hgetall(layout.fetch_keys[3])
+            assert r.hlen(layout.fetch_keys[4]) == 0, r.hgetall(layout.fetch_keys[4])
         else:
             assert r.hget(layout.fetch_keys[2], "floor") == b"6", r.hgetall(layout.fetch_keys[2])
             assert r.hlen(layout.fetch_keys[1]) == 0
@@ -253,6 +301,28 @@ def fetch_with(layout: Layout, n: int, ack_wait: int) -> list[Any]:
     return layout.fetch(n, ack_wait)
 
 
+def breakdown(server: Server, kinds: list[str], n: int) -> str:
+    """Where a fetch(100)+ack loop spends Redis time: INFO commandstats
+    after CONFIG RESETSTAT, usec per message of each command (a script's
+    usec includes the commands it calls: the rest is the Lua side)."""
+    lines = ["| layout | command | calls | usec per message |", "|---|---|---|---|"]
+    for kind in kinds:
+        layout = fresh(server, kind, "bd")
+        for start in range(0, n, FILL):
+            layout.publish_many(payloads(start, FILL))
+        server.r.config_resetstat()
+        drain(layout, n)
+        stats = server.r.info("commandstats")
+        layout.close()
+        rows = sorted(stats.items(), key=lambda kv: -kv[1]["usec"])
+        for name, v in rows:
+            if name.startswith("cmdstat_config") or v["usec"] / n < 0.005:
+                continue
+            lines.append(f"| {kind} | {name[len('cmdstat_') :]} | {v['calls']:,} | {v['usec'] / n:.3f} |")
+    server.r.flushall()
+    return "\n".join(lines)
+
+
 # -- report --------------------------------------------------------------------------
 
 COLUMNS = [
@@ -293,6 +363,7 @@ def main() -> None:
     ap.add_argument("--layouts", default=",".join(LAYOUTS))
     ap.add_argument("--json", help="write the runs and medians here")
     ap.add_argument("--check-only", action="store_true")
+    ap.add_argument("--breakdown", action="store_true", help="also: Redis time per command of a fetch+ack loop")
     args = ap.parse_args()
     kinds = args.layouts.split(",")
     server = Server()
@@ -305,10 +376,10 @@ def main() -> None:
         runs: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
         started = time.monotonic()
         for run in range(args.runs):
-            # the order turns each run, so that no layout always goes first
-            for k in kinds[run % len(kinds) :] + kinds[: run % len(kinds)]:
-                runs[k].append(measure(server, k, args.messages, args.memory_messages, run))
-                print(f"[{time.monotonic() - started:6.1f}s] run {run + 1} {k}: {runs[k][-1]}", file=sys.stderr)
+            one = measure_run(server, kinds, args.messages, args.memory_messages, run)
+            for k in kinds:
+                runs[k].append(one[k])
+                print(f"[{time.monotonic() - started:6.1f}s] run {run + 1} {k}: {one[k]}", file=sys.stderr)
         medians = {k: {key: statistics.median(r[key] for r in runs[k]) for key, _, _ in COLUMNS} for k in kinds}
         spans = {
             k: {key: (min(r[key] for r in runs[k]), max(r[key] for r in runs[k])) for key, _, _ in COLUMNS}
@@ -320,6 +391,8 @@ def main() -> None:
             f"redis-server {server.version}, ack_wait {ACK_WAIT_MS} ms.\n"
         )
         print(table(medians, spans))
+        if args.breakdown:
+            print("\n" + breakdown(server, kinds, args.messages))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"version": server.version, "runs": runs, "medians": medians}, f, indent=1)

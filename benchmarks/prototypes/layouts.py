@@ -314,4 +314,6 @@ class StreamCallsClaim(StreamCalls):
     fetch_cmds = (*SCRIPT_COMMANDS, "xrange")
 
 
-LAYOUTS: dict[str, type[Layout]] = {k.name: k for k in (Streams, Rqueue, StreamPel, WideHash, StreamCalls, StreamCallsClaim)}
+LAYOUTS: dict[str, type[Layout]] = {
+    k.name: k for k in (Streams, Rqueue, StreamPel, WideHash, StreamCalls, StreamCallsClaim)
+}
