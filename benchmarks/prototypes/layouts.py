@@ -265,10 +265,7 @@ class StreamCalls(Scripted):
         ]
         entries = reply[1]
         if entries and self.mode == "claim":
-            # redis-py makes each entry (id, {field: value})
-            read = self.call("XRANGE", self.stream_key, entries[0], "+", "COUNT", entries[1])
-            first = int(read[0][0].split(b"-")[0])
-            return out + [(e[0], 1, tok, e[1][b"p"], first + i) for i, e in enumerate(read)]
+            entries = self.call("XRANGE", self.stream_key, entries[0], "+", "COUNT", entries[1])
         if entries:
             first = int(entries[0][0].split(b"-")[0])
             out += [(e[0], 1, tok, e[1][1], first + i) for i, e in enumerate(entries)]
@@ -312,6 +309,13 @@ class StreamCallsClaim(StreamCalls):
     name = "stream_calls_2rt"
     mode = "claim"
     fetch_cmds = (*SCRIPT_COMMANDS, "xrange")
+
+    def __init__(self, r: redis.Redis, url: str, queue: str) -> None:
+        # A client of its own whose XRANGE replies stay as the server sent
+        # them (redis-py's callback makes a dict of every entry's fields).
+        own = redis.Redis(connection_pool=r.connection_pool)
+        own.set_response_callback("XRANGE", lambda response, **options: response)
+        super().__init__(own, url, queue)
 
 
 LAYOUTS: dict[str, type[Layout]] = {
