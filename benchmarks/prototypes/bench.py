@@ -337,19 +337,23 @@ COLUMNS = [
 ]
 
 
-def table(medians: dict[str, dict[str, float]], spans: dict[str, dict[str, tuple[float, float]]]) -> str:
-    kinds = list(medians)
-    ref = medians["streams"]
+def table(runs: dict[str, list[dict[str, float]]]) -> str:
+    """Each cell: the median of the runs [min–max], and (the median of the
+    per-run ratios to Streams): the layouts of one run met the same load,
+    the runs did not."""
+    kinds = list(runs)
+    ref = runs["streams"]
     lines = ["| figure | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
     for key, label, fmt in COLUMNS:
         cells = []
         for k in kinds:
-            v = medians[k][key]
-            lo, hi = spans[k][key]
-            cell = fmt.format(v)
-            if k != "streams" and ref[key]:
-                cell += f" ({v / ref[key]:.2f}x)"
-            cell += f" <br>[{fmt.format(lo)}–{fmt.format(hi)}]"
+            values = [r[key] for r in runs[k]]
+            cell = fmt.format(statistics.median(values))
+            if k != "streams" and all(r[key] for r in ref):
+                ratio = statistics.median(r[key] / s[key] for r, s in zip(runs[k], ref))
+                cell += f" ({ratio:.2f}x)"
+            if len(values) > 1:
+                cell += f" <br>[{fmt.format(min(values))}–{fmt.format(max(values))}]"
             cells.append(cell)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -381,16 +385,13 @@ def main() -> None:
                 runs[k].append(one[k])
                 print(f"[{time.monotonic() - started:6.1f}s] run {run + 1} {k}: {one[k]}", file=sys.stderr)
         medians = {k: {key: statistics.median(r[key] for r in runs[k]) for key, _, _ in COLUMNS} for k in kinds}
-        spans = {
-            k: {key: (min(r[key] for r in runs[k]), max(r[key] for r in runs[k])) for key, _, _ in COLUMNS}
-            for k in kinds
-        }
         print(
-            f"\nMedians of {args.runs} runs [min–max], ratio to streams in (); {args.messages:,} messages per "
+            f"\nMedians of {args.runs} runs [min–max]; in (), the median of the per-run ratios to streams; "
+            f"{args.messages:,} messages per "
             f"throughput figure, {args.memory_messages:,} for memory, {PAYLOAD}-byte payloads, "
             f"redis-server {server.version}, ack_wait {ACK_WAIT_MS} ms.\n"
         )
-        print(table(medians, spans))
+        print(table(runs))
         if args.breakdown:
             print("\n" + breakdown(server, kinds, args.messages))
         if args.json:
