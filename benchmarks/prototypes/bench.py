@@ -2,15 +2,17 @@
 current rqueue in one run on a private redis-server (docs/storage-prototypes.md).
 
 usage: PYTHONPATH=. python benchmarks/prototypes/bench.py [--runs 3] [--messages 20000]
-           [--memory-messages 100000] [--json FILE] [--check-only]
+           [--memory-messages 100000] [--layouts a,b] [--json FILE] [--breakdown] [--check-only]
 
 Starts redis-server on a free loopback port (never 6379) in a temp dir without
 persistence, checks the prototypes' semantics (--check-only stops there), then
 per run, every layout in turns (10 turns each, on one server): publish_many(100)
 msg/s, fetch(100)+ack(list) msg/s; then per layout: Redis CPU per message of
 publish / fetch / ack (INFO commandstats usec, fetch and ack in a pass of their
-own with the counters read between calls), used_memory per queued message and per message in flight. Prints the medians
-and the ratios to Streams; stops the server by its PID.
+own with the counters read between calls), used_memory per queued message and
+per message in flight. Prints the medians and the per-run ratios to Streams
+(--breakdown: Redis time per command of a fetch+ack loop); stops the server by
+its PID.
 """
 
 from __future__ import annotations
