@@ -1,0 +1,407 @@
+"""Storage-layout prototypes of issue 24, measured against raw Streams and the
+current rqueue in one run on a private redis-server (docs/storage-prototypes.md).
+
+usage: PYTHONPATH=. python benchmarks/prototypes/bench.py [--runs 3] [--messages 20000]
+           [--memory-messages 100000] [--layouts a,b] [--json FILE] [--breakdown] [--check-only]
+
+Starts redis-server on a free loopback port (never 6379) in a temp dir without
+persistence, checks the prototypes' semantics (--check-only stops there), then
+per run, every layout in turns (10 turns each, on one server): publish_many(100)
+msg/s, fetch(100)+ack(list) msg/s; then per layout: Redis CPU per message of
+publish / fetch / ack (INFO commandstats usec, fetch and ack in a pass of their
+own with the counters read between calls), used_memory per queued message and
+per message in flight. Prints the medians and the per-run ratios to Streams
+(--breakdown: Redis time per command of a fetch+ack loop); stops the server by
+its PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import redis
+from layouts import ACK_WAIT_MS, LAYOUTS, Layout, Scripted, StreamCalls, StreamCallsClaim, StreamPel, WideHash
+
+BATCH = 100
+FILL = 1000  # messages per call when filling for the memory figures (untimed)
+PAYLOAD = 100
+
+
+def payloads(start: int, n: int) -> list[bytes]:
+    return [(b"%010d" % i).ljust(PAYLOAD, b"x") for i in range(start, start + n)]
+
+
+class Server:
+    """A private redis-server: free port, own dir, no persistence."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="rq-proto-")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        assert self.port != 6379
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                self.dir,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--logfile",
+                os.path.join(self.dir, "redis.log"),
+            ],  # fmt: skip
+            stdout=subprocess.DEVNULL,
+        )
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.r = redis.Redis(port=self.port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.r.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        self.version = self.r.info("server")["redis_version"]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def usec(r: redis.Redis, commands: tuple[str, ...]) -> int:
+    stats = r.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("usec", 0)) for c in commands)
+
+
+def used_memory(r: redis.Redis) -> int:
+    return int(r.info("memory")["used_memory"])
+
+
+def fresh(server: Server, kind: str, label: str) -> Layout:
+    server.r.flushall()
+    layout = LAYOUTS[kind](server.r, server.url, f"q-{label}")
+    layout.join()
+    return layout
+
+
+def drain(layout: Layout, n: int) -> None:
+    done = 0
+    while done < n:
+        ds = layout.fetch(BATCH)
+        if not ds:
+            raise RuntimeError(f"{layout.name}: fetch came back empty after {done} of {n}")
+        layout.ack(ds)
+        done += len(ds)
+
+
+TURNS = 10  # the timed figures: each layout does its messages in this many turns, taking turns
+
+
+def measure_run(server: Server, kinds: list[str], n: int, mem_n: int, run: int) -> dict[str, dict[str, float]]:
+    """One run of every figure for every layout. The timed figures
+    interleave the layouts (TURNS turns each, on one server holding all
+    their queues), so that every layout meets the same background load:
+    on 2 shared cores a figure timed alone swings by 2-4x."""
+    r = server.r
+    r.flushall()
+    out: dict[str, dict[str, float]] = {k: {} for k in kinds}
+    layouts = {}
+    for k in kinds:
+        layouts[k] = LAYOUTS[k](r, server.url, f"q-{run}-{k}")
+        layouts[k].join()
+    chunk = n // TURNS
+    spent = {k: [0.0, 0, 0.0, 0.0] for k in kinds}  # publish s, publish usec, consume s, client cpu s
+    for turn in range(TURNS):
+        for k in kinds[turn % len(kinds) :] + kinds[: turn % len(kinds)]:
+            layout = layouts[k]
+            u0, t0 = usec(r, layout.publish_cmds), time.perf_counter()
+            for start in range(turn * chunk, (turn + 1) * chunk, BATCH):
+                layout.publish_many(payloads(start, BATCH))
+            spent[k][0] += time.perf_counter() - t0
+            spent[k][1] += usec(r, layout.publish_cmds) - u0
+    for turn in range(TURNS):
+        for k in kinds[turn % len(kinds) :] + kinds[: turn % len(kinds)]:
+            c0, t0 = time.process_time(), time.perf_counter()
+            drain(layouts[k], chunk)
+            spent[k][2] += time.perf_counter() - t0
+            spent[k][3] += time.process_time() - c0
+    for k in kinds:
+        total = chunk * TURNS
+        out[k]["publish_rate"] = total / spent[k][0]
+        out[k]["publish_us"] = spent[k][1] / total
+        out[k]["consume_rate"] = total / spent[k][2]
+        out[k]["client_us"] = spent[k][3] / total * 1e6
+        out[k].update(split_cpu(server, layouts[k], n))
+        layouts[k].close()
+    for k in kinds:
+        out[k].update(memory(server, k, mem_n, run))
+    r.flushall()
+    return out
+
+
+def split_cpu(server: Server, layout: Layout, n: int) -> dict[str, float]:
+    """Redis usec per message of fetch and of ack, the counters read
+    between the calls (untimed)."""
+    r = server.r
+    for start in range(0, n, FILL):
+        layout.publish_many(payloads(start, FILL))
+    fetch_us = ack_us = 0
+    done = 0
+    while done < n:
+        a = usec(r, layout.fetch_cmds)
+        ds = layout.fetch(BATCH)
+        b = usec(r, layout.fetch_cmds)
+        b_ack = usec(r, layout.ack_cmds)
+        layout.ack(ds)
+        c = usec(r, layout.ack_cmds)
+        fetch_us += b - a
+        ack_us += c - b_ack
+        done += len(ds)
+    return {"fetch_us": fetch_us / n, "ack_us": ack_us / n}
+
+
+def memory(server: Server, kind: str, mem_n: int, run: int) -> dict[str, float]:
+    """used_memory per message: mem_n queued, then the same held in flight
+    by one consumer (a fresh server state for each layout)."""
+    r = server.r
+    layout = fresh(server, kind, f"{run}m")
+    m0 = used_memory(r)
+    for start in range(0, mem_n, FILL):
+        layout.publish_many(payloads(start, FILL))
+    m1 = used_memory(r)
+    held = 0
+    while held < mem_n:
+        got = len(layout.fetch(FILL))
+        if not got:
+            raise RuntimeError(f"{layout.name}: {held} of {mem_n} in flight")
+        held += got
+    m2 = used_memory(r)
+    layout.close()
+    return {"mem_queued": (m1 - m0) / mem_n, "mem_inflight": (m2 - m1) / mem_n}
+
+
+# -- the semantics the prototypes keep, checked on the same server -----------------
+
+
+def check(server: Server) -> list[str]:
+    """Each prototype: a stale tag is refused, a repeated tag settles once,
+    an expired lease is delivered again with count 2 and its old tag is
+    refused while the new one settles, max_deliveries dead-letters, the ack
+    floor follows out-of-order acks and the log is trimmed behind it, ids
+    de-duplicate. Returns what was verified."""
+    r = server.r
+    said = []
+    # XREADGROUP inside a script: without BLOCK it works; with BLOCK?
+    r.flushall()
+    r.xgroup_create("s", "g", id="0", mkstream=True)
+    r.xadd("s", {"p": b"x"})
+    got = r.eval("return redis.call('XREADGROUP','GROUP','g','c','COUNT',10,'STREAMS',KEYS[1],'>')", 1, "s")
+    assert got and got[0][1][0][1] == [b"p", b"x"], got
+    said.append("XREADGROUP COUNT without BLOCK runs inside EVAL (Redis " + server.version + ")")
+    t0 = time.perf_counter()
+    try:
+        blocked = r.eval(
+            "return redis.call('XREADGROUP','GROUP','g','c','BLOCK',1000,'COUNT',1,'STREAMS',KEYS[1],'>')", 1, "s"
+        )
+        said.append(f"XREADGROUP BLOCK 1000 inside EVAL returns at once ({time.perf_counter() - t0:.3f} s): {blocked}")
+    except redis.ResponseError as exc:
+        said.append(f"XREADGROUP BLOCK inside EVAL is refused: {exc}")
+    for kind in (StreamPel, WideHash, StreamCalls, StreamCallsClaim):
+        r.flushall()
+        layout = kind(r, server.url, "chk")
+        layout.join()
+        layout.publish_many(payloads(0, 6))
+        first = fetch_with(layout, 3, ack_wait=50)
+        assert [d[1] for d in first] == [1, 1, 1] and first[0][3] == payloads(0, 1)[0], first
+        second = layout.fetch(3)
+        # out of order: ack the later call first, then a stale count, then the earlier
+        layout.ack(second)
+        stale = (first[0][0], 2, *first[0][2:])  # the first delivery's tag with a count it never had
+        statuses = ack_raw(layout, [stale])
+        assert statuses[0].startswith(b"RQ_STALE"), statuses
+        layout.ack(first[:2])
+        statuses = ack_raw(layout, [first[0], first[0]])
+        assert all(s.startswith((b"RQ_NOT_HELD", b"RQ_PARTIAL")) for s in statuses), statuses
+        # the last of the first call: its lease runs out (ack_wait 50 ms)
+        lone = first[2]
+        time.sleep(0.1)  # the lease must have run out on the server's clock: nothing to poll
+        again = fetch_with(layout, 3, ack_wait=50)
+        assert [(d[0], d[1]) for d in again] == [(lone[0], 2)], again
+        statuses = ack_raw(layout, [lone])
+        assert statuses[0].startswith(b"RQ_STALE"), statuses
+        layout.ack(again)
+        if isinstance(layout, StreamPel):
+            assert r.xlen(layout.publish_keys[0]) == 0, r.xrange(layout.publish_keys[0])
+            assert r.xpending(layout.publish_keys[0], "g")["pending"] == 0
+        elif isinstance(layout, StreamCalls):
+            assert r.xlen(layout.publish_keys[0]) == 0, r.xrange(layout.publish_keys[0])
+            assert r.hget(layout.fetch_keys[1], "floor") == b"6", r.hgetall(layout.fetch_keys[1])
+            assert r.hlen(layout.fetch_keys[3]) == 0, r.hgetall(layout.fetch_keys[3])
+            assert r.hlen(layout.fetch_keys[4]) == 0, r.hgetall(layout.fetch_keys[4])
+        else:
+            assert r.hget(layout.fetch_keys[2], "floor") == b"6", r.hgetall(layout.fetch_keys[2])
+            assert r.hlen(layout.fetch_keys[1]) == 0
+            assert r.hkeys(layout.fetch_keys[3]) == [b"pin"]
+        # max_deliveries: one message taken back until it is dead-lettered
+        layout.publish_many(payloads(100, 1))
+        for _ in range(5):
+            got = fetch_with(layout, 1, ack_wait=1)
+            assert len(got) == 1, got
+            time.sleep(0.01)
+        assert fetch_with(layout, 1, ack_wait=1) == []
+        dlq = layout.dlq if isinstance(layout, StreamCalls) else layout.fetch_keys[-1]
+        assert (r.llen(dlq) if isinstance(layout, WideHash) else r.xlen(dlq)) == 1
+        # ids de-duplicate inside the window
+        idkey = f"{layout.publish_keys[0]}:id:a"
+        keys = [*layout.publish_keys, idkey]
+        at = len(keys)
+        one = r.evalsha(layout.sha["publish"], len(keys), *keys, 60000, "", at, b"m")
+        two = r.evalsha(layout.sha["publish"], len(keys), *keys, 60000, "", at, b"m")
+        assert one[1] == 0 and two == [one[0], 1], (one, two)
+        said.append(
+            f"{layout.name}: stale and repeated tags refused, out-of-order acks and the floor, expired lease "
+            "delivered again (count 2, old tag refused), dead letter at max_deliveries, de-duplication: ok"
+        )
+    r.flushall()
+    return said
+
+
+def ack_raw(layout: Layout, tags: list[Any]) -> list[bytes]:
+    if isinstance(layout, StreamCalls):
+        return layout.ack_raw(tags)
+    args: list[Any] = ["g", "c1"]
+    if isinstance(layout, StreamPel):
+        ids = sorted((d[0] for d in tags), key=lambda i: tuple(int(x) for x in i.split(b"-")))
+        args += [ids[0], ids[-1]]
+    for d in tags:
+        args += [d[0], d[1], d[2]]
+    keys = layout.ack_keys  # type: ignore[attr-defined]
+    return layout.r.evalsha(layout.sha["ack"], len(keys), *keys, *args)  # type: ignore[attr-defined,no-any-return]
+
+
+def fetch_with(layout: Layout, n: int, ack_wait: int) -> list[Any]:
+    assert isinstance(layout, Scripted)
+    return layout.fetch(n, ack_wait)
+
+
+def breakdown(server: Server, kinds: list[str], n: int) -> str:
+    """Where a fetch(100)+ack loop spends Redis time: INFO commandstats
+    after CONFIG RESETSTAT, usec per message of each command (a script's
+    usec includes the commands it calls: the rest is the Lua side)."""
+    lines = ["| layout | command | calls | usec per message |", "|---|---|---|---|"]
+    for kind in kinds:
+        layout = fresh(server, kind, "bd")
+        for start in range(0, n, FILL):
+            layout.publish_many(payloads(start, FILL))
+        server.r.config_resetstat()
+        drain(layout, n)
+        stats = server.r.info("commandstats")
+        layout.close()
+        rows = sorted(stats.items(), key=lambda kv: -kv[1]["usec"])
+        for name, v in rows:
+            if name.startswith("cmdstat_config") or v["usec"] / n < 0.005:
+                continue
+            lines.append(f"| {kind} | {name[len('cmdstat_') :]} | {v['calls']:,} | {v['usec'] / n:.3f} |")
+    server.r.flushall()
+    return "\n".join(lines)
+
+
+# -- report --------------------------------------------------------------------------
+
+COLUMNS = [
+    ("publish_rate", "publish_many(100) msg/s", "{:,.0f}"),
+    ("consume_rate", "fetch(100)+ack msg/s", "{:,.0f}"),
+    ("publish_us", "Redis us/msg publish", "{:.2f}"),
+    ("fetch_us", "Redis us/msg fetch", "{:.2f}"),
+    ("ack_us", "Redis us/msg ack", "{:.2f}"),
+    ("client_us", "client CPU us/msg fetch+ack", "{:.2f}"),
+    ("mem_queued", "B per queued msg", "{:.1f}"),
+    ("mem_inflight", "B per msg in flight", "{:.1f}"),
+]
+
+
+def table(runs: dict[str, list[dict[str, float]]]) -> str:
+    """Each cell: the median of the runs [min–max], and (the median of the
+    per-run ratios to Streams): the layouts of one run met the same load,
+    the runs did not."""
+    kinds = list(runs)
+    ref = runs["streams"]
+    lines = ["| figure | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+    for key, label, fmt in COLUMNS:
+        cells = []
+        for k in kinds:
+            values = [r[key] for r in runs[k]]
+            cell = fmt.format(statistics.median(values))
+            if k != "streams" and all(r[key] for r in ref):
+                ratio = statistics.median(r[key] / s[key] for r, s in zip(runs[k], ref))
+                cell += f" ({ratio:.2f}x)"
+            if len(values) > 1:
+                cell += f" <br>[{fmt.format(min(values))}–{fmt.format(max(values))}]"
+            cells.append(cell)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--messages", type=int, default=20_000)
+    ap.add_argument("--memory-messages", type=int, default=100_000)
+    ap.add_argument("--layouts", default=",".join(LAYOUTS))
+    ap.add_argument("--json", help="write the runs and medians here")
+    ap.add_argument("--check-only", action="store_true")
+    ap.add_argument("--breakdown", action="store_true", help="also: Redis time per command of a fetch+ack loop")
+    args = ap.parse_args()
+    kinds = args.layouts.split(",")
+    server = Server()
+    try:
+        print(f"redis-server {server.version} on 127.0.0.1:{server.port} (pid {server.proc.pid})", file=sys.stderr)
+        for line in check(server):
+            print("check:", line, file=sys.stderr)
+        if args.check_only:
+            return
+        runs: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
+        started = time.monotonic()
+        for run in range(args.runs):
+            one = measure_run(server, kinds, args.messages, args.memory_messages, run)
+            for k in kinds:
+                runs[k].append(one[k])
+                print(f"[{time.monotonic() - started:6.1f}s] run {run + 1} {k}: {one[k]}", file=sys.stderr)
+        medians = {k: {key: statistics.median(r[key] for r in runs[k]) for key, _, _ in COLUMNS} for k in kinds}
+        print(
+            f"\nMedians of {args.runs} runs [min–max]; in (), the median of the per-run ratios to streams; "
+            f"{args.messages:,} messages per "
+            f"throughput figure, {args.memory_messages:,} for memory, {PAYLOAD}-byte payloads, "
+            f"redis-server {server.version}, ack_wait {ACK_WAIT_MS} ms.\n"
+        )
+        print(table(runs))
+        if args.breakdown:
+            print("\n" + breakdown(server, kinds, args.messages))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"version": server.version, "runs": runs, "medians": medians}, f, indent=1)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

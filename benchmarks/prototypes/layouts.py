@@ -1,0 +1,323 @@
+"""The four layouts the prototype benchmark drives, each behind the same
+four calls (join, publish_many, fetch, ack) plus what it says about its
+Redis CPU (the commands whose INFO commandstats usec it spends).
+
+- ``streams``: raw Redis Streams with redis-py, the ceiling (XADD
+  pipelined, XREADGROUP COUNT n, XACK of the ids);
+- ``rqueue``: the current layout through rqueue's public client, imported
+  from this checkout;
+- ``stream_pel``: prototype (b), the log in a stream and the in-flight
+  state in its consumer group's PEL (stream_pel/*.lua);
+- ``wide_hash``: prototype (c), the current log with one delivery-state
+  hash per group and per-fetch-call lease records (wide_hash/*.lua).
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+from pathlib import Path
+from typing import Any
+
+import redis
+
+import rqueue
+
+HERE = Path(__file__).resolve().parent
+GROUP = "g"
+CONSUMER = "c1"
+ACK_WAIT_MS = 3_600_000  # an hour: no lease runs out inside a figure
+MAX_DELIVERIES = 5
+BIG = 10**9  # max_inflight and prefetch: never the limit in the benchmark
+SCRIPT_COMMANDS = ("evalsha", "eval")
+PIN = "pin:" + "x" * 64  # a value over 64 bytes: the hash is a hash table from the first delivery on
+
+Tag = tuple[bytes, int, str]  # id or seq, delivery count, token
+
+
+def token() -> str:
+    """A fetch call's token: a lowercase letter, then letters and digits."""
+    return secrets.choice(string.ascii_lowercase) + secrets.token_hex(6)
+
+
+class Layout:
+    name = ""
+    publish_cmds: tuple[str, ...] = SCRIPT_COMMANDS
+    fetch_cmds: tuple[str, ...] = SCRIPT_COMMANDS
+    ack_cmds: tuple[str, ...] = SCRIPT_COMMANDS
+
+    def __init__(self, r: redis.Redis, url: str, queue: str) -> None:
+        self.r = r
+        self.url = url
+        self.queue = queue
+
+    def join(self) -> None:
+        raise NotImplementedError
+
+    def publish_many(self, payloads: list[bytes]) -> None:
+        raise NotImplementedError
+
+    def fetch(self, n: int) -> list[Any]:
+        raise NotImplementedError
+
+    def ack(self, deliveries: list[Any]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class Streams(Layout):
+    name = "streams"
+    publish_cmds = ("xadd",)
+    fetch_cmds = ("xreadgroup",)
+    ack_cmds = ("xack",)
+
+    def join(self) -> None:
+        self.key = f"st:{{{self.queue}}}"
+        self.r.xgroup_create(self.key, GROUP, id="0", mkstream=True)
+
+    def publish_many(self, payloads: list[bytes]) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        for p in payloads:
+            pipe.xadd(self.key, {"p": p})
+        pipe.execute()
+
+    def fetch(self, n: int) -> list[Any]:
+        reply = self.r.xreadgroup(GROUP, CONSUMER, {self.key: ">"}, count=n)
+        if not reply:
+            return []
+        return [(i, fields[b"p"]) for i, fields in reply[0][1]]
+
+    def ack(self, deliveries: list[Any]) -> None:
+        self.r.xack(self.key, GROUP, *[d[0] for d in deliveries])
+
+
+class Rqueue(Layout):
+    name = "rqueue"
+
+    def join(self) -> None:
+        self.client = rqueue.connect(self.url, prefix="rq")
+        q = self.client.queue(self.queue)
+        assert isinstance(q, rqueue.Queue)
+        self.q = q
+        self.c = q.consumer(GROUP, name=CONSUMER, prefetch=BIG, max_inflight=BIG, ack_wait=ACK_WAIT_MS / 1000)
+
+    def publish_many(self, payloads: list[bytes]) -> None:
+        self.q.publish_many(payloads)
+
+    def fetch(self, n: int) -> list[Any]:
+        ds = self.c.fetch(n)
+        for d in ds:
+            d.data  # noqa: B018 - read the payload, as every consumer does
+        return ds
+
+    def ack(self, deliveries: list[Any]) -> None:
+        self.c.ack(deliveries)
+
+    def close(self) -> None:
+        self.c.close()
+        self.client.close()
+
+
+class Scripted(Layout):
+    """A prototype: its three scripts loaded once, called by EVALSHA."""
+
+    folder = ""
+
+    def load(self) -> None:
+        self.sha = {}
+        for what in ("publish", "fetch", "ack"):
+            text = (HERE / self.folder / f"{what}.lua").read_text()
+            self.sha[what] = self.r.script_load(text)
+        self.call = self.r.execute_command
+
+    def publish_many(self, payloads: list[bytes]) -> None:
+        args: list[Any] = [0, ""]
+        for p in payloads:
+            args += (b"0", p)
+        self.call("EVALSHA", self.sha["publish"], len(self.publish_keys), *self.publish_keys, *args)
+
+    def fetch(self, n: int, ack_wait: int = ACK_WAIT_MS) -> list[Any]:
+        tok = token()
+        reply = self.call(
+            "EVALSHA",
+            self.sha["fetch"],
+            len(self.fetch_keys),
+            *self.fetch_keys,
+            GROUP,
+            CONSUMER,
+            ack_wait,
+            BIG,
+            BIG,
+            MAX_DELIVERIES,
+            n,
+            tok,
+        )
+        out = []
+        for k in range(1, len(reply), 3):
+            out.append((reply[k], int(reply[k + 1]), tok, self.payload(reply[k + 2])))
+        return out
+
+    @staticmethod
+    def payload(raw: bytes) -> bytes:
+        return raw
+
+
+class StreamPel(Scripted):
+    name = "stream_pel"
+    folder = "stream_pel"
+
+    def join(self) -> None:
+        base = f"pb:{{{self.queue}}}"
+        s, g = f"{base}:log", f"{base}:g:{GROUP}"
+        exp, calls = f"{base}:exp:{GROUP}", f"{base}:calls:{GROUP}"
+        self.publish_keys = [s]
+        self.fetch_keys = [s, g, exp, calls, f"{base}:dlq"]
+        self.ack_keys = [s, g, exp, calls, f"{base}:floors"]
+        self.r.xgroup_create(s, GROUP, id="0", mkstream=True)
+        self.r.hset(g, f"m:{CONSUMER}", "1")
+        self.load()
+
+    def ack(self, deliveries: list[Any]) -> None:
+        if not deliveries:
+            return
+        order = sorted(deliveries, key=lambda d: tuple(int(x) for x in d[0].split(b"-")))
+        args: list[Any] = [GROUP, CONSUMER, order[0][0], order[-1][0]]
+        for d in deliveries:
+            args += (d[0], d[1], d[2])
+        statuses = self.call("EVALSHA", self.sha["ack"], len(self.ack_keys), *self.ack_keys, *args)
+        if any(s != b"ok" for s in statuses):
+            raise AssertionError(f"stream_pel ack: {statuses[:3]}")
+
+
+class WideHash(Scripted):
+    name = "wide_hash"
+    folder = "wide_hash"
+
+    def join(self) -> None:
+        base = f"pc:{{{self.queue}}}"
+        meta, msgs, g = f"{base}:meta", f"{base}:msgs", f"{base}:g:{GROUP}"
+        dlv, exp, calls = f"{base}:dlv:{GROUP}", f"{base}:exp:{GROUP}", f"{base}:calls:{GROUP}"
+        self.publish_keys = [meta, msgs]
+        self.fetch_keys = [meta, msgs, g, dlv, exp, calls, f"{base}:ready:{GROUP}", f"{base}:dlq"]
+        self.ack_keys = [msgs, g, dlv, exp, calls, f"{base}:acked:{GROUP}"]
+        self.r.hset(g, f"m:{CONSUMER}", "1")
+        self.r.hset(dlv, "pin", PIN)
+        self.load()
+
+    @staticmethod
+    def payload(raw: bytes) -> bytes:
+        return raw[7:]  # the compact record's head: "~" and 6 bytes of publish ms
+
+    def ack(self, deliveries: list[Any]) -> None:
+        if not deliveries:
+            return
+        args: list[Any] = [GROUP, CONSUMER]
+        for d in deliveries:
+            args += (d[0], d[1], d[2])
+        statuses = self.call("EVALSHA", self.sha["ack"], len(self.ack_keys), *self.ack_keys, *args)
+        if any(s != b"ok" for s in statuses):
+            raise AssertionError(f"wide_hash ack: {statuses[:3]}")
+
+
+class StreamCalls(Scripted):
+    """Prototype (d): the script reads the new entries (one round trip)."""
+
+    name = "stream_calls"
+    folder = "stream_calls"
+    mode = "read"
+
+    def join(self) -> None:
+        base = f"pd:{{{self.queue}}}"
+        s, meta, g = f"{base}:log", f"{base}:meta", f"{base}:g:{GROUP}"
+        exp, calls, dlv = f"{base}:exp:{GROUP}", f"{base}:calls:{GROUP}", f"{base}:dlv:{GROUP}"
+        acked = f"{base}:acked:{GROUP}"
+        self.stream_key = s
+        self.dlq = f"{base}:dlq"
+        self.publish_keys = [s, meta]
+        self.fetch_keys = [s, g, exp, calls, dlv, f"{base}:ready:{GROUP}", self.dlq, meta]
+        self.ack_keys = [s, g, exp, calls, dlv, acked, f"{base}:floors"]
+        self.r.hset(g, f"m:{CONSUMER}", "1")
+        self.load()
+
+    def fetch(self, n: int, ack_wait: int = ACK_WAIT_MS) -> list[Any]:
+        tok = token()
+        reply = self.call(
+            "EVALSHA",
+            self.sha["fetch"],
+            len(self.fetch_keys),
+            *self.fetch_keys,
+            GROUP,
+            CONSUMER,
+            ack_wait,
+            BIG,
+            BIG,
+            MAX_DELIVERIES,
+            n,
+            tok,
+            self.mode,
+        )
+        # (id, count, token, payload, seq): a call's new entries have contiguous seqs
+        out = [
+            (reply[k], int(reply[k + 1]), tok, reply[k + 2], int(reply[k].split(b"-")[0]))
+            for k in range(2, len(reply), 3)
+        ]
+        entries = reply[1]
+        if entries and self.mode == "claim":
+            entries = self.call("XRANGE", self.stream_key, entries[0], "+", "COUNT", entries[1])
+        if entries:
+            first = int(entries[0][0].split(b"-")[0])
+            out += [(e[0], 1, tok, e[1][1], first + i) for i, e in enumerate(entries)]
+        return out
+
+    def ack_raw(self, deliveries: list[Any]) -> list[bytes]:
+        """One argument triple per fetch call: its first deliveries as
+        ranges of seqs, its redeliveries as seq=count."""
+        calls: dict[str, tuple[list[int], list[str]]] = {}
+        for d in deliveries:
+            seqs, again = calls.setdefault(d[2], ([], []))
+            if d[1] == 1:
+                seqs.append(d[4])
+            else:
+                again.append(f"{d[4]}={d[1]}")
+        args: list[Any] = [GROUP, CONSUMER]
+        for tok, (seqs, again) in calls.items():
+            seqs.sort()
+            ranges = []
+            k = 0
+            while k < len(seqs):
+                j = k
+                while j + 1 < len(seqs) and seqs[j + 1] == seqs[j] + 1:
+                    j += 1
+                ranges.append(f"{seqs[k]}-{seqs[j]}")
+                k = j + 1
+            args += (tok, ",".join(ranges), ",".join(again))
+        return self.call("EVALSHA", self.sha["ack"], len(self.ack_keys), *self.ack_keys, *args)  # type: ignore[no-any-return]
+
+    def ack(self, deliveries: list[Any]) -> None:
+        if not deliveries:
+            return
+        statuses = self.ack_raw(deliveries)
+        if any(s != b"ok" for s in statuses):
+            raise AssertionError(f"{self.name} ack: {statuses[:3]}")
+
+
+class StreamCallsClaim(StreamCalls):
+    """Prototype (d), two round trips: the script claims, XRANGE reads."""
+
+    name = "stream_calls_2rt"
+    mode = "claim"
+    fetch_cmds = (*SCRIPT_COMMANDS, "xrange")
+
+    def __init__(self, r: redis.Redis, url: str, queue: str) -> None:
+        # A client of its own whose XRANGE replies stay as the server sent
+        # them (redis-py's callback makes a dict of every entry's fields).
+        own = redis.Redis(connection_pool=r.connection_pool)
+        own.set_response_callback("XRANGE", lambda response, **options: response)
+        super().__init__(own, url, queue)
+
+
+LAYOUTS: dict[str, type[Layout]] = {
+    k.name: k for k in (Streams, Rqueue, StreamPel, WideHash, StreamCalls, StreamCallsClaim)
+}

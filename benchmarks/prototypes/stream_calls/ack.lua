@@ -1,0 +1,141 @@
+--[[
+  Prototype (d), stream log + per-call in-flight records: settles
+  deliveries of one consumer. The client sends, per fetch call (token),
+  the seqs of its first deliveries as ranges of contiguous seqs (a whole
+  call is one range) and its redeliveries one by one, so that the common
+  ack does no work per message: a range is accepted when the call is
+  held by this consumer and every byte of the range in its record is
+  "1" (out); a range with any settled or unknown seq is refused whole,
+  "RQ_PARTIAL", and changes nothing: the client sends those tags again
+  one range each, which names each. A redelivery (count above 1) is
+  accepted when its dlv state is "<count>:<token>". Settling moves the
+  ack floor over contiguous seqs, keeps the rest as runs (first seq ->
+  last seq), and trims the stream below the lowest floor of all groups
+  (XTRIM MINID <floor + 1>: ids start with the seq, so that is exact).
+
+  KEYS[1] stream  KEYS[2] group hash  KEYS[3] exp zset  KEYS[4] calls hash
+  KEYS[5] dlv hash  KEYS[6] acked runs zset  KEYS[7] floors hash
+  ARGV[1] group  ARGV[2] consumer  ARGV[3..] per call: token, ranges
+    "<first seq>-<last seq>,..." (or ""), redeliveries "<seq>=<count>,..."
+    (or "")
+  Reply: { status per range, then per redelivery, of each call in order }
+    "ok", RQ_PARTIAL <range>, RQ_STALE <range or seq>
+]]
+local rcall = redis.call
+local s, g, exp, calls, dlv, acked, floors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local group, consumer = ARGV[1], ARGV[2]
+local heldField = 'h:' .. consumer
+local f = rcall('HMGET', g, heldField, 'inflight', 'floor')
+local held, inflight = (f[1] or 0) + 0, (f[2] or 0) + 0
+local floor = (f[3] or 0) + 0
+local out = {}
+local runs = {} -- first, last: what this call settles
+local settled = 0
+for a = 3, #ARGV, 3 do
+  local tok, ranges, again = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  local c = rcall('HMGET', calls, tok, 'h:' .. tok, 'n:' .. tok)
+  local first, bits = string.match(c[1] or '', '^(%d+) (%d+)$')
+  local mine = c[2] == consumer
+  local n = 0
+  if ranges ~= '' then
+    first = (first or 0) + 0
+    for r in string.gmatch(ranges, '[^,]+') do
+      local lo, hi = string.match(r, '^(%d+)-(%d+)$')
+      lo, hi = (lo or -1) + 0, (hi or -2) + 0
+      if not (mine and bits) then
+        out[#out + 1] = 'RQ_STALE ' .. r
+      else
+        local i, j = lo - first + 1, hi - first + 1
+        if i < 1 or j > #bits or i > j or string.find(string.sub(bits, i, j), '0', 1, true) then
+          out[#out + 1] = 'RQ_PARTIAL ' .. r
+        else
+          bits = string.sub(bits, 1, i - 1) .. string.rep('0', j - i + 1) .. string.sub(bits, j + 1)
+          runs[#runs + 1] = {lo, hi}
+          n = n + (j - i + 1)
+          out[#out + 1] = 'ok'
+        end
+      end
+    end
+  end
+  if again ~= '' then
+    local done = {}
+    for seq, count in string.gmatch(again, '(%d+)=(%d+)') do
+      if mine and rcall('HGET', dlv, seq) == count .. ':' .. tok then
+        runs[#runs + 1] = {seq + 0, seq + 0}
+        done[#done + 1] = seq
+        rcall('HSET', dlv, seq, '0:') -- settled: a second ack of it in this call is refused
+        n = n + 1
+        out[#out + 1] = 'ok'
+      else
+        out[#out + 1] = 'RQ_STALE ' .. seq
+      end
+    end
+    if #done > 0 then
+      rcall('HDEL', dlv, unpack(done))
+    end
+  end
+  if n > 0 then
+    if c[3] - n <= 0 then
+      rcall('HDEL', calls, tok, 'h:' .. tok, 'n:' .. tok, 'x:' .. tok)
+      rcall('ZREM', exp, tok)
+    else
+      rcall('HSET', calls, tok, string.format('%d', first) .. ' ' .. bits, 'n:' .. tok, c[3] - n)
+    end
+    settled = settled + n
+  end
+end
+if settled == 0 then
+  return out
+end
+-- Settle: the runs in seq order, then the floor and the acked runs.
+if #runs > 1 then
+  table.sort(runs, function(x, y)
+    return x[1] < y[1]
+  end)
+end
+local oldFloor = floor
+local runsExist = nil
+local k = 1
+while k <= #runs do
+  local lo, hi = runs[k][1], runs[k][2]
+  while k < #runs and runs[k + 1][1] == hi + 1 do
+    k = k + 1
+    hi = runs[k][2]
+  end
+  if lo <= floor + 1 then
+    floor = hi
+    if runsExist == nil then
+      runsExist = rcall('EXISTS', acked) == 1
+    end
+    if runsExist then
+      local start = string.format('%d', floor + 1)
+      local runLast = rcall('ZSCORE', acked, start)
+      if runLast then
+        floor = runLast + 0
+        rcall('ZREM', acked, start)
+      end
+    end
+  else
+    -- merging with a neighbouring run is left out of the prototype
+    rcall('ZADD', acked, hi, lo)
+    runsExist = true
+  end
+  k = k + 1
+end
+if floor ~= oldFloor then
+  local floorText = string.format('%d', floor)
+  rcall('HSET', g, heldField, held - settled, 'inflight', inflight - settled, 'floor', floorText)
+  local low = floor
+  rcall('HSET', floors, group, floorText)
+  if rcall('HLEN', floors) > 1 then
+    for _, v in ipairs(rcall('HVALS', floors)) do
+      if v + 0 < low then
+        low = v + 0
+      end
+    end
+  end
+  rcall('XTRIM', s, 'MINID', string.format('%d', low + 1))
+else
+  rcall('HSET', g, heldField, held - settled, 'inflight', inflight - settled)
+end
+return out
