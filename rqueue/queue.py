@@ -274,7 +274,7 @@ class Queue:
         check_name("group", group)
         mode, value = position_args(to)
         reply = commands.group_reset(self.group_call(group), mode, value, check.flag("force", force))
-        return GroupReset(group, reply.previous, reply.floor, reply.cancelled)
+        return GroupReset(group, reply.previous, reply.floor, reply.cancelled, self.partition)
 
     def delete_group(self, group: str, force: bool = False) -> int:
         """Deletes ``group`` and its state (its dead letters stay). Refuses

@@ -22,7 +22,8 @@ from ..names import check_message_id, check_name, check_queue_name
 from ..placement import Layout
 from ..publishing import prepare
 from ..queue import CLUSTER_DEAD_LETTER, PARTITION_DEAD_LETTER
-from ..results import DeadLetter, Message, MessageStatus, PublishResult, QueueStats, ReplayResult
+from ..results import DeadLetter, GroupReset, Message, MessageStatus, PublishResult, QueueStats, ReplayResult, Trimmed
+from ..retention import Position, position_args
 from ..settings import DEAD_LETTER_MODES, Settings
 from ..stored_results import FIRST_POLL as FIRST_RESULT_POLL
 from ..stored_results import LAST_POLL as LAST_RESULT_POLL
@@ -32,6 +33,7 @@ from ..tracing import sending
 from ..waiting import FIRST_POLL, LAST_POLL, check_wait, groups_to_wait_for, not_settled, waited_for
 from .consumer import Consumer
 from .publishing import send
+from .publishing import trim as trim_step
 
 if TYPE_CHECKING:
     from ..protocols import QueueLike
@@ -292,6 +294,37 @@ class Queue:
     async def _pause_event(self) -> tuple[bool, str]:
         """See :meth:`rqueue.Queue._pause_event`."""
         return EventKind.PAUSED.value in (await self.settings()).events, self.client.clock.script_now()
+
+    # -- groups and retention (docs/retention.md) ---------------------------
+
+    async def create_group(self, group: str, start: Position = "first") -> int:
+        """As :meth:`rqueue.Queue.create_group`: the seq the group starts after."""
+        check_name("group", group)
+        mode, value = position_args(start)
+        await self.check_plain()
+        return (await acmd.group_create(self.group_call(group), mode, value)).floor
+
+    async def reset_group(self, group: str, to: Position, force: bool = False) -> GroupReset:
+        """As :meth:`rqueue.Queue.reset_group`."""
+        check_name("group", group)
+        mode, value = position_args(to)
+        force = check.flag("force", force)
+        await self.check_plain()
+        reply = await acmd.group_reset(self.group_call(group), mode, value, force)
+        return GroupReset(group, reply.previous, reply.floor, reply.cancelled, self.partition)
+
+    async def delete_group(self, group: str, force: bool = False) -> int:
+        """As :meth:`rqueue.Queue.delete_group`: how many deliveries were taken back."""
+        check_name("group", group)
+        force = check.flag("force", force)
+        await self.check_plain()
+        return await acmd.group_delete(self.group_call(group), force)
+
+    async def trim(self) -> Trimmed:
+        """As :meth:`rqueue.Queue.trim`: one trim step now (publishers run
+        them by themselves)."""
+        reply = await trim_step(self)
+        return Trimmed(reply.retained, reply.trimmed, reply.passed)
 
     async def events(self, count: int = 100) -> list[dict[str, str]]:
         """The newest ``count`` events, oldest first (see :meth:`rqueue.Queue.events`)."""

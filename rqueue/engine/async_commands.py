@@ -148,6 +148,38 @@ async def status(
     return c.parse_status(await run(scripts.status, keys.status_keys(msg_id, groups), args, "", keys.base))
 
 
+async def group_create(call: AsyncGroupCall, mode: str, value: str) -> c.GroupStartReply:
+    """As commands.group_create."""
+    reply = await call.run(call.scripts.group_create, [mode, value])
+    return c.GroupStartReply(int(reply[0]), int(reply[1]))
+
+
+async def group_reset(call: AsyncGroupCall, mode: str, value: str, force: bool) -> c.ResetReply:
+    """As commands.group_reset."""
+    reply = await call.run(call.scripts.group_reset, [mode, value, "1" if force else "0"])
+    return c.ResetReply(int(reply[0]), int(reply[1]), int(reply[2]))
+
+
+async def group_delete(call: AsyncGroupCall, force: bool) -> int:
+    """As commands.group_delete."""
+    return int((await call.run(call.scripts.group_delete, ["1" if force else "0"]))[0])
+
+
+async def retain(
+    scripts: AsyncScripts,
+    keys: QueueKeys,
+    now: int | str,
+    max_age_ms: int | None,
+    max_length: int | None,
+    apply: bool,
+    limit: int,
+    queue: str,
+) -> c.RetainReply:
+    """As commands.retain."""
+    args = c.retain_args(now, max_age_ms, max_length, apply, limit)
+    return c.parse_retain(await run(scripts.retain, keys.retain_keys(), args, queue, keys.base))
+
+
 async def stats(call: AsyncGroupCall) -> GroupStats:
     return c.group_stats(call.group, await call.run(call.scripts.stats, []))
 

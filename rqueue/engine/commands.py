@@ -854,14 +854,21 @@ def retain(
 ) -> RetainReply:
     """One call of retain.lua: stores the retention (when ``apply``) and
     runs one trim step of at most ``limit`` seqs."""
-    args = [
+    args = retain_args(now, max_age_ms, max_length, apply, limit)
+    return parse_retain(run(scripts.retain, keys.retain_keys(), args, queue, keys.base))
+
+
+def retain_args(now: int | str, max_age_ms: int | None, max_length: int | None, apply: bool, limit: int) -> list[Any]:
+    return [
         now,
         "-" if max_age_ms is None else max_age_ms,
         "-" if max_length is None else max_length,
         "1" if apply else "0",
         limit,
     ]
-    reply = run(scripts.retain, keys.retain_keys(), args, queue, keys.base)
+
+
+def parse_retain(reply: Any) -> RetainReply:
     return RetainReply(bool(int(reply[0])), int(reply[1]), int(reply[2]))
 
 
