@@ -38,6 +38,12 @@ def parse_position(text: str) -> Position:
     return when
 
 
+def _queue(client: rqueue.Client, name: str) -> rqueue.Queue | rqueue.PartitionedQueue:
+    q = existing(client, name)
+    assert isinstance(q, (rqueue.Queue, rqueue.PartitionedQueue))  # what Client.queue returns
+    return q
+
+
 @click.group("group")
 def group() -> None:
     """Create a group at a position, reset one, or delete one.
@@ -64,7 +70,7 @@ def group_create(obj: dict[str, Any], queue: str, name: str, start: str, as_json
     """Create group NAME of QUEUE, handed the messages after a position."""
     position = parse_position(start)
     with connection(obj["url"], obj["prefix"]) as client:
-        after = existing(client, queue).create_group(name, position)
+        after = _queue(client, queue).create_group(name, position)
     if isinstance(after, list):
         if as_json:
             parts = [{"partition": i, "after": seq} for i, seq in enumerate(after)]
@@ -97,7 +103,7 @@ def group_reset(obj: dict[str, Any], queue: str, name: str, to: str, force: bool
     what it had settled; forward, and it skips what lies between."""
     position = parse_position(to)
     with connection(obj["url"], obj["prefix"]) as client:
-        reset = existing(client, queue).reset_group(name, position, force=force)
+        reset = _queue(client, queue).reset_group(name, position, force=force)
     if isinstance(reset, list):
         cancelled = sum(r.cancelled for r in reset)
         if as_json:
@@ -140,7 +146,7 @@ def group_delete(obj: dict[str, Any], queue: str, name: str, force: bool, as_jso
     """Delete group NAME of QUEUE (in every partition of a partitioned
     queue; its dead letters stay)."""
     with connection(obj["url"], obj["prefix"]) as client:
-        cancelled = existing(client, queue).delete_group(name, force=force)
+        cancelled = _queue(client, queue).delete_group(name, force=force)
     if as_json:
         emit_json({"queue": queue, "group": name, "cancelled": cancelled})
     else:
