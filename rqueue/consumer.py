@@ -218,14 +218,15 @@ class Consumer(ConsumerCore):
         tag = self._tag_of(delivery)
         call = self._group_call()
         ttl_ms = None if value is None else max(1, int(self._settings.result_ttl * 1000))
-        commands.ack_result(call, self.queue.keys.result(tag[1]), tag, ttl_ms, value or b"", event)
+        commands.ack_result(call, self.queue.keys.result(tag[1], self.group), tag, ttl_ms, value or b"", event)
         self._held.pop(tag[0], None)
 
     def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
         """Keeps how the message of ``delivery`` failed for good as its result
         (sent after its settle: a crash in between loses the result, not the message)."""
         ttl_ms = max(1, int(self.settings().result_ttl * 1000))
-        store.save_result(self.client.redis, self.queue.keys, delivery.seq, encode_failure(reason, error), ttl_ms)
+        failure = encode_failure(reason, error)
+        store.save_result(self.client.redis, self.queue.keys, delivery.seq, self.group, failure, ttl_ms)
 
     def reject(self, delivery: DeliveryRef, requeue: bool = False, reason: str = "") -> None:
         """Dead-letters the message now (RabbitMQ basic.reject); with

@@ -62,6 +62,7 @@ from .results import (
 )
 from .retention import Position, after_publish, check_partitioned_group, partitioned_position_args, partly_done
 from .settings import Settings
+from .stored_results import Result
 
 if TYPE_CHECKING:
     from .protocols import QueueContext
@@ -255,6 +256,16 @@ class PartitionedQueue:
     def groups(self) -> list[str]:
         """Names of the groups of any partition, sorted."""
         return sorted({g for part in self.parts for g in part.groups()})
+
+    def result(
+        self, seq: int | PublishResult, timeout: float = 0.0, *, group: str | None = None, partition: int | None = None
+    ) -> Result:
+        """As :meth:`rqueue.Queue.result`, in the partition that took the
+        message: the one the PublishResult ``seq`` names, or ``partition``
+        (a bare seq names a message of one partition only)."""
+        return self.parts[result_partition(self.name, self.partitions, seq, partition)].result(
+            seq, timeout, group=group
+        )
 
     # -- groups and retention (docs/retention.md) ---------------------------
 
@@ -552,3 +563,25 @@ def sum_groups(name: str, groups: list[GroupStats]) -> GroupStats:
         consumers=sorted(members.values(), key=lambda c: c.name),
         **counted,
     )
+
+
+def result_partition(name: str, partitions: int, seq: Any, partition: int | None) -> int:
+    """The partition whose result of ``seq`` a partitioned queue's result()
+    reads: the PublishResult's, or ``partition``; InvalidInput when neither
+    names one, or they differ."""
+    named = seq.partition if isinstance(seq, PublishResult) else None
+    if partition is not None:
+        check.whole_number("partition", partition, 0)
+        if partition >= partitions:
+            raise InvalidInput(f"partition {partition} is not one of queue {name!r} (it has {partitions})")
+        if named is not None and named != partition:
+            raise InvalidInput(f"the PublishResult names partition {named}, not partition={partition}")
+        return partition
+    if named is None:
+        raise InvalidInput(
+            f"queue {name!r} is partitioned: a seq names a message of one partition; pass the PublishResult "
+            "publish returned, or partition="
+        )
+    if named >= partitions:
+        raise InvalidInput(f"partition {named} is not one of queue {name!r} (it has {partitions})")
+    return named

@@ -246,13 +246,14 @@ class Consumer(ConsumerCore):
         tag = self._tag_of(delivery)
         call = await self._group_call()
         ttl_ms = None if value is None else max(1, int(self._settings.result_ttl * 1000))
-        await acmd.ack_result(call, self.queue.keys.result(tag[1]), tag, ttl_ms, value or b"", event)
+        await acmd.ack_result(call, self.queue.keys.result(tag[1], self.group), tag, ttl_ms, value or b"", event)
         self._held.pop(tag[0], None)
 
     async def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
         """See :meth:`rqueue.Consumer.keep_failure`."""
         ttl_ms = max(1, int(self._settings.result_ttl * 1000))
-        await acmd.save_result(self.client.redis, self.queue.keys, delivery.seq, encode_failure(reason, error), ttl_ms)
+        failure = encode_failure(reason, error)
+        await acmd.save_result(self.client.redis, self.queue.keys, delivery.seq, self.group, failure, ttl_ms)
 
     async def reject(self, delivery: Ref, requeue: bool = False, reason: str = "") -> None:
         """Dead-letters the message now; with ``requeue`` offers it again at once."""

@@ -35,12 +35,14 @@ from ..partitions import (
     merged_events,
     of_partition,
     oldest,
+    result_partition,
     summed_stats,
 )
 from ..placement import Layout, placements
 from ..results import DeadLetter, GroupReset, Message, PlacementReport, PublishResult, QueueStats, ReplayResult, Trimmed
 from ..retention import Position, check_partitioned_group, partitioned_position_args, partly_done
 from ..settings import Settings
+from ..stored_results import Result
 from .consumer import Consumer, Delivery, Ref
 from .publishing import send
 from .queue import Prepared, Queue
@@ -174,6 +176,13 @@ class PartitionedQueue:
     async def groups(self) -> list[str]:
         """Names of the groups of any partition, sorted."""
         return sorted({g for part in self.parts for g in await part.groups()})
+
+    async def result(
+        self, seq: int | PublishResult, timeout: float = 0.0, *, group: str | None = None, partition: int | None = None
+    ) -> Result:
+        """As :meth:`rqueue.PartitionedQueue.result`."""
+        part = self.parts[result_partition(self.name, self.partitions, seq, partition)]
+        return await part.result(seq, timeout, group=group)
 
     # -- groups and retention (docs/retention.md) ---------------------------
 

@@ -27,7 +27,7 @@ from ..retention import Position, position_args
 from ..settings import DEAD_LETTER_MODES, Settings
 from ..stored_results import FIRST_POLL as FIRST_RESULT_POLL
 from ..stored_results import LAST_POLL as LAST_RESULT_POLL
-from ..stored_results import Result
+from ..stored_results import Result, no_such_group, result_group, result_seq
 from ..stored_results import decode as decode_result
 from ..tracing import sending
 from ..waiting import FIRST_POLL, LAST_POLL, check_wait, groups_to_wait_for, not_settled, waited_for
@@ -204,22 +204,35 @@ class Queue:
         """Names of the queue's groups, sorted."""
         return await acmd.group_names(self.client.redis, self.keys)
 
-    async def result(self, seq: int, timeout: float = 0.0) -> Result:
+    async def result(self, seq: int | PublishResult, timeout: float = 0.0, *, group: str | None = None) -> Result:
         """See :meth:`rqueue.Queue.result`: waits up to ``timeout`` seconds
-        for the stored outcome of message ``seq``; raises ResultTimeout."""
-        seq = check.whole_number("seq", seq, 1)
+        for the stored outcome of message ``seq`` for ``group`` (the only
+        group when None); raises ResultTimeout."""
+        seq = result_seq(self.name, seq)
         timeout = check.seconds("timeout", timeout)
+        if group is not None:
+            check_name("group", group)
         clock = self.client.clock
         deadline = clock.monotonic() + timeout
         pause = FIRST_RESULT_POLL
+        chosen = None
         while True:
-            raw, incarnation = await acmd.read_result(self.client.redis, self.keys, seq)
-            found = None if raw is None else decode_result(seq, raw, incarnation)
-            if found is not None:
-                return found
+            if chosen is None:  # until the queue has a group (a worker joined): then its result is the one
+                groups = await self.groups()
+                chosen = result_group(self.name, group, groups)
+            if chosen is not None:
+                raw, incarnation = await acmd.read_result(self.client.redis, self.keys, seq, chosen)
+                found = None if raw is None else decode_result(seq, raw, incarnation)
+                if found is not None:
+                    return found
+                wrong = no_such_group(self.name, chosen, groups)
+                if wrong is not None:
+                    raise wrong
+                if not groups:
+                    chosen = None  # a named group with no result yet: its worker may still join
             left = deadline - clock.monotonic()
             if left <= 0:
-                raise ResultTimeout(self.name, seq, timeout)
+                raise ResultTimeout(self.name, seq, timeout, group if group is not None else chosen)
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 1.5, LAST_RESULT_POLL)
 

@@ -436,22 +436,22 @@ def settings_values(values: dict[str, Any], pattern: str) -> dict[str, str]:
     return {f"{pattern} {k}": json.dumps(v) for k, v in values.items()}
 
 
-async def save_result(r: Any, keys: QueueKeys, seq: int, value: bytes, ttl_ms: int) -> None:
+async def save_result(r: Any, keys: QueueKeys, seq: int, group: str, value: bytes, ttl_ms: int) -> None:
     """As rqueue.engine.store.save_result."""
 
     async def save() -> None:
         inc = await r.hget(keys.meta, "inc")
-        await r.set(keys.result(seq), headed_result(inc, value), px=ttl_ms)
+        await r.set(keys.result(seq, group), headed_result(inc, value), px=ttl_ms)
 
     await guarded(save, where=keys.base)
 
 
-async def read_result(r: Any, keys: QueueKeys, seq: int) -> tuple[bytes | None, str]:
+async def read_result(r: Any, keys: QueueKeys, seq: int, group: str) -> tuple[bytes | None, str]:
     """As rqueue.engine.store.read_result."""
 
     async def read() -> list[Any]:
         pipe = r.pipeline(transaction=False)
-        pipe.get(keys.result(seq))
+        pipe.get(keys.result(seq, group))
         pipe.hget(keys.meta, "inc")
         return list(await pipe.execute())
 

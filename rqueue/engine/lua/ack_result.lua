@@ -8,9 +8,10 @@
 
   Input:
     KEYS[1..20] the group layout (includes/group_keys.lua)
-    KEYS[#KEYS] (the last) the result key of the message
-      (<base>:result:<seq>), under the queue's hash tag; written only when
-      ARGV[8] is not "", and checked by its name first
+    KEYS[#KEYS] (the last) the result key of the message for this group
+      (<base>:result:<seq>:<group>: each group keeps its own outcome),
+      under the queue's hash tag; written only when ARGV[8] is not "", and
+      checked by its name first
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] the result's time to live in ms, or "" to keep no result
     ARGV[9] the result as the client encoded it (stored after the queue's
@@ -25,6 +26,7 @@
       ack.lua's strict mode
     RQ_BAD_ARGUMENT  the time to live is not a whole number of ms >= 1, or
                      the last key is not the result key of the tag's seq
+                     and the group
     RQ_CORRUPT <floors key> field <group>: as ack.lua
 ]]
 --@flags allow-oom
@@ -44,9 +46,9 @@ end
 -- The result key is the last one, named as keys.py names it: checked before
 -- any write, so that a call built against another layout writes nothing.
 local resultKey = KEYS[#KEYS]
-if ttl ~= '' and resultKey ~= string.sub(metaKey, 1, -5) .. 'result:' .. ARGV[11] then
-  return redis.error_reply('RQ_BAD_ARGUMENT the last key is not the result key of seq ' .. ARGV[11] .. ': '
-    .. tostring(resultKey))
+if ttl ~= '' and resultKey ~= string.sub(metaKey, 1, -5) .. 'result:' .. ARGV[11] .. ':' .. ARGV[1] then
+  return redis.error_reply('RQ_BAD_ARGUMENT the last key is not the result key of seq ' .. ARGV[11]
+    .. ' and group ' .. ARGV[1] .. ': ' .. tostring(resultKey))
 end
 
 -- What the ack keeps besides: called once the ack is applied.
