@@ -107,6 +107,14 @@ async def ack_result(
     await run(call.scripts.ack_result, [*call.keys, result_key], args, call.queue, call.where)
 
 
+async def ack_completed(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool) -> list[str]:
+    """As commands.ack_completed."""
+    args = call.argv(c.ack_completed_args(tags, strict))
+    return c.parse_ack(
+        await run(call.scripts.ack_result, c.ack_completed_keys(call), args, call.queue, call.where), strict
+    )
+
+
 async def reject(call: AsyncGroupCall, tag: c.Tag, reason: str, text: str, event: str = "") -> int:
     return int(await call.run(call.scripts.reject, c.reject_args(tag, reason, text, event)))
 

@@ -352,6 +352,29 @@ def ack_result(call: GroupCall, result_key: str, tag: Tag, ttl_ms: int | None, r
     )
 
 
+def ack_completed_args(tags: Sequence[Tag], strict: bool) -> list[Any]:
+    """ack_result.lua's arguments after the group block for acks that keep
+    no result and record a completed event per message settled."""
+    return ["", "", "1" if strict else "1l", *flat_tags(tags)]
+
+
+def ack_completed_keys(call: GroupArgs) -> list[str]:
+    """ack_result.lua's KEYS for acks that keep no result: the last key is
+    then not written, and the meta key stands in for it (same slot)."""
+    return [*call.keys, call.keys[0]]
+
+
+def ack_completed(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
+    """Acks ``tags`` as :func:`ack` does and records a completed event for
+    each message settled, in the same call (ack_result.lua): the ack of a
+    queue whose events setting names completed."""
+    reply = run(
+        call.scripts.ack_result, ack_completed_keys(call), call.argv(ack_completed_args(tags, strict)), call.queue,
+        call.where,
+    )  # fmt: skip
+    return parse_ack(reply, strict)
+
+
 class NackReply(NamedTuple):
     dead: bool  # dead-lettered (max_deliveries reached) rather than requeued
     where: int  # due time (ms) when requeued; dead-letter seq when dead (0: dropped)
