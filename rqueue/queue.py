@@ -1,4 +1,9 @@
-"""Queues: publishing, inspection, and handing out consumers."""
+"""Queues: publishing, inspection, and handing out consumers.
+
+Long because a queue is the API's main object: publishing, groups and
+their positions, dead letters, results, status and figures are each a
+short method that hands the work to the module that does it.
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,12 @@
 and consumers, awaitable. Messages are checked and encoded by the sync
 code (rqueue.publishing.prepare), the replies judged by its functions and
 parsed by the engine's shared parsers, the dead letters selected and
-counted by rqueue.deadletters: only the I/O is this module's."""
+counted by rqueue.deadletters: only the I/O is this module's.
+
+Long because it is the awaitable twin of rqueue.queue, method for method
+(publishing, groups and their positions, dead letters, results, status,
+figures), each a short one.
+"""
 
 from __future__ import annotations
 
