@@ -241,6 +241,39 @@ def test_ack_result_without_a_ttl_keeps_nothing_and_a_refusal_changes_nothing(ra
             s.ack_result(keys=wrong, args=ack_result_argv("5000", b"jx", "1", 2, 1, "t1"))
 
 
+def test_ack_result_acks_many_tags_with_events_strict_or_lenient(raw, queue, client):
+    # given four deliveries of c1
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b", b"c", b"d")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 4, "t1"))
+    tags = lambda *seqs: [x for seq in seqs for x in (seq, 1, "t1")]  # noqa: E731
+    # when two are acked strictly, with a completed event each (no result: the last key is not written)
+    assert s.ack_result(keys=[*gk, qk.meta], args=group_argv("g", "c1", NOW, None, "", "", "1", *tags(1, 2))) == [b"ok"]
+    # then a strict call with a settled tag changes nothing, a lenient one settles the rest
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_ACKED 1\.1\.t1"):
+        s.ack_result(keys=[*gk, qk.meta], args=group_argv("g", "c1", NOW, None, "", "", "1", *tags(3, 1)))
+    lenient = s.ack_result(keys=[*gk, qk.meta], args=group_argv("g", "c1", NOW, None, "", "", "1l", *tags(3, 1, 4)))
+    assert lenient == [b"ok", b"RQ_ACKED", b"ok"]
+    assert [(e["event"], e["seq"]) for e in queue.events()] == [("completed", str(n)) for n in (1, 2, 3, 4)]
+    assert queue.stats().group("g").acked == 4
+    assert r.exists(qk.meta) and not r.exists(qk.result(1, "g"))
+
+
+def test_ack_result_refuses_a_bad_mode_and_a_result_for_many_tags(raw, client):
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))
+    for mode in ("0l", "2", ""):
+        with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT the event mode"):
+            s.ack_result(keys=[*gk, qk.result(1, "g")], args=ack_result_argv("", b"", mode, 1, 1, "t1"))
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*one tag with a result"):
+        s.ack_result(keys=[*gk, qk.result(1, "g")], args=[*ack_result_argv("5000", b"jx", "1", 1, 1, "t1"), 2, 1, "t1"])
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*one tag with a result"):
+        s.ack_result(keys=[*gk, qk.meta], args=[*ack_result_argv("", b"", "1", 1, 1, "t1"), 2, 1])
+
+
 # -- rqueue result --------------------------------------------------------------------
 
 
