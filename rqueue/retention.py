@@ -3,9 +3,11 @@ messages every group settled, for groups created later and for resets; a
 group can be created at, or reset to, a position (docs/retention.md).
 
 The scripts (lua/retain.lua, group_create, group_reset, group_delete) do
-the work; this module turns the API's positions into their arguments and
-runs the trim step from the publish path, at most every RETAIN_INTERVAL per
-queue and client.
+the work; this module turns the API's positions into their arguments (a
+partitioned queue's too, checked over its partitions before any changes),
+and decides when a publisher runs the trim step, at most every
+RETAIN_INTERVAL per queue and client: the sync publishers run it here, the
+asyncio ones in rqueue.aio.publishing, on the same decision.
 """
 
 from __future__ import annotations
