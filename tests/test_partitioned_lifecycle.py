@@ -6,14 +6,17 @@ found in their partition, and the trim step run by every publisher
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
 from datetime import UTC, datetime
 
 import pytest
 from click.testing import CliRunner
 from support.aio_bridge import connect_as, parametrize_api
-from test_aio_worker import BACKENDS
+from support.servers import wait_for
+from test_aio_worker import BACKENDS, BOTH, run_worker
 
 import rqueue
 from rqueue.cli import cli
@@ -251,3 +254,47 @@ def test_group_and_result_commands_on_a_partitioned_queue(client, pq):
     }
     bare = cli_run(client, "result", "orders", "1")
     assert bare.exit_code != 0 and "is partitioned" in bare.output
+
+
+@BACKENDS
+@BOTH
+def test_a_forced_reset_of_a_partitioned_queue_under_a_running_worker_loses_nothing(kind, backend, prefix):
+    # given a worker whose handler is held on its first message, 9 messages over 3 partitions, retained
+    live = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    live.configure("orders", max_age=3600)
+    pq = live.queue("orders", partitions=3)
+    publish(pq)
+    started, release = threading.Event(), threading.Event()
+    seen: list[bytes] = []
+
+    def handler(d):
+        seen.append(d.data)
+        if not started.is_set():
+            started.set()
+            release.wait(10)
+
+    async def async_handler(d):
+        seen.append(d.data)
+        if not started.is_set():
+            started.set()
+            await asyncio.to_thread(release.wait, 10)
+
+    w = run_worker(kind, backend, prefix, pq, handler if kind == "threaded" else async_handler, concurrency=1)
+    try:
+        assert started.wait(10)
+        # when the group is reset to "first": refused while the worker holds deliveries, then forced
+        with pytest.raises(rqueue.GroupInUse):
+            pq.reset_group("g", "first")
+        handled_before = len(seen)
+        reset = pq.reset_group("g", "first", force=True)
+        assert sum(r.cancelled for r in reset) >= 1
+        release.set()
+        # then the worker goes on, its old ack changing nothing, and every message is handled after the reset
+        wait_for(lambda: sum(floors(pq, "g")) == 9 and pq.stats().groups[0].in_flight == 0, timeout=20)
+        assert sorted(set(seen[handled_before:])) == sorted(b"m%d" % i for i in range(9))
+        assert all(part.stats().group("g").pending == 0 for part in pq.parts)
+    finally:
+        release.set()
+        w.stop()
+        assert w.join(10)
+        live.close()
