@@ -62,7 +62,7 @@ from .results import (
 )
 from .retention import Position, after_publish, check_partitioned_group, partitioned_position_args, partly_done
 from .settings import Settings
-from .stored_results import Result
+from .stored_results import Result, result_id, unknown_id
 
 if TYPE_CHECKING:
     from .protocols import QueueContext
@@ -258,14 +258,26 @@ class PartitionedQueue:
         return sorted({g for part in self.parts for g in part.groups()})
 
     def result(
-        self, seq: int | PublishResult, timeout: float = 0.0, *, group: str | None = None, partition: int | None = None
+        self,
+        seq: int | str | PublishResult,
+        timeout: float = 0.0,
+        *,
+        group: str | None = None,
+        partition: int | None = None,
     ) -> Result:
         """As :meth:`rqueue.Queue.result`, in the partition that took the
         message: the one the PublishResult ``seq`` names, or ``partition``
-        (a bare seq names a message of one partition only)."""
-        return self.parts[result_partition(self.name, self.partitions, seq, partition)].result(
-            seq, timeout, group=group
-        )
+        (a bare seq names a message of one partition only), or, for a
+        message id, the partition whose de-duplication index knows it (the
+        partition its id routes to is asked first)."""
+        if isinstance(seq, str) and partition is None:
+            result_id(seq)
+            known = (p for p in id_search_order(seq, self.partitions) if self.parts[p].status(seq).seq)
+            partition = next(known, None)
+            if partition is None:
+                raise unknown_id(self.name, seq)
+        where = result_partition(self.name, self.partitions, seq, partition)
+        return dataclasses.replace(self.parts[where].result(seq, timeout, group=group), partition=where)
 
     # -- groups and retention (docs/retention.md) ---------------------------
 
@@ -585,3 +597,10 @@ def result_partition(name: str, partitions: int, seq: Any, partition: int | None
     if named >= partitions:
         raise InvalidInput(f"partition {named} is not one of queue {name!r} (it has {partitions})")
     return named
+
+
+def id_search_order(msg_id: str, partitions: int) -> list[int]:
+    """The partitions to look for a message id in: the one the id routes
+    to first (where it went unless a key routed it), then the others."""
+    first = partition_of(msg_id, partitions)
+    return [first, *(p for p in range(partitions) if p != first)]

@@ -37,7 +37,7 @@ from .retention import trim as trim_step
 from .settings import DEAD_LETTER_MODES, Settings
 from .stored_results import FIRST_POLL as FIRST_RESULT_POLL
 from .stored_results import LAST_POLL as LAST_RESULT_POLL
-from .stored_results import Result, no_such_group, result_group, result_seq
+from .stored_results import Result, no_such_group, result_group, result_id, result_seq, unknown_id
 from .stored_results import decode as decode_result
 from .tracing import sending
 from .waiting import wait_settled
@@ -414,9 +414,10 @@ class Queue:
         """Names of the queue's groups, sorted."""
         return store.group_names(self.client.redis, self.keys)
 
-    def result(self, seq: int | PublishResult, timeout: float = 0.0, *, group: str | None = None) -> Result:
+    def result(self, seq: int | str | PublishResult, timeout: float = 0.0, *, group: str | None = None) -> Result:
         """The stored outcome of message ``seq`` (or of the PublishResult
-        publish returned) for ``group``: a queue whose ``results`` setting
+        publish returned, or of the message published with the id ``seq``,
+        a str, found while it is inside the de-duplication window) for ``group``: a queue whose ``results`` setting
         is on keeps one per group and settled message for ``result_ttl``,
         the handler's return value or its :class:`~rqueue.stored_results.Failure`.
         ``group`` may be left out when the queue has one group (or none
@@ -425,6 +426,11 @@ class Queue:
         have while it has others. Waits up to ``timeout`` seconds for it,
         polling with backoff; raises :class:`rqueue.ResultTimeout` when
         none came (docs/results.md)."""
+        if isinstance(seq, str):
+            found_seq = self.status(result_id(seq)).seq
+            if not found_seq:
+                raise unknown_id(self.name, seq)
+            seq = found_seq
         seq = result_seq(self.name, seq)
         timeout = check.seconds("timeout", timeout)
         if group is not None:

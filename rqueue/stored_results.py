@@ -10,10 +10,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidInput
-from .names import check_name
+from .names import check_message_id, check_name
 from .results import PublishResult
 
-__all__ = ["Failure", "Result", "encode_value", "encode_failure", "decode", "result_group", "result_seq"]
+__all__ = [
+    "Failure",
+    "Result",
+    "encode_value",
+    "encode_failure",
+    "decode",
+    "result_group",
+    "result_id",
+    "result_seq",
+    "unknown_id",
+]
 
 # The first byte of a stored result says what follows.
 BYTES, JSON, FAILURE = b"b", b"j", b"e"
@@ -46,11 +56,14 @@ class Result:
         value: what the handler returned: bytes as they were, else the JSON
             value (None when it returned None, or when it failed).
         failure: None, or how the message failed.
+        partition: the partition of a partitioned queue that kept it (its
+            seq is that partition's), else None.
     """
 
     seq: int
     value: Any = None
     failure: Failure | None = None
+    partition: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -104,8 +117,24 @@ def result_seq(queue: str, seq: Any) -> int:
             )
         seq = seq.seq
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
-        raise InvalidInput(f"seq must be a whole number >= 1 or a PublishResult, not {seq!r}")
+        raise InvalidInput(f"seq must be a whole number >= 1, a PublishResult or a message id (str), not {seq!r}")
     return seq
+
+
+def result_id(msg_id: str) -> str:
+    """``msg_id`` when it can name a message (InvalidInput otherwise)."""
+    if not check_message_id(msg_id):
+        raise InvalidInput("a message id must not be empty: give the id the message was published with, or its seq")
+    return msg_id
+
+
+def unknown_id(queue: str, msg_id: str) -> InvalidInput:
+    """The error for a result asked by a message id the queue does not know
+    (never published with it, or its de-duplication window passed)."""
+    return InvalidInput(
+        f"message id {msg_id!r} is not known to queue {queue!r}: an id is known while it is inside the "
+        "de-duplication window (dedup_window); ask by the seq publish returned"
+    )
 
 
 def result_group(queue: str, group: str | None, groups: list[str]) -> str | None:

@@ -184,6 +184,30 @@ def test_a_partitioned_queue_finds_the_result_in_its_partition(client, pq):
         pq.result(published[0], partition=other)
 
 
+def test_a_result_is_found_by_message_id_in_a_plain_or_partitioned_queue(client, queue):
+    # given results on, a plain message and a partitioned one published with an id,
+    # the latter routed by a key to a partition other than its id's
+    client.configure("orders", results=True)
+    client.configure("parted", results=True)
+    pq = client.queue("parted", partitions=3)
+    queue.publish(b"plain", id="order-1")
+    key = next(k for k in KEYS if partition_of(k, 3) != partition_of("order-2", 3))
+    routed = pq.publish(b"parted", id="order-2", key=key)
+    for q in (queue, pq):
+        c = q.consumer("g")
+        for d in c.fetch(10):
+            c.ack_result(d, encode_value(d.data), event=False)
+    # then each is found by its id, the partitioned one in the partition that took it
+    assert queue.result("order-1", timeout=1).value == b"plain"
+    found = pq.result("order-2", timeout=1, group="g")
+    assert (found.value, found.seq, found.partition) == (b"parted", routed.seq, routed.partition)
+    assert queue.result(1).partition is None
+    # and an id never published is refused at once, naming it
+    for q in (queue, pq):
+        with pytest.raises(rqueue.InvalidInput, match=rf"message id 'nope' is not known to queue '{q.name}'"):
+            q.result("nope", timeout=30)
+
+
 # -- the trim step from every publisher --------------------------------------------------
 
 
@@ -222,9 +246,12 @@ def cli_run(client, *args):
 # A memory:// server lives in one client: the command's own client would see another.
 @pytest.mark.sync_only("the command line runs the sync client")
 @pytest.mark.parametrize("backend", ["redis"], indirect=True)
-def test_group_and_result_commands_on_a_partitioned_queue(client, pq):
+def test_group_and_result_commands_on_a_partitioned_queue(client):
+    # (on the wall clock, as the commands are: an id is known by its expiry in server time)
+    live = rqueue.connect(client.url, prefix=client.prefix, settings_ttl=0)
+    pq = live.queue("orders", partitions=3)
     client.configure("orders", max_length=100, results=True)
-    published = publish(pq, 3)
+    published = pq.publish_many([b"m0", b"m1", b"m2"], keys=KEYS[:3], ids=["o-0", "o-1", "o-2"])
     c = pq.consumer("g")
     for d in c.fetch(3):
         c.ack_result(d, encode_value({"n": 1}), event=False)
@@ -252,8 +279,14 @@ def test_group_and_result_commands_on_a_partitioned_queue(client, pq):
         "ok": True,
         "value": {"n": 1},
     }
+    by_id = cli_run(client, "result", "orders", "--id", "o-1", "--json")
+    assert by_id.exit_code == 0, by_id.output
+    assert (json.loads(by_id.stdout)["seq"], json.loads(by_id.stdout)["partition"]) == (r.seq, r.partition)
     bare = cli_run(client, "result", "orders", "1")
     assert bare.exit_code != 0 and "is partitioned" in bare.output
+    neither = cli_run(client, "result", "orders")
+    assert neither.exit_code == 2 and "not both and not neither" in neither.output
+    live.close()
 
 
 @BACKENDS

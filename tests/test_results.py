@@ -165,9 +165,13 @@ def test_the_result_lives_for_result_ttl(client, queue, backend):
 
 
 def test_bad_result_arguments(client, queue):
-    for bad in (0, -1, "1", 1.5, True):
+    for bad in (0, -1, 1.5, True, None):
         with pytest.raises(rqueue.InvalidInput, match="seq"):
             queue.result(bad)
+    with pytest.raises(rqueue.InvalidInput, match=r"message id '1' is not known to queue 'orders'"):
+        queue.result("1")  # a str is a message id
+    with pytest.raises(rqueue.InvalidInput, match=r"message id must not be empty"):
+        queue.result("")
     with pytest.raises(rqueue.InvalidInput, match="timeout"):
         queue.result(1, timeout=-1)
     for setting, value in (("results", "yes"), ("result_ttl", 0), ("result_ttl", -5)):

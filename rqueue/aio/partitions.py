@@ -12,6 +12,7 @@ and its consumer every method of a consumer.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -31,6 +32,7 @@ from ..partitions import PartitionedQueue as SyncPartitionedQueue
 from ..partitions import (
     check_after,
     check_partitions,
+    id_search_order,
     left_of,
     merged_events,
     of_partition,
@@ -42,7 +44,7 @@ from ..placement import Layout, placements
 from ..results import DeadLetter, GroupReset, Message, PlacementReport, PublishResult, QueueStats, ReplayResult, Trimmed
 from ..retention import Position, check_partitioned_group, partitioned_position_args, partly_done
 from ..settings import Settings
-from ..stored_results import Result
+from ..stored_results import Result, result_id, unknown_id
 from .consumer import Consumer, Delivery, Ref
 from .publishing import send
 from .queue import Prepared, Queue
@@ -178,11 +180,25 @@ class PartitionedQueue:
         return sorted({g for part in self.parts for g in await part.groups()})
 
     async def result(
-        self, seq: int | PublishResult, timeout: float = 0.0, *, group: str | None = None, partition: int | None = None
+        self,
+        seq: int | str | PublishResult,
+        timeout: float = 0.0,
+        *,
+        group: str | None = None,
+        partition: int | None = None,
     ) -> Result:
         """As :meth:`rqueue.PartitionedQueue.result`."""
-        part = self.parts[result_partition(self.name, self.partitions, seq, partition)]
-        return await part.result(seq, timeout, group=group)
+        if isinstance(seq, str) and partition is None:
+            result_id(seq)
+            for p in id_search_order(seq, self.partitions):
+                if (await self.parts[p].status(seq)).seq:
+                    partition = p
+                    break
+            else:
+                raise unknown_id(self.name, seq)
+        where = result_partition(self.name, self.partitions, seq, partition)
+        found = await self.parts[where].result(seq, timeout, group=group)
+        return dataclasses.replace(found, partition=where)
 
     # -- groups and retention (docs/retention.md) ---------------------------
 

@@ -32,7 +32,7 @@ from ..retention import Position, position_args
 from ..settings import DEAD_LETTER_MODES, Settings
 from ..stored_results import FIRST_POLL as FIRST_RESULT_POLL
 from ..stored_results import LAST_POLL as LAST_RESULT_POLL
-from ..stored_results import Result, no_such_group, result_group, result_seq
+from ..stored_results import Result, no_such_group, result_group, result_id, result_seq, unknown_id
 from ..stored_results import decode as decode_result
 from ..tracing import sending
 from ..waiting import FIRST_POLL, LAST_POLL, check_wait, groups_to_wait_for, not_settled, waited_for
@@ -209,10 +209,15 @@ class Queue:
         """Names of the queue's groups, sorted."""
         return await acmd.group_names(self.client.redis, self.keys)
 
-    async def result(self, seq: int | PublishResult, timeout: float = 0.0, *, group: str | None = None) -> Result:
+    async def result(self, seq: int | str | PublishResult, timeout: float = 0.0, *, group: str | None = None) -> Result:
         """See :meth:`rqueue.Queue.result`: waits up to ``timeout`` seconds
         for the stored outcome of message ``seq`` for ``group`` (the only
         group when None); raises ResultTimeout."""
+        if isinstance(seq, str):
+            found_seq = (await self.status(result_id(seq))).seq
+            if not found_seq:
+                raise unknown_id(self.name, seq)
+            seq = found_seq
         seq = result_seq(self.name, seq)
         timeout = check.seconds("timeout", timeout)
         if group is not None:
