@@ -331,3 +331,30 @@ def test_a_forced_reset_of_a_partitioned_queue_under_a_running_worker_loses_noth
         w.stop()
         assert w.join(10)
         live.close()
+
+
+@pytest.mark.sync_only("the refusal is injected into the sync client's engine call")
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+def test_a_partition_refusing_after_others_changed_names_them(client, pq, monkeypatch):
+    # given a group in every partition, messages retained, and partition 1's reset refused by its script
+    client.configure("orders", max_length=100)
+    pq.trim()
+    publish(pq)
+    drain(pq.consumer("g"))
+    real = rqueue.engine.commands.group_reset
+
+    def refuse_in_partition_1(call, *args):
+        if call.where == pq.parts[1].keys.base:
+            raise rqueue.InvalidInput("position refused")
+        return real(call, *args)
+
+    monkeypatch.setattr(rqueue.engine.commands, "group_reset", refuse_in_partition_1)
+    # when the group is reset, then the error says which partitions changed and which did not
+    with pytest.raises(rqueue.InvalidInput, match="position refused") as refused:
+        pq.reset_group("g", "first")
+    assert refused.value.__notes__ == [
+        "group 'g': reset applied in partitions [0] already, not in [1, 2]; "
+        "do it in those partitions' queues (queue.parts[i]) once the cause is fixed"
+    ]
+    first, *rest = floors(pq, "g")
+    assert first == 0 and all(f > 0 for f in rest)
