@@ -592,7 +592,7 @@ def result_partition(name: str, partitions: int, seq: Any, partition: int | None
     if named is None:
         raise InvalidInput(
             f"queue {name!r} is partitioned: a seq names a message of one partition; pass the PublishResult "
-            "publish returned, or partition="
+            "publish returned, the message's id, or partition="
         )
     if named >= partitions:
         raise InvalidInput(f"partition {named} is not one of queue {name!r} (it has {partitions})")
