@@ -139,7 +139,11 @@ class Consumer(ConsumerCore):
             return
         if not tags:
             return
-        commands.ack(self._group_call(), tags, strict=True)
+        call = self._group_call()
+        if self._completed_on():
+            commands.ack_completed(call, tags, strict=True)
+        else:
+            commands.ack(call, tags, strict=True)
         self._forget(tags)
 
     def ack_available(self, deliveries: Iterable[DeliveryRef]) -> list[RQueueError | None]:
@@ -149,7 +153,10 @@ class Consumer(ConsumerCore):
         tags, lost = self._sendable(refs_of(deliveries))
         if not tags:
             return list(lost)
-        return self._acked(tags, lost, commands.ack(self._group_call(), tags, strict=False))
+        call = self._group_call()
+        if self._completed_on():
+            return self._acked(tags, lost, commands.ack_completed(call, tags, strict=False))
+        return self._acked(tags, lost, commands.ack(call, tags, strict=False))
 
     def ack_and_fetch(
         self, acks: Iterable[DeliveryRef], n: int
@@ -161,6 +168,13 @@ class Consumer(ConsumerCore):
         refs = list(acks)
         if n <= 0:
             return self.ack_available(refs), [], None
+        if refs and self._completed_on():
+            # (the settings of the fetch that made these deliveries.) fetch.lua's
+            # acks record no event: the acks go first, in a call that records
+            # them, then the fetch (two round trips, only then)
+            statuses = self.ack_available(refs)
+            _, deliveries, due_in = self.ack_and_fetch([], n)
+            return statuses, deliveries, due_in
         tags, lost = self._sendable(refs)
         mark = self._watch.mark()
         try:
@@ -218,14 +232,15 @@ class Consumer(ConsumerCore):
         tag = self._tag_of(delivery)
         call = self._group_call()
         ttl_ms = None if value is None else max(1, int(self._settings.result_ttl * 1000))
-        commands.ack_result(call, self.queue.keys.result(tag[1]), tag, ttl_ms, value or b"", event)
+        commands.ack_result(call, self.queue.keys.result(tag[1], self.group), tag, ttl_ms, value or b"", event)
         self._held.pop(tag[0], None)
 
     def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
         """Keeps how the message of ``delivery`` failed for good as its result
         (sent after its settle: a crash in between loses the result, not the message)."""
         ttl_ms = max(1, int(self.settings().result_ttl * 1000))
-        store.save_result(self.client.redis, self.queue.keys, delivery.seq, encode_failure(reason, error), ttl_ms)
+        failure = encode_failure(reason, error)
+        store.save_result(self.client.redis, self.queue.keys, delivery.seq, self.group, failure, ttl_ms)
 
     def reject(self, delivery: DeliveryRef, requeue: bool = False, reason: str = "") -> None:
         """Dead-letters the message now (RabbitMQ basic.reject); with

@@ -354,6 +354,12 @@ class ConsumerCore:
         meanwhile, so nothing is left to do; the rest of the batch goes on."""
         log.info("%s of %s not dead-lettered: %s", reason, tag, exc)
 
+    def _completed_on(self) -> bool:
+        """Whether the events setting asks for completed events: then acks
+        go through ack_result.lua, which records them (the acks of a queue
+        without them stay as they are: ack.lua, or riding on the next fetch)."""
+        return EventKind.COMPLETED.value in self._settings.events
+
     def _nack_event(self, timed_out: bool) -> str:
         """The lifecycle event a nack records: timeout or failed, when the
         events setting asks for that kind ("" records none)."""

@@ -523,11 +523,13 @@ class ResultTimeout(RQueueError, TimeoutError):
     message is not settled yet, its result expired, or results are off for
     its queue (the ``results`` setting)."""
 
-    def __init__(self, queue: str, seq: int, timeout: float) -> None:
-        super().__init__(f"no result for seq {seq} of queue {queue!r} within {timeout:g} s")
+    def __init__(self, queue: str, seq: int, timeout: float, group: str | None = None) -> None:
+        of_group = "" if group is None else f" for group {group!r}"
+        super().__init__(f"no result for seq {seq} of queue {queue!r}{of_group} within {timeout:g} s")
         self.queue = queue
         self.seq = seq
         self.timeout = timeout
+        self.group = group
 
 
 # Errors raised with error() arrive wrapped ("ERR user_script:1: RQ_X ...");

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 from . import validate as check
 from .constants import MAX_PARTITIONS
 from .engine import commands, store
-from .errors import InvalidInput, QueueInUse, StateLost, Unroutable
+from .errors import InvalidInput, QueueInUse, RQueueError, StateLost, Unroutable
+from .names import check_name
 from .partition_routing import gather, prepare_parts, route
 from .partitioned_consumer import PartitionedConsumer
 from .placement import Layout, placements, seen_before_growth
@@ -49,6 +50,7 @@ from .queue import Queue
 from .results import (
     ConsumerStats,
     DeadLetter,
+    GroupReset,
     GroupStats,
     Message,
     PlacementReport,
@@ -56,8 +58,11 @@ from .results import (
     PublishResult,
     QueueStats,
     ReplayResult,
+    Trimmed,
 )
+from .retention import Position, after_publish, check_partitioned_group, partitioned_position_args, partly_done
 from .settings import Settings
+from .stored_results import Result, result_id, unknown_id
 
 if TYPE_CHECKING:
     from .protocols import QueueContext
@@ -229,6 +234,7 @@ class PartitionedQueue:
                 self.client.register(self.name)
                 watch_replies(ready, [reply])
                 out.append((part, idx, commands.publish_results([reply], part.partition)))
+                after_publish(part, ready.settings)
         return out
 
     # -- consuming ----------------------------------------------------------
@@ -250,6 +256,94 @@ class PartitionedQueue:
     def groups(self) -> list[str]:
         """Names of the groups of any partition, sorted."""
         return sorted({g for part in self.parts for g in part.groups()})
+
+    def result(
+        self,
+        seq: int | str | PublishResult,
+        timeout: float = 0.0,
+        *,
+        group: str | None = None,
+        partition: int | None = None,
+    ) -> Result:
+        """As :meth:`rqueue.Queue.result`, in the partition that took the
+        message: the one the PublishResult ``seq`` names, or ``partition``
+        (a bare seq names a message of one partition only), or, for a
+        message id, the partition whose de-duplication index knows it (the
+        partition its id routes to is asked first)."""
+        if isinstance(seq, str) and partition is None:
+            result_id(seq)
+            known = (p for p in id_search_order(seq, self.partitions) if self.parts[p].status(seq).seq)
+            partition = next(known, None)
+            if partition is None:
+                raise unknown_id(self.name, seq)
+        where = result_partition(self.name, self.partitions, seq, partition)
+        return dataclasses.replace(self.parts[where].result(seq, timeout, group=group), partition=where)
+
+    # -- groups and retention (docs/retention.md) ---------------------------
+
+    def create_group(self, group: str, start: Position = "first") -> list[int]:
+        """As :meth:`rqueue.Queue.create_group`, in every partition:
+        "first", "last" or a time apply in each partition; a seq is refused
+        (each partition has its own seqs: create the group in one
+        partition's queue, ``parts[i]``, for that). Returns, per partition,
+        the seq the group starts after. Refused before any partition
+        changes when the group exists in any of them."""
+        check_name("group", group)
+        mode, value = partitioned_position_args(start)
+        check_partitioned_group(self.name, group, "create", [group in p.groups() for p in self.parts], [])
+        return self._each(group, "create", lambda p: commands.group_create(p.group_call(group), mode, value).floor)
+
+    def reset_group(self, group: str, to: Position, force: bool = False) -> list[GroupReset]:
+        """As :meth:`rqueue.Queue.reset_group`, in every partition (a seq is
+        refused, as for :meth:`create_group`); one GroupReset per partition.
+        Without ``force`` it is refused (GroupInUse), before any partition
+        changes, while the group holds deliveries in any partition."""
+        check_name("group", group)
+        mode, value = partitioned_position_args(to)
+        force = check.flag("force", force)
+        present = [group in p.groups() for p in self.parts]
+        check_partitioned_group(self.name, group, "reset", present, [] if force else self._held(group, present))
+
+        def reset(p: Queue) -> GroupReset:
+            r = commands.group_reset(p.group_call(group), mode, value, force)
+            return GroupReset(group, r.previous, r.floor, r.cancelled, p.partition)
+
+        return self._each(group, "reset", reset)
+
+    def delete_group(self, group: str, force: bool = False) -> int:
+        """As :meth:`rqueue.Queue.delete_group`, in every partition that has
+        the group; how many deliveries were taken back in all. Without
+        ``force`` refused (GroupInUse), before any partition changes, while
+        the group holds deliveries in any partition."""
+        check_name("group", group)
+        force = check.flag("force", force)
+        present = [group in p.groups() for p in self.parts]
+        check_partitioned_group(self.name, group, "delete", present, [] if force else self._held(group, present))
+        has = [p for p, there in zip(self.parts, present, strict=True) if there]
+        return sum(self._each(group, "delete", lambda p: commands.group_delete(p.group_call(group), force), has))
+
+    def trim(self) -> list[Trimmed]:
+        """As :meth:`rqueue.Queue.trim`, one trim step in every partition."""
+        return [part.trim() for part in self.parts]
+
+    def _held(self, group: str, present: list[bool]) -> list[int]:
+        return [
+            commands.stats(p.group_call(group)).in_flight if there else 0
+            for p, there in zip(self.parts, present, strict=True)
+        ]
+
+    def _each(self, group: str, what: str, apply: Any, parts: list[Queue] | None = None) -> list[Any]:
+        """``apply`` to each partition in turn; an error names the
+        partitions that had it applied already."""
+        done: list[int] = []
+        out = []
+        for part in self.parts if parts is None else parts:
+            try:
+                out.append(apply(part))
+            except RQueueError as exc:
+                raise partly_done(exc, what, group, done, self.partitions) from None
+            done.append(part.partition or 0)
+        return out
 
     def placement(self, refresh: bool = False) -> PlacementReport:
         """Where each partition lives: its hash tag, slot and the primary
@@ -485,3 +579,32 @@ def sum_groups(name: str, groups: list[GroupStats]) -> GroupStats:
         consumers=sorted(members.values(), key=lambda c: c.name),
         **counted,
     )
+
+
+def result_partition(name: str, partitions: int, seq: Any, partition: int | None) -> int:
+    """The partition whose result of ``seq`` a partitioned queue's result()
+    reads: the PublishResult's, or ``partition``; InvalidInput when neither
+    names one, or they differ."""
+    named = seq.partition if isinstance(seq, PublishResult) else None
+    if partition is not None:
+        check.whole_number("partition", partition, 0)
+        if partition >= partitions:
+            raise InvalidInput(f"partition {partition} is not one of queue {name!r} (it has {partitions})")
+        if named is not None and named != partition:
+            raise InvalidInput(f"the PublishResult names partition {named}, not partition={partition}")
+        return partition
+    if named is None:
+        raise InvalidInput(
+            f"queue {name!r} is partitioned: a seq names a message of one partition; pass the PublishResult "
+            "publish returned, the message's id, or partition="
+        )
+    if named >= partitions:
+        raise InvalidInput(f"partition {named} is not one of queue {name!r} (it has {partitions})")
+    return named
+
+
+def id_search_order(msg_id: str, partitions: int) -> list[int]:
+    """The partitions to look for a message id in: the one the id routes
+    to first (where it went unless a key routed it), then the others."""
+    first = partition_of(msg_id, partitions)
+    return [first, *(p for p in range(partitions) if p != first)]

@@ -1,4 +1,9 @@
-"""Queues: publishing, inspection, and handing out consumers."""
+"""Queues: publishing, inspection, and handing out consumers.
+
+Long because a queue is the API's main object: publishing, groups and
+their positions, dead letters, results, status and figures are each a
+short method that hands the work to the module that does it.
+"""
 
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ from .retention import trim as trim_step
 from .settings import DEAD_LETTER_MODES, Settings
 from .stored_results import FIRST_POLL as FIRST_RESULT_POLL
 from .stored_results import LAST_POLL as LAST_RESULT_POLL
-from .stored_results import Result
+from .stored_results import Result, no_such_group, result_group, result_id, result_seq, unknown_id
 from .stored_results import decode as decode_result
 from .tracing import sending
 from .waiting import wait_settled
@@ -279,7 +284,7 @@ class Queue:
         check_name("group", group)
         mode, value = position_args(to)
         reply = commands.group_reset(self.group_call(group), mode, value, check.flag("force", force))
-        return GroupReset(group, reply.previous, reply.floor, reply.cancelled)
+        return GroupReset(group, reply.previous, reply.floor, reply.cancelled, self.partition)
 
     def delete_group(self, group: str, force: bool = False) -> int:
         """Deletes ``group`` and its state (its dead letters stay). Refuses
@@ -414,25 +419,48 @@ class Queue:
         """Names of the queue's groups, sorted."""
         return store.group_names(self.client.redis, self.keys)
 
-    def result(self, seq: int, timeout: float = 0.0) -> Result:
-        """The stored outcome of message ``seq`` (a queue whose ``results``
-        setting is on keeps one per settled message for ``result_ttl``):
-        the handler's return value, or its :class:`~rqueue.stored_results.Failure`.
-        Waits up to ``timeout`` seconds for it, polling with backoff; raises
-        :class:`rqueue.ResultTimeout` when none came (docs/results.md)."""
-        seq = check.whole_number("seq", seq, 1)
+    def result(self, seq: int | str | PublishResult, timeout: float = 0.0, *, group: str | None = None) -> Result:
+        """The stored outcome of message ``seq`` (or of the PublishResult
+        publish returned, or of the message published with the id ``seq``,
+        a str, found while it is inside the de-duplication window) for ``group``: a queue whose ``results`` setting
+        is on keeps one per group and settled message for ``result_ttl``,
+        the handler's return value or its :class:`~rqueue.stored_results.Failure`.
+        ``group`` may be left out when the queue has one group (or none
+        yet: the first to join is the one); with several it is InvalidInput
+        (each group keeps its own), and so is a group the queue does not
+        have while it has others. Waits up to ``timeout`` seconds for it,
+        polling with backoff; raises :class:`rqueue.ResultTimeout` when
+        none came (docs/results.md)."""
+        if isinstance(seq, str):
+            found_seq = self.status(result_id(seq)).seq
+            if not found_seq:
+                raise unknown_id(self.name, seq)
+            seq = found_seq
+        seq = result_seq(self.name, seq)
         timeout = check.seconds("timeout", timeout)
+        if group is not None:
+            check_name("group", group)
         clock = self.client.clock
         deadline = clock.monotonic() + timeout
         pause = FIRST_RESULT_POLL
+        chosen = None
         while True:
-            raw, incarnation = store.read_result(self.client.redis, self.keys, seq)
-            found = None if raw is None else decode_result(seq, raw, incarnation)
-            if found is not None:
-                return found
+            if chosen is None:  # until the queue has a group (a worker joined): then its result is the one
+                groups = self.groups()
+                chosen = result_group(self.name, group, groups)
+            if chosen is not None:
+                raw, incarnation = store.read_result(self.client.redis, self.keys, seq, chosen)
+                found = None if raw is None else decode_result(seq, raw, incarnation)
+                if found is not None:
+                    return found
+                wrong = no_such_group(self.name, chosen, groups)
+                if wrong is not None:
+                    raise wrong
+                if not groups:
+                    chosen = None  # a named group with no result yet: its worker may still join
             left = deadline - clock.monotonic()
             if left <= 0:
-                raise ResultTimeout(self.name, seq, timeout)
+                raise ResultTimeout(self.name, seq, timeout, group if group is not None else chosen)
             clock.sleep(min(pause, left))
             pause = min(pause * 1.5, LAST_RESULT_POLL)
 

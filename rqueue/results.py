@@ -220,6 +220,7 @@ class GroupReset(NamedTuple):
     previous: int  # the ack floor before
     floor: int  # the ack floor now: the group is handed the seqs above it
     cancelled: int  # deliveries taken back from its consumers
+    partition: int | None = None  # the partition (a partitioned queue's reset: one per partition)
 
 
 class Trimmed(NamedTuple):

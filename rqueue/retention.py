@@ -3,9 +3,11 @@ messages every group settled, for groups created later and for resets; a
 group can be created at, or reset to, a position (docs/retention.md).
 
 The scripts (lua/retain.lua, group_create, group_reset, group_delete) do
-the work; this module turns the API's positions into their arguments and
-runs the trim step from the publish path, at most every RETAIN_INTERVAL per
-queue and client.
+the work; this module turns the API's positions into their arguments (a
+partitioned queue's too, checked over its partitions before any changes),
+and decides when a publisher runs the trim step, at most every
+RETAIN_INTERVAL per queue and client: the sync publishers run it here, the
+asyncio ones in rqueue.aio.publishing, on the same decision.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .constants import RETAIN_CHECK, RETAIN_INTERVAL, RETAIN_STEP
 from .engine import commands
-from .errors import InvalidInput, RQueueError
+from .errors import GroupInUse, InvalidInput, RQueueError
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -65,6 +67,55 @@ def position_args(position: Any) -> tuple[str, str]:
     raise InvalidInput(f"position {position!r} is not one: give 'first', 'last', a seq or a datetime")
 
 
+PER_PARTITION_SEQ = (
+    "seq {seq} names no position of a partitioned queue: each partition has its own seqs; "
+    "give 'first', 'last' or a time (they apply in every partition), or name the seq in one "
+    "partition's queue (queue.parts[i])"
+)
+
+
+def partitioned_position_args(position: Any) -> tuple[str, str]:
+    """The scripts' (mode, value) for ``position`` in every partition of a
+    partitioned queue: as :func:`position_args`, but a seq is refused (a
+    seq names a message of one partition only)."""
+    mode, value = position_args(position)
+    if mode == "seq":
+        raise InvalidInput(PER_PARTITION_SEQ.format(seq=value))
+    return mode, value
+
+
+def check_partitioned_group(queue: str, group: str, what: str, present: list[bool], held: list[int]) -> None:
+    """Refuses, before any partition changes, a group ``what`` (create,
+    reset, delete) of a partitioned queue that would fail in one of its
+    partitions: ``present`` says per partition whether it has the group,
+    ``held`` how many deliveries the group holds there (empty: not asked,
+    as with force)."""
+    where = [p for p, has in enumerate(present) if has]
+    if what == "create" and where:
+        raise InvalidInput(f"queue {queue!r} has group {group!r} already (in partitions {where})")
+    if what == "reset" and len(where) < len(present):
+        missing = [p for p, has in enumerate(present) if not has]
+        raise InvalidInput(f"queue {queue!r} has no group {group!r} in partitions {missing}")
+    if what == "delete" and not where:
+        raise InvalidInput(f"queue {queue!r} has no group {group!r}")
+    if sum(held):
+        raise GroupInUse(group, sum(held))
+
+
+def partly_done(exc: Exception, what: str, group: str, done: list[int], total: int) -> Exception:
+    """``exc``, raised by partition ``len(done)`` of a partitioned queue's
+    group ``what`` (create, reset, delete), with a note of the partitions
+    that already did it: each partition is one script call, not one
+    atomic step over all of them."""
+    if done:
+        left = [p for p in range(total) if p not in done]
+        exc.add_note(
+            f"group {group!r}: {what} applied in partitions {done} already, not in {left}; "
+            "do it in those partitions' queues (queue.parts[i]) once the cause is fixed"
+        )
+    return exc
+
+
 def retention_args(settings: Settings) -> tuple[int | None, int | None]:
     """max_age in ms and max_length of ``settings`` (None: unset)."""
     age = None if settings.max_age is None else round(settings.max_age * 1000)
@@ -99,36 +150,56 @@ def trim(queue: QueueLike, settings: Settings | None = None, limit: int = RETAIN
     """Stores the queue's retention and runs one trim step now."""
     client = queue.client
     settings = settings if settings is not None else queue.settings()
-    age, length = retention_args(settings)
-    reply = commands.retain(client.scripts, queue.keys, client.clock.script_now(), age, length, True, limit, queue.name)
-    t = _tracker(client)
-    with t.lock:
-        t.seen[queue.keys.base] = (client.clock.monotonic(), reply.retained, (age, length))
+    want = retention_args(settings)
+    reply = commands.retain(client.scripts, queue.keys, client.clock.script_now(), *want, True, limit, queue.name)
+    stepped(client, queue.keys.base, reply, want)
     return reply
 
 
-def after_publish(queue: QueueLike, settings: Settings) -> None:
-    """The publish path's share of retention: a trim step when this
-    client's last one for the queue is older than RETAIN_INTERVAL (the
-    queue is in retention mode) or RETAIN_CHECK (it was not), or when the
-    queue's retention settings changed."""
-    client = queue.client
+def step_due(client: Any, base: str, settings: Settings) -> tuple[int | None, int | None] | None:
+    """The publish path's share of retention, decided for the sync and the
+    asyncio publishers alike: the retention to store with a trim step when
+    one is due (this client's last step for the queue is older than
+    RETAIN_INTERVAL while the queue is in retention mode, or RETAIN_CHECK
+    while it is not, or the queue's retention settings changed), else
+    None. The caller runs the step and reports it with :func:`stepped` or
+    :func:`step_failed`."""
     t = _tracker(client)
-    now = client.clock.monotonic()
     want = retention_args(settings)
     with t.lock:
-        seen = t.seen.get(queue.keys.base)
+        seen = t.seen.get(base)
     if seen is not None:
         at, retained, stored = seen
         wait = RETAIN_INTERVAL if retained or want != (None, None) else RETAIN_CHECK
-        if stored == want and now - at < wait:
-            return
+        if stored == want and client.clock.monotonic() - at < wait:
+            return None
+    return want
+
+
+def stepped(client: Any, base: str, reply: commands.RetainReply, want: tuple[int | None, int | None]) -> None:
+    """Notes a trim step this client ran for the queue of ``base``."""
+    t = _tracker(client)
+    with t.lock:
+        t.seen[base] = (client.clock.monotonic(), reply.retained, want)
+
+
+def step_failed(client: Any, base: str, name: str, want: tuple[int | None, int | None], exc: Exception) -> None:
+    """Notes a trim step that failed: the publish is stored, so the failure
+    must not make it look failed (it would be sent again); the next step
+    comes after the interval."""
+    t = _tracker(client)
+    with t.lock:
+        t.seen[base] = (client.clock.monotonic(), True, want)
+    log.warning("retention trim step of queue %r failed: %s", name, exc)
+
+
+def after_publish(queue: QueueLike, settings: Settings) -> None:
+    """Runs the trim step :func:`step_due` says is due after a publish."""
+    client = queue.client
+    want = step_due(client, queue.keys.base, settings)
+    if want is None:
+        return
     try:
         trim(queue, settings)
     except (RQueueError, OSError) as exc:
-        # The publish is stored: a failed trim step must not make it look
-        # failed (it would be sent again). The next step comes after the
-        # interval.
-        with t.lock:
-            t.seen[queue.keys.base] = (now, True, want)
-        log.warning("retention trim step of queue %r failed: %s", queue.name, exc)
+        step_failed(client, queue.keys.base, queue.name, want, exc)

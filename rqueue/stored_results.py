@@ -10,8 +10,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidInput
+from .names import check_message_id, check_name
+from .results import PublishResult
 
-__all__ = ["Failure", "Result", "encode_value", "encode_failure", "decode"]
+__all__ = [
+    "Failure",
+    "Result",
+    "encode_value",
+    "encode_failure",
+    "decode",
+    "result_group",
+    "result_id",
+    "result_seq",
+    "unknown_id",
+]
 
 # The first byte of a stored result says what follows.
 BYTES, JSON, FAILURE = b"b", b"j", b"e"
@@ -44,11 +56,14 @@ class Result:
         value: what the handler returned: bytes as they were, else the JSON
             value (None when it returned None, or when it failed).
         failure: None, or how the message failed.
+        partition: the partition of a partitioned queue that kept it (its
+            seq is that partition's), else None.
     """
 
     seq: int
     value: Any = None
     failure: Failure | None = None
+    partition: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -89,3 +104,60 @@ def decode(seq: int, raw: bytes, incarnation: str) -> Result | None:
         fields = json.loads(data)
         return Result(seq, None, Failure(str(fields.get("reason", "")), str(fields.get("error", ""))))
     return None
+
+
+def result_seq(queue: str, seq: Any) -> int:
+    """The seq ``seq`` names: a whole number, or a PublishResult of this
+    queue (InvalidInput for one the alternate queue took)."""
+    if isinstance(seq, PublishResult):
+        if seq.alternate is not None:
+            raise InvalidInput(
+                f"seq {seq.seq} is a seq of the alternate queue {seq.alternate!r}, which took the message: "
+                "ask that queue for its result"
+            )
+        seq = seq.seq
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        raise InvalidInput(f"seq must be a whole number >= 1, a PublishResult or a message id (str), not {seq!r}")
+    return seq
+
+
+def result_id(msg_id: str) -> str:
+    """``msg_id`` when it can name a message (InvalidInput otherwise)."""
+    if not check_message_id(msg_id):
+        raise InvalidInput("a message id must not be empty: give the id the message was published with, or its seq")
+    return msg_id
+
+
+def unknown_id(queue: str, msg_id: str) -> InvalidInput:
+    """The error for a result asked by a message id the queue does not know
+    (never published with it, or its de-duplication window passed)."""
+    return InvalidInput(
+        f"message id {msg_id!r} is not known to queue {queue!r}: an id is known while it is inside the "
+        "de-duplication window (dedup_window); ask by the seq publish returned"
+    )
+
+
+def result_group(queue: str, group: str | None, groups: list[str]) -> str | None:
+    """The group whose result of a message to read: ``group``, or the
+    queue's only group; None while the queue has no group yet (no worker
+    joined: the caller waits for one). InvalidInput when the queue has
+    several and none is named (each keeps its own result)."""
+    if group is not None:
+        return check_name("group", group)
+    if len(groups) <= 1:
+        return groups[0] if groups else None
+    raise InvalidInput(
+        f"queue {queue!r} has groups {', '.join(map(repr, groups))}, each keeps its own result: name one (group=...)"
+    )
+
+
+def no_such_group(queue: str, group: str, groups: list[str]) -> InvalidInput | None:
+    """The error for a result asked of a group the queue does not have
+    while it has others (a misspelt name: refused at once rather than
+    waited for); None when ``group`` is one of them, or the queue has no
+    group yet (its workers did not join yet: waited for)."""
+    if not groups or group in groups:
+        return None
+    return InvalidInput(
+        f"queue {queue!r} has no group {group!r} and no result of it (its groups: {', '.join(map(repr, groups))})"
+    )

@@ -160,6 +160,96 @@ def test_reject_refuses_an_event_it_does_not_record(client, queue):
         s.reject(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", "rejected", "x", "timeout"))
 
 
+# -- every ack of a consumer --------------------------------------------------------------
+
+
+class Counted:
+    """A script of the client, counting its calls."""
+
+    def __init__(self, script):
+        self.script, self.calls = script, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.script(*args, **kwargs)
+
+
+def count_scripts(client, monkeypatch, *names):
+    counted = {n: Counted(getattr(client.scripts, n)) for n in names}
+    for n, c in counted.items():
+        monkeypatch.setattr(client.scripts, n, c)
+    return counted
+
+
+def every_ack_path(c):
+    """Acks six deliveries of ``c`` by each of a consumer's ack paths."""
+    d1, d2, d3, d4, d5, d6 = c.fetch(6)
+    c.ack(d1)
+    c.ack([d2, d3])
+    statuses = c.ack_available([d4, d1])
+    assert statuses[0] is None and isinstance(statuses[1], rqueue.AlreadyAcked)
+    acked, got, _ = c.ack_and_fetch([d5], 1)
+    assert acked == [None] and got == []
+    c.ack(d6, multiple=True)
+
+
+@BACKENDS
+def test_every_ack_of_a_consumer_records_completed_when_it_is_on(client, queue, monkeypatch):
+    # given completed events on and a consumer of its own (no worker)
+    client.configure("orders", events=["completed"])
+    queue.publish_many([b"m"] * 6)
+    c = queue.consumer("g", "c1")
+    counted = count_scripts(client, monkeypatch, "ack", "ack_result")
+    # when it acks by each of its paths (one, a list, available, with a fetch, multiple)
+    every_ack_path(c)
+    # then each message settled has exactly one completed event, and a refused ack none
+    assert kinds_of(queue) == [("completed", str(seq)) for seq in range(1, 7)]
+    assert queue.stats().group("g").acked == 6
+    assert counted["ack"].calls == 0  # every ack went through the script that records
+
+
+@BACKENDS
+def test_acks_with_completed_off_write_no_event_and_ride_as_before(client, queue, monkeypatch):
+    # given lifecycle events on but completed off
+    client.configure("orders", events=["failed", "timeout"])
+    queue.publish_many([b"m"] * 6)
+    c = queue.consumer("g", "c1")
+    counted = count_scripts(client, monkeypatch, "ack", "ack_result", "fetch")
+    # when it acks by each path
+    every_ack_path(c)
+    # then no event key is written, and the acks cost what they did: one ack.lua call
+    # per ack, ack_and_fetch's ack riding on its fetch, ack_result.lua never
+    assert client.redis.exists(queue.keys.events) == 0
+    assert (counted["ack"].calls, counted["ack_result"].calls, counted["fetch"].calls) == (4, 0, 2)
+    assert queue.stats().group("g").acked == 6
+
+
+@BACKENDS
+def test_the_async_consumer_records_completed_on_each_ack_path(backend, prefix):
+    import asyncio
+
+    import rqueue.aio
+
+    async def main():
+        ac = await rqueue.aio.connect(backend, prefix=prefix, settings_ttl=0)
+        try:
+            await ac.configure("orders", events=["completed"])
+            q = ac.queue("orders")
+            await q.publish_many([b"m"] * 5)
+            async with q.consumer("g", "c1") as c:
+                d1, d2, d3, d4, d5 = await c.fetch(5)
+                await c.ack(d1)
+                await c.ack([d2, d3])
+                assert await c.ack_available([d4]) == [None]
+                acked, got, _ = await c.ack_and_fetch([d5], 1)
+                assert acked == [None] and got == []
+            return [(e["event"], e["seq"]) for e in await q.events(100)]
+        finally:
+            await ac.close()
+
+    assert asyncio.run(main()) == [("completed", str(seq)) for seq in range(1, 6)]
+
+
 # -- the command line and the dashboard -----------------------------------------------
 
 

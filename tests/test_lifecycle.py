@@ -147,3 +147,29 @@ def test_without_the_setting_pauses_record_nothing(client, queue):
     queue.pause("g")
     queue.resume("g")
     assert [e for e in queue.events() if e["event"] == "paused"] == []
+
+
+@pytest.mark.sync_only("the crash is the fetch script's call without the consumer's follow-up: one client shows it")
+@pytest.mark.parametrize("max_deliveries, reason", [(10, "expired"), (1, "max-deliveries")])
+def test_a_consumer_that_dies_before_dead_lettering_an_expired_message_costs_one_delivery(
+    client, queue, clock, max_deliveries, reason
+):
+    # given a message past its ttl, handed out by a fetch whose consumer dies
+    # before its follow-up dead-letters it (the fetch call alone: no reject comes)
+    client.configure("orders", ack_wait=30, max_deliveries=max_deliveries)
+    dying, other = queue.consumer("g", "dying"), queue.consumer("g", "other")
+    queue.publish(b"x", ttl=5)
+    clock.advance(6)
+    dying._fetch_once(1)
+    # then it stays leased to the dead consumer, handed to nobody, until the lease runs out
+    assert other.fetch(1) == [] and queue.dead_letters() == []
+    assert queue.stats().group("g").in_flight == 1
+    # when another consumer fetches after the lease ran out
+    clock.advance(31)
+    assert other.fetch(1) == []
+    # then it is dead-lettered: as expired, its lost delivery counted (2), or, when
+    # that delivery was its last, as a failed attempt (the lease ran out)
+    [dead] = queue.dead_letters()
+    assert (dead.seq, dead.reason, dead.deliveries) == (1, reason, 2 if reason == "expired" else 1)
+    assert "lease expired" in dead.error if reason == "max-deliveries" else "time to live" in dead.error
+    assert queue.stats().group("g").ack_floor == 1

@@ -19,7 +19,9 @@ resume of a group and of the queue (refuse, hold), settings changes (max_deliver
 redelivery_delay, redelivery_multiplier), replay of dead letters (all,
 one group's, limited), group resets (to first, last or a seq, forced or
 not, refused outside the stored seqs), retention by max_length set and
-unset, and trim steps, and Redis losing the queue's keys (a wipe, at most
+unset, and trim steps, completed events on or off for the example (on:
+every ack goes through ack_result.lua, and each settle by an ack must have
+recorded exactly one completed event; off: none), and Redis losing the queue's keys (a wipe, at most
 MAX_WIPES per example: the queue starts again, each group's first consumer
 joins again and must see the loss, the others on their next call) with
 settles of deliveries from before it by their own consumers (refused:
@@ -187,6 +189,8 @@ class QueueMachine(RuleBasedStateMachine):
         two_groups=st.booleans(),
         early=st.lists(st.booleans(), max_size=2),  # publishes before any group; True = mandatory
         first=st.tuples(st.sampled_from([1, 2, 3, 100]), st.sampled_from([None, 1.5, 4.0, 20.0])),
+        # completed events on: every ack goes through ack_result.lua instead of ack.lua
+        completed=st.booleans(),
     )
     def setup(
         self,
@@ -199,6 +203,7 @@ class QueueMachine(RuleBasedStateMachine):
         two_groups,
         early,
         first,
+        completed=False,
     ):
         self.clock = rqueue.ManualClock()
         self.client = rqueue.connect(
@@ -222,6 +227,10 @@ class QueueMachine(RuleBasedStateMachine):
             dedup_window=dedup_window,
         )
         self.client.configure(QUEUE, **values)
+        self.completed = completed
+        if completed:
+            self.client.configure(QUEUE, events=["completed"])
+            COVERAGE["(examples with completed events)"] += 1
         self.model = Model(Settings(**values), self.clock.now_ms)
         self.handles: dict[str, Handle | None] = {slot: None for slot in SLOTS}
         self.deliveries: list[tuple[Handle, rqueue.Delivery]] = []
@@ -740,6 +749,13 @@ class QueueMachine(RuleBasedStateMachine):
         for g, seq, _, _ in real["dead_letters"]:
             if (g, seq) not in self.reset_dead:
                 self.settled[g].add(seq)
+        # every ack that settled a message recorded one completed event, and nothing else did
+        completed = Counter(
+            f[b"group"].decode() for _, f in self.client.redis.xrange(self.q.keys.events) if f[b"event"] == b"completed"
+        )
+        for g, rg in real["groups"].items():
+            want = rg["counters"]["acked"] if self.completed else 0
+            assert completed[g] == want, f"group {g}: {completed[g]} completed events for {want} acks"
 
     def _observe(self) -> dict:
         stats = self.q.stats()

@@ -82,7 +82,9 @@ def test_results_are_off_by_default_and_q_result_times_out(live):
     finally:
         w.stop()
         assert w.join(10)
-    with pytest.raises(rqueue.ResultTimeout, match=r"no result for seq 1 of queue 'orders' within 0\.2 s"):
+    with pytest.raises(
+        rqueue.ResultTimeout, match=r"no result for seq 1 of queue 'orders' for group 'g' within 0\.2 s"
+    ):
         q.result(1, timeout=0.2)
     assert w.stats.acked == 1
 
@@ -158,14 +160,18 @@ def test_the_result_lives_for_result_ttl(client, queue, backend):
     c = queue.consumer("g", "c1")
     (d,) = c.fetch(1)
     c.ack_result(d, encode_value([1, 2]), event=False)
-    ttl = client.redis.pttl(queue.keys.result(1))
+    ttl = client.redis.pttl(queue.keys.result(1, "g"))
     assert 0 < ttl <= 30_000
 
 
 def test_bad_result_arguments(client, queue):
-    for bad in (0, -1, "1", 1.5, True):
+    for bad in (0, -1, 1.5, True, None):
         with pytest.raises(rqueue.InvalidInput, match="seq"):
             queue.result(bad)
+    with pytest.raises(rqueue.InvalidInput, match=r"message id '1' is not known to queue 'orders'"):
+        queue.result("1")  # a str is a message id
+    with pytest.raises(rqueue.InvalidInput, match=r"message id must not be empty"):
+        queue.result("")
     with pytest.raises(rqueue.InvalidInput, match="timeout"):
         queue.result(1, timeout=-1)
     for setting, value in (("results", "yes"), ("result_ttl", 0), ("result_ttl", -5)):
@@ -211,10 +217,10 @@ def test_ack_result_acks_keeps_the_result_and_records_the_event(raw, queue):
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
-    reply = s.ack_result(keys=[*gk, qk.result(1)], args=ack_result_argv("5000", b"jtrue", "1", 1, 1, "t1"))
+    reply = s.ack_result(keys=[*gk, qk.result(1, "g")], args=ack_result_argv("5000", b"jtrue", "1", 1, 1, "t1"))
     assert reply == [b"ok"]
-    assert r.get(qk.result(1)) == b"itest\njtrue"
-    assert 0 < r.pttl(qk.result(1)) <= 5000
+    assert r.get(qk.result(1, "g")) == b"itest\njtrue"
+    assert 0 < r.pttl(qk.result(1, "g")) <= 5000
     assert [e["event"] for e in queue.events()] == ["completed"]
     assert queue.stats().group("g").acked == 1
 
@@ -224,19 +230,52 @@ def test_ack_result_without_a_ttl_keeps_nothing_and_a_refusal_changes_nothing(ra
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))
-    assert s.ack_result(keys=[*gk, qk.result(1)], args=ack_result_argv("", b"", "0", 1, 1, "t1")) == [b"ok"]
-    assert r.exists(qk.result(1)) == 0
+    assert s.ack_result(keys=[*gk, qk.result(1, "g")], args=ack_result_argv("", b"", "0", 1, 1, "t1")) == [b"ok"]
+    assert r.exists(qk.result(1, "g")) == 0
     # an ack of a settled message, a bad time to live, two tags: refused, nothing changed
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_ACKED 1\.1\.t1"):
-        s.ack_result(keys=[*gk, qk.result(1)], args=ack_result_argv("5000", b"jx", "1", 1, 1, "t1"))
+        s.ack_result(keys=[*gk, qk.result(1, "g")], args=ack_result_argv("5000", b"jx", "1", 1, 1, "t1"))
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*time to live"):
-        s.ack_result(keys=[*gk, qk.result(2)], args=ack_result_argv("0", b"jx", "1", 2, 1, "t1"))
+        s.ack_result(keys=[*gk, qk.result(2, "g")], args=ack_result_argv("0", b"jx", "1", 2, 1, "t1"))
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*one tag"):
-        s.ack_result(keys=[*gk, qk.result(2)], args=[*ack_result_argv("5", b"jx", "1", 2, 1, "t1"), 3, 1, "t1"])
+        s.ack_result(keys=[*gk, qk.result(2, "g")], args=[*ack_result_argv("5", b"jx", "1", 2, 1, "t1"), 3, 1, "t1"])
     # a call whose last key is not the tag's result key (built for another layout): refused, nothing written
-    for wrong in (list(gk), [*gk, qk.result(3)]):
+    for wrong in (list(gk), [*gk, qk.result(3, "g")], [*gk, qk.result(2, "other")], [*gk, qk.result(2, "g") + "x"]):
         with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT the last key"):
             s.ack_result(keys=wrong, args=ack_result_argv("5000", b"jx", "1", 2, 1, "t1"))
+
+
+def test_ack_result_acks_many_tags_with_events_strict_or_lenient(raw, queue, client):
+    # given four deliveries of c1
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b", b"c", b"d")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 4, "t1"))
+    tags = lambda *seqs: [x for seq in seqs for x in (seq, 1, "t1")]  # noqa: E731
+    # when two are acked strictly, with a completed event each (no result: the last key is not written)
+    assert s.ack_result(keys=[*gk, qk.meta], args=group_argv("g", "c1", NOW, None, "", "", "1", *tags(1, 2))) == [b"ok"]
+    # then a strict call with a settled tag changes nothing, a lenient one settles the rest
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_ACKED 1\.1\.t1"):
+        s.ack_result(keys=[*gk, qk.meta], args=group_argv("g", "c1", NOW, None, "", "", "1", *tags(3, 1)))
+    lenient = s.ack_result(keys=[*gk, qk.meta], args=group_argv("g", "c1", NOW, None, "", "", "1l", *tags(3, 1, 4)))
+    assert lenient == [b"ok", b"RQ_ACKED", b"ok"]
+    assert [(e["event"], e["seq"]) for e in queue.events()] == [("completed", str(n)) for n in (1, 2, 3, 4)]
+    assert queue.stats().group("g").acked == 4
+    assert r.exists(qk.meta) and not r.exists(qk.result(1, "g"))
+
+
+def test_ack_result_refuses_a_bad_mode_and_a_result_for_many_tags(raw, client):
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))
+    for mode in ("0l", "2", ""):
+        with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT the event mode"):
+            s.ack_result(keys=[*gk, qk.result(1, "g")], args=ack_result_argv("", b"", mode, 1, 1, "t1"))
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*one tag with a result"):
+        s.ack_result(keys=[*gk, qk.result(1, "g")], args=[*ack_result_argv("5000", b"jx", "1", 1, 1, "t1"), 2, 1, "t1"])
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*one tag with a result"):
+        s.ack_result(keys=[*gk, qk.meta], args=[*ack_result_argv("", b"", "1", 1, 1, "t1"), 2, 1])
 
 
 # -- rqueue result --------------------------------------------------------------------
@@ -263,7 +302,14 @@ def test_rqueue_result_prints_a_value_a_failure_and_times_out(client, queue, bac
     # then each prints as such, --json included
     out = run_cli(*base, "1", "--json")
     assert out.exit_code == 0, out.output
-    assert json.loads(out.output) == {"queue": "orders", "seq": 1, "ok": True, "value": {"base64": "/2J5dGVz"}}
+    assert json.loads(out.output) == {
+        "queue": "orders",
+        "seq": 1,
+        "group": "g",
+        "partition": None,
+        "ok": True,
+        "value": {"base64": "/2J5dGVz"},
+    }
     out = run_cli(*base, "2")
     assert (out.exit_code, out.output.strip()) == (0, "failed (rejected): nope")
     out = run_cli(*base, "2", "--json")
@@ -280,4 +326,4 @@ def test_ack_result_of_another_consumers_delivery_keeps_nothing(raw, client):
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
     argv = group_argv("g", "c2", NOW, None, "5000", b"jx", "1", 1, 1, "t1")
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_NOT_HELD 1\.1\.t1"):
-        s.ack_result(keys=[*gk, qk.result(1)], args=argv)
+        s.ack_result(keys=[*gk, qk.result(1, "g")], args=argv)

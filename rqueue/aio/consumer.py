@@ -181,7 +181,11 @@ class Consumer(ConsumerCore):
             return
         if not tags:
             return
-        await acmd.ack(self._call_now() or await self._group_call(), tags, strict=True)
+        call = self._call_now() or await self._group_call()
+        if self._completed_on():
+            await acmd.ack_completed(call, tags, strict=True)
+        else:
+            await acmd.ack(call, tags, strict=True)
         self._forget(tags)
 
     async def ack_available(self, deliveries: Iterable[Ref]) -> list[RQueueError | None]:
@@ -190,7 +194,10 @@ class Consumer(ConsumerCore):
         tags, lost = self._sendable(refs_of(deliveries))
         if not tags:
             return list(lost)
-        return self._acked(tags, lost, await acmd.ack(await self._group_call(), tags, strict=False))
+        call = await self._group_call()
+        if self._completed_on():
+            return self._acked(tags, lost, await acmd.ack_completed(call, tags, strict=False))
+        return self._acked(tags, lost, await acmd.ack(call, tags, strict=False))
 
     async def ack_and_fetch(
         self, acks: Iterable[Ref], n: int
@@ -200,6 +207,13 @@ class Consumer(ConsumerCore):
         refs = list(acks)
         if n <= 0:
             return await self.ack_available(refs), [], None
+        if refs and self._completed_on():
+            # (the settings of the fetch that made these deliveries.) fetch.lua's
+            # acks record no event: the acks go first, in a call that records
+            # them, then the fetch (two round trips, only then)
+            statuses = await self.ack_available(refs)
+            _, deliveries, due_in = await self.ack_and_fetch([], n)
+            return statuses, deliveries, due_in
         tags, lost = self._sendable(refs)
         mark = self._watch.mark()
         try:
@@ -246,13 +260,14 @@ class Consumer(ConsumerCore):
         tag = self._tag_of(delivery)
         call = await self._group_call()
         ttl_ms = None if value is None else max(1, int(self._settings.result_ttl * 1000))
-        await acmd.ack_result(call, self.queue.keys.result(tag[1]), tag, ttl_ms, value or b"", event)
+        await acmd.ack_result(call, self.queue.keys.result(tag[1], self.group), tag, ttl_ms, value or b"", event)
         self._held.pop(tag[0], None)
 
     async def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
         """See :meth:`rqueue.Consumer.keep_failure`."""
         ttl_ms = max(1, int(self._settings.result_ttl * 1000))
-        await acmd.save_result(self.client.redis, self.queue.keys, delivery.seq, encode_failure(reason, error), ttl_ms)
+        failure = encode_failure(reason, error)
+        await acmd.save_result(self.client.redis, self.queue.keys, delivery.seq, self.group, failure, ttl_ms)
 
     async def reject(self, delivery: Ref, requeue: bool = False, reason: str = "") -> None:
         """Dead-letters the message now; with ``requeue`` offers it again at once."""

@@ -2,15 +2,21 @@
 consumer, awaited. Routing, the checks of a publish, each partition's share
 and how the partitions' results add up are rqueue.partitions' functions;
 which partition a delivery belongs to, and the order partitions are
-fetched from, rqueue.partitioned_consumer's. Only the I/O is here."""
+fetched from, rqueue.partitioned_consumer's. Only the I/O is here.
+
+Long because a partitioned queue offers every method of a queue that makes
+sense across partitions, each spelled out over its partitions and awaited,
+and its consumer every method of a consumer.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import validate as check
 from ..constants import IDLE_POLL_INTERVAL, MAX_FETCH
@@ -19,21 +25,26 @@ from ..delivery import HeartbeatResult
 from ..engine import async_commands as acmd
 from ..errors import DeliveryError, InvalidInput, QueueInUse, RQueueError, StateLost
 from ..ids import consumer_name
+from ..names import check_name
 from ..partition_routing import gather, prepare_parts, route
 from ..partitioned_consumer import PartitionRouting
 from ..partitions import PartitionedQueue as SyncPartitionedQueue
 from ..partitions import (
     check_after,
     check_partitions,
+    id_search_order,
     left_of,
     merged_events,
     of_partition,
     oldest,
+    result_partition,
     summed_stats,
 )
 from ..placement import Layout, placements
-from ..results import DeadLetter, Message, PlacementReport, PublishResult, QueueStats, ReplayResult
+from ..results import DeadLetter, GroupReset, Message, PlacementReport, PublishResult, QueueStats, ReplayResult, Trimmed
+from ..retention import Position, check_partitioned_group, partitioned_position_args, partly_done
 from ..settings import Settings
+from ..stored_results import Result, result_id, unknown_id
 from .consumer import Consumer, Delivery, Ref
 from .publishing import send
 from .queue import Prepared, Queue
@@ -42,6 +53,8 @@ if TYPE_CHECKING:
     from .context import AsyncContext
 
 log = logging.getLogger("rqueue")
+
+T = TypeVar("T")
 
 
 class PartitionedQueue:
@@ -165,6 +178,93 @@ class PartitionedQueue:
     async def groups(self) -> list[str]:
         """Names of the groups of any partition, sorted."""
         return sorted({g for part in self.parts for g in await part.groups()})
+
+    async def result(
+        self,
+        seq: int | str | PublishResult,
+        timeout: float = 0.0,
+        *,
+        group: str | None = None,
+        partition: int | None = None,
+    ) -> Result:
+        """As :meth:`rqueue.PartitionedQueue.result`."""
+        if isinstance(seq, str) and partition is None:
+            result_id(seq)
+            for p in id_search_order(seq, self.partitions):
+                if (await self.parts[p].status(seq)).seq:
+                    partition = p
+                    break
+            else:
+                raise unknown_id(self.name, seq)
+        where = result_partition(self.name, self.partitions, seq, partition)
+        found = await self.parts[where].result(seq, timeout, group=group)
+        return dataclasses.replace(found, partition=where)
+
+    # -- groups and retention (docs/retention.md) ---------------------------
+
+    async def create_group(self, group: str, start: Position = "first") -> list[int]:
+        """As :meth:`rqueue.PartitionedQueue.create_group`."""
+        check_name("group", group)
+        mode, value = partitioned_position_args(start)
+        present = [group in await p.groups() for p in self.parts]
+        check_partitioned_group(self.name, group, "create", present, [])
+
+        async def create(p: Queue) -> int:
+            return (await acmd.group_create(p.group_call(group), mode, value)).floor
+
+        return await self._each(group, "create", self.parts, create)
+
+    async def reset_group(self, group: str, to: Position, force: bool = False) -> list[GroupReset]:
+        """As :meth:`rqueue.PartitionedQueue.reset_group`."""
+        check_name("group", group)
+        mode, value = partitioned_position_args(to)
+        force = check.flag("force", force)
+        present = [group in await p.groups() for p in self.parts]
+        held = [] if force else await self._held(group, present)
+        check_partitioned_group(self.name, group, "reset", present, held)
+
+        async def reset(p: Queue) -> GroupReset:
+            r = await acmd.group_reset(p.group_call(group), mode, value, force)
+            return GroupReset(group, r.previous, r.floor, r.cancelled, p.partition)
+
+        return await self._each(group, "reset", self.parts, reset)
+
+    async def delete_group(self, group: str, force: bool = False) -> int:
+        """As :meth:`rqueue.PartitionedQueue.delete_group`."""
+        check_name("group", group)
+        force = check.flag("force", force)
+        present = [group in await p.groups() for p in self.parts]
+        held = [] if force else await self._held(group, present)
+        check_partitioned_group(self.name, group, "delete", present, held)
+        has = [p for p, there in zip(self.parts, present, strict=True) if there]
+
+        async def delete(p: Queue) -> int:
+            return await acmd.group_delete(p.group_call(group), force)
+
+        return sum(await self._each(group, "delete", has, delete))
+
+    async def trim(self) -> list[Trimmed]:
+        """As :meth:`rqueue.PartitionedQueue.trim`."""
+        return [await part.trim() for part in self.parts]
+
+    async def _held(self, group: str, present: list[bool]) -> list[int]:
+        return [
+            (await acmd.stats(p.group_call(group))).in_flight if there else 0
+            for p, there in zip(self.parts, present, strict=True)
+        ]
+
+    async def _each(self, group: str, what: str, parts: list[Queue], apply: Callable[[Queue], Awaitable[T]]) -> list[T]:
+        """``apply`` to each of ``parts`` in turn; an error names the
+        partitions that had it applied already."""
+        done: list[int] = []
+        out = []
+        for part in parts:
+            try:
+                out.append(await apply(part))
+            except RQueueError as exc:
+                raise partly_done(exc, what, group, done, self.partitions) from None
+            done.append(part.partition or 0)
+        return out
 
     async def stats(self) -> QueueStats:
         """The figures of every partition, and their sums."""

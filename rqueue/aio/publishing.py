@@ -2,7 +2,8 @@
 awaited. The messages are checked and encoded by rqueue.publishing.prepare,
 and what the replies mean (results, state watch, PartialPublish, NotDurable,
 the weakest durable confirmation) is decided by that module's functions;
-only the I/O is here."""
+only the I/O is here, and so is the trim step of retention a publish runs
+(rqueue.retention decides when one is due, for both clients)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from ..constants import RETAIN_STEP
 from ..engine import async_commands as acmd
 from ..engine.async_durable import publish_durably
-from ..engine.commands import translate
-from ..errors import NotDurable, PartialPublish, QueuePartitioned, Unroutable
+from ..engine.commands import RetainReply, translate
+from ..errors import NotDurable, PartialPublish, QueuePartitioned, RQueueError, Unroutable
 from ..publishing import PreparedPublish, alternate_results, durable_outcome, failure, resend, short_of_durable, stored
 from ..results import PublishResult
+from ..retention import retention_args, step_due, step_failed, stepped
+from ..settings import Settings
 
 if TYPE_CHECKING:
     from .context import AsyncQueueLike
@@ -60,7 +64,34 @@ async def send(queue: AsyncQueueLike, prepared: PreparedPublish) -> list[Publish
         results = await client.queue(alternate).publish_many(prepared.payloads, **resend(prepared, mandatory=False))
         return alternate_results(alternate, results)
     await client.register(queue.name)
-    return stored(prepared, replies, queue.partition)
+    results = stored(prepared, replies, queue.partition)
+    await after_publish(queue, prepared.settings)
+    return results
+
+
+async def trim(queue: AsyncQueueLike, settings: Settings | None = None, limit: int = RETAIN_STEP) -> RetainReply:
+    """As rqueue.retention.trim: stores the queue's retention and runs one
+    trim step now."""
+    client = queue.client
+    settings = settings if settings is not None else await queue.settings()
+    want = retention_args(settings)
+    now = client.clock.script_now()
+    reply = await acmd.retain(client.scripts, queue.keys, now, *want, True, limit, queue.name)
+    stepped(client, queue.keys.base, reply, want)
+    return reply
+
+
+async def after_publish(queue: AsyncQueueLike, settings: Settings) -> None:
+    """As rqueue.retention.after_publish: the trim step
+    rqueue.retention.step_due says is due after a publish."""
+    client = queue.client
+    want = step_due(client, queue.keys.base, settings)
+    if want is None:
+        return
+    try:
+        await trim(queue, settings)
+    except (RQueueError, OSError) as exc:
+        step_failed(client, queue.keys.base, queue.name, want, exc)
 
 
 async def _send_durably(queue: AsyncQueueLike, prepared: PreparedPublish) -> list[Any]:

@@ -2,7 +2,12 @@
 and consumers, awaitable. Messages are checked and encoded by the sync
 code (rqueue.publishing.prepare), the replies judged by its functions and
 parsed by the engine's shared parsers, the dead letters selected and
-counted by rqueue.deadletters: only the I/O is this module's."""
+counted by rqueue.deadletters: only the I/O is this module's.
+
+Long because it is the awaitable twin of rqueue.queue, method for method
+(publishing, groups and their positions, dead letters, results, status,
+figures), each a short one.
+"""
 
 from __future__ import annotations
 
@@ -22,16 +27,18 @@ from ..names import check_message_id, check_name, check_queue_name
 from ..placement import Layout
 from ..publishing import prepare
 from ..queue import CLUSTER_DEAD_LETTER, PARTITION_DEAD_LETTER
-from ..results import DeadLetter, Message, MessageStatus, PublishResult, QueueStats, ReplayResult
+from ..results import DeadLetter, GroupReset, Message, MessageStatus, PublishResult, QueueStats, ReplayResult, Trimmed
+from ..retention import Position, position_args
 from ..settings import DEAD_LETTER_MODES, Settings
 from ..stored_results import FIRST_POLL as FIRST_RESULT_POLL
 from ..stored_results import LAST_POLL as LAST_RESULT_POLL
-from ..stored_results import Result
+from ..stored_results import Result, no_such_group, result_group, result_id, result_seq, unknown_id
 from ..stored_results import decode as decode_result
 from ..tracing import sending
 from ..waiting import FIRST_POLL, LAST_POLL, check_wait, groups_to_wait_for, not_settled, waited_for
 from .consumer import Consumer
 from .publishing import send
+from .publishing import trim as trim_step
 
 if TYPE_CHECKING:
     from ..protocols import QueueLike
@@ -202,22 +209,40 @@ class Queue:
         """Names of the queue's groups, sorted."""
         return await acmd.group_names(self.client.redis, self.keys)
 
-    async def result(self, seq: int, timeout: float = 0.0) -> Result:
+    async def result(self, seq: int | str | PublishResult, timeout: float = 0.0, *, group: str | None = None) -> Result:
         """See :meth:`rqueue.Queue.result`: waits up to ``timeout`` seconds
-        for the stored outcome of message ``seq``; raises ResultTimeout."""
-        seq = check.whole_number("seq", seq, 1)
+        for the stored outcome of message ``seq`` for ``group`` (the only
+        group when None); raises ResultTimeout."""
+        if isinstance(seq, str):
+            found_seq = (await self.status(result_id(seq))).seq
+            if not found_seq:
+                raise unknown_id(self.name, seq)
+            seq = found_seq
+        seq = result_seq(self.name, seq)
         timeout = check.seconds("timeout", timeout)
+        if group is not None:
+            check_name("group", group)
         clock = self.client.clock
         deadline = clock.monotonic() + timeout
         pause = FIRST_RESULT_POLL
+        chosen = None
         while True:
-            raw, incarnation = await acmd.read_result(self.client.redis, self.keys, seq)
-            found = None if raw is None else decode_result(seq, raw, incarnation)
-            if found is not None:
-                return found
+            if chosen is None:  # until the queue has a group (a worker joined): then its result is the one
+                groups = await self.groups()
+                chosen = result_group(self.name, group, groups)
+            if chosen is not None:
+                raw, incarnation = await acmd.read_result(self.client.redis, self.keys, seq, chosen)
+                found = None if raw is None else decode_result(seq, raw, incarnation)
+                if found is not None:
+                    return found
+                wrong = no_such_group(self.name, chosen, groups)
+                if wrong is not None:
+                    raise wrong
+                if not groups:
+                    chosen = None  # a named group with no result yet: its worker may still join
             left = deadline - clock.monotonic()
             if left <= 0:
-                raise ResultTimeout(self.name, seq, timeout)
+                raise ResultTimeout(self.name, seq, timeout, group if group is not None else chosen)
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 1.5, LAST_RESULT_POLL)
 
@@ -292,6 +317,37 @@ class Queue:
     async def _pause_event(self) -> tuple[bool, str]:
         """See :meth:`rqueue.Queue._pause_event`."""
         return EventKind.PAUSED.value in (await self.settings()).events, self.client.clock.script_now()
+
+    # -- groups and retention (docs/retention.md) ---------------------------
+
+    async def create_group(self, group: str, start: Position = "first") -> int:
+        """As :meth:`rqueue.Queue.create_group`: the seq the group starts after."""
+        check_name("group", group)
+        mode, value = position_args(start)
+        await self.check_plain()
+        return (await acmd.group_create(self.group_call(group), mode, value)).floor
+
+    async def reset_group(self, group: str, to: Position, force: bool = False) -> GroupReset:
+        """As :meth:`rqueue.Queue.reset_group`."""
+        check_name("group", group)
+        mode, value = position_args(to)
+        force = check.flag("force", force)
+        await self.check_plain()
+        reply = await acmd.group_reset(self.group_call(group), mode, value, force)
+        return GroupReset(group, reply.previous, reply.floor, reply.cancelled, self.partition)
+
+    async def delete_group(self, group: str, force: bool = False) -> int:
+        """As :meth:`rqueue.Queue.delete_group`: how many deliveries were taken back."""
+        check_name("group", group)
+        force = check.flag("force", force)
+        await self.check_plain()
+        return await acmd.group_delete(self.group_call(group), force)
+
+    async def trim(self) -> Trimmed:
+        """As :meth:`rqueue.Queue.trim`: one trim step now (publishers run
+        them by themselves)."""
+        reply = await trim_step(self)
+        return Trimmed(reply.retained, reply.trimmed, reply.passed)
 
     async def events(self, count: int = 100) -> list[dict[str, str]]:
         """The newest ``count`` events, oldest first (see :meth:`rqueue.Queue.events`)."""

@@ -38,30 +38,47 @@ def parse_position(text: str) -> Position:
     return when
 
 
-def _queue(client: rqueue.Client, name: str) -> rqueue.Queue:
+def _queue(client: rqueue.Client, name: str) -> rqueue.Queue | rqueue.PartitionedQueue:
     q = existing(client, name)
-    if not isinstance(q, rqueue.Queue):
-        raise rqueue.InvalidInput(f"queue {name!r} is partitioned: group positions work on plain queues")
+    assert isinstance(q, (rqueue.Queue, rqueue.PartitionedQueue))  # what Client.queue returns
     return q
 
 
 @click.group("group")
 def group() -> None:
-    """Create a group at a position, reset one, or delete one."""
+    """Create a group at a position, reset one, or delete one.
+
+    On a partitioned queue each applies in every partition: first, last and
+    a time mean the same in each; a seq is refused (each partition has its
+    own seqs).
+    """
 
 
 @group.command("create")
 @click.argument("queue")
 @click.argument("name")
 @click.option("--from", "start", default="first", show_default=True, metavar="POSITION", help=POSITION_HELP)
-@click.option("--json", "as_json", is_flag=True, help='Print {"queue": Q, "group": G, "after": SEQ}.')
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"queue": Q, "group": G, "after": SEQ}; for a partitioned queue '
+    '"partitions": [{"partition", "after"}] instead of "after".',
+)
 @click.pass_obj
 def group_create(obj: dict[str, Any], queue: str, name: str, start: str, as_json: bool) -> None:
     """Create group NAME of QUEUE, handed the messages after a position."""
     position = parse_position(start)
     with connection(obj["url"], obj["prefix"]) as client:
         after = _queue(client, queue).create_group(name, position)
-    if as_json:
+    if isinstance(after, list):
+        if as_json:
+            parts = [{"partition": i, "after": seq} for i, seq in enumerate(after)]
+            emit_json({"queue": queue, "group": name, "partitions": parts})
+        else:
+            seqs = ", ".join(f"{i}: {seq}" for i, seq in enumerate(after))
+            click.echo(f"group {name} of {queue} created in {len(after)} partitions, after seqs {seqs}")
+    elif as_json:
         emit_json({"queue": queue, "group": name, "after": after})
     else:
         click.echo(f"group {name} of {queue} created: it is handed the messages after seq {after}")
@@ -76,7 +93,9 @@ def group_create(obj: dict[str, Any], queue: str, name: str, start: str, as_json
     "--json",
     "as_json",
     is_flag=True,
-    help='Print {"queue", "group", "previous", "floor", "cancelled"}: the floors are seqs.',
+    help='Print {"queue", "group", "previous", "floor", "cancelled"}: the floors are seqs. For a '
+    'partitioned queue {"queue", "group", "cancelled", "partitions": [{"partition", "previous", '
+    '"floor", "cancelled"}]}.',
 )
 @click.pass_obj
 def group_reset(obj: dict[str, Any], queue: str, name: str, to: str, force: bool, as_json: bool) -> None:
@@ -85,7 +104,22 @@ def group_reset(obj: dict[str, Any], queue: str, name: str, to: str, force: bool
     position = parse_position(to)
     with connection(obj["url"], obj["prefix"]) as client:
         reset = _queue(client, queue).reset_group(name, position, force=force)
-    if as_json:
+    if isinstance(reset, list):
+        cancelled = sum(r.cancelled for r in reset)
+        if as_json:
+            parts = [
+                {"partition": r.partition, "previous": r.previous, "floor": r.floor, "cancelled": r.cancelled}
+                for r in reset
+            ]
+            emit_json({"queue": queue, "group": name, "cancelled": cancelled, "partitions": parts})
+            return
+        for r in reset:
+            click.echo(f"partition {r.partition}: from seq {r.previous} to seq {r.floor}")
+        click.echo(
+            f"group {name} of {queue} reset in {len(reset)} partitions"
+            + (f"; {cancelled} deliveries in flight taken back" if cancelled else "")
+        )
+    elif as_json:
         emit_json(
             {
                 "queue": queue,
@@ -109,7 +143,8 @@ def group_reset(obj: dict[str, Any], queue: str, name: str, to: str, force: bool
 @click.option("--json", "as_json", is_flag=True, help='Print {"queue": Q, "group": G, "cancelled": N}.')
 @click.pass_obj
 def group_delete(obj: dict[str, Any], queue: str, name: str, force: bool, as_json: bool) -> None:
-    """Delete group NAME of QUEUE (its dead letters stay)."""
+    """Delete group NAME of QUEUE (in every partition of a partitioned
+    queue; its dead letters stay)."""
     with connection(obj["url"], obj["prefix"]) as client:
         cancelled = _queue(client, queue).delete_group(name, force=force)
     if as_json:

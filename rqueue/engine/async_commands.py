@@ -107,6 +107,14 @@ async def ack_result(
     await run(call.scripts.ack_result, [*call.keys, result_key], args, call.queue, call.where)
 
 
+async def ack_completed(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool) -> list[str]:
+    """As commands.ack_completed."""
+    args = call.argv(c.ack_completed_args(tags, strict))
+    return c.parse_ack(
+        await run(call.scripts.ack_result, c.ack_completed_keys(call), args, call.queue, call.where), strict
+    )
+
+
 async def reject(call: AsyncGroupCall, tag: c.Tag, reason: str, text: str, event: str = "") -> int:
     return int(await call.run(call.scripts.reject, c.reject_args(tag, reason, text, event)))
 
@@ -146,6 +154,38 @@ async def status(
     """One call of status.lua (commands.status)."""
     args = c.status_args(now, seq, groups)
     return c.parse_status(await run(scripts.status, keys.status_keys(msg_id, groups), args, "", keys.base))
+
+
+async def group_create(call: AsyncGroupCall, mode: str, value: str) -> c.GroupStartReply:
+    """As commands.group_create."""
+    reply = await call.run(call.scripts.group_create, [mode, value])
+    return c.GroupStartReply(int(reply[0]), int(reply[1]))
+
+
+async def group_reset(call: AsyncGroupCall, mode: str, value: str, force: bool) -> c.ResetReply:
+    """As commands.group_reset."""
+    reply = await call.run(call.scripts.group_reset, [mode, value, "1" if force else "0"])
+    return c.ResetReply(int(reply[0]), int(reply[1]), int(reply[2]))
+
+
+async def group_delete(call: AsyncGroupCall, force: bool) -> int:
+    """As commands.group_delete."""
+    return int((await call.run(call.scripts.group_delete, ["1" if force else "0"]))[0])
+
+
+async def retain(
+    scripts: AsyncScripts,
+    keys: QueueKeys,
+    now: int | str,
+    max_age_ms: int | None,
+    max_length: int | None,
+    apply: bool,
+    limit: int,
+    queue: str,
+) -> c.RetainReply:
+    """As commands.retain."""
+    args = c.retain_args(now, max_age_ms, max_length, apply, limit)
+    return c.parse_retain(await run(scripts.retain, keys.retain_keys(), args, queue, keys.base))
 
 
 async def stats(call: AsyncGroupCall) -> GroupStats:
@@ -404,22 +444,22 @@ def settings_values(values: dict[str, Any], pattern: str) -> dict[str, str]:
     return {f"{pattern} {k}": json.dumps(v) for k, v in values.items()}
 
 
-async def save_result(r: Any, keys: QueueKeys, seq: int, value: bytes, ttl_ms: int) -> None:
+async def save_result(r: Any, keys: QueueKeys, seq: int, group: str, value: bytes, ttl_ms: int) -> None:
     """As rqueue.engine.store.save_result."""
 
     async def save() -> None:
         inc = await r.hget(keys.meta, "inc")
-        await r.set(keys.result(seq), headed_result(inc, value), px=ttl_ms)
+        await r.set(keys.result(seq, group), headed_result(inc, value), px=ttl_ms)
 
     await guarded(save, where=keys.base)
 
 
-async def read_result(r: Any, keys: QueueKeys, seq: int) -> tuple[bytes | None, str]:
+async def read_result(r: Any, keys: QueueKeys, seq: int, group: str) -> tuple[bytes | None, str]:
     """As rqueue.engine.store.read_result."""
 
     async def read() -> list[Any]:
         pipe = r.pipeline(transaction=False)
-        pipe.get(keys.result(seq))
+        pipe.get(keys.result(seq, group))
         pipe.hget(keys.meta, "inc")
         return list(await pipe.execute())
 

@@ -219,6 +219,10 @@ class AsyncScripts:
     partition: AsyncScript
     pause: AsyncScript
     ack_result: AsyncScript
+    retain: AsyncScript
+    group_create: AsyncScript
+    group_reset: AsyncScript
+    group_delete: AsyncScript
 
     def __init__(self, redis: Any, retry: AsyncRetrier = no_async_retry, shebang: bool = True) -> None:
         #: The connections of the script calls (None: redis-py's pool).

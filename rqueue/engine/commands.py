@@ -352,6 +352,29 @@ def ack_result(call: GroupCall, result_key: str, tag: Tag, ttl_ms: int | None, r
     )
 
 
+def ack_completed_args(tags: Sequence[Tag], strict: bool) -> list[Any]:
+    """ack_result.lua's arguments after the group block for acks that keep
+    no result and record a completed event per message settled."""
+    return ["", "", "1" if strict else "1l", *flat_tags(tags)]
+
+
+def ack_completed_keys(call: GroupArgs) -> list[str]:
+    """ack_result.lua's KEYS for acks that keep no result: the last key is
+    then not written, and the meta key stands in for it (same slot)."""
+    return [*call.keys, call.keys[0]]
+
+
+def ack_completed(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
+    """Acks ``tags`` as :func:`ack` does and records a completed event for
+    each message settled, in the same call (ack_result.lua): the ack of a
+    queue whose events setting names completed."""
+    reply = run(
+        call.scripts.ack_result, ack_completed_keys(call), call.argv(ack_completed_args(tags, strict)), call.queue,
+        call.where,
+    )  # fmt: skip
+    return parse_ack(reply, strict)
+
+
 class NackReply(NamedTuple):
     dead: bool  # dead-lettered (max_deliveries reached) rather than requeued
     where: int  # due time (ms) when requeued; dead-letter seq when dead (0: dropped)
@@ -854,14 +877,21 @@ def retain(
 ) -> RetainReply:
     """One call of retain.lua: stores the retention (when ``apply``) and
     runs one trim step of at most ``limit`` seqs."""
-    args = [
+    args = retain_args(now, max_age_ms, max_length, apply, limit)
+    return parse_retain(run(scripts.retain, keys.retain_keys(), args, queue, keys.base))
+
+
+def retain_args(now: int | str, max_age_ms: int | None, max_length: int | None, apply: bool, limit: int) -> list[Any]:
+    return [
         now,
         "-" if max_age_ms is None else max_age_ms,
         "-" if max_length is None else max_length,
         "1" if apply else "0",
         limit,
     ]
-    reply = run(scripts.retain, keys.retain_keys(), args, queue, keys.base)
+
+
+def parse_retain(reply: Any) -> RetainReply:
     return RetainReply(bool(int(reply[0])), int(reply[1]), int(reply[2]))
 
 

@@ -41,10 +41,10 @@ class QueueKeys:
         The queue's hash tag comes first, so any id stays in its slot."""
         return f"{self.base}:id:{msg_id}"
 
-    def result(self, seq: int) -> str:
-        """The stored result of message ``seq`` (ack_result.lua), expiring
-        with the queue's result_ttl."""
-        return f"{self.base}:result:{seq}"
+    def result(self, seq: int, group: str) -> str:
+        """The stored result of message ``seq`` for ``group`` (ack_result.lua:
+        each group keeps its own), expiring with the queue's result_ttl."""
+        return f"{self.base}:result:{seq}:{group}"
 
     def tracker(self, writer: str) -> str:
         """Hash of what one re-runnable writer (a Spark task of one batch)

@@ -466,25 +466,25 @@ def settled_counts(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[int
 # -- handler results (docs/results.md) -----------------------------------------
 
 
-def save_result(r: RedisClient, keys: QueueKeys, seq: int, value: bytes, ttl_ms: int) -> None:
-    """Keeps the result ``value`` of message ``seq`` for ``ttl_ms``, headed
+def save_result(r: RedisClient, keys: QueueKeys, seq: int, group: str, value: bytes, ttl_ms: int) -> None:
+    """Keeps the result ``value`` of message ``seq`` for ``group`` for ``ttl_ms``, headed
     by the queue's incarnation as ack_result.lua heads it: a failure, kept
     after its settle (a success is kept by ack_result.lua with its ack)."""
 
     def save() -> None:
         inc = r.hget(keys.meta, "inc")
-        r.set(keys.result(seq), headed_result(inc, value), px=ttl_ms)
+        r.set(keys.result(seq, group), headed_result(inc, value), px=ttl_ms)
 
     guarded(save, where=keys.base)
 
 
-def read_result(r: RedisClient, keys: QueueKeys, seq: int) -> tuple[bytes | None, str]:
-    """The stored result of message ``seq`` (None: none) and the queue's
+def read_result(r: RedisClient, keys: QueueKeys, seq: int, group: str) -> tuple[bytes | None, str]:
+    """The stored result of message ``seq`` for ``group`` (None: none) and the queue's
     incarnation now ("" when it has none)."""
 
     def read() -> list[Any]:
         pipe = r.pipeline(transaction=False)
-        pipe.get(keys.result(seq))
+        pipe.get(keys.result(seq, group))
         pipe.hget(keys.meta, "inc")
         return list(pipe.execute())
 

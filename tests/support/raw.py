@@ -37,6 +37,8 @@ def dump(client: rqueue.Client, skip: tuple[str, ...] = ()) -> dict[str, Any]:
             value = r.zrange(raw, 0, -1, withscores=True)
         elif kind == "list":
             value = r.lrange(raw, 0, -1)
+        elif kind == "stream":
+            value = r.xrange(raw)
         else:
             value = r.get(raw)
         out[key] = (kind, value)
