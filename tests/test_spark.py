@@ -46,7 +46,8 @@ from pyspark.sql import functions as F  # noqa: E402
 import rqueue  # noqa: E402
 import rqueue.spark as rs  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs every Spark test, one JVM at a time (pyproject.toml).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 
 @pytest.fixture(scope="module")
@@ -196,8 +197,9 @@ def cut_connections_once(server, key: str, depth: int) -> threading.Thread:
             while time.monotonic() < deadline:
                 if admin.hlen(key) >= depth:
                     # writes wait while paused, so the writers' next calls are in flight when cut
-                    admin.client_pause(2000, all=False)
-                    time.sleep(0.3)
+                    # (a second gives writers slowed by a loaded machine the time to send them)
+                    admin.client_pause(3000, all=False)
+                    time.sleep(1.0)
                     admin.client_kill_filter(_type="normal", skipme=True)
                     admin.client_unpause()
                     return

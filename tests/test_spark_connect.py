@@ -31,7 +31,8 @@ from pyspark.sql import functions as F  # noqa: E402
 import rqueue  # noqa: E402
 import rqueue.spark as rs  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs every Spark test, one JVM at a time (pyproject.toml).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,8 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 
 import rqueue  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs every Spark test, one JVM at a time (pyproject.toml).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 DRIVER = Path(__file__).parent / "support" / "spark_pipeline_driver.py"
 FILES, PER_FILE = 3, 12
