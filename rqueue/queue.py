@@ -322,6 +322,7 @@ class Queue:
         durable: bool = False,
         priority: int = 0,
         ttl: float | None = None,
+        key: str | None = None,
     ) -> PublishResult:
         """Appends one message; returns once Redis has applied it.
 
@@ -333,6 +334,10 @@ class Queue:
         NotDurable is raised (the message is stored) when that falls short.
         ``priority`` (0 to 9, higher first) hands it out before messages of
         lower priority, after due redeliveries (docs/flow-control.md).
+        ``key`` (an ordering key: 1 to 128 of A-Z a-z 0-9 _ . : @ / + = -)
+        hands the messages of one key out in seq order, at most the
+        key_concurrency setting of them unsettled at once per group; never
+        with a priority (docs/flow-control.md).
         """
         return self.publish_many(
             [payload],
@@ -343,6 +348,7 @@ class Queue:
             durable=durable,
             priority=priority or None,
             ttl=ttl,
+            key=key,
         )[0]
 
     def publish_many(
@@ -355,9 +361,10 @@ class Queue:
         durable: bool = False,
         priority: int | Sequence[int] | None = None,
         ttl: float | None = None,
+        key: str | Sequence[str | None] | None = None,
     ) -> list[PublishResult]:
         """Appends many messages in one round trip, in order (``durable``,
-        ``priority``: see :meth:`publish`; ``priority`` is one for all or
+        ``priority``, ``key``: see :meth:`publish`; each is one for all or
         one per message).
 
         ``headers`` is one mapping for all messages or one per message;
@@ -367,7 +374,7 @@ class Queue:
         """
         with sending(self.name, payloads) as trace:
             prepared = prepare(
-                self, payloads, headers, ids, delay, mandatory, durable, trace=trace, priority=priority, ttl=ttl
+                self, payloads, headers, ids, delay, mandatory, durable, trace=trace, priority=priority, ttl=ttl, key=key
             )
             return send(self, prepared) if prepared is not None else []
 

@@ -127,10 +127,26 @@ class GroupSettings(Protocol):
     def rate_limit(self) -> int: ...
     @property
     def rate_period(self) -> float: ...
+    @property
+    def key_concurrency(self) -> int: ...
+    @property
+    def key_rate_limit(self) -> int: ...
+    @property
+    def key_rate_period(self) -> float: ...
 
 
 def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
+
+
+def rate_suffix(settings: GroupSettings) -> str:
+    """What follows fetch's token (lua/fetch.lua, ARGV[9]): the group's rate
+    limit, and the ordering key settings when they are not the defaults;
+    "" for a group with neither (most), which the script parses not at all."""
+    group = f":{settings.rate_limit}:{_ms(settings.rate_period)}"
+    if settings.key_concurrency != 1 or settings.key_rate_limit:
+        return f"{group}:{settings.key_concurrency}:{settings.key_rate_limit}:{_ms(settings.key_rate_period)}"
+    return group if settings.rate_limit else ""
 
 
 def failure_policy(settings: GroupSettings, queue: str) -> tuple[str, str]:
@@ -170,7 +186,10 @@ class GroupArgs:
     policy: tuple[str, str]  # the failure policy's words before and after the random number
     queue: str  # for error messages
     where: str  # the queue's key base, for error messages
-    rate: str  # "" or ":<rate_limit>:<rate_period ms>", after fetch's token (lua/fetch.lua)
+    # "" or ":<rate_limit>:<rate_period ms>", or with ordering key settings
+    # ":<rate_limit>:<rate_period ms>:<key_concurrency>:<key_rate_limit>:<key_rate_period ms>",
+    # after fetch's token (lua/fetch.lua)
+    rate: str
 
     @staticmethod
     def fields_of(
@@ -195,7 +214,7 @@ class GroupArgs:
             "policy": failure_policy(settings, queue),
             "queue": queue,
             "where": where,
-            "rate": f":{settings.rate_limit}:{_ms(settings.rate_period)}" if settings.rate_limit else "",
+            "rate": rate_suffix(settings),
         }
 
     def argv(self, extra: Sequence[Any]) -> list[Any]:
@@ -554,14 +573,16 @@ def group_stats(name: str, flat: list[Any]) -> GroupStats:
 
 # One encoded message of a publish call: its id (or None), its timing (the
 # delay in ms, or "<delay_ms>:<headers_len>" when the body starts with
-# headers, or "<delay_ms>:<headers_len>:<priority>" for a priority of 1 to 9:
-# see :func:`timing`) and its body. A plain tuple: a publish makes one per message.
+# headers, or "<delay_ms>:<headers_len>:<priority>" for a priority of 1 to 9,
+# or "<delay_ms>:<headers_len>::<key>" for an ordering key: see :func:`timing`) and its body. A plain tuple: a publish makes one per message.
 PublishMessage = tuple[str | None, int | str, bytes]
 
 
-def timing(delay_ms: int, headers_len: int, priority: int = 0) -> int | str:
+def timing(delay_ms: int, headers_len: int, priority: int = 0, key: str | None = None) -> int | str:
     """A message's timing argument of publish.lua: the plain delay when it
-    has no headers and no priority (most messages)."""
+    has no headers, no priority and no ordering key (most messages)."""
+    if key is not None:
+        return f"{delay_ms}:{headers_len}::{key}"
     if priority:
         return f"{delay_ms}:{headers_len}:{priority}"
     return f"{delay_ms}:{headers_len}" if headers_len else delay_ms
@@ -598,7 +619,7 @@ def publish_calls(
                 args += [len(call_keys), timing, body]
             else:
                 args += [0, timing, body]
-            if type(timing) is str and timing.count(":") == 2:
+            if type(timing) is str and timing.count(":") >= 2:
                 prioritized = True
         if prioritized:
             call_keys.append(keys.prio)  # the priority log, last

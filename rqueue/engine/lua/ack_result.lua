@@ -7,7 +7,7 @@
   keeps no result and records nothing.
 
   Input:
-    KEYS[1..20] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua)
     KEYS[#KEYS] (the last) the result key of the message
       (<base>:result:<seq>), under the queue's hash tag; written only when
       ARGV[8] is not "", and checked by its name first

@@ -7,7 +7,7 @@
   Records go once every group has settled them, as for acks.
 
   Input:
-    KEYS[1..20] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] the most messages to purge in this call
   Output:

@@ -2,7 +2,7 @@
   Reads one group's figures in one consistent snapshot. Changes nothing.
 
   Input:
-    KEYS[1..20] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua); only ARGV[1],
       the group name, and ARGV[3], now, are read
   Output:
