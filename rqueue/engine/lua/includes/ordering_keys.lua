@@ -75,140 +75,163 @@ do
     end
   end
 
-  local seen = {}
+  -- Keys passed over in this call (over their rate limit, a delayed next
+  -- message, at their concurrency, nothing waiting): not looked at again.
+  local passed = {}
+  local rateTimes = {} -- key -> its deliveries inside the rate window, for keys read this call
   local examined, examineAtMost = 0, (room - got) * 2 + KEY_CHECK_EXTRA
   local floor, runsExist, since = nil, nil, nil
   local gone = {}
   while got < room and examined < examineAtMost do
     local candidates = rcall('ZRANGE', keyReadyKey, '0', string.format('%d', room - got - 1))
-    if #candidates == 0 or seen[candidates[1]] then
-      break -- none, or every ready key had its turn in this call
-    end
+    -- Each key in turn takes its share of the room left, so that a key with
+    -- much waiting does not take a whole call while others wait.
+    local share = math.ceil((room - got) / math.max(1, #candidates))
+    local progress = false
     for _, key in ipairs(candidates) do
-      if got >= room or seen[key] then
+      if got >= room or examined >= examineAtMost then
         break
       end
-      seen[key] = true
-      examined = examined + 1
-      local flight = flights[key]
-      if flight == nil then
-        flight = {}
-        for seq in string.gmatch(rcall('HGET', keyFlightKey, key) or '', '%d+') do
-          flight[#flight + 1] = seq
-        end
-      end
-      local free = keyConcurrency - #flight
-      local times, limited = nil, false
-      if free > 0 and keyRateLimit then
-        times = {}
-        for t in string.gmatch(rcall('HGET', keyFlightKey, '~' .. key) or '', '%d+') do
-          if t + 0 > now - keyRatePeriod then
-            times[#times + 1] = t
+      if not passed[key] then
+        examined = examined + 1
+        local flight = flights[key]
+        if flight == nil then
+          flight = {}
+          for seq in string.gmatch(rcall('HGET', keyFlightKey, key) or '', '%d+') do
+            flight[#flight + 1] = seq
           end
+          flights[key] = flight
         end
-        if #times >= keyRateLimit then
-          limited = true
-          local at = times[1] + keyRatePeriod -- appended in time order: the oldest first
-          if nextDue == nil or at < nextDue then
-            nextDue = at
-          end
-        elseif keyRateLimit - #times < free then
-          free = keyRateLimit - #times
-        end
-      end
-      if limited then
-        rcall('ZADD', keyReadyKey, turn, key)
-        turn = turn + 1
-      elseif free <= 0 then
-        rcall('ZREM', keyReadyKey, key) -- kbusy brings it back once one settles
-      else
-        local want = free
-        if room - got < want then
-          want = room - got
-        end
-        local members = rcall('ZRANGEBYLEX', keyQueueKey, '[' .. key .. ' ', '(' .. key .. '!', 'LIMIT', '0',
-          string.format('%d', want))
-        local fields = {}
-        for i, m in ipairs(members) do
-          fields[i] = string.format('%d', tonumber(string.sub(m, #key + 2)) or 0)
-        end
-        local recs = bulkGet(msgsKey, fields)
-        local raws = bulkGet(dlvKey, fields)
-        local done, handed, waitAt = {}, 0, nil
-        for i, field in ipairs(fields) do
-          local seq = field + 0
-          floor = floor or tonumber(rcall('HGET', floorsKey, groupName) or '0') or 0
-          -- Settled meanwhile (a purge, settle_through), or handed out
-          -- another way (a delivery state exists): not handed out again.
-          local settledAlready = seq <= floor or raws[i]
-          if not settledAlready then
-            if runsExist == nil then
-              runsExist = rcall('EXISTS', ackedKey) == 1
+        local free = keyConcurrency - #flight
+        local times, limited = nil, false
+        if free > 0 and keyRateLimit then
+          times = rateTimes[key]
+          if times == nil then
+            times = {}
+            for t in string.gmatch(rcall('HGET', keyFlightKey, '~' .. key) or '', '%d+') do
+              if t + 0 > now - keyRatePeriod then
+                times[#times + 1] = t
+              end
             end
-            if runsExist then
-              local run = rcall('ZRANGEBYSCORE', ackedKey, field, '+inf', 'LIMIT', '0', '1')
-              settledAlready = run[1] ~= nil and run[1] + 0 <= seq
-            end
+            rateTimes[key] = times
           end
-          if not settledAlready and not recs[i] then
-            -- As the scan of new messages judges a missing record.
-            since = since or tonumber(rcall('HGET', groupKey, 'since') or '') or 0
-            if seq <= since then
-              gone[#gone + 1] = seq
-              settledAlready = true
+          if #times >= keyRateLimit then
+            limited = true
+            local at = times[1] + keyRatePeriod -- appended in time order: the oldest first
+            if nextDue == nil or at < nextDue then
+              nextDue = at
             end
-          end
-          local notBefore = recs[i] and recordNotBefore(recs[i])
-          if settledAlready then
-            done[#done + 1] = members[i]
-          elseif not notBefore then
-            --@make failurePaths
-            if recs[i] then
-              deadLetter(seq, nil, 'corrupted-record', 'record does not parse')
-            else
-              deadLetter(seq, nil, 'new message', 'record deleted before the group read it') -- missing-record
-            end
-            done[#done + 1] = members[i]
-          elseif notBefore > now then
-            waitAt = notBefore -- a delayed message holds its key's later ones
-            break
-          else
-            states[#states + 1] = field
-            states[#states + 1] = firstState
-            leased[#leased + 1] = field
-            out[#out + 1] = seq
-            out[#out + 1] = 1
-            out[#out + 1] = recs[i]
-            got = got + 1
-            flight[#flight + 1] = field
-            done[#done + 1] = members[i]
-            handed = handed + 1
-            if times then
-              times[#times + 1] = nowText
-            end
+          elseif keyRateLimit - #times < free then
+            free = keyRateLimit - #times
           end
         end
-        if #done > 0 then
-          bulk('ZREM', keyQueueKey, done)
-        end
-        if handed > 0 then
-          rcall('HSET', keyFlightKey, key, table.concat(flight, ' '))
-          rcall('ZADD', keyBusyKey, 'NX', busyTurn, key)
-          busyTurn = busyTurn + 1
-          if times then
-            rcall('HSET', keyFlightKey, '~' .. key, table.concat(times, ' '))
-          end
-        end
-        if waitAt and (nextDue == nil or waitAt < nextDue) then
-          nextDue = waitAt
-        end
-        if #flight >= keyConcurrency or (waitAt == nil and #members < want and #done == #members) then
-          rcall('ZREM', keyReadyKey, key) -- at its concurrency, or nothing more waiting
-        else
+        if limited then
+          passed[key] = true
           rcall('ZADD', keyReadyKey, turn, key)
           turn = turn + 1
+        elseif free <= 0 then
+          passed[key] = true
+          rcall('ZREM', keyReadyKey, key) -- kbusy brings it back once one settles
+        else
+          local want = free
+          if share < want then
+            want = share
+          end
+          if room - got < want then
+            want = room - got
+          end
+          local members = rcall('ZRANGEBYLEX', keyQueueKey, '[' .. key .. ' ', '(' .. key .. '!', 'LIMIT', '0',
+            string.format('%d', want))
+          local fields = {}
+          for i, m in ipairs(members) do
+            fields[i] = string.format('%d', tonumber(string.sub(m, #key + 2)) or 0)
+          end
+          local recs = bulkGet(msgsKey, fields)
+          local raws = bulkGet(dlvKey, fields)
+          local done, handed, waitAt = {}, 0, nil
+          for i, field in ipairs(fields) do
+            local seq = field + 0
+            floor = floor or tonumber(rcall('HGET', floorsKey, groupName) or '0') or 0
+            -- Settled meanwhile (a purge, settle_through), or handed out
+            -- another way (a delivery state exists): not handed out again.
+            local settledAlready = seq <= floor or raws[i]
+            if not settledAlready then
+              if runsExist == nil then
+                runsExist = rcall('EXISTS', ackedKey) == 1
+              end
+              if runsExist then
+                local run = rcall('ZRANGEBYSCORE', ackedKey, field, '+inf', 'LIMIT', '0', '1')
+                settledAlready = run[1] ~= nil and run[1] + 0 <= seq
+              end
+            end
+            if not settledAlready and not recs[i] then
+              -- As the scan of new messages judges a missing record.
+              since = since or tonumber(rcall('HGET', groupKey, 'since') or '') or 0
+              if seq <= since then
+                gone[#gone + 1] = seq
+                settledAlready = true
+              end
+            end
+            local notBefore = recs[i] and recordNotBefore(recs[i])
+            if settledAlready then
+              done[#done + 1] = members[i]
+            elseif not notBefore then
+              --@make failurePaths
+              if recs[i] then
+                deadLetter(seq, nil, 'corrupted-record', 'record does not parse')
+              else
+                deadLetter(seq, nil, 'new message', 'record deleted before the group read it') -- missing-record
+              end
+              done[#done + 1] = members[i]
+            elseif notBefore > now then
+              waitAt = notBefore -- a delayed message holds its key's later ones
+              break
+            else
+              states[#states + 1] = field
+              states[#states + 1] = firstState
+              leased[#leased + 1] = field
+              out[#out + 1] = seq
+              out[#out + 1] = 1
+              out[#out + 1] = recs[i]
+              got = got + 1
+              flight[#flight + 1] = field
+              done[#done + 1] = members[i]
+              handed = handed + 1
+              if times then
+                times[#times + 1] = nowText
+              end
+            end
+          end
+          if #done > 0 then
+            bulk('ZREM', keyQueueKey, done)
+          end
+          if handed > 0 then
+            rcall('HSET', keyFlightKey, key, table.concat(flight, ' '))
+            rcall('ZADD', keyBusyKey, 'NX', busyTurn, key)
+            busyTurn = busyTurn + 1
+            if times then
+              rcall('HSET', keyFlightKey, '~' .. key, table.concat(times, ' '))
+            end
+          end
+          if waitAt and (nextDue == nil or waitAt < nextDue) then
+            nextDue = waitAt
+          end
+          if #flight >= keyConcurrency or (waitAt == nil and #members < want and #done == #members) then
+            passed[key] = true
+            rcall('ZREM', keyReadyKey, key) -- at its concurrency, or nothing more waiting
+          else
+            passed[key] = waitAt ~= nil
+            rcall('ZADD', keyReadyKey, turn, key) -- to the back
+            turn = turn + 1
+          end
+          if #done > 0 then
+            progress = true
+          end
         end
       end
+    end
+    if not progress then
+      break -- every ready key left was passed over
     end
   end
   if #gone > 0 then
