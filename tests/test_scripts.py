@@ -1479,7 +1479,7 @@ def test_publish_refuses_a_bad_ordering_key_or_one_with_a_priority_storing_nothi
         ("0:0::has space", 'the ordering key "has space" must be'),
         ("0:0::", 'the ordering key "" must be'),
         ("0:0::" + "x" * 129, 'the ordering key "x+" must be 1 to 128'),
-        ("0:0:3:k", "both a priority \\(3\\) and the ordering key k"),
+        ("0:0:3:k", "a message has both a priority \\(3\\) and the ordering key k"),
     ):
         with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT " + message):
             keyed_publish(raw, (b"ok", "0:0::k"), (b"bad", timing))
