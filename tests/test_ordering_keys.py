@@ -4,10 +4,14 @@ rate limits (docs/flow-control.md, "Ordering keys")."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from click.testing import CliRunner
 
 import rqueue
 from rqueue import InvalidInput
+from rqueue.cli import cli
 from rqueue.engine import commands
 
 
@@ -185,3 +189,18 @@ def test_a_key_with_a_priority_is_refused_and_stores_nothing(queue):
 def test_a_bad_key_setting_is_refused(client, values):
     with pytest.raises(rqueue.InvalidSetting, match=next(iter(values))):
         client.configure("orders", **values)
+
+
+def test_stats_and_the_cli_count_ready_and_busy_keys(queue, backend, prefix):
+    # given keys a (two messages), b and c, and a fetch of two: a1 and b1 out
+    queue.publish_many([b"a1", b"a2", b"b1", b"c1"], key=["a", "a", "b", "c"])
+    c = queue.consumer("g")
+    assert data(c.fetch(2)) == [b"a1", b"b1"]
+    # then c may hand out, a and b hold deliveries
+    g = queue.stats().group("g")
+    assert (g.keys_ready, g.keys_busy) == (1, 2)
+    # and `rqueue stats --json` says the same
+    result = CliRunner().invoke(cli, ["--url", backend, "--prefix", prefix, "stats", "orders", "--json"])
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.output)["groups"]
+    assert (row["keys_ready"], row["keys_busy"]) == (1, 2)

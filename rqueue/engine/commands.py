@@ -565,6 +565,8 @@ def group_stats(name: str, flat: list[Any]) -> GroupStats:
         dropped=num("dropped"),
         consumers=sorted(consumers, key=lambda c: c.name),
         paused=values.get("paused") not in (None, b"", ""),
+        keys_ready=num("keys_ready"),
+        keys_busy=num("keys_busy"),
     )
 
 
