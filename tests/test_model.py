@@ -454,12 +454,17 @@ class QueueMachine(RuleBasedStateMachine):
             assert (d.data, headers) == (rec.payload, rec.headers), f"{d.tag}: payload or headers changed"
             self.deliveries.append((h, d))
             key_of = self.model.keyed.get(d.seq)
+            if key_of is not None:
+                COVERAGE[f"(keyed delivery, key_concurrency {self.model.settings.key_concurrency})"] += 1
             if key_of is not None and d.delivery_count == 1 and earlier is None:
                 # without the model: a key's first deliveries go out in seq order
                 last = self.key_last.get((h.group, key_of), 0)
                 assert d.seq > last, f"group {h.group} key {key_of}: seq {d.seq} handed out after {last}"
                 self.key_last[(h.group, key_of)] = d.seq
         del self.deliveries[:-KEEP_DELIVERIES]
+        mg = self.model.groups.get(h.group)
+        if mg is not None and any(k in mg.kq for k in mg.kbusy if k not in mg.kready):
+            COVERAGE["(fetch with a key held back by its deliveries out)"] += 1
 
     # -- settling ------------------------------------------------------------------------
 
