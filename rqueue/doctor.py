@@ -251,7 +251,9 @@ class _Examination:
         pulled = _seq(state.get("pcur")) or floor
         waiting |= {int(m) for page in store.zset_in_steps(self.r, gk.priority, self.where) for m, _ in page}
         # Messages of ordering keys wait in the group's key queue ("<key> <seq>").
-        waiting |= {int(m.rpartition(" ")[2]) for page in store.zset_in_steps(self.r, gk.key_queue, self.where) for m, _ in page}
+        waiting |= {
+            int(m.rpartition(" ")[2]) for page in store.zset_in_steps(self.r, gk.key_queue, self.where) for m, _ in page
+        }
         waiting |= {s for s in prioritized if s > pulled}
         known = max([floor, cursor, *(end for _, end in runs), *leases, *states, *waiting])
         self.highest = max(self.highest, known)

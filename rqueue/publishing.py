@@ -109,9 +109,9 @@ def prepare(
     per_key = check.ordering_keys(key, count)
     for i in range(count):
         if per_key[i] is not None and per_priority[i]:
-            where = "" if count == 1 else f"message {i if positions is None else positions[i]} of the batch: "
+            place = "" if count == 1 else f"message {i if positions is None else positions[i]} of the batch: "
             raise InvalidInput(
-                f"{where}priority={per_priority[i]} with key={per_key[i]!r}: a message with an ordering key is "
+                f"{place}priority={per_priority[i]} with key={per_key[i]!r}: a message with an ordering key is "
                 "handed out in seq order within its key, not by priority"
             )
     check.flag("durable", durable)

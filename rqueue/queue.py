@@ -374,7 +374,17 @@ class Queue:
         """
         with sending(self.name, payloads) as trace:
             prepared = prepare(
-                self, payloads, headers, ids, delay, mandatory, durable, trace=trace, priority=priority, ttl=ttl, key=key
+                self,
+                payloads,
+                headers,
+                ids,
+                delay,
+                mandatory,
+                durable,
+                trace=trace,
+                priority=priority,
+                ttl=ttl,
+                key=key,
             )
             return send(self, prepared) if prepared is not None else []
 

@@ -159,7 +159,7 @@ def priorities(value: object, count: int) -> list[int]:
 MAX_ORDERING_KEY = 128  # characters of an ordering key
 # What an ordering key may hold: no space (fetch.lua keeps "<key> <seq>"),
 # nothing a script would have to escape.
-_ORDERING_KEY = re.compile(r"[A-Za-z0-9_.:@/+=\-]{1,%d}" % MAX_ORDERING_KEY)
+_ORDERING_KEY = re.compile(r"[A-Za-z0-9_.:@/+=\-]{1," + str(MAX_ORDERING_KEY) + "}")
 
 
 def ordering_key(value: object) -> str | None:

@@ -178,7 +178,17 @@ class Queue:
         with sending(self.name, payloads) as trace:
             view = cast("QueueLike", Prepared(self, settings))
             prepared = prepare(
-                view, payloads, headers, ids, delay, mandatory, durable, trace=trace, priority=priority, ttl=ttl, key=key
+                view,
+                payloads,
+                headers,
+                ids,
+                delay,
+                mandatory,
+                durable,
+                trace=trace,
+                priority=priority,
+                ttl=ttl,
+                key=key,
             )
             return await send(self, prepared) if prepared is not None else []
 

@@ -576,7 +576,8 @@ def group_stats(name: str, flat: list[Any]) -> GroupStats:
 # One encoded message of a publish call: its id (or None), its timing (the
 # delay in ms, or "<delay_ms>:<headers_len>" when the body starts with
 # headers, or "<delay_ms>:<headers_len>:<priority>" for a priority of 1 to 9,
-# or "<delay_ms>:<headers_len>::<key>" for an ordering key: see :func:`timing`) and its body. A plain tuple: a publish makes one per message.
+# or "<delay_ms>:<headers_len>::<key>" for an ordering key: see :func:`timing`)
+# and its body. A plain tuple: a publish makes one per message.
 PublishMessage = tuple[str | None, int | str, bytes]
 
 

@@ -227,7 +227,23 @@ class GroupKeys:
         """The keys that belong to this group alone."""
         return [
             self._k(kind)
-            for kind in ("grp", "lease", "ready", "delay", "dlv", "acked", "cons", "reopen", "beats", "pq", "rate", "kq", "kready", "kbusy", "kflight")
+            for kind in (
+                "grp",
+                "lease",
+                "ready",
+                "delay",
+                "dlv",
+                "acked",
+                "cons",
+                "reopen",
+                "beats",
+                "pq",
+                "rate",
+                "kq",
+                "kready",
+                "kbusy",
+                "kflight",
+            )
         ]
 
 

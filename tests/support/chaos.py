@@ -546,7 +546,9 @@ def _check_keys(report: Report, logs: list[Path], losses: list[tuple[str, int, f
             if start < ended and not any(lost == inc and ended - 10 <= when <= start + 10 for lost, _, when in losses):
                 report.keyed_out_of_order += 1
     if report.keyed_out_of_order:
-        report.problems.append(f"{report.keyed_out_of_order} keyed messages ran before an earlier one of their key ended")
+        report.problems.append(
+            f"{report.keyed_out_of_order} keyed messages ran before an earlier one of their key ended"
+        )
 
 
 def _sample(client: rqueue.Client, report: Report) -> None:
