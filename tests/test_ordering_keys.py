@@ -8,11 +8,14 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from support.aio_bridge import parametrize_api
 
 import rqueue
 from rqueue import InvalidInput
 from rqueue.cli import cli
 from rqueue.engine import commands
+
+pytest_generate_tests = parametrize_api  # the asyncio client too, but where marked
 
 
 def data(deliveries):
@@ -109,6 +112,7 @@ def test_a_hot_key_does_not_starve_the_others(client, queue):
     assert served.count(b"cold") == 20
 
 
+@pytest.mark.sync_only("the sync client's commands.fetch reads the next due time")
 def test_a_delayed_keyed_message_holds_its_key_until_due(queue, clock):
     queue.publish(b"a1", key="a", delay=10)
     queue.publish_many([b"a2", b"b1"], key=["a", "b"])
@@ -120,6 +124,7 @@ def test_a_delayed_keyed_message_holds_its_key_until_due(queue, clock):
     assert data(c.fetch(10)) == [b"a1"]
 
 
+@pytest.mark.sync_only("the sync client's commands.fetch reads the next due time")
 def test_a_key_over_its_rate_limit_is_passed_over_and_the_fetch_says_when_to_come_back(client, queue, clock):
     # given at most 2 deliveries of one key per 10 s, and plenty of concurrency
     client.configure("orders", key_concurrency=100, key_rate_limit=2, key_rate_period=10)
@@ -146,6 +151,7 @@ def test_each_group_orders_keys_on_its_own(queue):
     assert g1.fetch(10) == [] and data(g2.fetch(10)) == [b"a2"]
 
 
+@pytest.mark.sync_only("the asyncio client has no reset_group")
 def test_a_group_reset_takes_back_what_keys_hold_and_hands_out_in_order_again(queue):
     queue.publish_many([b"a1", b"a2"], key="a")
     c = queue.consumer("g")
@@ -191,6 +197,7 @@ def test_a_bad_key_setting_is_refused(client, values):
         client.configure("orders", **values)
 
 
+@pytest.mark.sync_only("the CLI")
 def test_stats_and_the_cli_count_ready_and_busy_keys(queue, backend, prefix):
     # given keys a (two messages), b and c, and a fetch of two: a1 and b1 out
     queue.publish_many([b"a1", b"a2", b"b1", b"c1"], key=["a", "a", "b", "c"])
