@@ -334,10 +334,8 @@ class Queue:
         NotDurable is raised (the message is stored) when that falls short.
         ``priority`` (0 to 9, higher first) hands it out before messages of
         lower priority, after due redeliveries (docs/flow-control.md).
-        ``key`` (an ordering key: 1 to 128 of A-Z a-z 0-9 _ . : @ / + = -)
-        hands the messages of one key out in seq order, at most the
-        key_concurrency setting of them unsettled at once per group; never
-        with a priority (docs/flow-control.md).
+        ``key``, an ordering key, hands one key's messages out in seq order,
+        key_concurrency of them at most at once per group (same doc).
         """
         return self.publish_many(
             [payload],
@@ -373,19 +371,8 @@ class Queue:
         stores nothing.
         """
         with sending(self.name, payloads) as trace:
-            prepared = prepare(
-                self,
-                payloads,
-                headers,
-                ids,
-                delay,
-                mandatory,
-                durable,
-                trace=trace,
-                priority=priority,
-                ttl=ttl,
-                key=key,
-            )
+            flow: dict[str, Any] = {"trace": trace, "priority": priority, "ttl": ttl, "key": key}
+            prepared = prepare(self, payloads, headers, ids, delay, mandatory, durable, **flow)
             return send(self, prepared) if prepared is not None else []
 
     # -- consuming ----------------------------------------------------------
