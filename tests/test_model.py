@@ -386,6 +386,10 @@ class QueueMachine(RuleBasedStateMachine):
     def publish_keyed(self, message_ids, delay, keys):
         self._publish_both(message_ids, delay, keys=keys[: len(message_ids)])
 
+    @rule(message_ids=st.lists(st.none(), min_size=2, max_size=4), keys=st.sampled_from([["a"] * 4, ["a", "b"] * 2]))
+    def publish_keyed_more(self, message_ids, keys):  # a second rule: keys meet busy keys more often
+        self._publish_both(message_ids, None, keys=keys[: len(message_ids)])
+
     @rule(message_ids=st.lists(ids, min_size=1, max_size=3), delay=delays, ttl=st.sampled_from([0.5, 2, 5]))
     def publish_with_ttl(self, message_ids, delay, ttl):
         self._publish_both(message_ids, delay, ttl=ttl)

@@ -211,3 +211,15 @@ def test_stats_and_the_cli_count_ready_and_busy_keys(queue, backend, prefix):
     assert result.exit_code == 0, result.output
     [row] = json.loads(result.output)["groups"]
     assert (row["keys_ready"], row["keys_busy"]) == (1, 2)
+
+
+def test_a_consumer_sends_the_ordering_keys_layout_once_the_queue_needs_it(queue):
+    # given a consumer that fetched from a plain queue (the short layout)
+    queue.publish(b"p")
+    c = queue.consumer("g")
+    [p] = c.fetch(10)
+    # when keyed messages come, then the next fetch still hands them out in key order (acking p with it)
+    queue.publish_many([b"a1", b"a2"], key="a")
+    _, got, _ = c.ack_and_fetch([p], 10)
+    assert data(got) == [b"a1"]
+    assert queue.stats().group("g").acked == 1

@@ -29,7 +29,7 @@ from ..connection.cluster import not_run
 from ..errors import ConnectionLost, NotPermitted, OutOfMemory, from_script_error
 from ..randomness import Randomness
 from ..results import ConsumerStats, GroupMessageStatus, GroupStats, MessageState, MessageStatus, PublishResult
-from .keys import ACK_KEYS, QueueKeys
+from .keys import ACK_KEYS, FETCH_PLAIN_KEYS, QueueKeys
 from .scripts import Script, ScriptPipeline, Scripts
 
 T = TypeVar("T")
@@ -190,6 +190,11 @@ class GroupArgs:
     # ":<rate_limit>:<rate_period ms>:<key_concurrency>:<key_rate_limit>:<key_rate_period ms>",
     # after fetch's token (lua/fetch.lua)
     rate: str
+    # fetch.lua is sent the first FETCH_PLAIN_KEYS keys until it says the queue
+    # has priority or keyed messages (RQ_FLOW_KEYS, before any write); then
+    # every key, from then on (flow[0] True) for this call's holder.
+    fetch_keys: list[str]
+    flow: list[bool]
 
     @staticmethod
     def fields_of(
@@ -215,6 +220,8 @@ class GroupArgs:
             "queue": queue,
             "where": where,
             "rate": rate_suffix(settings),
+            "fetch_keys": keys[:FETCH_PLAIN_KEYS],
+            "flow": [len(keys) <= FETCH_PLAIN_KEYS],
         }
 
     def argv(self, extra: Sequence[Any]) -> list[Any]:
@@ -323,10 +330,26 @@ def parse_fetch(reply: Any, token: str, acks: int) -> FetchReply:
     )
 
 
+FLOW_KEYS_ERROR = "RQ_FLOW_KEYS"  # fetch.lua: sent FETCH_PLAIN_KEYS keys for a queue that needs all
+
+
+def needs_flow_keys(exc: BaseException) -> bool:
+    """fetch.lua's refusal of the short layout (nothing was changed)."""
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith(FLOW_KEYS_ERROR)
+
+
 def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = ()) -> FetchReply:
     """Claims up to ``n`` deliveries, their tags carrying ``token`` (a word
     of [0-9a-z] drawn at random per call), after acking ``acks`` leniently."""
-    return parse_fetch(call.run(call.scripts.fetch, fetch_args(n, token + call.rate, acks)), token, len(acks))
+    args = fetch_args(n, token + call.rate, acks)
+    if not call.flow[0]:
+        try:
+            return parse_fetch(call.scripts.fetch(call.fetch_keys, call.argv(args)), token, len(acks))
+        except (redis.RedisError, OSError) as exc:
+            if not needs_flow_keys(exc):
+                raise translate(exc, call.queue, call.where) from exc
+            call.flow[0] = True
+    return parse_fetch(call.run(call.scripts.fetch, args), token, len(acks))
 
 
 def ack_args(call: GroupArgs, tags: Sequence[Tag], strict: bool) -> list[Any]:

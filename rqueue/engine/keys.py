@@ -118,6 +118,9 @@ class QueueKeys:
 
 
 ACK_KEYS = 13  # keys: the first of GroupKeys.as_list that ack.lua is sent (all it can touch)
+# The first of GroupKeys.as_list that fetch.lua is sent for a queue that never
+# had a priority or keyed message: the ordering keys' four are left out.
+FETCH_PLAIN_KEYS = 20
 
 
 @dataclass(frozen=True)

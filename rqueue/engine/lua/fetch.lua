@@ -23,7 +23,9 @@
   call as its next fetch), so that they free prefetch room for this fetch.
 
   Input:
-    KEYS[1..24] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua); KEYS[1..20]
+      alone for a queue that never had a priority or keyed message (meta
+      field "prio"), which saves a plain fetch the four keys' cost
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] n, the most deliveries to return
     ARGV[9] the token of this call's deliveries: a lowercase letter, then
@@ -52,6 +54,8 @@
     message becomes due, given only when nothing was delivered, so that an
     idle client can sleep.
   Errors:
+    RQ_FLOW_KEYS   sent KEYS[1..20] for a queue with meta field "prio":
+                   nothing is changed; call again with KEYS[1..24]
     RQ_NOT_MEMBER  the consumer is not in the group (never joined, or
                    removed); nothing is changed, the tags are not acked
     RQ_CORRUPT     a key is damaged, named with what is wrong; nothing is
@@ -149,6 +153,12 @@ local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', 
 -- its state; no step of a fetch changes either. And the queue's pause.
 local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio')
 local lastSeq = tonumber(metaFields[2] or '0')
+-- A queue that had a priority or keyed message needs the ordering keys' four
+-- keys: a client sends the short layout (KEYS[1..20]) until told, here,
+-- before any write.
+if metaFields[4] and not keyFlightKey then
+  return redis.error_reply('RQ_FLOW_KEYS the queue has priority or keyed messages: fetch needs KEYS[1..24]')
+end
 -- Acks come before any other write: Redis refuses a script over maxmemory
 -- at its first write that may grow memory, unless it already wrote. An
 -- ack's first write (ZREM) frees memory, so acks get through when Redis is
