@@ -217,7 +217,8 @@ def main() -> int:
                     keys = [f"n{runs[0]}.{i}" for i in range(k)]
                 elif feature == "fewkeys":
                     keys = [f"f{i % 4}" for i in range(k)]
-                queue.publish_many([PAYLOAD] * k, priority=prios, key=keys)
+                flow = {"priority": prios} if keys is None else {"key": keys}  # (an older tree has no key=)
+                queue.publish_many([PAYLOAD] * k, **flow)
                 if feature == "hold":
                     queue.pause(mode="hold")
                     queue.publish_many([PAYLOAD] * k)
