@@ -39,7 +39,7 @@
     KEYS[21] kq         zset  "<key> <seq, 16 digits>" at score 0: the
                               messages of an ordering key this group pulled
                               from the log and has not handed out, in key
-                              then seq order (ZRANGEBYLEX per key)
+                              then seq order (ZRANGE BYLEX per key)
     KEYS[22] kready     zset  key -> turn: keys that may hand out (pending
                               messages, room under key_concurrency), least
                               recently served first

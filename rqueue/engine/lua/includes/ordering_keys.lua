@@ -140,7 +140,7 @@ do
           if room - got < want then
             want = room - got
           end
-          local members = rcall('ZRANGEBYLEX', keyQueueKey, '[' .. key .. ' ', '(' .. key .. '!', 'LIMIT', '0',
+          local members = rcall('ZRANGE', keyQueueKey, '[' .. key .. ' ', '(' .. key .. '!', 'BYLEX', 'LIMIT', '0',
             string.format('%d', want))
           local fields = {}
           for i, m in ipairs(members) do
