@@ -223,3 +223,18 @@ def test_a_consumer_sends_the_ordering_keys_layout_once_the_queue_needs_it(queue
     _, got, _ = c.ack_and_fetch([p], 10)
     assert data(got) == [b"a1"]
     assert queue.stats().group("g").acked == 1
+
+
+@pytest.mark.sync_only("reads the group's keys")
+def test_a_key_leaves_nothing_behind_once_settled(client, queue, clock):
+    # given a key with a rate limit, its one message handed out and acked
+    client.configure("orders", key_rate_limit=5, key_rate_period=1)
+    queue.publish(b"a1", key="a")
+    c = queue.consumer("g")
+    c.ack(c.fetch(10))
+    # when its window has passed and a fetch checks the key again
+    clock.advance(2)
+    assert c.fetch(10) == []
+    # then the group keeps nothing of it
+    gk = queue.keys.group("g")
+    assert [client.redis.exists(k) for k in (gk.key_queue, gk.key_ready, gk.key_busy, gk.key_flight)] == [0, 0, 0, 0]

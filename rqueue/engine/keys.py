@@ -186,6 +186,11 @@ class GroupKeys:
         return self._k("kbusy")
 
     @property
+    def key_flight(self) -> str:
+        """Hash of each busy ordering key's deliveries out (and rate window)."""
+        return self._k("kflight")
+
+    @property
     def key_queue(self) -> str:
         """Sorted set (by lex) "<key> <seq>" of the keyed messages the group
         pulled and has not handed out."""

@@ -59,6 +59,12 @@ do
       if #kept == 0 then
         rcall('HDEL', keyFlightKey, key)
         rcall('ZREM', keyBusyKey, key)
+        -- Its rate window goes once nothing in it counts any more, so that a
+        -- key used once leaves nothing behind (a key in use keeps its own).
+        local window = rcall('HGET', keyFlightKey, '~' .. key)
+        if window and not (keyRateLimit and (tonumber(string.match(window, '(%d+)$')) or 0) > now - keyRatePeriod) then
+          rcall('HDEL', keyFlightKey, '~' .. key)
+        end
       else
         if #kept < was then
           rcall('HSET', keyFlightKey, key, table.concat(kept, ' '))
