@@ -1490,12 +1490,15 @@ def test_fetch_takes_the_short_layout_until_the_queue_had_a_priority_or_keyed_me
     r, qk, gk, s = raw
     publish(raw, b"plain")
     s.join(keys=gk, args=group_argv())
-    # given a plain queue, then fetch works with KEYS[1..20] alone
-    assert s.fetch(keys=gk[:20], args=group_argv("g", "c1", NOW, None, 10, "t1"))[4::3] == [1]
+    # given a plain queue, then fetch works with KEYS[1..17] alone
+    assert s.fetch(keys=gk[:17], args=group_argv("g", "c1", NOW, None, 10, "t1"))[4::3] == [1]
     # when a keyed message is published, then the short layout is refused before anything changes
     keyed_publish(raw, (b"a1", "0:0::a"))
     with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_FLOW_KEYS .*KEYS\\[1..24\\]"):
-        s.fetch(keys=gk[:20], args=group_argv("g", "c1", NOW, None, 10, "t2", 1, 1, "t1"))
+        s.fetch(keys=gk[:17], args=group_argv("g", "c1", NOW, None, 10, "t2", 1, 1, "t1"))
+    # and a rate limit with the short layout is refused, naming the keys it needs
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT .*KEYS\\[1..24\\]"):
+        s.fetch(keys=gk[:17], args=group_argv("g", "c1", NOW, None, 10, "t2:5:1000"))
     # and the whole layout hands it out
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t2"))[4::3] == [2]
 

@@ -192,7 +192,8 @@ class GroupArgs:
     rate: str
     # fetch.lua is sent the first FETCH_PLAIN_KEYS keys until it says the queue
     # has priority or keyed messages (RQ_FLOW_KEYS, before any write); then
-    # every key, from then on (flow[0] True) for this call's holder.
+    # every key, from then on (flow[0] True) for this call's holder. A group
+    # with a rate limit sends every key from the start.
     fetch_keys: list[str]
     flow: list[bool]
 
@@ -221,7 +222,8 @@ class GroupArgs:
             "where": where,
             "rate": rate_suffix(settings),
             "fetch_keys": keys[:FETCH_PLAIN_KEYS],
-            "flow": [len(keys) <= FETCH_PLAIN_KEYS],
+            # a rate limit (the rate window, KEYS[20]) or key settings: every key, every fetch
+            "flow": [len(keys) <= FETCH_PLAIN_KEYS or rate_suffix(settings) != ""],
         }
 
     def argv(self, extra: Sequence[Any]) -> list[Any]:

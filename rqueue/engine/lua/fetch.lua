@@ -23,9 +23,10 @@
   call as its next fetch), so that they free prefetch room for this fetch.
 
   Input:
-    KEYS[1..24] the group layout (includes/group_keys.lua); KEYS[1..20]
+    KEYS[1..24] the group layout (includes/group_keys.lua); KEYS[1..17]
       alone for a queue that never had a priority or keyed message (meta
-      field "prio"), which saves a plain fetch the four keys' cost
+      field "prio"), by a call without a rate limit or ordering key
+      settings in ARGV[9]: a plain fetch is spared the other keys' cost
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] n, the most deliveries to return
     ARGV[9] the token of this call's deliveries: a lowercase letter, then
@@ -54,7 +55,7 @@
     message becomes due, given only when nothing was delivered, so that an
     idle client can sleep.
   Errors:
-    RQ_FLOW_KEYS   sent KEYS[1..20] for a queue with meta field "prio":
+    RQ_FLOW_KEYS   sent KEYS[1..17] for a queue with meta field "prio":
                    nothing is changed; call again with KEYS[1..24]
     RQ_NOT_MEMBER  the consumer is not in the group (never joined, or
                    removed); nothing is changed, the tags are not acked
@@ -137,6 +138,10 @@ if token == nil or #token > 32 or not string.find(token, '^%l[%l%d]*$') then
   if limit + 0 > 0 then
     rateLimit, ratePeriod = limit + 0, period + 0
   end
+  if not keyFlightKey then
+    return redis.error_reply('RQ_BAD_ARGUMENT a rate limit or ordering key settings (ARGV[9]) need KEYS[1..24], '
+      .. 'sent ' .. #KEYS .. ' keys')
+  end
 end
 
 -- What this consumer holds; false when it is not a member.
@@ -153,9 +158,9 @@ local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', 
 -- its state; no step of a fetch changes either. And the queue's pause.
 local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio')
 local lastSeq = tonumber(metaFields[2] or '0')
--- A queue that had a priority or keyed message needs the ordering keys' four
--- keys: a client sends the short layout (KEYS[1..20]) until told, here,
--- before any write.
+-- A queue that had a priority or keyed message needs the flow-control keys:
+-- a client sends the short layout (KEYS[1..17]) until told, here, before
+-- any write.
 if metaFields[4] and not keyFlightKey then
   return redis.error_reply('RQ_FLOW_KEYS the queue has priority or keyed messages: fetch needs KEYS[1..24]')
 end
