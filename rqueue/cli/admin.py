@@ -92,7 +92,7 @@ def publish(
                     results += q.publish_many(
                         batch, headers=hdrs or None, ids=ids, delay=delay, keys=[routing_key] * len(batch)
                     )
-                else:
+                elif isinstance(q, rqueue.Queue):  # (a plain queue: the key orders)
                     results += q.publish_many(batch, headers=hdrs or None, ids=ids, delay=delay, key=routing_key)
                 bar.update(len(batch))
     summary = {
