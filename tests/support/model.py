@@ -72,6 +72,12 @@ What the model says, in short:
   (GroupInUse) while the group has leases, unless forced: everything it had
   in flight or waiting is forgotten, its consumers hold nothing, and it
   needs again every record above the new floor.
+- Ordering keys (docs/flow-control.md): a keyed message is handed out
+  after the priority messages and before the scan of new ones, a key's
+  lowest seqs first, at most key_concurrency of a key whose delivery state
+  is open; the model keeps the group's key queue, ready keys (by turn, ties
+  by name) and busy keys as fetch.lua does, so that it names the same
+  deliveries. A reset forgets them.
 """
 
 from __future__ import annotations
