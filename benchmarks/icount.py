@@ -11,6 +11,9 @@ usage: .venv/bin/python benchmarks/icount.py SCENARIO [N]
   scenarios: publish1 publish100 fetch1 ack1 fetch100 ack100 fetch100ack
              fetch100ack-prio fetch100ack-prioseen fetch100ack-hold
              fetch100ack-rate (fetch100ack with a flow-control feature on),
+             fetch100ack-keys100k (every message with its own ordering
+             key, 100,000 keys waiting behind them), fetch100ack-fewkeys
+             (4 ordering keys, key_concurrency 100),
              inflight100ack (rqueue; the last with 20,000 held below),
              fetchack1 (rqueue: fetch(1) then its ack, one at a time, as
              the bench's fetch(1)+ack figure),
@@ -79,6 +82,10 @@ def main() -> int:
             "no",
             "--dir",
             workdir,
+            # The timer's work grows with wall time, which a loaded machine
+            # stretches: at 1 Hz it does not blur the counts.
+            "--hz",
+            "1",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -107,6 +114,8 @@ def main() -> int:
         client.configure("q", ack_wait=3600, prefetch=10**6, max_inflight=10**6)
         if scenario == "fetch100ack-rate":
             client.configure("q", rate_limit=10**9, rate_period=1)
+        if scenario == "fetch100ack-fewkeys":
+            client.configure("q", key_concurrency=100)
         queue = client.queue("q")
         consumer = queue.consumer("g", "c1")
         runs = [0]
@@ -196,7 +205,20 @@ def main() -> int:
                     queue.resume()  # what the last run held goes, uncounted
                     queue.purge()
                 prios = [1 + i % 9 for i in range(k)] if feature == "prio" else None
-                queue.publish_many([PAYLOAD] * k, priority=prios)
+                keys = None
+                if feature == "keys100k":
+                    if runs[0] == 1:
+                        # 100,000 keys waiting, pulled into the group's key
+                        # queue by untimed fetches (1,000 log entries a call)
+                        for start in range(0, 100_000, 1000):
+                            queue.publish_many([PAYLOAD] * 1000, key=[f"b{i}" for i in range(start, start + 1000)])
+                        for _ in range(100):
+                            consumer.ack(consumer.fetch(1))
+                    keys = [f"n{runs[0]}.{i}" for i in range(k)]
+                elif feature == "fewkeys":
+                    keys = [f"f{i % 4}" for i in range(k)]
+                flow = {"priority": prios} if keys is None else {"key": keys}  # (an older tree has no key=)
+                queue.publish_many([PAYLOAD] * k, **flow)
                 if feature == "hold":
                     queue.pause(mode="hold")
                     queue.publish_many([PAYLOAD] * k)

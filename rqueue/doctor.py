@@ -250,6 +250,10 @@ class _Examination:
         prioritized = {int(s) for page in store.zset_in_steps(self.r, self.keys.prio, self.where) for _, s in page}
         pulled = _seq(state.get("pcur")) or floor
         waiting |= {int(m) for page in store.zset_in_steps(self.r, gk.priority, self.where) for m, _ in page}
+        # Messages of ordering keys wait in the group's key queue ("<key> <seq>").
+        waiting |= {
+            int(m.rpartition(" ")[2]) for page in store.zset_in_steps(self.r, gk.key_queue, self.where) for m, _ in page
+        }
         waiting |= {s for s in prioritized if s > pulled}
         known = max([floor, cursor, *(end for _, end in runs), *leases, *states, *waiting])
         self.highest = max(self.highest, known)
@@ -284,7 +288,7 @@ class _Examination:
         self.check_runs(gk, group, floor, runs, state)
         self.check_deliveries(gk, group, leases, waiting, states, members)
         self.check_untracked(gk, group, floor, cursor, runs, states.keys() | leases | waiting)
-        self.check_records(gk, group, cursor, last, _seq(state.get("since")), states)
+        self.check_records(gk, group, cursor, last, _seq(state.get("since")), states, runs)
 
     def check_runs(
         self, gk: GroupKeys, group: str, floor: int, runs: list[tuple[int, int]], state: dict[str, str]
@@ -448,11 +452,20 @@ class _Examination:
             )
 
     def check_records(
-        self, gk: GroupKeys, group: str, cursor: int, last: int | None, since: int | None, states: dict[int, str]
+        self,
+        gk: GroupKeys,
+        group: str,
+        cursor: int,
+        last: int | None,
+        since: int | None,
+        states: dict[int, str],
+        runs: list[tuple[int, int]],
     ) -> None:
         """Every message the group has not settled has its record: those
         in flight or waiting (a state), and those not read yet (above the
-        cursor, but a record deleted before the group was created)."""
+        cursor, but a record deleted before the group was created, or one
+        in an acked run: a priority or keyed message settled apart from
+        the cursor)."""
         top = last if last is not None else cursor
         start = max(cursor, since if since is not None else top)
         if top > start:
@@ -480,7 +493,7 @@ class _Examination:
         done = missing = 0
         for seqs in todo:
             for seq, there in zip(seqs, store.records_exist(self.r, self.keys, seqs), strict=True):
-                if there:
+                if there or any(first <= seq <= end for first, end in runs):
                     continue
                 missing += 1
                 if missing > UNTRACKED_MAX:

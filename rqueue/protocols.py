@@ -116,6 +116,7 @@ class AnyQueue(Protocol):
         *,
         priority: int = 0,
         ttl: float | None = None,
+        key: str | None = None,
     ) -> PublishResult: ...
     def publish_many(
         self,

@@ -48,6 +48,7 @@ class PreparedPublish(NamedTuple):
     mark: Mark  # what it knew when the calls were made
     mandatory: bool = False
     priorities: list[int] | None = None  # one per message (the alternate queue gets them too)
+    keys: list[str | None] | None = None  # ordering keys, one per message (likewise)
 
 
 def per_message(value: Any, count: int, what: str) -> list[Any]:
@@ -82,6 +83,7 @@ def prepare(
     trace: str | None = None,
     priority: int | Sequence[int] | None = None,
     ttl: float | None = None,
+    key: str | Sequence[str | None] | None = None,
 ) -> PreparedPublish | None:
     """Checks every message of a publish_many call and encodes it; None for
     an empty batch. Raises before anything is sent; an error names the
@@ -89,7 +91,8 @@ def prepare(
     caller's batch) when given. ``trace`` is the ``traceparent`` header
     every message gets (rqueue.tracing.sending). ``priority``: one for all
     messages or one per message, 0 (none, the default) to 9
-    (docs/flow-control.md). ``ttl``: seconds after its publish each message
+    (docs/flow-control.md). ``key``: the ordering key, one for all or one
+    per message (None: none); never with a priority. ``ttl``: seconds after its publish each message
     expires unhandled (the ``x-rq-ttl`` header, docs/lifecycle.md)."""
     if type(payloads) is not list and (isinstance(payloads, (bytes, str)) or not isinstance(payloads, Sequence)):
         raise InvalidInput("payloads must be a sequence of bytes (for one message use publish())")
@@ -103,6 +106,14 @@ def prepare(
     if len(per_ids) != count:
         raise InvalidInput(f"ids has {len(per_ids)} entries for {count} payloads")
     per_priority = check.priorities(priority, count)
+    per_key = check.ordering_keys(key, count)
+    for i in range(count):
+        if per_key[i] is not None and per_priority[i]:
+            place = "" if count == 1 else f"message {i if positions is None else positions[i]} of the batch: "
+            raise InvalidInput(
+                f"{place}priority={per_priority[i]} with key={per_key[i]!r}: a message with an ordering key is "
+                "handed out in seq order within its key, not by priority"
+            )
     check.flag("durable", durable)
     delay_ms = check.delay_ms(delay)
     settings = queue.settings()
@@ -121,7 +132,7 @@ def prepare(
         size = len(body) - hlen
         if size > settings.max_payload:
             raise PayloadTooLarge(size, settings.max_payload, None if single else where)
-        messages.append((msg_id, commands.timing(delay_ms, hlen, per_priority[i]), body))
+        messages.append((msg_id, commands.timing(delay_ms, hlen, per_priority[i], per_key[i]), body))
     calls = commands.publish_calls(
         queue.keys,
         queue.client.clock.script_now(),
@@ -145,6 +156,7 @@ def prepare(
         watch.mark(),
         mandatory,
         per_priority,
+        per_key,
     )
 
 
@@ -159,6 +171,7 @@ def resend(prepared: PreparedPublish, mandatory: bool = True) -> dict[str, Any]:
         "mandatory": prepared.mandatory and mandatory,
         "durable": prepared.durable,
         "priority": prepared.priorities,
+        "key": prepared.keys,
     }
 
 

@@ -332,6 +332,7 @@ class Queue:
         durable: bool = False,
         priority: int = 0,
         ttl: float | None = None,
+        key: str | None = None,
     ) -> PublishResult:
         """Appends one message; returns once Redis has applied it.
 
@@ -343,6 +344,8 @@ class Queue:
         NotDurable is raised (the message is stored) when that falls short.
         ``priority`` (0 to 9, higher first) hands it out before messages of
         lower priority, after due redeliveries (docs/flow-control.md).
+        ``key``, an ordering key, hands one key's messages out in seq order,
+        key_concurrency of them at most at once per group (same doc).
         """
         return self.publish_many(
             [payload],
@@ -353,6 +356,7 @@ class Queue:
             durable=durable,
             priority=priority or None,
             ttl=ttl,
+            key=key,
         )[0]
 
     def publish_many(
@@ -365,9 +369,10 @@ class Queue:
         durable: bool = False,
         priority: int | Sequence[int] | None = None,
         ttl: float | None = None,
+        key: str | Sequence[str | None] | None = None,
     ) -> list[PublishResult]:
         """Appends many messages in one round trip, in order (``durable``,
-        ``priority``: see :meth:`publish`; ``priority`` is one for all or
+        ``priority``, ``key``: see :meth:`publish`; each is one for all or
         one per message).
 
         ``headers`` is one mapping for all messages or one per message;
@@ -376,9 +381,8 @@ class Queue:
         stores nothing.
         """
         with sending(self.name, payloads) as trace:
-            prepared = prepare(
-                self, payloads, headers, ids, delay, mandatory, durable, trace=trace, priority=priority, ttl=ttl
-            )
+            flow: dict[str, Any] = {"trace": trace, "priority": priority, "ttl": ttl, "key": key}
+            prepared = prepare(self, payloads, headers, ids, delay, mandatory, durable, **flow)
             return send(self, prepared) if prepared is not None else []
 
     # -- consuming ----------------------------------------------------------

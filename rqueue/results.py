@@ -79,6 +79,10 @@ class GroupStats:
     dropped: int
     consumers: list[ConsumerStats] = field(default_factory=list)
     paused: bool = False  # its fetches hand out nothing until resumed (docs/flow-control.md)
+    # Ordering keys (docs/flow-control.md): keys that may hand out a message
+    # now, and keys with deliveries out (at key_concurrency, or below it).
+    keys_ready: int = 0
+    keys_busy: int = 0
 
 
 @dataclass(frozen=True, slots=True)

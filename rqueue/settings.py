@@ -62,6 +62,12 @@ class Settings:
     # limit), in any window of that length, across every consumer.
     rate_limit: int = 0
     rate_period: float = 1.0
+    # Ordering keys (publish(key=), docs/flow-control.md): at most
+    # key_concurrency deliveries of one key unsettled per group, and at most
+    # key_rate_limit of one key per key_rate_period seconds (0: no limit).
+    key_concurrency: int = 1
+    key_rate_limit: int = 0
+    key_rate_period: float = 1.0
     max_age: float | None = None  # seconds settled messages are kept (docs/retention.md); None = not by age
     max_length: int | None = None  # newest seqs kept once settled; None = not by length
     results: bool = False  # workers keep each handler's return value (docs/results.md)
@@ -168,6 +174,12 @@ def _check_one(name: str, value: Any) -> Any:
     if name == "rate_limit":
         return _at_least(name, value, 0, integer=True, what="must be a whole number >= 0 (0: no limit)")
     if name == "rate_period":
+        return _duration(name, value, 0.001, "must be a positive number of seconds (at least 0.001)")
+    if name == "key_concurrency":
+        return _at_least(name, value, 1, integer=True, what="must be a whole number >= 1")
+    if name == "key_rate_limit":
+        return _at_least(name, value, 0, integer=True, what="must be a whole number >= 0 (0: no limit)")
+    if name == "key_rate_period":
         return _duration(name, value, 0.001, "must be a positive number of seconds (at least 0.001)")
     if name in ("ttl", "retry_deadline"):
         return None if value is None else _duration(name, value, 0.001, "must be None or seconds (at least 0.001)")

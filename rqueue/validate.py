@@ -32,6 +32,8 @@ server's time; no broker offers delays or windows of more than 10 years.
 
 from __future__ import annotations
 
+import re
+
 from .constants import MAX_DURATION, MAX_REASON_LENGTH
 from .errors import InvalidInput, InvalidSetting, show
 
@@ -152,3 +154,33 @@ def priorities(value: object, count: int) -> list[int]:
             raise InvalidInput(f"priority has {len(value)} entries for {count} payloads")
         return [whole_number("priority", v, 0, MAX_PRIORITY) for v in value]
     return [whole_number("priority", value, 0, MAX_PRIORITY)] * count
+
+
+MAX_ORDERING_KEY = 128  # characters of an ordering key
+# What an ordering key may hold: no space (fetch.lua keeps "<key> <seq>"),
+# nothing a script would have to escape.
+_ORDERING_KEY = re.compile(r"[A-Za-z0-9_.:@/+=\-]{1," + str(MAX_ORDERING_KEY) + "}")
+
+
+def ordering_key(value: object) -> str | None:
+    """An ordering key (docs/flow-control.md): None, or 1 to
+    MAX_ORDERING_KEY of A-Z a-z 0-9 _ . : @ / + = -."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _ORDERING_KEY.fullmatch(value):
+        raise InvalidInput(
+            f"key={value!r}: an ordering key is 1 to {MAX_ORDERING_KEY} of A-Z a-z 0-9 _ . : @ / + = - (or None)"
+        )
+    return value
+
+
+def ordering_keys(value: object, count: int) -> list[str | None]:
+    """One ordering key per message from ``value``: None (none), one key
+    for all, or a sequence of one per message (None: that one has none)."""
+    if value is None or isinstance(value, str):
+        return [ordering_key(value)] * count
+    if isinstance(value, (list, tuple)):
+        if len(value) != count:
+            raise InvalidInput(f"key has {len(value)} entries for {count} payloads")
+        return [ordering_key(v) for v in value]
+    raise InvalidInput(f"key={value!r}: one ordering key (a str) for all, or a list of one per message")

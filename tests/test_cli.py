@@ -139,6 +139,8 @@ def test_stats_table(backend, prefix, prepared):
         "dropped": "0",
         "consumers": "1",
         "paused": "no",
+        "keys_ready": "0",
+        "keys_busy": "0",
     }
     member = table_rows(members_part, "group")["billing"]
     assert (member["consumer"], member["held"]) == ("w1", "1")

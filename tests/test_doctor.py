@@ -76,6 +76,23 @@ def test_a_queue_under_flow_control_is_clean(client, queue, clock):
     assert doctor.examine(queue) == []
 
 
+def test_a_queue_with_ordering_keys_is_clean(client, queue):
+    # given keyed messages out, acked above the cursor, waiting in the group's
+    # key queue behind a busy key, and plain ones
+    client.configure("orders", key_concurrency=2)
+    c = queue.consumer("g")
+    queue.publish_many([b"a1", b"a2", b"a3", b"p", b"b1", b"b2"], key=["a", "a", "a", None, "b", "b"])
+    *got, last = c.fetch(3)
+    last.ack()
+    # when the doctor examines it, then it finds nothing
+    assert doctor.examine(queue) == []
+    # and after everything is settled either
+    while more := c.fetch(10) + got:
+        c.ack(more)
+        got = []
+    assert doctor.examine(queue) == []
+
+
 def test_deleted_lease_is_found_and_repaired_into_a_redelivery(client, queue, clock):
     # given a delivery whose lease entry was deleted, its holder gone
     a = queue.consumer("g", name="a")

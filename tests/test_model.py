@@ -246,6 +246,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.reset_dead: set[tuple[str, int]] = set()  # dead letters a reset of their group made pending again
         self.tokens: set[str] = set()  # every token a fetch handed out
         self.real_cursor: dict[str, int] = {g: 0 for g in self.groups}
+        self.key_last: dict[tuple[str, str], int] = {}  # (group, ordering key) -> its last seq handed out first
+        self.key_concurrency_max = 1  # the highest key_concurrency configured
         # a queue without a group keeps what is published (a mandatory publish
         # is refused); its first groups start at 0 and see all of it
         for mandatory in early:
@@ -316,6 +318,7 @@ class QueueMachine(RuleBasedStateMachine):
         mandatory: bool = False,
         priorities: list[int] | None = None,
         ttl: float | None = None,
+        keys: list[str | None] | None = None,
     ) -> None:
         items = []
         for mid in message_ids:
@@ -339,6 +342,7 @@ class QueueMachine(RuleBasedStateMachine):
                         mandatory=mandatory,
                         priority=priorities[0] if priorities else 0,
                         ttl=ttl,
+                        key=keys[0] if keys else None,
                     )
                 ]
             )
@@ -352,6 +356,7 @@ class QueueMachine(RuleBasedStateMachine):
                     mandatory=mandatory,
                     priority=priorities,
                     ttl=ttl,
+                    key=keys,
                 )
             )
         if real[0] == "ok":
@@ -359,9 +364,11 @@ class QueueMachine(RuleBasedStateMachine):
         for mid in message_ids:
             if mid in self.model.ids and self.model.ids[mid][1] <= self.model.now:
                 COVERAGE["(publish of an id whose window is over)"] += 1
-        model = outcome(lambda: self.model.publish(items, delay, mandatory, priorities))
+        model = outcome(lambda: self.model.publish(items, delay, mandatory, priorities, keys))
         self._same_result(
-            f"publish ids={message_ids} delay={delay} mandatory={mandatory} priorities={priorities}", real, model
+            f"publish ids={message_ids} delay={delay} mandatory={mandatory} priorities={priorities} keys={keys}",
+            real,
+            model,
         )
 
     @rule(mid=ids, delay=delays, mandatory=st.booleans())
@@ -379,6 +386,18 @@ class QueueMachine(RuleBasedStateMachine):
     )
     def publish_prioritized(self, message_ids, delay, priorities):
         self._publish_both(message_ids, delay, priorities=priorities[: len(message_ids)])
+
+    @rule(
+        message_ids=st.lists(ids, min_size=1, max_size=4),
+        delay=delays,
+        keys=st.lists(st.sampled_from([None, "a", "a", "b", "c"]), min_size=4, max_size=4),
+    )
+    def publish_keyed(self, message_ids, delay, keys):
+        self._publish_both(message_ids, delay, keys=keys[: len(message_ids)])
+
+    @rule(message_ids=st.lists(st.none(), min_size=2, max_size=4), keys=st.sampled_from([["a"] * 4, ["a", "b"] * 2]))
+    def publish_keyed_more(self, message_ids, keys):  # a second rule: keys meet busy keys more often
+        self._publish_both(message_ids, None, keys=keys[: len(message_ids)])
 
     @rule(message_ids=st.lists(ids, min_size=1, max_size=3), delay=delays, ttl=st.sampled_from([0.5, 2, 5]))
     def publish_with_ttl(self, message_ids, delay, ttl):
@@ -428,7 +447,7 @@ class QueueMachine(RuleBasedStateMachine):
         seqs = [d.seq for d in got]
         old = [s for s in seqs if s <= cursor_before]
         new = [s for s in seqs if s > cursor_before]
-        if not self.model.priority:  # (with priorities the model says the order)
+        if not self.model.priority and not self.model.keyed:  # (with priorities or keys the model says the order)
             assert seqs == old + new, f"fetch {seqs}: redeliveries (<= cursor {cursor_before}) must come first"
             assert old == sorted(old) and new == sorted(new), f"fetch {seqs}: not lowest seq first"
         assert len(got) <= n
@@ -447,7 +466,18 @@ class QueueMachine(RuleBasedStateMachine):
             assert headers.pop(REPLAYED_HEADER, None) == (None if earlier is None else str(earlier)), d.tag
             assert (d.data, headers) == (rec.payload, rec.headers), f"{d.tag}: payload or headers changed"
             self.deliveries.append((h, d))
+            key_of = self.model.keyed.get(d.seq)
+            if key_of is not None:
+                COVERAGE[f"(keyed delivery, key_concurrency {self.model.settings.key_concurrency})"] += 1
+            if key_of is not None and d.delivery_count == 1 and earlier is None:
+                # without the model: a key's first deliveries go out in seq order
+                last = self.key_last.get((h.group, key_of), 0)
+                assert d.seq > last, f"group {h.group} key {key_of}: seq {d.seq} handed out after {last}"
+                self.key_last[(h.group, key_of)] = d.seq
         del self.deliveries[:-KEEP_DELIVERIES]
+        mg = self.model.groups.get(h.group)
+        if mg is not None and any(k in mg.kq for k in mg.kbusy if k not in mg.kready):
+            COVERAGE["(fetch with a key held back by its deliveries out)"] += 1
 
     # -- settling ------------------------------------------------------------------------
 
@@ -579,6 +609,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.deliveries = []
         self.settled = {g: set() for g in self.groups}
         self.seen_counts = {}
+        self.key_last = {}
         self.real_cursor = {g: 0 for g in self.groups}
         for g in self.groups:
             self.model.create_group(g)
@@ -665,6 +696,12 @@ class QueueMachine(RuleBasedStateMachine):
         s = self.model.settings
         s.max_deliveries, s.redelivery_delay, s.redelivery_multiplier = max_deliveries, redelivery_delay, multiplier
 
+    @rule(key_concurrency=st.sampled_from([1, 1, 2]))
+    def configure_keys(self, key_concurrency):
+        self.client.configure(QUEUE, key_concurrency=key_concurrency)
+        self.model.settings.key_concurrency = key_concurrency
+        self.key_concurrency_max = max(self.key_concurrency_max, key_concurrency)
+
     # -- dead letters -------------------------------------------------------------------------
 
     @precondition(lambda self: self.model.dlq)
@@ -706,6 +743,8 @@ class QueueMachine(RuleBasedStateMachine):
             self.reset_dead |= {(d.group, d.seq) for d in self.q.dead_letters() if d.group == group}
             for key in [k for k in self.seen_counts if k[0] == group]:
                 del self.seen_counts[key]
+            for key in [k for k in self.key_last if k[0] == group]:
+                del self.key_last[key]
             COVERAGE[f"(reset) {'with' if real[1][2] else 'without'} deliveries taken back"] += 1
 
     @rule(length=st.sampled_from([None, 0, 2, 5]))
@@ -746,6 +785,18 @@ class QueueMachine(RuleBasedStateMachine):
                 h = self.handles.get(name)
                 if h is not None:
                     assert 0 <= held <= h.prefetch, f"{name} holds {held}, prefetch {h.prefetch}"
+            # never more than key_concurrency of one key in flight (a replayed
+            # dead letter goes out as a redelivery, apart from its key)
+            per_key: dict[str, int] = {}
+            mg = self.model.groups[g]
+            for seq in rg["leases"]:
+                key_of = self.model.keyed.get(seq)
+                if key_of is not None and mg.dlv[seq].replayed_after() is None:
+                    per_key[key_of] = per_key.get(key_of, 0) + 1
+            for key_of, count in per_key.items():
+                # (lowered meanwhile, what was out stays out)
+                assert count <= self.key_concurrency_max, f"group {g} key {key_of}: {count} in flight"
+
         for g, seq, _, _ in real["dead_letters"]:
             if (g, seq) not in self.reset_dead:
                 self.settled[g].add(seq)

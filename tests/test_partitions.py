@@ -264,11 +264,13 @@ def test_cli_creates_publishes_by_key_and_shows_summed_stats(client, backend, pr
     assert q.parts[partition_of("user-1", 4)].stats().last_seq == 2
     shown = run("stats", "jobs", "--json")
     assert shown.exit_code == 0 and '"last_seq": 2' in shown.output
-    # and another count is refused with exit code 2, a key on a plain queue too
+    # and another count is refused with exit code 2; on a plain queue a key is an ordering key
     again = run("create", "jobs", "--partitions", "2")
     assert again.exit_code == 2 and "has 4 partitions" in again.output
     plain = run("publish", "plain", "m", "--key", "k")
-    assert plain.exit_code == 2 and "is not partitioned" in plain.output
+    assert plain.exit_code == 0 and client.redis.zrange(client.queue("plain").keys.prio, 0, -1) == [b"1:k:k"]
+    bad = run("publish", "plain", "m", "--key", "a b")
+    assert bad.exit_code == 2 and "key='a b'" in bad.output
 
 
 def test_events_of_every_partition_in_time_order(client, pq):

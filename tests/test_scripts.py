@@ -299,7 +299,7 @@ def test_fetch_makes_its_failure_paths_only_where_they_are_taken():
     # none of the helpers of a failure is built by the plain fetch's top level
     for helper in ("deadLetter", "retryOrDeadLetter", "parseDelivery", "splitRecord"):
         assert not re.search(rf"^local function {helper}\(", text, re.MULTILINE), helper
-    assert text.count("if parseDelivery == nil then") == 5
+    assert text.count("if parseDelivery == nil then") == 6
 
 
 def test_publish_reply_is_seq_and_duplicate_flag(raw):
@@ -1448,6 +1448,81 @@ def test_fetch_with_a_rate_limit_counts_the_window_and_names_when_it_has_room(ra
     for bad in ("t4:0:1000", "t4:2:0", "t4:2", "T4:2:1000"):
         with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT the token"):
             s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 1000, None, 10, bad))
+
+
+def keyed_publish(raw, *pairs, now=NOW):
+    """publish.lua with ordering keys: (body, timing) pairs, the priority log last."""
+    r, qk, _, s = raw
+    args = [now, 60_000, "0", "", INC]
+    for body, timing in pairs:
+        args += [0, timing, body]
+    return s.publish(keys=[*qk.publish_keys(), qk.prio], args=args)
+
+
+def test_publish_logs_an_ordering_key_and_fetch_hands_its_messages_out_one_at_a_time(raw):
+    r, qk, gk, s = raw
+    # given messages of keys a and b ("<delay>:<headers_len>::<key>")
+    keyed_publish(raw, (b"a1", "0:0::a"), (b"b1", "0:0::b"), (b"a2", "0:0::a"))
+    assert r.zrange(qk.prio, 0, -1) == [b"1:k:a", b"2:k:b", b"3:k:a"] and r.hget(qk.meta, "prio") == b"1"
+    s.join(keys=gk, args=group_argv())
+    # when the group fetches, then one of each key, in seq order, and what waits stays in the key queue
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))[4::3] == [1, 2]
+    assert r.zrange(gk[20], 0, -1) == [b"a 0000000000000003"]
+    assert r.hgetall(gk[23]) == {b"a": b"1", b"b": b"2"}
+    # and with key_concurrency 2 after the token (":<limit>:<period>:<conc>:<key_limit>:<key_period>"), a2 too
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t2:0:1000:2:0:1000"))[4::3] == [3]
+
+
+def test_publish_refuses_a_bad_ordering_key_or_one_with_a_priority_storing_nothing(raw):
+    r, qk, _, s = raw
+    for timing, message in (
+        ("0:0::has space", 'the ordering key "has space" must be'),
+        ("0:0::", 'the ordering key "" must be'),
+        ("0:0::" + "x" * 129, 'the ordering key "x+" must be 1 to 128'),
+        ("0:0:3:k", "a message has both a priority \\(3\\) and the ordering key k"),
+    ):
+        with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT " + message):
+            keyed_publish(raw, (b"ok", "0:0::k"), (b"bad", timing))
+    assert not r.exists(qk.meta) and not r.exists(qk.msgs) and not r.exists(qk.prio)
+
+
+def test_fetch_takes_the_short_layout_until_the_queue_had_a_priority_or_keyed_message(raw, client):
+    r, qk, gk, s = raw
+    publish(raw, b"plain")
+    s.join(keys=gk, args=group_argv())
+    # given a plain queue, then fetch works with KEYS[1..17] alone
+    assert s.fetch(keys=gk[:17], args=group_argv("g", "c1", NOW, None, 10, "t1"))[4::3] == [1]
+    # when a keyed message is published, then the short layout is refused before anything changes
+    keyed_publish(raw, (b"a1", "0:0::a"))
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_FLOW_KEYS .*KEYS\\[1..24\\]"):
+        s.fetch(keys=gk[:17], args=group_argv("g", "c1", NOW, None, 10, "t2", 1, 1, "t1"))
+    # and a rate limit with the short layout is refused, naming the keys it needs
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT .*KEYS\\[1..24\\]"):
+        s.fetch(keys=gk[:17], args=group_argv("g", "c1", NOW, None, 10, "t2:5:1000"))
+    # and the whole layout hands it out
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t2"))[4::3] == [2]
+
+
+def test_fetch_refuses_key_settings_that_do_not_parse(raw):
+    r, qk, gk, s = raw
+    keyed_publish(raw, (b"a1", "0:0::a"))
+    s.join(keys=gk, args=group_argv())
+    for bad in ("t1:0:1000:0:0:1000", "t1:0:1000:1:0:0", "t1:0:0:1:0:1000", "t1:0:1000:1:0"):
+        with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT the token"):
+            s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, bad))
+    assert not r.exists(gk[20]) and not r.exists(gk[5])  # nothing pulled, nothing leased
+
+
+def test_fetch_with_a_key_rate_limit_passes_the_key_over_and_names_when_it_has_room(raw):
+    r, qk, gk, s = raw
+    keyed_publish(raw, (b"a1", "0:0::a"), (b"a2", "0:0::a"), (b"a3", "0:0::a"))
+    s.join(keys=gk, args=group_argv())
+    # given at most 2 of a key per 1000 ms, concurrency 5
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1:0:1000:5:2:1000"))[4::3] == [1, 2]
+    assert r.hget(gk[23], "~a") == f"{NOW} {NOW}".encode()
+    # when the key is at its limit, then nothing, and the next due time is when the window has room
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 300, None, 10, "t2:0:1000:5:2:1000"))[1] == NOW + 1000
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 1000, None, 10, "t3:0:1000:5:2:1000"))[4::3] == [3]
 
 
 # -- retain, group_create, group_reset, group_delete (docs/retention.md) ---------

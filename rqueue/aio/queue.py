@@ -147,6 +147,7 @@ class Queue:
         durable: bool = False,
         priority: int = 0,
         ttl: float | None = None,
+        key: str | None = None,
     ) -> PublishResult:
         """Appends one message; returns once Redis has applied it (see
         :meth:`rqueue.Queue.publish`)."""
@@ -159,6 +160,7 @@ class Queue:
             durable=durable,
             priority=priority or None,
             ttl=ttl,
+            key=key,
         )
         return results[0]
 
@@ -172,6 +174,7 @@ class Queue:
         durable: bool = False,
         priority: int | Sequence[int] | None = None,
         ttl: float | None = None,
+        key: str | Sequence[str | None] | None = None,
     ) -> list[PublishResult]:
         """Appends many messages, in order, checked before anything is sent
         (see :meth:`rqueue.Queue.publish_many`; ``durable``: the client's
@@ -182,7 +185,17 @@ class Queue:
         with sending(self.name, payloads) as trace:
             view = cast("QueueLike", Prepared(self, settings))
             prepared = prepare(
-                view, payloads, headers, ids, delay, mandatory, durable, trace=trace, priority=priority, ttl=ttl
+                view,
+                payloads,
+                headers,
+                ids,
+                delay,
+                mandatory,
+                durable,
+                trace=trace,
+                priority=priority,
+                ttl=ttl,
+                key=key,
             )
             return await send(self, prepared) if prepared is not None else []
 

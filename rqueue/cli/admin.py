@@ -39,7 +39,11 @@ def parse_headers(pairs: Sequence[str]) -> dict[str, str]:
 @click.option("--header", "-H", "headers", multiple=True, metavar="KEY=VALUE", help="A header (repeatable).")
 @click.option("--id", "msg_id", default=None, help="De-duplication id (one message only).")
 @click.option(
-    "--key", "routing_key", default=None, help="Partition key (partitioned queues): same key, same partition."
+    "--key",
+    "routing_key",
+    default=None,
+    help="A partitioned queue's partition key (same key, same partition); a plain queue's ordering key "
+    "(docs/flow-control.md).",
 )
 @click.option("--delay", type=click.FloatRange(0), default=None, help="Seconds before the message may be delivered.")
 @click.option(
@@ -88,12 +92,8 @@ def publish(
                     results += q.publish_many(
                         batch, headers=hdrs or None, ids=ids, delay=delay, keys=[routing_key] * len(batch)
                     )
-                else:
-                    if routing_key is not None:
-                        raise rqueue.InvalidInput(
-                            f"--key routes to a partition, but queue {queue!r} is not partitioned"
-                        )
-                    results += q.publish_many(batch, headers=hdrs or None, ids=ids, delay=delay)
+                elif isinstance(q, rqueue.Queue):  # (a plain queue: the key orders)
+                    results += q.publish_many(batch, headers=hdrs or None, ids=ids, delay=delay, key=routing_key)
                 bar.update(len(batch))
     summary = {
         "published": sum(1 for r in results if not r.duplicate),

@@ -32,6 +32,8 @@ STATS_COLUMNS: list[Column] = [
     ("oldest_lease_s", lambda g: None if g.oldest_lease_age_ms is None else round(g.oldest_lease_age_ms / 1000, 1)),
     ("consumers", lambda g: len(g.consumers)),
     ("paused", lambda g: "yes" if g.paused else "no"),
+    ("keys_ready", lambda g: g.keys_ready),
+    ("keys_busy", lambda g: g.keys_busy),
 ]
 
 EVENT_KEYS = ["id", "event", "group", "seq", "reason", "at", "dlq_seq"]

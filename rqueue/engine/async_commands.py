@@ -81,8 +81,16 @@ class AsyncGroupCall(c.GroupArgs):
 
 
 async def fetch(call: AsyncGroupCall, n: int, token: str, acks: Sequence[c.Tag] = ()) -> c.FetchReply:
+    args = c.fetch_args(n, token + call.rate, acks)
+    if not call.flow[0]:  # the short layout first, as the sync fetch (commands.fetch)
+        try:
+            return c.parse_fetch(await call.scripts.fetch(call.fetch_keys, call.argv(args)), token, len(acks))
+        except (redis.RedisError, OSError) as exc:
+            if not c.needs_flow_keys(exc):
+                raise c.translate(exc, call.queue, call.where) from exc
+            call.flow[0] = True
     try:
-        reply = await call.scripts.fetch(call.keys, call.argv(c.fetch_args(n, token + call.rate, acks)))
+        reply = await call.scripts.fetch(call.keys, call.argv(args))
     except (redis.RedisError, OSError) as exc:
         raise c.translate(exc, call.queue, call.where) from exc
     return c.parse_fetch(reply, token, len(acks))

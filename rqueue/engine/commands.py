@@ -29,7 +29,7 @@ from ..connection.cluster import not_run
 from ..errors import ConnectionLost, NotPermitted, OutOfMemory, from_script_error
 from ..randomness import Randomness
 from ..results import ConsumerStats, GroupMessageStatus, GroupStats, MessageState, MessageStatus, PublishResult
-from .keys import ACK_KEYS, QueueKeys
+from .keys import ACK_KEYS, FETCH_PLAIN_KEYS, QueueKeys
 from .scripts import Script, ScriptPipeline, Scripts
 
 T = TypeVar("T")
@@ -127,10 +127,26 @@ class GroupSettings(Protocol):
     def rate_limit(self) -> int: ...
     @property
     def rate_period(self) -> float: ...
+    @property
+    def key_concurrency(self) -> int: ...
+    @property
+    def key_rate_limit(self) -> int: ...
+    @property
+    def key_rate_period(self) -> float: ...
 
 
 def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
+
+
+def rate_suffix(settings: GroupSettings) -> str:
+    """What follows fetch's token (lua/fetch.lua, ARGV[9]): the group's rate
+    limit, and the ordering key settings when they are not the defaults;
+    "" for a group with neither (most), which the script parses not at all."""
+    group = f":{settings.rate_limit}:{_ms(settings.rate_period)}"
+    if settings.key_concurrency != 1 or settings.key_rate_limit:
+        return f"{group}:{settings.key_concurrency}:{settings.key_rate_limit}:{_ms(settings.key_rate_period)}"
+    return group if settings.rate_limit else ""
 
 
 def failure_policy(settings: GroupSettings, queue: str) -> tuple[str, str]:
@@ -170,7 +186,16 @@ class GroupArgs:
     policy: tuple[str, str]  # the failure policy's words before and after the random number
     queue: str  # for error messages
     where: str  # the queue's key base, for error messages
-    rate: str  # "" or ":<rate_limit>:<rate_period ms>", after fetch's token (lua/fetch.lua)
+    # "" or ":<rate_limit>:<rate_period ms>", or with ordering key settings
+    # ":<rate_limit>:<rate_period ms>:<key_concurrency>:<key_rate_limit>:<key_rate_period ms>",
+    # after fetch's token (lua/fetch.lua)
+    rate: str
+    # fetch.lua is sent the first FETCH_PLAIN_KEYS keys until it says the queue
+    # has priority or keyed messages (RQ_FLOW_KEYS, before any write); then
+    # every key, from then on (flow[0] True) for this call's holder. A group
+    # with a rate limit sends every key from the start.
+    fetch_keys: list[str]
+    flow: list[bool]
 
     @staticmethod
     def fields_of(
@@ -195,7 +220,10 @@ class GroupArgs:
             "policy": failure_policy(settings, queue),
             "queue": queue,
             "where": where,
-            "rate": f":{settings.rate_limit}:{_ms(settings.rate_period)}" if settings.rate_limit else "",
+            "rate": rate_suffix(settings),
+            "fetch_keys": keys[:FETCH_PLAIN_KEYS],
+            # a rate limit (the rate window, KEYS[20]) or key settings: every key, every fetch
+            "flow": [len(keys) <= FETCH_PLAIN_KEYS or rate_suffix(settings) != ""],
         }
 
     def argv(self, extra: Sequence[Any]) -> list[Any]:
@@ -304,10 +332,26 @@ def parse_fetch(reply: Any, token: str, acks: int) -> FetchReply:
     )
 
 
+FLOW_KEYS_ERROR = "RQ_FLOW_KEYS"  # fetch.lua: sent FETCH_PLAIN_KEYS keys for a queue that needs all
+
+
+def needs_flow_keys(exc: BaseException) -> bool:
+    """fetch.lua's refusal of the short layout (nothing was changed)."""
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith(FLOW_KEYS_ERROR)
+
+
 def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = ()) -> FetchReply:
     """Claims up to ``n`` deliveries, their tags carrying ``token`` (a word
     of [0-9a-z] drawn at random per call), after acking ``acks`` leniently."""
-    return parse_fetch(call.run(call.scripts.fetch, fetch_args(n, token + call.rate, acks)), token, len(acks))
+    args = fetch_args(n, token + call.rate, acks)
+    if not call.flow[0]:
+        try:
+            return parse_fetch(call.scripts.fetch(call.fetch_keys, call.argv(args)), token, len(acks))
+        except (redis.RedisError, OSError) as exc:
+            if not needs_flow_keys(exc):
+                raise translate(exc, call.queue, call.where) from exc
+            call.flow[0] = True
+    return parse_fetch(call.run(call.scripts.fetch, args), token, len(acks))
 
 
 def ack_args(call: GroupArgs, tags: Sequence[Tag], strict: bool) -> list[Any]:
@@ -569,6 +613,8 @@ def group_stats(name: str, flat: list[Any]) -> GroupStats:
         dropped=num("dropped"),
         consumers=sorted(consumers, key=lambda c: c.name),
         paused=values.get("paused") not in (None, b"", ""),
+        keys_ready=num("keys_ready"),
+        keys_busy=num("keys_busy"),
     )
 
 
@@ -577,14 +623,17 @@ def group_stats(name: str, flat: list[Any]) -> GroupStats:
 
 # One encoded message of a publish call: its id (or None), its timing (the
 # delay in ms, or "<delay_ms>:<headers_len>" when the body starts with
-# headers, or "<delay_ms>:<headers_len>:<priority>" for a priority of 1 to 9:
-# see :func:`timing`) and its body. A plain tuple: a publish makes one per message.
+# headers, or "<delay_ms>:<headers_len>:<priority>" for a priority of 1 to 9,
+# or "<delay_ms>:<headers_len>::<key>" for an ordering key: see :func:`timing`)
+# and its body. A plain tuple: a publish makes one per message.
 PublishMessage = tuple[str | None, int | str, bytes]
 
 
-def timing(delay_ms: int, headers_len: int, priority: int = 0) -> int | str:
+def timing(delay_ms: int, headers_len: int, priority: int = 0, key: str | None = None) -> int | str:
     """A message's timing argument of publish.lua: the plain delay when it
-    has no headers and no priority (most messages)."""
+    has no headers, no priority and no ordering key (most messages)."""
+    if key is not None:
+        return f"{delay_ms}:{headers_len}::{key}"
     if priority:
         return f"{delay_ms}:{headers_len}:{priority}"
     return f"{delay_ms}:{headers_len}" if headers_len else delay_ms
@@ -621,7 +670,7 @@ def publish_calls(
                 args += [len(call_keys), timing, body]
             else:
                 args += [0, timing, body]
-            if type(timing) is str and timing.count(":") == 2:
+            if type(timing) is str and timing.count(":") >= 2:
                 prioritized = True
         if prioritized:
             call_keys.append(keys.prio)  # the priority log, last

@@ -118,6 +118,11 @@ class QueueKeys:
 
 
 ACK_KEYS = 13  # keys: the first of GroupKeys.as_list that ack.lua is sent (all it can touch)
+# The first of GroupKeys.as_list that fetch.lua is sent for a queue that never
+# had a priority or keyed message, by a group without a rate limit: the
+# priority log and set, the rate window and the ordering keys' four are left
+# out (every key sent costs a call about 1,200 Redis instructions).
+FETCH_PLAIN_KEYS = 17
 
 
 @dataclass(frozen=True)
@@ -173,6 +178,27 @@ class GroupKeys:
         return self._k("rate")
 
     @property
+    def key_ready(self) -> str:
+        """Sorted set of the ordering keys that may hand out, by turn."""
+        return self._k("kready")
+
+    @property
+    def key_busy(self) -> str:
+        """Sorted set of the ordering keys with deliveries out, by turn."""
+        return self._k("kbusy")
+
+    @property
+    def key_flight(self) -> str:
+        """Hash of each busy ordering key's deliveries out (and rate window)."""
+        return self._k("kflight")
+
+    @property
+    def key_queue(self) -> str:
+        """Sorted set (by lex) "<key> <seq>" of the keyed messages the group
+        pulled and has not handed out."""
+        return self._k("kq")
+
+    @property
     def consumers(self) -> str:
         """Hash of consumer -> deliveries it holds, per member of the group."""
         return self._k("cons")
@@ -201,13 +227,33 @@ class GroupKeys:
             q.prio,
             self._k("pq"),
             self._k("rate"),
+            self._k("kq"),
+            self._k("kready"),
+            self._k("kbusy"),
+            self._k("kflight"),
         ]
 
     def group_only(self) -> list[str]:
         """The keys that belong to this group alone."""
         return [
             self._k(kind)
-            for kind in ("grp", "lease", "ready", "delay", "dlv", "acked", "cons", "reopen", "beats", "pq", "rate")
+            for kind in (
+                "grp",
+                "lease",
+                "ready",
+                "delay",
+                "dlv",
+                "acked",
+                "cons",
+                "reopen",
+                "beats",
+                "pq",
+                "rate",
+                "kq",
+                "kready",
+                "kbusy",
+                "kflight",
+            )
         ]
 
 

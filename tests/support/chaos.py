@@ -10,7 +10,11 @@ DEBUG SLEEP while the primary takes writes for 0.7 s more, both are killed,
 and a server on the primary's address starts from the replica's data (the
 clients' address stays; the queue keeps its incarnation, but its seqs and
 acks go back), and pauses the group (for up to 3 s) and resumes it.
-Producers publish with priorities 0, 3, 6 and 9 in turn.
+Producers publish even ids with priorities 0 and 6 in turn, odd ids with
+one of KEYS ordering keys (key_concurrency 1): no handler run of a keyed
+message starts before a run of every earlier message of its key ended,
+unless Redis lost state in that incarnation before it (keyed_out_of_order
+must be 0).
 
 Every handler call and every ack Redis applied is recorded by the children
 (the message's id, seq and the queue's incarnation, with the time), every
@@ -66,6 +70,7 @@ BATCH = 50  # messages per publish_many
 MAX_INFLIGHT = 16  # the group's cap, below 3 workers x PREFETCH so that it binds
 CONCURRENCY = 4  # handler threads per worker
 PREFETCH = 8  # each worker's cap: its handlers' deliveries and those waiting for a thread
+KEYS = 7  # ordering keys of the odd ids
 
 
 @dataclass
@@ -90,6 +95,8 @@ class Report:
     dead_lettered: int = 0
     max_in_flight_seen: int = 0
     max_held_seen: int = 0
+    keyed_pairs_checked: int = 0  # (earlier, later) messages of one key whose runs were compared
+    keyed_out_of_order: int = 0  # a later message of a key ran before any run of an earlier one ended: must be 0
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -158,10 +165,13 @@ def producer(url: str, prefix: str, first: int, count: int, out: str, seconds: f
             deadline = time.monotonic() + 120
             while True:
                 try:
-                    # priorities 0, 3, 6 and 9 in turn: the priority path
-                    # takes the same kills, restarts, wipes and failovers
+                    # priorities and ordering keys: their paths take the
+                    # same kills, restarts, wipes and failovers
                     results = q.publish_many(
-                        [i.encode() for i in ids], ids=ids, priority=[int(i[1:]) % 4 * 3 for i in ids]
+                        [i.encode() for i in ids],
+                        ids=ids,
+                        priority=[int(i[1:]) % 4 * 3 if int(i[1:]) % 2 == 0 else 0 for i in ids],
+                        key=[f"k{int(i[1:]) % KEYS}" if int(i[1:]) % 2 else None for i in ids],
                     )
                     break
                 except (redis.RedisError, OSError, rqueue.RQueueError):
@@ -193,6 +203,7 @@ def worker(url: str, prefix: str, out: str) -> None:
             assert isinstance(c, Consumer)
             write(f"run {d.data.decode()} {d.seq} {c.incarnation} {d.published_ms} {time.time():.6f}\n")
             time.sleep(random.uniform(0.005, 0.03))
+            write(f"end {d.data.decode()} {d.seq} {c.incarnation} {d.published_ms} {time.time():.6f}\n")
 
         def recorded(method):  # type: ignore[no-untyped-def]
             # Each ack whose status is None was applied; the time is taken
@@ -468,6 +479,8 @@ def _account(report: Report, work: Path, producers: int, logs: list[Path], final
             key = (mid, int(seq), inc, int(published))
             if kind == "run":
                 runs.append((key, float(at)))
+            elif kind == "end":
+                pass
             elif key not in acked or float(at) < acked[key]:
                 acked[key] = float(at)
     report.losses_reported = len(losses)
@@ -490,10 +503,52 @@ def _account(report: Report, work: Path, producers: int, logs: list[Path], final
                 report.runs_again_after_a_loss += 1
             else:
                 report.runs_after_ack += 1
+    _check_keys(report, logs, losses)
     if report.lost_unreported:
         report.problems.append(f"{report.lost_unreported} confirmed publishes lost without a report")
     if report.runs_after_ack:
         report.problems.append(f"{report.runs_after_ack} handler runs after an ack of their message")
+
+
+def _check_keys(report: Report, logs: list[Path], losses: list[tuple[str, int, float]]) -> None:
+    """Per ordering key and incarnation: the first run of a message starts
+    after some run of each earlier message of its key ended (the end is
+    written before the ack is sent), unless that earlier one never ended (a
+    killed worker, a dead letter) or Redis lost state in that incarnation
+    around them."""
+    first_run: dict[tuple[str, int], float] = {}  # (incarnation, seq) -> earliest run start
+    first_end: dict[tuple[str, int], float] = {}
+    key_of: dict[tuple[str, int], str] = {}
+    for path in logs:
+        for line in path.read_text().splitlines() if path.exists() else []:
+            kind, mid, seq, inc, _, at = line.split()
+            if kind not in ("run", "end") or int(mid[1:]) % 2 == 0:
+                continue
+            copy = (inc, int(seq))
+            key_of[copy] = f"k{int(mid[1:]) % KEYS}"
+            times = first_run if kind == "run" else first_end
+            times[copy] = min(times.get(copy, float("inf")), float(at))
+    by_key: dict[tuple[str, str], list[int]] = {}
+    for (inc, seq), key in key_of.items():
+        by_key.setdefault((inc, key), []).append(seq)
+    for (inc, _), seqs in by_key.items():
+        seqs.sort()
+        ended = float("inf")  # the latest first end among earlier messages that ended
+        for prev, seq in zip(seqs, seqs[1:], strict=False):
+            if (inc, prev) in first_end:
+                ended = first_end[(inc, prev)]
+            start = first_run.get((inc, seq))
+            if start is None or ended == float("inf"):
+                continue
+            report.keyed_pairs_checked += 1
+            # a loss is reported by a client when it sees it, possibly after the run: one
+            # reported within 10 s either side excuses the pair
+            if start < ended and not any(lost == inc and ended - 10 <= when <= start + 10 for lost, _, when in losses):
+                report.keyed_out_of_order += 1
+    if report.keyed_out_of_order:
+        report.problems.append(
+            f"{report.keyed_out_of_order} keyed messages ran before an earlier one of their key ended"
+        )
 
 
 def _sample(client: rqueue.Client, report: Report) -> None:

@@ -6,6 +6,7 @@ worker and the CLI. The security tests run it as a restricted ACL user
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 import traceback
@@ -147,6 +148,18 @@ def exercise_everything(url: str, prefix: str) -> Exercised:
         if hasattr(q, "purge"):  # Queue.purge (lua/purge.lua), where this version has it
             q.publish(b"purge me")
             q.purge()
+
+        if "key" in inspect.signature(q.publish_many).parameters:  # ordering keys, where this version has them
+            client.configure("keys.q", key_concurrency=2, key_rate_limit=100, key_rate_period=60)
+            kq = client.queue("keys.q")
+            kq.publish_many([b"k1", b"k2", b"k3", b"j1"], key=["k", "k", "k", "j"])
+            with kq.consumer("g") as con:
+                first = con.fetch(10, timeout=1.0)
+                assert sorted(d.data for d in first) == [b"j1", b"k1", b"k2"]
+                con.ack(first)
+                assert [d.data for d in con.fetch(10, timeout=1.0)] == [b"k3"]
+            kq.purge()  # what the group's key queue holds, settled (lua/purge.lua)
+            assert kq.stats().group("g").pending == 0
 
         (poison,) = q.dead_letters()
         assert (poison.data, poison.reason, poison.error) == (b"poison", "rejected", "poisoned")

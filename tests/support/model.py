@@ -72,6 +72,12 @@ What the model says, in short:
   (GroupInUse) while the group has leases, unless forced: everything it had
   in flight or waiting is forgotten, its consumers hold nothing, and it
   needs again every record above the new floor.
+- Ordering keys (docs/flow-control.md): a keyed message is handed out
+  after the priority messages and before the scan of new ones, a key's
+  lowest seqs first, at most key_concurrency of a key whose delivery state
+  is open; the model keeps the group's key queue, ready keys (by turn, ties
+  by name) and busy keys as fetch.lua does, so that it names the same
+  deliveries. A reset forgets them.
 """
 
 from __future__ import annotations
@@ -119,6 +125,7 @@ class Settings:
     redelivery_multiplier: float = 1.0
     dedup_window: float = 120.0
     max_length: int | None = None  # retention (docs/retention.md); applied by trim()
+    key_concurrency: int = 1  # ordering keys: deliveries of one key unsettled at once
 
     def policy_delay_ms(self, count: int) -> int:
         """Artemis: delay x multiplier^(count-1), capped at delay x 10; jitter 0."""
@@ -192,6 +199,14 @@ class Group:
         self.paused = False  # its fetches hand out nothing and take no lease back
         self.pulled = 0  # the highest priority seq moved to pq
         self.pq: set[int] = set()  # priority seqs read from the queue's log, not handed out yet
+        # Ordering keys (docs/flow-control.md), as fetch.lua keeps them: the
+        # seqs pulled and not handed out per key; the keys that may hand out
+        # and the keys with deliveries out, each by turn (ties by name); and
+        # each busy key's deliveries not yet seen settled.
+        self.kq: dict[str, list[int]] = {}
+        self.kready: dict[str, int] = {}
+        self.kbusy: dict[str, int] = {}
+        self.kflight: dict[str, list[int]] = {}
         self.hash_floor = 0  # the floor as stored: a replay does not lower it
         self.reopened: set[int] = set()  # seqs a replay reopened, not settled again
 
@@ -223,6 +238,7 @@ class Model:
         self.dlq: dict[int, DeadLetter] = {}
         self.dlq_last = 0
         self.priority: dict[int, int] = {}  # seq -> priority (1-9) of the messages published with one
+        self.keyed: dict[int, str] = {}  # seq -> ordering key of the messages published with one
         self.paused = ""  # the queue's pause: "", "refuse" or "hold"
         self.hold_at = 0  # with "hold": the last seq when it began
         self.retain: str | None = None  # retention mode's "<max_age> <max_length>" (docs/retention.md)
@@ -247,6 +263,7 @@ class Model:
         delay: float | None,
         mandatory: bool = False,
         priorities: list[int] | None = None,
+        keys: list[str | None] | None = None,
     ) -> list[tuple[int, bool]]:
         if mandatory and not self.groups:
             raise ModelError("Unroutable")
@@ -262,6 +279,8 @@ class Model:
             seq = self.last
             if priorities and priorities[i]:
                 self.priority[seq] = priorities[i]
+            if keys and keys[i] is not None:
+                self.keyed[seq] = keys[i]
             nb = self.now + delay_ms if delay_ms > 0 else None
             if nb is not None:
                 self.sched[seq] = nb
@@ -434,14 +453,21 @@ class Model:
             assert seq in self.records, f"model: ready seq {seq} has no record"
             deliver(seq)
         last = self.last if self.paused != "hold" else min(self.last, max(self.hold_at, g.cursor))
-        if len(out) < room and self.priority:
+        if len(out) < room and (self.priority or self.keyed):
             # what is new in the priority log joins the group's priority set
-            # (a group's first pull starts above its ack floor)
+            # (a group's first pull starts above its ack floor); a keyed
+            # message joins its key's queue, a key new to the ready keys at
+            # their back
             start = g.pulled if g.pulled else g.floor()
             fresh = [s for s in self.priority if start < s <= last]
-            if fresh:
-                g.pq.update(fresh)
-                g.pulled = max(fresh)
+            g.pq.update(fresh)
+            fresh_keyed = sorted(s for s in self.keyed if start < s <= last)
+            turn = max(g.kready.values(), default=0) + 1
+            for seq in fresh_keyed:
+                g.kq.setdefault(self.keyed[seq], []).append(seq)
+                g.kready.setdefault(self.keyed[seq], turn)
+            if fresh or fresh_keyed:
+                g.pulled = max(fresh + fresh_keyed)
             for seq in sorted(g.pq, key=lambda s: (-self.priority[s], s))[: room - len(out)]:
                 g.pq.remove(seq)
                 rec = self.records.get(seq)
@@ -454,11 +480,13 @@ class Model:
                     g.delay[seq] = rec.not_before
                 else:
                     deliver(seq)
+        if len(out) < room and (self.priority or self.keyed) and (g.kready or g.kbusy):
+            self._pick_keyed(g, group, room, out, deliver)
         while len(out) < room and g.cursor < last:
             g.cursor += 1
             seq = g.cursor
-            if seq in self.priority:
-                continue  # handed out from the priority set
+            if seq in self.priority or seq in self.keyed:
+                continue  # handed out from the priority set or its key's queue
             rec = self.records.get(seq)
             if rec is None or group not in rec.needed:
                 self._settle(g, seq)  # gone before this group reached it
@@ -467,6 +495,85 @@ class Model:
             else:
                 deliver(seq)
         return self._drop_expired(g, out)
+
+    def _pick_keyed(self, g: Group, group: str, room: int, out: list[tuple[int, int]], deliver) -> None:
+        """Hands out messages of ordering keys: a key's lowest seqs, at most
+        key_concurrency of it unsettled, least recently served key first,
+        each key its share of the room per turn (docs/flow-control.md)."""
+        conc = self.settings.key_concurrency
+        extra = 16  # busy keys checked beyond the room
+        turn = max(g.kready.values(), default=0) + 1
+        busy_turn = max(g.kbusy.values(), default=0) + 1
+        flights: dict[str, list[int]] = {}
+        for key in sorted(g.kbusy, key=lambda k: (g.kbusy[k], k))[: room - len(out) + extra]:
+            kept = [s for s in g.kflight[key] if s in g.dlv]  # settled: its delivery state is gone
+            if kept:
+                g.kflight[key] = kept
+                g.kbusy[key] = busy_turn
+                busy_turn += 1
+            else:
+                del g.kflight[key], g.kbusy[key]
+            flights[key] = kept
+            if len(kept) < conc:
+                g.kready.setdefault(key, turn)
+                turn += 1
+        passed: set[str] = set()
+        examined, at_most = 0, (room - len(out)) * 2 + extra
+        while len(out) < room and examined < at_most:
+            candidates = sorted(g.kready, key=lambda k: (g.kready[k], k))[: room - len(out)]
+            share = math.ceil((room - len(out)) / max(1, len(candidates)))
+            progress = False
+            for key in candidates:
+                if len(out) >= room or examined >= at_most:
+                    break
+                if key in passed:
+                    continue
+                examined += 1
+                flight = flights.setdefault(key, list(g.kflight.get(key, [])))
+                free = conc - len(flight)
+                if free <= 0:
+                    passed.add(key)
+                    del g.kready[key]
+                    continue
+                want = min(free, share, room - len(out))
+                members = g.kq.get(key, [])[:want]
+                done, handed, wait = [], 0, False
+                for seq in members:
+                    rec = self.records.get(seq)
+                    if g.is_settled(seq) or seq in g.dlv:
+                        done.append(seq)  # settled meanwhile, or delivered another way
+                    elif rec is None or group not in rec.needed:
+                        self._settle(g, seq)  # gone before this group reached it
+                        done.append(seq)
+                    elif rec.not_before is not None and rec.not_before > self.now:
+                        wait = True  # a delayed message holds its key's later ones
+                        break
+                    else:
+                        deliver(seq)
+                        flight.append(seq)
+                        done.append(seq)
+                        handed += 1
+                for seq in done:
+                    g.kq[key].remove(seq)
+                if key in g.kq and not g.kq[key]:
+                    del g.kq[key]
+                if handed:
+                    g.kflight[key] = list(flight)
+                    if key not in g.kbusy:
+                        g.kbusy[key] = busy_turn
+                    busy_turn += 1
+                if len(flight) >= conc or (not wait and len(members) < want and len(done) == len(members)):
+                    passed.add(key)
+                    del g.kready[key]
+                else:
+                    if wait:
+                        passed.add(key)
+                    g.kready[key] = turn
+                    turn += 1
+                if done:
+                    progress = True
+            if not progress:
+                break
 
     def _drop_expired(self, g: Group, out: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """What the fetching consumer hands on: a message past its time to
@@ -622,6 +729,7 @@ class Model:
                 del self.records[seq]
         g.reopened = set()
         g.pq, g.pulled = set(), 0
+        g.kq, g.kready, g.kbusy, g.kflight = {}, {}, {}, {}
         g.start = g.hash_floor = g.cursor = target
         g.settled = set()
         g.dlv.clear()

@@ -8,7 +8,7 @@
   for neither. A refused ack keeps no result and records nothing.
 
   Input:
-    KEYS[1..20] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua)
     KEYS[#KEYS] (the last) the result key of the message for this group
       (<base>:result:<seq>:<group>: each group keeps its own outcome),
       under the queue's hash tag; written only when ARGV[8] is not "", and

@@ -12,12 +12,21 @@
   A queue on hold (meta field "paused" = "hold:<seq>") hands out no message
   published after <seq>; redeliveries go on.
 
+  Messages published with an ordering key (in the priority log as
+  "<seq>:k:<key>") are handed out after the priority messages and before
+  the scan of new ones: per key in seq order, at most key_concurrency
+  deliveries of a key not yet settled, keys served least recently served
+  first (KEYS[21..24]; docs/flow-control.md, "Ordering keys").
+
   Tags given after n are acknowledged first, leniently, exactly as ack.lua
   with strict "0" would (the previous batch of a worker settled in the same
   call as its next fetch), so that they free prefetch room for this fetch.
 
   Input:
-    KEYS[1..20] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua); KEYS[1..17]
+      alone for a queue that never had a priority or keyed message (meta
+      field "prio"), by a call without a rate limit or ordering key
+      settings in ARGV[9]: a plain fetch is spared the other keys' cost
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] n, the most deliveries to return
     ARGV[9] the token of this call's deliveries: a lowercase letter, then
@@ -27,7 +36,11 @@
       when the group has a rate limit: at most <limit> deliveries in any
       <period_ms> ms (KEYS[20] holds those inside the window). A call held
       back by it hands out nothing and its next due time is when the
-      window has room again
+      window has room again. Or followed by
+      ":<limit>:<period_ms>:<key_concurrency>:<key_limit>:<key_period_ms>"
+      when the group's ordering keys are set otherwise than the default
+      (limit 0: no group limit; key_concurrency >= 1; key_limit 0: no
+      per-key limit)
     ARGV[10], ARGV[11], ... seq1, count1, token1, seq2, ... tags to ack
       first (none: a plain fetch)
   Output:
@@ -42,6 +55,8 @@
     message becomes due, given only when nothing was delivered, so that an
     idle client can sleep.
   Errors:
+    RQ_FLOW_KEYS   sent KEYS[1..17] for a queue with meta field "prio":
+                   nothing is changed; call again with KEYS[1..24]
     RQ_NOT_MEMBER  the consumer is not in the group (never joined, or
                    removed); nothing is changed, the tags are not acked
     RQ_CORRUPT     a key is damaged, named with what is wrong; nothing is
@@ -96,14 +111,37 @@ local token = ARGV[9]
 -- The group's rate limit, when it has one, follows the token: found only
 -- where the token alone does not match, so a fetch without one pays nothing.
 local rateLimit, ratePeriod = nil, nil
+-- Ordering keys: at most keyConcurrency deliveries of a key unsettled, and
+-- at most keyRateLimit of a key in any keyRatePeriod ms (nil: no limit).
+local keyConcurrency, keyRateLimit, keyRatePeriod = 1, nil, nil
 if token == nil or #token > 32 or not string.find(token, '^%l[%l%d]*$') then
   local t, limit, period = string.match(token or '', '^(%l[%l%d]*):(%d+):(%d+)$')
-  if not (t and #t <= 32 and limit + 0 > 0 and period + 0 > 0) then
-    return redis.error_reply('RQ_BAD_ARGUMENT the token (ARGV[9]) must be a letter, then letters and digits, '
-      .. 'at most 32 in all, optionally followed by :<rate_limit>:<rate_period_ms> (both >= 1), not '
-      .. tostring(token))
+  local ok = t and #t <= 32 and limit + 0 > 0 and period + 0 > 0
+  if not t then
+    local kc, kl, kp
+    t, limit, period, kc, kl, kp = string.match(token or '', '^(%l[%l%d]*):(%d+):(%d+):(%d+):(%d+):(%d+)$')
+    ok = t and #t <= 32 and period + 0 > 0 and kc + 0 > 0 and kp + 0 > 0
+    if ok then
+      keyConcurrency = kc + 0
+      if kl + 0 > 0 then
+        keyRateLimit, keyRatePeriod = kl + 0, kp + 0
+      end
+    end
   end
-  token, rateLimit, ratePeriod = t, limit + 0, period + 0
+  if not ok then
+    return redis.error_reply('RQ_BAD_ARGUMENT the token (ARGV[9]) must be a letter, then letters and digits, '
+      .. 'at most 32 in all, optionally followed by :<rate_limit>:<rate_period_ms> (both >= 1) or by '
+      .. ':<rate_limit>:<rate_period_ms>:<key_concurrency>:<key_rate_limit>:<key_rate_period_ms> (periods and '
+      .. 'key_concurrency >= 1), not ' .. tostring(token))
+  end
+  token = t
+  if limit + 0 > 0 then
+    rateLimit, ratePeriod = limit + 0, period + 0
+  end
+  if not keyFlightKey then
+    return redis.error_reply('RQ_BAD_ARGUMENT a rate limit or ordering key settings (ARGV[9]) need KEYS[1..24], '
+      .. 'sent ' .. #KEYS .. ' keys')
+  end
 end
 
 -- What this consumer holds; false when it is not a member.
@@ -120,6 +158,12 @@ local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', 
 -- its state; no step of a fetch changes either. And the queue's pause.
 local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio')
 local lastSeq = tonumber(metaFields[2] or '0')
+-- A queue that had a priority or keyed message needs the flow-control keys:
+-- a client sends the short layout (KEYS[1..17]) until told, here, before
+-- any write.
+if metaFields[4] and not keyFlightKey then
+  return redis.error_reply('RQ_FLOW_KEYS the queue has priority or keyed messages: fetch needs KEYS[1..24]')
+end
 -- Acks come before any other write: Redis refuses a script over maxmemory
 -- at its first write that may grow memory, unless it already wrote. An
 -- ack's first write (ZREM) frees memory, so acks get through when Redis is
@@ -336,15 +380,42 @@ if got < room and metaFields[4] then
   local pulled = rcall('ZRANGEBYSCORE', prioKey, '(' .. string.format('%d', pulledTo), upper, 'WITHSCORES', 'LIMIT',
     '0', PULL_BATCH)
   if #pulled > 0 then
-    local adds = {}
+    local adds, keyed, newKeys = {}, {}, {}
     for i = 1, #pulled, 2 do
-      -- A member whose priority does not parse counts as priority 1: it is
-      -- handed out all the same, never passed over.
-      local p = tonumber(string.match(pulled[i], ':(%d)$') or '1')
-      adds[#adds + 1] = pulled[i + 1] - p * PRIORITY_SPAN
-      adds[#adds + 1] = pulled[i + 1]
+      local key = string.match(pulled[i], '^%d+:k:(.+)$')
+      if key then
+        -- An ordering key's message: to the group's key queue, in key then
+        -- seq order, and its key a candidate to hand out (below).
+        keyed[#keyed + 1] = '0'
+        keyed[#keyed + 1] = key .. ' ' .. string.format('%016d', pulled[i + 1])
+        if not newKeys[key] then
+          newKeys[key] = true
+          newKeys[#newKeys + 1] = key
+        end
+      else
+        -- A member whose priority does not parse counts as priority 1: it is
+        -- handed out all the same, never passed over.
+        local p = tonumber(string.match(pulled[i], ':(%d)$') or '1')
+        adds[#adds + 1] = pulled[i + 1] - p * PRIORITY_SPAN
+        adds[#adds + 1] = pulled[i + 1]
+      end
     end
     bulk('ZADD', prioSetKey, adds)
+    if #keyed > 0 then
+      bulk('ZADD', keyQueueKey, keyed)
+      -- A key new to the ready set joins at its back; one already there
+      -- keeps its turn. One busy to its limit is dropped by the pick.
+      local top = rcall('ZRANGE', keyReadyKey, '-1', '-1', 'WITHSCORES')
+      local turn = (tonumber(top[2]) or 0) + 1
+      for i = 1, #newKeys, 500 do
+        local ready = {}
+        for j = i, math.min(i + 499, #newKeys) do
+          ready[#ready + 1] = turn
+          ready[#ready + 1] = newKeys[j]
+        end
+        rcall('ZADD', keyReadyKey, 'NX', unpack(ready))
+      end
+    end
     rcall('HSET', groupKey, 'pcur', pulled[#pulled])
     -- The log keeps its entries as long as their records: those at or
     -- below the trim point go (the lowest ack floor, or in retention mode
@@ -409,6 +480,13 @@ if got < room and metaFields[4] then
       settleMany(prioGone)
     end
   end
+end
+
+-- Messages of ordering keys (in the priority log as "<seq>:k:<key>", moved
+-- to the group's key queue by the pull above).
+local keyNextDue = nil -- when a key held back by its rate limit or a delay may go
+if got < room and metaFields[4] and rcall('EXISTS', keyReadyKey, keyBusyKey) > 0 then
+--@include ordering_keys
 end
 
 if got < room then
@@ -641,6 +719,9 @@ else
     if first[2] ~= nil and first[1] ~= LEASE_PIN and (nextDue == nil or tonumber(first[2]) < nextDue) then
       nextDue = tonumber(first[2])
     end
+  end
+  if keyNextDue ~= nil and (nextDue == nil or keyNextDue < nextDue) then
+    nextDue = keyNextDue
   end
   if rateFree ~= nil then
     nextDue = rateFree -- nothing is handed out before, whatever waits

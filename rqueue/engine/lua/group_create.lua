@@ -4,7 +4,7 @@
   (only what is published from now on), "seq" N or "time" T.
 
   Input:
-    KEYS[1..20] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua); ARGV[2], the
       consumer, is not read
     ARGV[8] the position: "first", "last", "seq" or "time"

@@ -6,7 +6,7 @@
   letters stay in the dead-letter queue. Recorded as a "group-deleted" event.
 
   Input:
-    KEYS[1..20] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] "1": delete even with deliveries in flight (their settles fail)
   Output:

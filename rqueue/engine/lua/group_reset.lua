@@ -8,7 +8,7 @@
   in flight is refused. The reset is recorded as a "reset" event.
 
   Input:
-    KEYS[1..20] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] the position: "first", "last", "seq" or "time"
     ARGV[9] its value: a seq, or a time in ms since the epoch

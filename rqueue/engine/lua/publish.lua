@@ -25,14 +25,17 @@
     ARGV[6], ARGV[7], ARGV[8] ... per message: index of its id key in KEYS
         (0 = no id); "<delay_ms>" (0 = none), or "<delay_ms>:<headers_len>"
         when the body starts with headers, or "<delay_ms>:<headers_len>:<p>"
-        for a priority p of 1 to 9 (0, the default, is none of these); body
+        for a priority p of 1 to 9 (0, the default, is none of these), or
+        "<delay_ms>:<headers_len>::<key>" for an ordering key (1 to 128 of
+        A-Z a-z 0-9 _ . : @ / + = -; never with a priority); body
         "<headers_json><payload>".
         Stored as a record (includes/record.lua): compact when the message
         has no headers and no delay (and now < 2^48 ms), so most bodies are
         copied once
-    KEYS[#KEYS] the priority log (zset "<base>:prio", seq -> "<seq>:<p>"),
-        last, after the id keys, when a message has a priority; meta field
-        "prio" is set with it (fetch.lua reads it)
+    KEYS[#KEYS] the priority log (zset "<base>:prio", seq -> "<seq>:<p>",
+        or "<seq>:k:<key>" for an ordering key), last, after the id keys,
+        when a message has a priority or a key; meta field "prio" is set
+        with it (fetch.lua reads it)
   Output:
     { incarnation, seq1, duplicate1, seq2, duplicate2, ... }, duplicate 1
     when the id was seen: seq is then the seq of the first publish. The
@@ -42,8 +45,9 @@
     RQ_PARTITIONED <layout>  the queue was made a partitioned queue (meta
                    field "partitioned", set by partition.lua): its
                    messages go to its partitions
-    RQ_BAD_ARGUMENT  a message has a priority and the last key is not the
-                   queue's priority log
+    RQ_BAD_ARGUMENT  a message has a priority or key and the last key is
+                   not the queue's priority log; a key is not of the form
+                   above (named), or a message has both a key and a priority
     RQ_UNROUTABLE  mandatory publish to a queue without a group
     RQ_PAUSED      the queue is paused with mode "refuse" (meta field
                    "paused", pause.lua); with "hold:<seq>" the messages are
@@ -102,6 +106,15 @@ for i = 6, #ARGV, 3 do
   end
   if ARGV[i + 1] ~= '0' and string.find(ARGV[i + 1], ':%d*:') then
     anyPriority = true
+    -- An ordering key, checked here, before any write.
+    local p, key = string.match(ARGV[i + 1], '^%d+:%d+:([1-9]?):(.*)$')
+    if key and (#key > 128 or not string.find(key, '^[%w_%.:@/%+=%-]+$')) then
+      return redis.error_reply('RQ_BAD_ARGUMENT the ordering key ' .. string.format('%q', string.sub(key, 1, 200))
+        .. ' must be 1 to 128 of A-Z a-z 0-9 _ . : @ / + = -')
+    elseif key and p ~= '' then
+      return redis.error_reply('RQ_BAD_ARGUMENT a message has both a priority (' .. p .. ') and the ordering key '
+        .. key .. ': keys are handed out in seq order, not by priority')
+    end
   end
 end
 -- The priority log is the last key, named as keys.py names it: checked
@@ -195,13 +208,15 @@ for i = 6, #ARGV, 3 do
   -- "0" is compared as a string: tonumber parses with strtod.
   local idKey, timing, body = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local delay, hlen = 0, '0'
-  local priority = nil -- '1'..'9'; nil: 0, the log alone
+  local priority = nil -- '1'..'9', or 'k:<key>' for an ordering key; nil: none
   if timing ~= '0' then
     delay = tonumber(timing)
     if delay == nil then
-      local d, h, p = string.match(timing, '^(%d+):(%d+):?([1-9]?)$')
+      local d, h, p, key = string.match(timing, '^(%d+):(%d+):?([1-9]?):?(.*)$')
       delay, hlen = tonumber(d), h
-      if p ~= '' and p ~= nil then
+      if key ~= '' and key ~= nil then
+        priority = 'k:' .. key
+      elseif p ~= '' and p ~= nil then
         priority = p
       end
     end
@@ -249,8 +264,9 @@ for i = 6, #ARGV, 3 do
       ids[#ids + 1] = name
     end
     if priority then
-      -- The priority log: score the seq, member "<seq>:<priority>"; each
-      -- group's fetch moves what is new in it to its own priority set.
+      -- The priority log: score the seq, member "<seq>:<priority>" (or
+      -- "<seq>:k:<key>"); each group's fetch moves what is new in it to its
+      -- own priority set (or its ordering keys' sets).
       prioritized = prioritized or {}
       prioritized[#prioritized + 1] = seq
       prioritized[#prioritized + 1] = string.format('%d', seq) .. ':' .. priority

@@ -2,12 +2,12 @@
   Purges one group's backlog: every message the group has not settled and
   that is not in flight (due and delayed redeliveries, and everything its
   cursor has not read yet, delayed publishes and messages published with a
-  priority included) is settled as purged.
+  priority or an ordering key included) is settled as purged.
   In-flight deliveries are left to their consumers (RabbitMQ's queue.purge).
   Records go once every group has settled them, as for acks.
 
   Input:
-    KEYS[1..20] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] the most messages to purge in this call
   Output:
@@ -63,6 +63,27 @@ for _, key in ipairs({readyKey, delayKey}) do
   end
 end
 
+-- What the group pulled from the priority log and has not handed out (its
+-- priority set, its ordering keys' queue) may lie below the cursor, which
+-- the scan of new messages moved past it: settled here, unless handed out
+-- meanwhile (a delivery state) or already settled (at or below the floor).
+for _, key in ipairs({prioSetKey, keyQueueKey}) do
+  if #seqs < limit and rcall('EXISTS', key) == 1 then
+    local waiting = rcall('ZRANGE', key, 0, limit - #seqs - 1)
+    bulk('ZREM', key, waiting)
+    local fields = {}
+    for i, m in ipairs(waiting) do
+      fields[i] = string.format('%d', tonumber(string.match(m, '(%d+)$')) or 0)
+    end
+    for i, state in ipairs(bulkGet(dlvKey, fields)) do
+      local s = fields[i] + 0
+      if not state and s > floor and s <= cursor then
+        seqs[#seqs + 1] = s
+      end
+    end
+  end
+end
+
 local upto = math.min(last, cursor + limit - #seqs)
 -- A message published with a priority (meta field "prio") may be in flight
 -- above the cursor (fetch hands those out apart from the cursor): a seq
@@ -94,7 +115,7 @@ if #seqs > 0 then
   recordEvent('purged-messages', #seqs, 'purge')
 end
 local more = 0
-if upto < last or rcall('ZCARD', readyKey) > 0 or rcall('ZCARD', delayKey) > 0 then
+if upto < last or rcall('EXISTS', readyKey, delayKey, prioSetKey, keyQueueKey) > 0 then
   more = 1
 end
 return {#seqs, more}

@@ -5,7 +5,7 @@
   message whose state is lost goes to the dead-letter queue.
 
   Input:
-    KEYS[1..20] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] what to repair:
       "lease-without-state", ARGV[9] seq: a leased message without a

@@ -2,13 +2,14 @@
   Reads one group's figures in one consistent snapshot. Changes nothing.
 
   Input:
-    KEYS[1..20] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua); only ARGV[1],
       the group name, and ARGV[3], now, are read
   Output:
     flat list of name, value pairs: last_seq, floor (lowered below any seq
     reopened by replay), stored_floor, reopened_below_floor, cursor, acked_above_floor,
-    paused ("1" or ""), in_flight, expired_leases, oldest_lease_ms, ready, delayed, counters
+    paused ("1" or ""), in_flight, expired_leases, oldest_lease_ms, ready, delayed,
+    keys_ready, keys_busy (ordering keys), counters
     (acked, nacked, redelivered, expired, dead_lettered, dropped), then
     "consumer", name, held, liveness deadline (ms), liveness timeout (ms)
     for each consumer; the last sign of life is deadline - timeout
@@ -75,6 +76,12 @@ else
 end
 put('ready', rcall('ZCARD', readyKey))
 put('delayed', rcall('ZCARD', delayKey))
+-- Ordering keys: ready to hand out, and with deliveries out (a key may be in
+-- both below its key_concurrency). Absent keys for a layout of 20 keys.
+if keyReadyKey then
+  put('keys_ready', rcall('ZCARD', keyReadyKey))
+  put('keys_busy', rcall('ZCARD', keyBusyKey))
+end
 for _, name in ipairs({'acked', 'nacked', 'redelivered', 'expired', 'dead_lettered', 'dropped'}) do
   put(name, rcall('HGET', groupKey, name) or '0')
 end

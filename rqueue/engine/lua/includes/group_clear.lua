@@ -2,7 +2,8 @@
   Takes back everything a group has in flight or waiting (a reset or a
   delete of the group): leases, delivery states, redeliveries, delays, the
   consumers' counts, the seqs a replay reopened (unpinning their records),
-  the acked runs and the priority set with its pull position. A tag of a delivery taken back names no delivery any
+  the acked runs, the priority set and the ordering keys' sets with their
+  pull position. A tag of a delivery taken back names no delivery any
   more: its settle is refused (RQ_UNKNOWN_TAG, or RQ_ACKED at or below the
   new floor), and a delivery made again later carries another token
   (guarantee 11). Returns how many deliveries were in flight.
@@ -44,6 +45,11 @@ local function clearGroup()
   -- has not handed out; without it and its pull position ("pcur"), the
   -- next fetch pulls again from the group's new floor (fetch.lua).
   rcall('DEL', prioSetKey)
+  -- The same for ordering keys: what the group pulled and has not handed
+  -- out, and the deliveries each key holds (all taken back above).
+  if keyQueueKey then
+    rcall('DEL', keyQueueKey, keyReadyKey, keyBusyKey, keyFlightKey)
+  end
   rcall('HDEL', groupKey, 'pcur')
   rcall('HSET', groupKey, ACKED_ABOVE, 0)
   -- The settled hash counts which groups settled a seq; once a group moves

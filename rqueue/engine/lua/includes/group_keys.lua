@@ -36,6 +36,18 @@
     KEYS[20] rate       zset  "<seq>:<token>" -> when it was handed out (ms):
                               the deliveries inside the rate limit's window
                               (fetch.lua; settings rate_limit, rate_period)
+    KEYS[21] kq         zset  "<key> <seq, 16 digits>" at score 0: the
+                              messages of an ordering key this group pulled
+                              from the log and has not handed out, in key
+                              then seq order (ZRANGE BYLEX per key)
+    KEYS[22] kready     zset  key -> turn: keys that may hand out (pending
+                              messages, room under key_concurrency), least
+                              recently served first
+    KEYS[23] kbusy      zset  key -> turn: keys with deliveries handed out
+                              and not yet seen settled, oldest check first
+    KEYS[24] kflight    hash  key -> "<seq> <seq> ..." those deliveries;
+                              "~<key>" -> "<ms> <ms> ..." the key's rate
+                              window (settings key_rate_limit, key_rate_period)
   KEYS[1..13] are every key an ack can touch, and ack.lua is sent those
   alone (every key sent adds to the cost of a call); the others are nil
   there.
@@ -60,6 +72,10 @@ local eventsKey = KEYS[17]
 local prioKey = KEYS[18]
 local prioSetKey = KEYS[19]
 local rateKey = KEYS[20]
+local keyQueueKey = KEYS[21]
+local keyReadyKey = KEYS[22]
+local keyBusyKey = KEYS[23]
+local keyFlightKey = KEYS[24]
 -- One member of the lease set that is no delivery, at score +inf: fetch adds
 -- it with every batch of leases. It is longer than zset-max-listpack-value
 -- (64 bytes by default), so the set is a skiplist from then on, and stays
