@@ -170,7 +170,7 @@ def test_bad_result_arguments(client, queue):
             queue.result(bad)
     with pytest.raises(rqueue.InvalidInput, match=r"message id '1' is not known to queue 'orders'"):
         queue.result("1")  # a str is a message id
-    with pytest.raises(rqueue.InvalidInput, match=r"message id must not be empty"):
+    with pytest.raises(rqueue.InvalidInput, match=r"message id must not be empty: give the id"):
         queue.result("")
     with pytest.raises(rqueue.InvalidInput, match="timeout"):
         queue.result(1, timeout=-1)
