@@ -62,7 +62,7 @@ from .results import (
 )
 from .retention import Position, after_publish, check_partitioned_group, partitioned_position_args, partly_done
 from .settings import Settings
-from .stored_results import Result, result_id, unknown_id
+from .stored_results import Result, result_id, result_seq, unknown_id
 
 if TYPE_CHECKING:
     from .protocols import QueueContext
@@ -585,6 +585,8 @@ def result_partition(name: str, partitions: int, seq: Any, partition: int | None
     """The partition whose result of ``seq`` a partitioned queue's result()
     reads: the PublishResult's, or ``partition``; InvalidInput when neither
     names one, or they differ."""
+    if isinstance(seq, PublishResult):
+        result_seq(name, seq)  # one the alternate queue took is that queue's to answer for
     named = seq.partition if isinstance(seq, PublishResult) else None
     if partition is not None:
         check.whole_number("partition", partition, 0)

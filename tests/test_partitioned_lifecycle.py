@@ -184,6 +184,18 @@ def test_a_partitioned_queue_finds_the_result_in_its_partition(client, pq):
         pq.result(published[0], partition=other)
 
 
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)  # an error raised before any call
+def test_a_partitioned_queue_sends_the_result_of_an_alternates_message_there(client):
+    # given a partitioned queue with no group, whose mandatory publish went to its alternate queue
+    client.configure("parted", results=True, alternate="spill")
+    pq = client.queue("parted", partitions=3)
+    taken = pq.publish(b"x", mandatory=True)
+    assert (taken.alternate, taken.partition) == ("spill", None)
+    # then asking the partitioned queue for its result names the queue that has it
+    with pytest.raises(rqueue.InvalidInput, match=r"seq 1 is a seq of the alternate queue 'spill'"):
+        pq.result(taken)
+
+
 def test_a_result_is_found_by_message_id_in_a_plain_or_partitioned_queue(client, queue):
     # given results on, a plain message and a partitioned one published with an id,
     # the latter routed by a key to a partition other than its id's
