@@ -116,6 +116,14 @@ def partly_done(exc: Exception, what: str, group: str, done: list[int], total: i
     return exc
 
 
+def undone(exc: Exception, what: str, group: str, partitions: list[int]) -> Exception:
+    """``exc`` with a note that the group ``what`` a partitioned queue had
+    applied in ``partitions`` before the refusal was undone there."""
+    if partitions:
+        exc.add_note(f"group {group!r}: the {what} applied in partitions {partitions} before this refusal is undone")
+    return exc
+
+
 def retention_args(settings: Settings) -> tuple[int | None, int | None]:
     """max_age in ms and max_length of ``settings`` (None: unset)."""
     age = None if settings.max_age is None else round(settings.max_age * 1000)

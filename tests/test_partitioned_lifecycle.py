@@ -92,6 +92,26 @@ def test_bad_group_positions_on_a_partitioned_queue_change_nothing(client, pq):
     assert pq.groups() == ["g"] and floors(pq, "g") == before
 
 
+@BACKENDS
+def test_a_create_one_partition_refuses_is_undone_in_the_others(client, clock):
+    # given two partitions, retention keeping one message: partition 0 stores its only
+    # message, partition 1 trimmed the older of its two
+    client.configure("parted", max_length=1)
+    parted = client.queue("parted", partitions=2)
+    two = [next(k for k in KEYS if partition_of(k, 2) == p) for p in range(2)]
+    long_ago = datetime.fromtimestamp((clock.now_ms - 3_600_000) / 1000, UTC)
+    parted.publish_many([b"a", b"b", b"c"], keys=[two[0], two[1], two[1]])
+    drain(parted.consumer("g"))
+    parted.trim()
+    # when a group is created at a time older than partition 1 stores
+    with pytest.raises(rqueue.InvalidInput, match=r"before the oldest message stored") as refused:
+        parted.create_group("late", long_ago)
+    # then the refusal changes nothing: partition 0's create is undone, and the note says so
+    assert all(part.groups() == ["g"] for part in parted.parts)
+    assert "undone" in " ".join(getattr(refused.value, "__notes__", []))
+    assert parted.create_group("late", "first") == [0, 1]
+
+
 def test_time_positions_apply_in_each_partition(client, pq, clock):
     # given 9 messages published at t0 and 9 at t0 + 10 s, over 3 partitions, retained
     client.configure("orders", max_age=3600)
