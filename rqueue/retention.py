@@ -171,16 +171,20 @@ def step_due(client: Any, base: str, settings: Settings) -> tuple[int | None, in
     RETAIN_INTERVAL while the queue is in retention mode, or RETAIN_CHECK
     while it is not, or the queue's retention settings changed), else
     None. The caller runs the step and reports it with :func:`stepped` or
-    :func:`step_failed`."""
+    :func:`step_failed`. A step found due is taken in the same lock: the
+    publishes that finish while it is under way (threads, or tasks of an
+    event loop) find it not due, rather than each sending a step of its own."""
     t = _tracker(client)
     want = retention_args(settings)
+    now = client.clock.monotonic()
     with t.lock:
         seen = t.seen.get(base)
-    if seen is not None:
-        at, retained, stored = seen
-        wait = RETAIN_INTERVAL if retained or want != (None, None) else RETAIN_CHECK
-        if stored == want and client.clock.monotonic() - at < wait:
-            return None
+        if seen is not None:
+            at, retained, stored = seen
+            wait = RETAIN_INTERVAL if retained or want != (None, None) else RETAIN_CHECK
+            if stored == want and now - at < wait:
+                return None
+        t.seen[base] = (now, True if seen is None else seen[1], want)
     return want
 
 
