@@ -353,7 +353,8 @@ class PartitionedQueue:
         those it could not undo."""
         done: list[Queue] = []
         out = []
-        for part in self.parts if parts is None else parts:
+        todo = self.parts if parts is None else parts
+        for part in todo:
             try:
                 out.append(apply(part))
             except RQueueError as exc:
@@ -367,7 +368,8 @@ class PartitionedQueue:
                     except RQueueError as why:
                         log.warning("group %r: %s not undone in partition %s: %s", group, what, p.partition, why)
                 left = [n for n in (p.partition or 0 for p in done) if n not in back]
-                raise partly_done(undone(exc, what, group, back), what, group, left, self.partitions) from None
+                targets = [p.partition or 0 for p in todo]
+                raise partly_done(undone(exc, what, group, back), what, group, left, targets) from None
             done.append(part)
         return out
 

@@ -102,13 +102,13 @@ def check_partitioned_group(queue: str, group: str, what: str, present: list[boo
         raise GroupInUse(group, sum(held))
 
 
-def partly_done(exc: Exception, what: str, group: str, done: list[int], total: int) -> Exception:
-    """``exc``, raised by partition ``len(done)`` of a partitioned queue's
-    group ``what`` (create, reset, delete), with a note of the partitions
-    that already did it: each partition is one script call, not one
-    atomic step over all of them."""
+def partly_done(exc: Exception, what: str, group: str, done: list[int], targets: list[int]) -> Exception:
+    """``exc``, raised by one of the partitions ``targets`` of a
+    partitioned queue's group ``what`` (create, reset, delete), with a note
+    of the partitions that already did it and those left of ``targets``:
+    each partition is one script call, not one atomic step over all of them."""
     if done:
-        left = [p for p in range(total) if p not in done]
+        left = [p for p in targets if p not in done]
         exc.add_note(
             f"group {group!r}: {what} applied in partitions {done} already, not in {left}; "
             "do it in those partitions' queues (queue.parts[i]) once the cause is fixed"

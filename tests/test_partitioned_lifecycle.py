@@ -390,3 +390,26 @@ def test_a_partition_refusing_after_others_changed_names_them(client, pq, monkey
     ]
     first, *rest = floors(pq, "g")
     assert first == 0 and all(f > 0 for f in rest)
+
+
+@pytest.mark.sync_only("the refusal is injected into the sync client's engine call")
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+def test_a_delete_refused_part_way_names_only_the_partitions_with_the_group(client, pq, monkeypatch):
+    # given group g in partitions 0 and 2 only, and partition 2's delete refused by its script
+    for p in (0, 2):
+        pq.parts[p].create_group("g", "first")
+    real = rqueue.engine.commands.group_delete
+
+    def refuse_in_partition_2(call, *args):
+        if call.where == pq.parts[2].keys.base:
+            raise rqueue.InvalidInput("delete refused")
+        return real(call, *args)
+
+    monkeypatch.setattr(rqueue.engine.commands, "group_delete", refuse_in_partition_2)
+    # when the group is deleted, then the note names partition 2 as left, not partition 1, which never had it
+    with pytest.raises(rqueue.InvalidInput, match="delete refused") as refused:
+        pq.delete_group("g")
+    assert refused.value.__notes__ == [
+        "group 'g': delete applied in partitions [0] already, not in [2]; "
+        "do it in those partitions' queues (queue.parts[i]) once the cause is fixed"
+    ]

@@ -281,7 +281,8 @@ class PartitionedQueue:
                     except RQueueError as why:
                         log.warning("group %r: %s not undone in partition %s: %s", group, what, p.partition, why)
                 left = [n for n in (p.partition or 0 for p in done) if n not in back]
-                raise partly_done(undone(exc, what, group, back), what, group, left, self.partitions) from None
+                targets = [p.partition or 0 for p in parts]
+                raise partly_done(undone(exc, what, group, back), what, group, left, targets) from None
             done.append(part)
         return out
 
