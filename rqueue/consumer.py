@@ -162,16 +162,19 @@ class Consumer(ConsumerCore):
         self, acks: Iterable[DeliveryRef], n: int
     ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """Acks what can be acked (as :meth:`ack_available`) and claims up to
-        ``n`` deliveries, both in one script call (one round trip). Returns
+        ``n`` deliveries, both in one script call (one round trip). With
+        completed events on, the acks go first, in a call of their own that
+        records them, then the fetch: a fetch that fails then raises with the
+        acks applied (sent again, they come back AlreadyAcked). Returns
         the ack statuses, the deliveries, and (when none came) the seconds
         until a waiting message falls due, or None."""
         refs = list(acks)
         if n <= 0:
             return self.ack_available(refs), [], None
         if refs and self._completed_on():
-            # (the settings of the fetch that made these deliveries.) fetch.lua's
-            # acks record no event: the acks go first, in a call that records
-            # them, then the fetch (two round trips, only then)
+            # fetch.lua's acks record no event: the acks go first, in a call
+            # that records them, then the fetch (two round trips, only then;
+            # decided by the settings this consumer last read)
             statuses = self.ack_available(refs)
             _, deliveries, due_in = self.ack_and_fetch([], n)
             return statuses, deliveries, due_in

@@ -60,9 +60,16 @@ from .results import (
     ReplayResult,
     Trimmed,
 )
-from .retention import Position, after_publish, check_partitioned_group, partitioned_position_args, partly_done
+from .retention import (
+    Position,
+    after_publish,
+    check_partitioned_group,
+    partitioned_position_args,
+    partly_done,
+    undone,
+)
 from .settings import Settings
-from .stored_results import Result, result_id, unknown_id
+from .stored_results import Result, result_id, result_seq, unknown_id
 
 if TYPE_CHECKING:
     from .protocols import QueueContext
@@ -287,11 +294,19 @@ class PartitionedQueue:
         (each partition has its own seqs: create the group in one
         partition's queue, ``parts[i]``, for that). Returns, per partition,
         the seq the group starts after. Refused before any partition
-        changes when the group exists in any of them."""
+        changes when the group exists in any of them; a partition that
+        refuses the position (a time older than it stores) has the group
+        deleted again from those that created it."""
         check_name("group", group)
         mode, value = partitioned_position_args(start)
         check_partitioned_group(self.name, group, "create", [group in p.groups() for p in self.parts], [])
-        return self._each(group, "create", lambda p: commands.group_create(p.group_call(group), mode, value).floor)
+        return self._each(
+            group,
+            "create",
+            lambda p: commands.group_create(p.group_call(group), mode, value).floor,
+            # a partition refusing the position (a time older than it stores): the others' creates are undone
+            undo=lambda p: commands.group_delete(p.group_call(group), False),
+        )
 
     def reset_group(self, group: str, to: Position, force: bool = False) -> list[GroupReset]:
         """As :meth:`rqueue.Queue.reset_group`, in every partition (a seq is
@@ -332,17 +347,30 @@ class PartitionedQueue:
             for p, there in zip(self.parts, present, strict=True)
         ]
 
-    def _each(self, group: str, what: str, apply: Any, parts: list[Queue] | None = None) -> list[Any]:
-        """``apply`` to each partition in turn; an error names the
-        partitions that had it applied already."""
-        done: list[int] = []
+    def _each(self, group: str, what: str, apply: Any, parts: list[Queue] | None = None, undo: Any = None) -> list[Any]:
+        """``apply`` to each partition in turn; on an error, ``undo`` (when
+        given) in the partitions that had it applied, and the error names
+        those it could not undo."""
+        done: list[Queue] = []
         out = []
-        for part in self.parts if parts is None else parts:
+        todo = self.parts if parts is None else parts
+        for part in todo:
             try:
                 out.append(apply(part))
             except RQueueError as exc:
-                raise partly_done(exc, what, group, done, self.partitions) from None
-            done.append(part.partition or 0)
+                back: list[int] = []
+                for p in done:
+                    if undo is None:
+                        break
+                    try:
+                        undo(p)
+                        back.append(p.partition or 0)
+                    except RQueueError as why:
+                        log.warning("group %r: %s not undone in partition %s: %s", group, what, p.partition, why)
+                left = [n for n in (p.partition or 0 for p in done) if n not in back]
+                targets = [p.partition or 0 for p in todo]
+                raise partly_done(undone(exc, what, group, back), what, group, left, targets) from None
+            done.append(part)
         return out
 
     def placement(self, refresh: bool = False) -> PlacementReport:
@@ -585,6 +613,8 @@ def result_partition(name: str, partitions: int, seq: Any, partition: int | None
     """The partition whose result of ``seq`` a partitioned queue's result()
     reads: the PublishResult's, or ``partition``; InvalidInput when neither
     names one, or they differ."""
+    if isinstance(seq, PublishResult):
+        result_seq(name, seq)  # one the alternate queue took is that queue's to answer for
     named = seq.partition if isinstance(seq, PublishResult) else None
     if partition is not None:
         check.whole_number("partition", partition, 0)

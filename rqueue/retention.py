@@ -102,17 +102,25 @@ def check_partitioned_group(queue: str, group: str, what: str, present: list[boo
         raise GroupInUse(group, sum(held))
 
 
-def partly_done(exc: Exception, what: str, group: str, done: list[int], total: int) -> Exception:
-    """``exc``, raised by partition ``len(done)`` of a partitioned queue's
-    group ``what`` (create, reset, delete), with a note of the partitions
-    that already did it: each partition is one script call, not one
-    atomic step over all of them."""
+def partly_done(exc: Exception, what: str, group: str, done: list[int], targets: list[int]) -> Exception:
+    """``exc``, raised by one of the partitions ``targets`` of a
+    partitioned queue's group ``what`` (create, reset, delete), with a note
+    of the partitions that already did it and those left of ``targets``:
+    each partition is one script call, not one atomic step over all of them."""
     if done:
-        left = [p for p in range(total) if p not in done]
+        left = [p for p in targets if p not in done]
         exc.add_note(
             f"group {group!r}: {what} applied in partitions {done} already, not in {left}; "
             "do it in those partitions' queues (queue.parts[i]) once the cause is fixed"
         )
+    return exc
+
+
+def undone(exc: Exception, what: str, group: str, partitions: list[int]) -> Exception:
+    """``exc`` with a note that the group ``what`` a partitioned queue had
+    applied in ``partitions`` before the refusal was undone there."""
+    if partitions:
+        exc.add_note(f"group {group!r}: the {what} applied in partitions {partitions} before this refusal is undone")
     return exc
 
 
@@ -163,16 +171,20 @@ def step_due(client: Any, base: str, settings: Settings) -> tuple[int | None, in
     RETAIN_INTERVAL while the queue is in retention mode, or RETAIN_CHECK
     while it is not, or the queue's retention settings changed), else
     None. The caller runs the step and reports it with :func:`stepped` or
-    :func:`step_failed`."""
+    :func:`step_failed`. A step found due is taken in the same lock: the
+    publishes that finish while it is under way (threads, or tasks of an
+    event loop) find it not due, rather than each sending a step of its own."""
     t = _tracker(client)
     want = retention_args(settings)
+    now = client.clock.monotonic()
     with t.lock:
         seen = t.seen.get(base)
-    if seen is not None:
-        at, retained, stored = seen
-        wait = RETAIN_INTERVAL if retained or want != (None, None) else RETAIN_CHECK
-        if stored == want and client.clock.monotonic() - at < wait:
-            return None
+        if seen is not None:
+            at, retained, stored = seen
+            wait = RETAIN_INTERVAL if retained or want != (None, None) else RETAIN_CHECK
+            if stored == want and now - at < wait:
+                return None
+        t.seen[base] = (now, True if seen is None else seen[1], want)
     return want
 
 

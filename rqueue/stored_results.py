@@ -122,10 +122,11 @@ def result_seq(queue: str, seq: Any) -> int:
 
 
 def result_id(msg_id: str) -> str:
-    """``msg_id`` when it can name a message (InvalidInput otherwise)."""
-    if not check_message_id(msg_id):
+    """``msg_id`` when it can name a message (InvalidInput otherwise; an
+    empty one is named here, where None is no way out as it is for publish)."""
+    if msg_id == "":
         raise InvalidInput("a message id must not be empty: give the id the message was published with, or its seq")
-    return msg_id
+    return check_message_id(msg_id)
 
 
 def unknown_id(queue: str, msg_id: str) -> InvalidInput:

@@ -92,6 +92,26 @@ def test_bad_group_positions_on_a_partitioned_queue_change_nothing(client, pq):
     assert pq.groups() == ["g"] and floors(pq, "g") == before
 
 
+@BACKENDS
+def test_a_create_one_partition_refuses_is_undone_in_the_others(client, clock):
+    # given two partitions, retention keeping one message: partition 0 stores its only
+    # message, partition 1 trimmed the older of its two
+    client.configure("parted", max_length=1)
+    parted = client.queue("parted", partitions=2)
+    two = [next(k for k in KEYS if partition_of(k, 2) == p) for p in range(2)]
+    long_ago = datetime.fromtimestamp((clock.now_ms - 3_600_000) / 1000, UTC)
+    parted.publish_many([b"a", b"b", b"c"], keys=[two[0], two[1], two[1]])
+    drain(parted.consumer("g"))
+    parted.trim()
+    # when a group is created at a time older than partition 1 stores
+    with pytest.raises(rqueue.InvalidInput, match=r"before the oldest message stored") as refused:
+        parted.create_group("late", long_ago)
+    # then the refusal changes nothing: partition 0's create is undone, and the note says so
+    assert all(part.groups() == ["g"] for part in parted.parts)
+    assert "undone" in " ".join(getattr(refused.value, "__notes__", []))
+    assert parted.create_group("late", "first") == [0, 1]
+
+
 def test_time_positions_apply_in_each_partition(client, pq, clock):
     # given 9 messages published at t0 and 9 at t0 + 10 s, over 3 partitions, retained
     client.configure("orders", max_age=3600)
@@ -182,6 +202,18 @@ def test_a_partitioned_queue_finds_the_result_in_its_partition(client, pq):
     other = (published[0].partition + 1) % 3
     with pytest.raises(rqueue.InvalidInput, match=r"names partition"):
         pq.result(published[0], partition=other)
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)  # an error raised before any call
+def test_a_partitioned_queue_sends_the_result_of_an_alternates_message_there(client):
+    # given a partitioned queue with no group, whose mandatory publish went to its alternate queue
+    client.configure("parted", results=True, alternate="spill")
+    pq = client.queue("parted", partitions=3)
+    taken = pq.publish(b"x", mandatory=True)
+    assert (taken.alternate, taken.partition) == ("spill", None)
+    # then asking the partitioned queue for its result names the queue that has it
+    with pytest.raises(rqueue.InvalidInput, match=r"seq 1 is a seq of the alternate queue 'spill'"):
+        pq.result(taken)
 
 
 def test_a_result_is_found_by_message_id_in_a_plain_or_partitioned_queue(client, queue):
@@ -358,3 +390,26 @@ def test_a_partition_refusing_after_others_changed_names_them(client, pq, monkey
     ]
     first, *rest = floors(pq, "g")
     assert first == 0 and all(f > 0 for f in rest)
+
+
+@pytest.mark.sync_only("the refusal is injected into the sync client's engine call")
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+def test_a_delete_refused_part_way_names_only_the_partitions_with_the_group(client, pq, monkeypatch):
+    # given group g in partitions 0 and 2 only, and partition 2's delete refused by its script
+    for p in (0, 2):
+        pq.parts[p].create_group("g", "first")
+    real = rqueue.engine.commands.group_delete
+
+    def refuse_in_partition_2(call, *args):
+        if call.where == pq.parts[2].keys.base:
+            raise rqueue.InvalidInput("delete refused")
+        return real(call, *args)
+
+    monkeypatch.setattr(rqueue.engine.commands, "group_delete", refuse_in_partition_2)
+    # when the group is deleted, then the note names partition 2 as left, not partition 1, which never had it
+    with pytest.raises(rqueue.InvalidInput, match="delete refused") as refused:
+        pq.delete_group("g")
+    assert refused.value.__notes__ == [
+        "group 'g': delete applied in partitions [0] already, not in [2]; "
+        "do it in those partitions' queues (queue.parts[i]) once the cause is fixed"
+    ]

@@ -170,7 +170,7 @@ def test_bad_result_arguments(client, queue):
             queue.result(bad)
     with pytest.raises(rqueue.InvalidInput, match=r"message id '1' is not known to queue 'orders'"):
         queue.result("1")  # a str is a message id
-    with pytest.raises(rqueue.InvalidInput, match=r"message id must not be empty"):
+    with pytest.raises(rqueue.InvalidInput, match=r"message id must not be empty: give the id"):
         queue.result("")
     with pytest.raises(rqueue.InvalidInput, match="timeout"):
         queue.result(1, timeout=-1)
@@ -327,3 +327,19 @@ def test_ack_result_of_another_consumers_delivery_keeps_nothing(raw, client):
     argv = group_argv("g", "c2", NOW, None, "5000", b"jx", "1", 1, 1, "t1")
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_NOT_HELD 1\.1\.t1"):
         s.ack_result(keys=[*gk, qk.result(1, "g")], args=argv)
+
+
+def test_a_lenient_ack_result_refused_for_its_tag_keeps_no_result(raw, client, queue):
+    # given c1 holding seq 1
+    r, qk, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    # when c2 sends a lenient ack of it with a result and a completed event
+    argv = group_argv("g", "c2", NOW, None, "5000", b"jx", "1l", 1, 1, "t1")
+    reply = s.ack_result(keys=[*gk, qk.result(1, "g")], args=argv)
+    # then the tag's refusal is its status, and no result or event is kept for it
+    assert reply == [b"RQ_NOT_HELD"]
+    assert r.exists(qk.result(1, "g")) == 0
+    assert queue.events() == []
+    assert queue.stats().group("g").acked == 0

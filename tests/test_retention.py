@@ -488,3 +488,41 @@ def test_a_forced_reset_over_a_deleted_priority_message_settles_it(client, queue
     # then the plain one comes again, and the deleted one is settled, not dead-lettered as missing
     assert [d.seq for d in c.fetch(10)] == [1]
     assert queue.dead_letters() == []
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)  # the client's decision, no script involved
+def test_publishers_of_one_client_run_one_trim_step_while_one_is_under_way(client, monkeypatch):
+    # given an asyncio client whose trim step takes a while
+    import asyncio
+
+    import rqueue.aio
+    import rqueue.aio.publishing as aio_publishing
+
+    steps = []
+    retain = aio_publishing.acmd.retain
+
+    async def slow_retain(*args, **kwargs):
+        steps.append(1)
+        await asyncio.sleep(0.05)
+        return await retain(*args, **kwargs)
+
+    monkeypatch.setattr(aio_publishing.acmd, "retain", slow_retain)
+
+    async def burst() -> None:
+        ac = await rqueue.aio.connect(client.url, prefix=client.prefix, settings_ttl=0)
+        try:
+            await ac.configure("orders", max_length=5)
+            q = ac.queue("orders")
+
+            async def publish(i: int) -> None:
+                await asyncio.sleep(i * 0.002)
+                await q.publish(b"m")
+
+            # when 20 publishes complete while the first one's step is under way
+            await asyncio.gather(*(publish(i) for i in range(20)))
+        finally:
+            await ac.close()
+
+    asyncio.run(burst())
+    # then that step is the only one: the others find it taken, not due
+    assert len(steps) == 1

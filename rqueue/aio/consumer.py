@@ -203,14 +203,15 @@ class Consumer(ConsumerCore):
         self, acks: Iterable[Ref], n: int
     ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """Acks what can be acked and claims up to ``n`` deliveries in one
-        round trip (see :meth:`rqueue.Consumer.ack_and_fetch`)."""
+        round trip, two with completed events on (see
+        :meth:`rqueue.Consumer.ack_and_fetch`)."""
         refs = list(acks)
         if n <= 0:
             return await self.ack_available(refs), [], None
         if refs and self._completed_on():
-            # (the settings of the fetch that made these deliveries.) fetch.lua's
-            # acks record no event: the acks go first, in a call that records
-            # them, then the fetch (two round trips, only then)
+            # fetch.lua's acks record no event: the acks go first, in a call
+            # that records them, then the fetch (two round trips, only then;
+            # decided by the settings this consumer last read)
             statuses = await self.ack_available(refs)
             _, deliveries, due_in = await self.ack_and_fetch([], n)
             return statuses, deliveries, due_in

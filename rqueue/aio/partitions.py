@@ -42,7 +42,7 @@ from ..partitions import (
 )
 from ..placement import Layout, placements
 from ..results import DeadLetter, GroupReset, Message, PlacementReport, PublishResult, QueueStats, ReplayResult, Trimmed
-from ..retention import Position, check_partitioned_group, partitioned_position_args, partly_done
+from ..retention import Position, check_partitioned_group, partitioned_position_args, partly_done, undone
 from ..settings import Settings
 from ..stored_results import Result, result_id, unknown_id
 from .consumer import Consumer, Delivery, Ref
@@ -212,7 +212,10 @@ class PartitionedQueue:
         async def create(p: Queue) -> int:
             return (await acmd.group_create(p.group_call(group), mode, value)).floor
 
-        return await self._each(group, "create", self.parts, create)
+        async def undo(p: Queue) -> None:
+            await acmd.group_delete(p.group_call(group), False)
+
+        return await self._each(group, "create", self.parts, create, undo)
 
     async def reset_group(self, group: str, to: Position, force: bool = False) -> list[GroupReset]:
         """As :meth:`rqueue.PartitionedQueue.reset_group`."""
@@ -253,17 +256,34 @@ class PartitionedQueue:
             for p, there in zip(self.parts, present, strict=True)
         ]
 
-    async def _each(self, group: str, what: str, parts: list[Queue], apply: Callable[[Queue], Awaitable[T]]) -> list[T]:
-        """``apply`` to each of ``parts`` in turn; an error names the
-        partitions that had it applied already."""
-        done: list[int] = []
+    async def _each(
+        self,
+        group: str,
+        what: str,
+        parts: list[Queue],
+        apply: Callable[[Queue], Awaitable[T]],
+        undo: Callable[[Queue], Awaitable[None]] | None = None,
+    ) -> list[T]:
+        """As :meth:`rqueue.PartitionedQueue._each`, awaited."""
+        done: list[Queue] = []
         out = []
         for part in parts:
             try:
                 out.append(await apply(part))
             except RQueueError as exc:
-                raise partly_done(exc, what, group, done, self.partitions) from None
-            done.append(part.partition or 0)
+                back: list[int] = []
+                for p in done:
+                    if undo is None:
+                        break
+                    try:
+                        await undo(p)
+                        back.append(p.partition or 0)
+                    except RQueueError as why:
+                        log.warning("group %r: %s not undone in partition %s: %s", group, what, p.partition, why)
+                left = [n for n in (p.partition or 0 for p in done) if n not in back]
+                targets = [p.partition or 0 for p in parts]
+                raise partly_done(undone(exc, what, group, back), what, group, left, targets) from None
+            done.append(part)
         return out
 
     async def stats(self) -> QueueStats:

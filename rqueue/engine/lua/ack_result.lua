@@ -63,7 +63,9 @@ end
 -- What the ack keeps besides, for the tags whose status is "ok": called
 -- once the ack is applied.
 local function keep(statuses)
-  if ttl ~= '' then
+  -- A result comes with one tag; a lenient call that refused it ("1l")
+  -- keeps none, as a strict one does.
+  if ttl ~= '' and statuses[1] == 'ok' then
     local inc = rcall('HGET', metaKey, 'inc') or ''
     rcall('SET', resultKey, inc .. '\n' .. ARGV[9], 'PX', ttl)
   end
