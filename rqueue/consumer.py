@@ -168,8 +168,9 @@ class Consumer(ConsumerCore):
         acks applied (sent again, they come back AlreadyAcked). Returns
         the ack statuses, the deliveries, and (when none came) the seconds
         until a waiting message falls due, or None."""
+        check.whole_number("n", n, 0)
         refs = list(acks)
-        if n <= 0:
+        if n == 0:
             return self.ack_available(refs), [], None
         if refs and self._completed_on():
             # fetch.lua's acks record no event: the acks go first, in a call

@@ -212,6 +212,7 @@ class PartitionedConsumer(PartitionRouting):
     ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """As :meth:`rqueue.Consumer.ack_and_fetch`: each partition settles
         its acks; new deliveries come from the partitions in turn."""
+        check.whole_number("n", n, 0)
         self._take_up_growth()
         by_part = self._split(acks)
         statuses: dict[int, RQueueError | None] = {}

@@ -108,6 +108,17 @@ def test_fetch_with_a_bad_n(client, queue, held, n):
     names_input(exc.value, f"not {n!r}", "from 1 to 10000")
 
 
+@pytest.mark.parametrize("n", [-1, True, 2.5, "3", None])
+def test_ack_and_fetch_with_a_bad_n(client, queue, held, n):
+    # given a consumer with messages ready and one delivery held
+    [d] = held.w2.fetch(1)
+    # when it acks and asks for a bad number of deliveries
+    with nothing_changes(client, queue), pytest.raises(InvalidInput) as exc:
+        held.w2.ack_and_fetch([d], n)
+    # then n is named, and the ack was not sent either
+    names_input(exc.value, f"not {n!r}", ">= 0")
+
+
 @pytest.mark.parametrize("timeout", [-1, -0.001, -INF, "1", None, True])
 def test_fetch_with_a_bad_timeout(client, queue, held, timeout):
     # given a consumer with messages ready

@@ -205,8 +205,9 @@ class Consumer(ConsumerCore):
         """Acks what can be acked and claims up to ``n`` deliveries in one
         round trip, two with completed events on (see
         :meth:`rqueue.Consumer.ack_and_fetch`)."""
+        check.whole_number("n", n, 0)
         refs = list(acks)
-        if n <= 0:
+        if n == 0:
             return await self.ack_available(refs), [], None
         if refs and self._completed_on():
             # fetch.lua's acks record no event: the acks go first, in a call

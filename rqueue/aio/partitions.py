@@ -496,6 +496,7 @@ class PartitionedConsumer(PartitionRouting):
         self, acks: Iterable[Ref], n: int
     ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """As :meth:`rqueue.PartitionedConsumer.ack_and_fetch`."""
+        check.whole_number("n", n, 0)
         by_part = self._split(acks)
         statuses: dict[int, RQueueError | None] = {}
         out: list[Delivery] = []
