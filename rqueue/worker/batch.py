@@ -104,7 +104,8 @@ def outcomes_of(
             f"BatchOutcomeError: the batch handler returned {len(returned)} outcomes for {len(deliveries)} deliveries"
         )
     else:
-        error = f"BatchOutcomeError: the batch handler returned {type(returned).__name__}, not a list or mapping of outcomes"
+        kind = type(returned).__name__
+        error = f"BatchOutcomeError: the batch handler returned {kind}, not a list or mapping of outcomes"
     log.error("%s: the batch is nacked", error)
     return [(d, Outcome.NACK, error) for d in deliveries]
 
