@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import validate as check
+from ..constants import WORKER_PREFETCH_PER_THREAD
 from ..errors import InvalidInput, Reject
 from .outcome import Detail, Outcome, ack_detail
 from .processes import InProcess
@@ -69,6 +70,13 @@ def batch_handler(function: Callable[[list[Delivery]], Any] | None = None, *, si
     if function is None:
         return lambda f: BatchHandler(f, size)
     return BatchHandler(function, size)
+
+
+def default_prefetch(handler: Any, concurrency: int) -> int:
+    """How many deliveries a worker holds unless told: two runs' worth per
+    handler thread or task (two batches' worth for a batch handler)."""
+    per_run = handler.size if isinstance(handler, BatchHandler) else 1
+    return concurrency * per_run * WORKER_PREFETCH_PER_THREAD
 
 
 def outcomes_of(

@@ -18,13 +18,12 @@ from ..constants import (
     DEFAULT_HEARTBEAT_TIMEOUT,
     DEFAULT_MAX_RUN_TIME,
     DEFAULT_RECONNECT_TIMEOUT,
-    WORKER_PREFETCH_PER_THREAD,
 )
 from ..errors import InvalidInput
 from ..names import check_name
 from ..partitions import PartitionedQueue
 from ..queue import Queue
-from .batch import BatchHandler
+from .batch import default_prefetch
 from .dispatcher import Dispatcher
 from .handlers import Handler, Handlers
 from .heartbeat import Heartbeat
@@ -321,13 +320,6 @@ class Worker:
             handlers.stop()
             if isinstance(self.handler, InProcess):
                 self.handler.close()
-
-
-def default_prefetch(handler: Any, concurrency: int) -> int:
-    """How many deliveries a worker holds unless told: two runs' worth per
-    handler thread (two batches' worth for a batch handler)."""
-    per_run = handler.size if isinstance(handler, BatchHandler) else 1
-    return concurrency * per_run * WORKER_PREFETCH_PER_THREAD
 
 
 class PartitionedWorker(Worker):
