@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from .. import validate as check
 from ..constants import WORKER_PREFETCH_PER_THREAD
@@ -64,7 +64,18 @@ class BatchHandler:
         return f"BatchHandler({self.function!r}, size={self.size})"
 
 
-def batch_handler(function: Callable[[list[Delivery]], Any] | None = None, *, size: int = DEFAULT_BATCH_SIZE) -> Any:
+BatchFunction = Callable[[list["Delivery"]], Any]
+
+
+@overload
+def batch_handler(function: BatchFunction, *, size: int = DEFAULT_BATCH_SIZE) -> BatchHandler: ...
+@overload
+def batch_handler(
+    function: None = None, *, size: int = DEFAULT_BATCH_SIZE
+) -> Callable[[BatchFunction], BatchHandler]: ...
+def batch_handler(
+    function: BatchFunction | None = None, *, size: int = DEFAULT_BATCH_SIZE
+) -> BatchHandler | Callable[[BatchFunction], BatchHandler]:
     """Makes ``function`` a :class:`BatchHandler`: ``@batch_handler`` or
     ``@batch_handler(size=500)``."""
     if function is None:
