@@ -176,8 +176,8 @@ class Handlers:
                 # It ran past its time limit, was nacked, and this thread was
                 # replaced meanwhile: its result is discarded, and it ends.
                 return
-            ledger.result(d, done[0], done[1])
-            notifier.poke()
+            if ledger.result(d, done[0], done[1]):
+                notifier.poke()
 
     def _timed_out(self, deliveries: list[Delivery], limit: float) -> None:
         """A handler ran past its time limit (the TimeLimits thread, after
@@ -206,11 +206,14 @@ class Handlers:
             return Outcome.SKIPPED, ""
         # One clock reading per message: with a quick handler this
         # bookkeeping is most of a handler thread's work.
-        check = LeaseCheck(d.tag, taken, self._clock.monotonic(), self._ack_wait(), self._heartbeat_timeout)
-        if not self._lease_holds(d, check):
-            self._tally.count(stale_skipped=1)
-            return Outcome.SKIPPED, ""
-        started = check.now
+        started = self._clock.monotonic()
+        ack_wait = self._ack_wait()
+        if started - taken >= min(ack_wait, self._heartbeat_timeout) * STALE_DISPATCH_FRACTION:
+            check = LeaseCheck(d.tag, taken, started, ack_wait, self._heartbeat_timeout)
+            if not self._lease_holds(d, check):
+                self._tally.count(stale_skipped=1)
+                return Outcome.SKIPPED, ""
+            started = check.now
         limit = time_limit_for(d.headers, self._time_limit)
         cancellation = Cancellation(limit)
         run = None
@@ -281,8 +284,7 @@ class Handlers:
             done, replaced = [(d, Outcome.SKIPPED, "") for d in deliveries], False
         # Skipped deliveries are reported also from a replaced thread: the
         # dispatcher forgets them only from their results.
-        if done:
-            self._ledger.results(done)
+        if done and self._ledger.results(done):
             self._notifier.poke()
         return not replaced
 

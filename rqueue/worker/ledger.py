@@ -151,13 +151,23 @@ class Ledger:
             pop = self._running.pop
             return sum(1 for tag in tags if pop(tag, None) is not None) > 0
 
-    def result(self, d: Delivery, outcome: Outcome, text: Detail) -> None:
-        """Hands the outcome of ``d`` to the dispatcher."""
-        self._results.append((d, outcome, text))
+    def result(self, d: Delivery, outcome: Outcome, text: Detail) -> bool:
+        """Hands the outcome of ``d`` to the dispatcher; True when none was
+        waiting before it (the caller then wakes the dispatcher: one wake-up
+        per drain, not per result, since the dispatcher looks at the results
+        before it sleeps)."""
+        results = self._results
+        first = not results
+        results.append((d, outcome, text))
+        return first
 
-    def results(self, done: list[tuple[Delivery, Outcome, Detail]]) -> None:
-        """Hands the outcomes of a batch to the dispatcher."""
-        self._results.extend(done)
+    def results(self, done: list[tuple[Delivery, Outcome, Detail]]) -> bool:
+        """Hands the outcomes of a batch to the dispatcher; True as for
+        :meth:`result`."""
+        results = self._results
+        first = not results
+        results.extend(done)
+        return first
 
     # -- the heartbeat ----------------------------------------------------------
 
