@@ -40,6 +40,11 @@ Done = list[tuple["Delivery", Outcome, Detail]]
 # later than the stale age; then it is left to run out and be offered again.
 STALE_CHECKS = 3
 
+# Seconds a handler thread spends on a share of a fetch before it hands the
+# rest back to the queue: quick handlers run a share in one wake-up, and a
+# delivery waits behind at most this (plus one run) in another's share.
+SHARE_SLICE = 0.002
+
 
 class LeaseCheck:
     """Whether a delivery that waited in the worker must be checked with
@@ -76,6 +81,11 @@ class LeaseCheck:
         """Redis vouched for the lease when the check was sent (at the last
         ``now``); ``now`` is after its answer."""
         self._vouched, self.now = self.now, now
+
+
+class Batch(list["Delivery"]):
+    """Deliveries for one call of a batch handler (a plain list is a share
+    of a fetch, run one delivery at a time)."""
 
 
 def batch_limit(deliveries: list[Delivery], default: float | None) -> float | None:
@@ -117,7 +127,9 @@ class Handlers:
         self._stopping = stopping
         self._ack_wait = ack_wait
         self._heartbeat_timeout = heartbeat_timeout
-        self._tasks: queue_module.SimpleQueue[Delivery | list[Delivery] | None] = queue_module.SimpleQueue()
+        # A delivery, a share of a fetch's deliveries run one by one, or a
+        # batch handler's batch.
+        self._tasks: queue_module.SimpleQueue[Delivery | list[Delivery] | Batch | None] = queue_module.SimpleQueue()
         self._batch = handler.size if isinstance(handler, BatchHandler) else 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._time_limit = time_limit
@@ -140,10 +152,17 @@ class Handlers:
         size = self._batch
         if size:
             for i in range(0, len(deliveries), size):
-                put(deliveries[i : i + size])
-        else:
+                put(Batch(deliveries[i : i + size]))
+        elif len(deliveries) <= self.concurrency:
             for d in deliveries:
                 put(d)
+        else:
+            # One handoff per share rather than per delivery: a thread wakes
+            # once for each of the concurrency shares of a fetch, and runs
+            # its share's deliveries in turn.
+            share = -(-len(deliveries) // self.concurrency)
+            for i in range(0, len(deliveries), share):
+                put(deliveries[i : i + share])
 
     def stop(self) -> None:
         """Ends each thread once it has finished its current delivery."""
@@ -157,27 +176,38 @@ class Handlers:
         ledger = self._ledger
         notifier = self._notifier
         while True:
-            d = self._tasks.get()
-            if d is None:
+            item = self._tasks.get()
+            if item is None:
                 return
-            if isinstance(d, list):
-                if self._work_batch(d):
+            if isinstance(item, Batch):
+                if self._work_batch(item):
                     continue
                 return
-            try:
-                done = self._handle(d)
-            except TimeLimitExceeded:
-                return  # interrupted just after its handler ended: timed out, replaced (_timed_out)
-            except BaseException as exc:  # never lose the slot or the result
-                log.error("could not run the handler on %s: %s: %s", d.tag, type(exc).__name__, exc)
-                ledger.stop(d.tag)  # no longer kept alive: its lease runs out and it is offered again
-                done = Outcome.SKIPPED, ""
-            if done is None:
-                # It ran past its time limit, was nacked, and this thread was
-                # replaced meanwhile: its result is discarded, and it ends.
-                return
-            if ledger.result(d, done[0], done[1]):
-                notifier.poke()
+            share = item if isinstance(item, list) else (item,)
+            began = self._clock.monotonic() if len(share) > 1 else 0.0
+            for i, d in enumerate(share):
+                if i and self._clock.monotonic() - began > SHARE_SLICE:
+                    # Slow handlers gain nothing from sharing: the rest of
+                    # the share goes back, for whichever thread is free.
+                    self._tasks.put(list(share[i:]))
+                    break
+                try:
+                    done = self._handle(d)
+                except TimeLimitExceeded:
+                    done = None  # interrupted just after its handler ended: timed out, replaced (_timed_out)
+                except BaseException as exc:  # never lose the slot or the result
+                    log.error("could not run the handler on %s: %s: %s", d.tag, type(exc).__name__, exc)
+                    ledger.stop(d.tag)  # no longer kept alive: its lease runs out and it is offered again
+                    done = Outcome.SKIPPED, ""
+                if done is None:
+                    # It ran past its time limit, was nacked, and this thread
+                    # was replaced meanwhile: its result is discarded, and it
+                    # ends; the rest of its share goes back to the queue.
+                    if i + 1 < len(share):
+                        self._tasks.put(list(share[i + 1 :]))
+                    return
+                if ledger.result(d, done[0], done[1]):
+                    notifier.poke()
 
     def _timed_out(self, deliveries: list[Delivery], limit: float) -> None:
         """A handler ran past its time limit (the TimeLimits thread, after
