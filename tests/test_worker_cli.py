@@ -49,7 +49,8 @@ def start_worker(server, prefix, *options, handler="cli_handlers:handle"):
         cwd=HERE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(HERE)},
+        # The caller's PYTHONPATH too: a checkout run that way imports its own rqueue.
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)},
     )
 
 
@@ -84,15 +85,6 @@ def test_worker_command_processes_and_stops_cleanly_on_sigterm(server, prefix, p
     client.close()
 
 
-@pytest.mark.parametrize(
-    "spec, message",
-    [
-        ("no_colon", "module.path:function"),
-        ("no_such_module_xyz:handle", "cannot import"),
-        ("cli_handlers:missing", "no callable 'missing'"),
-        ("cli_handlers:NOT_CALLABLE", "no callable 'NOT_CALLABLE'"),
-    ],
-)
 def test_worker_command_refuses_a_batch_handler_in_processes(prefix, monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
     url = f"memory://{prefix}"
@@ -105,6 +97,15 @@ def test_worker_command_refuses_a_batch_handler_in_processes(prefix, monkeypatch
         assert "--processes" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("no_colon", "module.path:function"),
+        ("no_such_module_xyz:handle", "cannot import"),
+        ("cli_handlers:missing", "no callable 'missing'"),
+        ("cli_handlers:NOT_CALLABLE", "no callable 'NOT_CALLABLE'"),
+    ],
+)
 def test_worker_command_rejects_a_bad_handler(backend, prefix, spec, message, monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
     result = CliRunner().invoke(cli, ["--url", backend, "--prefix", prefix, "worker", spec, "-q", "orders", "-g", "g"])

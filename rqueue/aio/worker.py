@@ -390,8 +390,8 @@ class Worker:
                 log.error("could not run the handler on %s: %s: %s", d.tag, type(exc).__name__, exc)
                 ledger.stop(d.tag)
                 outcome, text = Outcome.SKIPPED, ""
-            ledger.result(d, outcome, text)
-            self._notifier.poke()
+            if ledger.result(d, outcome, text):  # else the dispatcher was woken already
+                self._notifier.poke()
 
     async def _handle(self, d: Delivery) -> tuple[Outcome, Detail]:
         taken = self._ledger.take(d.tag, self._stopping)
@@ -458,8 +458,8 @@ class Worker:
             )
             ledger.stop_batch([d.tag for d in deliveries])
             done = [(d, Outcome.SKIPPED, "") for d in deliveries]
-        ledger.results(done)
-        self._notifier.poke()
+        if ledger.results(done):
+            self._notifier.poke()
 
     async def _handle_batch(self, deliveries: list[Delivery]) -> Done:
         """The outcome of every delivery of a batch, as the threaded

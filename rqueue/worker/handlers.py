@@ -159,10 +159,10 @@ class Handlers:
         else:
             # One handoff per share rather than per delivery: a thread wakes
             # once for each of the concurrency shares of a fetch, and runs
-            # its share's deliveries in turn.
-            share = -(-len(deliveries) // self.concurrency)
-            for i in range(0, len(deliveries), share):
-                put(deliveries[i : i + share])
+            # its share's deliveries in turn. Strided, so that deliveries
+            # still start in the order of the fetch, one per thread at a time.
+            for i in range(self.concurrency):
+                put(deliveries[i :: self.concurrency])
 
     def stop(self) -> None:
         """Ends each thread once it has finished its current delivery."""
