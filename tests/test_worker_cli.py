@@ -166,7 +166,10 @@ def _start_logged_worker(server, prefix, log_path, *options):
             cwd=HERE,
             stdout=subprocess.PIPE,
             stderr=err,
-            env={**os.environ, "PYTHONPATH": str(HERE)},
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p),
+            },
         )
 
 
