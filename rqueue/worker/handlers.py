@@ -40,11 +40,6 @@ Done = list[tuple["Delivery", Outcome, Detail]]
 # later than the stale age; then it is left to run out and be offered again.
 STALE_CHECKS = 3
 
-# Seconds a handler thread spends on a share of a fetch before it hands the
-# rest back to the queue: quick handlers run a share in one wake-up, and a
-# delivery waits behind at most this (plus one run) in another's share.
-SHARE_SLICE = 0.002
-
 
 class LeaseCheck:
     """Whether a delivery that waited in the worker must be checked with
@@ -81,11 +76,6 @@ class LeaseCheck:
         """Redis vouched for the lease when the check was sent (at the last
         ``now``); ``now`` is after its answer."""
         self._vouched, self.now = self.now, now
-
-
-class Batch(list["Delivery"]):
-    """Deliveries for one call of a batch handler (a plain list is a share
-    of a fetch, run one delivery at a time)."""
 
 
 def batch_limit(deliveries: list[Delivery], default: float | None) -> float | None:
@@ -127,9 +117,8 @@ class Handlers:
         self._stopping = stopping
         self._ack_wait = ack_wait
         self._heartbeat_timeout = heartbeat_timeout
-        # A delivery, a share of a fetch's deliveries run one by one, or a
-        # batch handler's batch.
-        self._tasks: queue_module.SimpleQueue[Delivery | list[Delivery] | Batch | None] = queue_module.SimpleQueue()
+        # A delivery, or a batch handler's batch.
+        self._tasks: queue_module.SimpleQueue[Delivery | list[Delivery] | None] = queue_module.SimpleQueue()
         self._batch = handler.size if isinstance(handler, BatchHandler) else 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._time_limit = time_limit
@@ -152,17 +141,10 @@ class Handlers:
         size = self._batch
         if size:
             for i in range(0, len(deliveries), size):
-                put(Batch(deliveries[i : i + size]))
-        elif len(deliveries) <= self.concurrency:
+                put(deliveries[i : i + size])
+        else:
             for d in deliveries:
                 put(d)
-        else:
-            # One handoff per share rather than per delivery: a thread wakes
-            # once for each of the concurrency shares of a fetch, and runs
-            # its share's deliveries in turn. Strided, so that deliveries
-            # still start in the order of the fetch, one per thread at a time.
-            for i in range(self.concurrency):
-                put(deliveries[i :: self.concurrency])
 
     def stop(self) -> None:
         """Ends each thread once it has finished its current delivery."""
@@ -176,38 +158,27 @@ class Handlers:
         ledger = self._ledger
         notifier = self._notifier
         while True:
-            item = self._tasks.get()
-            if item is None:
+            d = self._tasks.get()
+            if d is None:
                 return
-            if isinstance(item, Batch):
-                if self._work_batch(item):
+            if isinstance(d, list):
+                if self._work_batch(d):
                     continue
                 return
-            share = item if isinstance(item, list) else (item,)
-            began = self._clock.monotonic() if len(share) > 1 else 0.0
-            for i, d in enumerate(share):
-                if i and self._clock.monotonic() - began > SHARE_SLICE:
-                    # Slow handlers gain nothing from sharing: the rest of
-                    # the share goes back, for whichever thread is free.
-                    self._tasks.put(list(share[i:]))
-                    break
-                try:
-                    done = self._handle(d)
-                except TimeLimitExceeded:
-                    done = None  # interrupted just after its handler ended: timed out, replaced (_timed_out)
-                except BaseException as exc:  # never lose the slot or the result
-                    log.error("could not run the handler on %s: %s: %s", d.tag, type(exc).__name__, exc)
-                    ledger.stop(d.tag)  # no longer kept alive: its lease runs out and it is offered again
-                    done = Outcome.SKIPPED, ""
-                if done is None:
-                    # It ran past its time limit, was nacked, and this thread
-                    # was replaced meanwhile: its result is discarded, and it
-                    # ends; the rest of its share goes back to the queue.
-                    if i + 1 < len(share):
-                        self._tasks.put(list(share[i + 1 :]))
-                    return
-                if ledger.result(d, done[0], done[1]):
-                    notifier.poke()
+            try:
+                done = self._handle(d)
+            except TimeLimitExceeded:
+                return  # interrupted just after its handler ended: timed out, replaced (_timed_out)
+            except BaseException as exc:  # never lose the slot or the result
+                log.error("could not run the handler on %s: %s: %s", d.tag, type(exc).__name__, exc)
+                ledger.stop(d.tag)  # no longer kept alive: its lease runs out and it is offered again
+                done = Outcome.SKIPPED, ""
+            if done is None:
+                # It ran past its time limit, was nacked, and this thread was
+                # replaced meanwhile: its result is discarded, and it ends.
+                return
+            if ledger.result(d, done[0], done[1]):
+                notifier.poke()  # else the dispatcher was woken already
 
     def _timed_out(self, deliveries: list[Delivery], limit: float) -> None:
         """A handler ran past its time limit (the TimeLimits thread, after
