@@ -5,7 +5,7 @@ heartbeat each have a module, and share what they hold through a
 :class:`~rqueue.worker.ledger.Ledger`. docs/worker.md describes the design.
 """
 
-from .batch import BatchHandler, batch_handler
+from .batch import Acked, BatchHandler, batch_handler
 from .control import PartitionedWorker, Worker, worker_for
 from .outcome import Outcome
 from .processes import InProcess
@@ -14,6 +14,7 @@ from .stats import WorkerStats
 
 __all__ = [
     "TRANSIENT",
+    "Acked",
     "BatchHandler",
     "InProcess",
     "Outcome",

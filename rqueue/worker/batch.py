@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from .. import validate as check
 from ..constants import WORKER_PREFETCH_PER_THREAD
@@ -33,6 +33,7 @@ class BatchHandler:
 
     ``function(deliveries)`` returns, for each delivery, one of
     :attr:`Outcome.ACK <rqueue.worker.Outcome.ACK>` (or ``True``),
+    :class:`Acked(value) <rqueue.worker.Acked>` (acked, keeping a result),
     :attr:`Outcome.NACK <rqueue.worker.Outcome.NACK>`,
     :attr:`Outcome.REJECT <rqueue.worker.Outcome.REJECT>`, or an exception
     instance (:class:`rqueue.Reject` dead-letters, any other nacks with its
@@ -62,6 +63,14 @@ class BatchHandler:
 
     def __repr__(self) -> str:
         return f"BatchHandler({self.function!r}, size={self.size})"
+
+
+class Acked(NamedTuple):
+    """A batch handler's outcome for a delivery that is acked keeping
+    ``value`` as its result (with the queue's ``results`` setting on;
+    :attr:`Outcome.ACK <rqueue.worker.Outcome.ACK>` keeps ``None``)."""
+
+    value: Any
 
 
 BatchFunction = Callable[[list["Delivery"]], Any]
@@ -97,6 +106,12 @@ def outcomes_of(
     return that does not say one for every delivery fails the batch (or the
     deliveries it left out), never acks them."""
     acked = ack_detail(None, settings)
+
+    def entry_of(d: Delivery, entry: Any) -> tuple[Outcome, Detail]:
+        if isinstance(entry, Acked):
+            return Outcome.ACK, ack_detail(entry.value, settings)
+        return _entry(d, entry, acked)
+
     if isinstance(returned, Mapping):
         done: list[tuple[Delivery, Outcome, Detail]] = []
         missing = []
@@ -110,7 +125,7 @@ def outcomes_of(
                     (d, Outcome.NACK, f"BatchOutcomeMissing: the batch handler returned no outcome for {d.tag}")
                 )
             else:
-                done.append((d, *_entry(d, entry, acked)))
+                done.append((d, *entry_of(d, entry)))
         if missing:
             log.error(
                 "batch handler returned no outcome for %d of %d deliveries: nacked", len(missing), len(deliveries)
@@ -118,7 +133,7 @@ def outcomes_of(
         return done
     if isinstance(returned, Sequence) and not isinstance(returned, (str, bytes, bytearray)):
         if len(returned) == len(deliveries):
-            return [(d, *_entry(d, entry, acked)) for d, entry in zip(deliveries, returned, strict=True)]
+            return [(d, *entry_of(d, entry)) for d, entry in zip(deliveries, returned, strict=True)]
         error = (
             f"BatchOutcomeError: the batch handler returned {len(returned)} outcomes for {len(deliveries)} deliveries"
         )
