@@ -283,15 +283,18 @@ class Handlers:
             )
             self._ledger.stop_batch([d.tag for d in deliveries])
             done, replaced = [(d, Outcome.SKIPPED, "") for d in deliveries], False
-        # Skipped deliveries are reported also from a replaced thread: the
-        # dispatcher forgets them only from their results.
-        if done and self._ledger.results(done):
-            self._notifier.poke()
+        self._report(done)
         return not replaced
 
+    def _report(self, done: Done) -> None:
+        if done and self._ledger.results(done):
+            self._notifier.poke()
+
     def _handle_batch(self, deliveries: list[Delivery]) -> tuple[Done, bool]:
-        """The outcomes of a batch (those not run: skipped or returned), and
-        whether its time limit took it first."""
+        """The outcomes of a batch (or, when its time limit took it first,
+        none and True). Those it does not run are reported at once: the
+        dispatcher forgets a delivery only from its result, also when this
+        thread is replaced or interrupted afterwards."""
         ledger = self._ledger
         taken = ledger.take_batch([d.tag for d in deliveries], self._stopping)
         if taken is None:
@@ -319,8 +322,9 @@ class Handlers:
                 run.append(d)
         if done:
             self._tally.count(stale_skipped=len(done))
+            self._report(done)
         if not run:
-            return done, False
+            return [], False
         started = self._clock.monotonic() if checked else now
         limit = batch_limit(run, self._time_limit)
         cancellation = Cancellation(limit)
@@ -338,7 +342,7 @@ class Handlers:
             outcomes = failed_batch(run, exc)
         except BaseException:
             if cancellation.cancelled:  # the time limit's cancel, or its interrupt
-                return done, True
+                return [], True
             raise
         finally:
             if timed is not None:
@@ -348,7 +352,7 @@ class Handlers:
             metrics = self._tally.metrics
             if metrics is not None:
                 metrics.handler_seconds.observe(self._clock.monotonic() - started)
-        return (done + outcomes, False) if mine else (done, True)
+        return (outcomes, False) if mine else ([], True)
 
     def _call(self, d: Any, cancellation: Cancellation, run: Run | None) -> Any:
         """The handler's return value (``d`` is a list of deliveries for a
