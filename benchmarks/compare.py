@@ -296,6 +296,15 @@ def section_peers(
             "n/a",
         ],
         [
+            "**rqueue Worker, batch handler** (a BatchHandler of 100, 1 thread, 1 process)",
+            "n/a",
+            "n/a",
+            spread_cell(f("worker_batch")) + n_note("worker_batch"),
+            "n/a",
+            "n/a",
+            "n/a",
+        ],
+        [
             "Redis Streams via redis-py, measured by rqueue bench on rqueue's server",
             spread_cell(stream_of("publish_single")) + n_note("publish_single"),
             spread_cell(stream_of("publish_batch")) + n_note("publish_batch"),

@@ -67,12 +67,14 @@ from .schedules import Missed, ScheduleInfo
 from .settings import Settings
 from .stored_results import Failure, Result
 from .timelimits import Cancellation, cancellation
-from .worker import PartitionedWorker, Worker, WorkerStats, worker_for
+from .worker import BatchHandler, PartitionedWorker, Worker, WorkerStats, batch_handler, worker_for
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AlreadyAcked",
+    "BatchHandler",
+    "batch_handler",
     "Cancellation",
     "Client",
     "Clock",

@@ -359,6 +359,154 @@ def test_bad_worker_arguments(kind, live, backend, prefix):
         make(q, "bad group", print)
 
 
+# -- batch handlers (both workers) --------------------------------------------------
+
+
+@BACKENDS
+@BOTH
+def test_a_batch_handler_settles_each_delivery_by_its_outcome(kind, live, backend, prefix):
+    # given five messages and a batch handler that answers by payload, with
+    # the outcome enum, True, an exception instance and rqueue.Reject
+    live.configure("orders", max_deliveries=2, redelivery_delay=0)
+    q = live.queue("orders")
+    q.publish_many([b"ok", b"nack", b"reject", b"err", b"yes"])
+    calls = Calls()
+    answers = {
+        b"ok": rqueue.worker.Outcome.ACK,
+        b"nack": rqueue.worker.Outcome.NACK,
+        b"reject": rqueue.Reject("not for us"),
+        b"err": ValueError("boom"),
+        b"yes": True,
+    }
+
+    @rqueue.batch_handler(size=10)
+    def handler(ds):
+        for d in ds:
+            calls.add(d.seq)
+        return [answers[d.data] for d in ds]
+
+    # when a worker runs until the group has settled all five
+    w = run_worker(kind, backend, prefix, q, handler, concurrency=1)
+    wait_for(floor_reaches(q, "g", 5))
+    w.stop()
+    assert w.join(10)
+    # then the acks ran once, the nacks max_deliveries times, the reject once
+    assert calls.count() == {1: 1, 2: 2, 3: 1, 4: 2, 5: 1}
+    dead = {m.headers["x-rq-seq"]: m.headers for m in q.dead_letter_queue.peek()}
+    assert dead["2"]["x-rq-error"] == "nacked by the batch handler"
+    assert (dead["3"]["x-rq-reason"], dead["3"]["x-rq-error"]) == ("rejected", "not for us")
+    assert (dead["4"]["x-rq-reason"], dead["4"]["x-rq-error"]) == ("max-deliveries", "ValueError: boom")
+    assert (w.stats.acked, w.stats.nacked, w.stats.rejected, w.stats.handled) == (2, 4, 1, 7)
+
+
+@BACKENDS
+@BOTH
+def test_a_batch_handler_that_raises_or_leaves_one_out_acks_none_of_it(kind, live, backend, prefix):
+    # given three messages and a batch handler whose first call leaves one
+    # out of its mapping, second raises, third returns too many outcomes
+    live.configure("orders", max_deliveries=4, redelivery_delay=0)
+    q = live.queue("orders")
+    q.publish_many([b"a", b"b", b"c"])
+    batches: list[list[int]] = []
+
+    def answer(ds):
+        batches.append([d.seq for d in ds])
+        if len(batches) == 1:
+            return {d.tag: True for d in ds if d.seq != 2}
+        if len(batches) == 2:
+            raise ValueError("all of it")
+        if len(batches) == 3:
+            return [True] * (len(ds) + 1)
+        return [True] * len(ds)
+
+    # when a worker runs until the group has settled all three
+    w = run_worker(kind, backend, prefix, q, rqueue.BatchHandler(answer, size=10), concurrency=1)
+    wait_for(floor_reaches(q, "g", 3))
+    w.stop()
+    assert w.join(10)
+    # then 1 and 3 were acked by the first call, 2 only by the fourth: the
+    # missing outcome, the exception and the wrong length each nacked it
+    assert batches == [[1, 2, 3], [2], [2], [2]]
+    assert (w.stats.acked, w.stats.nacked) == (3, 3)
+    assert q.dead_letter_queue.peek() == []
+
+
+@BACKENDS
+@BOTH
+def test_batches_whose_leases_were_lost_are_neither_run_nor_acked(kind, live, backend, prefix):
+    # given a worker running a batch of two while the next two wait
+    q = live.queue("orders")
+    q.publish_many([b"1", b"2", b"3", b"4"])
+    calls = Calls()
+    started = threading.Event()
+    release = threading.Event()
+
+    @rqueue.batch_handler(size=2)
+    def handler(ds):
+        for d in ds:
+            calls.add(d.seq)
+        started.set()
+        release.wait(10)
+        return [True] * len(ds)
+
+    w = run_worker(kind, backend, prefix, q, handler, concurrency=1, heartbeat_interval=0.1)
+    try:
+        assert started.wait(10)
+        wait_for(lambda: in_flight(q) == 4)
+        # when it is removed from its group mid-run (a twin of its name
+        # leaves), and another member takes all four and acks them
+        q.consumer("g", name=w.consumer.name).close()
+        with q.consumer("g", name="other") as other:
+            got = other.fetch(4)
+            assert [d.seq for d in got] == [1, 2, 3, 4]
+            other.ack(got)
+        wait_for(lambda: w.consumer.name in [c.name for c in q.stats().group("g").consumers])
+    finally:
+        release.set()
+    # then the waiting batch never runs, and the running one's acks are late
+    wait_for(lambda: w.stats.stale_skipped == 2 and w.stats.late_settles == 2)
+    w.stop()
+    assert w.join(10)
+    assert calls.count() == {1: 1, 2: 1}
+    assert w.stats.acked == 0
+
+
+@BACKENDS
+@BOTH
+def test_a_batch_past_its_time_limit_is_nacked_whole(kind, live, backend, prefix):
+    # given a batch handler whose first batch of two outlives the time limit
+    live.configure("orders", redelivery_delay=0)
+    q = live.queue("orders")
+    q.publish_many([b"1", b"2"])
+    calls = Calls()
+
+    @rqueue.batch_handler(size=2)
+    async def handler(ds):
+        for d in ds:
+            calls.add(d.seq)
+        if ds[0].delivery_count == 1:
+            await asyncio.sleep(10)
+        return [True] * len(ds)
+
+    # when a worker with a 0.2 s limit runs until both are settled
+    w = run_worker(kind, backend, prefix, q, handler, concurrency=1, time_limit=0.2)
+    wait_for(floor_reaches(q, "g", 2))
+    w.stop()
+    assert w.join(10)
+    # then the batch timed out whole, and both ran again and were acked
+    assert calls.count() == {1: 2, 2: 2}
+    assert (w.stats.timed_out, w.stats.nacked, w.stats.acked) == (2, 2, 2)
+
+
+def test_bad_batch_handlers_are_refused():
+    with pytest.raises(rqueue.InvalidInput, match="size"):
+        rqueue.BatchHandler(list, size=0)
+    with pytest.raises(rqueue.InvalidInput, match="not callable"):
+        rqueue.BatchHandler("list")
+    with pytest.raises(rqueue.InvalidInput, match="InProcess"):
+        rqueue.BatchHandler(rqueue.worker.InProcess("json:dumps"))
+
+
 # -- the asyncio worker alone --------------------------------------------------------
 
 

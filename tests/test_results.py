@@ -72,6 +72,33 @@ def test_a_worker_keeps_each_handlers_result_and_failure(kind, live, backend, pr
 
 
 @BACKENDS
+@BOTH
+def test_a_batch_handler_keeps_the_results_it_returns(kind, live, backend, prefix):
+    # given results on and a batch handler that acks with a value, acks
+    # plainly and fails one
+    live.configure("orders", results=True, max_deliveries=1)
+    q = live.queue("orders")
+    q.publish_many([b"a", b"b", b"c"])
+
+    @rqueue.batch_handler(size=10)
+    def handler(ds):
+        answers = {b"a": rqueue.worker.Acked({"n": 1}), b"b": True, b"c": ValueError("boom")}
+        return [answers[d.data] for d in ds]
+
+    w = run_worker(kind, backend, prefix, q, handler)
+    try:
+        wait_for(floor_reaches(q, "g", 3), timeout=10)
+        # then each keeps what its entry said
+        assert q.result(1, timeout=5).value == {"n": 1}
+        plain = q.result(2, timeout=5)
+        assert plain.ok and plain.value is None
+        assert q.result(3, timeout=5).failure == Failure("max-deliveries", "ValueError: boom")
+    finally:
+        w.stop()
+        assert w.join(10)
+
+
+@BACKENDS
 def test_results_are_off_by_default_and_q_result_times_out(live):
     q = live.queue("orders")
     q.publish(b"x")

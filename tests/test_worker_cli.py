@@ -29,7 +29,7 @@ def server():
     s.stop()
 
 
-def start_worker(server, prefix, *options):
+def start_worker(server, prefix, *options, handler="cli_handlers:handle"):
     """`rqueue worker cli_handlers:handle -q orders -g g` as a child process."""
     return subprocess.Popen(
         [
@@ -39,7 +39,7 @@ def start_worker(server, prefix, *options):
             "--prefix",
             prefix,
             "worker",
-            "cli_handlers:handle",
+            handler,
             "-q",
             "orders",
             "-g",
@@ -49,17 +49,28 @@ def start_worker(server, prefix, *options):
         cwd=HERE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(HERE)},
+        # The caller's PYTHONPATH too: a checkout run that way imports its own rqueue.
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)},
     )
 
 
-@pytest.mark.parametrize("partitions", [None, 3], ids=["plain", "partitioned"])
-def test_worker_command_processes_and_stops_cleanly_on_sigterm(server, prefix, partitions):
-    # given a queue (plain, or of 3 partitions) with a poison message among others
+@pytest.mark.parametrize(
+    "partitions, handler, options",
+    [
+        (None, "cli_handlers:handle", ()),
+        (3, "cli_handlers:handle", ()),
+        (None, "cli_handlers:handle_all", ("--batch", "4")),
+        (None, "cli_handlers:handle_pairs", ()),
+    ],
+    ids=["plain", "partitioned", "batch-option", "batch-decorated"],
+)
+def test_worker_command_processes_and_stops_cleanly_on_sigterm(server, prefix, partitions, handler, options):
+    # given a queue (plain, or of 3 partitions) with a poison message among
+    # others, and a handler (or a batch handler, by option or decorator)
     client = rqueue.connect(server.url, prefix=prefix)
     q = client.queue("orders", partitions=partitions)
     q.publish_many([b"a", b"poison", b"c", b"d", b"e", b"f"])
-    proc = start_worker(server, prefix, "-c", "2")
+    proc = start_worker(server, prefix, "-c", "2", *options, handler=handler)
     try:
         # when the worker runs, then every message (in every partition) is settled
         wait_for(lambda: q.stats().groups and q.stats().group("g").ack_floor == 6, timeout=30)
@@ -72,6 +83,18 @@ def test_worker_command_processes_and_stops_cleanly_on_sigterm(server, prefix, p
     s = q.stats()
     assert (s.dead_letters, s.group("g").consumers) == (1, [])
     client.close()
+
+
+def test_worker_command_refuses_a_batch_handler_in_processes(prefix, monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+    url = f"memory://{prefix}"
+    for args in (
+        ["cli_handlers:handle_all", "--batch", "4", "--processes"],
+        ["cli_handlers:handle_pairs", "--processes"],
+    ):
+        result = CliRunner().invoke(cli, ["--url", url, "worker", *args, "-q", "orders", "-g", "g"])
+        assert result.exit_code == 2, result.output
+        assert "--processes" in result.output and "Traceback" not in result.output
 
 
 @pytest.mark.parametrize(
@@ -143,7 +166,10 @@ def _start_logged_worker(server, prefix, log_path, *options):
             cwd=HERE,
             stdout=subprocess.PIPE,
             stderr=err,
-            env={**os.environ, "PYTHONPATH": str(HERE)},
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p),
+            },
         )
 
 

@@ -207,7 +207,8 @@ def test_a_worker_paused_while_its_fetch_reply_waits_runs_nothing_acked_meanwhil
         server.stop()
 
 
-def test_a_fetch_reply_read_late_is_checked_before_its_handler_runs(backend, prefix, monkeypatch):
+@pytest.mark.parametrize("batch", [False, True], ids=["one", "batch"])
+def test_a_fetch_reply_read_late_is_checked_before_its_handler_runs(backend, prefix, monkeypatch, batch):
     # Given a worker whose fetch reply, with two deliveries, is read only
     # after their 0.5 s leases ran out (as when the worker is paused right
     # after the reply reached its socket)
@@ -227,7 +228,11 @@ def test_a_fetch_reply_read_late_is_checked_before_its_handler_runs(backend, pre
         return result
 
     monkeypatch.setattr(rqueue.Consumer, "ack_and_fetch", read_late)
-    w = rqueue.Worker(q, "g", lambda d: calls.append(d.seq), concurrency=1, heartbeat_interval=0.1)
+    if batch:  # a batch handler checks each of its deliveries the same way
+        handler = rqueue.BatchHandler(lambda ds: [calls.append(d.seq) or True for d in ds], size=10)
+    else:
+        handler = lambda d: calls.append(d.seq)  # noqa: E731
+    w = rqueue.Worker(q, "g", handler, concurrency=1, heartbeat_interval=0.1)
     w.start()
     try:
         wait_for(lambda: _joined(q))

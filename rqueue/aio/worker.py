@@ -30,14 +30,15 @@ from ..constants import (
     DEFAULT_MAX_RUN_TIME,
     DEFAULT_RECONNECT_TIMEOUT,
     IDLE_POLL_INTERVAL,
-    WORKER_PREFETCH_PER_THREAD,
+    STALE_DISPATCH_FRACTION,
 )
 from ..errors import AlreadyAcked, DeliveryError, NotMember, Reject, RQueueError, TimeLimitExceeded
 from ..names import check_name
 from ..settings import Settings
 from ..timelimits import Cancellation, time_limit_for
 from ..tracing import dead_lettered, processing
-from ..worker.handlers import LeaseCheck
+from ..worker.batch import BatchHandler, default_prefetch, failed_batch, outcomes_of
+from ..worker.handlers import LeaseCheck, batch_limit
 from ..worker.ledger import Ledger
 from ..worker.metrics import WorkerMetrics
 from ..worker.options import check_options
@@ -52,7 +53,8 @@ from .reconnect import AsyncReconnector
 
 log = logging.getLogger("rqueue.worker")
 
-Handler = Callable[[Delivery], Any]
+Handler = Callable[[Delivery], Any] | BatchHandler
+Done = list[tuple[Any, Outcome, Detail]]  # aio Deliveries, in the shared Ledger
 Consumer = PlainConsumer | PartitionedConsumer
 
 
@@ -79,6 +81,10 @@ class Worker:
     overrides it): past it the handler's task is cancelled, its
     :func:`rqueue.cancellation` set, the message nacked with the reason
     ``timeout``, and whatever the handler does later is discarded.
+
+    ``handler`` may be a :class:`rqueue.BatchHandler`, as for
+    :class:`rqueue.Worker`: a list of deliveries per call, their outcomes
+    returned (docs/worker.md, "Batch handlers").
     """
 
     def __init__(
@@ -116,7 +122,7 @@ class Worker:
         self.handler = handler
         self.concurrency = concurrency
         self.name = name
-        self.prefetch = prefetch if prefetch is not None else concurrency * WORKER_PREFETCH_PER_THREAD
+        self.prefetch = prefetch if prefetch is not None else default_prefetch(handler, concurrency)
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
         self.max_run_time = max_run_time
@@ -137,10 +143,12 @@ class Worker:
         self._retry = AsyncReconnector(
             reconnect_timeout, self._tally, hard_stop=self._hard_stop, randomness=queue.client.randomness
         )
-        self._coroutine = inspect.iscoroutinefunction(handler)
+        batch = handler if isinstance(handler, BatchHandler) else None
+        self._coroutine = batch.coroutine if batch is not None else inspect.iscoroutinefunction(handler)
+        self._batch = batch.size if batch is not None else 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ledger = Ledger()
-        self._tasks: asyncio.Queue[Delivery | None] = asyncio.Queue()
+        self._tasks: asyncio.Queue[Delivery | list[Delivery] | None] = asyncio.Queue()
         self._dispatching: asyncio.Task[None] | None = None
         self._beating: asyncio.Task[None] | None = None
         self._beat_stop = asyncio.Event()
@@ -273,8 +281,13 @@ class Worker:
             if deliveries:
                 self._tally.count(fetched=len(deliveries), redelivered=sum(1 for d in deliveries if d.redelivered))
                 ledger.wait(deliveries, sent)  # type: ignore[arg-type]
-                for d in deliveries:
-                    self._tasks.put_nowait(d)
+                put, size = self._tasks.put_nowait, self._batch
+                if size:
+                    for i in range(0, len(deliveries), size):
+                        put(deliveries[i : i + size])
+                else:
+                    for d in deliveries:
+                        put(d)
                 continue
             if acks or others:
                 continue
@@ -365,6 +378,9 @@ class Worker:
             d = await self._tasks.get()
             if d is None:
                 return
+            if isinstance(d, list):
+                await self._work_batch(d)
+                continue
             try:
                 outcome, text = await self._handle(d)
             except asyncio.CancelledError:
@@ -374,8 +390,8 @@ class Worker:
                 log.error("could not run the handler on %s: %s: %s", d.tag, type(exc).__name__, exc)
                 ledger.stop(d.tag)
                 outcome, text = Outcome.SKIPPED, ""
-            ledger.result(d, outcome, text)
-            self._notifier.poke()
+            if ledger.result(d, outcome, text):  # else the dispatcher was woken already
+                self._notifier.poke()
 
     async def _handle(self, d: Delivery) -> tuple[Outcome, Detail]:
         taken = self._ledger.take(d.tag, self._stopping)
@@ -387,16 +403,9 @@ class Worker:
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
         check = LeaseCheck(d.tag, taken, self._clock.monotonic(), self._ack_wait(), self.heartbeat_timeout)
-        while check.wanted():
-            # It waited long (or the loop was blocked): check with Redis.
-            if check.exhausted():
-                self._tally.count(stale_skipped=1)
-                return Outcome.SKIPPED, ""
-            if not await self._still_held(d):
-                check.lost()
-                self._tally.count(stale_skipped=1)
-                return Outcome.SKIPPED, ""
-            check.vouched(self._clock.monotonic())
+        if not await self._lease_holds(d, check):
+            self._tally.count(stale_skipped=1)
+            return Outcome.SKIPPED, ""
         started = check.now
         self._ledger.start(d, started)
         self._tally.handled()
@@ -419,25 +428,107 @@ class Worker:
         finally:
             self._ledger.stop(d.tag)
 
+    async def _lease_holds(self, d: Delivery, check: LeaseCheck) -> bool:
+        """Whether Redis still holds the lease of ``d``, asked only when it
+        waited long (or the loop was blocked)."""
+        while check.wanted():
+            if check.exhausted():
+                return False
+            if not await self._still_held(d):
+                check.lost()
+                return False
+            check.vouched(self._clock.monotonic())
+        return True
+
+    async def _work_batch(self, deliveries: list[Delivery]) -> None:
+        """rqueue.worker.handlers.Handlers._work_batch on the loop."""
+        ledger = self._ledger
+        try:
+            done = await self._handle_batch(deliveries)
+        except asyncio.CancelledError:
+            ledger.stop_batch([d.tag for d in deliveries])
+            raise
+        except BaseException as exc:  # never lose the slot or the results
+            log.error(
+                "could not run the batch handler on %d deliveries from %s: %s: %s",
+                len(deliveries),
+                deliveries[0].tag,
+                type(exc).__name__,
+                exc,
+            )
+            ledger.stop_batch([d.tag for d in deliveries])
+            done = [(d, Outcome.SKIPPED, "") for d in deliveries]
+        if ledger.results(done):
+            self._notifier.poke()
+
+    async def _handle_batch(self, deliveries: list[Delivery]) -> Done:
+        """The outcome of every delivery of a batch, as the threaded
+        worker's Handlers._handle_batch decides it."""
+        ledger = self._ledger
+        taken = ledger.take_batch([d.tag for d in deliveries], self._stopping)
+        if taken is None:
+            return [(d, Outcome.RETURNED, "") for d in deliveries]
+        done: Done = []
+        run: list[Any] = []
+        now = self._clock.monotonic()
+        ack_wait = self._ack_wait()
+        safe = min(ack_wait, self.heartbeat_timeout) * STALE_DISPATCH_FRACTION
+        checked = False
+        for d, sent in zip(deliveries, taken, strict=True):
+            if sent is None or d.epoch != d.consumer.state_epoch:
+                done.append((d, Outcome.SKIPPED, ""))
+            elif now - sent >= safe:
+                checked = True
+                if await self._lease_holds(d, LeaseCheck(d.tag, sent, now, ack_wait, self.heartbeat_timeout)):
+                    run.append(d)
+                else:
+                    done.append((d, Outcome.SKIPPED, ""))
+            else:
+                run.append(d)
+        if done:
+            self._tally.count(stale_skipped=len(done))
+        if not run:
+            return done
+        started = self._clock.monotonic() if checked else now
+        ledger.start_batch(run, started)
+        self._tally.count(handled=len(run))
+        limit = batch_limit(run, self.time_limit)
+        try:
+            if limit is None:
+                value = await self._call(run, Cancellation())
+            else:
+                finished, value = await self._call_within(run, limit)
+                if not finished:
+                    self._tally.count(timed_out=len(run))
+                    text = str(TimeLimitExceeded(limit))
+                    return done + [(d, Outcome.TIMEOUT, text) for d in run]
+            return done + outcomes_of(run, value, self._consumer_settings())
+        except Exception as exc:
+            return done + failed_batch(run, exc)
+        finally:
+            ledger.stop_batch([d.tag for d in run])
+
     def _consumer_settings(self) -> Settings:
         assert self.consumer is not None
         return self.consumer.last_settings
 
-    async def _call(self, d: Delivery, cancellation: Cancellation) -> Any:
-        """The handler's return value."""
+    async def _call(self, d: Any, cancellation: Cancellation) -> Any:
+        """The handler's return value (``d`` is a list of deliveries for a
+        batch handler)."""
         cancel_mod.enter(cancellation)  # this task's context; to_thread copies it
         if self._coroutine:
             return await self.handler(d)
         return await asyncio.to_thread(self.handler, d)
 
-    async def _call_within(self, d: Delivery, limit: float) -> tuple[bool, Any]:
+    async def _call_within(self, d: Any, limit: float) -> tuple[bool, Any]:
         """Runs the handler as a task of its own for up to ``limit`` seconds:
         (True, its return value), or (False, None) when it ran past it: the
         task is then cancelled and left to end on its own (a handler that
         ignores the cancellation cannot hold the worker up or ack later),
         its outcome discarded."""
         cancellation = Cancellation(limit)
-        run = asyncio.get_running_loop().create_task(self._call(d, cancellation), name=f"rqueue-handler {d.tag}")
+        what = f"a batch of {len(d)} from {d[0].tag}" if isinstance(d, list) else d.tag
+        run = asyncio.get_running_loop().create_task(self._call(d, cancellation), name=f"rqueue-handler {what}")
         try:
             done, _ = await asyncio.wait({run}, timeout=limit)
         except asyncio.CancelledError:
@@ -445,7 +536,7 @@ class Worker:
             raise
         if done:
             return True, run.result()  # its exception, if any, is the handler's outcome
-        log.warning("handler ran past its time limit of %g s on %s: nacked (timeout)", limit, d.tag)
+        log.warning("handler ran past its time limit of %g s on %s: nacked (timeout)", limit, what)
         cancellation.cancel()
         run.cancel()
         self._abandoned.add(run)

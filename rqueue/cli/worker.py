@@ -12,7 +12,7 @@ import click
 
 import rqueue
 from rqueue.cli.common import connection, require_url
-from rqueue.worker import TRANSIENT, worker_for
+from rqueue.worker import TRANSIENT, BatchHandler, worker_for
 from rqueue.worker.loading import load_handler
 from rqueue.worker.processes import InProcess
 
@@ -33,7 +33,14 @@ from rqueue.worker.processes import InProcess
     "--prefetch",
     type=click.IntRange(1),
     default=None,
-    help="Deliveries held at most, running or waiting for a thread [default: 2 x concurrency].",
+    help="Deliveries held at most, running or waiting for a thread [default: 2 x concurrency, x --batch].",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 10_000),
+    default=None,
+    help="Call HANDLER with lists of up to this many deliveries; it returns their outcomes "
+    "(rqueue.BatchHandler, docs/worker.md). A function decorated with rqueue.batch_handler is one already.",
 )
 @click.option("--name", default=None, help="Consumer name [default: host-pid-random].")
 @click.option(
@@ -92,6 +99,7 @@ def worker(
     group: str,
     concurrency: int,
     prefetch: int | None,
+    batch: int | None,
     name: str | None,
     heartbeat_timeout: float,
     grace_period: float,
@@ -111,8 +119,14 @@ def worker(
     Redis stayed unreachable, 2 for bad arguments.
     """
     require_url(obj["url"])
+    if batch is not None and processes:
+        raise click.UsageError("--batch and --processes do not go together: a child process runs one delivery per call")
     logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    fn = InProcess(handler) if processes else load_handler(handler)
+    fn: Any = InProcess(handler) if processes else load_handler(handler)
+    if processes and isinstance(load_handler(handler), BatchHandler):
+        raise click.UsageError(f"{handler} is a batch handler: --processes runs one delivery per call")
+    if batch is not None:
+        fn = BatchHandler(fn.function if isinstance(fn, BatchHandler) else fn, batch)
     with connection(obj["url"], obj["prefix"]) as client:
         q = client.queue(queue_name)
         metrics = None

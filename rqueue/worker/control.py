@@ -18,12 +18,12 @@ from ..constants import (
     DEFAULT_HEARTBEAT_TIMEOUT,
     DEFAULT_MAX_RUN_TIME,
     DEFAULT_RECONNECT_TIMEOUT,
-    WORKER_PREFETCH_PER_THREAD,
 )
 from ..errors import InvalidInput
 from ..names import check_name
 from ..partitions import PartitionedQueue
 from ..queue import Queue
+from .batch import default_prefetch
 from .dispatcher import Dispatcher
 from .handlers import Handler, Handlers
 from .heartbeat import Heartbeat
@@ -56,6 +56,12 @@ class Worker:
     ``concurrency`` handler threads run; the worker holds up to
     ``prefetch`` deliveries (default ``2 * concurrency``), the ones without
     a free thread waiting with their leases kept alive.
+
+    ``handler`` may be a :class:`rqueue.BatchHandler` (or a function
+    decorated with :func:`rqueue.batch_handler`): it then takes a list of up
+    to its ``size`` deliveries and returns their outcomes, the default
+    ``prefetch`` is ``2 * concurrency * size``, and ``time_limit`` bounds
+    each call (docs/worker.md, "Batch handlers").
 
     :meth:`run` blocks until :meth:`stop` (or SIGTERM / SIGINT when run in the
     main thread): fetching stops, deliveries not started are handed back
@@ -124,7 +130,7 @@ class Worker:
         self.handler = handler
         self.concurrency = concurrency
         self.name = name
-        self.prefetch = prefetch if prefetch is not None else concurrency * WORKER_PREFETCH_PER_THREAD
+        self.prefetch = prefetch if prefetch is not None else default_prefetch(handler, concurrency)
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
         self.max_run_time = max_run_time

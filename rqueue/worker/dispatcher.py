@@ -100,8 +100,7 @@ class Dispatcher:
             if deliveries:
                 self._tally.count(fetched=len(deliveries), redelivered=sum(1 for d in deliveries if d.redelivered))
                 ledger.wait(deliveries, sent)
-                for d in deliveries:
-                    self._handlers.submit(d)
+                self._handlers.submit_all(deliveries)
                 continue
             if acks or others:
                 continue

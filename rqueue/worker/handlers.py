@@ -17,6 +17,7 @@ from ..constants import STALE_DISPATCH_FRACTION
 from ..errors import DeliveryError, Reject, TimeLimitExceeded
 from ..timelimits import Cancellation, time_limit_for
 from ..tracing import processing
+from .batch import BatchHandler, failed_batch, outcomes_of
 from .ledger import Ledger
 from .limits import Run, TimeLimits
 from .outcome import Detail, Outcome, ack_detail
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rqueue.worker")
 
-Handler = Callable[["Delivery"], Any]
+Handler = Callable[["Delivery"], Any] | BatchHandler
+Done = list[tuple["Delivery", Outcome, Detail]]
 
 # Checks with Redis of one delivery before its handler runs, each answered
 # later than the stale age; then it is left to run out and be offered again.
@@ -76,9 +78,16 @@ class LeaseCheck:
         self._vouched, self.now = self.now, now
 
 
+def batch_limit(deliveries: list[Delivery], default: float | None) -> float | None:
+    """The time limit of a batch: the shortest of its messages' limits."""
+    limits = [limit for d in deliveries if (limit := time_limit_for(d.headers, default)) is not None]
+    return min(limits) if limits else None
+
+
 class Handlers:
     """``concurrency`` threads that run ``handler`` on the deliveries
-    :meth:`submit` gives them."""
+    :meth:`submit_all` gives them: one at a time, or a
+    :class:`~rqueue.worker.batch.BatchHandler` on lists of up to its size."""
 
     def __init__(
         self,
@@ -108,23 +117,34 @@ class Handlers:
         self._stopping = stopping
         self._ack_wait = ack_wait
         self._heartbeat_timeout = heartbeat_timeout
-        self._tasks: queue_module.SimpleQueue[Delivery | None] = queue_module.SimpleQueue()
+        # A delivery, or a batch handler's batch.
+        self._tasks: queue_module.SimpleQueue[Delivery | list[Delivery] | None] = queue_module.SimpleQueue()
+        self._batch = handler.size if isinstance(handler, BatchHandler) else 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._time_limit = time_limit
         self._limits = TimeLimits(ledger, clock, self._timed_out, interrupt)
 
     def start(self) -> None:
         """Starts the threads (and the event loop of a coroutine handler)."""
-        if inspect.iscoroutinefunction(self.handler):
+        handler = self.handler
+        if handler.coroutine if isinstance(handler, BatchHandler) else inspect.iscoroutinefunction(handler):
             self._loop = asyncio.new_event_loop()
             loop_thread = threading.Thread(target=self._loop.run_forever, name="rqueue-async", daemon=True)
             loop_thread.start()
         for i in range(self.concurrency):
             threading.Thread(target=self._work, name=f"rqueue-handler-{i}", daemon=True).start()
 
-    def submit(self, d: Delivery) -> None:
-        """Queues a delivery that waits in the ledger for a thread."""
-        self._tasks.put(d)
+    def submit_all(self, deliveries: list[Delivery]) -> None:
+        """Queues deliveries that wait in the ledger for a thread: one by
+        one, or a batch handler's in lists of up to its size."""
+        put = self._tasks.put
+        size = self._batch
+        if size:
+            for i in range(0, len(deliveries), size):
+                put(deliveries[i : i + size])
+        else:
+            for d in deliveries:
+                put(d)
 
     def stop(self) -> None:
         """Ends each thread once it has finished its current delivery."""
@@ -141,6 +161,10 @@ class Handlers:
             d = self._tasks.get()
             if d is None:
                 return
+            if isinstance(d, list):
+                if self._work_batch(d):
+                    continue
+                return
             try:
                 done = self._handle(d)
             except TimeLimitExceeded:
@@ -153,15 +177,17 @@ class Handlers:
                 # It ran past its time limit, was nacked, and this thread was
                 # replaced meanwhile: its result is discarded, and it ends.
                 return
-            ledger.result(d, done[0], done[1])
-            notifier.poke()
+            if ledger.result(d, done[0], done[1]):
+                notifier.poke()  # else the dispatcher was woken already
 
-    def _timed_out(self, d: Delivery, limit: float) -> None:
+    def _timed_out(self, deliveries: list[Delivery], limit: float) -> None:
         """A handler ran past its time limit (the TimeLimits thread, after
-        taking it from the running ones): its nack goes to the dispatcher,
-        and a new thread takes the place of the one still running it."""
-        self._tally.count(timed_out=1)
-        self._ledger.result(d, Outcome.TIMEOUT, str(TimeLimitExceeded(limit)))
+        taking its deliveries from the running ones): their nacks go to the
+        dispatcher, and a new thread takes the place of the one still
+        running it."""
+        self._tally.count(timed_out=len(deliveries))
+        text = str(TimeLimitExceeded(limit))
+        self._ledger.results([(d, Outcome.TIMEOUT, text) for d in deliveries])
         self._notifier.poke()
         threading.Thread(target=self._work, name="rqueue-handler", daemon=True).start()
 
@@ -181,23 +207,20 @@ class Handlers:
             return Outcome.SKIPPED, ""
         # One clock reading per message: with a quick handler this
         # bookkeeping is most of a handler thread's work.
-        check = LeaseCheck(d.tag, taken, self._clock.monotonic(), self._ack_wait(), self._heartbeat_timeout)
-        while check.wanted():
-            if check.exhausted():
+        started = self._clock.monotonic()
+        ack_wait = self._ack_wait()
+        if started - taken >= min(ack_wait, self._heartbeat_timeout) * STALE_DISPATCH_FRACTION:
+            check = LeaseCheck(d.tag, taken, started, ack_wait, self._heartbeat_timeout)
+            if not self._lease_holds(d, check):
                 self._tally.count(stale_skipped=1)
                 return Outcome.SKIPPED, ""
-            if not self._still_held(d):
-                check.lost()
-                self._tally.count(stale_skipped=1)
-                return Outcome.SKIPPED, ""
-            check.vouched(self._clock.monotonic())  # the check's time is not the handler's (max_run_time)
-        started = check.now
+            started = check.now
         limit = time_limit_for(d.headers, self._time_limit)
         cancellation = Cancellation(limit)
         run = None
         self._ledger.start(d, started)
         if limit is not None:
-            run = Run(d, limit, cancellation)
+            run = Run([d], limit, cancellation)
             self._limits.watch(run, started)
         self._tally.handled()
         done: tuple[Outcome, Detail]
@@ -227,8 +250,113 @@ class Handlers:
                 metrics.handler_seconds.observe(self._clock.monotonic() - started)
         return done if mine else None
 
-    def _call(self, d: Delivery, cancellation: Cancellation, run: Run | None) -> Any:
-        """The handler's return value."""
+    def _lease_holds(self, d: Delivery, check: LeaseCheck) -> bool:
+        """Whether Redis still holds the lease of ``d`` for this worker, asked
+        only when the delivery waited long (``check``); ``check.now`` is then
+        when the handler may start."""
+        while check.wanted():
+            if check.exhausted():
+                return False
+            if not self._still_held(d):
+                check.lost()
+                return False
+            check.vouched(self._clock.monotonic())  # the check's time is not the handler's (max_run_time)
+        return True
+
+    # -- batch handlers ---------------------------------------------------------
+
+    def _work_batch(self, deliveries: list[Delivery]) -> bool:
+        """Runs the batch handler on ``deliveries`` and hands their outcomes
+        to the dispatcher; False when the thread was replaced (the batch ran
+        past its time limit) and ends."""
+        try:
+            done, replaced = self._handle_batch(deliveries)
+        except TimeLimitExceeded:
+            return False  # interrupted just after its handler ended: timed out, replaced
+        except BaseException as exc:  # never lose the slot or the results
+            log.error(
+                "could not run the batch handler on %d deliveries from %s: %s: %s",
+                len(deliveries),
+                deliveries[0].tag,
+                type(exc).__name__,
+                exc,
+            )
+            self._ledger.stop_batch([d.tag for d in deliveries])
+            done, replaced = [(d, Outcome.SKIPPED, "") for d in deliveries], False
+        self._report(done)
+        return not replaced
+
+    def _report(self, done: Done) -> None:
+        if done and self._ledger.results(done):
+            self._notifier.poke()
+
+    def _handle_batch(self, deliveries: list[Delivery]) -> tuple[Done, bool]:
+        """The outcomes of a batch (or, when its time limit took it first,
+        none and True). Those it does not run are reported at once: the
+        dispatcher forgets a delivery only from its result, also when this
+        thread is replaced or interrupted afterwards."""
+        ledger = self._ledger
+        taken = ledger.take_batch([d.tag for d in deliveries], self._stopping)
+        if taken is None:
+            return [(d, Outcome.RETURNED, "") for d in deliveries], False
+        done: Done = []
+        run: list[Delivery] = []
+        epoch_for = self._consumer.epoch_for
+        now = self._clock.monotonic()
+        ack_wait = self._ack_wait()
+        safe = min(ack_wait, self._heartbeat_timeout) * STALE_DISPATCH_FRACTION
+        checked = False
+        for d, sent in zip(deliveries, taken, strict=True):
+            # As for one delivery: never run one whose lease was lost while it
+            # waited, or made before Redis lost the queue's state, or (when
+            # it waited long) one Redis no longer holds for this worker.
+            if sent is None or d.epoch != epoch_for(d):
+                done.append((d, Outcome.SKIPPED, ""))
+            elif now - sent >= safe:
+                checked = True
+                if self._lease_holds(d, LeaseCheck(d.tag, sent, now, ack_wait, self._heartbeat_timeout)):
+                    run.append(d)
+                else:
+                    done.append((d, Outcome.SKIPPED, ""))
+            else:
+                run.append(d)
+        if done:
+            self._tally.count(stale_skipped=len(done))
+            self._report(done)
+        if not run:
+            return [], False
+        started = self._clock.monotonic() if checked else now
+        limit = batch_limit(run, self._time_limit)
+        cancellation = Cancellation(limit)
+        timed = None
+        tags = [d.tag for d in run]
+        ledger.start_batch(run, started)
+        if limit is not None:
+            timed = Run(run, limit, cancellation)
+            self._limits.watch(timed, started)
+        self._tally.count(handled=len(run))
+        try:
+            value = self._call(run, cancellation, timed)
+            outcomes = outcomes_of(run, value, self._consumer.last_settings)
+        except Exception as exc:
+            outcomes = failed_batch(run, exc)
+        except BaseException:
+            if cancellation.cancelled:  # the time limit's cancel, or its interrupt
+                return [], True
+            raise
+        finally:
+            if timed is not None:
+                timed.left_handler()
+            # False when the time limit took the batch first: already nacked.
+            mine = ledger.stop_batch(tags)
+            metrics = self._tally.metrics
+            if metrics is not None:
+                metrics.handler_seconds.observe(self._clock.monotonic() - started)
+        return (outcomes, False) if mine else ([], True)
+
+    def _call(self, d: Any, cancellation: Cancellation, run: Run | None) -> Any:
+        """The handler's return value (``d`` is a list of deliveries for a
+        batch handler)."""
         if self._loop is not None:
             future = asyncio.run_coroutine_threadsafe(self._run_coroutine(d, cancellation), self._loop)
             if run is not None:
@@ -245,7 +373,7 @@ class Handlers:
         finally:
             cancel_mod.leave(token)
 
-    async def _run_coroutine(self, d: Delivery, cancellation: Cancellation) -> Any:
+    async def _run_coroutine(self, d: Any, cancellation: Cancellation) -> Any:
         cancel_mod.enter(cancellation)  # in the task's own context
         return await self.handler(d)
 

@@ -114,6 +114,16 @@ class Ledger:
             waited = self._waiting.pop(tag, None)
         return Outcome.SKIPPED if waited is None else waited[1]
 
+    def take_batch(self, tags: list[str], stopping: threading.Event) -> list[float | None] | None:
+        """:meth:`take` for a batch under one lock: for each tag when its
+        fetch was sent, or None when it is no longer waiting; None for all
+        when the worker is stopping."""
+        with self._lock:
+            if stopping.is_set():
+                return None
+            pop = self._waiting.pop
+            return [None if (w := pop(tag, None)) is None else w[1] for tag in tags]
+
     def start(self, d: Delivery, started: float) -> None:
         """Records that a handler runs ``d`` since ``started``."""
         with self._lock:
@@ -126,9 +136,38 @@ class Ledger:
         with self._lock:
             return self._running.pop(tag, None) is not None
 
-    def result(self, d: Delivery, outcome: Outcome, text: Detail) -> None:
-        """Hands the outcome of ``d`` to the dispatcher."""
-        self._results.append((d, outcome, text))
+    def start_batch(self, deliveries: list[Delivery], started: float) -> None:
+        """:meth:`start` for a batch under one lock."""
+        with self._lock:
+            running = self._running
+            for d in deliveries:
+                running[d.tag] = (d, started)
+
+    def stop_batch(self, tags: list[str]) -> bool:
+        """:meth:`stop` for a batch under one lock: False when none of it
+        was running any more (its time limit took it first: the batch
+        leaves the running set whole, in one call or the other)."""
+        with self._lock:
+            pop = self._running.pop
+            return sum(1 for tag in tags if pop(tag, None) is not None) > 0
+
+    def result(self, d: Delivery, outcome: Outcome, text: Detail) -> bool:
+        """Hands the outcome of ``d`` to the dispatcher; True when none was
+        waiting before it (the caller then wakes the dispatcher: one wake-up
+        per drain, not per result, since the dispatcher looks at the results
+        before it sleeps)."""
+        results = self._results
+        first = not results
+        results.append((d, outcome, text))
+        return first
+
+    def results(self, done: list[tuple[Delivery, Outcome, Detail]]) -> bool:
+        """Hands the outcomes of a batch to the dispatcher; True as for
+        :meth:`result`."""
+        results = self._results
+        first = not results
+        results.extend(done)
+        return first
 
     # -- the heartbeat ----------------------------------------------------------
 

@@ -32,10 +32,11 @@ LOOK_INTERVAL = 0.1
 class Run:
     """One run of a handler under a time limit."""
 
-    __slots__ = ("delivery", "limit", "cancellation", "thread_id", "future", "in_handler", "lock")
+    __slots__ = ("deliveries", "limit", "cancellation", "thread_id", "future", "in_handler", "lock")
 
-    def __init__(self, delivery: Delivery, limit: float, cancellation: Cancellation) -> None:
-        self.delivery = delivery
+    def __init__(self, deliveries: list[Delivery], limit: float, cancellation: Cancellation) -> None:
+        #: The run's delivery, or a batch handler's deliveries (under one limit).
+        self.deliveries = deliveries
         self.limit = limit
         self.cancellation = cancellation
         self.thread_id = threading.get_ident()
@@ -51,13 +52,13 @@ class Run:
 
 
 class TimeLimits:
-    """Watches the runs under a time limit; ``on_timeout(delivery, limit)``
+    """Watches the runs under a time limit; ``on_timeout(deliveries, limit)``
     is called once for each that ran past it, after the ledger no longer
     counts it as running. With ``interrupt``, TimeLimitExceeded is also
     raised in the handler's thread (PyThreadState_SetAsyncExc)."""
 
     def __init__(
-        self, ledger: Ledger, clock: Clock, on_timeout: Callable[[Delivery, float], None], interrupt: bool
+        self, ledger: Ledger, clock: Clock, on_timeout: Callable[[list[Delivery], float], None], interrupt: bool
     ) -> None:
         self._ledger = ledger
         self._clock = clock
@@ -100,12 +101,14 @@ class TimeLimits:
             try:
                 self._expire(run)
             except Exception:  # never let the thread die: the next limits still matter
-                log.exception("could not end the run of %s at its time limit", run.delivery.tag)
+                log.exception("could not end the run of %s at its time limit", run.deliveries[0].tag)
 
     def _expire(self, run: Run) -> None:
-        if not self._ledger.stop(run.delivery.tag):
+        ds = run.deliveries
+        if not self._ledger.stop_batch([d.tag for d in ds]):
             return  # the handler finished first
-        log.warning("handler ran past its time limit of %g s on %s: nacked (timeout)", run.limit, run.delivery.tag)
+        what = ds[0].tag if len(ds) == 1 else f"a batch of {len(ds)} from {ds[0].tag}"
+        log.warning("handler ran past its time limit of %g s on %s: nacked (timeout)", run.limit, what)
         run.cancellation.cancel()
         if run.future is not None:
             run.future.cancel()  # a coroutine handler: its task is cancelled
@@ -113,7 +116,7 @@ class TimeLimits:
             with run.lock:
                 if run.in_handler:
                     interrupt(run.thread_id)
-        self._on_timeout(run.delivery, run.limit)
+        self._on_timeout(ds, run.limit)
 
 
 def interrupt(thread_id: int) -> None:

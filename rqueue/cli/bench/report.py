@@ -36,8 +36,8 @@ def figures(series: dict[str, Series], groups: Sequence[str]) -> dict[str, Any]:
         if median is not None:
             if spec.ratio_to == "streams" and theirs and theirs["median"]:
                 ratio = median / theirs["median"]
-            elif spec.ratio_to == "sweep_base" and medians.get("sweep_base"):
-                ratio = median / medians["sweep_base"]
+            elif spec.ratio_to and spec.ratio_to != "streams" and medians.get(spec.ratio_to):
+                ratio = median / medians[spec.ratio_to]
         out[spec.key] = {
             "group": spec.group,
             "label": spec.label,
@@ -124,6 +124,8 @@ def render_text(report: dict[str, Any]) -> str:
         ratio = f"{f['ratio']:.2f}x" if f["ratio"] is not None else "-"
         if f["ratio_to"] == "sweep_base" and f["ratio"] is not None:
             ratio += " base"
+        elif f["ratio_to"] == "worker_ref" and f["ratio"] is not None:
+            ratio += " ref"
         target = f["target"]
         met = "-" if not target or target["met"] is None else ("yes" if target["met"] else "NO")
         rows.append(

@@ -56,7 +56,7 @@ class Spec:
     unit: str
     streams: str | None = None  # label of the Streams counterpart
     target: Target | None = None
-    ratio_to: str | None = None  # "streams", "sweep_base" or None
+    ratio_to: str | None = None  # "streams", another figure's key ("sweep_base", "worker_ref") or None
 
     @property
     def better(self) -> str:
@@ -126,6 +126,39 @@ SPECS: tuple[Spec, ...] = (
         "XREADGROUP COUNT 100 + XACK",
         Target(">= 20,000 msg/s", "value_min", 20_000),
         "streams",
+    ),
+    Spec(
+        "worker_ref",
+        "worker",
+        "fetch(100) + ack(list): the worker figures' reference",
+        "msg/s",
+    ),
+    Spec(
+        "worker_msg",
+        "worker",
+        "Worker, no-op handler, concurrency 8 (vs reference)",
+        "msg/s",
+        None,
+        None,
+        "worker_ref",
+    ),
+    Spec(
+        "worker_batch",
+        "worker",
+        "Worker, batch handler of 100, one thread",
+        "msg/s",
+        None,
+        Target(">= 100,000 msg/s", "value_min", 100_000),
+        "worker_ref",
+    ),
+    Spec(
+        "worker_aio_batch",
+        "worker",
+        "aio.Worker, coroutine batch handler of 100, one task",
+        "msg/s",
+        None,
+        Target(">= 100,000 msg/s", "value_min", 100_000),
+        "worker_ref",
     ),
     Spec(
         "latency_p50",

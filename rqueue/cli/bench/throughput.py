@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import threading
 import time
 from typing import Any
 
 import rqueue
+import rqueue.aio
 from rqueue.cli.bench.base import BenchBase, fresh_queue
 from rqueue.cli.bench.spec import BATCH, GROUP, HUGE_INFLIGHT, LONG_WAIT, BenchError, noop, payload
 from rqueue.constants import MAX_FETCH
@@ -162,7 +164,11 @@ class ThroughputFigures(BenchBase):
 
     # -- worker ------------------------------------------------------------------
 
-    def rq_worker(self, n: int) -> tuple[float, dict[str, float]]:
+    def rq_worker(self, n: int, kind: str = "msg") -> tuple[float, dict[str, float]]:
+        """A worker on n queued messages: ``msg`` a no-op handler on 8
+        threads, ``batch`` a batch handler of 100 on one thread, ``aio_batch``
+        a coroutine batch handler of 100 on one asyncio task. The rate is
+        (N-1) / (first handler start -> all acks confirmed)."""
         # A client of its own: the worker's wake-up subscription ends with it.
         with rqueue.connect(self.url, prefix=self.prefix) as client:
             q = fresh_queue(client, self._name("worker"))
@@ -171,17 +177,36 @@ class ThroughputFigures(BenchBase):
             state: dict[str, Any] = {"count": 0, "first": None, "last": None}
             finished = threading.Event()
 
-            def handler(d: rqueue.Delivery) -> None:
+            def seen(k: int) -> None:
                 now = time.time()
                 with lock:
                     if state["first"] is None:
                         state["first"] = now
-                    state["count"] += 1
-                    if state["count"] == n:
+                    state["count"] += k
+                    if state["count"] >= n and state["last"] is None:
                         state["last"] = time.time()
                         finished.set()
 
-            worker = rqueue.Worker(q, GROUP, handler, concurrency=8)
+            def handler(d: rqueue.Delivery) -> None:
+                seen(1)
+
+            @rqueue.batch_handler(size=BATCH)
+            def batch(ds: list[rqueue.Delivery]) -> list[bool]:
+                seen(len(ds))
+                return [True] * len(ds)
+
+            @rqueue.batch_handler(size=BATCH)
+            async def aio_batch(ds: list[rqueue.Delivery]) -> list[bool]:
+                seen(len(ds))
+                return [True] * len(ds)
+
+            if kind == "aio_batch":
+                return self._aio_worker(q.name, n, aio_batch, state, finished)
+            worker = (
+                rqueue.Worker(q, GROUP, batch, concurrency=1, scheduler=False)
+                if kind == "batch"
+                else rqueue.Worker(q, GROUP, handler, concurrency=8)
+            )
             worker.start()
             try:
                 if not finished.wait(self.child_timeout(n)):
@@ -202,12 +227,45 @@ class ThroughputFigures(BenchBase):
                 "fetched": worker.stats.fetched,
             }
 
+    def _aio_worker(
+        self, queue: str, n: int, handler: Any, state: dict[str, Any], finished: threading.Event
+    ) -> tuple[float, dict[str, float]]:
+        """rq_worker's aio_batch case: an rqueue.aio.Worker on its own loop."""
+
+        async def main() -> tuple[float, dict[str, float]]:
+            client = await rqueue.aio.connect(self.url, prefix=self.prefix)
+            try:
+                worker = rqueue.aio.Worker(client.queue(queue), GROUP, handler, concurrency=1)
+                task = asyncio.create_task(worker.run(install_signal_handlers=False))
+                deadline = time.monotonic() + self.child_timeout(n)
+                while worker.stats.acked < n:
+                    if task.done() or time.monotonic() > deadline:
+                        raise BenchError(f"the aio worker confirmed {worker.stats.acked} of {n} acks in time")
+                    await asyncio.sleep(0.0005)
+                acked_at = time.time()
+                worker.stop()
+                await task
+            finally:
+                await client.close()
+            return (n - 1) / (acked_at - state["first"]), {"fetched": worker.stats.fetched}
+
+        return asyncio.run(main())
+
     def run_worker(self) -> None:
         n = self.config.messages
         for _ in self.runs("worker", f"Worker, concurrency 8, no-op handler, {n:,} messages"):
             rate, extra = self.rq_worker(n)
             srate, _ = self.st_consume(n, BATCH)
             self.record("worker", n, rate, srate, extra)
+            self.cleanup()
+        # The worker modes and their reference, fetch(100)+ack(list), in turns:
+        # each run meets the same background load.
+        for _ in self.runs("worker", f"reference, Worker per message and batch, aio batch, {n:,} messages each"):
+            ref, _ = self.rq_consume(n, BATCH)
+            self.record("worker_ref", n, ref)
+            for key, kind in (("worker_msg", "msg"), ("worker_batch", "batch"), ("worker_aio_batch", "aio_batch")):
+                rate, extra = self.rq_worker(n, kind)
+                self.record(key, n, rate, None, extra)
             self.cleanup()
 
     # -- size sweep --------------------------------------------------------------
