@@ -168,7 +168,7 @@ class _Examination:
         if "inc" in meta and not meta["inc"].strip():
             self.add(Kind.INCARNATION_EMPTY, keys.meta, "field inc (the queue's incarnation id) is empty")
         for group in sorted(floors):
-            self.group(group, floors[group], last if meta.get("seq") is not None else None)
+            self.group(group, floors[group], last if meta.get("seq") is not None else None, "prio" in meta)
         if meta.get("seq") is None:
             depth = store.hash_len(self.r, keys.msgs, self.where)
             settled = any(v != "0" for v in floors.values())
@@ -212,7 +212,8 @@ class _Examination:
                 fix=("dead-letter-seq", str(top)),
             )
 
-    def group(self, group: str, floor_text: str, last: int | None) -> None:
+    def group(self, group: str, floor_text: str, last: int | None, flow: bool = False) -> None:
+        """``flow``: the queue had priority or keyed messages (meta field prio)."""
         gk = self.keys.group(group)
         state = store.hash_all(self.r, gk.state, self.where)
         floor, cursor = _seq(floor_text), _seq(state.get("cursor"))
@@ -269,14 +270,19 @@ class _Examination:
                 group=group,
                 check=("last-below-cursor",),
             )
+        # With priority or keyed messages the floor may pass the cursor: they
+        # are settled apart from the scan, which starts above the floor.
+        below_floor = cursor < floor and not flow
+        if flow:
+            cursor = max(cursor, floor)
         behind = [
             end
             for first, end in runs
             if end > cursor and not all(s in prioritized for s in range(max(first, cursor + 1), end + 1))
         ]
-        if cursor < floor or behind:
-            kind = Kind.CURSOR_BELOW_FLOOR if cursor < floor else Kind.CURSOR_BELOW_RUN
-            what = f"below the ack floor {floor}" if cursor < floor else f"below seq {max(behind)} the group settled"
+        if below_floor or behind:
+            kind = Kind.CURSOR_BELOW_FLOOR if below_floor else Kind.CURSOR_BELOW_RUN
+            what = f"below the ack floor {floor}" if below_floor else f"below seq {max(behind)} the group settled"
             self.add(
                 kind,
                 gk.state,

@@ -9,7 +9,7 @@ import pytest
 from support.servers import wait_for
 
 import rqueue
-from rqueue import InvalidInput, QueuePaused
+from rqueue import InvalidInput, QueuePaused, doctor
 from rqueue.engine import commands
 
 # -- pause and resume of a group ----------------------------------------------------
@@ -176,6 +176,32 @@ def test_priorities_one_at_a_time_and_acks_move_the_floor(queue):
     assert got == [b"d", b"b", b"a", b"c"]
     g = queue.stats().group("g")
     assert (g.ack_floor, g.acked, g.pending, g.in_flight) == (4, 4, 0, 0)
+
+
+@pytest.mark.parametrize("kind", ["priority", "key"])
+def test_an_acked_flow_message_the_scan_has_not_passed_is_never_dead_lettered(queue, kind):
+    # given the only group's first message, a priority (or keyed) one, acked
+    # before the scan of plain messages passed it: the floor passes the cursor
+    option = {"priority": 5} if kind == "priority" else {"key": "a"}
+    c = queue.consumer("g")
+    queue.publish_many([b"1", b"2"], **option)
+    [first] = c.fetch(1)
+    first.ack()
+    assert doctor.examine(queue) == []  # a floor above the cursor is no finding here
+    # when more come and a fetch has room for the plain scan too
+    queue.publish(b"3", **option)
+    queue.publish(b"4")
+    got = []
+    while batch := c.fetch(5):
+        got += batch
+        c.ack(batch)
+    # then the rest is handed out once each, and the acked one is no dead letter
+    assert sorted(d.seq for d in got) == [2, 3, 4]
+    assert queue.dead_letters() == []
+    g = queue.stats().group("g")
+    assert (g.ack_floor, g.dead_lettered, g.in_flight) == (4, 0, 0)
+    # and the doctor finds nothing wrong
+    assert doctor.examine(queue) == []
 
 
 def test_each_group_sees_every_priority_message_once(queue):

@@ -286,7 +286,10 @@ if room > 0 and groupFields[3] ~= groupFields[2] then
     return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor holds ' .. string.sub(groupFields[2], 1, 40)
       .. ', not a seq')
   end
-  if cursor < floor then
+  -- In a queue that had priority or keyed messages (meta field "prio") the
+  -- floor may pass the cursor: those are settled apart from the scan,
+  -- which starts above the floor (below).
+  if cursor < floor and not metaFields[4] then
     return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is ' .. groupFields[2]
       .. ', below the ack floor ' .. floor .. ' (' .. floorsKey .. '): it would hand out settled messages again')
   end
@@ -493,6 +496,17 @@ if got < room then
   local cursor = (groupFields[2] or 0) + 0
   local from = cursor
   local cursorText = nil -- cursor as the field string it was last read as
+  if metaFields[4] then
+    -- Priority and keyed messages above the cursor are settled apart from
+    -- the scan, and the ack floor passes the cursor once everything up to
+    -- one of them is settled: whatever is at or below the floor is
+    -- settled (its records and log entries may be gone), so the scan
+    -- starts above it rather than taking a deleted record for a lost one.
+    local floor = tonumber(rcall('HGET', floorsKey, groupName) or '0') or 0
+    if floor > cursor then
+      cursor, cursorText = floor, string.format('%d', floor)
+    end
+  end
   -- The last seq bounds the scan. A small fetch reads the records first
   -- and the last seq only when one is missing (gone, or not published
   -- yet): a fetch of one message that is there is one call less.
