@@ -238,3 +238,20 @@ def test_a_key_leaves_nothing_behind_once_settled(client, queue, clock):
     # then the group keeps nothing of it
     gk = queue.keys.group("g")
     assert [client.redis.exists(k) for k in (gk.key_queue, gk.key_ready, gk.key_busy, gk.key_flight)] == [0, 0, 0, 0]
+
+
+@pytest.mark.sync_only("reads the group's keys")
+def test_a_keys_rate_window_goes_when_a_fetch_freed_the_key_inside_it(client, queue, clock):
+    # given keys with a rate limit, each used once: handed out, acked, and
+    # the keys freed by a fetch while their windows still count
+    client.configure("orders", key_rate_limit=5, key_rate_period=1)
+    queue.publish_many([b"a1", b"b1"], key=["a", "b"])
+    c = queue.consumer("g")
+    c.ack(c.fetch(10))
+    assert c.fetch(10) == []
+    # when the windows have passed and fetches go on
+    clock.advance(2)
+    assert c.fetch(10) == []
+    # then the group keeps nothing of the keys
+    gk = queue.keys.group("g")
+    assert [client.redis.exists(k) for k in (gk.key_queue, gk.key_ready, gk.key_busy, gk.key_flight)] == [0, 0, 0, 0]

@@ -57,13 +57,24 @@ do
         end
       end
       if #kept == 0 then
-        rcall('HDEL', keyFlightKey, key)
-        rcall('ZREM', keyBusyKey, key)
         -- Its rate window goes once nothing in it counts any more, so that a
-        -- key used once leaves nothing behind (a key in use keeps its own).
+        -- key used once leaves nothing behind. Until then the key stays in
+        -- kbusy (with no deliveries), so that a later check drops it: no
+        -- other step reads the window of a key nothing waits on.
         local window = rcall('HGET', keyFlightKey, '~' .. key)
-        if window and not (keyRateLimit and (tonumber(string.match(window, '(%d+)$')) or 0) > now - keyRatePeriod) then
-          rcall('HDEL', keyFlightKey, '~' .. key)
+        local counts = window and keyRateLimit
+          and (tonumber(string.match(window, '(%d+)$')) or 0) > now - keyRatePeriod
+        if was > 0 then
+          rcall('HDEL', keyFlightKey, key)
+        end
+        if counts then
+          rcall('ZADD', keyBusyKey, busyTurn, key)
+          busyTurn = busyTurn + 1
+        else
+          rcall('ZREM', keyBusyKey, key)
+          if window then
+            rcall('HDEL', keyFlightKey, '~' .. key)
+          end
         end
       else
         if #kept < was then
@@ -73,7 +84,9 @@ do
         busyTurn = busyTurn + 1
       end
       flights[key] = kept
-      if #kept < keyConcurrency then
+      -- A key kept for its rate window alone (nothing was out) is brought
+      -- back by the pull when a message of it comes.
+      if #kept < keyConcurrency and was > 0 then
         -- May hand out again: back to the ready keys (its turn kept if there).
         rcall('ZADD', keyReadyKey, 'NX', turn, key)
         turn = turn + 1
