@@ -176,6 +176,46 @@ def test_a_purge_settles_keyed_messages_and_strands_no_key(queue):
     assert data(c.fetch(10)) == [b"a3"]
 
 
+@pytest.mark.parametrize("kind", ["key", "priority"])
+def test_a_purge_settles_no_message_twice_and_leaves_the_other_groups_theirs(queue, kind):
+    # given groups g and h, and a keyed (or priority) message between two plain ones
+    queue.create_group("g")
+    queue.create_group("h")
+    queue.publish(b"p1")
+    queue.publish(b"x2", **{kind: "a" if kind == "key" else 5})
+    queue.publish(b"p3")
+    # when g acks x2 (handed out ahead of its cursor), then purges
+    g = queue.consumer("g")
+    [x2] = g.fetch(1)
+    x2.ack()
+    assert queue.purge("g") == {"g": 2}
+    # then g settled each message once, and h still gets all three
+    assert queue.stats().group("g").pending == 0
+    h = queue.consumer("h")
+    assert sorted(data(h.fetch(10))) == [b"p1", b"p3", b"x2"]
+    assert queue.dead_letters() == []
+
+
+@pytest.mark.sync_only("reads the group's keys")
+def test_a_purge_settles_what_it_takes_from_the_key_queue_above_the_cursor(client, queue):
+    # given a busy key's messages pulled into the group's key queue above its cursor
+    queue.publish_many([b"a1", b"a2", b"a3", b"a4"], key="a")
+    c = queue.consumer("g")
+    [a1] = c.fetch(1)
+    # when a purge's first call takes them from the key queue, and a fetch
+    # moves the cursor over them before the next call
+    call = queue.group_call("g")
+    commands.purge(call, 2)
+    assert c.fetch(10) == []
+    while commands.purge(call, 2).more:
+        pass
+    # then each is settled: once a1 is acked, nothing of the group is left
+    a1.ack()
+    assert c.fetch(10) == []
+    g = queue.stats().group("g")
+    assert (g.pending, g.ack_floor) == (0, 4)
+
+
 @pytest.mark.parametrize("bad", ["", "has space", "x" * 129, "ü", 5, b"a"])
 def test_a_bad_ordering_key_is_refused_naming_it_and_stores_nothing(queue, bad):
     with pytest.raises(InvalidInput, match="key"):
