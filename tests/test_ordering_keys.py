@@ -141,6 +141,24 @@ def test_a_key_over_its_rate_limit_is_passed_over_and_the_fetch_says_when_to_com
     assert len(c.fetch(100)) == 4
 
 
+@pytest.mark.parametrize("held", ["rate", "delay"])
+def test_keys_held_back_at_the_front_of_the_line_do_not_hold_back_a_fetch_of_one(client, queue, clock, held):
+    # given three keys in line ahead of key c, each held back: over its
+    # rate limit, or its next message delayed
+    client.configure("orders", key_concurrency=10, key_rate_limit=1, key_rate_period=60)
+    c = queue.consumer("g", prefetch=100)
+    keys = ["a", "b", "d"]
+    if held == "rate":
+        queue.publish_many([b"x"] * 3, key=keys)
+        c.ack(c.fetch(100))
+        queue.publish_many([b"x"] * 3, key=keys)
+    else:
+        queue.publish_many([b"x"] * 3, key=keys, delay=30)
+    queue.publish(b"c1", key="c")
+    # when the group fetches one, then it gets c's message at once
+    assert data(c.fetch(1)) == [b"c1"]
+
+
 def test_each_group_orders_keys_on_its_own(queue):
     queue.publish_many([b"a1", b"a2"], key="a")
     g1, g2 = queue.consumer("g1"), queue.consumer("g2")

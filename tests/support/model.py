@@ -529,6 +529,7 @@ class Model:
                 if key in passed:
                     continue
                 examined += 1
+                progress = True  # a key looked at, even one passed over
                 flight = flights.setdefault(key, list(g.kflight.get(key, [])))
                 free = conc - len(flight)
                 if free <= 0:
@@ -570,8 +571,6 @@ class Model:
                         passed.add(key)
                     g.kready[key] = turn
                     turn += 1
-                if done:
-                    progress = True
             if not progress:
                 break
 

@@ -112,7 +112,11 @@ do
         break
       end
       if not passed[key] then
+        -- A key looked at is progress even when it is passed over (it went
+        -- to the back, or left the line): the keys behind it are looked at
+        -- next, until examineAtMost.
         examined = examined + 1
+        progress = true
         local flight = flights[key]
         if flight == nil then
           flight = {}
@@ -243,14 +247,11 @@ do
             rcall('ZADD', keyReadyKey, turn, key) -- to the back
             turn = turn + 1
           end
-          if #done > 0 then
-            progress = true
-          end
         end
       end
     end
     if not progress then
-      break -- every ready key left was passed over
+      break -- every key in view was passed over already
     end
   end
   if #gone > 0 then
