@@ -302,8 +302,10 @@ class _Examination:
         a fetch again: its messages would wait for good."""
         if not queued:
             return
-        in_line = {m for key in (gk.key_ready, gk.key_busy) for page in store.zset_in_steps(self.r, key, self.where)
-                   for m, _ in page}  # fmt: skip
+        in_line: set[str] = set()
+        for line in (gk.key_ready, gk.key_busy):
+            for page in store.zset_in_steps(self.r, line, self.where):
+                in_line.update(m for m, _ in page)
         for key in sorted(queued.keys() - in_line)[:UNTRACKED_MAX]:
             self.add(
                 Kind.KEY_STRANDED,
