@@ -194,21 +194,26 @@ def test_a_purge_settles_keyed_messages_and_strands_no_key(queue):
     assert data(c.fetch(10)) == [b"a3"]
 
 
-@pytest.mark.parametrize("kind", ["key", "priority"])
-def test_a_purge_settles_no_message_twice_and_leaves_the_other_groups_theirs(queue, kind):
+@pytest.mark.parametrize("kind", ["key", "priority", "delayed priority"])
+def test_a_purge_settles_no_message_twice_and_leaves_the_other_groups_theirs(queue, clock, kind):
     # given groups g and h, and a keyed (or priority) message between two plain ones
     queue.create_group("g")
     queue.create_group("h")
     queue.publish(b"p1")
-    queue.publish(b"x2", **{kind: "a" if kind == "key" else 5})
+    if kind == "delayed priority":
+        queue.publish(b"x2", priority=5, delay=30)
+    else:
+        queue.publish(b"x2", **{kind: "a" if kind == "key" else 5})
     queue.publish(b"p3")
-    # when g acks x2 (handed out ahead of its cursor), then purges
+    # when g acks x2 (handed out ahead of its cursor; or p1, x2 waiting
+    # delayed above it), then purges
     g = queue.consumer("g")
-    [x2] = g.fetch(1)
-    x2.ack()
+    [first] = g.fetch(1)
+    first.ack()
     assert queue.purge("g") == {"g": 2}
     # then g settled each message once, and h still gets all three
     assert queue.stats().group("g").pending == 0
+    clock.advance(30)
     h = queue.consumer("h")
     assert sorted(data(h.fetch(10))) == [b"p1", b"p3", b"x2"]
     assert queue.dead_letters() == []

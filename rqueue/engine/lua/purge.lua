@@ -50,6 +50,10 @@ if last < cursor or last == 0 and rcall('EXISTS', msgsKey) == 1 then
     .. ' or the records stored')
 end
 
+-- Seqs settled by this call ahead of the range of new messages below
+-- (which passes over them): a delayed priority message waits in the delay
+-- set above the cursor, without a delivery state.
+local taken = {}
 for _, key in ipairs({readyKey, delayKey}) do
   if #seqs < limit then
     local waiting = rcall('ZRANGE', key, 0, limit - #seqs - 1)
@@ -58,6 +62,7 @@ for _, key in ipairs({readyKey, delayKey}) do
       bulk('HDEL', dlvKey, waiting)
       for _, s in ipairs(waiting) do
         seqs[#seqs + 1] = tonumber(s)
+        taken[seqs[#seqs]] = true
       end
     end
   end
@@ -76,7 +81,6 @@ end
 -- out, unless handed out meanwhile (a delivery state) or already settled
 -- (at or below the floor, or in an acked run). Those above the cursor are
 -- passed over by the range below.
-local taken = {}
 for _, key in ipairs({prioSetKey, keyQueueKey}) do
   if #seqs < limit and rcall('EXISTS', key) == 1 then
     local waiting = rcall('ZRANGE', key, 0, limit - #seqs - 1)
