@@ -288,6 +288,19 @@ def test_a_consumer_sends_the_ordering_keys_layout_once_the_queue_needs_it(queue
     assert queue.stats().group("g").acked == 1
 
 
+def test_a_consumer_keeps_sending_the_ordering_keys_layout_under_new_settings(queue, monkeypatch):
+    # given a consumer of a keyed queue, whose client reads settings anew for every call (settings_ttl=0)
+    refusals = []
+    needs = commands.needs_flow_keys
+    monkeypatch.setattr(commands, "needs_flow_keys", lambda exc: refusals.append(exc) or needs(exc))
+    queue.publish_many([b"a1", b"b1", b"c1"], key=["a", "b", "c"])
+    c = queue.consumer("g")
+    # when it fetches three times, then the short layout is refused once, not for every fetch
+    for _ in range(3):
+        c.ack(c.fetch(1))
+    assert len(refusals) == 1
+
+
 @pytest.mark.sync_only("reads the group's keys")
 def test_a_key_leaves_nothing_behind_once_settled(client, queue, clock):
     # given a key with a rate limit, its one message handed out and acked
