@@ -85,6 +85,23 @@ def test_an_expired_lease_holds_its_key_until_the_redelivery_is_acked(queue, clo
     assert data(c.fetch(10)) == [b"a2"]
 
 
+def test_a_late_ack_frees_its_key_once_and_the_next_message_goes_once(queue, clock):
+    # given w1's delivery of a1 expired and redelivered to w2
+    queue.publish_many([b"a1", b"a2", b"a3"], key="a")
+    w1, w2 = queue.consumer("g", name="w1"), queue.consumer("g", name="w2")
+    [late] = w1.fetch(10)
+    clock.advance(queue.settings().ack_wait + 1)
+    [again] = w2.fetch(10)
+    # when w1 acks late (it completes a1)
+    late.ack()
+    # then a2 goes out once, w2's delivery is stale, and a3 waits for a2
+    assert data(w2.fetch(10)) == [b"a2"]
+    assert w1.fetch(10) == []
+    with pytest.raises(rqueue.AlreadyAcked):
+        again.ack()
+    assert w1.fetch(10) == []
+
+
 @pytest.mark.parametrize("how", ["reject", "term", "max_deliveries"])
 def test_a_dead_lettered_message_unblocks_its_key(client, queue, how):
     client.configure("orders", max_deliveries=1)
