@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from support.aio_bridge import parametrize_api
 
 import rqueue
-from rqueue import InvalidInput
+from rqueue import InvalidInput, doctor
 from rqueue.cli import cli
 from rqueue.engine import commands
 
@@ -100,6 +100,36 @@ def test_a_late_ack_frees_its_key_once_and_the_next_message_goes_once(queue, clo
     with pytest.raises(rqueue.AlreadyAcked):
         again.ack()
     assert w1.fetch(10) == []
+
+
+def test_a_keyed_message_acked_ahead_of_the_cursor_is_not_met_again_by_the_scan(queue):
+    # given a1 handed out by a fetch of one (the scan of new messages did not run), and acked
+    queue.create_group("g")
+    queue.publish_many([b"a1", b"a2"], key="a")
+    queue.publish(b"p3")
+    c = queue.consumer("g")
+    [a1] = c.fetch(1)
+    a1.ack()
+    # when another keyed message comes and the group fetches the rest
+    queue.publish(b"b4", key="b")
+    got = c.fetch(10)
+    # then each goes out once, and a1 is not dead-lettered as missing
+    assert sorted(data(got)) == [b"a2", b"b4", b"p3"]
+    assert queue.dead_letters() == []
+
+
+@pytest.mark.sync_only("the doctor")
+def test_a_floor_past_the_cursor_is_no_damage_to_purge_or_the_doctor(queue):
+    # given a1 handed out by a fetch of one and acked: the floor passes the cursor
+    queue.publish_many([b"a1", b"a2"], key="a")
+    queue.publish(b"p3")
+    c = queue.consumer("g")
+    [a1] = c.fetch(1)
+    a1.ack()
+    # then the doctor finds nothing, and a purge settles the rest
+    assert doctor.examine(queue) == []
+    assert queue.purge("g") == {"g": 2}
+    assert c.fetch(10) == []
 
 
 @pytest.mark.parametrize("how", ["reject", "term", "max_deliveries"])

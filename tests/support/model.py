@@ -336,6 +336,10 @@ class Model:
         g.reopened.discard(seq)
         while g.hash_floor + 1 in g.settled:
             g.hash_floor += 1
+        if (self.priority or self.keyed) and g.cursor < g.hash_floor:
+            # settle.lua: priority and keyed messages are settled apart from
+            # the cursor, which goes up with the floor
+            g.cursor = g.hash_floor
         rec = self.records.get(seq)
         if rec is not None:
             rec.needed.discard(g.name)
@@ -482,6 +486,8 @@ class Model:
                     deliver(seq)
         if len(out) < room and (self.priority or self.keyed) and (g.kready or g.kbusy):
             self._pick_keyed(g, group, room, out, deliver)
+        if (self.priority or self.keyed) and g.cursor < g.hash_floor:
+            g.cursor = g.hash_floor  # the scan starts at the floor (fetch.lua)
         while len(out) < room and g.cursor < last:
             g.cursor += 1
             seq = g.cursor

@@ -493,6 +493,16 @@ if got < room then
   local cursor = (groupFields[2] or 0) + 0
   local from = cursor
   local cursorText = nil -- cursor as the field string it was last read as
+  if metaFields[4] then
+    -- Settling a priority or keyed message (the acks of this call, too) may
+    -- take the floor past the cursor read above: the scan starts at the
+    -- floor, as every seq up to it is settled, and the log may have
+    -- dropped those seqs (includes/settle.lua moves the stored cursor).
+    local floorNow = tonumber(rcall('HGET', floorsKey, groupName) or '0') or 0
+    if floorNow > cursor then
+      cursor, cursorText = floorNow, string.format('%d', floorNow)
+    end
+  end
   -- The last seq bounds the scan. A small fetch reads the records first
   -- and the last seq only when one is missing (gone, or not published
   -- yet): a fetch of one message that is there is one call less.
