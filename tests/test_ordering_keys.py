@@ -118,6 +118,18 @@ def test_a_keyed_message_acked_ahead_of_the_cursor_is_not_met_again_by_the_scan(
     assert queue.dead_letters() == []
 
 
+@pytest.mark.sync_only("deletes a key")
+def test_a_keyed_message_goes_out_once_when_the_log_is_deleted(client, queue):
+    # given a1 handed out by a fetch of one and acked, a2 waiting in the group's key queue
+    queue.publish_many([b"a1", b"a2"], key="a")
+    c = queue.consumer("g")
+    c.ack(c.fetch(1))
+    # when the queue's priority log is deleted and the group fetches
+    client.redis.delete(queue.keys.prio)
+    # then a2 comes once (not again from the scan of new messages)
+    assert data(c.fetch(10)) == [b"a2"]
+
+
 @pytest.mark.sync_only("the doctor")
 def test_a_floor_past_the_cursor_is_no_damage_to_purge_or_the_doctor(queue):
     # given a1 handed out by a fetch of one and acked: the floor passes the cursor

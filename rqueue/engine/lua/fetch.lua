@@ -365,7 +365,7 @@ end
 -- group's priority set, which hands out the highest priority first, then
 -- the lowest seq; the scan of new messages below passes over them. A queue
 -- that never had one reads a field more of the meta hash, nothing else.
-local fromPrioritySet = nil -- fields this call handed out from the priority set
+local fromPrioritySet = nil -- fields this call handed out from the priority set or a key's queue
 if got < room and metaFields[4] then
   fromPrioritySet = {}
   local pulledTo = tonumber(rcall('HGET', groupKey, 'pcur') or '')

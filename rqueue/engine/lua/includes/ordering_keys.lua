@@ -217,6 +217,9 @@ do
               out[#out + 1] = 1
               out[#out + 1] = recs[i]
               got = got + 1
+              -- Known to the scan below as handed out by this call (it passes
+              -- over it should the log be gone: its state is written last).
+              fromPrioritySet[#fromPrioritySet + 1] = field
               flight[#flight + 1] = field
               done[#done + 1] = members[i]
               handed = handed + 1
