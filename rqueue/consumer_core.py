@@ -110,7 +110,13 @@ class ConsumerCore:
             raise RQueueError(f"{self!r} is closed")
         seen, call = self._call_for
         if seen is not settings or call is None:
-            call = make()
+            made = make()
+            if call is not None and call.flow[0]:
+                # fetch.lua said the queue needs every key (it had priority or
+                # keyed messages): so it does under new settings too, rather
+                # than a refused call first (settings_ttl=0: every fetch)
+                made.flow[0] = True
+            call = made
             self._call_for = (settings, call)
         return call
 

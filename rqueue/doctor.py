@@ -51,6 +51,7 @@ class Kind(StrEnum):
     RECORD_MISSING = "record-missing"  # an unsettled seq without its record
     INCARNATION_EMPTY = "incarnation-empty"
     DEAD_LETTER_SEQ_TAKEN = "dead-letter-seq-taken"  # the next dead letter would overwrite one
+    KEY_STRANDED = "key-stranded"  # an ordering key with messages waiting, neither ready nor busy
 
 
 class Outcome(StrEnum):
@@ -252,9 +253,12 @@ class _Examination:
         pulled = _seq(state.get("pcur")) or floor
         waiting |= {int(m) for page in store.zset_in_steps(self.r, gk.priority, self.where) for m, _ in page}
         # Messages of ordering keys wait in the group's key queue ("<key> <seq>").
-        waiting |= {
-            int(m.rpartition(" ")[2]) for page in store.zset_in_steps(self.r, gk.key_queue, self.where) for m, _ in page
-        }
+        queued: dict[str, int] = {}  # ordering key -> its messages waiting
+        for page in store.zset_in_steps(self.r, gk.key_queue, self.where):
+            for m, _ in page:
+                key, _, seq = m.rpartition(" ")
+                waiting.add(int(seq))
+                queued[key] = queued.get(key, 0) + 1
         waiting |= {s for s in prioritized if s > pulled}
         known = max([floor, cursor, *(end for _, end in runs), *leases, *states, *waiting])
         self.highest = max(self.highest, known)
@@ -295,6 +299,29 @@ class _Examination:
         self.check_deliveries(gk, group, leases, waiting, states, members)
         self.check_untracked(gk, group, floor, cursor, runs, states.keys() | leases | waiting)
         self.check_records(gk, group, cursor, last, _seq(state.get("since")), states, runs)
+        self.check_keys(gk, group, queued)
+
+    def check_keys(self, gk: GroupKeys, group: str, queued: dict[str, int]) -> None:
+        """Every ordering key with messages waiting in the group's key queue
+        is in line: ready (kready), or busy (kbusy, which brings it back
+        once its deliveries settle). A key in neither is never looked at by
+        a fetch again: its messages would wait for good."""
+        if not queued:
+            return
+        in_line: set[str] = set()
+        for line in (gk.key_ready, gk.key_busy):
+            for page in store.zset_in_steps(self.r, line, self.where):
+                in_line.update(m for m, _ in page)
+        for key in sorted(queued.keys() - in_line)[:UNTRACKED_MAX]:
+            self.add(
+                Kind.KEY_STRANDED,
+                gk.key_queue,
+                f"ordering key {key!r} has {queued[key]} message(s) waiting but is neither ready ({gk.key_ready}) "
+                f"nor busy ({gk.key_busy}): no fetch would hand them out",
+                group=group,
+                repair="put the key at the back of the ready keys",
+                fix=("key-stranded", key),
+            )
 
     def check_runs(
         self, gk: GroupKeys, group: str, floor: int, runs: list[tuple[int, int]], state: dict[str, str]

@@ -93,6 +93,38 @@ def test_a_queue_with_ordering_keys_is_clean(client, queue):
     assert doctor.examine(queue) == []
 
 
+@pytest.mark.parametrize("deleted", ["key_busy", "key_ready"])
+def test_an_ordering_key_in_no_line_is_found_and_put_back(client, queue, clock, deleted):
+    # given key a with a1 out and a2 waiting, key b with b1 delayed and b2 behind it
+    queue.publish_many([b"a1", b"a2"], key="a")
+    queue.publish(b"b1", key="b", delay=5)
+    queue.publish(b"b2", key="b")
+    c = queue.consumer("g")
+    [a1] = c.fetch(10)
+    # when the group's busy keys or its ready keys are deleted, a1 acked and b1 due
+    client.redis.delete(getattr(queue.keys.group("g"), deleted))
+    a1.ack()
+    clock.advance(5)
+    # then the key left in no line hands out nothing (the other key flows)
+    stranded, other = ("a", [b"b1", b"b2"]) if deleted == "key_busy" else ("b", [b"a2"])
+    flowed = []
+    while got := c.fetch(10):
+        c.ack(got)
+        flowed += [d.data for d in got]
+    assert flowed == other
+    # and the doctor finds it, and its repair puts it back: its messages come, in order
+    findings = doctor.examine(queue)
+    assert [(f.kind, stranded in f.detail) for f in findings] == [(Kind.KEY_STRANDED, True)]
+    [done] = doctor.repair(queue, findings)
+    assert done.outcome is Outcome.REPAIRED
+    assert doctor.examine(queue) == []
+    flowed = []
+    while got := c.fetch(10):
+        c.ack(got)
+        flowed += [d.data for d in got]
+    assert flowed == ([b"a2"] if stranded == "a" else [b"b1", b"b2"])
+
+
 def test_deleted_lease_is_found_and_repaired_into_a_redelivery(client, queue, clock):
     # given a delivery whose lease entry was deleted, its holder gone
     a = queue.consumer("g", name="a")

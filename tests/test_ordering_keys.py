@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from support.aio_bridge import parametrize_api
 
 import rqueue
-from rqueue import InvalidInput
+from rqueue import InvalidInput, doctor
 from rqueue.cli import cli
 from rqueue.engine import commands
 
@@ -85,6 +85,65 @@ def test_an_expired_lease_holds_its_key_until_the_redelivery_is_acked(queue, clo
     assert data(c.fetch(10)) == [b"a2"]
 
 
+def test_a_late_ack_frees_its_key_once_and_the_next_message_goes_once(queue, clock):
+    # given w1's delivery of a1 expired and redelivered to w2
+    queue.publish_many([b"a1", b"a2", b"a3"], key="a")
+    w1, w2 = queue.consumer("g", name="w1"), queue.consumer("g", name="w2")
+    [late] = w1.fetch(10)
+    clock.advance(queue.settings().ack_wait + 1)
+    [again] = w2.fetch(10)
+    # when w1 acks late (it completes a1)
+    late.ack()
+    # then a2 goes out once, w2's delivery is stale, and a3 waits for a2
+    assert data(w2.fetch(10)) == [b"a2"]
+    assert w1.fetch(10) == []
+    with pytest.raises(rqueue.AlreadyAcked):
+        again.ack()
+    assert w1.fetch(10) == []
+
+
+def test_a_keyed_message_acked_ahead_of_the_cursor_is_not_met_again_by_the_scan(queue):
+    # given a1 handed out by a fetch of one (the scan of new messages did not run), and acked
+    queue.create_group("g")
+    queue.publish_many([b"a1", b"a2"], key="a")
+    queue.publish(b"p3")
+    c = queue.consumer("g")
+    [a1] = c.fetch(1)
+    a1.ack()
+    # when another keyed message comes and the group fetches the rest
+    queue.publish(b"b4", key="b")
+    got = c.fetch(10)
+    # then each goes out once, and a1 is not dead-lettered as missing
+    assert sorted(data(got)) == [b"a2", b"b4", b"p3"]
+    assert queue.dead_letters() == []
+
+
+@pytest.mark.sync_only("deletes a key")
+def test_a_keyed_message_goes_out_once_when_the_log_is_deleted(client, queue):
+    # given a1 handed out by a fetch of one and acked, a2 waiting in the group's key queue
+    queue.publish_many([b"a1", b"a2"], key="a")
+    c = queue.consumer("g")
+    c.ack(c.fetch(1))
+    # when the queue's priority log is deleted and the group fetches
+    client.redis.delete(queue.keys.prio)
+    # then a2 comes once (not again from the scan of new messages)
+    assert data(c.fetch(10)) == [b"a2"]
+
+
+@pytest.mark.sync_only("the doctor")
+def test_a_floor_past_the_cursor_is_no_damage_to_purge_or_the_doctor(queue):
+    # given a1 handed out by a fetch of one and acked: the floor passes the cursor
+    queue.publish_many([b"a1", b"a2"], key="a")
+    queue.publish(b"p3")
+    c = queue.consumer("g")
+    [a1] = c.fetch(1)
+    a1.ack()
+    # then the doctor finds nothing, and a purge settles the rest
+    assert doctor.examine(queue) == []
+    assert queue.purge("g") == {"g": 2}
+    assert c.fetch(10) == []
+
+
 @pytest.mark.parametrize("how", ["reject", "term", "max_deliveries"])
 def test_a_dead_lettered_message_unblocks_its_key(client, queue, how):
     client.configure("orders", max_deliveries=1)
@@ -141,6 +200,24 @@ def test_a_key_over_its_rate_limit_is_passed_over_and_the_fetch_says_when_to_com
     assert len(c.fetch(100)) == 4
 
 
+@pytest.mark.parametrize("held", ["rate", "delay"])
+def test_keys_held_back_at_the_front_of_the_line_do_not_hold_back_a_fetch_of_one(client, queue, clock, held):
+    # given three keys in line ahead of key c, each held back: over its
+    # rate limit, or its next message delayed
+    client.configure("orders", key_concurrency=10, key_rate_limit=1, key_rate_period=60)
+    c = queue.consumer("g", prefetch=100)
+    keys = ["a", "b", "d"]
+    if held == "rate":
+        queue.publish_many([b"x"] * 3, key=keys)
+        c.ack(c.fetch(100))
+        queue.publish_many([b"x"] * 3, key=keys)
+    else:
+        queue.publish_many([b"x"] * 3, key=keys, delay=30)
+    queue.publish(b"c1", key="c")
+    # when the group fetches one, then it gets c's message at once
+    assert data(c.fetch(1)) == [b"c1"]
+
+
 def test_each_group_orders_keys_on_its_own(queue):
     queue.publish_many([b"a1", b"a2"], key="a")
     g1, g2 = queue.consumer("g1"), queue.consumer("g2")
@@ -174,6 +251,51 @@ def test_a_purge_settles_keyed_messages_and_strands_no_key(queue):
     assert c.fetch(10) == []
     d.ack()
     assert data(c.fetch(10)) == [b"a3"]
+
+
+@pytest.mark.parametrize("kind", ["key", "priority", "delayed priority"])
+def test_a_purge_settles_no_message_twice_and_leaves_the_other_groups_theirs(queue, clock, kind):
+    # given groups g and h, and a keyed (or priority) message between two plain ones
+    queue.create_group("g")
+    queue.create_group("h")
+    queue.publish(b"p1")
+    if kind == "delayed priority":
+        queue.publish(b"x2", priority=5, delay=30)
+    else:
+        queue.publish(b"x2", **{kind: "a" if kind == "key" else 5})
+    queue.publish(b"p3")
+    # when g acks x2 (handed out ahead of its cursor; or p1, x2 waiting
+    # delayed above it), then purges
+    g = queue.consumer("g")
+    [first] = g.fetch(1)
+    first.ack()
+    assert queue.purge("g") == {"g": 2}
+    # then g settled each message once, and h still gets all three
+    assert queue.stats().group("g").pending == 0
+    clock.advance(30)
+    h = queue.consumer("h")
+    assert sorted(data(h.fetch(10))) == [b"p1", b"p3", b"x2"]
+    assert queue.dead_letters() == []
+
+
+@pytest.mark.sync_only("reads the group's keys")
+def test_a_purge_settles_what_it_takes_from_the_key_queue_above_the_cursor(client, queue):
+    # given a busy key's messages pulled into the group's key queue above its cursor
+    queue.publish_many([b"a1", b"a2", b"a3", b"a4"], key="a")
+    c = queue.consumer("g")
+    [a1] = c.fetch(1)
+    # when a purge's first call takes them from the key queue, and a fetch
+    # moves the cursor over them before the next call
+    call = queue.group_call("g")
+    commands.purge(call, 2)
+    assert c.fetch(10) == []
+    while commands.purge(call, 2).more:
+        pass
+    # then each is settled: once a1 is acked, nothing of the group is left
+    a1.ack()
+    assert c.fetch(10) == []
+    g = queue.stats().group("g")
+    assert (g.pending, g.ack_floor) == (0, 4)
 
 
 @pytest.mark.parametrize("bad", ["", "has space", "x" * 129, "ü", 5, b"a"])
@@ -225,6 +347,19 @@ def test_a_consumer_sends_the_ordering_keys_layout_once_the_queue_needs_it(queue
     assert queue.stats().group("g").acked == 1
 
 
+def test_a_consumer_keeps_sending_the_ordering_keys_layout_under_new_settings(queue, monkeypatch):
+    # given a consumer of a keyed queue, whose client reads settings anew for every call (settings_ttl=0)
+    refusals = []
+    needs = commands.needs_flow_keys
+    monkeypatch.setattr(commands, "needs_flow_keys", lambda exc: refusals.append(exc) or needs(exc))
+    queue.publish_many([b"a1", b"b1", b"c1"], key=["a", "b", "c"])
+    c = queue.consumer("g")
+    # when it fetches three times, then the short layout is refused once, not for every fetch
+    for _ in range(3):
+        c.ack(c.fetch(1))
+    assert len(refusals) == 1
+
+
 @pytest.mark.sync_only("reads the group's keys")
 def test_a_key_leaves_nothing_behind_once_settled(client, queue, clock):
     # given a key with a rate limit, its one message handed out and acked
@@ -236,5 +371,22 @@ def test_a_key_leaves_nothing_behind_once_settled(client, queue, clock):
     clock.advance(2)
     assert c.fetch(10) == []
     # then the group keeps nothing of it
+    gk = queue.keys.group("g")
+    assert [client.redis.exists(k) for k in (gk.key_queue, gk.key_ready, gk.key_busy, gk.key_flight)] == [0, 0, 0, 0]
+
+
+@pytest.mark.sync_only("reads the group's keys")
+def test_a_keys_rate_window_goes_when_a_fetch_freed_the_key_inside_it(client, queue, clock):
+    # given keys with a rate limit, each used once: handed out, acked, and
+    # the keys freed by a fetch while their windows still count
+    client.configure("orders", key_rate_limit=5, key_rate_period=1)
+    queue.publish_many([b"a1", b"b1"], key=["a", "b"])
+    c = queue.consumer("g")
+    c.ack(c.fetch(10))
+    assert c.fetch(10) == []
+    # when the windows have passed and fetches go on
+    clock.advance(2)
+    assert c.fetch(10) == []
+    # then the group keeps nothing of the keys
     gk = queue.keys.group("g")
     assert [client.redis.exists(k) for k in (gk.key_queue, gk.key_ready, gk.key_busy, gk.key_flight)] == [0, 0, 0, 0]

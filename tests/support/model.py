@@ -336,6 +336,10 @@ class Model:
         g.reopened.discard(seq)
         while g.hash_floor + 1 in g.settled:
             g.hash_floor += 1
+        if (self.priority or self.keyed) and g.cursor < g.hash_floor:
+            # settle.lua: priority and keyed messages are settled apart from
+            # the cursor, which goes up with the floor
+            g.cursor = g.hash_floor
         rec = self.records.get(seq)
         if rec is not None:
             rec.needed.discard(g.name)
@@ -482,6 +486,8 @@ class Model:
                     deliver(seq)
         if len(out) < room and (self.priority or self.keyed) and (g.kready or g.kbusy):
             self._pick_keyed(g, group, room, out, deliver)
+        if (self.priority or self.keyed) and g.cursor < g.hash_floor:
+            g.cursor = g.hash_floor  # the scan starts at the floor (fetch.lua)
         while len(out) < room and g.cursor < last:
             g.cursor += 1
             seq = g.cursor
@@ -529,6 +535,7 @@ class Model:
                 if key in passed:
                     continue
                 examined += 1
+                progress = True  # a key looked at, even one passed over
                 flight = flights.setdefault(key, list(g.kflight.get(key, [])))
                 free = conc - len(flight)
                 if free <= 0:
@@ -570,8 +577,6 @@ class Model:
                         passed.add(key)
                     g.kready[key] = turn
                     turn += 1
-                if done:
-                    progress = True
             if not progress:
                 break
 

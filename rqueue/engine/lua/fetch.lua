@@ -368,7 +368,7 @@ end
 -- group's priority set, which hands out the highest priority first, then
 -- the lowest seq; the scan of new messages below passes over them. A queue
 -- that never had one reads a field more of the meta hash, nothing else.
-local fromPrioritySet = nil -- fields this call handed out from the priority set
+local fromPrioritySet = nil -- fields this call handed out from the priority set or a key's queue
 if got < room and metaFields[4] then
   fromPrioritySet = {}
   local pulledTo = tonumber(rcall('HGET', groupKey, 'pcur') or '')
@@ -497,14 +497,13 @@ if got < room then
   local from = cursor
   local cursorText = nil -- cursor as the field string it was last read as
   if metaFields[4] then
-    -- Priority and keyed messages above the cursor are settled apart from
-    -- the scan, and the ack floor passes the cursor once everything up to
-    -- one of them is settled: whatever is at or below the floor is
-    -- settled (its records and log entries may be gone), so the scan
-    -- starts above it rather than taking a deleted record for a lost one.
-    local floor = tonumber(rcall('HGET', floorsKey, groupName) or '0') or 0
-    if floor > cursor then
-      cursor, cursorText = floor, string.format('%d', floor)
+    -- Settling a priority or keyed message (the acks of this call, too) may
+    -- take the floor past the cursor read above: the scan starts at the
+    -- floor, as every seq up to it is settled, and the log may have
+    -- dropped those seqs (includes/settle.lua moves the stored cursor).
+    local floorNow = tonumber(rcall('HGET', floorsKey, groupName) or '0') or 0
+    if floorNow > cursor then
+      cursor, cursorText = floorNow, string.format('%d', floorNow)
     end
   end
   -- The last seq bounds the scan. A small fetch reads the records first

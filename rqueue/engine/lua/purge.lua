@@ -50,6 +50,10 @@ if last < cursor or last == 0 and rcall('EXISTS', msgsKey) == 1 then
     .. ' or the records stored')
 end
 
+-- Seqs settled by this call ahead of the range of new messages below
+-- (which passes over them): a delayed priority message waits in the delay
+-- set above the cursor, without a delivery state.
+local taken = {}
 for _, key in ipairs({readyKey, delayKey}) do
   if #seqs < limit then
     local waiting = rcall('ZRANGE', key, 0, limit - #seqs - 1)
@@ -58,15 +62,25 @@ for _, key in ipairs({readyKey, delayKey}) do
       bulk('HDEL', dlvKey, waiting)
       for _, s in ipairs(waiting) do
         seqs[#seqs + 1] = tonumber(s)
+        taken[seqs[#seqs]] = true
       end
     end
   end
 end
 
+-- Settled above the floor already: in one of the group's acked runs
+-- (member: a run's first seq, score: its last).
+local function inAckedRun(s)
+  local run = rcall('ZRANGEBYSCORE', ackedKey, string.format('%d', s), '+inf', 'LIMIT', '0', '1')
+  return run[1] ~= nil and run[1] + 0 <= s
+end
+
 -- What the group pulled from the priority log and has not handed out (its
--- priority set, its ordering keys' queue) may lie below the cursor, which
--- the scan of new messages moved past it: settled here, unless handed out
--- meanwhile (a delivery state) or already settled (at or below the floor).
+-- priority set, its ordering keys' queue), below or above the cursor (the
+-- scan of new messages passes over those seqs): settled here as it is taken
+-- out, unless handed out meanwhile (a delivery state) or already settled
+-- (at or below the floor, or in an acked run). Those above the cursor are
+-- passed over by the range below.
 for _, key in ipairs({prioSetKey, keyQueueKey}) do
   if #seqs < limit and rcall('EXISTS', key) == 1 then
     local waiting = rcall('ZRANGE', key, 0, limit - #seqs - 1)
@@ -75,20 +89,23 @@ for _, key in ipairs({prioSetKey, keyQueueKey}) do
     for i, m in ipairs(waiting) do
       fields[i] = string.format('%d', tonumber(string.match(m, '(%d+)$')) or 0)
     end
+    local runsExist = rcall('EXISTS', ackedKey) == 1
     for i, state in ipairs(bulkGet(dlvKey, fields)) do
       local s = fields[i] + 0
-      if not state and s > floor and s <= cursor then
+      if not state and s > floor and s <= last and not taken[s] and not (runsExist and inAckedRun(s)) then
         seqs[#seqs + 1] = s
+        taken[s] = true
       end
     end
   end
 end
 
 local upto = math.min(last, cursor + limit - #seqs)
--- A message published with a priority (meta field "prio") may be in flight
--- above the cursor (fetch hands those out apart from the cursor): a seq
--- with a delivery state is left to its consumer.
-local inFlight = {}
+-- A message published with a priority or a key (meta field "prio") may be
+-- in flight above the cursor, or acked there (fetch hands those out apart
+-- from the cursor): a seq with a delivery state is left to its consumer,
+-- and one in an acked run is settled already, as is one taken above.
+local passOver = taken
 if upto > cursor and rcall('HEXISTS', metaKey, 'prio') == 1 then
   local range = {}
   for s = cursor + 1, upto do
@@ -96,12 +113,21 @@ if upto > cursor and rcall('HEXISTS', metaKey, 'prio') == 1 then
   end
   for i, state in ipairs(bulkGet(dlvKey, range)) do
     if state then
-      inFlight[range[i]] = true
+      passOver[range[i]] = true
+    end
+  end
+  -- The runs that end above the cursor, as many as the range has seqs:
+  -- runs are disjoint, so those hold every run that meets the range.
+  local runs = rcall('ZRANGEBYSCORE', ackedKey, string.format('%d', cursor + 1), '+inf', 'WITHSCORES', 'LIMIT', '0',
+    string.format('%d', upto - cursor))
+  for i = 1, #runs, 2 do
+    for s = math.max(runs[i] + 0, cursor + 1), math.min(runs[i + 1] + 0, upto) do
+      passOver[s] = true
     end
   end
 end
 for s = cursor + 1, upto do
-  if not inFlight[s] then
+  if not passOver[s] then
     seqs[#seqs + 1] = s
   end
 end

@@ -30,6 +30,10 @@
         or below its cursor) that is not settled and has no delivery state,
         whose record is stored and that no group counts settled, is made
         ready: the next fetch hands it out as a first delivery
+      "key-stranded", ARGV[9] an ordering key with messages waiting in the
+        group's key queue and neither ready nor busy: put at the back of the
+        ready keys (and first among the busy keys when it has deliveries
+        out), so that fetch hands them out in order again
     "check:<what>", the same arguments: answers "holds" while the
       finding is still so, "gone" otherwise, and changes nothing. The
       doctor's reads are not one snapshot, so it confirms each finding in
@@ -246,6 +250,25 @@ if what == 'untracked' then
   end
   requeue(ARGV[9], 0)
   return {'done', 'made seq ' .. ARGV[9] .. ' ready for redelivery'}
+end
+
+if what == 'key-stranded' then
+  local key = ARGV[9] or ''
+  local first = rcall('ZRANGE', keyQueueKey, '[' .. key .. ' ', '(' .. key .. '!', 'BYLEX', 'LIMIT', '0', '1')
+  if key == '' or #first == 0 or rcall('ZSCORE', keyReadyKey, key) or rcall('ZSCORE', keyBusyKey, key) then
+    return {'gone', ''}
+  end
+  if checking then
+    return HOLDS
+  end
+  local top = rcall('ZRANGE', keyReadyKey, '-1', '-1', 'WITHSCORES')
+  rcall('ZADD', keyReadyKey, (tonumber(top[2]) or 0) + 1, key)
+  if rcall('HEXISTS', keyFlightKey, key) == 1 then
+    -- Deliveries it had out: checked by the next fetch, which frees the key
+    -- once they are settled.
+    rcall('ZADD', keyBusyKey, 0, key)
+  end
+  return {'done', 'put ordering key ' .. key .. ' back in line (' .. keyReadyKey .. ')'}
 end
 
 return redis.error_reply('RQ_BAD_ARGUMENT unknown repair ' .. tostring(what))

@@ -44,7 +44,8 @@
                               messages, room under key_concurrency), least
                               recently served first
     KEYS[23] kbusy      zset  key -> turn: keys with deliveries handed out
-                              and not yet seen settled, oldest check first
+                              and not yet seen settled, or a rate window
+                              that still counts, oldest check first
     KEYS[24] kflight    hash  key -> "<seq> <seq> ..." those deliveries;
                               "~<key>" -> "<ms> <ms> ..." the key's rate
                               window (settings key_rate_limit, key_rate_period)

@@ -57,13 +57,24 @@ do
         end
       end
       if #kept == 0 then
-        rcall('HDEL', keyFlightKey, key)
-        rcall('ZREM', keyBusyKey, key)
         -- Its rate window goes once nothing in it counts any more, so that a
-        -- key used once leaves nothing behind (a key in use keeps its own).
+        -- key used once leaves nothing behind. Until then the key stays in
+        -- kbusy (with no deliveries), so that a later check drops it: no
+        -- other step reads the window of a key nothing waits on.
         local window = rcall('HGET', keyFlightKey, '~' .. key)
-        if window and not (keyRateLimit and (tonumber(string.match(window, '(%d+)$')) or 0) > now - keyRatePeriod) then
-          rcall('HDEL', keyFlightKey, '~' .. key)
+        local counts = window and keyRateLimit
+          and (tonumber(string.match(window, '(%d+)$')) or 0) > now - keyRatePeriod
+        if was > 0 then
+          rcall('HDEL', keyFlightKey, key)
+        end
+        if counts then
+          rcall('ZADD', keyBusyKey, busyTurn, key)
+          busyTurn = busyTurn + 1
+        else
+          rcall('ZREM', keyBusyKey, key)
+          if window then
+            rcall('HDEL', keyFlightKey, '~' .. key)
+          end
         end
       else
         if #kept < was then
@@ -73,7 +84,9 @@ do
         busyTurn = busyTurn + 1
       end
       flights[key] = kept
-      if #kept < keyConcurrency then
+      -- A key kept for its rate window alone (nothing was out) is brought
+      -- back by the pull when a message of it comes.
+      if #kept < keyConcurrency and was > 0 then
         -- May hand out again: back to the ready keys (its turn kept if there).
         rcall('ZADD', keyReadyKey, 'NX', turn, key)
         turn = turn + 1
@@ -99,7 +112,11 @@ do
         break
       end
       if not passed[key] then
+        -- A key looked at is progress even when it is passed over (it went
+        -- to the back, or left the line): the keys behind it are looked at
+        -- next, until examineAtMost.
         examined = examined + 1
+        progress = true
         local flight = flights[key]
         if flight == nil then
           flight = {}
@@ -200,6 +217,9 @@ do
               out[#out + 1] = 1
               out[#out + 1] = recs[i]
               got = got + 1
+              -- Known to the scan below as handed out by this call (it passes
+              -- over it should the log be gone: its state is written last).
+              fromPrioritySet[#fromPrioritySet + 1] = field
               flight[#flight + 1] = field
               done[#done + 1] = members[i]
               handed = handed + 1
@@ -230,14 +250,11 @@ do
             rcall('ZADD', keyReadyKey, turn, key) -- to the back
             turn = turn + 1
           end
-          if #done > 0 then
-            progress = true
-          end
         end
       end
     end
     if not progress then
-      break -- every ready key left was passed over
+      break -- every key in view was passed over already
     end
   end
   if #gone > 0 then

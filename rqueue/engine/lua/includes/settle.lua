@@ -97,10 +97,23 @@ local function settleMany(seqs, fields)
     rcall('HINCRBY', groupKey, ACKED_ABOVE, string.format('%d', added))
   end
   -- In retention mode the trim step deletes records (includes/retain_mark.lua).
-  local retained = rcall('HEXISTS', metaKey, RETAIN) == 1
+  -- Read with it: "prio", set once the queue had a priority or keyed message.
+  local metaFlags = rcall('HMGET', metaKey, RETAIN, 'prio')
+  local retained = metaFlags[1] ~= false
   if floor ~= oldFloor then
     floorText = floorText or floor
     rcall('HSET', floorsKey, groupName, floorText)
+    if metaFlags[2] then
+      -- Priority and keyed messages are handed out apart from the cursor, so
+      -- settling one may take the floor past it: the cursor goes up with the
+      -- floor (every seq up to it is settled), for the scan of new messages
+      -- would meet those seqs again after the log dropped them, and purge
+      -- and the doctor hold the cursor at or above the floor.
+      local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
+      if cursor and cursor < floor then
+        rcall('HSET', groupKey, 'cursor', floorText, 'cursor_checked', floorText)
+      end
+    end
     if groups <= 1 and not retained then
       rcall('HSET', metaKey, 'trimmed', floorText)
     end
