@@ -72,6 +72,14 @@ class AsyncGroupCall(c.GroupArgs):
         except (redis.RedisError, OSError) as exc:
             raise c.translate(exc, self.queue, self.where) from exc
 
+    async def settle(self, script: AsyncScript, extra: Sequence[Any]) -> Any:
+        """:meth:`run` for a script that reads none of the flow-control keys
+        (SETTLE_KEYS)."""
+        try:
+            return await script(self.settle_keys, self.argv(extra))
+        except (redis.RedisError, OSError) as exc:
+            raise c.translate(exc, self.queue, self.where) from exc
+
 
 # -- the group scripts ---------------------------------------------------------
 
@@ -105,7 +113,7 @@ async def ack(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool) -> list
 
 
 async def nack(call: AsyncGroupCall, tag: c.Tag, delay_ms: int | None, error: str, event: str = "") -> c.NackReply:
-    return c.parse_nack(await call.run(call.scripts.nack, c.nack_args(tag, delay_ms, error, event)))
+    return c.parse_nack(await call.settle(call.scripts.nack, c.nack_args(tag, delay_ms, error, event)))
 
 
 async def ack_result(
@@ -124,23 +132,23 @@ async def ack_completed(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: boo
 
 
 async def reject(call: AsyncGroupCall, tag: c.Tag, reason: str, text: str, event: str = "") -> int:
-    return int(await call.run(call.scripts.reject, c.reject_args(tag, reason, text, event)))
+    return int(await call.settle(call.scripts.reject, c.reject_args(tag, reason, text, event)))
 
 
 async def extend(call: AsyncGroupCall, tags: Sequence[c.Tag]) -> c.ExtendReply:
-    return c.parse_extend(await call.run(call.scripts.extend, c.flat_tags(tags)))
+    return c.parse_extend(await call.settle(call.scripts.extend, c.flat_tags(tags)))
 
 
 async def heartbeat(call: AsyncGroupCall, timeout_ms: int, sync: bool, tags: Sequence[c.Tag]) -> c.HeartbeatReply:
-    return c.parse_heartbeat(await call.run(call.scripts.heartbeat, c.heartbeat_args(timeout_ms, sync, tags)))
+    return c.parse_heartbeat(await call.settle(call.scripts.heartbeat, c.heartbeat_args(timeout_ms, sync, tags)))
 
 
 async def join(call: AsyncGroupCall, liveness_ms: int, incarnation: str) -> c.JoinReply:
-    return c.parse_join(await call.run(call.scripts.join, c.join_args(liveness_ms, incarnation)))
+    return c.parse_join(await call.settle(call.scripts.join, c.join_args(liveness_ms, incarnation)))
 
 
 async def leave(call: AsyncGroupCall, consumer: str, graceful: bool) -> c.LeaveReply:
-    return c.parse_leave(await call.run(call.scripts.leave, c.leave_args(consumer, graceful)))
+    return c.parse_leave(await call.settle(call.scripts.leave, c.leave_args(consumer, graceful)))
 
 
 async def purge(call: AsyncGroupCall, batch: int) -> c.PurgeReply:
@@ -148,12 +156,12 @@ async def purge(call: AsyncGroupCall, batch: int) -> c.PurgeReply:
 
 
 async def settle_to(call: AsyncGroupCall, target: int, after: int, batch: int) -> c.SettleToReply:
-    settled, reached, more = await call.run(call.scripts.settle_to, [target, after, batch])
+    settled, reached, more = await call.settle(call.scripts.settle_to, [target, after, batch])
     return c.SettleToReply(int(settled), int(reached), int(more) == 1)
 
 
 async def replay(call: AsyncGroupCall, dead_letter_seqs: Sequence[int]) -> list[str]:
-    return c.parse_replay(await call.run(call.scripts.replay, list(dead_letter_seqs)))
+    return c.parse_replay(await call.settle(call.scripts.replay, list(dead_letter_seqs)))
 
 
 async def status(

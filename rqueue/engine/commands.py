@@ -29,7 +29,7 @@ from ..connection.cluster import not_run
 from ..errors import ConnectionLost, NotPermitted, OutOfMemory, from_script_error
 from ..randomness import Randomness
 from ..results import ConsumerStats, GroupMessageStatus, GroupStats, MessageState, MessageStatus, PublishResult
-from .keys import ACK_KEYS, FETCH_PLAIN_KEYS, QueueKeys
+from .keys import ACK_KEYS, FETCH_PLAIN_KEYS, SETTLE_KEYS, QueueKeys
 from .scripts import Script, ScriptPipeline, Scripts
 
 T = TypeVar("T")
@@ -180,6 +180,7 @@ class GroupArgs:
     randomness: Randomness
     keys: list[str]
     ack_keys: list[str]
+    settle_keys: list[str]  # what the scripts :meth:`GroupCall.settle` runs are sent
     group: str
     consumer: str
     head: tuple[int, int, int]  # ack_wait (ms), max_inflight, prefetch
@@ -214,6 +215,7 @@ class GroupArgs:
             "randomness": randomness,
             "keys": keys,
             "ack_keys": keys[:ACK_KEYS],
+            "settle_keys": keys[:SETTLE_KEYS],
             "group": group,
             "consumer": consumer,
             "head": (_ms(settings.ack_wait), settings.max_inflight, settings.prefetch),
@@ -264,6 +266,11 @@ class GroupCall(GroupArgs):
 
     def run(self, script: Script, extra: Sequence[Any]) -> Any:
         return run(script, self.keys, self.argv(extra), self.queue, self.where)
+
+    def settle(self, script: Script, extra: Sequence[Any]) -> Any:
+        """:meth:`run` for a script that reads none of the flow-control keys
+        (SETTLE_KEYS)."""
+        return run(script, self.settle_keys, self.argv(extra), self.queue, self.where)
 
 
 class FetchReply(NamedTuple):
@@ -437,7 +444,7 @@ def parse_nack(reply: Any) -> NackReply:
 def nack(call: GroupCall, tag: Tag, delay_ms: int | None, error: str, event: str = "") -> NackReply:
     """Nacks one delivery; ``event`` ("failed", "timeout" or "") is the
     lifecycle event recorded with it."""
-    return parse_nack(call.run(call.scripts.nack, nack_args(tag, delay_ms, error, event)))
+    return parse_nack(call.settle(call.scripts.nack, nack_args(tag, delay_ms, error, event)))
 
 
 def reject_args(tag: Tag, reason: str, text: str, event: str = "") -> list[Any]:
@@ -448,7 +455,7 @@ def reject_args(tag: Tag, reason: str, text: str, event: str = "") -> list[Any]:
 def reject(call: GroupCall, tag: Tag, reason: str, text: str, event: str = "") -> int:
     """Dead-letters one delivery; its seq in the dead-letter queue, 0 when
     dropped. ``event`` ("failed" or "") is the lifecycle event recorded."""
-    return int(call.run(call.scripts.reject, reject_args(tag, reason, text, event)))
+    return int(call.settle(call.scripts.reject, reject_args(tag, reason, text, event)))
 
 
 class ExtendReply(NamedTuple):
@@ -461,7 +468,7 @@ def parse_extend(reply: Any) -> ExtendReply:
 
 
 def extend(call: GroupCall, tags: Sequence[Tag]) -> ExtendReply:
-    return parse_extend(call.run(call.scripts.extend, flat_tags(tags)))
+    return parse_extend(call.settle(call.scripts.extend, flat_tags(tags)))
 
 
 class HeartbeatReply(NamedTuple):
@@ -491,7 +498,7 @@ def parse_heartbeat(reply: Any) -> HeartbeatReply:
 
 
 def heartbeat(call: GroupCall, timeout_ms: int, sync: bool, tags: Sequence[Tag]) -> HeartbeatReply:
-    return parse_heartbeat(call.run(call.scripts.heartbeat, heartbeat_args(timeout_ms, sync, tags)))
+    return parse_heartbeat(call.settle(call.scripts.heartbeat, heartbeat_args(timeout_ms, sync, tags)))
 
 
 class JoinReply(NamedTuple):
@@ -512,7 +519,7 @@ def parse_join(reply: Any) -> JoinReply:
 def join(call: GroupCall, liveness_ms: int, incarnation: str) -> JoinReply:
     """Joins the group; ``incarnation`` (random) becomes the queue's when
     it has none."""
-    return parse_join(call.run(call.scripts.join, join_args(liveness_ms, incarnation)))
+    return parse_join(call.settle(call.scripts.join, join_args(liveness_ms, incarnation)))
 
 
 class LeaveReply(NamedTuple):
@@ -530,7 +537,7 @@ def parse_leave(reply: Any) -> LeaveReply:
 
 
 def leave(call: GroupCall, consumer: str, graceful: bool) -> LeaveReply:
-    return parse_leave(call.run(call.scripts.leave, leave_args(consumer, graceful)))
+    return parse_leave(call.settle(call.scripts.leave, leave_args(consumer, graceful)))
 
 
 class PurgeReply(NamedTuple):
@@ -560,13 +567,13 @@ class SettleToReply(NamedTuple):
 def settle_to(call: GroupCall, target: int, after: int, batch: int) -> SettleToReply:
     """Settles, for the group, up to ``batch`` seqs above ``after`` and up
     to ``target`` that are not in flight (lua/settle_to.lua)."""
-    settled, reached, more = call.run(call.scripts.settle_to, [target, after, batch])
+    settled, reached, more = call.settle(call.scripts.settle_to, [target, after, batch])
     return SettleToReply(int(settled), int(reached), int(more) == 1)
 
 
 def replay(call: GroupCall, dead_letter_seqs: Sequence[int]) -> list[str]:
     """Per dead-letter seq: "replayed", "missing", "other-group", "corrupt" or "pending"."""
-    return parse_replay(call.run(call.scripts.replay, list(dead_letter_seqs)))
+    return parse_replay(call.settle(call.scripts.replay, list(dead_letter_seqs)))
 
 
 def stats(call: GroupCall) -> GroupStats:

@@ -3,7 +3,7 @@
   (in_progress, JetStream's +WPI) and records a heartbeat.
 
   Input:
-    KEYS[1..24] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8], ARGV[9], ... seq1, count1, token1, seq2, count2, token2, ...
   Output:

@@ -8,7 +8,7 @@
   handed back, uncounted.
 
   Input:
-    KEYS[1..24] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] this consumer's liveness timeout, ms
     ARGV[9] sync: "1" = ARGV[10..] lists every delivery the client knows

@@ -5,7 +5,7 @@
   a dead member counts each as a failed attempt (includes/return_held.lua).
 
   Input:
-    KEYS[1..24] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] the consumer to remove
     ARGV[9] "graceful" or "dead"

@@ -6,7 +6,7 @@
   dead-lettered instead.
 
   Input:
-    KEYS[1..24] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] seq
     ARGV[9] delivery count of the tag

@@ -6,7 +6,7 @@
   midway, neither doubles nor loses a message.
 
   Input:
-    KEYS[1..24] the group layout (includes/group_keys.lua) of the group named
+    KEYS[1..17] the group layout (includes/group_keys.lua) of the group named
       in the dead letters' x-rq-group header
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8], ARGV[9], ... seqs in the dead-letter queue
