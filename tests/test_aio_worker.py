@@ -431,6 +431,37 @@ def test_a_batch_handler_that_raises_or_leaves_one_out_acks_none_of_it(kind, liv
     assert q.dead_letter_queue.peek() == []
 
 
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)  # the outcomes are read the same everywhere
+def test_a_mapping_that_names_a_delivery_twice_or_another_batchs_acks_none_of_it(live, backend, prefix):
+    # given three messages and a batch handler whose first mapping acks every
+    # tag and rejects the first delivery by the delivery itself, whose second
+    # also names a delivery of the first batch, and whose third is right
+    live.configure("orders", max_deliveries=4, redelivery_delay=0)
+    q = live.queue("orders")
+    q.publish_many([b"a", b"b", b"c"])
+    batches: list[list[rqueue.Delivery]] = []
+
+    def answer(ds):
+        batches.append(ds)
+        out: dict[object, object] = {d.tag: True for d in ds}
+        if len(batches) == 1:
+            out[ds[0]] = rqueue.Reject("not this one")
+        elif len(batches) == 2:
+            out[batches[0][1]] = True
+        return out
+
+    # when a worker runs until the group has settled all three
+    w = run_worker("threaded", backend, prefix, q, rqueue.BatchHandler(answer, size=10), concurrency=1)
+    wait_for(floor_reaches(q, "g", 3))
+    w.stop()
+    assert w.join(10)
+    # then 2 and 3 were acked by the first call; 1, named twice there and
+    # beside another batch's delivery in the second, only by the third
+    assert [[d.seq for d in ds] for ds in batches] == [[1, 2, 3], [1], [1]]
+    assert (w.stats.acked, w.stats.nacked) == (3, 2)
+    assert q.dead_letter_queue.peek() == []
+
+
 @BACKENDS
 @BOTH
 def test_batches_whose_leases_were_lost_are_neither_run_nor_acked(kind, live, backend, prefix):
