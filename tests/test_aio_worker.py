@@ -431,6 +431,37 @@ def test_a_batch_handler_that_raises_or_leaves_one_out_acks_none_of_it(kind, liv
     assert q.dead_letter_queue.peek() == []
 
 
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)  # the outcomes are read the same everywhere
+def test_a_mapping_that_names_a_delivery_twice_or_another_batchs_acks_none_of_it(live, backend, prefix):
+    # given three messages and a batch handler whose first mapping acks every
+    # tag and rejects the first delivery by the delivery itself, whose second
+    # also names a delivery of the first batch, and whose third is right
+    live.configure("orders", max_deliveries=4, redelivery_delay=0)
+    q = live.queue("orders")
+    q.publish_many([b"a", b"b", b"c"])
+    batches: list[list[rqueue.Delivery]] = []
+
+    def answer(ds):
+        batches.append(ds)
+        out: dict[object, object] = {d.tag: True for d in ds}
+        if len(batches) == 1:
+            out[ds[0]] = rqueue.Reject("not this one")
+        elif len(batches) == 2:
+            out[batches[0][1]] = True
+        return out
+
+    # when a worker runs until the group has settled all three
+    w = run_worker("threaded", backend, prefix, q, rqueue.BatchHandler(answer, size=10), concurrency=1)
+    wait_for(floor_reaches(q, "g", 3))
+    w.stop()
+    assert w.join(10)
+    # then 2 and 3 were acked by the first call; 1, named twice there and
+    # beside another batch's delivery in the second, only by the third
+    assert [[d.seq for d in ds] for ds in batches] == [[1, 2, 3], [1], [1]]
+    assert (w.stats.acked, w.stats.nacked) == (3, 2)
+    assert q.dead_letter_queue.peek() == []
+
+
 @BACKENDS
 @BOTH
 def test_batches_whose_leases_were_lost_are_neither_run_nor_acked(kind, live, backend, prefix):
@@ -508,6 +539,57 @@ def test_bad_batch_handlers_are_refused():
 
 
 # -- the asyncio worker alone --------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)  # tests/test_worker_faults.py has the threaded one
+def test_a_batch_runs_none_of_its_deliveries_whose_check_went_stale_before_it_started(
+    live, backend, prefix, monkeypatch
+):
+    # given a batch of two whose fetch reply is read past the stale age (0.5
+    # s of a 1 s lease), and whose check of message 2 answers past the stale
+    # age after message 1's check
+    from rqueue.aio.consumer import Consumer
+
+    live.configure("orders", ack_wait=1)
+    q = live.queue("orders")
+    calls = Calls()
+    fetch, in_progress = Consumer.ack_and_fetch, Consumer.in_progress
+    checking, go_on = threading.Event(), threading.Event()
+
+    async def read_late(self, *args, **kwargs):
+        result = await fetch(self, *args, **kwargs)
+        if result[1]:
+            await asyncio.sleep(0.6)  # the reply read late is the premise, not a condition
+        return result
+
+    async def slow_check(self, deliveries):
+        if getattr(deliveries, "seq", None) == 2 and not checking.is_set():
+            checking.set()
+            await asyncio.to_thread(go_on.wait, 20)
+        return await in_progress(self, deliveries)
+
+    monkeypatch.setattr(Consumer, "ack_and_fetch", read_late)
+    monkeypatch.setattr(Consumer, "in_progress", slow_check)
+    handler = rqueue.BatchHandler(lambda ds: [calls.add(d.seq) or True for d in ds], size=10)
+    q.publish_many([b"m"] * 2)
+    w = run_worker("async", backend, prefix, q, handler, concurrency=1, heartbeat_interval=0.1)
+    try:
+        assert checking.wait(10)
+        blocked = time.monotonic()
+        # when both go back to the group meanwhile and another consumer acks message 1
+        q.consumer("g", name=w.consumer.name).close()
+        other = q.consumer("g", name="other")
+        got: list[rqueue.Delivery] = []
+        wait_for(lambda: got.extend(other.fetch(2)) or len(got) == 2)
+        other.ack([d for d in got if d.seq == 1])
+        wait_for(lambda: time.monotonic() > blocked + 0.6)
+    finally:
+        go_on.set()
+    # then the batch runs neither: message 1 is checked again
+    wait_for(lambda: w.stats.stale_skipped + w.stats.handled == 2)
+    w.stop()
+    assert w.join(10)
+    assert calls.count() == {} and w.stats.stale_skipped == 2
 
 
 @BACKENDS

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -721,3 +722,53 @@ def test_after_a_loss_of_redis_state_only_deliveries_from_before_it_are_dropped(
     assert ledger.take(old.tag, stopping) is rqueue.worker.outcome.Outcome.SKIPPED
     assert ledger.take(new.tag, stopping) == 0.0
     client.close()
+
+
+def test_a_result_handed_in_while_the_dispatcher_drains_is_drained_or_wakes_it():
+    # given a ledger holding one result, and a handler thread handing in a
+    # second one whose check for results already waiting is answered just
+    # before the dispatcher drains them all (as a thread switch there does)
+    from rqueue.engine.notify import Notifier
+    from rqueue.worker.ledger import Ledger
+    from rqueue.worker.outcome import Outcome
+
+    ledger, notifier = Ledger(), Notifier(None)  # type: ignore[arg-type]  # wait_any on no channel: no Redis
+    first, second = types.SimpleNamespace(tag="1"), types.SimpleNamespace(tag="2")
+    checked, drained = threading.Event(), threading.Event()
+    handler_thread: list[threading.Thread] = []
+
+    class Racing(collections.deque):
+        def __len__(self) -> int:
+            n = super().__len__()
+            if handler_thread and threading.current_thread() is handler_thread[0] and not checked.is_set():
+                checked.set()
+                # the dispatcher drains now, unless the ledger keeps it out until the append
+                drained.wait(0.3)
+            return n
+
+    ledger._results = Racing([(first, Outcome.ACK, "")])
+    settled: dict[str, float] = {}
+
+    def dispatch() -> None:  # as Dispatcher.run: drain, then sleep until woken for results
+        assert checked.wait(5)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and "2" not in settled:
+            acks, _ = ledger.drain()
+            settled.update((d.tag, time.monotonic()) for d in acks)
+            drained.set()
+            if "2" not in settled:
+                notifier.wait_any({}, 5, until=ledger.has_results)
+
+    def hand_in() -> None:  # as Handlers._work
+        if ledger.result(second, Outcome.ACK, ""):
+            notifier.poke()
+
+    dispatcher = threading.Thread(target=dispatch)
+    dispatcher.start()
+    handler_thread.append(threading.Thread(target=hand_in))
+    handed = time.monotonic()
+    handler_thread[0].start()
+    handler_thread[0].join(5)
+    dispatcher.join(10)
+    # then the second result is settled at once, not after the dispatcher's idle poll
+    assert "2" in settled and settled["2"] - handed < 1.0

@@ -253,6 +253,60 @@ def test_a_fetch_reply_read_late_is_checked_before_its_handler_runs(backend, pre
     client.close()
 
 
+@pytest.mark.parametrize("backend", ["redis", "memory"], indirect=True)  # the worker's logic, not the server's
+def test_a_batch_runs_none_of_its_deliveries_whose_check_went_stale_before_it_started(backend, prefix, monkeypatch):
+    # Given a batch of two whose fetch reply is read past the stale age (0.5
+    # s of a 1 s lease), so that both are checked with Redis before it runs,
+    # and whose check of message 2 answers past the stale age after message
+    # 1's check (as a check retried through a blip does)
+    client = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    client.configure("orders", ack_wait=1)
+    q = client.queue("orders")
+    calls = []
+    fetch, in_progress = rqueue.Consumer.ack_and_fetch, rqueue.Consumer.in_progress
+    checking, go_on = threading.Event(), threading.Event()
+
+    def read_late(self, *args, **kwargs):
+        result = fetch(self, *args, **kwargs)
+        if result[1]:
+            read = time.monotonic()
+            wait_for(lambda: time.monotonic() > read + 0.6)
+        return result
+
+    def slow_check(self, deliveries):
+        if getattr(deliveries, "seq", None) == 2 and not checking.is_set():
+            checking.set()
+            go_on.wait(20)
+        return in_progress(self, deliveries)
+
+    monkeypatch.setattr(rqueue.Consumer, "ack_and_fetch", read_late)
+    monkeypatch.setattr(rqueue.Consumer, "in_progress", slow_check)
+    handler = rqueue.BatchHandler(lambda ds: [calls.append(d.seq) or True for d in ds], size=10)
+    q.publish_many([b"m"] * 2)  # before the worker starts: its first fetch brings both
+    w = rqueue.Worker(q, "g", handler, concurrency=1, heartbeat_interval=0.1)
+    w.start()
+    try:
+        assert checking.wait(10)
+        blocked = time.monotonic()
+        # When, meanwhile, both go back to the group (a twin of the worker's
+        # name leaves), and another consumer takes them and acks message 1
+        q.consumer("g", name=w.consumer.name).close()
+        other = q.consumer("g", name="other")
+        got: list[rqueue.Delivery] = []
+        wait_for(lambda: got.extend(other.fetch(2)) or len(got) == 2)
+        other.ack([d for d in got if d.seq == 1])
+        wait_for(lambda: time.monotonic() > blocked + 0.6)
+    finally:
+        go_on.set()
+    # Then the batch runs neither: message 1 is checked again, not run on
+    # the word of a check older than the stale age when the batch starts
+    wait_for(lambda: w.stats.stale_skipped + w.stats.handled == 2)
+    w.stop()
+    assert w.join(10)
+    assert calls == [] and w.stats.stale_skipped == 2
+    client.close()
+
+
 def test_a_fetch_that_finds_the_worker_removed_drops_its_waiting_deliveries(backend, prefix, monkeypatch):
     # Given a worker of one thread busy with message 1 while message 2 waits
     # behind it, whose heartbeat does not come during the test (so that only

@@ -30,7 +30,6 @@ from ..constants import (
     DEFAULT_MAX_RUN_TIME,
     DEFAULT_RECONNECT_TIMEOUT,
     IDLE_POLL_INTERVAL,
-    STALE_DISPATCH_FRACTION,
 )
 from ..errors import AlreadyAcked, DeliveryError, NotMember, Reject, RQueueError, TimeLimitExceeded
 from ..names import check_name
@@ -38,7 +37,7 @@ from ..settings import Settings
 from ..timelimits import Cancellation, time_limit_for
 from ..tracing import dead_lettered, processing
 from ..worker.batch import BatchHandler, default_prefetch, failed_batch, outcomes_of
-from ..worker.handlers import LeaseCheck, batch_limit
+from ..worker.handlers import LeaseCheck, batch_check, batch_limit, skipped
 from ..worker.ledger import Ledger
 from ..worker.metrics import WorkerMetrics
 from ..worker.options import check_options
@@ -468,28 +467,31 @@ class Worker:
         taken = ledger.take_batch([d.tag for d in deliveries], self._stopping)
         if taken is None:
             return [(d, Outcome.RETURNED, "") for d in deliveries]
-        done: Done = []
-        run: list[Any] = []
-        now = self._clock.monotonic()
-        ack_wait = self._ack_wait()
-        safe = min(ack_wait, self.heartbeat_timeout) * STALE_DISPATCH_FRACTION
-        checked = False
-        for d, sent in zip(deliveries, taken, strict=True):
-            if sent is None or d.epoch != d.consumer.state_epoch:
-                done.append((d, Outcome.SKIPPED, ""))
-            elif now - sent >= safe:
-                checked = True
-                if await self._lease_holds(d, LeaseCheck(d.tag, sent, now, ack_wait, self.heartbeat_timeout)):
-                    run.append(d)
+        check = batch_check(
+            deliveries,
+            taken,
+            lambda d: d.consumer.state_epoch,
+            self._clock.monotonic(),
+            self._ack_wait(),
+            self.heartbeat_timeout,
+        )
+        while due := check.due():
+            for d in due:
+                asked = self._clock.monotonic()
+                if check.exhausted(d):
+                    check.drop(d)
+                elif not await self._still_held(d):
+                    check.lost(d)
                 else:
-                    done.append((d, Outcome.SKIPPED, ""))
-            else:
-                run.append(d)
+                    check.vouched(d, asked)
+            check.now = self._clock.monotonic()
+        run: list[Any] = check.held
+        done: Done = skipped(deliveries, run)
         if done:
             self._tally.count(stale_skipped=len(done))
         if not run:
             return done
-        started = self._clock.monotonic() if checked else now
+        started = check.now
         ledger.start_batch(run, started)
         self._tally.count(handled=len(run))
         limit = batch_limit(run, self.time_limit)

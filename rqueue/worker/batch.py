@@ -39,8 +39,10 @@ class BatchHandler:
     instance (:class:`rqueue.Reject` dead-letters, any other nacks with its
     text): as a list in the order of ``deliveries``, or as a mapping from
     the delivery (or its tag) to its outcome. A delivery the mapping leaves
-    out is nacked with an error naming it, never acked; a list of the wrong
-    length, or anything else, nacks the whole batch. An exception raised by
+    out, or names twice (by itself and its tag), is nacked with an error
+    naming it, never acked; a list of the wrong length, a mapping with a
+    key that is no delivery of the batch, or anything else, nacks the whole
+    batch. An exception raised by
     ``function`` nacks the whole batch (:class:`rqueue.Reject`
     dead-letters it). ``function`` may be a coroutine function."""
 
@@ -113,12 +115,27 @@ def outcomes_of(
         return _entry(d, entry, acked)
 
     if isinstance(returned, Mapping):
+        strays = _strays(deliveries, returned)
+        if strays:
+            error = (
+                f"BatchOutcomeError: the batch handler returned outcomes for {len(strays)} keys"
+                f" that are no delivery of this batch (such as {strays[0]!r})"
+            )
+            log.error("%s: the batch is nacked", error)
+            return [(d, Outcome.NACK, error) for d in deliveries]
         done: list[tuple[Delivery, Outcome, Detail]] = []
         missing = []
         for d in deliveries:
             entry = returned.get(d.tag, _MISSING)
+            by_delivery = returned.get(d, _MISSING)
+            if entry is not _MISSING and by_delivery is not _MISSING:
+                # Which one the handler meant is unknown: neither is taken.
+                error = f"BatchOutcomeError: the batch handler returned two outcomes for {d.tag} (by it and its tag)"
+                log.error("%s: nacked", error)
+                done.append((d, Outcome.NACK, error))
+                continue
             if entry is _MISSING:
-                entry = returned.get(d, _MISSING)
+                entry = by_delivery
             if entry is _MISSING:
                 missing.append(d.tag)
                 done.append(
@@ -155,6 +172,15 @@ def failed_batch(deliveries: list[Delivery], exc: Exception) -> list[tuple[Deliv
 
 
 _MISSING = object()
+
+
+def _strays(deliveries: list[Delivery], returned: Mapping[Any, Any]) -> list[Any]:
+    """The keys of a batch handler's mapping that name none of its
+    deliveries (another batch's, say): a sign the mapping is not the
+    batch's, so none of it is taken."""
+    tags = {d.tag for d in deliveries}
+    ids = {id(d) for d in deliveries}
+    return [key for key in returned if not (key in tags if isinstance(key, str) else id(key) in ids)]
 
 
 def _entry(d: Delivery, entry: Any, acked: Detail) -> tuple[Outcome, Detail]:

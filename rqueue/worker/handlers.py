@@ -9,8 +9,8 @@ import inspect
 import logging
 import queue as queue_module
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import timelimits as cancel_mod
 from ..constants import STALE_DISPATCH_FRACTION
@@ -76,6 +76,87 @@ class LeaseCheck:
         """Redis vouched for the lease when the check was sent (at the last
         ``now``); ``now`` is after its answer."""
         self._vouched, self.now = self.now, now
+
+
+D = TypeVar("D", bound="Delivery")
+
+
+class BatchCheck(Generic[D]):
+    """:class:`LeaseCheck` for the deliveries of a batch, for both workers.
+    Redis vouches for a lease from when a check of it is sent (from the
+    fetch's sending, unchecked); the batch starts only after the last
+    answer, so a delivery whose vouching is past the stale age by then (the
+    checks of the others took long) is checked again, each up to
+    STALE_CHECKS times, until all that are held were vouched for within
+    the stale age of the start."""
+
+    def __init__(
+        self, deliveries: list[D], sent: list[float], now: float, ack_wait: float, heartbeat_timeout: float
+    ) -> None:
+        #: The deliveries still held, in their order.
+        self.held = deliveries
+        #: When the batch may start (monotonic seconds), once nothing is due.
+        self.now = now
+        self._vouched = {d.tag: t for d, t in zip(deliveries, sent, strict=True)}
+        self._safe = min(ack_wait, heartbeat_timeout) * STALE_DISPATCH_FRACTION
+        self._checks: dict[str, int] = {}
+
+    def due(self) -> list[D]:
+        """The held deliveries to check (again) before the batch starts."""
+        return [d for d in self.held if self.now - self._vouched[d.tag] >= self._safe]
+
+    def exhausted(self, d: D) -> bool:
+        """Counts a check of ``d``; True (and logged) when STALE_CHECKS answered too late."""
+        checks = self._checks[d.tag] = self._checks.get(d.tag, 0) + 1
+        if checks <= STALE_CHECKS:
+            return False
+        log.warning("not running %s: Redis answered %d checks of its lease too late", d.tag, STALE_CHECKS)
+        return True
+
+    def vouched(self, d: D, asked: float) -> None:
+        """Redis holds the lease of ``d`` as of ``asked``, when its check was sent."""
+        self._vouched[d.tag] = asked
+
+    def drop(self, d: D) -> None:
+        """``d`` is not run (its checks answered too late)."""
+        self.held = [h for h in self.held if h is not d]
+
+    def lost(self, d: D) -> None:
+        """``d`` is not run: Redis no longer holds it for this worker."""
+        log.info(
+            "not running %s: no longer held %.1f s after its lease was last vouched for",
+            d.tag,
+            self.now - self._vouched[d.tag],
+        )
+        self.drop(d)
+
+
+def batch_check(
+    deliveries: list[D],
+    taken: list[float | None],
+    epoch_for: Callable[[D], int],
+    now: float,
+    ack_wait: float,
+    heartbeat_timeout: float,
+) -> BatchCheck[D]:
+    """The check of a batch taken from the ledger (``taken``: when each
+    delivery's fetch was sent, None when it is no longer waiting), holding
+    those still waiting and made since Redis last lost the queue's state."""
+    held: list[D] = []
+    sent: list[float] = []
+    for d, t in zip(deliveries, taken, strict=True):
+        if t is not None and d.epoch == epoch_for(d):
+            held.append(d)
+            sent.append(t)
+    return BatchCheck(held, sent, now, ack_wait, heartbeat_timeout)
+
+
+def skipped(deliveries: Sequence[Delivery], run: Sequence[Delivery]) -> Done:
+    """The deliveries of a batch that are not run, as their outcomes."""
+    if len(run) == len(deliveries):
+        return []
+    running = {id(d) for d in run}
+    return [(d, Outcome.SKIPPED, "") for d in deliveries if id(d) not in running]
 
 
 def batch_limit(deliveries: list[Delivery], default: float | None) -> float | None:
@@ -299,33 +380,29 @@ class Handlers:
         taken = ledger.take_batch([d.tag for d in deliveries], self._stopping)
         if taken is None:
             return [(d, Outcome.RETURNED, "") for d in deliveries], False
-        done: Done = []
-        run: list[Delivery] = []
-        epoch_for = self._consumer.epoch_for
+        # As for one delivery: never run one whose lease was lost while it
+        # waited, or made before Redis lost the queue's state, or (when it
+        # waited long) one Redis no longer holds for this worker.
         now = self._clock.monotonic()
-        ack_wait = self._ack_wait()
-        safe = min(ack_wait, self._heartbeat_timeout) * STALE_DISPATCH_FRACTION
-        checked = False
-        for d, sent in zip(deliveries, taken, strict=True):
-            # As for one delivery: never run one whose lease was lost while it
-            # waited, or made before Redis lost the queue's state, or (when
-            # it waited long) one Redis no longer holds for this worker.
-            if sent is None or d.epoch != epoch_for(d):
-                done.append((d, Outcome.SKIPPED, ""))
-            elif now - sent >= safe:
-                checked = True
-                if self._lease_holds(d, LeaseCheck(d.tag, sent, now, ack_wait, self._heartbeat_timeout)):
-                    run.append(d)
+        check = batch_check(deliveries, taken, self._consumer.epoch_for, now, self._ack_wait(), self._heartbeat_timeout)
+        while due := check.due():
+            for d in due:
+                asked = self._clock.monotonic()
+                if check.exhausted(d):
+                    check.drop(d)
+                elif not self._still_held(d):
+                    check.lost(d)
                 else:
-                    done.append((d, Outcome.SKIPPED, ""))
-            else:
-                run.append(d)
+                    check.vouched(d, asked)
+            check.now = self._clock.monotonic()  # the checks' time is not the handler's (max_run_time)
+        run = check.held
+        done: Done = skipped(deliveries, run)
         if done:
             self._tally.count(stale_skipped=len(done))
             self._report(done)
         if not run:
             return [], False
-        started = self._clock.monotonic() if checked else now
+        started = check.now
         limit = batch_limit(run, self._time_limit)
         cancellation = Cancellation(limit)
         timed = None

@@ -30,7 +30,8 @@ class Ledger:
     - results: finished, with their outcome, for the dispatcher to settle.
 
     Waiting and running are under one lock; results is a deque that
-    handler threads append to and the dispatcher pops from.
+    handler threads append to and the dispatcher takes whole, under a lock
+    of its own (see :meth:`result`).
     """
 
     def __init__(self) -> None:
@@ -39,6 +40,7 @@ class Ledger:
         self._waiting: dict[str, tuple[Delivery, float]] = {}
         self._running: dict[str, tuple[Delivery, float]] = {}
         self._results: deque[tuple[Delivery, Outcome, Detail]] = deque()
+        self._results_lock = threading.Lock()
 
     # -- the dispatcher ---------------------------------------------------------
 
@@ -87,9 +89,9 @@ class Ledger:
         forgotten."""
         acks: list[Delivery] = []
         others: list[tuple[Delivery, Outcome, Detail]] = []
-        results = self._results
-        while results:
-            d, outcome, text = results.popleft()
+        with self._results_lock:
+            results, self._results = self._results, deque()
+        for d, outcome, text in results:
             self._known.pop(d.tag, None)
             if outcome is Outcome.ACK:
                 if text:
@@ -155,18 +157,22 @@ class Ledger:
         """Hands the outcome of ``d`` to the dispatcher; True when none was
         waiting before it (the caller then wakes the dispatcher: one wake-up
         per drain, not per result, since the dispatcher looks at the results
-        before it sleeps)."""
-        results = self._results
-        first = not results
-        results.append((d, outcome, text))
+        before it sleeps). The look and the append are one step against
+        :meth:`drain`: a drain between them would leave this result unseen
+        by a dispatcher gone to sleep, and no one to wake it."""
+        with self._results_lock:
+            results = self._results
+            first = not results
+            results.append((d, outcome, text))
         return first
 
     def results(self, done: list[tuple[Delivery, Outcome, Detail]]) -> bool:
         """Hands the outcomes of a batch to the dispatcher; True as for
         :meth:`result`."""
-        results = self._results
-        first = not results
-        results.extend(done)
+        with self._results_lock:
+            results = self._results
+            first = not results
+            results.extend(done)
         return first
 
     # -- the heartbeat ----------------------------------------------------------
