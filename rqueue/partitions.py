@@ -7,8 +7,9 @@ script still touches one slot and every guarantee of docs/guarantees.md
 holds per partition. What spans partitions:
 
 - Routing: a message goes to the partition of its ``key`` (the same key
-  always goes to the same partition, so order is kept per key), else of its
-  ``id`` (so that a duplicate meets the first copy), else round-robin.
+  always goes to the same partition; it is no ordering key there, see
+  docs/flow-control.md), else of its ``id`` (so that a duplicate meets the
+  first copy), else round-robin.
 - Groups: a consumer joins its group in every partition and fetches from
   them in turn, starting at a different partition each call, so no partition
   starves. Acks, nacks and the rest go to the partition of the delivery.
@@ -174,9 +175,9 @@ class PartitionedQueue:
         ttl: float | None = None,
     ) -> PublishResult:
         """As :meth:`rqueue.Queue.publish`, to the partition of ``key`` (a
-        str: the same key, the same partition, so order is kept per key),
-        else of ``id``, else the next one round-robin. The result's
-        ``partition`` names it."""
+        str: the same key, the same partition; a routing key here, not an
+        ordering key), else of ``id``, else the next one round-robin. The
+        result's ``partition`` names it."""
         return self.publish_many(
             [payload],
             headers=[headers] if headers else None,

@@ -92,7 +92,8 @@ def publish(
                     results += q.publish_many(
                         batch, headers=hdrs or None, ids=ids, delay=delay, keys=[routing_key] * len(batch)
                     )
-                elif isinstance(q, rqueue.Queue):  # (a plain queue: the key orders)
+                else:  # a plain queue: the key orders
+                    assert isinstance(q, rqueue.Queue)
                     results += q.publish_many(batch, headers=hdrs or None, ids=ids, delay=delay, key=routing_key)
                 bar.update(len(batch))
     summary = {
@@ -141,6 +142,9 @@ def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
         "max_deliveries": int,
         "max_payload": int,
         "max_length": int,
+        "rate_limit": int,
+        "key_concurrency": int,
+        "key_rate_limit": int,
         "dead_letter": str,
         "alternate": str,
         "results": click.BOOL,
@@ -151,6 +155,10 @@ def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
         "alternate": "none = no target",
         "results": "true = workers keep each handler's result (docs/results.md)",
         "events": "lifecycle event kinds to record, comma-separated (completed,failed,timeout,...), all or none",
+        "rate_limit": "at most this many deliveries per rate period per group (0 = no limit)",
+        "key_concurrency": "deliveries of one ordering key unsettled at once per group (docs/flow-control.md)",
+        "key_rate_limit": "at most this many deliveries of one ordering key per key rate period (0 = no limit)",
+        "key_rate_period": "seconds of the per-key rate window",
     }
     for name in reversed(sorted(rqueue.settings.SETTING_NAMES)):
         f = click.option(

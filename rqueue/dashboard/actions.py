@@ -179,8 +179,11 @@ async def purge(dash: Dashboard, request: Request) -> Response:
         )
     # A purge by the filter also needs the time of the newest dead letter shown.
     expect, upto = str(form.get("expect", "")), str(form.get("upto", "0" if ask.picks else ""))
-    if not expect.isdigit() or not upto.isdigit():
-        raise rqueue.InvalidInput("the confirmation names no count or time: go back and purge again")
+    for field, value in (("expect", expect), ("upto", upto)):
+        if not value.isdigit():
+            raise rqueue.InvalidInput(
+                f"the confirmation's {field} is {value[:40]!r}, not a whole number: go back and purge again"
+            )
     user = request.scope["state"]["who"]
     found = await blocking(do_purge, dash, ask, int(expect), int(upto), user)
     return dash.render(request, "dead_letters.html", title=f"Dead letters of {ask.name}", **found)
