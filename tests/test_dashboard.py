@@ -330,7 +330,8 @@ def test_a_confirmed_purge_leaves_dead_letters_newer_than_it_showed(clock: rqueu
     # and a confirmation without its time changes nothing
     fields.pop("upto")
     refused = web.post("/dead-letters/purge", data=fields)
-    assert refused.status_code == 400 and "the confirmation&#39;s upto is &#39;&#39;, not a whole number" in refused.text
+    assert refused.status_code == 400
+    assert "the confirmation&#39;s upto is &#39;&#39;, not a whole number" in refused.text
     assert len(c.queue("orders").dead_letters()) == 1
     c.close()
 
