@@ -160,10 +160,12 @@ def prepare(
     )
 
 
-def resend(prepared: PreparedPublish, mandatory: bool = True) -> dict[str, Any]:
+def resend(prepared: PreparedPublish, target: object, mandatory: bool = True) -> dict[str, Any]:
     """The publish_many arguments that send ``prepared``'s messages again,
-    to the partitions of a queue partitioned since, or to the alternate
-    queue (``mandatory`` False: it takes them as they are)."""
+    to ``target``: the partitions of a queue partitioned since, or the
+    alternate queue (``mandatory`` False: it takes them as they are). A
+    partitioned target takes the ordering keys as its routing keys, so the
+    messages of a key stay together in one partition."""
     return {
         "headers": prepared.headers,
         "ids": prepared.ids,
@@ -171,7 +173,7 @@ def resend(prepared: PreparedPublish, mandatory: bool = True) -> dict[str, Any]:
         "mandatory": prepared.mandatory and mandatory,
         "durable": prepared.durable,
         "priority": prepared.priorities,
-        "key": prepared.keys,
+        "keys" if hasattr(target, "partitions") else "key": prepared.keys,
     }
 
 
@@ -282,12 +284,13 @@ def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
         target = client.queue(queue.name)
         if not hasattr(target, "partitions"):  # a dead-letter queue's name: not routed
             raise
-        return target.publish_many(prepared.payloads, **resend(prepared))
+        return target.publish_many(prepared.payloads, **resend(prepared, target))
     except Unroutable:
         alternate = prepared.settings.alternate
         if alternate is None:
             raise
-        results = client.queue(alternate).publish_many(prepared.payloads, **resend(prepared, mandatory=False))
+        other = client.queue(alternate)
+        results = other.publish_many(prepared.payloads, **resend(prepared, other, mandatory=False))
         return alternate_results(alternate, results)
     client.register(queue.name)
     results = stored(prepared, replies, queue.partition)

@@ -40,6 +40,19 @@ def test_a_plain_handle_read_before_partitioning_publishes_to_the_partitions(cli
     assert isinstance(stale.queue("orders"), rqueue.PartitionedQueue)
 
 
+def test_keyed_messages_of_a_stale_plain_handle_stay_together_in_one_partition(client, stale):
+    # given a process that read "orders" as a plain queue, and the queue partitioned since
+    plain = stale.queue("orders")
+    client.queue("orders", partitions=3)
+    # when it publishes messages with ordering keys through its plain handle
+    results = plain.publish_many([b"a1", b"b1", b"a2", b"b2"], key=["a", "b", "a", "b"])
+    # then each key's messages went to one partition, the one its key routes to
+    by_key = {"a": {results[0].partition, results[2].partition}, "b": {results[1].partition, results[3].partition}}
+    assert all(len(parts) == 1 and None not in parts for parts in by_key.values())
+    routed = stale.queue("orders").publish(b"a3", key="a")
+    assert by_key["a"] == {routed.partition}
+
+
 def test_a_plain_consumer_read_before_partitioning_is_refused_and_changes_nothing(client, stale):
     plain = stale.queue("orders")
     pq = client.queue("orders", partitions=2)

@@ -55,13 +55,14 @@ async def send(queue: AsyncQueueLike, prepared: PreparedPublish) -> list[Publish
         target = client.queue(queue.name)
         if not hasattr(target, "partitions"):  # a dead-letter queue's name: not routed
             raise
-        partitioned: list[PublishResult] = await target.publish_many(prepared.payloads, **resend(prepared))
+        partitioned: list[PublishResult] = await target.publish_many(prepared.payloads, **resend(prepared, target))
         return partitioned
     except Unroutable:
         alternate = prepared.settings.alternate
         if alternate is None:
             raise
-        results = await client.queue(alternate).publish_many(prepared.payloads, **resend(prepared, mandatory=False))
+        other = client.queue(alternate)
+        results = await other.publish_many(prepared.payloads, **resend(prepared, other, mandatory=False))
         return alternate_results(alternate, results)
     await client.register(queue.name)
     results = stored(prepared, replies, queue.partition)
