@@ -125,6 +125,11 @@ def wait(driver: WebDriver, condition: Any, what: str) -> Any:
     )
 
 
+def click(driver: WebDriver, by: str, value: str) -> None:
+    # The element is found again when the live page replaced it between finding and clicking.
+    wait(driver, lambda d: d.find_element(by, value).click() or True, f"a click on {value}")
+
+
 def text_of(driver: WebDriver, css: str) -> str:
     found = driver.find_elements(By.CSS_SELECTOR, css)
     return found[0].text if found else ""
@@ -150,7 +155,7 @@ def test_follow_a_queue_and_watch_it_live(site: Site, browser: WebDriver, shots:
     browser.get(site.url("/rw/"))
     wait(browser, lambda d: text_of(d, 'tr[data-queue="orders"] td[data-f="depth"]') == "40", "depth 40")
     assert "3 partitions" in text_of(browser, 'tr[data-queue="clicks"]')
-    browser.find_element(By.LINK_TEXT, "orders").click()
+    click(browser, By.LINK_TEXT, "orders")
     # and a queue is followed to its page
     wait(browser, lambda d: "Queue orders" in d.find_element(By.TAG_NAME, "h1").text, "the queue page")
     assert text_of(browser, 'dd[data-f="acked"]') == "0"
@@ -202,8 +207,8 @@ def test_replay_a_dead_letter_and_see_it_handled(site: Site, browser: WebDriver,
     browser.get(site.url("/rw/dead-letters?name=payments"))
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "input.pick"), "the dead letters")
     browser.save_screenshot(str(shots / "dashboard-dead-letters.png"))
-    browser.find_element(By.CSS_SELECTOR, "input.pick").click()
-    browser.find_element(By.ID, "replay").click()
+    click(browser, By.CSS_SELECTOR, "input.pick")
+    click(browser, By.ID, "replay")
     # then it is replayed once, to its group
     wait(browser, lambda d: "Replayed 1 of 1 selected" in text_of(d, "#result"), "the replay result")
     assert "audit: 1" in text_of(browser, "#result")
@@ -233,12 +238,12 @@ def test_purge_asks_for_confirmation(site: Site, browser: WebDriver) -> None:
     browser.get(site.url("/rw/dead-letters?name=emails"))
     wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "input.pick")) == 2, "two dead letters")
     # when every dead letter matching the (empty) filter is to be purged
-    browser.find_element(By.CSS_SELECTOR, 'input[name="scope"][value="filtered"]').click()
-    browser.find_element(By.ID, "purge").click()
+    click(browser, By.CSS_SELECTOR, 'input[name="scope"][value="filtered"]')
+    click(browser, By.ID, "purge")
     # then the page asks first, and nothing is deleted yet
     wait(browser, lambda d: text_of(d, "#purge-count") == "2", "the confirmation")
     assert len(q.dead_letters()) == 2
-    browser.find_element(By.ID, "confirm-purge").click()
+    click(browser, By.ID, "confirm-purge")
     wait(browser, lambda d: "Purged 2 dead letter(s)" in text_of(d, "#result"), "the purge result")
     assert q.dead_letters() == []
 
@@ -306,5 +311,5 @@ def test_read_only_hides_actions_and_refuses_posts(site: Site, browser: WebDrive
     assert shown == ["reports"]
     browser.find_element(By.ID, "queue-filter").clear()
     browser.find_element(By.ID, "queue-filter").send_keys(" ")
-    browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="clicks"] summary').click()
+    click(browser, By.CSS_SELECTOR, 'tr[data-queue="clicks"] summary')
     browser.save_screenshot(str(shots / "dashboard-overview.png"))

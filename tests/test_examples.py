@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from support.blocks import Session, code_blocks
 from support.servers import start_server
 
@@ -55,7 +54,6 @@ def test_basic_example_runs_as_its_readme_says():
     assert not (BASIC / "dump.rdb").exists()
 
 
-@pytest.mark.xdist_group("spark")  # with the other Spark tests, one JVM at a time
 def test_spark_pipeline_runs_exactly_once():
     # given a private server
     server = start_server("redis")

@@ -31,8 +31,7 @@ from pyspark.sql import functions as F  # noqa: E402
 import rqueue  # noqa: E402
 import rqueue.spark as rs  # noqa: E402
 
-# One xdist worker runs every Spark test, one JVM at a time (pyproject.toml).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -36,8 +36,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 
 import rqueue  # noqa: E402
 
-# One xdist worker runs every Spark test, one JVM at a time (pyproject.toml).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = pytest.mark.slow
 
 DRIVER = Path(__file__).parent / "support" / "spark_pipeline_driver.py"
 FILES, PER_FILE = 3, 12
