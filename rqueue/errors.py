@@ -45,6 +45,7 @@ __all__ = [
     "CorruptRecord",
     "Reject",
     "TimeLimitExceeded",
+    "ResultLost",
     "ResultTimeout",
     "from_script_error",
 ]
@@ -530,6 +531,30 @@ class ResultTimeout(RQueueError, TimeoutError):
         self.seq = seq
         self.timeout = timeout
         self.group = group
+
+
+class ResultLost(RQueueError):
+    """``q.result(publish_result)`` for a message that went with a state
+    loss of its queue (Redis restarted without its data, FLUSHALL, the queue
+    deleted): the queue's incarnation is not the one that took the message,
+    its seq may name a later message now, and no result of it will come.
+
+    Attributes:
+        queue: the queue's name.
+        seq: the message's seq.
+        incarnation: the incarnation that took the message.
+        new_incarnation: the queue's incarnation now ("" when it has none).
+    """
+
+    def __init__(self, queue: str, seq: int, incarnation: str, new_incarnation: str) -> None:
+        super().__init__(
+            f"message {seq} of queue {queue!r} was published to incarnation {incarnation}, but the queue is "
+            f"{new_incarnation or 'gone'} now: Redis lost its state, and no result of the message will come"
+        )
+        self.queue = queue
+        self.seq = seq
+        self.incarnation = incarnation
+        self.new_incarnation = new_incarnation
 
 
 # Errors raised with error() arrive wrapped ("ERR user_script:1: RQ_X ...");

@@ -29,9 +29,18 @@ class PublishResult:
     duplicate: bool = False
     alternate: str | None = None  # the alternate queue that took it (mandatory publish, no group)
     partition: int | None = None  # the partition that took it (partitioned queues)
+    # The queue's incarnation when it took the message (None: not known), so
+    # that result() does not take a later message's result for this one's
+    # once Redis lost the queue's state and its seqs were given out again.
+    incarnation: str | None = field(default=None, compare=False, repr=False)
 
     def __init__(
-        self, seq: int, duplicate: bool = False, alternate: str | None = None, partition: int | None = None
+        self,
+        seq: int,
+        duplicate: bool = False,
+        alternate: str | None = None,
+        partition: int | None = None,
+        incarnation: str | None = None,
     ) -> None:
         # A frozen dataclass's own __init__ goes through object.__setattr__,
         # three times slower; a publish makes one of these per message.
@@ -39,6 +48,7 @@ class PublishResult:
         _set_duplicate(self, duplicate)
         _set_alternate(self, alternate)
         _set_partition(self, partition)
+        _set_incarnation(self, incarnation)
 
 
 # The slots' own setters (member descriptors), which frozen=True leaves alone.
@@ -46,6 +56,7 @@ _set_seq = PublishResult.__dict__["seq"].__set__
 _set_duplicate = PublishResult.__dict__["duplicate"].__set__
 _set_alternate = PublishResult.__dict__["alternate"].__set__
 _set_partition = PublishResult.__dict__["partition"].__set__
+_set_incarnation = PublishResult.__dict__["incarnation"].__set__
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidInput
+from .errors import InvalidInput, ResultLost
 from .names import check_message_id, check_name
 from .results import PublishResult
 
@@ -104,6 +104,19 @@ def decode(seq: int, raw: bytes, incarnation: str) -> Result | None:
         fields = json.loads(data)
         return Result(seq, None, Failure(str(fields.get("reason", "")), str(fields.get("error", ""))))
     return None
+
+
+def published_in(seq: Any) -> str | None:
+    """The incarnation that took the message ``seq`` names, when it is a
+    PublishResult that knows it."""
+    return seq.incarnation if isinstance(seq, PublishResult) else None
+
+
+def check_incarnation(queue: str, seq: int, published: str | None, incarnation: str) -> None:
+    """Raises ResultLost when the message was published to another
+    incarnation of the queue than the one Redis holds now."""
+    if published is not None and published != incarnation:
+        raise ResultLost(queue, seq, published, incarnation)
 
 
 def result_seq(queue: str, seq: Any) -> int:

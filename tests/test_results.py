@@ -181,6 +181,38 @@ def test_a_result_of_an_earlier_incarnation_is_not_returned(client, queue):
         queue.result(1)
 
 
+def test_a_publish_result_of_a_lost_incarnation_gets_no_later_messages_result(client, queue):
+    # given a message published, then the queue lost (deleted and made anew) and
+    # a new message under the same seq, whose result is kept
+    client.configure("orders", results=True)
+    old = queue.publish(b"old")
+    queue.delete()
+    new = queue.publish(b"new")
+    assert new.seq == old.seq and new.incarnation != old.incarnation
+    c = queue.consumer("g", "c1")
+    (d,) = c.fetch(1)
+    c.ack_result(d, encode_value(b"new result"), event=False)
+    # when the old message's result is asked for by its PublishResult, then it is lost, named
+    with pytest.raises(rqueue.ResultLost, match=f"message {old.seq} of queue 'orders' was published to incarnation"):
+        queue.result(old, timeout=5)
+    # and the new one's result, and by the bare seq, is the new message's
+    assert queue.result(new).value == b"new result"
+    assert queue.result(new.seq).value == b"new result"
+
+    # and so for the asyncio client
+    async def main():
+        ac = await rqueue.aio.connect(client.url, prefix=client.prefix)
+        try:
+            q = ac.queue("orders")
+            with pytest.raises(rqueue.ResultLost):
+                await q.result(old, timeout=5)
+            return (await q.result(new)).value
+        finally:
+            await ac.close()
+
+    assert asyncio.run(main()) == b"new result"
+
+
 def test_the_result_lives_for_result_ttl(client, queue, backend):
     client.configure("orders", results=True, result_ttl=30)
     queue.publish(b"x")

@@ -769,7 +769,8 @@ def publish_results(replies: Sequence[Any], partition: int | None = None) -> lis
     duplicate flag, ...)."""
     out: list[PublishResult] = []
     for reply in replies:
-        out += [PublishResult(int(reply[j]), reply[j + 1] == 1, None, partition) for j in range(1, len(reply), 2)]
+        inc = text(reply[0]) or None
+        out += [PublishResult(int(reply[j]), reply[j + 1] == 1, None, partition, inc) for j in range(1, len(reply), 2)]
     return out
 
 
