@@ -39,15 +39,12 @@ from .stored_results import FIRST_POLL as FIRST_RESULT_POLL
 from .stored_results import LAST_POLL as LAST_RESULT_POLL
 from .stored_results import (
     Result,
-    check_incarnation,
-    no_such_group,
-    published_in,
+    asked,
+    judged,
     result_group,
     result_id,
-    result_seq,
     unknown_id,
 )
-from .stored_results import decode as decode_result
 from .tracing import sending
 from .waiting import wait_settled
 
@@ -449,8 +446,7 @@ class Queue:
             if not found_seq:
                 raise unknown_id(self.name, seq)
             seq = found_seq
-        published = published_in(seq)
-        seq = result_seq(self.name, seq)
+        seq, published = asked(self.name, seq)
         timeout = check.seconds("timeout", timeout)
         if group is not None:
             check_name("group", group)
@@ -464,13 +460,9 @@ class Queue:
                 chosen = result_group(self.name, group, groups)
             if chosen is not None:
                 raw, incarnation = store.read_result(self.client.redis, self.keys, seq, chosen)
-                check_incarnation(self.name, seq, published, incarnation)
-                found = None if raw is None else decode_result(seq, raw, incarnation)
+                found = judged(self.name, seq, published, chosen, groups, raw, incarnation)
                 if found is not None:
                     return found
-                wrong = no_such_group(self.name, chosen, groups)
-                if wrong is not None:
-                    raise wrong
                 if not groups:
                     chosen = None  # a named group with no result yet: its worker may still join
             left = deadline - clock.monotonic()

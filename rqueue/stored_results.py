@@ -19,6 +19,8 @@ __all__ = [
     "encode_value",
     "encode_failure",
     "decode",
+    "asked",
+    "judged",
     "result_group",
     "result_id",
     "result_seq",
@@ -106,17 +108,28 @@ def decode(seq: int, raw: bytes, incarnation: str) -> Result | None:
     return None
 
 
-def published_in(seq: Any) -> str | None:
-    """The incarnation that took the message ``seq`` names, when it is a
-    PublishResult that knows it."""
-    return seq.incarnation if isinstance(seq, PublishResult) else None
+def asked(queue: str, seq: Any) -> tuple[int, str | None]:
+    """The seq a result is asked for by (see :func:`result_seq`), and the
+    incarnation that took the message when ``seq`` is a PublishResult that
+    knows it (None otherwise)."""
+    published = seq.incarnation if isinstance(seq, PublishResult) else None
+    return result_seq(queue, seq), published
 
 
-def check_incarnation(queue: str, seq: int, published: str | None, incarnation: str) -> None:
-    """Raises ResultLost when the message was published to another
-    incarnation of the queue than the one Redis holds now."""
+def judged(
+    queue: str, seq: int, published: str | None, group: str, groups: list[str], raw: bytes | None, incarnation: str
+) -> Result | None:
+    """What one read of ``group``'s result of ``seq`` (``raw`` and the
+    queue's incarnation now, read together) answers: the Result, or None
+    to wait on. ResultLost when the message was published to another
+    incarnation of the queue than the one Redis holds now; InvalidInput
+    when the queue has other groups and not ``group``."""
     if published is not None and published != incarnation:
         raise ResultLost(queue, seq, published, incarnation)
+    found = None if raw is None else decode(seq, raw, incarnation)
+    if found is None and (wrong := no_such_group(queue, group, groups)) is not None:
+        raise wrong
+    return found
 
 
 def result_seq(queue: str, seq: Any) -> int:

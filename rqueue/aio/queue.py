@@ -34,15 +34,12 @@ from ..stored_results import FIRST_POLL as FIRST_RESULT_POLL
 from ..stored_results import LAST_POLL as LAST_RESULT_POLL
 from ..stored_results import (
     Result,
-    check_incarnation,
-    no_such_group,
-    published_in,
+    asked,
+    judged,
     result_group,
     result_id,
-    result_seq,
     unknown_id,
 )
-from ..stored_results import decode as decode_result
 from ..tracing import sending
 from ..waiting import FIRST_POLL, LAST_POLL, check_wait, groups_to_wait_for, not_settled, waited_for
 from .consumer import Consumer
@@ -240,8 +237,7 @@ class Queue:
             if not found_seq:
                 raise unknown_id(self.name, seq)
             seq = found_seq
-        published = published_in(seq)
-        seq = result_seq(self.name, seq)
+        seq, published = asked(self.name, seq)
         timeout = check.seconds("timeout", timeout)
         if group is not None:
             check_name("group", group)
@@ -255,13 +251,9 @@ class Queue:
                 chosen = result_group(self.name, group, groups)
             if chosen is not None:
                 raw, incarnation = await acmd.read_result(self.client.redis, self.keys, seq, chosen)
-                check_incarnation(self.name, seq, published, incarnation)
-                found = None if raw is None else decode_result(seq, raw, incarnation)
+                found = judged(self.name, seq, published, chosen, groups, raw, incarnation)
                 if found is not None:
                     return found
-                wrong = no_such_group(self.name, chosen, groups)
-                if wrong is not None:
-                    raise wrong
                 if not groups:
                     chosen = None  # a named group with no result yet: its worker may still join
             left = deadline - clock.monotonic()
