@@ -5,6 +5,7 @@ ever pickled."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -60,12 +61,14 @@ class Result:
         failure: None, or how the message failed.
         partition: the partition of a partitioned queue that kept it (its
             seq is that partition's), else None.
+        group: the group whose worker kept it (None: not read from a queue).
     """
 
     seq: int
     value: Any = None
     failure: Failure | None = None
     partition: int | None = None
+    group: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -127,9 +130,11 @@ def judged(
     if published is not None and published != incarnation:
         raise ResultLost(queue, seq, published, incarnation)
     found = None if raw is None else decode(seq, raw, incarnation)
-    if found is None and (wrong := no_such_group(queue, group, groups)) is not None:
-        raise wrong
-    return found
+    if found is None:
+        if (wrong := no_such_group(queue, group, groups)) is not None:
+            raise wrong
+        return None
+    return dataclasses.replace(found, group=group)
 
 
 def result_seq(queue: str, seq: Any) -> int:

@@ -198,6 +198,7 @@ def test_a_publish_result_of_a_lost_incarnation_gets_no_later_messages_result(cl
     # and the new one's result, and by the bare seq, is the new message's
     assert queue.result(new).value == b"new result"
     assert queue.result(new.seq).value == b"new result"
+    assert queue.result(new.seq).group == "g"  # the group whose worker kept it
 
     # and so for the asyncio client
     async def main():

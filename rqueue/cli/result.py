@@ -65,17 +65,13 @@ def result(
         q = existing(client, queue)
         if isinstance(q, rqueue.PartitionedQueue):
             found = q.result(which, timeout=timeout, group=group, partition=partition)
-            groups = q.parts[found.partition or 0].groups()
-        elif isinstance(q, rqueue.Queue):
+        else:
+            assert isinstance(q, rqueue.Queue)
             if partition is not None:
                 raise rqueue.InvalidInput(f"queue {queue!r} is not partitioned: leave out --partition")
             found = q.result(which, timeout=timeout, group=group)
-            groups = q.groups()
-        else:
-            raise rqueue.InvalidInput(f"queue {queue!r} keeps no results")
-    chosen = group if group is not None else groups[0]
     if as_json:
-        emit_json({**result_json(queue, found), "group": chosen, "partition": found.partition})
+        emit_json({**result_json(queue, found), "group": found.group, "partition": found.partition})
     elif found.failure is not None:
         click.echo(f"failed ({found.failure.reason}): {found.failure.error}")
     elif isinstance(found.value, bytes):
