@@ -724,6 +724,28 @@ def test_after_a_loss_of_redis_state_only_deliveries_from_before_it_are_dropped(
     client.close()
 
 
+def test_a_waiting_delivery_withdrawn_by_a_heartbeat_is_logged_as_not_run(caplog):
+    # given a ledger with two deliveries waiting, one of them already taken by a handler thread
+    from rqueue.worker.ledger import Ledger
+
+    client = rqueue.connect("memory://ledger-lost", prefix="ll")
+    q = client.queue("orders")
+    q.publish_many([b"a", b"b"])
+    waiting, taken = q.consumer("g").fetch(2)
+    ledger = Ledger()
+    ledger.fetched([waiting, taken])
+    ledger.wait([waiting, taken], 0.0)
+    assert ledger.take(taken.tag, threading.Event()) == 0.0
+    # when a heartbeat finds both no longer held
+    with caplog.at_level(logging.INFO, logger="rqueue.worker"):
+        ledger.lost([waiting.tag, taken.tag])
+    # then the one withdrawn says why it is not run; the one its handler took is left to that thread
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("not running")]
+    assert lines == [f"not running {waiting.tag}: its lease was lost while it waited (a heartbeat found it)"]
+    assert ledger.take(waiting.tag, threading.Event()) is rqueue.worker.outcome.Outcome.SKIPPED
+    client.close()
+
+
 def test_a_result_handed_in_while_the_dispatcher_drains_is_drained_or_wakes_it():
     # given a ledger holding one result, and a handler thread handing in a
     # second one whose check for results already waiting is answered just

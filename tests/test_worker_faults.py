@@ -191,7 +191,10 @@ def _paused_with_a_reply_waiting(server, prefix, log_path):
         if sorted((d.seq, d.delivery_count) for d in got) != [(1, 2), (2, 2)]:
             return None  # the worker had not sent its fetch: nothing was set up
         # Then, resumed, the worker reads the reply and runs none of them
-        wait_for(lambda: _calls(server, prefix) or log_path.read_text().count("not running") == 2)
+        try:
+            wait_for(lambda: _calls(server, prefix) or log_path.read_text().count("not running") == 2)
+        except pytest.fail.Exception:
+            pytest.fail(f"the worker neither ran nor gave up both; its log ends:\n{log_path.read_text()[-3000:]}")
         worker.send_signal(signal.SIGTERM)
         out, _ = worker.communicate(timeout=30)
         assert worker.returncode == 0, log_path.read_text()[-2000:]

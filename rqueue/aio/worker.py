@@ -397,8 +397,10 @@ class Worker:
         if taken is Outcome.RETURNED:
             return Outcome.RETURNED, ""
         if isinstance(taken, Outcome) or d.epoch != d.consumer.state_epoch:
-            # Its lease was lost while it waited, or it was made before Redis
-            # lost the queue's state: never run.
+            # Its lease was lost while it waited (logged by the ledger), or it
+            # was made before Redis lost the queue's state: never run.
+            if not isinstance(taken, Outcome):
+                log.info("not running %s: fetched before Redis lost the queue's state", d.tag)
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
         check = LeaseCheck(d.tag, taken, self._clock.monotonic(), self._ack_wait(), self.heartbeat_timeout)

@@ -145,9 +145,13 @@ def batch_check(
     held: list[D] = []
     sent: list[float] = []
     for d, t in zip(deliveries, taken, strict=True):
-        if t is not None and d.epoch == epoch_for(d):
-            held.append(d)
-            sent.append(t)
+        if t is None:
+            continue  # withdrawn, and logged, by a heartbeat or the stop
+        if d.epoch != epoch_for(d):
+            log.info("not running %s: fetched before Redis lost the queue's state", d.tag)
+            continue
+        held.append(d)
+        sent.append(t)
     return BatchCheck(held, sent, now, ack_wait, heartbeat_timeout)
 
 
@@ -284,6 +288,7 @@ class Handlers:
             return Outcome.SKIPPED, ""
         if d.epoch != self._consumer.epoch_for(d):
             # Made before Redis lost the queue's state: never run.
+            log.info("not running %s: fetched before Redis lost the queue's state", d.tag)
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
         # One clock reading per message: with a quick handler this

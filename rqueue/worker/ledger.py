@@ -4,6 +4,7 @@ share."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -13,6 +14,8 @@ from .outcome import Detail, Outcome
 
 if TYPE_CHECKING:
     from ..delivery import Delivery
+
+log = logging.getLogger("rqueue.worker")
 
 
 class Ledger:
@@ -187,10 +190,13 @@ class Ledger:
         return running, waiting
 
     def lost(self, tags: list[str]) -> None:
-        """Withdraws waiting deliveries whose leases were lost."""
+        """Withdraws waiting deliveries whose leases were lost (a heartbeat
+        found them no longer held), each logged as the handlers' checks log
+        theirs: every delivery a worker does not run says why."""
         with self._lock:
-            for tag in tags:
-                self._waiting.pop(tag, None)
+            withdrawn = [tag for tag in tags if self._waiting.pop(tag, None) is not None]
+        for tag in withdrawn:
+            log.info("not running %s: its lease was lost while it waited (a heartbeat found it)", tag)
 
     def forget_waiting(self, older_than: int | None = None, epoch_for: Callable[[Delivery], int] | None = None) -> int:
         """Withdraws every waiting delivery (the worker was removed from its
