@@ -225,6 +225,27 @@ def test_acks_with_completed_off_write_no_event_and_ride_as_before(client, queue
 
 
 @BACKENDS
+def test_a_worker_sends_the_acks_of_a_round_in_one_call_with_completed_on(live, monkeypatch):
+    # given completed events on, results off, and 100 messages for a batch handler of 20
+    live.configure("orders", events=["completed"])
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 100)
+    counted = count_scripts(live, monkeypatch, "ack_result", "fetch")
+    # when a worker handles them
+    w = rqueue.Worker(q, "g", rqueue.BatchHandler(lambda ds: [True] * len(ds), size=20), concurrency=1)
+    w.start()
+    try:
+        wait_for(floor_reaches(q, "g", 100), timeout=20)
+    finally:
+        w.stop()
+        assert w.join(10)
+    # then every message has its event, and the acks of each round went in one
+    # call ahead of that round's fetch (one more at the stop), not a call per message
+    assert sorted(kinds_of(q), key=lambda k: int(k[1])) == [("completed", str(seq)) for seq in range(1, 101)]
+    assert 1 <= counted["ack_result"].calls <= counted["fetch"].calls + 1 < 100
+
+
+@BACKENDS
 def test_the_async_consumer_records_completed_on_each_ack_path(backend, prefix):
     import asyncio
 

@@ -222,8 +222,8 @@ class Dispatcher:
                 self._tally.count(late_settles=1)
 
     def _ack_keeping(self, d: Delivery, detail: Completion) -> None:
-        """Results or completed events are on: this ack keeps them, in a
-        call of its own (a refused ack keeps nothing)."""
+        """Results are on: this ack keeps its result (and, when on, records
+        its completed event) in a call of its own; a refused ack keeps nothing."""
         try:
             self._retry(self._consumer.ack_result, d, detail.value, detail.event)
         except AlreadyAcked:

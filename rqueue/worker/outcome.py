@@ -28,11 +28,11 @@ class Outcome(enum.Enum):
 
 
 class Completion(NamedTuple):
-    """What an ack keeps besides (the queue's results and events settings):
-    acked on its own, with them, rather than with the next fetch."""
+    """What an ack keeps besides its message's result (the queue's results
+    setting): acked on its own, with it, rather than with the next fetch."""
 
-    value: bytes | None  # the handler's result, encoded (None: none kept)
-    event: bool  # record a completed event
+    value: bytes  # the handler's result, encoded
+    event: bool  # record a completed event too
 
 
 # What comes with an outcome: the error text of a nack, reject or timeout;
@@ -43,10 +43,12 @@ Detail = str | Completion
 def ack_detail(value: Any, settings: Settings) -> Detail:
     """What the ack of a handler that returned ``value`` keeps, under the
     queue's settings: "" (the common ack, sent with the next fetch) unless
-    results or completed events are on."""
-    event = EventKind.COMPLETED.value in settings.events
+    results are on. Completed events alone keep the common ack: the
+    consumer's ack_and_fetch records them, for every ack of the round in
+    one call."""
     if not settings.results:
-        return Completion(None, True) if event else ""
+        return ""
+    event = EventKind.COMPLETED.value in settings.events
     try:
         encoded = encode_value(value)
     except InvalidInput as exc:
