@@ -195,7 +195,7 @@ def stepped(client: Any, base: str, reply: commands.RetainReply, want: tuple[int
         t.seen[base] = (client.clock.monotonic(), reply.retained, want)
 
 
-def step_failed(client: Any, base: str, name: str, want: tuple[int | None, int | None], exc: Exception) -> None:
+def step_failed(client: Any, base: str, name: str, want: tuple[int | None, int | None], exc: BaseException) -> None:
     """Notes a trim step that failed: the publish is stored, so the failure
     must not make it look failed (it would be sent again); the next step
     comes after the interval."""

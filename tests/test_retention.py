@@ -526,3 +526,44 @@ def test_publishers_of_one_client_run_one_trim_step_while_one_is_under_way(clien
     asyncio.run(burst())
     # then that step is the only one: the others find it taken, not due
     assert len(steps) == 1
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"], indirect=True)
+def test_an_asyncio_publish_returns_once_stored_while_its_trim_step_runs_on(client, monkeypatch):
+    # given an asyncio client whose trim step waits until it is let go
+    import asyncio
+
+    import rqueue.aio
+    import rqueue.aio.publishing as aio_publishing
+
+    retain = aio_publishing.acmd.retain
+    gate: list[asyncio.Event] = []
+    ran = []
+
+    async def held_retain(*args, **kwargs):
+        await gate[0].wait()
+        ran.append(await retain(*args, **kwargs))
+        return ran[-1]
+
+    monkeypatch.setattr(aio_publishing.acmd, "retain", held_retain)
+
+    async def main() -> int:
+        gate.append(asyncio.Event())
+        ac = await rqueue.aio.connect(client.url, prefix=client.prefix, settings_ttl=0)
+        try:
+            await ac.configure("orders", max_length=2)
+            q = ac.queue("orders")
+            # when a caller gives each publish 1 s, and the first one's step is held
+            for _ in range(3):
+                await asyncio.wait_for(q.publish(b"m"), 1)
+            return len(ran)
+        finally:
+            gate[0].set()
+            await ac.close()  # waits for the step
+
+    ran_before_close = asyncio.run(main())
+    # then every publish returned (none timed out on the held step), and the
+    # step ran once it was let go, before the client closed
+    assert ran_before_close == 0
+    assert len(ran) == 1
+    assert client.queue("orders").stats().depth == 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any
 
@@ -127,7 +127,9 @@ class Client:
         self._registered: set[str] = set()
         self._partitioned: dict[str, Layout] = {}  # queue -> its layout (partitioned queues), as last read
         self._watches: dict[str, StateWatch] = {}  # key base -> what this client's publishes saw
-        self._events: set[asyncio.Task[Any]] = set()  # state-lost events being written
+        # Work a call started and does not wait for (state-lost events, trim
+        # steps), kept until done; close() waits for it.
+        self._background: set[asyncio.Task[Any]] = set()
 
     def __repr__(self) -> str:
         return f"rqueue.aio.Client({self.url!r}, prefix={self.prefix!r})"
@@ -283,16 +285,26 @@ class Client:
         a task (its failure is logged), kept until it is done."""
 
         def record(fields: dict[str, str]) -> None:
-            task = asyncio.get_running_loop().create_task(acmd.record_event(self.redis, keys, fields))
-            self._events.add(task)
-            task.add_done_callback(self._event_written)
+            self.in_background(acmd.record_event(self.redis, keys, fields), _event_failed)
 
         return record
 
-    def _event_written(self, task: asyncio.Task[Any]) -> None:
-        self._events.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("could not record a state-lost event: %s", task.exception())
+    def in_background(
+        self, work: Coroutine[Any, Any, Any], failed: Callable[[BaseException], None]
+    ) -> asyncio.Task[Any]:
+        """Runs ``work`` as a task of the running loop that no caller
+        awaits: kept until it is done, its failure handed to ``failed``,
+        awaited by :meth:`close`."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+
+        def done(task: asyncio.Task[Any]) -> None:
+            self._background.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                failed(task.exception())  # type: ignore[arg-type]  # not None, checked above
+
+        task.add_done_callback(done)
+        return task
 
     async def register(self, name: str) -> None:
         """Records queue ``name`` in the prefix's list of queues (once per client)."""
@@ -307,6 +319,8 @@ class Client:
         self._registered.add(name)
 
     async def close(self) -> None:
+        while self._background:  # each is a call or two: let them finish
+            await asyncio.gather(*self._background, return_exceptions=True)
         for node in self._nodes.values():
             await node.aclose()
         await self.notifier.close()
@@ -318,3 +332,7 @@ class Client:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _event_failed(exc: BaseException) -> None:
+    log.warning("could not record a state-lost event: %s", exc)

@@ -4,10 +4,12 @@ rqueue.protocols does for the sync classes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ..clock import Clock
     from ..engine.async_commands import AsyncGroupCall
     from ..engine.async_scripts import AsyncScripts
@@ -47,6 +49,9 @@ class AsyncContext(Protocol):
     async def refresh_topology(self) -> None: ...
     async def register(self, name: str) -> None: ...
     def event_writer(self, keys: QueueKeys) -> Callable[[dict[str, str]], None]: ...
+    def in_background(
+        self, work: Coroutine[Any, Any, Any], failed: Callable[[BaseException], None]
+    ) -> asyncio.Task[Any]: ...
 
 
 class AsyncQueueLike(Protocol):

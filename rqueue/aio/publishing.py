@@ -15,7 +15,7 @@ from ..constants import RETAIN_STEP
 from ..engine import async_commands as acmd
 from ..engine.async_durable import publish_durably
 from ..engine.commands import RetainReply, translate
-from ..errors import NotDurable, PartialPublish, QueuePartitioned, RQueueError, Unroutable
+from ..errors import NotDurable, PartialPublish, QueuePartitioned, Unroutable
 from ..publishing import PreparedPublish, alternate_results, durable_outcome, failure, resend, short_of_durable, stored
 from ..results import PublishResult
 from ..retention import retention_args, step_due, step_failed, stepped
@@ -84,15 +84,18 @@ async def trim(queue: AsyncQueueLike, settings: Settings | None = None, limit: i
 
 async def after_publish(queue: AsyncQueueLike, settings: Settings) -> None:
     """As rqueue.retention.after_publish: the trim step
-    rqueue.retention.step_due says is due after a publish."""
+    rqueue.retention.step_due says is due after a publish, as a task of its
+    own: the message is stored, so the publish returns now, and a caller's
+    timeout or cancel can no longer make a stored publish look failed."""
     client = queue.client
     want = step_due(client, queue.keys.base, settings)
     if want is None:
         return
-    try:
-        await trim(queue, settings)
-    except (RQueueError, OSError) as exc:
+
+    def failed(exc: BaseException) -> None:
         step_failed(client, queue.keys.base, queue.name, want, exc)
+
+    client.in_background(trim(queue, settings), failed)
 
 
 async def _send_durably(queue: AsyncQueueLike, prepared: PreparedPublish) -> list[Any]:
