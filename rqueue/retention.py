@@ -138,6 +138,8 @@ class _Tracker:
         self.lock = threading.Lock()
         # key base -> (monotonic time of the last step, retained, what was stored)
         self.seen: dict[str, tuple[float, bool, tuple[int | None, int | None]]] = {}
+        # key bases whose step a publisher took and has not ended
+        self.running: set[str] = set()
 
 
 log = logging.getLogger(__name__)
@@ -173,11 +175,14 @@ def step_due(client: Any, base: str, settings: Settings) -> tuple[int | None, in
     None. The caller runs the step and reports it with :func:`stepped` or
     :func:`step_failed`. A step found due is taken in the same lock: the
     publishes that finish while it is under way (threads, or tasks of an
-    event loop) find it not due, rather than each sending a step of its own."""
+    event loop) find it not due, however long it takes, rather than each
+    sending a step of its own; the interval counts from its end."""
     t = _tracker(client)
     want = retention_args(settings)
     now = client.clock.monotonic()
     with t.lock:
+        if base in t.running:
+            return None
         seen = t.seen.get(base)
         if seen is not None:
             at, retained, stored = seen
@@ -185,6 +190,7 @@ def step_due(client: Any, base: str, settings: Settings) -> tuple[int | None, in
             if stored == want and now - at < wait:
                 return None
         t.seen[base] = (now, True if seen is None else seen[1], want)
+        t.running.add(base)
     return want
 
 
@@ -193,6 +199,7 @@ def stepped(client: Any, base: str, reply: commands.RetainReply, want: tuple[int
     t = _tracker(client)
     with t.lock:
         t.seen[base] = (client.clock.monotonic(), reply.retained, want)
+        t.running.discard(base)
 
 
 def step_failed(client: Any, base: str, name: str, want: tuple[int | None, int | None], exc: BaseException) -> None:
@@ -202,7 +209,8 @@ def step_failed(client: Any, base: str, name: str, want: tuple[int | None, int |
     t = _tracker(client)
     with t.lock:
         t.seen[base] = (client.clock.monotonic(), True, want)
-    log.warning("retention trim step of queue %r failed: %s", name, exc)
+        t.running.discard(base)
+    log.warning("retention trim step of queue %r failed: %s: %s", name, type(exc).__name__, exc)
 
 
 def after_publish(queue: QueueLike, settings: Settings) -> None:
@@ -213,5 +221,7 @@ def after_publish(queue: QueueLike, settings: Settings) -> None:
         return
     try:
         trim(queue, settings)
-    except (RQueueError, OSError) as exc:
+    except BaseException as exc:  # whatever ends it, the next step may come
         step_failed(client, queue.keys.base, queue.name, want, exc)
+        if not isinstance(exc, (RQueueError, OSError)):
+            raise

@@ -492,39 +492,42 @@ def test_a_forced_reset_over_a_deleted_priority_message_settles_it(client, queue
 
 @pytest.mark.parametrize("backend", ["memory"], indirect=True)  # the client's decision, no script involved
 def test_publishers_of_one_client_run_one_trim_step_while_one_is_under_way(client, monkeypatch):
-    # given an asyncio client whose trim step takes a while
+    # given an asyncio client whose trim step is held until every publish below is done
     import asyncio
 
     import rqueue.aio
     import rqueue.aio.publishing as aio_publishing
 
     steps = []
+    gate: list[asyncio.Event] = []
     retain = aio_publishing.acmd.retain
 
-    async def slow_retain(*args, **kwargs):
+    async def held_retain(*args, **kwargs):
         steps.append(1)
-        await asyncio.sleep(0.05)
+        await gate[0].wait()
         return await retain(*args, **kwargs)
 
-    monkeypatch.setattr(aio_publishing.acmd, "retain", slow_retain)
+    monkeypatch.setattr(aio_publishing.acmd, "retain", held_retain)
 
     async def burst() -> None:
+        gate.append(asyncio.Event())
         ac = await rqueue.aio.connect(client.url, prefix=client.prefix, settings_ttl=0)
         try:
             await ac.configure("orders", max_length=5)
             q = ac.queue("orders")
 
             async def publish(i: int) -> None:
-                await asyncio.sleep(i * 0.002)
+                await asyncio.sleep(i * 0.01)  # spread over 0.2 s, past the step interval
                 await q.publish(b"m")
 
             # when 20 publishes complete while the first one's step is under way
             await asyncio.gather(*(publish(i) for i in range(20)))
         finally:
+            gate[0].set()
             await ac.close()
 
     asyncio.run(burst())
-    # then that step is the only one: the others find it taken, not due
+    # then that step is the only one: the others find it taken, not due, however long it takes
     assert len(steps) == 1
 
 

@@ -293,15 +293,16 @@ class Client:
         self, work: Coroutine[Any, Any, Any], failed: Callable[[BaseException], None]
     ) -> asyncio.Task[Any]:
         """Runs ``work`` as a task of the running loop that no caller
-        awaits: kept until it is done, its failure handed to ``failed``,
-        awaited by :meth:`close`."""
+        awaits: kept until it is done, its failure (or its cancel, as
+        CancelledError) handed to ``failed``, awaited by :meth:`close`."""
         task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
 
         def done(task: asyncio.Task[Any]) -> None:
             self._background.discard(task)
-            if not task.cancelled() and task.exception() is not None:
-                failed(task.exception())  # type: ignore[arg-type]  # not None, checked above
+            exc = asyncio.CancelledError() if task.cancelled() else task.exception()
+            if exc is not None:
+                failed(exc)
 
         task.add_done_callback(done)
         return task
