@@ -234,10 +234,21 @@ class Consumer(ConsumerCore):
         ``value`` (rqueue.stored_results' encoding; None: none) for the
         result_ttl and, with ``event``, records a completed event."""
         tag = self._tag_of(delivery)
-        call = self._group_call()
-        ttl_ms = None if value is None else max(1, int(self._settings.result_ttl * 1000))
-        commands.ack_result(call, self.queue.keys.result(tag[1], self.group), tag, ttl_ms, value or b"", event)
+        keys, ttl_ms, values = self._results_of_one(tag, value)
+        commands.ack_results(self._group_call(), [tag], keys, ttl_ms, values, event, strict=True)
         self._held.pop(tag[0], None)
+
+    def ack_results(self, items: Iterable[tuple[DeliveryRef, bytes]], event: bool) -> list[RQueueError | None]:
+        """Acks what can be acked of ``items`` (delivery, result) as
+        :meth:`ack_available` does, in one round trip, and in the same call
+        keeps the result of each one acked (as :meth:`ack_result`); returns,
+        per item, None or the DeliveryError that kept it from being acked
+        (its result not kept)."""
+        tags, keys, values, lost = self._results_to_send(list(items))
+        if not tags:
+            return list(lost)
+        statuses = commands.ack_results(self._group_call(), tags, keys, self._result_ttl_ms(), values, event, False)
+        return self._acked(tags, lost, statuses)
 
     def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
         """Keeps how the message of ``delivery`` failed for good as its result

@@ -314,6 +314,26 @@ class ConsumerCore:
                 break
         return out
 
+    def _results_to_send(
+        self, items: Sequence[tuple[DeliveryRef, bytes]]
+    ) -> tuple[list[commands.Tag], list[str], list[bytes], list[RQueueError | None]]:
+        """What an ack keeping results sends (the tags, their result keys and
+        results), and per item its LostDelivery (not sent) or None (sent)."""
+        tags, lost = self._sendable(ref for ref, _ in items)
+        values = [value for (_, value), err in zip(items, lost, strict=True) if err is None]
+        keys = [self.queue.keys.result(seq, self.group) for _, seq, _, _ in tags]
+        return tags, keys, values, lost
+
+    def _result_ttl_ms(self) -> int:
+        return max(1, int(self._settings.result_ttl * 1000))
+
+    def _results_of_one(self, tag: commands.Tag, value: bytes | None) -> tuple[list[str], int | None, list[bytes]]:
+        """What an ack_result of ``tag`` keeping ``value`` (None: none)
+        sends: the result keys, the time to live and the results."""
+        if value is None:
+            return [], None, []
+        return [self.queue.keys.result(tag[1], self.group)], self._result_ttl_ms(), [value]
+
     def _forget(self, tags: Sequence[commands.Tag]) -> None:
         held = self._held
         for tag, *_ in tags:

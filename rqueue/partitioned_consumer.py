@@ -269,6 +269,15 @@ class PartitionedConsumer(PartitionRouting):
         c, d = self._one(delivery)
         c.ack_result(d, value, event)
 
+    def ack_results(self, items: Iterable[tuple[DeliveryRef, bytes]], event: bool) -> list[RQueueError | None]:
+        """As :meth:`rqueue.Consumer.ack_results`, a call per partition."""
+        items = list(items)
+        statuses: dict[int, RQueueError | None] = {}
+        for p, mine in self._split(ref for ref, _ in items).items():
+            got = self.consumers[p].ack_results([(d, items[i][1]) for i, d in mine], event)
+            statuses.update(zip((i for i, _ in mine), got, strict=True))
+        return [statuses[i] for i in range(len(statuses))]
+
     def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
         """As :meth:`rqueue.Consumer.keep_failure`, in the delivery's partition."""
         c, _ = self._one(delivery)

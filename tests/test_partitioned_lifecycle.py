@@ -204,6 +204,24 @@ def test_a_partitioned_queue_finds_the_result_in_its_partition(client, pq):
         pq.result(published[0], partition=other)
 
 
+def test_a_partitioned_consumer_acks_with_results_in_each_partition(client, pq):
+    # given results on, one message per partition, and one of them acked already
+    client.configure("orders", results=True)
+    published = publish(pq, 3)
+    c = pq.consumer("g")
+    ds = c.fetch(3)
+    c.ack(ds[1])
+    # when all three are acked with a result each, leniently
+    statuses = c.ack_results([(d, encode_value(d.data)) for d in ds], event=False)
+    # then the one acked before is refused and keeps none; the others keep theirs, in their partitions
+    assert [type(s).__name__ for s in statuses] == ["NoneType", "AlreadyAcked", "NoneType"]
+    published_as = {b"m%d" % i: r for i, r in enumerate(published)}
+    for d in (ds[0], ds[2]):
+        assert pq.result(published_as[d.data], timeout=1).value == d.data
+    with pytest.raises(rqueue.ResultTimeout):
+        pq.result(published_as[ds[1].data], timeout=0.05)
+
+
 @pytest.mark.parametrize("backend", ["memory"], indirect=True)  # an error raised before any call
 def test_a_partitioned_queue_sends_the_result_of_an_alternates_message_there(client):
     # given a partitioned queue with no group, whose mandatory publish went to its alternate queue

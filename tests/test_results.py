@@ -99,6 +99,50 @@ def test_a_batch_handler_keeps_the_results_it_returns(kind, live, backend, prefi
 
 
 @BACKENDS
+@BOTH
+def test_a_worker_keeps_the_results_of_a_round_in_one_call(kind, live, backend, prefix, monkeypatch):
+    # given results on, 100 messages, and a batch handler of 20 returning each message's seq
+    import rqueue.engine.async_commands as acmd
+    import rqueue.engine.commands as commands
+
+    live.configure("orders", results=True)
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 100)
+    calls = {"ack_results": 0, "fetch": 0}
+    engine = commands if kind == "threaded" else acmd
+
+    def counted(name):
+        real = getattr(engine, name)
+
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return call
+
+    for name in calls:
+        monkeypatch.setattr(engine, name, counted(name))
+    handler = rqueue.BatchHandler(lambda ds: [rqueue.worker.Acked(d.seq) for d in ds], size=20)
+    if kind == "async":
+        handler = rqueue.BatchHandler(_async_seqs, size=20)
+    # when a worker handles them
+    w = run_worker(kind, backend, prefix, q, handler)
+    try:
+        wait_for(floor_reaches(q, "g", 100), timeout=20)
+    finally:
+        w.stop()
+        assert w.join(10)
+    # then each message keeps its own result, and the acks of a round went in one
+    # call (one more at the stop), not one per message
+    assert [q.result(seq, timeout=5).value for seq in (1, 37, 100)] == [1, 37, 100]
+    assert 1 <= calls["ack_results"] <= calls["fetch"] + 1 < 100
+
+
+async def _async_seqs(ds):
+    return [rqueue.worker.Acked(d.seq) for d in ds]
+
+
+@BACKENDS
 def test_results_are_off_by_default_and_q_result_times_out(live):
     q = live.queue("orders")
     q.publish(b"x")
@@ -268,8 +312,13 @@ def raw(client, queue):
     return client.redis, queue.keys, queue.keys.group("g").as_list(), client.scripts
 
 
+def packed(*values):
+    """ack_result.lua's ARGV[9]: each result as <length>:<bytes>."""
+    return b"".join(b"%d:%s" % (len(v), v) for v in values)
+
+
 def ack_result_argv(ttl, value, event, seq, count, token):
-    return group_argv("g", "c1", NOW, None, ttl, value, event, seq, count, token)
+    return group_argv("g", "c1", NOW, None, ttl, packed(value) if ttl else b"", event, seq, count, token)
 
 
 def test_ack_result_acks_keeps_the_result_and_records_the_event(raw, queue):
@@ -297,11 +346,11 @@ def test_ack_result_without_a_ttl_keeps_nothing_and_a_refusal_changes_nothing(ra
         s.ack_result(keys=[*gk, qk.result(1, "g")], args=ack_result_argv("5000", b"jx", "1", 1, 1, "t1"))
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*time to live"):
         s.ack_result(keys=[*gk, qk.result(2, "g")], args=ack_result_argv("0", b"jx", "1", 2, 1, "t1"))
-    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*one tag"):
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*one result per tag"):
         s.ack_result(keys=[*gk, qk.result(2, "g")], args=[*ack_result_argv("5", b"jx", "1", 2, 1, "t1"), 3, 1, "t1"])
-    # a call whose last key is not the tag's result key (built for another layout): refused, nothing written
+    # a call whose result key is not the tag's (built for another layout): refused, nothing written
     for wrong in (list(gk), [*gk, qk.result(3, "g")], [*gk, qk.result(2, "other")], [*gk, qk.result(2, "g") + "x"]):
-        with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT the last key"):
+        with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT key \d+ is not the"):
             s.ack_result(keys=wrong, args=ack_result_argv("5000", b"jx", "1", 2, 1, "t1"))
 
 
@@ -329,13 +378,47 @@ def test_ack_result_refuses_a_bad_mode_and_a_result_for_many_tags(raw, client):
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))
-    for mode in ("0l", "2", ""):
-        with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT the event mode"):
+    for mode in ("l", "2", "", "1x"):
+        with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT the mode"):
             s.ack_result(keys=[*gk, qk.result(1, "g")], args=ack_result_argv("", b"", mode, 1, 1, "t1"))
-    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*one tag with a result"):
-        s.ack_result(keys=[*gk, qk.result(1, "g")], args=[*ack_result_argv("5000", b"jx", "1", 1, 1, "t1"), 2, 1, "t1"])
-    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*one tag with a result"):
+    # one result for two tags, two results for one, a length past the end, results without a time to live
+    bad = [
+        [*ack_result_argv("5000", b"jx", "1", 1, 1, "t1"), 2, 1, "t1"],
+        group_argv("g", "c1", NOW, None, "5000", packed(b"jx", b"jy"), "1", 1, 1, "t1"),
+        group_argv("g", "c1", NOW, None, "5000", b"9:jx", "1", 1, 1, "t1"),
+        group_argv("g", "c1", NOW, None, "5000", b"2:jx~", "1", 1, 1, "t1"),
+    ]
+    for args in bad:
+        with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT ARGV\[9\]"):
+            s.ack_result(keys=[*gk, qk.result(1, "g"), qk.result(2, "g")], args=args)
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT results .* without"):
+        s.ack_result(keys=[*gk, qk.meta], args=group_argv("g", "c1", NOW, None, "", packed(b"jx"), "1", 1, 1, "t1"))
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*in threes"):
         s.ack_result(keys=[*gk, qk.meta], args=[*ack_result_argv("", b"", "1", 1, 1, "t1"), 2, 1])
+
+
+def test_ack_result_keeps_a_result_per_tag_settled_strict_or_lenient(raw, queue, client):
+    # given three deliveries of c1, the second already acked
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b", b"c")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 3, "t1"))
+    assert s.ack_result(keys=[*gk, qk.meta], args=group_argv("g", "c1", NOW, None, "", "", "0", 2, 1, "t1")) == [b"ok"]
+    keys = [*gk, qk.result(1, "g"), qk.result(2, "g"), qk.result(3, "g")]
+    results = packed(b"jone", b"", b"j" + b"\n3:" * 50)
+    args = lambda mode: group_argv("g", "c1", NOW, None, "5000", results, mode, 1, 1, "t1", 2, 1, "t1", 3, 1, "t1")  # noqa: E731
+    # when all three are acked strictly, with a result each: refused, nothing kept
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_ACKED 2\.1\.t1"):
+        s.ack_result(keys=keys, args=args("1"))
+    # and leniently: the two held are settled, each with its own result (one that looks like
+    # the packing kept whole) and event; the refused one keeps none
+    assert s.ack_result(keys=keys, args=args("1l")) == [b"ok", b"RQ_ACKED", b"ok"]
+    assert r.get(qk.result(1, "g")) == b"itest\njone"
+    assert r.exists(qk.result(2, "g")) == 0
+    assert r.get(qk.result(3, "g")) == b"itest\nj" + b"\n3:" * 50
+    assert 0 < r.pttl(qk.result(3, "g")) <= 5000
+    assert [(e["event"], e["seq"]) for e in queue.events()] == [("completed", "1"), ("completed", "3")]
+    assert queue.stats().group("g").acked == 3
 
 
 # -- rqueue result --------------------------------------------------------------------
@@ -384,7 +467,7 @@ def test_ack_result_of_another_consumers_delivery_keeps_nothing(raw, client):
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
-    argv = group_argv("g", "c2", NOW, None, "5000", b"jx", "1", 1, 1, "t1")
+    argv = group_argv("g", "c2", NOW, None, "5000", packed(b"jx"), "1", 1, 1, "t1")
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_NOT_HELD 1\.1\.t1"):
         s.ack_result(keys=[*gk, qk.result(1, "g")], args=argv)
 
@@ -396,7 +479,7 @@ def test_a_lenient_ack_result_refused_for_its_tag_keeps_no_result(raw, client, q
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
     # when c2 sends a lenient ack of it with a result and a completed event
-    argv = group_argv("g", "c2", NOW, None, "5000", b"jx", "1l", 1, 1, "t1")
+    argv = group_argv("g", "c2", NOW, None, "5000", packed(b"jx"), "1l", 1, 1, "t1")
     reply = s.ack_result(keys=[*gk, qk.result(1, "g")], args=argv)
     # then the tag's refusal is its status, and no result or event is kept for it
     assert reply == [b"RQ_NOT_HELD"]

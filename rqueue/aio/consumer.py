@@ -261,9 +261,18 @@ class Consumer(ConsumerCore):
         """See :meth:`rqueue.Consumer.ack_result`."""
         tag = self._tag_of(delivery)
         call = await self._group_call()
-        ttl_ms = None if value is None else max(1, int(self._settings.result_ttl * 1000))
-        await acmd.ack_result(call, self.queue.keys.result(tag[1], self.group), tag, ttl_ms, value or b"", event)
+        keys, ttl_ms, values = self._results_of_one(tag, value)
+        await acmd.ack_results(call, [tag], keys, ttl_ms, values, event, strict=True)
         self._held.pop(tag[0], None)
+
+    async def ack_results(self, items: Iterable[tuple[Ref, bytes]], event: bool) -> list[RQueueError | None]:
+        """See :meth:`rqueue.Consumer.ack_results`."""
+        tags, keys, values, lost = self._results_to_send(list(items))
+        if not tags:
+            return list(lost)
+        call = await self._group_call()
+        statuses = await acmd.ack_results(call, tags, keys, self._result_ttl_ms(), values, event, False)
+        return self._acked(tags, lost, statuses)
 
     async def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
         """See :meth:`rqueue.Consumer.keep_failure`."""

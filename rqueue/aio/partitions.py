@@ -542,6 +542,15 @@ class PartitionedConsumer(PartitionRouting):
         c, d = self._one(delivery)
         await c.ack_result(d, value, event)
 
+    async def ack_results(self, items: Iterable[tuple[Ref, bytes]], event: bool) -> list[RQueueError | None]:
+        """As :meth:`rqueue.Consumer.ack_results`, a call per partition."""
+        items = list(items)
+        statuses: dict[int, RQueueError | None] = {}
+        for p, mine in self._split(ref for ref, _ in items).items():
+            got = await self.consumers[p].ack_results([(d, items[i][1]) for i, d in mine], event)
+            statuses.update(zip((i for i, _ in mine), got, strict=True))
+        return self._by_index(statuses)
+
     async def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
         """As :meth:`rqueue.Consumer.keep_failure`, in the delivery's partition."""
         c, _ = self._one(delivery)

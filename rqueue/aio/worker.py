@@ -332,11 +332,12 @@ class Worker:
         self._tally.count(acked=ok, late_settles=len(statuses) - ok)
 
     async def _settle_others(self, consumer: Consumer, others: list[tuple[Any, Outcome, Detail]]) -> None:
+        await self._ack_keeping(consumer, [(d, detail) for d, _, detail in others if isinstance(detail, Completion)])
         for d, outcome, detail in others:
+            if isinstance(detail, Completion):
+                continue
             try:
-                if isinstance(detail, Completion):
-                    await self._ack_keeping(consumer, d, detail)
-                elif outcome is Outcome.NACK or outcome is Outcome.TIMEOUT:
+                if outcome is Outcome.NACK or outcome is Outcome.TIMEOUT:
                     timed_out = outcome is Outcome.TIMEOUT
                     status = await self._retry.call(consumer.nack, d, error=detail, timed_out=timed_out)
                     self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
@@ -352,14 +353,12 @@ class Worker:
                 log.info("%s of %s not applied: %s", outcome.value, d.tag, exc)
                 self._tally.count(late_settles=1)
 
-    async def _ack_keeping(self, consumer: Consumer, d: Any, detail: Completion) -> None:
+    async def _ack_keeping(self, consumer: Consumer, keeping: list[tuple[Any, Completion]]) -> None:
         """As rqueue.worker.dispatcher.Dispatcher._ack_keeping."""
-        try:
-            await self._retry.call(consumer.ack_result, d, detail.value, detail.event)
-        except AlreadyAcked:
-            if not self._retry.resync:
-                raise
-        self._tally.count(acked=1)
+        for event in (False, True):
+            items = [(d, c.value) for d, c in keeping if c.event is event]
+            if items:
+                self._record_acks(await self._retry.call(consumer.ack_results, items, event))
 
     async def _keep_failure(self, consumer: Consumer, d: Any, reason: str, error: str) -> None:
         if not consumer.last_settings.results:

@@ -116,19 +116,24 @@ async def nack(call: AsyncGroupCall, tag: c.Tag, delay_ms: int | None, error: st
     return c.parse_nack(await call.settle(call.scripts.nack, c.nack_args(tag, delay_ms, error, event)))
 
 
-async def ack_result(
-    call: AsyncGroupCall, result_key: str, tag: c.Tag, ttl_ms: int | None, result: bytes, event: bool
-) -> None:
-    args = call.argv(c.ack_result_args(tag, ttl_ms, result, event))
-    await run(call.scripts.ack_result, [*call.keys, result_key], args, call.queue, call.where)
+async def ack_results(
+    call: AsyncGroupCall,
+    tags: Sequence[c.Tag],
+    result_keys: Sequence[str],
+    ttl_ms: int | None,
+    results: Sequence[bytes],
+    event: bool,
+    strict: bool,
+) -> list[str]:
+    """As commands.ack_results."""
+    keys = c.ack_results_keys(call, result_keys)
+    args = call.argv(c.ack_results_args(tags, ttl_ms, results, event, strict))
+    return c.parse_ack(await run(call.scripts.ack_result, keys, args, call.queue, call.where), strict)
 
 
 async def ack_completed(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool) -> list[str]:
     """As commands.ack_completed."""
-    args = call.argv(c.ack_completed_args(tags, strict))
-    return c.parse_ack(
-        await run(call.scripts.ack_result, c.ack_completed_keys(call), args, call.queue, call.where), strict
-    )
+    return await ack_results(call, tags, [], None, [], True, strict)
 
 
 async def reject(call: AsyncGroupCall, tag: c.Tag, reason: str, text: str, event: str = "") -> int:

@@ -385,45 +385,53 @@ def ack(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
     return parse_ack(reply, strict)
 
 
-def ack_result_args(tag: Tag, ttl_ms: int | None, result: bytes, event: bool) -> list[Any]:
-    _, seq, count, token = tag
-    return ["" if ttl_ms is None else str(ttl_ms), result, "1" if event else "0", seq, count, token]
+def ack_results_keys(call: GroupArgs, result_keys: Sequence[str]) -> list[str]:
+    """ack_result.lua's KEYS: the group's, then each tag's result key; with
+    no result kept, the meta key stands in for them (same slot, not written)."""
+    return [*call.keys, *(result_keys or call.keys[:1])]
 
 
-def ack_result(call: GroupCall, result_key: str, tag: Tag, ttl_ms: int | None, result: bytes, event: bool) -> None:
-    """Acks one delivery (strictly: its error raised, nothing kept) and in
-    the same call keeps ``result`` under ``result_key`` for ``ttl_ms``
-    (None: keeps none) and, with ``event``, records a completed event."""
-    run(
+def ack_results_args(
+    tags: Sequence[Tag], ttl_ms: int | None, results: Sequence[bytes], event: bool, strict: bool
+) -> list[Any]:
+    """ack_result.lua's arguments after the group block: each tag's result
+    (in the tags' order) kept for ``ttl_ms`` (None: none kept), with
+    ``event`` a completed event per message settled."""
+    packed = b"".join(b"%d:%s" % (len(r), r) for r in results)
+    mode = ("1" if event else "0") + ("" if strict else "l")
+    return ["" if ttl_ms is None else str(ttl_ms), packed, mode, *flat_tags(tags)]
+
+
+def ack_results(
+    call: GroupCall,
+    tags: Sequence[Tag],
+    result_keys: Sequence[str],
+    ttl_ms: int | None,
+    results: Sequence[bytes],
+    event: bool,
+    strict: bool,
+) -> list[str]:
+    """Acks ``tags`` as :func:`ack` does and in the same call
+    (ack_result.lua) keeps each one's result (``results``) under its key
+    (``result_keys``, both in the tags' order; none with ``ttl_ms`` None) for
+    ``ttl_ms``, and with ``event`` records a completed event per message
+    settled. Strict: all or none (returns []); else one status per tag, a
+    result kept and an event recorded for each "ok"."""
+    reply = run(
         call.scripts.ack_result,
-        [*call.keys, result_key],
-        call.argv(ack_result_args(tag, ttl_ms, result, event)),
+        ack_results_keys(call, result_keys),
+        call.argv(ack_results_args(tags, ttl_ms, results, event, strict)),
         call.queue,
         call.where,
     )
-
-
-def ack_completed_args(tags: Sequence[Tag], strict: bool) -> list[Any]:
-    """ack_result.lua's arguments after the group block for acks that keep
-    no result and record a completed event per message settled."""
-    return ["", "", "1" if strict else "1l", *flat_tags(tags)]
-
-
-def ack_completed_keys(call: GroupArgs) -> list[str]:
-    """ack_result.lua's KEYS for acks that keep no result: the last key is
-    then not written, and the meta key stands in for it (same slot)."""
-    return [*call.keys, call.keys[0]]
+    return parse_ack(reply, strict)
 
 
 def ack_completed(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
     """Acks ``tags`` as :func:`ack` does and records a completed event for
-    each message settled, in the same call (ack_result.lua): the ack of a
-    queue whose events setting names completed."""
-    reply = run(
-        call.scripts.ack_result, ack_completed_keys(call), call.argv(ack_completed_args(tags, strict)), call.queue,
-        call.where,
-    )  # fmt: skip
-    return parse_ack(reply, strict)
+    each message settled, in the same call: the ack of a queue whose events
+    setting names completed."""
+    return ack_results(call, tags, [], None, [], True, strict)
 
 
 class NackReply(NamedTuple):

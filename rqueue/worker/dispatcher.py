@@ -191,11 +191,11 @@ class Dispatcher:
 
     def _settle_others(self, others: list[tuple[Delivery, Outcome, Detail]]) -> None:
         consumer = self._consumer
+        self._ack_keeping([(d, detail) for d, _, detail in others if isinstance(detail, Completion)])
         for d, outcome, detail in others:
+            if isinstance(detail, Completion):
+                continue
             try:
-                if isinstance(detail, Completion):
-                    self._ack_keeping(d, detail)
-                    continue
                 if outcome is Outcome.NACK or outcome is Outcome.TIMEOUT:
                     status = self._retry(consumer.nack, d, error=detail, timed_out=outcome is Outcome.TIMEOUT)
                     self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
@@ -221,16 +221,14 @@ class Dispatcher:
                 log.info("%s of %s not applied: %s", outcome.value, d.tag, exc)
                 self._tally.count(late_settles=1)
 
-    def _ack_keeping(self, d: Delivery, detail: Completion) -> None:
-        """Results are on: this ack keeps its result (and, when on, records
-        its completed event) in a call of its own; a refused ack keeps nothing."""
-        try:
-            self._retry(self._consumer.ack_result, d, detail.value, detail.event)
-        except AlreadyAcked:
-            if not self._retry.resync:
-                raise
-            # after a retry: the first attempt was applied, its reply lost
-        self._tally.count(acked=1)
+    def _ack_keeping(self, keeping: list[tuple[Delivery, Completion]]) -> None:
+        """Results are on: these acks keep their results (and, when on,
+        record their completed events) in one call, not with the fetch; a
+        refused ack keeps nothing."""
+        for event in (False, True):  # the settings may have changed within a round
+            items = [(d, c.value) for d, c in keeping if c.event is event]
+            if items:
+                self._record_acks(self._retry(self._consumer.ack_results, items, event))
 
     def _keep_failure(self, d: Delivery, reason: str, error: str) -> None:
         """With results on, a message that failed for good keeps its failure

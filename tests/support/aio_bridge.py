@@ -63,8 +63,8 @@ def wrap(value: Any, loop: Loop) -> Any:
 def unwrap(value: Any) -> Any:
     if isinstance(value, Bridge):
         return object.__getattribute__(value, "_target")
-    if isinstance(value, (list, tuple)) and any(isinstance(v, Bridge) for v in value):
-        return type(value)(unwrap(v) for v in value) if not hasattr(value, "_fields") else value
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(unwrap(v) for v in value)  # also (delivery, value) pairs
     return value
 
 
