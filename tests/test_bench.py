@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 
 import pytest
 import redis
@@ -12,6 +13,8 @@ from click.testing import CliRunner
 from support.servers import start_server
 
 from rqueue.cli.bench import bench_command
+from rqueue.cli.bench.endtoend import QUANTILES, per_call_at
+from rqueue.cli.bench.report import render_text
 from rqueue.cli.bench.spec import FIGURE_KEYS, GROUPS, SCHEMA, SPEC_BY_KEY
 
 
@@ -31,11 +34,19 @@ def positive(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
-@pytest.mark.parametrize("server_url", ["redis"], indirect=True)
-def test_quick_json_reports_every_documented_figure(server_url, prefix):
+@pytest.fixture(scope="module")
+def quick_report(server_url):
+    """One `rqueue bench --quick --json` run (all groups), read by the tests
+    below, and the prefix it ran under."""
+    prefix = f"tq-{uuid.uuid4().hex[:8]}"
     result = run_bench(server_url, prefix, "--quick", "--json")
     assert result.exit_code == 0, result.output + result.stderr
-    report = json.loads(result.stdout)
+    return json.loads(result.stdout), prefix
+
+
+@pytest.mark.parametrize("server_url", ["redis"], indirect=True)
+def test_quick_json_reports_every_documented_figure(server_url, quick_report):
+    report, prefix = quick_report
     assert report["schema"] == SCHEMA
     assert report["errors"] == []
     assert report["config"]["groups"] == list(GROUPS)
@@ -64,6 +75,35 @@ def test_quick_json_reports_every_documented_figure(server_url, prefix):
         assert list(r.scan_iter(match=f"{prefix}-bench-*")) == []
     finally:
         r.close()
+
+
+@pytest.mark.parametrize("server_url", ["redis"], indirect=True)
+def test_quick_json_reports_the_latency_at_half_the_max_rate(server_url, quick_report):
+    # given: one quick run of every group (one run per figure)
+    report, _ = quick_report
+    figures = report["figures"]
+    secs = report["config"]["latency_half_secs"]
+    # when: the latency figures at half the max rate are read
+    half = {q: figures[f"latency_half_{q}"] for q in QUANTILES}
+    ex = half["p50"]["extra"]
+    # then: each system ran at half of the end-to-end rate measured just before, in calls of the documented size
+    for side in ("", "streams_"):
+        assert positive(ex[f"{side}max_rate"]) and positive(ex[f"{side}achieved_rate"]), side
+        assert ex[f"{side}rate"] == pytest.approx(ex[f"{side}max_rate"] / 2), side
+        assert ex[f"{side}per_call"] == per_call_at(ex[f"{side}rate"]), side
+    assert half["p50"]["n"] == max(10, int(ex["rate"] * secs))
+    assert ex["streams_n"] == max(10, int(ex["streams_rate"] * secs))
+    # and the quantiles are latencies in ms, in order, for rqueue and for Streams
+    for q in QUANTILES:
+        assert half[q]["group"] == "latency" and half[q]["unit"] == "ms" and half[q]["ratio_to"] == "streams"
+        assert "half" in half[q]["label"] and "half" in half[q]["streams"]["label"]
+    for values in ([half[q]["median"] for q in QUANTILES], [half[q]["streams"]["median"] for q in QUANTILES]):
+        assert all(positive(v) for v in values) and values == sorted(values)
+    # and the text report prints the rates used
+    text = render_text(report)
+    assert "latency at half the max rate" in text
+    assert f"rqueue {ex['rate']:,.0f} msg/s (half of {ex['max_rate']:,.0f}" in text
+    assert f"Streams {ex['streams_rate']:,.0f} msg/s (half of {ex['streams_max_rate']:,.0f})" in text
 
 
 @pytest.mark.parametrize("server_url", ["valkey"], indirect=True)
