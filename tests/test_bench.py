@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import uuid
 
 import pytest
@@ -12,10 +13,11 @@ import redis
 from click.testing import CliRunner
 from support.servers import start_server
 
-from rqueue.cli.bench import bench_command
+from rqueue.cli.bench import bench_command, consumer_process
+from rqueue.cli.bench.child import control
 from rqueue.cli.bench.endtoend import QUANTILES, per_call_at
 from rqueue.cli.bench.report import render_text
-from rqueue.cli.bench.spec import FIGURE_KEYS, GROUPS, SCHEMA, SPEC_BY_KEY
+from rqueue.cli.bench.spec import CONTROL, FIGURE_KEYS, GROUPS, SCHEMA, SPEC_BY_KEY, payload
 
 
 @pytest.fixture(scope="module", params=["redis", "valkey"])
@@ -123,3 +125,57 @@ def test_bad_options_are_refused(prefix):
     result = run_bench("redis://127.0.0.1:1/0", prefix, "--only", "nonsense")
     assert result.exit_code == 2 and "nonsense" in result.output + result.stderr
     assert run_bench("redis://127.0.0.1:1/0", prefix, "--quick", "--full").exit_code == 2
+
+
+def phases_spec(parent_pid: int, idle_timeout: float = 60) -> dict[str, object]:
+    """What Child hands a consumer process, as far as its bookkeeping reads it."""
+    return {"idle_timeout": idle_timeout, "control": CONTROL.decode(), "parent_pid": parent_pid}
+
+
+def said(capsys) -> list[dict]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_a_consumer_process_reports_each_phase_once_and_refuses_strays(capsys, monkeypatch):
+    # given: a consumer process's bookkeeping (this process stands in for it, its parent for the bench)
+    monkeypatch.setattr(consumer_process.os, "getppid", lambda: 4242)
+    phases = consumer_process._Phases(phases_spec(4242))
+    # when: a phase of 3 latency messages opens and they come in two batches
+    phases.hit(control(phase={"expect": 3, "latency": True}), 100.0)
+    assert phases.settled() is None
+    for i in range(2):
+        phases.hit(payload(i), time.time())
+    phases.settled()
+    phases.hit(payload(2), time.time())
+    phases.settled()
+    # then: armed once, done once with the count and ordered quantiles
+    events = said(capsys)
+    assert [e["event"] for e in events] == ["armed", "done"]
+    done = events[1]
+    assert done["count"] == 3 and 0 <= done["p50_ms"] <= done["p99_ms"] <= done["max_ms"]
+    # when: a measured message comes after the phase was reported
+    # then: it is refused, not counted into a finished phase
+    with pytest.raises(consumer_process.ProcessError, match="outside a phase"):
+        phases.hit(payload(3), time.time())
+    # and: a switch is handed back after the batch's ack, with no other report
+    phases.hit(control(switch="next-queue"), time.time())
+    assert phases.settled() == "next-queue"
+    assert said(capsys) == []
+
+
+def test_a_consumer_process_waits_between_phases_while_its_parent_lives(monkeypatch):
+    # given: a process idle past its limit with no phase open (the other system's figure runs meanwhile)
+    parent = [4242]
+    monkeypatch.setattr(consumer_process.os, "getppid", lambda: parent[0])
+    phases = consumer_process._Phases(phases_spec(4242, idle_timeout=0))
+    phases.idle_since -= 10
+    # when / then: it keeps waiting while the benchmark process lives, and ends when it is gone
+    assert phases.idle() is True
+    parent[0] = 1
+    assert phases.idle() is False
+    # and: with a phase open, idling past the limit is an error naming what came
+    parent[0] = 4242
+    phases.hit(control(phase={"expect": 5, "latency": False}), time.time())
+    phases.idle_since -= 10
+    with pytest.raises(consumer_process.ProcessError, match="after 0 of 5"):
+        phases.idle()

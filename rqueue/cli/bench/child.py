@@ -50,7 +50,14 @@ class Child:
     def __init__(self, spec: dict[str, Any]) -> None:
         env = dict(os.environ)
         env[CHILD_ENV] = json.dumps(
-            {**spec, "batch": BATCH, "group": GROUP, "field": STREAM_FIELD, "control": CONTROL.decode()}
+            {
+                **spec,
+                "batch": BATCH,
+                "group": GROUP,
+                "field": STREAM_FIELD,
+                "control": CONTROL.decode(),
+                "parent_pid": os.getpid(),
+            }
         )
         self._err = tempfile.TemporaryFile()  # noqa: SIM115 - kept open for the child's life, closed by stop()
         self.proc = subprocess.Popen(
