@@ -63,8 +63,8 @@ class EndToEndFigures(BenchBase):
 
     @contextmanager
     def _pair(self, what: str) -> Iterator[Pair]:
-        """Both consumer processes, started together (their start-up takes
-        turns with nothing measured), ready on a fresh queue and stream."""
+        """Both consumer processes, ready on a fresh queue and stream; they
+        start at the same time, while nothing is measured."""
         q = self.queue(what)
         key = self.stream(what)
         with ExitStack() as stack:
