@@ -146,7 +146,6 @@ def section_targets(rq: dict[str, Any]) -> list[str]:
             ]
         )
     cfg = rq["config"]
-    sw = cfg["sweep"]
     met = [f for f in figs.values() if f["target"] and f["target"]["met"] is not None]
     lines = [
         "## rqueue against its ceiling and the issue-7 targets",
@@ -171,6 +170,38 @@ def section_targets(rq: dict[str, Any]) -> list[str]:
         ),
         "",
         f"Targets met: {sum(1 for f in met if f['target']['met'])} of {len(met)}.",
+    ]
+    if "sweep_base" in figs:
+        lines += sweep_lines(cfg)
+    if "latency_p50" in figs:
+        ex = figs["latency_p50"]["extra"]
+        lines += [
+            "",
+            f"Latency: one publish() per message at {cfg['latency_rate']:,} msg/s for {cfg['latency_secs']:g} s "
+            f"per run (producer reached {ex.get('achieved_rate', 0):,.0f}/s; Streams "
+            f"{ex.get('streams_achieved_rate', 0):,.0f}/s) to a consumer process using fetch(100, timeout=1) "
+            "(Streams: XREADGROUP COUNT 100 BLOCK 1000); latency = handler start − time.time() in the payload.",
+        ]
+    if "latency_half_p50" in figs:
+        ex = figs["latency_half_p50"]["extra"]
+        lines += [
+            "",
+            f"Latency at half the max rate (`latency_half_*`): in each run, in the same consumer processes, each "
+            "system's end-to-end rate is measured as `e2e` measures it, then each publishes at half of its own "
+            f"rate for {cfg.get('latency_half_secs', cfg['latency_secs']):g} s, in calls 1 ms apart "
+            "(publish_many / an XADD pipeline of rate/1000 messages, at most 100). Medians of the runs: rqueue "
+            f"{ex.get('rate', 0):,.0f} msg/s (half of {ex.get('max_rate', 0):,.0f}; {ex.get('per_call', 0):.0f} "
+            f"per call; producer reached {ex.get('achieved_rate', 0):,.0f}/s), Streams "
+            f"{ex.get('streams_rate', 0):,.0f} msg/s (half of {ex.get('streams_max_rate', 0):,.0f}; "
+            f"{ex.get('streams_per_call', 0):.0f} per call; reached {ex.get('streams_achieved_rate', 0):,.0f}/s).",
+        ]
+    return lines
+
+
+def sweep_lines(cfg: dict[str, Any]) -> list[str]:
+    """What the size sweep's figures held (only when the sweep ran)."""
+    sw = cfg["sweep"]
+    return [
         "",
         f"Size sweep: `sweep_base` has {sw['small']:,} messages queued; `sweep_queued` {sw['queued']:,}; "
         f"`sweep_delayed` {sw['delayed']:,} delayed messages ahead of {sw['small']:,} queued; `sweep_inflight` "
@@ -185,16 +216,6 @@ def section_targets(rq: dict[str, Any]) -> list[str]:
             "run used smaller sizes."
         ),
     ]
-    if "latency_p50" in figs:
-        ex = figs["latency_p50"]["extra"]
-        lines += [
-            "",
-            f"Latency: one publish() per message at {cfg['latency_rate']:,} msg/s for {cfg['latency_secs']:g} s "
-            f"per run (producer reached {ex.get('achieved_rate', 0):,.0f}/s; Streams "
-            f"{ex.get('streams_achieved_rate', 0):,.0f}/s) to a consumer process using fetch(100, timeout=1) "
-            "(Streams: XREADGROUP COUNT 100 BLOCK 1000); latency = handler start − time.time() in the payload.",
-        ]
-    return lines
 
 
 def section_breakdown(rq: dict[str, Any]) -> list[str]:

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import json
 import math
+import time
+import uuid
 
 import pytest
 import redis
 from click.testing import CliRunner
 from support.servers import start_server
 
-from rqueue.cli.bench import bench_command
-from rqueue.cli.bench.spec import FIGURE_KEYS, GROUPS, SCHEMA, SPEC_BY_KEY
+from rqueue.cli.bench import bench_command, consumer_process
+from rqueue.cli.bench.child import control
+from rqueue.cli.bench.endtoend import QUANTILES, per_call_at
+from rqueue.cli.bench.report import render_text
+from rqueue.cli.bench.spec import CONTROL, FIGURE_KEYS, GROUPS, SCHEMA, SPEC_BY_KEY, payload
 
 
 @pytest.fixture(scope="module", params=["redis", "valkey"])
@@ -31,11 +36,19 @@ def positive(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
-@pytest.mark.parametrize("server_url", ["redis"], indirect=True)
-def test_quick_json_reports_every_documented_figure(server_url, prefix):
+@pytest.fixture(scope="module")
+def quick_report(server_url):
+    """One `rqueue bench --quick --json` run (all groups), read by the tests
+    below, and the prefix it ran under."""
+    prefix = f"tq-{uuid.uuid4().hex[:8]}"
     result = run_bench(server_url, prefix, "--quick", "--json")
     assert result.exit_code == 0, result.output + result.stderr
-    report = json.loads(result.stdout)
+    return json.loads(result.stdout), prefix
+
+
+@pytest.mark.parametrize("server_url", ["redis"], indirect=True)
+def test_quick_json_reports_every_documented_figure(server_url, quick_report):
+    report, prefix = quick_report
     assert report["schema"] == SCHEMA
     assert report["errors"] == []
     assert report["config"]["groups"] == list(GROUPS)
@@ -66,6 +79,35 @@ def test_quick_json_reports_every_documented_figure(server_url, prefix):
         r.close()
 
 
+@pytest.mark.parametrize("server_url", ["redis"], indirect=True)
+def test_quick_json_reports_the_latency_at_half_the_max_rate(server_url, quick_report):
+    # given: one quick run of every group (one run per figure)
+    report, _ = quick_report
+    figures = report["figures"]
+    secs = report["config"]["latency_half_secs"]
+    # when: the latency figures at half the max rate are read
+    half = {q: figures[f"latency_half_{q}"] for q in QUANTILES}
+    ex = half["p50"]["extra"]
+    # then: each system ran at half of the end-to-end rate measured just before, in calls of the documented size
+    for side in ("", "streams_"):
+        assert positive(ex[f"{side}max_rate"]) and positive(ex[f"{side}achieved_rate"]), side
+        assert ex[f"{side}rate"] == pytest.approx(ex[f"{side}max_rate"] / 2), side
+        assert ex[f"{side}per_call"] == per_call_at(ex[f"{side}rate"]), side
+    assert half["p50"]["n"] == max(10, int(ex["rate"] * secs))
+    assert ex["streams_n"] == max(10, int(ex["streams_rate"] * secs))
+    # and the quantiles are latencies in ms, in order, for rqueue and for Streams
+    for q in QUANTILES:
+        assert half[q]["group"] == "latency" and half[q]["unit"] == "ms" and half[q]["ratio_to"] == "streams"
+        assert "half" in half[q]["label"] and "half" in half[q]["streams"]["label"]
+    for values in ([half[q]["median"] for q in QUANTILES], [half[q]["streams"]["median"] for q in QUANTILES]):
+        assert all(positive(v) for v in values) and values == sorted(values)
+    # and the text report prints the rates used
+    text = render_text(report)
+    assert "latency at half the max rate" in text
+    assert f"rqueue {ex['rate']:,.0f} msg/s (half of {ex['max_rate']:,.0f}" in text
+    assert f"Streams {ex['streams_rate']:,.0f} msg/s (half of {ex['streams_max_rate']:,.0f})" in text
+
+
 @pytest.mark.parametrize("server_url", ["valkey"], indirect=True)
 def test_only_runs_the_named_figures_and_prints_a_table(server_url, prefix):
     result = run_bench(server_url, prefix, "--quick", "--only", "publish,memory")
@@ -83,3 +125,57 @@ def test_bad_options_are_refused(prefix):
     result = run_bench("redis://127.0.0.1:1/0", prefix, "--only", "nonsense")
     assert result.exit_code == 2 and "nonsense" in result.output + result.stderr
     assert run_bench("redis://127.0.0.1:1/0", prefix, "--quick", "--full").exit_code == 2
+
+
+def phases_spec(parent_pid: int, idle_timeout: float = 60) -> dict[str, object]:
+    """What Child hands a consumer process, as far as its bookkeeping reads it."""
+    return {"idle_timeout": idle_timeout, "control": CONTROL.decode(), "parent_pid": parent_pid}
+
+
+def said(capsys) -> list[dict]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_a_consumer_process_reports_each_phase_once_and_refuses_strays(capsys, monkeypatch):
+    # given: a consumer process's bookkeeping (this process stands in for it, its parent for the bench)
+    monkeypatch.setattr(consumer_process.os, "getppid", lambda: 4242)
+    phases = consumer_process._Phases(phases_spec(4242))
+    # when: a phase of 3 latency messages opens and they come in two batches
+    phases.hit(control(phase={"expect": 3, "latency": True}), 100.0)
+    assert phases.settled() is None
+    for i in range(2):
+        phases.hit(payload(i), time.time())
+    phases.settled()
+    phases.hit(payload(2), time.time())
+    phases.settled()
+    # then: armed once, done once with the count and ordered quantiles
+    events = said(capsys)
+    assert [e["event"] for e in events] == ["armed", "done"]
+    done = events[1]
+    assert done["count"] == 3 and 0 <= done["p50_ms"] <= done["p99_ms"] <= done["max_ms"]
+    # when: a measured message comes after the phase was reported
+    # then: it is refused, not counted into a finished phase
+    with pytest.raises(consumer_process.ProcessError, match="outside a phase"):
+        phases.hit(payload(3), time.time())
+    # and: a switch is handed back after the batch's ack, with no other report
+    phases.hit(control(switch="next-queue"), time.time())
+    assert phases.settled() == "next-queue"
+    assert said(capsys) == []
+
+
+def test_a_consumer_process_waits_between_phases_while_its_parent_lives(monkeypatch):
+    # given: a process idle past its limit with no phase open (the other system's figure runs meanwhile)
+    parent = [4242]
+    monkeypatch.setattr(consumer_process.os, "getppid", lambda: parent[0])
+    phases = consumer_process._Phases(phases_spec(4242, idle_timeout=0))
+    phases.idle_since -= 10
+    # when / then: it keeps waiting while the benchmark process lives, and ends when it is gone
+    assert phases.idle() is True
+    parent[0] = 1
+    assert phases.idle() is False
+    # and: with a phase open, idling past the limit is an error naming what came
+    parent[0] = 4242
+    phases.hit(control(phase={"expect": 5, "latency": False}), time.time())
+    phases.idle_since -= 10
+    with pytest.raises(consumer_process.ProcessError, match="after 0 of 5"):
+        phases.idle()

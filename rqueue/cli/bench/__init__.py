@@ -59,13 +59,13 @@ def _parse_only(ctx: click.Context, param: click.Parameter, value: str | None) -
     type=click.IntRange(1, 100_000),
     default=1000,
     show_default=True,
-    help="Messages per second of the latency figure.",
+    help="Messages per second of the first latency figure (the second runs at half the end-to-end rate).",
 )
 @click.option(
     "--latency-secs",
     type=click.FloatRange(0.1, 600),
     default=None,
-    help="Seconds of the latency figure [default: 3; --quick: 0.5].",
+    help="Seconds of each latency figure [default: 3; --quick: 0.5, and half that at half the max rate].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (keys in docs/bench.md).")
 @click.pass_context
@@ -81,8 +81,9 @@ def bench_command(
     as_json: bool,
 ) -> None:
     """Measure rqueue against this server: publish, consume, end to end,
-    Worker, latency, the size sweep, memory and Redis CPU per message, each
-    next to raw redis-py Streams on the same server.
+    Worker, latency (at a fixed rate and at half the end-to-end rate), the
+    size sweep, memory and Redis CPU per message, each next to raw redis-py
+    Streams on the same server.
 
     Uses a key prefix of its own (<prefix>-bench-<random>) and deletes its
     keys afterwards. Progress goes to stderr, the table (or --json) to stdout.

@@ -111,6 +111,17 @@ def _cell(d: dict[str, Any] | None, unit: str) -> str:
     return s
 
 
+def half_rate_line(ex: dict[str, float], secs: float) -> str:
+    """What the latency_half figures ran at, from their extras (medians)."""
+    return (
+        f"latency at half the max rate, {secs:g} s each: rqueue {ex.get('rate', 0):,.0f} msg/s (half of "
+        f"{ex.get('max_rate', 0):,.0f}, its end-to-end rate measured just before in the same processes), "
+        f"publish_many of {ex.get('per_call', 0):.0f}, producer reached {ex.get('achieved_rate', 0):,.0f}/s; "
+        f"Streams {ex.get('streams_rate', 0):,.0f} msg/s (half of {ex.get('streams_max_rate', 0):,.0f}), "
+        f"pipelines of {ex.get('streams_per_call', 0):.0f} XADD, reached {ex.get('streams_achieved_rate', 0):,.0f}/s"
+    )
+
+
 def render_text(report: dict[str, Any]) -> str:
     """The report as the table and notes that ``rqueue bench`` prints."""
     cfg, srv = report["config"], report["server"]
@@ -150,6 +161,8 @@ def render_text(report: dict[str, Any]) -> str:
             f"latency: target {cfg['latency_rate']:,} msg/s for {cfg['latency_secs']:g} s; producer reached "
             f"{ex.get('achieved_rate', 0):,.0f}/s (Streams {ex.get('streams_achieved_rate', 0):,.0f}/s)"
         )
+    if "latency_half_p50" in figs:
+        lines.append(half_rate_line(figs["latency_half_p50"]["extra"], cfg["latency_half_secs"]))
     if "cpu_client_us" in figs and figs["cpu_client_us"]["median"] is not None:
         ex = figs["cpu_client_us"]["extra"]
         wall, client, redis_us = ex.get("wall_us"), figs["cpu_client_us"]["median"], ex.get("fetch_ack_redis_us")

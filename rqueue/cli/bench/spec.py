@@ -16,10 +16,11 @@ PAYLOAD_BYTES = 100
 BATCH = 100  # messages per publish_many / fetch / XADD pipeline / XREADGROUP
 FILL_BATCH = 1000  # messages per call when preloading a queue (not timed)
 GROUP = "bench"
-WARMUP = b"WARMUP"
+CONTROL = b"BENCH-CONTROL "  # a message to the consumer process, not a measured one (see child.py)
 STREAM_FIELD = "p"
 FILLER = b"x" * PAYLOAD_BYTES
 INTERLEAVE_CHUNKS = 10  # one-per-call figures: rqueue and Streams take turns, this many each
+LATENCY_CALLS_PER_S = 1000  # publish calls per second of the half-rate latency figure (batches above this rate)
 LONG_WAIT = 3600.0  # seconds: delay of "delayed" messages, lease of held ones
 HUGE_INFLIGHT = 10**9  # max_inflight of the sweep's consumers: never the limit
 GROUPS = ("publish", "consume", "e2e", "worker", "latency", "sweep", "floor", "memory", "cpu")
@@ -196,6 +197,42 @@ SPECS: tuple[Spec, ...] = (
         None,
         "streams",
     ),
+    Spec(
+        "latency_half_p50",
+        "latency",
+        "publish -> handler start at half the max (e2e) rate, p50",
+        "ms",
+        "XADD -> XREADGROUP BLOCK at half its own max rate, p50",
+        None,
+        "streams",
+    ),
+    Spec(
+        "latency_half_p90",
+        "latency",
+        "publish -> handler start at half the max (e2e) rate, p90",
+        "ms",
+        "XADD -> XREADGROUP BLOCK at half its own max rate, p90",
+        None,
+        "streams",
+    ),
+    Spec(
+        "latency_half_p99",
+        "latency",
+        "publish -> handler start at half the max (e2e) rate, p99",
+        "ms",
+        "XADD -> XREADGROUP BLOCK at half its own max rate, p99",
+        None,
+        "streams",
+    ),
+    Spec(
+        "latency_half_max",
+        "latency",
+        "publish -> handler start at half the max (e2e) rate, max",
+        "ms",
+        "XADD -> XREADGROUP BLOCK at half its own max rate, max",
+        None,
+        "streams",
+    ),
     Spec("sweep_base", "sweep", "fetch(100)+ack, small queue", "msg/s"),
     Spec(
         "sweep_queued",
@@ -292,6 +329,7 @@ class Config:
     runs: int
     latency_rate: int
     latency_secs: float
+    latency_half_secs: float
     sweep_small: int
     sweep_queued: int
     sweep_delayed: int
@@ -321,12 +359,15 @@ class Config:
             small, queued, delayed, inflight = 1000, 1_000_000, 100_000, 100_000
         else:
             small, queued, delayed, inflight = 1000, 100_000, 10_000, 10_000
+        secs = latency_secs if latency_secs is not None else (0.5 if quick else 3.0)
         return cls(
             messages=n,
             single_messages=max(100, n // 4),
             runs=runs or (1 if quick else 3),
             latency_rate=latency_rate,
-            latency_secs=latency_secs if latency_secs is not None else (0.5 if quick else 3.0),
+            latency_secs=secs,
+            # quick: half the max rate is many times --latency-rate, so half the time still gives more samples
+            latency_half_secs=secs / 2 if quick else secs,
             sweep_small=small,
             sweep_queued=queued,
             sweep_delayed=delayed,
@@ -347,6 +388,7 @@ class Config:
             "payload_bytes": PAYLOAD_BYTES,
             "latency_rate": self.latency_rate,
             "latency_secs": self.latency_secs,
+            "latency_half_secs": self.latency_half_secs,
             "sweep": {
                 "small": self.sweep_small,
                 "queued": self.sweep_queued,
@@ -377,13 +419,10 @@ class Series:
 
 
 def payload(i: int) -> bytes:
-    """A 100-byte payload whose first bytes are the publish time."""
+    """A 100-byte payload whose first bytes are the publish time (read back
+    by consumer_process.sent_at)."""
     head = b"%.6f|%d|" % (time.time(), i)
     return head + FILLER[: PAYLOAD_BYTES - len(head)]
-
-
-def sent_at(data: bytes) -> float:
-    return float(data.split(b"|", 1)[0])
 
 
 def noop(data: bytes) -> None:
