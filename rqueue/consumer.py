@@ -245,9 +245,10 @@ class Consumer(ConsumerCore):
         per item, None or the DeliveryError that kept it from being acked
         (its result not kept)."""
         tags, keys, values, lost = self._results_to_send(list(items))
-        if not tags:
-            return list(lost)
-        statuses = commands.ack_results(self._group_call(), tags, keys, self._result_ttl_ms(), values, event, False)
+        statuses: list[str] = []
+        for a, b in commands.results_chunks(values):
+            call, ttl_ms = self._group_call(), self._result_ttl_ms()
+            statuses += commands.ack_results(call, tags[a:b], keys[a:b], ttl_ms, values[a:b], event, False)
         return self._acked(tags, lost, statuses)
 
     def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:

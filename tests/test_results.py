@@ -138,6 +138,31 @@ def test_a_worker_keeps_the_results_of_a_round_in_one_call(kind, live, backend, 
     assert 1 <= calls["ack_results"] <= calls["fetch"] + 1 < 100
 
 
+def test_large_results_are_kept_in_calls_of_bounded_size(client, queue, monkeypatch):
+    # given results on, five deliveries, and calls bounded to 20 bytes of results
+    import rqueue.engine.commands as commands
+
+    client.configure("orders", results=True)
+    queue.publish_many([b"m"] * 5)
+    c = queue.consumer("g")
+    ds = c.fetch(5)
+    monkeypatch.setattr(commands, "RESULTS_PER_CALL_BYTES", 20)
+    sizes = []
+    real = commands.ack_results
+
+    def counted(call, tags, keys, ttl_ms, results, event, strict):
+        sizes.append([len(r) for r in results])
+        return real(call, tags, keys, ttl_ms, results, event, strict)
+
+    monkeypatch.setattr(commands, "ack_results", counted)
+    values = [encode_value(b"x" * n) for n in (8, 8, 30, 1, 1)]
+    # when they are acked with their results
+    assert c.ack_results(list(zip(ds, values, strict=True)), event=False) == [None] * 5
+    # then the calls carry at most 20 bytes each (a larger result alone), and every result is kept
+    assert sizes == [[9, 9], [31], [2, 2]]
+    assert [queue.result(d.seq, timeout=1).value for d in ds] == [b"x" * n for n in (8, 8, 30, 1, 1)]
+
+
 async def _async_seqs(ds):
     return [rqueue.worker.Acked(d.seq) for d in ds]
 

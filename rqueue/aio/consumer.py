@@ -268,10 +268,10 @@ class Consumer(ConsumerCore):
     async def ack_results(self, items: Iterable[tuple[Ref, bytes]], event: bool) -> list[RQueueError | None]:
         """See :meth:`rqueue.Consumer.ack_results`."""
         tags, keys, values, lost = self._results_to_send(list(items))
-        if not tags:
-            return list(lost)
-        call = await self._group_call()
-        statuses = await acmd.ack_results(call, tags, keys, self._result_ttl_ms(), values, event, False)
+        statuses: list[str] = []
+        for a, b in commands.results_chunks(values):
+            call, ttl_ms = await self._group_call(), self._result_ttl_ms()
+            statuses += await acmd.ack_results(call, tags[a:b], keys[a:b], ttl_ms, values[a:b], event, False)
         return self._acked(tags, lost, statuses)
 
     async def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:

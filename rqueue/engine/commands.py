@@ -402,6 +402,27 @@ def ack_results_args(
     return ["" if ttl_ms is None else str(ttl_ms), packed, mode, *flat_tags(tags)]
 
 
+# The most bytes of results one lenient ack_results call carries (a result
+# larger than this goes alone): a round of large results never becomes one
+# huge script argument.
+RESULTS_PER_CALL_BYTES = 1 << 20
+
+
+def results_chunks(results: Sequence[bytes]) -> list[tuple[int, int]]:
+    """The [start, end) ranges of ``results`` that lenient ack_results calls
+    send, each of at most RESULTS_PER_CALL_BYTES (or one result)."""
+    chunks: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for i, r in enumerate(results):
+        if i > start and size + len(r) > RESULTS_PER_CALL_BYTES:
+            chunks.append((start, i))
+            start, size = i, 0
+        size += len(r)
+    if start < len(results):
+        chunks.append((start, len(results)))
+    return chunks
+
+
 def ack_results(
     call: GroupCall,
     tags: Sequence[Tag],
