@@ -284,6 +284,16 @@ class Consumer(ConsumerCore):
         tags = [self._tag_of(r) for r in refs_of(deliveries)]
         return self._extended(tags, commands.extend(self._group_call(), tags))
 
+    def in_progress_available(self, deliveries: Iterable[DeliveryRef]) -> list[RQueueError | None]:
+        """Extends the leases of the deliveries this consumer still holds to
+        now + ack_wait, in one round trip; returns, per delivery, None or the
+        DeliveryError that kept it from being extended (as
+        :meth:`ack_available` does for acks)."""
+        tags, lost = self._sendable(refs_of(deliveries))
+        if not tags:
+            return list(lost)
+        return self._extended_each(tags, lost, commands.extend(self._group_call(), tags))
+
     # -- leaving ------------------------------------------------------------
 
     def close(self) -> int:

@@ -365,14 +365,24 @@ class ConsumerCore:
     def _extended(self, tags: Sequence[commands.Tag], reply: commands.ExtendReply) -> int:
         """The new deadline of an in_progress; raises the DeliveryError of
         the first tag that could not be extended (the others are)."""
-        for (tag, *_), status in zip(tags, reply.statuses, strict=True):
-            err = delivery_error(status, tag)
+        for err in self._extended_each(tags, [None] * len(tags), reply):
             if err is not None:
                 raise err
-            held = self._held.get(tag)
-            if held is not None:
-                held.deadline_ms = reply.deadline_ms
         return reply.deadline_ms
+
+    def _extended_each(
+        self, tags: Sequence[commands.Tag], lost: list[RQueueError | None], reply: commands.ExtendReply
+    ) -> list[RQueueError | None]:
+        """Per ref of an extend, its LostDelivery (not sent), the error of
+        its tag, or None (extended: its held deadline moves)."""
+        statuses: list[RQueueError | None] = []
+        for (tag, *_), status in zip(tags, reply.statuses, strict=True):
+            err = delivery_error(status, tag)
+            held = self._held.get(tag)
+            if err is None and held is not None:
+                held.deadline_ms = reply.deadline_ms
+            statuses.append(err)
+        return merged(lost, statuses)
 
     def _set_aside_refused(self, tag: str, reason: str, exc: DeliveryError) -> None:
         """A delivery the fetch set aside (corrupt, expired) whose

@@ -276,7 +276,7 @@ class PartitionedConsumer(PartitionRouting):
         for p, mine in self._split(ref for ref, _ in items).items():
             got = self.consumers[p].ack_results([(d, items[i][1]) for i, d in mine], event)
             statuses.update(zip((i for i, _ in mine), got, strict=True))
-        return [statuses[i] for i in range(len(statuses))]
+        return self._by_index(statuses)
 
     def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
         """As :meth:`rqueue.Consumer.keep_failure`, in the delivery's partition."""
@@ -299,6 +299,14 @@ class PartitionedConsumer(PartitionRouting):
         return max(
             self.consumers[p].in_progress([d for _, d in mine]) for p, mine in self._split(refs_of(deliveries)).items()
         )
+
+    def in_progress_available(self, deliveries: Iterable[DeliveryRef]) -> list[RQueueError | None]:
+        """As :meth:`rqueue.Consumer.in_progress_available`, a call per partition."""
+        statuses: dict[int, RQueueError | None] = {}
+        for p, mine in self._split(deliveries).items():
+            got = self.consumers[p].in_progress_available([d for _, d in mine])
+            statuses.update(zip((i for i, _ in mine), got, strict=True))
+        return self._by_index(statuses)
 
     def heartbeat(self, running: Iterable[DeliveryRef], timeout: float, sync: bool = False) -> HeartbeatResult:
         """A heartbeat in every partition (see :meth:`rqueue.Consumer.heartbeat`);

@@ -546,15 +546,16 @@ def test_a_batch_runs_none_of_its_deliveries_whose_check_went_stale_before_it_st
     live, backend, prefix, monkeypatch
 ):
     # given a batch of two whose fetch reply is read past the stale age (0.5
-    # s of a 1 s lease), and whose check of message 2 answers past the stale
-    # age after message 1's check
+    # s of a 1 s lease), and whose check is applied but its answer read past
+    # the stale age
     from rqueue.aio.consumer import Consumer
 
     live.configure("orders", ack_wait=1)
     q = live.queue("orders")
     calls = Calls()
-    fetch, in_progress = Consumer.ack_and_fetch, Consumer.in_progress
+    fetch, check = Consumer.ack_and_fetch, Consumer.in_progress_available
     checking, go_on = threading.Event(), threading.Event()
+    checked: list[list[int]] = []
 
     async def read_late(self, *args, **kwargs):
         result = await fetch(self, *args, **kwargs)
@@ -563,13 +564,15 @@ def test_a_batch_runs_none_of_its_deliveries_whose_check_went_stale_before_it_st
         return result
 
     async def slow_check(self, deliveries):
-        if getattr(deliveries, "seq", None) == 2 and not checking.is_set():
+        checked.append([d.seq for d in deliveries])
+        statuses = await check(self, deliveries)
+        if not checking.is_set():
             checking.set()
             await asyncio.to_thread(go_on.wait, 20)
-        return await in_progress(self, deliveries)
+        return statuses
 
     monkeypatch.setattr(Consumer, "ack_and_fetch", read_late)
-    monkeypatch.setattr(Consumer, "in_progress", slow_check)
+    monkeypatch.setattr(Consumer, "in_progress_available", slow_check)
     handler = rqueue.BatchHandler(lambda ds: [calls.add(d.seq) or True for d in ds], size=10)
     q.publish_many([b"m"] * 2)
     w = run_worker("async", backend, prefix, q, handler, concurrency=1, heartbeat_interval=0.1)
@@ -585,11 +588,12 @@ def test_a_batch_runs_none_of_its_deliveries_whose_check_went_stale_before_it_st
         wait_for(lambda: time.monotonic() > blocked + 0.6)
     finally:
         go_on.set()
-    # then the batch runs neither: message 1 is checked again
+    # then the batch runs neither: both are checked again, in one call
     wait_for(lambda: w.stats.stale_skipped + w.stats.handled == 2)
     w.stop()
     assert w.join(10)
     assert calls.count() == {} and w.stats.stale_skipped == 2
+    assert checked[:2] == [[1, 2], [1, 2]]
 
 
 @BACKENDS

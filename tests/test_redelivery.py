@@ -63,6 +63,26 @@ def test_in_progress_extends_the_lease(queue, clock):
     d.ack()
 
 
+def test_in_progress_available_extends_what_is_held_and_names_the_rest(queue, clock):
+    # given three deliveries with leases of 2 s: one acked, one whose lease ran out and was delivered again
+    queue.publish_many([b"m"] * 3)
+    c = queue.consumer("g", ack_wait=2, prefetch=3)
+    other = queue.consumer("g", ack_wait=60)
+    d1, d2, d3 = c.fetch(3)
+    d1.ack()
+    clock.advance(1.5)
+    c.in_progress(d3)
+    clock.advance(1.0)
+    assert [d.seq for d in other.fetch(3)] == [2]
+    # when the three are extended in one call
+    statuses = c.in_progress_available([d1, d2, d3])
+    # then the one still held is extended, and each other one gets its own error
+    assert [type(s).__name__ for s in statuses] == ["AlreadyAcked", "StaleDelivery", "NoneType"]
+    clock.advance(1.5)
+    assert other.fetch(3) == []  # 4 s in: d3's lease holds
+    d3.ack()
+
+
 def test_redeliveries_come_before_new_messages_lowest_seq_first(queue, clock):
     # (guarantee 6: after a restart pending redeliveries are offered first)
     # given 6 messages of which 1, 2 and 3 were leased and abandoned

@@ -304,6 +304,13 @@ class Consumer(ConsumerCore):
         tags = [self._tag_of(r) for r in refs_of(deliveries)]
         return self._extended(tags, await acmd.extend(await self._group_call(), tags))
 
+    async def in_progress_available(self, deliveries: Iterable[Ref]) -> list[RQueueError | None]:
+        """See :meth:`rqueue.Consumer.in_progress_available`."""
+        tags, lost = self._sendable(refs_of(deliveries))
+        if not tags:
+            return list(lost)
+        return self._extended_each(tags, lost, await acmd.extend(await self._group_call(), tags))
+
     async def close(self) -> int:
         """Leaves the group; every delivery still held goes back at once."""
         if self._closed or self.joins == 0:

@@ -574,6 +574,14 @@ class PartitionedConsumer(PartitionRouting):
             ]
         )
 
+    async def in_progress_available(self, deliveries: Iterable[Ref]) -> list[RQueueError | None]:
+        """As :meth:`rqueue.Consumer.in_progress_available`, a call per partition."""
+        statuses: dict[int, RQueueError | None] = {}
+        for p, mine in self._split(deliveries).items():
+            got = await self.consumers[p].in_progress_available([d for _, d in mine])
+            statuses.update(zip((i for i, _ in mine), got, strict=True))
+        return self._by_index(statuses)
+
     async def heartbeat(self, running: Iterable[Ref], timeout: float, sync: bool = False) -> HeartbeatResult:
         """A heartbeat in every partition; the figures add up."""
         by_part = self._split(running)

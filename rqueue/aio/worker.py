@@ -477,14 +477,13 @@ class Worker:
             self.heartbeat_timeout,
         )
         while due := check.due():
-            for d in due:
-                asked = self._clock.monotonic()
-                if check.exhausted(d):
-                    check.drop(d)
-                elif not await self._still_held(d):
-                    check.lost(d)
-                else:
+            checking = check.checking(due)
+            asked = self._clock.monotonic()
+            for d, held in zip(checking, await self._held_of(checking), strict=True):
+                if held:
                     check.vouched(d, asked)
+                else:
+                    check.lost(d)
             check.now = self._clock.monotonic()
         run: list[Any] = check.held
         done: Done = skipped(deliveries, run)
@@ -550,6 +549,14 @@ class Worker:
         self._abandoned.discard(run)
         if not run.cancelled() and run.exception() is not None:
             log.info("handler cut off at its time limit ended with %r (discarded)", run.exception())
+
+    async def _held_of(self, deliveries: list[Any]) -> list[bool]:
+        """As rqueue.worker.handlers.Handlers._held_of."""
+        if not deliveries:
+            return []
+        assert self.consumer is not None
+        statuses = await self._retry.call(self.consumer.in_progress_available, deliveries)
+        return [s is None for s in statuses]
 
     async def _still_held(self, d: Delivery) -> bool:
         assert self.consumer is not None

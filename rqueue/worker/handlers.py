@@ -105,6 +105,17 @@ class BatchCheck(Generic[D]):
         """The held deliveries to check (again) before the batch starts."""
         return [d for d in self.held if self.now - self._vouched[d.tag] >= self._safe]
 
+    def checking(self, due: list[D]) -> list[D]:
+        """Of the deliveries ``due`` for a check, those to check now, in their
+        order; the rest are dropped (their checks answered too late)."""
+        kept: list[D] = []
+        for d in due:
+            if self.exhausted(d):
+                self.drop(d)
+            else:
+                kept.append(d)
+        return kept
+
     def exhausted(self, d: D) -> bool:
         """Counts a check of ``d``; True (and logged) when STALE_CHECKS answered too late."""
         checks = self._checks[d.tag] = self._checks.get(d.tag, 0) + 1
@@ -391,14 +402,13 @@ class Handlers:
         now = self._clock.monotonic()
         check = batch_check(deliveries, taken, self._consumer.epoch_for, now, self._ack_wait(), self._heartbeat_timeout)
         while due := check.due():
-            for d in due:
-                asked = self._clock.monotonic()
-                if check.exhausted(d):
-                    check.drop(d)
-                elif not self._still_held(d):
-                    check.lost(d)
-                else:
+            checking = check.checking(due)
+            asked = self._clock.monotonic()
+            for d, held in zip(checking, self._held_of(checking), strict=True):
+                if held:
                     check.vouched(d, asked)
+                else:
+                    check.lost(d)
             check.now = self._clock.monotonic()  # the checks' time is not the handler's (max_run_time)
         run = check.held
         done: Done = skipped(deliveries, run)
@@ -458,6 +468,13 @@ class Handlers:
     async def _run_coroutine(self, d: Any, cancellation: Cancellation) -> Any:
         cancel_mod.enter(cancellation)  # in the task's own context
         return await self.handler(d)
+
+    def _held_of(self, deliveries: list[Delivery]) -> list[bool]:
+        """Per delivery of a batch that waited long, whether Redis still holds
+        it for this worker (its lease then extended), in one call."""
+        if not deliveries:
+            return []
+        return [s is None for s in self._retry(self._consumer.in_progress_available, deliveries)]
 
     def _still_held(self, d: Delivery) -> bool:
         """False when a delivery that waited for a handler thread has moved
