@@ -127,14 +127,16 @@ def test_seed_scenario_runs_the_handler_exactly_once_per_message(live):
 
 
 def test_long_handler_is_kept_alive_past_ack_wait_and_runs_once(live):
-    live.configure("orders", ack_wait=0.3)
+    # (a lease of 0.8 s: eight heartbeat intervals, so that a loaded machine
+    # that holds a worker's threads back for a few of them does not let it run out)
+    live.configure("orders", ack_wait=0.8)
     q = live.queue("orders")
     q.publish(b"slow")
     calls = Calls()
 
     def handler(d):
         calls.add(d.seq)
-        time.sleep(1.5)  # five times ack_wait
+        time.sleep(2.4)  # three times ack_wait
 
     a = run_worker(q, handler, concurrency=1, heartbeat_interval=0.1, heartbeat_timeout=2)
     b = run_worker(q, handler, concurrency=1, heartbeat_interval=0.1, heartbeat_timeout=2)
