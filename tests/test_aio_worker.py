@@ -201,14 +201,16 @@ def test_a_partitioned_queue_has_every_message_handled_once(kind, live, backend,
 @BOTH
 def test_a_handler_runs_exactly_once_per_message_past_ack_wait(kind, live, backend, prefix):
     # SPEC guarantee 3: handlers longer than ack_wait, kept alive by the heartbeat
-    live.configure("orders", ack_wait=0.3)
+    # (a 0.8 s lease, sixteen heartbeat intervals: a loaded machine that holds
+    # the worker back for a few of them does not let it run out)
+    live.configure("orders", ack_wait=0.8)
     q = live.queue("orders")
     q.publish_many([b"m"] * 3)
     calls = Calls()
 
     def handler(d):
         calls.add(d.seq)
-        time.sleep(0.5)
+        time.sleep(1.2)
 
     w = run_worker(kind, backend, prefix, q, handler, concurrency=1, heartbeat_interval=0.05, heartbeat_timeout=2)
     wait_for(floor_reaches(q, "g", 3), timeout=30)
@@ -280,15 +282,15 @@ def test_holds_prefetch_and_hands_back_waiting_deliveries_at_once_on_stop(kind, 
 @BOTH
 def test_waiting_deliveries_keep_their_lease_and_run_once(kind, live, backend, prefix):
     # given 3 deliveries waiting behind a handler 2x ack_wait long, and a
-    # second worker ready to take any lease that runs out
-    live.configure("orders", ack_wait=0.3)
+    # second worker ready to take any lease that runs out (a 0.8 s lease, as above)
+    live.configure("orders", ack_wait=0.8)
     q = live.queue("orders")
     q.publish_many([b"m"] * 4)
     calls = Calls()
 
     def handler(d):
         calls.add(d.seq)
-        time.sleep(0.6)
+        time.sleep(1.6)
 
     opts = dict(concurrency=1, prefetch=4, heartbeat_interval=0.05, heartbeat_timeout=2)
     a = run_worker(kind, backend, prefix, q, handler, **opts)
