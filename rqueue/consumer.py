@@ -229,6 +229,31 @@ class Consumer(ConsumerCore):
 
     nak = nack
 
+    def nack_available(
+        self,
+        deliveries: Iterable[DeliveryRef],
+        delay: float | None = None,
+        error: str = "",
+        *,
+        timed_out: bool = False,
+    ) -> list[str | RQueueError]:
+        """Nacks every delivery that can be nacked, as :meth:`nack` does
+        (the same delay, error and event for all), in one round trip;
+        returns, per delivery, "requeued", "dead", or the DeliveryError that
+        kept it from being nacked (as :meth:`ack_available` does for acks)."""
+        tags, lost = self._sendable(refs_of(deliveries))
+        delay_ms = None if delay is None else check.delay_ms(delay)
+        text, event = check.text("error", error), self._nack_event(timed_out)
+        replies: list[commands.NackReply | str | RQueueError] = []
+        if len(tags) == 1:
+            try:
+                replies.append(commands.nack(self._group_call(), tags[0], delay_ms, text, event))
+            except DeliveryError as exc:
+                replies.append(exc)
+        elif tags:
+            replies += commands.nack_many(self._group_call(), tags, delay_ms, text, event)
+        return self._nack_each(tags, lost, replies)
+
     def ack_result(self, delivery: DeliveryRef, value: bytes | None, event: bool) -> None:
         """Acks one delivery as :meth:`ack` does and in the same call keeps
         ``value`` (rqueue.stored_results' encoding; None: none) for the

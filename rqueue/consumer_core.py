@@ -414,6 +414,27 @@ class ConsumerCore:
             self._log_drop(tag[1], "max-deliveries")
         return "dead" if reply.dead else "requeued"
 
+    def _nack_each(
+        self,
+        tags: Sequence[commands.Tag],
+        lost: list[RQueueError | None],
+        replies: Sequence[commands.NackReply | str | RQueueError],
+    ) -> list[str | RQueueError]:
+        """Per ref of a nack_available, its LostDelivery (not sent), "requeued"
+        or "dead", or the error of its tag (an error code of the script's, or
+        the error a nack of one tag raised)."""
+        sent = iter([self._nack_status(tag, reply) for tag, reply in zip(tags, replies, strict=True)])
+        return [exc if exc is not None else next(sent) for exc in lost]
+
+    def _nack_status(self, tag: commands.Tag, reply: commands.NackReply | str | RQueueError) -> str | RQueueError:
+        if isinstance(reply, commands.NackReply):
+            return self._nacked(tag, reply)
+        if isinstance(reply, RQueueError):
+            return reply
+        err = delivery_error(reply, tag[0])
+        assert err is not None, "a refused tag's status is an error code"
+        return err
+
     def _dead_lettered(self, tag: commands.Tag, reason: str, dead_letter_seq: int) -> None:
         self._held.pop(tag[0], None)
         if dead_letter_seq == 0:

@@ -599,6 +599,52 @@ def test_a_batch_runs_none_of_its_deliveries_whose_check_went_stale_before_it_st
 
 
 @BACKENDS
+@BOTH
+def test_a_failed_batch_is_nacked_in_one_call(kind, live, backend, prefix, monkeypatch):
+    # given 100 messages dead-lettered at their first failure, and a batch handler of 20 that fails
+    import rqueue.engine.async_commands as acmd
+    import rqueue.engine.commands as commands
+
+    live.configure("orders", max_deliveries=1)
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 100)
+    engine = commands if kind == "threaded" else acmd
+    calls = {"nack": 0, "nack_many": 0, "fetch": 0}
+
+    def counted(name):
+        real = getattr(engine, name)
+
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return call
+
+    for name in calls:
+        monkeypatch.setattr(engine, name, counted(name))
+
+    def fail(ds):
+        raise ValueError("database down")
+
+    async def afail(ds):
+        fail(ds)
+
+    handler = rqueue.BatchHandler(fail if kind == "threaded" else afail, size=20)
+    # when a worker runs them
+    w = run_worker(kind, backend, prefix, q, handler)
+    try:
+        wait_for(lambda: q.stats().dead_letters == 100, timeout=20)
+    finally:
+        w.stop()
+        assert w.join(10)
+    # then each was dead-lettered with the batch's error, the failed deliveries of a
+    # round in one call (not one per message)
+    assert {(m.reason, m.error) for m in q.dead_letters(limit=100)} == {("max-deliveries", "ValueError: database down")}
+    assert w.stats.dead_lettered == 100
+    assert 1 <= calls["nack"] + calls["nack_many"] <= calls["fetch"] < 100
+
+
+@BACKENDS
 def test_cancelling_the_run_task_stops_gracefully(live, backend, prefix):
     # given an asyncio worker whose handler is running and a message waiting
     q = live.queue("orders")

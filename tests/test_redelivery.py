@@ -83,6 +83,21 @@ def test_in_progress_available_extends_what_is_held_and_names_the_rest(queue, cl
     d3.ack()
 
 
+def test_nack_available_nacks_what_is_held_and_names_the_rest(queue, clock):
+    # given three deliveries, the second acked
+    queue.publish_many([b"m"] * 3)
+    c = queue.consumer("g", prefetch=3)
+    d1, d2, d3 = c.fetch(3)
+    d2.ack()
+    # when the three are nacked in one call, and then the acked one alone
+    statuses = c.nack_available([d1, d2, d3], delay=0, error="boom")
+    alone = c.nack_available([d2])
+    # then the held ones are requeued, and each refusal is its status, not raised
+    assert [s if isinstance(s, str) else type(s).__name__ for s in statuses] == ["requeued", "AlreadyAcked", "requeued"]
+    assert [type(s).__name__ for s in alone] == ["AlreadyAcked"]
+    assert [(d.seq, d.delivery_count) for d in c.fetch(3)] == [(1, 2), (3, 2)]
+
+
 def test_redeliveries_come_before_new_messages_lowest_seq_first(queue, clock):
     # (guarantee 6: after a restart pending redeliveries are offered first)
     # given 6 messages of which 1, 2 and 3 were leased and abandoned

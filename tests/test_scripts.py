@@ -716,6 +716,34 @@ def test_nack_reply_and_stale_error(raw):
         s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", "", ""))
 
 
+def test_nack_of_many_tags_nacks_each_on_its_own(raw, queue, client):
+    # given three deliveries of c1, the second acked, and a group dead-lettering at the second delivery
+    r, _, gk, s = raw
+    publish(raw, b"a", b"b", b"c")
+    twice = Settings(ack_wait=10, max_deliveries=2)
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, twice, 10, "t1"))
+    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 2, 1, "t1")) == [b"ok"]
+    # when the three are nacked in one call with a delay, an error and the failed event
+    tags = [1, 1, "t1", "250", "boom", "failed", 2, 1, "t1", 3, 1, "t1"]
+    reply = s.nack(keys=gk, args=group_argv("g", "c1", NOW, twice, *tags))
+    # then each held one is requeued after the delay with its event, and the acked one is refused alone
+    assert reply == [b"requeued", NOW + 250, b"RQ_ACKED", b"", b"requeued", NOW + 250]
+    assert [(e["event"], e["seq"], e["reason"]) for e in queue.events()] == [
+        ("failed", "1", "boom"),
+        ("failed", "3", "boom"),
+    ]
+    # and at their next delivery, the last one allowed, the same call dead-letters them
+    again = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 300, twice, 10, "t2"))
+    assert again[4:] == [1, 2, again[6], 3, 2, again[9]]
+    reply = s.nack(keys=gk, args=group_argv("g", "c1", NOW + 300, twice, 1, 2, "t2", "", "again", "", 3, 2, "t2"))
+    assert reply == [b"dead", 1, b"dead", 2]
+    assert [m.seq for m in queue.dead_letters()] == [1, 3]
+    # and tags not in threes are refused, nothing changed
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*in threes"):
+        s.nack(keys=gk, args=group_argv("g", "c1", NOW, twice, 1, 2, "t2", "", "", "", 3, 2))
+
+
 def test_a_full_group_gets_its_expired_lease_back_in_the_same_fetch(raw):
     # given a group at its max_inflight of 1, whose one lease has run out
     _, _, gk, s = raw

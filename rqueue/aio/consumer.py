@@ -257,6 +257,23 @@ class Consumer(ConsumerCore):
 
     nak = nack
 
+    async def nack_available(
+        self, deliveries: Iterable[Ref], delay: float | None = None, error: str = "", *, timed_out: bool = False
+    ) -> list[str | RQueueError]:
+        """See :meth:`rqueue.Consumer.nack_available`."""
+        tags, lost = self._sendable(refs_of(deliveries))
+        delay_ms = None if delay is None else check.delay_ms(delay)
+        text, event = check.text("error", error), self._nack_event(timed_out)
+        replies: list[commands.NackReply | str | RQueueError] = []
+        if len(tags) == 1:
+            try:
+                replies.append(await acmd.nack(await self._group_call(), tags[0], delay_ms, text, event))
+            except DeliveryError as exc:
+                replies.append(exc)
+        elif tags:
+            replies += await acmd.nack_many(await self._group_call(), tags, delay_ms, text, event)
+        return self._nack_each(tags, lost, replies)
+
     async def ack_result(self, delivery: Ref, value: bytes | None, event: bool) -> None:
         """See :meth:`rqueue.Consumer.ack_result`."""
         tag = self._tag_of(delivery)

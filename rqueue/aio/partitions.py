@@ -537,6 +537,17 @@ class PartitionedConsumer(PartitionRouting):
         status: str = await c.nack(d, delay=delay, error=error, timed_out=timed_out)
         return status
 
+    async def nack_available(
+        self, deliveries: Iterable[Ref], delay: float | None = None, error: str = "", *, timed_out: bool = False
+    ) -> list[str | RQueueError]:
+        """As :meth:`rqueue.Consumer.nack_available`, a call per partition."""
+        statuses: dict[int, str | RQueueError] = {}
+        for p, mine in self._split(deliveries).items():
+            refs = [d for _, d in mine]
+            got = await self.consumers[p].nack_available(refs, delay, error, timed_out=timed_out)
+            statuses.update(zip((i for i, _ in mine), got, strict=True))
+        return self._by_index(statuses)
+
     async def ack_result(self, delivery: Ref, value: bytes | None, event: bool) -> None:
         """As :meth:`rqueue.Consumer.ack_result`, in the delivery's partition."""
         c, d = self._one(delivery)

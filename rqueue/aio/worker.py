@@ -41,7 +41,7 @@ from ..worker.handlers import LeaseCheck, batch_check, batch_limit, skipped
 from ..worker.ledger import Ledger
 from ..worker.metrics import WorkerMetrics
 from ..worker.options import check_options
-from ..worker.outcome import Completion, Detail, Outcome, ack_detail
+from ..worker.outcome import Completion, Detail, Outcome, ack_detail, settles
 from ..worker.reconnect import TRANSIENT
 from ..worker.stats import Tally, WorkerStats
 from .consumer import Consumer as PlainConsumer
@@ -332,26 +332,30 @@ class Worker:
         self._tally.count(acked=ok, late_settles=len(statuses) - ok)
 
     async def _settle_others(self, consumer: Consumer, others: list[tuple[Any, Outcome, Detail]]) -> None:
-        await self._ack_keeping(consumer, [(d, detail) for d, _, detail in others if isinstance(detail, Completion)])
-        for d, outcome, detail in others:
-            if isinstance(detail, Completion):
-                continue
+        """As rqueue.worker.dispatcher.Dispatcher._settle_others."""
+        todo = settles(others)
+        await self._ack_keeping(consumer, todo.keeping)
+        for d, reason in todo.rejected:
             try:
-                if outcome is Outcome.NACK or outcome is Outcome.TIMEOUT:
-                    timed_out = outcome is Outcome.TIMEOUT
-                    status = await self._retry.call(consumer.nack, d, error=detail, timed_out=timed_out)
-                    self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
-                    if status == "dead":
-                        dead_lettered(self.queue.name, self.group, d, "max-deliveries")
-                        await self._keep_failure(consumer, d, "max-deliveries", detail)
-                else:
-                    await self._retry.call(consumer.reject, d, reason=detail)
-                    self._tally.count(rejected=1, dead_lettered=1)
-                    dead_lettered(self.queue.name, self.group, d, "rejected")
-                    await self._keep_failure(consumer, d, "rejected", detail)
+                await self._retry.call(consumer.reject, d, reason=reason)
+                self._tally.count(rejected=1, dead_lettered=1)
+                dead_lettered(self.queue.name, self.group, d, "rejected")
+                await self._keep_failure(consumer, d, "rejected", reason)
             except DeliveryError as exc:
-                log.info("%s of %s not applied: %s", outcome.value, d.tag, exc)
+                log.info("reject of %s not applied: %s", d.tag, exc)
                 self._tally.count(late_settles=1)
+        for (error, timed_out), deliveries in todo.failed.items():
+            outcome = Outcome.TIMEOUT if timed_out else Outcome.NACK
+            statuses = await self._retry.call(consumer.nack_available, deliveries, error=error, timed_out=timed_out)
+            for d, status in zip(deliveries, statuses, strict=True):
+                if isinstance(status, RQueueError):
+                    log.info("%s of %s not applied: %s", outcome.value, d.tag, status)
+                    self._tally.count(late_settles=1)
+                    continue
+                self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
+                if status == "dead":
+                    dead_lettered(self.queue.name, self.group, d, "max-deliveries")
+                    await self._keep_failure(consumer, d, "max-deliveries", error)
 
     async def _ack_keeping(self, consumer: Consumer, keeping: list[tuple[Any, Completion]]) -> None:
         """As rqueue.worker.dispatcher.Dispatcher._ack_keeping."""

@@ -116,6 +116,13 @@ async def nack(call: AsyncGroupCall, tag: c.Tag, delay_ms: int | None, error: st
     return c.parse_nack(await call.settle(call.scripts.nack, c.nack_args(tag, delay_ms, error, event)))
 
 
+async def nack_many(
+    call: AsyncGroupCall, tags: Sequence[c.Tag], delay_ms: int | None, error: str, event: str
+) -> list[c.NackReply | str]:
+    """As commands.nack_many."""
+    return c.parse_nack_many(await call.settle(call.scripts.nack, c.nack_many_args(tags, delay_ms, error, event)))
+
+
 async def ack_results(
     call: AsyncGroupCall,
     tags: Sequence[c.Tag],

@@ -476,6 +476,32 @@ def nack(call: GroupCall, tag: Tag, delay_ms: int | None, error: str, event: str
     return parse_nack(call.settle(call.scripts.nack, nack_args(tag, delay_ms, error, event)))
 
 
+def nack_many_args(tags: Sequence[Tag], delay_ms: int | None, error: str, event: str) -> list[Any]:
+    first, *rest = tags
+    return [*nack_args(first, delay_ms, error, event), *flat_tags(rest)]
+
+
+def parse_nack_many(reply: Any) -> list[NackReply | str]:
+    """Per tag, its NackReply or its error code."""
+    out: list[NackReply | str] = []
+    for i in range(0, len(reply), 2):
+        status = reply[i]
+        if status in (b"requeued", b"dead"):
+            out.append(NackReply(status == b"dead", int(reply[i + 1])))
+        else:
+            out.append(status.decode())
+    return out
+
+
+def nack_many(
+    call: GroupCall, tags: Sequence[Tag], delay_ms: int | None, error: str, event: str
+) -> list[NackReply | str]:
+    """Nacks two or more deliveries with the same delay, error text and
+    event, each on its own (one refused does not keep the others); per tag
+    its NackReply or its error code."""
+    return parse_nack_many(call.settle(call.scripts.nack, nack_many_args(tags, delay_ms, error, event)))
+
+
 def reject_args(tag: Tag, reason: str, text: str, event: str = "") -> list[Any]:
     _, seq, count, token = tag
     return [seq, count, token, reason, text, event]

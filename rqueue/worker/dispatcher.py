@@ -13,7 +13,7 @@ from ..errors import AlreadyAcked, CorruptRecord, DeliveryError, RQueueError
 from ..tracing import dead_lettered
 from .handlers import Handlers
 from .ledger import Ledger
-from .outcome import Completion, Detail, Outcome
+from .outcome import Completion, Detail, Outcome, settles
 from .reconnect import Reconnector
 from .stats import Tally
 
@@ -191,35 +191,46 @@ class Dispatcher:
 
     def _settle_others(self, others: list[tuple[Delivery, Outcome, Detail]]) -> None:
         consumer = self._consumer
-        self._ack_keeping([(d, detail) for d, _, detail in others if isinstance(detail, Completion)])
-        for d, outcome, detail in others:
-            if isinstance(detail, Completion):
-                continue
+        todo = settles(others)
+        self._ack_keeping(todo.keeping)
+        for d, reason in todo.rejected:
             try:
-                if outcome is Outcome.NACK or outcome is Outcome.TIMEOUT:
-                    status = self._retry(consumer.nack, d, error=detail, timed_out=outcome is Outcome.TIMEOUT)
-                    self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
-                    if status == "dead":
-                        # A drop (dead_letter None) is logged by the consumer too.
-                        log.warning(
-                            "dead-lettered %s: %d deliveries reached max_deliveries; last error: %s",
-                            d.tag,
-                            d.delivery_count,
-                            detail,
-                        )
-                        dead_lettered(consumer.queue.name, consumer.group, d, "max-deliveries")
-                        self._keep_failure(d, "max-deliveries", detail)
-                else:
-                    self._retry(consumer.reject, d, reason=detail)
-                    self._tally.count(rejected=1, dead_lettered=1)
-                    log.warning("dead-lettered %s: rejected by the handler: %s", d.tag, detail)
-                    dead_lettered(consumer.queue.name, consumer.group, d, "rejected")
-                    self._keep_failure(d, "rejected", detail)
+                self._retry(consumer.reject, d, reason=reason)
+                self._tally.count(rejected=1, dead_lettered=1)
+                log.warning("dead-lettered %s: rejected by the handler: %s", d.tag, reason)
+                dead_lettered(consumer.queue.name, consumer.group, d, "rejected")
+                self._keep_failure(d, "rejected", reason)
             except DeliveryError as exc:
                 # The delivery moved on (lease ran out, member removed): the
                 # message is already offered again; nothing to undo.
-                log.info("%s of %s not applied: %s", outcome.value, d.tag, exc)
+                log.info("reject of %s not applied: %s", d.tag, exc)
                 self._tally.count(late_settles=1)
+        for (error, timed_out), deliveries in todo.failed.items():
+            self._nack_all(deliveries, error, timed_out)
+
+    def _nack_all(self, deliveries: list[Delivery], error: str, timed_out: bool) -> None:
+        """Nacks deliveries that failed with the same error, in one call."""
+        consumer = self._consumer
+        outcome = Outcome.TIMEOUT if timed_out else Outcome.NACK
+        statuses = self._retry(consumer.nack_available, deliveries, error=error, timed_out=timed_out)
+        for d, status in zip(deliveries, statuses, strict=True):
+            if isinstance(status, RQueueError):
+                # The delivery moved on (lease ran out, member removed): the
+                # message is already offered again; nothing to undo.
+                log.info("%s of %s not applied: %s", outcome.value, d.tag, status)
+                self._tally.count(late_settles=1)
+                continue
+            self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
+            if status == "dead":
+                # A drop (dead_letter None) is logged by the consumer too.
+                log.warning(
+                    "dead-lettered %s: %d deliveries reached max_deliveries; last error: %s",
+                    d.tag,
+                    d.delivery_count,
+                    error,
+                )
+                dead_lettered(consumer.queue.name, consumer.group, d, "max-deliveries")
+                self._keep_failure(d, "max-deliveries", error)
 
     def _ack_keeping(self, keeping: list[tuple[Delivery, Completion]]) -> None:
         """Results are on: these acks keep their results (and, when on,

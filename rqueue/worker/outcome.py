@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from ..errors import InvalidInput
 from ..events import EventKind
@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from ..settings import Settings
 
 log = logging.getLogger("rqueue.worker")
+
+D = TypeVar("D")  # a delivery of either client
 
 
 class Outcome(enum.Enum):
@@ -56,3 +58,25 @@ def ack_detail(value: Any, settings: Settings) -> Detail:
         log.warning("result not kept: %s", exc)
         encoded = encode_failure("bad-result", str(exc))
     return Completion(encoded, event)
+
+
+class Settles(NamedTuple, Generic[D]):
+    """The outcomes a dispatcher settles apart from the acks that ride on
+    its fetch, by the call that settles them (for both workers)."""
+
+    keeping: list[tuple[D, Completion]]  # acks that keep a result: one call
+    failed: dict[tuple[str, bool], list[D]]  # by (error, timed out): one nack call each
+    rejected: list[tuple[D, str]]  # one reject call each
+
+
+def settles(others: list[tuple[D, Outcome, Detail]]) -> Settles[D]:
+    """``others`` (from the ledger's drain) by the call that settles them."""
+    out: Settles[D] = Settles([], {}, [])
+    for d, outcome, detail in others:
+        if isinstance(detail, Completion):
+            out.keeping.append((d, detail))
+        elif outcome is Outcome.NACK or outcome is Outcome.TIMEOUT:
+            out.failed.setdefault((detail, outcome is Outcome.TIMEOUT), []).append(d)
+        elif outcome is Outcome.REJECT:
+            out.rejected.append((d, detail))
+    return out
