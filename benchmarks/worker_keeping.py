@@ -1,6 +1,8 @@
-"""Worker msg/s with what an ack keeps: nothing (plain), completed events,
-results; with a no-op handler per message (concurrency 8) and a batch
-handler of 100 (docs/results.md and docs/events.md, "Cost").
+"""Worker msg/s by what settling a message costs: a plain ack, an ack that
+keeps a completed event or a result, and a failure (every message
+dead-lettered at its first failure, max_deliveries 1); with a handler per
+message (concurrency 8) and a batch handler of 100 (docs/results.md and
+docs/events.md, "Cost"; docs/worker.md, batch handlers).
 
 Starts a private redis-server. Each checkout given with --root (default:
 this one) runs every figure in a process of its own with that checkout on
@@ -8,7 +10,7 @@ its PYTHONPATH; the checkouts take turns within each run, so that they
 meet the same load, and each figure is printed as the median of the runs
 [min-max] with its ratio to the first checkout's.
 
-usage: .venv/bin/python benchmarks/worker_keeping.py [--root DIR ...] [--messages N] [--runs R] [--json]
+usage: .venv/bin/python benchmarks/worker_keeping.py [--root DIR ...] [--mode M ...] [--messages N] [--runs R] [--json]
 
 Compare two commits with a worktree of the older one:
   git worktree add /tmp/before <commit>
@@ -29,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from support.servers import start_server  # noqa: E402
 
-MODES = ("plain", "completed", "results")
+MODES = ("plain", "completed", "results", "failing")
 HANDLERS = ("msg", "batch")
 
 # One run of one figure, in a process whose rqueue is the checkout's.
@@ -43,18 +45,26 @@ if mode == "completed":
     client.configure("q", events=["completed"])
 elif mode == "results":
     client.configure("q", results=True)
+elif mode == "failing":
+    client.configure("q", max_deliveries=1)
 q = client.queue("q")
 for _ in range(0, n, 1000):
     q.publish_many([b"x" * 100] * 1000)
+def fail(_):
+    raise ValueError("down")
+
 if kind == "batch":
-    worker = rqueue.Worker(q, "g", rqueue.BatchHandler(lambda ds: [True] * len(ds), size=100), concurrency=1)
+    handle = fail if mode == "failing" else lambda ds: [True] * len(ds)
+    worker = rqueue.Worker(q, "g", rqueue.BatchHandler(handle, size=100), concurrency=1)
 else:
-    worker = rqueue.Worker(q, "g", lambda d: None, concurrency=8)
+    worker = rqueue.Worker(q, "g", fail if mode == "failing" else lambda d: None, concurrency=8)
 started = time.perf_counter()
 worker.start()
 while True:
     stats = q.stats()
-    if stats.groups and stats.group("g").ack_floor >= n:
+    if mode == "failing" and stats.dead_letters >= n:
+        break
+    if mode != "failing" and stats.groups and stats.group("g").ack_floor >= n:
         break
     time.sleep(0.005)
 elapsed = time.perf_counter() - started
@@ -80,16 +90,18 @@ def one_run(root: Path, url: str, prefix: str, mode: str, kind: str, n: int) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", action="append", type=Path, help="a checkout to measure (repeatable)")
+    parser.add_argument("--mode", action="append", choices=MODES, help="the modes to run (repeatable; default all)")
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     roots = [r.resolve() for r in (args.root or [Path(__file__).resolve().parent.parent])]
+    modes = args.mode or list(MODES)
     figures: dict[tuple[str, str, str], list[float]] = {}
     server = start_server("redis")
     try:
         for run in range(args.runs):
-            for mode in MODES:
+            for mode in modes:
                 for kind in HANDLERS:
                     for i, root in enumerate(roots):
                         rate = one_run(root, server.url, f"k{run}{mode}{kind}{i}", mode, kind, args.messages)
@@ -98,7 +110,7 @@ def main() -> None:
     finally:
         server.stop()
     rows = []
-    for mode in MODES:
+    for mode in modes:
         for kind in HANDLERS:
             first = statistics.median(figures[(mode, kind, str(roots[0]))])
             for root in roots:
