@@ -170,3 +170,30 @@ def test_a_worker_drains_a_full_server_until_publishes_are_taken_again(full_serv
     # and the memory they held is free again: the next publish is taken
     assert q.publish(body).seq == stored + 1
     client.close()
+
+
+@pytest.mark.parametrize("kind", ["threaded", "async"])
+def test_a_worker_of_a_new_client_joins_a_full_server_and_drains_it(full_server, prefix, kind):
+    # given a queue with a backlog on a server over its maxmemory
+    from test_aio_worker import run_worker
+
+    client = rqueue.connect(full_server.url, prefix=prefix, settings_ttl=0)
+    q = client.queue("orders")
+    q.publish_many([b"m"] * 20)
+    _fill(client, prefix)
+    # when a worker of a client that never used the queue starts (its join's
+    # listing of the queue is a write the server refuses)
+    fresh = rqueue.connect(full_server.url, prefix=prefix, settings_ttl=0)
+    handled: list[int] = []
+    worker = run_worker(kind, full_server.url, prefix, fresh.queue("orders"), lambda d: handled.append(d.seq))
+    try:
+        # then it joins and handles every message, and their acks are applied
+        wait_for(lambda: q.stats().groups and q.stats().group("g").acked == 20, timeout=20)
+    finally:
+        worker.stop()
+        assert worker.join(10)
+    assert sorted(handled) == list(range(1, 21))
+    # and the queue is still listed
+    assert client.queues() == ["orders"]
+    fresh.close()
+    client.close()

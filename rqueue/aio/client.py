@@ -27,7 +27,7 @@ from ..engine import async_commands as acmd
 from ..engine.async_scripts import AsyncScripts
 from ..engine.commands import MarkStatus
 from ..engine.keys import QueueKeys, partitions_key
-from ..errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, InvalidSetting
+from ..errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, InvalidSetting, OutOfMemory
 from ..names import check_name
 from ..partitions import check_partitions
 from ..placement import Layout, already_plain, partitioning_refused, place, plain_meta_name
@@ -313,7 +313,7 @@ class Client:
             return
         try:
             await acmd.register_queue(self.redis, self.prefix, name)
-        except ConnectionLost as exc:
+        except (ConnectionLost, OutOfMemory) as exc:
             # called after a publish or join was applied: see rqueue.Client.register
             log.warning("could not record queue %r in the list of queues (%s); will try again", name, exc)
             return
