@@ -651,3 +651,26 @@ def test_a_trim_by_hand_does_not_end_the_sync_publishers_step_under_way(client, 
         c.close()
     # then the publishers still found their step under way: the held one and the one by hand ran
     assert len(steps) == 2
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"], indirect=True)
+def test_an_asyncio_delete_right_after_a_publish_leaves_no_key_of_the_queue(client):
+    # given an asyncio client publishing to a queue with retention (its trim step runs on after the publish)
+    import asyncio
+
+    import rqueue.aio
+
+    async def main() -> None:
+        ac = await rqueue.aio.connect(client.url, prefix=client.prefix, settings_ttl=0)
+        try:
+            await ac.configure("orders", max_length=2)
+            q = ac.queue("orders")
+            # when the queue is deleted as soon as the publish returns
+            await q.publish(b"m")
+            assert await q.delete(force=True) > 0
+        finally:
+            await ac.close()
+
+    asyncio.run(main())
+    # then no key of the queue is left: the step did not write its meta hash again after the delete
+    assert client.redis.keys(f"{client.prefix}:{{orders}}*") == []

@@ -319,9 +319,16 @@ class Client:
             return
         self._registered.add(name)
 
-    async def close(self) -> None:
-        while self._background:  # each is a call or two: let them finish
+    async def background_done(self) -> None:
+        """Waits until the work :meth:`in_background` runs is done (each a
+        call or two): what must come after it (a delete, which a trim step
+        run later would write the queue's meta hash again for; the close)
+        awaits this first."""
+        while self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.background_done()
         for node in self._nodes.values():
             await node.aclose()
         await self.notifier.close()
