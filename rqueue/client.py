@@ -27,7 +27,7 @@ from .engine import commands, store
 from .engine.keys import QueueKeys, partitions_key
 from .engine.notify import Notifier
 from .engine.scripts import Scripts
-from .errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, InvalidSetting
+from .errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, InvalidSetting, OutOfMemory
 from .names import check_name
 from .overview import QueueSummary, add_up, summarize
 from .partitions import PartitionedQueue, check_partitions
@@ -395,9 +395,11 @@ class Client:
         if name not in self._registered:
             try:
                 store.register_queue(self.redis, self.prefix, name, self.idempotent)
-            except ConnectionLost as exc:
+            except (ConnectionLost, OutOfMemory) as exc:
                 # called after a publish or join was applied: failing it would
-                # report a stored message as not stored; the next use tries again
+                # report a stored message as not stored, or keep a worker from
+                # joining a full server to drain it (the SADD is refused there
+                # even when the queue is listed); the next use tries again
                 log.warning("could not record queue %r in the list of queues (%s); will try again", name, exc)
                 return
             self._registered.add(name)

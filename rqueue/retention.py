@@ -156,13 +156,17 @@ def _tracker(client: Any) -> _Tracker:
         return t
 
 
-def trim(queue: QueueLike, settings: Settings | None = None, limit: int = RETAIN_STEP) -> commands.RetainReply:
-    """Stores the queue's retention and runs one trim step now."""
+def trim(
+    queue: QueueLike, settings: Settings | None = None, limit: int = RETAIN_STEP, *, taken: bool = False
+) -> commands.RetainReply:
+    """Stores the queue's retention and runs one trim step now; ``taken``:
+    the step a publisher took with :func:`step_due` (a step by hand leaves
+    that one under way)."""
     client = queue.client
     settings = settings if settings is not None else queue.settings()
     want = retention_args(settings)
     reply = commands.retain(client.scripts, queue.keys, client.clock.script_now(), *want, True, limit, queue.name)
-    stepped(client, queue.keys.base, reply, want)
+    stepped(client, queue.keys.base, reply, want, taken)
     return reply
 
 
@@ -194,12 +198,17 @@ def step_due(client: Any, base: str, settings: Settings) -> tuple[int | None, in
     return want
 
 
-def stepped(client: Any, base: str, reply: commands.RetainReply, want: tuple[int | None, int | None]) -> None:
-    """Notes a trim step this client ran for the queue of ``base``."""
+def stepped(
+    client: Any, base: str, reply: commands.RetainReply, want: tuple[int | None, int | None], taken: bool
+) -> None:
+    """Notes a trim step this client ran for the queue of ``base``; with
+    ``taken`` it is the publishers' step, which ends here (a step by hand,
+    e.g. Queue.trim() while the publishers' one is under way, ends none)."""
     t = _tracker(client)
     with t.lock:
         t.seen[base] = (client.clock.monotonic(), reply.retained, want)
-        t.running.discard(base)
+        if taken:
+            t.running.discard(base)
 
 
 def step_failed(client: Any, base: str, name: str, want: tuple[int | None, int | None], exc: BaseException) -> None:
@@ -220,7 +229,7 @@ def after_publish(queue: QueueLike, settings: Settings) -> None:
     if want is None:
         return
     try:
-        trim(queue, settings)
+        trim(queue, settings, taken=True)
     except BaseException as exc:  # whatever ends it, the next step may come
         step_failed(client, queue.keys.base, queue.name, want, exc)
         if not isinstance(exc, (RQueueError, OSError)):

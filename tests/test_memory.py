@@ -170,3 +170,63 @@ def test_a_worker_drains_a_full_server_until_publishes_are_taken_again(full_serv
     # and the memory they held is free again: the next publish is taken
     assert q.publish(body).seq == stored + 1
     client.close()
+
+
+@pytest.mark.parametrize("kind", ["threaded", "async"])
+def test_a_worker_of_a_new_client_joins_a_full_server_and_drains_it(full_server, prefix, kind):
+    # given a queue with a backlog on a server over its maxmemory
+    from test_aio_worker import run_worker
+
+    client = rqueue.connect(full_server.url, prefix=prefix, settings_ttl=0)
+    q = client.queue("orders")
+    q.publish_many([b"m"] * 20)
+    _fill(client, prefix)
+    # when a worker of a client that never used the queue starts (its join's
+    # listing of the queue is a write the server refuses)
+    fresh = rqueue.connect(full_server.url, prefix=prefix, settings_ttl=0)
+    handled: list[int] = []
+    worker = run_worker(kind, full_server.url, prefix, fresh.queue("orders"), lambda d: handled.append(d.seq))
+    try:
+        # then it joins and handles every message, and their acks are applied
+        wait_for(lambda: q.stats().groups and q.stats().group("g").acked == 20, timeout=20)
+    finally:
+        worker.stop()
+        assert worker.join(10)
+    assert sorted(handled) == list(range(1, 21))
+    # and the queue is still listed
+    assert client.queues() == ["orders"]
+    fresh.close()
+    client.close()
+
+
+@pytest.mark.parametrize("kind", ["threaded", "async"])
+def test_a_worker_keeping_results_goes_on_past_a_failure_a_full_server_cannot_keep(full_server, prefix, kind):
+    # given results on and a backlog on a server over its maxmemory, one message of which the handler rejects
+    from test_aio_worker import run_worker
+
+    client = rqueue.connect(full_server.url, prefix=prefix, settings_ttl=0)
+    client.configure("orders", results=True)
+    q = client.queue("orders")
+    q.publish_many([b"m"] * 20)
+    _fill(client, prefix)
+
+    def handler(d: rqueue.Delivery) -> int:
+        if d.seq == 2:
+            raise rqueue.Reject("not ours")
+        return d.seq
+
+    # when a worker runs against it
+    worker = run_worker(kind, full_server.url, prefix, q, handler)
+    try:
+        # then it goes on at once past the failure it cannot keep (a plain write the
+        # server refuses), rather than waiting out reconnect_timeout for memory
+        wait_for(lambda: q.stats().groups and q.stats().group("g").acked == 19, timeout=10)
+    finally:
+        worker.stop()
+        assert worker.join(10)
+    # and the other messages keep their results (kept with their acks), the rejected one none
+    assert [q.result(seq, timeout=1).value for seq in (1, 3, 20)] == [1, 3, 20]
+    with pytest.raises(rqueue.ResultTimeout):
+        q.result(2, timeout=0.05)
+    assert q.stats().dead_letters == 1
+    client.close()

@@ -422,6 +422,28 @@ def test_ack_result_refuses_a_bad_mode_and_a_result_for_many_tags(raw, client):
         s.ack_result(keys=[*gk, qk.meta], args=[*ack_result_argv("", b"", "1", 1, 1, "t1"), 2, 1])
 
 
+def test_ack_result_refuses_a_result_for_a_seq_not_written_as_one(raw, client):
+    # given a delivery of seq 1 held by c1
+    r, qk, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
+    base = qk.result(1, "g").removesuffix(":1:g")
+    # when its ack keeps a result under the seq written "01" or "1.0", with the key
+    # named after that spelling or after seq 1, strictly or leniently
+    for seq in ("01", "1.0"):
+        for key in (f"{base}:{seq}:g", qk.result(1, "g")):
+            for mode in ("0", "0l"):
+                args = group_argv("g", "c1", NOW, None, "5000", packed(b"jx"), mode, seq, 1, "t1")
+                # then it is refused, naming the seq, and nothing is acked or kept
+                refused = pytest.raises(redis.ResponseError, match=rf"^RQ_BAD_ARGUMENT the seq .*: {seq}$")
+                with nothing_changes(client), refused:
+                    s.ack_result(keys=[*gk, key], args=args)
+    # and written as a seq, it is acked with its result under the key a reader asks for
+    assert s.ack_result(keys=[*gk, qk.result(1, "g")], args=ack_result_argv("5000", b"jx", "0", 1, 1, "t1")) == [b"ok"]
+    assert r.get(qk.result(1, "g")) == b"itest\njx"
+
+
 def test_ack_result_keeps_a_result_per_tag_settled_strict_or_lenient(raw, queue, client):
     # given three deliveries of c1, the second already acked
     r, qk, gk, s = raw

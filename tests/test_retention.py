@@ -570,3 +570,107 @@ def test_an_asyncio_publish_returns_once_stored_while_its_trim_step_runs_on(clie
     assert ran_before_close == 0
     assert len(ran) == 1
     assert client.queue("orders").stats().depth == 3
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)  # the client's decision, no script involved
+def test_a_trim_by_hand_does_not_end_the_asyncio_publishers_step_under_way(client, monkeypatch):
+    # given an asyncio client whose publisher's trim step is held
+    import asyncio
+
+    import rqueue.aio
+    import rqueue.aio.publishing as aio_publishing
+
+    steps = []
+    gate: list[asyncio.Event] = []
+    retain = aio_publishing.acmd.retain
+
+    async def first_held(*args, **kwargs):
+        steps.append(1)
+        if len(steps) == 1:
+            await gate[0].wait()
+        return await retain(*args, **kwargs)
+
+    monkeypatch.setattr(aio_publishing.acmd, "retain", first_held)
+
+    async def main() -> None:
+        gate.append(asyncio.Event())
+        ac = await rqueue.aio.connect(client.url, prefix=client.prefix, settings_ttl=0)
+        try:
+            await ac.configure("orders", max_length=5)
+            q = ac.queue("orders")
+            await q.publish(b"m")
+            await asyncio.sleep(0)  # the publisher's step starts, and waits
+            # when a step is run by hand meanwhile, then 20 publishes follow over 0.2 s
+            await q.trim()
+            for _ in range(20):
+                await asyncio.sleep(0.01)
+                await q.publish(b"m")
+        finally:
+            gate[0].set()
+            await ac.close()
+
+    asyncio.run(main())
+    # then the publishers still found their step under way: the held one and the one by hand ran
+    assert len(steps) == 2
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+def test_a_trim_by_hand_does_not_end_the_sync_publishers_step_under_way(client, monkeypatch):
+    # given a sync client whose publisher's trim step (in another thread) is held
+    import rqueue.retention as retention
+
+    steps = []
+    gate, holding = threading.Event(), threading.Event()
+    retain = retention.commands.retain
+
+    def first_held(*args, **kwargs):
+        steps.append(1)
+        if len(steps) == 1:
+            holding.set()
+            gate.wait(10)
+        return retain(*args, **kwargs)
+
+    monkeypatch.setattr(retention.commands, "retain", first_held)
+    c = rqueue.connect(client.url, prefix=client.prefix, settings_ttl=0)
+    try:
+        c.configure("orders", max_length=5)
+        q = c.queue("orders")
+        first = threading.Thread(target=q.publish, args=(b"m",))
+        first.start()
+        try:
+            assert holding.wait(10)
+            # when a step is run by hand meanwhile, then 20 publishes follow over 0.2 s
+            q.trim()
+            for _ in range(20):
+                c.clock.sleep(0.01)
+                q.publish(b"m")
+        finally:
+            gate.set()
+            first.join(10)
+    finally:
+        c.close()
+    # then the publishers still found their step under way: the held one and the one by hand ran
+    assert len(steps) == 2
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"], indirect=True)
+def test_an_asyncio_delete_right_after_a_publish_leaves_no_key_of_the_queue(client):
+    # given an asyncio client publishing to a queue with retention (its trim step runs on after the publish)
+    import asyncio
+
+    import rqueue.aio
+
+    async def main() -> None:
+        ac = await rqueue.aio.connect(client.url, prefix=client.prefix, settings_ttl=0)
+        try:
+            await ac.configure("orders", max_length=2)
+            q = ac.queue("orders")
+            # when the queue is deleted as soon as the publish returns
+            await q.publish(b"m")
+            assert await q.delete(force=True) > 0
+        finally:
+            await ac.close()
+
+    asyncio.run(main())
+    # then no key of the queue is left: the step did not write its meta hash again after the delete
+    assert client.redis.keys(f"{client.prefix}:{{orders}}*") == []

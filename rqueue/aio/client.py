@@ -27,7 +27,7 @@ from ..engine import async_commands as acmd
 from ..engine.async_scripts import AsyncScripts
 from ..engine.commands import MarkStatus
 from ..engine.keys import QueueKeys, partitions_key
-from ..errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, InvalidSetting
+from ..errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, InvalidSetting, OutOfMemory
 from ..names import check_name
 from ..partitions import check_partitions
 from ..placement import Layout, already_plain, partitioning_refused, place, plain_meta_name
@@ -313,15 +313,22 @@ class Client:
             return
         try:
             await acmd.register_queue(self.redis, self.prefix, name)
-        except ConnectionLost as exc:
+        except (ConnectionLost, OutOfMemory) as exc:
             # called after a publish or join was applied: see rqueue.Client.register
             log.warning("could not record queue %r in the list of queues (%s); will try again", name, exc)
             return
         self._registered.add(name)
 
-    async def close(self) -> None:
-        while self._background:  # each is a call or two: let them finish
+    async def background_done(self) -> None:
+        """Waits until the work :meth:`in_background` runs is done (each a
+        call or two): what must come after it (a delete, which a trim step
+        run later would write the queue's meta hash again for; the close)
+        awaits this first."""
+        while self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.background_done()
         for node in self._nodes.values():
             await node.aclose()
         await self.notifier.close()

@@ -52,6 +52,7 @@ class AsyncContext(Protocol):
     def in_background(
         self, work: Coroutine[Any, Any, Any], failed: Callable[[BaseException], None]
     ) -> asyncio.Task[Any]: ...
+    async def background_done(self) -> None: ...
 
 
 class AsyncQueueLike(Protocol):

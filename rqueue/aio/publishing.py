@@ -70,15 +70,17 @@ async def send(queue: AsyncQueueLike, prepared: PreparedPublish) -> list[Publish
     return results
 
 
-async def trim(queue: AsyncQueueLike, settings: Settings | None = None, limit: int = RETAIN_STEP) -> RetainReply:
+async def trim(
+    queue: AsyncQueueLike, settings: Settings | None = None, limit: int = RETAIN_STEP, *, taken: bool = False
+) -> RetainReply:
     """As rqueue.retention.trim: stores the queue's retention and runs one
-    trim step now."""
+    trim step now (``taken``: the publishers' step)."""
     client = queue.client
     settings = settings if settings is not None else await queue.settings()
     want = retention_args(settings)
     now = client.clock.script_now()
     reply = await acmd.retain(client.scripts, queue.keys, now, *want, True, limit, queue.name)
-    stepped(client, queue.keys.base, reply, want)
+    stepped(client, queue.keys.base, reply, want, taken)
     return reply
 
 
@@ -95,7 +97,7 @@ async def after_publish(queue: AsyncQueueLike, settings: Settings) -> None:
     def failed(exc: BaseException) -> None:
         step_failed(client, queue.keys.base, queue.name, want, exc)
 
-    client.in_background(trim(queue, settings), failed)
+    client.in_background(trim(queue, settings, taken=True), failed)
 
 
 async def _send_durably(queue: AsyncQueueLike, prepared: PreparedPublish) -> list[Any]:

@@ -31,7 +31,7 @@ from ..constants import (
     DEFAULT_RECONNECT_TIMEOUT,
     IDLE_POLL_INTERVAL,
 )
-from ..errors import AlreadyAcked, DeliveryError, NotMember, Reject, RQueueError, TimeLimitExceeded
+from ..errors import AlreadyAcked, DeliveryError, NotMember, OutOfMemory, Reject, RQueueError, TimeLimitExceeded
 from ..names import check_name
 from ..settings import Settings
 from ..timelimits import Cancellation, time_limit_for
@@ -367,10 +367,21 @@ class Worker:
     async def _keep_failure(self, consumer: Consumer, d: Any, reason: str, error: str) -> None:
         if not consumer.last_settings.results:
             return
+
+        async def keep() -> OutOfMemory | None:
+            # As rqueue.worker.dispatcher.Dispatcher._keep_failure: not kept on a full server.
+            try:
+                await consumer.keep_failure(d, reason, error)
+            except OutOfMemory as exc:
+                return exc
+            return None
+
         try:
-            await self._retry.call(consumer.keep_failure, d, reason, error)
+            refused: RQueueError | None = await self._retry.call(keep)
         except RQueueError as exc:
-            log.warning("failure of %s not kept as its result: %s", d.tag, exc)
+            refused = exc
+        if refused is not None:
+            log.warning("failure of %s not kept as its result: %s", d.tag, refused)
 
     # -- the handler tasks (rqueue.worker.handlers) ---------------------------------
 

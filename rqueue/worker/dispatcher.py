@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..constants import IDLE_POLL_INTERVAL
-from ..errors import AlreadyAcked, CorruptRecord, DeliveryError, RQueueError
+from ..errors import AlreadyAcked, CorruptRecord, DeliveryError, OutOfMemory, RQueueError
 from ..tracing import dead_lettered
 from .handlers import Handlers
 from .ledger import Ledger
@@ -247,7 +247,19 @@ class Dispatcher:
         consumer = self._consumer
         if not consumer.last_settings.results:
             return
+
+        def keep() -> OutOfMemory | None:
+            # A full server refuses it (a plain write): not kept, rather than
+            # the worker waiting out reconnect_timeout for memory per failure.
+            try:
+                consumer.keep_failure(d, reason, error)
+            except OutOfMemory as exc:
+                return exc
+            return None
+
         try:
-            self._retry(consumer.keep_failure, d, reason, error)
+            refused: RQueueError | None = self._retry(keep)
         except RQueueError as exc:
-            log.warning("failure of %s not kept as its result: %s", d.tag, exc)
+            refused = exc
+        if refused is not None:
+            log.warning("failure of %s not kept as its result: %s", d.tag, refused)

@@ -35,8 +35,9 @@
     RQ_BAD_ARGUMENT  the time to live is not a whole number of ms >= 1,
                      ARGV[10] is none of the modes, the tags are not in
                      threes, ARGV[9] does not hold one result per tag in
-                     that form, or a result key is not the one of its tag's
-                     seq and the group
+                     that form, a tag's seq (when results are kept) is not
+                     written as a seq ("07", "7.0"), or a result key is not
+                     the one of its tag's seq and the group
     RQ_CORRUPT <floors key> field <group>: as ack.lua
 ]]
 --@flags allow-oom
@@ -84,6 +85,12 @@ if ttl ~= '' then
   for i = 1, tagCount do
     local key = KEYS[firstResultKey + i]
     local seq = ARGV[8 + 3 * i]
+    -- A seq written another way ("07") would be acked as its canonical one
+    -- while its result went under a key no reader asks for.
+    if not string.find(seq, '^[1-9]%d*$') then
+      return redis.error_reply('RQ_BAD_ARGUMENT the seq of tag ' .. i .. ' is not written as one (digits, no '
+        .. 'leading zero), so its result key would not be the one read: ' .. seq)
+    end
     if key ~= resultBase .. seq .. ':' .. ARGV[1] then
       return redis.error_reply('RQ_BAD_ARGUMENT key ' .. (firstResultKey + i) .. ' is not the result key of seq '
         .. seq .. ' and group ' .. ARGV[1] .. ': ' .. tostring(key))
