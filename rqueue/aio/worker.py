@@ -37,7 +37,7 @@ from ..settings import Settings
 from ..timelimits import Cancellation, time_limit_for
 from ..tracing import dead_lettered, processing
 from ..worker.batch import BatchHandler, default_prefetch, failed_batch, outcomes_of
-from ..worker.handlers import LeaseCheck, batch_check, batch_limit, skipped
+from ..worker.handlers import LeaseCheck, batch_check, batch_limit, held_of, skipped
 from ..worker.ledger import Ledger
 from ..worker.metrics import WorkerMetrics
 from ..worker.options import check_options
@@ -574,8 +574,7 @@ class Worker:
         if not deliveries:
             return []
         assert self.consumer is not None
-        statuses = await self._retry.call(self.consumer.in_progress_available, deliveries)
-        return [s is None for s in statuses]
+        return held_of(await self._retry.call(self.consumer.in_progress_available, deliveries))
 
     async def _still_held(self, d: Delivery) -> bool:
         assert self.consumer is not None
