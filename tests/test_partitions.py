@@ -499,3 +499,17 @@ def test_a_partition_whose_later_call_fails_reports_what_its_earlier_calls_store
         client.close()
     finally:
         server.stop()
+
+
+def test_the_available_settles_of_a_partitioned_consumer_take_one_delivery_as_a_plain_consumer_does(client):
+    # given a partitioned queue and one delivery of it
+    pq = client.queue("orders", partitions=2)
+    pq.publish_many([b"a", b"b"])
+    c = pq.consumer("g", prefetch=2)
+    d1, d2 = c.fetch(2)
+    # when one delivery, not a list, is extended and then nacked leniently
+    extended = c.in_progress_available(d1)
+    nacked = c.nack_available(d2, delay=0)
+    # then each is settled as a list of one would be (rqueue.Consumer takes either)
+    assert extended == [None]
+    assert nacked == ["requeued"]
