@@ -796,6 +796,26 @@ def test_nack_of_many_tags_with_a_failure_policy_that_does_not_parse_changes_not
         s.nack(keys=gk, args=bad)
 
 
+def test_nack_of_a_tag_named_twice_dead_letters_it_once(raw, queue, client):
+    # given two deliveries of c1 at their last allowed delivery
+    r, _, gk, s = raw
+    once = Settings(ack_wait=10, max_deliveries=1)
+    publish(raw, b"a", b"b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, once, 10, "t1"))
+    # when one call names the first twice, around the second, with the failed event
+    reply = s.nack(
+        keys=gk, args=group_argv("g", "c1", NOW, once, 1, 1, "t1", "", "boom", "failed", 2, 1, "t1", 1, 1, "t1")
+    )
+    # then each is dead-lettered exactly once, the repeat refused as settled
+    assert reply == [b"dead", 1, b"dead", 2, b"RQ_ACKED", b""]
+    assert [m.seq for m in queue.dead_letters()] == [1, 2]
+    assert [(e["event"], e["seq"]) for e in queue.events() if e["event"] == "failed"] == [
+        ("failed", "1"),
+        ("failed", "2"),
+    ]
+
+
 def test_a_full_group_gets_its_expired_lease_back_in_the_same_fetch(raw):
     # given a group at its max_inflight of 1, whose one lease has run out
     _, _, gk, s = raw
