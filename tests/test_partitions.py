@@ -513,3 +513,30 @@ def test_the_available_settles_of_a_partitioned_consumer_take_one_delivery_as_a_
     # then each is settled as a list of one would be (rqueue.Consumer takes either)
     assert extended == [None]
     assert nacked == ["requeued"]
+
+
+def test_nack_available_of_a_partitioned_consumer_keeps_the_order_of_deliveries_across_partitions(client):
+    # given deliveries of three partitions, one of them acked
+    pq = client.queue("orders", partitions=3)
+    for part in pq.parts:
+        part.publish_many([b"a", b"b"])
+    c = pq.consumer("g", prefetch=6)
+    ds = c.fetch(6)
+    assert len({d.consumer.queue.partition for d in ds}) == 3
+    ds.sort(key=lambda d: (d.seq, -d.consumer.queue.partition))  # the partitions interleaved
+    c.ack(ds[2])
+    # when all are nacked in one call
+    statuses = c.nack_available(ds, delay=0)
+    # then each has its own status, in the order given, and the nacked ones come again
+    assert [s if isinstance(s, str) else type(s).__name__ for s in statuses] == [
+        "requeued",
+        "requeued",
+        "AlreadyAcked",
+        "requeued",
+        "requeued",
+        "requeued",
+    ]
+    again = c.fetch(6)
+    assert sorted((d.consumer.queue.partition, d.seq) for d in again) == sorted(
+        (d.consumer.queue.partition, d.seq) for i, d in enumerate(ds) if i != 2
+    )
