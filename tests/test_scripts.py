@@ -816,6 +816,22 @@ def test_nack_of_a_tag_named_twice_dead_letters_it_once(raw, queue, client):
     ]
 
 
+def test_nack_many_of_one_tag_is_as_lenient_as_of_more(raw, queue, client):
+    # given two deliveries of c1, the second one's delivery state overwritten with garbage
+    r, _, gk, s = raw
+    publish(raw, b"a", b"b")
+    c = queue.consumer("g", name="c1", prefetch=2)
+    d1, d2 = c.fetch(2)
+    r.hset(gk[8], 2, b"nonsense")
+    # when each is nacked alone through nack_many (the tag after an empty first one, ARGV[14..])
+    damaged = commands.nack_many(c._group_call(), [c._tag_of(d2)], 0, "boom", "")
+    held = commands.nack_many(c._group_call(), [c._tag_of(d1)], 0, "boom", "")
+    # then the damage is the tag's status, not an error of the call, and the held one is requeued
+    assert damaged == ["RQ_CORRUPT"]
+    assert held == [commands.NackReply(False, held[0].where)]
+    assert r.hget(gk[8], 2) == b"nonsense"
+
+
 def test_a_full_group_gets_its_expired_lease_back_in_the_same_fetch(raw):
     # given a group at its max_inflight of 1, whose one lease has run out
     _, _, gk, s = raw

@@ -11,6 +11,8 @@
     ARGV[8] seq
     ARGV[9] delivery count of the tag
     ARGV[10] token of the tag
+             (ARGV[8..10] all "" with more tags: every tag is in ARGV[14..],
+             as a lenient call of one tag sends it)
     ARGV[11] delay in ms, or "" for the redelivery policy
     ARGV[12] error text for the record, may be ""
     ARGV[13] the lifecycle event to record, "failed" or "timeout" (its
@@ -90,7 +92,10 @@ if #ARGV <= 13 then
   return {status, where}
 end
 -- The first tag, then the rest (the delay, error and event sit between them).
-local firsts = {8}
+local firsts = {}
+if ARGV[8] ~= '' or ARGV[9] ~= '' or ARGV[10] ~= '' then
+  firsts[1] = 8
+end
 for first = 14, #ARGV, 3 do
   firsts[#firsts + 1] = first
 end
