@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import os
 import signal
 import subprocess
@@ -642,6 +643,64 @@ def test_a_failed_batch_is_nacked_in_one_call(kind, live, backend, prefix, monke
     assert {(m.reason, m.error) for m in q.dead_letters(limit=100)} == {("max-deliveries", "ValueError: database down")}
     assert w.stats.dead_lettered == 100
     assert 1 <= calls["nack"] + calls["nack_many"] <= calls["fetch"] < 100
+
+
+@BACKENDS
+@BOTH
+def test_a_nack_sent_again_after_its_reply_was_lost_counts_as_applied(kind, live, backend, prefix, monkeypatch, caplog):
+    # given 3 messages dead-lettered at their first failure, a batch handler that fails,
+    # and a connection that drops after the first nack call was applied, before its reply
+    import rqueue.engine.async_commands as acmd
+    import rqueue.engine.commands as commands
+
+    live.configure("orders", max_deliveries=1)
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 3)
+    engine = commands if kind == "threaded" else acmd
+    dropped = []
+
+    def reply_lost(name):
+        real = getattr(engine, name)
+
+        def first_reply_lost(*args, **kwargs):
+            if dropped:
+                return real(*args, **kwargs)
+            dropped.append(name)
+            real(*args, **kwargs)
+            raise rqueue.ConnectionLost("connection dropped after the call was applied")
+
+        async def afirst_reply_lost(*args, **kwargs):
+            if dropped:
+                return await real(*args, **kwargs)
+            dropped.append(name)
+            await real(*args, **kwargs)
+            raise rqueue.ConnectionLost("connection dropped after the call was applied")
+
+        return first_reply_lost if kind == "threaded" else afirst_reply_lost
+
+    for name in ("nack", "nack_many"):
+        monkeypatch.setattr(engine, name, reply_lost(name))
+
+    def fail(ds):
+        raise ValueError("database down")
+
+    async def afail(ds):
+        fail(ds)
+
+    caplog.set_level(logging.INFO, logger="rqueue.worker")
+    # when a worker runs them, its first nack sent again once the connection is back
+    w = run_worker(kind, backend, prefix, q, rqueue.BatchHandler(fail if kind == "threaded" else afail, size=3))
+    try:
+        wait_for(lambda: q.stats().dead_letters == 3, timeout=20)
+        wait_for(lambda: w.stats.nacked + w.stats.late_settles == 3, timeout=5)
+    finally:
+        w.stop()
+        assert w.join(10)
+    # then each is dead-lettered once, and the nack that was applied counts as nacked, not as a late settle
+    assert dropped and w.stats.reconnects >= 1
+    assert len(q.dead_letters(limit=10)) == 3
+    assert (w.stats.nacked, w.stats.late_settles) == (3, 0)
+    assert "not applied" not in caplog.text
 
 
 @BACKENDS

@@ -299,3 +299,18 @@ def test_a_tracked_publish_refuses_a_deleted_meta_as_publish_does(client, queue)
         )
     assert client.redis.exists(queue.keys.meta) == 0
     assert client.redis.hlen(queue.keys.msgs) == 1
+
+
+def test_nack_available_names_a_damaged_delivery_state_as_its_status_alone_as_among_others(client, queue):
+    # given two held deliveries, each alone in a nack_available, then both together, whose states are garbage
+    queue.publish_many([b"a", b"b"])
+    c = queue.consumer("g", prefetch=2)
+    d1, d2 = c.fetch(2)
+    for seq in (1, 2):
+        client.redis.hset(group_key(queue, "g", "dlv"), seq, b"nonsense")
+    # when they are nacked leniently, together and then the first alone
+    together = c.nack_available([d1, d2], delay=0)
+    alone = c.nack_available([d1], delay=0)
+    # then the damage is each one's status, returned not raised, both times
+    assert [type(s).__name__ for s in together] == ["CorruptRecord", "CorruptRecord"]
+    assert [type(s).__name__ for s in alone] == ["CorruptRecord"]

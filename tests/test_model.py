@@ -535,6 +535,65 @@ class QueueMachine(RuleBasedStateMachine):
         if real[0] == "ok":
             self.settled[h.group].update(d.seq for _, d in picked)
 
+    @precondition(lambda self: self.deliveries and self._live_slots())
+    @rule(
+        i=pick,
+        js=st.lists(st.tuples(pick, st.booleans()), min_size=1, max_size=4),
+        delay=st.sampled_from([None, 0, 4]),
+    )
+    def nack_list(self, i, js, delay):
+        """c.nack_available([...]) (a worker's failed batch) through any live
+        consumer: foreign, late and repeated tags, each as its Delivery or
+        (True) its tag text, each nacked on its own in order, as c.nack would."""
+        h = self._handle(i)
+        picked = [self._delivery(j) for j, _ in js]
+        refs = [d.tag if text else d for (_, d), (_, text) in zip(picked, js)]
+
+        def real_statuses():
+            got = h.consumer.nack_available(refs, delay=delay)
+            return [("ok", s) if isinstance(s, str) else ("err", type(s).__name__) for s in got]
+
+        def model_statuses():
+            return [outcome(lambda d=d: self.model.nack(h.group, h.name, tag_of(d), delay)) for _, d in picked]
+
+        real = outcome(real_statuses)
+        if any(hh is not h and not text for (hh, _), (_, text) in zip(picked, js)):
+            model = ("err", "NotHeld")  # another consumer's Delivery: refused before any call
+        else:
+            model = outcome(model_statuses)
+        self._same_result(f"nack_list(delay={delay}) {[str(getattr(r, 'tag', r)) for r in refs]} by {h}", real, model)
+        if real[0] == "ok":
+            self.settled[h.group].update(d.seq for (_, d), st_ in zip(picked, real[1]) if st_ == ("ok", "dead"))
+            COVERAGE[f"(nack_list of {len(refs)}: {sorted({st_[1] for st_ in real[1]})})"] += 1
+
+    @precondition(lambda self: self.deliveries and self._live_slots())
+    @rule(i=pick, js=st.lists(st.tuples(pick, st.booleans()), min_size=1, max_size=4))
+    def in_progress_list(self, i, js):
+        """c.in_progress_available([...]) (a batch's check) through any live
+        consumer: foreign, late and repeated tags, each extended on its own
+        as c.in_progress would, its refusal its status."""
+        h = self._handle(i)
+        picked = [self._delivery(j) for j, _ in js]
+        refs = [d.tag if text else d for (_, d), (_, text) in zip(picked, js)]
+
+        def real_statuses():
+            return [None if s is None else type(s).__name__ for s in h.consumer.in_progress_available(refs)]
+
+        def model_statuses():
+            return [
+                None if r[0] == "ok" else r[1]
+                for r in (outcome(lambda d=d: self.model.in_progress(h.group, h.name, tag_of(d))) for _, d in picked)
+            ]
+
+        real = outcome(real_statuses)
+        if any(hh is not h and not text for (hh, _), (_, text) in zip(picked, js)):
+            model = ("err", "NotHeld")  # another consumer's Delivery: refused before any call
+        else:
+            model = outcome(model_statuses)
+        self._same_result(f"in_progress_list {[str(getattr(r, 'tag', r)) for r in refs]} by {h}", real, model)
+        if real[0] == "ok":
+            COVERAGE[f"(in_progress_list of {len(refs)}: {sorted({str(s) for s in real[1]})})"] += 1
+
     @precondition(lambda self: self.deliveries)
     @rule(i=pick, delay=st.sampled_from([None, 0, 1, 4]))
     def nack(self, i, delay):

@@ -59,3 +59,31 @@ def test_a_loss_in_one_partition_leaves_the_other_partitions_deliveries_current(
     c.ack(ds[0])
     with pytest.raises(rqueue.LostDelivery):
         c.ack(ds[1])
+
+
+def test_a_failing_batch_handler_on_three_partitions_dead_letters_each_message_once(client):
+    # given 3 partitions with 10 messages each, dead-lettered at their first failure,
+    # and a batch handler of 10 that fails
+    client.configure("orders", max_deliveries=1)
+    pq = client.queue("orders", partitions=3)
+    for p, part in enumerate(pq.parts):
+        part.publish_many([f"{p}:{i}".encode() for i in range(10)])
+
+    def fail(ds):
+        raise ValueError("database down")
+
+    w = rqueue.Worker(pq, "g", rqueue.BatchHandler(fail, size=10), concurrency=1, prefetch=10)
+    # when it runs
+    w.start()
+    try:
+        wait_for(lambda: sum(len(part.dead_letters(limit=20)) for part in pq.parts) == 30, timeout=30)
+    finally:
+        w.stop()
+        assert w.join(30)
+    # then each message was dead-lettered once with the batch's error, nothing left pending,
+    # and the worker counted each nack once
+    dead = [m for part in pq.parts for m in part.dead_letters(limit=20)]
+    assert sorted(m.data for m in dead) == sorted(f"{p}:{i}".encode() for p in range(3) for i in range(10))
+    assert {(m.reason, m.error) for m in dead} == {("max-deliveries", "ValueError: database down")}
+    assert (w.stats.nacked, w.stats.dead_lettered, w.stats.late_settles) == (30, 30, 0)
+    assert pq.stats().group("g").pending == 0

@@ -499,3 +499,44 @@ def test_a_partition_whose_later_call_fails_reports_what_its_earlier_calls_store
         client.close()
     finally:
         server.stop()
+
+
+def test_the_available_settles_of_a_partitioned_consumer_take_one_delivery_as_a_plain_consumer_does(client):
+    # given a partitioned queue and one delivery of it
+    pq = client.queue("orders", partitions=2)
+    pq.publish_many([b"a", b"b"])
+    c = pq.consumer("g", prefetch=2)
+    d1, d2 = c.fetch(2)
+    # when one delivery, not a list, is extended and then nacked leniently
+    extended = c.in_progress_available(d1)
+    nacked = c.nack_available(d2, delay=0)
+    # then each is settled as a list of one would be (rqueue.Consumer takes either)
+    assert extended == [None]
+    assert nacked == ["requeued"]
+
+
+def test_nack_available_of_a_partitioned_consumer_keeps_the_order_of_deliveries_across_partitions(client):
+    # given deliveries of three partitions, one of them acked
+    pq = client.queue("orders", partitions=3)
+    for part in pq.parts:
+        part.publish_many([b"a", b"b"])
+    c = pq.consumer("g", prefetch=6)
+    ds = c.fetch(6)
+    assert len({d.consumer.queue.partition for d in ds}) == 3
+    ds.sort(key=lambda d: (d.seq, -d.consumer.queue.partition))  # the partitions interleaved
+    c.ack(ds[2])
+    # when all are nacked in one call
+    statuses = c.nack_available(ds, delay=0)
+    # then each has its own status, in the order given, and the nacked ones come again
+    assert [s if isinstance(s, str) else type(s).__name__ for s in statuses] == [
+        "requeued",
+        "requeued",
+        "AlreadyAcked",
+        "requeued",
+        "requeued",
+        "requeued",
+    ]
+    again = c.fetch(6)
+    assert sorted((d.consumer.queue.partition, d.seq) for d in again) == sorted(
+        (d.consumer.queue.partition, d.seq) for i, d in enumerate(ds) if i != 2
+    )

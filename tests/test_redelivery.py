@@ -83,6 +83,26 @@ def test_in_progress_available_extends_what_is_held_and_names_the_rest(queue, cl
     d3.ack()
 
 
+def test_in_progress_available_names_a_state_that_does_not_parse_and_extends_the_others(client, queue, clock):
+    # given three deliveries with leases of 2 s, the second one's delivery state overwritten with garbage
+    queue.publish_many([b"m"] * 3)
+    c = queue.consumer("g", ack_wait=2, prefetch=3)
+    d1, d2, d3 = c.fetch(3)
+    client.redis.hset(group_key(queue, "g", "dlv"), 2, b"nonsense")
+    leases = group_key(queue, "g", "lease")
+    before = [client.redis.zscore(leases, seq) for seq in (1, 2, 3)]
+    clock.advance(1.5)
+    # when the three are extended in one call (a batch's check), and then beaten for (a heartbeat)
+    statuses = c.in_progress_available([d1, d2, d3])
+    beaten = c.heartbeat([d1, d2, d3], timeout=60).statuses
+    # then the damaged one is named, alone, and the two others are extended by the 1.5 s that passed
+    for got in (statuses, beaten):
+        assert [type(s).__name__ for s in got] == ["NoneType", "CorruptRecord", "NoneType"]
+    after = [client.redis.zscore(leases, seq) for seq in (1, 2, 3)]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1500, 0, 1500]
+    assert client.redis.hget(group_key(queue, "g", "dlv"), 2) == b"nonsense"
+
+
 def test_nack_available_nacks_what_is_held_and_names_the_rest(queue, clock):
     # given three deliveries, the second acked
     queue.publish_many([b"m"] * 3)

@@ -744,6 +744,94 @@ def test_nack_of_many_tags_nacks_each_on_its_own(raw, queue, client):
         s.nack(keys=gk, args=group_argv("g", "c1", NOW, twice, 1, 2, "t2", "", "", "", 3, 2))
 
 
+def test_nack_of_many_tags_names_a_state_that_does_not_parse_and_nacks_the_others(raw, queue, client):
+    # given three deliveries of c1, the second one's delivery state overwritten with garbage
+    r, _, gk, s = raw
+    publish(raw, b"a", b"b", b"c")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
+    r.hset(gk[8], 2, b"nonsense")
+    # when the three are nacked in one call
+    reply = s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", "0", "boom", "", 2, 1, "t1", 3, 1, "t1"))
+    # then the damaged one is refused alone, left as it was, and the others are requeued
+    assert reply == [b"requeued", NOW, b"RQ_CORRUPT", b"", b"requeued", NOW]
+    assert r.hget(gk[8], 2) == b"nonsense"
+    assert r.zscore(gk[5], 2) is not None
+    assert [int(x) for x in r.zrange(gk[6], 0, -1)] == [1, 3]
+
+
+def test_nack_of_many_tags_that_meets_damage_of_the_call_changes_nothing(raw, queue, client):
+    # given a held delivery that a failure requeues, one at its last allowed delivery,
+    # and a dead letter where the next one is to go (its meta's seq was reset)
+    r, _, gk, s = raw
+    twice = Settings(ack_wait=10, max_deliveries=2)
+    publish(raw, b"a", b"b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, twice, 1, "t1"))
+    assert s.nack(keys=gk, args=group_argv("g", "c1", NOW, twice, 1, 1, "t1", "0", "", ""))[0] == b"requeued"
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, twice, 2, "t2"))  # 1 (its second delivery), then 2
+    r.hset(gk[15], 1, b"an older dead letter")
+    # when both are nacked in one call, the one that requeues first
+    # then the call is refused naming the dead-letter queue, and nothing changed
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"RQ_CORRUPT .*dead letter 1 exists"):
+        s.nack(keys=gk, args=group_argv("g", "c1", NOW, twice, 2, 1, "t2", "0", "boom", "failed", 1, 2, "t2"))
+    # and a floor that is not a seq, met at a tag without a delivery state after a held one, changes nothing either
+    r.hdel(gk[15], 1)
+    r.hset(gk[2], "g", "garbage")
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"RQ_CORRUPT .*the ack floor"):
+        s.nack(keys=gk, args=group_argv("g", "c1", NOW, twice, 2, 1, "t2", "0", "boom", "failed", 9, 1, "t2"))
+
+
+def test_nack_of_many_tags_with_a_failure_policy_that_does_not_parse_changes_nothing(raw, client):
+    # given two deliveries of c1
+    r, _, gk, s = raw
+    publish(raw, b"a", b"b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
+    bad = group_argv("g", "c1", NOW, None, 9, 1, "t1", "", "boom", "failed", 1, 1, "t1", 2, 1, "t1")
+    bad[6] = "3 250 2.0 4000 0.5"  # three words short
+    # when both are nacked in one call after a tag that is refused, with a policy that does not parse
+    # then the call is refused, and nothing changed
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"RQ_BAD_ARGUMENT the failure policy"):
+        s.nack(keys=gk, args=bad)
+
+
+def test_nack_of_a_tag_named_twice_dead_letters_it_once(raw, queue, client):
+    # given two deliveries of c1 at their last allowed delivery
+    r, _, gk, s = raw
+    once = Settings(ack_wait=10, max_deliveries=1)
+    publish(raw, b"a", b"b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, once, 10, "t1"))
+    # when one call names the first twice, around the second, with the failed event
+    reply = s.nack(
+        keys=gk, args=group_argv("g", "c1", NOW, once, 1, 1, "t1", "", "boom", "failed", 2, 1, "t1", 1, 1, "t1")
+    )
+    # then each is dead-lettered exactly once, the repeat refused as settled
+    assert reply == [b"dead", 1, b"dead", 2, b"RQ_ACKED", b""]
+    assert [m.seq for m in queue.dead_letters()] == [1, 2]
+    assert [(e["event"], e["seq"]) for e in queue.events() if e["event"] == "failed"] == [
+        ("failed", "1"),
+        ("failed", "2"),
+    ]
+
+
+def test_nack_many_of_one_tag_is_as_lenient_as_of_more(raw, queue, client):
+    # given two deliveries of c1, the second one's delivery state overwritten with garbage
+    r, _, gk, s = raw
+    publish(raw, b"a", b"b")
+    c = queue.consumer("g", name="c1", prefetch=2)
+    d1, d2 = c.fetch(2)
+    r.hset(gk[8], 2, b"nonsense")
+    # when each is nacked alone through nack_many (the tag after an empty first one, ARGV[14..])
+    damaged = commands.nack_many(c._group_call(), [c._tag_of(d2)], 0, "boom", "")
+    held = commands.nack_many(c._group_call(), [c._tag_of(d1)], 0, "boom", "")
+    # then the damage is the tag's status, not an error of the call, and the held one is requeued
+    assert damaged == ["RQ_CORRUPT"]
+    assert held == [commands.NackReply(False, held[0].where)]
+    assert r.hget(gk[8], 2) == b"nonsense"
+
+
 def test_a_full_group_gets_its_expired_lease_back_in_the_same_fetch(raw):
     # given a group at its max_inflight of 1, whose one lease has run out
     _, _, gk, s = raw

@@ -330,6 +330,48 @@ def test_a_batch_runs_none_of_its_deliveries_whose_check_went_stale_before_it_st
     client.close()
 
 
+@pytest.mark.parametrize("backend", ["redis", "memory"], indirect=True)  # the worker's logic, not the server's
+def test_a_batch_checked_late_runs_the_deliveries_held_beside_one_whose_state_is_damaged(
+    backend, prefix, monkeypatch, caplog
+):
+    # Given a batch of three whose fetch reply is read past the stale age (0.5
+    # s of a 1 s lease), so that all are checked with Redis before it runs,
+    # and the delivery state of the second overwritten with garbage meanwhile
+    from support.raw import group_key
+
+    client = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    client.configure("orders", ack_wait=1)
+    q = client.queue("orders")
+    calls: list[int] = []
+    fetch = rqueue.Consumer.ack_and_fetch
+
+    def read_late(self, *args, **kwargs):
+        result = fetch(self, *args, **kwargs)
+        if result[1]:
+            client.redis.hset(group_key(q, "g", "dlv"), 2, b"nonsense")
+            read = time.monotonic()
+            wait_for(lambda: time.monotonic() > read + 0.6)
+        return result
+
+    monkeypatch.setattr(rqueue.Consumer, "ack_and_fetch", read_late)
+    caplog.set_level(logging.INFO, logger="rqueue.worker")
+    handler = rqueue.BatchHandler(lambda ds: [calls.append(d.seq) or True for d in ds], size=10)
+    q.publish_many([b"m"] * 3)  # before the worker starts: its first fetch brings all three
+    w = rqueue.Worker(q, "g", handler, concurrency=1, heartbeat_interval=0.1, prefetch=3)
+    w.start()
+    # When the batch is checked
+    try:
+        wait_for(lambda: w.stats.stale_skipped + w.stats.handled >= 2)
+    finally:
+        w.stop()
+        w.join(10)
+    # Then the two held ones run, and the damaged one is not run and is said loudly
+    assert sorted(calls) == [1, 3]
+    damaged = [r for r in caplog.records if r.levelno >= logging.ERROR and "2.1." in r.getMessage()]
+    assert damaged and "does not parse" in damaged[0].getMessage()
+    client.close()
+
+
 def test_a_fetch_that_finds_the_worker_removed_drops_its_waiting_deliveries(backend, prefix, monkeypatch):
     # Given a worker of one thread busy with message 1 while message 2 waits
     # behind it, whose heartbeat does not come during the test (so that only

@@ -37,11 +37,11 @@ from ..settings import Settings
 from ..timelimits import Cancellation, time_limit_for
 from ..tracing import dead_lettered, processing
 from ..worker.batch import BatchHandler, default_prefetch, failed_batch, outcomes_of
-from ..worker.handlers import LeaseCheck, batch_check, batch_limit, skipped
+from ..worker.handlers import LeaseCheck, batch_check, batch_limit, held_of, skipped
 from ..worker.ledger import Ledger
 from ..worker.metrics import WorkerMetrics
 from ..worker.options import check_options
-from ..worker.outcome import Completion, Detail, Outcome, ack_detail, settles
+from ..worker.outcome import Completion, Detail, Outcome, ack_detail, nack_refused, settles
 from ..worker.reconnect import TRANSIENT
 from ..worker.stats import Tally, WorkerStats
 from .consumer import Consumer as PlainConsumer
@@ -345,17 +345,32 @@ class Worker:
                 log.info("reject of %s not applied: %s", d.tag, exc)
                 self._tally.count(late_settles=1)
         for (error, timed_out), deliveries in todo.failed.items():
-            outcome = Outcome.TIMEOUT if timed_out else Outcome.NACK
-            statuses = await self._retry.call(consumer.nack_available, deliveries, error=error, timed_out=timed_out)
-            for d, status in zip(deliveries, statuses, strict=True):
-                if isinstance(status, RQueueError):
-                    log.info("%s of %s not applied: %s", outcome.value, d.tag, status)
+            await self._nack_all(consumer, deliveries, error, timed_out)
+
+    async def _nack_all(self, consumer: Consumer, deliveries: list[Any], error: str, timed_out: bool) -> None:
+        """As rqueue.worker.dispatcher.Dispatcher._nack_all."""
+        outcome = Outcome.TIMEOUT if timed_out else Outcome.NACK
+        sent = 0
+
+        async def nack_available() -> list[str | RQueueError]:
+            nonlocal sent
+            sent += 1
+            statuses: list[str | RQueueError] = await consumer.nack_available(
+                deliveries, error=error, timed_out=timed_out
+            )
+            return statuses
+
+        for d, status in zip(deliveries, await self._retry.call(nack_available), strict=True):
+            if isinstance(status, RQueueError):
+                if nack_refused(outcome, d.tag, status, retried=sent > 1):
+                    self._tally.count(nacked=1)
+                else:
                     self._tally.count(late_settles=1)
-                    continue
-                self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
-                if status == "dead":
-                    dead_lettered(self.queue.name, self.group, d, "max-deliveries")
-                    await self._keep_failure(consumer, d, "max-deliveries", error)
+                continue
+            self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
+            if status == "dead":
+                dead_lettered(self.queue.name, self.group, d, "max-deliveries")
+                await self._keep_failure(consumer, d, "max-deliveries", error)
 
     async def _ack_keeping(self, consumer: Consumer, keeping: list[tuple[Any, Completion]]) -> None:
         """As rqueue.worker.dispatcher.Dispatcher._ack_keeping."""
@@ -570,8 +585,7 @@ class Worker:
         if not deliveries:
             return []
         assert self.consumer is not None
-        statuses = await self._retry.call(self.consumer.in_progress_available, deliveries)
-        return [s is None for s in statuses]
+        return held_of(await self._retry.call(self.consumer.in_progress_available, deliveries))
 
     async def _still_held(self, d: Delivery) -> bool:
         assert self.consumer is not None

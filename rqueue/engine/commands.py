@@ -477,8 +477,9 @@ def nack(call: GroupCall, tag: Tag, delay_ms: int | None, error: str, event: str
 
 
 def nack_many_args(tags: Sequence[Tag], delay_ms: int | None, error: str, event: str) -> list[Any]:
-    first, *rest = tags
-    return [*nack_args(first, delay_ms, error, event), *flat_tags(rest)]
+    # Every tag after an empty first one (ARGV[14..]): the script answers
+    # per tag, even for one.
+    return ["", "", "", "" if delay_ms is None else str(delay_ms), error, event, *flat_tags(tags)]
 
 
 def parse_nack_many(reply: Any) -> list[NackReply | str]:
@@ -496,9 +497,9 @@ def parse_nack_many(reply: Any) -> list[NackReply | str]:
 def nack_many(
     call: GroupCall, tags: Sequence[Tag], delay_ms: int | None, error: str, event: str
 ) -> list[NackReply | str]:
-    """Nacks two or more deliveries with the same delay, error text and
-    event, each on its own (one refused does not keep the others); per tag
-    its NackReply or its error code."""
+    """Nacks deliveries with the same delay, error text and event, each on
+    its own (one refused does not keep the others); per tag its NackReply or
+    its error code (also for one tag: never a tag's error raised)."""
     return parse_nack_many(call.settle(call.scripts.nack, nack_many_args(tags, delay_ms, error, event)))
 
 

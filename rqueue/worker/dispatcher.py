@@ -13,7 +13,7 @@ from ..errors import AlreadyAcked, CorruptRecord, DeliveryError, OutOfMemory, RQ
 from ..tracing import dead_lettered
 from .handlers import Handlers
 from .ledger import Ledger
-from .outcome import Completion, Detail, Outcome, settles
+from .outcome import Completion, Detail, Outcome, nack_refused, settles
 from .reconnect import Reconnector
 from .stats import Tally
 
@@ -212,13 +212,20 @@ class Dispatcher:
         """Nacks deliveries that failed with the same error, in one call."""
         consumer = self._consumer
         outcome = Outcome.TIMEOUT if timed_out else Outcome.NACK
-        statuses = self._retry(consumer.nack_available, deliveries, error=error, timed_out=timed_out)
+        sent = 0
+
+        def nack_available() -> list[str | RQueueError]:
+            nonlocal sent
+            sent += 1
+            return consumer.nack_available(deliveries, error=error, timed_out=timed_out)
+
+        statuses = self._retry(nack_available)
         for d, status in zip(deliveries, statuses, strict=True):
             if isinstance(status, RQueueError):
-                # The delivery moved on (lease ran out, member removed): the
-                # message is already offered again; nothing to undo.
-                log.info("%s of %s not applied: %s", outcome.value, d.tag, status)
-                self._tally.count(late_settles=1)
+                if nack_refused(outcome, d.tag, status, retried=sent > 1):
+                    self._tally.count(nacked=1)
+                else:
+                    self._tally.count(late_settles=1)
                 continue
             self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
             if status == "dead":

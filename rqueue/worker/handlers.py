@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import timelimits as cancel_mod
 from ..constants import STALE_DISPATCH_FRACTION
-from ..errors import DeliveryError, Reject, TimeLimitExceeded
+from ..errors import CorruptRecord, DeliveryError, Reject, RQueueError, TimeLimitExceeded
 from ..timelimits import Cancellation, time_limit_for
 from ..tracing import processing
 from .batch import BatchHandler, failed_batch, outcomes_of
@@ -164,6 +164,16 @@ def batch_check(
         held.append(d)
         sent.append(t)
     return BatchCheck(held, sent, now, ack_wait, heartbeat_timeout)
+
+
+def held_of(statuses: Sequence[RQueueError | None]) -> list[bool]:
+    """Per delivery of a batch's check (in_progress_available's statuses),
+    whether Redis still holds it for this worker. A damaged delivery state
+    is not run either, and is said loudly: damage, not a lease that moved on."""
+    for err in statuses:
+        if isinstance(err, CorruptRecord):
+            log.error("not running a delivery of this batch: %s", err)
+    return [s is None for s in statuses]
 
 
 def skipped(deliveries: Sequence[Delivery], run: Sequence[Delivery]) -> Done:
@@ -474,7 +484,7 @@ class Handlers:
         it for this worker (its lease then extended), in one call."""
         if not deliveries:
             return []
-        return [s is None for s in self._retry(self._consumer.in_progress_available, deliveries)]
+        return held_of(self._retry(self._consumer.in_progress_available, deliveries))
 
     def _still_held(self, d: Delivery) -> bool:
         """False when a delivery that waited for a handler thread has moved

@@ -6,7 +6,7 @@ import enum
 import logging
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
-from ..errors import InvalidInput
+from ..errors import AlreadyAcked, CorruptRecord, InvalidInput, RQueueError, StaleDelivery
 from ..events import EventKind
 from ..stored_results import encode_failure, encode_value
 
@@ -80,3 +80,21 @@ def settles(others: list[tuple[D, Outcome, Detail]]) -> Settles[D]:
         elif outcome is Outcome.REJECT:
             out.rejected.append((d, detail))
     return out
+
+
+def nack_refused(outcome: Outcome, tag: str, err: RQueueError, retried: bool) -> bool:
+    """Logs the refusal ``err`` of a nack (or timeout) of ``tag``, for both
+    workers; True when it counts as applied: the call was sent again after
+    its reply was lost (``retried``), and the refusal (stale: this consumer
+    nacked that delivery; already acked: the nack dead-lettered it) is most
+    likely the first attempt's doing. Else a late settle (the delivery moved
+    on: its lease ran out, the member was removed, so the message is offered
+    again and nothing is undone), or damage, said loudly."""
+    if retried and isinstance(err, (StaleDelivery, AlreadyAcked)):
+        log.info("%s of %s taken as applied by the call whose reply was lost: %s", outcome.value, tag, err)
+        return True
+    if isinstance(err, CorruptRecord):
+        log.error("%s of %s not applied: %s", outcome.value, tag, err)
+    else:
+        log.info("%s of %s not applied: %s", outcome.value, tag, err)
+    return False

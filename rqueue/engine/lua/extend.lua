@@ -8,8 +8,9 @@
     ARGV[8], ARGV[9], ... seq1, count1, token1, seq2, count2, token2, ...
   Output:
     { new_deadline_ms, status1, status2, ... } with "ok" or an error code
-    (RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE) per tag; a tag that is
-    not "ok" is left as it was.
+    (RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE, RQ_CORRUPT: the
+    delivery state is missing though leased, or does not parse) per tag; a
+    tag that is not "ok" is left as it was.
 ]]
 --@flags allow-oom
 --@include group_keys

@@ -16,7 +16,8 @@
   Output:
     { new_deadline_ms, members_removed, returned, dead_lettered, handed_back,
       incarnation, status1, status2, ... } with "ok" or an error code per
-      tag; incarnation is the queue's (meta field "inc"; "" when none)
+      tag (as extend.lua's); incarnation is the queue's (meta field "inc";
+      "" when none)
   Errors:
     RQ_NOT_MEMBER  this consumer was itself removed (its leases are gone)
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse: read when

@@ -11,6 +11,8 @@
     ARGV[8] seq
     ARGV[9] delivery count of the tag
     ARGV[10] token of the tag
+             (ARGV[8..10] all "" with more tags: every tag is in ARGV[14..],
+             as a lenient call of one tag sends it)
     ARGV[11] delay in ms, or "" for the redelivery policy
     ARGV[12] error text for the record, may be ""
     ARGV[13] the lifecycle event to record, "failed" or "timeout" (its
@@ -28,11 +30,14 @@
     RQ_ACKED, RQ_UNKNOWN_TAG, RQ_NOT_HELD, RQ_STALE  <seq>.<count>.<token>
     RQ_CORRUPT <seq>.<count>.<token>  the message is leased but its delivery
                    state is missing, or the state does not parse
-    (with more tags these are the tags' statuses instead: the others are
-    nacked)
+    (with more tags these are the tags' statuses instead, RQ_CORRUPT also
+    for a delivery state that does not parse: the others are nacked)
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse, ARGV[13]
                      is no event kind nack records, or the tags after
                      ARGV[13] are not in threes
+    RQ_CORRUPT <key>  (with more tags) the group's ack floor is not a seq,
+                     or the dead-letter queue's next seqs are taken or its
+                     last seq is not a seq: checked before any tag is nacked
 ]]
 --@flags allow-oom
 --@include group_keys
@@ -87,13 +92,55 @@ if #ARGV <= 13 then
   return {status, where}
 end
 -- The first tag, then the rest (the delay, error and event sit between them).
-local out = {}
-local firsts = {8}
+local firsts = {}
+if ARGV[8] ~= '' or ARGV[9] ~= '' or ARGV[10] ~= '' then
+  firsts[1] = 8
+end
 for first = 14, #ARGV, 3 do
   firsts[#firsts + 1] = first
 end
-for _, first in ipairs(firsts) do
-  local status, where, code = nackTag(first)
+-- Every tag is checked before anything is written, so that an error of the
+-- call (a floor that is not a seq, a failure policy that does not parse, a
+-- dead letter where the next one goes) changes nothing, as with one tag. A
+-- delivery state that does not parse is its own tag's RQ_CORRUPT (as in
+-- ack.lua): the others are nacked.
+local codes, dying, seen = {}, 0, {}
+for i, first in ipairs(firsts) do
+  local seq, count = tonumber(ARGV[first]), tonumber(ARGV[first + 1])
+  local d, corrupt = nil, false
+  if seq then
+    d, corrupt = parseDelivery(seq, rcall('HGET', dlvKey, seq))
+  end
+  local code = corrupt and 'RQ_CORRUPT' or checkTag(seq, count, ARGV[first + 2], d, false)
+  codes[i] = code
+  if code == 'ok' and not seen[seq] then
+    seen[seq] = true -- a tag named twice is stale the second time
+    if failedForGood(seq, d, failurePolicy()) then
+      dying = dying + 1
+    end
+  end
+end
+if dying > 0 and failurePolicy().deadLetterMode ~= 'drop' then
+  local last = rcall('HGET', dlqMetaKey, 'seq')
+  if last and not string.find(last, '^%d+$') then
+    error('RQ_CORRUPT ' .. dlqMetaKey .. ' field seq (the last dead letter) holds ' .. string.sub(last, 1, 40)
+      .. ', not a seq')
+  end
+  local base = tonumber(last or '0')
+  for k = 1, dying do
+    if rcall('HEXISTS', dlqMsgsKey, base + k) == 1 then
+      error('RQ_CORRUPT ' .. dlqMetaKey .. ' field seq (the last dead letter) is ' .. (last or 'missing')
+        .. ', but dead letter ' .. (base + k) .. ' exists in ' .. dlqMsgsKey)
+    end
+  end
+end
+
+local out = {}
+for i, first in ipairs(firsts) do
+  local status, where, code = nil, nil, codes[i]
+  if code == 'ok' then
+    status, where, code = nackTag(first) -- again: an earlier tag of the call may have settled it
+  end
   out[#out + 1] = status or code
   out[#out + 1] = status and where or ''
 end

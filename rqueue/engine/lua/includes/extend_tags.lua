@@ -1,7 +1,8 @@
 --[[
   Extends the leases of the tags in ARGV[first], ARGV[first+1], ... (seq,
   count, token triples) to deadline when this consumer holds them. Returns
-  one status per tag: "ok" or the code from checkTag. A current delivery
+  one status per tag: "ok", the code from checkTag, or RQ_CORRUPT for a
+  delivery state that does not parse. A current delivery
   held by this consumer always has a lease; one found without (deleted) is
   given its lease back and recorded as a "corrupt" event.
 ]]
@@ -14,7 +15,13 @@ local function extendTags(first, deadline)
   local statuses = {}
   for i = first, #ARGV, 3 do
     local seq, count = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-    local code = checkTag(seq, count, ARGV[i + 2], seq and readDelivery(dlvKey, seq), false)
+    -- A state that does not parse is its own tag's RQ_CORRUPT (as in ack.lua),
+    -- not an error of the call: the other leases are still extended.
+    local d, corrupt = nil, false
+    if seq then
+      d, corrupt = parseDelivery(seq, rcall('HGET', dlvKey, seq))
+    end
+    local code = corrupt and 'RQ_CORRUPT' or checkTag(seq, count, ARGV[i + 2], d, false)
     if code == 'ok' and rcall('ZADD', leaseKey, deadline, seq) == 1 then
       recordEvent('corrupt', seq, 'the lease of seq ' .. seq .. ' was missing from ' .. leaseKey
         .. ' (its delivery held by ' .. consumerName .. '): given back by an extension')

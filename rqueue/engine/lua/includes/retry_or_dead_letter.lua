@@ -33,16 +33,24 @@ local function recordPublished(rec)
   return tonumber(string.match(rec, '^%d*:(%d+):') or '')
 end
 
-local function retryOrDeadLetter(seq, d, delayMs, errText, settled)
-  local policy = failurePolicy() -- before release(), as in deadLetter
-  local dead = policy.maxDeliveries ~= -1 and d.count >= policy.maxDeliveries
-  local reason = 'max-deliveries'
-  if not dead and policy.deadline > 0 then
+-- Whether a failed attempt of seq (delivery state d) dead-letters it under
+-- policy, and why ("max-deliveries" or "deadline"). It writes nothing.
+local function failedForGood(seq, d, policy)
+  if policy.maxDeliveries ~= -1 and d.count >= policy.maxDeliveries then
+    return true, 'max-deliveries'
+  end
+  if policy.deadline > 0 then
     local published = recordPublished(rcall('HGET', msgsKey, seq))
     if published and now - published >= policy.deadline then
-      dead, reason = true, 'deadline'
+      return true, 'deadline'
     end
   end
+  return false, 'max-deliveries'
+end
+
+local function retryOrDeadLetter(seq, d, delayMs, errText, settled)
+  local policy = failurePolicy() -- before release(), as in deadLetter
+  local dead, reason = failedForGood(seq, d, policy)
   if dead then
     deadLetterSeqFree() -- before release() too
   end
