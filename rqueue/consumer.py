@@ -244,14 +244,7 @@ class Consumer(ConsumerCore):
         tags, lost = self._sendable(refs_of(deliveries))
         delay_ms = None if delay is None else check.delay_ms(delay)
         text, event = check.text("error", error), self._nack_event(timed_out)
-        replies: list[commands.NackReply | str | RQueueError] = []
-        if len(tags) == 1:
-            try:
-                replies.append(commands.nack(self._group_call(), tags[0], delay_ms, text, event))
-            except DeliveryError as exc:
-                replies.append(exc)
-        elif tags:
-            replies += commands.nack_many(self._group_call(), tags, delay_ms, text, event)
+        replies = commands.nack_many(self._group_call(), tags, delay_ms, text, event) if tags else []
         return self._nack_each(tags, lost, replies)
 
     def ack_result(self, delivery: DeliveryRef, value: bytes | None, event: bool) -> None:

@@ -418,19 +418,16 @@ class ConsumerCore:
         self,
         tags: Sequence[commands.Tag],
         lost: list[RQueueError | None],
-        replies: Sequence[commands.NackReply | str | RQueueError],
+        replies: Sequence[commands.NackReply | str],
     ) -> list[str | RQueueError]:
         """Per ref of a nack_available, its LostDelivery (not sent), "requeued"
-        or "dead", or the error of its tag (an error code of the script's, or
-        the error a nack of one tag raised)."""
+        or "dead", or the error of its tag."""
         sent = iter([self._nack_status(tag, reply) for tag, reply in zip(tags, replies, strict=True)])
         return [exc if exc is not None else next(sent) for exc in lost]
 
-    def _nack_status(self, tag: commands.Tag, reply: commands.NackReply | str | RQueueError) -> str | RQueueError:
+    def _nack_status(self, tag: commands.Tag, reply: commands.NackReply | str) -> str | RQueueError:
         if isinstance(reply, commands.NackReply):
             return self._nacked(tag, reply)
-        if isinstance(reply, RQueueError):
-            return reply
         err = delivery_error(reply, tag[0])
         assert err is not None, "a refused tag's status is an error code"
         return err

@@ -251,7 +251,7 @@ class PartitionedConsumer(PartitionRouting):
     def ack_available(self, deliveries: Iterable[DeliveryRef]) -> list[RQueueError | None]:
         """As :meth:`rqueue.Consumer.ack_available`, over the partitions."""
         statuses: dict[int, RQueueError | None] = {}
-        for p, mine in self._split(deliveries).items():
+        for p, mine in self._split(refs_of(deliveries)).items():
             statuses.update(
                 zip((i for i, _ in mine), self.consumers[p].ack_available([d for _, d in mine]), strict=True)
             )
@@ -269,7 +269,7 @@ class PartitionedConsumer(PartitionRouting):
     ) -> list[str | RQueueError]:
         """As :meth:`rqueue.Consumer.nack_available`, a call per partition."""
         statuses: dict[int, str | RQueueError] = {}
-        for p, mine in self._split(deliveries).items():
+        for p, mine in self._split(refs_of(deliveries)).items():
             refs = [d for _, d in mine]
             got = self.consumers[p].nack_available(refs, delay, error, timed_out=timed_out)
             statuses.update(zip((i for i, _ in mine), got, strict=True))
@@ -314,7 +314,7 @@ class PartitionedConsumer(PartitionRouting):
     def in_progress_available(self, deliveries: Iterable[DeliveryRef]) -> list[RQueueError | None]:
         """As :meth:`rqueue.Consumer.in_progress_available`, a call per partition."""
         statuses: dict[int, RQueueError | None] = {}
-        for p, mine in self._split(deliveries).items():
+        for p, mine in self._split(refs_of(deliveries)).items():
             got = self.consumers[p].in_progress_available([d for _, d in mine])
             statuses.update(zip((i for i, _ in mine), got, strict=True))
         return self._by_index(statuses)

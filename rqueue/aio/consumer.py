@@ -264,14 +264,7 @@ class Consumer(ConsumerCore):
         tags, lost = self._sendable(refs_of(deliveries))
         delay_ms = None if delay is None else check.delay_ms(delay)
         text, event = check.text("error", error), self._nack_event(timed_out)
-        replies: list[commands.NackReply | str | RQueueError] = []
-        if len(tags) == 1:
-            try:
-                replies.append(await acmd.nack(await self._group_call(), tags[0], delay_ms, text, event))
-            except DeliveryError as exc:
-                replies.append(exc)
-        elif tags:
-            replies += await acmd.nack_many(await self._group_call(), tags, delay_ms, text, event)
+        replies = await acmd.nack_many(await self._group_call(), tags, delay_ms, text, event) if tags else []
         return self._nack_each(tags, lost, replies)
 
     async def ack_result(self, delivery: Ref, value: bytes | None, event: bool) -> None:

@@ -527,7 +527,7 @@ class PartitionedConsumer(PartitionRouting):
 
     async def ack_available(self, deliveries: Iterable[Ref]) -> list[RQueueError | None]:
         statuses: dict[int, RQueueError | None] = {}
-        for p, mine in self._split(deliveries).items():
+        for p, mine in self._split(refs_of(deliveries)).items():
             got = await self.consumers[p].ack_available([d for _, d in mine])
             statuses.update(zip((i for i, _ in mine), got, strict=True))
         return self._by_index(statuses)
@@ -542,7 +542,7 @@ class PartitionedConsumer(PartitionRouting):
     ) -> list[str | RQueueError]:
         """As :meth:`rqueue.Consumer.nack_available`, a call per partition."""
         statuses: dict[int, str | RQueueError] = {}
-        for p, mine in self._split(deliveries).items():
+        for p, mine in self._split(refs_of(deliveries)).items():
             refs = [d for _, d in mine]
             got = await self.consumers[p].nack_available(refs, delay, error, timed_out=timed_out)
             statuses.update(zip((i for i, _ in mine), got, strict=True))
@@ -588,7 +588,7 @@ class PartitionedConsumer(PartitionRouting):
     async def in_progress_available(self, deliveries: Iterable[Ref]) -> list[RQueueError | None]:
         """As :meth:`rqueue.Consumer.in_progress_available`, a call per partition."""
         statuses: dict[int, RQueueError | None] = {}
-        for p, mine in self._split(deliveries).items():
+        for p, mine in self._split(refs_of(deliveries)).items():
             got = await self.consumers[p].in_progress_available([d for _, d in mine])
             statuses.update(zip((i for i, _ in mine), got, strict=True))
         return self._by_index(statuses)
