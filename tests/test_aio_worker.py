@@ -599,6 +599,45 @@ def test_a_batch_runs_none_of_its_deliveries_whose_check_went_stale_before_it_st
     assert checked[:2] == [[1, 2], [1, 2]]
 
 
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)  # tests/test_worker_faults.py has the threaded one
+def test_a_batch_checked_late_runs_the_deliveries_held_beside_one_whose_state_is_damaged(
+    live, backend, prefix, monkeypatch, caplog
+):
+    # given a batch of three whose fetch reply is read past the stale age (0.5
+    # s of a 1 s lease), and the delivery state of the second overwritten with garbage meanwhile
+    from support.raw import group_key
+
+    from rqueue.aio.consumer import Consumer
+
+    live.configure("orders", ack_wait=1)
+    q = live.queue("orders")
+    ran: list[tuple[int, int]] = []  # (seq, delivery count) of each delivery run
+    fetch = Consumer.ack_and_fetch
+
+    async def read_late(self, *args, **kwargs):
+        result = await fetch(self, *args, **kwargs)
+        if result[1]:
+            live.redis.hset(group_key(q, "g", "dlv"), 2, b"nonsense")
+            await asyncio.sleep(0.6)  # the reply read late is the premise, not a condition
+        return result
+
+    monkeypatch.setattr(Consumer, "ack_and_fetch", read_late)
+    caplog.set_level(logging.INFO, logger="rqueue.worker")
+    handler = rqueue.BatchHandler(lambda ds: [ran.append((d.seq, d.delivery_count)) or True for d in ds], size=10)
+    q.publish_many([b"m"] * 3)
+    w = run_worker("async", backend, prefix, q, handler, concurrency=1, heartbeat_interval=0.1, prefetch=3)
+    # when the batch is checked
+    try:
+        wait_for(lambda: w.stats.stale_skipped + w.stats.handled >= 2)
+    finally:
+        w.stop()
+        w.join(10)
+    # then the two held ones run at their first delivery, and the damaged one is not run and is said loudly
+    assert sorted(ran) == [(1, 1), (3, 1)]
+    damaged = [r for r in caplog.records if r.levelno >= logging.ERROR and "2.1." in r.getMessage()]
+    assert damaged and "does not parse" in damaged[0].getMessage()
+
+
 @BACKENDS
 @BOTH
 def test_a_failed_batch_is_nacked_in_one_call(kind, live, backend, prefix, monkeypatch):
