@@ -52,10 +52,11 @@ def test_a_paused_groups_expired_lease_is_redelivered_on_resume_not_before(queue
     queue.resume("g")
     [again] = w2.fetch(1)
     assert (again.seq, again.delivery_count, again.redelivered) == (1, 2, True)
-    # and the old holder's late ack still completes the message (guarantee: late acks)
-    w1.ack(d)
-    with pytest.raises(rqueue.DeliveryError):
-        w2.ack(again)
+    # and the old holder's late ack is stale now that w2 holds it (guarantee 3); w2's settles it
+    with pytest.raises(rqueue.StaleDelivery):
+        w1.ack(d)
+    w2.ack(again)
+    assert queue.stats().group("g").acked == 1
 
 
 def test_pausing_a_group_that_does_not_exist_is_refused(queue):

@@ -85,21 +85,36 @@ def test_an_expired_lease_holds_its_key_until_the_redelivery_is_acked(queue, clo
     assert data(c.fetch(10)) == [b"a2"]
 
 
-def test_a_late_ack_frees_its_key_once_and_the_next_message_goes_once(queue, clock):
+def test_a_late_ack_of_a_key_handed_out_again_holds_the_key_until_its_holder_acks(queue, clock):
     # given w1's delivery of a1 expired and redelivered to w2
     queue.publish_many([b"a1", b"a2", b"a3"], key="a")
     w1, w2 = queue.consumer("g", name="w1"), queue.consumer("g", name="w2")
     [late] = w1.fetch(10)
     clock.advance(queue.settings().ack_wait + 1)
     [again] = w2.fetch(10)
-    # when w1 acks late (it completes a1)
-    late.ack()
-    # then a2 goes out once, w2's delivery is stale, and a3 waits for a2
+    # when w1 acks late: stale, as w2 holds a1 now
+    with pytest.raises(rqueue.StaleDelivery):
+        late.ack()
+    # then the key stays held: a2 waits until w2's ack, then goes out once, and a3 waits for a2
+    assert w1.fetch(10) == [] and w2.fetch(10) == []
+    again.ack()
     assert data(w2.fetch(10)) == [b"a2"]
     assert w1.fetch(10) == []
-    with pytest.raises(rqueue.AlreadyAcked):
-        again.ack()
-    assert w1.fetch(10) == []
+
+
+def test_a_late_ack_of_a_key_waiting_for_its_redelivery_frees_it_once(queue, clock, client):
+    # given w1's delivery of a1 expired and taken back into a 60 s redelivery delay
+    client.configure(queue.name, redelivery_delay=60)
+    queue.publish_many([b"a1", b"a2", b"a3"], key="a")
+    w1, w2 = queue.consumer("g", name="w1"), queue.consumer("g", name="w2")
+    [late] = w1.fetch(10)
+    clock.advance(queue.settings().ack_wait + 1)
+    assert w2.fetch(10) == []
+    # when w1 acks late (nobody holds a1: it completes it)
+    late.ack()
+    # then a2 goes out once, and a3 waits for a2
+    assert data(w2.fetch(10)) == [b"a2"]
+    assert w1.fetch(10) == [] and w2.fetch(10) == []
 
 
 def test_a_keyed_message_acked_ahead_of_the_cursor_is_not_met_again_by_the_scan(queue):

@@ -639,8 +639,9 @@ def test_a_single_tag_is_judged_as_it_would_be_among_others(raw):
     assert ack("c1", 1, 1, "t2") == [b"RQ_UNKNOWN_TAG"] and ack("c1", 3, 2, "t1") == [b"RQ_UNKNOWN_TAG"]
     assert ack("c1", 2, 1, "t2") == [b"RQ_NOT_HELD"]
     assert r.hget(gk[10], "c1") == b"2" and r.hget(gk[10], "c2") == b"1"
-    # a late ack of c1's earlier delivery of 2 settles it, taking it from c2
-    assert ack("c1", 2, 1, "t1") == [b"ok"] and r.hget(gk[10], "c2") == b"0"
+    # a late ack of c1's earlier delivery of 2 is stale: c2 holds it now; c2's ack settles it
+    assert ack("c1", 2, 1, "t1") == [b"RQ_STALE"] and r.hget(gk[10], "c2") == b"1"
+    assert ack("c2", 2, 2, "t2") == [b"ok"] and r.hget(gk[10], "c2") == b"0"
     # c1's current deliveries settle whether they have a history or not
     assert ack("c1", 3, 2, "t3") == [b"ok"] and ack("c1", 1, 1, "t1") == [b"ok"]
     assert r.hget(gk[10], "c1") == b"0" and ack("c1", 1, 1, "t1") == [b"RQ_ACKED"]
@@ -1146,7 +1147,7 @@ def test_a_delivery_nacked_by_its_holder_is_stale_to_every_later_settle(raw, cli
     assert ack_of(s, gk, "c1", "1", (1, 2, "t3")) == [b"ok"]
 
 
-def test_a_late_ack_completes_the_message_only_with_the_token_it_was_delivered_with(raw, client):
+def test_a_late_ack_is_judged_by_the_token_it_was_delivered_with(raw, client):
     # given seq 1 delivered to c1 (t1), its lease run out and the message redelivered to c2 (t2)
     r, qk, gk, s = raw
     publish(raw, b"a")
@@ -1162,11 +1163,15 @@ def test_a_late_ack_completes_the_message_only_with_the_token_it_was_delivered_w
             with pytest.raises(redis.ResponseError, match=rf"^RQ_NOT_HELD 1\.1\.{tag[2]}$"):
                 ack_of(s, gk, consumer, "1", tag)
             assert ack_of(s, gk, consumer, "0", tag) == [b"RQ_NOT_HELD"]
-    # when it acks it with the token it was delivered with
-    assert ack_of(s, gk, "c1", "1", (1, 1, "t1")) == [b"ok"]
-    # then the message is complete and c2 no longer holds it
+    # when it acks it with the token it was delivered with, it is stale: c2 holds
+    # the message now (a late ack completes only a message nobody holds), and nothing changes
+    with nothing_changes(client):
+        with pytest.raises(redis.ResponseError, match=r"^RQ_STALE 1\.1\.t1$"):
+            ack_of(s, gk, "c1", "1", (1, 1, "t1"))
+        assert ack_of(s, gk, "c1", "0", (1, 1, "t1")) == [b"RQ_STALE"]
+    # then c2's ack completes the message
+    assert ack_of(s, gk, "c2", "0", (1, 2, "t2")) == [b"ok"]
     assert r.hget(qk.floors, "g") == b"1" and r.hget(gk[10], "c2") == b"0" and r.hkeys(gk[8]) == [b"pin"]
-    assert ack_of(s, gk, "c2", "0", (1, 2, "t2")) == [b"RQ_ACKED"]
 
 
 def test_a_delivery_state_without_a_token_still_reads(raw):
@@ -1237,8 +1242,8 @@ def test_a_token_holding_an_equals_sign_cannot_late_ack_another_consumers_delive
     # when consumer "a" late-acks (1, 1) with the token "b=t1", which would read as the history line
     with nothing_changes(client):
         assert ack_of(s, gk, "a", "0", (1, 1, "b=t1")) == [b"RQ_UNKNOWN_TAG"]
-    # then the late ack of the consumer that received it still completes the message
-    assert ack_of(s, gk, "a=b", "0", (1, 1, "t1")) == [b"ok"]
+    # then the consumer that received it is judged as that delivery's holder: stale, as c2 holds it now
+    assert ack_of(s, gk, "a=b", "0", (1, 1, "t1")) == [b"RQ_STALE"]
 
 
 def test_a_state_before_tokens_of_a_consumer_whose_name_holds_colons_reads_right(raw, client):

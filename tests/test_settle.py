@@ -200,20 +200,34 @@ def test_stale_delivery_cannot_be_extended(client, queue, stale):
     assert client.redis.zrange(group_key(queue, "billing", "lease"), 0, -1, withscores=True) == lease_before
 
 
-def test_late_ack_of_a_stale_delivery_completes_the_message(client, queue, clock, stale):
-    # given w1's lease on seq 1 ran out and w2 holds it as 1.2
-    # when w1 acks its old delivery 1.1 (the work was done)
-    stale.w1.ack(stale.old)
-    # then the message is complete for the group and nobody holds it
+def test_a_late_ack_of_a_message_handed_out_again_is_refused(client, queue, clock, stale):
+    # given w1's lease on seq 1 ran out and w2 holds it as 1.2 (a handler may be about to start on it)
+    # when w1 acks its old delivery 1.1
+    with nothing_changes(client, queue), pytest.raises(StaleDelivery, match=stale.old.tag):
+        stale.w1.ack(stale.old)
+    # then nothing changed: w2's delivery settles it, and it is not delivered again
+    stale.new.ack()
     g = queue.stats().group("billing")
     assert (g.ack_floor, g.in_flight, g.acked, [c.held for c in g.consumers]) == (1, 0, 1, [0, 0])
-    assert queue.stats().depth == 0
-    # and w2's newer delivery can no longer settle it, without changing anything
-    with nothing_changes(client, queue), pytest.raises(AlreadyAcked, match=stale.new.tag):
-        stale.new.ack()
-    # and it is not delivered again
     clock.advance(queue.settings().ack_wait + 1)
     assert stale.w1.fetch(5) == [] and stale.w2.fetch(5) == []
+
+
+def test_a_late_ack_of_a_message_waiting_to_be_handed_out_again_completes_it(client, queue, clock):
+    # given w1's lease on seq 1 ran out and a fetch took it back into its 60 s redelivery delay
+    client.configure(queue.name, redelivery_delay=60)
+    queue.publish(b"a")
+    w1, w2 = queue.consumer("billing", name="w1"), queue.consumer("billing", name="w2")
+    [old] = w1.fetch(1)
+    clock.advance(queue.settings().ack_wait + 1)
+    assert w2.fetch(1) == []
+    # when w1 acks its old delivery (the work was done, and nobody holds the message)
+    w1.ack(old)
+    # then the message is complete for the group, and it is not delivered again
+    g = queue.stats().group("billing")
+    assert (g.ack_floor, g.in_flight, g.acked) == (1, 0, 1)
+    clock.advance(61)
+    assert w1.fetch(5) == [] and w2.fetch(5) == []
 
 
 # -- bad arguments -------------------------------------------------------------------------------

@@ -43,7 +43,8 @@ What the model says, in short:
   another -> NotHeld; an earlier delivery (or the current one after it was
   taken back) that this consumer nacked with that token -> StaleDelivery;
   one this consumer did not receive with that token -> NotHeld; else ok for
-  ack (a late ack completes the message) and StaleDelivery for nack,
+  ack while no newer delivery of it is out (a late ack completes a message
+  waiting to be handed out again) and StaleDelivery otherwise, and for nack,
   reject, term and in_progress. A list ack is all or nothing; a tag listed
   twice is AlreadyAcked. A Delivery handed to a Consumer other than the one
   that fetched it is NotHeld before any call (the test knows which object
@@ -412,7 +413,7 @@ class Model:
             return "StaleDelivery"  # its holder nacked it: nothing settles it again
         if (count, consumer, token, False) not in d.past:
             return "NotHeld"
-        return None if late_ok else "StaleDelivery"
+        return None if late_ok and not d.holder else "StaleDelivery"
 
     # -- consuming --------------------------------------------------------------
 

@@ -4,9 +4,10 @@
   call whose token it carries.
 
   A tag is accepted when it is the current delivery held by this consumer,
-  when its lease ran out but nobody else got the message yet, or when it is an
-  earlier delivery of a message that is still unsettled (the work was done:
-  a late ack completes the message and the newer delivery becomes stale).
+  or when it is a delivery this consumer received whose lease ran out, of a
+  message that is still unsettled and that nobody holds now (the work was
+  done: a late ack completes the message). Once a newer delivery is out,
+  it is RQ_STALE: its holder may be about to start a handler on it.
 
   Input:
     KEYS[1..13] the first 13 of the group layout (includes/group_keys.lua):

@@ -12,9 +12,10 @@
     "RQ_NOT_HELD"     this consumer never held that delivery
     "RQ_CORRUPT"      the message is leased but has no delivery state
     "RQ_STALE"        the delivery was settled explicitly (nacked) by this
-                      consumer, or (only when lateOk is false) it is no
-                      longer held: its lease ran out or a newer delivery
-                      exists
+                      consumer, or it is no longer held: its lease ran out
+                      or a newer delivery exists (with lateOk, only while
+                      a newer delivery is out: a late ack of a message
+                      waiting to be handed out again completes it)
 ]]
 --@include group_keys
 --@include group_names
@@ -70,7 +71,10 @@ local function checkTag(seq, count, token, d, lateOk)
   if not receivedBy(d, count, consumerName, token) then
     return 'RQ_NOT_HELD'
   end
-  if lateOk then
+  -- A late ack completes the message only while no newer delivery of it is
+  -- out: once it was handed out again, a handler may be about to start on
+  -- it, and no handler runs for an acked message (guarantee 3).
+  if lateOk and d.holder == '' then
     return 'ok'
   end
   return 'RQ_STALE'
