@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.counting import count_calls
 from support.servers import start_server, wait_for
 
 import rqueue
@@ -648,20 +649,7 @@ def test_a_failed_batch_is_nacked_in_one_call(kind, live, backend, prefix, monke
     live.configure("orders", max_deliveries=1)
     q = live.queue("orders")
     q.publish_many([b"m"] * 100)
-    engine = commands if kind == "threaded" else acmd
-    calls = {"nack": 0, "nack_many": 0, "fetch": 0}
-
-    def counted(name):
-        real = getattr(engine, name)
-
-        def call(*args, **kwargs):
-            calls[name] += 1
-            return real(*args, **kwargs)
-
-        return call
-
-    for name in calls:
-        monkeypatch.setattr(engine, name, counted(name))
+    calls = count_calls(monkeypatch, commands if kind == "threaded" else acmd, "nack", "nack_many", "fetch")
 
     def fail(ds):
         raise ValueError("database down")

@@ -9,6 +9,7 @@ import json
 
 import pytest
 import redis
+from support.counting import count_calls
 from support.refusals import nothing_changes
 from support.servers import wait_for
 from test_aio_worker import BACKENDS, BOTH, floor_reaches, run_worker
@@ -108,20 +109,7 @@ def test_a_worker_keeps_the_results_of_a_round_in_one_call(kind, live, backend, 
     live.configure("orders", results=True)
     q = live.queue("orders")
     q.publish_many([b"m"] * 100)
-    calls = {"ack_results": 0, "fetch": 0}
-    engine = commands if kind == "threaded" else acmd
-
-    def counted(name):
-        real = getattr(engine, name)
-
-        def call(*args, **kwargs):
-            calls[name] += 1
-            return real(*args, **kwargs)
-
-        return call
-
-    for name in calls:
-        monkeypatch.setattr(engine, name, counted(name))
+    calls = count_calls(monkeypatch, commands if kind == "threaded" else acmd, "ack_results", "fetch")
     handler = rqueue.BatchHandler(lambda ds: [rqueue.worker.Acked(d.seq) for d in ds], size=20)
     if kind == "async":
         handler = rqueue.BatchHandler(_async_seqs, size=20)
