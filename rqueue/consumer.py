@@ -185,7 +185,8 @@ class Consumer(ConsumerCore):
             reply = commands.fetch(self._group_call(), n, fetch_token(self.client.randomness), tags)
         except NotMember:
             # Nothing was changed: join afresh (what this consumer held was
-            # offered again; its late acks are still accepted) and do both.
+            # offered again; its late acks are still accepted for what nobody
+            # else holds yet) and do both.
             log.warning("%r was not a member of its group any more; joining again", self)
             self._join()
             lenient = self.ack_available(refs) if refs else []
