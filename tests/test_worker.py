@@ -126,6 +126,43 @@ def test_seed_scenario_runs_the_handler_exactly_once_per_message(live):
     assert q.stats().group("g").redelivered == 0
 
 
+def test_a_late_ack_cannot_settle_a_redelivery_waiting_in_a_worker(live):
+    # Given two messages an old consumer held until their 0.5 s leases ran out,
+    # and a worker of one thread that took both again: busy with message 1,
+    # message 2 waiting behind it (the chaos run's race: a starved worker's
+    # late ack landed just before the new holder's handler started)
+    live.configure("orders", ack_wait=0.5)
+    q = live.queue("orders")
+    q.publish_many([b"busy", b"waiting"])
+    old = q.consumer("g", name="old")
+    first, second = old.fetch(2)
+    expired = time.monotonic() + 0.6
+    wait_for(lambda: time.monotonic() > expired, timeout=5)
+    release, busy = threading.Event(), threading.Event()
+    runs: list[int] = []
+
+    def handler(d):
+        runs.append(d.seq)
+        if d.seq == 1:
+            busy.set()
+            release.wait(20)
+
+    w = run_worker(q, handler, concurrency=1, prefetch=2, heartbeat_interval=0.1)
+    try:
+        assert busy.wait(10)
+        wait_for(lambda: in_flight(q) == 2)
+        # When the old consumer acks message 2 late
+        with pytest.raises(rqueue.StaleDelivery):
+            old.ack(second)
+    finally:
+        release.set()
+    # Then the worker's delivery is the one that settles it, after its handler ran
+    wait_for(floor_reaches(q, "g", 2), timeout=10)
+    w.stop()
+    assert w.join(10)
+    assert runs == [1, 2]
+
+
 def test_long_handler_is_kept_alive_past_ack_wait_and_runs_once(live):
     # (a lease of 0.8 s: eight heartbeat intervals, so that a loaded machine
     # that holds a worker's threads back for a few of them does not let it run out)
