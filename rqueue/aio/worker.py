@@ -41,7 +41,7 @@ from ..worker.handlers import LeaseCheck, batch_check, batch_limit, held_of, ski
 from ..worker.ledger import Ledger
 from ..worker.metrics import WorkerMetrics
 from ..worker.options import check_options
-from ..worker.outcome import Completion, Detail, Outcome, ack_detail, nack_refused, settles
+from ..worker.outcome import Completion, Detail, Outcome, ack_detail, nacks_done, settles
 from ..worker.reconnect import TRANSIENT
 from ..worker.stats import Tally, WorkerStats
 from .consumer import Consumer as PlainConsumer
@@ -360,17 +360,10 @@ class Worker:
             )
             return statuses
 
-        for d, status in zip(deliveries, await self._retry.call(nack_available), strict=True):
-            if isinstance(status, RQueueError):
-                if nack_refused(outcome, d.tag, status, retried=sent > 1):
-                    self._tally.count(nacked=1)
-                else:
-                    self._tally.count(late_settles=1)
-                continue
-            self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
-            if status == "dead":
-                dead_lettered(self.queue.name, self.group, d, "max-deliveries")
-                await self._keep_failure(consumer, d, "max-deliveries", error)
+        statuses = await self._retry.call(nack_available)
+        for d in nacks_done(outcome, deliveries, statuses, sent > 1, self._tally):
+            dead_lettered(self.queue.name, self.group, d, "max-deliveries")
+            await self._keep_failure(consumer, d, "max-deliveries", error)
 
     async def _ack_keeping(self, consumer: Consumer, keeping: list[tuple[Any, Completion]]) -> None:
         """As rqueue.worker.dispatcher.Dispatcher._ack_keeping."""

@@ -13,7 +13,7 @@ from ..errors import AlreadyAcked, CorruptRecord, DeliveryError, OutOfMemory, RQ
 from ..tracing import dead_lettered
 from .handlers import Handlers
 from .ledger import Ledger
-from .outcome import Completion, Detail, Outcome, nack_refused, settles
+from .outcome import Completion, Detail, Outcome, nacks_done, settles
 from .reconnect import Reconnector
 from .stats import Tally
 
@@ -220,24 +220,13 @@ class Dispatcher:
             return consumer.nack_available(deliveries, error=error, timed_out=timed_out)
 
         statuses = self._retry(nack_available)
-        for d, status in zip(deliveries, statuses, strict=True):
-            if isinstance(status, RQueueError):
-                if nack_refused(outcome, d.tag, status, retried=sent > 1):
-                    self._tally.count(nacked=1)
-                else:
-                    self._tally.count(late_settles=1)
-                continue
-            self._tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
-            if status == "dead":
-                # A drop (dead_letter None) is logged by the consumer too.
-                log.warning(
-                    "dead-lettered %s: %d deliveries reached max_deliveries; last error: %s",
-                    d.tag,
-                    d.delivery_count,
-                    error,
-                )
-                dead_lettered(consumer.queue.name, consumer.group, d, "max-deliveries")
-                self._keep_failure(d, "max-deliveries", error)
+        for d in nacks_done(outcome, deliveries, statuses, sent > 1, self._tally):
+            # A drop (dead_letter None) is logged by the consumer too.
+            log.warning(
+                "dead-lettered %s: %d deliveries reached max_deliveries; last error: %s", d.tag, d.delivery_count, error
+            )
+            dead_lettered(consumer.queue.name, consumer.group, d, "max-deliveries")
+            self._keep_failure(d, "max-deliveries", error)
 
     def _ack_keeping(self, keeping: list[tuple[Delivery, Completion]]) -> None:
         """Results are on: these acks keep their results (and, when on,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
 from ..errors import AlreadyAcked, CorruptRecord, InvalidInput, RQueueError, StaleDelivery
 from ..events import EventKind
@@ -12,10 +13,19 @@ from ..stored_results import encode_failure, encode_value
 
 if TYPE_CHECKING:
     from ..settings import Settings
+    from .stats import Tally
 
 log = logging.getLogger("rqueue.worker")
 
 D = TypeVar("D")  # a delivery of either client
+
+
+class _Tagged(Protocol):
+    @property
+    def tag(self) -> str: ...
+
+
+T = TypeVar("T", bound=_Tagged)  # a delivery of either client, named by its tag
 
 
 class Outcome(enum.Enum):
@@ -82,19 +92,30 @@ def settles(others: list[tuple[D, Outcome, Detail]]) -> Settles[D]:
     return out
 
 
-def nack_refused(outcome: Outcome, tag: str, err: RQueueError, retried: bool) -> bool:
-    """Logs the refusal ``err`` of a nack (or timeout) of ``tag``, for both
-    workers; True when it counts as applied: the call was sent again after
-    its reply was lost (``retried``), and the refusal (stale: this consumer
-    nacked that delivery; already acked: the nack dead-lettered it) is most
-    likely the first attempt's doing. Else a late settle (the delivery moved
+def nacks_done(
+    outcome: Outcome, deliveries: Sequence[T], statuses: Sequence[str | RQueueError], retried: bool, tally: Tally
+) -> list[T]:
+    """Counts and logs what one nack_available call of ``deliveries`` did,
+    for both workers; returns those it dead-lettered (max_deliveries). A
+    refusal counts as applied when the call was sent again after its reply
+    was lost (``retried``) and the refusal (stale: this consumer nacked that
+    delivery; already acked: the nack dead-lettered it) is most likely the
+    first attempt's doing. Otherwise it is a late settle (the delivery moved
     on: its lease ran out, the member was removed, so the message is offered
     again and nothing is undone), or damage, said loudly."""
-    if retried and isinstance(err, (StaleDelivery, AlreadyAcked)):
-        log.info("%s of %s taken as applied by the call whose reply was lost: %s", outcome.value, tag, err)
-        return True
-    if isinstance(err, CorruptRecord):
-        log.error("%s of %s not applied: %s", outcome.value, tag, err)
-    else:
-        log.info("%s of %s not applied: %s", outcome.value, tag, err)
-    return False
+    dead: list[T] = []
+    for d, status in zip(deliveries, statuses, strict=True):
+        if not isinstance(status, RQueueError):
+            tally.count(nacked=1, dead_lettered=1 if status == "dead" else 0)
+            if status == "dead":
+                dead.append(d)
+        elif retried and isinstance(status, (StaleDelivery, AlreadyAcked)):
+            log.info("%s of %s taken as applied by the call whose reply was lost: %s", outcome.value, d.tag, status)
+            tally.count(nacked=1)
+        else:
+            if isinstance(status, CorruptRecord):
+                log.error("%s of %s not applied: %s", outcome.value, d.tag, status)
+            else:
+                log.info("%s of %s not applied: %s", outcome.value, d.tag, status)
+            tally.count(late_settles=1)
+    return dead
