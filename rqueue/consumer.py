@@ -12,7 +12,7 @@ from . import validate as check
 from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from .consumer_core import ConsumerCore, refs_of
 from .delivery import Delivery, DeliveryRef, HeartbeatResult
-from .engine import commands, store
+from .engine import commands, notify, store
 from .errors import DeliveryError, NotMember, QueuePartitioned, RQueueError
 from .ids import fetch_token
 from .settings import Settings
@@ -87,6 +87,16 @@ class Consumer(ConsumerCore):
         clock = self.client.clock
         channel = self.queue.keys.wake_channel
         deadline = clock.monotonic() + timeout
+        if timeout > 0 and self.waits_on_wakes():
+            reply, mark = self._fetch_once(n)
+            while True:
+                deliveries = self._received(reply, mark)
+                remaining = deadline - clock.monotonic()
+                if deliveries or remaining <= 0:
+                    return deliveries
+                if not self._wakes_on:
+                    break  # Redis refused the wait: the channel from now on
+                reply, mark = self._wait_then_fetch(n, self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL)))
         while True:
             generation = self.client.notifier.generation(channel) if timeout > 0 else 0
             reply, mark = self._fetch_once(n)
@@ -108,6 +118,40 @@ class Consumer(ConsumerCore):
             self._join()
             mark = self._watch.mark()
             return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness)), mark
+
+    def _wait_then_fetch(self, n: int, wait: float) -> tuple[commands.FetchReply, Any]:
+        """Waits up to ``wait`` seconds for the queue's wake-up, then
+        fetches, in one round trip; the reply and what the watch knew when
+        it was sent. When Redis refuses the wait, the fetch runs all the
+        same, and this consumer waits on the channel from then on."""
+        mark = self._watch.mark()
+        call, token = self._group_call(), fetch_token(self.client.randomness)
+        block_ms = max(1, int(wait * 1000))
+        try:
+            woken = commands.wait_then_fetch(call, self.queue.keys.wakes, self._wake_since, block_ms, n, token)
+        except NotMember:
+            return self._fetch_once(n)  # it joins again
+        self._wake_since = woken.since
+        if woken.refused:
+            log.warning(
+                "XREAD on %s refused: %r waits on the wake-up channel instead (docs/ACL.md)",
+                self.queue.keys.wakes,
+                self,
+            )
+            self._wakes_on = False
+        return woken.reply, mark
+
+    def waits_on_wakes(self) -> bool:
+        """True when an idle fetch waits in Redis for the queue's wake-up
+        (:meth:`fetch` with a timeout, :meth:`ack_and_fetch` with a wait),
+        False when it waits on the channel."""
+        return self._wakes_on and commands.wakes_usable(self.client.scripts)
+
+    def end_waits(self) -> None:
+        """Ends the waits of every consumer of the queue waiting in Redis for
+        its wake-up (this one's included) at once, as a publish would; each
+        fetches once more. A stopping worker ends its own wait this way."""
+        notify.wake_waiters(self.client.redis, self.queue.keys)
 
     def _received(self, reply: commands.FetchReply, mark: Any) -> list[Delivery]:
         """The deliveries of a fetch reply; its corrupt records (byte for
@@ -159,7 +203,7 @@ class Consumer(ConsumerCore):
         return self._acked(tags, lost, commands.ack(call, tags, strict=False))
 
     def ack_and_fetch(
-        self, acks: Iterable[DeliveryRef], n: int
+        self, acks: Iterable[DeliveryRef], n: int, wait: float | None = None
     ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """Acks what can be acked (as :meth:`ack_available`) and claims up to
         ``n`` deliveries, both in one script call (one round trip). With
@@ -167,11 +211,22 @@ class Consumer(ConsumerCore):
         records them, then the fetch: a fetch that fails then raises with the
         acks applied (sent again, they come back AlreadyAcked). Returns
         the ack statuses, the deliveries, and (when none came) the seconds
-        until a waiting message falls due, or None."""
+        until a waiting message falls due, or None.
+
+        With ``wait`` (seconds), no acks and :meth:`waits_on_wakes`, the
+        fetch first waits up to ``wait`` for the queue's wake-up (a publish
+        after a fetch that found nothing), in the same round trip: an idle
+        worker's fetch."""
         check.whole_number("n", n, 0)
+        if wait is not None:
+            check.seconds("wait", wait)
         refs = list(acks)
         if n == 0:
             return self.ack_available(refs), [], None
+        if wait is not None and not refs and self.waits_on_wakes():
+            reply, mark = self._wait_then_fetch(n, wait)
+            deliveries = self._received(reply, mark)
+            return [], deliveries, self._due_in(reply, deliveries)
         if refs and self._completed_on():
             # fetch.lua's acks record no event: the acks go first, in a call
             # that records them, then the fetch (two round trips, only then;

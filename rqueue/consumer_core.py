@@ -68,6 +68,12 @@ class ConsumerCore:
         # How many times this consumer has joined its group: a worker compares
         # it around a call to learn that the group had removed it meanwhile.
         self.joins = 0
+        # The last entry of the queue's wake stream this consumer saw, and
+        # whether it waits on that stream (engine.commands.wait_then_fetch)
+        # rather than on the notifier's channel: not on a cluster, nor after
+        # Redis refused the wait.
+        self._wake_since = commands.WAKE_ANY
+        self._wakes_on = True
         keys: QueueKeys = queue.keys
         # What it saw of the queue's state in Redis (statewatch.py): a loss
         # drops every delivery it holds.

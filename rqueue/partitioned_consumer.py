@@ -208,11 +208,14 @@ class PartitionedConsumer(PartitionRouting):
             notifier.wait_any(since, min(remaining, IDLE_POLL_INTERVAL))
 
     def ack_and_fetch(
-        self, acks: Iterable[DeliveryRef], n: int
+        self, acks: Iterable[DeliveryRef], n: int, wait: float | None = None
     ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """As :meth:`rqueue.Consumer.ack_and_fetch`: each partition settles
-        its acks; new deliveries come from the partitions in turn."""
+        its acks; new deliveries come from the partitions in turn. ``wait``
+        is checked and not waited for (see :meth:`waits_on_wakes`)."""
         check.whole_number("n", n, 0)
+        if wait is not None:
+            check.seconds("wait", wait)
         self._take_up_growth()
         by_part = self._split(acks)
         statuses: dict[int, RQueueError | None] = {}
@@ -288,6 +291,15 @@ class PartitionedConsumer(PartitionRouting):
             got = self.consumers[p].ack_results([(d, items[i][1]) for i, d in mine], event)
             statuses.update(zip((i for i, _ in mine), got, strict=True))
         return self._by_index(statuses)
+
+    def waits_on_wakes(self) -> bool:
+        """False: an idle worker of a partitioned queue waits on its
+        partitions' channels (one wait over several streams would span
+        slots on a cluster)."""
+        return False
+
+    def end_waits(self) -> None:
+        """Nothing: no consumer of a partitioned queue waits in Redis."""
 
     def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
         """As :meth:`rqueue.Consumer.keep_failure`, in the delivery's partition."""

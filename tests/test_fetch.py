@@ -6,9 +6,10 @@ from __future__ import annotations
 import threading
 
 import pytest
+import redis
 from support.aio_bridge import parametrize_api
 from support.refusals import names_input, nothing_changes
-from support.servers import wait_for
+from support.servers import SINGLE_SERVERS, wait_for
 
 import rqueue
 from rqueue import InvalidInput
@@ -64,9 +65,50 @@ def test_groups_fan_out_and_compete_inside(queue):
 # -- blocking fetches ------------------------------------------------------------------
 
 
-def test_blocking_fetch_wakes_up_on_publish(backend, prefix, monkeypatch):
+def test_an_idle_fetch_waits_in_redis_and_wakes_up_on_publish(backend, prefix, monkeypatch):
     # given a consumer waiting in fetch, with polling made too slow to matter
     monkeypatch.setattr(rqueue.consumer, "IDLE_POLL_INTERVAL", 60.0)
+    client = rqueue.connect(backend, prefix=prefix)
+    q = client.queue("orders")
+    c = q.consumer("g")
+    # (on one server it waits in Redis, not on the channel; a cluster's
+    # pipelines take script calls only, so its consumers wait on the channel)
+    in_redis = not isinstance(client.redis, redis.RedisCluster)
+    assert c.waits_on_wakes() is in_redis
+    if in_redis:
+        monkeypatch.setattr(client.notifier, "wait", lambda *a, **k: pytest.fail("waited on the channel"))
+    got: list[rqueue.Delivery] = []
+    t = threading.Thread(target=lambda: got.extend(c.fetch(1, timeout=30)))
+    t.start()
+    # (its first fetch found nothing: the queue is marked for a wake-up)
+    wait_for(lambda: client.redis.hget(q.keys.meta, "wake") == b"1")
+    # when a message is published
+    q.publish(b"wake")
+    # then the waiting fetch returns it long before its poll or timeout
+    wait_for(lambda: not t.is_alive())
+    assert [d.data for d in got] == [b"wake"]
+    # and the publish used the mark: one entry in the wake stream, the mark gone
+    assert client.redis.xlen(q.keys.wakes) == 1 and client.redis.hget(q.keys.meta, "wake") is None
+    client.close()
+
+
+def test_a_busy_queue_adds_no_wake_up(client, queue):
+    # given a consumer that keeps finding messages
+    c = queue.consumer("g")
+    queue.publish_many([b"a", b"b"])
+    assert len(c.fetch(1)) == 1
+    # when more are published while it finds some each time
+    queue.publish(b"c")
+    assert len(c.fetch(1)) == 1
+    # then no publish wrote a wake-up: no fetch found nothing
+    assert client.redis.exists(queue.keys.wakes) == 0
+
+
+def test_an_idle_fetch_that_may_not_wait_in_redis_wakes_up_on_the_channel(backend, prefix, monkeypatch):
+    # given a consumer waiting in fetch on the channel (as on a cluster, or
+    # with an ACL without XREAD), with polling made too slow to matter
+    monkeypatch.setattr(rqueue.consumer, "IDLE_POLL_INTERVAL", 60.0)
+    monkeypatch.setattr(commands, "wakes_usable", lambda scripts: False)
     client = rqueue.connect(backend, prefix=prefix)
     q = client.queue("orders")
     c = q.consumer("g")
@@ -87,6 +129,23 @@ def test_blocking_fetch_wakes_up_on_publish(backend, prefix, monkeypatch):
     # then the waiting fetch returns it long before its poll or timeout
     wait_for(lambda: not t.is_alive())
     assert [d.data for d in got] == [b"wake"]
+    client.close()
+
+
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster's consumers wait on the channel
+def test_a_wake_up_published_before_the_wait_is_not_missed(backend, prefix):
+    # given a consumer whose fetch found nothing (the queue is marked)
+    client = rqueue.connect(backend, prefix=prefix)
+    queue = client.queue("orders")
+    c = queue.consumer("g")
+    assert c.fetch(1) == []
+    call = queue.group_call("g", consumer=c.name)
+    # when a message is published before its wait reaches Redis
+    queue.publish(b"early")
+    # then a wait after the last wake-up it saw returns at once, with the message
+    woken = commands.wait_then_fetch(call, queue.keys.wakes, commands.WAKE_ANY, 30_000, 1, "tearly")
+    assert woken.since != commands.WAKE_ANY and not woken.refused
+    assert [d[2][-5:] for d in woken.reply.deliveries()] == [b"early"]
     client.close()
 
 

@@ -318,7 +318,7 @@ def test_publish_batch_judges_a_repeated_id_as_separate_publishes_would(raw):
     # in the batch, or already stored, must come out as with one call each.
     r, qk, _, s = raw
     keys = qk.publish_keys() + [qk.message_id("x"), qk.message_id("x"), qk.message_id("y")]
-    args = [NOW, 60_000, "0", "", INC, 5, 0, b"a", 0, 250, b"b", 6, 0, b"c", 7, 0, b"d"]
+    args = [NOW, 60_000, "0", "", INC, 6, 0, b"a", 0, 250, b"b", 7, 0, b"c", 8, 0, b"d"]
     assert s.publish(keys=keys, args=args) == [b"itest", 1, 0, 2, 0, 1, 1, 3, 0]
     assert r.hget(qk.meta, "seq") == b"3" and r.hlen(qk.msgs) == 3
     assert r.hget(qk.msgs, 2) == b"%d:%d:0:b" % (NOW + 250, NOW) and r.zscore(qk.sched, 2) == NOW + 250

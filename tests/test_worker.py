@@ -20,6 +20,8 @@ import redis
 from support.servers import start_server, wait_for
 
 import rqueue
+import rqueue.engine.commands
+import rqueue.worker.dispatcher
 from rqueue.worker.reconnect import Reconnector
 from rqueue.worker.stats import Tally, WorkerStats
 
@@ -200,6 +202,68 @@ def test_async_handler(live):
     w.stop()
     assert w.join(10)
     assert sorted(seen) == [b"a", b"b", b"b", b"c"]
+
+
+def test_an_idle_worker_waits_in_redis_for_a_publish_and_stops_at_once(live, monkeypatch):
+    # given an idle worker (nothing running) whose fetch waits in Redis, with
+    # polling made too slow to matter and the channel out of use
+    monkeypatch.setattr(rqueue.worker.dispatcher, "IDLE_POLL_INTERVAL", 60.0)
+    q = live.queue("orders")
+    calls = Calls()
+    w = rqueue.Worker(q, "g", lambda d: calls.add(d.seq), reconnect_timeout=120)
+    if not isinstance(live.redis, redis.RedisCluster):  # (a cluster's consumers wait on the channel)
+        deaf(live, monkeypatch)
+    w.start()
+    try:
+        wait_for(lambda: live.redis.hget(q.keys.meta, "wake") == b"1")
+        # when a message is published, then it runs long before a poll
+        q.publish(b"m")
+        wait_for(lambda: calls.count() == {1: 1})
+        wait_for(floor_reaches(q, "g", 1))
+        # and when the idle worker is stopped, it ends long before its 30 s
+        # wait would (the stop adds a wake-up entry)
+        wait_for(lambda: live.redis.hget(q.keys.meta, "wake") == b"1")
+        started = time.monotonic()
+    finally:
+        w.stop()
+    assert w.join(10)
+    assert time.monotonic() - started < 10
+
+
+def deaf(client, monkeypatch):
+    """Cuts off the channel's wake-ups: a wait on it lasts until its
+    timeout or its own condition."""
+    real = client.notifier.wait_any
+    monkeypatch.setattr(client.notifier, "wait_any", lambda since, timeout, until=None: real({}, timeout, until))
+
+
+def test_a_paused_group_resumed_wakes_a_consumer_waiting_in_redis(live, monkeypatch):
+    # given a consumer waiting in fetch on a paused group (a paused group's
+    # fetch marks nothing), with polling made too slow to matter
+    monkeypatch.setattr(rqueue.consumer, "IDLE_POLL_INTERVAL", 60.0)
+    q = live.queue("orders")
+    c = q.consumer("g")
+    q.pause("g")
+    q.publish(b"m")
+    waiting = threading.Event()
+    real = rqueue.engine.commands.wait_then_fetch
+
+    def wait_then_fetch(*args):
+        waiting.set()
+        return real(*args)
+
+    monkeypatch.setattr(rqueue.engine.commands, "wait_then_fetch", wait_then_fetch)
+    if isinstance(live.redis, redis.RedisCluster):  # (a cluster's consumers wait on the channel)
+        real_wait = live.notifier.wait
+        monkeypatch.setattr(live.notifier, "wait", lambda *a: waiting.set() or real_wait(*a))
+    got: list[rqueue.Delivery] = []
+    t = threading.Thread(target=lambda: got.extend(c.fetch(1, timeout=30)))
+    t.start()
+    wait_for(waiting.is_set)
+    # when the group is resumed, then the waiting fetch returns the message at once
+    q.resume("g")
+    wait_for(lambda: not t.is_alive())
+    assert [d.data for d in got] == [b"m"]
 
 
 def test_stop_returns_messages_not_started(live):

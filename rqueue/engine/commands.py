@@ -361,6 +361,70 @@ def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = ()) -> Fetc
     return parse_fetch(call.run(call.scripts.fetch, args), token, len(acks))
 
 
+# The wake-stream id a consumer waits after before it has seen an entry:
+# any entry wakes it, and that first wake-up tells it the current id.
+WAKE_ANY = "0-0"
+
+
+def wakes_usable(scripts: Scripts) -> bool:
+    """True when the client can wait on a queue's wake stream in the
+    pipeline of its fetch; a cluster's script pipelines take script calls
+    only (scripts.ScriptPipeline), so its consumers wait on the channel."""
+    return not isinstance(scripts.redis, redis.RedisCluster)
+
+
+class WokenFetch(NamedTuple):
+    """What :func:`wait_then_fetch` did."""
+
+    since: str  # the last wake-up id seen: what the next wait waits after
+    refused: bool  # Redis refused the wait (an ACL without XREAD): wait another way
+    reply: FetchReply
+
+
+def wait_then_fetch(call: GroupCall, wakes: str, since: str, block_ms: int, n: int, token: str) -> WokenFetch:
+    """Waits up to ``block_ms`` ms for an entry after ``since`` in the wake
+    stream ``wakes``, then claims up to ``n`` deliveries as :func:`fetch`;
+    one round trip: Redis runs the fetch as soon as the XREAD returns
+    (lua/includes/wake.lua)."""
+    pipe = call.scripts.pipeline()
+    pipe.command("XREAD", "BLOCK", max(1, block_ms), "STREAMS", wakes, since)
+    args = fetch_args(n, token + call.rate)
+    if call.flow[0]:
+        call.scripts.fetch(call.keys, call.argv(args), client=pipe)
+    else:
+        call.scripts.fetch(call.fetch_keys, call.argv(args), client=pipe)
+    try:
+        woke, reply = pipe.execute(raise_on_error=False)
+    except (redis.RedisError, OSError) as exc:
+        raise translate(exc, call.queue, call.where) from exc
+    refused = isinstance(woke, BaseException)
+    if not refused:
+        since = last_wake_id(woke, since)
+    if isinstance(reply, BaseException):
+        if not needs_flow_keys(reply):
+            raise translate(reply, call.queue, call.where) from reply
+        call.flow[0] = True  # nothing was changed: the fetch again, with every key
+        return WokenFetch(since, refused, fetch(call, n, token))
+    return WokenFetch(since, refused, parse_fetch(reply, token, 0))
+
+
+def last_wake_id(reply: Any, since: str) -> str:
+    """The id of the newest entry in an XREAD reply of one stream, or
+    ``since`` when it timed out. redis-py shapes the reply by its protocol
+    and version (RESP2 [[key, entries]], RESP3 {key: entries} or {key:
+    [entries]}; memory:// answers [] for a timeout): the entries are found
+    by their ids, the first item of each."""
+    if not reply:
+        return since
+    entries = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
+    while entries and not isinstance(entries[-1][0], (bytes, str)):
+        entries = entries[-1]
+    if not entries:
+        return since
+    newest = entries[-1][0]
+    return newest.decode() if isinstance(newest, bytes) else str(newest)
+
+
 def ack_args(call: GroupArgs, tags: Sequence[Tag], strict: bool) -> list[Any]:
     """ack.lua's whole ARGV: the group and consumer names alone of the group
     arguments (it reads no clock and no setting), the mode, the tags."""
@@ -717,7 +781,7 @@ def publish_calls(
     incarnation: str,
 ) -> list[PublishCall]:
     """The publish.lua calls that store ``messages`` in order, ``batch`` a
-    call: KEYS are the queue's four, then one key per message with an id;
+    call: KEYS are the queue's five, then one key per message with an id;
     ARGV the call's head (with ``incarnation``, random, which becomes the
     queue's when it has none), then per message its id key's index (0:
     none), timing and body."""
@@ -865,7 +929,7 @@ def schedule_fire(
     ``schedule_key`` to the queue of ``queue_keys``, each at most once ever;
     ticks later than ``lateness_ms`` are skipped (None: never). With
     ``event``, each message published records a "scheduled" event."""
-    keys = [schedule_key, queue_keys.meta, queue_keys.msgs, queue_keys.floors]
+    keys = [schedule_key, queue_keys.meta, queue_keys.msgs, queue_keys.floors, queue_keys.wakes]
     if event:
         keys.append(queue_keys.events)
     reply = run(
@@ -932,7 +996,7 @@ def pause_call(
     """KEYS and ARGV of lua/pause.lua; ``record``: a change is a "paused"
     event (at ``now``, "" for the server's time)."""
     group_key = keys.group(group).state if group is not None else keys.meta
-    return [keys.meta, keys.floors, group_key, keys.events], [
+    return [keys.meta, keys.floors, group_key, keys.events, keys.wakes], [
         "queue" if group is None else "group",
         "pause" if pause else "resume",
         group or "",

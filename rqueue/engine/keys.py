@@ -76,6 +76,13 @@ class QueueKeys:
         """Pub/sub channel (not a key) announcing new messages."""
         return f"{self.base}:wake"
 
+    @cached_property
+    def wakes(self) -> str:
+        """Stream of one entry, added to when messages arrive for a queue
+        whose fetch found nothing: an idle consumer blocks on it
+        (lua/includes/wake.lua)."""
+        return f"{self.base}:wakes"
+
     def schedule(self, name: str) -> str:
         """Hash of recurring schedule ``name``, which publishes to this
         queue: under the queue's hash tag, so that one script reads the
@@ -92,7 +99,7 @@ class QueueKeys:
 
     @cached_property
     def _publish_keys(self) -> tuple[str, ...]:
-        return (self.meta, self.msgs, self.floors, self.sched)
+        return (self.meta, self.msgs, self.floors, self.sched, self.wakes)
 
     def group(self, group: str, dead_letters: QueueKeys | None = None) -> GroupKeys:
         """Keys of ``group``; ``dead_letters`` names another queue to receive
@@ -114,7 +121,17 @@ class QueueKeys:
 
     def all_static(self) -> list[str]:
         """The queue-level keys, for deletion and inspection."""
-        return [self.meta, self.msgs, self.floors, self.settled, self.sched, self.events, self.pinned, self.prio]
+        return [
+            self.meta,
+            self.msgs,
+            self.floors,
+            self.settled,
+            self.sched,
+            self.events,
+            self.pinned,
+            self.prio,
+            self.wakes,
+        ]
 
 
 ACK_KEYS = 13  # keys: the first of GroupKeys.as_list that ack.lua is sent (all it can touch)

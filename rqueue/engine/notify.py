@@ -1,7 +1,11 @@
-"""Wake-ups for idle consumers: publish.lua announces new messages on a
-pub/sub channel per queue; a waiting fetch sleeps until an announcement, the
-next due time, or its timeout, whichever is first. Polling stays as the
-safety net, so a lost announcement only delays, never loses, a message."""
+"""Wake-ups for idle consumers. An idle consumer of one queue on one server
+waits in Redis: XREAD BLOCK on the queue's wake stream, pipelined with its
+next fetch (commands.wait_then_fetch, lua/includes/wake.lua). The rest (a
+cluster, a partitioned queue's workers, the asyncio client, the scheduler)
+wait here on a pub/sub channel per queue, on which publish.lua announces new
+messages: a waiting fetch sleeps until an announcement, the next due time,
+or its timeout, whichever is first. Polling stays as the safety net, so a
+lost announcement only delays, never loses, a message."""
 
 from __future__ import annotations
 
@@ -14,11 +18,19 @@ import redis
 
 from ..connection.open import RedisClient
 from ..constants import IDLE_POLL_INTERVAL
+from .keys import QueueKeys
 
 log = logging.getLogger("rqueue.engine.notify")
 
 SUBSCRIBE_TIMEOUT = 1.0  # seconds to wait for a subscription to be confirmed
 RECONNECT_PAUSE = 0.5  # seconds between attempts after the connection broke
+
+
+def wake_waiters(r: RedisClient, keys: QueueKeys) -> None:
+    """Ends the waits of the consumers blocked on the queue's wake stream
+    at once, as a publish would: a stopping worker's own wait among them.
+    Each of them fetches once more."""
+    r.xadd(keys.wakes, {"seq": "0"}, maxlen=1, approximate=False)
 
 
 class Notifier:

@@ -259,11 +259,30 @@ class Worker:
         ``now``, there is no grace period, nothing is retried, and a Redis
         call that is not answered within half a second is cut off: the worker
         ends within about a second also while Redis is unreachable."""
+        self._request_stop(now)
+        consumer = self.consumer
+        if consumer is not None and consumer.waits_on_wakes():
+            # The dispatcher may be waiting in Redis for the queue's wake-up
+            # (up to IDLE_POLL_INTERVAL): an entry ends the wait. From a
+            # thread of its own, so that a stop never waits for Redis.
+            threading.Thread(target=self._wake_dispatcher, name="rqueue-stop-wake", daemon=True).start()
+
+    def _request_stop(self, now: bool) -> None:
+        """What a stop does without Redis: a signal handler does only this
+        (a Redis call there could wait on a lock the interrupted thread
+        holds), and the dispatcher notices within IDLE_POLL_INTERVAL."""
         if now:
             self._hard_stop.set()
         self._stopping.set()
         if self.consumer is not None:
             self.queue.client.notifier.poke()
+
+    def _wake_dispatcher(self) -> None:
+        assert self.consumer is not None
+        try:
+            self.consumer.end_waits()
+        except Exception as exc:  # a hint only: the wait ends by itself
+            log.debug("could not wake the dispatcher (%s); it stops when its wait ends", exc)
 
     def join(self, timeout: float | None = None) -> bool:
         """Waits for a worker started with :meth:`start` to end; True if it did."""
@@ -272,10 +291,10 @@ class Worker:
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self._stopping.is_set():
             log.warning("second %s: stopping at once", signal.Signals(signum).name)
-            self.stop(now=True)
+            self._request_stop(now=True)
         else:
             log.info("%s: finishing running handlers, then leaving", signal.Signals(signum).name)
-            self.stop()
+            self._request_stop(now=False)
 
     def _ack_wait(self) -> float:
         """The lease a fetch gives, from the settings the consumer last

@@ -31,10 +31,12 @@ class Dispatcher:
     """Keeps up to ``prefetch`` deliveries in hand: those without a free
     handler thread wait locally, so that one round trip serves more
     messages. Settles finished work in the same round trip as the next
-    fetch, and sleeps on the queue's wake-up channels when idle (one per
-    partition of a partitioned queue, whose consumer fetches from the
-    partitions in turn, each call starting at the next). Runs on the
-    thread that runs the worker; it alone fetches and settles."""
+    fetch. When idle with nothing running, its next fetch waits in Redis for
+    the queue's wake-up (Consumer.ack_and_fetch with a wait); else, and on a cluster
+    or a partitioned queue, it sleeps on the queue's wake-up channels (one
+    per partition, whose consumer fetches from the partitions in turn, each
+    call starting at the next). Runs on the thread that runs the worker; it
+    alone fetches and settles."""
 
     def __init__(
         self,
@@ -69,9 +71,10 @@ class Dispatcher:
         ledger = self._ledger
         notifier = self._notifier
         channels = self._channels
+        idle_wait: float | None = None  # set: the next fetch waits for the queue's wake-up first
         while not self._stopping.is_set():
             # read per round: a grown partitioned queue adds channels
-            generations = {channel: notifier.generation(channel) for channel in channels()}
+            generations = {} if idle_wait is not None else {ch: notifier.generation(ch) for ch in channels()}
             acks, others = ledger.drain()
             self._settle_others(others)
             free = self._prefetch - ledger.unsettled()
@@ -83,7 +86,11 @@ class Dispatcher:
             # read (the worker may have been paused in between).
             sent = self._clock.monotonic()
             joins, epoch = consumer.joins, consumer.state_epoch
-            statuses, deliveries, due_in = self._retry(consumer.ack_and_fetch, acks, max(free, 0))
+            # Nothing runs, so nothing but a stop (which adds a wake-up
+            # entry) can bring news while Redis holds the wait.
+            wait_first = idle_wait if not acks and not others and ledger.unsettled() == 0 else None
+            idle_wait = None
+            statuses, deliveries, due_in = self._retry(consumer.ack_and_fetch, acks, max(free, 0), wait_first)
             lost = consumer.state_epoch != epoch
             if lost:
                 self._state_lost()
@@ -105,6 +112,16 @@ class Dispatcher:
             if acks or others:
                 continue
             wait = IDLE_POLL_INTERVAL if due_in is None else min(IDLE_POLL_INTERVAL, due_in)
+            if consumer.waits_on_wakes() and ledger.unsettled() == 0 and not self._has_news():
+                # The next round's fetch waits in Redis: shorter than the
+                # reconnect timeout, after which the watchdog would take the
+                # wait for a server that does not answer.
+                idle_wait = min(wait, self._retry.timeout / 2)
+                continue
+            if not generations:
+                # This round's fetch followed a wait in Redis, not a read of
+                # the channels: they are read, and fetched after, first.
+                continue
             notifier.wait_any(generations, wait, until=self._has_news)
 
     def settle(self) -> None:

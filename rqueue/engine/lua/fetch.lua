@@ -18,6 +18,10 @@
   deliveries of a key not yet settled, keys served least recently served
   first (KEYS[21..24]; docs/flow-control.md, "Ordering keys").
 
+  A call that hands out nothing sets the meta field "wake", so that the
+  next publish wakes the consumers blocked on the queue's wake stream
+  (includes/wake.lua).
+
   Tags given after n are acknowledged first, leniently, exactly as ack.lua
   with strict "0" would (the previous batch of a worker settled in the same
   call as its next fetch), so that they free prefetch room for this fetch.
@@ -156,7 +160,7 @@ end
 local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused')
 -- The incarnation and the last seq, for the client's check that Redis kept
 -- its state; no step of a fetch changes either. And the queue's pause.
-local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio')
+local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio', 'wake')
 local lastSeq = tonumber(metaFields[2] or '0')
 -- A queue that had a priority or keyed message needs the flow-control keys:
 -- a client sends the short layout (KEYS[1..17]) until told, here, before
@@ -741,6 +745,11 @@ else
   end
   if nextDue ~= nil then
     out[2] = nextDue
+  end
+  if not metaFields[5] then
+    -- The next publish wakes the consumers waiting on the wake stream
+    -- (includes/wake.lua). A hint: refused over maxmemory, they poll.
+    redis.pcall('HSET', metaKey, 'wake', '1')
   end
 end
 return out

@@ -11,7 +11,9 @@
     KEYS[3] group    hash  field "paused": "1" while the group is paused
                            (the queue's target reads no KEYS[3])
     KEYS[4] events   stream  the queue's events: a change is recorded as a
-                           "paused" event when ARGV[6] is "1" (optional)
+                           "paused" event when ARGV[6] is "1"
+    KEYS[5] wakes    stream  the queue's wake-up (includes/wake.lua): a
+                           resume adds an entry when ARGV[5] is not empty
     ARGV[1] target: "queue" or "group"
     ARGV[2] "pause" or "resume"
     ARGV[3] the group's name (target "group"), else ""
@@ -34,6 +36,7 @@
 ]]
 --@flags allow-oom
 --@include read_now
+--@include wake
 local rcall = redis.call
 local metaKey, floorsKey, groupKey = KEYS[1], KEYS[2], KEYS[3]
 local target, action, groupName, mode, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -90,7 +93,12 @@ if changed == 1 and ARGV[6] == '1' and KEYS[4] then
     'seq', '', 'reason', what, 'at', nowText, 'dlq_seq', '')
 end
 if action == 'resume' and changed == 1 and channel ~= '' then
-  -- Only a wake-up hint: consumers poll as well.
-  redis.pcall('PUBLISH', channel, rcall('HGET', metaKey, 'seq') or '0')
+  -- Only a wake-up hint: consumers poll as well. A paused group's fetch
+  -- sets no "wake" (it returns before), so the entry is added whatever it says.
+  local last = rcall('HGET', metaKey, 'seq') or '0'
+  redis.pcall('PUBLISH', channel, last)
+  if KEYS[5] then
+    wakeWaiters(metaKey, KEYS[5], last)
+  end
 end
 return {changed, state}

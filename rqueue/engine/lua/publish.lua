@@ -8,7 +8,9 @@
     KEYS[2] msgs     hash  seq -> record
     KEYS[3] floors   hash  group -> ack floor (read: is there any group?)
     KEYS[4] sched    zset  seq -> not-before (ms) of delayed publishes
-    KEYS[5..] id keys (string "<seq>:<expires_ms>:<incarnation>"; PX = the
+    KEYS[5] wakes    stream  the queue's wake-up (includes/wake.lua): an
+        entry is added when a fetch found nothing since the last one
+    KEYS[6..] id keys (string "<seq>:<expires_ms>:<incarnation>"; PX = the
         window), one per message that has an id, in message order. The
         expiry is in the scripts' clock, so a test clock decides what is a
         duplicate; Redis's own TTL removes the key. An id stored by another
@@ -17,7 +19,8 @@
     ARGV[1] now in ms, or "" for the server's TIME
     ARGV[2] de-duplication window, ms
     ARGV[3] mandatory: "1" refuses the batch when the queue has no group
-    ARGV[4] channel to announce new messages on, or ""
+    ARGV[4] channel to announce new messages on, or "" (none, and no
+        entry in KEYS[5] either)
     ARGV[5] an incarnation id for the queue, drawn at random by the client:
         stored in meta field "inc" when the queue has none (its meta is
         new), if it is a lowercase letter, then lowercase letters and
@@ -42,6 +45,7 @@
     incarnation is the queue's (meta field "inc"): a client that sees it
     change, or a new seq at or below one it saw, knows Redis lost state
   Errors (nothing is stored):
+    RQ_BAD_ARGUMENT  an id key's index is not above 5 (the fixed keys)
     RQ_PARTITIONED <layout>  the queue was made a partitioned queue (meta
                    field "partitioned", set by partition.lua): its
                    messages go to its partitions
@@ -60,6 +64,7 @@
 --@include seq_guard
 --@include bulk
 --@include record_head
+--@include wake
 
 local rcall = redis.call
 local TEST_CLOCK_TTL_SLACK = 86400000 -- ms, see the ttl below
@@ -68,6 +73,7 @@ local metaKey = KEYS[1]
 local msgsKey = KEYS[2]
 local floorsKey = KEYS[3]
 local schedKey = KEYS[4]
+local wakesKey = KEYS[5]
 
 local now = readNow(ARGV[1])
 local channel = ARGV[4]
@@ -103,6 +109,10 @@ local anyId, anyPriority = false, false
 for i = 6, #ARGV, 3 do
   if ARGV[i] ~= '0' then
     anyId = true
+    if (tonumber(ARGV[i]) or 0) <= 5 then
+      return redis.error_reply('RQ_BAD_ARGUMENT an id key index must be above 5 (KEYS[1..5] are the queue\'s), not '
+        .. string.format('%q', ARGV[i]))
+    end
   end
   if ARGV[i + 1] ~= '0' and string.find(ARGV[i + 1], ':%d*:') then
     anyPriority = true
@@ -126,10 +136,11 @@ end
 local first, inc
 local paused -- meta field "paused" (pause.lua): "refuse" refuses the call
 local seqMissing -- the last seq was missing: a queue's first publish, or a deleted meta hash
+local waiting -- meta field "wake": a fetch found nothing since the last wake-up
 if anyId then
-  local fields = rcall('HMGET', metaKey, 'seq', 'inc', 'paused', 'partitioned')
+  local fields = rcall('HMGET', metaKey, 'seq', 'inc', 'paused', 'partitioned', 'wake')
   local raw = fields[1]
-  first, inc, paused = tonumber(raw or '0'), fields[2], fields[3]
+  first, inc, paused, waiting = tonumber(raw or '0'), fields[2], fields[3], fields[5]
   if fields[4] then
     return partitionedError(fields[4])
   end
@@ -163,8 +174,8 @@ else
   end
   first = newLast - count
   seqMissing = first == 0
-  local fields = rcall('HMGET', metaKey, 'inc', 'paused', 'partitioned')
-  inc, paused = fields[1], fields[2]
+  local fields = rcall('HMGET', metaKey, 'inc', 'paused', 'partitioned', 'wake')
+  inc, paused, waiting = fields[1], fields[2], fields[4]
   if paused == 'refuse' or fields[3] then
     -- The HINCRBY above, undone: the script is atomic, so no call saw it.
     if seqMissing then
@@ -313,5 +324,8 @@ out[1] = inc
 if last ~= nil and channel ~= '' then
   -- Only a wake-up hint: a refusal must not fail a publish already stored.
   redis.pcall('PUBLISH', channel, last)
+  if waiting then
+    wakeWaiters(metaKey, wakesKey, last)
+  end
 end
 return out

@@ -17,7 +17,8 @@
     KEYS[2] msgs     hash  seq -> record
     KEYS[3] floors   hash  group -> ack floor (read: is there any group?)
     KEYS[4] sched    zset  seq -> not-before (ms) of delayed publishes
-    KEYS[5] tracker  hash  what this writer stored (above); expires after
+    KEYS[5] wakes    stream  the queue's wake-up, as publish.lua's
+    KEYS[6] tracker  hash  what this writer stored (above); expires after
         ARGV[2] ms, counted from its latest write
     ARGV[1] now in ms, or "" for the server's TIME
     ARGV[2] how long the tracker lives, ms (the de-duplication window)
@@ -45,6 +46,7 @@
 --@include seq_guard
 --@include bulk
 --@include record_head
+--@include wake
 
 local rcall = redis.call
 local TEST_CLOCK_TTL_SLACK = 86400000 -- ms: as publish.lua, a test clock says nothing of real time
@@ -52,7 +54,8 @@ local metaKey = KEYS[1]
 local msgsKey = KEYS[2]
 local floorsKey = KEYS[3]
 local schedKey = KEYS[4]
-local trackerKey = KEYS[5]
+local wakesKey = KEYS[5]
+local trackerKey = KEYS[6]
 local FIRST = 7 -- ARGV index of the first message
 
 local now = readNow(ARGV[1])
@@ -200,5 +203,8 @@ if delayed then
 end
 if last ~= nil and ARGV[4] ~= '' then
   redis.pcall('PUBLISH', ARGV[4], last)
+  if rcall('HEXISTS', metaKey, 'wake') == 1 then
+    wakeWaiters(metaKey, wakesKey, last)
+  end
 end
 return out

@@ -16,7 +16,8 @@
     KEYS[3] msgs      hash  seq -> record of the target queue
     KEYS[4] floors    hash  group -> ack floor of the target queue (read:
         whether a missing last seq means a deleted meta hash)
-    KEYS[5] events    stream  the target queue's events: given only when
+    KEYS[5] wakes     stream  the target queue's wake-up, as publish.lua's
+    KEYS[6] events    stream  the target queue's events: given only when
         its events setting names "scheduled"; one "scheduled" entry per
         message published (seq, reason: the schedule's name), capped as
         includes/record_event.lua caps it
@@ -46,10 +47,12 @@
 --@include seq_guard
 --@include bulk
 --@include record
+--@include wake
 
 local rcall = redis.call
 local MAX_TICKS = 1000
-local scheduleKey, metaKey, msgsKey, floorsKey, eventsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local scheduleKey, metaKey, msgsKey, floorsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local wakesKey, eventsKey = KEYS[5], KEYS[6]
 local EVENTS_MAX = 10000 -- as includes/record_event.lua
 local now, nowText = readNow(ARGV[1])
 local channel = ARGV[4]
@@ -148,6 +151,9 @@ if #publish > 0 then
   if channel ~= '' then
     -- Only a wake-up hint: a refusal must not fail a publish already stored.
     redis.pcall('PUBLISH', channel, string.format('%d', seq))
+    if wakesKey and rcall('HEXISTS', metaKey, 'wake') == 1 then
+      wakeWaiters(metaKey, wakesKey, string.format('%d', seq))
+    end
   end
 end
 if skipped > 0 then
