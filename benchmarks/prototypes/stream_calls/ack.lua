@@ -78,8 +78,10 @@ for a = 3, #ARGV, 3 do
     if c[3] - n <= 0 then
       rcall('HDEL', calls, tok, 'h:' .. tok, 'n:' .. tok, 'x:' .. tok)
       rcall('ZREM', exp, tok)
-    else
+    elseif bits then
       rcall('HSET', calls, tok, string.format('%d', first) .. ' ' .. bits, 'n:' .. tok, c[3] - n)
+    else -- a call that handed out nothing by range (all of it by the per-message path)
+      rcall('HSET', calls, 'n:' .. tok, c[3] - n)
     end
     settled = settled + n
   end
