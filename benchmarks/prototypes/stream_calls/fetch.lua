@@ -3,11 +3,12 @@
   group, no PEL, and no write per message. A fetch hands out new entries
   from the group's cursor (a seq) and keeps one record per call: the
   calls hash holds <token> -> "<first seq> <out>", <out> one byte per
-  entry the call handed out, "1" while it is out and "0" once settled
-  (the entries are contiguous: seqs are gap-free and nothing above the
-  cursor is trimmed), h:<token> -> holder, n:<token> -> how many are
-  still out, x:<token> -> the seqs it handed out again (redeliveries,
-  each with a state in the dlv hash, seq -> "<count>:<token>"); the exp
+  entry the call took from the cursor, "1" while it is out and "0" once
+  settled or when it went by the per-message path (the entries are
+  contiguous: seqs are gap-free and nothing above the cursor is trimmed),
+  h:<token> -> holder, n:<token> -> how many are still out, x:<token> ->
+  the seqs it handed out by the per-message path (redeliveries, parked
+  seqs: each with a state in the dlv hash, seq -> "<count>:<token>"); the exp
   zset <token> -> lease deadline. A first delivery's count (1) costs
   nothing. A fetch that finds no call past its deadline pays one ZCOUNT
   for leases.
@@ -23,7 +24,8 @@
   record is "0", it is parked in the ready zset, as a message the cursor
   meets and may not hand out by range (priority, ordering key, delay),
   and the same call hands it out by the per-message path, as a
-  redelivery: read alone, a dlv state "1:<token>", listed in x:<token>.
+  redelivery: read from the stream (one XRANGE per run of consecutive
+  seqs), a dlv state "1:<token>", listed in x:<token>.
   ARGV[10] absent or 0: no seq takes that path.
 
   KEYS[1] stream  KEYS[2] group hash (m:<c>, h:<c>, inflight, cursor,
@@ -114,22 +116,45 @@ end
 local reply = {nowText, {}}
 local got = 0
 local again = {}
--- The per-message path: the lowest seqs of the ready zset, each read
--- alone, its count raised (a seq without a dlv state was never handed
--- out: count 1) and its state "<count>:<token>" written.
+-- The per-message path: the lowest seqs of the ready zset, their counts
+-- raised (a seq without a dlv state was never handed out: count 1) and
+-- their states "<count>:<token>" written. One command each for the zset,
+-- the states read and the states written, whatever the number of seqs;
+-- the entries are read one XRANGE per run of consecutive seqs.
 local function fromReady(limit)
-  for _, seq in ipairs(rcall('ZRANGE', ready, '0', limit - 1)) do
-    rcall('ZREM', ready, seq)
-    local rec = rcall('XRANGE', s, seq, seq)
-    local count = string.match(rcall('HGET', dlv, seq) or '0:', '^(%d+):') + 1
-    if rec[1] then
-      rcall('HSET', dlv, seq, count .. ':' .. token)
-      again[#again + 1] = seq
-      reply[#reply + 1] = rec[1][1]
-      reply[#reply + 1] = count
-      reply[#reply + 1] = rec[1][2][2]
-      got = got + 1
+  local seqs = rcall('ZRANGE', ready, '0', limit - 1)
+  if #seqs == 0 then
+    return
+  end
+  rcall('ZREM', ready, unpack(seqs))
+  local states = rcall('HMGET', dlv, unpack(seqs))
+  local sets = {}
+  local i = 1
+  while i <= #seqs do
+    local j = i
+    while j < #seqs and seqs[j + 1] + 0 == seqs[j] + 1 do
+      j = j + 1
     end
+    local recs = rcall('XRANGE', s, seqs[i], seqs[j])
+    local at = 1
+    for m = i, j do
+      local rec = recs[at]
+      if rec and string.match(rec[1], '^(%d+)') == seqs[m] then
+        at = at + 1
+        local count = string.match(states[m] or '0:', '^(%d+):') + 1
+        sets[#sets + 1] = seqs[m]
+        sets[#sets + 1] = count .. ':' .. token
+        again[#again + 1] = seqs[m]
+        reply[#reply + 1] = rec[1]
+        reply[#reply + 1] = count
+        reply[#reply + 1] = rec[2][2]
+        got = got + 1
+      end
+    end
+    i = j + 1
+  end
+  if #sets > 0 then
+    rcall('HSET', dlv, unpack(sets))
   end
 end
 if room > 0 and rcall('EXISTS', ready) == 1 then
@@ -154,7 +179,7 @@ if k > 0 then
     local bits = string.rep('1', k)
     local parked = {}
     if every > 0 then
-      local parts, at = {}, 1
+      local parts, at, members = {}, 1, {}
       local seq = cursor + 1 + (every - (cursor + 1) % every) % every
       while seq <= cursor + k do
         local i = seq - cursor
@@ -162,12 +187,16 @@ if k > 0 then
         parts[#parts + 1] = '0'
         at = i + 1
         local seqText = string.format('%d', seq)
-        rcall('ZADD', ready, seqText, seqText)
+        members[#members + 1] = seqText
+        members[#members + 1] = seqText
         parked[#parked + 1] = seqText
         seq = seq + every
       end
       parts[#parts + 1] = string.rep('1', k - at + 1)
       bits = table.concat(parts)
+      if #members > 0 then
+        rcall('ZADD', ready, unpack(members))
+      end
     end
     if #parked < k then
       if entries == nil then
