@@ -2,17 +2,25 @@
 current rqueue in one run on a private redis-server (docs/storage-prototypes.md).
 
 usage: PYTHONPATH=. python benchmarks/prototypes/bench.py [--runs 3] [--messages 20000]
-           [--memory-messages 100000] [--layouts a,b] [--json FILE] [--breakdown] [--check-only]
+           [--memory-messages 100000] [--layouts a,b] [--fetch-size 100] [--direct]
+           [--vs rqueue] [--json FILE] [--breakdown] [--check-only]
 
 Starts redis-server on a free loopback port (never 6379) in a temp dir without
 persistence, checks the prototypes' semantics (--check-only stops there), then
 per run, every layout in turns (10 turns each, on one server): publish_many(100)
-msg/s, fetch(100)+ack(list) msg/s; then per layout: Redis CPU per message of
-publish / fetch / ack (INFO commandstats usec, fetch and ack in a pass of their
-own with the counters read between calls), used_memory per queued message and
-per message in flight. Prints the medians and the per-run ratios to Streams
-(--breakdown: Redis time per command of a fetch+ack loop); stops the server by
-its PID.
+msg/s, fetch(n)+ack(list) msg/s and its Redis CPU (n: --fetch-size); then per
+layout: Redis CPU per message of publish / fetch / ack (INFO commandstats usec,
+fetch(n) and ack in a pass of their own with the counters read between calls),
+used_memory per queued message and per message in flight (--memory-messages 0:
+not measured). Prints the medians and the per-run ratios to Streams (--vs: also
+to that layout; --breakdown: Redis time per command of a fetch+ack loop); stops
+the server by its PID. --direct: Streams and the prototypes send their calls
+without redis-py's per-call bookkeeping (Layout.go_direct).
+
+A layout named stream_calls:E or stream_calls_2rt:E (E a whole number) is
+prototype (d) with every seq that is a multiple of E handed out by its
+per-message path, as flow control would (E 10: 10% of the deliveries, 2: 50%,
+1: all of them).
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from typing import Any
 import redis
 from layouts import ACK_WAIT_MS, LAYOUTS, Layout, Scripted, StreamCalls, StreamCallsClaim, StreamPel, WideHash
 
-BATCH = 100
+BATCH = 100  # publish_many's batch, and fetch(n)'s n unless --fetch-size says otherwise
 FILL = 1000  # messages per call when filling for the memory figures (untimed)
 PAYLOAD = 100
 
@@ -96,17 +104,34 @@ def used_memory(r: redis.Redis) -> int:
     return int(r.info("memory")["used_memory"])
 
 
+DIRECT = False  # --direct: the timed calls skip redis-py's per-call bookkeeping (Layout.go_direct)
+
+
+def make(kind: str, r: redis.Redis, url: str, queue: str) -> Layout:
+    """A layout by its name; "<(d)>:<E>" is (d) with every E-th seq on its
+    per-message path."""
+    name, _, every = kind.partition(":")
+    layout = LAYOUTS[name](r, url, queue)
+    if DIRECT:
+        layout.go_direct()
+    if every:
+        assert isinstance(layout, StreamCalls), kind
+        layout.every = int(every)
+        layout.name = kind
+    return layout
+
+
 def fresh(server: Server, kind: str, label: str) -> Layout:
     server.r.flushall()
-    layout = LAYOUTS[kind](server.r, server.url, f"q-{label}")
+    layout = make(kind, server.r, server.url, f"q-{label}")
     layout.join()
     return layout
 
 
-def drain(layout: Layout, n: int) -> None:
+def drain(layout: Layout, n: int, size: int = BATCH) -> None:
     done = 0
     while done < n:
-        ds = layout.fetch(BATCH)
+        ds = layout.fetch(size)
         if not ds:
             raise RuntimeError(f"{layout.name}: fetch came back empty after {done} of {n}")
         layout.ack(ds)
@@ -116,7 +141,9 @@ def drain(layout: Layout, n: int) -> None:
 TURNS = 10  # the timed figures: each layout does its messages in this many turns, taking turns
 
 
-def measure_run(server: Server, kinds: list[str], n: int, mem_n: int, run: int) -> dict[str, dict[str, float]]:
+def measure_run(
+    server: Server, kinds: list[str], n: int, mem_n: int, run: int, size: int = BATCH
+) -> dict[str, dict[str, float]]:
     """One run of every figure for every layout. The timed figures
     interleave the layouts (TURNS turns each, on one server holding all
     their queues), so that every layout meets the same background load:
@@ -126,10 +153,10 @@ def measure_run(server: Server, kinds: list[str], n: int, mem_n: int, run: int) 
     out: dict[str, dict[str, float]] = {k: {} for k in kinds}
     layouts = {}
     for k in kinds:
-        layouts[k] = LAYOUTS[k](r, server.url, f"q-{run}-{k}")
+        layouts[k] = make(k, r, server.url, f"q-{run}-{k}")
         layouts[k].join()
     chunk = n // TURNS
-    spent = {k: [0.0, 0, 0.0, 0.0] for k in kinds}  # publish s, publish usec, consume s, client cpu s
+    spent = {k: [0.0, 0, 0.0, 0.0, 0] for k in kinds}  # publish s, publish usec, consume s, client cpu s, usec
     for turn in range(TURNS):
         for k in kinds[turn % len(kinds) :] + kinds[: turn % len(kinds)]:
             layout = layouts[k]
@@ -140,42 +167,53 @@ def measure_run(server: Server, kinds: list[str], n: int, mem_n: int, run: int) 
             spent[k][1] += usec(r, layout.publish_cmds) - u0
     for turn in range(TURNS):
         for k in kinds[turn % len(kinds) :] + kinds[: turn % len(kinds)]:
+            cmds = tuple({*layouts[k].fetch_cmds, *layouts[k].ack_cmds})
+            u0 = usec(r, cmds)
             c0, t0 = time.process_time(), time.perf_counter()
-            drain(layouts[k], chunk)
+            drain(layouts[k], chunk, size)
             spent[k][2] += time.perf_counter() - t0
             spent[k][3] += time.process_time() - c0
+            spent[k][4] += usec(r, cmds) - u0
     for k in kinds:
         total = chunk * TURNS
         out[k]["publish_rate"] = total / spent[k][0]
         out[k]["publish_us"] = spent[k][1] / total
         out[k]["consume_rate"] = total / spent[k][2]
         out[k]["client_us"] = spent[k][3] / total * 1e6
-        out[k].update(split_cpu(server, layouts[k], n))
+        out[k]["consume_us"] = spent[k][4] / total
+        out[k].update(split_cpu(server, layouts[k], n, size))
         layouts[k].close()
     for k in kinds:
-        out[k].update(memory(server, k, mem_n, run))
+        if mem_n:
+            out[k].update(memory(server, k, mem_n, run))
     r.flushall()
     return out
 
 
-def split_cpu(server: Server, layout: Layout, n: int) -> dict[str, float]:
-    """Redis usec per message of fetch and of ack, the counters read
+def split_cpu(server: Server, layout: Layout, n: int, size: int = BATCH) -> dict[str, float]:
+    """Redis usec per message of fetch(size) and of ack, the counters read
     between the calls (untimed)."""
     r = server.r
     for start in range(0, n, FILL):
         layout.publish_many(payloads(start, FILL))
     fetch_us = ack_us = 0
     done = 0
+    # The counters are read around a group of calls of about 100 messages
+    # (fetch(100): every call, as before): INFO commandstats between two
+    # fetch(1) calls flushes the CPU caches, and the script calls after it
+    # took 1.5x their time in a loop without it.
+    calls = max(1, BATCH // size)
     while done < n:
         a = usec(r, layout.fetch_cmds)
-        ds = layout.fetch(BATCH)
+        got = [layout.fetch(size) for _ in range(calls)]
         b = usec(r, layout.fetch_cmds)
         b_ack = usec(r, layout.ack_cmds)
-        layout.ack(ds)
+        for ds in got:
+            layout.ack(ds)
         c = usec(r, layout.ack_cmds)
         fetch_us += b - a
         ack_us += c - b_ack
-        done += len(ds)
+        done += sum(len(ds) for ds in got)
     return {"fetch_us": fetch_us / n, "ack_us": ack_us / n}
 
 
@@ -285,6 +323,54 @@ def check(server: Server) -> list[str]:
     return said
 
 
+def check_parked(server: Server) -> list[str]:
+    """(d) with every third seq on the per-message path (stream_calls:3):
+    such a seq is handed out in the same call with count 1 and a dlv
+    state; a range over it is refused whole, its tag with another count is
+    refused, its tag twice in one ack settles once, it is taken back with count 2 when its lease runs out (the
+    old tag refused); a call handed out wholly by that path settles; the
+    floor, the log, the calls and dlv hashes end empty."""
+    r = server.r
+    said = []
+    for kind in (StreamCalls, StreamCallsClaim):
+        r.flushall()
+        layout = kind(r, server.url, "chk")
+        layout.every = 3
+        layout.join()
+        dlv = layout.fetch_keys[4]
+        layout.publish_many(payloads(0, 9))
+        first = layout.fetch(4, ack_wait=50)
+        by_seq = {d[4]: d for d in first}
+        assert sorted(by_seq) == [1, 2, 3, 4] and [d[4] for d in first if not d[5]] == [3], first
+        assert all(d[1] == 1 and d[3] == payloads(d[4] - 1, 1)[0] for d in first), first
+        assert r.hget(dlv, "3") == b"1:" + first[0][2].encode(), r.hgetall(dlv)
+        as_range = (*by_seq[3][:5], True)
+        assert ack_raw(layout, [by_seq[2], as_range, by_seq[4]]) == [b"RQ_PARTIAL 2-4"]
+        assert ack_raw(layout, [(*by_seq[3][:1], 2, *by_seq[3][2:])]) == [b"RQ_STALE 3"]
+        assert ack_raw(layout, [*first, by_seq[3]]) == [b"ok", b"ok", b"ok", b"RQ_STALE 3"]  # 1-2, 4-4, 3, 3
+        assert ack_raw(layout, [by_seq[3]]) == [b"RQ_STALE 3"]
+        second = layout.fetch(4, ack_wait=50)
+        assert sorted(d[4] for d in second) == [5, 6, 7, 8], second
+        layout.ack([d for d in second if d[4] != 6])
+        time.sleep(0.1)  # the lease must have run out on the server's clock: nothing to poll
+        third = layout.fetch(4, ack_wait=50)
+        assert [(d[4], d[1], d[5]) for d in third] == [(6, 2, False), (9, 1, False)], third
+        assert ack_raw(layout, [d for d in second if d[4] == 6]) == [b"RQ_STALE 6"]
+        layout.ack(third[:1])
+        layout.ack(third[1:])
+        assert r.xlen(layout.stream_key) == 0, r.xrange(layout.stream_key)
+        assert r.hget(layout.fetch_keys[1], "floor") == b"9", r.hgetall(layout.fetch_keys[1])
+        assert r.hlen(layout.fetch_keys[3]) == 0, r.hgetall(layout.fetch_keys[3])
+        assert r.hlen(dlv) == 0, r.hgetall(dlv)
+        said.append(
+            f"{layout.name}:3: a parked seq goes by the per-message path in the same call (count 1, dlv "
+            "state), a range over it, a wrong count and a repeated tag are refused, its expired lease is "
+            "delivered again with count 2 (old tag refused), a call of parked seqs only settles, floor and log: ok"
+        )
+    r.flushall()
+    return said
+
+
 def ack_raw(layout: Layout, tags: list[Any]) -> list[bytes]:
     if isinstance(layout, StreamCalls):
         return layout.ack_raw(tags)
@@ -303,8 +389,8 @@ def fetch_with(layout: Layout, n: int, ack_wait: int) -> list[Any]:
     return layout.fetch(n, ack_wait)
 
 
-def breakdown(server: Server, kinds: list[str], n: int) -> str:
-    """Where a fetch(100)+ack loop spends Redis time: INFO commandstats
+def breakdown(server: Server, kinds: list[str], n: int, size: int = BATCH) -> str:
+    """Where a fetch(size)+ack loop spends Redis time: INFO commandstats
     after CONFIG RESETSTAT, usec per message of each command (a script's
     usec includes the commands it calls: the rest is the Lua side)."""
     lines = ["| layout | command | calls | usec per message |", "|---|---|---|---|"]
@@ -313,7 +399,7 @@ def breakdown(server: Server, kinds: list[str], n: int) -> str:
         for start in range(0, n, FILL):
             layout.publish_many(payloads(start, FILL))
         server.r.config_resetstat()
-        drain(layout, n)
+        drain(layout, n, size)
         stats = server.r.info("commandstats")
         layout.close()
         rows = sorted(stats.items(), key=lambda kv: -kv[1]["usec"])
@@ -329,29 +415,33 @@ def breakdown(server: Server, kinds: list[str], n: int) -> str:
 
 COLUMNS = [
     ("publish_rate", "publish_many(100) msg/s", "{:,.0f}"),
-    ("consume_rate", "fetch(100)+ack msg/s", "{:,.0f}"),
+    ("consume_rate", "fetch(n)+ack msg/s", "{:,.0f}"),
     ("publish_us", "Redis us/msg publish", "{:.2f}"),
     ("fetch_us", "Redis us/msg fetch", "{:.2f}"),
     ("ack_us", "Redis us/msg ack", "{:.2f}"),
+    ("consume_us", "Redis us/msg fetch+ack, timed loop", "{:.2f}"),
     ("client_us", "client CPU us/msg fetch+ack", "{:.2f}"),
     ("mem_queued", "B per queued msg", "{:.1f}"),
     ("mem_inflight", "B per msg in flight", "{:.1f}"),
 ]
 
 
-def table(runs: dict[str, list[dict[str, float]]]) -> str:
+def table(runs: dict[str, list[dict[str, float]]], size: int = BATCH, vs: str = "streams") -> str:
     """Each cell: the median of the runs [min–max], and (the median of the
-    per-run ratios to Streams): the layouts of one run met the same load,
-    the runs did not."""
+    per-run ratios to ``vs``, Streams unless told): the layouts of one run
+    met the same load, the runs did not."""
     kinds = list(runs)
-    ref = runs["streams"]
+    ref = runs[vs]
     lines = ["| figure | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
     for key, label, fmt in COLUMNS:
+        if not all(key in r for k in kinds for r in runs[k]):
+            continue  # the memory figures, with --memory-messages 0
+        label = label.replace("(n)", f"({size})")
         cells = []
         for k in kinds:
             values = [r[key] for r in runs[k]]
             cell = fmt.format(statistics.median(values))
-            if k != "streams" and all(r[key] for r in ref):
+            if k != vs and all(r[key] for r in ref):
                 ratio = statistics.median(r[key] / s[key] for r, s in zip(runs[k], ref))
                 cell += f" ({ratio:.2f}x)"
             if len(values) > 1:
@@ -366,39 +456,59 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--memory-messages", type=int, default=100_000)
-    ap.add_argument("--layouts", default=",".join(LAYOUTS))
+    ap.add_argument("--layouts", default=",".join(LAYOUTS), help="names; stream_calls[_2rt]:E as the module says")
+    ap.add_argument("--fetch-size", type=int, default=BATCH, help="n of the fetch(n)+ack loops (publish stays 100)")
+    ap.add_argument("--vs", help="also print the per-run ratios to this layout (e.g. rqueue)")
+    ap.add_argument(
+        "--direct", action="store_true", help="Streams and the prototypes send on a connection of their own"
+    )
     ap.add_argument("--json", help="write the runs and medians here")
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--breakdown", action="store_true", help="also: Redis time per command of a fetch+ack loop")
     args = ap.parse_args()
     kinds = args.layouts.split(",")
+    global DIRECT
+    DIRECT = args.direct
     server = Server()
     try:
         print(f"redis-server {server.version} on 127.0.0.1:{server.port} (pid {server.proc.pid})", file=sys.stderr)
-        for line in check(server):
+        for line in check(server) + check_parked(server):
             print("check:", line, file=sys.stderr)
         if args.check_only:
             return
         runs: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
         started = time.monotonic()
         for run in range(args.runs):
-            one = measure_run(server, kinds, args.messages, args.memory_messages, run)
+            one = measure_run(server, kinds, args.messages, args.memory_messages, run, args.fetch_size)
             for k in kinds:
                 runs[k].append(one[k])
                 print(f"[{time.monotonic() - started:6.1f}s] run {run + 1} {k}: {one[k]}", file=sys.stderr)
-        medians = {k: {key: statistics.median(r[key] for r in runs[k]) for key, _, _ in COLUMNS} for k in kinds}
+        medians = {
+            k: {key: statistics.median(r[key] for r in runs[k]) for key, _, _ in COLUMNS if key in runs[k][0]}
+            for k in kinds
+        }
         print(
             f"\nMedians of {args.runs} runs [min–max]; in (), the median of the per-run ratios to streams; "
             f"{args.messages:,} messages per "
             f"throughput figure, {args.memory_messages:,} for memory, {PAYLOAD}-byte payloads, "
-            f"redis-server {server.version}, ack_wait {ACK_WAIT_MS} ms.\n"
+            f"redis-server {server.version}, ack_wait {ACK_WAIT_MS} ms, fetch({args.fetch_size})"
+            f"{', direct calls' if args.direct else ''}.\n"
         )
-        print(table(runs))
+        print(table(runs, args.fetch_size))
+        if args.vs:
+            print(f"\nThe same, with the per-run ratios to {args.vs}:\n")
+            print(table(runs, args.fetch_size, args.vs))
         if args.breakdown:
-            print("\n" + breakdown(server, kinds, args.messages))
+            print("\n" + breakdown(server, kinds, args.messages, args.fetch_size))
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"version": server.version, "runs": runs, "medians": medians}, f, indent=1)
+                meta = {
+                    "version": server.version,
+                    "fetch_size": args.fetch_size,
+                    "messages": args.messages,
+                    "direct": args.direct,
+                }
+                json.dump({**meta, "runs": runs, "medians": medians}, f, indent=1)
     finally:
         server.stop()
 

@@ -50,6 +50,21 @@ class Layout:
         self.r = r
         self.url = url
         self.queue = queue
+        self.conn: Any = None
+
+    def go_direct(self) -> None:
+        """The calls this layout times go on one connection of its own,
+        sent and read without redis-py's per-call pool checkout and
+        response callbacks, as rqueue's client sends its scripts
+        (rqueue.engine.scripts): at fetch(1) that client-side cost per
+        round trip is as large as the layouts' differences. Before join."""
+        self.conn = self.r.connection_pool.make_connection()
+
+    def cmd(self, *args: Any) -> Any:
+        """One command on the direct connection, its reply as the server
+        sent it."""
+        self.conn.send_command(*args)
+        return self.conn.read_response()
 
     def join(self) -> None:
         raise NotImplementedError
@@ -64,7 +79,8 @@ class Layout:
         raise NotImplementedError
 
     def close(self) -> None:
-        pass
+        if self.conn is not None:
+            self.conn.disconnect()
 
 
 class Streams(Layout):
@@ -84,12 +100,21 @@ class Streams(Layout):
         pipe.execute()
 
     def fetch(self, n: int) -> list[Any]:
+        if self.conn is not None:
+            raw = self.cmd("XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", n, "STREAMS", self.key, ">")
+            if not raw:
+                return []
+            entries = next(iter(raw.values())) if isinstance(raw, dict) else raw[0][1]  # RESP3: a map
+            return [(e[0], e[1][1]) for e in entries]
         reply = self.r.xreadgroup(GROUP, CONSUMER, {self.key: ">"}, count=n)
         if not reply:
             return []
         return [(i, fields[b"p"]) for i, fields in reply[0][1]]
 
     def ack(self, deliveries: list[Any]) -> None:
+        if self.conn is not None:
+            self.cmd("XACK", self.key, GROUP, *[d[0] for d in deliveries])
+            return
         self.r.xack(self.key, GROUP, *[d[0] for d in deliveries])
 
 
@@ -102,6 +127,9 @@ class Rqueue(Layout):
         assert isinstance(q, rqueue.Queue)
         self.q = q
         self.c = q.consumer(GROUP, name=CONSUMER, prefetch=BIG, max_inflight=BIG, ack_wait=ACK_WAIT_MS / 1000)
+
+    def go_direct(self) -> None:
+        pass  # rqueue's client sends its scripts so already
 
     def publish_many(self, payloads: list[bytes]) -> None:
         self.q.publish_many(payloads)
@@ -130,7 +158,7 @@ class Scripted(Layout):
         for what in ("publish", "fetch", "ack"):
             text = (HERE / self.folder / f"{what}.lua").read_text()
             self.sha[what] = self.r.script_load(text)
-        self.call = self.r.execute_command
+        self.call = self.cmd if self.conn is not None else self.r.execute_command
 
     def publish_many(self, payloads: list[bytes]) -> None:
         args: list[Any] = [0, ""]
@@ -222,11 +250,16 @@ class WideHash(Scripted):
 
 
 class StreamCalls(Scripted):
-    """Prototype (d): the script reads the new entries (one round trip)."""
+    """Prototype (d): the script reads the new entries (one round trip).
+
+    ``every`` (0: off) sends every seq that is a multiple of it through the
+    per-message path instead of the call's range (fetch.lua's ARGV[10]):
+    the cost of flow control, whose deliveries are not contiguous."""
 
     name = "stream_calls"
     folder = "stream_calls"
     mode = "read"
+    every = 0
 
     def join(self) -> None:
         base = f"pd:{{{self.queue}}}"
@@ -257,27 +290,39 @@ class StreamCalls(Scripted):
             n,
             tok,
             self.mode,
+            self.every,
         )
-        # (id, count, token, payload, seq): a call's new entries have contiguous seqs
+        # (id, count, token, payload, seq, by range): the per-message path
+        # (redeliveries, parked seqs) first, then the call's range
         out = [
-            (reply[k], int(reply[k + 1]), tok, reply[k + 2], int(reply[k].split(b"-")[0]))
+            (reply[k], int(reply[k + 1]), tok, reply[k + 2], int(reply[k].split(b"-")[0]), False)
             for k in range(2, len(reply), 3)
         ]
         entries = reply[1]
-        if entries and self.mode == "claim":
+        if not entries:
+            return out
+        if self.mode == "claim":
+            first = int(entries[0])
+            parked = entries[2] if len(entries) > 2 else b""
             entries = self.call("XRANGE", self.stream_key, entries[0], "+", "COUNT", entries[1])
-        if entries:
+            if parked:  # seqs of the claimed range that went by the per-message path
+                skip = {int(x) - first for x in parked.split(b",")}
+                entries = [e for i, e in enumerate(entries) if i not in skip]
+        if self.every:  # the range has holes where seqs were parked: each id names its seq
+            out += [(e[0], 1, tok, e[1][1], int(e[0].split(b"-")[0]), True) for e in entries]
+        else:  # a call's range: contiguous seqs
             first = int(entries[0][0].split(b"-")[0])
-            out += [(e[0], 1, tok, e[1][1], first + i) for i, e in enumerate(entries)]
+            out += [(e[0], 1, tok, e[1][1], first + i, True) for i, e in enumerate(entries)]
         return out
 
     def ack_raw(self, deliveries: list[Any]) -> list[bytes]:
-        """One argument triple per fetch call: its first deliveries as
-        ranges of seqs, its redeliveries as seq=count."""
+        """One argument triple per fetch call: what it handed out by range
+        as ranges of seqs, what it handed out by the per-message path
+        (redeliveries, parked seqs) as seq=count."""
         calls: dict[str, tuple[list[int], list[str]]] = {}
         for d in deliveries:
             seqs, again = calls.setdefault(d[2], ([], []))
-            if d[1] == 1:
+            if d[5] and d[1] == 1:  # a tag with another count is checked against the dlv state
                 seqs.append(d[4])
             else:
                 again.append(f"{d[4]}={d[1]}")

@@ -31,6 +31,7 @@ local floor = (f[3] or 0) + 0
 local out = {}
 local runs = {} -- first, last: what this call settles
 local settled = 0
+local settledNow = {} -- seqs of the per-message path settled by this call
 for a = 3, #ARGV, 3 do
   local tok, ranges, again = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   local c = rcall('HMGET', calls, tok, 'h:' .. tok, 'n:' .. tok)
@@ -58,12 +59,20 @@ for a = 3, #ARGV, 3 do
     end
   end
   if again ~= '' then
-    local done = {}
+    -- The per-message path: the states read in one HMGET, the settled
+    -- ones deleted in one HDEL.
+    local seqs, counts = {}, {}
     for seq, count in string.gmatch(again, '(%d+)=(%d+)') do
-      if mine and rcall('HGET', dlv, seq) == count .. ':' .. tok then
+      seqs[#seqs + 1] = seq
+      counts[#counts + 1] = count
+    end
+    local states = mine and #seqs > 0 and rcall('HMGET', dlv, unpack(seqs)) or {}
+    local done = {}
+    for i, seq in ipairs(seqs) do
+      if mine and not settledNow[seq] and states[i] == counts[i] .. ':' .. tok then
+        settledNow[seq] = true -- a second ack of it in this call is refused
         runs[#runs + 1] = {seq + 0, seq + 0}
         done[#done + 1] = seq
-        rcall('HSET', dlv, seq, '0:') -- settled: a second ack of it in this call is refused
         n = n + 1
         out[#out + 1] = 'ok'
       else
@@ -78,8 +87,10 @@ for a = 3, #ARGV, 3 do
     if c[3] - n <= 0 then
       rcall('HDEL', calls, tok, 'h:' .. tok, 'n:' .. tok, 'x:' .. tok)
       rcall('ZREM', exp, tok)
-    else
+    elseif bits then
       rcall('HSET', calls, tok, string.format('%d', first) .. ' ' .. bits, 'n:' .. tok, c[3] - n)
+    else -- a call that handed out nothing by range (all of it by the per-message path)
+      rcall('HSET', calls, 'n:' .. tok, c[3] - n)
     end
     settled = settled + n
   end

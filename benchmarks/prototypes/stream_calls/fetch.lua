@@ -3,11 +3,12 @@
   group, no PEL, and no write per message. A fetch hands out new entries
   from the group's cursor (a seq) and keeps one record per call: the
   calls hash holds <token> -> "<first seq> <out>", <out> one byte per
-  entry the call handed out, "1" while it is out and "0" once settled
-  (the entries are contiguous: seqs are gap-free and nothing above the
-  cursor is trimmed), h:<token> -> holder, n:<token> -> how many are
-  still out, x:<token> -> the seqs it handed out again (redeliveries,
-  each with a state in the dlv hash, seq -> "<count>:<token>"); the exp
+  entry the call took from the cursor, "1" while it is out and "0" once
+  settled or when it went by the per-message path (the entries are
+  contiguous: seqs are gap-free and nothing above the cursor is trimmed),
+  h:<token> -> holder, n:<token> -> how many are still out, x:<token> ->
+  the seqs it handed out by the per-message path (redeliveries, parked
+  seqs: each with a state in the dlv hash, seq -> "<count>:<token>"); the exp
   zset <token> -> lease deadline. A first delivery's count (1) costs
   nothing. A fetch that finds no call past its deadline pays one ZCOUNT
   for leases.
@@ -17,15 +18,28 @@
   seq and how many: the client reads them with XRANGE <first> + COUNT <k>
   (no one can settle or trim them before: they are this call's).
 
+  With ARGV[10] a number e above 0 (the flow-control measurement of
+  docs/storage-prototypes.md), every seq the cursor takes that is a
+  multiple of e is not handed out in the call's range: its byte in the
+  record is "0", it is parked in the ready zset, as a message the cursor
+  meets and may not hand out by range (priority, ordering key, delay),
+  and the same call hands it out by the per-message path, as a
+  redelivery: read from the stream (one XRANGE per run of consecutive
+  seqs), a dlv state "1:<token>", listed in x:<token>.
+  ARGV[10] absent or 0: no seq takes that path.
+
   KEYS[1] stream  KEYS[2] group hash (m:<c>, h:<c>, inflight, cursor,
     floor, paused)  KEYS[3] exp zset  KEYS[4] calls hash  KEYS[5] dlv
     hash  KEYS[6] ready zset (seq -> seq)  KEYS[7] dead-letter stream
     KEYS[8] meta hash (seq: the last assigned)
   ARGV[1] group  ARGV[2] consumer  ARGV[3] ack_wait ms  ARGV[4] max_inflight
   ARGV[5] prefetch  ARGV[6] max_deliveries  ARGV[7] n  ARGV[8] token
-  ARGV[9] "read" or "claim"
+  ARGV[9] "read" or "claim"  ARGV[10] e (optional, see above)
   Reply: { now_ms, new entries as XRANGE returns them ("read") or
-    {first seq, k} ("claim"), id1, count1, payload1, ... (redeliveries) }
+    {first seq, k} ("claim"; {first seq, k, "<parked seq>,..."} when seqs
+    of the range were parked: the client drops them from its XRANGE),
+    id1, count1, payload1, ... (the per-message path: redeliveries and
+    parked seqs) }
 ]]
 local rcall = redis.call
 local EXPIRE_CALLS = 100
@@ -101,46 +115,113 @@ if ARGV[5] - held < room then
 end
 local reply = {nowText, {}}
 local got = 0
-local again = nil
-if room > 0 and rcall('EXISTS', ready) == 1 then
-  again = {}
-  for _, seq in ipairs(rcall('ZRANGE', ready, '0', room - 1)) do
-    rcall('ZREM', ready, seq)
-    local rec = rcall('XRANGE', s, seq, seq)
-    local count = string.match(rcall('HGET', dlv, seq) or '1:', '^(%d+):') + 1
-    if rec[1] then
-      rcall('HSET', dlv, seq, count .. ':' .. token)
-      again[#again + 1] = seq
-      reply[#reply + 1] = rec[1][1]
-      reply[#reply + 1] = count
-      reply[#reply + 1] = rec[1][2][2]
-      got = got + 1
-    end
+local again = {}
+-- The per-message path: the lowest seqs of the ready zset, their counts
+-- raised (a seq without a dlv state was never handed out: count 1) and
+-- their states "<count>:<token>" written. One command each for the zset,
+-- the states read and the states written, whatever the number of seqs;
+-- the entries are read one XRANGE per run of consecutive seqs.
+local function fromReady(limit)
+  local seqs = rcall('ZRANGE', ready, '0', limit - 1)
+  if #seqs == 0 then
+    return
   end
+  rcall('ZREM', ready, unpack(seqs))
+  local states = rcall('HMGET', dlv, unpack(seqs))
+  local sets = {}
+  local i = 1
+  while i <= #seqs do
+    local j = i
+    while j < #seqs and seqs[j + 1] + 0 == seqs[j] + 1 do
+      j = j + 1
+    end
+    local recs = rcall('XRANGE', s, seqs[i], seqs[j])
+    local at = 1
+    for m = i, j do
+      local rec = recs[at]
+      if rec and string.match(rec[1], '^(%d+)') == seqs[m] then
+        at = at + 1
+        local count = string.match(states[m] or '0:', '^(%d+):') + 1
+        sets[#sets + 1] = seqs[m]
+        sets[#sets + 1] = count .. ':' .. token
+        again[#again + 1] = seqs[m]
+        reply[#reply + 1] = rec[1]
+        reply[#reply + 1] = count
+        reply[#reply + 1] = rec[2][2]
+        got = got + 1
+      end
+    end
+    i = j + 1
+  end
+  if #sets > 0 then
+    rcall('HSET', dlv, unpack(sets))
+  end
+end
+if room > 0 and rcall('EXISTS', ready) == 1 then
+  fromReady(room)
 end
 local fields = {}
 local k = room - got
+local every = tonumber(ARGV[10] or '0') or 0
 if k > 0 then
   local first = string.format('%d', cursor + 1)
+  local entries = nil
   if ARGV[9] == 'claim' then
     local last = (rcall('HGET', KEYS[8], 'seq') or 0) + 0
     if last - cursor < k then
       k = last - cursor
     end
-    if k > 0 then
-      reply[2] = {first, k}
-    end
   else
-    local entries = rcall('XRANGE', s, first, '+', 'COUNT', k)
+    entries = rcall('XRANGE', s, first, '+', 'COUNT', k)
     k = #entries
-    if k > 0 then
-      reply[2] = entries
-    end
   end
   if k > 0 then
-    got = got + k
+    local bits = string.rep('1', k)
+    local parked = {}
+    if every > 0 then
+      local parts, at, members = {}, 1, {}
+      local seq = cursor + 1 + (every - (cursor + 1) % every) % every
+      while seq <= cursor + k do
+        local i = seq - cursor
+        parts[#parts + 1] = string.rep('1', i - at)
+        parts[#parts + 1] = '0'
+        at = i + 1
+        local seqText = string.format('%d', seq)
+        members[#members + 1] = seqText
+        members[#members + 1] = seqText
+        parked[#parked + 1] = seqText
+        seq = seq + every
+      end
+      parts[#parts + 1] = string.rep('1', k - at + 1)
+      bits = table.concat(parts)
+      if #members > 0 then
+        rcall('ZADD', ready, unpack(members))
+      end
+    end
+    if #parked < k then
+      if entries == nil then
+        reply[2] = {first, k}
+        if #parked > 0 then
+          reply[2][3] = table.concat(parked, ',')
+        end
+      elseif #parked > 0 then
+        local kept = {}
+        for i = 1, k do
+          if string.byte(bits, i) == 49 then -- "1"
+            kept[#kept + 1] = entries[i]
+          end
+        end
+        reply[2] = kept
+      else
+        reply[2] = entries
+      end
+      fields = {token, first .. ' ' .. bits}
+    end
+    got = got + k - #parked
     cursor = cursor + k
-    fields = {token, first .. ' ' .. string.rep('1', k)}
+    if #parked > 0 then
+      fromReady(#parked)
+    end
   end
 end
 if got > 0 then
@@ -148,7 +229,7 @@ if got > 0 then
   fields[#fields + 1] = consumer
   fields[#fields + 1] = 'n:' .. token
   fields[#fields + 1] = got
-  if again and #again > 0 then
+  if #again > 0 then
     fields[#fields + 1] = 'x:' .. token
     fields[#fields + 1] = table.concat(again, ',')
   end
