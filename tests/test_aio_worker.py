@@ -140,6 +140,53 @@ def in_flight(q, group="g"):
 # -- both workers ------------------------------------------------------------------
 
 
+def deaf_channels(monkeypatch):
+    """Cuts off the channel's wake-ups for both workers' clients: a wait on
+    it lasts until its timeout or its own condition."""
+    import rqueue.aio.notify
+    import rqueue.engine.notify
+
+    sync_wait = rqueue.engine.notify.Notifier.wait_any
+    async_wait = rqueue.aio.notify.AsyncNotifier.wait_any
+    monkeypatch.setattr(
+        rqueue.engine.notify.Notifier,
+        "wait_any",
+        lambda self, since, timeout, until=None: sync_wait(self, {}, timeout, until),
+    )
+    monkeypatch.setattr(
+        rqueue.aio.notify.AsyncNotifier,
+        "wait_any",
+        lambda self, since, timeout, until=None: async_wait(self, {}, timeout, until),
+    )
+
+
+@BOTH
+@BACKENDS
+def test_an_idle_worker_waits_in_redis_for_a_publish_and_stops_at_once(kind, backend, prefix, live, monkeypatch):
+    # given an idle worker whose fetch waits in Redis, with polling made too
+    # slow to matter and the channel's wake-ups cut off
+    import rqueue.aio.worker
+    import rqueue.worker.dispatcher
+
+    monkeypatch.setattr(rqueue.worker.dispatcher, "IDLE_POLL_INTERVAL", 60.0)
+    monkeypatch.setattr(rqueue.aio.worker, "IDLE_POLL_INTERVAL", 60.0)
+    deaf_channels(monkeypatch)
+    q = live.queue("orders")
+    calls = Calls()
+    w = run_worker(kind, backend, prefix, q, lambda d: calls.add(d.seq), reconnect_timeout=120)
+    try:
+        wait_for(lambda: live.redis.hget(q.keys.meta, "wake") == b"1")
+        # when a message is published, then it runs long before a poll
+        q.publish(b"m")
+        wait_for(lambda: calls.count() == {1: 1})
+        wait_for(floor_reaches(q, "g", 1))
+        # and when the idle worker is stopped, it ends long before its 30 s wait
+        wait_for(lambda: live.redis.hget(q.keys.meta, "wake") == b"1")
+    finally:
+        w.stop()
+    assert w.join(10)
+
+
 @BACKENDS
 @BOTH
 def test_return_acks_exception_nacks_reject_dead_letters(kind, live, backend, prefix):

@@ -3,6 +3,7 @@ and share it among their consumers, blocking fetches, and peeking."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
@@ -130,6 +131,44 @@ def test_an_idle_fetch_that_may_not_wait_in_redis_wakes_up_on_the_channel(backen
     wait_for(lambda: not t.is_alive())
     assert [d.data for d in got] == [b"wake"]
     client.close()
+
+
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster's consumers wait on the channel
+def test_an_idle_asyncio_fetch_waits_in_redis_and_wakes_up_on_publish(backend, prefix, monkeypatch):
+    # given an asyncio consumer waiting in fetch, with polling made too slow
+    # to matter and the channel out of use
+    import rqueue.aio
+    import rqueue.aio.consumer
+    import rqueue.aio.notify
+
+    monkeypatch.setattr(rqueue.aio.consumer, "IDLE_POLL_INTERVAL", 60.0)
+
+    async def refuse(*args, **kwargs):
+        pytest.fail("waited on the channel")
+
+    monkeypatch.setattr(rqueue.aio.notify.AsyncNotifier, "wait", refuse)
+
+    async def main() -> list[bytes]:
+        client = await rqueue.aio.connect(backend, prefix=prefix)
+        q = client.queue("orders")
+        async with q.consumer("g") as c:
+            assert c.waits_on_wakes()
+            fetching = asyncio.ensure_future(c.fetch(1, timeout=30))
+
+            # (its first fetch found nothing: the queue is marked for a wake-up)
+            async def marked() -> None:
+                while await client.redis.hget(q.keys.meta, "wake") != b"1":
+                    await asyncio.sleep(0.01)
+
+            await asyncio.wait_for(marked(), 10)
+            # when a message is published
+            await q.publish(b"wake")
+            # then the waiting fetch returns it long before its poll or timeout
+            got = await asyncio.wait_for(fetching, 10)
+        await client.close()
+        return [d.data for d in got]
+
+    assert asyncio.run(main()) == [b"wake"]
 
 
 @pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster's consumers wait on the channel

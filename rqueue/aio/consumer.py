@@ -137,6 +137,17 @@ class Consumer(ConsumerCore):
         notifier = self.client.notifier
         channel = self.queue.keys.wake_channel
         deadline = clock.monotonic() + timeout
+        if timeout > 0 and self.waits_on_wakes():
+            reply, mark = await self._fetch_once(n)
+            while True:
+                deliveries = await self._received(reply, mark)
+                remaining = deadline - clock.monotonic()
+                if deliveries or remaining <= 0:
+                    return deliveries
+                if not self._wakes_on:
+                    break  # Redis refused the wait: the channel from now on
+                wait = self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL))
+                reply, mark = await self._wait_then_fetch(n, wait)
         while True:
             generation = await notifier.generation(channel) if timeout > 0 else 0
             reply, mark = await self._fetch_once(n)
@@ -145,6 +156,34 @@ class Consumer(ConsumerCore):
             if deliveries or remaining <= 0:
                 return deliveries
             await notifier.wait(channel, generation, self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL)))
+
+    def waits_on_wakes(self) -> bool:
+        """See :meth:`rqueue.Consumer.waits_on_wakes`."""
+        return self._wakes_on and acmd.wakes_usable(self.client.scripts)
+
+    async def end_waits(self) -> None:
+        """See :meth:`rqueue.Consumer.end_waits`."""
+        await self.client.redis.xadd(self.queue.keys.wakes, {"seq": "0"}, maxlen=1, approximate=False)
+
+    async def _wait_then_fetch(self, n: int, wait: float) -> tuple[commands.FetchReply, Mark]:
+        """See :meth:`rqueue.Consumer._wait_then_fetch`."""
+        mark = self._watch.mark()
+        call, token = self._call_now() or await self._group_call(), fetch_token(self.client.randomness)
+        try:
+            woken = await acmd.wait_then_fetch(
+                call, self.queue.keys.wakes, self._wake_since, max(1, int(wait * 1000)), n, token
+            )
+        except NotMember:
+            return await self._fetch_once(n)  # it joins again
+        self._wake_since = woken.since
+        if woken.refused:
+            log.warning(
+                "XREAD on %s refused: %r waits on the wake-up channel instead (docs/ACL.md)",
+                self.queue.keys.wakes,
+                self,
+            )
+            self._wakes_on = False
+        return woken.reply, mark
 
     async def _fetch_once(self, n: int) -> tuple[commands.FetchReply, Mark]:
         mark = self._watch.mark()
@@ -200,15 +239,22 @@ class Consumer(ConsumerCore):
         return self._acked(tags, lost, await acmd.ack(call, tags, strict=False))
 
     async def ack_and_fetch(
-        self, acks: Iterable[Ref], n: int
+        self, acks: Iterable[Ref], n: int, wait: float | None = None
     ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """Acks what can be acked and claims up to ``n`` deliveries in one
-        round trip, two with completed events on (see
+        round trip, two with completed events on; with ``wait`` and no acks,
+        waits for the queue's wake-up first (see
         :meth:`rqueue.Consumer.ack_and_fetch`)."""
         check.whole_number("n", n, 0)
+        if wait is not None:
+            check.seconds("wait", wait)
         refs = list(acks)
         if n == 0:
             return await self.ack_available(refs), [], None
+        if wait is not None and not refs and self.waits_on_wakes():
+            reply, mark = await self._wait_then_fetch(n, wait)
+            deliveries = await self._received(reply, mark)
+            return [], deliveries, self._due_in(reply, deliveries)  # type: ignore[arg-type]
         if refs and self._completed_on():
             # fetch.lua's acks record no event: the acks go first, in a call
             # that records them, then the fetch (two round trips, only then;

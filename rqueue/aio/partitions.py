@@ -493,10 +493,13 @@ class PartitionedConsumer(PartitionRouting):
             await notifier.wait_any(since, min(remaining, IDLE_POLL_INTERVAL))
 
     async def ack_and_fetch(
-        self, acks: Iterable[Ref], n: int
+        self, acks: Iterable[Ref], n: int, wait: float | None = None
     ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
-        """As :meth:`rqueue.PartitionedConsumer.ack_and_fetch`."""
+        """As :meth:`rqueue.PartitionedConsumer.ack_and_fetch` (``wait`` is
+        checked and not waited for)."""
         check.whole_number("n", n, 0)
+        if wait is not None:
+            check.seconds("wait", wait)
         by_part = self._split(acks)
         statuses: dict[int, RQueueError | None] = {}
         out: list[Delivery] = []
@@ -561,6 +564,13 @@ class PartitionedConsumer(PartitionRouting):
             got = await self.consumers[p].ack_results([(d, items[i][1]) for i, d in mine], event)
             statuses.update(zip((i for i, _ in mine), got, strict=True))
         return self._by_index(statuses)
+
+    def waits_on_wakes(self) -> bool:
+        """See :meth:`rqueue.PartitionedConsumer.waits_on_wakes`."""
+        return False
+
+    async def end_waits(self) -> None:
+        """Nothing: no consumer of a partitioned queue waits in Redis."""
 
     async def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
         """As :meth:`rqueue.Consumer.keep_failure`, in the delivery's partition."""

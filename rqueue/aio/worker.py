@@ -150,6 +150,7 @@ class Worker:
         self._tasks: asyncio.Queue[Delivery | list[Delivery] | None] = asyncio.Queue()
         self._dispatching: asyncio.Task[None] | None = None
         self._beating: asyncio.Task[None] | None = None
+        self._stop_wake: asyncio.Future[None] | None = None  # held: the loop keeps tasks weakly
         self._beat_stop = asyncio.Event()
         # Handler runs cut off at their time limit, kept until they end
         # (the loop holds tasks weakly), their outcome discarded.
@@ -216,10 +217,22 @@ class Worker:
 
     def _wake(self, now: bool) -> None:
         self._notifier.poke()
+        consumer = self.consumer
+        if consumer is not None and consumer.waits_on_wakes():
+            # The dispatcher may be waiting in Redis for the queue's wake-up:
+            # an entry ends the wait (a task: a stop never waits for Redis).
+            self._stop_wake = asyncio.ensure_future(self._end_waits(consumer))
         if now:
             self._retry.cut_off_soon()
             if self._dispatching is not None:
                 self._dispatching.cancel()
+
+    @staticmethod
+    async def _end_waits(consumer: PlainConsumer | PartitionedConsumer) -> None:
+        try:
+            await consumer.end_waits()
+        except Exception as exc:  # a hint only: the wait ends by itself
+            log.debug("could not wake the dispatcher (%s); it stops when its wait ends", exc)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self._stopping.is_set():
@@ -243,8 +256,9 @@ class Worker:
         notifier = self._notifier
         parts = self.queue.parts if isinstance(self.queue, PartitionedQueue) else [self.queue]
         channels = [part.keys.wake_channel for part in parts]
+        idle_wait: float | None = None  # set: the next fetch waits for the queue's wake-up first
         while not self._stopping.is_set():
-            since = {channel: await notifier.generation(channel) for channel in channels}
+            since = {} if idle_wait is not None else {ch: await notifier.generation(ch) for ch in channels}
             acks, others = ledger.drain()
             await self._settle_others(consumer, others)
             free = self.prefetch - ledger.unsettled()
@@ -254,7 +268,12 @@ class Worker:
             # The lease of what this fetch brings begins after it is sent.
             sent = self._clock.monotonic()
             joins, epoch = consumer.joins, consumer.state_epoch
-            statuses, deliveries, due_in = await self._retry.call(consumer.ack_and_fetch, acks, max(free, 0))
+            # As rqueue.worker.dispatcher: only a stop brings news while nothing runs.
+            wait_first = idle_wait if not acks and not others and ledger.unsettled() == 0 else None
+            idle_wait = None
+            statuses, deliveries, due_in = await self._retry.call(
+                consumer.ack_and_fetch, acks, max(free, 0), wait_first
+            )
             lost = consumer.state_epoch != epoch
             if lost:
                 dropped = ledger.forget_waiting(older_than=consumer.state_epoch)
@@ -291,6 +310,11 @@ class Worker:
             if acks or others:
                 continue
             wait = IDLE_POLL_INTERVAL if due_in is None else min(IDLE_POLL_INTERVAL, due_in)
+            if consumer.waits_on_wakes() and ledger.unsettled() == 0 and not self._has_news():
+                idle_wait = min(wait, self._retry.timeout / 2)  # the next round's fetch waits in Redis
+                continue
+            if not since:
+                continue  # this round's fetch followed a wait in Redis: the channels are read first
             await notifier.wait_any(since, wait, until=self._has_news)
 
     async def _settle(self, consumer: Consumer) -> None:

@@ -3,6 +3,9 @@ asyncio client: each awaits its script (or plain commands) with the same
 KEYS and ARGV builders and the same reply parsers as the sync call, and
 translates errors in the same place (commands.translate). Only the I/O
 differs.
+
+Long because it is the asyncio twin of commands.py and store.py together:
+every awaitable call sits beside the others, as the sync ones do there.
 """
 
 from __future__ import annotations
@@ -102,6 +105,40 @@ async def fetch(call: AsyncGroupCall, n: int, token: str, acks: Sequence[c.Tag] 
     except (redis.RedisError, OSError) as exc:
         raise c.translate(exc, call.queue, call.where) from exc
     return c.parse_fetch(reply, token, len(acks))
+
+
+def wakes_usable(scripts: AsyncScripts) -> bool:
+    """As :func:`rqueue.engine.commands.wakes_usable`, for an asyncio client."""
+    from redis.asyncio import RedisCluster  # (imported where the asyncio client is used)
+
+    return not isinstance(scripts.redis, RedisCluster)
+
+
+async def wait_then_fetch(
+    call: AsyncGroupCall, wakes: str, since: str, block_ms: int, n: int, token: str
+) -> c.WokenFetch:
+    """As :func:`rqueue.engine.commands.wait_then_fetch`: the wait for the
+    queue's wake-up and the fetch in one pipeline. A NOSCRIPT reply (the
+    fetch did not run) is followed by the fetch alone, which loads it."""
+    args = c.fetch_args(n, token + call.rate)
+    keys = call.keys if call.flow[0] else call.fetch_keys
+    pipe = call.scripts.redis.pipeline(transaction=False)
+    pipe.execute_command("XREAD", "BLOCK", max(1, block_ms), "STREAMS", wakes, since)
+    pipe.execute_command("EVALSHA", call.scripts.fetch.sha, len(keys), *keys, *call.argv(args))
+    try:
+        woke, reply = await pipe.execute(raise_on_error=False)
+    except (redis.RedisError, OSError) as exc:
+        raise c.translate(exc, call.queue, call.where) from exc
+    refused = isinstance(woke, BaseException)
+    if not refused:
+        since = c.last_wake_id(woke, since)
+    if isinstance(reply, BaseException):
+        if c.needs_flow_keys(reply):
+            call.flow[0] = True  # nothing was changed: the fetch again, with every key
+        elif not str(reply).startswith("NOSCRIPT"):
+            raise c.translate(reply, call.queue, call.where) from reply
+        return c.WokenFetch(since, refused, await fetch(call, n, token))
+    return c.WokenFetch(since, refused, c.parse_fetch(reply, token, 0))
 
 
 async def ack(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool) -> list[str]:

@@ -225,6 +225,8 @@ class AsyncScripts:
     group_delete: AsyncScript
 
     def __init__(self, redis: Any, retry: AsyncRetrier = no_async_retry, shebang: bool = True) -> None:
+        #: The client the scripts are sent with.
+        self.redis = redis
         #: The connections of the script calls (None: redis-py's pool).
         self.connections = AsyncScriptConnections.of(redis)
         for name in SCRIPT_NAMES:
