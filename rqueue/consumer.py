@@ -89,14 +89,15 @@ class Consumer(ConsumerCore):
         deadline = clock.monotonic() + timeout
         if timeout > 0 and self.waits_on_wakes():
             reply, mark = self._fetch_once(n)
+            deliveries = self._received(reply, mark)
             while True:
-                deliveries = self._received(reply, mark)
                 remaining = deadline - clock.monotonic()
                 if deliveries or remaining <= 0:
                     return deliveries
                 if not self._wakes_on:
-                    break  # Redis refused the wait: the channel from now on
-                reply, mark = self._wait_then_fetch(n, self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL)))
+                    break  # the channel from now on (see _wait_then_fetch)
+                wait = self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL))
+                reply, deliveries = self._wait_then_fetch(n, wait)
         while True:
             generation = self.client.notifier.generation(channel) if timeout > 0 else 0
             reply, mark = self._fetch_once(n)
@@ -119,27 +120,25 @@ class Consumer(ConsumerCore):
             mark = self._watch.mark()
             return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness)), mark
 
-    def _wait_then_fetch(self, n: int, wait: float) -> tuple[commands.FetchReply, Any]:
+    def _wait_then_fetch(self, n: int, wait: float) -> tuple[commands.FetchReply, list[Delivery]]:
         """Waits up to ``wait`` seconds for the queue's wake-up, then
-        fetches, in one round trip; the reply and what the watch knew when
-        it was sent. When Redis refuses the wait, the fetch runs all the
-        same, and this consumer waits on the channel from then on."""
+        fetches, in one round trip; the reply and its deliveries. When Redis
+        refuses the wait, the fetch runs all the same; then, and when the
+        wait shows that a message came without a wake-up, this consumer
+        waits on the channel from then on."""
         mark = self._watch.mark()
         call, token = self._group_call(), fetch_token(self.client.randomness)
         block_ms = max(1, int(wait * 1000))
+        since = self._wake_since
         try:
-            woken = commands.wait_then_fetch(call, self.queue.keys.wakes, self._wake_since, block_ms, n, token)
+            woken = commands.wait_then_fetch(call, self.queue.keys.wakes, since, block_ms, n, token)
         except NotMember:
-            return self._fetch_once(n)  # it joins again
+            reply, mark = self._fetch_once(n)  # it joins again
+            return reply, self._received(reply, mark)
         self._wake_since = woken.since
-        if woken.refused:
-            log.warning(
-                "XREAD on %s refused: %r waits on the wake-up channel instead (docs/ACL.md)",
-                self.queue.keys.wakes,
-                self,
-            )
-            self._wakes_on = False
-        return woken.reply, mark
+        deliveries = self._received(woken.reply, mark)
+        self._judge_wait(woken, since, block_ms, deliveries)
+        return woken.reply, deliveries
 
     def waits_on_wakes(self) -> bool:
         """True when an idle fetch waits in Redis for the queue's wake-up
@@ -224,8 +223,7 @@ class Consumer(ConsumerCore):
         if n == 0:
             return self.ack_available(refs), [], None
         if wait is not None and not refs and self.waits_on_wakes():
-            reply, mark = self._wait_then_fetch(n, wait)
-            deliveries = self._received(reply, mark)
+            reply, deliveries = self._wait_then_fetch(n, wait)
             return [], deliveries, self._due_in(reply, deliveries)
         if refs and self._completed_on():
             # fetch.lua's acks record no event: the acks go first, in a call

@@ -74,6 +74,9 @@ class ConsumerCore:
         # Redis refused the wait.
         self._wake_since = commands.WAKE_ANY
         self._wakes_on = True
+        # When (server ms) its last fetch handed out nothing, so that the
+        # next publish was to add a wake-up (fetch.lua sets "wake" then).
+        self._found_nothing_at: int | None = None
         keys: QueueKeys = queue.keys
         # What it saw of the queue's state in Redis (statewatch.py): a loss
         # drops every delivery it holds.
@@ -172,6 +175,8 @@ class ConsumerCore:
         # Per message on the hot path: no helper calls for a compact record
         # (no headers, no delay: the common case); anything else goes to
         # decode_record.
+        if len(reply.raw) == reply.first:
+            self._found_nothing_at = reply.now_ms
         epoch = self._watch.saw(mark, reply.incarnation, reply.last_seq)
         if epoch is None:
             # Sent before a loss this consumer saw meanwhile: what it brought
@@ -245,6 +250,37 @@ class ConsumerCore:
             held.pop(tag, None)
             statuses.append(None if status == "ok" else delivery_error(status, tag))
         return merged(lost, statuses)
+
+    def _judge_wait(self, woken: commands.WokenFetch, since: str, block_ms: int, deliveries: list[Delivery]) -> None:
+        """After a wait in Redis for the queue's wake-up (``since`` the last
+        one seen, ``block_ms`` long): this consumer waits on the channel from
+        then on when Redis refused the wait, or when the wait ran out and the
+        fetch after it brought a message first published after the fetch
+        that found nothing. That
+        message came without a wake-up, as one from a publisher of an rqueue
+        that adds none (docs/upgrading.md) does; its publishes are announced
+        on the channel."""
+        if woken.refused:
+            log.warning(
+                "XREAD on %s refused: %r waits on the wake-up channel instead (docs/ACL.md)",
+                self.queue.keys.wakes,
+                self,
+            )
+            self._wakes_on = False
+            return
+        if woken.since != since or not deliveries:
+            return
+        # Published after the fetch that found nothing (that marked the
+        # queue), else after the wait began.
+        began = self._found_nothing_at or woken.reply.now_ms - block_ms
+        if any(d.delivery_count == 1 and d.published_ms > began for d in deliveries):
+            log.warning(
+                "a message came to %s without a wake-up (a publisher of an older rqueue?): "
+                "%r waits on the wake-up channel instead (docs/upgrading.md)",
+                self.queue.name,
+                self,
+            )
+            self._wakes_on = False
 
     @staticmethod
     def _due_in(reply: commands.FetchReply, deliveries: list[Delivery]) -> float | None:

@@ -172,6 +172,36 @@ def test_an_idle_asyncio_fetch_waits_in_redis_and_wakes_up_on_publish(backend, p
 
 
 @pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster's consumers wait on the channel
+def test_a_message_that_came_without_a_wake_up_turns_the_consumer_to_the_channel(backend, prefix, monkeypatch, caplog):
+    # given a consumer waiting in Redis (briefly), and a publisher that adds
+    # no wake-up, as an older rqueue's (here the mark is taken away first)
+    monkeypatch.setattr(rqueue.consumer, "IDLE_POLL_INTERVAL", 0.3)
+    client = rqueue.connect(backend, prefix=prefix)
+    q = client.queue("orders")
+    c = q.consumer("g")
+    got: list[rqueue.Delivery] = []
+    t = threading.Thread(target=lambda: got.extend(c.fetch(1, timeout=30)))
+    t.start()
+    wait_for(lambda: client.redis.hget(q.keys.meta, "wake") == b"1")
+    client.redis.hdel(q.keys.meta, "wake")
+    seen_ms = server_ms(client)
+    wait_for(lambda: server_ms(client) > seen_ms)  # (published in a later ms than the fetch that marked)
+    q.publish(b"unannounced")
+    # when its wait runs out, then the fetch after it brings the message
+    wait_for(lambda: not t.is_alive())
+    assert [d.data for d in got] == [b"unannounced"] and client.redis.exists(q.keys.wakes) == 0
+    # and the consumer waits on the channel from then on, and says why
+    assert not c.waits_on_wakes()
+    assert "without a wake-up" in caplog.text
+    client.close()
+
+
+def server_ms(client: rqueue.Client) -> int:
+    seconds, micros = client.redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster's consumers wait on the channel
 def test_a_wake_up_published_before_the_wait_is_not_missed(backend, prefix):
     # given a consumer whose fetch found nothing (the queue is marked)
     client = rqueue.connect(backend, prefix=prefix)

@@ -139,15 +139,15 @@ class Consumer(ConsumerCore):
         deadline = clock.monotonic() + timeout
         if timeout > 0 and self.waits_on_wakes():
             reply, mark = await self._fetch_once(n)
+            deliveries = await self._received(reply, mark)
             while True:
-                deliveries = await self._received(reply, mark)
                 remaining = deadline - clock.monotonic()
                 if deliveries or remaining <= 0:
                     return deliveries
                 if not self._wakes_on:
-                    break  # Redis refused the wait: the channel from now on
+                    break  # the channel from now on (see _wait_then_fetch)
                 wait = self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL))
-                reply, mark = await self._wait_then_fetch(n, wait)
+                reply, deliveries = await self._wait_then_fetch(n, wait)
         while True:
             generation = await notifier.generation(channel) if timeout > 0 else 0
             reply, mark = await self._fetch_once(n)
@@ -165,25 +165,21 @@ class Consumer(ConsumerCore):
         """See :meth:`rqueue.Consumer.end_waits`."""
         await self.client.redis.xadd(self.queue.keys.wakes, {"seq": "0"}, maxlen=1, approximate=False)
 
-    async def _wait_then_fetch(self, n: int, wait: float) -> tuple[commands.FetchReply, Mark]:
+    async def _wait_then_fetch(self, n: int, wait: float) -> tuple[commands.FetchReply, list[Delivery]]:
         """See :meth:`rqueue.Consumer._wait_then_fetch`."""
         mark = self._watch.mark()
         call, token = self._call_now() or await self._group_call(), fetch_token(self.client.randomness)
+        block_ms = max(1, int(wait * 1000))
+        since = self._wake_since
         try:
-            woken = await acmd.wait_then_fetch(
-                call, self.queue.keys.wakes, self._wake_since, max(1, int(wait * 1000)), n, token
-            )
+            woken = await acmd.wait_then_fetch(call, self.queue.keys.wakes, since, block_ms, n, token)
         except NotMember:
-            return await self._fetch_once(n)  # it joins again
+            reply, mark = await self._fetch_once(n)  # it joins again
+            return reply, await self._received(reply, mark)
         self._wake_since = woken.since
-        if woken.refused:
-            log.warning(
-                "XREAD on %s refused: %r waits on the wake-up channel instead (docs/ACL.md)",
-                self.queue.keys.wakes,
-                self,
-            )
-            self._wakes_on = False
-        return woken.reply, mark
+        deliveries = await self._received(woken.reply, mark)
+        self._judge_wait(woken, since, block_ms, deliveries)  # type: ignore[arg-type]  # an aio Delivery is a Delivery
+        return woken.reply, deliveries
 
     async def _fetch_once(self, n: int) -> tuple[commands.FetchReply, Mark]:
         mark = self._watch.mark()
@@ -252,8 +248,7 @@ class Consumer(ConsumerCore):
         if n == 0:
             return await self.ack_available(refs), [], None
         if wait is not None and not refs and self.waits_on_wakes():
-            reply, mark = await self._wait_then_fetch(n, wait)
-            deliveries = await self._received(reply, mark)
+            reply, deliveries = await self._wait_then_fetch(n, wait)
             return [], deliveries, self._due_in(reply, deliveries)  # type: ignore[arg-type]
         if refs and self._completed_on():
             # fetch.lua's acks record no event: the acks go first, in a call
