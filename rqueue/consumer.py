@@ -87,7 +87,7 @@ class Consumer(ConsumerCore):
         clock = self.client.clock
         channel = self.queue.keys.wake_channel
         deadline = clock.monotonic() + timeout
-        if timeout > 0 and self.waits_on_wakes():
+        if timeout > 0 and self._waits_in_redis(self.settings()):
             reply, mark = self._fetch_once(n)
             deliveries = self._received(reply, mark)
             while True:
@@ -143,8 +143,11 @@ class Consumer(ConsumerCore):
     def waits_on_wakes(self) -> bool:
         """True when an idle fetch waits in Redis for the queue's wake-up
         (:meth:`fetch` with a timeout, :meth:`ack_and_fetch` with a wait),
-        False when it waits on the channel."""
-        return self._wakes_on and commands.wakes_usable(self.client.scripts)
+        by the settings of its last call; False when it waits on the channel."""
+        return self._waits_in_redis(self.last_settings)
+
+    def _waits_in_redis(self, settings: Settings) -> bool:
+        return settings.wait_in_redis and self._wakes_on and commands.wakes_usable(self.client.scripts)
 
     def end_waits(self) -> None:
         """Ends the waits of every consumer of the queue waiting in Redis for

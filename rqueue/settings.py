@@ -71,6 +71,9 @@ class Settings:
     max_age: float | None = None  # seconds settled messages are kept (docs/retention.md); None = not by age
     max_length: int | None = None  # newest seqs kept once settled; None = not by length
     results: bool = False  # workers keep each handler's return value (docs/results.md)
+    # An idle consumer waits in Redis for the queue's wake-up, its next fetch
+    # pipelined behind (docs/design.md, "Wake-ups"), not on the channel.
+    wait_in_redis: bool = False
     result_ttl: float = DEFAULT_RESULT_TTL  # seconds a kept result lives
     events: tuple[str, ...] = ()  # lifecycle event kinds recorded besides the always-on ones
     # Seconds after its publish a message expires when handed out (dead-lettered
@@ -189,7 +192,7 @@ def _check_one(name: str, value: Any) -> Any:
         if value is None:
             return None
         return _at_least(name, value, 0, integer=True, what="must be None or a whole number of messages >= 0")
-    if name == "results":
+    if name in ("results", "wait_in_redis"):
         if not isinstance(value, bool):
             raise InvalidSetting(name, value, "must be true or false")
         return value

@@ -171,6 +171,7 @@ def test_an_idle_worker_waits_in_redis_for_a_publish_and_stops_at_once(kind, bac
     monkeypatch.setattr(rqueue.worker.dispatcher, "IDLE_POLL_INTERVAL", 60.0)
     monkeypatch.setattr(rqueue.aio.worker, "IDLE_POLL_INTERVAL", 60.0)
     deaf_channels(monkeypatch)
+    live.configure("orders", wait_in_redis=True)
     q = live.queue("orders")
     calls = Calls()
     w = run_worker(kind, backend, prefix, q, lambda d: calls.add(d.seq), reconnect_timeout=120)

@@ -71,7 +71,7 @@ def test_an_idle_fetch_waits_in_redis_and_wakes_up_on_publish(backend, prefix, m
     monkeypatch.setattr(rqueue.consumer, "IDLE_POLL_INTERVAL", 60.0)
     client = rqueue.connect(backend, prefix=prefix)
     q = client.queue("orders")
-    c = q.consumer("g")
+    c = q.consumer("g", wait_in_redis=True)
     # (on one server it waits in Redis, not on the channel; a cluster's
     # pipelines take script calls only, so its consumers wait on the channel)
     in_redis = not isinstance(client.redis, redis.RedisCluster)
@@ -93,9 +93,35 @@ def test_an_idle_fetch_waits_in_redis_and_wakes_up_on_publish(backend, prefix, m
     client.close()
 
 
+def test_wait_in_redis_is_true_or_false(client, queue):
+    # when it is set to anything else, then it is refused, naming the setting, and nothing changes
+    with nothing_changes(client), pytest.raises(rqueue.InvalidSetting) as err:
+        client.configure("orders", wait_in_redis="yes")
+    names_input(err.value, "wait_in_redis", "true or false")
+    with pytest.raises(rqueue.InvalidSetting):
+        queue.consumer("g", wait_in_redis=1)
+
+
+def test_a_fetch_that_finds_nothing_marks_the_queue_only_for_a_consumer_that_waits_in_redis(client, queue):
+    # when a consumer without wait_in_redis finds nothing, then the queue is not marked
+    plain = queue.consumer("g", name="plain")
+    assert plain.fetch(1) == []
+    assert client.redis.hget(queue.keys.meta, "wake") is None
+    # and a publish then adds no wake-up
+    queue.publish(b"a")
+    assert client.redis.exists(queue.keys.wakes) == 0
+    assert [d.data for d in plain.fetch(1)] == [b"a"]
+    # when one with it finds nothing, then the queue is marked, and the next publish adds one
+    waiting = queue.consumer("g", name="waiting", wait_in_redis=True)
+    assert waiting.fetch(1) == []
+    assert client.redis.hget(queue.keys.meta, "wake") == b"1"
+    queue.publish(b"b")
+    assert client.redis.xlen(queue.keys.wakes) == 1 and client.redis.hget(queue.keys.meta, "wake") is None
+
+
 def test_a_busy_queue_adds_no_wake_up(client, queue):
-    # given a consumer that keeps finding messages
-    c = queue.consumer("g")
+    # given a consumer that waits in Redis when idle and keeps finding messages
+    c = queue.consumer("g", wait_in_redis=True)
     queue.publish_many([b"a", b"b"])
     assert len(c.fetch(1)) == 1
     # when more are published while it finds some each time
@@ -105,14 +131,14 @@ def test_a_busy_queue_adds_no_wake_up(client, queue):
     assert client.redis.exists(queue.keys.wakes) == 0
 
 
-def test_an_idle_fetch_that_may_not_wait_in_redis_wakes_up_on_the_channel(backend, prefix, monkeypatch):
-    # given a consumer waiting in fetch on the channel (as on a cluster, or
-    # with an ACL without XREAD), with polling made too slow to matter
+def test_an_idle_fetch_waits_on_the_channel_by_default_and_wakes_up_on_publish(backend, prefix, monkeypatch):
+    # given a consumer waiting in fetch on the channel (wait_in_redis is off
+    # by default), with polling made too slow to matter
     monkeypatch.setattr(rqueue.consumer, "IDLE_POLL_INTERVAL", 60.0)
-    monkeypatch.setattr(commands, "wakes_usable", lambda scripts: False)
     client = rqueue.connect(backend, prefix=prefix)
     q = client.queue("orders")
     c = q.consumer("g")
+    assert not c.waits_on_wakes()
     waiting = threading.Event()
     real_wait = client.notifier.wait
 
@@ -151,7 +177,7 @@ def test_an_idle_asyncio_fetch_waits_in_redis_and_wakes_up_on_publish(backend, p
     async def main() -> list[bytes]:
         client = await rqueue.aio.connect(backend, prefix=prefix)
         q = client.queue("orders")
-        async with q.consumer("g") as c:
+        async with q.consumer("g", wait_in_redis=True) as c:
             assert c.waits_on_wakes()
             fetching = asyncio.ensure_future(c.fetch(1, timeout=30))
 
@@ -178,7 +204,7 @@ def test_a_message_that_came_without_a_wake_up_turns_the_consumer_to_the_channel
     monkeypatch.setattr(rqueue.consumer, "IDLE_POLL_INTERVAL", 0.3)
     client = rqueue.connect(backend, prefix=prefix)
     q = client.queue("orders")
-    c = q.consumer("g")
+    c = q.consumer("g", wait_in_redis=True)
     got: list[rqueue.Delivery] = []
     t = threading.Thread(target=lambda: got.extend(c.fetch(1, timeout=30)))
     t.start()

@@ -50,7 +50,7 @@ def test_publish_consume_and_ack_through_a_sentinel_url(group, prefix):
         fetched: list[rqueue.Delivery] = []
         waiter = threading.Thread(target=lambda: fetched.extend(consumer.fetch(1, timeout=10)))
         waiter.start()
-        wait_for(lambda: client.redis.hget(q.keys.meta, "wake") == b"1", timeout=5)  # its fetch found nothing
+        wait_for(lambda: q.keys.wake_channel.encode() in client.redis.pubsub_channels(), timeout=5)
         q.publish(b"hello", id="order-1")
         waiter.join(15)
         # then it gets it, acks it, and the work went to the primary the sentinels name

@@ -208,6 +208,7 @@ def test_an_idle_worker_waits_in_redis_for_a_publish_and_stops_at_once(live, mon
     # given an idle worker (nothing running) whose fetch waits in Redis, with
     # polling made too slow to matter and the channel out of use
     monkeypatch.setattr(rqueue.worker.dispatcher, "IDLE_POLL_INTERVAL", 60.0)
+    live.configure("orders", wait_in_redis=True)
     q = live.queue("orders")
     calls = Calls()
     w = rqueue.Worker(q, "g", lambda d: calls.add(d.seq), reconnect_timeout=120)
@@ -242,7 +243,7 @@ def test_a_paused_group_resumed_wakes_a_consumer_waiting_in_redis(live, monkeypa
     # fetch marks nothing), with polling made too slow to matter
     monkeypatch.setattr(rqueue.consumer, "IDLE_POLL_INTERVAL", 60.0)
     q = live.queue("orders")
-    c = q.consumer("g")
+    c = q.consumer("g", wait_in_redis=True)
     q.pause("g")
     q.publish(b"m")
     waiting = threading.Event()

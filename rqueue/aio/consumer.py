@@ -137,7 +137,7 @@ class Consumer(ConsumerCore):
         notifier = self.client.notifier
         channel = self.queue.keys.wake_channel
         deadline = clock.monotonic() + timeout
-        if timeout > 0 and self.waits_on_wakes():
+        if timeout > 0 and self._waits_in_redis(await self.settings()):
             reply, mark = await self._fetch_once(n)
             deliveries = await self._received(reply, mark)
             while True:
@@ -159,7 +159,10 @@ class Consumer(ConsumerCore):
 
     def waits_on_wakes(self) -> bool:
         """See :meth:`rqueue.Consumer.waits_on_wakes`."""
-        return self._wakes_on and acmd.wakes_usable(self.client.scripts)
+        return self._waits_in_redis(self.last_settings)
+
+    def _waits_in_redis(self, settings: Settings) -> bool:
+        return settings.wait_in_redis and self._wakes_on and acmd.wakes_usable(self.client.scripts)
 
     async def end_waits(self) -> None:
         """See :meth:`rqueue.Consumer.end_waits`."""

@@ -92,7 +92,7 @@ class AsyncGroupCall(c.GroupArgs):
 
 
 async def fetch(call: AsyncGroupCall, n: int, token: str, acks: Sequence[c.Tag] = ()) -> c.FetchReply:
-    args = c.fetch_args(n, token + call.rate, acks)
+    args = c.fetch_args(n, token + call.rate, acks, call.marks)
     if not call.flow[0]:  # the short layout first, as the sync fetch (commands.fetch)
         try:
             return c.parse_fetch(await call.scripts.fetch(call.fetch_keys, call.argv(args)), token, len(acks))
@@ -120,7 +120,7 @@ async def wait_then_fetch(
     """As :func:`rqueue.engine.commands.wait_then_fetch`: the wait for the
     queue's wake-up and the fetch in one pipeline. A NOSCRIPT reply (the
     fetch did not run) is followed by the fetch alone, which loads it."""
-    args = c.fetch_args(n, token + call.rate)
+    args = c.fetch_args(n, token + call.rate, marks=True)
     keys = call.keys if call.flow[0] else call.fetch_keys
     pipe = call.scripts.redis.pipeline(transaction=False)
     pipe.execute_command("XREAD", "BLOCK", max(1, block_ms), "STREAMS", wakes, since)

@@ -133,6 +133,8 @@ class GroupSettings(Protocol):
     def key_rate_limit(self) -> int: ...
     @property
     def key_rate_period(self) -> float: ...
+    @property
+    def wait_in_redis(self) -> bool: ...
 
 
 def _ms(seconds: float) -> int:
@@ -197,6 +199,10 @@ class GroupArgs:
     # with a rate limit sends every key from the start.
     fetch_keys: list[str]
     flow: list[bool]
+    # The consumer waits in Redis for the queue's wake-up when idle (the
+    # setting wait_in_redis): its fetches ask to mark the queue when they
+    # find nothing (a negative n, lua/fetch.lua).
+    marks: bool
 
     @staticmethod
     def fields_of(
@@ -226,6 +232,7 @@ class GroupArgs:
             "fetch_keys": keys[:FETCH_PLAIN_KEYS],
             # a rate limit (the rate window, KEYS[20]) or key settings: every key, every fetch
             "flow": [len(keys) <= FETCH_PLAIN_KEYS or rate_suffix(settings) != ""],
+            "marks": settings.wait_in_redis,
         }
 
     def argv(self, extra: Sequence[Any]) -> list[Any]:
@@ -320,8 +327,10 @@ def flat_tags(tags: Sequence[Tag]) -> list[int | str]:
 # and parsers through an await: only the I/O differs.
 
 
-def fetch_args(n: int, token: str, acks: Sequence[Tag] = ()) -> list[Any]:
-    return [n, token, *flat_tags(acks)]
+def fetch_args(n: int, token: str, acks: Sequence[Tag] = (), marks: bool = False) -> list[Any]:
+    """fetch.lua's ARGV after the group block; ``marks``: a call that finds
+    nothing marks the queue for a wake-up (n is sent negative)."""
+    return [-n if marks else n, token, *flat_tags(acks)]
 
 
 def parse_fetch(reply: Any, token: str, acks: int) -> FetchReply:
@@ -350,7 +359,7 @@ def needs_flow_keys(exc: BaseException) -> bool:
 def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = ()) -> FetchReply:
     """Claims up to ``n`` deliveries, their tags carrying ``token`` (a word
     of [0-9a-z] drawn at random per call), after acking ``acks`` leniently."""
-    args = fetch_args(n, token + call.rate, acks)
+    args = fetch_args(n, token + call.rate, acks, call.marks)
     if not call.flow[0]:
         try:
             return parse_fetch(call.scripts.fetch(call.fetch_keys, call.argv(args)), token, len(acks))
@@ -388,7 +397,7 @@ def wait_then_fetch(call: GroupCall, wakes: str, since: str, block_ms: int, n: i
     (lua/includes/wake.lua)."""
     pipe = call.scripts.pipeline()
     pipe.command("XREAD", "BLOCK", max(1, block_ms), "STREAMS", wakes, since)
-    args = fetch_args(n, token + call.rate)
+    args = fetch_args(n, token + call.rate, marks=True)
     if call.flow[0]:
         call.scripts.fetch(call.keys, call.argv(args), client=pipe)
     else:

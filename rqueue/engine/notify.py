@@ -1,8 +1,9 @@
-"""Wake-ups for idle consumers. An idle consumer of one queue on one server
-waits in Redis: XREAD BLOCK on the queue's wake stream, pipelined with its
-next fetch (commands.wait_then_fetch, lua/includes/wake.lua). The rest (a
-cluster, a partitioned queue's consumers and workers, the scheduler)
-wait here on a pub/sub channel per queue, on which publish.lua announces new
+"""Wake-ups for idle consumers. With the setting wait_in_redis, an idle
+consumer of one queue on one server waits in Redis: XREAD BLOCK on the
+queue's wake stream, pipelined with its next fetch (commands.wait_then_fetch,
+lua/includes/wake.lua). The rest (the setting off, a cluster, a partitioned
+queue's consumers and workers, the scheduler) wait here on a pub/sub
+channel per queue, on which publish.lua announces new
 messages: a waiting fetch sleeps until an announcement, the next due time,
 or its timeout, whichever is first. Polling stays as the safety net, so a
 lost announcement only delays, never loses, a message."""

@@ -18,9 +18,9 @@
   deliveries of a key not yet settled, keys served least recently served
   first (KEYS[21..24]; docs/flow-control.md, "Ordering keys").
 
-  A call that hands out nothing sets the meta field "wake", so that the
-  next publish wakes the consumers blocked on the queue's wake stream
-  (includes/wake.lua).
+  A call sent a negative n (below) that hands out nothing sets the meta
+  field "wake", so that the next publish wakes the consumers blocked on the
+  queue's wake stream (includes/wake.lua).
 
   Tags given after n are acknowledged first, leniently, exactly as ack.lua
   with strict "0" would (the previous batch of a worker settled in the same
@@ -32,7 +32,9 @@
       field "prio"), by a call without a rate limit or ordering key
       settings in ARGV[9]: a plain fetch is spared the other keys' cost
     ARGV[1..7] the group arguments (includes/group_args.lua)
-    ARGV[8] n, the most deliveries to return
+    ARGV[8] n, the most deliveries to return; sent as -n by a consumer that
+      waits in Redis for the queue's wake-up when idle: a call that hands
+      out nothing then marks the queue (above)
     ARGV[9] the token of this call's deliveries: a lowercase letter, then
       lowercase letters and digits, 32 at most, that the client draws at
       random for each call, part of every tag it makes
@@ -111,6 +113,10 @@ local PULL_BATCH = '1000' -- entries of the priority log moved to the group's pr
 local PRIORITY_SPAN = 35184372088832
 
 local n = ARGV[8] + 0
+local marks = n < 0 -- the consumer waits in Redis when this call finds nothing
+if marks then
+  n = -n
+end
 local token = ARGV[9]
 -- The group's rate limit, when it has one, follows the token: found only
 -- where the token alone does not match, so a fetch without one pays nothing.
@@ -746,7 +752,7 @@ else
   if nextDue ~= nil then
     out[2] = nextDue
   end
-  if not metaFields[5] then
+  if marks and not metaFields[5] then
     -- The next publish wakes the consumers waiting on the wake stream
     -- (includes/wake.lua). A hint: refused over maxmemory, they poll.
     redis.pcall('HSET', metaKey, 'wake', '1')
