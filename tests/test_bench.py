@@ -80,6 +80,23 @@ def test_quick_json_reports_every_documented_figure(server_url, quick_report):
 
 
 @pytest.mark.parametrize("server_url", ["redis"], indirect=True)
+def test_quick_json_reports_the_latency_of_a_consumer_waiting_in_redis(server_url, quick_report):
+    # given: one quick run of every group (one run per figure)
+    report, _ = quick_report
+    figures = report["figures"]
+    # when: the latency figures with wait_in_redis are read
+    wait = {q: figures[f"latency_wait_{q}"] for q in QUANTILES}
+    # then: they are latencies in ms, in order, of as many messages as the first latency figure,
+    # next to the same Streams run
+    assert [wait[q]["median"] for q in QUANTILES] == sorted(wait[q]["median"] for q in QUANTILES)
+    for q in QUANTILES:
+        assert wait[q]["group"] == "latency" and wait[q]["unit"] == "ms" and wait[q]["ratio_to"] == "streams"
+        assert wait[q]["n"] == figures[f"latency_{q}"]["n"]
+        assert wait[q]["streams"]["median"] == figures[f"latency_{q}"]["streams"]["median"]
+    assert positive(wait["p50"]["extra"]["achieved_rate"])
+
+
+@pytest.mark.parametrize("server_url", ["redis"], indirect=True)
 def test_quick_json_reports_the_latency_at_half_the_max_rate(server_url, quick_report):
     # given: one quick run of every group (one run per figure)
     report, _ = quick_report

@@ -164,10 +164,19 @@ class EndToEndFigures(BenchBase):
         cfg = self.config
         total = max(10, int(cfg.latency_rate * cfg.latency_secs))
         n, secs = cfg.messages, cfg.latency_half_secs
+        # The queues the consumer moves to for the second figure wait in Redis
+        # for their wake-up (docs/settings.md); set before any consumer reads
+        # the settings.
+        self.client.configure("latency-wait.*", wait_in_redis=True)
         for run in self.runs("latency", f"{cfg.latency_rate:,} msg/s for {cfg.latency_secs:g} s"):
             with self._pair("latency") as p:
                 rq, rq_rate = self.rq_latency(p, cfg.latency_rate, total)
                 st, st_rate = self.st_latency(p, cfg.latency_rate, total)
+                self._switch(p, "latency-wait")
+                self.progress.step(
+                    f"latency: {cfg.latency_rate:,} msg/s, the consumer waiting in Redis, run {run + 1}/{cfg.runs}"
+                )
+                rqw, rqw_rate = self.rq_latency(p, cfg.latency_rate, total)
                 self._switch(p, "latency-max")
                 self.progress.step(f"latency: the max rate, e2e of {n:,} messages each, run {run + 1}/{cfg.runs}")
                 rq_max = self.rq_e2e(p, n)[0]
@@ -185,6 +194,9 @@ class EndToEndFigures(BenchBase):
             for q in QUANTILES:
                 extra = {"achieved_rate": rq_rate, "streams_achieved_rate": st_rate} if q == "p50" else None
                 self.record(f"latency_{q}", total, rq[f"{q}_ms"], st[f"{q}_ms"], extra)
+            for q in QUANTILES:  # next to the same Streams run
+                extra = {"achieved_rate": rqw_rate, "streams_achieved_rate": st_rate} if q == "p50" else None
+                self.record(f"latency_wait_{q}", total, rqw[f"{q}_ms"], st[f"{q}_ms"], extra)
             for q in QUANTILES:
                 extra = None
                 if q == "p50":
