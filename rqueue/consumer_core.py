@@ -262,8 +262,9 @@ class ConsumerCore:
         on the channel."""
         if woken.refused:
             log.warning(
-                "XREAD on %s refused: %r waits on the wake-up channel instead (docs/ACL.md)",
+                "XREAD on %s refused (%s): %r waits on the wake-up channel instead (docs/ACL.md)",
                 self.queue.keys.wakes,
+                woken.refused,
                 self,
             )
             self._wakes_on = False
@@ -275,7 +276,7 @@ class ConsumerCore:
         began = self._found_nothing_at or woken.reply.now_ms - block_ms
         if any(d.delivery_count == 1 and d.published_ms > began for d in deliveries):
             log.warning(
-                "a message came to %s without a wake-up (a publisher of an older rqueue?): "
+                "a message came to %s without a wake-up (a publisher of an older rqueue, or Redis over maxmemory?): "
                 "%r waits on the wake-up channel instead (docs/upgrading.md)",
                 self.queue.name,
                 self,

@@ -208,6 +208,27 @@ def test_restricted_user_runs_everything(private, setup, prefix, caplog):
     assert all(k.startswith(f"{prefix}:".encode()) for k in admin.scan_iter(count=1000))
 
 
+def test_a_consumer_refused_xread_waits_on_the_channel(private, prefix, caplog):
+    # given a user with the documented rule but XREAD
+    server, admin = private
+    admin.execute_command(
+        "ACL", "SETUSER", "rq-app", "reset", "on", f">{SECRET}", *acl_rule(prefix).replace("+xread ", "").split()
+    )
+    load_as_administrator(server, admin)
+    with rqueue.connect(user_url(server), prefix=prefix) as client:
+        q = client.queue("orders")
+        c = q.consumer("g", wait_in_redis=True)
+        # when it waits for a message with wait_in_redis on, then the fetch still answers
+        assert c.fetch(1, timeout=0.2) == []
+        # and it says why, and waits on the channel from then on
+        assert not c.waits_on_wakes()
+        assert "XREAD" in caplog.text and "refused" in caplog.text and SECRET not in caplog.text
+        q.publish(b"m")
+        assert [d.data for d in c.fetch(1, timeout=2.0)] == [b"m"]
+    # and the server refused XREAD only
+    assert {e["object"] for e in unexpected_refusals(admin)} == {"xread"}
+
+
 @pytest.mark.parametrize("setup", list(RULES))
 def test_restricted_user_deletes_its_queue(private, setup, prefix):
     # given a queue with a group, a dead letter and a de-duplication id, written by the user

@@ -129,7 +129,7 @@ async def wait_then_fetch(
         woke, reply = await pipe.execute(raise_on_error=False)
     except (redis.RedisError, OSError) as exc:
         raise c.translate(exc, call.queue, call.where) from exc
-    refused = isinstance(woke, BaseException)
+    refused = str(woke) or type(woke).__name__ if isinstance(woke, BaseException) else ""
     if not refused:
         since = c.last_wake_id(woke, since)
     if isinstance(reply, BaseException):

@@ -386,7 +386,7 @@ class WokenFetch(NamedTuple):
     """What :func:`wait_then_fetch` did."""
 
     since: str  # the last wake-up id seen: what the next wait waits after
-    refused: bool  # Redis refused the wait (an ACL without XREAD): wait another way
+    refused: str  # why Redis refused the wait (an ACL without XREAD, ...), or "": wait another way
     reply: FetchReply
 
 
@@ -406,7 +406,7 @@ def wait_then_fetch(call: GroupCall, wakes: str, since: str, block_ms: int, n: i
         woke, reply = pipe.execute(raise_on_error=False)
     except (redis.RedisError, OSError) as exc:
         raise translate(exc, call.queue, call.where) from exc
-    refused = isinstance(woke, BaseException)
+    refused = str(woke) or type(woke).__name__ if isinstance(woke, BaseException) else ""
     if not refused:
         since = last_wake_id(woke, since)
     if isinstance(reply, BaseException):

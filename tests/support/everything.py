@@ -133,6 +133,17 @@ def exercise_everything(url: str, prefix: str) -> Exercised:
             worker.stop()
             assert worker.join(10)
         assert sorted(done) == [b"six", b"three", b"w0", b"w1", b"w2", b"w3"]
+
+        # a consumer that waits in Redis for its queue's wake-up (wait_in_redis:
+        # XREAD on the wake stream; the publish after its empty fetch adds an entry)
+        client.configure("jobs.wait", wait_in_redis=True)
+        wq = client.queue("jobs.wait")
+        with wq.consumer("g", name="w") as waiting:
+            assert waiting.fetch(1, timeout=0.2) == [] and waiting.waits_on_wakes()
+            wq.publish(b"woken")
+            woken = waiting.fetch(1, timeout=2.0)
+            assert [d.data for d in woken] == [b"woken"] and waiting.waits_on_wakes()
+            woken[0].ack()
         assert worker.stats.leases_lost == 0
 
         # a second group, so that settling counts groups and trims by the lowest floor
