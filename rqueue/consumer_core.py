@@ -3,7 +3,10 @@ settings, the deliveries it holds, what it saw of the queue's state
 (rqueue.statewatch), how a fetch reply becomes deliveries, and how the
 replies of its settles change what it holds. The sync consumer
 (rqueue.consumer) and the asyncio one (rqueue.aio.consumer) are this core
-plus their I/O, so that the two cannot drift apart."""
+plus their I/O, so that the two cannot drift apart.
+
+Long because every decision the two consumers share stays in this one
+place: split up, each half would need the other's state."""
 
 from __future__ import annotations
 

@@ -232,13 +232,13 @@ def test_a_wake_up_published_before_the_wait_is_not_missed(backend, prefix):
     # given a consumer whose fetch found nothing (the queue is marked)
     client = rqueue.connect(backend, prefix=prefix)
     queue = client.queue("orders")
-    c = queue.consumer("g")
+    c = queue.consumer("g", wait_in_redis=True)
     assert c.fetch(1) == []
     call = queue.group_call("g", consumer=c.name)
     # when a message is published before its wait reaches Redis
     queue.publish(b"early")
     # then a wait after the last wake-up it saw returns at once, with the message
-    woken = commands.wait_then_fetch(call, queue.keys.wakes, commands.WAKE_ANY, 30_000, 1, "tearly")
+    woken = commands.wait_then_fetch(call, queue.keys.wakes, commands.WAKE_ANY, 10_000, 1, "tearly")
     assert woken.since != commands.WAKE_ANY and not woken.refused
     assert [d[2][-5:] for d in woken.reply.deliveries()] == [b"early"]
     client.close()
