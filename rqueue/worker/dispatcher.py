@@ -32,11 +32,12 @@ class Dispatcher:
     handler thread wait locally, so that one round trip serves more
     messages. Settles finished work in the same round trip as the next
     fetch. When idle with nothing running, with the setting wait_in_redis,
-    its next fetch waits in Redis for the queue's wake-up (Consumer.ack_and_fetch with a wait); else, and on a cluster
-    or a partitioned queue, it sleeps on the queue's wake-up channels (one
-    per partition, whose consumer fetches from the partitions in turn, each
-    call starting at the next). Runs on the thread that runs the worker; it
-    alone fetches and settles."""
+    its next fetch waits in Redis for the queue's wake-up
+    (Consumer.ack_and_fetch with a wait); else, and on a cluster or a
+    partitioned queue, it sleeps on the queue's wake-up channels (one per
+    partition, whose consumer fetches from the partitions in turn, each call
+    starting at the next). Runs on the thread that runs the worker; it alone
+    fetches and settles."""
 
     def __init__(
         self,
