@@ -80,13 +80,14 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import hiredis
 import redis
 
 import rqueue
+from rqueue.cli.bench.endtoend import paced  # the bench's own pacing, on an absolute schedule
 from rqueue.embedded import EmbeddedServer
 from rqueue.engine import commands
 from rqueue.engine.loader import source
@@ -360,16 +361,6 @@ class Proc:
 
 
 # -- the latency runs --------------------------------------------------------------
-
-
-def paced(rate: float, total: int, per_call: int = 1) -> Iterator[int]:
-    """The first index of each call, on an absolute schedule of ``rate``/s."""
-    start = time.perf_counter()
-    for i in range(0, total, per_call):
-        delay = start + i / rate - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        yield i
 
 
 def cpu_busy(secs: float = 0.3) -> float:
