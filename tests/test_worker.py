@@ -898,3 +898,14 @@ def test_a_result_handed_in_while_the_dispatcher_drains_is_drained_or_wakes_it()
     dispatcher.join(10)
     # then the second result is settled at once, not after the dispatcher's idle poll
     assert "2" in settled and settled["2"] - handed < 1.0
+
+
+def test_an_idle_workers_wait_in_redis_stays_inside_half_the_stale_age_and_the_reconnect_timeout():
+    from rqueue.worker.dispatcher import redis_wait
+
+    # the poll interval, by default
+    assert redis_wait(0.5, reconnect_timeout=60, ack_wait=30, heartbeat_timeout=10) == 0.5
+    # half the stale age, for a short lease: what it brings is not judged stale for the wait
+    assert redis_wait(0.5, reconnect_timeout=60, ack_wait=0.4, heartbeat_timeout=10) == pytest.approx(0.1)
+    # half the reconnect timeout: the watchdog does not cut the wait off
+    assert redis_wait(0.5, reconnect_timeout=0.4, ack_wait=30, heartbeat_timeout=10) == pytest.approx(0.2)

@@ -37,6 +37,7 @@ from ..settings import Settings
 from ..timelimits import Cancellation, time_limit_for
 from ..tracing import dead_lettered, processing
 from ..worker.batch import BatchHandler, default_prefetch, failed_batch, outcomes_of
+from ..worker.dispatcher import redis_wait
 from ..worker.handlers import LeaseCheck, batch_check, batch_limit, held_of, skipped
 from ..worker.ledger import Ledger
 from ..worker.metrics import WorkerMetrics
@@ -311,7 +312,10 @@ class Worker:
                 continue
             wait = IDLE_POLL_INTERVAL if due_in is None else min(IDLE_POLL_INTERVAL, due_in)
             if consumer.waits_on_wakes() and ledger.unsettled() == 0 and not self._has_news():
-                idle_wait = min(wait, self._retry.timeout / 2)  # the next round's fetch waits in Redis
+                # the next round's fetch waits in Redis
+                idle_wait = redis_wait(
+                    wait, self._retry.timeout, consumer.last_settings.ack_wait, self.heartbeat_timeout
+                )
                 continue
             if not since:
                 continue  # this round's fetch followed a wait in Redis: the channels are read first

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..constants import IDLE_POLL_INTERVAL
+from ..constants import IDLE_POLL_INTERVAL, STALE_DISPATCH_FRACTION
 from ..errors import AlreadyAcked, CorruptRecord, DeliveryError, OutOfMemory, RQueueError
 from ..tracing import dead_lettered
 from .handlers import Handlers
@@ -25,6 +25,17 @@ if TYPE_CHECKING:
     from ..partitioned_consumer import PartitionedConsumer
 
 log = logging.getLogger("rqueue.worker")
+
+
+def redis_wait(wait: float, reconnect_timeout: float, ack_wait: float, heartbeat_timeout: float) -> float:
+    """How long an idle worker's fetch waits in Redis for the queue's
+    wake-up: ``wait`` at most, and half of two limits, as its deliveries'
+    leases are judged from before the wait. After the reconnect timeout the
+    watchdog would take the wait for a server that does not answer; past
+    the stale age (STALE_DISPATCH_FRACTION) each delivery it brings would be
+    checked with Redis again before it runs."""
+    stale_age = STALE_DISPATCH_FRACTION * min(ack_wait, heartbeat_timeout)
+    return min(wait, reconnect_timeout / 2, stale_age / 2)
 
 
 class Dispatcher:
@@ -114,10 +125,10 @@ class Dispatcher:
                 continue
             wait = IDLE_POLL_INTERVAL if due_in is None else min(IDLE_POLL_INTERVAL, due_in)
             if consumer.waits_on_wakes() and ledger.unsettled() == 0 and not self._has_news():
-                # The next round's fetch waits in Redis: shorter than the
-                # reconnect timeout, after which the watchdog would take the
-                # wait for a server that does not answer.
-                idle_wait = min(wait, self._retry.timeout / 2)
+                # The next round's fetch waits in Redis (see redis_wait).
+                idle_wait = redis_wait(
+                    wait, self._retry.timeout, consumer.last_settings.ack_wait, self._heartbeat_timeout
+                )
                 continue
             if not generations:
                 # This round's fetch followed a wait in Redis, not a read of
