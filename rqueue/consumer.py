@@ -8,6 +8,8 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 from . import validate as check
 from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from .consumer_core import ConsumerCore, refs_of
@@ -137,8 +139,17 @@ class Consumer(ConsumerCore):
             return reply, self._received(reply, mark)
         self._wake_since = woken.since
         deliveries = self._received(woken.reply, mark)
-        self._judge_wait(woken, since, block_ms, deliveries)
+        if self._judge_wait(woken, since, block_ms, deliveries):
+            self._judge_silence(self._newest_wake(), since)
         return woken.reply, deliveries
+
+    def _newest_wake(self) -> str | None:
+        """The id of the wake stream's newest entry; None when there is
+        none, or Redis did not say (a damaged key, an ACL without XREVRANGE)."""
+        try:
+            return commands.newest_wake_id(self.client.redis.xrevrange(self.queue.keys.wakes, count=1))
+        except (redis.RedisError, OSError):
+            return None
 
     def waits_on_wakes(self) -> bool:
         """True when an idle fetch waits in Redis for the queue's wake-up

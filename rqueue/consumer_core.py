@@ -254,15 +254,13 @@ class ConsumerCore:
             statuses.append(None if status == "ok" else delivery_error(status, tag))
         return merged(lost, statuses)
 
-    def _judge_wait(self, woken: commands.WokenFetch, since: str, block_ms: int, deliveries: list[Delivery]) -> None:
+    def _judge_wait(self, woken: commands.WokenFetch, since: str, block_ms: int, deliveries: list[Delivery]) -> bool:
         """After a wait in Redis for the queue's wake-up (``since`` the last
         one seen, ``block_ms`` long): this consumer waits on the channel from
-        then on when Redis refused the wait, or when the wait ran out and the
-        fetch after it brought a message first published after the fetch
-        that found nothing. That
-        message came without a wake-up, as one from a publisher of an rqueue
-        that adds none (docs/upgrading.md) does; its publishes are announced
-        on the channel."""
+        then on when Redis refused the wait. True when the wait ran out and
+        the fetch after it brought a message first published after the fetch
+        that found nothing: the caller then reads the wake stream's newest
+        entry and hands it to :meth:`_judge_silence`."""
         if woken.refused:
             log.warning(
                 "XREAD on %s refused (%s): %r waits on the wake-up channel instead (docs/ACL.md)",
@@ -271,20 +269,33 @@ class ConsumerCore:
                 self,
             )
             self._wakes_on = False
-            return
+            return False
         if woken.since != since or not deliveries:
-            return
+            return False
         # Published after the fetch that found nothing (that marked the
         # queue), else after the wait began.
         began = self._found_nothing_at or woken.reply.now_ms - block_ms
-        if any(d.delivery_count == 1 and d.published_ms > began for d in deliveries):
-            log.warning(
-                "a message came to %s without a wake-up (a publisher of an older rqueue, or Redis over maxmemory?): "
-                "%r waits on the wake-up channel instead (docs/upgrading.md)",
-                self.queue.name,
-                self,
-            )
-            self._wakes_on = False
+        return any(d.delivery_count == 1 and d.published_ms > began for d in deliveries)
+
+    def _judge_silence(self, newest: str | None, since: str) -> None:
+        """After a wait that ran out while a message came (:meth:`_judge_wait`),
+        ``newest`` the id of the wake stream's newest entry (None: none, or
+        unread). An entry after ``since`` is the message's wake-up, added as
+        the wait gave up (memory://'s blocking read reports a timeout when an
+        entry lands while it takes its lock back): the next wait looks past
+        it. Else the message came without a wake-up, as one from a publisher
+        of an rqueue that adds none (docs/upgrading.md) does; its publishes
+        are announced on the channel, where this consumer waits from then on."""
+        if newest is not None and commands.wake_id_after(newest, since):
+            self._wake_since = newest
+            return
+        log.warning(
+            "a message came to %s without a wake-up (a publisher of an older rqueue, or Redis over maxmemory?): "
+            "%r waits on the wake-up channel instead (docs/upgrading.md)",
+            self.queue.name,
+            self,
+        )
+        self._wakes_on = False
 
     @staticmethod
     def _due_in(reply: commands.FetchReply, deliveries: list[Delivery]) -> float | None:

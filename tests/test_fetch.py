@@ -222,6 +222,32 @@ def test_a_message_that_came_without_a_wake_up_turns_the_consumer_to_the_channel
     client.close()
 
 
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster's consumers wait on the channel
+def test_a_wake_up_added_as_the_wait_gave_up_keeps_the_consumer_waiting_in_redis(backend, prefix, monkeypatch, caplog):
+    # given a consumer whose wait in Redis reports a timeout although a
+    # publish added its wake-up meanwhile, as memory://'s blocking read does
+    # when the entry lands while the read gives up (it takes its lock back)
+    client = rqueue.connect(backend, prefix=prefix)
+    q = client.queue("orders")
+    c = q.consumer("g", wait_in_redis=True)
+    real = commands.wait_then_fetch
+
+    def timed_out_meanwhile(call, wakes, since, *args):
+        seen_ms = server_ms(client)
+        wait_for(lambda: server_ms(client) > seen_ms)  # (published in a later ms than the fetch that marked)
+        q.publish(b"m")
+        return real(call, wakes, since, *args)._replace(since=since)
+
+    monkeypatch.setattr(commands, "wait_then_fetch", timed_out_meanwhile)
+    # when it waits, and the fetch after the wait brings the message
+    got = c.fetch(1, timeout=10)
+    assert [d.data for d in got] == [b"m"] and client.redis.xlen(q.keys.wakes) == 1
+    # then it goes on waiting in Redis, as the wake-up did come, and warns of nothing
+    assert c.waits_on_wakes()
+    assert "without a wake-up" not in caplog.text
+    client.close()
+
+
 def server_ms(client: rqueue.Client) -> int:
     seconds, micros = client.redis.time()
     return int(seconds) * 1000 + int(micros) // 1000

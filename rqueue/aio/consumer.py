@@ -8,6 +8,8 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 from .. import validate as check
 from ..constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from ..consumer_core import ConsumerCore, refs_of
@@ -181,8 +183,16 @@ class Consumer(ConsumerCore):
             return reply, await self._received(reply, mark)
         self._wake_since = woken.since
         deliveries = await self._received(woken.reply, mark)
-        self._judge_wait(woken, since, block_ms, deliveries)  # type: ignore[arg-type]  # an aio Delivery is a Delivery
+        if self._judge_wait(woken, since, block_ms, deliveries):  # type: ignore[arg-type]  # an aio Delivery is a Delivery
+            self._judge_silence(await self._newest_wake(), since)
         return woken.reply, deliveries
+
+    async def _newest_wake(self) -> str | None:
+        """See :meth:`rqueue.Consumer._newest_wake`."""
+        try:
+            return commands.newest_wake_id(await self.client.redis.xrevrange(self.queue.keys.wakes, count=1))
+        except (redis.RedisError, OSError):
+            return None
 
     async def _fetch_once(self, n: int) -> tuple[commands.FetchReply, Mark]:
         mark = self._watch.mark()

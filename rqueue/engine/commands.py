@@ -434,6 +434,22 @@ def last_wake_id(reply: Any, since: str) -> str:
     return newest.decode() if isinstance(newest, bytes) else str(newest)
 
 
+def newest_wake_id(reply: Any) -> str | None:
+    """The id of the newest entry of an XREVRANGE <wakes> + - COUNT 1
+    reply, or None when the stream is empty (or no stream)."""
+    if not reply:
+        return None
+    newest = reply[0][0]
+    return newest.decode() if isinstance(newest, bytes) else str(newest)
+
+
+def wake_id_after(a: str, b: str) -> bool:
+    """True when stream id ``a`` comes after ``b`` (both "<ms>-<seq>")."""
+    ams, _, aseq = a.partition("-")
+    bms, _, bseq = b.partition("-")
+    return (int(ams), int(aseq or 0)) > (int(bms), int(bseq or 0))
+
+
 def ack_args(call: GroupArgs, tags: Sequence[Tag], strict: bool) -> list[Any]:
     """ack.lua's whole ARGV: the group and consumer names alone of the group
     arguments (it reads no clock and no setting), the mode, the tags."""
