@@ -80,6 +80,8 @@ class ConsumerCore:
         # When (server ms) its last fetch handed out nothing, so that the
         # next publish was to add a wake-up (fetch.lua sets "wake" then).
         self._found_nothing_at: int | None = None
+        # The losses of the queue's state it had seen then (state_epoch).
+        self._found_nothing_epoch = 0
         keys: QueueKeys = queue.keys
         # What it saw of the queue's state in Redis (statewatch.py): a loss
         # drops every delivery it holds.
@@ -178,9 +180,9 @@ class ConsumerCore:
         # Per message on the hot path: no helper calls for a compact record
         # (no headers, no delay: the common case); anything else goes to
         # decode_record.
-        if len(reply.raw) == reply.first:
-            self._found_nothing_at = reply.now_ms
         epoch = self._watch.saw(mark, reply.incarnation, reply.last_seq)
+        if len(reply.raw) == reply.first:
+            self._found_nothing_at, self._found_nothing_epoch = reply.now_ms, self._watch.epoch
         if epoch is None:
             # Sent before a loss this consumer saw meanwhile: what it brought
             # may be from before the loss, so none of it runs; its leases run
@@ -271,6 +273,11 @@ class ConsumerCore:
             self._wakes_on = False
             return False
         if woken.since != since or not deliveries:
+            return False
+        if self._watch.epoch != self._found_nothing_epoch:
+            # Redis lost the queue's state since the fetch that marked it:
+            # the mark went with it, so no publish since was to add a
+            # wake-up; the next fetch that finds nothing marks it again.
             return False
         # Published after the fetch that found nothing (that marked the
         # queue), else after the wait began.

@@ -248,6 +248,34 @@ def test_a_wake_up_added_as_the_wait_gave_up_keeps_the_consumer_waiting_in_redis
     client.close()
 
 
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster's consumers wait on the channel
+def test_a_loss_of_the_queues_state_during_a_wait_keeps_the_consumer_waiting_in_redis(
+    backend, prefix, monkeypatch, caplog
+):
+    # given a consumer waiting in Redis (briefly) on a marked queue
+    monkeypatch.setattr(rqueue.consumer, "IDLE_POLL_INTERVAL", 0.3)
+    client = rqueue.connect(backend, prefix=prefix)
+    q = client.queue("orders")
+    c = q.consumer("g", wait_in_redis=True)
+    got: list[rqueue.Delivery] = []
+    t = threading.Thread(target=lambda: got.extend(c.fetch(1, timeout=30)))
+    t.start()
+    wait_for(lambda: client.redis.hget(q.keys.meta, "wake") == b"1")
+    # when Redis loses the queue's state (the mark with it) and a message is
+    # published in a later ms, which adds no wake-up
+    client.redis.delete(q.keys.meta)
+    seen_ms = server_ms(client)
+    wait_for(lambda: server_ms(client) > seen_ms)
+    q.publish(b"after the loss")
+    # then the fetch after the wait brings it, the consumer reports the loss
+    wait_for(lambda: not t.is_alive())
+    assert [d.data for d in got] == [b"after the loss"] and c.state_epoch == 1
+    # and it goes on waiting in Redis: a lost mark is no publisher without wake-ups
+    assert c.waits_on_wakes()
+    assert "without a wake-up" not in caplog.text
+    client.close()
+
+
 def server_ms(client: rqueue.Client) -> int:
     seconds, micros = client.redis.time()
     return int(seconds) * 1000 + int(micros) // 1000
