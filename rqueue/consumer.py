@@ -8,8 +8,6 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import redis
-
 from . import validate as check
 from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from .consumer_core import ConsumerCore, refs_of
@@ -144,12 +142,7 @@ class Consumer(ConsumerCore):
         return woken.reply, deliveries
 
     def _newest_wake(self) -> str | None:
-        """The id of the wake stream's newest entry; None when there is
-        none, or Redis did not say (a damaged key, an ACL without XREVRANGE)."""
-        try:
-            return commands.newest_wake_id(self.client.redis.xrevrange(self.queue.keys.wakes, count=1))
-        except (redis.RedisError, OSError):
-            return None
+        return notify.newest_wake(self.client.redis, self.queue.keys)
 
     def waits_on_wakes(self) -> bool:
         """True when an idle fetch waits in Redis for the queue's wake-up

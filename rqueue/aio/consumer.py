@@ -8,8 +8,6 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import redis
-
 from .. import validate as check
 from ..constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from ..consumer_core import ConsumerCore, refs_of
@@ -168,7 +166,7 @@ class Consumer(ConsumerCore):
 
     async def end_waits(self) -> None:
         """See :meth:`rqueue.Consumer.end_waits`."""
-        await self.client.redis.xadd(self.queue.keys.wakes, {"seq": "0"}, maxlen=1, approximate=False)
+        await acmd.wake_waiters(self.client.redis, self.queue.keys)
 
     async def _wait_then_fetch(self, n: int, wait: float) -> tuple[commands.FetchReply, list[Delivery]]:
         """See :meth:`rqueue.Consumer._wait_then_fetch`."""
@@ -188,11 +186,7 @@ class Consumer(ConsumerCore):
         return woken.reply, deliveries
 
     async def _newest_wake(self) -> str | None:
-        """See :meth:`rqueue.Consumer._newest_wake`."""
-        try:
-            return commands.newest_wake_id(await self.client.redis.xrevrange(self.queue.keys.wakes, count=1))
-        except (redis.RedisError, OSError):
-            return None
+        return await acmd.newest_wake(self.client.redis, self.queue.keys)
 
     async def _fetch_once(self, n: int) -> tuple[commands.FetchReply, Mark]:
         mark = self._watch.mark()

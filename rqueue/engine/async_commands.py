@@ -107,6 +107,19 @@ async def fetch(call: AsyncGroupCall, n: int, token: str, acks: Sequence[c.Tag] 
     return c.parse_fetch(reply, token, len(acks))
 
 
+async def newest_wake(r: Any, keys: QueueKeys) -> str | None:
+    """As :func:`rqueue.engine.notify.newest_wake`, for an asyncio client."""
+    try:
+        return c.newest_wake_id(await r.xrevrange(keys.wakes, count=1))
+    except (redis.RedisError, OSError):
+        return None
+
+
+async def wake_waiters(r: Any, keys: QueueKeys) -> None:
+    """As :func:`rqueue.engine.notify.wake_waiters`, for an asyncio client."""
+    await r.xadd(keys.wakes, {"seq": "0"}, maxlen=1, approximate=False)
+
+
 def wakes_usable(scripts: AsyncScripts) -> bool:
     """As :func:`rqueue.engine.commands.wakes_usable`, for an asyncio client."""
     from redis.asyncio import RedisCluster  # (imported where the asyncio client is used)

@@ -19,6 +19,7 @@ import redis
 
 from ..connection.open import RedisClient
 from ..constants import IDLE_POLL_INTERVAL
+from . import commands
 from .keys import QueueKeys
 
 log = logging.getLogger("rqueue.engine.notify")
@@ -32,6 +33,15 @@ def wake_waiters(r: RedisClient, keys: QueueKeys) -> None:
     at once, as a publish would: a stopping worker's own wait among them.
     Each of them fetches once more."""
     r.xadd(keys.wakes, {"seq": "0"}, maxlen=1, approximate=False)
+
+
+def newest_wake(r: RedisClient, keys: QueueKeys) -> str | None:
+    """The id of the queue's wake stream's newest entry; None when there is
+    none, or Redis did not say (a damaged key, an ACL without XREVRANGE)."""
+    try:
+        return commands.newest_wake_id(r.xrevrange(keys.wakes, count=1))
+    except (redis.RedisError, OSError):
+        return None
 
 
 class Notifier:
