@@ -87,38 +87,39 @@ class Consumer(ConsumerCore):
         clock = self.client.clock
         channel = self.queue.keys.wake_channel
         deadline = clock.monotonic() + timeout
-        if timeout > 0 and self._waits_in_redis(self.settings()):
-            reply, mark = self._fetch_once(n)
-            deliveries = self._received(reply, mark)
-            while True:
-                remaining = deadline - clock.monotonic()
-                if deliveries or remaining <= 0:
-                    return deliveries
-                if not self._wakes_on:
-                    break  # the channel from now on (see _wait_then_fetch)
-                wait = self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL))
-                reply, deliveries = self._wait_then_fetch(n, wait)
+        in_redis = False  # this round's fetch waits in Redis for the queue's wake-up first
+        wait = 0.0
         while True:
-            generation = self.client.notifier.generation(channel) if timeout > 0 else 0
-            reply, mark = self._fetch_once(n)
-            deliveries = self._received(reply, mark)
+            generation: int | None = None  # read before a fetch that may be followed by a wait on the channel
+            if in_redis:
+                reply, deliveries = self._wait_then_fetch(n, wait)
+            else:
+                generation = self.client.notifier.generation(channel) if timeout > 0 else 0
+                reply, mark = self._fetch_once(n, waits=timeout > 0)
+                deliveries = self._received(reply, mark)
             remaining = deadline - clock.monotonic()
             if deliveries or remaining <= 0:
                 return deliveries
-            self.client.notifier.wait(channel, generation, self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL)))
+            wait = self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL))
+            # The queue's waiter waits in Redis; after a wait in Redis
+            # (generation None) the channel is read, and fetched after, first.
+            in_redis = self.waits_on_wakes()
+            if not in_redis and generation is not None:
+                self.client.notifier.wait(channel, generation, wait)
 
-    def _fetch_once(self, n: int) -> tuple[commands.FetchReply, Any]:
-        """A fetch's reply, and what the watch knew when it was sent."""
+    def _fetch_once(self, n: int, waits: bool = False) -> tuple[commands.FetchReply, Any]:
+        """A fetch's reply, and what the watch knew when it was sent;
+        ``waits``: the caller waits for news if it brings nothing."""
         mark = self._watch.mark()
         try:
-            return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness)), mark
+            return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness), waits=waits), mark
         except NotMember:
             # Removed as dead (e.g. after a long pause): what it held was
             # already offered again, so joining afresh loses nothing.
             log.warning("%r was not a member of its group any more; joining again", self)
             self._join()
             mark = self._watch.mark()
-            return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness)), mark
+            return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness), waits=waits), mark
 
     def _wait_then_fetch(self, n: int, wait: float) -> tuple[commands.FetchReply, list[Delivery]]:
         """Waits up to ``wait`` seconds for the queue's wake-up, then
@@ -146,9 +147,11 @@ class Consumer(ConsumerCore):
 
     def waits_on_wakes(self) -> bool:
         """True when an idle fetch waits in Redis for the queue's wake-up
-        (:meth:`fetch` with a timeout, :meth:`ack_and_fetch` with a wait),
-        by the settings of its last call; False when it waits on the channel."""
-        return self._waits_in_redis(self.last_settings)
+        (:meth:`fetch` with a timeout, :meth:`ack_and_fetch` with a wait):
+        with the setting wait_in_redis, when its last fetch found nothing
+        and made it the queue's waiter, the one consumer of the queue that
+        waits so (lua/fetch.lua); False when it waits on the channel."""
+        return self._waiter and self._waits_in_redis(self.last_settings)
 
     def _waits_in_redis(self, settings: Settings) -> bool:
         return settings.wait_in_redis and self._wakes_on and commands.wakes_usable(self.client.scripts)
@@ -209,7 +212,7 @@ class Consumer(ConsumerCore):
         return self._acked(tags, lost, commands.ack(call, tags, strict=False))
 
     def ack_and_fetch(
-        self, acks: Iterable[DeliveryRef], n: int, wait: float | None = None
+        self, acks: Iterable[DeliveryRef], n: int, wait: float | None = None, may_wait: bool = False
     ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """Acks what can be acked (as :meth:`ack_available`) and claims up to
         ``n`` deliveries, both in one script call (one round trip). With
@@ -222,7 +225,10 @@ class Consumer(ConsumerCore):
         With ``wait`` (seconds), no acks and :meth:`waits_on_wakes`, the
         fetch first waits up to ``wait`` for the queue's wake-up (a publish
         after a fetch that found nothing), in the same round trip: an idle
-        worker's fetch."""
+        worker's fetch. With ``may_wait`` (or ``wait``) and no acks, the
+        caller waits for news if this call brings nothing, so that the
+        call may make this consumer the queue's waiter (the setting
+        wait_in_redis)."""
         check.whole_number("n", n, 0)
         if wait is not None:
             check.seconds("wait", wait)
@@ -241,8 +247,9 @@ class Consumer(ConsumerCore):
             return statuses, deliveries, due_in
         tags, lost = self._sendable(refs)
         mark = self._watch.mark()
+        waits = not refs and (may_wait or wait is not None)
         try:
-            reply = commands.fetch(self._group_call(), n, fetch_token(self.client.randomness), tags)
+            reply = commands.fetch(self._group_call(), n, fetch_token(self.client.randomness), tags, waits)
         except NotMember:
             # Nothing was changed: join afresh (what this consumer held was
             # offered again; its late acks are still accepted for what nobody
@@ -251,7 +258,7 @@ class Consumer(ConsumerCore):
             self._join()
             lenient = self.ack_available(refs) if refs else []
             mark = self._watch.mark()
-            fetched = commands.fetch(self._group_call(), n, fetch_token(self.client.randomness))
+            fetched = commands.fetch(self._group_call(), n, fetch_token(self.client.randomness), waits=waits)
             return lenient, self._received(fetched, mark), None
         statuses = self._fetched_acks(tags, lost, reply)
         deliveries = self._received(reply, mark)

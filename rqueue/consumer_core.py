@@ -77,6 +77,9 @@ class ConsumerCore:
         # Redis refused the wait.
         self._wake_since = commands.WAKE_ANY
         self._wakes_on = True
+        # Its last fetch handed out nothing and made it the queue's waiter:
+        # the one idle consumer that waits in Redis (lua/fetch.lua).
+        self._waiter = False
         # When (server ms) its last fetch handed out nothing, so that the
         # next publish was to add a wake-up (fetch.lua sets "wake" then).
         self._found_nothing_at: int | None = None
@@ -130,6 +133,8 @@ class ConsumerCore:
                 # keyed messages): so it does under new settings too, rather
                 # than a refused call first (settings_ttl=0: every fetch)
                 made.flow[0] = True
+            if not self._wakes_on:
+                made.marks[0] = False
             call = made
             self._call_for = (settings, call)
         return call
@@ -181,6 +186,7 @@ class ConsumerCore:
         # (no headers, no delay: the common case); anything else goes to
         # decode_record.
         epoch = self._watch.saw(mark, reply.incarnation, reply.last_seq)
+        self._waiter = reply.waiter
         if len(reply.raw) == reply.first:
             self._found_nothing_at, self._found_nothing_epoch = reply.now_ms, self._watch.epoch
         if epoch is None:
@@ -270,7 +276,7 @@ class ConsumerCore:
                 woken.refused,
                 self,
             )
-            self._wakes_on = False
+            self._wait_on_the_channel()
             return False
         if woken.since != since or not deliveries:
             return False
@@ -302,7 +308,15 @@ class ConsumerCore:
             self.queue.name,
             self,
         )
-        self._wakes_on = False
+        self._wait_on_the_channel()
+
+    def _wait_on_the_channel(self) -> None:
+        """From now on this consumer waits on the channel when idle, and its
+        fetches claim no waiter role (GroupArgs.marks)."""
+        self._wakes_on = self._waiter = False
+        call = self._call_for[1]
+        if call is not None:
+            call.marks[0] = False
 
     @staticmethod
     def _due_in(reply: commands.FetchReply, deliveries: list[Delivery]) -> float | None:

@@ -208,11 +208,12 @@ class PartitionedConsumer(PartitionRouting):
             notifier.wait_any(since, min(remaining, IDLE_POLL_INTERVAL))
 
     def ack_and_fetch(
-        self, acks: Iterable[DeliveryRef], n: int, wait: float | None = None
+        self, acks: Iterable[DeliveryRef], n: int, wait: float | None = None, may_wait: bool = False
     ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """As :meth:`rqueue.Consumer.ack_and_fetch`: each partition settles
         its acks; new deliveries come from the partitions in turn. ``wait``
-        is checked and not waited for (see :meth:`waits_on_wakes`)."""
+        is checked and not waited for, and ``may_wait`` changes nothing
+        (see :meth:`waits_on_wakes`)."""
         check.whole_number("n", n, 0)
         if wait is not None:
             check.seconds("wait", wait)

@@ -176,16 +176,48 @@ def test_an_idle_worker_waits_in_redis_for_a_publish_and_stops_at_once(kind, bac
     calls = Calls()
     w = run_worker(kind, backend, prefix, q, lambda d: calls.add(d.seq), reconnect_timeout=120)
     try:
-        wait_for(lambda: live.redis.hget(q.keys.meta, "wake") == b"1")
+        wait_for(lambda: live.redis.hget(q.keys.meta, "wake") is not None)
         # when a message is published, then it runs long before a poll
         q.publish(b"m")
         wait_for(lambda: calls.count() == {1: 1})
         wait_for(floor_reaches(q, "g", 1))
         # and when the idle worker is stopped, it ends long before its 30 s wait
-        wait_for(lambda: live.redis.hget(q.keys.meta, "wake") == b"1")
+        wait_for(lambda: live.redis.hget(q.keys.meta, "wake") is not None)
     finally:
         w.stop()
     assert w.join(10)
+
+
+@BOTH
+@BACKENDS
+def test_an_idle_worker_whose_wake_stream_is_overwritten_warns_and_goes_on(
+    kind, backend, prefix, live, monkeypatch, caplog
+):
+    # given an idle worker waiting in Redis, with polling made too slow to matter
+    import rqueue.aio.worker
+    import rqueue.worker.dispatcher
+
+    monkeypatch.setattr(rqueue.worker.dispatcher, "IDLE_POLL_INTERVAL", 60.0)
+    monkeypatch.setattr(rqueue.aio.worker, "IDLE_POLL_INTERVAL", 60.0)
+    live.configure("orders", wait_in_redis=True)
+    q = live.queue("orders")
+    calls = Calls()
+    w = run_worker(kind, backend, prefix, q, lambda d: calls.add(d.seq), reconnect_timeout=120)
+    try:
+        wait_for(lambda: live.redis.hget(q.keys.meta, "wake") is not None)
+        # when its wake stream is replaced by a string (WRONGTYPE for XREAD;
+        # memory:// fails it with a Python error) and messages are published
+        live.redis.delete(q.keys.wakes)
+        live.redis.set(q.keys.wakes, "not a stream")
+        q.publish(b"a")
+        wait_for(lambda: calls.count() == {1: 1})
+        q.publish(b"b")
+        # then every message runs (the worker lives on), and it says why it waits on the channel
+        wait_for(lambda: calls.count() == {1: 1, 2: 1})
+    finally:
+        w.stop()
+    assert w.join(10)
+    assert "waits on the wake-up channel instead" in caplog.text
 
 
 @BACKENDS

@@ -75,22 +75,31 @@ def test_an_idle_fetch_waits_in_redis_and_wakes_up_on_publish(backend, prefix, m
     # (on one server it waits in Redis, not on the channel; a cluster's
     # pipelines take script calls only, so its consumers wait on the channel)
     in_redis = not isinstance(client.redis, redis.RedisCluster)
-    assert c.waits_on_wakes() is in_redis
+    assert not c.waits_on_wakes()  # (not before a fetch found nothing)
     if in_redis:
         monkeypatch.setattr(client.notifier, "wait", lambda *a, **k: pytest.fail("waited on the channel"))
     got: list[rqueue.Delivery] = []
     t = threading.Thread(target=lambda: got.extend(c.fetch(1, timeout=30)))
     t.start()
-    # (its first fetch found nothing: the queue is marked for a wake-up)
-    wait_for(lambda: client.redis.hget(q.keys.meta, "wake") == b"1")
+    if in_redis:
+        # (its first fetch found nothing: it is the queue's waiter)
+        wait_for(lambda: waiter_of(client, q) == c.name)
+        assert c.waits_on_wakes()
     # when a message is published
     q.publish(b"wake")
     # then the waiting fetch returns it long before its poll or timeout
     wait_for(lambda: not t.is_alive())
     assert [d.data for d in got] == [b"wake"]
-    # and the publish used the mark: one entry in the wake stream, the mark gone
-    assert client.redis.xlen(q.keys.wakes) == 1 and client.redis.hget(q.keys.meta, "wake") is None
+    # and the publish used the mark: one entry in the wake stream, the mark
+    # gone (a cluster's consumer claims no role, so its publish adds none)
+    assert client.redis.exists(q.keys.wakes) == in_redis and waiter_of(client, q) is None
     client.close()
+
+
+def waiter_of(client: rqueue.Client, q: rqueue.Queue) -> str | None:
+    """The consumer that the queue's meta field "wake" names as its waiter."""
+    value = client.redis.hget(q.keys.meta, "wake")
+    return None if value is None else value.decode().rsplit(" ", 1)[0]
 
 
 def test_wait_in_redis_is_true_or_false(client, queue):
@@ -111,12 +120,136 @@ def test_a_fetch_that_finds_nothing_marks_the_queue_only_for_a_consumer_that_wai
     queue.publish(b"a")
     assert client.redis.exists(queue.keys.wakes) == 0
     assert [d.data for d in plain.fetch(1)] == [b"a"]
-    # when one with it finds nothing, then the queue is marked, and the next publish adds one
+    # when one with it finds nothing, then it is the queue's waiter, and the next publish adds one
+    if isinstance(client.redis, redis.RedisCluster):
+        return  # (a cluster's consumers wait on the channel)
     waiting = queue.consumer("g", name="waiting", wait_in_redis=True)
-    assert waiting.fetch(1) == []
-    assert client.redis.hget(queue.keys.meta, "wake") == b"1"
+    assert idle(waiting) == []
+    assert waiter_of(client, queue) == "waiting" and waiting.waits_on_wakes()
     queue.publish(b"b")
     assert client.redis.xlen(queue.keys.wakes) == 1 and client.redis.hget(queue.keys.meta, "wake") is None
+
+
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster's consumers wait on the channel
+def test_one_idle_consumer_of_a_queue_waits_in_redis_and_the_others_on_the_channel(client, queue):
+    # given two consumers that wait in Redis when idle, and a finds nothing first
+    a = queue.consumer("g", name="a", wait_in_redis=True)
+    b = queue.consumer("g2", name="b", wait_in_redis=True)
+    assert idle(a) == [] and a.waits_on_wakes()
+    # when b finds nothing too, then the role stays a's: b waits on the channel
+    assert idle(b) == [] and not b.waits_on_wakes()
+    assert waiter_of(client, queue) == "a"
+    # and a's next empty fetch keeps it
+    assert idle(a) == [] and a.waits_on_wakes() and not b.waits_on_wakes()
+    # when a message is published, then it adds a wake-up and frees the role
+    queue.publish(b"m")
+    assert client.redis.xlen(queue.keys.wakes) == 1 and waiter_of(client, queue) is None
+    # and the next consumer to find nothing takes it
+    assert [d.data for d in a.fetch(1)] == [b"m"] and not a.waits_on_wakes()
+    assert [d.data for d in b.fetch(1)] == [b"m"]
+    assert idle(b) == [] and b.waits_on_wakes() and waiter_of(client, queue) == "b"
+    assert idle(a) == [] and not a.waits_on_wakes()
+
+
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster's consumers wait on the channel
+def test_a_waiter_that_stops_fetching_gives_the_role_up_after_a_second(client, queue, clock):
+    # given a is the queue's waiter, then goes away without a word (killed)
+    a = queue.consumer("g", name="a", wait_in_redis=True)
+    b = queue.consumer("g", name="b", wait_in_redis=True)
+    assert idle(a) == [] and a.waits_on_wakes()
+    # when 0.99 s pass, then b still waits on the channel
+    clock.advance(0.99)
+    assert idle(b) == [] and not b.waits_on_wakes()
+    # when more than a second has passed since a's last fetch, then b takes the role
+    clock.advance(0.02)
+    assert idle(b) == [] and b.waits_on_wakes() and waiter_of(client, queue) == "b"
+    # and a, back, waits on the channel
+    assert idle(a) == [] and not a.waits_on_wakes()
+
+
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster's consumers wait on the channel
+@pytest.mark.parametrize("damaged", [b"1", b"", b"x", b"x 99999999999999", b"x -5", b"\xff\xfe"])
+def test_a_damaged_waiter_field_leaves_the_role_free(client, queue, damaged):
+    # given the meta field naming the waiter damaged (or left by an older
+    # rqueue, which wrote "1"), and a consumer that finds nothing
+    c = queue.consumer("g", name="c", wait_in_redis=True)
+    client.redis.hset(queue.keys.meta, "wake", damaged)
+    # when it fetches as an idle worker does, then it takes the role
+    assert idle(c) == [] and c.waits_on_wakes() and waiter_of(client, queue) == "c"
+
+
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster's consumers wait on the channel
+def test_a_publish_to_a_queue_with_idle_consumers_wakes_one_in_redis(backend, prefix, monkeypatch):
+    # given three consumers waiting in fetch, with polling made too slow to matter
+    monkeypatch.setattr(rqueue.consumer, "IDLE_POLL_INTERVAL", 60.0)
+    client = rqueue.connect(backend, prefix=prefix)
+    q = client.queue("orders")
+    consumers = [q.consumer("g", name=f"c{i}", wait_in_redis=True) for i in range(3)]
+    lock = threading.Lock()
+    in_redis: list[str] = []  # who waits in Redis now
+    on_channel: list[int] = []  # the threads waiting on the channel now
+    real_wait, real_channel = commands.wait_then_fetch, client.notifier.wait
+
+    def wait_then_fetch(call, *args):
+        with lock:
+            in_redis.append(call.consumer)
+        try:
+            return real_wait(call, *args)
+        finally:
+            with lock:
+                in_redis.remove(call.consumer)
+
+    def channel_wait(*args):
+        with lock:
+            on_channel.append(threading.get_ident())
+        try:
+            return real_channel(*args)
+        finally:
+            with lock:
+                on_channel.remove(threading.get_ident())
+
+    monkeypatch.setattr(commands, "wait_then_fetch", wait_then_fetch)
+    monkeypatch.setattr(client.notifier, "wait", channel_wait)
+    got: list[list[rqueue.Delivery]] = [[], [], []]
+    threads = [
+        threading.Thread(target=lambda c=c, g=g: g.extend(c.fetch(1, timeout=30))) for c, g in zip(consumers, got)
+    ]
+    for t in threads:
+        t.start()
+    for i in range(3):
+        # (when all are idle: one waits in Redis, the others on the channel)
+        alive = 3 - i
+        wait_for(lambda alive=alive: (len(in_redis), len(on_channel)) == (1, alive - 1))
+        # when a message is published
+        q.publish(b"m%d" % i)
+        wait_for(lambda i=i: sum(not t.is_alive() for t in threads) == i + 1)
+    # then each consumer got one
+    assert sorted(d.data for g in got for d in g) == [b"m0", b"m1", b"m2"]
+    client.close()
+
+
+def idle(c: rqueue.Consumer) -> list[rqueue.Delivery]:
+    """A fetch of one whose caller would wait if it brought nothing (as an
+    idle worker's is)."""
+    _, got, _ = c.ack_and_fetch([], 1, may_wait=True)
+    return got
+
+
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster's consumers wait on the channel
+def test_only_a_fetch_whose_caller_would_wait_makes_its_consumer_the_waiter(client, queue):
+    # given a consumer that waits in Redis when idle, holding one delivery
+    c = queue.consumer("g", name="c", wait_in_redis=True)
+    queue.publish(b"a")
+    [d] = idle(c)
+    # when it finds nothing in a fetch that will not wait, or one that acks,
+    # then it is not the queue's waiter and the queue is not marked
+    assert c.fetch(1) == [] and not c.waits_on_wakes()
+    statuses, got, _ = c.ack_and_fetch([d], 1)
+    assert statuses == [None] and got == [] and not c.waits_on_wakes()
+    assert waiter_of(client, queue) is None
+    # and a publish then adds no wake-up
+    queue.publish(b"b")
+    assert client.redis.exists(queue.keys.wakes) == 0
 
 
 def test_a_busy_queue_adds_no_wake_up(client, queue):
@@ -178,12 +311,11 @@ def test_an_idle_asyncio_fetch_waits_in_redis_and_wakes_up_on_publish(backend, p
         client = await rqueue.aio.connect(backend, prefix=prefix)
         q = client.queue("orders")
         async with q.consumer("g", wait_in_redis=True) as c:
-            assert c.waits_on_wakes()
             fetching = asyncio.ensure_future(c.fetch(1, timeout=30))
 
-            # (its first fetch found nothing: the queue is marked for a wake-up)
+            # (its first fetch found nothing: it is the queue's waiter)
             async def marked() -> None:
-                while await client.redis.hget(q.keys.meta, "wake") != b"1":
+                while not (await client.redis.hget(q.keys.meta, "wake") or b"").startswith(c.name.encode() + b" "):
                     await asyncio.sleep(0.01)
 
             await asyncio.wait_for(marked(), 10)
@@ -208,7 +340,7 @@ def test_a_message_that_came_without_a_wake_up_turns_the_consumer_to_the_channel
     got: list[rqueue.Delivery] = []
     t = threading.Thread(target=lambda: got.extend(c.fetch(1, timeout=30)))
     t.start()
-    wait_for(lambda: client.redis.hget(q.keys.meta, "wake") == b"1")
+    wait_for(lambda: waiter_of(client, q) == c.name)
     client.redis.hdel(q.keys.meta, "wake")
     seen_ms = server_ms(client)
     wait_for(lambda: server_ms(client) > seen_ms)  # (published in a later ms than the fetch that marked)
@@ -216,8 +348,9 @@ def test_a_message_that_came_without_a_wake_up_turns_the_consumer_to_the_channel
     # when its wait runs out, then the fetch after it brings the message
     wait_for(lambda: not t.is_alive())
     assert [d.data for d in got] == [b"unannounced"] and client.redis.exists(q.keys.wakes) == 0
-    # and the consumer waits on the channel from then on, and says why
-    assert not c.waits_on_wakes()
+    # and the consumer waits on the channel from then on, and says why; it
+    # claims the waiter role no more
+    assert c.fetch(1, timeout=0.05) == [] and not c.waits_on_wakes() and waiter_of(client, q) is None
     assert "without a wake-up" in caplog.text
     client.close()
 
@@ -243,7 +376,8 @@ def test_a_wake_up_added_as_the_wait_gave_up_keeps_the_consumer_waiting_in_redis
     got = c.fetch(1, timeout=10)
     assert [d.data for d in got] == [b"m"] and client.redis.xlen(q.keys.wakes) == 1
     # then it goes on waiting in Redis, as the wake-up did come, and warns of nothing
-    assert c.waits_on_wakes()
+    monkeypatch.setattr(commands, "wait_then_fetch", real)
+    assert c.fetch(1, timeout=0.05) == [] and c.waits_on_wakes()
     assert "without a wake-up" not in caplog.text
     client.close()
 
@@ -260,7 +394,7 @@ def test_a_loss_of_the_queues_state_during_a_wait_keeps_the_consumer_waiting_in_
     got: list[rqueue.Delivery] = []
     t = threading.Thread(target=lambda: got.extend(c.fetch(1, timeout=30)))
     t.start()
-    wait_for(lambda: client.redis.hget(q.keys.meta, "wake") == b"1")
+    wait_for(lambda: waiter_of(client, q) == c.name)
     # when Redis loses the queue's state (the mark with it) and a message is
     # published in a later ms, which adds no wake-up
     client.redis.delete(q.keys.meta)
@@ -271,7 +405,7 @@ def test_a_loss_of_the_queues_state_during_a_wait_keeps_the_consumer_waiting_in_
     wait_for(lambda: not t.is_alive())
     assert [d.data for d in got] == [b"after the loss"] and c.state_epoch == 1
     # and it goes on waiting in Redis: a lost mark is no publisher without wake-ups
-    assert c.waits_on_wakes()
+    assert c.fetch(1, timeout=0.05) == [] and c.waits_on_wakes()
     assert "without a wake-up" not in caplog.text
     client.close()
 
@@ -287,7 +421,7 @@ def test_a_wake_up_published_before_the_wait_is_not_missed(backend, prefix):
     client = rqueue.connect(backend, prefix=prefix)
     queue = client.queue("orders")
     c = queue.consumer("g", wait_in_redis=True)
-    assert c.fetch(1) == []
+    assert idle(c) == []
     call = queue.group_call("g", consumer=c.name)
     # when a message is published before its wait reaches Redis
     queue.publish(b"early")

@@ -137,29 +137,27 @@ class Consumer(ConsumerCore):
         notifier = self.client.notifier
         channel = self.queue.keys.wake_channel
         deadline = clock.monotonic() + timeout
-        if timeout > 0 and self._waits_in_redis(await self.settings()):
-            reply, mark = await self._fetch_once(n)
-            deliveries = await self._received(reply, mark)
-            while True:
-                remaining = deadline - clock.monotonic()
-                if deliveries or remaining <= 0:
-                    return deliveries
-                if not self._wakes_on:
-                    break  # the channel from now on (see _wait_then_fetch)
-                wait = self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL))
-                reply, deliveries = await self._wait_then_fetch(n, wait)
+        in_redis = False  # this round's fetch waits in Redis for the queue's wake-up first
+        wait = 0.0
         while True:
-            generation = await notifier.generation(channel) if timeout > 0 else 0
-            reply, mark = await self._fetch_once(n)
-            deliveries = await self._received(reply, mark)
+            generation: int | None = None  # read before a fetch that may be followed by a wait on the channel
+            if in_redis:
+                reply, deliveries = await self._wait_then_fetch(n, wait)
+            else:
+                generation = await notifier.generation(channel) if timeout > 0 else 0
+                reply, mark = await self._fetch_once(n, waits=timeout > 0)
+                deliveries = await self._received(reply, mark)
             remaining = deadline - clock.monotonic()
             if deliveries or remaining <= 0:
                 return deliveries
-            await notifier.wait(channel, generation, self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL)))
+            wait = self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL))
+            in_redis = self.waits_on_wakes()  # as rqueue.Consumer.fetch
+            if not in_redis and generation is not None:
+                await notifier.wait(channel, generation, wait)
 
     def waits_on_wakes(self) -> bool:
         """See :meth:`rqueue.Consumer.waits_on_wakes`."""
-        return self._waits_in_redis(self.last_settings)
+        return self._waiter and self._waits_in_redis(self.last_settings)
 
     def _waits_in_redis(self, settings: Settings) -> bool:
         return settings.wait_in_redis and self._wakes_on and acmd.wakes_usable(self.client.scripts)
@@ -188,18 +186,19 @@ class Consumer(ConsumerCore):
     async def _newest_wake(self) -> str | None:
         return await acmd.newest_wake(self.client.redis, self.queue.keys)
 
-    async def _fetch_once(self, n: int) -> tuple[commands.FetchReply, Mark]:
+    async def _fetch_once(self, n: int, waits: bool = False) -> tuple[commands.FetchReply, Mark]:
         mark = self._watch.mark()
         try:
             call = self._call_now() or await self._group_call()
-            return await acmd.fetch(call, n, fetch_token(self.client.randomness)), mark
+            return await acmd.fetch(call, n, fetch_token(self.client.randomness), waits=waits), mark
         except NotMember:
             # Removed as dead (e.g. after a long pause): what it held was
             # already offered again, so joining afresh loses nothing.
             log.warning("%r was not a member of its group any more; joining again", self)
             await self.join()
             mark = self._watch.mark()
-            return await acmd.fetch(await self._group_call(), n, fetch_token(self.client.randomness)), mark
+            call = await self._group_call()
+            return await acmd.fetch(call, n, fetch_token(self.client.randomness), waits=waits), mark
 
     async def _received(self, reply: commands.FetchReply, mark: Mark) -> list[Delivery]:
         deliveries, aside = self._parse(reply, mark)
@@ -242,11 +241,11 @@ class Consumer(ConsumerCore):
         return self._acked(tags, lost, await acmd.ack(call, tags, strict=False))
 
     async def ack_and_fetch(
-        self, acks: Iterable[Ref], n: int, wait: float | None = None
+        self, acks: Iterable[Ref], n: int, wait: float | None = None, may_wait: bool = False
     ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """Acks what can be acked and claims up to ``n`` deliveries in one
         round trip, two with completed events on; with ``wait`` and no acks,
-        waits for the queue's wake-up first (see
+        waits for the queue's wake-up first; ``may_wait`` as there (see
         :meth:`rqueue.Consumer.ack_and_fetch`)."""
         check.whole_number("n", n, 0)
         if wait is not None:
@@ -266,16 +265,18 @@ class Consumer(ConsumerCore):
             return statuses, deliveries, due_in
         tags, lost = self._sendable(refs)
         mark = self._watch.mark()
+        waits = not refs and (may_wait or wait is not None)
         try:
             call = self._call_now() or await self._group_call()
-            reply = await acmd.fetch(call, n, fetch_token(self.client.randomness), tags)
+            reply = await acmd.fetch(call, n, fetch_token(self.client.randomness), tags, waits)
         except NotMember:
             # Nothing was changed: join afresh and do both (as rqueue.Consumer).
             log.warning("%r was not a member of its group any more; joining again", self)
             await self.join()
             lenient = await self.ack_available(refs) if refs else []
             mark = self._watch.mark()
-            fetched = await acmd.fetch(await self._group_call(), n, fetch_token(self.client.randomness))
+            call = await self._group_call()
+            fetched = await acmd.fetch(call, n, fetch_token(self.client.randomness), waits=waits)
             return lenient, await self._received(fetched, mark), None
         statuses = self._fetched_acks(tags, lost, reply)
         deliveries = await self._received(reply, mark)

@@ -493,10 +493,10 @@ class PartitionedConsumer(PartitionRouting):
             await notifier.wait_any(since, min(remaining, IDLE_POLL_INTERVAL))
 
     async def ack_and_fetch(
-        self, acks: Iterable[Ref], n: int, wait: float | None = None
+        self, acks: Iterable[Ref], n: int, wait: float | None = None, may_wait: bool = False
     ) -> tuple[list[RQueueError | None], list[Delivery], float | None]:
         """As :meth:`rqueue.PartitionedConsumer.ack_and_fetch` (``wait`` is
-        checked and not waited for)."""
+        checked and not waited for, ``may_wait`` changes nothing)."""
         check.whole_number("n", n, 0)
         if wait is not None:
             check.seconds("wait", wait)

@@ -270,10 +270,11 @@ class Worker:
             sent = self._clock.monotonic()
             joins, epoch = consumer.joins, consumer.state_epoch
             # As rqueue.worker.dispatcher: only a stop brings news while nothing runs.
-            wait_first = idle_wait if not acks and not others and ledger.unsettled() == 0 else None
+            idle = not acks and not others and ledger.unsettled() == 0
+            wait_first = idle_wait if idle else None
             idle_wait = None
             statuses, deliveries, due_in = await self._retry.call(
-                consumer.ack_and_fetch, acks, max(free, 0), wait_first
+                consumer.ack_and_fetch, acks, max(free, 0), wait_first, idle
             )
             lost = consumer.state_epoch != epoch
             if lost:

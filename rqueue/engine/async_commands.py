@@ -67,6 +67,7 @@ class AsyncGroupCall(c.GroupArgs):
         settings: c.GroupSettings,
     ) -> AsyncGroupCall:
         fields = c.GroupArgs.fields_of(clock, randomness, keys, queue, where, group, consumer, settings)
+        fields["marks"][0] &= wakes_usable(scripts)
         return cls(scripts=scripts, **fields)
 
     async def run(self, script: AsyncScript, extra: Sequence[Any]) -> Any:
@@ -91,8 +92,11 @@ class AsyncGroupCall(c.GroupArgs):
 # call.run): they are the calls a consumer makes per message.
 
 
-async def fetch(call: AsyncGroupCall, n: int, token: str, acks: Sequence[c.Tag] = ()) -> c.FetchReply:
-    args = c.fetch_args(n, token + call.rate, acks, call.marks)
+async def fetch(
+    call: AsyncGroupCall, n: int, token: str, acks: Sequence[c.Tag] = (), waits: bool = False
+) -> c.FetchReply:
+    """As :func:`rqueue.engine.commands.fetch`."""
+    args = c.fetch_args(n, token + call.rate, acks, call.marks[0] and waits)
     if not call.flow[0]:  # the short layout first, as the sync fetch (commands.fetch)
         try:
             return c.parse_fetch(await call.scripts.fetch(call.fetch_keys, call.argv(args)), token, len(acks))
@@ -142,6 +146,8 @@ async def wait_then_fetch(
         woke, reply = await pipe.execute(raise_on_error=False)
     except (redis.RedisError, OSError) as exc:
         raise c.translate(exc, call.queue, call.where) from exc
+    except c.MEMORY_WRONG_TYPE as exc:  # as the sync wait_then_fetch
+        return c.WokenFetch(since, f"{type(exc).__name__}: {exc}", await fetch(call, n, token, waits=True))
     refused = str(woke) or type(woke).__name__ if isinstance(woke, BaseException) else ""
     if not refused:
         since = c.last_wake_id(woke, since)
@@ -150,7 +156,7 @@ async def wait_then_fetch(
             call.flow[0] = True  # nothing was changed: the fetch again, with every key
         elif not str(reply).startswith("NOSCRIPT"):
             raise c.translate(reply, call.queue, call.where) from reply
-        return c.WokenFetch(since, refused, await fetch(call, n, token))
+        return c.WokenFetch(since, refused, await fetch(call, n, token, waits=True))
     return c.WokenFetch(since, refused, c.parse_fetch(reply, token, 0))
 
 

@@ -200,9 +200,12 @@ class GroupArgs:
     fetch_keys: list[str]
     flow: list[bool]
     # The consumer waits in Redis for the queue's wake-up when idle (the
-    # setting wait_in_redis): its fetches ask to mark the queue when they
-    # find nothing (a negative n, lua/fetch.lua).
-    marks: bool
+    # setting wait_in_redis, where its client can): its fetches that find
+    # nothing ask to make it the queue's waiter (a negative n,
+    # lua/fetch.lua). marks[0] turns False for good when it turns to the
+    # channel (Redis refused the wait, or a publisher adds no wake-up), so
+    # that it holds the role from no one.
+    marks: list[bool]
 
     @staticmethod
     def fields_of(
@@ -232,7 +235,7 @@ class GroupArgs:
             "fetch_keys": keys[:FETCH_PLAIN_KEYS],
             # a rate limit (the rate window, KEYS[20]) or key settings: every key, every fetch
             "flow": [len(keys) <= FETCH_PLAIN_KEYS or rate_suffix(settings) != ""],
-            "marks": settings.wait_in_redis,
+            "marks": [settings.wait_in_redis],
         }
 
     def argv(self, extra: Sequence[Any]) -> list[Any]:
@@ -267,9 +270,9 @@ class GroupCall(GroupArgs):
         consumer: str,
         settings: GroupSettings,
     ) -> GroupCall:
-        return cls(
-            scripts=scripts, **GroupArgs.fields_of(clock, randomness, keys, queue, where, group, consumer, settings)
-        )
+        fields = GroupArgs.fields_of(clock, randomness, keys, queue, where, group, consumer, settings)
+        fields["marks"][0] &= wakes_usable(scripts)
+        return cls(scripts=scripts, **fields)
 
     def run(self, script: Script, extra: Sequence[Any]) -> Any:
         return run(script, self.keys, self.argv(extra), self.queue, self.where)
@@ -293,6 +296,9 @@ class FetchReply(NamedTuple):
     token: str  # the token of the deliveries
     raw: list[Any]
     first: int
+    # The call made its consumer the queue's waiter (lua/fetch.lua): the
+    # one consumer whose idle fetch waits in Redis for the wake-up.
+    waiter: bool = False
 
     def deliveries(self) -> Iterator[tuple[int, int, bytes]]:
         raw = self.raw
@@ -335,6 +341,9 @@ def fetch_args(n: int, token: str, acks: Sequence[Tag] = (), marks: bool = False
 
 def parse_fetch(reply: Any, token: str, acks: int) -> FetchReply:
     due = reply[1]
+    waiter = False
+    if type(due) is bytes and due[:1] == b"w":
+        waiter, due = True, due[1:]
     statuses = [s.decode() for s in reply[4 : 4 + acks]] if acks else []
     return FetchReply(
         int(reply[0]),
@@ -345,6 +354,7 @@ def parse_fetch(reply: Any, token: str, acks: int) -> FetchReply:
         token,
         reply,
         4 + acks,
+        waiter,
     )
 
 
@@ -356,10 +366,12 @@ def needs_flow_keys(exc: BaseException) -> bool:
     return isinstance(exc, redis.ResponseError) and str(exc).startswith(FLOW_KEYS_ERROR)
 
 
-def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = ()) -> FetchReply:
+def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = (), waits: bool = False) -> FetchReply:
     """Claims up to ``n`` deliveries, their tags carrying ``token`` (a word
-    of [0-9a-z] drawn at random per call), after acking ``acks`` leniently."""
-    args = fetch_args(n, token + call.rate, acks, call.marks)
+    of [0-9a-z] drawn at random per call), after acking ``acks`` leniently.
+    ``waits``: the caller waits for news when this call brings nothing, so
+    that the call may make its consumer the queue's waiter (call.marks)."""
+    args = fetch_args(n, token + call.rate, acks, call.marks[0] and waits)
     if not call.flow[0]:
         try:
             return parse_fetch(call.scripts.fetch(call.fetch_keys, call.argv(args)), token, len(acks))
@@ -406,6 +418,11 @@ def wait_then_fetch(call: GroupCall, wakes: str, since: str, block_ms: int, n: i
         woke, reply = pipe.execute(raise_on_error=False)
     except (redis.RedisError, OSError) as exc:
         raise translate(exc, call.queue, call.where) from exc
+    except MEMORY_WRONG_TYPE as exc:
+        # memory:// (fakeredis) fails an XREAD of a key of another type
+        # with a Python error, before the fetch runs, where Redis answers
+        # WRONGTYPE: a refusal all the same.
+        return WokenFetch(since, f"{type(exc).__name__}: {exc}", fetch(call, n, token, waits=True))
     refused = str(woke) or type(woke).__name__ if isinstance(woke, BaseException) else ""
     if not refused:
         since = last_wake_id(woke, since)
@@ -413,8 +430,12 @@ def wait_then_fetch(call: GroupCall, wakes: str, since: str, block_ms: int, n: i
         if not needs_flow_keys(reply):
             raise translate(reply, call.queue, call.where) from reply
         call.flow[0] = True  # nothing was changed: the fetch again, with every key
-        return WokenFetch(since, refused, fetch(call, n, token))
+        return WokenFetch(since, refused, fetch(call, n, token, waits=True))
     return WokenFetch(since, refused, parse_fetch(reply, token, 0))
+
+
+# What memory:// (fakeredis) raises for an XREAD of a key that is no stream.
+MEMORY_WRONG_TYPE = (AttributeError, TypeError)
 
 
 def last_wake_id(reply: Any, since: str) -> str:

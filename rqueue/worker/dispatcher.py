@@ -100,9 +100,12 @@ class Dispatcher:
             joins, epoch = consumer.joins, consumer.state_epoch
             # Nothing runs, so nothing but a stop (which adds a wake-up
             # entry) can bring news while Redis holds the wait.
-            wait_first = idle_wait if not acks and not others and ledger.unsettled() == 0 else None
+            idle = not acks and not others and ledger.unsettled() == 0
+            wait_first = idle_wait if idle else None
             idle_wait = None
-            statuses, deliveries, due_in = self._retry(consumer.ack_and_fetch, acks, max(free, 0), wait_first)
+            statuses, deliveries, due_in = self._retry(
+                consumer.ack_and_fetch, acks, max(free, 0), wait_first, idle
+            )
             lost = consumer.state_epoch != epoch
             if lost:
                 self._state_lost()

@@ -208,9 +208,9 @@ def worker(url: str, prefix: str, out: str) -> None:
         def recorded(method):  # type: ignore[no-untyped-def]
             # Each ack whose status is None was applied; the time is taken
             # after the reply, so it is no earlier than the ack itself.
-            def call(self, acks, *args):  # type: ignore[no-untyped-def]
+            def call(self, acks, *args, **kwargs):  # type: ignore[no-untyped-def]
                 acks = list(acks)
-                out = method(self, acks, *args)
+                out = method(self, acks, *args, **kwargs)
                 statuses = out[0] if isinstance(out, tuple) else out
                 now = time.time()
                 for d, status in zip(acks, statuses, strict=False):

@@ -18,9 +18,16 @@
   deliveries of a key not yet settled, keys served least recently served
   first (KEYS[21..24]; docs/flow-control.md, "Ordering keys").
 
-  A call sent a negative n (below) that hands out nothing sets the meta
-  field "wake", so that the next publish wakes the consumers blocked on the
-  queue's wake stream (includes/wake.lua).
+  A call sent a negative n (below) that hands out nothing may make its
+  consumer the queue's waiter: the one consumer that waits in Redis for the
+  queue's wake-up (XREAD on its wake stream, includes/wake.lua). It is so
+  when the meta field "wake" names no waiter, this consumer, or a waiter
+  whose time ran out; the call then writes "<consumer> <until_ms>" there,
+  until_ms being WAITER_MS after now, and says so in its reply. The next
+  publish, seeing the field, adds the wake-up and clears it. Every other
+  idle consumer waits on the wake-up channel, so a publish wakes at most
+  one consumer inside Redis, whose fetch runs before the publisher's reply
+  is written.
 
   Tags given after n are acknowledged first, leniently, exactly as ack.lua
   with strict "0" would (the previous batch of a worker settled in the same
@@ -33,8 +40,9 @@
       settings in ARGV[9]: a plain fetch is spared the other keys' cost
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] n, the most deliveries to return; sent as -n by a consumer that
-      waits in Redis for the queue's wake-up when idle: a call that hands
-      out nothing then marks the queue (above)
+      waits in Redis for the queue's wake-up when idle and it is the
+      queue's waiter: a call that hands out nothing then claims that role
+      (above)
     ARGV[9] the token of this call's deliveries: a lowercase letter, then
       lowercase letters and digits, 32 at most, that the client draws at
       random for each call, part of every tag it makes
@@ -52,6 +60,8 @@
   Output:
     { now_ms, next_due_ms or "", incarnation, last_seq, status1, ..., statusK,
       seq1, count1, record1, seq2, ... }
+    where a call sent -n that made its consumer the queue's waiter (it
+    handed out nothing) gives "w<next_due_ms>" or "w" for next_due_ms
     the queue's incarnation (meta field "inc", "" when none) and last seq,
     by which a client tells that Redis lost state (the incarnation changed,
     or the last seq went back); one status per tag to ack, in order ("ok"
@@ -111,11 +121,34 @@ local PULL_BATCH = '1000' -- entries of the priority log moved to the group's pr
 -- A priority set's score is seq - priority x PRIORITY_SPAN (2^45, above any
 -- seq): the highest priority first, then the lowest seq, exact in a double.
 local PRIORITY_SPAN = 35184372088832
+-- How long a consumer stays the queue's waiter (ms): more than a wait in
+-- Redis lasts (IDLE_POLL_INTERVAL, 0.5 s), as the fetch that ends the wait
+-- claims the role again; a waiter that died frees it after this.
+local WAITER_MS = 1000
 
 local n = ARGV[8] + 0
 local marks = n < 0 -- the consumer waits in Redis when this call finds nothing
 if marks then
   n = -n
+end
+-- Makes this call's consumer the queue's waiter when the role is free
+-- (above); the reply's next_due_ms, prefixed with "w", says so. "wake" is
+-- the meta field as read. A role that does not parse, or runs out further
+-- ahead than WAITER_MS (a damaged field, a clock set back), is free: the
+-- worst a bad field can do is one more waiter. A hint: refused over
+-- maxmemory, the consumer waits on the channel.
+local function claimWaiter(out, wake)
+  if wake then
+    local holder, untilMs = string.match(wake, '^(.*) (%d+)$')
+    untilMs = tonumber(untilMs or '')
+    if holder ~= consumerName and untilMs and untilMs > now and untilMs <= now + WAITER_MS then
+      return
+    end
+  end
+  local claimed = redis.pcall('HSET', metaKey, 'wake', consumerName .. ' ' .. string.format('%d', now + WAITER_MS))
+  if type(claimed) == 'number' then
+    out[2] = out[2] == '' and 'w' or 'w' .. string.format('%d', out[2])
+  end
 end
 local token = ARGV[9]
 -- The group's rate limit, when it has one, follows the token: found only
@@ -201,6 +234,9 @@ if groupFields[4] then
   local out = {now, '', metaFields[1] or '', lastSeq}
   for _, status in ipairs(acked) do
     out[#out + 1] = status
+  end
+  if marks then
+    claimWaiter(out, metaFields[5]) -- a resume adds a wake-up (pause.lua)
   end
   return out
 end
@@ -752,10 +788,8 @@ else
   if nextDue ~= nil then
     out[2] = nextDue
   end
-  if marks and not metaFields[5] then
-    -- The next publish wakes the consumers waiting on the wake stream
-    -- (includes/wake.lua). A hint: refused over maxmemory, they poll.
-    redis.pcall('HSET', metaKey, 'wake', '1')
+  if marks then
+    claimWaiter(out, metaFields[5])
   end
 end
 return out
