@@ -88,24 +88,34 @@ class Consumer(ConsumerCore):
         channel = self.queue.keys.wake_channel
         deadline = clock.monotonic() + timeout
         in_redis = False  # this round's fetch waits in Redis for the queue's wake-up first
+        # The channel is read before a fetch that a wait on it may follow.
+        # One that may wait in Redis reads it only once it is not the
+        # waiter, or when its client listens already: the first read
+        # subscribes, and the notifier thread then wakes at every publish,
+        # which the waiter's latency shows.
+        read_channel = timeout > 0 and (
+            not self._waits_in_redis(self.settings()) or self.client.notifier.listens(channel)
+        )
         wait = 0.0
         while True:
-            generation: int | None = None  # read before a fetch that may be followed by a wait on the channel
+            generation: int | None = None
             if in_redis:
                 reply, deliveries = self._wait_then_fetch(n, wait)
             else:
-                generation = self.client.notifier.generation(channel) if timeout > 0 else 0
+                generation = self.client.notifier.generation(channel) if read_channel else None
                 reply, mark = self._fetch_once(n, waits=timeout > 0)
                 deliveries = self._received(reply, mark)
             remaining = deadline - clock.monotonic()
             if deliveries or remaining <= 0:
                 return deliveries
             wait = self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL))
-            # The queue's waiter waits in Redis; after a wait in Redis
-            # (generation None) the channel is read, and fetched after, first.
             in_redis = self.waits_on_wakes()
-            if not in_redis and generation is not None:
-                self.client.notifier.wait(channel, generation, wait)
+            if in_redis:
+                continue
+            if generation is None:
+                read_channel = True  # read first, and fetched after
+                continue
+            self.client.notifier.wait(channel, generation, wait)
 
     def _fetch_once(self, n: int, waits: bool = False) -> tuple[commands.FetchReply, Any]:
         """A fetch's reply, and what the watch knew when it was sent;

@@ -93,6 +93,9 @@ def test_an_idle_fetch_waits_in_redis_and_wakes_up_on_publish(backend, prefix, m
     # and the publish used the mark: one entry in the wake stream, the mark
     # gone (a cluster's consumer claims no role, so its publish adds none)
     assert client.redis.exists(q.keys.wakes) == in_redis and waiter_of(client, q) is None
+    # and the waiter's client did not subscribe to the channel (its notifier
+    # thread would wake at every publish)
+    assert client.notifier.listens(q.keys.wake_channel) is not in_redis
     client.close()
 
 

@@ -138,22 +138,29 @@ class Consumer(ConsumerCore):
         channel = self.queue.keys.wake_channel
         deadline = clock.monotonic() + timeout
         in_redis = False  # this round's fetch waits in Redis for the queue's wake-up first
+        # As rqueue.Consumer.fetch: one that may wait in Redis reads the
+        # channel (subscribes) only once it is not the waiter.
+        read_channel = timeout > 0 and (not self._waits_in_redis(await self.settings()) or notifier.listens(channel))
         wait = 0.0
         while True:
-            generation: int | None = None  # read before a fetch that may be followed by a wait on the channel
+            generation: int | None = None
             if in_redis:
                 reply, deliveries = await self._wait_then_fetch(n, wait)
             else:
-                generation = await notifier.generation(channel) if timeout > 0 else 0
+                generation = await notifier.generation(channel) if read_channel else None
                 reply, mark = await self._fetch_once(n, waits=timeout > 0)
                 deliveries = await self._received(reply, mark)
             remaining = deadline - clock.monotonic()
             if deliveries or remaining <= 0:
                 return deliveries
             wait = self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL))
-            in_redis = self.waits_on_wakes()  # as rqueue.Consumer.fetch
-            if not in_redis and generation is not None:
-                await notifier.wait(channel, generation, wait)
+            in_redis = self.waits_on_wakes()
+            if in_redis:
+                continue
+            if generation is None:
+                read_channel = True  # read first, and fetched after
+                continue
+            await notifier.wait(channel, generation, wait)
 
     def waits_on_wakes(self) -> bool:
         """See :meth:`rqueue.Consumer.waits_on_wakes`."""

@@ -36,6 +36,10 @@ class AsyncNotifier:
         self._closed = False
         self._refused = False
 
+    def listens(self, channel: str) -> bool:
+        """See :meth:`rqueue.engine.notify.Notifier.listens`."""
+        return channel in self._wanted
+
     async def generation(self, channel: str) -> int:
         """A counter that changes when ``channel`` announces something."""
         if self._refused:

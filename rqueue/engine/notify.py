@@ -57,6 +57,11 @@ class Notifier:
         self._closed = False
         self._refused = False  # SUBSCRIBE not permitted (ACL): poll instead
 
+    def listens(self, channel: str) -> bool:
+        """True when ``channel`` is subscribed (or asked for): reading its
+        :meth:`generation` then costs nothing more."""
+        return channel in self._wanted
+
     def generation(self, channel: str) -> int:
         """A counter that changes when ``channel`` announces something.
         Read it before fetching, wait on it after an empty fetch."""

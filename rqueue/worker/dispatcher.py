@@ -103,9 +103,7 @@ class Dispatcher:
             idle = not acks and not others and ledger.unsettled() == 0
             wait_first = idle_wait if idle else None
             idle_wait = None
-            statuses, deliveries, due_in = self._retry(
-                consumer.ack_and_fetch, acks, max(free, 0), wait_first, idle
-            )
+            statuses, deliveries, due_in = self._retry(consumer.ack_and_fetch, acks, max(free, 0), wait_first, idle)
             lost = consumer.state_epoch != epoch
             if lost:
                 self._state_lost()

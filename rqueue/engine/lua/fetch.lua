@@ -136,8 +136,10 @@ end
 -- the meta field as read. A role that does not parse, or runs out further
 -- ahead than WAITER_MS (a damaged field, a clock set back), is free: the
 -- worst a bad field can do is one more waiter. A hint: refused over
--- maxmemory, the consumer waits on the channel.
-local function claimWaiter(out, wake)
+-- maxmemory, the consumer waits on the channel. Made only for a call that
+-- may claim: a function is built anew by every call that reaches its
+-- definition.
+local claimWaiter = marks and function(out, wake)
   if wake then
     local holder, untilMs = string.match(wake, '^(.*) (%d+)$')
     untilMs = tonumber(untilMs or '')
@@ -235,7 +237,7 @@ if groupFields[4] then
   for _, status in ipairs(acked) do
     out[#out + 1] = status
   end
-  if marks then
+  if claimWaiter then
     claimWaiter(out, metaFields[5]) -- a resume adds a wake-up (pause.lua)
   end
   return out
@@ -788,7 +790,7 @@ else
   if nextDue ~= nil then
     out[2] = nextDue
   end
-  if marks then
+  if claimWaiter then
     claimWaiter(out, metaFields[5])
   end
 end
