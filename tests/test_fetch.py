@@ -83,8 +83,7 @@ def test_an_idle_fetch_waits_in_redis_and_wakes_up_on_publish(backend, prefix, m
     t.start()
     if in_redis:
         # (its first fetch found nothing: it is the queue's waiter)
-        wait_for(lambda: waiter_of(client, q) == c.name)
-        assert c.waits_on_wakes()
+        wait_for(lambda: waiter_of(client, q) == c.name and c.waits_on_wakes())
     # when a message is published
     q.publish(b"wake")
     # then the waiting fetch returns it long before its poll or timeout
@@ -100,9 +99,10 @@ def test_an_idle_fetch_waits_in_redis_and_wakes_up_on_publish(backend, prefix, m
 
 
 def waiter_of(client: rqueue.Client, q: rqueue.Queue) -> str | None:
-    """The consumer that the queue's meta field "wake" names as its waiter."""
+    """The consumer that the queue's meta field "wake" names as its waiter
+    ("<group> <consumer> <until_ms>")."""
     value = client.redis.hget(q.keys.meta, "wake")
-    return None if value is None else value.decode().rsplit(" ", 1)[0]
+    return None if value is None else value.decode().split(" ")[1]
 
 
 def test_wait_in_redis_is_true_or_false(client, queue):
@@ -152,6 +152,17 @@ def test_one_idle_consumer_of_a_queue_waits_in_redis_and_the_others_on_the_chann
     assert [d.data for d in b.fetch(1)] == [b"m"]
     assert idle(b) == [] and b.waits_on_wakes() and waiter_of(client, queue) == "b"
     assert idle(a) == [] and not a.waits_on_wakes()
+
+
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster's consumers wait on the channel
+def test_consumers_of_one_name_in_two_groups_are_two_candidates_for_the_role(client, queue):
+    # given consumers named alike in two groups, the first the queue's waiter
+    first = queue.consumer("g1", name="w", wait_in_redis=True)
+    second = queue.consumer("g2", name="w", wait_in_redis=True)
+    assert idle(first) == [] and first.waits_on_wakes()
+    # when the other finds nothing, then it is not taken for the waiter
+    assert idle(second) == [] and not second.waits_on_wakes()
+    assert client.redis.hget(queue.keys.meta, "wake").startswith(b"g1 w ")
 
 
 @pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a cluster's consumers wait on the channel
@@ -318,7 +329,7 @@ def test_an_idle_asyncio_fetch_waits_in_redis_and_wakes_up_on_publish(backend, p
 
             # (its first fetch found nothing: it is the queue's waiter)
             async def marked() -> None:
-                while not (await client.redis.hget(q.keys.meta, "wake") or b"").startswith(c.name.encode() + b" "):
+                while b" %s " % c.name.encode() not in (await client.redis.hget(q.keys.meta, "wake") or b""):
                     await asyncio.sleep(0.01)
 
             await asyncio.wait_for(marked(), 10)

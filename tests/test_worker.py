@@ -232,33 +232,6 @@ def test_an_idle_worker_waits_in_redis_for_a_publish_and_stops_at_once(live, mon
     assert time.monotonic() - started < 10
 
 
-def test_an_idle_worker_whose_wake_stream_is_overwritten_warns_and_goes_on(live, monkeypatch, caplog):
-    # given an idle worker waiting in Redis, with polling made too slow to matter
-    monkeypatch.setattr(rqueue.worker.dispatcher, "IDLE_POLL_INTERVAL", 60.0)
-    live.configure("orders", wait_in_redis=True)
-    q = live.queue("orders")
-    calls = Calls()
-    w = rqueue.Worker(q, "g", lambda d: calls.add(d.seq), reconnect_timeout=120)
-    in_redis = not isinstance(live.redis, redis.RedisCluster)  # (a cluster's consumers wait on the channel)
-    w.start()
-    try:
-        wait_for(lambda: live.redis.hget(q.keys.meta, "wake") is not None or not in_redis)
-        # when its wake stream is replaced by a string (WRONGTYPE for XREAD;
-        # memory:// fails it with a Python error) and messages are published
-        live.redis.delete(q.keys.wakes)
-        live.redis.set(q.keys.wakes, "not a stream")
-        q.publish(b"a")
-        wait_for(lambda: calls.count() == {1: 1})
-        q.publish(b"b")
-        # then every message runs (the worker lives on), and it says why it waits on the channel
-        wait_for(lambda: calls.count() == {1: 1, 2: 1})
-    finally:
-        w.stop()
-    assert w.join(10)
-    if in_redis:
-        assert "waits on the wake-up channel instead" in caplog.text
-
-
 def deaf(client, monkeypatch):
     """Cuts off the channel's wake-ups: a wait on it lasts until its
     timeout or its own condition."""

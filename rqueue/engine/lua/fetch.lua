@@ -22,7 +22,8 @@
   consumer the queue's waiter: the one consumer that waits in Redis for the
   queue's wake-up (XREAD on its wake stream, includes/wake.lua). It is so
   when the meta field "wake" names no waiter, this consumer, or a waiter
-  whose time ran out; the call then writes "<consumer> <until_ms>" there,
+  whose time ran out; the call then writes "<group> <consumer> <until_ms>"
+  there (names hold no whitespace),
   until_ms being WAITER_MS after now, and says so in its reply. The next
   publish, seeing the field, adds the wake-up and clears it. Every other
   idle consumer waits on the wake-up channel, so a publish wakes at most
@@ -40,9 +41,9 @@
       settings in ARGV[9]: a plain fetch is spared the other keys' cost
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] n, the most deliveries to return; sent as -n by a consumer that
-      waits in Redis for the queue's wake-up when idle and it is the
-      queue's waiter: a call that hands out nothing then claims that role
-      (above)
+      waits in Redis for the queue's wake-up when idle (wait_in_redis),
+      when its caller waits for news if the call brings nothing: a call
+      that hands out nothing then may make it the queue's waiter (above)
     ARGV[9] the token of this call's deliveries: a lowercase letter, then
       lowercase letters and digits, 32 at most, that the client draws at
       random for each call, part of every tag it makes
@@ -140,14 +141,15 @@ end
 -- may claim: a function is built anew by every call that reaches its
 -- definition.
 local claimWaiter = marks and function(out, wake)
+  local me = groupName .. ' ' .. consumerName
   if wake then
     local holder, untilMs = string.match(wake, '^(.*) (%d+)$')
     untilMs = tonumber(untilMs or '')
-    if holder ~= consumerName and untilMs and untilMs > now and untilMs <= now + WAITER_MS then
+    if holder ~= me and untilMs and untilMs > now and untilMs <= now + WAITER_MS then
       return
     end
   end
-  local claimed = redis.pcall('HSET', metaKey, 'wake', consumerName .. ' ' .. string.format('%d', now + WAITER_MS))
+  local claimed = redis.pcall('HSET', metaKey, 'wake', me .. ' ' .. string.format('%d', now + WAITER_MS))
   if type(claimed) == 'number' then
     out[2] = out[2] == '' and 'w' or 'w' .. string.format('%d', out[2])
   end
