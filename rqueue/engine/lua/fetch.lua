@@ -136,8 +136,9 @@ end
 -- (above); the reply's next_due_ms, prefixed with "w", says so. "wake" is
 -- the meta field as read. A role that does not parse, or runs out further
 -- ahead than WAITER_MS (a damaged field, a clock set back), is free: the
--- worst a bad field can do is one more waiter. A hint: refused over
--- maxmemory, the consumer waits on the channel. Made only for a call that
+-- worst a bad field can do is one more waiter. A hint (pcall): where Redis
+-- refuses the write (over maxmemory on a server that ignores the allow-oom
+-- flag), the consumer waits on the channel. Made only for a call that
 -- may claim: a function is built anew by every call that reaches its
 -- definition.
 local claimWaiter = marks and function(out, wake)
