@@ -50,17 +50,18 @@ def test_handler_raising_base_exception_does_not_kill_the_worker(backend, prefix
 
 
 def test_short_ack_wait_with_default_heartbeat_interval_still_runs_once(backend, prefix):
-    # given a lease of 0.3 s, shorter than the default heartbeat interval of 1 s,
-    # and a handler that takes 1 s
+    # given a lease of 0.8 s, shorter than the default heartbeat interval of 1 s
+    # (0.3 s let a loaded machine's cluster run miss an extension), and a
+    # handler that outlasts it twice
     client = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
-    client.configure("orders", ack_wait=0.3)
+    client.configure("orders", ack_wait=0.8)
     q = client.queue("orders")
     q.publish(b"slow")
     runs = []
 
     def handler(d):
         runs.append(d.delivery_count)
-        time.sleep(1.0)
+        time.sleep(2.0)
 
     # when two workers run
     workers = [rqueue.Worker(q, "g", handler, concurrency=1) for _ in range(2)]
