@@ -93,9 +93,7 @@ class Consumer(ConsumerCore):
         # waiter, or when its client listens already: the first read
         # subscribes, and the notifier thread then wakes at every publish,
         # which the waiter's latency shows.
-        read_channel = timeout > 0 and (
-            not self._waits_in_redis(self.settings()) or self.client.notifier.listens(channel)
-        )
+        read_channel = timeout > 0 and (not self._group_call().marks[0] or self.client.notifier.listens(channel))
         wait = 0.0
         while True:
             generation: int | None = None
@@ -154,17 +152,6 @@ class Consumer(ConsumerCore):
 
     def _newest_wake(self) -> str | None:
         return notify.newest_wake(self.client.redis, self.queue.keys)
-
-    def waits_on_wakes(self) -> bool:
-        """True when an idle fetch waits in Redis for the queue's wake-up
-        (:meth:`fetch` with a timeout, :meth:`ack_and_fetch` with a wait):
-        with the setting wait_in_redis, when its last fetch found nothing
-        and made it the queue's waiter, the one consumer of the queue that
-        waits so (lua/fetch.lua); False when it waits on the channel."""
-        return self._waiter and self._waits_in_redis(self.last_settings)
-
-    def _waits_in_redis(self, settings: Settings) -> bool:
-        return settings.wait_in_redis and self._wakes_on and commands.wakes_usable(self.client.scripts)
 
     def end_waits(self) -> None:
         """Ends the waits of every consumer of the queue waiting in Redis for

@@ -80,8 +80,8 @@ class ConsumerCore:
         # Its last fetch handed out nothing and made it the queue's waiter:
         # the one idle consumer that waits in Redis (lua/fetch.lua).
         self._waiter = False
-        # When (server ms) its last fetch handed out nothing, so that the
-        # next publish was to add a wake-up (fetch.lua sets "wake" then).
+        # When (server ms) its last fetch handed out nothing: when that fetch
+        # made it the waiter, the next publish was to add a wake-up.
         self._found_nothing_at: int | None = None
         # The losses of the queue's state it had seen then (state_epoch).
         self._found_nothing_epoch = 0
@@ -309,6 +309,16 @@ class ConsumerCore:
             self,
         )
         self._wait_on_the_channel()
+
+    def waits_on_wakes(self) -> bool:
+        """True when an idle fetch waits in Redis for the queue's wake-up
+        (``fetch`` with a timeout, ``ack_and_fetch`` with a wait): its last
+        fetch found nothing and made it the queue's waiter, the one consumer
+        of the queue that waits so (lua/fetch.lua). Only a fetch sent to
+        claim the role can (GroupArgs.marks: the setting wait_in_redis, a
+        client that can wait in Redis, no turn to the channel since); False
+        when it waits on the channel."""
+        return self._waiter
 
     def _wait_on_the_channel(self) -> None:
         """From now on this consumer waits on the channel when idle, and its

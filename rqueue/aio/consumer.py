@@ -140,7 +140,9 @@ class Consumer(ConsumerCore):
         in_redis = False  # this round's fetch waits in Redis for the queue's wake-up first
         # As rqueue.Consumer.fetch: one that may wait in Redis reads the
         # channel (subscribes) only once it is not the waiter.
-        read_channel = timeout > 0 and (not self._waits_in_redis(await self.settings()) or notifier.listens(channel))
+        read_channel = timeout > 0 and (
+            not (self._call_now() or await self._group_call()).marks[0] or notifier.listens(channel)
+        )
         wait = 0.0
         while True:
             generation: int | None = None
@@ -161,13 +163,6 @@ class Consumer(ConsumerCore):
                 read_channel = True  # read first, and fetched after
                 continue
             await notifier.wait(channel, generation, wait)
-
-    def waits_on_wakes(self) -> bool:
-        """See :meth:`rqueue.Consumer.waits_on_wakes`."""
-        return self._waiter and self._waits_in_redis(self.last_settings)
-
-    def _waits_in_redis(self, settings: Settings) -> bool:
-        return settings.wait_in_redis and self._wakes_on and acmd.wakes_usable(self.client.scripts)
 
     async def end_waits(self) -> None:
         """See :meth:`rqueue.Consumer.end_waits`."""

@@ -23,8 +23,8 @@
   queue's wake-up (XREAD on its wake stream, includes/wake.lua). It is so
   when the meta field "wake" names no waiter, this consumer, or a waiter
   whose time ran out; the call then writes "<group> <consumer> <until_ms>"
-  there (names hold no whitespace),
-  until_ms being WAITER_MS after now, and says so in its reply. The next
+  there (names hold no whitespace), until_ms being WAITER_MS after now, and
+  says so in its reply. The next
   publish, seeing the field, adds the wake-up and clears it. Every other
   idle consumer waits on the wake-up channel, so a publish wakes at most
   one consumer inside Redis, whose fetch runs before the publisher's reply
