@@ -3,7 +3,7 @@ current rqueue in one run on a private redis-server (docs/storage-prototypes.md)
 
 usage: PYTHONPATH=. python benchmarks/prototypes/bench.py [--runs 3] [--messages 20000]
            [--memory-messages 100000] [--layouts a,b] [--fetch-size 100] [--direct]
-           [--vs rqueue] [--json FILE] [--breakdown] [--check-only]
+           [--direct-prototypes] [--vs rqueue] [--json FILE] [--breakdown] [--check-only]
 
 Starts redis-server on a free loopback port (never 6379) in a temp dir without
 persistence, checks the prototypes' semantics (--check-only stops there), then
@@ -17,10 +17,13 @@ to that layout; --breakdown: Redis time per command of a fetch+ack loop); stops
 the server by its PID. --direct: Streams and the prototypes send their calls
 without redis-py's per-call bookkeeping (Layout.go_direct).
 
-A layout named stream_calls:E or stream_calls_2rt:E (E a whole number) is
-prototype (d) with every seq that is a multiple of E handed out by its
-per-message path, as flow control would (E 10: 10% of the deliveries, 2: 50%,
-1: all of them).
+A layout named stream_calls:E, stream_calls_2rt:E or stream_calls_2rt_dlv:E
+(E a whole number) is prototype (d) with every seq that is a multiple of E
+handed out by its per-message path, as flow control would (E 10: 10% of the
+deliveries, 2: 50%, 1: all of them); rqueue:E is the current layout with every
+E-th message published with a priority, its flow-control path.
+--direct-prototypes: only the prototypes skip that bookkeeping; Streams goes
+through redis-py as in benchmarks/run.sh.
 """
 
 from __future__ import annotations
@@ -38,7 +41,18 @@ import time
 from typing import Any
 
 import redis
-from layouts import ACK_WAIT_MS, LAYOUTS, Layout, Scripted, StreamCalls, StreamCallsClaim, StreamPel, WideHash
+from layouts import (
+    ACK_WAIT_MS,
+    IN_SPAN,
+    LAYOUTS,
+    Layout,
+    Rqueue,
+    Scripted,
+    StreamCalls,
+    StreamCallsClaim,
+    StreamPel,
+    WideHash,
+)
 
 BATCH = 100  # publish_many's batch, and fetch(n)'s n unless --fetch-size says otherwise
 FILL = 1000  # messages per call when filling for the memory figures (untimed)
@@ -105,6 +119,7 @@ def used_memory(r: redis.Redis) -> int:
 
 
 DIRECT = False  # --direct: the timed calls skip redis-py's per-call bookkeeping (Layout.go_direct)
+DIRECT_PROTOTYPES = False  # --direct-prototypes: the same for the prototypes only, Streams through redis-py
 
 
 def make(kind: str, r: redis.Redis, url: str, queue: str) -> Layout:
@@ -112,10 +127,10 @@ def make(kind: str, r: redis.Redis, url: str, queue: str) -> Layout:
     per-message path."""
     name, _, every = kind.partition(":")
     layout = LAYOUTS[name](r, url, queue)
-    if DIRECT:
+    if DIRECT or (DIRECT_PROTOTYPES and isinstance(layout, Scripted)):
         layout.go_direct()
     if every:
-        assert isinstance(layout, StreamCalls), kind
+        assert isinstance(layout, StreamCalls | Rqueue), kind
         layout.every = int(every)
         layout.name = kind
     return layout
@@ -341,13 +356,17 @@ def check_parked(server: Server) -> list[str]:
         layout.publish_many(payloads(0, 9))
         first = layout.fetch(4, ack_wait=50)
         by_seq = {d[4]: d for d in first}
-        assert sorted(by_seq) == [1, 2, 3, 4] and [d[4] for d in first if not d[5]] == [3], first
+        assert sorted(by_seq) == [1, 2, 3, 4] and [d[4] for d in first if d[5] is not True] == [3], first
         assert all(d[1] == 1 and d[3] == payloads(d[4] - 1, 1)[0] for d in first), first
         assert r.hget(dlv, "3") == b"1:" + first[0][2].encode(), r.hgetall(dlv)
         as_range = (*by_seq[3][:5], True)
         assert ack_raw(layout, [by_seq[2], as_range, by_seq[4]]) == [b"RQ_PARTIAL 2-4"]
         assert ack_raw(layout, [(*by_seq[3][:1], 2, *by_seq[3][2:])]) == [b"RQ_STALE 3"]
-        assert ack_raw(layout, [*first, by_seq[3]]) == [b"ok", b"ok", b"ok", b"RQ_STALE 3"]  # 1-2, 4-4, 3, 3
+        if kind is StreamCallsClaim:  # the range spans the parked seq: 1-4, 3, 3
+            got = ack_raw(layout, [*first, by_seq[3]])
+            assert got == [b"ok", b"ok", b"RQ_STALE 3"], got
+        else:  # 1-2, 4-4, 3, 3
+            assert ack_raw(layout, [*first, by_seq[3]]) == [b"ok", b"ok", b"ok", b"RQ_STALE 3"]
         assert ack_raw(layout, [by_seq[3]]) == [b"RQ_STALE 3"]
         second = layout.fetch(4, ack_wait=50)
         assert sorted(d[4] for d in second) == [5, 6, 7, 8], second
@@ -369,6 +388,65 @@ def check_parked(server: Server) -> list[str]:
         )
     r.flushall()
     return said
+
+
+def check_ranges(server: Server) -> list[str]:
+    """(d)'s ack of ranges sent out of seq order, or overlapping one
+    settled in the same call: each is checked against the call's record as
+    the ranges before it left it (an overlap is refused whole, the rest
+    settle), and the floor then covers them all."""
+    r = server.r
+    said = []
+    for kind in (StreamCalls, StreamCallsClaim):
+        r.flushall()
+        layout = kind(r, server.url, "chk")
+        layout.join()
+        layout.publish_many(payloads(0, 6))
+        got = layout.fetch(6)
+        tok = got[0][2]
+        keys = layout.ack_keys
+        sha = layout.sha["ack"]
+        first = r.evalsha(sha, len(keys), *keys, "g", "c1", tok, "4-5,1-2,2-3", "")
+        assert first == [b"ok", b"ok", b"RQ_PARTIAL 2-3"], first
+        assert r.hget(layout.fetch_keys[1], "floor") == b"2", r.hgetall(layout.fetch_keys[1])
+        second = r.evalsha(sha, len(keys), *keys, "g", "c1", tok, "6-6,3-3", "")
+        assert second == [b"ok", b"ok"], second
+        assert r.hget(layout.fetch_keys[1], "floor") == b"6", r.hgetall(layout.fetch_keys[1])
+        assert r.xlen(layout.stream_key) == 0 and r.hlen(layout.fetch_keys[3]) == 0
+        said.append(f"{layout.name}: ranges out of order settle, an overlapping one is refused whole, floor: ok")
+    r.flushall()
+    return said
+
+
+def check_spans(server: Server) -> list[str]:
+    """(d)'s range that spans parked seqs of its call (stream_calls_2rt:3):
+    accepted only when each such seq is named in the same ack with its
+    count and accepted; then the seqs, the floor and the in-flight counts
+    are settled once each."""
+    r = server.r
+    r.flushall()
+    layout = StreamCallsClaim(r, server.url, "chk")
+    layout.every = 3
+    layout.join()
+    layout.publish_many(payloads(0, 6))
+    got = layout.fetch(6)
+    assert sorted(d[4] for d in got if d[5] == IN_SPAN) == [3, 6], got
+    tok, keys, sha, g = got[0][2], layout.ack_keys, layout.sha["ack"], layout.fetch_keys[1]
+
+    def ack(ranges: str, again: str) -> list[bytes]:
+        return r.evalsha(sha, len(keys), *keys, "g", "c1", tok, ranges, again)  # type: ignore[no-any-return]
+
+    assert ack("1-4", "") == [b"RQ_PARTIAL 1-4"]  # 3 not named
+    assert ack("1-4", "3=2") == [b"RQ_PARTIAL 1-4", b"RQ_STALE 3"]  # 3 named with a count it never had
+    assert r.hget(g, "inflight") == b"6" and r.hget(g, "floor") is None, r.hgetall(g)
+    assert ack("1-5", "3=1,6=1") == [b"ok", b"ok", b"ok"]
+    assert r.hmget(g, "inflight", "h:c1", "floor") == [b"0", b"0", b"6"], r.hgetall(g)
+    assert r.xlen(layout.stream_key) == 0 and r.hlen(layout.fetch_keys[3]) == 0 and r.hlen(layout.fetch_keys[4]) == 0
+    r.flushall()
+    return [
+        "stream_calls_2rt:3: a range spans its call's parked seqs only when the same ack names them with their "
+        "count; then each seq, the floor and the in-flight counts settle once: ok"
+    ]
 
 
 def ack_raw(layout: Layout, tags: list[Any]) -> list[bytes]:
@@ -462,6 +540,11 @@ def main() -> None:
     ap.add_argument(
         "--direct", action="store_true", help="Streams and the prototypes send on a connection of their own"
     )
+    ap.add_argument(
+        "--direct-prototypes",
+        action="store_true",
+        help="only the prototypes send on a connection of their own (as rqueue's client does), Streams via redis-py",
+    )
     ap.add_argument("--json", help="write the runs and medians here")
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--breakdown", action="store_true", help="also: Redis time per command of a fetch+ack loop")
@@ -469,10 +552,12 @@ def main() -> None:
     kinds = args.layouts.split(",")
     global DIRECT
     DIRECT = args.direct
+    global DIRECT_PROTOTYPES
+    DIRECT_PROTOTYPES = args.direct_prototypes
     server = Server()
     try:
         print(f"redis-server {server.version} on 127.0.0.1:{server.port} (pid {server.proc.pid})", file=sys.stderr)
-        for line in check(server) + check_parked(server):
+        for line in check(server) + check_parked(server) + check_ranges(server) + check_spans(server):
             print("check:", line, file=sys.stderr)
         if args.check_only:
             return
@@ -492,7 +577,8 @@ def main() -> None:
             f"{args.messages:,} messages per "
             f"throughput figure, {args.memory_messages:,} for memory, {PAYLOAD}-byte payloads, "
             f"redis-server {server.version}, ack_wait {ACK_WAIT_MS} ms, fetch({args.fetch_size})"
-            f"{', direct calls' if args.direct else ''}.\n"
+            f"{', direct calls' if args.direct else ''}"
+            f"{', the prototypes direct' if args.direct_prototypes else ''}.\n"
         )
         print(table(runs, args.fetch_size))
         if args.vs:

@@ -37,9 +37,11 @@
   ARGV[9] "read" or "claim"  ARGV[10] e (optional, see above)
   Reply: { now_ms, new entries as XRANGE returns them ("read") or
     {first seq, k} ("claim"; {first seq, k, "<parked seq>,..."} when seqs
-    of the range were parked: the client drops them from its XRANGE),
-    id1, count1, payload1, ... (the per-message path: redeliveries and
-    parked seqs) }
+    of the range were parked: the client drops them from its range),
+    then the per-message path (redeliveries and parked seqs): "read":
+    id1, count1, payload1, ...; "claim": seq1, count1, seq2, ... (the
+    client reads those entries: a seq of the claimed range from its
+    XRANGE of the range, any other with an XRANGE of its own) }
 ]]
 local rcall = redis.call
 local EXPIRE_CALLS = 100
@@ -129,6 +131,21 @@ local function fromReady(limit)
   rcall('ZREM', ready, unpack(seqs))
   local states = rcall('HMGET', dlv, unpack(seqs))
   local sets = {}
+  if ARGV[9] == 'claim' then
+    -- The client reads the entries (in its XRANGE of the call's range, or
+    -- one XRANGE per run of seqs outside it): no payload crosses into Lua.
+    for m, seq in ipairs(seqs) do
+      local count = string.match(states[m] or '0:', '^(%d+):') + 1
+      sets[#sets + 1] = seq
+      sets[#sets + 1] = count .. ':' .. token
+      again[#again + 1] = seq
+      reply[#reply + 1] = seq
+      reply[#reply + 1] = count
+    end
+    got = got + #seqs
+    rcall('HSET', dlv, unpack(sets))
+    return
+  end
   local i = 1
   while i <= #seqs do
     local j = i
