@@ -3,7 +3,8 @@ current rqueue in one run on a private redis-server (docs/storage-prototypes.md)
 
 usage: PYTHONPATH=. python benchmarks/prototypes/bench.py [--runs 3] [--messages 20000]
            [--memory-messages 100000] [--layouts a,b] [--fetch-size 100] [--direct]
-           [--direct-prototypes] [--vs rqueue] [--json FILE] [--breakdown] [--check-only]
+           [--direct-prototypes] [--ack-group G [--shuffle-window W]] [--vs rqueue] [--json FILE]
+           [--breakdown] [--check-only]
 
 Starts redis-server on a free loopback port (never 6379) in a temp dir without
 persistence, checks the prototypes' semantics (--check-only stops there), then
@@ -23,7 +24,9 @@ handed out by its per-message path, as flow control would (E 10: 10% of the
 deliveries, 2: 50%, 1: all of them); rqueue:E is the current layout with every
 E-th message published with a priority, its flow-control path.
 --direct-prototypes: only the prototypes skip that bookkeeping; Streams goes
-through redis-py as in benchmarks/run.sh.
+through redis-py as in benchmarks/run.sh. --ack-group G: the timed loop acks
+each fetch's deliveries G at a time, in an order shuffled within windows of
+--shuffle-window W (a worker's pattern).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import socket
 import statistics
@@ -143,13 +147,32 @@ def fresh(server: Server, kind: str, label: str) -> Layout:
     return layout
 
 
+ACK_GROUP = 0  # --ack-group: each fetch's deliveries acked G at a time (0: all in one call)
+SHUFFLE_WINDOW = 1  # --shuffle-window: ... in an order shuffled within windows of W
+
+
 def drain(layout: Layout, n: int, size: int = BATCH) -> None:
+    """fetch(size) + ack until n are settled. With --ack-group G, each
+    fetch's deliveries are acked G at a time, in an order shuffled within
+    windows of --shuffle-window W (the same order for every layout): a
+    worker's handlers finishing out of order, their acks sent a few at a
+    time."""
     done = 0
+    shuffle = random.Random(n).shuffle
     while done < n:
         ds = layout.fetch(size)
         if not ds:
             raise RuntimeError(f"{layout.name}: fetch came back empty after {done} of {n}")
-        layout.ack(ds)
+        if not ACK_GROUP:
+            layout.ack(ds)
+        else:
+            order = []
+            for w in range(0, len(ds), SHUFFLE_WINDOW):
+                window = ds[w : w + SHUFFLE_WINDOW]
+                shuffle(window)
+                order += window
+            for g in range(0, len(order), ACK_GROUP):
+                layout.ack(order[g : g + ACK_GROUP])
         done += len(ds)
 
 
@@ -545,6 +568,8 @@ def main() -> None:
         action="store_true",
         help="only the prototypes send on a connection of their own (as rqueue's client does), Streams via redis-py",
     )
+    ap.add_argument("--ack-group", type=int, default=0, help="ack each fetch's deliveries G at a time (timed loop)")
+    ap.add_argument("--shuffle-window", type=int, default=1, help="... in an order shuffled within windows of W")
     ap.add_argument("--json", help="write the runs and medians here")
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--breakdown", action="store_true", help="also: Redis time per command of a fetch+ack loop")
@@ -552,8 +577,9 @@ def main() -> None:
     kinds = args.layouts.split(",")
     global DIRECT
     DIRECT = args.direct
-    global DIRECT_PROTOTYPES
+    global DIRECT_PROTOTYPES, ACK_GROUP, SHUFFLE_WINDOW
     DIRECT_PROTOTYPES = args.direct_prototypes
+    ACK_GROUP, SHUFFLE_WINDOW = args.ack_group, max(1, args.shuffle_window)
     server = Server()
     try:
         print(f"redis-server {server.version} on 127.0.0.1:{server.port} (pid {server.proc.pid})", file=sys.stderr)
@@ -578,7 +604,8 @@ def main() -> None:
             f"throughput figure, {args.memory_messages:,} for memory, {PAYLOAD}-byte payloads, "
             f"redis-server {server.version}, ack_wait {ACK_WAIT_MS} ms, fetch({args.fetch_size})"
             f"{', direct calls' if args.direct else ''}"
-            f"{', the prototypes direct' if args.direct_prototypes else ''}.\n"
+            f"{', the prototypes direct' if args.direct_prototypes else ''}"
+            f"{f', acks {ACK_GROUP} at a time, shuffled in windows of {SHUFFLE_WINDOW}' if ACK_GROUP else ''}.\n"
         )
         print(table(runs, args.fetch_size))
         if args.vs:
