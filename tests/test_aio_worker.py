@@ -190,6 +190,55 @@ def test_an_idle_worker_waits_in_redis_for_a_publish_and_stops_at_once(kind, bac
 
 @BOTH
 @BACKENDS
+def test_a_fetch_whose_reply_is_lost_hands_its_message_back_and_runs_it_at_once(
+    kind, backend, prefix, live, monkeypatch
+):
+    # given a message, and a worker whose first fetch that brings one loses
+    # its reply (the script ran: the message is leased to the worker, which
+    # does not know it), with polling made too slow to matter and the
+    # channel's wake-ups cut off
+    import rqueue.aio.consumer
+    import rqueue.aio.worker
+    import rqueue.consumer
+    import rqueue.worker.dispatcher
+
+    monkeypatch.setattr(rqueue.worker.dispatcher, "IDLE_POLL_INTERVAL", 60.0)
+    monkeypatch.setattr(rqueue.aio.worker, "IDLE_POLL_INTERVAL", 60.0)
+    deaf_channels(monkeypatch)
+    lost = threading.Event()
+    sync_fetch = rqueue.consumer.Consumer.ack_and_fetch
+    async_fetch = rqueue.aio.consumer.Consumer.ack_and_fetch
+
+    def lose_once(reply):
+        if reply[1] and not lost.is_set():
+            lost.set()
+            raise rqueue.ConnectionLost("the reply was lost")
+        return reply
+
+    async def async_lose_once(self, *args, **kwargs):
+        return lose_once(await async_fetch(self, *args, **kwargs))
+
+    monkeypatch.setattr(rqueue.consumer.Consumer, "ack_and_fetch", lambda *a, **k: lose_once(sync_fetch(*a, **k)))
+    monkeypatch.setattr(rqueue.aio.consumer.Consumer, "ack_and_fetch", async_lose_once)
+    q = live.queue("orders")
+    q.publish(b"m")
+    counts: list[int] = []
+    # when the worker runs
+    w = run_worker(kind, backend, prefix, q, lambda d: counts.append(d.delivery_count), reconnect_timeout=120)
+    try:
+        # then it hands the message back and fetches it again at once (the
+        # hand-back announces nothing, and the next poll is a minute away),
+        # and the handler runs it once, as its first delivery (one that
+        # reached no handler does not count)
+        wait_for(floor_reaches(q, "g", 1))
+        assert lost.is_set() and counts == [1]
+    finally:
+        w.stop()
+    assert w.join(10)
+
+
+@BOTH
+@BACKENDS
 def test_an_idle_worker_whose_wake_stream_is_overwritten_warns_and_goes_on(
     kind, backend, prefix, live, monkeypatch, caplog
 ):

@@ -10,9 +10,10 @@ import pytest
 import redis
 from support.aio_bridge import parametrize_api
 from support.refusals import names_input, nothing_changes
-from support.servers import SINGLE_SERVERS, wait_for
+from support.servers import SINGLE_SERVERS, start_server, wait_for
 
 import rqueue
+import rqueue.aio
 from rqueue import InvalidInput
 from rqueue.engine import commands
 
@@ -103,6 +104,59 @@ def waiter_of(client: rqueue.Client, q: rqueue.Queue) -> str | None:
     ("<group> <consumer> <until_ms>")."""
     value = client.redis.hget(q.keys.meta, "wake")
     return None if value is None else value.decode().split(" ")[1]
+
+
+@pytest.mark.parametrize("kind", ["threaded", "async"])
+def test_a_channel_subscribed_again_after_a_break_counts_as_an_announcement(kind, prefix):
+    """What is published while a client's subscription is broken never
+    reaches it: its resubscription wakes the waiters so that they fetch once
+    more, rather than wait for their poll."""
+    server = start_server("redis")  # (of its own: every subscription on it is closed)
+    admin = redis.Redis.from_url(server.url)
+    channel = f"{prefix}:chan"
+
+    async def run_async() -> None:
+        client = await rqueue.aio.connect(server.url, prefix=prefix)
+        try:
+            await check(client.notifier.generation)
+        finally:
+            await client.close()
+
+    async def check(generation) -> None:
+        # given a client subscribed to a channel, and a waiter's generation
+        before = await generation(channel)
+        wait_for(lambda: admin.pubsub_numsub(channel) == [(channel.encode(), 1)])
+        # when the server closes the subscription's connection, and nothing is published
+        admin.client_kill_filter(_type="pubsub")
+        # then it is subscribed again, and its generation moved twice: at the
+        # break (the waiters fetch while it is down), and at the resubscription
+        # (what was published meanwhile was missed)
+        numsub = [(channel.encode(), 1)]
+
+        async def settled() -> bool:
+            return admin.pubsub_numsub(channel) == numsub and await generation(channel) >= before + 2
+
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await settled():
+            assert asyncio.get_running_loop().time() < deadline, "not subscribed again within 10 s"
+            await asyncio.sleep(0.01)
+
+    try:
+        if kind == "async":
+            asyncio.run(run_async())
+        else:
+            client = rqueue.connect(server.url, prefix=prefix)
+
+            async def generation(ch: str) -> int:
+                return client.notifier.generation(ch)
+
+            try:
+                asyncio.run(check(generation))
+            finally:
+                client.close()
+    finally:
+        admin.close()
+        server.stop()
 
 
 def test_wait_in_redis_is_true_or_false(client, queue):

@@ -15,7 +15,7 @@ from typing import Any
 import redis
 
 from ..constants import IDLE_POLL_INTERVAL
-from ..engine.notify import RECONNECT_PAUSE, SUBSCRIBE_TIMEOUT
+from ..engine.notify import FIRST_RECONNECT_PAUSE, RECONNECT_PAUSE, SUBSCRIBE_TIMEOUT
 
 log = logging.getLogger("rqueue.engine.notify")
 
@@ -108,6 +108,8 @@ class AsyncNotifier:
     async def _run(self) -> None:
         pubsub: Any = None
         requested: set[str] = set()
+        missed: set[str] = set()  # as rqueue.engine.notify: a resubscription counts as an announcement
+        failures = 0
         while not self._closed:
             try:
                 if pubsub is None:
@@ -125,6 +127,10 @@ class AsyncNotifier:
                 channel = channel.decode() if isinstance(channel, bytes) else channel
                 if message["type"] == "subscribe":
                     self._subscribed.add(channel)
+                    failures = 0
+                    if channel in missed:
+                        missed.discard(channel)
+                        self._generation[channel] = self._generation.get(channel, 0) + 1
                 elif message["type"] == "message":
                     self._generation[channel] = self._generation.get(channel, 0) + 1
                 self.poke()
@@ -145,10 +151,12 @@ class AsyncNotifier:
                     with contextlib.suppress(Exception):
                         await pubsub.aclose()
                 pubsub = None
+                failures += 1
+                missed |= self._wanted
                 for ch in self._generation:
                     self._generation[ch] += 1
                 self.poke()
-                await asyncio.sleep(RECONNECT_PAUSE)
+                await asyncio.sleep(FIRST_RECONNECT_PAUSE if failures == 1 else RECONNECT_PAUSE)
         if pubsub is not None:
             with contextlib.suppress(Exception):
                 await pubsub.aclose()

@@ -294,10 +294,11 @@ class Worker:
                 )
             self._record_acks(statuses)
             ledger.fetched(deliveries)  # type: ignore[arg-type]  # an aio Delivery is a Delivery
+            handed_back = 0
             if self._retry.resync or lost:
                 # After a loss the consumer drops what a fetch sent before it
                 # brought; those messages are held in Redis and go back now.
-                await self._hand_back_unknown(consumer)
+                handed_back = await self._hand_back_unknown(consumer)
             if deliveries:
                 self._tally.count(fetched=len(deliveries), redelivered=sum(1 for d in deliveries if d.redelivered))
                 ledger.wait(deliveries, sent)  # type: ignore[arg-type]
@@ -309,8 +310,8 @@ class Worker:
                     for d in deliveries:
                         put(d)
                 continue
-            if acks or others:
-                continue
+            if acks or others or handed_back:
+                continue  # what went back is ready now (as rqueue.worker.dispatcher)
             wait = IDLE_POLL_INTERVAL if due_in is None else min(IDLE_POLL_INTERVAL, due_in)
             if consumer.waits_on_wakes() and ledger.unsettled() == 0 and not self._has_news():
                 # the next round's fetch waits in Redis
@@ -328,12 +329,13 @@ class Worker:
             self._record_acks(await self._retry.call(consumer.ack_available, acks))
         await self._settle_others(consumer, others)
 
-    async def _hand_back_unknown(self, consumer: Consumer) -> None:
+    async def _hand_back_unknown(self, consumer: Consumer) -> int:
         known = self._ledger.known()
         result = await self._retry.call(consumer.heartbeat, known, self.heartbeat_timeout, sync=True)
         self._retry.resync = False
         if result.handed_back:
             log.warning("handed back %d deliveries whose fetch reply was lost", result.handed_back)
+        return result.handed_back
 
     async def _hand_back_waiting(self, consumer: Consumer) -> None:
         waiting = self._ledger.withdraw_waiting()

@@ -25,7 +25,8 @@ from .keys import QueueKeys
 log = logging.getLogger("rqueue.engine.notify")
 
 SUBSCRIBE_TIMEOUT = 1.0  # seconds to wait for a subscription to be confirmed
-RECONNECT_PAUSE = 0.5  # seconds between attempts after the connection broke
+FIRST_RECONNECT_PAUSE = 0.05  # seconds before the first attempt after the connection broke
+RECONNECT_PAUSE = 0.5  # seconds between the attempts after that
 
 
 def wake_waiters(r: RedisClient, keys: QueueKeys) -> None:
@@ -116,6 +117,11 @@ class Notifier:
 
     def _run(self) -> None:
         pubsub = None
+        # Channels whose subscription broke: what was announced on them until
+        # they are subscribed again is missed, so their resubscription counts
+        # as an announcement (the waiters fetch once more).
+        missed: set[str] = set()
+        failures = 0  # attempts in a row that broke
         while not self._closed:
             try:
                 if pubsub is None:
@@ -134,6 +140,10 @@ class Notifier:
                 with self._cond:
                     if message["type"] == "subscribe":
                         self._subscribed.add(channel)
+                        failures = 0
+                        if channel in missed:
+                            missed.discard(channel)
+                            self._generation[channel] = self._generation.get(channel, 0) + 1
                     elif message["type"] == "message":
                         self._generation[channel] = self._generation.get(channel, 0) + 1
                     self._cond.notify_all()
@@ -154,11 +164,13 @@ class Notifier:
                     with contextlib.suppress(Exception):
                         pubsub.close()
                 pubsub = None
+                failures += 1
                 with self._cond:
+                    missed |= self._wanted
                     for ch in self._generation:
                         self._generation[ch] += 1
                     self._cond.notify_all()
-                    self._cond.wait(RECONNECT_PAUSE)
+                    self._cond.wait(FIRST_RECONNECT_PAUSE if failures == 1 else RECONNECT_PAUSE)
         if pubsub is not None:
             with contextlib.suppress(Exception):
                 pubsub.close()

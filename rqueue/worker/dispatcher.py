@@ -111,18 +111,21 @@ class Dispatcher:
                 self._removed()
             self._record_acks(statuses)
             ledger.fetched(deliveries)
+            handed_back = 0
             if self._retry.resync or lost:
                 # After a loss the consumer drops what a fetch sent before it
                 # brought (it may be from before the loss); those messages
                 # are held in Redis all the same and go back now rather than
                 # when their leases run out.
-                self._hand_back_unknown()
+                handed_back = self._hand_back_unknown()
             if deliveries:
                 self._tally.count(fetched=len(deliveries), redelivered=sum(1 for d in deliveries if d.redelivered))
                 ledger.wait(deliveries, sent)
                 self._handlers.submit_all(deliveries)
                 continue
-            if acks or others:
+            if acks or others or handed_back:
+                # (what went back is ready now: its publish may have been
+                # announced before this round read the channels)
                 continue
             wait = IDLE_POLL_INTERVAL if due_in is None else min(IDLE_POLL_INTERVAL, due_in)
             if consumer.waits_on_wakes() and ledger.unsettled() == 0 and not self._has_news():
@@ -166,17 +169,18 @@ class Dispatcher:
             return
         log.info("handed back %d deliveries that had not started", result.handed_back)
 
-    def _hand_back_unknown(self) -> None:
+    def _hand_back_unknown(self) -> int:
         """After a failed call was retried, a fetch may have leased messages
         whose reply never arrived (or, after a loss of Redis state, whose
         reply the consumer dropped): hands back whatever this worker holds in
-        Redis but does not know about. The known list is complete here, as
-        this is the only thread that fetches."""
+        Redis but does not know about, and returns how many. The known list
+        is complete here, as this is the only thread that fetches."""
         known = self._ledger.known()
         result = self._retry(self._consumer.heartbeat, known, self._heartbeat_timeout, sync=True)
         self._retry.resync = False
         if result.handed_back:
             log.warning("handed back %d deliveries whose fetch reply was lost or dropped", result.handed_back)
+        return result.handed_back
 
     def _removed(self) -> None:
         """The fetch found this worker removed from its group (silent too
