@@ -628,6 +628,48 @@ def test_sigterm_drains_running_handlers_and_leaves(redis_server, prefix):
     client.close()
 
 
+IDLE_WORKER_IN_REDIS = """
+import sys
+import rqueue
+import rqueue.worker.dispatcher
+
+rqueue.worker.dispatcher.IDLE_POLL_INTERVAL = 60.0  # a wait in Redis ends at a wake-up, or after a minute
+client = rqueue.connect(sys.argv[1], prefix=sys.argv[2], settings_ttl=0)
+worker = rqueue.Worker(client.queue("orders"), "g", lambda d: None, heartbeat_timeout=600, reconnect_timeout=600)
+worker.run()
+print("stopped", flush=True)
+"""
+
+
+def test_sigterm_ends_an_idle_workers_wait_in_redis_at_once(redis_server, prefix):
+    # given an idle worker process waiting in Redis for its queue's wake-up,
+    # a wait that would last a minute
+    client = rqueue.connect(redis_server.url, prefix=prefix)
+    client.configure("orders", wait_in_redis=True, ack_wait=600)
+    admin = redis.Redis(port=redis_server.port)
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", IDLE_WORKER_IN_REDIS, redis_server.url, prefix],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        wait_for(lambda: admin.info("clients")["blocked_clients"] == 1, timeout=20)
+        # when it gets SIGTERM
+        proc.send_signal(signal.SIGTERM)
+        # then it ends long before its wait would (the signal handler starts
+        # the thread that adds the wake-up)
+        out, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0 and out.decode().strip() == "stopped", err.decode()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        admin.close()
+        client.close()
+
+
 def test_redis_restart_mid_run_loses_nothing(prefix, tmp_path):
     server = start_server("redis", appendonly=True, data_dir=tmp_path / "data")
     try:

@@ -260,17 +260,20 @@ class Worker:
         call that is not answered within half a second is cut off: the worker
         ends within about a second also while Redis is unreachable."""
         self._request_stop(now)
+        self._end_a_wait_in_redis()
+
+    def _end_a_wait_in_redis(self) -> None:
+        """The dispatcher may be waiting in Redis for the queue's wake-up
+        (up to IDLE_POLL_INTERVAL): an entry ends the wait. From a thread
+        of its own, so that a stop never waits for Redis (nor, from a signal
+        handler, for a lock the interrupted thread holds)."""
         consumer = self.consumer
         if consumer is not None and consumer.waits_on_wakes():
-            # The dispatcher may be waiting in Redis for the queue's wake-up
-            # (up to IDLE_POLL_INTERVAL): an entry ends the wait. From a
-            # thread of its own, so that a stop never waits for Redis.
             threading.Thread(target=self._wake_dispatcher, name="rqueue-stop-wake", daemon=True).start()
 
     def _request_stop(self, now: bool) -> None:
-        """What a stop does without Redis: a signal handler does only this
-        (a Redis call there could wait on a lock the interrupted thread
-        holds), and the dispatcher notices within IDLE_POLL_INTERVAL."""
+        """What a stop does without Redis (a signal handler makes no Redis
+        call: it could wait on a lock the interrupted thread holds)."""
         if now:
             self._hard_stop.set()
         self._stopping.set()
@@ -295,6 +298,7 @@ class Worker:
         else:
             log.info("%s: finishing running handlers, then leaving", signal.Signals(signum).name)
             self._request_stop(now=False)
+        self._end_a_wait_in_redis()
 
     def _ack_wait(self) -> float:
         """The lease a fetch gives, from the settings the consumer last
