@@ -15,7 +15,7 @@ from typing import Any
 import redis
 
 from ..constants import IDLE_POLL_INTERVAL
-from ..engine.notify import FIRST_RECONNECT_PAUSE, RECONNECT_PAUSE, SUBSCRIBE_TIMEOUT
+from ..engine.notify import FIRST_RECONNECT_PAUSE, RECONNECT_PAUSE, STEADY_READS, SUBSCRIBE_TIMEOUT
 
 log = logging.getLogger("rqueue.engine.notify")
 
@@ -110,24 +110,28 @@ class AsyncNotifier:
         requested: set[str] = set()
         missed: set[str] = set()  # as rqueue.engine.notify: a resubscription counts as an announcement
         failures = 0
+        reads = 0
         while not self._closed:
             try:
                 if pubsub is None:
                     pubsub = self._redis.pubsub()
                     requested = set()
                     self._subscribed = set()
+                    reads = 0
                 missing = self._wanted - requested
                 if missing:
                     await pubsub.subscribe(*missing)
                     requested |= missing
                 message = await pubsub.get_message(timeout=0.1)
+                reads += 1
+                if reads == STEADY_READS:
+                    failures = 0
                 if message is None:
                     continue
                 channel = message["channel"]
                 channel = channel.decode() if isinstance(channel, bytes) else channel
                 if message["type"] == "subscribe":
                     self._subscribed.add(channel)
-                    failures = 0
                     if channel in missed:
                         missed.discard(channel)
                         self._generation[channel] = self._generation.get(channel, 0) + 1

@@ -27,6 +27,10 @@ log = logging.getLogger("rqueue.engine.notify")
 SUBSCRIBE_TIMEOUT = 1.0  # seconds to wait for a subscription to be confirmed
 FIRST_RECONNECT_PAUSE = 0.05  # seconds before the first attempt after the connection broke
 RECONNECT_PAUSE = 0.5  # seconds between the attempts after that
+# Reads of the channel (each up to 0.1 s) a connection must last before a
+# break counts as a first one again: a connection that keeps breaking as
+# soon as it is made is tried every RECONNECT_PAUSE, not every 50 ms.
+STEADY_READS = 20
 
 
 def wake_waiters(r: RedisClient, keys: QueueKeys) -> None:
@@ -121,26 +125,29 @@ class Notifier:
         # they are subscribed again is missed, so their resubscription counts
         # as an announcement (the waiters fetch once more).
         missed: set[str] = set()
-        failures = 0  # attempts in a row that broke
+        failures = 0  # breaks since the connection last held for STEADY_READS reads
         while not self._closed:
             try:
                 if pubsub is None:
                     pubsub = self._redis.pubsub()  # type: ignore[no-untyped-call]  # unannotated in redis-py
                     requested: set[str] = set()
                     self._subscribed = set()
+                    reads = 0
                 with self._cond:
                     missing = self._wanted - requested
                 if missing:
                     pubsub.subscribe(*missing)
                     requested |= missing
                 message = pubsub.get_message(timeout=0.1)
+                reads += 1
+                if reads == STEADY_READS:
+                    failures = 0
                 if message is None:
                     continue
                 channel = message["channel"].decode()
                 with self._cond:
                     if message["type"] == "subscribe":
                         self._subscribed.add(channel)
-                        failures = 0
                         if channel in missed:
                             missed.discard(channel)
                             self._generation[channel] = self._generation.get(channel, 0) + 1
