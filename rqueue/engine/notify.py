@@ -126,11 +126,13 @@ class Notifier:
         # as an announcement (the waiters fetch once more).
         missed: set[str] = set()
         failures = 0  # breaks since the connection last held for STEADY_READS reads
+        reads = 0  # reads of the channel on this connection
+        requested: set[str] = set()
         while not self._closed:
             try:
                 if pubsub is None:
                     pubsub = self._redis.pubsub()  # type: ignore[no-untyped-call]  # unannotated in redis-py
-                    requested: set[str] = set()
+                    requested = set()
                     self._subscribed = set()
                     reads = 0
                 with self._cond:
