@@ -15,7 +15,7 @@ from support.servers import SINGLE_SERVERS, start_server, wait_for
 import rqueue
 import rqueue.aio
 from rqueue import InvalidInput
-from rqueue.engine import commands
+from rqueue.engine import commands, notify
 
 pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
@@ -123,23 +123,31 @@ def test_a_channel_subscribed_again_after_a_break_counts_as_an_announcement(kind
             await client.close()
 
     async def check(generation) -> None:
+        numsub = [(channel.encode(), 1)]
+
+        async def poll(condition, what: str) -> None:
+            # (an asyncio client subscribes on this loop: it must not block)
+            deadline = asyncio.get_running_loop().time() + 10
+            while not await condition():
+                assert asyncio.get_running_loop().time() < deadline, f"{what} within 10 s"
+                await asyncio.sleep(0.01)
+
+        async def subscribed() -> bool:
+            return admin.pubsub_numsub(channel) == numsub
+
         # given a client subscribed to a channel, and a waiter's generation
         before = await generation(channel)
-        wait_for(lambda: admin.pubsub_numsub(channel) == [(channel.encode(), 1)])
+        await poll(subscribed, "not subscribed")
         # when the server closes the subscription's connection, and nothing is published
         admin.client_kill_filter(_type="pubsub")
+
         # then it is subscribed again, and its generation moved twice: at the
         # break (the waiters fetch while it is down), and at the resubscription
         # (what was published meanwhile was missed)
-        numsub = [(channel.encode(), 1)]
-
         async def settled() -> bool:
-            return admin.pubsub_numsub(channel) == numsub and await generation(channel) >= before + 2
+            return await subscribed() and await generation(channel) >= before + 2
 
-        deadline = asyncio.get_running_loop().time() + 10
-        while not await settled():
-            assert asyncio.get_running_loop().time() < deadline, "not subscribed again within 10 s"
-            await asyncio.sleep(0.01)
+        await poll(settled, "not subscribed again")
 
     try:
         if kind == "async":
@@ -157,6 +165,13 @@ def test_a_channel_subscribed_again_after_a_break_counts_as_an_announcement(kind
     finally:
         admin.close()
         server.stop()
+
+
+def test_a_connection_that_held_is_tried_again_soon_and_a_flapping_one_every_half_second():
+    # (the pause after a break of the wake-up channel's connection, made at 10.0 s)
+    assert notify.reconnect_pause(10.0, 10.0 + notify.STEADY_SECONDS) == notify.FIRST_RECONNECT_PAUSE == 0.05
+    assert notify.reconnect_pause(10.0, 10.0 + notify.STEADY_SECONDS - 0.01) == notify.RECONNECT_PAUSE == 0.5
+    assert notify.reconnect_pause(10.0, 10.0) == notify.RECONNECT_PAUSE  # (a connection refused at once)
 
 
 def test_wait_in_redis_is_true_or_false(client, queue):

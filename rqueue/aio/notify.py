@@ -14,8 +14,9 @@ from typing import Any
 
 import redis
 
+from ..clock import SYSTEM_CLOCK
 from ..constants import IDLE_POLL_INTERVAL
-from ..engine.notify import FIRST_RECONNECT_PAUSE, RECONNECT_PAUSE, STEADY_READS, SUBSCRIBE_TIMEOUT
+from ..engine.notify import STEADY_SECONDS, SUBSCRIBE_TIMEOUT, reconnect_pause
 
 log = logging.getLogger("rqueue.engine.notify")
 
@@ -109,23 +110,19 @@ class AsyncNotifier:
         pubsub: Any = None
         requested: set[str] = set()
         missed: set[str] = set()  # as rqueue.engine.notify: a resubscription counts as an announcement
-        failures = 0
-        reads = 0
+        made_at = -STEADY_SECONDS
         while not self._closed:
             try:
                 if pubsub is None:
                     pubsub = self._redis.pubsub()
                     requested = set()
                     self._subscribed = set()
-                    reads = 0
+                    made_at = SYSTEM_CLOCK.monotonic()
                 missing = self._wanted - requested
                 if missing:
                     await pubsub.subscribe(*missing)
                     requested |= missing
                 message = await pubsub.get_message(timeout=0.1)
-                reads += 1
-                if reads == STEADY_READS:
-                    failures = 0
                 if message is None:
                     continue
                 channel = message["channel"]
@@ -155,12 +152,11 @@ class AsyncNotifier:
                     with contextlib.suppress(Exception):
                         await pubsub.aclose()
                 pubsub = None
-                failures += 1
                 missed |= self._wanted
                 for ch in self._generation:
                     self._generation[ch] += 1
                 self.poke()
-                await asyncio.sleep(FIRST_RECONNECT_PAUSE if failures == 1 else RECONNECT_PAUSE)
+                await asyncio.sleep(reconnect_pause(made_at, SYSTEM_CLOCK.monotonic()))
         if pubsub is not None:
             with contextlib.suppress(Exception):
                 await pubsub.aclose()

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import redis
 
+from ..clock import SYSTEM_CLOCK
 from ..connection.open import RedisClient
 from ..constants import IDLE_POLL_INTERVAL
 from . import commands
@@ -25,12 +26,18 @@ from .keys import QueueKeys
 log = logging.getLogger("rqueue.engine.notify")
 
 SUBSCRIBE_TIMEOUT = 1.0  # seconds to wait for a subscription to be confirmed
-FIRST_RECONNECT_PAUSE = 0.05  # seconds before the first attempt after the connection broke
+FIRST_RECONNECT_PAUSE = 0.05  # seconds before the first attempt after a connection that held broke
 RECONNECT_PAUSE = 0.5  # seconds between the attempts after that
-# Reads of the channel (each up to 0.1 s) a connection must last before a
-# break counts as a first one again: a connection that keeps breaking as
-# soon as it is made is tried every RECONNECT_PAUSE, not every 50 ms.
-STEADY_READS = 20
+# Seconds a connection must have lasted for its break to get the short
+# pause: one that breaks again sooner (a flapping proxy) is tried every
+# RECONNECT_PAUSE, so its waiters are not woken 20 times a second.
+STEADY_SECONDS = 2.0
+
+
+def reconnect_pause(made_at: float, now: float) -> float:
+    """How long the notifier waits before subscribing again, after a
+    connection made at ``made_at`` broke at ``now`` (monotonic seconds)."""
+    return FIRST_RECONNECT_PAUSE if now - made_at >= STEADY_SECONDS else RECONNECT_PAUSE
 
 
 def wake_waiters(r: RedisClient, keys: QueueKeys) -> None:
@@ -125,25 +132,21 @@ class Notifier:
         # they are subscribed again is missed, so their resubscription counts
         # as an announcement (the waiters fetch once more).
         missed: set[str] = set()
-        failures = 0  # breaks since the connection last held for STEADY_READS reads
-        reads = 0  # reads of the channel on this connection
         requested: set[str] = set()
+        made_at = -STEADY_SECONDS  # (the first connection's first break gets the short pause)
         while not self._closed:
             try:
                 if pubsub is None:
                     pubsub = self._redis.pubsub()  # type: ignore[no-untyped-call]  # unannotated in redis-py
                     requested = set()
                     self._subscribed = set()
-                    reads = 0
+                    made_at = SYSTEM_CLOCK.monotonic()
                 with self._cond:
                     missing = self._wanted - requested
                 if missing:
                     pubsub.subscribe(*missing)
                     requested |= missing
                 message = pubsub.get_message(timeout=0.1)
-                reads += 1
-                if reads == STEADY_READS:
-                    failures = 0
                 if message is None:
                     continue
                 channel = message["channel"].decode()
@@ -173,13 +176,15 @@ class Notifier:
                     with contextlib.suppress(Exception):
                         pubsub.close()
                 pubsub = None
-                failures += 1
+                pause = reconnect_pause(made_at, SYSTEM_CLOCK.monotonic())
                 with self._cond:
                     missed |= self._wanted
                     for ch in self._generation:
                         self._generation[ch] += 1
                     self._cond.notify_all()
-                    self._cond.wait(FIRST_RECONNECT_PAUSE if failures == 1 else RECONNECT_PAUSE)
+                    # (a poke, which wakes the waiters on this condition, does
+                    # not shorten the pause: only a close does)
+                    self._cond.wait_for(lambda: self._closed, pause)
         if pubsub is not None:
             with contextlib.suppress(Exception):
                 pubsub.close()

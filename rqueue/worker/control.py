@@ -269,7 +269,10 @@ class Worker:
         handler, for a lock the interrupted thread holds)."""
         consumer = self.consumer
         if consumer is not None and consumer.waits_on_wakes():
-            threading.Thread(target=self._wake_dispatcher, name="rqueue-stop-wake", daemon=True).start()
+            try:
+                threading.Thread(target=self._wake_dispatcher, name="rqueue-stop-wake", daemon=True).start()
+            except RuntimeError as exc:  # no thread to be had (the interpreter is ending): a hint only
+                log.debug("could not start the thread that wakes the dispatcher (%s); it stops when its wait ends", exc)
 
     def _request_stop(self, now: bool) -> None:
         """What a stop does without Redis (a signal handler makes no Redis
