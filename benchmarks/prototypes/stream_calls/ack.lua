@@ -182,13 +182,16 @@ while k <= #runs do
     if runsExist == nil then
       runsExist = rcall('EXISTS', acked) == 1
     end
-    if runsExist then
+    -- Stored runs are not merged with their neighbours, so the floor
+    -- takes every one that starts where it ends, in turn.
+    while runsExist do
       local start = string.format('%d', floor + 1)
       local runLast = rcall('ZSCORE', acked, start)
-      if runLast then
-        floor = runLast + 0
-        rcall('ZREM', acked, start)
+      if not runLast then
+        break
       end
+      floor = runLast + 0
+      rcall('ZREM', acked, start)
     end
   else
     -- merging with a neighbouring run is left out of the prototype
