@@ -111,6 +111,7 @@ class AsyncNotifier:
         requested: set[str] = set()
         missed: set[str] = set()  # as rqueue.engine.notify: a resubscription counts as an announcement
         made_at = -STEADY_SECONDS
+        broke = False
         while not self._closed:
             try:
                 if pubsub is None:
@@ -118,6 +119,8 @@ class AsyncNotifier:
                     requested = set()
                     self._subscribed = set()
                     made_at = SYSTEM_CLOCK.monotonic()
+                    if broke:
+                        missed |= self._wanted
                 missing = self._wanted - requested
                 if missing:
                     await pubsub.subscribe(*missing)
@@ -152,7 +155,7 @@ class AsyncNotifier:
                     with contextlib.suppress(Exception):
                         await pubsub.aclose()
                 pubsub = None
-                missed |= self._wanted
+                broke = True
                 for ch in self._generation:
                     self._generation[ch] += 1
                 self.poke()

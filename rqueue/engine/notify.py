@@ -134,6 +134,7 @@ class Notifier:
         missed: set[str] = set()
         requested: set[str] = set()
         made_at = -STEADY_SECONDS  # (the first connection's first break gets the short pause)
+        broke = False
         while not self._closed:
             try:
                 if pubsub is None:
@@ -141,6 +142,10 @@ class Notifier:
                     requested = set()
                     self._subscribed = set()
                     made_at = SYSTEM_CLOCK.monotonic()
+                    if broke:
+                        # (a channel first asked for while the connection was down counts too)
+                        with self._cond:
+                            missed |= self._wanted
                 with self._cond:
                     missing = self._wanted - requested
                 if missing:
@@ -176,9 +181,9 @@ class Notifier:
                     with contextlib.suppress(Exception):
                         pubsub.close()
                 pubsub = None
+                broke = True
                 pause = reconnect_pause(made_at, SYSTEM_CLOCK.monotonic())
                 with self._cond:
-                    missed |= self._wanted
                     for ch in self._generation:
                         self._generation[ch] += 1
                     self._cond.notify_all()

@@ -271,7 +271,7 @@ class Worker:
         if consumer is not None and consumer.waits_on_wakes():
             try:
                 threading.Thread(target=self._wake_dispatcher, name="rqueue-stop-wake", daemon=True).start()
-            except RuntimeError as exc:  # no thread to be had (the interpreter is ending): a hint only
+            except Exception as exc:  # no thread to be had (the interpreter ending, say): a hint only
                 log.debug("could not start the thread that wakes the dispatcher (%s); it stops when its wait ends", exc)
 
     def _request_stop(self, now: bool) -> None:
