@@ -93,7 +93,9 @@ class Consumer(ConsumerCore):
         # waiter, or when its client listens already: the first read
         # subscribes, and the notifier thread then wakes at every publish,
         # which the waiter's latency shows.
-        read_channel = timeout > 0 and (not self._group_call().marks[0] or self.client.notifier.listens(channel))
+        read_channel = timeout > 0 and (
+            not self._claims(self._group_call(), True) or self.client.notifier.listens(channel)
+        )
         wait = 0.0
         while True:
             generation: int | None = None
@@ -120,14 +122,16 @@ class Consumer(ConsumerCore):
         ``waits``: the caller waits for news if it brings nothing."""
         mark = self._watch.mark()
         try:
-            return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness), waits=waits), mark
+            call = self._group_call()
+            return commands.fetch(call, n, fetch_token(self.client.randomness), waits=self._claims(call, waits)), mark
         except NotMember:
             # Removed as dead (e.g. after a long pause): what it held was
             # already offered again, so joining afresh loses nothing.
             log.warning("%r was not a member of its group any more; joining again", self)
             self._join()
             mark = self._watch.mark()
-            return commands.fetch(self._group_call(), n, fetch_token(self.client.randomness), waits=waits), mark
+            call = self._group_call()
+            return commands.fetch(call, n, fetch_token(self.client.randomness), waits=self._claims(call, waits)), mark
 
     def _wait_then_fetch(self, n: int, wait: float) -> tuple[commands.FetchReply, list[Delivery]]:
         """Waits up to ``wait`` seconds for the queue's wake-up, then
@@ -246,7 +250,8 @@ class Consumer(ConsumerCore):
         mark = self._watch.mark()
         waits = not refs and (may_wait or wait is not None)
         try:
-            reply = commands.fetch(self._group_call(), n, fetch_token(self.client.randomness), tags, waits)
+            call = self._group_call()
+            reply = commands.fetch(call, n, fetch_token(self.client.randomness), tags, self._claims(call, waits))
         except NotMember:
             # Nothing was changed: join afresh (what this consumer held was
             # offered again; its late acks are still accepted for what nobody
@@ -255,7 +260,8 @@ class Consumer(ConsumerCore):
             self._join()
             lenient = self.ack_available(refs) if refs else []
             mark = self._watch.mark()
-            fetched = commands.fetch(self._group_call(), n, fetch_token(self.client.randomness), waits=waits)
+            call = self._group_call()
+            fetched = commands.fetch(call, n, fetch_token(self.client.randomness), waits=self._claims(call, waits))
             return lenient, self._received(fetched, mark), None
         statuses = self._fetched_acks(tags, lost, reply)
         deliveries = self._received(reply, mark)

@@ -133,8 +133,6 @@ class ConsumerCore:
                 # keyed messages): so it does under new settings too, rather
                 # than a refused call first (settings_ttl=0: every fetch)
                 made.flow[0] = True
-            if not self._wakes_on:
-                made.marks[0] = False
             call = made
             self._call_for = (settings, call)
         return call
@@ -315,18 +313,21 @@ class ConsumerCore:
         (``fetch`` with a timeout, ``ack_and_fetch`` with a wait): its last
         fetch found nothing and made it the queue's waiter, the one consumer
         of the queue that waits so (lua/fetch.lua). Only a fetch sent to
-        claim the role can (GroupArgs.marks: the setting wait_in_redis, a
-        client that can wait in Redis, no turn to the channel since); False
-        when it waits on the channel."""
+        claim the role can (:meth:`_claims`); False when it waits on the
+        channel."""
         return self._waiter
+
+    def _claims(self, call: commands.GroupArgs, waits: bool) -> bool:
+        """A fetch with ``call`` whose caller ``waits`` for news if it brings
+        nothing asks for the waiter role: the setting wait_in_redis and a
+        client that can wait in Redis (``call.marks``), and no turn to the
+        channel since."""
+        return waits and call.marks and self._wakes_on
 
     def _wait_on_the_channel(self) -> None:
         """From now on this consumer waits on the channel when idle, and its
-        fetches claim no waiter role (GroupArgs.marks)."""
+        fetches claim no waiter role (:meth:`_claims`)."""
         self._wakes_on = self._waiter = False
-        call = self._call_for[1]
-        if call is not None:
-            call.marks[0] = False
 
     @staticmethod
     def _due_in(reply: commands.FetchReply, deliveries: list[Delivery]) -> float | None:

@@ -141,7 +141,7 @@ class Consumer(ConsumerCore):
         # As rqueue.Consumer.fetch: one that may wait in Redis reads the
         # channel (subscribes) only once it is not the waiter.
         read_channel = timeout > 0 and (
-            not (self._call_now() or await self._group_call()).marks[0] or notifier.listens(channel)
+            not self._claims(self._call_now() or await self._group_call(), True) or notifier.listens(channel)
         )
         wait = 0.0
         while True:
@@ -192,7 +192,7 @@ class Consumer(ConsumerCore):
         mark = self._watch.mark()
         try:
             call = self._call_now() or await self._group_call()
-            return await acmd.fetch(call, n, fetch_token(self.client.randomness), waits=waits), mark
+            return await acmd.fetch(call, n, fetch_token(self.client.randomness), waits=self._claims(call, waits)), mark
         except NotMember:
             # Removed as dead (e.g. after a long pause): what it held was
             # already offered again, so joining afresh loses nothing.
@@ -200,7 +200,7 @@ class Consumer(ConsumerCore):
             await self.join()
             mark = self._watch.mark()
             call = await self._group_call()
-            return await acmd.fetch(call, n, fetch_token(self.client.randomness), waits=waits), mark
+            return await acmd.fetch(call, n, fetch_token(self.client.randomness), waits=self._claims(call, waits)), mark
 
     async def _received(self, reply: commands.FetchReply, mark: Mark) -> list[Delivery]:
         deliveries, aside = self._parse(reply, mark)
@@ -270,7 +270,7 @@ class Consumer(ConsumerCore):
         waits = not refs and (may_wait or wait is not None)
         try:
             call = self._call_now() or await self._group_call()
-            reply = await acmd.fetch(call, n, fetch_token(self.client.randomness), tags, waits)
+            reply = await acmd.fetch(call, n, fetch_token(self.client.randomness), tags, self._claims(call, waits))
         except NotMember:
             # Nothing was changed: join afresh and do both (as rqueue.Consumer).
             log.warning("%r was not a member of its group any more; joining again", self)
@@ -278,7 +278,7 @@ class Consumer(ConsumerCore):
             lenient = await self.ack_available(refs) if refs else []
             mark = self._watch.mark()
             call = await self._group_call()
-            fetched = await acmd.fetch(call, n, fetch_token(self.client.randomness), waits=waits)
+            fetched = await acmd.fetch(call, n, fetch_token(self.client.randomness), waits=self._claims(call, waits))
             return lenient, await self._received(fetched, mark), None
         statuses = self._fetched_acks(tags, lost, reply)
         deliveries = await self._received(reply, mark)

@@ -67,7 +67,7 @@ class AsyncGroupCall(c.GroupArgs):
         settings: c.GroupSettings,
     ) -> AsyncGroupCall:
         fields = c.GroupArgs.fields_of(clock, randomness, keys, queue, where, group, consumer, settings)
-        fields["marks"][0] &= wakes_usable(scripts)
+        fields["marks"] = fields["marks"] and wakes_usable(scripts)
         return cls(scripts=scripts, **fields)
 
     async def run(self, script: AsyncScript, extra: Sequence[Any]) -> Any:
@@ -96,7 +96,7 @@ async def fetch(
     call: AsyncGroupCall, n: int, token: str, acks: Sequence[c.Tag] = (), waits: bool = False
 ) -> c.FetchReply:
     """As :func:`rqueue.engine.commands.fetch`."""
-    args = c.fetch_args(n, token + call.rate, acks, call.marks[0] and waits)
+    args = c.fetch_args(n, token + call.rate, acks, call.marks and waits)
     if not call.flow[0]:  # the short layout first, as the sync fetch (commands.fetch)
         try:
             return c.parse_fetch(await call.scripts.fetch(call.fetch_keys, call.argv(args)), token, len(acks))

@@ -199,13 +199,11 @@ class GroupArgs:
     # with a rate limit sends every key from the start.
     fetch_keys: list[str]
     flow: list[bool]
-    # The consumer waits in Redis for the queue's wake-up when idle (the
+    # The consumer may wait in Redis for the queue's wake-up when idle (the
     # setting wait_in_redis, where its client can): its fetches that find
-    # nothing ask to make it the queue's waiter (a negative n,
-    # lua/fetch.lua). marks[0] turns False for good when it turns to the
-    # channel (Redis refused the wait, or a publisher adds no wake-up), so
-    # that it holds the role from no one.
-    marks: list[bool]
+    # nothing, and whose caller would wait, ask to make it the queue's
+    # waiter (a negative n, lua/fetch.lua).
+    marks: bool
 
     @staticmethod
     def fields_of(
@@ -235,7 +233,7 @@ class GroupArgs:
             "fetch_keys": keys[:FETCH_PLAIN_KEYS],
             # a rate limit (the rate window, KEYS[20]) or key settings: every key, every fetch
             "flow": [len(keys) <= FETCH_PLAIN_KEYS or rate_suffix(settings) != ""],
-            "marks": [settings.wait_in_redis],
+            "marks": settings.wait_in_redis,
         }
 
     def argv(self, extra: Sequence[Any]) -> list[Any]:
@@ -271,7 +269,7 @@ class GroupCall(GroupArgs):
         settings: GroupSettings,
     ) -> GroupCall:
         fields = GroupArgs.fields_of(clock, randomness, keys, queue, where, group, consumer, settings)
-        fields["marks"][0] &= wakes_usable(scripts)
+        fields["marks"] = fields["marks"] and wakes_usable(scripts)
         return cls(scripts=scripts, **fields)
 
     def run(self, script: Script, extra: Sequence[Any]) -> Any:
@@ -371,7 +369,7 @@ def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = (), waits: 
     of [0-9a-z] drawn at random per call), after acking ``acks`` leniently.
     ``waits``: the caller waits for news when this call brings nothing, so
     that the call may make its consumer the queue's waiter (call.marks)."""
-    args = fetch_args(n, token + call.rate, acks, call.marks[0] and waits)
+    args = fetch_args(n, token + call.rate, acks, call.marks and waits)
     if not call.flow[0]:
         try:
             return parse_fetch(call.scripts.fetch(call.fetch_keys, call.argv(args)), token, len(acks))
