@@ -140,6 +140,16 @@ def in_flight(q, group="g"):
 # -- both workers ------------------------------------------------------------------
 
 
+def slow_polls(monkeypatch):
+    """Both workers' idle polls a minute apart: what a test waits for comes
+    some other way, or not within its deadline."""
+    import rqueue.aio.worker
+    import rqueue.worker.dispatcher
+
+    monkeypatch.setattr(rqueue.worker.dispatcher, "IDLE_POLL_INTERVAL", 60.0)
+    monkeypatch.setattr(rqueue.aio.worker, "IDLE_POLL_INTERVAL", 60.0)
+
+
 def deaf_channels(monkeypatch):
     """Cuts off the channel's wake-ups for both workers' clients: a wait on
     it lasts until its timeout or its own condition."""
@@ -165,11 +175,7 @@ def deaf_channels(monkeypatch):
 def test_an_idle_worker_waits_in_redis_for_a_publish_and_stops_at_once(kind, backend, prefix, live, monkeypatch):
     # given an idle worker whose fetch waits in Redis, with polling made too
     # slow to matter and the channel's wake-ups cut off
-    import rqueue.aio.worker
-    import rqueue.worker.dispatcher
-
-    monkeypatch.setattr(rqueue.worker.dispatcher, "IDLE_POLL_INTERVAL", 60.0)
-    monkeypatch.setattr(rqueue.aio.worker, "IDLE_POLL_INTERVAL", 60.0)
+    slow_polls(monkeypatch)
     deaf_channels(monkeypatch)
     live.configure("orders", wait_in_redis=True)
     q = live.queue("orders")
@@ -198,12 +204,9 @@ def test_a_fetch_whose_reply_is_lost_hands_its_message_back_and_runs_it_at_once(
     # does not know it), with polling made too slow to matter and the
     # channel's wake-ups cut off
     import rqueue.aio.consumer
-    import rqueue.aio.worker
     import rqueue.consumer
-    import rqueue.worker.dispatcher
 
-    monkeypatch.setattr(rqueue.worker.dispatcher, "IDLE_POLL_INTERVAL", 60.0)
-    monkeypatch.setattr(rqueue.aio.worker, "IDLE_POLL_INTERVAL", 60.0)
+    slow_polls(monkeypatch)
     deaf_channels(monkeypatch)
     lost = threading.Event()
     sync_fetch = rqueue.consumer.Consumer.ack_and_fetch
@@ -243,11 +246,7 @@ def test_an_idle_worker_whose_wake_stream_is_overwritten_warns_and_goes_on(
     kind, backend, prefix, live, monkeypatch, caplog
 ):
     # given an idle worker waiting in Redis, with polling made too slow to matter
-    import rqueue.aio.worker
-    import rqueue.worker.dispatcher
-
-    monkeypatch.setattr(rqueue.worker.dispatcher, "IDLE_POLL_INTERVAL", 60.0)
-    monkeypatch.setattr(rqueue.aio.worker, "IDLE_POLL_INTERVAL", 60.0)
+    slow_polls(monkeypatch)
     live.configure("orders", wait_in_redis=True)
     q = live.queue("orders")
     calls = Calls()
