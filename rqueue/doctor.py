@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from .engine import commands, store
+from .engine import commands
+from .engine import doctor_reads as reads
 from .engine.keys import GroupKeys, QueueKeys
 from .partitions import PartitionedQueue
 from .protocols import AnyQueue
@@ -161,8 +162,8 @@ class _Examination:
 
     def run(self) -> list[Finding]:
         keys = self.keys
-        meta = store.hash_all(self.r, keys.meta, self.where)
-        floors = store.hash_all(self.r, keys.floors, self.where)
+        meta = reads.hash_all(self.r, keys.meta, self.where)
+        floors = reads.hash_all(self.r, keys.floors, self.where)
         last = _seq(meta.get("seq"))
         if last is None:
             self.add(Kind.BAD_NUMBER, keys.meta, f"field seq holds {meta['seq'][:40]!r}, not a seq")
@@ -171,7 +172,7 @@ class _Examination:
         for group in sorted(floors):
             self.group(group, floors[group], last if meta.get("seq") is not None else None, "prio" in meta)
         if meta.get("seq") is None:
-            depth = store.hash_len(self.r, keys.msgs, self.where)
+            depth = reads.log_length(self.r, keys, self.where)
             settled = any(v != "0" for v in floors.values())
             if depth or settled:
                 top = max(self.highest, self.highest_record() if depth else 0)
@@ -191,19 +192,19 @@ class _Examination:
         """The highest seq with a stored record in this queue (or ``keys``:
         its dead-letter queue), the records read in steps."""
         top = 0
-        for page in store.hash_in_steps(self.r, (keys or self.keys).msgs, self.where):
-            top = max([top, *(int(f) for f, _ in page if f.isdigit())])
+        for seqs in reads.record_seqs_in_steps(self.r, keys or self.keys, self.where):
+            top = max([top, *seqs])
         return top
 
     def dead_letter_seq(self) -> None:
         """The dead-letter queue's next seq is free (else dead-lettering is refused)."""
         dlq = self.keys.dead_letters
-        text = store.hash_all(self.r, dlq.meta, self.where).get("seq")
+        text = reads.hash_all(self.r, dlq.meta, self.where).get("seq")
         last = _seq(text)
         if last is None:
             self.add(Kind.BAD_NUMBER, dlq.meta, f"field seq holds {str(text)[:40]!r}, not a seq")
             return
-        if store.hash_len(self.r, dlq.msgs, self.where) and store.records_exist(self.r, dlq, [last + 1])[0]:
+        if reads.log_length(self.r, dlq, self.where) and reads.records_exist(self.r, dlq, [last + 1])[0]:
             top = self.highest_record(dlq)
             self.add(
                 Kind.DEAD_LETTER_SEQ_TAKEN,
@@ -216,7 +217,7 @@ class _Examination:
     def group(self, group: str, floor_text: str, last: int | None, flow: bool = False) -> None:
         """``flow``: the queue had priority or keyed messages (meta field prio)."""
         gk = self.keys.group(group)
-        state = store.hash_all(self.r, gk.state, self.where)
+        state = reads.hash_all(self.r, gk.state, self.where)
         floor, cursor = _seq(floor_text), _seq(state.get("cursor"))
         if floor is None:
             self.add(
@@ -230,31 +231,31 @@ class _Examination:
         if floor is None or cursor is None:
             return
         runs: list[tuple[int, int]] = []
-        for run_page in store.zset_in_steps(self.r, gk.acked, self.where):
+        for run_page in reads.zset_in_steps(self.r, gk.acked, self.where):
             for first, end in run_page:
                 if first.isdigit():
                     runs.append((int(first), int(end)))
                 else:
                     self.add(Kind.RUN_OUT_OF_PLACE, gk.acked, f"member {first[:40]!r} is not a seq", group=group)
-        leases = {int(m) for page in store.zset_in_steps(self.r, gk.lease, self.where) for m, _ in page if m.isdigit()}
+        leases = {int(m) for page in reads.zset_in_steps(self.r, gk.lease, self.where) for m, _ in page if m.isdigit()}
         waiting = {
             int(m)
             for key in (gk.ready, gk.delay)
-            for page in store.zset_in_steps(self.r, key, self.where)
+            for page in reads.zset_in_steps(self.r, key, self.where)
             for m, _ in page
         }
         states: dict[int, str] = {}
-        for state_page in store.hash_in_steps(self.r, gk.deliveries, self.where):
+        for state_page in reads.hash_in_steps(self.r, gk.deliveries, self.where):
             states.update((int(f), v) for f, v in state_page if f.isdigit())
-        members = store.hash_all(self.r, gk.consumers, self.where)
+        members = reads.hash_all(self.r, gk.consumers, self.where)
         # Priority messages are handed out apart from the cursor (fetch.lua): waiting
         # in the group's priority set or in the log above its pull cursor.
-        prioritized = {int(s) for page in store.zset_in_steps(self.r, self.keys.prio, self.where) for _, s in page}
+        prioritized = {int(s) for page in reads.zset_in_steps(self.r, self.keys.prio, self.where) for _, s in page}
         pulled = _seq(state.get("pcur")) or floor
-        waiting |= {int(m) for page in store.zset_in_steps(self.r, gk.priority, self.where) for m, _ in page}
+        waiting |= {int(m) for page in reads.zset_in_steps(self.r, gk.priority, self.where) for m, _ in page}
         # Messages of ordering keys wait in the group's key queue ("<key> <seq>").
         queued: dict[str, int] = {}  # ordering key -> its messages waiting
-        for page in store.zset_in_steps(self.r, gk.key_queue, self.where):
+        for page in reads.zset_in_steps(self.r, gk.key_queue, self.where):
             for m, _ in page:
                 key, _, seq = m.rpartition(" ")
                 waiting.add(int(seq))
@@ -310,7 +311,7 @@ class _Examination:
             return
         in_line: set[str] = set()
         for line in (gk.key_ready, gk.key_busy):
-            for page in store.zset_in_steps(self.r, line, self.where):
+            for page in reads.zset_in_steps(self.r, line, self.where):
                 in_line.update(m for m, _ in page)
         for key in sorted(queued.keys() - in_line)[:UNTRACKED_MAX]:
             self.add(
@@ -370,7 +371,7 @@ class _Examination:
             )
         held: dict[str, int] = {}
         for seq, raw in sorted(states.items()):
-            parsed = store.state_holder(raw)
+            parsed = reads.state_holder(raw)
             if parsed is None:
                 self.add(
                     Kind.STATE_UNPARSED,
@@ -448,8 +449,8 @@ class _Examination:
                 lost.append(seq)
             seq += 1
         shown = lost[:UNTRACKED_MAX]
-        stored = store.records_exist(self.r, self.keys, shown)
-        settled = store.settled_counts(self.r, self.keys, shown)
+        stored = reads.records_exist(self.r, self.keys, shown)
+        settled = reads.settled_counts(self.r, self.keys, shown)
         for seq, there, count in zip(shown, stored, settled, strict=True):
             where = (
                 f"seq {seq} is at or below the cursor {cursor} and above the floor {floor}, "
@@ -517,15 +518,15 @@ class _Examination:
         held = sorted(states)
         total = len(held) + max(0, top - start)
         todo = itertools.chain(
-            _chunks(held, store.SCAN_STEP),
+            _chunks(held, reads.SCAN_STEP),
             (
-                list(range(low, min(top, low + store.SCAN_STEP - 1) + 1))
-                for low in range(start + 1, top + 1, store.SCAN_STEP)
+                list(range(low, min(top, low + reads.SCAN_STEP - 1) + 1))
+                for low in range(start + 1, top + 1, reads.SCAN_STEP)
             ),
         )
         done = missing = 0
         for seqs in todo:
-            for seq, there in zip(seqs, store.records_exist(self.r, self.keys, seqs), strict=True):
+            for seq, there in zip(seqs, reads.records_exist(self.r, self.keys, seqs), strict=True):
                 if there or any(first <= seq <= end for first, end in runs):
                     continue
                 missing += 1

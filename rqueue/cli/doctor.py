@@ -10,7 +10,7 @@ import click
 
 from rqueue import doctor as checks
 from rqueue.cli.common import EXIT_ERROR, connection, emit_json, existing
-from rqueue.engine.store import SCAN_STEP
+from rqueue.engine.doctor_reads import SCAN_STEP
 
 
 class Bars:

@@ -21,6 +21,7 @@ from ..clock import Clock
 from ..randomness import Randomness
 from ..results import GroupStats, MessageStatus
 from . import commands as c
+from . import log
 from .async_scripts import AsyncScript, AsyncScripts
 from .commands import text
 from .keys import QueueKeys, partitions_key, registry_key, settings_key
@@ -325,7 +326,7 @@ async def records_after(r: Any, keys: QueueKeys, after: int, n: int) -> list[tup
         out: list[tuple[int, bytes]] = []
         while start <= last and len(out) < n:
             seqs = list(range(start, min(last, start + 4 * n) + 1))
-            for seq, rec in zip(seqs, await r.hmget(keys.msgs, seqs), strict=True):
+            for seq, rec in zip(seqs, await log.read_many(r, keys, seqs), strict=True):
                 if rec is not None and len(out) < n:
                     out.append((seq, rec if isinstance(rec, bytes) else rec.encode()))
             start = seqs[-1] + 1
@@ -346,9 +347,9 @@ async def queue_figures(
         else:
             now = now_ms
         last = await r.hget(keys.meta, "seq")
-        depth = await r.hlen(keys.msgs)
+        depth = await log.length(r, keys)
         scheduled = await r.zcount(keys.sched, f"({now}", "+inf")
-        dead = await r.hlen(dead_letters.msgs)
+        dead = await log.length(r, dead_letters)
         return _int(last), int(depth), int(scheduled), int(dead)
 
     return await guarded(read, where=keys.base)
@@ -371,7 +372,7 @@ async def purge_records(r: Any, keys: QueueKeys, batch: int) -> int:
 
         async def delete(seqs: list[int] = seqs) -> int:
             async with r.pipeline(transaction=True) as pipe:
-                pipe.hdel(keys.msgs, *seqs)
+                log.delete(pipe, keys, seqs)
                 pipe.hset(keys.meta, "trimmed", seqs[-1])
                 return int((await pipe.execute())[0])
 
@@ -384,7 +385,7 @@ async def last_seq(r: Any, keys: QueueKeys) -> int:
 
 
 async def record(r: Any, keys: QueueKeys, seq: int) -> bytes | None:
-    rec = await guarded(lambda: r.hget(keys.msgs, seq), where=keys.base)
+    rec = await guarded(lambda: log.read(r, keys, seq), where=keys.base)
     return None if rec is None else rec if isinstance(rec, bytes) else rec.encode()
 
 
@@ -402,7 +403,7 @@ async def group_position(r: Any, keys: QueueKeys, group: str, n: int) -> tuple[l
 async def _levels(r: Any, keys: QueueKeys) -> list[QueueKeys]:
     levels = [keys]
     below = keys.dead_letters
-    while await r.exists(below.meta, below.msgs):
+    while await r.exists(below.meta, log.key(below)):
         levels.append(below)
         below = below.dead_letters
     return levels
@@ -444,7 +445,7 @@ async def delete_dead_letters(r: Any, dead_letters: QueueKeys, events: str, seqs
 
     async def delete() -> int:
         async with r.pipeline(transaction=True) as pipe:
-            pipe.hdel(dead_letters.msgs, *seqs)
+            log.delete(pipe, dead_letters, seqs)
             pipe.xadd(events, {"event": "purged", "count": len(seqs)}, maxlen=EVENTS_MAX, approximate=True)
             return int((await pipe.execute())[0])
 

@@ -6,12 +6,12 @@ group holds). Each translates the driver's errors as the scripts' calls do
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..connection.cluster import Retrier, no_retry
 from ..connection.open import RedisClient
+from . import log
 from .commands import guarded, text
 from .keys import QueueKeys, partitions_key, registry_key, settings_key
 
@@ -46,7 +46,7 @@ def records_after(r: RedisClient, keys: QueueKeys, after: int, n: int) -> list[t
         out: list[tuple[int, bytes]] = []
         while start <= last and len(out) < n:
             seqs = list(range(start, min(last, start + 4 * n) + 1))
-            for seq, rec in zip(seqs, r.hmget(keys.msgs, seqs), strict=True):
+            for seq, rec in zip(seqs, log.read_many(r, keys, seqs), strict=True):
                 if rec is not None and len(out) < n:
                     out.append((seq, _bytes(rec)))
             start = seqs[-1] + 1
@@ -56,7 +56,7 @@ def records_after(r: RedisClient, keys: QueueKeys, after: int, n: int) -> list[t
 
 
 def record(r: RedisClient, keys: QueueKeys, seq: int) -> bytes | None:
-    rec = guarded(lambda: r.hget(keys.msgs, seq), where=keys.base)
+    rec = guarded(lambda: log.read(r, keys, seq), where=keys.base)
     return None if rec is None else _bytes(rec)
 
 
@@ -92,9 +92,9 @@ def queue_figures(
         # it is over maxmemory, and stats matter most then.
         pipe = r.pipeline(transaction=False)
         pipe.hget(keys.meta, "seq")
-        pipe.hlen(keys.msgs)
+        log.length(pipe, keys)
         pipe.zcount(keys.sched, f"({now}", "+inf")
-        pipe.hlen(dead_letters.msgs)
+        log.length(pipe, dead_letters)
         last, depth, scheduled, dead = pipe.execute()
         return _int(last), int(depth), int(scheduled), int(dead)
 
@@ -117,7 +117,7 @@ def purge_records(r: RedisClient, keys: QueueKeys, batch: int, progress: Callabl
 
         def delete(seqs: list[int] = seqs) -> int:
             pipe = r.pipeline(transaction=True)
-            pipe.hdel(keys.msgs, *seqs)
+            log.delete(pipe, keys, seqs)
             pipe.hset(keys.meta, "trimmed", seqs[-1])
             return int(pipe.execute()[0])
 
@@ -131,7 +131,7 @@ def _levels(r: RedisClient, keys: QueueKeys) -> list[QueueKeys]:
     """The queue and each of its dead-letter levels that was ever written."""
     levels = [keys]
     below = keys.dead_letters
-    while r.exists(below.meta, below.msgs):
+    while r.exists(below.meta, log.key(below)):
         levels.append(below)
         below = below.dead_letters
     return levels
@@ -179,7 +179,7 @@ def delete_dead_letters(r: RedisClient, dead_letters: QueueKeys, events: str, se
 
     def delete() -> int:
         pipe = r.pipeline(transaction=True)
-        pipe.hdel(dead_letters.msgs, *seqs)
+        log.delete(pipe, dead_letters, seqs)
         pipe.xadd(events, {"event": "purged", "count": len(seqs)}, maxlen=EVENTS_MAX, approximate=True)
         return int(pipe.execute()[0])
 
@@ -348,9 +348,9 @@ def queue_overview(r: RedisClient, levels: list[tuple[QueueKeys, QueueKeys]], no
         pipe = r.pipeline(transaction=False)  # plain reads: safe to send again
         for keys, dead in levels:
             pipe.hget(keys.meta, "seq")
-            pipe.hlen(keys.msgs)
+            log.length(pipe, keys)
             pipe.zcount(keys.sched, f"({now_ms}", "+inf")
-            pipe.hlen(dead.msgs)
+            log.length(pipe, dead)
             pipe.hkeys(keys.floors)
         first = pipe.execute()
         names = [sorted(text(g) for g in first[i * 5 + 4]) for i in range(len(levels))]
@@ -376,91 +376,6 @@ def queue_overview(r: RedisClient, levels: list[tuple[QueueKeys, QueueKeys]], no
         return out
 
     return guarded(read)
-
-
-# -- reads of the doctor (rqueue/doctor.py): whole small keys, and big ones
-# in bounded steps -------------------------------------------------------------
-
-SCAN_STEP = 1000  # entries read per call from a big key
-
-
-def hash_all(r: RedisClient, key: str, where: str) -> dict[str, str]:
-    """A small hash (a queue's meta, floors, a group's hash, its members)."""
-    raw: dict[Any, Any] = guarded(lambda: r.hgetall(key), where=where)
-    return {text(k): text(v) for k, v in raw.items()}
-
-
-def hash_in_steps(r: RedisClient, key: str, where: str) -> Iterator[list[tuple[str, str]]]:
-    """Every field of a hash that may be big (delivery states), SCAN_STEP
-    or so per call (HSCAN, which may repeat a field: callers take the last)."""
-    cursor: Any = 0
-    while True:
-
-        def step(at: Any = cursor) -> tuple[Any, dict[Any, Any]]:
-            found: Any = r.hscan(key, at, count=SCAN_STEP)
-            return found[0], found[1]
-
-        cursor, page = guarded(step, where=where)
-        yield [(text(k), text(v)) for k, v in page.items()]
-        if int(cursor) == 0:
-            return
-
-
-def zset_in_steps(r: RedisClient, key: str, where: str) -> Iterator[list[tuple[str, float]]]:
-    """Every member of a sorted set with its score, SCAN_STEP per call, by
-    rank (a set that changes meanwhile may show a member twice or not at all)."""
-    start = 0
-    while True:
-
-        def step(at: int = start) -> list[Any]:
-            found: Any = r.zrange(key, at, at + SCAN_STEP - 1, withscores=True)
-            return list(found)
-
-        page = guarded(step, where=where)
-        yield [(text(m), float(s)) for m, s in page]
-        if len(page) < SCAN_STEP:
-            return
-        start += SCAN_STEP
-
-
-def records_exist(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[bool]:
-    """Whether each seq has a stored record (one pipeline of HEXISTS: no
-    payload is read)."""
-
-    def read() -> list[bool]:
-        pipe = r.pipeline(transaction=False)
-        for seq in seqs:
-            pipe.hexists(keys.msgs, seq)
-        return [bool(x) for x in pipe.execute()]
-
-    return guarded(read, where=keys.base) if seqs else []
-
-
-def hash_len(r: RedisClient, key: str, where: str) -> int:
-    return int(guarded(lambda: r.hlen(key), where=where))
-
-
-def state_holder(raw: str) -> tuple[int, str] | None:
-    """The delivery count and holder ("" while waiting) of a delivery state
-    (lua/includes/delivery_state.lua), or None when it does not parse."""
-    head = raw.split("\n", 1)[0]
-    found = _STATE.match(head) or _STATE_BEFORE_TOKENS.match(head)
-    if found is None:
-        return None
-    return int(found.group(1)), found.group(2)
-
-
-_STATE = re.compile(r"(\d+):(.*):(\d+):(\d+):([a-z][a-z0-9]*)?\Z")
-_STATE_BEFORE_TOKENS = re.compile(r"(\d+):(.*):(\d+):(\d+)\Z")
-
-
-def settled_counts(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[int]:
-    """How many groups settled each seq above their floor (the settled hash
-    of a queue with several groups; 0 when none or one group)."""
-    if not seqs:
-        return []
-    found: list[Any] = guarded(lambda: r.hmget(keys.settled, seqs), where=keys.base)
-    return [_int(v) for v in found]
 
 
 # -- handler results (docs/results.md) -----------------------------------------

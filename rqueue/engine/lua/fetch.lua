@@ -97,6 +97,7 @@
                    the beat
 ]]
 --@flags allow-oom
+--@include log
 --@include group_keys
 --@include group_names
 --@include group_args
@@ -255,7 +256,7 @@ end
 -- out, and a consumer that acks before it fetches again asks no more. The
 -- expired ones are counted before they are read: a ZCOUNT costs less than
 -- a ZRANGEBYSCORE that finds nothing, and most fetches find none.
-local inflight = rcall('ZCOUNT', leaseKey, '-inf', '(+inf')
+local inflight = deliveriesOut()
 local expired = {}
 if inflight > 0 and rcall('ZCOUNT', leaseKey, '-inf', nowText) > 0 then
   expired = rcall('ZRANGEBYSCORE', leaseKey, '-inf', nowText, 'LIMIT', '0', EXPIRE_BATCH)
@@ -292,7 +293,7 @@ end
 
 -- Compared, not math.min(): a C function call costs more than the rest.
 local room = n
-local free = maxInflight - (inflight or rcall('ZCOUNT', leaseKey, '-inf', '(+inf'))
+local free = maxInflight - (inflight or deliveriesOut())
 if free < room then
   room = free
 end
@@ -396,7 +397,7 @@ if room > 0 and waiting then
   if #seqs > 0 then
     --@make failurePaths
     bulk('ZREM', readyKey, seqs)
-    local recs = bulkGet(msgsKey, seqs)
+    local recs = logReadMany(msgsKey, seqs)
     local raws = bulkGet(dlvKey, seqs)
     for i, s in ipairs(seqs) do
       local seq = tonumber(s)
@@ -483,7 +484,7 @@ if got < room and metaFields[4] then
   local picked = rcall('ZRANGE', prioSetKey, '0', room - got - 1)
   if #picked > 0 then
     bulk('ZREM', prioSetKey, picked)
-    local recs = bulkGet(msgsKey, picked)
+    local recs = logReadMany(msgsKey, picked)
     -- Settled meanwhile (a purge, settle_through) or handed out another way
     -- (a delivery state exists): not handed out again.
     local raws = bulkGet(dlvKey, picked)
@@ -581,7 +582,7 @@ if got < room then
   if holdAt then
     judged = lastSeq or last
   end
-  if judged ~= nil and (judged < from or judged == 0 and rcall('EXISTS', msgsKey) == 1) then
+  if judged ~= nil and (judged < from or judged == 0 and logAny(msgsKey)) then
     refusal = metaKey .. ' field seq (the last seq) is ' .. (rcall('HGET', metaKey, 'seq') or 'missing')
       .. ', below the cursor ' .. from .. ' of ' .. groupKey .. ' or the records stored'
     last = cursor
@@ -647,7 +648,7 @@ if got < room then
           read[#read + 1] = field
         end
       end
-      local stored = bulkGet(msgsKey, read)
+      local stored = logReadMany(msgsKey, read)
       recs = {}
       local j = 0
       for i, field in ipairs(fields) do
@@ -657,7 +658,7 @@ if got < room then
         end
       end
     else
-      recs = bulkGet(msgsKey, fields)
+      recs = logReadMany(msgsKey, fields)
     end
     for i, field in ipairs(fields) do
       local rec = recs[i]
@@ -766,7 +767,7 @@ else
   -- would ever offer it again. Checked only here, where a fetch found
   -- nothing (two reads), and not after acks, whose statuses the reply holds.
   if #ARGV <= 9 then
-    local leases = rcall('ZCOUNT', leaseKey, '-inf', '(+inf')
+    local leases = deliveriesOut()
     local held = 0
     for _, v in ipairs(rcall('HVALS', consumersKey)) do
       held = held + (tonumber(v) or 0 / 0)

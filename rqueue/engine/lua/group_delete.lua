@@ -27,7 +27,7 @@ local floor = rcall('HGET', floorsKey, groupName)
 if not floor then
   return redis.error_reply('RQ_NO_GROUP group ' .. groupName .. ' does not exist')
 end
-local held = rcall('ZCOUNT', leaseKey, '-inf', '(+inf')
+local held = deliveriesOut()
 if held > 0 and ARGV[8] ~= '1' then
   return redis.error_reply('RQ_GROUP_BUSY ' .. held .. ' group ' .. groupName .. ' has ' .. held
     .. ' deliveries in flight')

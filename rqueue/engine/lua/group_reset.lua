@@ -34,7 +34,7 @@ if not previous then
   return redis.error_reply('RQ_NO_GROUP group ' .. groupName .. ' does not exist')
 end
 local floor = positionFloor(ARGV[8], ARGV[9])
-local held = rcall('ZCOUNT', leaseKey, '-inf', '(+inf')
+local held = deliveriesOut()
 if held > 0 and ARGV[10] ~= '1' then
   return redis.error_reply('RQ_GROUP_BUSY ' .. held .. ' group ' .. groupName .. ' has ' .. held
     .. ' deliveries in flight')

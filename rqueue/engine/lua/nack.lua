@@ -40,6 +40,7 @@
                      last seq is not a seq: checked before any tag is nacked
 ]]
 --@flags allow-oom
+--@include log
 --@include group_keys
 --@include group_names
 --@include delivery_state
@@ -128,7 +129,7 @@ if dying > 0 and failurePolicy().deadLetterMode ~= 'drop' then
   end
   local base = tonumber(last or '0')
   for k = 1, dying do
-    if rcall('HEXISTS', dlqMsgsKey, base + k) == 1 then
+    if logHas(dlqMsgsKey, base + k) then
       error('RQ_CORRUPT ' .. dlqMetaKey .. ' field seq (the last dead letter) is ' .. (last or 'missing')
         .. ', but dead letter ' .. (base + k) .. ' exists in ' .. dlqMsgsKey)
     end

@@ -24,6 +24,8 @@
     (create: the plain queue has messages or groups; nothing stored)
 ]]
 
+--@include log
+
 local rcall = redis.call
 local metaKey, msgsKey, floorsKey = KEYS[1], KEYS[2], KEYS[3]
 local wanted, expected = ARGV[1], ARGV[2]
@@ -34,7 +36,7 @@ if expected == '' then
     return {'kept', stored}
   end
   local seq = rcall('HGET', metaKey, 'seq')
-  if (seq and seq ~= '0') or rcall('EXISTS', msgsKey, floorsKey) > 0 then
+  if (seq and seq ~= '0') or logAny(msgsKey) or rcall('EXISTS', floorsKey) == 1 then
     return {'in-use', ''}
   end
 elseif stored and stored ~= expected then

@@ -60,6 +60,7 @@
                    while the queue has records or a group that settled some
                    (a deleted meta hash): seqs would be reused
 ]]
+--@include log
 --@include read_now
 --@include seq_guard
 --@include bulk
@@ -298,7 +299,7 @@ if seq > first then
   if anyId then
     rcall('HSET', metaKey, 'seq', seq)
   end
-  bulk('HSET', msgsKey, records)
+  logWrite(msgsKey, records)
   if delayed then
     bulk('ZADD', schedKey, delayed)
   end

@@ -42,6 +42,7 @@
                      queue has records or a group that settled some: seqs
                      would be reused (as publish.lua)
 ]]
+--@include log
 --@include read_now
 --@include seq_guard
 --@include bulk
@@ -184,7 +185,7 @@ end
 local last = nil
 if stored > 0 then
   last = string.format('%d', seq)
-  bulk('HSET', msgsKey, records)
+  logWrite(msgsKey, records)
   if delayed then
     bulk('ZADD', schedKey, delayed)
   end

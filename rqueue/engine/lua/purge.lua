@@ -20,6 +20,7 @@
   Work: at most ARGV[8] messages per call; call again while more is 1.
 ]]
 --@flags allow-oom
+--@include log
 --@include group_keys
 --@include group_names
 --@include bulk
@@ -44,7 +45,7 @@ if cursor < floor then
   return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is ' .. cursor .. ', below the ack floor '
     .. floor .. ' (' .. floorsKey .. '): a purge would settle settled messages again')
 end
-if last < cursor or last == 0 and rcall('EXISTS', msgsKey) == 1 then
+if last < cursor or last == 0 and logAny(msgsKey) then
   return redis.error_reply('RQ_CORRUPT ' .. metaKey .. ' field seq (the last seq) is '
     .. (rcall('HGET', metaKey, 'seq') or 'missing') .. ', below the cursor ' .. cursor .. ' of ' .. groupKey
     .. ' or the records stored')

@@ -54,6 +54,7 @@
   Work: "counts" reads the lease set (at most max_inflight entries), their
   states, the members and the acked runs; the others a few keys.
 ]]
+--@include log
 --@include group_keys
 --@include group_names
 --@include group_args
@@ -84,7 +85,7 @@ end
 
 if checking and what == 'record-missing' then
   local seq = ARGV[9]
-  if rcall('HEXISTS', msgsKey, seq) == 1 then
+  if logHas(msgsKey, seq) then
     return {'gone', ''}
   end
   if rcall('HEXISTS', dlvKey, seq) == 1 then
@@ -231,7 +232,7 @@ end
 if what == 'dead-letter-seq' then
   local current = tonumber(rcall('HGET', dlqMetaKey, 'seq') or '0')
   local seq = tonumber(ARGV[9])
-  if current == nil or seq == nil or seq <= current or rcall('HEXISTS', dlqMsgsKey, current + 1) == 0 then
+  if current == nil or seq == nil or seq <= current or not logHas(dlqMsgsKey, current + 1) then
     return {'gone', ''}
   end
   if checking then
@@ -242,7 +243,7 @@ if what == 'dead-letter-seq' then
 end
 
 if what == 'untracked' then
-  if not untracked(ARGV[9]) or rcall('HEXISTS', msgsKey, ARGV[9]) == 0 or rcall('HEXISTS', settledKey, ARGV[9]) == 1 then
+  if not untracked(ARGV[9]) or not logHas(msgsKey, ARGV[9]) or rcall('HEXISTS', settledKey, ARGV[9]) == 1 then
     return {'gone', ''}
   end
   if checking then

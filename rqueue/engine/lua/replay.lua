@@ -23,6 +23,7 @@
     RQ_CORRUPT       the group's ack floor is not a seq
 ]]
 --@flags allow-oom
+--@include log
 --@include group_keys
 --@include group_names
 --@include group_args
@@ -50,7 +51,7 @@ if not (floorNow and floorNow >= 0 and floorNow % 1 == 0) then
 end
 for i = 8, #ARGV do
   local dseq = ARGV[i]
-  local rec = rcall('HGET', dlqMsgsKey, dseq)
+  local rec = logRead(dlqMsgsKey, dseq)
   local status = 'replayed'
   if not rec then
     status = 'missing'
@@ -95,7 +96,7 @@ for i = 8, #ARGV do
         -- aside byte for byte (docs/upgrading.md): it goes back as it was.
         record = payload
       end
-      if rcall('HSETNX', msgsKey, seq, record) == 1 then
+      if logWriteNew(msgsKey, seq, record) then
         -- It had been deleted, so every group had settled it.
         rcall('HSET', settledKey, seq, groups)
       end
@@ -104,7 +105,7 @@ for i = 8, #ARGV do
       -- fetch to report (includes/delivery_state.lua).
       writeDelivery(dlvKey, seq, {count = 0, holder = '', first = now, last = now, past = '\n' .. earlier .. '^'})
       rcall('ZADD', readyKey, seq, seq)
-      rcall('HDEL', dlqMsgsKey, dseq)
+      logDeleteOne(dlqMsgsKey, dseq)
       rcall('HINCRBY', groupKey, 'replayed', 1)
       recordEvent('replayed', seq, reason, dseq)
     end

@@ -43,6 +43,7 @@
         target queue's last seq is garbage, or missing while the queue has
         records or a group that settled some (as publish.lua)
 ]]
+--@include log
 --@include read_now
 --@include seq_guard
 --@include bulk
@@ -138,7 +139,7 @@ if #publish > 0 then
     records[#records + 1] = seq
     records[#records + 1] = makeRecord('', nowText, cjson.encode(headers), payload)
   end
-  bulk('HSET', msgsKey, records)
+  logWrite(msgsKey, records)
   rcall('HINCRBY', scheduleKey, 'fired', #publish)
   rcall('HSET', scheduleKey, 'fired_at', nowText)
   if eventsKey then

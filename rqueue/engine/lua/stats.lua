@@ -18,6 +18,7 @@
                 last seq is below the cursor or missing while records are
                 stored (a deleted meta hash)
 ]]
+--@include log
 --@include read_now
 --@include group_keys
 --@include group_names
@@ -42,7 +43,7 @@ local function seqAt(key, field)
   return v
 end
 local lastSeq, cursor = seqAt(metaKey, 'seq'), seqAt(groupKey, 'cursor')
-if lastSeq < cursor or lastSeq == 0 and rcall('EXISTS', msgsKey) == 1 then
+if lastSeq < cursor or lastSeq == 0 and logAny(msgsKey) then
   error('RQ_CORRUPT ' .. metaKey .. ' field seq (the last seq) is ' .. (rcall('HGET', metaKey, 'seq') or 'missing')
     .. ', below the cursor ' .. cursor .. ' of ' .. groupKey .. ' or the records stored')
 end
@@ -61,7 +62,7 @@ put('reopened_below_floor', rcall('ZCOUNT', reopenKey, '-inf', storedFloor))
 put('cursor', rcall('HGET', groupKey, 'cursor') or '0')
 put('paused', rcall('HGET', groupKey, 'paused') or '')
 put('acked_above_floor', rcall('HGET', groupKey, ACKED_ABOVE) or '0')
-put('in_flight', rcall('ZCOUNT', leaseKey, '-inf', '(+inf'))
+put('in_flight', deliveriesOut())
 put('expired_leases', rcall('ZCOUNT', leaseKey, '-inf', now))
 local oldest = rcall('ZRANGE', leaseKey, 0, 0)
 if oldest[1] ~= nil and oldest[1] ~= LEASE_PIN then

@@ -30,6 +30,7 @@
     unknown-group (the group was deleted meanwhile)
   Errors: RQ_BAD_ARGUMENT a seq that is not a whole number >= 1.
 ]]
+--@include log
 --@include read_now
 --@include record
 --@include delivery_state
@@ -58,7 +59,7 @@ if seq == nil or seq > last then
   return {0, seq or 0, last, '', ''}
 end
 
-local rec = rcall('HGET', KEYS[2], seq)
+local rec = logRead(KEYS[2], seq)
 local published, notBefore = '', ''
 if rec then
   published = recordPublished(rec) or ''

@@ -10,6 +10,7 @@
   RQ_CORRUPT (the dead-letter queue's next seq holds a dead letter: its
   meta hash was deleted), raised before any write.
 ]]
+--@include log
 --@include group_keys
 --@include group_names
 --@include group_args
@@ -41,7 +42,7 @@ local function deadLetterSeqFree()
     return
   end
   local nextSeq = (tonumber(rcall('HGET', dlqMetaKey, 'seq') or '0') or 0) + 1
-  if rcall('HEXISTS', dlqMsgsKey, nextSeq) == 1 then
+  if logHas(dlqMsgsKey, nextSeq) then
     error('RQ_CORRUPT ' .. dlqMetaKey .. ' field seq (the last dead letter) is '
       .. (rcall('HGET', dlqMetaKey, 'seq') or 'missing') .. ', but dead letter ' .. nextSeq .. ' exists in ' .. dlqMsgsKey)
   end
@@ -49,7 +50,7 @@ end
 
 local function deadLetter(seq, d, reason, errText)
   local policy = failurePolicy() -- before any write: a policy that does not parse stops the call here
-  local rec = rcall('HGET', msgsKey, seq)
+  local rec = logRead(msgsKey, seq)
   deadLetterSeqFree()
   d = d or {count = 0, holder = '', first = '', last = '', past = ''}
   complete(seq, d)
@@ -73,7 +74,7 @@ local function deadLetter(seq, d, reason, errText)
   end
   headers = deliveryHeaders(headers, seq, d, reason, errText, published)
   local dseq = rcall('HINCRBY', dlqMetaKey, 'seq', 1)
-  rcall('HSET', dlqMsgsKey, dseq, makeRecord('', now, cjson.encode(headers), payload))
+  logWrite(dlqMsgsKey, {dseq, makeRecord('', now, cjson.encode(headers), payload)})
   rcall('HINCRBY', groupKey, 'dead_lettered', 1)
   recordEvent('dead-lettered', seq, reason, dseq)
   return dseq

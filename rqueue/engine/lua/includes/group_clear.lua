@@ -9,6 +9,7 @@
   (guarantee 11). Returns how many deliveries were in flight.
   Work: the group's in-flight and waiting sets, read whole.
 ]]
+--@include log
 --@include group_keys
 --@include group_names
 --@include delivery_state
@@ -36,7 +37,7 @@ local function clearGroup()
     if rcall('HINCRBY', pinnedKey, s, -1) <= 0 then
       rcall('HDEL', pinnedKey, s)
       if tonumber(s) <= trimmed then
-        rcall('HDEL', msgsKey, s)
+        logDeleteOne(msgsKey, s)
       end
     end
   end

@@ -82,7 +82,12 @@ local keyFlightKey = KEYS[24]
 -- (64 bytes by default), so the set is a skiplist from then on, and stays
 -- one (the member keeps the key from being emptied and deleted). As a
 -- listpack, every ZADD of a lease moves the whole set. Readers of the whole
--- set skip it; the in-flight count is ZCOUNT -inf (+inf.
+-- set skip it; the in-flight count is ZCOUNT -inf (+inf (deliveriesOut).
 local LEASE_PIN = 'pin: keeps this sorted set a skiplist, as a listpack every ZADD moves the whole set'
+
+-- The group's deliveries in flight: one lease each, the pin left out.
+local function deliveriesOut()
+  return redis.call('ZCOUNT', leaseKey, '-inf', '(+inf')
+end
 -- The group hash's field counting the seqs in the acked runs (stats reads it).
 local ACKED_ABOVE = 'acked_above'

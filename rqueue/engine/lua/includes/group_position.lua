@@ -12,6 +12,7 @@
   Work: a binary search over the stored seqs, reading at most PROBE_SPAN
   records per step.
 ]]
+--@include log
 --@include record
 local PROBE_SPAN = 100 -- records read per step of the search past deleted seqs
 
@@ -20,7 +21,7 @@ local PROBE_SPAN = 100 -- records read per step of the search past deleted seqs
 local function probeFrom(s, hi)
   local stop = math.min(hi, s + PROBE_SPAN - 1)
   for q = s, stop do
-    local rec = rcall('HGET', msgsKey, q)
+    local rec = logRead(msgsKey, q)
     if rec then
       return q, tonumber(recordPublished(rec) or '')
     end

@@ -9,6 +9,7 @@
   oldest record still stored. A queue without groups keeps everything.
   Work: at most limit seqs per call.
 ]]
+--@include log
 --@include record
 
 -- Returns the new trim point and how many seqs it passed. spec is the
@@ -34,7 +35,7 @@ local function trimRetained(spec, nowMs, limit)
     local nxt = s + 1
     local drop = (maxAge == nil and maxLen == nil) or (maxLen ~= nil and nxt <= last - maxLen)
     if not drop and maxAge ~= nil then
-      local rec = rcall('HGET', msgsKey, nxt)
+      local rec = logRead(msgsKey, nxt)
       -- Publish times rise with seqs: the first record young enough ends
       -- the step. A seq without a record (deleted before retention mode)
       -- or whose time does not parse holds nothing back.
@@ -56,7 +57,7 @@ local function trimRetained(spec, nowMs, limit)
       gone[#gone + 1] = q
     end
   end
-  bulk('HDEL', msgsKey, gone)
+  logDelete(msgsKey, gone)
   bulk('HDEL', settledKey, gone)
   rcall('HSET', metaKey, 'trimmed', s)
   return s, s - trimmed

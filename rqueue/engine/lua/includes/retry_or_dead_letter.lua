@@ -7,6 +7,7 @@
   Returns "dead" and the dead-letter seq (0 when dropped), or the due time
   in ms. settled: the holder failed it itself (nack), see release.
 ]]
+--@include log
 --@include group_keys
 --@include group_args
 --@include delivery_state
@@ -40,7 +41,7 @@ local function failedForGood(seq, d, policy)
     return true, 'max-deliveries'
   end
   if policy.deadline > 0 then
-    local published = recordPublished(rcall('HGET', msgsKey, seq))
+    local published = recordPublished(logRead(msgsKey, seq))
     if published and now - published >= policy.deadline then
       return true, 'deadline'
     end

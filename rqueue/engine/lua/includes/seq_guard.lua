@@ -6,8 +6,10 @@
   and reuse the seqs, and tags, of messages delivered. Returns the
   RQ_CORRUPT error reply to return (nothing written), or nil.
 ]]
+--@include log
+
 local function reusedSeqsError(metaKey, msgsKey, floorsKey)
-  local lost = redis.call('EXISTS', msgsKey) == 1
+  local lost = logAny(msgsKey)
   if not lost then
     for _, f in ipairs(redis.call('HVALS', floorsKey)) do
       if f ~= '0' then

@@ -14,6 +14,7 @@
   fields, when given, are the same seqs as strings, in the same order.
   Settles for groupName.
 ]]
+--@include log
 --@include group_keys
 --@include group_names
 --@include bulk
@@ -124,7 +125,7 @@ local function settleMany(seqs, fields)
   if groups <= 1 then
     -- The strings when nothing was reopened: a number handed to redis.call
     -- is formatted again with sprintf, which costs more than the HDEL.
-    bulk('HDEL', msgsKey, (fresh == seqs and fields) or fresh)
+    logDelete(msgsKey, (fresh == seqs and fields) or fresh)
     return
   end
   --@make sharedSettling
@@ -135,7 +136,7 @@ local function settleMany(seqs, fields)
     end
   end
   done = unpinned(done)
-  bulk('HDEL', msgsKey, done)
+  logDelete(msgsKey, done)
   bulk('HDEL', settledKey, done)
   if floor ~= oldFloor then
     advanceTrim(oldFloor)

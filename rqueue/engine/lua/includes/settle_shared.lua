@@ -3,6 +3,7 @@
   than one group, or a seq reopened by replay, needs: records pinned by a
   replay, the trim point of all groups, a reopened seq settled again.
 ]]
+--@include log
 --@include group_keys
 --@include group_names
 --@include bulk
@@ -40,7 +41,7 @@ local function advanceTrim(oldFloor)
       gone[#gone + 1] = s
     end
     gone = unpinned(gone)
-    bulk('HDEL', msgsKey, gone)
+    logDelete(msgsKey, gone)
     bulk('HDEL', settledKey, gone)
     rcall('HSET', metaKey, 'trimmed', minFloor)
   end
@@ -58,7 +59,7 @@ local function settleReopened(seq, groups)
   local counted = rcall('HEXISTS', metaKey, RETAIN) == 0
     and (groups <= 1 or tonumber(rcall('HGET', settledKey, seq) or '0') >= groups)
   if seq <= trimmed or counted then
-    rcall('HDEL', msgsKey, seq)
+    logDeleteOne(msgsKey, seq)
     rcall('HDEL', settledKey, seq)
   end
 end

@@ -1,0 +1,104 @@
+"""The doctor's reads (rqueue/doctor.py): whole small keys, and big ones
+in bounded steps. Each translates the driver's errors as the scripts'
+calls do (commands.guarded).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+from ..connection.open import RedisClient
+from . import log
+from .commands import guarded, text
+from .keys import QueueKeys
+
+SCAN_STEP = 1000  # entries read per call from a big key
+
+
+def hash_all(r: RedisClient, key: str, where: str) -> dict[str, str]:
+    """A small hash (a queue's meta, floors, a group's hash, its members)."""
+    raw: dict[Any, Any] = guarded(lambda: r.hgetall(key), where=where)
+    return {text(k): text(v) for k, v in raw.items()}
+
+
+def hash_in_steps(r: RedisClient, key: str, where: str) -> Iterator[list[tuple[str, str]]]:
+    """Every field of a hash that may be big (delivery states), SCAN_STEP
+    or so per call (HSCAN, which may repeat a field: callers take the last)."""
+    return _scan(lambda at: r.hscan(key, at, count=SCAN_STEP), where)
+
+
+def record_seqs_in_steps(r: RedisClient, keys: QueueKeys, where: str) -> Iterator[list[int]]:
+    """The seq of every stored record, SCAN_STEP or so per call (a seq may
+    come twice)."""
+    for page in _scan(lambda at: log.scan(r, keys, at, SCAN_STEP), where):
+        yield [int(f) for f, _ in page if f.isdigit()]
+
+
+def _scan(step: Callable[[Any], Any], where: str) -> Iterator[list[tuple[str, str]]]:
+    cursor: Any = 0
+    while True:
+        cursor, page = guarded(partial(step, cursor), where=where)
+        yield [(text(k), text(v)) for k, v in page.items()]
+        if int(cursor) == 0:
+            return
+
+
+def zset_in_steps(r: RedisClient, key: str, where: str) -> Iterator[list[tuple[str, float]]]:
+    """Every member of a sorted set with its score, SCAN_STEP per call, by
+    rank (a set that changes meanwhile may show a member twice or not at all)."""
+    start = 0
+    while True:
+
+        def step(at: int = start) -> list[Any]:
+            found: Any = r.zrange(key, at, at + SCAN_STEP - 1, withscores=True)
+            return list(found)
+
+        page = guarded(step, where=where)
+        yield [(text(m), float(s)) for m, s in page]
+        if len(page) < SCAN_STEP:
+            return
+        start += SCAN_STEP
+
+
+def records_exist(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[bool]:
+    """Whether each seq has a stored record (one pipeline of HEXISTS: no
+    payload is read)."""
+
+    def read() -> list[bool]:
+        pipe = r.pipeline(transaction=False)
+        for seq in seqs:
+            log.has(pipe, keys, seq)
+        return [bool(x) for x in pipe.execute()]
+
+    return guarded(read, where=keys.base) if seqs else []
+
+
+def log_length(r: RedisClient, keys: QueueKeys, where: str) -> int:
+    """How many records the queue stores."""
+    return int(guarded(lambda: log.length(r, keys), where=where))
+
+
+def state_holder(raw: str) -> tuple[int, str] | None:
+    """The delivery count and holder ("" while waiting) of a delivery state
+    (lua/includes/delivery_state.lua), or None when it does not parse."""
+    head = raw.split("\n", 1)[0]
+    found = _STATE.match(head) or _STATE_BEFORE_TOKENS.match(head)
+    if found is None:
+        return None
+    return int(found.group(1)), found.group(2)
+
+
+_STATE = re.compile(r"(\d+):(.*):(\d+):(\d+):([a-z][a-z0-9]*)?\Z")
+_STATE_BEFORE_TOKENS = re.compile(r"(\d+):(.*):(\d+):(\d+)\Z")
+
+
+def settled_counts(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[int]:
+    """How many groups settled each seq above their floor (the settled hash
+    of a queue with several groups; 0 when none or one group)."""
+    if not seqs:
+        return []
+    found: list[Any] = guarded(lambda: r.hmget(keys.settled, seqs), where=keys.base)
+    return [int(v or 0) for v in found]
