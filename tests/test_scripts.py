@@ -65,6 +65,33 @@ def test_every_script_has_the_header_contract():
         assert "KEYS[" in header and "ARGV[" in header, name
 
 
+# A command sent to a log key (the queue's or its dead-letter queue's):
+# the key as the first argument of redis.call, rcall, bulk or bulkGet.
+_LOG_COMMAND = re.compile(r"\b(?:redis\.call|rcall|bulk|bulkGet)\(\s*(?:'\w+',\s*)?(?:msgsKey|dlqMsgsKey|KEYS\[2\])\b")
+
+
+def test_only_the_log_include_sends_commands_to_the_log():
+    # Given every script and include but lua/includes/log.lua
+    files = [p for p in lua_dir().rglob("*.lua") if p.name != "log.lua"]
+    # When their commands are read, then none names a log key: a change of
+    # the log's storage (docs/layout-d-plan.md) stays in one file.
+    found = [f"{p.name}: {m.group(0)}" for p in files for m in _LOG_COMMAND.finditer(p.read_text())]
+    assert not found
+    assert _LOG_COMMAND.search("rcall('HGET', msgsKey, seq)") and _LOG_COMMAND.search("bulkGet(dlqMsgsKey, s)")
+
+
+def test_only_the_client_log_module_sends_commands_to_the_log():
+    # Given the package's Python files but rqueue/engine/log.py (and keys.py, which names the key)
+    package = lua_dir().parent.parent
+    files = [
+        p for p in package.rglob("*.py") if p.relative_to(package).as_posix() not in ("engine/log.py", "engine/keys.py")
+    ]
+    # When their redis calls are read, then none is sent to a .msgs key
+    call = re.compile(r"\.(?:hget|hmget|hset|hdel|hlen|hexists|hscan|hsetnx)\([^)]*\.msgs\b")
+    found = [f"{p.name}: {m.group(0)}" for p in files for m in call.finditer(p.read_text())]
+    assert not found
+
+
 def test_includes_expand_once_and_leave_no_directive():
     for name in SCRIPT_NAMES:
         text = source(name)
