@@ -219,7 +219,16 @@ def step_failed(client: Any, base: str, name: str, want: tuple[int | None, int |
     with t.lock:
         t.seen[base] = (client.clock.monotonic(), True, want)
         t.running.discard(base)
-    log.warning("retention trim step of queue %r failed: %s: %s", name, type(exc).__name__, exc)
+    # A failure of Redis or of the queue's state is expected; anything else
+    # is a bug, whose traceback the asyncio client's step would lose.
+    expected = isinstance(exc, (RQueueError, OSError))
+    log.warning(
+        "retention trim step of queue %r failed: %s: %s",
+        name,
+        type(exc).__name__,
+        exc,
+        exc_info=None if expected else exc,
+    )
 
 
 def after_publish(queue: QueueLike, settings: Settings) -> None:

@@ -573,6 +573,36 @@ def test_an_asyncio_publish_returns_once_stored_while_its_trim_step_runs_on(clie
 
 
 @pytest.mark.parametrize("backend", ["memory"], indirect=True)  # the client's decision, no script involved
+def test_an_asyncio_trim_step_that_fails_with_a_bug_logs_its_traceback(client, monkeypatch, caplog):
+    # given an asyncio client whose trim step raises a programming error
+    import asyncio
+
+    import rqueue.aio
+    import rqueue.aio.publishing as aio_publishing
+
+    async def broken_retain(*args, **kwargs):
+        raise TypeError("a bug in the step")
+
+    monkeypatch.setattr(aio_publishing.acmd, "retain", broken_retain)
+
+    async def main() -> None:
+        ac = await rqueue.aio.connect(client.url, prefix=client.prefix, settings_ttl=0)
+        try:
+            await ac.configure("orders", max_length=2)
+            # when a publish runs the step
+            await ac.queue("orders").publish(b"m")
+        finally:
+            await ac.close()  # waits for the step
+
+    with caplog.at_level("WARNING", logger="rqueue.retention"):
+        asyncio.run(main())
+    # then the publish stood, and the warning carries the bug's traceback
+    failed = [r for r in caplog.records if "trim step" in r.getMessage()]
+    assert failed and failed[0].exc_info is not None and failed[0].exc_info[0] is TypeError
+    assert client.queue("orders").stats().depth == 1
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)  # the client's decision, no script involved
 def test_a_trim_by_hand_does_not_end_the_asyncio_publishers_step_under_way(client, monkeypatch):
     # given an asyncio client whose publisher's trim step is held
     import asyncio
