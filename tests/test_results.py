@@ -386,7 +386,7 @@ def test_ack_result_acks_many_tags_with_events_strict_or_lenient(raw, queue, cli
     assert r.exists(qk.meta) and not r.exists(qk.result(1, "g"))
 
 
-def test_ack_result_refuses_a_bad_mode_and_a_result_for_many_tags(raw, client):
+def test_ack_result_refuses_a_bad_mode_a_result_for_many_tags_or_an_empty_one(raw, client):
     r, qk, gk, s = raw
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
@@ -404,6 +404,15 @@ def test_ack_result_refuses_a_bad_mode_and_a_result_for_many_tags(raw, client):
     for args in bad:
         with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT ARGV\[9\]"):
             s.ack_result(keys=[*gk, qk.result(1, "g"), qk.result(2, "g")], args=args)
+    # an empty result (it would read as lost), alone or beside a good one
+    one, two = [*gk, qk.result(1, "g")], [*gk, qk.result(1, "g"), qk.result(2, "g")]
+    empty = [
+        (one, ack_result_argv("5000", b"", "1", 1, 1, "t1")),
+        (two, group_argv("g", "c1", NOW, None, "5000", packed(b"jx", b""), "1", 1, 1, "t1", 2, 1, "t1")),
+    ]
+    for keys, args in empty:
+        with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT the result of tag"):
+            s.ack_result(keys=keys, args=args)
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT results .* without"):
         s.ack_result(keys=[*gk, qk.meta], args=group_argv("g", "c1", NOW, None, "", packed(b"jx"), "1", 1, 1, "t1"))
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT .*in threes"):

@@ -35,7 +35,7 @@
     RQ_BAD_ARGUMENT  the time to live is not a whole number of ms >= 1,
                      ARGV[10] is none of the modes, the tags are not in
                      threes, ARGV[9] does not hold one result per tag in
-                     that form, a tag's seq (when results are kept) is not
+                     that form or holds an empty one, a tag's seq (when results are kept) is not
                      written as a seq ("07", "7.0"), or a result key is not
                      the one of its tag's seq and the group
     RQ_CORRUPT <floors key> field <group>: as ack.lua
@@ -80,6 +80,14 @@ if ttl ~= '' then
   end
   if #results ~= tagCount or at ~= #blob + 1 then
     return redis.error_reply('RQ_BAD_ARGUMENT ARGV[9] does not hold one result per tag as "<length>:<bytes>"')
+  end
+  -- A result starts with its kind (rqueue/stored_results.py): an empty one
+  -- would read as a result lost.
+  for i = 1, tagCount do
+    if results[i] == '' then
+      return redis.error_reply('RQ_BAD_ARGUMENT the result of tag ' .. i .. ' is empty (ARGV[9]): a result is at '
+        .. 'least its kind byte')
+    end
   end
   local resultBase = string.sub(metaKey, 1, -5) .. 'result:'
   for i = 1, tagCount do
