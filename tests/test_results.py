@@ -449,7 +449,7 @@ def test_ack_result_keeps_a_result_per_tag_settled_strict_or_lenient(raw, queue,
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 3, "t1"))
     assert s.ack_result(keys=[*gk, qk.meta], args=group_argv("g", "c1", NOW, None, "", "", "0", 2, 1, "t1")) == [b"ok"]
     keys = [*gk, qk.result(1, "g"), qk.result(2, "g"), qk.result(3, "g")]
-    results = packed(b"jone", b"", b"j" + b"\n3:" * 50)
+    results = packed(b"jone", b"jtwo", b"j" + b"\n3:" * 50)
     args = lambda mode: group_argv("g", "c1", NOW, None, "5000", results, mode, 1, 1, "t1", 2, 1, "t1", 3, 1, "t1")  # noqa: E731
     # when all three are acked strictly, with a result each: refused, nothing kept
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_ACKED 2\.1\.t1"):
