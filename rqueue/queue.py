@@ -458,7 +458,9 @@ class Queue:
             if chosen is None:  # until the queue has a group (a worker joined): then its result is the one
                 groups = self.groups()
                 chosen = result_group(self.name, group, groups)
-            if chosen is not None:
+            # Without a group yet, a PublishResult's incarnation still tells
+            # whether Redis lost the message (ResultLost), so it is read.
+            if chosen is not None or published is not None:
                 raw, incarnation = store.read_result(self.client.redis, self.keys, seq, chosen)
                 found = judged(self.name, seq, published, chosen, groups, raw, incarnation)
                 if found is not None:

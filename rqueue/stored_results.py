@@ -120,15 +120,24 @@ def asked(queue: str, seq: Any) -> tuple[int, str | None]:
 
 
 def judged(
-    queue: str, seq: int, published: str | None, group: str, groups: list[str], raw: bytes | None, incarnation: str
+    queue: str,
+    seq: int,
+    published: str | None,
+    group: str | None,
+    groups: list[str],
+    raw: bytes | None,
+    incarnation: str,
 ) -> Result | None:
     """What one read of ``group``'s result of ``seq`` (``raw`` and the
-    queue's incarnation now, read together) answers: the Result, or None
-    to wait on. ResultLost when the message was published to another
-    incarnation of the queue than the one Redis holds now; InvalidInput
-    when the queue has other groups and not ``group``."""
+    queue's incarnation now, read together; no group while the queue has
+    none) answers: the Result, or None to wait on. ResultLost when the
+    message was published to another incarnation of the queue than the one
+    Redis holds now, group or none; InvalidInput when the queue has other
+    groups and not ``group``."""
     if published is not None and published != incarnation:
         raise ResultLost(queue, seq, published, incarnation)
+    if group is None:
+        return None
     found = None if raw is None else decode(seq, raw, incarnation)
     if found is None:
         if (wrong := no_such_group(queue, group, groups)) is not None:

@@ -271,6 +271,36 @@ def test_a_publish_result_of_a_lost_incarnation_gets_no_later_messages_result(cl
     assert asyncio.run(main()) == b"new result"
 
 
+def test_a_publish_result_of_a_lost_incarnation_is_named_lost_before_any_group_joins(client, queue):
+    # given a message published, then the queue's state lost (deleted), with no group since
+    client.configure("orders", results=True)
+    old = queue.publish(b"old")
+    queue.delete()
+    assert queue.groups() == []
+    # when its result is asked for by its PublishResult, then it is lost at once, not waited for
+    with pytest.raises(rqueue.ResultLost, match="but the queue is gone now"):
+        queue.result(old, timeout=30)
+    # and so once a message of the new incarnation is there, still without a group
+    queue.publish(b"new")
+    with pytest.raises(rqueue.ResultLost, match=r"but the queue is (?!gone)\S+ now"):
+        queue.result(old, timeout=30)
+
+    # and so for the asyncio client
+    async def main():
+        ac = await rqueue.aio.connect(client.url, prefix=client.prefix)
+        try:
+            with pytest.raises(rqueue.ResultLost):
+                await asyncio.wait_for(ac.queue("orders").result(old, timeout=30), 10)
+        finally:
+            await ac.close()
+
+    asyncio.run(main())
+    # while a message of this incarnation, without a group, is waited for as before
+    fresh = queue.publish(b"fresh")
+    with pytest.raises(rqueue.ResultTimeout):
+        queue.result(fresh, timeout=0.2)
+
+
 def test_the_result_lives_for_result_ttl(client, queue, backend):
     client.configure("orders", results=True, result_ttl=30)
     queue.publish(b"x")

@@ -539,10 +539,12 @@ async def save_result(r: Any, keys: QueueKeys, seq: int, group: str, value: byte
     await guarded(save, where=keys.base)
 
 
-async def read_result(r: Any, keys: QueueKeys, seq: int, group: str) -> tuple[bytes | None, str]:
+async def read_result(r: Any, keys: QueueKeys, seq: int, group: str | None) -> tuple[bytes | None, str]:
     """As rqueue.engine.store.read_result."""
 
     async def read() -> list[Any]:
+        if group is None:
+            return [None, await r.hget(keys.meta, "inc")]
         pipe = r.pipeline(transaction=False)
         pipe.get(keys.result(seq, group))
         pipe.hget(keys.meta, "inc")

@@ -393,11 +393,13 @@ def save_result(r: RedisClient, keys: QueueKeys, seq: int, group: str, value: by
     guarded(save, where=keys.base)
 
 
-def read_result(r: RedisClient, keys: QueueKeys, seq: int, group: str) -> tuple[bytes | None, str]:
-    """The stored result of message ``seq`` for ``group`` (None: none) and the queue's
-    incarnation now ("" when it has none)."""
+def read_result(r: RedisClient, keys: QueueKeys, seq: int, group: str | None) -> tuple[bytes | None, str]:
+    """The stored result of message ``seq`` for ``group`` (None: none, and
+    no group: not read) and the queue's incarnation now ("" when it has none)."""
 
     def read() -> list[Any]:
+        if group is None:
+            return [None, r.hget(keys.meta, "inc")]
         pipe = r.pipeline(transaction=False)
         pipe.get(keys.result(seq, group))
         pipe.hget(keys.meta, "inc")
