@@ -1,6 +1,6 @@
 """The log seen from the client: the commands that read, count and delete
 a queue's message records outside the scripts (lua/includes/log.lua is
-the scripts' side). Today the log is the hash ``msgs`` (seq -> record).
+the scripts' side). The log is the hash ``msgs`` (seq -> record).
 
 Each function queues one command on ``r``, a client or a pipeline, sync or
 asyncio, and returns what that call returns (a reply, the pipeline, or an

@@ -35,9 +35,10 @@
     RQ_BAD_ARGUMENT  the time to live is not a whole number of ms >= 1,
                      ARGV[10] is none of the modes, the tags are not in
                      threes, ARGV[9] does not hold one result per tag in
-                     that form or holds an empty one, a tag's seq (when results are kept) is not
-                     written as a seq ("07", "7.0"), or a result key is not
-                     the one of its tag's seq and the group
+                     that form or holds an empty one, a tag's seq (when
+                     results are kept) is not written as a seq ("07",
+                     "7.0"), or a result key is not the one of its tag's
+                     seq and the group
     RQ_CORRUPT <floors key> field <group>: as ack.lua
 ]]
 --@flags allow-oom
