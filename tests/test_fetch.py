@@ -347,6 +347,29 @@ def test_a_busy_queue_adds_no_wake_up(client, queue):
     assert client.redis.exists(queue.keys.wakes) == 0
 
 
+@pytest.mark.parametrize("flow", ["plain", "priority"])
+def test_a_ready_message_behind_more_delayed_ones_than_a_call_passes_over_comes_without_a_poll(
+    backend, prefix, monkeypatch, flow
+):
+    # given more delayed messages than one fetch passes over (1,000 from the
+    # log's scan, or 100 picks from the priority set), then a ready one, and
+    # polling made too slow to matter
+    monkeypatch.setattr(rqueue.consumer, "IDLE_POLL_INTERVAL", 60.0)
+    client = rqueue.connect(backend, prefix=prefix)
+    q = client.queue("orders")
+    c = q.consumer("g")
+    priority, delayed = (5, 150) if flow == "priority" else (None, 1500)
+    q.publish_many([b"later"] * delayed, delay=3600, priority=priority)
+    q.publish(b"now", priority=priority)
+    # when a consumer fetches with a timeout far below the poll
+    got = c.fetch(1, timeout=20)
+    # then the ready message comes: each call that stopped at its bound asked
+    # for the next at once, rather than after the poll
+    assert [d.data for d in got] == [b"now"]
+    assert q.stats().group("g").delayed == delayed
+    client.close()
+
+
 def test_an_idle_fetch_waits_on_the_channel_by_default_and_wakes_up_on_publish(backend, prefix, monkeypatch):
     # given a consumer waiting in fetch on the channel (wait_in_redis is off
     # by default), with polling made too slow to matter

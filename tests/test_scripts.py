@@ -484,6 +484,22 @@ def test_fetch_idle_reply_gives_next_due_time(raw):
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1")) == [NOW, NOW + 700, b"itest", 1]
 
 
+def test_fetch_that_passed_over_its_bound_of_delayed_messages_is_due_now(raw):
+    # given more delayed messages than one call passes over (SCAN_LIMIT, 1000), then a ready one
+    _, _, gk, s = raw
+    for _ in range(2):
+        publish(raw, *[b"later"] * 600, delay=700)
+    publish(raw, b"now")
+    s.join(keys=gk, args=group_argv())
+    # when a fetch passes over the first 1000 and stops, then its next due time is now
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1")) == [NOW, NOW, b"itest", 1201]
+    # and the next call passes over the rest and hands out the ready message
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t2"))
+    assert reply[4:] == [1201, 1, reply[6]] and reply[6].endswith(b"now")
+    # and once nothing is left to pass over, the next due time is the first delayed message's
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t3")) == [NOW, NOW + 700, b"itest", 1201]
+
+
 def test_fetch_by_non_member_is_refused(raw):
     _, _, gk, s = raw
     with pytest.raises(redis.ResponseError, match="^RQ_NOT_MEMBER"):

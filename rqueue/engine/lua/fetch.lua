@@ -70,7 +70,9 @@
     "<count>^<earlier>" for a replayed dead letter: <earlier> deliveries
     came before its replay (includes/delivery_state.lua). next_due_ms is the earliest time a waiting
     message becomes due, given only when nothing was delivered, so that an
-    idle client can sleep.
+    idle client can sleep; it is now_ms when the call stopped at its bound
+    of messages passed over (delayed, or settled meanwhile) with more to
+    look at, so that the client asks again at once.
   Errors:
     RQ_FLOW_KEYS   sent KEYS[1..17] for a queue with meta field "prio":
                    nothing is changed; call again with KEYS[1..24]
@@ -120,6 +122,7 @@ local SPECULATE_MAX = 8 -- deliveries wanted up to which records are read before
 -- The group hash's field holding the cursor as fetch last wrote or checked it.
 local CURSOR_CHECKED = 'cursor_checked'
 local PULL_BATCH = '1000' -- entries of the priority log moved to the group's priority set per call
+local PICK_ROUNDS = 100 -- picks from the priority set per call, when the picked ones are passed over
 -- A priority set's score is seq - priority x PRIORITY_SPAN (2^45, above any
 -- seq): the highest priority first, then the lowest seq, exact in a double.
 local PRIORITY_SPAN = 35184372088832
@@ -421,6 +424,12 @@ end
 -- the lowest seq; the scan of new messages below passes over them. A queue
 -- that never had one reads a field more of the meta hash, nothing else.
 local fromPrioritySet = nil -- fields this call handed out from the priority set or a key's queue
+-- True when a step below stopped at its bound per call with room left and
+-- more to look at (delayed or settled messages passed over): the reply's
+-- next due time is then now, so that the client asks again at once rather
+-- than after its idle poll. Else messages behind many delayed ones would
+-- wait one poll per bound's worth.
+local morePassed = false
 if got < room and metaFields[4] then
   fromPrioritySet = {}
   local pulledTo = tonumber(rcall('HGET', groupKey, 'pcur') or '')
@@ -434,6 +443,7 @@ if got < room and metaFields[4] then
   end
   local pulled = rcall('ZRANGEBYSCORE', prioKey, '(' .. string.format('%d', pulledTo), upper, 'WITHSCORES', 'LIMIT',
     '0', PULL_BATCH)
+  morePassed = #pulled == 2 * tonumber(PULL_BATCH)
   if #pulled > 0 then
     local adds, keyed, newKeys = {}, {}, {}
     for i = 1, #pulled, 2 do
@@ -481,8 +491,21 @@ if got < room and metaFields[4] then
       rcall('ZREMRANGEBYSCORE', prioKey, '-inf', string.format('%d', trimmedTo))
     end
   end
-  local picked = rcall('ZRANGE', prioSetKey, '0', room - got - 1)
-  if #picked > 0 then
+  -- Picks until the room is filled: a delayed message picked is parked in
+  -- the delay set and the next ones are picked, up to SCAN_LIMIT passed
+  -- over or PICK_ROUNDS picks (a fetch of one picks one at a time).
+  local prioPassed, rounds = 0, 0
+  while got < room do
+    local picked = rcall('ZRANGE', prioSetKey, '0', room - got - 1)
+    if #picked == 0 then
+      break
+    end
+    if prioPassed >= SCAN_LIMIT or rounds >= PICK_ROUNDS then
+      morePassed = true
+      break
+    end
+    rounds = rounds + 1
+    local gotBefore = got
     bulk('ZREM', prioSetKey, picked)
     local recs = logReadMany(msgsKey, picked)
     -- Settled meanwhile (a purge, settle_through) or handed out another way
@@ -534,6 +557,7 @@ if got < room and metaFields[4] then
     if #prioGone > 0 then
       settleMany(prioGone)
     end
+    prioPassed = prioPassed + #picked - (got - gotBefore)
   end
 end
 
@@ -727,6 +751,9 @@ if got < room then
       end
     end
   end
+  if passed >= SCAN_LIMIT and got < room then
+    morePassed = true
+  end
   if cursor ~= from then
     rcall('HSET', groupKey, 'cursor', cursorText, CURSOR_CHECKED, cursorText)
   end
@@ -787,6 +814,9 @@ else
   end
   if keyNextDue ~= nil and (nextDue == nil or keyNextDue < nextDue) then
     nextDue = keyNextDue
+  end
+  if morePassed then
+    nextDue = now
   end
   if rateFree ~= nil then
     nextDue = rateFree -- nothing is handed out before, whatever waits
