@@ -473,18 +473,26 @@ class Model:
                 g.kready.setdefault(self.keyed[seq], turn)
             if fresh or fresh_keyed:
                 g.pulled = max(fresh + fresh_keyed)
-            for seq in sorted(g.pq, key=lambda s: (-self.priority[s], s))[: room - len(out)]:
-                g.pq.remove(seq)
-                rec = self.records.get(seq)
-                if g.is_settled(seq) or seq in g.dlv:
-                    continue  # settled meanwhile (a purge) or delivered another way
-                if rec is None or group not in rec.needed:
-                    self._settle(g, seq)  # gone before this group reached it (as the scan judges it)
-                    continue
-                if rec.not_before is not None and rec.not_before > self.now:
-                    g.delay[seq] = rec.not_before
-                else:
-                    deliver(seq)
+            # picks until the room is filled: a delayed one picked is parked,
+            # and the next ones are picked (at most 100 picks, 1,000 passed over)
+            rounds = passed = 0
+            while len(out) < room and g.pq and rounds < 100 and passed < 1000:
+                rounds += 1
+                picked = sorted(g.pq, key=lambda s: (-self.priority[s], s))[: room - len(out)]
+                before = len(out)
+                for seq in picked:
+                    g.pq.remove(seq)
+                    rec = self.records.get(seq)
+                    if g.is_settled(seq) or seq in g.dlv:
+                        continue  # settled meanwhile (a purge) or delivered another way
+                    if rec is None or group not in rec.needed:
+                        self._settle(g, seq)  # gone before this group reached it (as the scan judges it)
+                        continue
+                    if rec.not_before is not None and rec.not_before > self.now:
+                        g.delay[seq] = rec.not_before
+                    else:
+                        deliver(seq)
+                passed += len(picked) - (len(out) - before)
         if len(out) < room and (self.priority or self.keyed) and (g.kready or g.kbusy):
             self._pick_keyed(g, group, room, out, deliver)
         if (self.priority or self.keyed) and g.cursor < g.hash_floor:
