@@ -3,7 +3,7 @@ repairs what can be repaired without losing or repeating a message
 (docs/doctor.md).
 
 It reads each key by its name (engine/keys.py), never by SCAN, and big
-keys in bounded steps (engine/store.py); each repair is one atomic script
+keys in bounded steps (engine/doctor_reads.py); each repair is one atomic script
 call (lua/repair.lua) that acts only while what the doctor saw is still so.
 The reads are not one snapshot, so on a queue in use they see moments that
 never were one state; each finding is confirmed in one atomic look
@@ -38,6 +38,7 @@ class Kind(StrEnum):
     """What a finding is about."""
 
     META_MISSING = "meta-missing"  # no last seq while records or settled messages exist
+    FLOW_FLAG_MISSING = "flow-flag-missing"  # no field prio while priority or keyed messages are there
     BAD_NUMBER = "bad-number"  # a seq field that is not a whole number >= 0
     LAST_BELOW_CURSOR = "last-below-cursor"  # the last seq is below a group's cursor
     CURSOR_BELOW_FLOOR = "cursor-below-floor"  # it would hand out settled messages again
@@ -156,6 +157,7 @@ class _Examination:
         self.progress = progress
         self.found: list[Finding] = []
         self.highest = 0  # the highest seq any group knows of
+        self.pulled = False  # a group pulled from the priority log (its field pcur)
 
     def add(self, kind: Kind, key: str, detail: str, **kw: Any) -> None:
         self.found.append(Finding(kind, key, detail, self.name, **kw))
@@ -185,6 +187,16 @@ class _Examination:
                     repair=f"write the last seq {top}, the highest seq any group or record knows of",
                     fix=("meta", str(top)),
                 )
+        if "prio" not in meta and (self.pulled or reads.key_exists(self.r, keys.prio, self.where)):
+            self.add(
+                Kind.FLOW_FLAG_MISSING,
+                keys.meta,
+                "no field prio, though the queue has had priority or keyed messages (its priority log, or a "
+                "group's pull position, is there): fetch would read them by seq again, and hand out a second "
+                "time those it handed out apart from the cursor",
+                repair="write field prio",
+                fix=("prio",),
+            )
         self.dead_letter_seq()
         return self.found
 
@@ -218,6 +230,7 @@ class _Examination:
         """``flow``: the queue had priority or keyed messages (meta field prio)."""
         gk = self.keys.group(group)
         state = reads.hash_all(self.r, gk.state, self.where)
+        self.pulled = self.pulled or "pcur" in state
         floor, cursor = _seq(floor_text), _seq(state.get("cursor"))
         if floor is None:
             self.add(

@@ -196,6 +196,43 @@ def test_deleted_meta_is_repaired_so_seqs_go_on(client, queue):
     assert [d.data for d in c.fetch(10)] == [b"3", b"4"]
 
 
+@pytest.mark.parametrize("groups", [1, 2])
+def test_deleted_meta_of_a_queue_with_priority_messages_gets_its_flow_flag_back(client, queue, groups):
+    # given a priority message handed out apart from the cursor and acked
+    # (with two groups the other has yet to read it), then the meta hash deleted
+    if groups == 2:
+        queue.consumer("other", name="x").close()
+    a = queue.consumer("g", name="a")
+    queue.publish(b"plain-1")
+    queue.publish(b"urgent-2", priority=5)
+    queue.publish(b"plain-3")
+    [d] = a.fetch(1)
+    assert d.seq == 2
+    a.ack(d)
+    client.redis.delete(queue.keys.meta)
+    # when the doctor examines and repairs the queue
+    found = doctor.examine(queue)
+    assert {f.kind for f in found} == {Kind.META_MISSING, Kind.FLOW_FLAG_MISSING}
+    assert all(r.outcome is Outcome.REPAIRED for r in doctor.repair(queue, found))
+    # then it is clean, and the group hands out the plain messages, never the acked one again
+    assert doctor.examine(queue) == []
+    b = queue.consumer("g", name="b")
+    assert [(m.seq, m.data) for m in b.fetch(10)] == [(1, b"plain-1"), (3, b"plain-3")]
+
+
+def test_a_flow_flag_deleted_alone_is_found_and_written_again(client, queue):
+    # given a queue whose keyed message waits in the priority log, and meta field prio deleted
+    queue.consumer("g")
+    queue.publish(b"k-1", key="k")
+    client.redis.hdel(queue.keys.meta, "prio")
+    # when the doctor examines and repairs it, then the field is back and the queue clean
+    [found] = doctor.examine(queue)
+    assert (found.kind, found.fix) == (Kind.FLOW_FLAG_MISSING, ("prio",))
+    assert doctor.repair(queue, [found])[0].outcome is Outcome.REPAIRED
+    assert client.redis.hget(queue.keys.meta, "prio") is not None
+    assert doctor.examine(queue) == []
+
+
 def test_missing_record_is_reported_not_repaired(client, queue):
     # given an unread message whose record was deleted
     queue.consumer("g")
@@ -391,3 +428,17 @@ def test_a_check_answers_whether_a_finding_holds_and_changes_nothing(client, que
     # when the lease is repaired, then its check answers gone
     assert commands.repair(call, "state-without-lease", ["1"]).done
     assert not commands.still_so(call, "state-without-lease", ["1"])
+
+
+def test_a_seq_settled_above_the_cursor_is_no_missing_record(client, queue):
+    # given a plain message unread and a priority message handed out apart
+    # from the cursor and acked: its record went with its ack, its seq is in
+    # an acked run above the cursor (the doctor, reading as it goes, may have
+    # seen it unsettled and without its record)
+    a = queue.consumer("g", name="a")
+    queue.publish(b"plain")
+    queue.publish(b"urgent", priority=5)
+    [urgent] = a.fetch(1)
+    a.ack(urgent)
+    # when the finding is confirmed, then it is gone
+    assert not commands.still_so(queue.group_call("g"), "record-missing", [str(urgent.seq)])

@@ -24,6 +24,10 @@ def hash_all(r: RedisClient, key: str, where: str) -> dict[str, str]:
     return {text(k): text(v) for k, v in raw.items()}
 
 
+def key_exists(r: RedisClient, key: str, where: str) -> bool:
+    return bool(guarded(lambda: r.exists(key), where=where))
+
+
 def hash_in_steps(r: RedisClient, key: str, where: str) -> Iterator[list[tuple[str, str]]]:
     """Every field of a hash that may be big (delivery states), SCAN_STEP
     or so per call (HSCAN, which may repeat a field: callers take the last)."""

@@ -23,6 +23,8 @@
         the lease set and the states, and acked_above from the acked runs
       "meta", ARGV[9] seq: the queue's last seq, written only while it is
         missing
+      "prio": meta field prio (the queue has had priority or keyed
+        messages), written only while it is missing
       "dead-letter-seq", ARGV[9] seq: the dead-letter queue's last seq,
         raised to seq while the dead letter after it exists (its meta was
         deleted: the next dead letter would overwrite one)
@@ -92,6 +94,13 @@ if checking and what == 'record-missing' then
     return HOLDS
   end
   local n = tonumber(seq)
+  -- Settled meanwhile (a priority or keyed message acked above the cursor,
+  -- whose record went with its ack): nothing is missing.
+  local floor = tonumber(rcall('HGET', floorsKey, groupName) or '0')
+  local run = rcall('ZRANGEBYSCORE', ackedKey, seq, '+inf', 'LIMIT', '0', '1')
+  if n == nil or (floor ~= nil and n <= floor) or (run[1] ~= nil and run[1] + 0 <= n) then
+    return {'gone', ''}
+  end
   local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
   local since = tonumber(rcall('HGET', groupKey, 'since') or '0')
   local last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
@@ -227,6 +236,18 @@ if what == 'meta' then
   end
   rcall('HSET', metaKey, 'seq', ARGV[9])
   return {'done', 'wrote the last seq ' .. ARGV[9] .. ' to ' .. metaKey}
+end
+
+if what == 'prio' then
+  if rcall('HEXISTS', metaKey, 'prio') == 1 then
+    return {'gone', ''}
+  end
+  if checking then
+    return HOLDS
+  end
+  rcall('HSET', metaKey, 'prio', '1')
+  return {'done', 'wrote field prio to ' .. metaKey .. ': fetch hands out priority and keyed messages apart '
+    .. 'from the cursor again'}
 end
 
 if what == 'dead-letter-seq' then
