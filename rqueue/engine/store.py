@@ -13,7 +13,7 @@ from ..connection.cluster import Retrier, no_retry
 from ..connection.open import RedisClient
 from . import log
 from .commands import guarded, text
-from .keys import QueueKeys, partitions_key, registry_key, settings_key
+from .keys import GroupKeys, QueueKeys, partitions_key, registry_key, settings_key
 
 EVENTS_MAX = 10_000  # entries a queue's event stream keeps (approximately)
 DELETE_BATCH = 500  # keys deleted per DEL
@@ -137,6 +137,14 @@ def _levels(r: RedisClient, keys: QueueKeys) -> list[QueueKeys]:
     return levels
 
 
+def deliveries_out(r: Any, gk: GroupKeys) -> Any:
+    """Queues the count of a group's deliveries in flight on ``r`` (a
+    client or pipeline, sync or asyncio), as deliveriesOut() in
+    lua/includes/group_keys.lua counts them: one lease each, the pin at
+    +inf left out."""
+    return r.zcount(gk.lease, "-inf", "(+inf")
+
+
 def in_flight(r: RedisClient, keys: QueueKeys) -> int:
     """Deliveries in flight in every group of the queue and of its
     dead-letter levels (each lease set holds one pin at +inf besides them)."""
@@ -145,7 +153,7 @@ def in_flight(r: RedisClient, keys: QueueKeys) -> int:
         total = 0
         for level in _levels(r, keys):
             for g in r.hkeys(level.floors):
-                total += int(r.zcount(level.group(text(g)).lease, "-inf", "(+inf"))
+                total += int(deliveries_out(r, level.group(text(g))))
         return total
 
     return guarded(count, where=keys.base)
@@ -358,7 +366,7 @@ def queue_overview(r: RedisClient, levels: list[tuple[QueueKeys, QueueKeys]], no
         for (keys, _), groups in zip(levels, names, strict=True):
             for g in groups:
                 gk = keys.group(g)
-                pipe.zcount(gk.lease, "-inf", "(+inf")  # the lease set holds one pin at +inf
+                deliveries_out(pipe, gk)
                 pipe.zcard(gk.delay)
                 pipe.hget(gk.state, "acked")
                 pipe.hlen(gk.consumers)
