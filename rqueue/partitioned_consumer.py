@@ -191,9 +191,13 @@ class PartitionedConsumer(PartitionRouting):
                 else {}
             )
             out: list[Delivery] = []
+            due: float | None = None  # the soonest a partition's waiting message falls due
             for c in self._order():
                 try:
-                    out += c.fetch(n - len(out))
+                    _, got, due_in = c.ack_and_fetch([], n - len(out))
+                    out += got
+                    if due_in is not None:
+                        due = due_in if due is None else min(due, due_in)
                 except Exception as exc:
                     if not out:
                         raise
@@ -205,7 +209,8 @@ class PartitionedConsumer(PartitionRouting):
             remaining = deadline - clock.monotonic()
             if out or remaining <= 0:
                 return out
-            notifier.wait_any(since, min(remaining, IDLE_POLL_INTERVAL))
+            wait = min(remaining, IDLE_POLL_INTERVAL)
+            notifier.wait_any(since, wait if due is None else min(wait, due))
 
     def ack_and_fetch(
         self, acks: Iterable[DeliveryRef], n: int, wait: float | None = None, may_wait: bool = False

@@ -12,6 +12,7 @@ asyncio ones in rqueue.aio.publishing, on the same decision.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import weakref
@@ -221,7 +222,7 @@ def step_failed(client: Any, base: str, name: str, want: tuple[int | None, int |
         t.running.discard(base)
     # A failure of Redis or of the queue's state is expected; anything else
     # is a bug, whose traceback the asyncio client's step would lose.
-    expected = isinstance(exc, (RQueueError, OSError))
+    expected = isinstance(exc, (RQueueError, OSError, asyncio.CancelledError))
     log.warning(
         "retention trim step of queue %r failed: %s: %s",
         name,

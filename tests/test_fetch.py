@@ -347,7 +347,7 @@ def test_a_busy_queue_adds_no_wake_up(client, queue):
     assert client.redis.exists(queue.keys.wakes) == 0
 
 
-@pytest.mark.parametrize("flow", ["plain", "priority"])
+@pytest.mark.parametrize("flow", ["plain", "priority", "partitioned"])
 def test_a_ready_message_behind_more_delayed_ones_than_a_call_passes_over_comes_without_a_poll(
     backend, prefix, monkeypatch, flow
 ):
@@ -355,10 +355,11 @@ def test_a_ready_message_behind_more_delayed_ones_than_a_call_passes_over_comes_
     # log's scan, or 100 picks from the priority set), then a ready one, and
     # polling made too slow to matter
     monkeypatch.setattr(rqueue.consumer, "IDLE_POLL_INTERVAL", 60.0)
+    monkeypatch.setattr(rqueue.partitioned_consumer, "IDLE_POLL_INTERVAL", 60.0)
     client = rqueue.connect(backend, prefix=prefix)
-    q = client.queue("orders")
+    q = client.queue("orders", partitions=2) if flow == "partitioned" else client.queue("orders")
     c = q.consumer("g")
-    priority, delayed = (5, 150) if flow == "priority" else (None, 1500)
+    priority, delayed = {"plain": (None, 1500), "priority": (5, 150), "partitioned": (None, 5000)}[flow]
     q.publish_many([b"later"] * delayed, delay=3600, priority=priority)
     q.publish(b"now", priority=priority)
     # when a consumer fetches with a timeout far below the poll
@@ -366,8 +367,38 @@ def test_a_ready_message_behind_more_delayed_ones_than_a_call_passes_over_comes_
     # then the ready message comes: each call that stopped at its bound asked
     # for the next at once, rather than after the poll
     assert [d.data for d in got] == [b"now"]
-    assert q.stats().group("g").delayed == delayed
+    if flow != "partitioned":
+        assert q.stats().group("g").delayed == delayed
     client.close()
+
+
+def test_an_asyncio_partitioned_fetch_behind_many_delayed_messages_asks_again_at_once(backend, prefix, monkeypatch):
+    # given a queue of two partitions, and polling made too slow to matter
+    import rqueue.aio.partitions
+
+    monkeypatch.setattr(rqueue.aio.partitions, "IDLE_POLL_INTERVAL", 60.0)
+    setup = rqueue.connect(backend, prefix=prefix)
+    setup.queue("orders", partitions=2)
+
+    async def main() -> list[bytes]:
+        ac = await rqueue.aio.connect(backend, prefix=prefix)
+        try:
+            q = ac.queue("orders")  # partitioned before this client connected
+            assert isinstance(q, rqueue.aio.PartitionedQueue)
+            c = q.consumer("g")
+            assert await c.fetch(1) == []  # joins
+            # and 2,500 delayed messages per partition, more than a call
+            # passes over, then a ready one
+            await q.publish_many([b"later"] * 5000, delay=3600)
+            await q.publish(b"now")
+            # when the consumer fetches with a timeout far below the poll
+            return [d.data for d in await c.fetch(1, timeout=20)]
+        finally:
+            await ac.close()
+
+    # then the ready message comes
+    assert asyncio.run(main()) == [b"now"]
+    setup.close()
 
 
 def test_an_idle_fetch_waits_on_the_channel_by_default_and_wakes_up_on_publish(backend, prefix, monkeypatch):

@@ -508,6 +508,18 @@ def test_fetch_that_passed_over_its_bound_of_delayed_messages_is_due_now(raw):
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t3")) == [NOW, NOW + 700, b"itest", 1201]
 
 
+def test_fetch_that_passed_over_its_bound_takes_no_waiter_role(raw):
+    # given more delayed messages than one call passes over, and a consumer that waits in Redis
+    r, qk, gk, s = raw
+    publish(raw, *[b"later"] * 1001, delay=700)
+    s.join(keys=gk, args=group_argv())
+    # when its fetch (sent as -n: it would wait if it brought nothing) stops at the bound
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, -10, "t1"))
+    # then it is due now, not "w...": the client asks again at once rather than waiting in Redis
+    assert reply[:2] == [NOW, NOW]
+    assert r.hget(qk.meta, "wake") is None
+
+
 def test_fetch_by_non_member_is_refused(raw):
     _, _, gk, s = raw
     with pytest.raises(redis.ResponseError, match="^RQ_NOT_MEMBER"):

@@ -458,6 +458,7 @@ class Model:
             assert seq in self.records, f"model: ready seq {seq} has no record"
             deliver(seq)
         last = self.last if self.paused != "hold" else min(self.last, max(self.hold_at, g.cursor))
+        cut = False
         if len(out) < room and (self.priority or self.keyed):
             # what is new in the priority log joins the group's priority set
             # (a group's first pull starts above its ack floor); a keyed
@@ -475,10 +476,12 @@ class Model:
                 g.pulled = max(fresh + fresh_keyed)
             # picks until the room is filled: a delayed one picked is parked,
             # and the next ones are picked (at most 100 picks, 1,000 passed over)
+            # (the model's pull and scan have no bound per call: its runs stay
+            # far below 1,000 messages, where fetch.lua's bounds never bite)
             rounds = passed = 0
             while len(out) < room and g.pq and rounds < 100 and passed < 1000:
                 rounds += 1
-                picked = sorted(g.pq, key=lambda s: (-self.priority[s], s))[: room - len(out)]
+                picked = sorted(g.pq, key=lambda s: (-self.priority[s], s))[: min(room - len(out), 1000 - passed)]
                 before = len(out)
                 for seq in picked:
                     g.pq.remove(seq)
@@ -493,6 +496,10 @@ class Model:
                     else:
                         deliver(seq)
                 passed += len(picked) - (len(out) - before)
+            # stopped at its bound with more to pick: lower priorities wait for the next call
+            cut = len(out) < room and bool(g.pq) and (rounds >= 100 or passed >= 1000)
+        if cut:
+            return self._drop_expired(g, out)
         if len(out) < room and (self.priority or self.keyed) and (g.kready or g.kbusy):
             self._pick_keyed(g, group, room, out, deliver)
         if (self.priority or self.keyed) and g.cursor < g.hash_floor:

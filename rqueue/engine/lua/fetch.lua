@@ -430,6 +430,7 @@ local fromPrioritySet = nil -- fields this call handed out from the priority set
 -- than after its idle poll. Else messages behind many delayed ones would
 -- wait one poll per bound's worth.
 local morePassed = false
+local pickCut = false -- the priority set's pick stopped at its bound
 if got < room and metaFields[4] then
   fromPrioritySet = {}
   local pulledTo = tonumber(rcall('HGET', groupKey, 'pcur') or '')
@@ -496,12 +497,16 @@ if got < room and metaFields[4] then
   -- over or PICK_ROUNDS picks (a fetch of one picks one at a time).
   local prioPassed, rounds = 0, 0
   while got < room do
-    local picked = rcall('ZRANGE', prioSetKey, '0', room - got - 1)
-    if #picked == 0 then
+    if prioPassed >= SCAN_LIMIT or rounds >= PICK_ROUNDS then
+      -- Lower priorities (ordering keys, the scan) wait for the next call,
+      -- which the client sends at once.
+      if rcall('ZCARD', prioSetKey) > 0 then
+        morePassed, pickCut = true, true
+      end
       break
     end
-    if prioPassed >= SCAN_LIMIT or rounds >= PICK_ROUNDS then
-      morePassed = true
+    local picked = rcall('ZRANGE', prioSetKey, '0', math.min(room - got, SCAN_LIMIT - prioPassed) - 1)
+    if #picked == 0 then
       break
     end
     rounds = rounds + 1
@@ -564,11 +569,11 @@ end
 -- Messages of ordering keys (in the priority log as "<seq>:k:<key>", moved
 -- to the group's key queue by the pull above).
 local keyNextDue = nil -- when a key held back by its rate limit or a delay may go
-if got < room and metaFields[4] and rcall('EXISTS', keyReadyKey, keyBusyKey) > 0 then
+if got < room and not pickCut and metaFields[4] and rcall('EXISTS', keyReadyKey, keyBusyKey) > 0 then
 --@include ordering_keys
 end
 
-if got < room then
+if got < room and not pickCut then
   local cursor = (groupFields[2] or 0) + 0
   local from = cursor
   local cursorText = nil -- cursor as the field string it was last read as
@@ -824,7 +829,8 @@ else
   if nextDue ~= nil then
     out[2] = nextDue
   end
-  if claimWaiter then
+  -- A call that stopped at its bound is asked again at once: no wait in Redis.
+  if claimWaiter and not morePassed then
     claimWaiter(out, metaFields[5])
   end
 end
