@@ -4,7 +4,7 @@ HMGET from a hash of today's records, XRANGE from a stream of ids
 today's compact record rebuilt from the id's ms, as the step-3 probe's
 log.lua does). NOTES.md beside it says where the figures went.
 
-usage: PYTHONPATH=benchmarks/prototypes python benchmarks/prototypes/stream_log/xrange_vs_hmget.py
+usage: PYTHONPATH=$PWD:$PWD/benchmarks/prototypes python benchmarks/prototypes/stream_log/xrange_vs_hmget.py
 
 Starts a private redis-server (bench.Server: a free port, its own dir, no
 persistence); medians of 5 rounds of 500 calls each.
@@ -17,19 +17,12 @@ import statistics
 
 from bench import PAYLOAD, Server
 
+from rqueue.engine.loader import lua_dir
+
 N = 100_000
 CALLS = 500
-COMPACT_HEAD = """
-local COMPACT_BYTE = 126
-local function compactHead(ms)
-  local lo = ms % 16777216
-  local hi = (ms - lo) / 16777216
-  local b6, b3 = lo % 256, hi % 256
-  lo, hi = (lo - b6) / 256, (hi - b3) / 256
-  local b5, b2 = lo % 256, hi % 256
-  return string.char(COMPACT_BYTE, (hi - b2) / 256, b2, b3, (lo - b5) / 256, b5, b6)
-end
-"""
+# compactHead() as the scripts have it: the include is self-contained.
+COMPACT_HEAD = (lua_dir() / "includes" / "record_head.lua").read_text() + "\n"
 XRANGE = "local r = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1] + 99, 'COUNT', 100)\n"
 SCRIPTS = {
     "hmget": "local f = {} for i = 0, 99 do f[#f + 1] = ARGV[1] + i end\n"
