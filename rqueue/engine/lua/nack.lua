@@ -40,7 +40,7 @@
                      last seq is not a seq: checked before any tag is nacked
 ]]
 --@flags allow-oom
---@include log
+--@include log_one
 --@include group_keys
 --@include group_names
 --@include delivery_state

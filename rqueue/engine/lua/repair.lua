@@ -56,7 +56,7 @@
   Work: "counts" reads the lease set (at most max_inflight entries), their
   states, the members and the acked runs; the others a few keys.
 ]]
---@include log
+--@include log_one
 --@include group_keys
 --@include group_names
 --@include group_args

@@ -23,7 +23,7 @@
     RQ_CORRUPT       the group's ack floor is not a seq
 ]]
 --@flags allow-oom
---@include log
+--@include log_one
 --@include group_keys
 --@include group_names
 --@include group_args

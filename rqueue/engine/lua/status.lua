@@ -30,7 +30,7 @@
     unknown-group (the group was deleted meanwhile)
   Errors: RQ_BAD_ARGUMENT a seq that is not a whole number >= 1.
 ]]
---@include log
+--@include log_one
 --@include read_now
 --@include record
 --@include delivery_state

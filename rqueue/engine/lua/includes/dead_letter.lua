@@ -10,7 +10,7 @@
   RQ_CORRUPT (the dead-letter queue's next seq holds a dead letter: its
   meta hash was deleted), raised before any write.
 ]]
---@include log
+--@include log_one
 --@include group_keys
 --@include group_names
 --@include group_args
@@ -74,7 +74,7 @@ local function deadLetter(seq, d, reason, errText)
   end
   headers = deliveryHeaders(headers, seq, d, reason, errText, published)
   local dseq = rcall('HINCRBY', dlqMetaKey, 'seq', 1)
-  logWrite(dlqMsgsKey, {dseq, makeRecord('', now, cjson.encode(headers), payload)})
+  logWriteOne(dlqMsgsKey, dseq, makeRecord('', now, cjson.encode(headers), payload))
   rcall('HINCRBY', groupKey, 'dead_lettered', 1)
   recordEvent('dead-lettered', seq, reason, dseq)
   return dseq

@@ -9,7 +9,7 @@
   (guarantee 11). Returns how many deliveries were in flight.
   Work: the group's in-flight and waiting sets, read whole.
 ]]
---@include log
+--@include log_one
 --@include group_keys
 --@include group_names
 --@include delivery_state

@@ -12,7 +12,7 @@
   Work: a binary search over the stored seqs, reading at most PROBE_SPAN
   records per step.
 ]]
---@include log
+--@include log_one
 --@include record
 local PROBE_SPAN = 100 -- records read per step of the search past deleted seqs
 

@@ -10,6 +10,7 @@
   Work: at most limit seqs per call.
 ]]
 --@include log
+--@include log_one
 --@include record
 
 -- Returns the new trim point and how many seqs it passed. spec is the

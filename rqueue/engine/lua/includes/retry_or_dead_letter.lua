@@ -7,7 +7,7 @@
   Returns "dead" and the dead-letter seq (0 when dropped), or the due time
   in ms. settled: the holder failed it itself (nack), see release.
 ]]
---@include log
+--@include log_one
 --@include group_keys
 --@include group_args
 --@include delivery_state

@@ -59,7 +59,7 @@ local function settleReopened(seq, groups)
   local counted = rcall('HEXISTS', metaKey, RETAIN) == 0
     and (groups <= 1 or tonumber(rcall('HGET', settledKey, seq) or '0') >= groups)
   if seq <= trimmed or counted then
-    logDeleteOne(msgsKey, seq)
+    logDelete(msgsKey, {seq})
     rcall('HDEL', settledKey, seq)
   end
 end
