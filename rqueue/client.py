@@ -24,7 +24,7 @@ from .constants import (
     SETTINGS_CACHE_TTL,
 )
 from .engine import commands, store
-from .engine.keys import QueueKeys, partitions_key
+from .engine.keys import QueueKeys, default_layout, partitions_key
 from .engine.notify import Notifier
 from .engine.scripts import Scripts
 from .errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, InvalidSetting, OutOfMemory
@@ -149,6 +149,8 @@ class Client:
         self.randomness = randomness or Randomness()
         self.dlq_prefix = dlq_prefix
         self.dlq_suffix = dlq_suffix
+        #: The log layout of the queues this client makes and uses (hidden: rqueue.engine.keys.LAYOUT_ENV).
+        self.log_layout = default_layout()
         self.scripts = Scripts(redis_client, retry, shebang=reads_shebang(url))
         #: Wraps plain commands that may safely be sent twice (reads, SADD, HSETNX).
         self.idempotent = idempotent_retry

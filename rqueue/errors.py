@@ -43,6 +43,7 @@ __all__ = [
     "PartialPublish",
     "QueueInUse",
     "CorruptRecord",
+    "LayoutMismatch",
     "Reject",
     "TimeLimitExceeded",
     "ResultLost",
@@ -473,6 +474,20 @@ class QueuePaused(RQueueError):
         self.queue = queue
 
 
+class LayoutMismatch(RQueueError):
+    """A call reached a queue whose log has another layout than the one this
+    client uses (rqueue.engine.keys.LogLayout): nothing was stored or changed.
+    Every client of a prefix must use the same layout.
+
+    Attributes:
+        queue: the queue's name.
+    """
+
+    def __init__(self, queue: str, detail: str) -> None:
+        super().__init__(f"queue {queue!r}: {detail}; every client of a prefix must use the same layout")
+        self.queue = queue
+
+
 class CorruptRecord(RQueueError):
     """Data found in Redis does not have the shape rqueue writes.
 
@@ -652,6 +667,8 @@ def from_script_error(exc: Exception, *, queue: str = "", where: str = "") -> Ex
         return Unroutable(queue)
     if code == "RQ_PARTITIONED":
         return QueuePartitioned(queue, detail)
+    if code == "RQ_LAYOUT":
+        return LayoutMismatch(queue or where, _LUA_WHERE.split(detail, 1)[0].strip())
     if code == "RQ_PAUSED":
         return QueuePaused(queue)
     if code == "RQ_CORRUPT":

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .connection.open import RedisClient
     from .delivery import Delivery, DeliveryRef, HeartbeatResult
     from .engine.commands import GroupCall
-    from .engine.keys import QueueKeys
+    from .engine.keys import LogLayout, QueueKeys
     from .engine.notify import Notifier
     from .engine.scripts import Scripts
     from .errors import RQueueError
@@ -36,6 +36,7 @@ class QueueContext(Protocol):
     cluster: bool
     dlq_prefix: str
     dlq_suffix: str
+    log_layout: LogLayout
     durable_replicas: int
     durable_timeout: float
     failover_timeout: float

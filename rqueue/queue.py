@@ -90,7 +90,7 @@ class Queue:
         self.partition = partition
         #: Which hash tag a partition was placed under (rqueue/placement.py; 0 = ``{<queue>/<partition>}``).
         self.salt = salt
-        self.keys = QueueKeys(queue_base(client.prefix, root, depth, partition, salt))
+        self.keys = QueueKeys(queue_base(client.prefix, root, depth, partition, salt), client.log_layout)
 
     def __repr__(self) -> str:
         if self.partition is not None:

@@ -26,7 +26,7 @@ from ..constants import (
 from ..engine import async_commands as acmd
 from ..engine.async_scripts import AsyncScripts
 from ..engine.commands import MarkStatus
-from ..engine.keys import QueueKeys, partitions_key
+from ..engine.keys import QueueKeys, default_layout, partitions_key
 from ..errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, InvalidSetting, OutOfMemory
 from ..names import check_name
 from ..partitions import check_partitions
@@ -114,6 +114,8 @@ class Client:
         self.randomness = randomness or Randomness()
         self.dlq_prefix = dlq_prefix
         self.dlq_suffix = dlq_suffix
+        #: The log layout of the queues this client makes and uses (hidden: rqueue.engine.keys.LAYOUT_ENV).
+        self.log_layout = default_layout()
         self.failover_timeout = failover_timeout
         self.scripts = AsyncScripts(redis_client, cluster_retry(failover_timeout), shebang=reads_shebang(url))
         self.settings = AsyncSettings(redis_client, prefix, self.clock.monotonic, settings_ttl)

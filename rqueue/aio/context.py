@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ..clock import Clock
     from ..engine.async_commands import AsyncGroupCall
     from ..engine.async_scripts import AsyncScripts
-    from ..engine.keys import QueueKeys
+    from ..engine.keys import LogLayout, QueueKeys
     from ..placement import Layout
     from ..randomness import Randomness
     from ..settings import Settings
@@ -30,6 +30,7 @@ class AsyncContext(Protocol):
     prefix: str
     dlq_prefix: str
     dlq_suffix: str
+    log_layout: LogLayout
     settings: AsyncSettings
     notifier: AsyncNotifier
 

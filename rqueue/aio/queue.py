@@ -89,7 +89,7 @@ class Queue:
         self.partition = partition
         #: Which hash tag a partition was placed under (rqueue/placement.py).
         self.salt = salt
-        self.keys = QueueKeys(queue_base(client.prefix, root, depth, partition, salt))
+        self.keys = QueueKeys(queue_base(client.prefix, root, depth, partition, salt), client.log_layout)
         self._plain_checked = partition is not None
 
     def __repr__(self) -> str:

@@ -326,7 +326,7 @@ async def records_after(r: Any, keys: QueueKeys, after: int, n: int) -> list[tup
         out: list[tuple[int, bytes]] = []
         while start <= last and len(out) < n:
             seqs = list(range(start, min(last, start + 4 * n) + 1))
-            for seq, rec in zip(seqs, await log.read_many(r, keys, seqs), strict=True):
+            for seq, rec in zip(seqs, log.records(keys, seqs, await log.read_many(r, keys, seqs)), strict=True):
                 if rec is not None and len(out) < n:
                     out.append((seq, rec if isinstance(rec, bytes) else rec.encode()))
             start = seqs[-1] + 1
@@ -385,7 +385,7 @@ async def last_seq(r: Any, keys: QueueKeys) -> int:
 
 
 async def record(r: Any, keys: QueueKeys, seq: int) -> bytes | None:
-    rec = await guarded(lambda: log.read(r, keys, seq), where=keys.base)
+    rec = log.record_of(keys, await guarded(lambda: log.read(r, keys, seq), where=keys.base))
     return None if rec is None else rec if isinstance(rec, bytes) else rec.encode()
 
 

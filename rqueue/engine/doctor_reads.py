@@ -37,7 +37,7 @@ def hash_in_steps(r: RedisClient, key: str, where: str) -> Iterator[list[tuple[s
 def record_seqs_in_steps(r: RedisClient, keys: QueueKeys, where: str) -> Iterator[list[int]]:
     """The seq of every stored record, SCAN_STEP or so per call (a seq may
     come twice)."""
-    for page in _scan(lambda at: log.scan(r, keys, at, SCAN_STEP), where):
+    for page in _scan(lambda at: log.scan_page(keys, log.scan(r, keys, at, SCAN_STEP), SCAN_STEP), where):
         yield [int(f) for f, _ in page if f.isdigit()]
 
 
@@ -75,7 +75,7 @@ def records_exist(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[bool
         pipe = r.pipeline(transaction=False)
         for seq in seqs:
             log.has(pipe, keys, seq)
-        return [bool(x) for x in pipe.execute()]
+        return [log.present(keys, x) for x in pipe.execute()]
 
     return guarded(read, where=keys.base) if seqs else []
 

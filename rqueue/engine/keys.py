@@ -8,17 +8,47 @@ queue ``orders`` one level down: ``<prefix>:{orders}:dlq``.
 
 from __future__ import annotations
 
+import enum
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+# The environment variable that picks the layout of the queues a client
+# makes (LogLayout). Hidden until layout (d) is complete (docs/layout-d-plan.md).
+LAYOUT_ENV = "RQUEUE_EXPERIMENTAL_LAYOUT"
+
+
+class LogLayout(enum.Enum):
+    """How a queue stores its log of message records."""
+
+    #: The hash ``msgs``: seq -> record.
+    HASH = "hash"
+    #: The stream ``log``: one entry per record, id ``<seq>-0``, field ``r``
+    #: the record; records replayed below the stream's newest id in the
+    #: queue's ``pinned`` hash, field ``r<seq>`` (lua/includes/log.lua).
+    STREAM = "stream"
+
+
+def default_layout() -> LogLayout:
+    """The layout of the queues a client makes: LogLayout.HASH unless the
+    environment names another (LAYOUT_ENV)."""
+    text = os.environ.get(LAYOUT_ENV, "") or LogLayout.HASH.value
+    try:
+        return LogLayout(text)
+    except ValueError:
+        names = ", ".join(layout.value for layout in LogLayout)
+        raise ValueError(f"{LAYOUT_ENV} is {text!r}; it must be one of {names}") from None
+
 
 @dataclass(frozen=True)
 class QueueKeys:
-    """Keys of one queue (or dead-letter queue), below ``base``. Each name
-    is built once (cached_property): publish and fetch read them per call."""
+    """Keys of one queue (or dead-letter queue), below ``base``, whose log
+    has ``layout`` (a dead-letter queue has its queue's). Each name is built
+    once (cached_property): publish and fetch read them per call."""
 
     base: str
+    layout: LogLayout = LogLayout.HASH
 
     @cached_property
     def meta(self) -> str:
@@ -26,7 +56,9 @@ class QueueKeys:
 
     @cached_property
     def msgs(self) -> str:
-        return f"{self.base}:msgs"
+        """The log: the hash ``msgs`` or the stream ``log`` (LogLayout). The
+        scripts tell the layout by the name's last letter."""
+        return f"{self.base}:log" if self.layout is LogLayout.STREAM else f"{self.base}:msgs"
 
     @cached_property
     def floors(self) -> str:
@@ -91,7 +123,7 @@ class QueueKeys:
 
     @cached_property
     def dead_letters(self) -> QueueKeys:
-        return QueueKeys(f"{self.base}:dlq")
+        return QueueKeys(f"{self.base}:dlq", self.layout)
 
     def publish_keys(self) -> list[str]:
         """The fixed KEYS of publish.lua (a new list); id keys follow them."""

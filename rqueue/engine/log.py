@@ -1,41 +1,99 @@
 """The log seen from the client: the commands that read, count and delete
 a queue's message records outside the scripts (lua/includes/log.lua is
-the scripts' side). The log is the hash ``msgs`` (seq -> record).
+the scripts' side, and describes the two layouts, keys.LogLayout): the hash
+``msgs`` (seq -> record), or the stream ``log`` (entry ``<seq>-0``, field
+``r`` the record).
 
-Each function queues one command on ``r``, a client or a pipeline, sync or
-asyncio, and returns what that call returns (a reply, the pipeline, or an
-awaitable), so callers keep their round trips and their error handling.
+Each command function queues one command on ``r``, a client or a pipeline,
+sync or asyncio, and returns what that call returns (a reply, the pipeline,
+or an awaitable), so callers keep their round trips and their error
+handling; the reply goes through the matching decoding function
+(``read`` -> ``record_of``, ``read_many`` -> ``records``, ``has`` ->
+``present``, ``scan`` -> ``scan_page``).
+
+In the stream layout a record replayed after its entry was deleted is
+kept by the scripts beside the queue's pins, where these reads do not
+look: such a seq reads as without a record here until layout (d)'s step 3
+is complete (docs/layout-d-plan.md).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .keys import QueueKeys
+from .keys import LogLayout, QueueKeys
+
+_FIELD = b"r"  # the record's field in a stream entry (lua/includes/log.lua)
+
+
+def _stream(keys: QueueKeys) -> bool:
+    return keys.layout is LogLayout.STREAM
+
+
+def _entry_seq(entry_id: Any) -> int:
+    raw = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    return int(raw.partition("-")[0])
+
+
+def _entry_record(fields: Any) -> Any:
+    if isinstance(fields, dict):
+        return fields.get(_FIELD, fields.get(_FIELD.decode()))
+    return fields[1] if len(fields) >= 2 else None
 
 
 def read(r: Any, keys: QueueKeys, seq: int) -> Any:
-    """The record of ``seq``, or None."""
+    """Queues the read of ``seq``'s record (decoded by record_of)."""
+    if _stream(keys):
+        return r.xrange(keys.msgs, seq, seq)
     return r.hget(keys.msgs, seq)
 
 
+def record_of(keys: QueueKeys, reply: Any) -> Any:
+    """The record in a reply of read, or None."""
+    if not _stream(keys):
+        return reply
+    return _entry_record(reply[0][1]) if reply else None
+
+
 def read_many(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
-    """One record (or None) per seq, in the order of ``seqs``."""
+    """Queues the read of the records of ``seqs`` (decoded by records); in
+    the stream layout one range from the lowest to the highest."""
+    if _stream(keys):
+        return r.xrange(keys.msgs, min(seqs), max(seqs))
     return r.hmget(keys.msgs, seqs)
 
 
+def records(keys: QueueKeys, seqs: list[int], reply: Any) -> list[Any]:
+    """One record (or None) per seq, in the order of ``seqs``, from a reply
+    of read_many."""
+    if not _stream(keys):
+        return list(reply)
+    found = {_entry_seq(entry_id): _entry_record(fields) for entry_id, fields in reply}
+    return [found.get(seq) for seq in seqs]
+
+
 def has(r: Any, keys: QueueKeys, seq: int) -> Any:
-    """Whether ``seq`` has a record (no payload is read)."""
+    """Queues the question whether ``seq`` has a record (decoded by present)."""
+    if _stream(keys):
+        return r.xrange(keys.msgs, seq, seq)
     return r.hexists(keys.msgs, seq)
+
+
+def present(keys: QueueKeys, reply: Any) -> bool:
+    return bool(reply)
 
 
 def length(r: Any, keys: QueueKeys) -> Any:
     """How many records are stored."""
+    if _stream(keys):
+        return r.xlen(keys.msgs)
     return r.hlen(keys.msgs)
 
 
 def delete(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
     """Deletes the records of ``seqs``; replies how many there were."""
+    if _stream(keys):
+        return r.xdel(keys.msgs, *(f"{seq}-0" for seq in seqs))
     return r.hdel(keys.msgs, *seqs)
 
 
@@ -45,6 +103,20 @@ def key(keys: QueueKeys) -> str:
 
 
 def scan(r: Any, keys: QueueKeys, cursor: Any, count: int) -> Any:
-    """One step of a walk over every record: (next cursor, {seq: record}),
-    as HSCAN (which may repeat a record)."""
+    """Queues one step of a walk over every record from ``cursor`` (0 at
+    first; decoded by scan_page)."""
+    if _stream(keys):
+        return r.xrange(keys.msgs, f"{int(cursor)}-0" if int(cursor) else "-", "+", count=count)
     return r.hscan(keys.msgs, cursor, count=count)
+
+
+def scan_page(keys: QueueKeys, reply: Any, count: int) -> tuple[Any, dict[Any, Any]]:
+    """(next cursor, 0 at the end; {seq: record}) from a reply of scan (a
+    hash's walk may repeat a record)."""
+    if not _stream(keys):
+        cursor, page = reply
+        return cursor, page
+    page = {str(_entry_seq(entry_id)): _entry_record(fields) for entry_id, fields in reply}
+    if len(reply) < count:
+        return 0, page
+    return _entry_seq(reply[-1][0]) + 1, page

@@ -46,7 +46,7 @@ def records_after(r: RedisClient, keys: QueueKeys, after: int, n: int) -> list[t
         out: list[tuple[int, bytes]] = []
         while start <= last and len(out) < n:
             seqs = list(range(start, min(last, start + 4 * n) + 1))
-            for seq, rec in zip(seqs, log.read_many(r, keys, seqs), strict=True):
+            for seq, rec in zip(seqs, log.records(keys, seqs, log.read_many(r, keys, seqs)), strict=True):
                 if rec is not None and len(out) < n:
                     out.append((seq, _bytes(rec)))
             start = seqs[-1] + 1
@@ -56,7 +56,7 @@ def records_after(r: RedisClient, keys: QueueKeys, after: int, n: int) -> list[t
 
 
 def record(r: RedisClient, keys: QueueKeys, seq: int) -> bytes | None:
-    rec = guarded(lambda: log.read(r, keys, seq), where=keys.base)
+    rec = guarded(lambda: log.record_of(keys, log.read(r, keys, seq)), where=keys.base)
     return None if rec is None else _bytes(rec)
 
 

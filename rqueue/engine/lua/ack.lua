@@ -34,6 +34,12 @@
 ]]
 --@flags allow-oom
 --@include ack_held_one
+--@include layout
+
+local wrongLayout = checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
+end
 
 local one = ackHeldOne(4)
 if one ~= nil then

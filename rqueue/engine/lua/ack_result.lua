@@ -47,6 +47,12 @@
 --@include group_args
 --@include record_event
 --@include ack_held_one
+--@include layout
+
+local wrongLayout = checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
+end
 
 local ttl = ARGV[8]
 if ttl ~= '' and not string.find(ttl, '^[1-9]%d*$') then

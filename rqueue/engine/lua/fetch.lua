@@ -100,6 +100,7 @@
 ]]
 --@flags allow-oom
 --@include log
+--@include layout
 --@include group_keys
 --@include group_names
 --@include group_args
@@ -208,8 +209,12 @@ end
 local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused')
 -- The incarnation and the last seq, for the client's check that Redis kept
 -- its state; no step of a fetch changes either. And the queue's pause.
-local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio', 'wake')
+local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio', 'wake', 'layout')
 local lastSeq = tonumber(metaFields[2] or '0')
+local wrongLayout = layoutError(metaKey, msgsKey, metaFields[6], metaFields[2])
+if wrongLayout then
+  return wrongLayout
+end
 -- A queue that had a priority or keyed message needs the flow-control keys:
 -- a client sends the short layout (KEYS[1..17]) until told, here, before
 -- any write.
@@ -400,7 +405,7 @@ if room > 0 and waiting then
   if #seqs > 0 then
     --@make failurePaths
     bulk('ZREM', readyKey, seqs)
-    local recs = logReadMany(msgsKey, seqs)
+    local recs = logReadMany(msgsKey, seqs, pinnedKey)
     local raws = bulkGet(dlvKey, seqs)
     for i, s in ipairs(seqs) do
       local seq = tonumber(s)
@@ -512,7 +517,7 @@ if got < room and metaFields[4] then
     rounds = rounds + 1
     local gotBefore = got
     bulk('ZREM', prioSetKey, picked)
-    local recs = logReadMany(msgsKey, picked)
+    local recs = logReadMany(msgsKey, picked, pinnedKey)
     -- Settled meanwhile (a purge, settle_through) or handed out another way
     -- (a delivery state exists): not handed out again.
     local raws = bulkGet(dlvKey, picked)
@@ -677,7 +682,7 @@ if got < room and not pickCut then
           read[#read + 1] = field
         end
       end
-      local stored = logReadMany(msgsKey, read)
+      local stored = logReadMany(msgsKey, read, pinnedKey)
       recs = {}
       local j = 0
       for i, field in ipairs(fields) do
@@ -687,7 +692,7 @@ if got < room and not pickCut then
         end
       end
     else
-      recs = logReadMany(msgsKey, fields)
+      recs = logReadMany(msgsKey, fields, pinnedKey)
     end
     for i, field in ipairs(fields) do
       local rec = recs[i]

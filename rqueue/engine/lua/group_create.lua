@@ -21,6 +21,12 @@
 --@include group_names
 --@include group_args
 --@include group_position
+--@include layout
+
+local wrongLayout = checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
+end
 
 if rcall('HEXISTS', floorsKey, groupName) == 1 then
   return redis.error_reply('RQ_GROUP_EXISTS group ' .. groupName .. ' exists (reset it to move it)')

@@ -22,6 +22,12 @@
 --@include group_args
 --@include group_clear
 --@include record_event
+--@include layout
+
+local wrongLayout = checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
+end
 
 local floor = rcall('HGET', floorsKey, groupName)
 if not floor then

@@ -28,6 +28,12 @@
 --@include group_position
 --@include group_clear
 --@include record_event
+--@include layout
+
+local wrongLayout = checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
+end
 
 local previous = rcall('HGET', floorsKey, groupName)
 if not previous then

@@ -35,6 +35,12 @@
 --@include requeue
 --@include return_held
 --@include extend_tags
+--@include layout
+
+local wrongLayout = checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
+end
 
 local REAP_BATCH = 10 -- dead members removed per call
 

@@ -17,6 +17,12 @@
 --@flags allow-oom
 --@include group_args
 --@include return_held
+--@include layout
+
+local wrongLayout = checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
+end
 
 -- Parsed before any write. Each failure path parses it before it changes
 -- a delivery, but a graceful leave returns deliveries without it and may

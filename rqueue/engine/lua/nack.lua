@@ -47,6 +47,12 @@
 --@include check_tag
 --@include retry_or_dead_letter
 --@include record_event
+--@include layout
+
+local wrongLayout = checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
+end
 
 local event = ARGV[13] or ''
 if event ~= '' and event ~= 'failed' and event ~= 'timeout' then

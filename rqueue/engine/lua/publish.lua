@@ -61,6 +61,7 @@
                    (a deleted meta hash): seqs would be reused
 ]]
 --@include log
+--@include layout
 --@include read_now
 --@include seq_guard
 --@include bulk
@@ -98,6 +99,16 @@ end
 local PAUSED_ERROR = 'RQ_PAUSED the queue is paused: publishes are refused until it is resumed'
 
 local window, ttl = nil, nil -- read only by a batch with ids (tonumber is a strtod)
+
+-- Sets the last seq back to first (none when it was missing): the script is
+-- atomic, so no call saw what a refused call wrote.
+local function undoSeq(first, missing)
+  if missing then
+    rcall('HDEL', metaKey, 'seq')
+  else
+    rcall('HSET', metaKey, 'seq', string.format('%d', first))
+  end
+end
 
 -- Seqs are assigned here and written with one variadic command per key,
 -- not two commands per message. claims holds what the id keys say once the
@@ -138,12 +149,17 @@ local first, inc
 local paused -- meta field "paused" (pause.lua): "refuse" refuses the call
 local seqMissing -- the last seq was missing: a queue's first publish, or a deleted meta hash
 local waiting -- meta field "wake": a fetch found nothing since the last wake-up
+local layout -- meta field "layout" (includes/layout.lua)
 if anyId then
-  local fields = rcall('HMGET', metaKey, 'seq', 'inc', 'paused', 'partitioned', 'wake')
+  local fields = rcall('HMGET', metaKey, 'seq', 'inc', 'paused', 'partitioned', 'wake', 'layout')
   local raw = fields[1]
-  first, inc, paused, waiting = tonumber(raw or '0'), fields[2], fields[3], fields[5]
+  first, inc, paused, waiting, layout = tonumber(raw or '0'), fields[2], fields[3], fields[5], fields[6]
   if fields[4] then
     return partitionedError(fields[4])
+  end
+  local wrongLayout = layoutError(metaKey, msgsKey, layout, raw)
+  if wrongLayout then
+    return wrongLayout
   end
   if paused == 'refuse' then
     return redis.error_reply(PAUSED_ERROR)
@@ -175,16 +191,13 @@ else
   end
   first = newLast - count
   seqMissing = first == 0
-  local fields = rcall('HMGET', metaKey, 'inc', 'paused', 'partitioned', 'wake')
-  inc, paused, waiting = fields[1], fields[2], fields[4]
-  if paused == 'refuse' or fields[3] then
+  local fields = rcall('HMGET', metaKey, 'inc', 'paused', 'partitioned', 'wake', 'layout')
+  inc, paused, waiting, layout = fields[1], fields[2], fields[4], fields[5]
+  local wrongLayout = layoutError(metaKey, msgsKey, layout, not seqMissing)
+  if paused == 'refuse' or fields[3] or wrongLayout then
     -- The HINCRBY above, undone: the script is atomic, so no call saw it.
-    if seqMissing then
-      rcall('HDEL', metaKey, 'seq')
-    else
-      rcall('HINCRBY', metaKey, 'seq', -count)
-    end
-    return fields[3] and partitionedError(fields[3]) or redis.error_reply(PAUSED_ERROR)
+    undoSeq(first, seqMissing)
+    return fields[3] and partitionedError(fields[3]) or wrongLayout or redis.error_reply(PAUSED_ERROR)
   end
 end
 if seqMissing then
@@ -299,7 +312,12 @@ if seq > first then
   if anyId then
     rcall('HSET', metaKey, 'seq', seq)
   end
-  logWrite(msgsKey, records)
+  local refused = logWrite(msgsKey, records)
+  if refused then
+    undoSeq(first, seqMissing)
+    return refused
+  end
+  markLayout(metaKey, msgsKey, layout)
   if delayed then
     bulk('ZADD', schedKey, delayed)
   end

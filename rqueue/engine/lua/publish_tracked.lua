@@ -43,6 +43,7 @@
                      would be reused (as publish.lua)
 ]]
 --@include log
+--@include layout
 --@include read_now
 --@include seq_guard
 --@include bulk
@@ -58,6 +59,12 @@ local schedKey = KEYS[4]
 local wakesKey = KEYS[5]
 local trackerKey = KEYS[6]
 local FIRST = 7 -- ARGV index of the first message
+
+local layout = rcall('HMGET', metaKey, 'layout', 'seq')
+local wrongLayout = layoutError(metaKey, msgsKey, layout[1], layout[2])
+if wrongLayout then
+  return wrongLayout
+end
 
 local now = readNow(ARGV[1])
 local mode = ARGV[5]
@@ -185,7 +192,17 @@ end
 local last = nil
 if stored > 0 then
   last = string.format('%d', seq)
-  logWrite(msgsKey, records)
+  local refused = logWrite(msgsKey, records)
+  if refused then
+    -- The HINCRBY above, undone: nothing else was written.
+    if first == 0 then
+      rcall('HDEL', metaKey, 'seq')
+    else
+      rcall('HSET', metaKey, 'seq', string.format('%d', first))
+    end
+    return refused
+  end
+  markLayout(metaKey, msgsKey, layout[1])
   if delayed then
     bulk('ZADD', schedKey, delayed)
   end

@@ -27,6 +27,12 @@
 --@include bulk_get
 --@include settle
 --@include record_event
+--@include layout
+
+local wrongLayout = checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
+end
 
 local limit = tonumber(ARGV[8])
 local seqs = {}

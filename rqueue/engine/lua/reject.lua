@@ -30,6 +30,12 @@
 --@include delivery_state
 --@include check_tag
 --@include dead_letter
+--@include layout
+
+local wrongLayout = checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
+end
 
 local seq, count = tonumber(ARGV[8]), tonumber(ARGV[9])
 local event = ARGV[13] or ''

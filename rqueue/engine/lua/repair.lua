@@ -63,6 +63,12 @@
 --@include delivery_state
 --@include requeue
 --@include dead_letter_corrupt_state
+--@include layout
+
+local wrongLayout = checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
+end
 
 local what = ARGV[8]
 failurePolicy() -- parsed before any write
@@ -87,7 +93,7 @@ end
 
 if checking and what == 'record-missing' then
   local seq = ARGV[9]
-  if logHas(msgsKey, seq) then
+  if logHas(msgsKey, seq, pinnedKey) then
     return {'gone', ''}
   end
   if rcall('HEXISTS', dlvKey, seq) == 1 then
@@ -264,7 +270,7 @@ if what == 'dead-letter-seq' then
 end
 
 if what == 'untracked' then
-  if not untracked(ARGV[9]) or not logHas(msgsKey, ARGV[9]) or rcall('HEXISTS', settledKey, ARGV[9]) == 1 then
+  if not untracked(ARGV[9]) or not logHas(msgsKey, ARGV[9], pinnedKey) or rcall('HEXISTS', settledKey, ARGV[9]) == 1 then
     return {'gone', ''}
   end
   if checking then

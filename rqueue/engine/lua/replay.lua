@@ -30,6 +30,12 @@
 --@include delivery_state
 --@include record
 --@include record_event
+--@include layout
+
+local wrongLayout = checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
+end
 -- What takes a reopened seq out of its acked run: made only when a replay
 -- reopens a seq above the floor.
 --@lazy ackedRuns acked_runs
@@ -96,7 +102,7 @@ for i = 8, #ARGV do
         -- aside byte for byte (docs/upgrading.md): it goes back as it was.
         record = payload
       end
-      if logWriteNew(msgsKey, seq, record) then
+      if logWriteNew(msgsKey, seq, record, pinnedKey) then
         -- It had been deleted, so every group had settled it.
         rcall('HSET', settledKey, seq, groups)
       end

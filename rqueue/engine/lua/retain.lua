@@ -37,6 +37,12 @@ local floorsKey = KEYS[3]
 local settledKey = KEYS[4]
 local pinnedKey = KEYS[5]
 --@include retention
+--@include layout
+
+local wrongLayout = checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
+end
 
 
 local now = readNow(ARGV[1])

@@ -44,6 +44,7 @@
         records or a group that settled some (as publish.lua)
 ]]
 --@include log
+--@include layout
 --@include read_now
 --@include seq_guard
 --@include bulk
@@ -118,7 +119,12 @@ if #publish > 0 then
     return redis.error_reply('RQ_CORRUPT ' .. scheduleKey .. ' headers are not a JSON object')
   end
   local payload = rcall('HGET', scheduleKey, 'payload') or ''
-  local raw = rcall('HGET', metaKey, 'seq')
+  local meta = rcall('HMGET', metaKey, 'seq', 'layout')
+  local raw = meta[1]
+  local wrongLayout = layoutError(metaKey, msgsKey, meta[2], raw)
+  if wrongLayout then
+    return wrongLayout
+  end
   if raw and not string.find(raw, '^%d+$') then
     return badSeqError(metaKey, raw)
   end
@@ -139,7 +145,17 @@ if #publish > 0 then
     records[#records + 1] = seq
     records[#records + 1] = makeRecord('', nowText, cjson.encode(headers), payload)
   end
-  logWrite(msgsKey, records)
+  local refused = logWrite(msgsKey, records)
+  if refused then
+    -- The HINCRBY above, undone: nothing else was written.
+    if raw then
+      rcall('HSET', metaKey, 'seq', raw)
+    else
+      rcall('HDEL', metaKey, 'seq')
+    end
+    return refused
+  end
+  markLayout(metaKey, msgsKey, meta[2])
   rcall('HINCRBY', scheduleKey, 'fired', #publish)
   rcall('HSET', scheduleKey, 'fired_at', nowText)
   if eventsKey then

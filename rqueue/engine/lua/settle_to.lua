@@ -33,6 +33,12 @@
 --@include bulk
 --@include delivery_state
 --@include settle
+--@include layout
+
+local wrongLayout = checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
+end
 
 local target = tonumber(ARGV[8])
 local after = tonumber(ARGV[9])

@@ -22,6 +22,12 @@
 --@include read_now
 --@include group_keys
 --@include group_names
+--@include layout
+
+local wrongLayout = checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
+end
 local now = readNow(ARGV[3])
 
 local out = {}

@@ -31,13 +31,18 @@
   Errors: RQ_BAD_ARGUMENT a seq that is not a whole number >= 1.
 ]]
 --@include log_one
+--@include layout
 --@include read_now
 --@include record
 --@include delivery_state
 
 local rcall = redis.call
 local now = readNow(ARGV[1])
-local fields = rcall('HMGET', KEYS[1], 'seq', 'inc')
+local fields = rcall('HMGET', KEYS[1], 'seq', 'inc', 'layout')
+local wrongLayout = layoutError(KEYS[1], KEYS[2], fields[3], fields[1])
+if wrongLayout then
+  return wrongLayout
+end
 local last, inc = tonumber(fields[1] or '0') or 0, fields[2] or ''
 
 local seq = nil

@@ -11,6 +11,7 @@
   meta hash was deleted), raised before any write.
 ]]
 --@include log_one
+--@include layout
 --@include group_keys
 --@include group_names
 --@include group_args
@@ -35,23 +36,30 @@ local function deliveryHeaders(headers, seq, d, reason, errText, published)
 end
 
 -- The dead-letter queue's next seq must be free: with its meta hash gone
--- (deleted) it would overwrite a dead letter. RQ_CORRUPT otherwise; callers
+-- (deleted) it would overwrite a dead letter. RQ_CORRUPT otherwise; and
+-- RQ_LAYOUT when its log has the other layout (includes/layout.lua). Callers
 -- ask before their first write (deadLetter does too).
 local function deadLetterSeqFree()
   if failurePolicy().deadLetterMode == 'drop' then
     return
   end
-  local nextSeq = (tonumber(rcall('HGET', dlqMetaKey, 'seq') or '0') or 0) + 1
+  local dlqMeta = rcall('HMGET', dlqMetaKey, 'seq', 'layout')
+  local wrongLayout = layoutProblem(dlqMetaKey, dlqMsgsKey, dlqMeta[2], dlqMeta[1])
+  if wrongLayout then
+    error(wrongLayout)
+  end
+  local nextSeq = (tonumber(dlqMeta[1] or '0') or 0) + 1
   if logHas(dlqMsgsKey, nextSeq) then
     error('RQ_CORRUPT ' .. dlqMetaKey .. ' field seq (the last dead letter) is '
       .. (rcall('HGET', dlqMetaKey, 'seq') or 'missing') .. ', but dead letter ' .. nextSeq .. ' exists in ' .. dlqMsgsKey)
   end
+  return dlqMeta[2]
 end
 
 local function deadLetter(seq, d, reason, errText)
   local policy = failurePolicy() -- before any write: a policy that does not parse stops the call here
-  local rec = logRead(msgsKey, seq)
-  deadLetterSeqFree()
+  local rec = logRead(msgsKey, seq, pinnedKey)
+  local dlqLayout = deadLetterSeqFree()
   d = d or {count = 0, holder = '', first = '', last = '', past = ''}
   complete(seq, d)
   if rec == false then
@@ -74,6 +82,7 @@ local function deadLetter(seq, d, reason, errText)
   end
   headers = deliveryHeaders(headers, seq, d, reason, errText, published)
   local dseq = rcall('HINCRBY', dlqMetaKey, 'seq', 1)
+  markLayout(dlqMetaKey, dlqMsgsKey, dlqLayout)
   logWriteOne(dlqMsgsKey, dseq, makeRecord('', now, cjson.encode(headers), payload))
   rcall('HINCRBY', groupKey, 'dead_lettered', 1)
   recordEvent('dead-lettered', seq, reason, dseq)

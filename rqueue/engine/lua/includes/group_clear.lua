@@ -37,7 +37,7 @@ local function clearGroup()
     if rcall('HINCRBY', pinnedKey, s, -1) <= 0 then
       rcall('HDEL', pinnedKey, s)
       if tonumber(s) <= trimmed then
-        logDeleteOne(msgsKey, s)
+        logDeleteOne(msgsKey, s, pinnedKey)
       end
     end
   end

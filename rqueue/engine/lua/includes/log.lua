@@ -2,27 +2,122 @@
   The log: a queue's message records by seq (includes/record.lua holds
   their format). Scripts read and write records only through these
   helpers and those of log_one.lua (one record at a time), so the log's
-  storage is known in these two files alone: the hash msgs (seq -> record).
-  key is the log's key, seqs are seqs as numbers or decimal strings.
+  storage is known in these two files alone. It has one of two layouts
+  (rqueue/engine/keys.py, LogLayout), told by the last letter of its key:
+    hash    <base>:msgs   seq -> record
+    stream  <base>:log    one entry per record: id "<seq>-0", field "r"
+                          the record. A stream takes no id at or below its
+                          newest, so a record replayed after its entry was
+                          deleted (replay.lua) is kept in side, the queue's
+                          pinned hash, as field "r<seq>".
+  key is the log's key, seqs are seqs as numbers or decimal strings, side
+  is the pinned hash (nil where no replayed record can be: then a stream's
+  read misses such a record and a delete leaves it).
+  The layout of a queue is its meta field "layout" (includes/layout.lua
+  refuses a call sent the other layout's key).
 ]]
 --@include bulk
 --@include bulk_get
 
--- Stores records: pairs is seq, record, seq, record, ...
+local LOG_STREAM_BYTE = 103 -- string.byte('g'): a stream log's key ends in ":log"
+
+-- The records of a stream log's seqs (ascending or not), one XRANGE per run
+-- of consecutive seqs; a seq without an entry is read from side.
+local function streamReadMany(key, seqs, side)
+  local out, missing = {}, nil
+  local i, count = 1, #seqs
+  while i <= count do
+    local from = tonumber(seqs[i])
+    local j = i
+    while j < count and tonumber(seqs[j + 1]) == from + (j - i) + 1 do
+      j = j + 1
+    end
+    for k = i, j do
+      out[k] = false
+    end
+    for _, entry in ipairs(redis.call('XRANGE', key, from, from + (j - i))) do
+      -- id "<seq>-0": the seq is the id without its last two characters
+      out[i + tonumber(string.sub(entry[1], 1, -3)) - from] = entry[2][2]
+    end
+    i = j + 1
+  end
+  if side then
+    for k = 1, count do
+      if not out[k] then
+        missing = missing or {}
+        missing[#missing + 1] = k
+      end
+    end
+    if missing and redis.call('EXISTS', side) == 1 then
+      local fields = {}
+      for n, k in ipairs(missing) do
+        fields[n] = 'r' .. seqs[k]
+      end
+      for n, rec in ipairs(bulkGet(side, fields)) do
+        out[missing[n]] = rec
+      end
+    end
+  end
+  return out
+end
+
+-- Stores records: pairs is seq, record, seq, record, ... with seqs rising.
+-- Replies nil, or the error reply of a stream's refusal of the first entry
+-- (over maxmemory, as it came; an id at or below the newest, RQ_CORRUPT):
+-- nothing is written then, and the caller undoes what it wrote before.
 local function logWrite(key, pairs)
-  bulk('HSET', key, pairs)
+  if string.byte(key, -1) ~= LOG_STREAM_BYTE then
+    bulk('HSET', key, pairs)
+    return nil
+  end
+  local added = redis.pcall('XADD', key, pairs[1] .. '-0', 'r', pairs[2])
+  if type(added) == 'table' and added.err then
+    if string.find(added.err, 'equal or smaller', 1, true) then
+      return redis.error_reply('RQ_CORRUPT ' .. key .. ' holds an entry at or above seq ' .. pairs[1]
+        .. ', the next seq of its meta hash: a publish would reuse seqs (see `rqueue doctor`)')
+    end
+    return added
+  end
+  for i = 3, #pairs, 2 do
+    redis.call('XADD', key, pairs[i] .. '-0', 'r', pairs[i + 1])
+  end
+  return nil
 end
 
 -- One record (or false) per seq, in the order of seqs.
-local function logReadMany(key, seqs)
-  return bulkGet(key, seqs)
+local function logReadMany(key, seqs, side)
+  if string.byte(key, -1) ~= LOG_STREAM_BYTE then
+    return bulkGet(key, seqs)
+  end
+  return streamReadMany(key, seqs, side)
 end
 
 -- True when the log holds any record.
 local function logAny(key)
-  return redis.call('EXISTS', key) == 1
+  if string.byte(key, -1) ~= LOG_STREAM_BYTE then
+    return redis.call('EXISTS', key) == 1
+  end
+  return redis.call('XLEN', key) > 0 -- a stream stays when its last entry goes
 end
 
-local function logDelete(key, seqs)
-  bulk('HDEL', key, seqs)
+local function logDelete(key, seqs, side)
+  if string.byte(key, -1) ~= LOG_STREAM_BYTE then
+    bulk('HDEL', key, seqs)
+    return
+  end
+  if #seqs == 0 then
+    return
+  end
+  local ids = {}
+  for i, s in ipairs(seqs) do
+    ids[i] = s .. '-0'
+  end
+  bulk('XDEL', key, ids)
+  if side and redis.call('EXISTS', side) == 1 then
+    local fields = {}
+    for i, s in ipairs(seqs) do
+      fields[i] = 'r' .. s
+    end
+    bulk('HDEL', side, fields)
+  end
 end

@@ -169,7 +169,7 @@ do
           for i, m in ipairs(members) do
             fields[i] = string.format('%d', tonumber(string.sub(m, #key + 2)) or 0)
           end
-          local recs = logReadMany(msgsKey, fields)
+          local recs = logReadMany(msgsKey, fields, pinnedKey)
           local raws = bulkGet(dlvKey, fields)
           local done, handed, waitAt = {}, 0, nil
           for i, field in ipairs(fields) do

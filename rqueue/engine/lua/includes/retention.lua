@@ -36,7 +36,7 @@ local function trimRetained(spec, nowMs, limit)
     local nxt = s + 1
     local drop = (maxAge == nil and maxLen == nil) or (maxLen ~= nil and nxt <= last - maxLen)
     if not drop and maxAge ~= nil then
-      local rec = logRead(msgsKey, nxt)
+      local rec = logRead(msgsKey, nxt, pinnedKey)
       -- Publish times rise with seqs: the first record young enough ends
       -- the step. A seq without a record (deleted before retention mode)
       -- or whose time does not parse holds nothing back.
@@ -58,7 +58,7 @@ local function trimRetained(spec, nowMs, limit)
       gone[#gone + 1] = q
     end
   end
-  logDelete(msgsKey, gone)
+  logDelete(msgsKey, gone, pinnedKey)
   bulk('HDEL', settledKey, gone)
   rcall('HSET', metaKey, 'trimmed', s)
   return s, s - trimmed

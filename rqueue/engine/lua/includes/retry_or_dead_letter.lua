@@ -41,7 +41,7 @@ local function failedForGood(seq, d, policy)
     return true, 'max-deliveries'
   end
   if policy.deadline > 0 then
-    local published = recordPublished(logRead(msgsKey, seq))
+    local published = recordPublished(logRead(msgsKey, seq, pinnedKey))
     if published and now - published >= policy.deadline then
       return true, 'deadline'
     end

@@ -125,7 +125,7 @@ local function settleMany(seqs, fields)
   if groups <= 1 then
     -- The strings when nothing was reopened: a number handed to redis.call
     -- is formatted again with sprintf, which costs more than the HDEL.
-    logDelete(msgsKey, (fresh == seqs and fields) or fresh)
+    logDelete(msgsKey, (fresh == seqs and fields) or fresh, pinnedKey)
     return
   end
   --@make sharedSettling
@@ -136,7 +136,7 @@ local function settleMany(seqs, fields)
     end
   end
   done = unpinned(done)
-  logDelete(msgsKey, done)
+  logDelete(msgsKey, done, pinnedKey)
   bulk('HDEL', settledKey, done)
   if floor ~= oldFloor then
     advanceTrim(oldFloor)

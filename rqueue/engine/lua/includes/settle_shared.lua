@@ -41,7 +41,7 @@ local function advanceTrim(oldFloor)
       gone[#gone + 1] = s
     end
     gone = unpinned(gone)
-    logDelete(msgsKey, gone)
+    logDelete(msgsKey, gone, pinnedKey)
     bulk('HDEL', settledKey, gone)
     rcall('HSET', metaKey, 'trimmed', minFloor)
   end
@@ -59,7 +59,7 @@ local function settleReopened(seq, groups)
   local counted = rcall('HEXISTS', metaKey, RETAIN) == 0
     and (groups <= 1 or tonumber(rcall('HGET', settledKey, seq) or '0') >= groups)
   if seq <= trimmed or counted then
-    logDelete(msgsKey, {seq})
+    logDelete(msgsKey, {seq}, pinnedKey)
     rcall('HDEL', settledKey, seq)
   end
 end

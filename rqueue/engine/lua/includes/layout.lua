@@ -1,0 +1,42 @@
+--[[
+  A queue's layout (includes/log.lua) against the log key a call was sent.
+  The layout is meta field "layout": "stream", or no field for the hash
+  layout. A queue without the field and without a seq has stored nothing
+  yet: a publish sent a stream key makes it a stream queue (markLayout).
+  Every script that touches the log checks before any write, so that a
+  client of the other layout changes nothing (it would read no records,
+  and take the messages for lost).
+]]
+--@include log
+
+-- The RQ_LAYOUT error text when the log key is of the other layout than
+-- the queue's, else nil. layout and seq are meta fields "layout" and "seq"
+-- as read (false when missing).
+local function layoutProblem(metaKey, logKey, layout, seq)
+  local stream = string.byte(logKey, -1) == LOG_STREAM_BYTE
+  if layout == 'stream' and stream or not layout and (not stream or not seq) then
+    return nil
+  end
+  return 'RQ_LAYOUT ' .. metaKey .. ' says the log has the ' .. tostring(layout or 'hash')
+    .. ' layout, and the call was sent the key ' .. logKey
+end
+
+-- layoutProblem as an error reply, or nil.
+local function layoutError(metaKey, logKey, layout, seq)
+  local problem = layoutProblem(metaKey, logKey, layout, seq)
+  return problem and redis.error_reply(problem)
+end
+
+-- layoutError, with the meta fields read here.
+local function checkLayout(metaKey, logKey)
+  local fields = redis.call('HMGET', metaKey, 'layout', 'seq')
+  return layoutError(metaKey, logKey, fields[1], fields[2])
+end
+
+-- Writes meta field "layout" of a queue that stores its first records into
+-- a stream log (layout: the field as read).
+local function markLayout(metaKey, logKey, layout)
+  if not layout and string.byte(logKey, -1) == LOG_STREAM_BYTE then
+    redis.call('HSET', metaKey, 'layout', 'stream')
+  end
+end
