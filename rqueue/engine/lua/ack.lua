@@ -28,6 +28,9 @@
     RQ_CORRUPT <tag>      the message's delivery state does not parse, or
       is missing though the message is leased (its lease runs out and fetch
       moves it to the dead-letter queue)
+  RQ_LAYOUT: KEYS[2] is a stream log key and the queue's log is not a
+    stream (includes/layout.lua; a hash key is not checked): nothing is
+    changed.
   Error of any ack (not a tag's): RQ_CORRUPT <floors key> field <group>:
     the group's ack floor is not a seq; raised when the message is settled,
     after its delivery was taken back (rqueue doctor finds it, docs/doctor.md)
@@ -36,9 +39,15 @@
 --@include ack_held_one
 --@include layout
 
-local wrongLayout = checkLayout(metaKey, msgsKey)
-if wrongLayout then
-  return wrongLayout
+-- Only a stream key is checked: an ack of a hash-layout client that met a
+-- stream queue (its tags came from before the queue was made again) settles
+-- its messages and leaves their entries, which a refusal would not save; the
+-- check would cost every ack of the hash layout a read.
+if string.byte(msgsKey, -1) == LOG_STREAM_BYTE then
+  local wrongLayout = checkLayout(metaKey, msgsKey)
+  if wrongLayout then
+    return wrongLayout
+  end
 end
 
 local one = ackHeldOne(4)

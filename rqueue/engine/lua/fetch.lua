@@ -74,6 +74,8 @@
     of messages passed over (delayed, or settled meanwhile) with more to
     look at, so that the client asks again at once.
   Errors:
+    RQ_LAYOUT      KEYS[2] is the log key of the other layout than the
+                   queue's (includes/layout.lua): nothing is changed
     RQ_FLOW_KEYS   sent KEYS[1..17] for a queue with meta field "prio":
                    nothing is changed; call again with KEYS[1..24]
     RQ_NOT_MEMBER  the consumer is not in the group (never joined, or

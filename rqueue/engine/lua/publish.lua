@@ -53,12 +53,18 @@
                    not the queue's priority log; a key is not of the form
                    above (named), or a message has both a key and a priority
     RQ_UNROUTABLE  mandatory publish to a queue without a group
+    RQ_LAYOUT      KEYS[2] is the log key of the other layout than the
+                   queue's (includes/layout.lua): nothing is stored; a
+                   queue's first publish sent a stream key makes it a
+                   stream queue
     RQ_PAUSED      the queue is paused with mode "refuse" (meta field
                    "paused", pause.lua); with "hold:<seq>" the messages are
                    stored and fetch holds them
     RQ_CORRUPT     the last seq (meta field seq) is garbage, or missing
                    while the queue has records or a group that settled some
-                   (a deleted meta hash): seqs would be reused
+                   (a deleted meta hash): seqs would be reused; or a stream
+                   log holds an entry at or above the next seq: nothing is
+                   stored
 ]]
 --@include log
 --@include layout

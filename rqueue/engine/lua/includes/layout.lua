@@ -3,9 +3,11 @@
   The layout is meta field "layout": "stream", or no field for the hash
   layout. A queue without the field and without a seq has stored nothing
   yet: a publish sent a stream key makes it a stream queue (markLayout).
-  Every script that touches the log checks before any write, so that a
-  client of the other layout changes nothing (it would read no records,
-  and take the messages for lost).
+  Every script that touches the log checks before any write (RQ_LAYOUT),
+  so that a client of the other layout changes nothing: it would read no
+  records, and take the messages for lost. ack and ack_result check a
+  stream key only (their headers say why); a dead-letter queue is checked
+  when a message is dead-lettered (includes/dead_letter.lua).
 ]]
 --@include log
 

@@ -72,7 +72,8 @@ local function logWrite(key, pairs)
   end
   local added = redis.pcall('XADD', key, pairs[1] .. '-0', 'r', pairs[2])
   if type(added) == 'table' and added.err then
-    if string.find(added.err, 'equal or smaller', 1, true) then
+    -- tostring: under memory:// the text is a Python object
+    if string.find(tostring(added.err), 'equal or smaller', 1, true) then
       return redis.error_reply('RQ_CORRUPT ' .. key .. ' holds an entry at or above seq ' .. pairs[1]
         .. ', the next seq of its meta hash: a publish would reuse seqs (see `rqueue doctor`)')
     end

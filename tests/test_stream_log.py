@@ -1,0 +1,156 @@
+"""The stream layout of a queue's log (rqueue.engine.keys.LogLayout.STREAM,
+the hidden setting of docs/layout-d-plan.md step 3): records in the stream
+``<base>:log``, deleted at the ack as in the hash layout; replayed records
+beside the queue's pins; a call sent the other layout's keys refused before
+any write; a publish below the stream's newest entry refused and undone.
+Every backend, memory:// included, runs the same scripts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support.aio_bridge import connect_as
+
+import rqueue
+from rqueue.engine.keys import LAYOUT_ENV, LogLayout
+from rqueue.errors import CorruptRecord, LayoutMismatch
+
+
+def connect(backend: str, prefix: str, clock: rqueue.ManualClock, layout: str) -> Any:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(LAYOUT_ENV, layout)
+        seed = rqueue.Randomness(seed=7)
+        return connect_as("sync", backend, prefix=prefix, clock=clock, randomness=seed, settings_ttl=0)
+
+
+@pytest.fixture
+def client(backend: str, prefix: str, clock: rqueue.ManualClock) -> Iterator[Any]:
+    c = connect(backend, prefix, clock, "stream")
+    yield c
+    c.close()
+
+
+def snapshot(r: Any, keys: Any) -> dict[str, Any]:
+    """Every key of the queue, its dead-letter queue and their groups, dumped."""
+    return {k: r.dump(k) for k in sorted(r.keys(keys.base.replace("{", "[{]").replace("}", "[}]") + "*"))}
+
+
+def test_a_stream_queue_keeps_its_records_in_the_stream_and_deletes_them_at_the_ack(client):
+    # given a stream-layout client and a queue with a group
+    q = client.queue("orders")
+    c = q.consumer("g")
+    r = client.redis
+    # when three messages are published
+    q.publish_many([b"a", b"b", b"c"])
+    # then they are entries <seq>-0 of the stream, the meta says so, and no hash log exists
+    assert q.keys.layout is LogLayout.STREAM and q.keys.msgs.endswith(":log")
+    assert [entry_id for entry_id, _ in r.xrange(q.keys.msgs)] == [b"1-0", b"2-0", b"3-0"]
+    assert r.hget(q.keys.meta, "layout") == b"stream"
+    assert r.exists(q.keys.msgs[: -len("log")] + "msgs") == 0
+    # when they are fetched and acked
+    ds = c.fetch(10)
+    assert [(d.seq, d.data) for d in ds] == [(1, b"a"), (2, b"b"), (3, b"c")]
+    c.ack(ds)
+    # then their entries are gone
+    assert r.xlen(q.keys.msgs) == 0
+    assert q.stats().depth == 0
+
+
+def test_a_client_of_the_other_layout_is_refused_and_changes_nothing(client, backend, prefix, clock):
+    # given a stream queue with a group, a message held and one waiting
+    q = client.queue("orders")
+    c = q.consumer("g")
+    q.publish_many([b"a", b"b"])
+    [held] = c.fetch(1)
+    other = connect(backend, prefix, clock, "hash")
+    try:
+        hq = other.queue("orders")
+        before = snapshot(client.redis, q.keys)
+        # when a hash-layout client publishes, fetches, acks or asks for stats
+        # then each call is refused with LayoutMismatch, naming the layouts
+        with pytest.raises(LayoutMismatch, match="stream layout"):
+            hq.publish(b"x")
+        hc = hq.consumer("g", name="other")
+        with pytest.raises(LayoutMismatch):
+            hc.fetch(10)
+        with pytest.raises(LayoutMismatch):
+            hq.stats()
+        # and nothing in Redis changed but the membership the consumer's join made
+        after = snapshot(client.redis, q.keys)
+        changed = {k.decode() for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+        gk = q.keys.group("g")
+        assert changed <= {gk.consumers, gk.state, f"{q.keys.base}:beats:g"}
+        assert [d.seq for d in c.fetch(10)] == [2]
+        held.ack()
+    finally:
+        other.close()
+
+
+def test_a_hash_queue_refuses_a_stream_client(client, backend, prefix, clock):
+    # given a queue of the hash layout with a message
+    other = connect(backend, prefix, clock, "hash")
+    try:
+        other.queue("orders").publish(b"a")
+        before = snapshot(client.redis, other.queue("orders").keys)
+        # when a stream-layout client publishes to it
+        with pytest.raises(LayoutMismatch, match="hash layout"):
+            client.queue("orders").publish(b"b")
+        # then nothing changed: no stream, the same last seq
+        assert snapshot(client.redis, other.queue("orders").keys) == before
+        assert other.queue("orders").stats().last_seq == 1
+    finally:
+        other.close()
+
+
+def test_dead_letters_and_replay_of_a_stream_queue(client):
+    # given a stream queue whose group rejects seq 2 and acks the rest
+    q = client.queue("orders")
+    c = q.consumer("g")
+    q.publish_many([b"1", b"2", b"3"])
+    for d in c.fetch(10):
+        d.reject(reason="bad") if d.seq == 2 else d.ack()
+    r = client.redis
+    dlq = q.keys.dead_letters
+    # then the dead letter is an entry of the dead-letter queue's stream, and seq 2's entry is gone
+    assert dlq.msgs.endswith(":dlq:log") and r.xlen(dlq.msgs) == 1
+    assert r.hget(dlq.meta, "layout") == b"stream"
+    assert r.xlen(q.keys.msgs) == 0
+    # when it is replayed
+    assert q.replay_dead_letters().replayed == 1
+    # then its record is kept beside the queue's pins (below the stream's newest id)
+    assert r.hget(q.keys.pinned, "r2") is not None
+    assert r.xlen(dlq.msgs) == 0
+    # and the group gets it again, whole; once acked, nothing of it is left
+    [d] = c.fetch(10)
+    assert (d.seq, d.data, d.redelivered) == (2, b"2", True)
+    d.ack()
+    assert r.hget(q.keys.pinned, "r2") is None
+    assert c.fetch(10) == []
+
+
+def test_a_publish_below_the_streams_newest_entry_is_refused_and_undone(client):
+    # given a stream queue whose stream holds an entry above its last seq (damage)
+    q = client.queue("orders")
+    q.consumer("g")
+    q.publish(b"a")
+    r = client.redis
+    r.xadd(q.keys.msgs, {"r": b"planted"}, id="5-0")
+    # when a message is published (seq 2)
+    # then the publish is refused, naming the stream, and the last seq is as it was
+    with pytest.raises(CorruptRecord, match="at or above seq 2"):
+        q.publish(b"b")
+    assert r.hget(q.keys.meta, "seq") == b"1"
+    assert r.xlen(q.keys.msgs) == 2
+
+
+def test_a_new_stream_queue_whose_first_publish_is_refused_stores_no_layout(client):
+    # given a stream whose newest entry is 9-0 and no meta (a new queue over damage)
+    q = client.queue("orders")
+    client.redis.xadd(q.keys.msgs, {"r": b"planted"}, id="9-0")
+    client.redis.xdel(q.keys.msgs, "9-0")
+    # when the first message is published, then it is refused and no seq or layout is written
+    with pytest.raises(CorruptRecord):
+        q.publish(b"a")
+    assert client.redis.hmget(q.keys.meta, "seq", "layout") == [None, None]
