@@ -154,3 +154,49 @@ def test_a_new_stream_queue_whose_first_publish_is_refused_stores_no_layout(clie
     with pytest.raises(CorruptRecord):
         q.publish(b"a")
     assert client.redis.hmget(q.keys.meta, "seq", "layout") == [None, None]
+
+
+def test_records_settled_above_the_floor_stay_until_the_floor_passes_them(client):
+    # given a stream queue with one group that holds seq 1 and acks seqs 2 and 3
+    q = client.queue("orders")
+    c = q.consumer("g")
+    q.publish_many([b"1", b"2", b"3"])
+    first, *rest = c.fetch(10)
+    c.ack(rest)
+    r = client.redis
+    # then their entries stay: the stream is trimmed at the ack floor only
+    assert r.xlen(q.keys.msgs) == 3
+    # when seq 1 is acked, the floor passes all three and the trim takes them
+    first.ack()
+    assert r.xlen(q.keys.msgs) == 0
+
+
+def test_the_stream_is_trimmed_at_the_lowest_floor_of_its_groups(client):
+    # given two groups; "fast" acks everything, "slow" nothing yet
+    q = client.queue("orders")
+    fast, slow = q.consumer("fast"), q.consumer("slow")
+    q.publish_many([b"1", b"2"])
+    fast.ack(fast.fetch(10))
+    r = client.redis
+    # then the records stay for "slow"
+    assert r.xlen(q.keys.msgs) == 2
+    held = slow.fetch(10)
+    assert [d.data for d in held] == [b"1", b"2"]
+    # and go once it acks them too (no per-seq counts are kept)
+    slow.ack(held)
+    assert r.xlen(q.keys.msgs) == 0
+    assert r.exists(q.keys.settled) == 0
+
+
+def test_deleting_the_lagging_group_lets_the_trim_pass(client):
+    # given two groups; "fast" acked both messages, "slow" none
+    q = client.queue("orders")
+    fast = q.consumer("fast")
+    q.consumer("slow")
+    q.publish_many([b"1", b"2"])
+    fast.ack(fast.fetch(10))
+    # when "slow" is deleted and the queue's trim step runs
+    q.delete_group("slow")
+    q.trim()
+    # then the records "fast" settled are gone
+    assert client.redis.xlen(q.keys.msgs) == 0

@@ -102,8 +102,9 @@ for i = 8, #ARGV do
         -- aside byte for byte (docs/upgrading.md): it goes back as it was.
         record = payload
       end
-      if logWriteNew(msgsKey, seq, record, pinnedKey) then
-        -- It had been deleted, so every group had settled it.
+      if logWriteNew(msgsKey, seq, record, pinnedKey) and not logIsStream(msgsKey) then
+        -- It had been deleted, so every group had settled it (a stream log
+        -- keeps no settled counts: its trim follows the lowest floor).
         rcall('HSET', settledKey, seq, groups)
       end
       -- Its count starts again (max_deliveries counts from the replay); the

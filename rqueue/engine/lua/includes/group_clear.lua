@@ -10,6 +10,7 @@
   Work: the group's in-flight and waiting sets, read whole.
 ]]
 --@include log_one
+--@include log_side
 --@include group_keys
 --@include group_names
 --@include delivery_state
@@ -36,7 +37,9 @@ local function clearGroup()
   for _, s in ipairs(rcall('ZRANGE', reopenKey, 0, -1)) do
     if rcall('HINCRBY', pinnedKey, s, -1) <= 0 then
       rcall('HDEL', pinnedKey, s)
-      if tonumber(s) <= trimmed then
+      if logIsStream(msgsKey) then
+        logForgetReplayed(s, pinnedKey)
+      elseif tonumber(s) <= trimmed then
         logDeleteOne(msgsKey, s, pinnedKey)
       end
     end

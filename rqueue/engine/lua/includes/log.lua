@@ -6,10 +6,14 @@
   (rqueue/engine/keys.py, LogLayout), told by the last letter of its key:
     hash    <base>:msgs   seq -> record
     stream  <base>:log    one entry per record: id "<seq>-0", field "r"
-                          the record. A stream takes no id at or below its
-                          newest, so a record replayed after its entry was
-                          deleted (replay.lua) is kept in side, the queue's
-                          pinned hash, as field "r<seq>".
+                          the record. Entries are not deleted one by one:
+                          logTrim drops those at or below the lowest ack
+                          floor (includes/settle.lua), so a record settled
+                          above it stays until the floor passes it. A
+                          stream takes no id at or below its newest, so a
+                          record replayed (replay.lua) is kept in side, the
+                          queue's pinned hash, as field "r<seq>", while a
+                          group has it reopened.
   key is the log's key, seqs are seqs as numbers or decimal strings, side
   is the pinned hash (nil where no replayed record can be: then a stream's
   read misses such a record and a delete leaves it).
@@ -21,9 +25,47 @@
 
 local LOG_STREAM_BYTE = 103 -- string.byte('g'): a stream log's key ends in ":log"
 
--- The records of a stream log's seqs (ascending or not), one XRANGE per run
--- of consecutive seqs; a seq without an entry is read from side.
-local function streamReadMany(key, seqs, side)
+local function logIsStream(key)
+  return string.byte(key, -1) == LOG_STREAM_BYTE
+end
+
+-- A stream log only: drops the entries of every seq up to upTo (a number).
+-- Exact, and cheap for a long stretch: a stream frees whole nodes.
+local function logTrim(key, upTo)
+  redis.call('XTRIM', key, 'MINID', string.format('%d', upTo + 1))
+end
+
+-- Stores records: pairs is seq, record, seq, record, ... with seqs rising.
+-- Replies nil, or the error reply of a stream's refusal of the first entry
+-- (over maxmemory, as it came; an id at or below the newest, RQ_CORRUPT):
+-- nothing is written then, and the caller undoes what it wrote before.
+local function logWrite(key, pairs)
+  if string.byte(key, -1) ~= LOG_STREAM_BYTE then
+    bulk('HSET', key, pairs)
+    return nil
+  end
+  local added = redis.pcall('XADD', key, pairs[1] .. '-0', 'r', pairs[2])
+  if type(added) == 'table' and added.err then
+    -- tostring: under memory:// the text is a Python object
+    if string.find(tostring(added.err), 'equal or smaller', 1, true) then
+      return redis.error_reply('RQ_CORRUPT ' .. key .. ' holds an entry at or above seq ' .. pairs[1]
+        .. ', the next seq of its meta hash: a publish would reuse seqs (see `rqueue doctor`)')
+    end
+    return added
+  end
+  for i = 3, #pairs, 2 do
+    redis.call('XADD', key, pairs[i] .. '-0', 'r', pairs[i + 1])
+  end
+  return nil
+end
+
+-- One record (or false) per seq, in the order of seqs. In a stream, one
+-- XRANGE per run of consecutive seqs (in the order given); a seq without an
+-- entry is read from side. One function, not two: fetch makes it per call.
+local function logReadMany(key, seqs, side)
+  if string.byte(key, -1) ~= LOG_STREAM_BYTE then
+    return bulkGet(key, seqs)
+  end
   local out, missing = {}, nil
   local i, count = 1, #seqs
   while i <= count do
@@ -59,38 +101,6 @@ local function streamReadMany(key, seqs, side)
     end
   end
   return out
-end
-
--- Stores records: pairs is seq, record, seq, record, ... with seqs rising.
--- Replies nil, or the error reply of a stream's refusal of the first entry
--- (over maxmemory, as it came; an id at or below the newest, RQ_CORRUPT):
--- nothing is written then, and the caller undoes what it wrote before.
-local function logWrite(key, pairs)
-  if string.byte(key, -1) ~= LOG_STREAM_BYTE then
-    bulk('HSET', key, pairs)
-    return nil
-  end
-  local added = redis.pcall('XADD', key, pairs[1] .. '-0', 'r', pairs[2])
-  if type(added) == 'table' and added.err then
-    -- tostring: under memory:// the text is a Python object
-    if string.find(tostring(added.err), 'equal or smaller', 1, true) then
-      return redis.error_reply('RQ_CORRUPT ' .. key .. ' holds an entry at or above seq ' .. pairs[1]
-        .. ', the next seq of its meta hash: a publish would reuse seqs (see `rqueue doctor`)')
-    end
-    return added
-  end
-  for i = 3, #pairs, 2 do
-    redis.call('XADD', key, pairs[i] .. '-0', 'r', pairs[i + 1])
-  end
-  return nil
-end
-
--- One record (or false) per seq, in the order of seqs.
-local function logReadMany(key, seqs, side)
-  if string.byte(key, -1) ~= LOG_STREAM_BYTE then
-    return bulkGet(key, seqs)
-  end
-  return streamReadMany(key, seqs, side)
 end
 
 -- True when the log holds any record.

@@ -27,14 +27,13 @@ local function logRead(key, seq, side)
   return side and redis.call('HGET', side, 'r' .. seq) or false
 end
 
--- Stores a record unless its seq has one; true when it was stored. In a
--- stream, in side (a replayed seq is at or below the newest id).
+-- The record of a seq reopened by replay: stored unless the seq has one;
+-- true when it was stored. In a stream, in side whether or not the entry
+-- is still there (a trim may drop it while the seq is reopened), unless
+-- side has it.
 local function logWriteNew(key, seq, rec, side)
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
     return redis.call('HSETNX', key, seq, rec) == 1
-  end
-  if redis.call('XRANGE', key, seq, seq)[1] then
-    return false
   end
   return redis.call('HSETNX', side, 'r' .. seq, rec) == 1
 end

@@ -122,6 +122,18 @@ local function settleMany(seqs, fields)
   if retained then
     return
   end
+  if logIsStream(msgsKey) then
+    -- Entries go with the lowest floor, none one by one (includes/log.lua).
+    if floor ~= oldFloor then
+      if groups <= 1 then
+        logTrim(msgsKey, floor)
+      else
+        --@make sharedSettling
+        advanceTrim(oldFloor)
+      end
+    end
+    return
+  end
   if groups <= 1 then
     -- The strings when nothing was reopened: a number handed to redis.call
     -- is formatted again with sprintf, which costs more than the HDEL.

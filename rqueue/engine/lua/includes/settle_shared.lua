@@ -4,6 +4,7 @@
   replay, the trim point of all groups, a reopened seq settled again.
 ]]
 --@include log
+--@include log_side
 --@include group_keys
 --@include group_names
 --@include bulk
@@ -35,7 +36,10 @@ local function advanceTrim(oldFloor)
       minFloor = f
     end
   end
-  if minFloor ~= nil and minFloor > trimmed then
+  if minFloor ~= nil and minFloor > trimmed and logIsStream(msgsKey) then
+    logTrim(msgsKey, minFloor)
+    rcall('HSET', metaKey, 'trimmed', minFloor)
+  elseif minFloor ~= nil and minFloor > trimmed then
     local gone = {}
     for s = trimmed + 1, minFloor do
       gone[#gone + 1] = s
@@ -54,6 +58,10 @@ local function settleReopened(seq, groups)
     return
   end
   rcall('HDEL', pinnedKey, seq)
+  if logIsStream(msgsKey) then
+    logForgetReplayed(seq, pinnedKey)
+    return
+  end
   local trimmed = tonumber(rcall('HGET', metaKey, 'trimmed') or '0')
   -- In retention mode only a record below the trim point goes (the pin kept it).
   local counted = rcall('HEXISTS', metaKey, RETAIN) == 0
