@@ -122,7 +122,9 @@ def test_dead_letters_and_replay_of_a_stream_queue(client):
     # then its record is kept beside the queue's pins (below the stream's newest id)
     assert r.hget(q.keys.pinned, "r2") is not None
     assert r.xlen(dlq.msgs) == 0
-    # and the group gets it again, whole; once acked, nothing of it is left
+    # and its record reads there, and the group gets it again, whole; once acked, nothing of it is left
+    assert [m.data for m in q.peek_group("g")] == [b"2"]
+    assert q.status(seq=2).published_ms is not None
     [d] = c.fetch(10)
     assert (d.seq, d.data, d.redelivered) == (2, b"2", True)
     d.ack()

@@ -386,6 +386,8 @@ async def last_seq(r: Any, keys: QueueKeys) -> int:
 
 async def record(r: Any, keys: QueueKeys, seq: int) -> bytes | None:
     rec = log.record_of(keys, await guarded(lambda: log.read(r, keys, seq), where=keys.base))
+    if rec is None and log.stream(keys):
+        rec = (await guarded(lambda: log.read_side(r, keys, [seq]), where=keys.base))[0]
     return None if rec is None else rec if isinstance(rec, bytes) else rec.encode()
 
 

@@ -140,11 +140,12 @@ class QueueKeys:
 
     def status_keys(self, msg_id: str | None, groups: Sequence[str]) -> list[str]:
         """KEYS of status.lua: the message's id key (the meta key when it
-        is named by its seq), then three keys per group."""
+        is named by its seq), then three keys per group, then the pins."""
         keys = [self.meta, self.msgs, self.floors, self.events, self.message_id(msg_id) if msg_id else self.meta]
         for g in groups:
             gk = self.group(g)
             keys += [gk.deliveries, gk.acked, gk.delay]
+        keys.append(self.pinned)
         return keys
 
     def retain_keys(self) -> list[str]:

@@ -11,10 +11,10 @@ handling; the reply goes through the matching decoding function
 (``read`` -> ``record_of``, ``read_many`` -> ``records``, ``has`` ->
 ``present``, ``scan`` -> ``scan_page``).
 
-In the stream layout a record replayed after its entry was deleted is
-kept by the scripts beside the queue's pins, where these reads do not
-look: such a seq reads as without a record here until layout (d)'s step 3
-is complete (docs/layout-d-plan.md).
+In the stream layout the record of a seq reopened by replay is also kept
+beside the queue's pins (field ``r<seq>`` of the pinned hash), where the
+trim cannot take it: ``read_side`` reads it there, for a seq whose entry is
+gone.
 """
 
 from __future__ import annotations
@@ -53,6 +53,17 @@ def record_of(keys: QueueKeys, reply: Any) -> Any:
     if not _stream(keys):
         return reply
     return _entry_record(reply[0][1]) if reply else None
+
+
+def read_side(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
+    """Stream layout: queues the read of the replayed records of ``seqs``
+    kept beside the pins (one value or None per seq)."""
+    return r.hmget(keys.pinned, [f"r{seq}" for seq in seqs])
+
+
+def stream(keys: QueueKeys) -> bool:
+    """Whether the queue's log is a stream (read_side then applies)."""
+    return _stream(keys)
 
 
 def read_many(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:

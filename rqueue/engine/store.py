@@ -57,6 +57,8 @@ def records_after(r: RedisClient, keys: QueueKeys, after: int, n: int) -> list[t
 
 def record(r: RedisClient, keys: QueueKeys, seq: int) -> bytes | None:
     rec = guarded(lambda: log.record_of(keys, log.read(r, keys, seq)), where=keys.base)
+    if rec is None and log.stream(keys):
+        rec = guarded(lambda: log.read_side(r, keys, [seq]), where=keys.base)[0]
     return None if rec is None else _bytes(rec)
 
 

@@ -15,6 +15,8 @@
       meta key again when the message is named by its seq
     then 3 keys per group named in ARGV[4..]: its dlv (delivery states),
       acked (runs above the floor) and delay (due times)
+    then the pinned hash (seq -> groups that reopened it; in a stream log's
+      queue also the records of those seqs, includes/log.lua)
     ARGV[1] now in ms, or "" for the server's TIME
     ARGV[2] the seq, or "" to read it from the id key (KEYS[5])
     ARGV[3] the most events to read, newest first, for a dead letter's reason
@@ -64,7 +66,7 @@ if seq == nil or seq > last then
   return {0, seq or 0, last, '', ''}
 end
 
-local rec = logRead(KEYS[2], seq)
+local rec = logRead(KEYS[2], seq, KEYS[6 + 3 * (#ARGV - 3)])
 local published, notBefore = '', ''
 if rec then
   published = recordPublished(rec) or ''

@@ -66,7 +66,7 @@ local function logReadMany(key, seqs, side)
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
     return bulkGet(key, seqs)
   end
-  local out, missing = {}, nil
+  local out, gaps = {}, false
   local i, count = 1, #seqs
   while i <= count do
     local from = tonumber(seqs[i])
@@ -74,30 +74,34 @@ local function logReadMany(key, seqs, side)
     while j < count and tonumber(seqs[j + 1]) == from + (j - i) + 1 do
       j = j + 1
     end
-    for k = i, j do
-      out[k] = false
-    end
-    for _, entry in ipairs(redis.call('XRANGE', key, from, from + (j - i))) do
-      -- id "<seq>-0": the seq is the id without its last two characters
-      out[i + tonumber(string.sub(entry[1], 1, -3)) - from] = entry[2][2]
+    local entries = redis.call('XRANGE', key, from, from + (j - i))
+    if #entries == j - i + 1 then
+      -- Every seq of the run has its entry, in order (the common case).
+      for k, entry in ipairs(entries) do
+        out[i + k - 1] = entry[2][2]
+      end
+    else
+      gaps = true
+      for k = i, j do
+        out[k] = false
+      end
+      for _, entry in ipairs(entries) do
+        -- id "<seq>-0": the seq is the id without its last two characters
+        out[i + tonumber(string.sub(entry[1], 1, -3)) - from] = entry[2][2]
+      end
     end
     i = j + 1
   end
-  if side then
+  if gaps and side and redis.call('EXISTS', side) == 1 then
+    local fields, at = {}, {}
     for k = 1, count do
       if not out[k] then
-        missing = missing or {}
-        missing[#missing + 1] = k
+        fields[#fields + 1] = 'r' .. seqs[k]
+        at[#at + 1] = k
       end
     end
-    if missing and redis.call('EXISTS', side) == 1 then
-      local fields = {}
-      for n, k in ipairs(missing) do
-        fields[n] = 'r' .. seqs[k]
-      end
-      for n, rec in ipairs(bulkGet(side, fields)) do
-        out[missing[n]] = rec
-      end
+    for n, rec in ipairs(bulkGet(side, fields)) do
+      out[at[n]] = rec
     end
   end
   return out
