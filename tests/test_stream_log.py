@@ -14,6 +14,7 @@ import pytest
 from support.aio_bridge import connect_as
 
 import rqueue
+from rqueue import doctor
 from rqueue.engine.keys import LAYOUT_ENV, LogLayout
 from rqueue.errors import CorruptRecord, LayoutMismatch
 
@@ -202,3 +203,18 @@ def test_deleting_the_lagging_group_lets_the_trim_pass(client):
     q.trim()
     # then the records "fast" settled are gone
     assert client.redis.xlen(q.keys.msgs) == 0
+
+
+def test_a_deleted_meta_hash_of_a_stream_queue_is_repaired_with_its_layout(client):
+    # given a stream queue with a group that acked one of two messages, then its meta hash deleted
+    q = client.queue("orders")
+    c = q.consumer("g")
+    q.publish_many([b"1", b"2"])
+    c.ack(c.fetch(1))
+    client.redis.delete(q.keys.meta)
+    # when the doctor repairs the queue
+    repairs = doctor.repair(q, doctor.examine(q))
+    # then the meta hash says the layout again, and the queue works on
+    assert client.redis.hget(q.keys.meta, "layout") == b"stream", repairs
+    q.publish(b"3")
+    assert [d.data for d in c.fetch(10)] == [b"2", b"3"]

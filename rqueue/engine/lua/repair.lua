@@ -22,7 +22,7 @@
       "counts": each member's count of held deliveries, recomputed from
         the lease set and the states, and acked_above from the acked runs
       "meta", ARGV[9] seq: the queue's last seq, written only while it is
-        missing
+        missing; with it meta field layout, for a stream log's key
       "prio": meta field prio (the queue has had priority or keyed
         messages), written only while it is missing
       "dead-letter-seq", ARGV[9] seq: the dead-letter queue's last seq,
@@ -241,6 +241,9 @@ if what == 'meta' then
     return HOLDS
   end
   rcall('HSET', metaKey, 'seq', ARGV[9])
+  -- A stream log's queue says so again (the call was sent its key, and a
+  -- queue without a seq takes the layout of the key it is sent).
+  markLayout(metaKey, msgsKey, rcall('HGET', metaKey, 'layout'))
   return {'done', 'wrote the last seq ' .. ARGV[9] .. ' to ' .. metaKey}
 end
 
