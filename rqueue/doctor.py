@@ -24,7 +24,7 @@ from typing import Any
 
 from .engine import commands
 from .engine import doctor_reads as reads
-from .engine.keys import GroupKeys, QueueKeys
+from .engine.keys import GroupKeys, LogLayout, QueueKeys
 from .partitions import PartitionedQueue
 from .protocols import AnyQueue
 from .queue import Queue
@@ -448,7 +448,9 @@ class _Examination:
         only when no group can have settled it: its record is stored and no
         group counts it settled (a record goes when its last group settles
         it). Otherwise (an acked run lost, say) handing it out again could
-        run a handler after its ack, so it is reported alone."""
+        run a handler after its ack, so it is reported alone; always so for
+        a stream log, whose records stay until the lowest floor passes them
+        and which keeps no counts."""
         covered = sorted((first, end) for first, end in runs if end > floor)
         lost: list[int] = []
         seq, i = floor + 1, 0
@@ -469,7 +471,7 @@ class _Examination:
                 f"seq {seq} is at or below the cursor {cursor} and above the floor {floor}, "
                 "but neither settled nor delivered nor waiting"
             )
-            if there and not count:
+            if there and not count and self.keys.layout is not LogLayout.STREAM:
                 self.add(
                     Kind.UNTRACKED,
                     gk.state,
@@ -480,7 +482,13 @@ class _Examination:
                     fix=("untracked", str(seq)),
                 )
             else:
-                why = "its record is gone" if not there else f"{count} group(s) settled it"
+                why = (
+                    "its record is gone"
+                    if not there
+                    else f"{count} group(s) settled it"
+                    if count
+                    else "its stream log keeps records settled above the lowest floor"
+                )
                 self.add(
                     Kind.UNTRACKED,
                     gk.state,

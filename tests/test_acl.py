@@ -59,7 +59,7 @@ ADMIN_LOADED = (
     "+hdel +hexists +hget +hgetall +hincrby +hkeys +hlen +hmget +hset +hsetnx +hvals +pexpire "
     "+sadd +sismember +smembers +srem "
     "+zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore "
-    "+xadd +xrange +xread +xrevrange "
+    "+xadd +xdel +xlen +xrange +xread +xrevrange +xtrim "
     "+publish +subscribe"
 )
 # The same with SCRIPT LOAD: the client loads its scripts, and may load any.

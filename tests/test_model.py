@@ -74,11 +74,13 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from support import logview
 from support.model import ERRORS, REPLAYED, Model, ModelError, Settings, Tag, ms
 from support.raw import group_key
 
 import rqueue
 from rqueue.delivery import REPLAYED_HEADER
+from rqueue.engine.keys import LAYOUT_ENV, LogLayout
 
 QUEUE = "q"
 SLOTS = {"a1": "A", "a2": "A", "a3": "A", "b1": "B", "b2": "B"}  # consumer name -> group
@@ -231,7 +233,7 @@ class QueueMachine(RuleBasedStateMachine):
         if completed:
             self.client.configure(QUEUE, events=["completed"])
             COVERAGE["(examples with completed events)"] += 1
-        self.model = Model(Settings(**values), self.clock.now_ms)
+        self.model = Model(Settings(**values), self.clock.now_ms, stream_log=self.q.keys.layout is LogLayout.STREAM)
         self.handles: dict[str, Handle | None] = {slot: None for slot in SLOTS}
         self.deliveries: list[tuple[Handle, rqueue.Delivery]] = []
         # deliveries made before a wipe: nothing may settle them
@@ -544,7 +546,9 @@ class QueueMachine(RuleBasedStateMachine):
     def nack_list(self, i, js, delay):
         """c.nack_available([...]) (a worker's failed batch) through any live
         consumer: foreign, late and repeated tags, each as its Delivery or
-        (True) its tag text, each nacked on its own in order, as c.nack would."""
+        (True) its tag text. Every tag is checked before any is nacked (a
+        refusal is its status); those that pass are nacked in order, as
+        c.nack would, each checked again."""
         h = self._handle(i)
         picked = [self._delivery(j) for j, _ in js]
         refs = [d.tag if text else d for (_, d), (_, text) in zip(picked, js)]
@@ -554,7 +558,11 @@ class QueueMachine(RuleBasedStateMachine):
             return [("ok", s) if isinstance(s, str) else ("err", type(s).__name__) for s in got]
 
         def model_statuses():
-            return [outcome(lambda d=d: self.model.nack(h.group, h.name, tag_of(d), delay)) for _, d in picked]
+            refused = [self.model.refusal(h.group, h.name, tag_of(d)) for _, d in picked]
+            return [
+                ("err", code) if code else outcome(lambda d=d: self.model.nack(h.group, h.name, tag_of(d), delay))
+                for (_, d), code in zip(picked, refused, strict=True)
+            ]
 
         real = outcome(real_statuses)
         if any(hh is not h and not text for (hh, _), (_, text) in zip(picked, js)):
@@ -905,7 +913,7 @@ class QueueMachine(RuleBasedStateMachine):
         return {
             "last_seq": stats.last_seq,
             "depth": stats.depth,
-            "records": sorted(int(s) for s in r.hkeys(self.q.keys.msgs)),
+            "records": logview.seqs(r, self.q.keys),
             "scheduled": stats.scheduled,
             "dead_letters": sorted((d.group, d.seq, d.reason, d.deliveries) for d in self.q.dead_letters()),
             "groups": groups,
@@ -940,6 +948,12 @@ def _run(base: type[QueueMachine], backend: str) -> None:
 
 @pytest.mark.slow
 def test_model(backend: str) -> None:
+    _run(QueueMachine, backend)
+
+
+def test_model_with_a_stream_log(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same machine with the queue's log in a stream (docs/layout-d-plan.md, step 3)
+    monkeypatch.setenv(LAYOUT_ENV, "stream")
     _run(QueueMachine, backend)
 
 

@@ -8,6 +8,7 @@ import time
 
 import pytest
 import redis
+from support import logview
 from support.refusals import nothing_changes
 
 from rqueue.engine import commands
@@ -344,7 +345,7 @@ def test_fetch_makes_its_failure_paths_only_where_they_are_taken():
 def test_publish_reply_is_seq_and_duplicate_flag(raw):
     assert publish(raw, b"a", b"b", ids=["x", "x"]) == [INC.encode(), 1, 0, 1, 1]
     r, qk, _, _ = raw
-    assert r.hget(qk.msgs, 1) == compact(NOW, b"a")  # no headers, no delay
+    assert logview.record(r, qk, 1) == compact(NOW, b"a")  # no headers, no delay
     # an explicit (test) time: the TTL is only cleanup, a day past the window
     assert (
         r.get(qk.message_id("x")) == b"1:%d:itest" % (NOW + 60_000)
@@ -359,8 +360,8 @@ def test_publish_batch_judges_a_repeated_id_as_separate_publishes_would(raw):
     keys = qk.publish_keys() + [qk.message_id("x"), qk.message_id("x"), qk.message_id("y")]
     args = [NOW, 60_000, "0", "", INC, 6, 0, b"a", 0, 250, b"b", 7, 0, b"c", 8, 0, b"d"]
     assert s.publish(keys=keys, args=args) == [b"itest", 1, 0, 2, 0, 1, 1, 3, 0]
-    assert r.hget(qk.meta, "seq") == b"3" and r.hlen(qk.msgs) == 3
-    assert r.hget(qk.msgs, 2) == b"%d:%d:0:b" % (NOW + 250, NOW) and r.zscore(qk.sched, 2) == NOW + 250
+    assert r.hget(qk.meta, "seq") == b"3" and logview.count(r, qk) == 3
+    assert logview.record(r, qk, 2) == b"%d:%d:0:b" % (NOW + 250, NOW) and r.zscore(qk.sched, 2) == NOW + 250
     assert r.get(qk.message_id("y")) == b"3:%d:itest" % (NOW + 60_000)
     # the next call sees the stored ids
     assert s.publish(keys=keys, args=args) == [b"itest", 1, 1, 4, 0, 1, 1, 3, 1]
@@ -373,17 +374,17 @@ def test_publish_batch_judges_a_repeated_id_as_separate_publishes_would(raw):
 def test_publish_keeps_the_text_form_for_headers_and_for_a_time_past_6_bytes(raw):
     r, qk, _, _ = raw
     publish(raw, b'{"k":"v"}a', headers_len=9)
-    assert r.hget(qk.msgs, 1) == b':%d:9:{"k":"v"}a' % NOW
+    assert logview.record(r, qk, 1) == b':%d:9:{"k":"v"}a' % NOW
     publish(raw, b'{"k":"v"}c', delay=500, headers_len=9)
-    assert r.hget(qk.msgs, 2) == b'%d:%d:9:{"k":"v"}c' % (NOW + 500, NOW)
+    assert logview.record(r, qk, 2) == b'%d:%d:9:{"k":"v"}c' % (NOW + 500, NOW)
     publish(raw, b"b", now=2**48)
-    assert r.hget(qk.msgs, 3) == b":%d:0:b" % 2**48
+    assert logview.record(r, qk, 3) == b":%d:0:b" % 2**48
 
 
 def test_publish_delayed_records_not_before(raw):
     publish(raw, b"a", delay=500)
     r, qk, _, _ = raw
-    assert r.hget(qk.msgs, 1) == b"%d:%d:0:a" % (NOW + 500, NOW)
+    assert logview.record(r, qk, 1) == b"%d:%d:0:a" % (NOW + 500, NOW)
     assert r.zscore(qk.sched, 1) == NOW + 500
 
 
@@ -411,7 +412,7 @@ def test_fetch_moves_the_cursor_past_the_last_seq_it_read(raw):
     r, qk, gk, s = raw
     publish(raw, *[b"m"] * 130)
     s.join(keys=gk, args=group_argv())
-    r.hdel(qk.msgs, 3)
+    assert logview.delete(r, qk, 3) == 1
     # when fetches read 3 seqs (one deleted) and then 120
     assert [x for x in s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))[4::3]] == [1, 2]
     assert r.hget(gk[4], "cursor") == b"2"
@@ -427,7 +428,7 @@ def test_a_small_fetch_reads_records_first_and_the_last_seq_only_at_a_gap(raw):
     r, qk, gk, s = raw
     publish(raw, b"a", b"b", b"c")
     s.join(keys=gk, args=group_argv())
-    r.hdel(qk.msgs, 2)
+    assert logview.delete(r, qk, 2) == 1
 
     def fetch(n):
         return s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, n, "t1"))[4::3]
@@ -556,7 +557,7 @@ def test_ack_accepts_a_seq_or_count_written_another_way(raw):
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
     assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", "01", "1", "t1", "2", "01", "t1")) == [b"ok", b"ok"]
-    assert r.hkeys(gk[8]) == [b"pin"] and r.zrangebyscore(gk[5], "-inf", "(+inf") == [] and r.hlen(qk.msgs) == 0
+    assert r.hkeys(gk[8]) == [b"pin"] and r.zrangebyscore(gk[5], "-inf", "(+inf") == [] and logview.count(r, qk) == 0
     assert r.hget(gk[2], "g") == b"2"
 
 
@@ -590,7 +591,7 @@ def test_ack_writes_the_floor_and_counts_as_plain_numbers_however_many_it_settle
     assert floor_and_trimmed() == (b"3", b"3") and r.zcard(gk[9]) == 0
     # when several are acked out of order in one call
     assert ack(6, 1, "05", 1, 4, 1) == [b"ok", b"ok", b"ok"]
-    assert floor_and_trimmed() == (b"6", b"6") and r.hlen(qk.msgs) == 0
+    assert floor_and_trimmed() == (b"6", b"6") and logview.count(r, qk) == 0
     assert r.hget(gk[10], "c1") == b"0" and r.hget(gk[4], "acked") == b"6"
 
 
@@ -648,7 +649,7 @@ def test_acks_above_a_held_message_are_kept_as_runs_that_the_floor_passes_in_one
     assert runs() == [(12, 12)] and above() == 1
     # when 11 is acked, the floor passes the last run too and nothing is kept
     ack(11)
-    assert r.hget(qk.floors, "g") == b"12" and runs() == [] and above() == 0 and r.hlen(qk.msgs) == 0
+    assert r.hget(qk.floors, "g") == b"12" and runs() == [] and above() == 0 and logview.count(r, qk) == 0
 
 
 def test_a_tag_whose_seq_is_no_whole_number_is_unknown_next_to_acked_runs(raw):
@@ -728,7 +729,7 @@ def test_ack_of_no_tags_and_of_more_tags_than_one_chunk(raw):
     tags = [x for seq in range(1, 1501) for x in (seq, 1, "t1")]
     assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *tags)) == [b"ok"] * 1500
     # then every one is settled
-    assert r.hget(qk.floors, "g") == b"1500" and r.hlen(qk.msgs) == 0 and r.hkeys(gk[8]) == [b"pin"]
+    assert r.hget(qk.floors, "g") == b"1500" and logview.count(r, qk) == 0 and r.hkeys(gk[8]) == [b"pin"]
 
 
 def test_fetch_acks_the_tags_it_is_given_first(raw):
@@ -748,7 +749,7 @@ def test_fetch_acks_the_tags_it_is_given_first(raw):
     # the ack frees the one prefetch slot for this same fetch; a bad tag gets its code
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, "t2", 1, 1, "t1", 9, 1, "t1"))
     assert reply == [NOW, b"", b"itest", 3, b"ok", b"RQ_UNKNOWN_TAG", 2, 1, compact(NOW, b"b")]
-    assert r.hget(gk[2], "g") == b"1" and not r.hexists(gk[8], 1) and r.hlen(qk.msgs) == 2
+    assert r.hget(gk[2], "g") == b"1" and not r.hexists(gk[8], 1) and logview.count(r, qk) == 2
     # a non-member's call changes nothing, its tags included
     with pytest.raises(redis.ResponseError, match="^RQ_NOT_MEMBER"):
         s.fetch(keys=gk, args=group_argv("g", "nobody", NOW, None, 5, "t3", 2, 1, "t2"))
@@ -831,20 +832,20 @@ def test_nack_of_many_tags_names_a_state_that_does_not_parse_and_nacks_the_other
 def test_nack_of_many_tags_that_meets_damage_of_the_call_changes_nothing(raw, queue, client):
     # given a held delivery that a failure requeues, one at its last allowed delivery,
     # and a dead letter where the next one is to go (its meta's seq was reset)
-    r, _, gk, s = raw
+    r, qk, gk, s = raw
     twice = Settings(ack_wait=10, max_deliveries=2)
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, twice, 1, "t1"))
     assert s.nack(keys=gk, args=group_argv("g", "c1", NOW, twice, 1, 1, "t1", "0", "", ""))[0] == b"requeued"
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, twice, 2, "t2"))  # 1 (its second delivery), then 2
-    r.hset(gk[15], 1, b"an older dead letter")
+    logview.put(r, qk.dead_letters, 1, b"an older dead letter")
     # when both are nacked in one call, the one that requeues first
     # then the call is refused naming the dead-letter queue, and nothing changed
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"RQ_CORRUPT .*dead letter 1 exists"):
         s.nack(keys=gk, args=group_argv("g", "c1", NOW, twice, 2, 1, "t2", "0", "boom", "failed", 1, 2, "t2"))
     # and a floor that is not a seq, met at a tag without a delivery state after a held one, changes nothing either
-    r.hdel(gk[15], 1)
+    assert logview.delete(r, qk.dead_letters, 1) == 1
     r.hset(gk[2], "g", "garbage")
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"RQ_CORRUPT .*the ack floor"):
         s.nack(keys=gk, args=group_argv("g", "c1", NOW, twice, 2, 1, "t2", "0", "boom", "failed", 9, 1, "t2"))
@@ -1140,7 +1141,7 @@ def test_fetch_names_seqs_across_hundreds_exactly(raw, queue):
     assert [d.seq for d in got] == list(range(1, 331))
     assert all(r.hexists(gk[8], seq) and r.zscore(gk[5], seq) is not None for seq in (100, 199, 200, 299, 300, 330))
     c.ack(got)
-    assert r.hkeys(gk[8]) == [b"pin"] and r.zrangebyscore(gk[5], "-inf", "(+inf") == [] and r.hlen(qk.msgs) == 0
+    assert r.hkeys(gk[8]) == [b"pin"] and r.zrangebyscore(gk[5], "-inf", "(+inf") == [] and logview.count(r, qk) == 0
 
 
 # -- fencing tokens (guarantee 11 in docs/guarantees.md) -------------------------------
@@ -1410,7 +1411,7 @@ def test_settle_to_settles_unread_messages_and_moves_the_floor_and_cursor(raw, c
     # then the floor and the cursor are at 3, records 1..3 are gone, and fetch hands out seq 4 next
     assert r.hget(qk.floors, "g") == b"3"
     assert r.hget(gk[4], "cursor") == b"3"
-    assert sorted(int(f) for f in r.hkeys(qk.msgs)) == [4, 5]
+    assert logview.seqs(r, qk) == [4, 5]
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
     assert reply[4] == 4  # after now, next due, incarnation and last seq
     # and settling the same range again settles nothing
@@ -1429,11 +1430,11 @@ def test_settle_to_leaves_a_delivery_in_flight_to_its_consumer(raw, client):
     # then seq 2 is still c1's, the floor stops below it, and 3..5 are one acked run
     assert r.hget(qk.floors, "g") == b"1"
     assert r.zrange(gk[9], 0, -1, withscores=True) == [(b"3", 5.0)]
-    assert sorted(int(f) for f in r.hkeys(qk.msgs)) == [2]
+    assert logview.seqs(r, qk) == [2]
     # and c1's ack of it moves the floor over the run
     assert ack_of(s, gk, "c1", "0", (2, 1, "t1")) == [b"ok"]
     assert r.hget(qk.floors, "g") == b"5"
-    assert r.hlen(qk.msgs) == 0
+    assert logview.count(r, qk) == 0
 
 
 def test_settle_to_settles_a_message_waiting_for_redelivery(raw, client):
@@ -1463,7 +1464,7 @@ def test_settle_to_does_bounded_work_and_never_passes_the_last_seq(raw, client):
     # then seq 6, published later, is not settled
     publish(raw, b"6")
     assert r.hget(qk.floors, "g") == b"5"
-    assert r.hkeys(qk.msgs) == [b"6"]
+    assert logview.seqs(r, qk) == [6]
 
 
 def test_settle_to_refuses_a_missing_group_and_bad_numbers(raw, client):
@@ -1496,7 +1497,7 @@ def test_publish_tracked_position_skips_the_rows_a_writer_stored(raw, client):
     reply = publish_tracked(raw, "position", 0, ("", b"a"), ("", b"b"), ("", b"c"), ("", b"d"))
     # then only row 3 is stored; the tracker is one hash with one field, expiring
     assert reply == [0, 1, 0, 1, 0, 1, 4, 0]
-    assert r.hlen(qk.msgs) == 4
+    assert logview.count(r, qk) == 4
     assert r.hgetall(qk.tracker("w1")) == {b"rows": b"4"}
     assert r.pttl(qk.tracker("w1")) > 0
     # and another writer's rows are its own
@@ -1511,7 +1512,7 @@ def test_publish_tracked_content_skips_stored_rows_in_any_order(raw, client):
     reply = publish_tracked(raw, "content", 0, ("y#1", b"y"), ("z", b"z"), ("x", b"x"), ("z", b"z"), ("y", b"y"))
     # then only z is stored, once; duplicates name the seq they were stored under
     assert reply == [3, 1, 4, 0, 1, 1, 4, 1, 2, 1]
-    assert r.hlen(qk.msgs) == 4
+    assert logview.count(r, qk) == 4
 
 
 def test_publish_tracked_refuses_bad_arguments(raw, client):
@@ -1671,7 +1672,7 @@ def test_publish_refuses_a_bad_ordering_key_or_one_with_a_priority_storing_nothi
     ):
         with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT " + message):
             keyed_publish(raw, (b"ok", "0:0::k"), (b"bad", timing))
-    assert not r.exists(qk.meta) and not r.exists(qk.msgs) and not r.exists(qk.prio)
+    assert not r.exists(qk.meta) and not logview.exists(r, qk) and not r.exists(qk.prio)
 
 
 def test_fetch_takes_the_short_layout_until_the_queue_had_a_priority_or_keyed_message(raw, client):
@@ -1732,10 +1733,10 @@ def test_retain_stores_the_retention_and_trims_only_what_every_group_settled(raw
     assert r.hget(qk.meta, "retain") == b"- 1"
     s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *[x for seq in (1, 2, 3) for x in (seq, 1, "tok")]))
     # then acks deleted nothing, and a step deletes the settled seqs beyond the length only
-    assert r.hlen(qk.msgs) == 4
+    assert logview.count(r, qk) == 4
     assert retain(raw, length="1", limit=2) == [1, 2, 2]  # at most the limit per call
     assert retain(raw, length="1") == [1, 3, 1]
-    assert sorted(r.hkeys(qk.msgs)) == [b"4"]
+    assert logview.seqs(r, qk) == [4]
     # and with apply "0" the stored retention is kept
     assert retain(raw, apply="0") == [1, 3, 0] and r.hget(qk.meta, "retain") == b"- 1"
 
@@ -1758,7 +1759,7 @@ def test_retain_leaves_retention_mode_once_nothing_is_stored(raw):
     retain(raw, length="5")
     s.settle_to(keys=gk, args=group_argv("g", "", NOW, None, 1, 0, 100))
     assert retain(raw) == [0, 1, 1]
-    assert r.hget(qk.meta, "retain") is None and r.hlen(qk.msgs) == 0
+    assert r.hget(qk.meta, "retain") is None and logview.count(r, qk) == 0
 
 
 @pytest.mark.parametrize(
@@ -1820,7 +1821,7 @@ def test_group_delete_removes_the_group_keys(raw, client):
     assert s.group_delete(keys=gk, args=group_argv("g", "", NOW, None, "1")) == [1]
     assert r.hlen(qk.floors) == 0
     assert [k for k in qk.group("g").group_only() if r.exists(k)] == []
-    assert r.hlen(qk.msgs) == 1
+    assert logview.count(r, qk) == 1
 
 
 def test_status_by_id_and_by_seq_per_group(raw, client):

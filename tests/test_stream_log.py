@@ -218,3 +218,22 @@ def test_a_deleted_meta_hash_of_a_stream_queue_is_repaired_with_its_layout(clien
     assert client.redis.hget(q.keys.meta, "layout") == b"stream", repairs
     q.publish(b"3")
     assert [d.data for d in c.fetch(10)] == [b"2", b"3"]
+
+
+def test_seqs_of_a_lost_acked_run_are_reported_not_handed_out_again(client):
+    # given one group that acked 2 and 3 above the held 1 (their entries stay), its acked runs then deleted
+    q = client.queue("orders")
+    g = q.consumer("g")
+    q.publish_many([b"1", b"2", b"3"])
+    held, d2, d3 = g.fetch(3)
+    g.ack([d2, d3])
+    client.redis.delete(q.keys.group("g").acked)
+    # when the doctor examines and repairs the queue
+    found = [f for f in doctor.examine(q) if f.kind is doctor.Kind.UNTRACKED]
+    # then 2 and 3 are named without a repair: a stored record does not say no group settled them
+    assert [(f.seq, f.repair) for f in found] == [(2, None), (3, None)]
+    assert "keeps records settled above the lowest floor" in found[0].detail
+    assert doctor.repair(q, found) == []
+    # and nothing hands them out again
+    held.ack()
+    assert g.fetch(10) == []

@@ -346,11 +346,16 @@ async def queue_figures(
             now = int(sec) * 1000 + int(usec) // 1000
         else:
             now = now_ms
-        last = await r.hget(keys.meta, "seq")
-        depth = await log.length(r, keys)
-        scheduled = await r.zcount(keys.sched, f"({now}", "+inf")
-        dead = await log.length(r, dead_letters)
-        return _int(last), int(depth), int(scheduled), int(dead)
+        # Not MULTI: as store.queue_figures.
+        pipe = r.pipeline(transaction=False)
+        pipe.hget(keys.meta, "seq")
+        n = log.length(pipe, keys)
+        pipe.zcount(keys.sched, f"({now}", "+inf")
+        m = log.length(pipe, dead_letters)
+        got = await pipe.execute()
+        depth = log.length_of(keys, got[1 : 1 + n])
+        dead = log.length_of(dead_letters, got[2 + n : 2 + n + m])
+        return _int(got[0]), depth, int(got[1 + n]), dead
 
     return await guarded(read, where=keys.base)
 

@@ -82,7 +82,13 @@ def records_exist(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[bool
 
 def log_length(r: RedisClient, keys: QueueKeys, where: str) -> int:
     """How many records the queue stores."""
-    return int(guarded(lambda: log.length(r, keys), where=where))
+
+    def read() -> int:
+        pipe = r.pipeline(transaction=False)
+        log.length(pipe, keys)
+        return log.length_of(keys, pipe.execute())
+
+    return guarded(read, where=where)
 
 
 def state_holder(raw: str) -> tuple[int, str] | None:

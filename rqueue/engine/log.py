@@ -94,11 +94,28 @@ def present(keys: QueueKeys, reply: Any) -> bool:
     return bool(reply)
 
 
-def length(r: Any, keys: QueueKeys) -> Any:
-    """How many records are stored."""
+def length(pipe: Any, keys: QueueKeys) -> int:
+    """Queues on ``pipe`` (a pipeline, sync or asyncio) the reads that count
+    the stored records; returns how many replies they take, which
+    length_of reads. In a stream: the entries, and the replayed records
+    beside the pins whose entries the trim took (at or below the trim point)."""
     if _stream(keys):
-        return r.xlen(keys.msgs)
-    return r.hlen(keys.msgs)
+        pipe.xlen(keys.msgs)
+        pipe.hkeys(keys.pinned)
+        pipe.hget(keys.meta, "trimmed")
+        return 3
+    pipe.hlen(keys.msgs)
+    return 1
+
+
+def length_of(keys: QueueKeys, replies: list[Any]) -> int:
+    """How many records are stored, from the replies of length's reads."""
+    if not _stream(keys):
+        return int(replies[0])
+    entries, pins, trimmed = replies
+    low = int(trimmed or 0)
+    side = [f for f in (p.decode() if isinstance(p, bytes) else str(p) for p in pins) if f.startswith("r")]
+    return int(entries) + sum(1 for f in side if f[1:].isdigit() and int(f[1:]) <= low)
 
 
 def delete(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:

@@ -94,11 +94,13 @@ def queue_figures(
         # it is over maxmemory, and stats matter most then.
         pipe = r.pipeline(transaction=False)
         pipe.hget(keys.meta, "seq")
-        log.length(pipe, keys)
+        n = log.length(pipe, keys)
         pipe.zcount(keys.sched, f"({now}", "+inf")
-        log.length(pipe, dead_letters)
-        last, depth, scheduled, dead = pipe.execute()
-        return _int(last), int(depth), int(scheduled), int(dead)
+        m = log.length(pipe, dead_letters)
+        got = pipe.execute()
+        depth = log.length_of(keys, got[1 : 1 + n])
+        dead = log.length_of(dead_letters, got[2 + n : 2 + n + m])
+        return _int(got[0]), depth, int(got[1 + n]), dead
 
     return guarded(read, where=keys.base)
 
@@ -356,14 +358,24 @@ def queue_overview(r: RedisClient, levels: list[tuple[QueueKeys, QueueKeys]], no
 
     def read() -> list[LevelFigures]:
         pipe = r.pipeline(transaction=False)  # plain reads: safe to send again
+        widths = []
         for keys, dead in levels:
             pipe.hget(keys.meta, "seq")
-            log.length(pipe, keys)
+            n = log.length(pipe, keys)
             pipe.zcount(keys.sched, f"({now_ms}", "+inf")
-            log.length(pipe, dead)
+            m = log.length(pipe, dead)
             pipe.hkeys(keys.floors)
-        first = pipe.execute()
-        names = [sorted(text(g) for g in first[i * 5 + 4]) for i in range(len(levels))]
+            widths.append((n, m))
+        replies = pipe.execute()
+        # Per level: last seq, depth, scheduled, dead letters, group names.
+        first: list[tuple[Any, int, Any, int, Any]] = []
+        at = 0
+        for (keys, dead), (n, m) in zip(levels, widths, strict=True):
+            depth = log.length_of(keys, replies[at + 1 : at + 1 + n])
+            dead_count = log.length_of(dead, replies[at + 2 + n : at + 2 + n + m])
+            first.append((replies[at], depth, replies[at + 1 + n], dead_count, replies[at + 2 + n + m]))
+            at += 3 + n + m
+        names = [sorted(text(g) for g in level[4]) for level in first]
         pipe = r.pipeline(transaction=False)
         for (keys, _), groups in zip(levels, names, strict=True):
             for g in groups:
@@ -381,8 +393,8 @@ def queue_overview(r: RedisClient, levels: list[tuple[QueueKeys, QueueKeys]], no
                 flight, delayed, acked, consumers = second[at : at + 4]
                 figures.append(GroupFigures(g, int(flight), int(delayed), _int(acked), int(consumers)))
                 at += 4
-            last, depth, scheduled, dead = first[i * 5 : i * 5 + 4]
-            out.append(LevelFigures(_int(last), int(depth), int(scheduled), int(dead), figures))
+            last, depth, scheduled, dead_letters, _ = first[i]
+            out.append(LevelFigures(_int(last), depth, int(scheduled), dead_letters, figures))
         return out
 
     return guarded(read)

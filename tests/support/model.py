@@ -228,8 +228,11 @@ class Group:
 
 
 class Model:
-    def __init__(self, settings: Settings, now_ms: int) -> None:
+    def __init__(self, settings: Settings, now_ms: int, stream_log: bool = False) -> None:
         self.settings = settings
+        # The log in a stream (rqueue.engine.keys.LogLayout.STREAM): a record
+        # goes only when the lowest floor passes it and no replay holds it.
+        self.stream_log = stream_log
         self.now = now_ms
         self.last = 0
         self.records: dict[int, Record] = {}
@@ -347,10 +350,13 @@ class Model:
             if self.retain is not None:
                 if seq <= self.trimmed and not self._pinned(seq):
                     del self.records[seq]
-            elif not rec.needed:
+            elif not rec.needed and not self.stream_log:
                 del self.records[seq]
         if self.retain is None and self.groups:
             self.trimmed = min(x.hash_floor for x in self.groups.values())
+            if self.stream_log:
+                for s in [s for s in self.records if s <= self.trimmed and not self._pinned(s)]:
+                    del self.records[s]
 
     def _dead_letter(self, g: Group, seq: int, d: Dlv, reason: str) -> None:
         rec = self.records.get(seq)
@@ -629,6 +635,11 @@ class Model:
                 g.delay.pop(seq, None)
             self._settle(g, seq)
         g.counters["acked"] += len(tags)
+
+    def refusal(self, group: str, consumer: str, tag: Tag) -> str | None:
+        """What a nack of ``tag`` would be refused with now (None: nothing),
+        without nacking it: a list nack checks every tag first (nack.lua)."""
+        return self._check_tag(self.groups[group], consumer, tag, late_ok=False)
 
     def nack(self, group: str, consumer: str, tag: Tag, delay: float | None) -> str:
         g = self.groups[group]

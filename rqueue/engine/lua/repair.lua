@@ -31,7 +31,8 @@
       "untracked", ARGV[9] seq: a seq the group read (above its floor, at
         or below its cursor) that is not settled and has no delivery state,
         whose record is stored and that no group counts settled, is made
-        ready: the next fetch hands it out as a first delivery
+        ready: the next fetch hands it out as a first delivery (not in a
+        stream log: RQ_BAD_ARGUMENT)
       "key-stranded", ARGV[9] an ordering key with messages waiting in the
         group's key queue and neither ready nor busy: put at the back of the
         ready keys (and first among the busy keys when it has deliveries
@@ -273,6 +274,11 @@ if what == 'dead-letter-seq' then
 end
 
 if what == 'untracked' then
+  if logIsStream(msgsKey) then
+    -- A stream log keeps settled records above the lowest floor and no
+    -- counts: a stored record does not say that no group settled the seq.
+    return redis.error_reply('RQ_BAD_ARGUMENT "untracked" is not repaired in a stream log: it is only reported')
+  end
   if not untracked(ARGV[9]) or not logHas(msgsKey, ARGV[9], pinnedKey) or rcall('HEXISTS', settledKey, ARGV[9]) == 1 then
     return {'gone', ''}
   end
