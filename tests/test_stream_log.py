@@ -43,16 +43,28 @@ def test_a_stream_queue_keeps_its_records_in_the_stream_and_deletes_them_at_the_
     q = client.queue("orders")
     c = q.consumer("g")
     r = client.redis
-    # when three messages are published
-    q.publish_many([b"a", b"b", b"c"])
-    # then they are entries <seq>-0 of the stream, the meta says so, and no hash log exists
+    # when two plain messages and one with headers are published
+    q.publish_many([b"a", b"b"])
+    q.publish(b"c", headers={"k": "v"})
+    # then they are entries of the stream: a plain one <seq>-<published ms> with its payload alone,
+    # the other <seq>-0 with its whole record; the meta says so, and no hash log exists
     assert q.keys.layout is LogLayout.STREAM and q.keys.msgs.endswith(":log")
-    assert [entry_id for entry_id, _ in r.xrange(q.keys.msgs)] == [b"1-0", b"2-0", b"3-0"]
+    now = client.clock.now_ms
+    assert r.xrange(q.keys.msgs) == [
+        (f"1-{now}".encode(), {b"p": b"a"}),
+        (f"2-{now}".encode(), {b"p": b"b"}),
+        (b"3-0", {b"r": f":{now}:9:".encode() + b'{"k":"v"}c'}),
+    ]
     assert r.hget(q.keys.meta, "layout") == b"stream"
     assert r.exists(q.keys.msgs[: -len("log")] + "msgs") == 0
-    # when they are fetched and acked
+    # when they are fetched and acked, then each comes whole, with its publish time
     ds = c.fetch(10)
-    assert [(d.seq, d.data) for d in ds] == [(1, b"a"), (2, b"b"), (3, b"c")]
+    assert [(d.seq, d.data, d.headers, d.published_ms) for d in ds] == [
+        (1, b"a", {}, now),
+        (2, b"b", {}, now),
+        (3, b"c", {"k": "v"}, now),
+    ]
+    assert [m.data for m in q.peek()] == [b"a", b"b", b"c"]
     c.ack(ds)
     # then their entries are gone
     assert r.xlen(q.keys.msgs) == 0
@@ -237,3 +249,16 @@ def test_seqs_of_a_lost_acked_run_are_reported_not_handed_out_again(client):
     # and nothing hands them out again
     held.ack()
     assert g.fetch(10) == []
+
+
+def test_a_group_made_later_is_handed_what_others_settled_above_their_floors(client):
+    # given one group that holds seq 1 and acked 2 and 3 (their entries stay above its floor)
+    q = client.queue("orders")
+    g = q.consumer("g")
+    q.publish_many([b"1", b"2", b"3"])
+    held, *rest = g.fetch(3)
+    g.ack(rest)
+    # when a second group is made, then it starts at the trim point and is handed all three
+    h = q.consumer("h")
+    assert [d.seq for d in h.fetch(10)] == [1, 2, 3]
+    held.ack()

@@ -1,8 +1,10 @@
 """The log seen from the client: the commands that read, count and delete
 a queue's message records outside the scripts (lua/includes/log.lua is
 the scripts' side, and describes the two layouts, keys.LogLayout): the hash
-``msgs`` (seq -> record), or the stream ``log`` (entry ``<seq>-0``, field
-``r`` the record).
+``msgs`` (seq -> record), or the stream ``log`` (entry ``<seq>-<ms>`` with
+field ``p``, a compact record's payload, or ``<seq>-0`` with field ``r``,
+any other record). The decoding functions give records, a compact one made
+again from its entry.
 
 Each command function queues one command on ``r``, a client or a pipeline,
 sync or asyncio, and returns what that call returns (a reply, the pipeline,
@@ -22,23 +24,31 @@ from __future__ import annotations
 from typing import Any
 
 from .keys import LogLayout, QueueKeys
-
-_FIELD = b"r"  # the record's field in a stream entry (lua/includes/log.lua)
+from .record import compact_record
 
 
 def _stream(keys: QueueKeys) -> bool:
     return keys.layout is LogLayout.STREAM
 
 
+def _as_bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
 def _entry_seq(entry_id: Any) -> int:
-    raw = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-    return int(raw.partition("-")[0])
+    return int(_as_bytes(entry_id).partition(b"-")[0])
 
 
-def _entry_record(fields: Any) -> Any:
-    if isinstance(fields, dict):
-        return fields.get(_FIELD, fields.get(_FIELD.decode()))
-    return fields[1] if len(fields) >= 2 else None
+def _entry_record(entry_id: Any, fields: Any) -> bytes | None:
+    """The record of a stream entry: field ``r`` as it is, field ``p`` a
+    compact record's payload, its time in the id."""
+    pairs = fields.items() if isinstance(fields, dict) else zip(fields[::2], fields[1::2], strict=False)
+    for name, value in pairs:
+        if _as_bytes(name) == b"r":
+            return _as_bytes(value)
+        if _as_bytes(name) == b"p":
+            return compact_record(int(_as_bytes(entry_id).partition(b"-")[2]), _as_bytes(value))
+    return None
 
 
 def read(r: Any, keys: QueueKeys, seq: int) -> Any:
@@ -52,7 +62,7 @@ def record_of(keys: QueueKeys, reply: Any) -> Any:
     """The record in a reply of read, or None."""
     if not _stream(keys):
         return reply
-    return _entry_record(reply[0][1]) if reply else None
+    return _entry_record(*reply[0]) if reply else None
 
 
 def read_side(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
@@ -79,7 +89,7 @@ def records(keys: QueueKeys, seqs: list[int], reply: Any) -> list[Any]:
     of read_many."""
     if not _stream(keys):
         return list(reply)
-    found = {_entry_seq(entry_id): _entry_record(fields) for entry_id, fields in reply}
+    found = {_entry_seq(entry_id): _entry_record(entry_id, fields) for entry_id, fields in reply}
     return [found.get(seq) for seq in seqs]
 
 
@@ -144,7 +154,7 @@ def scan_page(keys: QueueKeys, reply: Any, count: int) -> tuple[Any, dict[Any, A
     if not _stream(keys):
         cursor, page = reply
         return cursor, page
-    page = {str(_entry_seq(entry_id)): _entry_record(fields) for entry_id, fields in reply}
+    page = {str(_entry_seq(entry_id)): _entry_record(entry_id, fields) for entry_id, fields in reply}
     if len(reply) < count:
         return 0, page
     return _entry_seq(reply[-1][0]) + 1, page

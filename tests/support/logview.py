@@ -12,6 +12,7 @@ from typing import Any
 import redis
 
 from rqueue.engine.keys import LogLayout, QueueKeys
+from rqueue.engine.record import compact_record
 
 
 def _stream(keys: QueueKeys) -> bool:
@@ -19,8 +20,11 @@ def _stream(keys: QueueKeys) -> bool:
 
 
 def _entry(entry_id: bytes, fields: dict[bytes, bytes]) -> tuple[int, bytes]:
-    """(seq, record) of a stream entry, which must be ``<seq>-0`` {r: record}."""
+    """(seq, record) of a stream entry, which must be ``<seq>-0`` {r: record}
+    or, for a compact record, ``<seq>-<published ms>`` {p: payload}."""
     seq, _, part = entry_id.partition(b"-")
+    if list(fields) == [b"p"]:
+        return int(seq), compact_record(int(part), fields[b"p"])
     assert part == b"0" and list(fields) == [b"r"], (entry_id, fields)
     return int(seq), fields[b"r"]
 

@@ -230,6 +230,9 @@ local seq = first
 local records, delayed, ids, claims = {}, nil, nil, nil
 local prioritized = nil -- score, member pairs for the priority log
 local compact = compactHead(now)
+-- A stream log gets entries (id, field, value), not records: a compact one
+-- as "<seq>-<now>" "p" <payload> (includes/log.lua).
+local streamTime = logIsStream(msgsKey) and ('-' .. string.format('%.0f', now)) or nil
 -- The text records' ":<now>:", made on first use (turning a number into a
 -- string is a sprintf). %.0f: a number concatenated as it is reads 1e+14
 -- style past 14 digits. The layout is makeRecord's (includes/record.lua),
@@ -274,9 +277,15 @@ for i = 6, #ARGV, 3 do
     out[#out + 1] = 1
   else
     seq = seq + 1
-    records[#records + 1] = seq
     if delay == 0 and hlen == '0' and compact then
-      records[#records + 1] = compact .. body
+      if streamTime then
+        records[#records + 1] = seq .. streamTime
+        records[#records + 1] = 'p'
+        records[#records + 1] = body
+      else
+        records[#records + 1] = seq
+        records[#records + 1] = compact .. body
+      end
     else
       prefix = prefix or (':' .. string.format('%.0f', now) .. ':')
       local notBefore = ''
@@ -286,6 +295,12 @@ for i = 6, #ARGV, 3 do
         delayed[#delayed + 1] = notBefore
         delayed[#delayed + 1] = seq
         notBefore = string.format('%.0f', notBefore)
+      end
+      if streamTime then
+        records[#records + 1] = seq .. '-0'
+        records[#records + 1] = 'r'
+      else
+        records[#records + 1] = seq
       end
       records[#records + 1] = notBefore .. prefix .. hlen .. ':' .. body
     end
@@ -310,7 +325,9 @@ local last = nil
 if seq > first then
   -- The last seq as text once, for its record's field and the wake-up.
   last = string.format('%d', seq)
-  records[#records - 1] = last
+  if not streamTime then
+    records[#records - 1] = last
+  end
   -- The first write may grow memory (this HSET, or the HINCRBY above for a
   -- batch without ids), so Redis refuses the whole call over maxmemory; a
   -- first write that cannot, such as ZREMRANGEBYSCORE, would let every later
@@ -318,7 +335,12 @@ if seq > first then
   if anyId then
     rcall('HSET', metaKey, 'seq', seq)
   end
-  local refused = logWrite(msgsKey, records)
+  local refused = nil
+  if streamTime then
+    refused = logWriteEntries(msgsKey, records)
+  else
+    refused = logWrite(msgsKey, records)
+  end
   if refused then
     undoSeq(first, seqMissing)
     return refused

@@ -5,8 +5,12 @@
   storage is known in these two files alone. It has one of two layouts
   (rqueue/engine/keys.py, LogLayout), told by the last letter of its key:
     hash    <base>:msgs   seq -> record
-    stream  <base>:log    one entry per record: id "<seq>-0", field "r"
-                          the record. Entries are not deleted one by one:
+    stream  <base>:log    one entry per record. A compact record (no
+                          headers, no delay: most of them) is id
+                          "<seq>-<published_ms>", field "p" its payload,
+                          without the record's head (the id holds the
+                          time); any other, id "<seq>-0", field "r" the
+                          record. Entries are not deleted one by one:
                           logTrim drops those at or below the lowest ack
                           floor (includes/settle.lua), so a record settled
                           above it stays until the floor passes it. A
@@ -14,6 +18,11 @@
                           record replayed (replay.lua) is kept in side, the
                           queue's pinned hash, as field "r<seq>", while a
                           group has it reopened.
+  logReadMany, fetch's read, gives a "p" entry as the entry itself, a
+  table that the reply carries to the client (rqueue/engine/record.py
+  decodes it), so that no record is rebuilt on the hot path; recordNotBefore
+  (includes/record_head.lua) takes it for a message without delay. The
+  reads of one record (log_one.lua) give the record rebuilt.
   key is the log's key, seqs are seqs as numbers or decimal strings, side
   is the pinned hash (nil where no replayed record can be: then a stream's
   read misses such a record and a delete leaves it).
@@ -22,8 +31,21 @@
 ]]
 --@include bulk
 --@include bulk_get
+--@include record_head
 
 local LOG_STREAM_BYTE = 103 -- string.byte('g'): a stream log's key ends in ":log"
+
+-- The id, field and value of the stream entry of seq's record rec.
+local function logEntry(seq, rec)
+  if string.byte(rec, 1) == COMPACT_BYTE and #rec >= COMPACT_HEAD then
+    local ms = 0
+    for i = 2, COMPACT_HEAD do
+      ms = ms * 256 + string.byte(rec, i)
+    end
+    return seq .. '-' .. string.format('%.0f', ms), 'p', string.sub(rec, COMPACT_HEAD + 1)
+  end
+  return seq .. '-0', 'r', rec
+end
 
 local function logIsStream(key)
   return string.byte(key, -1) == LOG_STREAM_BYTE
@@ -44,7 +66,7 @@ local function logWrite(key, pairs)
     bulk('HSET', key, pairs)
     return nil
   end
-  local added = redis.pcall('XADD', key, pairs[1] .. '-0', 'r', pairs[2])
+  local added = redis.pcall('XADD', key, logEntry(pairs[1], pairs[2]))
   if type(added) == 'table' and added.err then
     -- tostring: under memory:// the text is a Python object
     if string.find(tostring(added.err), 'equal or smaller', 1, true) then
@@ -54,7 +76,26 @@ local function logWrite(key, pairs)
     return added
   end
   for i = 3, #pairs, 2 do
-    redis.call('XADD', key, pairs[i] .. '-0', 'r', pairs[i + 1])
+    redis.call('XADD', key, logEntry(pairs[i], pairs[i + 1]))
+  end
+  return nil
+end
+
+-- Stores a stream log's entries: items is id, field, value, id, ... as
+-- logEntry makes them, with ids rising. What publish writes, so that it
+-- makes no compact record first. Replies as logWrite.
+local function logWriteEntries(key, items)
+  local added = redis.pcall('XADD', key, items[1], items[2], items[3])
+  if type(added) == 'table' and added.err then
+    if string.find(tostring(added.err), 'equal or smaller', 1, true) then
+      return redis.error_reply('RQ_CORRUPT ' .. key .. ' holds an entry at or above seq '
+        .. string.match(items[1], '^%d+') .. ', the next seq of its meta hash: a publish would reuse seqs '
+        .. '(see `rqueue doctor`)')
+    end
+    return added
+  end
+  for i = 4, #items, 3 do
+    redis.call('XADD', key, items[i], items[i + 1], items[i + 2])
   end
   return nil
 end
@@ -78,7 +119,8 @@ local function logReadMany(key, seqs, side)
     if #entries == j - i + 1 then
       -- Every seq of the run has its entry, in order (the common case).
       for k, entry in ipairs(entries) do
-        out[i + k - 1] = entry[2][2]
+        local fields = entry[2]
+        out[i + k - 1] = fields[1] == 'p' and entry or fields[2]
       end
     else
       gaps = true
@@ -86,8 +128,8 @@ local function logReadMany(key, seqs, side)
         out[k] = false
       end
       for _, entry in ipairs(entries) do
-        -- id "<seq>-0": the seq is the id without its last two characters
-        out[i + tonumber(string.sub(entry[1], 1, -3)) - from] = entry[2][2]
+        local fields = entry[2]
+        out[i + tonumber(string.match(entry[1], '^%d+')) - from] = fields[1] == 'p' and entry or fields[2]
       end
     end
     i = j + 1

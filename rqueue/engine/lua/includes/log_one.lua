@@ -5,12 +5,15 @@
   function is made again on every call.
 ]]
 --@include log
+--@include record_head
 
 -- Stores one record (of a seq above the stream's newest id, in a stream).
 local function logWriteOne(key, seq, rec)
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
     redis.call('HSET', key, seq, rec)
   else
+    -- As an "r" entry whatever the form: a dead letter, the one record
+    -- written alone, always has headers.
     redis.call('XADD', key, seq .. '-0', 'r', rec)
   end
 end
@@ -22,6 +25,10 @@ local function logRead(key, seq, side)
   end
   local entry = redis.call('XRANGE', key, seq, seq)[1]
   if entry then
+    if entry[2][1] == 'p' then
+      -- The compact record again: its head from the id's time.
+      return compactHead(tonumber(string.match(entry[1], '%-(%d+)$'))) .. entry[2][2]
+    end
     return entry[2][2]
   end
   return side and redis.call('HGET', side, 'r' .. seq) or false
@@ -42,7 +49,8 @@ local function logHas(key, seq, side)
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
     return redis.call('HEXISTS', key, seq) == 1
   end
-  return logRead(key, seq, side) ~= false
+  return redis.call('XRANGE', key, seq, seq)[1] ~= nil
+    or side ~= nil and redis.call('HEXISTS', side, 'r' .. seq) == 1
 end
 
 local function logDeleteOne(key, seq, side)
@@ -50,7 +58,11 @@ local function logDeleteOne(key, seq, side)
     redis.call('HDEL', key, seq)
     return
   end
-  redis.call('XDEL', key, seq .. '-0')
+  -- By the entry's own id: a compact record's holds its time.
+  local entry = redis.call('XRANGE', key, seq, seq)[1]
+  if entry then
+    redis.call('XDEL', key, entry[1])
+  end
   if side then
     redis.call('HDEL', side, 'r' .. seq)
   end
