@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from . import validate as check
 from .delivery import REPLAYED_HEADER, TTL_HEADER, Delivery, DeliveryRef, HeartbeatResult
 from .engine import commands
-from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_entry, decode_record
+from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
 from .errors import (
     CorruptRecord,
     DeliveryError,
@@ -218,10 +218,7 @@ class ConsumerCore:
                 published, headers, data = from_bytes(record[1:COMPACT_HEAD], "big"), {}, record[COMPACT_HEAD:]
             else:
                 try:
-                    if type(record) is list:  # a stream log's entry of a compact record
-                        published, headers, data = decode_entry(record, f"{self.queue.keys.msgs}[{seq}]")
-                    else:
-                        published, headers, data = decode_record(record, f"{self.queue.keys.msgs}[{seq}]")
+                    published, headers, data = decode_record(record, f"{self.queue.keys.msgs}[{seq}]")
                 except CorruptRecord as exc:
                     log.error("%s; moving it to the dead-letter queue", exc)
                     aside.append((delivery_tag(seq, count, token), "corrupted-record", str(exc)))

@@ -262,3 +262,16 @@ def test_a_group_made_later_is_handed_what_others_settled_above_their_floors(cli
     h = q.consumer("h")
     assert [d.seq for d in h.fetch(10)] == [1, 2, 3]
     held.ack()
+
+
+def test_an_entry_whose_time_does_not_fit_costs_only_itself(client):
+    # given a stream queue with a good message and, planted after it, a payload entry whose time is past 6 bytes
+    q = client.queue("orders")
+    c = q.consumer("g")
+    q.publish(b"good")
+    client.redis.xadd(q.keys.msgs, {"p": b"bad"}, id="2-281474976710656")
+    client.redis.hset(q.keys.meta, "seq", 2)
+    # when the group fetches, then the good one is handed out and the other is dead-lettered whole
+    assert [d.data for d in c.fetch(10)] == [b"good"]
+    [letter] = q.dead_letter_queue.peek()
+    assert (letter.headers["x-rq-reason"], letter.data) == ("corrupted-record", b"\0bad")

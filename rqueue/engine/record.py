@@ -5,9 +5,8 @@
 - text: ``<not_before_ms>:<published_ms>:<headers_len>:<headers_json><payload>``.
 
 A stream log (lua/includes/log.lua) keeps a compact record as an entry
-``<seq>-<published_ms>`` with one field ``p``, the payload: fetch hands
-such an entry over as it is, ``[id, [b"p", payload]]`` (decode_entry), and
-compact_record makes the record again for the client's other reads.
+``<seq>-<published_ms>`` with one field ``p``, the payload: the scripts
+make the record again for fetch, and compact_record for the client's reads.
 
 Payloads are bytes and stay bytes; headers are a JSON object of str to str.
 Nothing is ever unpickled.
@@ -25,18 +24,6 @@ Headers = dict[str, str]
 
 COMPACT_TAG = b"~"  # first byte of a compact record
 COMPACT_HEAD = 7  # bytes before a compact record's payload: the tag, 6 of published_ms
-
-
-def decode_entry(entry: list[bytes | list[bytes]], where: str) -> tuple[int, Headers, bytes]:
-    """Splits a stream log's entry of a compact record into (published_ms,
-    headers, payload); raises CorruptRecord, naming ``where``, for anything
-    else."""
-    try:
-        entry_id, (field, payload) = entry
-        assert isinstance(entry_id, bytes) and isinstance(payload, bytes) and field == b"p"
-        return int(entry_id[entry_id.index(b"-") + 1 :]), {}, payload
-    except (ValueError, TypeError, AssertionError):
-        raise CorruptRecord(where, f"a stream entry that is not <seq>-<ms> p <payload>: {entry!r:.80}") from None
 
 
 def compact_record(published_ms: int, payload: bytes) -> bytes:

@@ -2,7 +2,9 @@
 HMGET from a hash of today's records, XRANGE from a stream of ids
 <seq>-<ms> (the command alone, with the payloads collected, and with
 today's compact record rebuilt from the id's ms, as the step-3 probe's
-log.lua does). NOTES.md beside it says where the figures went.
+log.lua does); then each with the records returned in the reply (the
+entries as they are, or rebuilt), as fetch returns them. NOTES.md beside
+it says where the figures went.
 
 usage: PYTHONPATH=$PWD:$PWD/benchmarks/prototypes python benchmarks/prototypes/stream_log/xrange_vs_hmget.py
 
@@ -39,6 +41,22 @@ SCRIPTS = {
     + "  o[k] = h .. e[2][2]\n"
     + "end\n"
     + "return #o",
+    # The same, with the records returned in the reply, as fetch returns
+    # them: the reply's conversion to RESP counts too.
+    "hmget_reply": "local f = {} for i = 0, 99 do f[#f + 1] = ARGV[1] + i end\n"
+    "return redis.call('HMGET', KEYS[2], unpack(f))",
+    "xrange_entries_reply": XRANGE + "local o = {} for k, e in ipairs(r) do o[k] = e end return o",
+    "xrange_rebuild_reply": COMPACT_HEAD
+    + XRANGE
+    + "local heads, o = {}, {}\n"
+    + "for k, e in ipairs(r) do\n"
+    + "  local id = e[1]\n"
+    + "  local m = string.sub(id, string.find(id, '-', 1, true) + 1)\n"
+    + "  local h = heads[m]\n"
+    + "  if not h then h = compactHead(tonumber(m)) heads[m] = h end\n"
+    + "  o[k] = h .. e[2][2]\n"
+    + "end\n"
+    + "return o",
 }
 
 

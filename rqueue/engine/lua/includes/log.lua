@@ -18,11 +18,10 @@
                           record replayed (replay.lua) is kept in side, the
                           queue's pinned hash, as field "r<seq>", while a
                           group has it reopened.
-  logReadMany, fetch's read, gives a "p" entry as the entry itself, a
-  table that the reply carries to the client (rqueue/engine/record.py
-  decodes it), so that no record is rebuilt on the hot path; recordNotBefore
-  (includes/record_head.lua) takes it for a message without delay. The
-  reads of one record (log_one.lua) give the record rebuilt.
+  The reads give a "p" entry's record made again, its head from the id's
+  time (one head per distinct time in a call): measured by
+  benchmarks/prototypes/stream_log/xrange_vs_hmget.py, the entry itself in
+  fetch's reply (nested arrays) costs Redis more than the record rebuilt.
   key is the log's key, seqs are seqs as numbers or decimal strings, side
   is the pinned hash (nil where no replayed record can be: then a stream's
   read misses such a record and a delete leaves it).
@@ -34,6 +33,7 @@
 --@include record_head
 
 local LOG_STREAM_BYTE = 103 -- string.byte('g'): a stream log's key ends in ":log"
+local UNREADABLE_HEAD = '\0' -- heads a record that parses as none (includes/record.lua)
 
 -- The id, field and value of the stream entry of seq's record rec.
 local function logEntry(seq, rec)
@@ -107,7 +107,7 @@ local function logReadMany(key, seqs, side)
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
     return bulkGet(key, seqs)
   end
-  local out, gaps = {}, false
+  local out, gaps, heads = {}, false, {}
   local i, count = 1, #seqs
   while i <= count do
     local from = tonumber(seqs[i])
@@ -116,20 +116,30 @@ local function logReadMany(key, seqs, side)
       j = j + 1
     end
     local entries = redis.call('XRANGE', key, from, from + (j - i))
-    if #entries == j - i + 1 then
-      -- Every seq of the run has its entry, in order (the common case).
-      for k, entry in ipairs(entries) do
-        local fields = entry[2]
-        out[i + k - 1] = fields[1] == 'p' and entry or fields[2]
-      end
-    else
+    -- Every seq of the run has its entry, in order (the common case), or
+    -- the seqs come from the ids.
+    local whole = #entries == j - i + 1
+    if not whole then
       gaps = true
       for k = i, j do
         out[k] = false
       end
-      for _, entry in ipairs(entries) do
-        local fields = entry[2]
-        out[i + tonumber(string.match(entry[1], '^%d+')) - from] = fields[1] == 'p' and entry or fields[2]
+    end
+    for k, entry in ipairs(entries) do
+      local id, fields = entry[1], entry[2]
+      local at = whole and i + k - 1 or i + tonumber(string.match(id, '^%d+')) - from
+      if fields[1] == 'p' then
+        local ms = string.sub(id, string.find(id, '-', 1, true) + 1)
+        local head = heads[ms]
+        if not head then
+          -- A time past 6 bytes is no entry rqueue wrote: the record made of
+          -- it parses as none, and is dead-lettered as corrupted-record.
+          head = compactHead(tonumber(ms) or -1) or UNREADABLE_HEAD
+          heads[ms] = head
+        end
+        out[at] = head .. fields[2]
+      else
+        out[at] = fields[2]
       end
     end
     i = j + 1

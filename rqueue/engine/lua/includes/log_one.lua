@@ -27,7 +27,7 @@ local function logRead(key, seq, side)
   if entry then
     if entry[2][1] == 'p' then
       -- The compact record again: its head from the id's time.
-      return compactHead(tonumber(string.match(entry[1], '%-(%d+)$'))) .. entry[2][2]
+      return (compactHead(tonumber(string.match(entry[1], '%-(%d+)$')) or -1) or UNREADABLE_HEAD) .. entry[2][2]
     end
     return entry[2][2]
   end

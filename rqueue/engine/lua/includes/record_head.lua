@@ -26,12 +26,7 @@ end
 -- Returns not_before (0 when none) or nil for a record that does not parse.
 -- Most records are compact or not delayed (both checked without a pattern);
 -- the client checks the rest of a text record's prefix when it decodes it.
--- A table is a stream log's entry of a compact record (includes/log.lua):
--- never delayed.
 local function recordNotBefore(rec)
-  if type(rec) == 'table' then
-    return 0
-  end
   local first = string.byte(rec, 1)
   if first == COMPACT_BYTE then
     if #rec < COMPACT_HEAD then
