@@ -275,3 +275,14 @@ def test_an_entry_whose_time_does_not_fit_costs_only_itself(client):
     assert [d.data for d in c.fetch(10)] == [b"good"]
     [letter] = q.dead_letter_queue.peek()
     assert (letter.headers["x-rq-reason"], letter.data) == ("corrupted-record", b"\0bad")
+
+
+def test_purging_a_queue_without_groups_deletes_its_entries(client):
+    # given a stream queue without groups holding three messages, one with headers
+    q = client.queue("orders")
+    q.publish_many([b"1", b"2"])
+    q.publish(b"3", headers={"k": "v"})
+    # when it is purged, then the three are counted and their entries are gone
+    assert sum(q.purge().values()) == 3
+    assert client.redis.xlen(q.keys.msgs) == 0
+    assert q.stats().depth == 0

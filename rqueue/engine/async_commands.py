@@ -377,7 +377,7 @@ async def purge_records(r: Any, keys: QueueKeys, batch: int) -> int:
 
         async def delete(seqs: list[int] = seqs) -> int:
             async with r.pipeline(transaction=True) as pipe:
-                log.delete(pipe, keys, seqs)
+                log.delete_range(pipe, keys, range(seqs[0], seqs[-1] + 1))
                 pipe.hset(keys.meta, "trimmed", seqs[-1])
                 return int((await pipe.execute())[0])
 

@@ -129,9 +129,18 @@ def length_of(keys: QueueKeys, replies: list[Any]) -> int:
 
 
 def delete(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
-    """Deletes the records of ``seqs``; replies how many there were."""
+    """Deletes the records of ``seqs`` (dead letters, in a stream: entries
+    ``<seq>-0``, as every dead letter is); replies how many there were."""
     if _stream(keys):
         return r.xdel(keys.msgs, *(f"{seq}-0" for seq in seqs))
+    return r.hdel(keys.msgs, *seqs)
+
+
+def delete_range(r: Any, keys: QueueKeys, seqs: range) -> Any:
+    """Deletes the records of ``seqs``, a range that starts above every
+    other stored record (a purge in steps); replies how many there were."""
+    if _stream(keys):
+        return r.xtrim(keys.msgs, minid=f"{seqs[-1] + 1}-0")
     return r.hdel(keys.msgs, *seqs)
 
 

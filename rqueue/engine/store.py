@@ -121,7 +121,7 @@ def purge_records(r: RedisClient, keys: QueueKeys, batch: int, progress: Callabl
 
         def delete(seqs: list[int] = seqs) -> int:
             pipe = r.pipeline(transaction=True)
-            log.delete(pipe, keys, seqs)
+            log.delete_range(pipe, keys, range(seqs[0], seqs[-1] + 1))
             pipe.hset(keys.meta, "trimmed", seqs[-1])
             return int(pipe.execute()[0])
 
