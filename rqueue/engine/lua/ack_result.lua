@@ -49,15 +49,10 @@
 --@include ack_held_one
 --@include layout
 
--- Only a stream key is checked: an ack of a hash-layout client that met a
--- stream queue (its tags came from before the queue was made again) settles
--- its messages and leaves their entries, which a refusal would not save; the
--- check would cost every ack of the hash layout a read.
-if string.byte(msgsKey, -1) == LOG_STREAM_BYTE then
-  local wrongLayout = checkLayout(metaKey, msgsKey)
-  if wrongLayout then
-    return wrongLayout
-  end
+-- A stream key only (includes/layout.lua says why).
+local wrongLayout = string.byte(msgsKey, -1) == LOG_STREAM_BYTE and checkLayout(metaKey, msgsKey)
+if wrongLayout then
+  return wrongLayout
 end
 
 local ttl = ARGV[8]

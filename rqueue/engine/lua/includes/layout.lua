@@ -6,8 +6,12 @@
   Every script that touches the log checks before any write (RQ_LAYOUT),
   so that a client of the other layout changes nothing: it would read no
   records, and take the messages for lost. ack and ack_result check a
-  stream key only (their headers say why); a dead-letter queue is checked
-  when a message is dead-lettered (includes/dead_letter.lua).
+  stream key only: an ack of a hash-layout client that met a stream queue
+  (its tags came from before the queue was made again) settles its
+  messages and leaves their entries to the trim, which a refusal would not
+  save, and the check would cost every ack of the hash layout a read. A
+  dead-letter queue is checked when a message is dead-lettered
+  (includes/dead_letter.lua).
 ]]
 --@include log
 
