@@ -176,8 +176,10 @@ class _Examination:
         if meta.get("seq") is None:
             depth = reads.log_length(self.r, keys, self.where)
             settled = any(v != "0" for v in floors.values())
-            if depth or settled:
-                top = max(self.highest, self.highest_record() if depth else 0)
+            # A stream log refuses ids at or below the newest it ever held.
+            newest = reads.log_newest(self.r, keys, self.where)
+            if depth or settled or newest:
+                top = max(self.highest, self.highest_record() if depth else 0, newest)
                 self.add(
                     Kind.META_MISSING,
                     keys.meta,

@@ -154,7 +154,7 @@ def test_a_publish_below_the_streams_newest_entry_is_refused_and_undone(client):
     r.xadd(q.keys.msgs, {"r": b"planted"}, id="5-0")
     # when a message is published (seq 2)
     # then the publish is refused, naming the stream, and the last seq is as it was
-    with pytest.raises(CorruptRecord, match="at or above seq 2"):
+    with pytest.raises(CorruptRecord, match="has held an entry at or above seq 2"):
         q.publish(b"b")
     assert r.hget(q.keys.meta, "seq") == b"1"
     assert r.xlen(q.keys.msgs) == 2
@@ -286,3 +286,17 @@ def test_purging_a_queue_without_groups_deletes_its_entries(client):
     assert sum(q.purge().values()) == 3
     assert client.redis.xlen(q.keys.msgs) == 0
     assert q.stats().depth == 0
+
+
+def test_a_deleted_meta_hash_of_a_purged_stream_queue_is_repaired_past_its_newest_id(client):
+    # given a stream queue without groups whose three messages were purged (the stream keeps its newest id),
+    # then its meta hash deleted
+    q = client.queue("orders")
+    q.publish_many([b"1", b"2", b"3"])
+    q.purge()
+    client.redis.delete(q.keys.meta)
+    # when the doctor repairs it, then publishing goes on after the newest id the stream held
+    [found] = doctor.examine(q)
+    assert found.fix == ("meta", "3")
+    doctor.repair(q, [found])
+    assert q.publish(b"4").seq == 4

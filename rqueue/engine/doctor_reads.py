@@ -80,6 +80,14 @@ def records_exist(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[bool
     return guarded(read, where=keys.base) if seqs else []
 
 
+def log_newest(r: RedisClient, keys: QueueKeys, where: str) -> int:
+    """The highest seq the queue's log ever held, when it is a stream (which
+    keeps its newest id after the trim); else 0."""
+    if not log.stream(keys) or not key_exists(r, log.key(keys), where):
+        return 0
+    return log.newest_of(guarded(lambda: log.newest(r, keys), where=where))
+
+
 def log_length(r: RedisClient, keys: QueueKeys, where: str) -> int:
     """How many records the queue stores."""
 

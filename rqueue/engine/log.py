@@ -144,6 +144,19 @@ def delete_range(r: Any, keys: QueueKeys, seqs: range) -> Any:
     return r.hdel(keys.msgs, *seqs)
 
 
+def newest(r: Any, keys: QueueKeys) -> Any:
+    """Stream layout: queues the read of the stream's facts (XINFO STREAM,
+    decoded by newest_of); the stream must exist."""
+    return r.xinfo_stream(keys.msgs)
+
+
+def newest_of(reply: Any) -> int:
+    """The highest seq a stream log ever held, from newest's reply: a stream
+    keeps its newest id when the trim takes its entries."""
+    last = reply.get("last-generated-id", reply.get(b"last-generated-id", b"0-0"))
+    return _entry_seq(last)
+
+
 def key(keys: QueueKeys) -> str:
     """The log's key, for EXISTS and DEL beside other keys, and for messages."""
     return keys.msgs

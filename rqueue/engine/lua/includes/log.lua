@@ -70,7 +70,7 @@ local function logWrite(key, pairs)
   if type(added) == 'table' and added.err then
     -- tostring: under memory:// the text is a Python object
     if string.find(tostring(added.err), 'equal or smaller', 1, true) then
-      return redis.error_reply('RQ_CORRUPT ' .. key .. ' holds an entry at or above seq ' .. pairs[1]
+      return redis.error_reply('RQ_CORRUPT ' .. key .. ' has held an entry at or above seq ' .. pairs[1]
         .. ', the next seq of its meta hash: a publish would reuse seqs (see `rqueue doctor`)')
     end
     return added
@@ -88,7 +88,7 @@ local function logWriteEntries(key, items)
   local added = redis.pcall('XADD', key, items[1], items[2], items[3])
   if type(added) == 'table' and added.err then
     if string.find(tostring(added.err), 'equal or smaller', 1, true) then
-      return redis.error_reply('RQ_CORRUPT ' .. key .. ' holds an entry at or above seq '
+      return redis.error_reply('RQ_CORRUPT ' .. key .. ' has held an entry at or above seq '
         .. string.match(items[1], '^%d+') .. ', the next seq of its meta hash: a publish would reuse seqs '
         .. '(see `rqueue doctor`)')
     end
