@@ -140,7 +140,7 @@ def delete_range(r: Any, keys: QueueKeys, seqs: range) -> Any:
     """Deletes the records of ``seqs``, a range that starts above every
     other stored record (a purge in steps); replies how many there were."""
     if _stream(keys):
-        return r.xtrim(keys.msgs, minid=f"{seqs[-1] + 1}-0")
+        return r.xtrim(keys.msgs, minid=f"{seqs[-1] + 1}-0", approximate=False)
     return r.hdel(keys.msgs, *seqs)
 
 
