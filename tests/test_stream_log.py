@@ -81,20 +81,16 @@ def test_a_client_of_the_other_layout_is_refused_and_changes_nothing(client, bac
     try:
         hq = other.queue("orders")
         before = snapshot(client.redis, q.keys)
-        # when a hash-layout client publishes, fetches, acks or asks for stats
+        # when a hash-layout client publishes, joins the group or asks for stats
         # then each call is refused with LayoutMismatch, naming the layouts
         with pytest.raises(LayoutMismatch, match="stream layout"):
             hq.publish(b"x")
-        hc = hq.consumer("g", name="other")
         with pytest.raises(LayoutMismatch):
-            hc.fetch(10)
+            hq.consumer("g", name="other")
         with pytest.raises(LayoutMismatch):
             hq.stats()
-        # and nothing in Redis changed but the membership the consumer's join made
-        after = snapshot(client.redis, q.keys)
-        changed = {k.decode() for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
-        gk = q.keys.group("g")
-        assert changed <= {gk.consumers, gk.state, f"{q.keys.base}:beats:g"}
+        # and nothing in Redis changed
+        assert snapshot(client.redis, q.keys) == before
         assert [d.seq for d in c.fetch(10)] == [2]
         held.ack()
     finally:
@@ -300,3 +296,49 @@ def test_a_deleted_meta_hash_of_a_purged_stream_queue_is_repaired_past_its_newes
     assert found.fix == ("meta", "3")
     doctor.repair(q, [found])
     assert q.publish(b"4").seq == 4
+
+
+def test_after_a_deleted_meta_hash_is_repaired_the_trim_goes_on(client):
+    # given two groups that settled the first 5 of 10 messages, then the queue's meta hash deleted and repaired
+    q = client.queue("orders")
+    g, h = q.consumer("g"), q.consumer("h")
+    q.publish_many([b"m"] * 10)
+    g.ack(g.fetch(5))
+    h.ack(h.fetch(5))
+    client.redis.delete(q.keys.meta)
+    doctor.repair(q, doctor.examine(q))
+    # then the trim point is back at the lowest floor, and the entries go once both groups settle the rest
+    assert client.redis.hget(q.keys.meta, "trimmed") == b"5"
+    assert client.redis.xlen(q.keys.msgs) == 5
+    g.ack(g.fetch(10))
+    h.ack(h.fetch(10))
+    assert client.redis.xlen(q.keys.msgs) == 0 and q.stats().depth == 0
+
+
+def test_a_hash_client_cannot_make_a_group_on_a_stream_queue(client, backend, prefix, clock):
+    # given a stream queue with one group
+    q = client.queue("orders")
+    q.consumer("g")
+    q.publish(b"a")
+    other = connect(backend, prefix, clock, "hash")
+    try:
+        # when a hash-layout client makes a consumer of a new group, then it is refused and no group is made
+        with pytest.raises(LayoutMismatch):
+            other.queue("orders").consumer("other")
+        assert sorted(q.groups()) == ["g"]
+    finally:
+        other.close()
+
+
+def test_a_group_whose_hash_was_deleted_hands_out_nothing_it_settled(client):
+    # given one group that holds seq 1 and acked 2 to 4 (their entries stay above its floor),
+    # then the group's hash (its cursor) deleted
+    q = client.queue("orders")
+    g = q.consumer("g")
+    q.publish_many([b"1", b"2", b"3", b"4"])
+    held, *rest = g.fetch(4)
+    g.ack(rest)
+    client.redis.delete(q.keys.group("g").state)
+    # when the group fetches, then it is refused, naming the missing cursor, and hands out nothing
+    with pytest.raises(CorruptRecord, match="cursor is missing"):
+        g.fetch(10)

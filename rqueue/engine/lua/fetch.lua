@@ -82,7 +82,8 @@
                    removed); nothing is changed, the tags are not acked
     RQ_CORRUPT     a key is damaged, named with what is wrong; nothing is
                    handed out. Before any delivery: the cursor is below the
-                   ack floor, or it or the floor is not a seq. From the scan
+                   ack floor, or it or the floor is not a seq, or it is
+                   missing while the group has acked runs. From the scan
                    of new messages (what it passed stays passed; a call
                    that hands out deliveries returns them, and the next one
                    is refused): the last seq is missing (a deleted meta
@@ -336,7 +337,7 @@ end
 -- Checked before anything is handed out, so that a refusal strands nothing,
 -- and only when the cursor is not the one a fetch last wrote, or checked
 -- (CURSOR_CHECKED, written with it): the common fetch reads no floor.
-if room > 0 and groupFields[3] ~= groupFields[2] then
+if room > 0 and (groupFields[3] ~= groupFields[2] or not groupFields[2]) then
   local floorText = rcall('HGET', floorsKey, groupName)
   local floor = tonumber(floorText or '0')
   local cursor = tonumber(groupFields[2] or '0')
@@ -352,8 +353,15 @@ if room > 0 and groupFields[3] ~= groupFields[2] then
   -- floor may pass the cursor: those are settled apart from the scan,
   -- which starts above the floor (below).
   if cursor < floor and not metaFields[4] then
-    return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is ' .. groupFields[2]
+    return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is ' .. (groupFields[2] or 'missing')
       .. ', below the ack floor ' .. floor .. ' (' .. floorsKey .. '): it would hand out settled messages again')
+  end
+  -- No cursor at all (the group hash was deleted) while the group settled
+  -- runs above its floor: a scan from the floor would find their records
+  -- (a stream log keeps them, as does a hash log for another group).
+  if not groupFields[2] and rcall('EXISTS', ackedKey) == 1 then
+    return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is missing, while ' .. ackedKey
+      .. ' holds runs the group settled: it would hand them out again')
   end
   rcall('HSET', groupKey, CURSOR_CHECKED, groupFields[2] or '0')
 end

@@ -29,11 +29,18 @@
 --@include group_names
 --@include group_args
 --@include beat
+--@include layout
 --@lazy ackedRuns acked_runs
 
-local inc, partitioned = unpack(rcall('HMGET', metaKey, 'inc', 'partitioned'))
+local inc, partitioned, layout, seq = unpack(rcall('HMGET', metaKey, 'inc', 'partitioned', 'layout', 'seq'))
 if partitioned then
   return redis.error_reply('RQ_PARTITIONED ' .. partitioned)
+end
+-- A group made by a client of the other layout would hold the trim back
+-- for ever (its floor never moves): refused before any write.
+local wrongLayout = layoutError(metaKey, msgsKey, layout, seq)
+if wrongLayout then
+  return wrongLayout
 end
 if not inc and string.find(ARGV[9] or '', '^%l[%l%d]*$') and #ARGV[9] <= 32 then
   inc = ARGV[9]

@@ -22,7 +22,8 @@
       "counts": each member's count of held deliveries, recomputed from
         the lease set and the states, and acked_above from the acked runs
       "meta", ARGV[9] seq: the queue's last seq, written only while it is
-        missing; with it meta field layout, for a stream log's key
+        missing; with it meta field layout, for a stream log's key, and
+        the trim point (field trimmed), the lowest ack floor
       "prio": meta field prio (the queue has had priority or keyed
         messages), written only while it is missing
       "dead-letter-seq", ARGV[9] seq: the dead-letter queue's last seq,
@@ -245,7 +246,25 @@ if what == 'meta' then
   -- A stream log's queue says so again (the call was sent its key, and a
   -- queue without a seq takes the layout of the key it is sent).
   markLayout(metaKey, msgsKey, rcall('HGET', metaKey, 'layout'))
-  return {'done', 'wrote the last seq ' .. ARGV[9] .. ' to ' .. metaKey}
+  -- The trim point, the lowest ack floor (retention mode went with the
+  -- hash): without it no settle would move it, and a stream log would
+  -- keep every entry from here on.
+  local low = nil
+  for _, f in ipairs(rcall('HVALS', floorsKey)) do
+    f = tonumber(f)
+    if f and (low == nil or f < low) then
+      low = f
+    end
+  end
+  local also = ''
+  if low and low > 0 and rcall('HEXISTS', metaKey, 'trimmed') == 0 then
+    rcall('HSET', metaKey, 'trimmed', string.format('%d', low))
+    if logIsStream(msgsKey) then
+      logTrim(msgsKey, low)
+    end
+    also = ' and the trim point ' .. string.format('%d', low)
+  end
+  return {'done', 'wrote the last seq ' .. ARGV[9] .. also .. ' to ' .. metaKey}
 end
 
 if what == 'prio' then
