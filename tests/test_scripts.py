@@ -87,7 +87,7 @@ def test_only_the_log_include_sends_commands_to_the_log():
     # and fetch makes at every call only the log helpers of its common path:
     # those of one record (log_one.lua) only on its failure paths
     made = re.findall(r"^local function (log\w+)", source("fetch"), re.MULTILINE)
-    assert made == ["logIsStream", "logTrim", "logReadMany", "logAny", "logDelete"]
+    assert made == ["logTrim", "logReadMany", "logAny", "logDelete"]
 
 
 def test_only_the_client_log_module_sends_commands_to_the_log():

@@ -24,9 +24,11 @@ class LogLayout(enum.Enum):
 
     #: The hash ``msgs``: seq -> record.
     HASH = "hash"
-    #: The stream ``log``: one entry per record, id ``<seq>-0``, field ``r``
-    #: the record; records replayed below the stream's newest id in the
-    #: queue's ``pinned`` hash, field ``r<seq>`` (lua/includes/log.lua).
+    #: The stream ``log``: one entry per record (a compact one as id
+    #: ``<seq>-<published ms>`` with its payload, field ``p``; any other as
+    #: ``<seq>-0``, field ``r``), trimmed at the lowest ack floor; replayed
+    #: records in the queue's ``pinned`` hash, field ``r<seq>``
+    #: (lua/includes/log.lua).
     STREAM = "stream"
 
 

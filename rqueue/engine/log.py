@@ -27,7 +27,8 @@ from .keys import LogLayout, QueueKeys
 from .record import compact_record
 
 
-def _stream(keys: QueueKeys) -> bool:
+def stream(keys: QueueKeys) -> bool:
+    """Whether the queue's log is a stream (read_side then applies)."""
     return keys.layout is LogLayout.STREAM
 
 
@@ -53,14 +54,14 @@ def _entry_record(entry_id: Any, fields: Any) -> bytes | None:
 
 def read(r: Any, keys: QueueKeys, seq: int) -> Any:
     """Queues the read of ``seq``'s record (decoded by record_of)."""
-    if _stream(keys):
+    if stream(keys):
         return r.xrange(keys.msgs, seq, seq)
     return r.hget(keys.msgs, seq)
 
 
 def record_of(keys: QueueKeys, reply: Any) -> Any:
     """The record in a reply of read, or None."""
-    if not _stream(keys):
+    if not stream(keys):
         return reply
     return _entry_record(*reply[0]) if reply else None
 
@@ -71,15 +72,10 @@ def read_side(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
     return r.hmget(keys.pinned, [f"r{seq}" for seq in seqs])
 
 
-def stream(keys: QueueKeys) -> bool:
-    """Whether the queue's log is a stream (read_side then applies)."""
-    return _stream(keys)
-
-
 def read_many(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
     """Queues the read of the records of ``seqs`` (decoded by records); in
     the stream layout one range from the lowest to the highest."""
-    if _stream(keys):
+    if stream(keys):
         return r.xrange(keys.msgs, min(seqs), max(seqs))
     return r.hmget(keys.msgs, seqs)
 
@@ -87,7 +83,7 @@ def read_many(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
 def records(keys: QueueKeys, seqs: list[int], reply: Any) -> list[Any]:
     """One record (or None) per seq, in the order of ``seqs``, from a reply
     of read_many."""
-    if not _stream(keys):
+    if not stream(keys):
         return list(reply)
     found = {_entry_seq(entry_id): _entry_record(entry_id, fields) for entry_id, fields in reply}
     return [found.get(seq) for seq in seqs]
@@ -95,7 +91,7 @@ def records(keys: QueueKeys, seqs: list[int], reply: Any) -> list[Any]:
 
 def has(r: Any, keys: QueueKeys, seq: int) -> Any:
     """Queues the question whether ``seq`` has a record (decoded by present)."""
-    if _stream(keys):
+    if stream(keys):
         return r.xrange(keys.msgs, seq, seq)
     return r.hexists(keys.msgs, seq)
 
@@ -109,7 +105,7 @@ def length(pipe: Any, keys: QueueKeys) -> int:
     the stored records; returns how many replies they take, which
     length_of reads. In a stream: the entries, and the replayed records
     beside the pins whose entries the trim took (at or below the trim point)."""
-    if _stream(keys):
+    if stream(keys):
         pipe.xlen(keys.msgs)
         pipe.hkeys(keys.pinned)
         pipe.hget(keys.meta, "trimmed")
@@ -120,7 +116,7 @@ def length(pipe: Any, keys: QueueKeys) -> int:
 
 def length_of(keys: QueueKeys, replies: list[Any]) -> int:
     """How many records are stored, from the replies of length's reads."""
-    if not _stream(keys):
+    if not stream(keys):
         return int(replies[0])
     entries, pins, trimmed = replies
     low = int(trimmed or 0)
@@ -131,7 +127,7 @@ def length_of(keys: QueueKeys, replies: list[Any]) -> int:
 def delete(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
     """Deletes the records of ``seqs`` (dead letters, in a stream: entries
     ``<seq>-0``, as every dead letter is); replies how many there were."""
-    if _stream(keys):
+    if stream(keys):
         return r.xdel(keys.msgs, *(f"{seq}-0" for seq in seqs))
     return r.hdel(keys.msgs, *seqs)
 
@@ -139,7 +135,7 @@ def delete(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
 def delete_range(r: Any, keys: QueueKeys, seqs: range) -> Any:
     """Deletes the records of ``seqs``, a range that starts above every
     other stored record (a purge in steps); replies how many there were."""
-    if _stream(keys):
+    if stream(keys):
         return r.xtrim(keys.msgs, minid=f"{seqs[-1] + 1}-0", approximate=False)
     return r.hdel(keys.msgs, *seqs)
 
@@ -165,7 +161,7 @@ def key(keys: QueueKeys) -> str:
 def scan(r: Any, keys: QueueKeys, cursor: Any, count: int) -> Any:
     """Queues one step of a walk over every record from ``cursor`` (0 at
     first; decoded by scan_page)."""
-    if _stream(keys):
+    if stream(keys):
         return r.xrange(keys.msgs, f"{int(cursor)}-0" if int(cursor) else "-", "+", count=count)
     return r.hscan(keys.msgs, cursor, count=count)
 
@@ -173,7 +169,7 @@ def scan(r: Any, keys: QueueKeys, cursor: Any, count: int) -> Any:
 def scan_page(keys: QueueKeys, reply: Any, count: int) -> tuple[Any, dict[Any, Any]]:
     """(next cursor, 0 at the end; {seq: record}) from a reply of scan (a
     hash's walk may repeat a record)."""
-    if not _stream(keys):
+    if not stream(keys):
         cursor, page = reply
         return cursor, page
     page = {str(_entry_seq(entry_id)): _entry_record(entry_id, fields) for entry_id, fields in reply}

@@ -47,6 +47,8 @@ local function logEntry(seq, rec)
   return seq .. '-0', 'r', rec
 end
 
+-- Whether key is a stream log's. settle.lua and settle_shared.lua compare
+-- the byte themselves: fetch, which settles, would make this at every call.
 local function logIsStream(key)
   return string.byte(key, -1) == LOG_STREAM_BYTE
 end
@@ -167,24 +169,8 @@ local function logAny(key)
   return redis.call('XLEN', key) > 0 -- a stream stays when its last entry goes
 end
 
-local function logDelete(key, seqs, side)
-  if string.byte(key, -1) ~= LOG_STREAM_BYTE then
-    bulk('HDEL', key, seqs)
-    return
-  end
-  if #seqs == 0 then
-    return
-  end
-  local ids = {}
-  for i, s in ipairs(seqs) do
-    ids[i] = s .. '-0'
-  end
-  bulk('XDEL', key, ids)
-  if side and redis.call('EXISTS', side) == 1 then
-    local fields = {}
-    for i, s in ipairs(seqs) do
-      fields[i] = 'r' .. s
-    end
-    bulk('HDEL', side, fields)
-  end
+-- A hash log only: a stream log's entries go by logTrim, and a replayed
+-- record by logForgetReplayed (log_side.lua); HDEL on a stream is refused.
+local function logDelete(key, seqs)
+  bulk('HDEL', key, seqs)
 end

@@ -64,7 +64,7 @@ local function trimRetained(spec, nowMs, limit)
       gone[#gone + 1] = q
     end
   end
-  logDelete(msgsKey, gone, pinnedKey)
+  logDelete(msgsKey, gone)
   bulk('HDEL', settledKey, gone)
   rcall('HSET', metaKey, 'trimmed', s)
   return s, s - trimmed

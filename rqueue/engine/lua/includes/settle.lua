@@ -122,7 +122,8 @@ local function settleMany(seqs, fields)
   if retained then
     return
   end
-  if logIsStream(msgsKey) then
+  -- A stream log's key (includes/log.lua, logIsStream).
+  if string.byte(msgsKey, -1) == LOG_STREAM_BYTE then
     -- Entries go with the lowest floor, none one by one (includes/log.lua).
     if floor ~= oldFloor then
       if groups <= 1 then
@@ -137,7 +138,7 @@ local function settleMany(seqs, fields)
   if groups <= 1 then
     -- The strings when nothing was reopened: a number handed to redis.call
     -- is formatted again with sprintf, which costs more than the HDEL.
-    logDelete(msgsKey, (fresh == seqs and fields) or fresh, pinnedKey)
+    logDelete(msgsKey, (fresh == seqs and fields) or fresh)
     return
   end
   --@make sharedSettling
@@ -148,7 +149,7 @@ local function settleMany(seqs, fields)
     end
   end
   done = unpinned(done)
-  logDelete(msgsKey, done, pinnedKey)
+  logDelete(msgsKey, done)
   bulk('HDEL', settledKey, done)
   if floor ~= oldFloor then
     advanceTrim(oldFloor)

@@ -36,7 +36,7 @@ local function advanceTrim(oldFloor)
       minFloor = f
     end
   end
-  if minFloor ~= nil and minFloor > trimmed and logIsStream(msgsKey) then
+  if minFloor ~= nil and minFloor > trimmed and string.byte(msgsKey, -1) == LOG_STREAM_BYTE then
     logTrim(msgsKey, minFloor)
     rcall('HSET', metaKey, 'trimmed', minFloor)
   elseif minFloor ~= nil and minFloor > trimmed then
@@ -45,7 +45,7 @@ local function advanceTrim(oldFloor)
       gone[#gone + 1] = s
     end
     gone = unpinned(gone)
-    logDelete(msgsKey, gone, pinnedKey)
+    logDelete(msgsKey, gone)
     bulk('HDEL', settledKey, gone)
     rcall('HSET', metaKey, 'trimmed', minFloor)
   end
@@ -58,7 +58,7 @@ local function settleReopened(seq, groups)
     return
   end
   rcall('HDEL', pinnedKey, seq)
-  if logIsStream(msgsKey) then
+  if string.byte(msgsKey, -1) == LOG_STREAM_BYTE then
     logForgetReplayed(seq, pinnedKey)
     return
   end
@@ -67,7 +67,7 @@ local function settleReopened(seq, groups)
   local counted = rcall('HEXISTS', metaKey, RETAIN) == 0
     and (groups <= 1 or tonumber(rcall('HGET', settledKey, seq) or '0') >= groups)
   if seq <= trimmed or counted then
-    logDelete(msgsKey, {seq}, pinnedKey)
+    logDelete(msgsKey, {seq})
     rcall('HDEL', settledKey, seq)
   end
 end
