@@ -32,8 +32,8 @@
     stream (includes/layout.lua; a hash key is not checked): nothing is
     changed.
   Error of any ack (not a tag's): RQ_CORRUPT <floors key> field <group>:
-    the group's ack floor is not a seq; raised when the message is settled,
-    after its delivery was taken back (rqueue doctor finds it, docs/doctor.md)
+    the group's ack floor is not a seq; raised before any write, so the
+    delivery stays held (rqueue doctor names the floor, docs/doctor.md)
 ]]
 --@flags allow-oom
 --@include ack_held_one

@@ -29,10 +29,11 @@ local function ackHeldOne(first)
   if times == nil or string.sub(raw, times + 1) ~= tokenArg then
     return nil
   end
+  local floor = ackFloor() -- before any write (includes/settle.lua)
   rcall('ZREM', leaseKey, field)
   rcall('HINCRBY', consumersKey, consumerName, '-1')
   rcall('HDEL', dlvKey, field)
-  settleMany({field + 0}, {field})
+  settleMany({field + 0}, {field}, floor)
   rcall('HINCRBY', groupKey, 'acked', '1')
   return {'ok'}
 end

@@ -99,6 +99,7 @@ local function ackTags(strict, first)
   end
 
   if #done > 0 then
+    local floor = ackFloor() -- before any write (includes/settle.lua)
     bulk('ZREM', leaseKey, leased)
     bulk('ZREM', readyKey, waiting)
     bulk('ZREM', delayKey, waiting)
@@ -108,7 +109,7 @@ local function ackTags(strict, first)
       rcall('HINCRBY', consumersKey, holder, k == 1 and '-1' or -k)
     end
     bulk('HDEL', dlvKey, stateFields)
-    settleMany(done, stateFields)
+    settleMany(done, stateFields, floor)
     rcall('HINCRBY', groupKey, 'acked', #done == 1 and '1' or #done)
   end
   return result

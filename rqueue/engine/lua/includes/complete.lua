@@ -7,11 +7,12 @@
 --@include release
 --@include settle
 local function complete(seq, d)
+  local floor = ackFloor() -- before any write (includes/settle.lua)
   if d.holder == '' then
     rcall('ZREM', readyKey, seq)
     rcall('ZREM', delayKey, seq)
   end
   release(seq, d)
   rcall('HDEL', dlvKey, seq)
-  settleMany({seq})
+  settleMany({seq}, nil, floor)
 end

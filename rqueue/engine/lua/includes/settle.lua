@@ -24,10 +24,26 @@
 --@lazy sharedSettling settle_shared
 --@lazy ackedRuns acked_runs
 
-local function settleMany(seqs, fields)
+-- The group's ack floor, a number; RQ_CORRUPT (raised) when it is not a
+-- seq. Callers that write before they settle (an ack takes its delivery
+-- back first) read it first and hand it to settleMany, so that a damaged
+-- floor stops the call before any write.
+local function ackFloor()
+  local raw = rcall('HGET', floorsKey, groupName)
+  local floor = tonumber(raw or '0')
+  if not (floor and floor >= 0 and floor % 1 == 0) then
+    error('RQ_CORRUPT ' .. floorsKey .. ' field ' .. groupName .. ' (the ack floor) holds '
+      .. string.sub(raw, 1, 40) .. ', not a seq')
+  end
+  return floor
+end
+
+-- floorRead: the floor as ackFloor read it, or nil to read it here.
+local function settleMany(seqs, fields, floorRead)
   if #seqs == 0 then
     return
   end
+  local oldFloor = floorRead or ackFloor()
   for i = 2, #seqs do
     if seqs[i] < seqs[i - 1] then
       table.sort(seqs)
@@ -50,11 +66,6 @@ local function settleMany(seqs, fields)
         fresh[#fresh + 1] = seq
       end
     end
-  end
-  local oldFloor = tonumber(rcall('HGET', floorsKey, groupName) or '0')
-  if not (oldFloor and oldFloor >= 0 and oldFloor % 1 == 0) then
-    error('RQ_CORRUPT ' .. floorsKey .. ' field ' .. groupName .. ' (the ack floor) holds '
-      .. string.sub(rcall('HGET', floorsKey, groupName), 1, 40) .. ', not a seq')
   end
   local floor = oldFloor
   -- The new floor as the caller's string when it is one of the seqs (an ack
