@@ -58,6 +58,7 @@
   Work: "counts" reads the lease set (at most max_inflight entries), their
   states, the members and the acked runs; the others a few keys.
 ]]
+--@include lowest_floor
 --@include log_one
 --@include group_keys
 --@include group_names
@@ -249,13 +250,7 @@ if what == 'meta' then
   -- The trim point, the lowest ack floor (retention mode went with the
   -- hash): without it no settle would move it, and a stream log would
   -- keep every entry from here on.
-  local low = nil
-  for _, f in ipairs(rcall('HVALS', floorsKey)) do
-    f = tonumber(f)
-    if f and (low == nil or f < low) then
-      low = f
-    end
-  end
+  local low = lowestFloor(floorsKey)
   local also = ''
   if low and low > 0 and rcall('HEXISTS', metaKey, 'trimmed') == 0 then
     rcall('HSET', metaKey, 'trimmed', string.format('%d', low))

@@ -12,6 +12,7 @@
 --@include log
 --@include log_one
 --@include record
+--@include lowest_floor
 
 -- Returns the new trim point and how many seqs it passed. spec is the
 -- stored "<max_age_ms> <max_length>".
@@ -20,13 +21,7 @@ local function trimRetained(spec, nowMs, limit)
   local maxAge, maxLen = tonumber(ageText or ''), tonumber(lenText or '')
   local fields = rcall('HMGET', metaKey, 'trimmed', 'seq')
   local trimmed, last = tonumber(fields[1] or '0') or 0, tonumber(fields[2] or '0') or 0
-  local minFloor = nil
-  for _, f in ipairs(rcall('HVALS', floorsKey)) do
-    f = tonumber(f)
-    if f and (minFloor == nil or f < minFloor) then
-      minFloor = f
-    end
-  end
+  local minFloor = lowestFloor(floorsKey)
   if minFloor == nil or minFloor <= trimmed then
     return trimmed, 0
   end

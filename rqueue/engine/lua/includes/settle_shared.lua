@@ -5,6 +5,7 @@
 ]]
 --@include log
 --@include log_side
+--@include lowest_floor
 --@include group_keys
 --@include group_names
 --@include bulk
@@ -29,13 +30,7 @@ local function advanceTrim(oldFloor)
   if oldFloor > trimmed then
     return
   end
-  local minFloor = nil
-  for _, f in ipairs(rcall('HVALS', floorsKey)) do
-    f = tonumber(f)
-    if minFloor == nil or f < minFloor then
-      minFloor = f
-    end
-  end
+  local minFloor = lowestFloor(floorsKey)
   if minFloor ~= nil and minFloor > trimmed and string.byte(msgsKey, -1) == LOG_STREAM_BYTE then
     logTrim(msgsKey, minFloor)
     rcall('HSET', metaKey, 'trimmed', minFloor)
