@@ -175,15 +175,19 @@ class ConsumerCore:
 
     # -- fetch replies ------------------------------------------------------------
 
-    def _parse(self, reply: commands.FetchReply, mark: Mark) -> tuple[list[Delivery], list[tuple[str, str, str]]]:
-        """The deliveries of a fetch sent at ``mark`` (now held), and the
+    def _parse(
+        self, reply: commands.FetchReply, mark: Mark
+    ) -> tuple[list[Delivery], list[tuple[str, str, str]], list[Delivery]]:
+        """The deliveries of a fetch sent at ``mark`` (now held), the
         (tag, reason, why) of each one set aside for the caller to move to
         the dead-letter queue: a corrupt record (byte for byte), or a
-        message past its time to live ("expired": never handed to a handler)."""
+        message past its time to live ("expired": never handed to a
+        handler), and the deliveries (held) for the caller to ack unrun:
+        messages the group settled before Redis lost acks (statewatch.py)."""
         # Per message on the hot path: no helper calls for a compact record
         # (no headers, no delay: the common case); anything else goes to
         # decode_record.
-        epoch = self._watch.saw(mark, reply.incarnation, reply.last_seq)
+        epoch = self._watch.saw(mark, reply.incarnation, reply.last_seq, floor=(reply.generation, reply.floor))
         self._waiter = reply.waiter
         if len(reply.raw) == reply.first:
             self._found_nothing_at, self._found_nothing_epoch = reply.now_ms, self._watch.epoch
@@ -195,7 +199,7 @@ class ConsumerCore:
             if len(reply.raw) > reply.first:
                 count = (len(reply.raw) - reply.first) // 3
                 log.warning("%r dropped %d deliveries fetched across a loss of Redis state", self, count)
-            return [], []
+            return [], [], []
         raw, token = reply.raw, reply.token
         deadline = reply.now_ms + int(round(self._settings.ack_wait * 1000))
         held = self._held
@@ -247,7 +251,20 @@ class ConsumerCore:
                 d.headers = {**headers, REPLAYED_HEADER: str(replayed)}
             held[tag] = d
             out.append(d)
-        return out, aside
+        settled_up_to = self._watch.settled_up_to
+        if settled_up_to and out:
+            again = [d for d in out if d.seq <= settled_up_to and not d.replayed]
+            if again:
+                out = [d for d in out if d.seq > settled_up_to or d.replayed]
+                log.warning(
+                    "%r acks %d deliveries of messages its group settled before Redis lost acks (seqs up to %d), "
+                    "without running them",
+                    self,
+                    len(again),
+                    settled_up_to,
+                )
+            return out, aside, again
+        return out, aside, []
 
     def _fetched_acks(
         self, tags: Sequence[commands.Tag], lost: list[RQueueError | None], reply: commands.FetchReply
@@ -478,6 +495,14 @@ class ConsumerCore:
         dead-lettering the group refused: it was settled or taken back
         meanwhile, so nothing is left to do; the rest of the batch goes on."""
         log.info("%s of %s not dead-lettered: %s", reason, tag, exc)
+
+    def _settled_again(self, deliveries: list[Delivery], statuses: Sequence[RQueueError | None]) -> None:
+        """After the acks of ``deliveries``, messages the group settled
+        before Redis lost acks: one not acked (taken back meanwhile) is
+        offered again, and acked again then."""
+        for d, status in zip(deliveries, statuses, strict=True):
+            if status is not None:
+                log.info("%s, settled before Redis lost acks, not acked again: %s", d.tag, status)
 
     def _completed_on(self) -> bool:
         """Whether the events setting asks for completed events: then acks

@@ -367,6 +367,7 @@ class LossKind(enum.Enum):
 
     INCARNATION = "incarnation-changed"  # the queue's incarnation id is not the one seen before
     SEQ_WENT_BACK = "seq-went-back"  # a seq at or below one seen before, in the same incarnation
+    ACKS_WENT_BACK = "acks-went-back"  # a group's ack floor below one seen before, in the same generation
 
 
 class StateLost(RQueueError):
@@ -382,7 +383,8 @@ class StateLost(RQueueError):
         incarnation: the queue's incarnation id before the loss.
         new_incarnation: its incarnation id now.
         gone_above: every seq of ``incarnation`` above this is gone from
-            Redis (0: every one).
+            Redis (0: every one); for ACKS_WENT_BACK, the group's ack floor
+            now: acks above it may be gone, the messages are kept.
         last_seq_seen: the highest seq of ``incarnation`` this client saw.
         confirmed_gone: publishes this client confirmed (of its last
             100,000 publish calls) whose messages are gone: those no group had handled
@@ -390,6 +392,10 @@ class StateLost(RQueueError):
         deliveries_dropped: deliveries this consumer held from before the
             loss, dropped: never run, never settled.
         noticed_by: who noticed ("publisher", or "consumer <name> of group <group>").
+        floor_seen: for ACKS_WENT_BACK, the group's ack floor this consumer
+            saw before: a delivery of a seq at or below it (a message the
+            group settled before the loss) is acked again, never run.
+        group: the group, for ACKS_WENT_BACK ("" otherwise).
     """
 
     def __init__(
@@ -403,9 +409,18 @@ class StateLost(RQueueError):
         confirmed_gone: int,
         deliveries_dropped: int,
         noticed_by: str,
+        floor_seen: int = 0,
+        group: str = "",
     ) -> None:
         if kind is LossKind.INCARNATION:
             what = f"its incarnation changed from {incarnation} to {new_incarnation}: every message of it is gone"
+        elif kind is LossKind.ACKS_WENT_BACK:
+            what = (
+                f"the ack floor of group {group!r} went back from {floor_seen} to {gone_above} (incarnation "
+                f"{incarnation}): acks of messages above seq {gone_above} are gone; the messages are kept, those "
+                f"up to seq {floor_seen} are acked again as they come back, and one acked out of order above "
+                "it may run again"
+            )
         else:
             what = (
                 f"its seqs went back from {last_seq_seen} to {gone_above} (incarnation {incarnation}): "
@@ -425,6 +440,8 @@ class StateLost(RQueueError):
         self.confirmed_gone = confirmed_gone
         self.deliveries_dropped = deliveries_dropped
         self.noticed_by = noticed_by
+        self.floor_seen = floor_seen
+        self.group = group
 
 
 class QueuePartitioned(RQueueError):

@@ -9,6 +9,14 @@ confirmed: it logs at ERROR once, records a "state-lost" event in the
 queue's events stream, and says what it knows is gone (docs/guarantees.md,
 guarantee 12).
 
+A fetch also returns its group's ack floor and generation (a number that
+grows at each make and reset of the group). A floor that goes back within
+one generation is acks Redis lost, a failover to a replica that missed them,
+where no seq goes back. The consumer that sees it reports it as above, and
+from then on acks, unrun, any delivery of a seq at or below the floor it had
+seen (those messages were settled before the loss), until the group's floor
+is back there.
+
 Replies of calls made by several threads can arrive in any order, so each
 reply is judged against what the watch knew when its call was sent
 (:meth:`StateWatch.mark`): a seq the server assigned after the call was
@@ -42,6 +50,8 @@ class Mark(NamedTuple):
 
     epoch: int  # losses seen so far
     last_seq: int  # the highest seq seen
+    generation: int  # the group's generation (-1: none seen)
+    floor: int  # the highest ack floor seen in that generation
 
 
 class StateWatch:
@@ -74,6 +84,12 @@ class StateWatch:
         self.incarnation: str | None = None
         self.epoch = 0
         self._last_seq = 0
+        self._generation = -1
+        self._floor = 0
+        #: Seqs at or below this (0: none) were settled by the group before
+        #: Redis lost acks: a delivery of one (not a replayed dead letter)
+        #: is acked again, never run.
+        self.settled_up_to = 0
         # (first, last) of the seqs each publish call confirmed
         self._confirmed: deque[tuple[int, int]] = deque(maxlen=CONFIRMED_KEPT)
         #: The incarnation id this client offers when a call creates the
@@ -84,7 +100,7 @@ class StateWatch:
 
     def mark(self) -> Mark:
         """What the watch knows now: taken before a call is sent."""
-        return Mark(self.epoch, self._last_seq)
+        return Mark(self.epoch, self._last_seq, self._generation, self._floor)
 
     def forget(self) -> None:
         """Forgets the queue's state (this client deleted the queue: its next
@@ -92,19 +108,26 @@ class StateWatch:
         with self._lock:
             self.incarnation = None
             self._last_seq = 0
+            self._generation, self._floor, self.settled_up_to = -1, 0, 0
             self._confirmed.clear()
             self.epoch += 1
 
     def saw(
-        self, mark: Mark, incarnation: str, last_seq: int | None = None, new: tuple[int, int] | None = None
+        self,
+        mark: Mark,
+        incarnation: str,
+        last_seq: int | None = None,
+        new: tuple[int, int] | None = None,
+        floor: tuple[int, int] | None = None,
     ) -> int | None:
         """Judges the reply of a call sent at ``mark``: the queue's
         ``incarnation`` ("" when it has none), and its ``last_seq`` or the
         first and last of the ``new`` seqs the call assigned in one run
-        (confirmed publishes; last < first: none). Reports a
-        loss it shows (log, event, ``last_loss``). Returns the epoch the
-        reply belongs to, or None when a loss was seen after the call was
-        sent (what the reply brought is from before it)."""
+        (confirmed publishes; last < first: none), and a fetch's group
+        generation and ack ``floor`` (floor -1: not a seq, not judged).
+        Reports a loss it shows (log, event, ``last_loss``). Returns the
+        epoch the reply belongs to, or None when a loss was seen after the
+        call was sent (what the reply brought is from before it)."""
         if not incarnation:
             return self.epoch  # a queue an older rqueue made: nothing to compare
         loss = None
@@ -124,6 +147,10 @@ class StateWatch:
                 loss = self._lost(LossKind.SEQ_WENT_BACK, incarnation, new[0] - 1)
             elif last_seq is not None and last_seq < mark.last_seq:
                 loss = self._lost(LossKind.SEQ_WENT_BACK, incarnation, last_seq)
+            if floor is not None and floor[1] >= 0 and (loss is None or loss.kind is not LossKind.INCARNATION):
+                acks_lost = self._saw_floor(mark, *floor, loss)
+                if acks_lost is not None:
+                    loss = acks_lost
             if top is not None and top > self._last_seq:
                 self._last_seq = top
             if new is not None:
@@ -133,9 +160,56 @@ class StateWatch:
             self._report(loss)
         return epoch
 
-    def _lost(self, kind: LossKind, incarnation: str, gone_above: int) -> StateLost:
+    def _saw_floor(self, mark: Mark, generation: int, floor: int, loss: StateLost | None) -> StateLost | None:
+        """Judges a fetch's group ``generation`` and ack ``floor`` (under
+        the lock, after the seq checks made ``loss``): the loss of acks it
+        shows, when no other was seen."""
+        went_back = generation == mark.generation and floor < mark.floor
+        if went_back:
+            # Settled before the loss: at or below the floor seen, and not
+            # above what survived of the seqs (a seq taken back is a new
+            # message when published again).
+            up_to = mark.floor if loss is None else min(mark.floor, loss.gone_above)
+            self.settled_up_to = max(self.settled_up_to, up_to)
+            self._floor = floor  # starts over from the reply
+        elif generation == self._generation:
+            if floor > self._floor:
+                self._floor = floor
+        elif mark.generation == self._generation:
+            # Made anew or reset since the call was sent (a call sent before
+            # the watch learned of a newer one brings an older generation):
+            # the floor starts over, and what the old generation settled is
+            # the operator's to hand out again.
+            self._generation, self._floor, self.settled_up_to = generation, floor, 0
+        if self.settled_up_to and floor >= self.settled_up_to:
+            self.settled_up_to = 0  # Redis has the acks again
+        if not went_back or loss is not None:
+            return None
+        return self._lost(LossKind.ACKS_WENT_BACK, self.incarnation or "", floor, mark.floor)
+
+    def _lost(self, kind: LossKind, incarnation: str, gone_above: int, floor_seen: int = 0) -> StateLost:
         """Records a loss (under the lock) and starts over from the reply."""
         old = self.incarnation or ""
+        if kind is LossKind.ACKS_WENT_BACK:
+            # The messages are kept: nothing this client confirmed is gone,
+            # and its seqs stand.
+            dropped = self._drop_held() if self._drop_held is not None else 0
+            loss = StateLost(
+                self._queue,
+                kind,
+                old,
+                incarnation,
+                gone_above,
+                self._last_seq,
+                0,
+                dropped,
+                self._noticed_by,
+                floor_seen=floor_seen,
+                group=self._group,
+            )
+            self.epoch += 1
+            self.last_loss = loss
+            return loss
         gone = sum(max(0, last - max(first, gone_above + 1) + 1) for first, last in self._confirmed)
         kept = [(first, min(last, gone_above)) for first, last in self._confirmed if first <= gone_above]
         self._confirmed.clear()
@@ -147,6 +221,8 @@ class StateWatch:
         )
         self.incarnation = incarnation
         self._last_seq = gone_above
+        if kind is LossKind.INCARNATION:
+            self._generation, self._floor, self.settled_up_to = -1, 0, 0
         self.epoch += 1
         self.last_loss = loss
         return loss
@@ -163,6 +239,7 @@ class StateWatch:
             "last_seq_seen": str(loss.last_seq_seen),
             "confirmed_gone": str(loss.confirmed_gone),
             "deliveries_dropped": str(loss.deliveries_dropped),
+            "floor_seen": str(loss.floor_seen),
             "noticed_by": loss.noticed_by,
         }
         try:

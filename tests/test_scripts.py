@@ -401,7 +401,7 @@ def test_join_then_fetch_reply_shape(raw):
     assert s.join(keys=gk, args=group_argv()) == [1, 1, b"itest"]
     assert s.join(keys=gk, args=group_argv()) == [0, 0, b"itest"]
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
-    assert reply == [NOW, b"", b"itest", 1, 1, 1, compact(NOW, b"a")]
+    assert reply == [NOW, b"", b"itest", 1, b"0", b"1", 1, 1, compact(NOW, b"a")]  # floor 0, generation 1, as stored
     assert r.zscore(gk[5], 1) == NOW + 10_000
     assert r.hget(gk[8], 1) == b"1:c1:%d:%d:t1" % (NOW, NOW)
 
@@ -414,11 +414,11 @@ def test_fetch_moves_the_cursor_past_the_last_seq_it_read(raw):
     s.join(keys=gk, args=group_argv())
     assert logview.delete(r, qk, 3) == 1
     # when fetches read 3 seqs (one deleted) and then 120
-    assert [x for x in s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))[4::3]] == [1, 2]
+    assert [x for x in s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))[6::3]] == [1, 2]
     assert r.hget(gk[4], "cursor") == b"2"
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, Settings(ack_wait=10, prefetch=200), 120, "t1"))
     # then the cursor is the last seq each read, in its plain form
-    assert reply[4::3] == list(range(4, 124)) and r.hget(gk[4], "cursor") == b"123"
+    assert reply[6::3] == list(range(4, 124)) and r.hget(gk[4], "cursor") == b"123"
 
 
 def test_a_small_fetch_reads_records_first_and_the_last_seq_only_at_a_gap(raw):
@@ -431,7 +431,7 @@ def test_a_small_fetch_reads_records_first_and_the_last_seq_only_at_a_gap(raw):
     assert logview.delete(r, qk, 2) == 1
 
     def fetch(n):
-        return s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, n, "t1"))[4::3]
+        return s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, n, "t1"))[6::3]
 
     # when fetches of 1 reach the deleted record and then the end of the queue
     assert fetch(1) == [1] and fetch(1) == [3] and r.hget(gk[4], "cursor") == b"3"
@@ -475,18 +475,19 @@ def test_fetch_finds_a_redelivery_or_a_due_message_in_whichever_set_alone_holds_
     r, qk, gk, s = raw
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))[4::3] == [1, 2]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))[6::3] == [1, 2]
     # when 1 is offered again at once: the ready set alone exists
     s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", "0", ""))
     assert r.exists(gk[6]) and not r.exists(gk[7])
     # then a fetch finds it there
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t2"))[4:] == [1, 2, compact(NOW, b"a")]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t2"))[6:] == [1, 2, compact(NOW, b"a")]
     # when 2 is offered again after 500 ms: the delay set alone exists
     s.nack(keys=gk, args=group_argv("g", "c1", NOW, None, 2, 1, "t1", "500", ""))
     assert not r.exists(gk[6]) and r.exists(gk[7])
     # then a fetch waits for it, and finds it once due
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t3")) == [NOW, NOW + 500, b"itest", 2]
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 500, None, 10, "t4"))[4:] == [2, 2, compact(NOW, b"b")]
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t3"))
+    assert reply == [NOW, NOW + 500, b"itest", 2, b"0", b"1"]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 500, None, 10, "t4"))[6:] == [2, 2, compact(NOW, b"b")]
     assert not r.exists(gk[6]) and not r.exists(gk[7])
 
 
@@ -494,7 +495,8 @@ def test_fetch_idle_reply_gives_next_due_time(raw):
     _, _, gk, s = raw
     publish(raw, b"a", delay=700)
     s.join(keys=gk, args=group_argv())
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1")) == [NOW, NOW + 700, b"itest", 1]
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
+    assert reply == [NOW, NOW + 700, b"itest", 1, b"0", b"1"]
 
 
 def test_fetch_that_passed_over_its_bound_of_delayed_messages_is_due_now(raw):
@@ -505,12 +507,13 @@ def test_fetch_that_passed_over_its_bound_of_delayed_messages_is_due_now(raw):
     publish(raw, b"now")
     s.join(keys=gk, args=group_argv())
     # when a fetch passes over the first 1000 and stops, then its next due time is now
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1")) == [NOW, NOW, b"itest", 1201]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1")) == [NOW, NOW, b"itest", 1201, b"0", b"1"]
     # and the next call passes over the rest and hands out the ready message
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t2"))
-    assert reply[4:] == [1201, 1, reply[6]] and reply[6].endswith(b"now")
+    assert reply[6:] == [1201, 1, reply[8]] and reply[8].endswith(b"now")
     # and once nothing is left to pass over, the next due time is the first delayed message's
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t3")) == [NOW, NOW + 700, b"itest", 1201]
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t3"))
+    assert reply == [NOW, NOW + 700, b"itest", 1201, b"0", b"1"]
 
 
 def test_fetch_that_passed_over_its_bound_takes_no_waiter_role(raw):
@@ -688,13 +691,13 @@ def test_a_single_tag_is_judged_as_it_would_be_among_others(raw):
     publish(raw, b"a", b"b", b"c", b"d")
     s.join(keys=gk, args=group_argv())
     s.join(keys=gk, args=group_argv("g", "c2"))
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 3, "t1"))[4::3] == [1, 2, 3]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 3, "t1"))[6::3] == [1, 2, 3]
     # 2 ran out and went to c2; 3 ran out and came back to c1 (a history)
     later = NOW + 10_001
     r.zadd(gk[5], {"1": later + 10_000, "3": later + 10_000})
-    assert s.fetch(keys=gk, args=group_argv("g", "c2", later, None, 1, "t2"))[4::3] == [2]
+    assert s.fetch(keys=gk, args=group_argv("g", "c2", later, None, 1, "t2"))[6::3] == [2]
     r.zadd(gk[5], {"3": NOW})
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", later, None, 1, "t3"))[4::3] == [3]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", later, None, 1, "t3"))[6::3] == [3]
     assert r.hget(gk[8], 3) == b"2:c1:%d:%d:t3\n1=c1=t1" % (NOW, later)
 
     def ack(consumer, seq, count, token):
@@ -725,7 +728,7 @@ def test_ack_of_no_tags_and_of_more_tags_than_one_chunk(raw):
     # when nothing is acked, nothing is changed
     assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1")) == []
     # when 1500 deliveries of one fetch are acked in one call
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, big, 1500, "t1"))[4::3] == list(range(1, 1501))
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, big, 1500, "t1"))[6::3] == list(range(1, 1501))
     tags = [x for seq in range(1, 1501) for x in (seq, 1, "t1")]
     assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *tags)) == [b"ok"] * 1500
     # then every one is settled
@@ -742,13 +745,15 @@ def test_fetch_acks_the_tags_it_is_given_first(raw):
         b"",
         b"itest",
         3,
+        b"0",  # the group's ack floor
+        b"1",  # its generation
         1,
         1,
         compact(NOW, b"a"),
     ]
     # the ack frees the one prefetch slot for this same fetch; a bad tag gets its code
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, "t2", 1, 1, "t1", 9, 1, "t1"))
-    assert reply == [NOW, b"", b"itest", 3, b"ok", b"RQ_UNKNOWN_TAG", 2, 1, compact(NOW, b"b")]
+    assert reply == [NOW, b"", b"itest", 3, 1, b"1", b"ok", b"RQ_UNKNOWN_TAG", 2, 1, compact(NOW, b"b")]
     assert r.hget(gk[2], "g") == b"1" and not r.hexists(gk[8], 1) and logview.count(r, qk) == 2
     # a non-member's call changes nothing, its tags included
     with pytest.raises(redis.ResponseError, match="^RQ_NOT_MEMBER"):
@@ -761,17 +766,17 @@ def test_fetch_acks_a_single_tag_sent_with_it_as_ack_would(raw):
     publish(raw, b"a", b"b", b"c")
     one = Settings(ack_wait=10, prefetch=1)
     s.join(keys=gk, args=group_argv())
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, "t1"))[4::3] == [1]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, "t1"))[6::3] == [1]
     # when the held delivery is acked with the next fetch, it frees the slot
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, "t2", 1, 1, "t1"))[4:6] == [b"ok", 2]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, "t2", 1, 1, "t1"))[6:8] == [b"ok", 2]
     assert r.hget(qk.floors, "g") == b"1" and r.hget(gk[10], "c1") == b"1"
     # when the single tag is a count never delivered, or has another token,
     # it gets its code and the slot stays taken
     for tag in ((2, 2, "t2"), (2, 1, "t1")):
         reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, "t3", *tag))
-        assert reply == [NOW, NOW + 10_000, b"itest", 3, b"RQ_UNKNOWN_TAG"], tag
+        assert reply == [NOW, NOW + 10_000, b"itest", 3, b"1", b"1", b"RQ_UNKNOWN_TAG"], tag
     # when it is written another way, it is settled all the same
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, "t4", "02", "1", "t2"))[4:6] == [b"ok", 3]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 1, "t4", "02", "1", "t2"))[6:8] == [b"ok", 3]
     assert r.hget(qk.floors, "g") == b"2" and r.hget(gk[10], "c1") == b"1"
 
 
@@ -804,7 +809,7 @@ def test_nack_of_many_tags_nacks_each_on_its_own(raw, queue, client):
     ]
     # and at their next delivery, the last one allowed, the same call dead-letters them
     again = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 300, twice, 10, "t2"))
-    assert again[4:] == [1, 2, again[6], 3, 2, again[9]]
+    assert again[6:] == [1, 2, again[8], 3, 2, again[11]]
     reply = s.nack(keys=gk, args=group_argv("g", "c1", NOW + 300, twice, 1, 2, "t2", "", "again", "", 3, 2, "t2"))
     assert reply == [b"dead", 1, b"dead", 2]
     assert [m.seq for m in queue.dead_letters()] == [1, 3]
@@ -907,12 +912,12 @@ def test_a_full_group_gets_its_expired_lease_back_in_the_same_fetch(raw):
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
     one = Settings(ack_wait=10, max_inflight=1)
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, "t1"))[4:6] == [1, 1]
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, "t2"))[4:] == []
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, "t1"))[6:8] == [1, 1]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, "t2"))[6:] == []
     # when a fetch comes after the lease's deadline
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 10_001, one, 5, "t3"))
     # then the expiry frees the room it takes: seq 1 again, its second delivery
-    assert reply[4:6] == [1, 2]
+    assert reply[6:8] == [1, 2]
 
 
 def test_a_fetch_with_nothing_in_flight_delivers_new_messages(raw):
@@ -920,13 +925,13 @@ def test_a_fetch_with_nothing_in_flight_delivers_new_messages(raw):
     r, _, gk, s = raw
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))[4:6] == [1, 1]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))[6:8] == [1, 1]
     assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, "t1")) == [b"ok"]
     publish(raw, b"b")
     # when the next fetch comes long after the first lease would have run out
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 60_000, None, 5, "t2"))
     # then it delivers the new message, and the group counts nothing expired
-    assert reply[4:] == [2, 1, compact(NOW, b"b")]
+    assert reply[6:] == [2, 1, compact(NOW, b"b")]
     assert r.hget(gk[4], "expired") is None  # KEYS[5], the group hash
     assert r.hget(gk[4], "cursor") == b"2"
 
@@ -996,7 +1001,7 @@ def test_an_expired_lease_is_left_whole_when_the_failure_policy_does_not_parse(r
     # then the lease, the delivery state and the holder's count are as they were
     assert (r.zrange(lease, 0, -1, withscores=True), r.hgetall(dlv), r.hgetall(consumers)) == before
     # and a good policy takes it back and redelivers it
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 10_001, None, 10, "t3"))[4:6] == [1, 2]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 10_001, None, 10, "t3"))[6:8] == [1, 2]
 
 
 def test_stats_reads_the_group_name_and_now_alone(raw):
@@ -1020,7 +1025,7 @@ def test_a_fetch_reads_the_failure_policy_only_when_a_delivery_fails(raw):
     args = group_argv("g", "c1", NOW, None, 10, "t1")
     args[6] = "not a policy"
     # when nothing fails, it delivers
-    assert s.fetch(keys=gk, args=args)[4:] == [1, 1, compact(NOW, b"a")]
+    assert s.fetch(keys=gk, args=args)[6:] == [1, 1, compact(NOW, b"a")]
     # and when the lease has expired, the policy is read and refused
     later = group_argv("g", "c1", NOW + 10_001, None, 10, "t2")
     later[6] = "not a policy"
@@ -1114,7 +1119,7 @@ def test_leases_are_kept_in_a_skiplist_and_the_pin_is_no_delivery(raw):
     assert members[0] == (b"1", NOW + 10_000) and members[1][0].startswith(b"pin:") and members[1][1] == float("inf")
     assert len(members) == 2 and len(members[1][0]) > 64
     # max_inflight 2 still lets a second delivery out, and no more
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, "t2"))[4:6] == [2, 1]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, "t2"))[6:8] == [2, 1]
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, one, 5, "t3"))[:2] == [NOW, NOW + 10_000]
     stats = dict(zip(*[iter(s.stats(keys=gk, args=group_argv("g", "", NOW + 20_000, one))[:40])] * 2))
     assert stats[b"in_flight"] == 2 and stats[b"expired_leases"] == 2
@@ -1157,7 +1162,7 @@ def test_a_tag_with_another_token_names_no_delivery_and_changes_nothing(raw, cli
     r, _, gk, s = raw
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))[4::3] == [1, 2]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))[6::3] == [1, 2]
     # when the same seq and count come with another token: alone, in a batch,
     # leniently, with a fetch, and to nack, reject and extend
     with nothing_changes(client):
@@ -1173,7 +1178,7 @@ def test_a_tag_with_another_token_names_no_delivery_and_changes_nothing(raw, cli
         # (at the fetch's time: extend records a beat, the same one again)
         assert s.extend(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t2")) == [NOW + 10_000, b"RQ_UNKNOWN_TAG"]
     # (a fetch that carries it acks nothing; it claims nothing new either: all is held)
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t3", 1, 1, "t2"))[4:] == [b"RQ_UNKNOWN_TAG"]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t3", 1, 1, "t2"))[6:] == [b"RQ_UNKNOWN_TAG"]
     assert r.hget(gk[8], 1) == b"1:c1:%d:%d:t1" % (NOW, NOW) and r.hget(gk[10], "c1") == b"2"
     # then the right token settles both
     assert ack_of(s, gk, "c1", "1", (1, 1, "t1"), (2, 1, "t1")) == [b"ok", b"ok"]
@@ -1202,7 +1207,7 @@ def test_a_delivery_nacked_by_its_holder_is_stale_to_every_later_settle(raw, cli
             assert ack_of(s, gk, "c1", "0", (1, 1, "t1")) == [b"RQ_STALE"]
         elif then == "ack_with_fetch":
             reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t2", 1, 1, "t1"))
-            assert reply[:2] + reply[4:] == [NOW, NOW + 30_000, b"RQ_STALE"]
+            assert reply[:2] + reply[6:] == [NOW, NOW + 30_000, b"RQ_STALE"]
         elif then == "extend":
             assert s.extend(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1"))[1:] == [b"RQ_STALE"]
         else:
@@ -1210,7 +1215,7 @@ def test_a_delivery_nacked_by_its_holder_is_stale_to_every_later_settle(raw, cli
             with pytest.raises(redis.ResponseError, match=stale):
                 script(keys=gk, args=group_argv("g", "c1", NOW, None, 1, 1, "t1", *tail))
     # and the retry still comes, after which the old tag is stale against the new delivery too
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 30_000, None, 1, "t3"))[4:6] == [1, 2]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 30_000, None, 1, "t3"))[6:8] == [1, 2]
     assert ack_of(s, gk, "c1", "0", (1, 1, "t1")) == [b"RQ_STALE"]
     assert ack_of(s, gk, "c1", "1", (1, 2, "t3")) == [b"ok"]
 
@@ -1222,7 +1227,7 @@ def test_a_late_ack_is_judged_by_the_token_it_was_delivered_with(raw, client):
     s.join(keys=gk, args=group_argv())
     s.join(keys=gk, args=group_argv("g", "c2"))
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
-    assert s.fetch(keys=gk, args=group_argv("g", "c2", NOW + 10_001, None, 1, "t2"))[4:6] == [1, 2]
+    assert s.fetch(keys=gk, args=group_argv("g", "c2", NOW + 10_001, None, 1, "t2"))[6:8] == [1, 2]
     assert r.hget(gk[8], 1) == b"2:c2:%d:%d:t2\n1=c1=t1" % (NOW, NOW + 10_001)
     # when c1 acks its earlier delivery with another token (c2's, or one never
     # handed out), or c2 with c1's token, it is not held, and nothing changes
@@ -1247,7 +1252,7 @@ def test_a_delivery_state_without_a_token_still_reads(raw):
     r, _, gk, s = raw
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))[4::3] == [1, 2]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))[6::3] == [1, 2]
     r.hset(gk[8], mapping={1: b"2:c1:%d:%d\n1=c0" % (NOW, NOW), 2: b"1:c1:%d:%d" % (NOW, NOW)})
     # when stats and a fetch read them, then neither fails
     stats = dict(zip(*[iter(s.stats(keys=gk, args=group_argv("g", "", NOW, None))[:40])] * 2))
@@ -1255,7 +1260,7 @@ def test_a_delivery_state_without_a_token_still_reads(raw):
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t2"))[:2] == [NOW, NOW + 10_000]
     # when their leases run out, the next fetch takes them back and redelivers them
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 10_001, None, 2, "t3"))
-    assert reply[4::3] == [1, 2] and reply[5::3] == [3, 2]
+    assert reply[6::3] == [1, 2] and reply[7::3] == [3, 2]
     # with the token "" kept in their history and the new token in the state
     assert r.hget(gk[8], 1) == b"3:c1:%d:%d:t3\n1=c0\n2=c1=" % (NOW, NOW + 10_001)
     assert r.hget(gk[8], 2) == b"2:c1:%d:%d:t3\n1=c1=" % (NOW, NOW + 10_001)
@@ -1328,7 +1333,7 @@ def test_a_state_before_tokens_of_a_consumer_whose_name_holds_colons_reads_right
     # and its lease running out hands it back to the group for redelivery, to any consumer
     s.join(keys=gk, args=group_argv("g", "w", NOW + 10_001))
     reply = s.fetch(keys=gk, args=group_argv("g", "w", NOW + 10_001, None, 1, "t2"))
-    assert reply[4:6] == [1, 2]
+    assert reply[6:8] == [1, 2]
 
 
 def test_nack_and_reject_without_a_token_name_the_tag(raw, client):
@@ -1413,7 +1418,7 @@ def test_settle_to_settles_unread_messages_and_moves_the_floor_and_cursor(raw, c
     assert r.hget(gk[4], "cursor") == b"3"
     assert logview.seqs(r, qk) == [4, 5]
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
-    assert reply[4] == 4  # after now, next due, incarnation and last seq
+    assert reply[6] == 4  # after now, next due, incarnation, last seq, floor and generation
     # and settling the same range again settles nothing
     assert settle_to(raw, 3) == [0, 3, 0]
 
@@ -1577,12 +1582,12 @@ def test_pause_of_a_group_is_a_field_fetch_reads_and_acks_ignore(raw):
     assert r.hget(gk[4], "paused") == b"1"
     # and a fetch that acks a tag acks it, records the beat and hands out nothing
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 1, None, 10, "t2", seq, count, "t1"))
-    assert reply == [NOW + 1, b"", b"itest", 2, b"ok"]
+    assert reply == [NOW + 1, b"", b"itest", 2, 1, b"1", b"ok"]
     assert r.zscore(gk[13], "c1") == NOW + 1 + 10_000
     # when resumed, the field is gone and the next message is handed out
     assert pause_call(raw, "group", "resume", "g") == [1, b""]
     assert r.hget(gk[4], "paused") is None
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 2, None, 10, "t3"))[4] == 2
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 2, None, 10, "t3"))[6] == 2
 
 
 def test_pause_of_a_queue_stores_its_mode_and_the_seq_a_hold_began_at(raw):
@@ -1622,7 +1627,7 @@ def test_fetch_with_a_rate_limit_counts_the_window_and_names_when_it_has_room(ra
     s.join(keys=gk, args=group_argv())
     # given a limit of 2 per 1000 ms after the token
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1:2:1000"))
-    assert reply[4::3] == [1, 2]
+    assert reply[6::3] == [1, 2]
     assert r.zrange(gk[19], 0, -1, withscores=True) == [(b"1:t1", NOW), (b"2:t1", NOW)]
     # when the window is full, then nothing, and the next due time is when the first leaves it
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 400, None, 10, "t2:2:1000")) == [
@@ -1630,9 +1635,11 @@ def test_fetch_with_a_rate_limit_counts_the_window_and_names_when_it_has_room(ra
         NOW + 1000,
         b"itest",
         3,
+        b"0",
+        b"1",
     ]
     # and once it left, the next one
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 1000, None, 10, "t3:2:1000"))[4] == 3
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 1000, None, 10, "t3:2:1000"))[6] == 3
     # and a limit that does not parse is refused, naming the token
     for bad in ("t4:0:1000", "t4:2:0", "t4:2", "T4:2:1000"):
         with pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT the token"):
@@ -1655,11 +1662,11 @@ def test_publish_logs_an_ordering_key_and_fetch_hands_its_messages_out_one_at_a_
     assert r.zrange(qk.prio, 0, -1) == [b"1:k:a", b"2:k:b", b"3:k:a"] and r.hget(qk.meta, "prio") == b"1"
     s.join(keys=gk, args=group_argv())
     # when the group fetches, then one of each key, in seq order, and what waits stays in the key queue
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))[4::3] == [1, 2]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))[6::3] == [1, 2]
     assert r.zrange(gk[20], 0, -1) == [b"a 0000000000000003"]
     assert r.hgetall(gk[23]) == {b"a": b"1", b"b": b"2"}
     # and with key_concurrency 2 after the token (":<limit>:<period>:<conc>:<key_limit>:<key_period>"), a2 too
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t2:0:1000:2:0:1000"))[4::3] == [3]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t2:0:1000:2:0:1000"))[6::3] == [3]
 
 
 def test_publish_refuses_a_bad_ordering_key_or_one_with_a_priority_storing_nothing(raw):
@@ -1680,7 +1687,7 @@ def test_fetch_takes_the_short_layout_until_the_queue_had_a_priority_or_keyed_me
     publish(raw, b"plain")
     s.join(keys=gk, args=group_argv())
     # given a plain queue, then fetch works with KEYS[1..17] alone
-    assert s.fetch(keys=gk[:17], args=group_argv("g", "c1", NOW, None, 10, "t1"))[4::3] == [1]
+    assert s.fetch(keys=gk[:17], args=group_argv("g", "c1", NOW, None, 10, "t1"))[6::3] == [1]
     # when a keyed message is published, then the short layout is refused before anything changes
     keyed_publish(raw, (b"a1", "0:0::a"))
     with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_FLOW_KEYS .*KEYS\\[1..24\\]"):
@@ -1689,7 +1696,7 @@ def test_fetch_takes_the_short_layout_until_the_queue_had_a_priority_or_keyed_me
     with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT .*KEYS\\[1..24\\]"):
         s.fetch(keys=gk[:17], args=group_argv("g", "c1", NOW, None, 10, "t2:5:1000"))
     # and the whole layout hands it out
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t2"))[4::3] == [2]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t2"))[6::3] == [2]
 
 
 def test_fetch_refuses_key_settings_that_do_not_parse(raw):
@@ -1707,11 +1714,11 @@ def test_fetch_with_a_key_rate_limit_passes_the_key_over_and_names_when_it_has_r
     keyed_publish(raw, (b"a1", "0:0::a"), (b"a2", "0:0::a"), (b"a3", "0:0::a"))
     s.join(keys=gk, args=group_argv())
     # given at most 2 of a key per 1000 ms, concurrency 5
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1:0:1000:5:2:1000"))[4::3] == [1, 2]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1:0:1000:5:2:1000"))[6::3] == [1, 2]
     assert r.hget(gk[23], "~a") == f"{NOW} {NOW}".encode()
     # when the key is at its limit, then nothing, and the next due time is when the window has room
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 300, None, 10, "t2:0:1000:5:2:1000"))[1] == NOW + 1000
-    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 1000, None, 10, "t3:0:1000:5:2:1000"))[4::3] == [3]
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 1000, None, 10, "t3:0:1000:5:2:1000"))[6::3] == [3]
 
 
 # -- retain, group_create, group_reset, group_delete (docs/retention.md) ---------
@@ -1809,6 +1816,39 @@ def test_group_reset_takes_back_what_was_in_flight_and_fences_its_tags(raw, clie
     # the old tags settle nothing: seq 1 and 2 are at or below the new floor
     assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", *tags)) == [b"RQ_ACKED", b"RQ_ACKED"]
     assert r.hget(qk.floors, "g") == b"2"
+
+
+def test_a_group_gets_a_new_generation_when_made_and_reset_and_fetch_returns_it_with_the_floor(raw):
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b", b"c")
+    # given a group made by a join, and another made by group_create
+    s.join(keys=gk, args=group_argv("g", "c1", NOW, None, 10_000, INC))
+    hk = qk.group("h").as_list()
+    s.group_create(keys=hk, args=group_argv("h", "", NOW, None, "first", ""))
+    # then each has a generation of its own, counted in the meta
+    assert (r.hget(qk.group("g").state, "gen"), r.hget(qk.group("h").state, "gen")) == (b"1", b"2")
+    assert r.hget(qk.meta, "gens") == b"2"
+    # when g's first two are fetched and acked with the next fetch
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 2, "t1"))
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 0, "t2", 1, 1, "t1", 2, 1, "t1"))
+    # then that reply carries the floor after its acks, and the generation
+    assert reply[3:6] == [3, 2, b"1"]  # the floor as the acks left it, the generation as stored
+    # when g is reset back to the start, then its generation is new, and the floor is the reset's
+    s.group_reset(keys=gk, args=group_argv("g", "", NOW, None, "first", "", "0"))
+    assert r.hget(qk.group("g").state, "gen") == b"3"
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t3"))[3:7] == [3, b"0", b"3", 1]
+    # when the meta's count is lost (a meta hash made anew), then a reset still moves the generation up
+    r.hdel(qk.meta, "gens")
+    s.group_reset(keys=gk, args=group_argv("g", "", NOW, None, "first", "", "1"))
+    assert r.hget(qk.group("g").state, "gen") == b"4" and r.hget(qk.meta, "gens") == b"4"
+    # and a floor that is not a seq comes back as stored, which the client reads as none (-1)
+    r.hset(qk.floors, "g", "x")
+    reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 0, "t4"))
+    assert reply[4:6] == [b"x", b"4"]
+    assert (commands.parse_fetch(reply, "t4", 0).floor, commands.parse_fetch(reply, "t4", 0).generation) == (-1, 4)
+    # and a group whose hash has no generation (made by an older rqueue) returns 0
+    r.hdel(qk.group("g").state, "gen")
+    assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 0, "t5"))[5] == 0
 
 
 def test_group_delete_removes_the_group_keys(raw, client):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 import pytest
 from support.aio_bridge import parametrize_api
@@ -47,6 +48,23 @@ def roll_back(client: rqueue.Client, queue: rqueue.Queue, to: int) -> None:
         cursor = int(client.redis.hget(key, "cursor") or 0)
         if cursor > to:
             client.redis.hset(key, mapping={"cursor": to, "cursor_checked": to})
+
+
+def replica_of(client: rqueue.Client, queue: rqueue.Queue) -> Callable[[], None]:
+    """A replica of the queue as it is now that receives nothing more: the
+    function returned fails over to it (every key of the queue, its groups'
+    included, as it was when the replica stopped)."""
+    r = client.redis
+    pattern = queue.keys.base.replace("{", "[{]").replace("}", "[}]") + "*"
+    dumped = {key: r.dump(key) for key in r.keys(pattern)}
+
+    def fail_over() -> None:
+        for key in r.keys(pattern):
+            r.delete(key)
+        for key, value in dumped.items():
+            r.restore(key, 0, value)
+
+    return fail_over
 
 
 def state_lost_events(queue: rqueue.Queue) -> list[dict[str, str]]:
@@ -174,6 +192,61 @@ def test_a_consumer_sees_the_last_seq_go_back(client, queue):
     assert (loss.gone_above, loss.last_seq_seen, loss.deliveries_dropped) == (2, 4, 2)
     with pytest.raises(LostDelivery):
         held[2].ack()
+
+
+def test_a_consumer_sees_its_groups_acks_go_back_and_runs_none_of_those_messages_again(client, queue, clock):
+    # given seq 1 dead-lettered, and c holding seqs 2..4 when a replica stops receiving
+    client.configure(QUEUE, max_deliveries=1)
+    queue.publish_many([b"1", b"2", b"3", b"4"])
+    c = queue.consumer("g", name="c")
+    [first] = c.fetch(1)
+    first.nack(delay=0)
+    client.configure(QUEUE, max_deliveries=5)
+    held = c.fetch(3)
+    fail_over = replica_of(client, queue)
+    # when c acks them and sees the group's floor at 4, and Redis fails over to the replica
+    c.ack(held)
+    assert c.fetch(1) == [] and queue.stats().group("g").in_flight == 0
+    fail_over()
+    assert c.fetch(4) == []  # the replica has them in flight, leased to c
+    # then that fetch reports the acks lost: the floor went back from 4 to 1, the messages are kept
+    loss = c.last_state_loss
+    assert loss is not None and loss.kind is LossKind.ACKS_WENT_BACK
+    assert (loss.gone_above, loss.floor_seen, loss.confirmed_gone, loss.group) == (1, 4, 0, "g")
+    assert "ack floor of group 'g' went back from 4 to 1" in str(loss)
+    [event] = state_lost_events(queue)
+    assert (event["reason"], event["seq"], event["floor_seen"], event["group"]) == ("acks-went-back", "1", "4", "g")
+    # when seq 1 is replayed from the dead-letter queue (below the floor c saw)
+    queue.replay_dead_letters()
+    # then it is handed out: an operator asked for it
+    [again] = c.fetch(4)
+    assert (again.seq, again.replayed) == (1, True)
+    again.ack()
+    # when the leases of 2..4 run out and they are offered again
+    clock.advance(queue.settings().ack_wait + 1)
+    assert c.fetch(4) == []
+    # then c acked them unrun: the group settled everything, and nothing is in flight
+    g = queue.stats().group("g")
+    assert (g.in_flight, g.pending) == (0, 0)
+    assert int(client.redis.hget(queue.keys.floors, "g")) == 4
+    # and what comes next is handed out as before, with no loss more
+    queue.publish(b"5")
+    assert [d.seq for d in c.fetch(4)] == [5]
+    assert c.last_state_loss is loss and len(state_lost_events(queue)) == 1
+
+
+def test_a_reset_back_is_no_loss(client, queue):
+    # given c that acked seqs 1 and 2 and saw the group's floor at 2 (another group keeps their records)
+    queue.create_group("other")
+    queue.publish_many([b"1", b"2"])
+    c = queue.consumer("g", name="c")
+    c.ack(c.fetch(2))
+    assert c.fetch(1) == []
+    # when the group is reset back to its start
+    queue.reset_group("g", "first")
+    # then c is handed both again, and reports no loss: the reset gave the group a new generation
+    assert [d.seq for d in c.fetch(4)] == [1, 2]
+    assert c.last_state_loss is None and state_lost_events(queue) == []
 
 
 def test_a_heartbeat_reports_a_loss(client, queue):
@@ -310,6 +383,60 @@ def test_a_worker_under_a_redis_restarted_without_its_data(caplog, kind):
         assert any("lost state" in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
     finally:
         release.set()
+        client.close()
+        server.stop()
+
+
+@pytest.mark.parametrize("kind", ["threaded", "async"])
+def test_a_worker_under_a_redis_restarted_from_a_snapshot_older_than_its_acks(tmp_path, kind):
+    """Redis comes back from a snapshot taken before the worker's acks (a
+    rolled-back AOF, or a failover to a replica that missed them): the same
+    seqs, the acks gone, every message to be handed out again. The worker
+    reports the loss and runs no message at or below the ack floor it saw."""
+    server = start_server("redis", data_dir=tmp_path / "redis")
+    client = rqueue.connect(server.url, prefix="w", settings_ttl=0)
+    try:
+        queue = client.queue(QUEUE)
+        runs: dict[int, int] = {}
+        lock = threading.Lock()
+        go = threading.Event()
+
+        def handler(d: rqueue.Delivery) -> None:
+            with lock:
+                runs[d.seq] = runs.get(d.seq, 0) + 1
+            if d.seq == 15 and runs[15] == 1:
+                go.wait(30)
+
+        # given 20 messages published, and a snapshot of Redis then
+        queue.publish_many([b"m%d" % i for i in range(1, 21)])
+        queue.consumer("g").close()  # the group exists in the snapshot
+        client.redis.save()
+        # and a worker that handled 1..14 and is running 15
+        options = {"concurrency": 1, "prefetch": 4, "heartbeat_interval": 0.2, "heartbeat_timeout": 2}
+        if kind == "threaded":
+            worker = rqueue.Worker(queue, "g", handler, **options)
+        else:
+            worker = AsyncWorkerThread(server.url, "w", QUEUE, "g", handler, **options)
+        worker.start()
+        wait_for(lambda: 15 in runs)
+        # when Redis restarts from the snapshot: the same incarnation and seqs, no delivery and no ack
+        server.stop()
+        server.start()
+        go.set()
+        # then every message is handled and acked again
+        wait_for(lambda: queue.stats().group("g").acked >= 20 and queue.stats().group("g").in_flight == 0, timeout=20)
+        worker.stop()
+        assert worker.join(10) is not False
+        assert sorted(runs) == list(range(1, 21))
+        # and the worker reported the acks lost, and ran nothing at or below the floor it had seen
+        assert worker.consumer is not None
+        loss = worker.consumer.last_state_loss
+        assert loss is not None and loss.kind is LossKind.ACKS_WENT_BACK and loss.gone_above == 0
+        assert 1 <= loss.floor_seen <= 14
+        assert all(runs[seq] == 1 for seq in range(1, loss.floor_seen + 1)), runs
+        assert [e["reason"] for e in state_lost_events(queue)] == ["acks-went-back"]
+    finally:
+        go.set()
         client.close()
         server.stop()
 

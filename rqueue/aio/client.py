@@ -286,8 +286,17 @@ class Client:
         """Writes an event of queue ``keys`` from sync code on the loop: as
         a task (its failure is logged), kept until it is done."""
 
+        async def write(fields: dict[str, str]) -> None:
+            try:
+                await acmd.record_event(self.redis, keys, fields)
+            except ConnectionLost:
+                # A loss is often seen right after Redis came back, on a
+                # pooled connection it closed: once more, on a new one. An
+                # event written twice says no more than one written once.
+                await acmd.record_event(self.redis, keys, fields)
+
         def record(fields: dict[str, str]) -> None:
-            self.in_background(acmd.record_event(self.redis, keys, fields), _event_failed)
+            self.in_background(write(fields), _event_failed)
 
         return record
 

@@ -290,6 +290,8 @@ class FetchReply(NamedTuple):
     next_due_ms: int | None  # when a waiting message falls due (only when nothing was delivered)
     incarnation: str  # the queue's incarnation ("" when it has none)
     last_seq: int  # the queue's last seq
+    floor: int  # the group's ack floor after the call's acks (-1: not a seq)
+    generation: int  # the group's generation: grows at each make and reset (0: none, -1: not a number)
     ack_statuses: list[str]  # per tag acked first: "ok" or its error code
     token: str  # the token of the deliveries
     raw: list[Any]
@@ -337,21 +339,35 @@ def fetch_args(n: int, token: str, acks: Sequence[Tag] = (), marks: bool = False
     return [-n if marks else n, token, *flat_tags(acks)]
 
 
+def stored_number(raw: Any) -> int:
+    """A number a script returns as Redis stores it (an int, or the field's
+    bytes): -1 for one that is not a whole number >= 0 (damaged)."""
+    if type(raw) is int:
+        return raw
+    try:
+        number = int(raw)
+    except ValueError:
+        return -1
+    return number if number >= 0 else -1
+
+
 def parse_fetch(reply: Any, token: str, acks: int) -> FetchReply:
     due = reply[1]
     waiter = False
     if type(due) is bytes and due[:1] == b"w":
         waiter, due = True, due[1:]
-    statuses = [s.decode() for s in reply[4 : 4 + acks]] if acks else []
+    statuses = [s.decode() for s in reply[6 : 6 + acks]] if acks else []
     return FetchReply(
         int(reply[0]),
         None if due in (b"", None) else int(due),
         text(reply[2]),
         int(reply[3]),
+        stored_number(reply[4]),
+        stored_number(reply[5]),
         statuses,
         token,
         reply,
-        4 + acks,
+        6 + acks,
         waiter,
     )
 

@@ -59,14 +59,19 @@
     ARGV[10], ARGV[11], ... seq1, count1, token1, seq2, ... tags to ack
       first (none: a plain fetch)
   Output:
-    { now_ms, next_due_ms or "", incarnation, last_seq, status1, ..., statusK,
-      seq1, count1, record1, seq2, ... }
+    { now_ms, next_due_ms or "", incarnation, last_seq, floor, generation,
+      status1, ..., statusK, seq1, count1, record1, seq2, ... }
     where a call sent -n that made its consumer the queue's waiter (it
     handed out nothing) gives "w<next_due_ms>" or "w" for next_due_ms
     the queue's incarnation (meta field "inc", "" when none) and last seq,
     by which a client tells that Redis lost state (the incarnation changed,
-    or the last seq went back); one status per tag to ack, in order ("ok"
-    or the code of that tag, as ack.lua), then the deliveries. A count is
+    or the last seq went back); the group's ack floor after this call's
+    acks and its generation (group hash field "gen",
+    includes/group_generation.lua; 0 when none), both as stored (the client
+    reads one that is not a number as none), by which a client tells that
+    Redis lost acks (the floor went back within a generation: a failover
+    to a replica that missed them); one status per tag to ack, in order
+    ("ok" or the code of that tag, as ack.lua), then the deliveries. A count is
     "<count>^<earlier>" for a replayed dead letter: <earlier> deliveries
     came before its replay (includes/delivery_state.lua). next_due_ms is the earliest time a waiting
     message becomes due, given only when nothing was delivered, so that an
@@ -209,7 +214,7 @@ end
 -- messages moves it.
 -- "paused" (pause.lua) is read with them: a field more of a read the call
 -- makes anyway is what flow control costs a fetch of a plain group.
-local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused')
+local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused', 'gen')
 -- The incarnation and the last seq, for the client's check that Redis kept
 -- its state; no step of a fetch changes either. And the queue's pause.
 local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio', 'wake', 'layout')
@@ -243,18 +248,23 @@ if #ARGV > 9 then
   holding = rcall('HGET', consumersKey, consumerName)
 end
 beatWith(groupFields[1])
+-- The floor and the generation go back to the client, which tells lost
+-- acks from them (rqueue/statewatch.py): the floor as the acks above left
+-- it (settledFloor, includes/settle.lua), or read after them.
+local generation = groupFields[5] or 0
 
 -- A paused group hands out nothing, and leaves its expired leases where
 -- they are: they are taken back by the first fetch after resume, so none
 -- goes to anyone before. The acks above and the beat are done.
 if groupFields[4] then
-  local out = {now, '', metaFields[1] or '', lastSeq}
+  local out = {now, '', metaFields[1] or '', lastSeq, settledFloor or rcall('HGET', floorsKey, groupName), generation}
   for _, status in ipairs(acked) do
     out[#out + 1] = status
   end
   if claimWaiter then
     claimWaiter(out, metaFields[5]) -- a resume adds a wake-up (pause.lua)
   end
+  out[5] = out[5] or 0 -- no floor field: 0, as everywhere
   return out
 end
 -- A queue paused with "hold:<seq>" hands out nothing published after seq.
@@ -336,9 +346,10 @@ end
 -- under another group). Garbage in either is named, not a Lua error.
 -- Checked before anything is handed out, so that a refusal strands nothing,
 -- and only when the cursor is not the one a fetch last wrote, or checked
--- (CURSOR_CHECKED, written with it): the common fetch reads no floor.
+-- (CURSOR_CHECKED, written with it). The floor is read for the reply too.
+local floorText = nil
 if room > 0 and (groupFields[3] ~= groupFields[2] or not groupFields[2]) then
-  local floorText = rcall('HGET', floorsKey, groupName)
+  floorText = rcall('HGET', floorsKey, groupName)
   local floor = tonumber(floorText or '0')
   local cursor = tonumber(groupFields[2] or '0')
   if not (floor and floor >= 0 and floor % 1 == 0) then
@@ -366,7 +377,8 @@ if room > 0 and (groupFields[3] ~= groupFields[2] or not groupFields[2]) then
   rcall('HSET', groupKey, CURSOR_CHECKED, groupFields[2] or '0')
 end
 
-local out = {now, '', metaFields[1] or '', lastSeq}
+local out = {now, '', metaFields[1] or '', lastSeq, settledFloor or floorText or rcall('HGET', floorsKey, groupName),
+  generation}
 for _, status in ipairs(acked) do
   out[#out + 1] = status
 end
@@ -849,4 +861,6 @@ else
     claimWaiter(out, metaFields[5])
   end
 end
+-- A floor the deliveries' dead letters moved is the newer.
+out[5] = settledFloor or out[5] or 0
 return out

@@ -22,6 +22,7 @@
 --@include group_args
 --@include group_position
 --@include layout
+--@include group_generation
 
 local wrongLayout = checkLayout(metaKey, msgsKey)
 if wrongLayout then
@@ -35,5 +36,6 @@ local floor = positionFloor(ARGV[8], ARGV[9])
 local last = rcall('HGET', metaKey, 'seq') or '0'
 local floorText = string.format('%d', floor)
 rcall('HSET', floorsKey, groupName, floorText)
+newGeneration() -- first field of the hash (includes/group_generation.lua)
 rcall('HSET', groupKey, 'cursor', floorText, 'cursor_checked', floorText, 'since', last)
 return {floor, tonumber(last)}

@@ -29,6 +29,7 @@
 --@include group_clear
 --@include record_event
 --@include layout
+--@include group_generation
 
 local wrongLayout = checkLayout(metaKey, msgsKey)
 if wrongLayout then
@@ -50,5 +51,8 @@ local floorText = string.format('%d', floor)
 rcall('HSET', floorsKey, groupName, floorText)
 rcall('HSET', groupKey, 'cursor', floorText, 'cursor_checked', floorText,
   'since', rcall('HGET', metaKey, 'seq') or '0')
+-- A floor moved back is the operator's choice, not acks Redis lost: a new
+-- generation tells the group's consumers so.
+newGeneration()
 recordEvent('reset', floorText, 'from ' .. previous .. ', ' .. cancelled .. ' in flight taken back')
 return {tonumber(previous), floor, cancelled}

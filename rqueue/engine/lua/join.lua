@@ -30,6 +30,7 @@
 --@include group_args
 --@include beat
 --@include layout
+--@include group_generation
 --@lazy ackedRuns acked_runs
 
 local inc, partitioned, layout, seq = unpack(rcall('HMGET', metaKey, 'inc', 'partitioned', 'layout', 'seq'))
@@ -50,6 +51,7 @@ local created = 0
 if rcall('HEXISTS', floorsKey, groupName) == 0 then
   local start = rcall('HGET', metaKey, 'trimmed') or '0'
   rcall('HSET', floorsKey, groupName, start)
+  newGeneration() -- first field of the hash (includes/group_generation.lua)
   rcall('HSET', groupKey, 'cursor', start)
   -- The last seq now: a record above it that the group's fetch finds
   -- missing was deleted while the group needed it, not before it existed.

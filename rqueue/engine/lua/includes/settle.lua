@@ -38,6 +38,10 @@ local function ackFloor()
   return floor
 end
 
+-- The group's ack floor as the last settleMany of this call left it (nil:
+-- none ran): fetch returns it without reading it again.
+local settledFloor = nil
+
 -- floorRead: the floor as ackFloor read it, or nil to read it here.
 local function settleMany(seqs, fields, floorRead)
   if #seqs == 0 then
@@ -112,6 +116,7 @@ local function settleMany(seqs, fields, floorRead)
   -- Read with it: "prio", set once the queue had a priority or keyed message.
   local metaFlags = rcall('HMGET', metaKey, RETAIN, 'prio')
   local retained = metaFlags[1] ~= false
+  settledFloor = floor
   if floor ~= oldFloor then
     floorText = floorText or floor
     rcall('HSET', floorsKey, groupName, floorText)
