@@ -330,6 +330,34 @@ def test_a_hash_client_cannot_make_a_group_on_a_stream_queue(client, backend, pr
         other.close()
 
 
+def test_a_client_of_the_other_layout_reads_no_records_it_cannot_see(client, backend, prefix, clock):
+    # given a stream queue with a message and a dead letter, and a hash queue with the same
+    q = client.queue("orders")
+    client.configure("orders", max_deliveries=1)
+    q.publish_many([b"a", b"b"])
+    q.consumer("g").fetch(1)[0].nack(delay=0)
+    other = connect(backend, prefix, clock, "hash")
+    try:
+        h = other.queue("hashed")
+        other.configure("hashed", max_deliveries=1)
+        h.publish_many([b"a", b"b"])
+        h.consumer("g").fetch(1)[0].nack(delay=0)
+        # when a client of the other layout peeks, lists or replays the dead letters,
+        # then each read is refused, naming the layouts, where it would have found nothing
+        for wrong, layout in ((other.queue("orders"), "stream"), (client.queue("hashed"), "hash")):
+            with pytest.raises(LayoutMismatch, match=f"the {layout} layout"):
+                wrong.peek()
+            with pytest.raises(LayoutMismatch, match=f"the {layout} layout"):
+                wrong.dead_letters()
+            with pytest.raises(LayoutMismatch, match=f"the {layout} layout"):
+                wrong.replay_dead_letters()
+        # and the clients of the queues' own layouts read them
+        assert [m.data for m in q.peek()] == [b"b"] and len(q.dead_letters()) == 1
+        assert [m.data for m in h.peek()] == [b"b"] and len(h.dead_letters()) == 1
+    finally:
+        other.close()
+
+
 def test_a_group_whose_hash_was_deleted_hands_out_nothing_it_settled(client):
     # given one group that holds seq 1 and acked 2 to 4 (their entries stay above its floor),
     # then the group's hash (its cursor) deleted

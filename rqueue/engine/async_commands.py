@@ -321,8 +321,10 @@ async def records_after(r: Any, keys: QueueKeys, after: int, n: int) -> list[tup
     """Up to ``n`` stored records with seq > ``after``, oldest first (as store.records_after)."""
 
     async def read() -> list[tuple[int, bytes]]:
-        last = _int(await r.hget(keys.meta, "seq"))
-        start = max(after, _int(await r.hget(keys.meta, "trimmed"))) + 1
+        seq, trimmed, layout = await r.hmget(keys.meta, "seq", "trimmed", "layout")
+        log.check_layout(keys, layout, seq)
+        last = _int(seq)
+        start = max(after, _int(trimmed)) + 1
         out: list[tuple[int, bytes]] = []
         while start <= last and len(out) < n:
             seqs = list(range(start, min(last, start + 4 * n) + 1))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import LayoutMismatch
 from .keys import LogLayout, QueueKeys
 from .record import compact_record
 
@@ -30,6 +31,21 @@ from .record import compact_record
 def stream(keys: QueueKeys) -> bool:
     """Whether the queue's log is a stream (read_side then applies)."""
     return keys.layout is LogLayout.STREAM
+
+
+def check_layout(keys: QueueKeys, layout: Any, seq: Any) -> None:
+    """Raises LayoutMismatch when the queue's meta fields ``layout`` and
+    ``seq`` (as read: None when missing) say its log has the other layout
+    than ``keys``: a client's reads of the other layout's key would find no
+    record and say the queue is empty. As lua/includes/layout.lua's
+    layoutProblem, for the reads made outside the scripts."""
+    is_stream = stream(keys)
+    if (layout in (b"stream", "stream") and is_stream) or (layout is None and (not is_stream or seq is None)):
+        return
+    said = "hash" if layout is None else _as_bytes(layout).decode(errors="replace")
+    raise LayoutMismatch(
+        keys.base, f"{keys.meta} says the log has the {said} layout, and this client reads the key {keys.msgs}"
+    )
 
 
 def _as_bytes(value: Any) -> bytes:

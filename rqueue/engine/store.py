@@ -41,8 +41,10 @@ def records_after(r: RedisClient, keys: QueueKeys, after: int, n: int) -> list[t
     """Up to ``n`` stored records with seq > ``after``, oldest first."""
 
     def read() -> list[tuple[int, bytes]]:
-        last = _int(r.hget(keys.meta, "seq"))
-        start = max(after, _int(r.hget(keys.meta, "trimmed"))) + 1
+        seq, trimmed, layout = r.hmget(keys.meta, "seq", "trimmed", "layout")
+        log.check_layout(keys, layout, seq)
+        last = _int(seq)
+        start = max(after, _int(trimmed)) + 1
         out: list[tuple[int, bytes]] = []
         while start <= last and len(out) < n:
             seqs = list(range(start, min(last, start + 4 * n) + 1))
