@@ -321,9 +321,9 @@ async def records_after(r: Any, keys: QueueKeys, after: int, n: int) -> list[tup
     """Up to ``n`` stored records with seq > ``after``, oldest first (as store.records_after)."""
 
     async def read() -> list[tuple[int, bytes]]:
-        seq, trimmed, layout = await r.hmget(keys.meta, "seq", "trimmed", "layout")
-        log.check_layout(keys, layout, seq)
-        last = _int(seq)
+        last_seq, trimmed, layout = await r.hmget(keys.meta, "seq", "trimmed", "layout")
+        log.check_layout(keys, layout, last_seq)
+        last = _int(last_seq)
         start = max(after, _int(trimmed)) + 1
         out: list[tuple[int, bytes]] = []
         while start <= last and len(out) < n:

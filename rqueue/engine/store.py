@@ -41,9 +41,9 @@ def records_after(r: RedisClient, keys: QueueKeys, after: int, n: int) -> list[t
     """Up to ``n`` stored records with seq > ``after``, oldest first."""
 
     def read() -> list[tuple[int, bytes]]:
-        seq, trimmed, layout = r.hmget(keys.meta, "seq", "trimmed", "layout")
-        log.check_layout(keys, layout, seq)
-        last = _int(seq)
+        last_seq, trimmed, layout = r.hmget(keys.meta, "seq", "trimmed", "layout")
+        log.check_layout(keys, layout, last_seq)
+        last = _int(last_seq)
         start = max(after, _int(trimmed)) + 1
         out: list[tuple[int, bytes]] = []
         while start <= last and len(out) < n:
