@@ -167,14 +167,12 @@ class Consumer(ConsumerCore):
         """The deliveries of a fetch reply; its corrupt records (byte for
         byte) and expired messages are dead-lettered, and the rest of the
         batch goes on."""
-        deliveries, aside, settled = self._parse(reply, mark)
+        deliveries, aside = self._parse(reply, mark)
         for tag, reason, text in aside:
             try:
                 self._dead_letter(tag, reason, text)
             except DeliveryError as exc:
                 self._set_aside_refused(tag, reason, exc)
-        if settled:
-            self._settled_again(settled, self.ack_available(settled))
         return deliveries
 
     # -- settling -----------------------------------------------------------

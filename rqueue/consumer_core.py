@@ -19,6 +19,7 @@ from .delivery import REPLAYED_HEADER, TTL_HEADER, Delivery, DeliveryRef, Heartb
 from .engine import commands
 from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
 from .errors import (
+    SETTLED_BEFORE_LOSS,
     CorruptRecord,
     DeliveryError,
     InvalidInput,
@@ -175,15 +176,13 @@ class ConsumerCore:
 
     # -- fetch replies ------------------------------------------------------------
 
-    def _parse(
-        self, reply: commands.FetchReply, mark: Mark
-    ) -> tuple[list[Delivery], list[tuple[str, str, str]], list[Delivery]]:
-        """The deliveries of a fetch sent at ``mark`` (now held), the
+    def _parse(self, reply: commands.FetchReply, mark: Mark) -> tuple[list[Delivery], list[tuple[str, str, str]]]:
+        """The deliveries of a fetch sent at ``mark`` (now held), and the
         (tag, reason, why) of each one set aside for the caller to move to
-        the dead-letter queue: a corrupt record (byte for byte), or a
-        message past its time to live ("expired": never handed to a
-        handler), and the deliveries (held) for the caller to ack unrun:
-        messages the group settled before Redis lost acks (statewatch.py)."""
+        the dead-letter queue: a corrupt record (byte for byte), a message
+        past its time to live ("expired": never handed to a handler), or one
+        its group settled before Redis lost acks ("settled-before-loss":
+        statewatch.py)."""
         # Per message on the hot path: no helper calls for a compact record
         # (no headers, no delay: the common case); anything else goes to
         # decode_record.
@@ -199,12 +198,15 @@ class ConsumerCore:
             if len(reply.raw) > reply.first:
                 count = (len(reply.raw) - reply.first) // 3
                 log.warning("%r dropped %d deliveries fetched across a loss of Redis state", self, count)
-            return [], [], []
-        raw, token = reply.raw, reply.token
+            return [], []
+        raw, first, token = reply.raw, reply.first, reply.token
+        aside: list[tuple[str, str, str]] = []
+        settled_up_to = self._watch.settled_up_to
+        if settled_up_to and len(raw) > first:
+            raw, first = self._set_aside_settled(reply, aside, settled_up_to)
         deadline = reply.now_ms + int(round(self._settings.ack_wait * 1000))
         held = self._held
         out: list[Delivery] = []
-        aside: list[tuple[str, str, str]] = []
         now = reply.now_ms
         ttl = self._settings.ttl
         # Published at or before this: past the queue's ttl (a header's own is read per message).
@@ -212,7 +214,7 @@ class ConsumerCore:
         new = Delivery.__new__
         cls = self.delivery_class
         from_bytes = int.from_bytes
-        for i in range(reply.first, len(raw), 3):
+        for i in range(first, len(raw), 3):
             seq, count, record = int(raw[i]), raw[i + 1], raw[i + 2]
             replayed = None
             if type(count) is not int:
@@ -251,20 +253,41 @@ class ConsumerCore:
                 d.headers = {**headers, REPLAYED_HEADER: str(replayed)}
             held[tag] = d
             out.append(d)
-        settled_up_to = self._watch.settled_up_to
-        if settled_up_to and out:
-            again = [d for d in out if d.seq <= settled_up_to and not d.replayed]
-            if again:
-                out = [d for d in out if d.seq > settled_up_to or d.replayed]
-                log.warning(
-                    "%r acks %d deliveries of messages its group settled before Redis lost acks (seqs up to %d), "
-                    "without running them",
-                    self,
-                    len(again),
-                    settled_up_to,
-                )
-            return out, aside, again
-        return out, aside, []
+        return out, aside
+
+    def _set_aside_settled(
+        self, reply: commands.FetchReply, aside: list[tuple[str, str, str]], settled_up_to: int
+    ) -> tuple[list[Any], int]:
+        """The deliveries of ``reply`` (its raw list and where they start)
+        without those of seqs at or below ``settled_up_to``, which the group
+        settled before Redis lost acks: their tags go to ``aside``, to the
+        dead-letter queue unrun, before anything else is judged of them.
+        Acked or dead-lettered before, the floor does not say which, and a
+        dead letter the loss took is kept so. A replayed dead letter runs:
+        an operator asked for it."""
+        raw, first = reply.raw, reply.first
+        kept = raw[:first]
+        why = (
+            f"group {self.group!r} had settled it (its ack floor had reached {settled_up_to}) before Redis lost "
+            "acks: not run again; replay it to run it"
+        )
+        for i in range(first, len(raw), 3):
+            seq = int(raw[i])
+            count, replayed = commands.delivery_count(raw[i + 1])
+            if seq <= settled_up_to and replayed is None:
+                aside.append((delivery_tag(seq, count, reply.token), SETTLED_BEFORE_LOSS, why))
+            else:
+                kept.extend(raw[i : i + 3])
+        if len(kept) < len(raw):
+            log.warning(
+                "%r dead-letters %d deliveries, unrun, of messages its group settled before Redis lost acks "
+                "(seqs up to %d; reason %s)",
+                self,
+                (len(raw) - len(kept)) // 3,
+                settled_up_to,
+                SETTLED_BEFORE_LOSS,
+            )
+        return kept, first
 
     def _fetched_acks(
         self, tags: Sequence[commands.Tag], lost: list[RQueueError | None], reply: commands.FetchReply
@@ -348,8 +371,14 @@ class ConsumerCore:
 
     @staticmethod
     def _due_in(reply: commands.FetchReply, deliveries: list[Delivery]) -> float | None:
-        """Seconds until a waiting message falls due, when a fetch brought none."""
-        if deliveries or reply.next_due_ms is None:
+        """Seconds until a waiting message falls due, when a fetch brought
+        none; 0 when it handed out messages that were all set aside (the
+        next fetch may find more at once)."""
+        if deliveries:
+            return None
+        if len(reply.raw) > reply.first:
+            return 0.0
+        if reply.next_due_ms is None:
             return None
         return max(0.0, (reply.next_due_ms - reply.now_ms) / 1000)
 
@@ -495,14 +524,6 @@ class ConsumerCore:
         dead-lettering the group refused: it was settled or taken back
         meanwhile, so nothing is left to do; the rest of the batch goes on."""
         log.info("%s of %s not dead-lettered: %s", reason, tag, exc)
-
-    def _settled_again(self, deliveries: list[Delivery], statuses: Sequence[RQueueError | None]) -> None:
-        """After the acks of ``deliveries``, messages the group settled
-        before Redis lost acks: one not acked (taken back meanwhile) is
-        offered again, and acked again then."""
-        for d, status in zip(deliveries, statuses, strict=True):
-            if status is not None:
-                log.info("%s, settled before Redis lost acks, not acked again: %s", d.tag, status)
 
     def _completed_on(self) -> bool:
         """Whether the events setting asks for completed events: then acks

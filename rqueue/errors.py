@@ -362,12 +362,18 @@ class NotMember(RQueueError):
     """The consumer is not a member of its group (it left or was removed)."""
 
 
+# The dead-letter reason of a message handed out again after Redis lost
+# acks, that its group had settled (acked, or dead-lettered) before: set
+# aside unrun (rqueue.statewatch).
+SETTLED_BEFORE_LOSS = "settled-before-loss"
+
+
 class LossKind(enum.Enum):
     """How a client saw that Redis lost a queue's state."""
 
     INCARNATION = "incarnation-changed"  # the queue's incarnation id is not the one seen before
     SEQ_WENT_BACK = "seq-went-back"  # a seq at or below one seen before, in the same incarnation
-    ACKS_WENT_BACK = "acks-went-back"  # a group's ack floor below one seen before, in the same generation
+    ACKS_WENT_BACK = "acks-went-back"  # a group's ack floor below one seen before, or its generation went back
 
 
 class StateLost(RQueueError):
@@ -394,8 +400,12 @@ class StateLost(RQueueError):
         noticed_by: who noticed ("publisher", or "consumer <name> of group <group>").
         floor_seen: for ACKS_WENT_BACK, the group's ack floor this consumer
             saw before: a delivery of a seq at or below it (a message the
-            group settled before the loss) is acked again, never run.
+            group settled before the loss: acked, or dead-lettered) is
+            dead-lettered unrun, reason "settled-before-loss".
         group: the group, for ACKS_WENT_BACK ("" otherwise).
+        generations: for ACKS_WENT_BACK, the group's generation this
+            consumer saw before, and the one now (lower when Redis lost a
+            reset of the group, or its making).
     """
 
     def __init__(
@@ -411,15 +421,22 @@ class StateLost(RQueueError):
         noticed_by: str,
         floor_seen: int = 0,
         group: str = "",
+        generations: tuple[int, int] = (0, 0),
     ) -> None:
         if kind is LossKind.INCARNATION:
             what = f"its incarnation changed from {incarnation} to {new_incarnation}: every message of it is gone"
         elif kind is LossKind.ACKS_WENT_BACK:
+            seen, now = generations
+            back = (
+                f"went back from {floor_seen} to {gone_above}"
+                if seen == now
+                else f"went back from generation {seen} (ack floor {floor_seen}) to generation {now}, a reset or "
+                f"its making undone (ack floor {gone_above})"
+            )
             what = (
-                f"the ack floor of group {group!r} went back from {floor_seen} to {gone_above} (incarnation "
-                f"{incarnation}): acks of messages above seq {gone_above} are gone; the messages are kept, those "
-                f"up to seq {floor_seen} are acked again as they come back, and one acked out of order above "
-                "it may run again"
+                f"group {group!r} {back} (incarnation {incarnation}): acks of messages above seq {gone_above} may "
+                f"be gone; the messages are kept, those up to seq {floor_seen} are dead-lettered unrun as they "
+                f"come back (reason {SETTLED_BEFORE_LOSS}), and one acked out of order above it may run again"
             )
         else:
             what = (
@@ -442,6 +459,7 @@ class StateLost(RQueueError):
         self.noticed_by = noticed_by
         self.floor_seen = floor_seen
         self.group = group
+        self.generations = generations
 
 
 class QueuePartitioned(RQueueError):

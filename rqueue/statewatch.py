@@ -13,9 +13,10 @@ A fetch also returns its group's ack floor and generation (a number that
 grows at each make and reset of the group). A floor that goes back within
 one generation is acks Redis lost, a failover to a replica that missed them,
 where no seq goes back. The consumer that sees it reports it as above, and
-from then on acks, unrun, any delivery of a seq at or below the floor it had
-seen (those messages were settled before the loss), until the group's floor
-is back there.
+from then on sets aside, to the dead-letter queue unrun, any delivery of a
+seq at or below the floor it had seen (those messages were settled before
+the loss), until the group's floor is back there. A generation that goes
+back (Redis lost a reset of the group) is such a loss too.
 
 Replies of calls made by several threads can arrive in any order, so each
 reply is judged against what the watch knew when its call was sent
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rqueue")
 
 CONFIRMED_KEPT = 100_000  # runs of confirmed seqs a publisher remembers, to count those a loss took
+GENERATIONS_KEPT = 16  # a group's generations whose floors a consumer remembers (resets are rare)
 
 
 class Mark(NamedTuple):
@@ -84,11 +86,14 @@ class StateWatch:
         self.incarnation: str | None = None
         self.epoch = 0
         self._last_seq = 0
-        self._generation = -1
-        self._floor = 0
+        # The group's generation (-1: none seen) and the highest ack floor
+        # seen in it: one tuple, which mark() reads whole without the lock.
+        self._group_seen = (-1, 0)
+        # The highest floor seen in each of the last generations seen.
+        self._floors: dict[int, int] = {}
         #: Seqs at or below this (0: none) were settled by the group before
         #: Redis lost acks: a delivery of one (not a replayed dead letter)
-        #: is acked again, never run.
+        #: goes to the dead-letter queue, never run.
         self.settled_up_to = 0
         # (first, last) of the seqs each publish call confirmed
         self._confirmed: deque[tuple[int, int]] = deque(maxlen=CONFIRMED_KEPT)
@@ -100,7 +105,7 @@ class StateWatch:
 
     def mark(self) -> Mark:
         """What the watch knows now: taken before a call is sent."""
-        return Mark(self.epoch, self._last_seq, self._generation, self._floor)
+        return Mark(self.epoch, self._last_seq, *self._group_seen)
 
     def forget(self) -> None:
         """Forgets the queue's state (this client deleted the queue: its next
@@ -108,7 +113,8 @@ class StateWatch:
         with self._lock:
             self.incarnation = None
             self._last_seq = 0
-            self._generation, self._floor, self.settled_up_to = -1, 0, 0
+            self._group_seen, self.settled_up_to = (-1, 0), 0
+            self._floors.clear()
             self._confirmed.clear()
             self.epoch += 1
 
@@ -164,30 +170,57 @@ class StateWatch:
         """Judges a fetch's group ``generation`` and ack ``floor`` (under
         the lock, after the seq checks made ``loss``): the loss of acks it
         shows, when no other was seen."""
-        went_back = generation == mark.generation and floor < mark.floor
+        floors = self._floors
+        went_back, up_to = False, 0
+        if mark.generation >= 0 and generation <= mark.generation:
+            if generation == mark.generation:
+                went_back, up_to = floor < mark.floor, mark.floor
+            else:
+                # Redis has the group from before a reset (or its making)
+                # that this watch saw: everything seen since that generation
+                # was settled before the loss.
+                went_back = True
+                up_to = max((f for g, f in floors.items() if g >= generation), default=0)
+            if went_back and floor < up_to:
+                # Not above what survived of the seqs: a seq taken back is a
+                # new message when published again.
+                self.settled_up_to = max(self.settled_up_to, up_to if loss is None else min(up_to, loss.gone_above))
+        known, known_floor = self._group_seen
         if went_back:
-            # Settled before the loss: at or below the floor seen, and not
-            # above what survived of the seqs (a seq taken back is a new
-            # message when published again).
-            up_to = mark.floor if loss is None else min(mark.floor, loss.gone_above)
-            self.settled_up_to = max(self.settled_up_to, up_to)
-            self._floor = floor  # starts over from the reply
-        elif generation == self._generation:
-            if floor > self._floor:
-                self._floor = floor
-        elif mark.generation == self._generation:
-            # Made anew or reset since the call was sent (a call sent before
-            # the watch learned of a newer one brings an older generation):
-            # the floor starts over, and what the old generation settled is
-            # the operator's to hand out again.
-            self._generation, self._floor, self.settled_up_to = generation, floor, 0
-        if self.settled_up_to and floor >= self.settled_up_to:
+            # Starts over from the reply; generations the loss took may be
+            # given again.
+            for g in [g for g in floors if g > generation]:
+                del floors[g]
+            self._group_seen = (generation, floor)
+        elif generation == known:
+            if floor > known_floor:
+                self._group_seen = (generation, floor)
+        elif generation > known:
+            # Made anew or reset: the floor starts over, and what the old
+            # generation settled is the operator's to hand out again. (A
+            # reply of a call sent before the watch learned of a newer
+            # generation may bring an older one: it is passed over.)
+            self._group_seen, self.settled_up_to = (generation, floor), 0
+            if len(floors) >= GENERATIONS_KEPT:
+                del floors[min(floors)]
+        known, known_floor = self._group_seen
+        floors[known] = known_floor
+        if self.settled_up_to and floor >= self.settled_up_to and generation == known:
             self.settled_up_to = 0  # Redis has the acks again
         if not went_back or loss is not None:
             return None
-        return self._lost(LossKind.ACKS_WENT_BACK, self.incarnation or "", floor, mark.floor)
+        return self._lost(
+            LossKind.ACKS_WENT_BACK, self.incarnation or "", floor, max(up_to, floor), (mark.generation, generation)
+        )
 
-    def _lost(self, kind: LossKind, incarnation: str, gone_above: int, floor_seen: int = 0) -> StateLost:
+    def _lost(
+        self,
+        kind: LossKind,
+        incarnation: str,
+        gone_above: int,
+        floor_seen: int = 0,
+        generations: tuple[int, int] = (0, 0),
+    ) -> StateLost:
         """Records a loss (under the lock) and starts over from the reply."""
         old = self.incarnation or ""
         if kind is LossKind.ACKS_WENT_BACK:
@@ -206,6 +239,7 @@ class StateWatch:
                 self._noticed_by,
                 floor_seen=floor_seen,
                 group=self._group,
+                generations=generations,
             )
             self.epoch += 1
             self.last_loss = loss
@@ -222,7 +256,16 @@ class StateWatch:
         self.incarnation = incarnation
         self._last_seq = gone_above
         if kind is LossKind.INCARNATION:
-            self._generation, self._floor, self.settled_up_to = -1, 0, 0
+            self._group_seen, self.settled_up_to = (-1, 0), 0
+            self._floors.clear()
+        else:
+            # Seqs above gone_above are new messages once published again:
+            # none of them was settled, whatever was seen before.
+            generation, floor = self._group_seen
+            self._group_seen = (generation, min(floor, gone_above))
+            self.settled_up_to = min(self.settled_up_to, gone_above)
+            for g, f in self._floors.items():
+                self._floors[g] = min(f, gone_above)
         self.epoch += 1
         self.last_loss = loss
         return loss
@@ -240,6 +283,8 @@ class StateWatch:
             "confirmed_gone": str(loss.confirmed_gone),
             "deliveries_dropped": str(loss.deliveries_dropped),
             "floor_seen": str(loss.floor_seen),
+            "generation_seen": str(loss.generations[0]),
+            "generation": str(loss.generations[1]),
             "noticed_by": loss.noticed_by,
         }
         try:

@@ -405,3 +405,19 @@ def test_a_keys_rate_window_goes_when_a_fetch_freed_the_key_inside_it(client, qu
     # then the group keeps nothing of the keys
     gk = queue.keys.group("g")
     assert [client.redis.exists(k) for k in (gk.key_queue, gk.key_ready, gk.key_busy, gk.key_flight)] == [0, 0, 0, 0]
+
+
+def test_a_delivery_handed_back_unseen_keeps_its_key_held(queue):
+    # given a1 of key a leased to w1, whose fetch reply w1 never read (or that
+    # waited in w1 when it stopped): a sync heartbeat hands it back, and its
+    # delivery state goes (its count back to 0)
+    queue.publish_many([b"a1", b"a2", b"a3"], key="a")
+    w1, w2 = queue.consumer("g", name="w1"), queue.consumer("g", name="w2")
+    assert data(w1.fetch(10)) == [b"a1"]
+    assert w1.heartbeat([], timeout=10, sync=True).handed_back == 1
+    # then a1 goes out again alone: the key is held until it is settled
+    [again] = w2.fetch(10)
+    assert again.data == b"a1"
+    assert w2.fetch(10) == [] and w1.fetch(10) == []
+    again.ack()
+    assert data(w2.fetch(10)) == [b"a2"]

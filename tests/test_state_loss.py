@@ -67,6 +67,16 @@ def replica_of(client: rqueue.Client, queue: rqueue.Queue) -> Callable[[], None]
     return fail_over
 
 
+def sees_the_floor(queue: rqueue.Queue, consumer: rqueue.Consumer) -> None:
+    """``consumer`` fetches once while its group is paused: nothing is
+    handed out, and the reply tells it the group's ack floor."""
+    queue.pause(consumer.group)
+    try:
+        assert consumer.fetch(1) == []
+    finally:
+        queue.resume(consumer.group)
+
+
 def state_lost_events(queue: rqueue.Queue) -> list[dict[str, str]]:
     return [e for e in queue.events() if e["event"] == "state-lost"]
 
@@ -213,7 +223,7 @@ def test_a_consumer_sees_its_groups_acks_go_back_and_runs_none_of_those_messages
     loss = c.last_state_loss
     assert loss is not None and loss.kind is LossKind.ACKS_WENT_BACK
     assert (loss.gone_above, loss.floor_seen, loss.confirmed_gone, loss.group) == (1, 4, 0, "g")
-    assert "ack floor of group 'g' went back from 4 to 1" in str(loss)
+    assert "group 'g' went back from 4 to 1" in str(loss)
     [event] = state_lost_events(queue)
     assert (event["reason"], event["seq"], event["floor_seen"], event["group"]) == ("acks-went-back", "1", "4", "g")
     # when seq 1 is replayed from the dead-letter queue (below the floor c saw)
@@ -225,28 +235,92 @@ def test_a_consumer_sees_its_groups_acks_go_back_and_runs_none_of_those_messages
     # when the leases of 2..4 run out and they are offered again
     clock.advance(queue.settings().ack_wait + 1)
     assert c.fetch(4) == []
-    # then c acked them unrun: the group settled everything, and nothing is in flight
+    # then c set them aside unrun, in the dead-letter queue (acked or dead-lettered before, the floor
+    # does not say which), and the group settled everything
+    assert [(d.seq, d.reason) for d in queue.dead_letters()] == [(s, "settled-before-loss") for s in (2, 3, 4)]
     g = queue.stats().group("g")
-    assert (g.in_flight, g.pending) == (0, 0)
-    assert int(client.redis.hget(queue.keys.floors, "g")) == 4
+    assert (g.in_flight, g.pending, g.ack_floor) == (0, 0, 4)
     # and what comes next is handed out as before, with no loss more
     queue.publish(b"5")
     assert [d.seq for d in c.fetch(4)] == [5]
     assert c.last_state_loss is loss and len(state_lost_events(queue)) == 1
 
 
-def test_a_reset_back_is_no_loss(client, queue):
-    # given c that acked seqs 1 and 2 and saw the group's floor at 2 (another group keeps their records)
-    queue.create_group("other")
-    queue.publish_many([b"1", b"2"])
+def test_messages_set_aside_after_lost_acks_are_not_judged_otherwise_and_the_next_fetch_is_due_at_once(
+    client, queue, clock
+):
+    # given c holding 1..4 under a ttl of 10 s, a replica then, and c's acks of 1..3 after it (floor 3)
+    client.configure(QUEUE, ttl=10)
+    queue.publish_many([b"1", b"2", b"3", b"4"])
+    c = queue.consumer("g", name="c")
+    held = c.fetch(4)
+    fail_over = replica_of(client, queue)
+    c.ack(held[:3])
+    sees_the_floor(queue, c)
+    # when Redis fails over to the replica, and the four come back once their leases and ttl ran out
+    fail_over()
+    clock.advance(queue.settings().ack_wait + 10)
+    statuses, got, due_in = c.ack_and_fetch([], 4)
+    # then 1..3 are set aside as settled before the loss, not as expired; 4, never settled, is
+    # judged as ever (expired); and the caller is told to fetch again at once
+    assert got == [] and due_in == 0
+    assert [(d.seq, d.reason) for d in queue.dead_letters()] == [
+        (1, "settled-before-loss"),
+        (2, "settled-before-loss"),
+        (3, "settled-before-loss"),
+        (4, "expired"),
+    ]
+
+
+def test_a_restore_from_before_a_reset_is_a_loss(client, queue):
+    # given c that acked 1..4 (floor 4), a replica then, and after it acks of 5..8 (floor 8), and a reset
+    # back whose messages c handled again (a new generation, floor 8 again)
+    queue.create_group("other")  # keeps the records, so that the reset hands them out again
+    queue.publish_many([b"%d" % i for i in range(1, 9)])
+    c = queue.consumer("g", name="c")
+    c.ack(c.fetch(4))
+    sees_the_floor(queue, c)
+    fail_over = replica_of(client, queue)
+    c.ack(c.fetch(4))
+    sees_the_floor(queue, c)
+    queue.reset_group("g", "first")
+    c.ack(c.fetch(8))
+    sees_the_floor(queue, c)
+    assert c.last_state_loss is None
+    # when Redis fails over to the replica: the generation before the reset, floor 4
+    fail_over()
+    # then c reports the loss, naming both generations, and sets 5..8 aside unrun
+    assert c.fetch(8) == []
+    loss = c.last_state_loss
+    assert loss is not None and loss.kind is LossKind.ACKS_WENT_BACK
+    assert (loss.gone_above, loss.floor_seen, loss.generations) == (4, 8, (3, 2))  # "other" took generation 1
+    assert "went back from generation 3 (ack floor 8) to generation 2" in str(loss)
+    assert [(d.seq, d.reason) for d in queue.dead_letters()] == [(s, "settled-before-loss") for s in (5, 6, 7, 8)]
+
+
+def test_seqs_taken_back_after_a_loss_of_acks_are_new_messages(client, queue):
+    # given c that saw the floor at 6 when Redis lost acks (a replica from when 1..6 were published and
+    # 1..2 acked), then lost publishes too (a replica from when only 1..4 were)
+    queue.publish_many([b"1", b"2", b"3", b"4"])
     c = queue.consumer("g", name="c")
     c.ack(c.fetch(2))
-    assert c.fetch(1) == []
-    # when the group is reset back to its start
-    queue.reset_group("g", "first")
-    # then c is handed both again, and reports no loss: the reset gave the group a new generation
-    assert [d.seq for d in c.fetch(4)] == [1, 2]
-    assert c.last_state_loss is None and state_lost_events(queue) == []
+    older = replica_of(client, queue)
+    queue.publish_many([b"5", b"6"])
+    older_acks = replica_of(client, queue)
+    c.ack(c.fetch(4))
+    sees_the_floor(queue, c)
+    older_acks()
+    sees_the_floor(queue, c)
+    assert c.last_state_loss is not None and c.last_state_loss.kind is LossKind.ACKS_WENT_BACK
+    older()
+    sees_the_floor(queue, c)
+    assert c.last_state_loss.kind is LossKind.SEQ_WENT_BACK
+    # when 5 and 6 are published again, as new messages
+    queue.publish_many([b"new5", b"new6"])
+    # then they are handed out and run: only 3 and 4, settled before, are set aside
+    got = c.fetch(10)
+    assert [(d.seq, d.data) for d in got] == [(5, b"new5"), (6, b"new6")]
+    assert [(d.seq, d.reason) for d in queue.dead_letters()] == [(3, "settled-before-loss"), (4, "settled-before-loss")]
 
 
 def test_a_heartbeat_reports_a_loss(client, queue):
@@ -423,17 +497,20 @@ def test_a_worker_under_a_redis_restarted_from_a_snapshot_older_than_its_acks(tm
         server.stop()
         server.start()
         go.set()
-        # then every message is handled and acked again
-        wait_for(lambda: queue.stats().group("g").acked >= 20 and queue.stats().group("g").in_flight == 0, timeout=20)
+        # then the group settles every message again
+        wait_for(lambda: queue.stats().group("g").ack_floor == 20, timeout=20)
         worker.stop()
         assert worker.join(10) is not False
         assert sorted(runs) == list(range(1, 21))
-        # and the worker reported the acks lost, and ran nothing at or below the floor it had seen
+        # and the worker reported the acks lost, ran nothing at or below the floor it had seen, and set
+        # those messages aside in the dead-letter queue
         assert worker.consumer is not None
         loss = worker.consumer.last_state_loss
         assert loss is not None and loss.kind is LossKind.ACKS_WENT_BACK and loss.gone_above == 0
         assert 1 <= loss.floor_seen <= 14
         assert all(runs[seq] == 1 for seq in range(1, loss.floor_seen + 1)), runs
+        aside = [(d.seq, d.reason) for d in queue.dead_letters()]
+        assert aside == [(seq, "settled-before-loss") for seq in range(1, loss.floor_seen + 1)]
         assert [e["reason"] for e in state_lost_events(queue)] == ["acks-went-back"]
     finally:
         go.set()

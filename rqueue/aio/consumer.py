@@ -203,14 +203,12 @@ class Consumer(ConsumerCore):
             return await acmd.fetch(call, n, fetch_token(self.client.randomness), waits=self._claims(call, waits)), mark
 
     async def _received(self, reply: commands.FetchReply, mark: Mark) -> list[Delivery]:
-        deliveries, aside, settled = self._parse(reply, mark)
+        deliveries, aside = self._parse(reply, mark)
         for tag, reason, text in aside:  # corrupt or expired; the rest of the batch goes on
             try:
                 await self._dead_letter(tag, reason, text)
             except DeliveryError as exc:
                 self._set_aside_refused(tag, reason, exc)
-        if settled:
-            self._settled_again(settled, await self.ack_available(settled))
         return deliveries  # type: ignore[return-value]  # delivery_class makes them
 
     # -- settling -----------------------------------------------------------

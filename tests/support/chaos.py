@@ -516,28 +516,30 @@ def _check_keys(report: Report, logs: list[Path], losses: list[tuple[str, int, f
     written before the ack is sent), unless that earlier one never ended (a
     killed worker, a dead letter) or Redis lost state in that incarnation
     around them."""
-    first_run: dict[tuple[str, int], float] = {}  # (incarnation, seq) -> earliest run start
-    first_end: dict[tuple[str, int], float] = {}
-    key_of: dict[tuple[str, int], str] = {}
+    # A copy of a message is (incarnation, published_ms, seq), as _account tells copies apart: a
+    # failover to a lagging replica keeps the incarnation and gives its lost seqs to later messages.
+    first_run: dict[tuple[str, int, int], float] = {}  # copy -> earliest run start
+    first_end: dict[tuple[str, int, int], float] = {}
+    key_of: dict[tuple[str, int, int], str] = {}
     for path in logs:
         for line in path.read_text().splitlines() if path.exists() else []:
-            kind, mid, seq, inc, _, at = line.split()
+            kind, mid, seq, inc, published, at = line.split()
             if kind not in ("run", "end") or int(mid[1:]) % 2 == 0:
                 continue
-            copy = (inc, int(seq))
+            copy = (inc, int(published), int(seq))
             key_of[copy] = f"k{int(mid[1:]) % KEYS}"
             times = first_run if kind == "run" else first_end
             times[copy] = min(times.get(copy, float("inf")), float(at))
-    by_key: dict[tuple[str, str], list[int]] = {}
-    for (inc, seq), key in key_of.items():
-        by_key.setdefault((inc, key), []).append(seq)
-    for (inc, _), seqs in by_key.items():
-        seqs.sort()
+    by_key: dict[tuple[str, str], list[tuple[str, int, int]]] = {}
+    for copy, key in key_of.items():
+        by_key.setdefault((copy[0], key), []).append(copy)
+    for (inc, _), copies in by_key.items():
+        copies.sort()  # in publish order: by published_ms, then seq
         ended = float("inf")  # the latest first end among earlier messages that ended
-        for prev, seq in zip(seqs, seqs[1:], strict=False):
-            if (inc, prev) in first_end:
-                ended = first_end[(inc, prev)]
-            start = first_run.get((inc, seq))
+        for prev, copy in zip(copies, copies[1:], strict=False):
+            if prev in first_end:
+                ended = first_end[prev]
+            start = first_run.get(copy)
             if start is None or ended == float("inf"):
                 continue
             report.keyed_pairs_checked += 1

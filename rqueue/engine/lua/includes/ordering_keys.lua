@@ -43,9 +43,28 @@ do
       end
     end
     local alive = {}
+    local leasedNow, waitingAgain = nil, nil
     for i, state in ipairs(bulkGet(dlvKey, all)) do
       if state then
         alive[all[i]] = true
+      else
+        -- No state, yet not settled when it waits to be offered again, or
+        -- was offered again earlier in this call (whose states are written
+        -- last): a sync heartbeat hands back a delivery its consumer never
+        -- saw, dropping the state of a count back at 0 (heartbeat.lua).
+        -- The key stays held until it is settled. Most calls find neither
+        -- set (one EXISTS), and most stateless seqs are acked ones.
+        if leasedNow == nil then
+          leasedNow = {}
+          for _, f in ipairs(leased) do
+            leasedNow[f] = true
+          end
+          waitingAgain = rcall('EXISTS', readyKey, delayKey) > 0
+        end
+        local seq = all[i]
+        if leasedNow[seq] or waitingAgain and (rcall('ZSCORE', readyKey, seq) or rcall('ZSCORE', delayKey, seq)) then
+          alive[seq] = true
+        end
       end
     end
     for i, key in ipairs(checked) do
