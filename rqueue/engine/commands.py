@@ -346,7 +346,7 @@ def stored_number(raw: Any) -> int:
         return raw
     try:
         number = int(raw)
-    except ValueError:
+    except (TypeError, ValueError):
         return -1
     return number if number >= 0 else -1
 

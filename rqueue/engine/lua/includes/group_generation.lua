@@ -4,7 +4,8 @@
   "gens". fetch.lua returns it with the group's ack floor. A floor that goes
   back within one generation is acks Redis lost (a failover to a replica
   that missed them: rqueue/statewatch.py); one that goes back with a new
-  generation is a reset an operator asked for.
+  generation is a reset an operator asked for; a generation that goes back
+  is Redis that lost a reset, or the group's making.
 
   A new group's hash gets it as its first field: fetch reads it at every
   call, and Redis searches a small hash (a listpack) from its start.
