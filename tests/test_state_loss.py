@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from support.aio_bridge import parametrize_api
@@ -401,6 +402,18 @@ def test_a_replayed_dead_letter_says_it_was_delivered_before_and_counts_afresh(c
 # -- a worker under a Redis that restarts without its data ------------------------------
 
 
+def started_worker(kind: str, server: Any, queue: rqueue.Queue, handler: Any, **options: Any) -> Any:
+    """A started Worker of group "g" (``kind`` "threaded", or "async": an
+    rqueue.aio.Worker on a loop of its own, with a client of prefix "w")."""
+    options = {"heartbeat_interval": 0.2, "heartbeat_timeout": 2, **options}
+    if kind == "threaded":
+        worker: Any = rqueue.Worker(queue, "g", handler, **options)
+    else:
+        worker = AsyncWorkerThread(server.url, "w", QUEUE, "g", handler, **options)
+    worker.start()
+    return worker
+
+
 @pytest.mark.parametrize("kind", ["threaded", "async"])
 def test_a_worker_under_a_redis_restarted_without_its_data(caplog, kind):
     """The scenario of a worker whose handlers are running when Redis comes
@@ -423,12 +436,7 @@ def test_a_worker_under_a_redis_restarted_without_its_data(caplog, kind):
 
         # given a worker running two old messages, with two more waiting in it
         queue.publish_many([b"old1", b"old2", b"old3", b"old4"])
-        options = {"concurrency": 2, "prefetch": 8, "heartbeat_interval": 0.2, "heartbeat_timeout": 2}
-        if kind == "threaded":
-            worker = rqueue.Worker(queue, "g", handler, **options)
-        else:
-            worker = AsyncWorkerThread(server.url, "w", QUEUE, "g", handler, **options)
-        worker.start()
+        worker = started_worker(kind, server, queue, handler, concurrency=2, prefetch=8)
         wait_for(lambda: len(calls) == 2)
         # when Redis restarts without its data and new messages are published (seqs 1.. again)
         with caplog.at_level(logging.ERROR):
@@ -486,12 +494,7 @@ def test_a_worker_under_a_redis_restarted_from_a_snapshot_older_than_its_acks(tm
         queue.consumer("g").close()  # the group exists in the snapshot
         client.redis.save()
         # and a worker that handled 1..14 and is running 15
-        options = {"concurrency": 1, "prefetch": 4, "heartbeat_interval": 0.2, "heartbeat_timeout": 2}
-        if kind == "threaded":
-            worker = rqueue.Worker(queue, "g", handler, **options)
-        else:
-            worker = AsyncWorkerThread(server.url, "w", QUEUE, "g", handler, **options)
-        worker.start()
+        worker = started_worker(kind, server, queue, handler, concurrency=1, prefetch=4)
         wait_for(lambda: 15 in runs)
         # when Redis restarts from the snapshot: the same incarnation and seqs, no delivery and no ack
         server.stop()
