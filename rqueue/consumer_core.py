@@ -11,6 +11,7 @@ place: split up, each half would need the other's state."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -186,7 +187,9 @@ class ConsumerCore:
         # Per message on the hot path: no helper calls for a compact record
         # (no headers, no delay: the common case); anything else goes to
         # decode_record.
-        epoch = self._watch.saw(mark, reply.incarnation, reply.last_seq, floor=(reply.generation, reply.floor))
+        epoch = self._watch.saw(
+            mark, reply.incarnation, reply.last_seq, floor=(reply.generation, reply.floor, reply.now_ms)
+        )
         self._waiter = reply.waiter
         if len(reply.raw) == reply.first:
             self._found_nothing_at, self._found_nothing_epoch = reply.now_ms, self._watch.epoch
@@ -201,9 +204,9 @@ class ConsumerCore:
             return [], []
         raw, first, token = reply.raw, reply.first, reply.token
         aside: list[tuple[str, str, str]] = []
-        settled_up_to = self._watch.settled_up_to
-        if settled_up_to and len(raw) > first:
-            raw, first = self._set_aside_settled(reply, aside, settled_up_to)
+        settled = self._watch.settled
+        if settled[0] and len(raw) > first:
+            raw, first = self._set_aside_settled(reply, aside, *settled)
         deadline = reply.now_ms + int(round(self._settings.ack_wait * 1000))
         held = self._held
         out: list[Delivery] = []
@@ -256,15 +259,17 @@ class ConsumerCore:
         return out, aside
 
     def _set_aside_settled(
-        self, reply: commands.FetchReply, aside: list[tuple[str, str, str]], settled_up_to: int
+        self, reply: commands.FetchReply, aside: list[tuple[str, str, str]], settled_up_to: int, before_ms: int
     ) -> tuple[list[Any], int]:
         """The deliveries of ``reply`` (its raw list and where they start)
-        without those of seqs at or below ``settled_up_to``, which the group
-        settled before Redis lost acks: their tags go to ``aside``, to the
-        dead-letter queue unrun, before anything else is judged of them.
-        Acked or dead-lettered before, the floor does not say which, and a
-        dead letter the loss took is kept so. A replayed dead letter runs:
-        an operator asked for it."""
+        without those of seqs at or below ``settled_up_to`` published at or
+        before ``before_ms``, which the group settled before Redis lost
+        acks: their tags go to ``aside``, to the dead-letter queue unrun,
+        before anything else is judged of them. Acked or dead-lettered
+        before, the floor does not say which, and a dead letter the loss
+        took is kept so. A message published later took a seq the loss gave
+        back: it runs. So does a replayed dead letter: an operator asked for
+        it. A record that does not parse is left to the checks after."""
         raw, first = reply.raw, reply.first
         kept = raw[:first]
         why = (
@@ -274,7 +279,7 @@ class ConsumerCore:
         for i in range(first, len(raw), 3):
             seq = int(raw[i])
             count, replayed = commands.delivery_count(raw[i + 1])
-            if seq <= settled_up_to and replayed is None:
+            if seq <= settled_up_to and replayed is None and _published_ms(raw[i + 2]) <= before_ms:
                 aside.append((delivery_tag(seq, count, reply.token), SETTLED_BEFORE_LOSS, why))
             else:
                 kept.extend(raw[i : i + 3])
@@ -610,3 +615,14 @@ def refs_of(deliveries: object) -> list[DeliveryRef]:
     if isinstance(deliveries, Iterable):
         return list(deliveries)
     raise InvalidInput(f"expected a Delivery, a delivery tag or a list of them, not {type(deliveries).__name__}")
+
+
+def _published_ms(record: bytes) -> float:
+    """When a record's message was published (server ms); infinity for one
+    that does not parse."""
+    if record[:1] == COMPACT_TAG and len(record) >= COMPACT_HEAD:
+        return int.from_bytes(record[1:COMPACT_HEAD], "big")
+    try:
+        return decode_record(record, "")[0]
+    except CorruptRecord:
+        return math.inf

@@ -14,8 +14,9 @@ grows at each make and reset of the group). A floor that goes back within
 one generation is acks Redis lost, a failover to a replica that missed them,
 where no seq goes back. The consumer that sees it reports it as above, and
 from then on sets aside, to the dead-letter queue unrun, any delivery of a
-seq at or below the floor it had seen (those messages were settled before
-the loss), until the group's floor is back there. A generation that goes
+seq at or below the floor it had seen, published before the fetch that
+showed it that floor (those messages were settled before the loss), until
+the group's floor is back there. A generation that goes
 back (Redis lost a reset of the group) is such a loss too.
 
 Replies of calls made by several threads can arrive in any order, so each
@@ -54,6 +55,7 @@ class Mark(NamedTuple):
     last_seq: int  # the highest seq seen
     generation: int  # the group's generation (-1: none seen)
     floor: int  # the highest ack floor seen in that generation
+    floor_ms: int  # the server time of the reply that first showed that floor
 
 
 class StateWatch:
@@ -86,15 +88,18 @@ class StateWatch:
         self.incarnation: str | None = None
         self.epoch = 0
         self._last_seq = 0
-        # The group's generation (-1: none seen) and the highest ack floor
-        # seen in it: one tuple, which mark() reads whole without the lock.
-        self._group_seen = (-1, 0)
-        # The highest floor seen in each of the last generations seen.
-        self._floors: dict[int, int] = {}
-        #: Seqs at or below this (0: none) were settled by the group before
+        # The group's generation (-1: none seen), the highest ack floor seen
+        # in it and the server time of the reply that first showed it: one
+        # tuple, which mark() reads whole without the lock.
+        self._group_seen = (-1, 0, 0)
+        # (floor, ms) as above, for each of the last generations seen.
+        self._floors: dict[int, tuple[int, int]] = {}
+        #: (seq, ms): a message of a seq at or below seq (0: none) published
+        #: at or before ms (server time) was settled by the group before
         #: Redis lost acks: a delivery of one (not a replayed dead letter)
-        #: goes to the dead-letter queue, never run.
-        self.settled_up_to = 0
+        #: goes to the dead-letter queue, never run. A later one is a new
+        #: message that took a seq the loss gave back.
+        self.settled = (0, 0)
         # (first, last) of the seqs each publish call confirmed
         self._confirmed: deque[tuple[int, int]] = deque(maxlen=CONFIRMED_KEPT)
         #: The incarnation id this client offers when a call creates the
@@ -113,7 +118,7 @@ class StateWatch:
         with self._lock:
             self.incarnation = None
             self._last_seq = 0
-            self._group_seen, self.settled_up_to = (-1, 0), 0
+            self._group_seen, self.settled = (-1, 0, 0), (0, 0)
             self._floors.clear()
             self._confirmed.clear()
             self.epoch += 1
@@ -124,13 +129,14 @@ class StateWatch:
         incarnation: str,
         last_seq: int | None = None,
         new: tuple[int, int] | None = None,
-        floor: tuple[int, int] | None = None,
+        floor: tuple[int, int, int] | None = None,
     ) -> int | None:
         """Judges the reply of a call sent at ``mark``: the queue's
         ``incarnation`` ("" when it has none), and its ``last_seq`` or the
         first and last of the ``new`` seqs the call assigned in one run
         (confirmed publishes; last < first: none), and a fetch's group
-        generation and ack ``floor`` (floor -1: not a seq, not judged).
+        generation, ack floor and server time (``floor``; a floor of -1 is
+        not a seq, not judged).
         Reports a loss it shows (log, event, ``last_loss``). Returns the
         epoch the reply belongs to, or None when a loss was seen after the
         call was sent (what the reply brought is from before it)."""
@@ -166,47 +172,51 @@ class StateWatch:
             self._report(loss)
         return epoch
 
-    def _saw_floor(self, mark: Mark, generation: int, floor: int, loss: StateLost | None) -> StateLost | None:
-        """Judges a fetch's group ``generation`` and ack ``floor`` (under
-        the lock, after the seq checks made ``loss``): the loss of acks it
-        shows, when no other was seen."""
+    def _saw_floor(
+        self, mark: Mark, generation: int, floor: int, now_ms: int, loss: StateLost | None
+    ) -> StateLost | None:
+        """Judges a fetch's group ``generation`` and ack ``floor`` (its reply
+        made at ``now_ms``, under the lock, after the seq checks made
+        ``loss``): the loss of acks it shows, when no other was seen."""
         floors = self._floors
-        went_back, up_to = False, 0
+        went_back, up_to, up_to_ms = False, 0, 0
         if mark.generation >= 0 and generation <= mark.generation:
             if generation == mark.generation:
-                went_back, up_to = floor < mark.floor, mark.floor
+                went_back, up_to, up_to_ms = floor < mark.floor, mark.floor, mark.floor_ms
             else:
                 # Redis has the group from before a reset (or its making)
                 # that this watch saw: everything seen since that generation
                 # was settled before the loss.
                 went_back = True
-                up_to = max((f for g, f in floors.items() if g >= generation), default=0)
+                up_to, up_to_ms = max((v for g, v in floors.items() if g >= generation), default=(0, 0))
             if went_back and floor < up_to:
                 # Not above what survived of the seqs: a seq taken back is a
                 # new message when published again.
-                self.settled_up_to = max(self.settled_up_to, up_to if loss is None else min(up_to, loss.gone_above))
-        known, known_floor = self._group_seen
+                if loss is not None:
+                    up_to = min(up_to, loss.gone_above)
+                self.settled = (max(self.settled[0], up_to), max(self.settled[1], up_to_ms))
+        known, known_floor, _ = self._group_seen
         if went_back:
             # Starts over from the reply; generations the loss took may be
             # given again.
             for g in [g for g in floors if g > generation]:
                 del floors[g]
-            self._group_seen = (generation, floor)
+            self._group_seen = (generation, floor, now_ms)
         elif generation == known:
             if floor > known_floor:
-                self._group_seen = (generation, floor)
+                self._group_seen = (generation, floor, now_ms)
         elif generation > known:
             # Made anew or reset: the floor starts over, and what the old
             # generation settled is the operator's to hand out again. (A
             # reply of a call sent before the watch learned of a newer
             # generation may bring an older one: it is passed over.)
-            self._group_seen, self.settled_up_to = (generation, floor), 0
+            self._group_seen, self.settled = (generation, floor, now_ms), (0, 0)
             if len(floors) >= GENERATIONS_KEPT:
                 del floors[min(floors)]
-        known, known_floor = self._group_seen
-        floors[known] = known_floor
-        if self.settled_up_to and floor >= self.settled_up_to and generation == known:
-            self.settled_up_to = 0  # Redis has the acks again
+        known, known_floor, known_ms = self._group_seen
+        floors[known] = (known_floor, known_ms)
+        if self.settled[0] and floor >= self.settled[0] and generation == known:
+            self.settled = (0, 0)  # Redis has the acks again
         if not went_back or loss is not None:
             return None
         return self._lost(
@@ -256,16 +266,16 @@ class StateWatch:
         self.incarnation = incarnation
         self._last_seq = gone_above
         if kind is LossKind.INCARNATION:
-            self._group_seen, self.settled_up_to = (-1, 0), 0
+            self._group_seen, self.settled = (-1, 0, 0), (0, 0)
             self._floors.clear()
         else:
             # Seqs above gone_above are new messages once published again:
             # none of them was settled, whatever was seen before.
-            generation, floor = self._group_seen
-            self._group_seen = (generation, min(floor, gone_above))
-            self.settled_up_to = min(self.settled_up_to, gone_above)
-            for g, f in self._floors.items():
-                self._floors[g] = min(f, gone_above)
+            generation, floor, floor_ms = self._group_seen
+            self._group_seen = (generation, min(floor, gone_above), floor_ms)
+            self.settled = (min(self.settled[0], gone_above), self.settled[1])
+            for g, (f, ms) in self._floors.items():
+                self._floors[g] = (min(f, gone_above), ms)
         self.epoch += 1
         self.last_loss = loss
         return loss

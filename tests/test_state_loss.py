@@ -324,6 +324,29 @@ def test_seqs_taken_back_after_a_loss_of_acks_are_new_messages(client, queue):
     assert [(d.seq, d.reason) for d in queue.dead_letters()] == [(3, "settled-before-loss"), (4, "settled-before-loss")]
 
 
+def test_messages_published_after_a_loss_of_publishes_and_acks_run(client, queue, clock):
+    # given c that saw seqs 1..8 and the group's floor at 8, and a replica from when 1..4 were
+    # published and 1..2 acked
+    queue.publish_many([b"1", b"2", b"3", b"4"])
+    c = queue.consumer("g", name="c")
+    c.ack(c.fetch(2))
+    older = replica_of(client, queue)
+    queue.publish_many([b"5", b"6", b"7", b"8"])
+    c.ack(c.fetch(6))
+    sees_the_floor(queue, c)
+    # when Redis fails over to the replica, and six new messages take seqs 5..10 before c calls again
+    older()
+    clock.advance(1)
+    new = [b"new%d" % seq for seq in range(5, 11)]
+    assert [r.seq for r in queue.publish_many(new)] == list(range(5, 11))
+    # then c reports the acks lost (its seqs did not go back), sets aside 3 and 4, settled before,
+    # and hands out the new messages: published after it saw the floor, they are not what it settled
+    got = c.fetch(10)
+    assert c.last_state_loss is not None and c.last_state_loss.kind is LossKind.ACKS_WENT_BACK
+    assert [d.data for d in got] == new
+    assert [(d.seq, d.reason) for d in queue.dead_letters()] == [(3, "settled-before-loss"), (4, "settled-before-loss")]
+
+
 def test_a_heartbeat_reports_a_loss(client, queue):
     # given a consumer that joined, and a second consumer of the group
     queue.publish(b"a")
