@@ -16,8 +16,8 @@ where no seq goes back. The consumer that sees it reports it as above, and
 from then on sets aside, to the dead-letter queue unrun, any delivery of a
 seq at or below the floor it had seen, published before the fetch that
 showed it that floor (those messages were settled before the loss), until
-the group's floor is back there. A generation that goes
-back (Redis lost a reset of the group) is such a loss too.
+the group's floor is back there. A generation that goes back (Redis lost a
+reset of the group) is such a loss too.
 
 Replies of calls made by several threads can arrive in any order, so each
 reply is judged against what the watch knew when its call was sent
