@@ -262,7 +262,8 @@ class Consumer(ConsumerCore):
             mark = self._watch.mark()
             call = self._group_call()
             fetched = commands.fetch(call, n, fetch_token(self.client.randomness), waits=self._claims(call, waits))
-            return lenient, self._received(fetched, mark), None
+            deliveries = self._received(fetched, mark)
+            return lenient, deliveries, self._due_in(fetched, deliveries)
         statuses = self._fetched_acks(tags, lost, reply)
         deliveries = self._received(reply, mark)
         return statuses, deliveries, self._due_in(reply, deliveries)

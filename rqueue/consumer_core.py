@@ -375,7 +375,7 @@ class ConsumerCore:
         self._wakes_on = self._waiter = False
 
     @staticmethod
-    def _due_in(reply: commands.FetchReply, deliveries: list[Delivery]) -> float | None:
+    def _due_in(reply: commands.FetchReply, deliveries: Sequence[Delivery]) -> float | None:
         """Seconds until a waiting message falls due, when a fetch brought
         none; 0 when it handed out messages that were all set aside (the
         next fetch may find more at once)."""

@@ -54,6 +54,19 @@ def test_members_are_judged_by_their_own_liveness(queue, clock):
     assert plain.fetch() == []  # it joins again on its next fetch
 
 
+def test_the_fetch_that_joins_again_says_when_a_waiting_message_falls_due(queue, clock):
+    # given a member removed as silent while a message waits 5 s
+    plain = queue.consumer("g", name="plain", liveness=1)
+    other = queue.consumer("g", name="other", liveness=60)
+    queue.publish(b"later", delay=5)
+    clock.advance(2)
+    assert other.heartbeat([], timeout=60).removed == 1
+    # when it fetches, with acks riding on the fetch as a worker's do, and joins again
+    _, got, due_in = plain.ack_and_fetch([], 1)
+    # then it gets nothing yet, and is told when the message falls due
+    assert got == [] and due_in == pytest.approx(3, abs=0.01)
+
+
 def test_lost_fetch_reply_is_handed_back_uncounted(client, queue):
     # given a fetch applied in Redis whose reply never reached the client
     queue.publish_many([b"1", b"2"])

@@ -257,7 +257,7 @@ class Consumer(ConsumerCore):
             return await self.ack_available(refs), [], None
         if wait is not None and not refs and self.waits_on_wakes():
             reply, deliveries = await self._wait_then_fetch(n, wait)
-            return [], deliveries, self._due_in(reply, deliveries)  # type: ignore[arg-type]
+            return [], deliveries, self._due_in(reply, deliveries)
         if refs and self._completed_on():
             # fetch.lua's acks record no event: the acks go first, in a call
             # that records them, then the fetch (two round trips, only then;
@@ -279,10 +279,11 @@ class Consumer(ConsumerCore):
             mark = self._watch.mark()
             call = await self._group_call()
             fetched = await acmd.fetch(call, n, fetch_token(self.client.randomness), waits=self._claims(call, waits))
-            return lenient, await self._received(fetched, mark), None
+            deliveries = await self._received(fetched, mark)
+            return lenient, deliveries, self._due_in(fetched, deliveries)
         statuses = self._fetched_acks(tags, lost, reply)
         deliveries = await self._received(reply, mark)
-        return statuses, deliveries, self._due_in(reply, deliveries)  # type: ignore[arg-type]
+        return statuses, deliveries, self._due_in(reply, deliveries)
 
     async def heartbeat(self, running: Iterable[Ref], timeout: float, sync: bool = False) -> HeartbeatResult:
         """See :meth:`rqueue.Consumer.heartbeat`."""
