@@ -620,8 +620,6 @@ def refs_of(deliveries: object) -> list[DeliveryRef]:
 def _published_ms(record: bytes) -> float:
     """When a record's message was published (server ms); infinity for one
     that does not parse."""
-    if record[:1] == COMPACT_TAG and len(record) >= COMPACT_HEAD:
-        return int.from_bytes(record[1:COMPACT_HEAD], "big")
     try:
         return decode_record(record, "")[0]
     except CorruptRecord:

@@ -167,13 +167,20 @@ def test_a_new_stream_queue_whose_first_publish_is_refused_stores_no_layout(clie
     assert client.redis.hmget(q.keys.meta, "seq", "layout") == [None, None]
 
 
+def one_held_two_acked(q: Any) -> Any:
+    """Seqs 1..3 published to ``q``; its group "g" holds seq 1 and acked 2
+    and 3. Returns the delivery of seq 1."""
+    g = q.consumer("g")
+    q.publish_many([b"1", b"2", b"3"])
+    held, *rest = g.fetch(3)
+    g.ack(rest)
+    return held
+
+
 def test_records_settled_above_the_floor_stay_until_the_floor_passes_them(client):
     # given a stream queue with one group that holds seq 1 and acks seqs 2 and 3
     q = client.queue("orders")
-    c = q.consumer("g")
-    q.publish_many([b"1", b"2", b"3"])
-    first, *rest = c.fetch(10)
-    c.ack(rest)
+    first = one_held_two_acked(q)
     r = client.redis
     # then their entries stay: the stream is trimmed at the ack floor only
     assert r.xlen(q.keys.msgs) == 3
@@ -250,10 +257,7 @@ def test_seqs_of_a_lost_acked_run_are_reported_not_handed_out_again(client):
 def test_a_group_made_later_is_handed_what_others_settled_above_their_floors(client):
     # given one group that holds seq 1 and acked 2 and 3 (their entries stay above its floor)
     q = client.queue("orders")
-    g = q.consumer("g")
-    q.publish_many([b"1", b"2", b"3"])
-    held, *rest = g.fetch(3)
-    g.ack(rest)
+    held = one_held_two_acked(q)
     # when a second group is made, then it starts at the trim point and is handed all three
     h = q.consumer("h")
     assert [d.seq for d in h.fetch(10)] == [1, 2, 3]
