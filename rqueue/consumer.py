@@ -13,7 +13,7 @@ from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from .consumer_core import ConsumerCore, refs_of
 from .delivery import Delivery, DeliveryRef, HeartbeatResult
 from .engine import commands, notify, store
-from .errors import DeliveryError, NotMember, QueuePartitioned, RQueueError
+from .errors import NotMember, QueuePartitioned, RQueueError
 from .ids import fetch_token
 from .settings import Settings
 from .stored_results import encode_failure
@@ -168,11 +168,9 @@ class Consumer(ConsumerCore):
         byte) and expired messages are dead-lettered, and the rest of the
         batch goes on."""
         deliveries, aside = self._parse(reply, mark)
-        for tag, reason, text in aside:
-            try:
-                self._dead_letter(tag, reason, text)
-            except DeliveryError as exc:
-                self._set_aside_refused(tag, reason, exc)
+        if aside:
+            items = self._aside_items(aside)
+            self._set_aside_done(items, commands.set_aside(self._group_call(), items))
         return deliveries
 
     # -- settling -----------------------------------------------------------

@@ -524,11 +524,24 @@ class ConsumerCore:
             statuses.append(err)
         return merged(lost, statuses)
 
-    def _set_aside_refused(self, tag: str, reason: str, exc: DeliveryError) -> None:
-        """A delivery the fetch set aside (corrupt, expired) whose
-        dead-lettering the group refused: it was settled or taken back
-        meanwhile, so nothing is left to do; the rest of the batch goes on."""
-        log.info("%s of %s not dead-lettered: %s", reason, tag, exc)
+    def _aside_items(self, aside: Sequence[tuple[str, str, str]]) -> list[commands.AsideTag]:
+        """What set_aside sends for the (tag, reason, text) of :meth:`_parse`."""
+        return [
+            (self._tag_of(tag), reason, check.text("reason", text), self._reject_event(reason))
+            for tag, reason, text in aside
+        ]
+
+    def _set_aside_done(self, items: Sequence[commands.AsideTag], results: Sequence[int | str]) -> None:
+        """Forgets what set_aside dead-lettered; a tag it refused was settled
+        or taken back meanwhile, so nothing is left to do for it."""
+        for (tag, reason, _, _), result in zip(items, results, strict=True):
+            if type(result) is int:
+                self._dead_lettered(tag, reason, result)
+                continue
+            err = delivery_error(str(result), tag[0])
+            if not isinstance(err, DeliveryError):
+                raise err or DeliveryError(tag[0], f"unexpected status {result}")
+            log.info("%s of %s not dead-lettered: %s", reason, tag[0], err)
 
     def _completed_on(self) -> bool:
         """Whether the events setting asks for completed events: then acks

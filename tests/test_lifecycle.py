@@ -5,10 +5,15 @@ dead-letters it as deadline. Both clients, every backend."""
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
+
 import pytest
 from support.aio_bridge import parametrize_api
 
 import rqueue
+from rqueue.engine.async_scripts import AsyncScript
+from rqueue.engine.scripts import Script
 
 pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
@@ -30,6 +35,36 @@ def test_a_message_past_its_ttl_is_dead_lettered_as_expired_not_handed_out(clien
     assert reasons(queue) == [(1, "expired")]
     [dead] = queue.dead_letters()
     assert "time to live of 5 s ran out" in dead.error
+    assert queue.stats().group("g").in_flight == 1
+
+
+def script_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Counts the script calls of either client by script name from here on."""
+    calls: Counter[str] = Counter()
+    for cls in (Script, AsyncScript):
+
+        def spy(self: Any, *args: Any, _original: Any = cls.__call__, **kwargs: Any) -> Any:
+            calls[self.name] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__call__", spy)
+    return calls
+
+
+def test_the_messages_of_a_fetch_past_their_ttl_are_dead_lettered_in_one_call(client, queue, clock, monkeypatch):
+    # given 40 messages with a ttl of 5 s, a plain one behind them, and a group
+    c = queue.consumer("g")
+    for i in range(40):
+        queue.publish(b"short %d" % i, ttl=5)
+    queue.publish(b"plain")
+    calls = script_calls(monkeypatch)
+    # when 5 s pass before a fetch of all of them
+    clock.advance(5)
+    got = c.fetch(100)
+    # then the plain one is handed out and the 40 are dead letters named expired, moved by one call
+    assert [d.data for d in got] == [b"plain"]
+    assert reasons(queue) == [(seq, "expired") for seq in range(1, 41)]
+    assert (calls["fetch"], calls["set_aside"], calls["reject"]) == (1, 1, 0)
     assert queue.stats().group("g").in_flight == 1
 
 

@@ -1879,3 +1879,41 @@ def test_status_by_id_and_by_seq_per_group(raw, client):
     assert status(None, 3) == [0, 3, 2, b"", b""]
     with nothing_changes(client), pytest.raises(redis.ResponseError, match="RQ_BAD_ARGUMENT the seq"):
         status(None, "1.5")
+
+
+def test_set_aside_dead_letters_each_tag_and_names_the_refused_ones(raw):
+    # given three deliveries of one fetch, the second of them acked
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b", b"c")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
+    s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 2, 1, "t1"))
+    tags = []
+    for seq, event in ((1, "expired"), (2, ""), (3, "failed")):
+        tags += [seq, 1, "t1", "expired" if event == "expired" else "corrupted-record", f"why {seq}", event]
+    # when all three are set aside in one call
+    reply = s.set_aside(keys=gk[:17], args=group_argv("g", "c1", NOW, None, *tags))
+    # then the first and the third are dead letters 1 and 2, and the acked one is named, changed nothing
+    assert reply == [1, b"RQ_ACKED", 2]
+    dead = logview.records(r, qk.dead_letters)
+    assert sorted(dead) == [1, 2]
+    assert r.hmget(qk.group("g").deliveries, 1, 2, 3) == [None, None, None]
+    assert commands.parse_set_aside(reply) == [1, "RQ_ACKED", 2]
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        [1, 1, "t1", "expired", "why"],  # five, not six
+        [1, 1, "t1", "expired", "why", "acked"],  # no such event
+    ],
+)
+def test_set_aside_refuses_a_malformed_call_and_changes_nothing(raw, client, tail):
+    # given a delivery held
+    _, _, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
+    # when set_aside is sent its tags wrongly, then it is refused by name and nothing changes
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT set_aside"):
+        s.set_aside(keys=gk[:17], args=group_argv("g", "c1", NOW, None, *tail))

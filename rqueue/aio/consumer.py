@@ -15,7 +15,7 @@ from ..delivery import Delivery as SyncDelivery
 from ..delivery import HeartbeatResult
 from ..engine import async_commands as acmd
 from ..engine import commands
-from ..errors import DeliveryError, NotMember, QueuePartitioned, RQueueError
+from ..errors import NotMember, QueuePartitioned, RQueueError
 from ..ids import fetch_token
 from ..settings import Settings
 from ..statewatch import Mark
@@ -204,11 +204,9 @@ class Consumer(ConsumerCore):
 
     async def _received(self, reply: commands.FetchReply, mark: Mark) -> list[Delivery]:
         deliveries, aside = self._parse(reply, mark)
-        for tag, reason, text in aside:  # corrupt or expired; the rest of the batch goes on
-            try:
-                await self._dead_letter(tag, reason, text)
-            except DeliveryError as exc:
-                self._set_aside_refused(tag, reason, exc)
+        if aside:
+            items = self._aside_items(aside)
+            self._set_aside_done(items, await acmd.set_aside(await self._group_call(), items))
         return deliveries  # type: ignore[return-value]  # delivery_class makes them
 
     # -- settling -----------------------------------------------------------

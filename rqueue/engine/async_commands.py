@@ -204,6 +204,10 @@ async def reject(call: AsyncGroupCall, tag: c.Tag, reason: str, text: str, event
     return int(await call.settle(call.scripts.reject, c.reject_args(tag, reason, text, event)))
 
 
+async def set_aside(call: AsyncGroupCall, items: Sequence[c.AsideTag]) -> list[int | str]:
+    return c.parse_set_aside(await call.settle(call.scripts.set_aside, c.set_aside_args(items)))
+
+
 async def extend(call: AsyncGroupCall, tags: Sequence[c.Tag]) -> c.ExtendReply:
     return c.parse_extend(await call.settle(call.scripts.extend, c.flat_tags(tags)))
 

@@ -206,6 +206,7 @@ class AsyncScripts:
     ack: AsyncScript
     nack: AsyncScript
     reject: AsyncScript
+    set_aside: AsyncScript
     extend: AsyncScript
     heartbeat: AsyncScript
     join: AsyncScript

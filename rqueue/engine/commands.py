@@ -638,6 +638,29 @@ def reject(call: GroupCall, tag: Tag, reason: str, text: str, event: str = "") -
     return int(call.settle(call.scripts.reject, reject_args(tag, reason, text, event)))
 
 
+# A delivery a fetch's client sets aside unrun (set_aside.lua): its tag, the
+# reason and error text of its dead letter, the event to record ("" none).
+AsideTag = tuple[Tag, str, str, str]
+
+
+def set_aside_args(items: Sequence[AsideTag]) -> list[Any]:
+    out: list[Any] = []
+    for (_, seq, count, token), reason, error, event in items:
+        out += (seq, count, token, reason, error, event)
+    return out
+
+
+def parse_set_aside(reply: Any) -> list[int | str]:
+    """Per item its dead letter's seq (0: dropped), or its error code."""
+    return [v if type(v) is int else text(v) for v in reply]
+
+
+def set_aside(call: GroupCall, items: Sequence[AsideTag]) -> list[int | str]:
+    """Dead-letters deliveries set aside unrun, in one call (see
+    :func:`parse_set_aside`)."""
+    return parse_set_aside(call.settle(call.scripts.set_aside, set_aside_args(items)))
+
+
 class ExtendReply(NamedTuple):
     deadline_ms: int
     statuses: list[str]  # per tag: "ok" or its error code

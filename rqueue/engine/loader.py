@@ -70,6 +70,7 @@ SCRIPT_NAMES = (
     "partition",
     "pause",
     "ack_result",
+    "set_aside",
 )
 
 

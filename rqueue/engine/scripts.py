@@ -344,6 +344,7 @@ class Scripts:
     ack: Script
     nack: Script
     reject: Script
+    set_aside: Script
     extend: Script
     heartbeat: Script
     join: Script

@@ -26,30 +26,20 @@
                      ARGV[13] is neither "failed", "expired" nor ""
 ]]
 --@flags allow-oom
---@include group_keys
---@include delivery_state
---@include check_tag
---@include dead_letter
 --@include layout
+--@include reject_one
 
 local wrongLayout = checkLayout(metaKey, msgsKey)
 if wrongLayout then
   return wrongLayout
 end
 
-local seq, count = tonumber(ARGV[8]), tonumber(ARGV[9])
 local event = ARGV[13] or ''
 if event ~= '' and event ~= 'failed' and event ~= 'expired' then
   return redis.error_reply('RQ_BAD_ARGUMENT reject records no event ' .. event .. ' (ARGV[13]: failed, expired or "")')
 end
-local d = seq and readDelivery(dlvKey, seq)
-local code = checkTag(seq, count, ARGV[10], d, false)
-if code ~= 'ok' then
-  local why = code == 'RQ_CORRUPT' and (': its delivery state in ' .. dlvKey .. ' is missing') or ''
-  return redis.error_reply(code .. ' ' .. tostring(ARGV[8]) .. '.' .. tostring(ARGV[9]) .. '.' .. tostring(ARGV[10]) .. why)
-end
-local dseq = deadLetter(seq, d, ARGV[11], ARGV[12])
-if event ~= '' then
-  recordEvent(event, ARGV[8], string.sub(ARGV[12], 1, 1024), dseq)
+local dseq, err = rejectOne(ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], event)
+if dseq == nil then
+  return redis.error_reply(err)
 end
 return dseq
