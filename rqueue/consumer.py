@@ -169,8 +169,8 @@ class Consumer(ConsumerCore):
         batch goes on."""
         deliveries, aside = self._parse(reply, mark)
         if aside:
-            items = self._aside_items(aside)
-            self._set_aside_done(items, commands.set_aside(self._group_call(), items))
+            items, keys, ttl_ms = self._aside_call(aside)
+            self._set_aside_done(items, commands.set_aside(self._group_call(), items, keys, ttl_ms))
         return deliveries
 
     # -- settling -----------------------------------------------------------

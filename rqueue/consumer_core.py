@@ -35,6 +35,7 @@ from .ids import consumer_name, delivery_tag, parse_delivery_tag
 from .names import check_name
 from .settings import Settings, validate
 from .statewatch import Mark, StateWatch
+from .stored_results import encode_failure
 
 if TYPE_CHECKING:
     from .engine.keys import QueueKeys
@@ -524,17 +525,29 @@ class ConsumerCore:
             statuses.append(err)
         return merged(lost, statuses)
 
-    def _aside_items(self, aside: Sequence[tuple[str, str, str]]) -> list[commands.AsideTag]:
-        """What set_aside sends for the (tag, reason, text) of :meth:`_parse`."""
-        return [
-            (self._tag_of(tag), reason, check.text("reason", text), self._reject_event(reason))
-            for tag, reason, text in aside
-        ]
+    def _aside_call(
+        self, aside: Sequence[tuple[str, str, str]]
+    ) -> tuple[list[commands.AsideTag], list[str], int | None]:
+        """What set_aside is sent for the (tag, reason, text) of :meth:`_parse`:
+        its items, result keys and result time to live. A queue that keeps
+        results keeps each one's failure, so that a caller waiting for its
+        result learns why it never ran (docs/results.md)."""
+        keep = self._settings.results
+        items: list[commands.AsideTag] = []
+        for ref, reason, text in aside:
+            text = check.text("reason", text)
+            tag = self._tag_of(ref)
+            items.append(
+                (tag, reason, text, self._reject_event(reason), encode_failure(reason, text) if keep else None)
+            )
+        if not keep:
+            return items, [], None
+        return items, [self.queue.keys.result(tag[1], self.group) for tag, *_ in items], self._result_ttl_ms()
 
     def _set_aside_done(self, items: Sequence[commands.AsideTag], results: Sequence[int | str]) -> None:
         """Forgets what set_aside dead-lettered; a tag it refused was settled
         or taken back meanwhile, so nothing is left to do for it."""
-        for (tag, reason, _, _), result in zip(items, results, strict=True):
+        for (tag, reason, *_), result in zip(items, results, strict=True):
             if type(result) is int:
                 self._dead_lettered(tag, reason, result)
                 continue

@@ -5,15 +5,12 @@ dead-letters it as deadline. Both clients, every backend."""
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Any
-
 import pytest
 from support.aio_bridge import parametrize_api
+from support.counting import count_calls
 
 import rqueue
-from rqueue.engine.async_scripts import AsyncScript
-from rqueue.engine.scripts import Script
+from rqueue.engine import async_commands, commands
 
 pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
@@ -38,34 +35,36 @@ def test_a_message_past_its_ttl_is_dead_lettered_as_expired_not_handed_out(clien
     assert queue.stats().group("g").in_flight == 1
 
 
-def script_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """Counts the script calls of either client by script name from here on."""
-    calls: Counter[str] = Counter()
-    for cls in (Script, AsyncScript):
-
-        def spy(self: Any, *args: Any, _original: Any = cls.__call__, **kwargs: Any) -> Any:
-            calls[self.name] += 1
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(cls, "__call__", spy)
-    return calls
-
-
 def test_the_messages_of_a_fetch_past_their_ttl_are_dead_lettered_in_one_call(client, queue, clock, monkeypatch):
     # given 40 messages with a ttl of 5 s, a plain one behind them, and a group
     c = queue.consumer("g")
     for i in range(40):
         queue.publish(b"short %d" % i, ttl=5)
     queue.publish(b"plain")
-    calls = script_calls(monkeypatch)
+    calls = [count_calls(monkeypatch, module, "set_aside", "reject") for module in (commands, async_commands)]
     # when 5 s pass before a fetch of all of them
     clock.advance(5)
     got = c.fetch(100)
     # then the plain one is handed out and the 40 are dead letters named expired, moved by one call
     assert [d.data for d in got] == [b"plain"]
     assert reasons(queue) == [(seq, "expired") for seq in range(1, 41)]
-    assert (calls["fetch"], calls["set_aside"], calls["reject"]) == (1, 1, 0)
+    assert [sum(c[name] for c in calls) for name in ("set_aside", "reject")] == [1, 0]
     assert queue.stats().group("g").in_flight == 1
+
+
+def test_a_message_past_its_ttl_keeps_its_failure_as_its_result(client, queue, clock):
+    # given a queue that keeps results, a message with a ttl of 5 s and a group
+    client.configure("orders", results=True)
+    c = queue.consumer("g")
+    queue.publish(b"short", ttl=5)
+    # when 5 s pass before a fetch
+    clock.advance(5)
+    assert c.fetch(10) == []
+    # then a caller waiting for its result learns at once that it expired, with the dead letter's text
+    result = queue.result(1, timeout=0)
+    assert not result.ok
+    assert result.failure.reason == "expired"
+    assert result.failure.error == queue.dead_letters()[0].error
 
 
 def test_a_message_within_its_ttl_is_handed_out(client, queue, clock):

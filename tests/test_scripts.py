@@ -1892,7 +1892,7 @@ def test_set_aside_dead_letters_each_tag_and_names_the_refused_ones(raw):
     for seq, event in ((1, "expired"), (2, ""), (3, "failed")):
         tags += [seq, 1, "t1", "expired" if event == "expired" else "corrupted-record", f"why {seq}", event]
     # when all three are set aside in one call
-    reply = s.set_aside(keys=gk[:17], args=group_argv("g", "c1", NOW, None, *tags))
+    reply = s.set_aside(keys=gk[:17], args=group_argv("g", "c1", NOW, None, "", *tags))
     # then the first and the third are dead letters 1 and 2, and the acked one is named, changed nothing
     assert reply == [1, b"RQ_ACKED", 2]
     dead = logview.records(r, qk.dead_letters)
@@ -1901,19 +1901,43 @@ def test_set_aside_dead_letters_each_tag_and_names_the_refused_ones(raw):
     assert commands.parse_set_aside(reply) == [1, "RQ_ACKED", 2]
 
 
+def test_set_aside_keeps_the_failure_of_each_message_it_dead_letters(raw):
+    # given two deliveries, the second of them acked
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
+    s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 2, 1, "t1"))
+    tags = [1, 1, "t1", "expired", "late", "", b"Flate", 2, 1, "t1", "expired", "late", "", b"Flate"]
+    # when both are set aside keeping results for 60 s
+    result_keys = [qk.result(1, "g"), qk.result(2, "g")]
+    reply = s.set_aside(keys=gk[:17] + result_keys, args=group_argv("g", "c1", NOW, None, 60_000, *tags))
+    # then the first is a dead letter whose failure is kept after the queue's incarnation; the acked one keeps none
+    assert reply == [1, b"RQ_ACKED"]
+    assert r.get(result_keys[0]) == INC.encode() + b"\nFlate"
+    assert 0 < r.pttl(result_keys[0]) <= 60_000
+    assert r.exists(result_keys[1]) == 0
+
+
 @pytest.mark.parametrize(
-    "tail",
+    ("ttl", "tail", "result_keys"),
     [
-        [1, 1, "t1", "expired", "why"],  # five, not six
-        [1, 1, "t1", "expired", "why", "acked"],  # no such event
+        ("", [1, 1, "t1", "expired", "why"], 0),  # five, not six
+        ("", [1, 1, "t1", "expired", "why", "acked"], 0),  # no such event
+        ("1.5", [1, 1, "t1", "expired", "why", ""], 0),  # a ttl that is no whole number of ms
+        (1000, [1, 1, "t1", "expired", "why", ""], 1),  # six with results, not seven
+        (1000, [1, 1, "t1", "expired", "why", "", ""], 1),  # an empty result
+        (1000, [1, 1, "t1", "expired", "why", "", "Fx"], 0),  # no result key
+        (1000, [1, 1, "t1", "expired", "why", "", "Fx"], 2),  # the key of another seq
     ],
 )
-def test_set_aside_refuses_a_malformed_call_and_changes_nothing(raw, client, tail):
+def test_set_aside_refuses_a_malformed_call_and_changes_nothing(raw, client, ttl, tail, result_keys):
     # given a delivery held
-    _, _, gk, s = raw
+    _, qk, gk, s = raw
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
+    keys = gk[:17] + [qk.result(seq, "g") for seq in range(result_keys, 0, -1)][:1]
     # when set_aside is sent its tags wrongly, then it is refused by name and nothing changes
-    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT set_aside"):
-        s.set_aside(keys=gk[:17], args=group_argv("g", "c1", NOW, None, *tail))
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT "):
+        s.set_aside(keys=keys, args=group_argv("g", "c1", NOW, None, ttl, *tail))

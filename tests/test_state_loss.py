@@ -21,6 +21,7 @@ from test_aio_worker import AsyncWorkerThread
 
 import rqueue
 from rqueue import LossKind, LostDelivery
+from rqueue.stored_results import encode_value
 
 QUEUE = "orders"
 
@@ -271,6 +272,27 @@ def test_messages_set_aside_after_lost_acks_are_not_judged_otherwise_and_the_nex
         (3, "settled-before-loss"),
         (4, "expired"),
     ]
+
+
+def test_a_message_set_aside_after_lost_acks_keeps_a_failure_in_place_of_its_lost_result(client, queue, clock):
+    # given a queue that keeps results, c holding 1..2, a replica then, and c's results and acks of both after it
+    client.configure(QUEUE, results=True)
+    queue.publish_many([b"1", b"2"])
+    c = queue.consumer("g", name="c")
+    held = c.fetch(2)
+    fail_over = replica_of(client, queue)
+    c.ack_results([(d, encode_value(b"done")) for d in held], event=False)
+    assert queue.result(1, timeout=0).value == b"done"
+    sees_the_floor(queue, c)
+    # when Redis fails over to the replica, which lost the results with the acks, and the two come back
+    fail_over()
+    clock.advance(queue.settings().ack_wait + 1)
+    assert c.fetch(2) == []
+    # then a caller waiting for a result is answered at once: set aside, not run again
+    for seq in (1, 2):
+        result = queue.result(seq, timeout=0)
+        assert not result.ok and result.failure.reason == "settled-before-loss"
+        assert "before Redis lost acks" in result.failure.error
 
 
 def test_a_restore_from_before_a_reset_is_a_loss(client, queue):

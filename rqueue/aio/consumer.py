@@ -205,8 +205,8 @@ class Consumer(ConsumerCore):
     async def _received(self, reply: commands.FetchReply, mark: Mark) -> list[Delivery]:
         deliveries, aside = self._parse(reply, mark)
         if aside:
-            items = self._aside_items(aside)
-            self._set_aside_done(items, await acmd.set_aside(await self._group_call(), items))
+            items, keys, ttl_ms = self._aside_call(aside)
+            self._set_aside_done(items, await acmd.set_aside(await self._group_call(), items, keys, ttl_ms))
         return deliveries  # type: ignore[return-value]  # delivery_class makes them
 
     # -- settling -----------------------------------------------------------

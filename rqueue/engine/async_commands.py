@@ -204,8 +204,13 @@ async def reject(call: AsyncGroupCall, tag: c.Tag, reason: str, text: str, event
     return int(await call.settle(call.scripts.reject, c.reject_args(tag, reason, text, event)))
 
 
-async def set_aside(call: AsyncGroupCall, items: Sequence[c.AsideTag]) -> list[int | str]:
-    return c.parse_set_aside(await call.settle(call.scripts.set_aside, c.set_aside_args(items)))
+async def set_aside(
+    call: AsyncGroupCall, items: Sequence[c.AsideTag], result_keys: Sequence[str], ttl_ms: int | None
+) -> list[int | str]:
+    args = call.argv(c.set_aside_args(items, ttl_ms))
+    return c.parse_set_aside(
+        await run(call.scripts.set_aside, c.set_aside_keys(call, result_keys), args, call.queue, call.where)
+    )
 
 
 async def extend(call: AsyncGroupCall, tags: Sequence[c.Tag]) -> c.ExtendReply:

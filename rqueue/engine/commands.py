@@ -639,14 +639,22 @@ def reject(call: GroupCall, tag: Tag, reason: str, text: str, event: str = "") -
 
 
 # A delivery a fetch's client sets aside unrun (set_aside.lua): its tag, the
-# reason and error text of its dead letter, the event to record ("" none).
-AsideTag = tuple[Tag, str, str, str]
+# reason and error text of its dead letter, the event to record ("" none),
+# and the failure to keep as its result (None: the queue keeps no results).
+AsideTag = tuple[Tag, str, str, str, bytes | None]
 
 
-def set_aside_args(items: Sequence[AsideTag]) -> list[Any]:
-    out: list[Any] = []
-    for (_, seq, count, token), reason, error, event in items:
+def set_aside_keys(call: GroupArgs, result_keys: Sequence[str]) -> list[str]:
+    """set_aside.lua's KEYS: the group's first 17, then each tag's result key."""
+    return [*call.keys[:SETTLE_KEYS], *result_keys]
+
+
+def set_aside_args(items: Sequence[AsideTag], ttl_ms: int | None) -> list[Any]:
+    out: list[Any] = ["" if ttl_ms is None else ttl_ms]
+    for (_, seq, count, token), reason, error, event, result in items:
         out += (seq, count, token, reason, error, event)
+        if ttl_ms is not None:
+            out.append(result)
     return out
 
 
@@ -655,10 +663,14 @@ def parse_set_aside(reply: Any) -> list[int | str]:
     return [v if type(v) is int else text(v) for v in reply]
 
 
-def set_aside(call: GroupCall, items: Sequence[AsideTag]) -> list[int | str]:
-    """Dead-letters deliveries set aside unrun, in one call (see
-    :func:`parse_set_aside`)."""
-    return parse_set_aside(call.settle(call.scripts.set_aside, set_aside_args(items)))
+def set_aside(
+    call: GroupCall, items: Sequence[AsideTag], result_keys: Sequence[str], ttl_ms: int | None
+) -> list[int | str]:
+    """Dead-letters deliveries set aside unrun, in one call, keeping each
+    one's failure under its key of ``result_keys`` for ``ttl_ms`` (None:
+    none kept); see :func:`parse_set_aside`."""
+    args = call.argv(set_aside_args(items, ttl_ms))
+    return parse_set_aside(run(call.scripts.set_aside, set_aside_keys(call, result_keys), args, call.queue, call.where))
 
 
 class ExtendReply(NamedTuple):

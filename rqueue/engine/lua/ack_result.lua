@@ -48,6 +48,7 @@
 --@include record_event
 --@include ack_held_one
 --@include layout
+--@include result_keys
 
 -- A stream key only (includes/layout.lua says why).
 local wrongLayout = string.byte(msgsKey, -1) == LOG_STREAM_BYTE and checkLayout(metaKey, msgsKey)
@@ -56,8 +57,9 @@ if wrongLayout then
 end
 
 local ttl = ARGV[8]
-if ttl ~= '' and not string.find(ttl, '^[1-9]%d*$') then
-  return redis.error_reply('RQ_BAD_ARGUMENT the result time to live (ARGV[8]) is not a whole number of ms: ' .. ttl)
+local badTtl = resultTtlError(ttl, 'ARGV[8]')
+if badTtl then
+  return redis.error_reply(badTtl)
 end
 local mode = ARGV[10]
 local events = mode == '1' or mode == '1l'
@@ -72,9 +74,7 @@ local tagCount = (#ARGV - 10) / 3
 if ttl == '' and ARGV[9] ~= '' then
   return redis.error_reply('RQ_BAD_ARGUMENT results (ARGV[9]) without a time to live (ARGV[8])')
 end
--- Each result, and its key: the last tagCount keys, named as keys.py names
--- them, checked before any write, so that a call built against another
--- layout writes nothing.
+-- Each result, and its key: the last tagCount keys (includes/result_keys.lua).
 local results, firstResultKey = {}, #KEYS - tagCount
 if ttl ~= '' then
   local blob, at = ARGV[9], 1
@@ -89,40 +89,23 @@ if ttl ~= '' then
   if #results ~= tagCount or at ~= #blob + 1 then
     return redis.error_reply('RQ_BAD_ARGUMENT ARGV[9] does not hold one result per tag as "<length>:<bytes>"')
   end
-  -- A result starts with its kind (rqueue/stored_results.py): an empty one
-  -- would read as a result lost.
+  local seqs = {}
   for i = 1, tagCount do
-    if results[i] == '' then
-      return redis.error_reply('RQ_BAD_ARGUMENT the result of tag ' .. i .. ' is empty (ARGV[9]): a result is at '
-        .. 'least its kind byte')
-    end
+    seqs[i] = ARGV[8 + 3 * i]
   end
-  local resultBase = string.sub(metaKey, 1, -5) .. 'result:'
-  for i = 1, tagCount do
-    local key = KEYS[firstResultKey + i]
-    local seq = ARGV[8 + 3 * i]
-    -- A seq written another way ("07") would be acked as its canonical one
-    -- while its result went under a key no reader asks for.
-    if not string.find(seq, '^[1-9]%d*$') then
-      return redis.error_reply('RQ_BAD_ARGUMENT the seq of tag ' .. i .. ' is not written as one (digits, no '
-        .. 'leading zero), so its result key would not be the one read: ' .. seq)
-    end
-    if key ~= resultBase .. seq .. ':' .. ARGV[1] then
-      return redis.error_reply('RQ_BAD_ARGUMENT key ' .. (firstResultKey + i) .. ' is not the result key of seq '
-        .. seq .. ' and group ' .. ARGV[1] .. ': ' .. tostring(key))
-    end
+  local badKey = resultKeysError(firstResultKey, seqs, results)
+  if badKey then
+    return redis.error_reply(badKey)
   end
 end
 
 -- What the ack keeps besides, for the tags whose status is "ok": called
 -- once the ack is applied.
 local function keep(statuses)
-  local inc = nil
   for i, status in ipairs(statuses) do
     if status == 'ok' then
       if ttl ~= '' then
-        inc = inc or rcall('HGET', metaKey, 'inc') or ''
-        rcall('SET', KEYS[firstResultKey + i], inc .. '\n' .. results[i], 'PX', ttl)
+        keepResult(KEYS[firstResultKey + i], results[i], ttl)
       end
       if events then
         recordEvent('completed', ARGV[8 + 3 * i], '', '')
