@@ -48,6 +48,10 @@ DEFAULT_CONCURRENCY = 8  # handler threads per worker
 # for a thread): a fetch is shared by more messages, as Dramatiq's prefetch
 # of twice its threads; waiting leases are kept alive by the heartbeat.
 WORKER_PREFETCH_PER_THREAD = 2  # deliveries per handler thread
+# The most a worker whose prefetch is left to it holds: its window grows up
+# to this while quick handlers finish faster than a round trip brings more
+# (rqueue/worker/window.py).
+ADAPTIVE_PREFETCH_CAP = 256  # deliveries
 DEFAULT_HEARTBEAT_INTERVAL = 1.0  # seconds between a worker's heartbeats
 DEFAULT_HEARTBEAT_TIMEOUT = 5.0  # seconds of silence before a member is removed
 DEFAULT_MAX_RUN_TIME = 3600.0  # seconds a handler's lease is kept alive at most

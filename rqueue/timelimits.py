@@ -56,6 +56,8 @@ class Cancellation:
         self._event.set()
 
 
+# The cancellation of every run without a time limit, and outside a handler:
+# nothing cancels it, so runs share it rather than each making an Event.
 _NEVER = Cancellation()
 _current: contextvars.ContextVar[Cancellation] = contextvars.ContextVar("rqueue.timelimits", default=_NEVER)
 
@@ -74,6 +76,11 @@ def enter(c: Cancellation) -> contextvars.Token[Cancellation]:
 
 def leave(token: contextvars.Token[Cancellation]) -> None:
     _current.reset(token)
+
+
+def for_limit(limit: float | None) -> Cancellation:
+    """The cancellation of a run with time limit ``limit`` (None: no limit)."""
+    return _NEVER if limit is None else Cancellation(limit)
 
 
 def time_limit_for(headers: dict[str, str], default: float | None) -> float | None:

@@ -390,7 +390,8 @@ def test_holds_prefetch_and_hands_back_waiting_deliveries_at_once_on_stop(kind, 
         for _ in range(2):
             assert running.acquire(timeout=10)
         wait_for(lambda: in_flight(q) == 4)
-        assert w.prefetch == 4
+        # (what it may hold once quick handlers wait for fetches: docs/worker.md, "Prefetch")
+        assert w.prefetch == rqueue.constants.ADAPTIVE_PREFETCH_CAP
         # when it is stopped while both handlers still run
         w.stop()
         # then the two waiting are offered again at once, the running two stay held
@@ -1022,3 +1023,38 @@ asyncio.run(main())
         assert q.stats().group("g").consumers == []  # it still left the group
     finally:
         server.stop()
+
+
+@BACKENDS
+@BOTH
+@pytest.mark.parametrize("prefetch", [None, 4])
+def test_a_worker_left_its_prefetch_fetches_more_while_quick_handlers_wait(
+    kind, live, backend, prefix, monkeypatch, prefetch
+):
+    # given a backlog of 2,000 messages and a worker of 2 handlers that return at once
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 2000)
+    asked: list[int] = []
+    for cls in (rqueue.Consumer, rqueue.aio.Consumer):
+        real = cls.ack_and_fetch
+
+        def counted(self, acks, n, *args, _real=real, **kwargs):
+            asked.append(n)
+            return _real(self, acks, n, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "ack_and_fetch", counted)
+    seen = Calls()
+    # when it drains the queue, its prefetch left to it, or set to 4
+    w = run_worker(kind, backend, prefix, q, lambda d: seen.add(d.seq), concurrency=2, prefetch=prefetch)
+    try:
+        wait_for(floor_reaches(q, "g", 2000), timeout=60)
+    finally:
+        w.stop()
+    assert w.join(10)
+    # then each message ran once; left to it, the worker asked for more than its 4 at first, never
+    # above the cap; set, never more than it
+    assert sorted(seen.seqs) == list(range(1, 2001))
+    cap = rqueue.constants.ADAPTIVE_PREFETCH_CAP if prefetch is None else prefetch
+    assert max(asked) <= cap
+    if prefetch is None:
+        assert max(asked) > 4

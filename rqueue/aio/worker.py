@@ -45,6 +45,7 @@ from ..worker.options import check_options
 from ..worker.outcome import Completion, Detail, Outcome, ack_detail, nacks_done, settles
 from ..worker.reconnect import TRANSIENT
 from ..worker.stats import Tally, WorkerStats
+from ..worker.window import PrefetchWindow
 from .consumer import Consumer as PlainConsumer
 from .consumer import Delivery
 from .partitions import PartitionedConsumer, PartitionedQueue
@@ -65,8 +66,9 @@ class Worker:
 
     The semantics are :class:`rqueue.Worker`'s: a normal return acks, an
     exception nacks under the redelivery policy, :class:`rqueue.Reject`
-    dead-letters; up to ``prefetch`` deliveries (default ``2 *
-    concurrency``) are held, those waiting for a task kept alive by the
+    dead-letters; up to ``prefetch`` deliveries are held (left unset, ``2 *
+    concurrency`` at first and more while quick handlers wait for fetches,
+    as :class:`rqueue.Worker`'s), those waiting for a task kept alive by the
     heartbeat; one that waited long is checked with Redis before it runs.
     ``handler`` is a coroutine function, or a plain function, which then
     runs in a thread (asyncio.to_thread) so that it does not block the loop.
@@ -122,7 +124,9 @@ class Worker:
         self.handler = handler
         self.concurrency = concurrency
         self.name = name
-        self.prefetch = prefetch if prefetch is not None else default_prefetch(handler, concurrency)
+        self._window = PrefetchWindow.of(prefetch, default_prefetch(handler, concurrency))
+        #: The most deliveries it holds at once (its consumer's prefetch).
+        self.prefetch = self._window.cap
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
         self.max_run_time = max_run_time
@@ -262,7 +266,7 @@ class Worker:
             since = {} if idle_wait is not None else {ch: await notifier.generation(ch) for ch in channels}
             acks, others = ledger.drain()
             await self._settle_others(consumer, others)
-            free = self.prefetch - ledger.unsettled()
+            free = self._window.size - ledger.unsettled()
             if free <= 0 and not acks:
                 await notifier.wait_any(since, IDLE_POLL_INTERVAL, until=self._has_news)
                 continue
@@ -276,6 +280,7 @@ class Worker:
             statuses, deliveries, due_in = await self._retry.call(
                 consumer.ack_and_fetch, acks, max(free, 0), wait_first, idle
             )
+            self._window.fetched(max(free, 0), len(deliveries), ledger.waiting(), ledger.running())
             lost = consumer.state_epoch != epoch
             if lost:
                 dropped = ledger.forget_waiting(older_than=consumer.state_epoch)

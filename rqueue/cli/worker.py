@@ -33,7 +33,8 @@ from rqueue.worker.processes import InProcess
     "--prefetch",
     type=click.IntRange(1),
     default=None,
-    help="Deliveries held at most, running or waiting for a thread [default: 2 x concurrency, x --batch].",
+    help="Deliveries held at most, running or waiting for a thread [default: 2 x concurrency (x --batch) at "
+    "first, more while quick handlers wait for fetches, up to 256].",
 )
 @click.option(
     "--batch",

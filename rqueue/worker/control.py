@@ -33,6 +33,7 @@ from .processes import InProcess
 from .reconnect import Reconnector, cut_off
 from .scheduler import Scheduler
 from .stats import Tally, WorkerStats
+from .window import PrefetchWindow
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -54,13 +55,15 @@ class Worker:
     runs on one event loop shared by the worker, with the same semantics.
 
     ``concurrency`` handler threads run; the worker holds up to
-    ``prefetch`` deliveries (default ``2 * concurrency``), the ones without
-    a free thread waiting with their leases kept alive.
+    ``prefetch`` deliveries, the ones without a free thread waiting with
+    their leases kept alive. Left unset, it holds ``2 * concurrency`` at
+    first, and more, up to 256, while its handlers finish faster than a
+    round trip brings more (docs/worker.md, "Prefetch").
 
     ``handler`` may be a :class:`rqueue.BatchHandler` (or a function
     decorated with :func:`rqueue.batch_handler`): it then takes a list of up
-    to its ``size`` deliveries and returns their outcomes, the default
-    ``prefetch`` is ``2 * concurrency * size``, and ``time_limit`` bounds
+    to its ``size`` deliveries and returns their outcomes, it holds
+    ``2 * concurrency * size`` at first, and ``time_limit`` bounds
     each call (docs/worker.md, "Batch handlers").
 
     :meth:`run` blocks until :meth:`stop` (or SIGTERM / SIGINT when run in the
@@ -130,7 +133,9 @@ class Worker:
         self.handler = handler
         self.concurrency = concurrency
         self.name = name
-        self.prefetch = prefetch if prefetch is not None else default_prefetch(handler, concurrency)
+        self._window = PrefetchWindow.of(prefetch, default_prefetch(handler, concurrency))
+        #: The most deliveries it holds at once (its consumer's prefetch).
+        self.prefetch = self._window.cap
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
         self.max_run_time = max_run_time
@@ -215,7 +220,7 @@ class Worker:
                 notifier=notifier,
                 channels=self._channels,
                 stopping=self._stopping,
-                prefetch=self.prefetch,
+                window=self._window,
                 heartbeat_timeout=self.heartbeat_timeout,
             )
             handlers.start()
@@ -355,9 +360,9 @@ class PartitionedWorker(Worker):
     partition, so none starves), and ``concurrency`` handler threads
     shared by all of them, however many partitions there are.
     ``rqueue.Worker(partitioned_queue, ...)`` makes one; it takes the same
-    arguments and is run and stopped the same way. ``prefetch`` (default
-    twice ``concurrency``) caps what the worker holds over all partitions;
-    each partition's member may hold up to as many."""
+    arguments and is run and stopped the same way. Its window (``prefetch``,
+    or one left to it, as :class:`Worker`'s) bounds what the worker holds
+    over all partitions; each partition's member may hold up to as many."""
 
     queue: PartitionedQueue
 

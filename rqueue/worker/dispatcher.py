@@ -16,6 +16,7 @@ from .ledger import Ledger
 from .outcome import Completion, Detail, Outcome, nacks_done, settles
 from .reconnect import Reconnector
 from .stats import Tally
+from .window import PrefetchWindow
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -39,9 +40,9 @@ def redis_wait(wait: float, reconnect_timeout: float, ack_wait: float, heartbeat
 
 
 class Dispatcher:
-    """Keeps up to ``prefetch`` deliveries in hand: those without a free
-    handler thread wait locally, so that one round trip serves more
-    messages. Settles finished work in the same round trip as the next
+    """Keeps up to its window's size of deliveries in hand (window.py):
+    those without a free handler thread wait locally, so that one round
+    trip serves more messages. Settles finished work in the same round trip as the next
     fetch. When idle with nothing running, with the setting wait_in_redis,
     its next fetch waits in Redis for the queue's wake-up
     (Consumer.ack_and_fetch with a wait); else, and on a cluster or a
@@ -62,7 +63,7 @@ class Dispatcher:
         notifier: Notifier,
         channels: Callable[[], list[str]],
         stopping: threading.Event,
-        prefetch: int,
+        window: PrefetchWindow,
         heartbeat_timeout: float,
     ) -> None:
         self._consumer = consumer
@@ -74,7 +75,7 @@ class Dispatcher:
         self._notifier = notifier
         self._channels = channels
         self._stopping = stopping
-        self._prefetch = prefetch
+        self._window = window
         self._heartbeat_timeout = heartbeat_timeout
 
     def run(self) -> None:
@@ -89,7 +90,7 @@ class Dispatcher:
             generations = {} if idle_wait is not None else {ch: notifier.generation(ch) for ch in channels()}
             acks, others = ledger.drain()
             self._settle_others(others)
-            free = self._prefetch - ledger.unsettled()
+            free = self._window.size - ledger.unsettled()
             if free <= 0 and not acks:
                 notifier.wait_any(generations, IDLE_POLL_INTERVAL, until=self._has_news)
                 continue
@@ -104,6 +105,7 @@ class Dispatcher:
             wait_first = idle_wait if idle else None
             idle_wait = None
             statuses, deliveries, due_in = self._retry(consumer.ack_and_fetch, acks, max(free, 0), wait_first, idle)
+            self._window.fetched(max(free, 0), len(deliveries), ledger.waiting(), ledger.running())
             lost = consumer.state_epoch != epoch
             if lost:
                 self._state_lost()

@@ -323,7 +323,7 @@ class Handlers:
                 return Outcome.SKIPPED, ""
             started = check.now
         limit = time_limit_for(d.headers, self._time_limit)
-        cancellation = Cancellation(limit)
+        cancellation = cancel_mod.for_limit(limit)
         run = None
         self._ledger.start(d, started)
         if limit is not None:
@@ -429,7 +429,7 @@ class Handlers:
             return [], False
         started = check.now
         limit = batch_limit(run, self._time_limit)
-        cancellation = Cancellation(limit)
+        cancellation = cancel_mod.for_limit(limit)
         timed = None
         tags = [d.tag for d in run]
         ledger.start_batch(run, started)
@@ -466,11 +466,14 @@ class Handlers:
                 if cancellation.cancelled:  # the limit passed before the future was known
                     future.cancel()
             return future.result()
+        if run is None:
+            # No time limit: the thread's current cancellation is already the
+            # one that never fires.
+            return self.handler(d)
         token = cancel_mod.enter(cancellation)
         try:
-            if run is not None:
-                with run.lock:
-                    run.in_handler = True
+            with run.lock:
+                run.in_handler = True
             return self.handler(d)
         finally:
             cancel_mod.leave(token)

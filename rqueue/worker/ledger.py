@@ -51,6 +51,15 @@ class Ledger:
         """How many deliveries are fetched and not yet settled."""
         return len(self._known)
 
+    def waiting(self) -> int:
+        """How many fetched deliveries wait for a handler (a glance: read
+        without the lock, as the count a moment ago)."""
+        return len(self._waiting)
+
+    def running(self) -> int:
+        """How many deliveries run in a handler (a glance, as :meth:`waiting`)."""
+        return len(self._running)
+
     def is_known(self, tag: str) -> bool:
         """Whether the delivery ``tag`` is fetched and its settling not yet
         begun (any thread may ask: one dict lookup)."""
