@@ -1941,3 +1941,16 @@ def test_set_aside_refuses_a_malformed_call_and_changes_nothing(raw, client, ttl
     # when set_aside is sent its tags wrongly, then it is refused by name and nothing changes
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT "):
         s.set_aside(keys=keys, args=group_argv("g", "c1", NOW, None, ttl, *tail))
+
+
+def test_no_helper_name_is_defined_twice_across_the_includes_and_a_script():
+    # A script that takes in two definitions of one name calls whichever stands nearer above each
+    # call, which the loader's lazy regions may reorder.
+    defined: dict[str, str] = {}
+    for path in sorted((lua_dir() / "includes").glob("*.lua")):
+        for name in re.findall(r"^local function (\w+)", path.read_text(), re.MULTILINE):
+            assert name not in defined, f"{name} is defined in includes/{defined[name]} and includes/{path.name}"
+            defined[name] = path.name
+    for script in SCRIPT_NAMES:
+        for name in re.findall(r"^local function (\w+)", (lua_dir() / f"{script}.lua").read_text(), re.MULTILINE):
+            assert name not in defined, f"{script}.lua defines {name}, as includes/{defined[name]} does"

@@ -15,9 +15,10 @@
 --@include requeue
 --@include redelivery_delay
 --@include dead_letter
--- The publish time (ms) of a record in either form (includes/record.lua),
--- or nil when it is missing or does not parse.
-local function recordPublished(rec)
+-- The publish time (ms, a number) of a record in either form
+-- (includes/record.lua), or nil when it is missing or does not parse. Not
+-- recordPublished, which gives the time as text: a script may include both.
+local function recordPublishedMs(rec)
   if not rec then
     return nil
   end
@@ -41,7 +42,7 @@ local function failedForGood(seq, d, policy)
     return true, 'max-deliveries'
   end
   if policy.deadline > 0 then
-    local published = recordPublished(logRead(msgsKey, seq, pinnedKey))
+    local published = recordPublishedMs(logRead(msgsKey, seq, pinnedKey))
     if published and now - published >= policy.deadline then
       return true, 'deadline'
     end
