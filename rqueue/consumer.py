@@ -169,8 +169,12 @@ class Consumer(ConsumerCore):
         batch goes on."""
         deliveries, aside = self._parse(reply, mark)
         if aside:
-            items, keys, ttl_ms = self._aside_call(aside)
-            self._set_aside_done(items, commands.set_aside(self._group_call(), items, keys, ttl_ms))
+            try:
+                items, keys, ttl_ms = self._aside_call(aside)
+                self._set_aside_done(items, commands.set_aside(self._group_call(), items, keys, ttl_ms))
+            except BaseException:
+                self._unhold(deliveries)
+                raise
         return deliveries
 
     # -- settling -----------------------------------------------------------

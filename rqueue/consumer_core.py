@@ -544,6 +544,14 @@ class ConsumerCore:
             return items, [], None
         return items, [self.queue.keys.result(tag[1], self.group) for tag, *_ in items], self._result_ttl_ms()
 
+    def _unhold(self, deliveries: Sequence[Delivery]) -> None:
+        """Forgets deliveries of a fetch that raised before it returned them:
+        no caller has them, so no settle of this consumer may name them (an
+        ack with ``multiple`` would ack them unrun). Redis holds them until
+        their leases run out, and then offers them again."""
+        for d in deliveries:
+            self._held.pop(d.tag, None)
+
     def _set_aside_done(self, items: Sequence[commands.AsideTag], results: Sequence[int | str]) -> None:
         """Forgets what set_aside dead-lettered; a tag it refused was settled
         or taken back meanwhile, so nothing is left to do for it."""

@@ -207,3 +207,39 @@ def test_a_consumer_that_dies_before_dead_lettering_an_expired_message_costs_one
     assert (dead.seq, dead.reason, dead.deliveries) == (1, reason, 2 if reason == "expired" else 1)
     assert "lease expired" in dead.error if reason == "max-deliveries" else "time to live" in dead.error
     assert queue.stats().group("g").ack_floor == 1
+
+
+def test_a_fetch_whose_set_aside_reply_is_lost_leaves_its_other_deliveries_to_no_settle(
+    client, queue, clock, monkeypatch
+):
+    # given a message past its ttl and two good ones in one fetch, whose set_aside runs but its reply is lost
+    c = queue.consumer("g")
+    queue.publish(b"short", ttl=5)
+    queue.publish_many([b"a", b"b"])
+    clock.advance(5)
+
+    def lost(real):
+        def call(*args, **kwargs):
+            real(*args, **kwargs)
+            raise rqueue.ConnectionLost("the reply of set_aside was lost")
+
+        async def acall(*args, **kwargs):
+            await real(*args, **kwargs)
+            raise rqueue.ConnectionLost("the reply of set_aside was lost")
+
+        return acall if module is async_commands else call
+
+    for module in (commands, async_commands):
+        monkeypatch.setattr(module, "set_aside", lost(module.set_aside))
+    # when the fetch raises, and a later fetch's delivery is acked with all the earlier ones
+    with pytest.raises(rqueue.ConnectionLost):
+        c.fetch(10)
+    monkeypatch.undo()
+    queue.publish(b"c")
+    [later] = c.fetch(10)
+    c.ack(later, multiple=True)
+    # then only it is acked: the two no caller was handed stay leased until their leases run out
+    g = queue.stats().group("g")
+    assert (later.data, g.acked, g.in_flight) == (b"c", 1, 2)
+    clock.advance(queue.settings().ack_wait + 1)
+    assert sorted(d.data for d in c.fetch(10)) == [b"a", b"b"]

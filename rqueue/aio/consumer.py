@@ -205,8 +205,12 @@ class Consumer(ConsumerCore):
     async def _received(self, reply: commands.FetchReply, mark: Mark) -> list[Delivery]:
         deliveries, aside = self._parse(reply, mark)
         if aside:
-            items, keys, ttl_ms = self._aside_call(aside)
-            self._set_aside_done(items, await acmd.set_aside(await self._group_call(), items, keys, ttl_ms))
+            try:
+                items, keys, ttl_ms = self._aside_call(aside)
+                self._set_aside_done(items, await acmd.set_aside(await self._group_call(), items, keys, ttl_ms))
+            except BaseException:
+                self._unhold(deliveries)
+                raise
         return deliveries  # type: ignore[return-value]  # delivery_class makes them
 
     # -- settling -----------------------------------------------------------

@@ -466,9 +466,7 @@ class Handlers:
                 if cancellation.cancelled:  # the limit passed before the future was known
                     future.cancel()
             return future.result()
-        if run is None:
-            # No time limit: the thread's current cancellation is already the
-            # one that never fires.
+        if run is None:  # no time limit: the thread's cancellation already never fires
             return self.handler(d)
         token = cancel_mod.enter(cancellation)
         try:
