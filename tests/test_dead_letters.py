@@ -450,3 +450,20 @@ def test_events_record_dead_letters_drops_and_replays(client, queue):
     # then the events list them in order
     kinds = [(e["event"], e["seq"], e["group"]) for e in queue.events()]
     assert kinds == [("dead-lettered", "1", "g"), ("replayed", "1", "g"), ("dropped", "2", "g")]
+
+
+@pytest.mark.parametrize("char", ["é", "€", "😀"])
+def test_an_error_text_cut_to_its_limit_stays_whole_characters(client, queue, char):
+    # given a delivery rejected with a reason of more than 1,024 bytes, of characters of 2 to 4 bytes
+    client.configure("orders", events=["failed"])
+    queue.publish(b"x")
+    c = queue.consumer("g")
+    [d] = c.fetch(1)
+    reason = "a" + char * 600
+    # when it is dead-lettered, its error cut to 1,024 bytes in the script
+    c.reject(d, reason=reason)
+    # then the dead-letter queue and the event read, each text a prefix of whole characters, within the limit
+    [dead] = queue.dead_letters()
+    assert reason.startswith(dead.error) and 1024 - len(char.encode()) < len(dead.error.encode()) <= 1024
+    [failed] = [e for e in queue.events() if e["event"] == "failed"]
+    assert reason.startswith(failed["reason"]) and len(failed["reason"].encode()) <= 1024

@@ -96,3 +96,12 @@ def test_corrupt_delivery_state_is_moved_aside_and_the_rest_flows(client, queue)
     # and the damaged one is a dead letter
     [dead] = queue.dead_letters()
     assert (dead.seq, dead.reason) == (3, "corrupted-state")
+
+
+def test_a_header_cut_inside_a_utf8_character_reads_with_a_replacement():
+    # given a text record whose headers end in half of "é", as an older rqueue cut an error text
+    headers = b'{"x-rq-error":"a\xc3"}'
+    record = b":1700000000000:" + str(len(headers)).encode() + b":" + headers + b"payload"
+    # when it is decoded, then it reads, the cut byte replaced, and the payload whole
+    published, decoded, payload = decode_record(record, "test")
+    assert (published, decoded, payload) == (1700000000000, {"x-rq-error": "a\ufffd"}, b"payload")

@@ -48,6 +48,7 @@
 --@include retry_or_dead_letter
 --@include record_event
 --@include layout
+--@include text_prefix
 
 local wrongLayout = checkLayout(metaKey, msgsKey)
 if wrongLayout then
@@ -82,7 +83,7 @@ local function nackTag(first)
   local due, dseq = retryOrDeadLetter(seq, d, delayMs, ARGV[12], true)
   if event ~= '' then
     -- its reason the error text; its dlq_seq the dead letter's, when this was the last delivery
-    recordEvent(event, ARGV[first], string.sub(ARGV[12], 1, 1024), due == 'dead' and dseq or '')
+    recordEvent(event, ARGV[first], textPrefix(ARGV[12], 1024), due == 'dead' and dseq or '')
   end
   if due == 'dead' then
     return 'dead', dseq

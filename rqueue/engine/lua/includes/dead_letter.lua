@@ -18,6 +18,7 @@
 --@include record
 --@include record_event
 --@include complete
+--@include text_prefix
 local MAX_ERROR_TEXT = 1024 -- bytes of the last error kept on a dead letter
 
 local function deliveryHeaders(headers, seq, d, reason, errText, published)
@@ -30,7 +31,7 @@ local function deliveryHeaders(headers, seq, d, reason, errText, published)
   headers['x-rq-first-delivery'] = tostring(d.first)
   headers['x-rq-last-delivery'] = tostring(d.last)
   if errText ~= nil and errText ~= '' then
-    headers['x-rq-error'] = string.sub(errText, 1, MAX_ERROR_TEXT)
+    headers['x-rq-error'] = textPrefix(errText, MAX_ERROR_TEXT)
   end
   return headers
 end

@@ -12,6 +12,7 @@
 --@include delivery_state
 --@include check_tag
 --@include dead_letter
+--@include text_prefix
 local function rejectOne(seqText, countText, token, reason, text, event)
   local seq, count = tonumber(seqText), tonumber(countText)
   local d = seq and readDelivery(dlvKey, seq)
@@ -22,7 +23,7 @@ local function rejectOne(seqText, countText, token, reason, text, event)
   end
   local dseq = deadLetter(seq, d, reason, text)
   if event ~= '' then
-    recordEvent(event, seqText, string.sub(text, 1, 1024), dseq)
+    recordEvent(event, seqText, textPrefix(text, 1024), dseq)
   end
   return dseq
 end
