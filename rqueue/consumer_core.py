@@ -35,7 +35,6 @@ from .ids import consumer_name, delivery_tag, parse_delivery_tag
 from .names import check_name
 from .settings import Settings, validate
 from .statewatch import Mark, StateWatch
-from .stored_results import encode_failure
 
 if TYPE_CHECKING:
     from .engine.keys import QueueKeys
@@ -532,15 +531,11 @@ class ConsumerCore:
         its items, result keys and result time to live. A queue that keeps
         results keeps each one's failure, so that a caller waiting for its
         result learns why it never ran (docs/results.md)."""
-        keep = self._settings.results
-        items: list[commands.AsideTag] = []
-        for ref, reason, text in aside:
-            text = check.text("reason", text)
-            tag = self._tag_of(ref)
-            items.append(
-                (tag, reason, text, self._reject_event(reason), encode_failure(reason, text) if keep else None)
-            )
-        if not keep:
+        items = [
+            (self._tag_of(ref), reason, check.text("reason", text), self._reject_event(reason))
+            for ref, reason, text in aside
+        ]
+        if not self._settings.results:
             return items, [], None
         return items, [self.queue.keys.result(tag[1], self.group) for tag, *_ in items], self._result_ttl_ms()
 

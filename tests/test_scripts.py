@@ -16,6 +16,8 @@ from rqueue.engine.keys import ACK_KEYS
 from rqueue.engine.loader import SCRIPT_NAMES, drop_unused, expand_includes, lua_dir, make_lazy, source
 from rqueue.errors import InvalidInput, from_script_error
 from rqueue.settings import Settings
+from rqueue.stored_results import Failure, Result
+from rqueue.stored_results import decode as decode_result
 
 NOW = 1_700_000_000_000
 INC = "itest"  # the incarnation id the raw publishes offer
@@ -1908,15 +1910,39 @@ def test_set_aside_keeps_the_failure_of_each_message_it_dead_letters(raw):
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
     s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 2, 1, "t1"))
-    tags = [1, 1, "t1", "expired", "late", "", b"Flate", 2, 1, "t1", "expired", "late", "", b"Flate"]
+    tags = [1, 1, "t1", "expired", 'late "by" 1 s', "", 2, 1, "t1", "expired", "late", ""]
     # when both are set aside keeping results for 60 s
     result_keys = [qk.result(1, "g"), qk.result(2, "g")]
     reply = s.set_aside(keys=gk[:17] + result_keys, args=group_argv("g", "c1", NOW, None, 60_000, *tags))
-    # then the first is a dead letter whose failure is kept after the queue's incarnation; the acked one keeps none
+    # then the first is a dead letter whose failure, as the client decodes one, is kept after the
+    # queue's incarnation; the acked one keeps none
     assert reply == [1, b"RQ_ACKED"]
-    assert r.get(result_keys[0]) == INC.encode() + b"\nFlate"
+    kept = r.get(result_keys[0])
+    assert decode_result(1, kept, INC) == Result(1, None, Failure("expired", 'late "by" 1 s'))
     assert 0 < r.pttl(result_keys[0]) <= 60_000
     assert r.exists(result_keys[1]) == 0
+
+
+def test_set_aside_keeps_the_reason_its_dead_letter_got(raw, client):
+    # given a delivery whose record is deleted before it is set aside as expired
+    r, qk, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
+    logview.delete(r, qk, 1)
+    # when it is set aside keeping results
+    key = qk.result(1, "g")
+    assert s.set_aside(
+        keys=gk[:17] + [key], args=group_argv("g", "c1", NOW, None, 1000, 1, 1, "t1", "expired", "late", "")
+    ) == [1]
+    # then its result says what its dead letter says: missing-record, with the dead letter's text
+    [dead] = client.queue("orders").dead_letters()
+    result = decode_result(1, r.get(key), INC)
+    assert (dead.reason, result.failure.reason, result.failure.error) == (
+        "missing-record",
+        "missing-record",
+        dead.error,
+    )
 
 
 @pytest.mark.parametrize(
@@ -1925,10 +1951,10 @@ def test_set_aside_keeps_the_failure_of_each_message_it_dead_letters(raw):
         ("", [1, 1, "t1", "expired", "why"], 0),  # five, not six
         ("", [1, 1, "t1", "expired", "why", "acked"], 0),  # no such event
         ("1.5", [1, 1, "t1", "expired", "why", ""], 0),  # a ttl that is no whole number of ms
-        (1000, [1, 1, "t1", "expired", "why", ""], 1),  # six with results, not seven
-        (1000, [1, 1, "t1", "expired", "why", "", ""], 1),  # an empty result
-        (1000, [1, 1, "t1", "expired", "why", "", "Fx"], 0),  # no result key
-        (1000, [1, 1, "t1", "expired", "why", "", "Fx"], 2),  # the key of another seq
+        ("99999999999999999999", [1, 1, "t1", "expired", "why", ""], 1),  # past what SET PX takes
+        (1000, [1, 1, "t1", "expired", "why", ""], 0),  # no result key
+        (1000, [1, 1, "t1", "expired", "why", ""], 2),  # the key of another seq
+        (1000, ["01", 1, "t1", "expired", "why", ""], 1),  # a seq not written as one
     ],
 )
 def test_set_aside_refuses_a_malformed_call_and_changes_nothing(raw, client, ttl, tail, result_keys):
@@ -1943,6 +1969,12 @@ def test_set_aside_refuses_a_malformed_call_and_changes_nothing(raw, client, ttl
         s.set_aside(keys=keys, args=group_argv("g", "c1", NOW, None, ttl, *tail))
 
 
+def test_set_aside_without_its_time_to_live_is_refused_by_name(raw, client):
+    _, _, gk, s = raw
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT set_aside takes"):
+        s.set_aside(keys=gk[:17], args=group_argv("g", "c1", NOW, None))
+
+
 def test_no_helper_name_is_defined_twice_across_the_includes_and_a_script():
     # A script that takes in two definitions of one name calls whichever stands nearer above each
     # call, which the loader's lazy regions may reorder.
@@ -1954,3 +1986,20 @@ def test_no_helper_name_is_defined_twice_across_the_includes_and_a_script():
     for script in SCRIPT_NAMES:
         for name in re.findall(r"^local function (\w+)", (lua_dir() / f"{script}.lua").read_text(), re.MULTILINE):
             assert name not in defined, f"{script}.lua defines {name}, as includes/{defined[name]} does"
+
+
+def test_set_aside_refuses_a_tag_whose_delivery_state_does_not_parse_and_settles_the_others(raw):
+    # given three deliveries, the second's delivery state damaged
+    r, qk, gk, s = raw
+    publish(raw, b"a", b"b", b"c")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
+    r.hset(qk.group("g").deliveries, 2, "garbage")
+    tags = []
+    for seq in (1, 2, 3):
+        tags += [seq, 1, "t1", "expired", "late", ""]
+    # when the three are set aside in one call
+    reply = s.set_aside(keys=gk[:17], args=group_argv("g", "c1", NOW, None, "", *tags))
+    # then the two others are dead letters, and the damaged one is named, its state left as it was
+    assert reply == [1, b"RQ_CORRUPT", 2]
+    assert r.hget(qk.group("g").deliveries, 2) == b"garbage"

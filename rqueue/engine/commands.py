@@ -639,9 +639,8 @@ def reject(call: GroupCall, tag: Tag, reason: str, text: str, event: str = "") -
 
 
 # A delivery a fetch's client sets aside unrun (set_aside.lua): its tag, the
-# reason and error text of its dead letter, the event to record ("" none),
-# and the failure to keep as its result (None: the queue keeps no results).
-AsideTag = tuple[Tag, str, str, str, bytes | None]
+# reason and error text of its dead letter, and the event to record ("" none).
+AsideTag = tuple[Tag, str, str, str]
 
 
 def set_aside_keys(call: GroupArgs, result_keys: Sequence[str]) -> list[str]:
@@ -651,10 +650,8 @@ def set_aside_keys(call: GroupArgs, result_keys: Sequence[str]) -> list[str]:
 
 def set_aside_args(items: Sequence[AsideTag], ttl_ms: int | None) -> list[Any]:
     out: list[Any] = ["" if ttl_ms is None else ttl_ms]
-    for (_, seq, count, token), reason, error, event, result in items:
+    for (_, seq, count, token), reason, error, event in items:
         out += (seq, count, token, reason, error, event)
-        if ttl_ms is not None:
-            out.append(result)
     return out
 
 
@@ -667,8 +664,9 @@ def set_aside(
     call: GroupCall, items: Sequence[AsideTag], result_keys: Sequence[str], ttl_ms: int | None
 ) -> list[int | str]:
     """Dead-letters deliveries set aside unrun, in one call, keeping each
-    one's failure under its key of ``result_keys`` for ``ttl_ms`` (None:
-    none kept); see :func:`parse_set_aside`."""
+    one's failure (its dead letter's reason and text) under its key of
+    ``result_keys`` for ``ttl_ms`` (None: none kept); see
+    :func:`parse_set_aside`."""
     args = call.argv(set_aside_args(items, ttl_ms))
     return parse_set_aside(run(call.scripts.set_aside, set_aside_keys(call, result_keys), args, call.queue, call.where))
 

@@ -6,8 +6,9 @@
   not n. Each tag is judged and dead-lettered as reject.lua does it alone;
   one that may not be settled changes nothing and the others go on. For a
   queue that keeps results, each one dead-lettered keeps its failure in the
-  same call, so that a caller waiting for its result learns why it never
-  ran (includes/result_keys.lua).
+  same call, with the reason and error text its dead letter got, so that a
+  caller waiting for its result learns why it never ran
+  (includes/result_keys.lua).
 
   Input:
     KEYS[1..17] the group layout (includes/group_keys.lua)
@@ -16,23 +17,22 @@
       (<base>:result:<seq>:<group>)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] the results' time to live in ms, or "" to keep no result
-    ARGV[9], ARGV[10], ... per tag: seq, delivery count, token, reason
+    ARGV[9], ARGV[10], ... per tag, six: seq, delivery count, token, reason
       ("corrupted-record", "expired", "settled-before-loss", ...), error
       text for the record (may be ""), and "failed" or "expired" to record
       that event (its reason the error text, its dlq_seq the dead
-      letter's) or "" for none; when ARGV[8] is not "", then the failure
-      to keep, as rqueue/stored_results.py encodes it (its kind byte
-      first). At most MAX_TAGS tags
+      letter's) or "" for none. At most MAX_TAGS tags
   Output:
     one value per tag, in order: the seq of the message in the dead-letter
     queue (0 when dropped), or the error code of that tag (which keeps no
     result)
   Errors (nothing is changed):
-    RQ_BAD_ARGUMENT  the time to live is not a whole number of ms >= 1,
-                     the tags do not come in sixes (sevens with results),
-                     there are more than MAX_TAGS, a tag's event is none of
-                     those, a result is empty or its key is not the result
-                     key of its tag's seq and the group, or the failure
+    RQ_BAD_ARGUMENT  there is no ARGV[8], the time to live is not a whole
+                     number of ms from 1 to MAX_RESULT_TTL_MS, the tags do
+                     not come in sixes, there are more than MAX_TAGS, a
+                     tag's event is none of those, a seq is not written as
+                     one while results are kept, a result key is not the
+                     one of its tag's seq and the group, or the failure
                      policy (ARGV[7]) does not parse
     RQ_LAYOUT        KEYS[2] is the log key of the other layout than the
                      queue's (includes/layout.lua)
@@ -51,45 +51,44 @@ local wrongLayout = checkLayout(metaKey, msgsKey)
 if wrongLayout then
   return wrongLayout
 end
+if #ARGV < 8 then
+  return redis.error_reply('RQ_BAD_ARGUMENT set_aside takes the group arguments and a result time to live '
+    .. '(ARGV[8], "" for none), then tags; sent ' .. #ARGV .. ' arguments')
+end
 local ttl = ARGV[8]
 local badTtl = resultTtlError(ttl, 'ARGV[8]')
 if badTtl then
   return redis.error_reply(badTtl)
 end
-local width = ttl == '' and 6 or 7
-local tags = (#ARGV - 8) / width
-if tags % 1 ~= 0 or tags < 0 or tags > MAX_TAGS then
-  return redis.error_reply('RQ_BAD_ARGUMENT set_aside takes the group arguments and a time to live, then up to '
-    .. MAX_TAGS .. ' tags of ' .. width .. ' (seq, count, token, reason, text, event'
-    .. (width == 7 and ', result' or '') .. '); sent ' .. (#ARGV - 8) .. ' arguments after them')
+local tags = (#ARGV - 8) / 6
+if tags % 1 ~= 0 or tags > MAX_TAGS then
+  return redis.error_reply('RQ_BAD_ARGUMENT set_aside takes up to ' .. MAX_TAGS .. ' tags of six (seq, count, '
+    .. 'token, reason, text, event) after ARGV[8]; sent ' .. (#ARGV - 8) .. ' arguments after it')
 end
-local seqs, results = {}, {}
-for i = 9, #ARGV, width do
+local seqs = {}
+for i = 9, #ARGV, 6 do
   if ARGV[i + 5] ~= '' and ARGV[i + 5] ~= 'failed' and ARGV[i + 5] ~= 'expired' then
     return redis.error_reply('RQ_BAD_ARGUMENT set_aside records no event ' .. ARGV[i + 5] .. ' (ARGV[' .. (i + 5)
       .. ']: failed, expired or "")')
   end
   seqs[#seqs + 1] = ARGV[i]
-  if width == 7 then
-    results[#results + 1] = ARGV[i + 6]
-  end
 end
-if width == 7 then
+if ttl ~= '' then
   if #KEYS ~= FIRST_RESULT_KEY + tags then
     return redis.error_reply('RQ_BAD_ARGUMENT set_aside keeping results takes ' .. FIRST_RESULT_KEY .. ' keys and '
       .. 'one result key per tag, ' .. (FIRST_RESULT_KEY + tags) .. ' in all; sent ' .. #KEYS)
   end
-  local badKey = resultKeysError(FIRST_RESULT_KEY, seqs, results)
+  local badKey = resultKeysError(FIRST_RESULT_KEY, seqs)
   if badKey then
     return redis.error_reply(badKey)
   end
 end
 local out = {}
-for i = 9, #ARGV, width do
-  local dseq, err = rejectOne(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
-  out[#out + 1] = dseq or string.match(err, '^%S+')
-  if dseq and width == 7 then
-    keepResult(KEYS[FIRST_RESULT_KEY + #out], ARGV[i + 6], ttl)
+for i = 9, #ARGV, 6 do
+  local dseq, reason, text = rejectOne(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
+  out[#out + 1] = dseq or string.match(reason, '^%S+')
+  if dseq and ttl ~= '' then
+    keepResult(KEYS[FIRST_RESULT_KEY + #out], failureResult(reason, text), ttl)
   end
 end
 return out

@@ -5,7 +5,9 @@
   message's own headers and payload, with the x-rq-* headers below added.
   A message whose record is gone (deleted) is dead-lettered without payload
   and headers, with the reason "missing-record", so that its loss is seen.
-  Returns the dead-letter seq, or 0 when dropped.
+  Returns the dead-letter seq, or 0 when dropped; then the reason and the
+  error text it kept (either may differ from those given: a missing or
+  corrupt record is named so, and the text is cut to its limit).
   Errors: RQ_BAD_ARGUMENT (the failure policy does not parse), and
   RQ_CORRUPT (the dead-letter queue's next seq holds a dead letter: its
   meta hash was deleted), raised before any write.
@@ -70,7 +72,7 @@ local function deadLetter(seq, d, reason, errText)
   if policy.deadLetterMode == 'drop' then
     rcall('HINCRBY', groupKey, 'dropped', 1)
     recordEvent('dropped', seq, reason)
-    return 0
+    return 0, reason, errText and textPrefix(errText, MAX_ERROR_TEXT) or ''
   end
   local headers, payload, published = {}, '', ''
   if rec then
@@ -87,5 +89,5 @@ local function deadLetter(seq, d, reason, errText)
   logWriteOne(dlqMsgsKey, dseq, makeRecord('', now, cjson.encode(headers), payload))
   rcall('HINCRBY', groupKey, 'dead_lettered', 1)
   recordEvent('dead-lettered', seq, reason, dseq)
-  return dseq
+  return dseq, reason, headers['x-rq-error'] or ''
 end

@@ -4,26 +4,39 @@
   (the tags a fetch's client set aside). seqText, countText and token are
   the tag as sent; reason and text go into the dead letter; event is
   "failed", "expired" or "" (the caller checked it).
-  Returns the dead letter's seq (0 when dropped), or nil and the error text
+  Returns the dead letter's seq (0 when dropped), its reason and its error
+  text as deadLetter kept them; or nil and the error text
   "<code> <seq>.<count>.<token>[: why]" of a tag that may not settle the
   message (checkTag's codes), having changed nothing.
 ]]
 --@include group_keys
+--@include group_names
 --@include delivery_state
 --@include check_tag
 --@include dead_letter
 --@include text_prefix
 local function rejectOne(seqText, countText, token, reason, text, event)
   local seq, count = tonumber(seqText), tonumber(countText)
-  local d = seq and readDelivery(dlvKey, seq)
-  local code = checkTag(seq, count, token, d, false)
+  local raw = seq and rcall('HGET', dlvKey, seq)
+  -- A state that does not parse is this tag's refusal, not the call's: the
+  -- tags before it are settled already (set_aside).
+  local d, corrupt = nil, false
+  if seq then
+    d, corrupt = parseDelivery(seq, raw)
+  end
+  local code = corrupt and 'RQ_CORRUPT' or checkTag(seq, count, token, d, false)
   if code ~= 'ok' then
-    local why = code == 'RQ_CORRUPT' and (': its delivery state in ' .. dlvKey .. ' is missing') or ''
+    local why = ''
+    if corrupt then
+      why = ': its delivery state in ' .. dlvKey .. ' does not parse: ' .. string.sub(raw, 1, 100)
+    elseif code == 'RQ_CORRUPT' then
+      why = ': its delivery state in ' .. dlvKey .. ' is missing'
+    end
     return nil, code .. ' ' .. tostring(seqText) .. '.' .. tostring(countText) .. '.' .. tostring(token) .. why
   end
-  local dseq = deadLetter(seq, d, reason, text)
+  local dseq, kept, keptText = deadLetter(seq, d, reason, text)
   if event ~= '' then
-    recordEvent(event, seqText, textPrefix(text, 1024), dseq)
+    recordEvent(event, string.format('%d', seq), textPrefix(text, 1024), dseq) -- the seq as the events name it
   end
-  return dseq
+  return dseq, kept, keptText
 end
