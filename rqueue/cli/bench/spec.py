@@ -144,6 +144,15 @@ SPECS: tuple[Spec, ...] = (
         "worker_ref",
     ),
     Spec(
+        "worker_msg1",
+        "worker",
+        "Worker, no-op handler, one thread (vs reference)",
+        "msg/s",
+        None,
+        None,
+        "worker_ref",
+    ),
+    Spec(
         "worker_batch",
         "worker",
         "Worker, batch handler of 100, one thread",

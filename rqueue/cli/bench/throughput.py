@@ -166,7 +166,7 @@ class ThroughputFigures(BenchBase):
 
     def rq_worker(self, n: int, kind: str = "msg") -> tuple[float, dict[str, float]]:
         """A worker on n queued messages: ``msg`` a no-op handler on 8
-        threads, ``batch`` a batch handler of 100 on one thread, ``aio_batch``
+        threads, ``msg1`` on one, ``batch`` a batch handler of 100 on one thread, ``aio_batch``
         a coroutine batch handler of 100 on one asyncio task. The rate is
         (N-1) / (first handler start -> all acks confirmed)."""
         # A client of its own: the worker's wake-up subscription ends with it.
@@ -202,11 +202,10 @@ class ThroughputFigures(BenchBase):
 
             if kind == "aio_batch":
                 return self._aio_worker(q.name, n, aio_batch, state, finished)
-            worker = (
-                rqueue.Worker(q, GROUP, batch, concurrency=1, scheduler=False)
-                if kind == "batch"
-                else rqueue.Worker(q, GROUP, handler, concurrency=8)
-            )
+            if kind == "batch":
+                worker = rqueue.Worker(q, GROUP, batch, concurrency=1, scheduler=False)
+            else:
+                worker = rqueue.Worker(q, GROUP, handler, concurrency=1 if kind == "msg1" else 8)
             worker.start()
             try:
                 if not finished.wait(self.child_timeout(n)):
@@ -263,7 +262,13 @@ class ThroughputFigures(BenchBase):
         for _ in self.runs("worker", f"reference, Worker per message and batch, aio batch, {n:,} messages each"):
             ref, _ = self.rq_consume(n, BATCH)
             self.record("worker_ref", n, ref)
-            for key, kind in (("worker_msg", "msg"), ("worker_batch", "batch"), ("worker_aio_batch", "aio_batch")):
+            modes = (
+                ("worker_msg", "msg"),
+                ("worker_msg1", "msg1"),
+                ("worker_batch", "batch"),
+                ("worker_aio_batch", "aio_batch"),
+            )
+            for key, kind in modes:
                 rate, extra = self.rq_worker(n, kind)
                 self.record(key, n, rate, None, extra)
             self.cleanup()
