@@ -13,6 +13,7 @@ import pytest
 from support.servers import start_server, wait_for
 
 import rqueue
+from rqueue.clock import ManualClock
 from rqueue.embedded import EmbeddedServer
 from rqueue.engine.loader import SCRIPT_NAMES, declared_flags, source
 
@@ -33,6 +34,7 @@ def full_server(request: pytest.FixtureRequest) -> Iterator[EmbeddedServer]:
 # messages come back; retain, group_reset and group_delete free or move a
 # group back, as an operator of a full server needs.
 ALLOW_OOM = {
+    "set_aside",
     "fetch",
     "ack",
     "ack_result",
@@ -106,6 +108,24 @@ def test_every_call_that_frees_or_hands_out_runs_at_maxmemory(full_server, prefi
     other.close()
     q.delete(force=True)
     assert client.queues() == []
+    client.close()
+
+
+def test_messages_past_their_ttl_are_set_aside_at_maxmemory(full_server, prefix):
+    # given three messages with a ttl of 5 s, on a server over its maxmemory, and results kept
+    clock = ManualClock()
+    client = rqueue.connect(full_server.url, prefix=prefix, settings_ttl=0, clock=clock)
+    client.configure("orders", results=True)
+    q = client.queue("orders")
+    c = q.consumer("g")
+    q.publish_many([b"m"] * 3, ttl=5)
+    _fill(client, prefix)
+    # when their ttl runs out before a fetch
+    clock.advance(5)
+    assert c.fetch(5) == []
+    # then the three went to the dead-letter queue, each with its failure kept
+    assert q.stats().dead_letters == 3
+    assert [q.result(seq, timeout=0).failure.reason for seq in (1, 2, 3)] == ["expired"] * 3
     client.close()
 
 
