@@ -472,7 +472,7 @@ class Worker:
         try:
             with processing(self.queue.name, self.group, d):
                 if limit is None:
-                    value = await self._call(d, Cancellation())
+                    value = await self._call(d, cancel_mod.for_limit(None))
                 else:
                     finished, value = await self._call_within(d, limit)
                     if not finished:
@@ -556,7 +556,7 @@ class Worker:
         limit = batch_limit(run, self.time_limit)
         try:
             if limit is None:
-                value = await self._call(run, Cancellation())
+                value = await self._call(run, cancel_mod.for_limit(None))
             else:
                 finished, value = await self._call_within(run, limit)
                 if not finished:
