@@ -3,7 +3,9 @@
 the stream ``log`` (entry ``<seq>-0``, one field ``r``) with the records
 replayed below its newest id in the pinned hash as field ``r<seq>``
 (rqueue/engine/lua/includes/log.lua). For tests that look at, plant or
-remove records directly; the package's own access is rqueue/engine/log.py."""
+remove records directly, damage them (delete, replace) or roll the log back
+as a lagging replica holds it, so that they check the same behaviour in
+both layouts; the package's own access is rqueue/engine/log.py."""
 
 from __future__ import annotations
 
@@ -81,11 +83,110 @@ def put(r: Any, keys: QueueKeys, seq: int, rec: bytes) -> None:
         r.hset(keys.pinned, f"r{seq}", rec)
 
 
-def delete(r: Any, keys: QueueKeys, seq: int) -> int:
-    """Deletes ``seq``'s record; how many there were (0 or 1)."""
+def is_stream(keys: QueueKeys) -> bool:
+    """Whether the queue of ``keys`` keeps its log in a stream; for tests whose
+    assertions follow a documented difference of that layout
+    (docs/layout-d-plan.md, "Step 3, first part (built)")."""
+    return _stream(keys)
+
+
+def _ids(r: Any, keys: QueueKeys, seqs: list[int]) -> list[bytes]:
+    """The stream entry ids of those of ``seqs`` that have an entry (a compact
+    record's id holds its time, so it is read, not made), one XRANGE per run
+    of consecutive seqs."""
+    wanted = sorted(set(seqs))
+    ids: list[bytes] = []
+    i = 0
+    while i < len(wanted):
+        j = i
+        while j + 1 < len(wanted) and wanted[j + 1] == wanted[j] + 1:
+            j += 1
+        ids += [entry_id for entry_id, _ in r.xrange(keys.msgs, wanted[i], wanted[j])]
+        i = j + 1
+    return ids
+
+
+def delete(r: Any, keys: QueueKeys, *seqs: int) -> int:
+    """Deletes the records of ``seqs``, as damage would (an entry by its own
+    id, and a replayed record in side); how many seqs had one."""
+    if not seqs:
+        return 0
     if not _stream(keys):
-        return int(r.hdel(keys.msgs, seq))
-    return min(1, int(r.xdel(keys.msgs, f"{seq}-0")) + int(r.hdel(keys.pinned, f"r{seq}")))
+        return int(r.hdel(keys.msgs, *seqs))
+    ids = _ids(r, keys, list(seqs))
+    gone = {int(i.partition(b"-")[0]) for i in ids}
+    if ids:
+        r.xdel(keys.msgs, *ids)
+    side = {seq for seq, there in zip(seqs, r.hmget(keys.pinned, [f"r{seq}" for seq in seqs])) if there is not None}
+    if side:
+        r.hdel(keys.pinned, *(f"r{seq}" for seq in side))
+    return len(gone | side)
+
+
+def _last_id(r: Any, keys: QueueKeys) -> bytes:
+    """The stream's newest id ever (XINFO STREAM's last-generated-id): kept
+    when the trim or XDEL takes entries, and read by the doctor."""
+    info = r.xinfo_stream(keys.msgs)
+    return bytes(info.get("last-generated-id", info.get(b"last-generated-id", b"0-0")))
+
+
+def _id_key(entry_id: bytes) -> tuple[int, int]:
+    ms, _, part = entry_id.partition(b"-")
+    return int(ms), int(part or 0)
+
+
+def _rebuild(r: Any, keys: QueueKeys, entries: list[tuple[bytes, dict[bytes, bytes]]], last_id: bytes) -> None:
+    """Writes the stream log again as ``entries`` (ids rising) with newest id
+    ``last_id``: a stream takes no id at or below its newest, so a record is
+    changed, or a newest id moved back, only by making the key again. The
+    newest id is set by adding an entry at it and deleting that entry."""
+    r.delete(keys.msgs)
+    for entry_id, fields in entries:
+        r.xadd(keys.msgs, fields, id=entry_id)
+    top = entries[-1][0] if entries else b"0-0"
+    if _id_key(last_id) > _id_key(top):
+        r.xadd(keys.msgs, {"r": b""}, id=last_id)
+        r.xdel(keys.msgs, last_id)
+
+
+def replace(r: Any, keys: QueueKeys, seq: int, rec: bytes) -> None:
+    """Overwrites the stored record of ``seq`` with ``rec`` where it is kept,
+    as damage (or an older writer) would: in a stream the entry (made again
+    as an ``r`` entry ``<seq>-0``, the stream rebuilt with its newest id
+    kept), or the replayed record in side when the seq has no entry."""
+    if not _stream(keys):
+        r.hset(keys.msgs, seq, rec)
+        return
+    entries = r.xrange(keys.msgs)
+    if not any(int(i.partition(b"-")[0]) == seq for i, _ in entries):
+        assert r.hexists(keys.pinned, f"r{seq}"), f"seq {seq} has no record to replace"
+        r.hset(keys.pinned, f"r{seq}", rec)
+        return
+    last_id = _last_id(r, keys)
+    changed = [
+        (f"{seq}-0".encode(), {b"r": rec}) if int(i.partition(b"-")[0]) == seq else (i, fields) for i, fields in entries
+    ]
+    _rebuild(r, keys, changed, last_id)
+
+
+def roll_back(r: Any, keys: QueueKeys, to: int) -> None:
+    """The log as a replica that missed every write after the publish of seq
+    ``to`` holds it: the records above ``to`` gone, and in a stream its newest
+    id back to ``to``'s (so the next publish's XADD of ``to + 1`` is taken).
+    The meta hash and the groups are the caller's."""
+    if not _stream(keys):
+        above = [seq for seq in seqs(r, keys) if seq > to]
+        if above:
+            r.hdel(keys.msgs, *above)
+        return
+    entries = r.xrange(keys.msgs)
+    kept = [(i, f) for i, f in entries if int(i.partition(b"-")[0]) <= to]
+    mine = [i for i, _ in kept if int(i.partition(b"-")[0]) == to]
+    # The id of seq to's entry; trimmed, any id of seq to is as good (ids of later seqs are above it).
+    _rebuild(r, keys, kept, mine[0] if mine else f"{to}-0".encode())
+    side = [f for f in r.hkeys(keys.pinned) if f.startswith(b"r") and int(f[1:]) > to]
+    if side:
+        r.hdel(keys.pinned, *side)
 
 
 def exists(r: Any, keys: QueueKeys) -> bool:
