@@ -5,6 +5,7 @@ as corrupted, the rest flows)."""
 from __future__ import annotations
 
 import pytest
+from support import logview
 from support.raw import group_key
 
 import rqueue
@@ -18,7 +19,7 @@ def test_compact_and_text_records_decode_alike(client, queue, clock):
     queue.publish(b"p")
     queue.publish(b"p", delay=1)
     queue.publish(b"p", headers={"k": "v"})
-    raw = client.redis.hmget(queue.keys.msgs, [1, 2, 3])
+    raw = [logview.record(client.redis, queue.keys, seq) or b"" for seq in (1, 2, 3)]
     assert raw[0][:1] == b"~" and raw[1][:1].isdigit() and raw[2][:1] == b":"
     # when they are peeked and fetched, then each reads as the same payload and published time
     assert [(m.data, m.published_ms) for m in queue.peek(3)] == [(b"p", clock.now_ms)] * 3
@@ -51,7 +52,7 @@ def test_dead_lettered_and_replayed_compact_record_keeps_its_published_time(clie
     # when it is replayed, the record is compact again with the first publish time
     client.configure("orders", max_deliveries=5)
     queue.replay_dead_letters("g")
-    assert client.redis.hget(queue.keys.msgs, 1) == b"~" + published.to_bytes(6, "big") + b"p"
+    assert logview.record(client.redis, queue.keys, 1) == b"~" + published.to_bytes(6, "big") + b"p"
     [again] = c.fetch()
     assert (again.data, again.published_ms) == (b"p", published)
 
@@ -63,7 +64,7 @@ def test_dead_lettered_and_replayed_compact_record_keeps_its_published_time(clie
 def test_corrupted_record_is_dead_lettered_not_delivered(client, queue, broken):
     # given a record that does not parse (a compact one needs the tag and 6 bytes of published_ms)
     queue.publish_many([b"a", b"b"])
-    client.redis.hset(queue.keys.msgs, 1, broken)
+    logview.replace(client.redis, queue.keys, 1, broken)
     # when the group fetches, then only the good message is delivered
     c = queue.consumer("g")
     assert [d.data for d in c.fetch(10)] == [b"b"]
@@ -75,7 +76,7 @@ def test_corrupted_record_is_dead_lettered_not_delivered(client, queue, broken):
 def test_record_with_bad_header_json_costs_only_itself(client, queue):
     # given 3 records, the second with headers that do not parse
     queue.publish_many([b"1", b"2", b"3"])
-    client.redis.hset(queue.keys.msgs, 2, b":1:5:{nopeX")
+    logview.replace(client.redis, queue.keys, 2, b":1:5:{nopeX")
     # when the group fetches, then the others are delivered
     c = queue.consumer("g")
     assert [d.seq for d in c.fetch(10)] == [1, 3]
