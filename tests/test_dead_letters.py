@@ -8,6 +8,7 @@ import json
 import logging
 
 import pytest
+from support import logview
 from support.aio_bridge import parametrize_api
 from support.raw import group_key
 from support.servers import SINGLE_SERVERS
@@ -333,10 +334,12 @@ def test_replay_leaves_alone_a_dead_letter_whose_seq_is_not_a_whole_number(clien
     assert client.redis.zrange(runs_key, 0, -1, withscores=True) == [(b"2", 5.0)]
     # and its dead letter's seq header damaged to 3.5
     dlq = queue.dead_letter_queue
-    [dseq] = [int(s) for s in client.redis.hkeys(dlq.keys.msgs)]
+    [dseq] = logview.seqs(client.redis, dlq.keys)
     [letter] = dlq.peek()
     hjson = json.dumps({**letter.headers, "x-rq-seq": "3.5"}, separators=(",", ":")).encode()
-    client.redis.hset(dlq.keys.msgs, dseq, b":%d:%d:%s%s" % (letter.published_ms, len(hjson), hjson, letter.data))
+    logview.replace(
+        client.redis, dlq.keys, dseq, b":%d:%d:%s%s" % (letter.published_ms, len(hjson), hjson, letter.data)
+    )
     # when the dead letters are replayed
     result = queue.replay_dead_letters()
     # then it is left alone, and the run and the count of what is pending are as they were
@@ -391,18 +394,19 @@ def test_replay_puts_back_a_record_an_older_consumer_could_not_read(client, queu
     # given a compact record that an older consumer (which reads only the
     # text form) moved aside byte for byte as corrupted-record
     queue.publish(b"hello")
-    record = client.redis.hget(queue.keys.msgs, 1)
+    record = logview.record(client.redis, queue.keys, 1)
+    assert record is not None
     kill(queue, "g", 1)
     dlq = queue.dead_letter_queue
-    [dseq] = [int(s) for s in client.redis.hkeys(dlq.keys.msgs)]
+    [dseq] = logview.seqs(client.redis, dlq.keys)
     [letter] = dlq.peek()
     headers = {**letter.headers, "x-rq-reason": "corrupted-record", "x-rq-published": ""}
     hjson = json.dumps(headers, separators=(",", ":")).encode()
-    client.redis.hset(dlq.keys.msgs, dseq, b":%d:%d:%s%s" % (letter.published_ms, len(hjson), hjson, record))
+    logview.replace(client.redis, dlq.keys, dseq, b":%d:%d:%s%s" % (letter.published_ms, len(hjson), hjson, record))
     # when it is replayed
     assert queue.replay_dead_letters("g").replayed == 1
     # then the record is back as it was, and reads as the first publish
-    assert client.redis.hget(queue.keys.msgs, 1) == record
+    assert logview.record(client.redis, queue.keys, 1) == record
     [d] = queue.consumer("g").fetch()
     assert (d.data, d.headers, d.published_ms) == (
         b"hello",
