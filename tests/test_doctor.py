@@ -10,6 +10,7 @@ import threading
 
 import pytest
 from click.testing import CliRunner
+from support import logview
 from support.raw import group_key
 
 import rqueue
@@ -237,7 +238,7 @@ def test_missing_record_is_reported_not_repaired(client, queue):
     # given an unread message whose record was deleted
     queue.consumer("g")
     queue.publish_many([b"1", b"2"])
-    client.redis.hdel(queue.keys.msgs, 2)
+    logview.delete(client.redis, queue.keys, 2)
     # when the doctor examines it, then it names the record's key, with no repair
     [found] = doctor.examine(queue)
     assert (found.kind, found.key, found.seq, found.repair) == (Kind.RECORD_MISSING, queue.keys.msgs, 2, None)
@@ -311,7 +312,7 @@ def test_seqs_a_lost_acked_run_held_are_reported_not_handed_out_again(client, qu
 def test_deleted_meta_of_a_queue_without_groups_is_repaired_past_its_highest_record(client, queue):
     # given a queue without groups whose first 1,500 records were purged, then its meta hash deleted
     queue.publish_many([b"m"] * 1502)
-    client.redis.hdel(queue.keys.msgs, *range(1, 1501))
+    logview.delete(client.redis, queue.keys, *range(1, 1501))
     client.redis.delete(queue.keys.meta)
     # when the doctor repairs it, then publishing goes on after the highest record
     [found] = doctor.examine(queue)
@@ -332,7 +333,7 @@ def test_deleted_dead_letter_meta_refuses_dead_lettering_until_repaired(client, 
     # when another message fails, then dead-lettering is refused, overwriting nothing
     with pytest.raises(rqueue.CorruptRecord, match="dead letter 1 exists"):
         third.nack(delay=0)
-    assert sorted(client.redis.hkeys(queue.keys.dead_letters.msgs)) == [b"1", b"2"]
+    assert logview.seqs(client.redis, queue.keys.dead_letters) == [1, 2]
     # when the doctor repairs it, then the next dead letter comes after them
     [found] = doctor.examine(queue)
     assert (found.kind, found.fix) == (Kind.DEAD_LETTER_SEQ_TAKEN, ("dead-letter-seq", "2"))
@@ -358,7 +359,7 @@ def test_many_missing_records_are_reported_up_to_a_limit(client, queue):
     # given a group that has not read 1,500 messages whose records were deleted, and one kept above them
     queue.consumer("g", "c0").close()
     queue.publish_many([b"m"] * 1_502)
-    client.redis.hdel(queue.keys.msgs, *range(2, 1_502))
+    logview.delete(client.redis, queue.keys, *range(2, 1_502))
     # when the doctor examines the queue
     found = [f for f in doctor.examine(queue) if f.kind is doctor.Kind.RECORD_MISSING]
     # then it names UNTRACKED_MAX of them, then says it stopped
@@ -416,7 +417,7 @@ def test_a_check_answers_whether_a_finding_holds_and_changes_nothing(client, que
     queue.publish_many([b"x", b"y"])
     a.fetch(1)
     client.redis.zrem(group_key(queue, "g", "lease"), 1)
-    client.redis.hdel(queue.keys.msgs, 2)
+    logview.delete(client.redis, queue.keys, 2)
     call = queue.group_call("g")
     before = {k: client.redis.dump(k) for k in sorted(client.redis.keys(f"{client.prefix}*"))}
     # when each finding is checked, then the damaged ones hold, a sound seq is gone, and nothing changed
