@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support import logview
 from support.aio_bridge import parametrize_api
 from support.servers import start_server, wait_for
 from test_aio_worker import AsyncWorkerThread
@@ -40,9 +41,8 @@ def wipe(client: rqueue.Client) -> None:
 def roll_back(client: rqueue.Client, queue: rqueue.Queue, to: int) -> None:
     """The queue as a replica that missed every publish after seq ``to``
     would have it: same incarnation, last seq ``to``, later records gone."""
-    last = int(client.redis.hget(queue.keys.meta, "seq"))
     client.redis.hset(queue.keys.meta, "seq", to)
-    client.redis.hdel(queue.keys.msgs, *range(to + 1, last + 1))
+    logview.roll_back(client.redis, queue.keys, to)
     # The groups' cursors with it: a cursor left above the last seq is damage
     # of another kind (tests/test_corruption.py), not a rollback.
     for group in queue.groups():
