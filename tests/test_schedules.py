@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from click.testing import CliRunner
+from support import logview
 from support.servers import wait_for
 
 import rqueue
@@ -599,8 +600,8 @@ def test_a_schedule_never_overwrites_a_queue_whose_meta_was_deleted(client, cloc
     result = Scheduler(client).run_once()
     # then nothing is published and no stored record is overwritten: the meta stays missing for the doctor
     assert result.published == 0
-    records = client.redis.hgetall(q.keys.msgs)
-    assert sorted(records) == [b"1", b"2"] and not any(b"SCHEDULED" in r for r in records.values())
+    records = logview.records(client.redis, q.keys)
+    assert sorted(records) == [1, 2] and not any(b"SCHEDULED" in r for r in records.values())
     assert client.redis.exists(q.keys.meta) == 0
 
 
