@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from support import logview
 from support.servers import IN_CI, start_server
 
 try:
@@ -45,6 +46,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 import rqueue  # noqa: E402
 import rqueue.spark as rs  # noqa: E402
+from rqueue.engine.keys import QueueKeys  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -184,9 +186,9 @@ def test_a_replayed_batch_id_adds_nothing(spark, server, client, prefix, row_ids
     assert client.queue("replay").stats().depth == 410
 
 
-def cut_connections_once(server, key: str, depth: int) -> threading.Thread:
-    """Closes every client connection of the server once ``key`` (a msgs
-    hash) holds ``depth`` records: a writing task fails mid-write, as on a
+def cut_connections_once(server, keys: QueueKeys, depth: int) -> threading.Thread:
+    """Closes every client connection of the server once the log of the
+    queue of ``keys`` (tests/support/logview.py) holds ``depth`` records: a writing task fails mid-write, as on a
     network fault, and Spark runs it again."""
     admin = redis.Redis.from_url(server.url)
     deadline = time.monotonic() + 60
@@ -194,7 +196,7 @@ def cut_connections_once(server, key: str, depth: int) -> threading.Thread:
     def watch() -> None:
         try:
             while time.monotonic() < deadline:
-                if admin.hlen(key) >= depth:
+                if logview.length(admin, keys) >= depth:
                     # writes wait while paused, so the writers' next calls are in flight when cut
                     # (a second gives writers slowed by a loaded machine the time to send them)
                     admin.client_pause(3000, all=False)
@@ -221,7 +223,7 @@ def test_a_task_failing_mid_write_is_retried_without_duplicates(spark, server, c
         df = df.sortWithinPartitions(shuffle_order())
     queue = client.queue("retry")
     # when the connections to Redis are cut while the tasks publish (20 rows a call)
-    watcher = cut_connections_once(server, queue.keys.msgs, 1500)
+    watcher = cut_connections_once(server, queue.keys, 1500)
     stats = rs.publish_dataframe(df, server.url, "retry", batch_size=20, prefix=prefix, job_id="retry", row_ids=row_ids)
     watcher.join()
     # then Spark ran a task again, the retry skipped what the failed attempt had stored, and every row is there once

@@ -69,6 +69,13 @@ def count(r: Any, keys: QueueKeys) -> int:
     return len(records(r, keys))
 
 
+def length(r: Any, keys: QueueKeys) -> int:
+    """How many records the log's key holds, in one cheap call (HLEN, or
+    XLEN: a stream's replayed records in side are not counted); for a
+    watcher that polls a log no group has replayed into."""
+    return int(r.xlen(keys.msgs) if _stream(keys) else r.hlen(keys.msgs))
+
+
 def put(r: Any, keys: QueueKeys, seq: int, rec: bytes) -> None:
     """Stores ``rec`` as ``seq``'s record, as the scripts would: in a stream
     an entry when ``seq`` is above the newest id, else in side."""
