@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .engine import commands, schedule_store, store
 from .engine.record import encode_body
-from .errors import CorruptRecord, InvalidInput, PayloadTooLarge
+from .errors import CorruptRecord, InvalidInput, LayoutMismatch, PayloadTooLarge
 from .events import EventKind
 from .names import check_name
 from .partitions import PartitionedQueue
@@ -324,7 +324,9 @@ def fire_due(client: QueueContext) -> PassResult:
             continue
         try:
             outcome = _fire_one(client, name, dest, key, state, now)
-        except CorruptRecord as exc:  # the schedule's fields, or its target queue, damaged: the others go on
+        except (CorruptRecord, LayoutMismatch) as exc:
+            # The schedule's fields or its target queue damaged, or the queue
+            # of another layout than this client's: the others go on.
             log.error("schedule %r (to queue %r) not fired: %s", name, dest, exc)
             continue
         except (InvalidInput, ValueError) as exc:

@@ -17,6 +17,7 @@ import rqueue
 from rqueue import doctor
 from rqueue.engine.keys import LAYOUT_ENV, LogLayout
 from rqueue.errors import CorruptRecord, LayoutMismatch
+from rqueue.worker.scheduler import Scheduler
 
 
 def connect(backend: str, prefix: str, clock: rqueue.ManualClock, layout: str) -> Any:
@@ -374,3 +375,39 @@ def test_a_group_whose_hash_was_deleted_hands_out_nothing_it_settled(client):
     # when the group fetches, then it is refused, naming the missing cursor, and hands out nothing
     with pytest.raises(CorruptRecord, match="cursor is missing"):
         g.fetch(10)
+
+
+def test_the_dead_letter_seq_repair_keeps_a_stream_dead_letter_queue_of_its_layout(client):
+    # given a dead letter in a stream queue, then its dead-letter queue's meta hash deleted
+    client.configure("orders", max_deliveries=1)
+    q = client.queue("orders")
+    c = q.consumer("g")
+    q.publish_many([b"1", b"2"])
+    first, second = c.fetch(2)
+    first.nack(delay=0)
+    client.redis.delete(q.keys.dead_letters.meta)
+    # when the doctor repairs the dead-letter seq
+    [found] = doctor.examine(q)
+    assert found.kind is doctor.Kind.DEAD_LETTER_SEQ_TAKEN
+    doctor.repair(q, [found])
+    # then the dead-letter queue is a stream queue again, and the next dead letter comes after the first
+    assert client.redis.hget(q.keys.dead_letters.meta, "layout") == b"stream"
+    second.nack(delay=0)
+    assert [(d.dlq_seq, d.data) for d in q.dead_letters()] == [(1, b"1"), (2, b"2")]
+    assert doctor.examine(q) == []
+
+
+def test_a_schedule_to_a_queue_of_the_other_layout_holds_up_only_itself(client, backend, prefix, clock):
+    # given two schedules of a stream client, one to a queue a hash client made
+    hash_client = connect(backend, prefix, clock, "hash")
+    hash_client.queue("other").publish(b"x")
+    client.schedule("a", "other", every=10, payload=b"a")
+    client.schedule("b", "fine", every=10, payload=b"b")
+    clock.advance(10)
+    # when a scheduler passes
+    result = Scheduler(client).run_once()
+    # then the other schedule fires, and the queue of the other layout is left as it was
+    assert result.published == 1
+    assert [m.data for m in client.queue("fine").peek()] == [b"b"]
+    assert [m.data for m in hash_client.queue("other").peek()] == [b"x"]
+    hash_client.close()

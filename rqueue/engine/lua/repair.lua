@@ -284,6 +284,9 @@ if what == 'dead-letter-seq' then
     return HOLDS
   end
   rcall('HSET', dlqMetaKey, 'seq', ARGV[9])
+  -- A stream dead-letter queue says so again, as the meta repair does for
+  -- the queue: else the next dead letter is refused (RQ_LAYOUT).
+  markLayout(dlqMetaKey, dlqMsgsKey, rcall('HGET', dlqMetaKey, 'layout'))
   return {'done', 'raised the last dead-letter seq from ' .. current .. ' to ' .. ARGV[9]}
 end
 
