@@ -548,16 +548,20 @@ class ConsumerCore:
             self._held.pop(d.tag, None)
 
     def _set_aside_done(self, items: Sequence[commands.AsideTag], results: Sequence[int | str]) -> None:
-        """Forgets what set_aside dead-lettered; a tag it refused was settled
-        or taken back meanwhile, so nothing is left to do for it."""
+        """Forgets what set_aside dead-lettered. A tag it refused was settled
+        or taken back meanwhile, so nothing is left to do for it; one whose
+        delivery state is damaged costs only itself: its lease runs out and
+        a fetch dead-letters it (corrupted-state), while the rest of the
+        batch goes on."""
         for (tag, reason, *_), result in zip(items, results, strict=True):
             if type(result) is int:
                 self._dead_lettered(tag, reason, result)
                 continue
             err = delivery_error(str(result), tag[0])
-            if not isinstance(err, DeliveryError):
-                raise err or DeliveryError(tag[0], f"unexpected status {result}")
-            log.info("%s of %s not dead-lettered: %s", reason, tag[0], err)
+            if isinstance(err, DeliveryError):
+                log.info("%s of %s not dead-lettered: %s", reason, tag[0], err)
+            else:
+                log.error("%s of %s not dead-lettered: %s", reason, tag[0], err)
 
     def _completed_on(self) -> bool:
         """Whether the events setting asks for completed events: then acks

@@ -243,3 +243,36 @@ def test_a_fetch_whose_set_aside_reply_is_lost_leaves_its_other_deliveries_to_no
     assert (later.data, g.acked, g.in_flight) == (b"c", 1, 2)
     clock.advance(queue.settings().ack_wait + 1)
     assert sorted(d.data for d in c.fetch(10)) == [b"a", b"b"]
+
+
+def test_a_set_aside_delivery_whose_state_is_damaged_costs_only_itself(client, queue, clock, monkeypatch):
+    # given a message past its ttl and a good one in one fetch, the first's delivery state damaged
+    # before the client sets it aside
+    c = queue.consumer("g")
+    queue.publish(b"short", ttl=5)
+    queue.publish(b"good")
+    clock.advance(5)
+
+    def damaged(real):
+        def damage():
+            client.redis.hset(queue.keys.group("g").deliveries, 1, "garbage")
+
+        def call(*args, **kwargs):
+            damage()
+            return real(*args, **kwargs)
+
+        async def acall(*args, **kwargs):
+            damage()
+            return await real(*args, **kwargs)
+
+        return acall if module is async_commands else call
+
+    for module in (commands, async_commands):
+        monkeypatch.setattr(module, "set_aside", damaged(module.set_aside))
+    # when it is fetched, then the good one is handed out all the same
+    [good] = c.fetch(10)
+    assert good.data == b"good"
+    good.ack()
+    # and the damaged one is left in flight, for its lease to run out and the doctor to name it
+    g = queue.stats().group("g")
+    assert (g.acked, g.in_flight, reasons(queue)) == (1, 1, [])
