@@ -56,9 +56,18 @@ class Cancellation:
         self._event.set()
 
 
-# The cancellation of every run without a time limit, and outside a handler:
-# nothing cancels it, so runs share it rather than each making an Event.
-_NEVER = Cancellation()
+class _Never(Cancellation):
+    """The cancellation of every run without a time limit, and outside a
+    handler: runs share it rather than each making an Event, so nothing may
+    cancel it."""
+
+    __slots__ = ()
+
+    def cancel(self) -> None:
+        """Does nothing: a run without a time limit is never cancelled."""
+
+
+_NEVER = _Never()
 _current: contextvars.ContextVar[Cancellation] = contextvars.ContextVar("rqueue.timelimits", default=_NEVER)
 
 

@@ -300,3 +300,12 @@ def test_in_process_refuses_a_bad_handler_name():
         InProcess("nothing")
     with pytest.raises(rqueue.InvalidInput, match="cannot import"):
         InProcess("no_such_module_here:f")
+
+
+def test_the_cancellation_of_a_run_without_a_limit_cannot_be_set():
+    # given the cancellation every run without a time limit shares
+    shared = rqueue.cancellation()
+    # when something cancels it, then it stays not cancelled, for this run and every later one
+    shared.cancel()
+    assert not shared.cancelled and not rqueue.cancellation().cancelled
+    assert shared.wait(0) is False
