@@ -40,33 +40,17 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from rqueue.engine.loader import _LAZY_REGION, SCRIPT_NAMES, drop_unused, expand_includes, flags, lua_dir, source
-
-KEYWORDS = frozenset(
-    (
-        "and",
-        "break",
-        "do",
-        "else",
-        "elseif",
-        "end",
-        "false",
-        "for",
-        "function",
-        "if",
-        "in",
-        "local",
-        "nil",
-        "not",
-        "or",
-        "repeat",
-        "return",
-        "then",
-        "true",
-        "until",
-        "while",
-    )
+from rqueue.engine.loader import (
+    _LAZY_REGION,
+    _LUA_KEYWORDS,
+    SCRIPT_NAMES,
+    drop_unused,
+    expand_includes,
+    flags,
+    lua_dir,
+    source,
 )
+
 # Scripts that only read. A script without flags sent by EVAL (no shebang)
 # is refused at maxmemory only at its first write; a function without flags
 # is refused before it runs, so a read-only one must say no-writes (which
@@ -158,7 +142,7 @@ def free_names(toks: list[Token]) -> set[str]:
     """Every name read or written as a variable (not a field after . or :)."""
     out = set()
     for i, t in enumerate(toks):
-        if t.kind != "name" or t.text in KEYWORDS:
+        if t.kind != "name" or t.text in _LUA_KEYWORDS:
             continue
         if i > 0 and toks[i - 1].kind == "op" and toks[i - 1].text in (".", ":"):
             continue
@@ -171,7 +155,7 @@ def assigned_names(all_toks: list[Token]) -> set[str]:
     look: NAME followed by '=' or ',' ... '=' in a name list)."""
     out = set()
     for i, t in enumerate(all_toks):
-        if t.kind != "name" or t.text in KEYWORDS:
+        if t.kind != "name" or t.text in _LUA_KEYWORDS:
             continue
         if i > 0 and all_toks[i - 1].kind == "op" and all_toks[i - 1].text in (".", ":"):
             continue
@@ -281,7 +265,7 @@ def undeclared(lua: str) -> set[str]:
         )
         if not is_key:
             read.append(t)
-    return free_names(read) - declared - LUA_GLOBALS - KEYWORDS
+    return free_names(read) - declared - LUA_GLOBALS - _LUA_KEYWORDS
 
 
 @dataclass
