@@ -209,6 +209,30 @@ def test_a_consumer_that_dies_before_dead_lettering_an_expired_message_costs_one
     assert queue.stats().group("g").ack_floor == 1
 
 
+def around_set_aside(monkeypatch, before=lambda: None, after=lambda: None):
+    """Wraps the set_aside of both clients' engines: ``before`` runs ahead
+    of each call, ``after`` once it ran (and may raise in its place)."""
+    for module in (commands, async_commands):
+        real = module.set_aside
+        if module is async_commands:
+
+            async def wrapped(*args, _real=real, **kwargs):
+                before()
+                out = await _real(*args, **kwargs)
+                after()
+                return out
+
+        else:
+
+            def wrapped(*args, _real=real, **kwargs):
+                before()
+                out = _real(*args, **kwargs)
+                after()
+                return out
+
+        monkeypatch.setattr(module, "set_aside", wrapped)
+
+
 def test_a_fetch_whose_set_aside_reply_is_lost_leaves_its_other_deliveries_to_no_settle(
     client, queue, clock, monkeypatch
 ):
@@ -218,19 +242,10 @@ def test_a_fetch_whose_set_aside_reply_is_lost_leaves_its_other_deliveries_to_no
     queue.publish_many([b"a", b"b"])
     clock.advance(5)
 
-    def lost(real):
-        def call(*args, **kwargs):
-            real(*args, **kwargs)
-            raise rqueue.ConnectionLost("the reply of set_aside was lost")
+    def lost():
+        raise rqueue.ConnectionLost("the reply of set_aside was lost")
 
-        async def acall(*args, **kwargs):
-            await real(*args, **kwargs)
-            raise rqueue.ConnectionLost("the reply of set_aside was lost")
-
-        return acall if module is async_commands else call
-
-    for module in (commands, async_commands):
-        monkeypatch.setattr(module, "set_aside", lost(module.set_aside))
+    around_set_aside(monkeypatch, after=lost)
     # when the fetch raises, and a later fetch's delivery is acked with all the earlier ones
     with pytest.raises(rqueue.ConnectionLost):
         c.fetch(10)
@@ -253,22 +268,7 @@ def test_a_set_aside_delivery_whose_state_is_damaged_costs_only_itself(client, q
     queue.publish(b"good")
     clock.advance(5)
 
-    def damaged(real):
-        def damage():
-            client.redis.hset(queue.keys.group("g").deliveries, 1, "garbage")
-
-        def call(*args, **kwargs):
-            damage()
-            return real(*args, **kwargs)
-
-        async def acall(*args, **kwargs):
-            damage()
-            return await real(*args, **kwargs)
-
-        return acall if module is async_commands else call
-
-    for module in (commands, async_commands):
-        monkeypatch.setattr(module, "set_aside", damaged(module.set_aside))
+    around_set_aside(monkeypatch, before=lambda: client.redis.hset(queue.keys.group("g").deliveries, 1, "garbage"))
     # when it is fetched, then the good one is handed out all the same
     [good] = c.fetch(10)
     assert good.data == b"good"
