@@ -44,9 +44,10 @@ MAX_DURATION = 10 * 365 * 24 * 3600.0  # seconds
 
 # Worker runtime.
 DEFAULT_CONCURRENCY = 8  # handler threads per worker
-# Deliveries a worker holds per handler thread by default (running or waiting
-# for a thread): a fetch is shared by more messages, as Dramatiq's prefetch
-# of twice its threads; waiting leases are kept alive by the heartbeat.
+# Deliveries per handler thread a worker holds at first when its prefetch is
+# left to it (running or waiting for a thread): a fetch is shared by more
+# messages, as Dramatiq's prefetch of twice its threads; waiting leases are
+# kept alive by the heartbeat.
 WORKER_PREFETCH_PER_THREAD = 2  # deliveries per handler thread
 # The most a worker whose prefetch is left to it holds: its window grows up
 # to this while quick handlers finish faster than a round trip brings more
