@@ -95,8 +95,9 @@ def batch_handler(
 
 
 def default_prefetch(handler: Any, concurrency: int) -> int:
-    """How many deliveries a worker holds unless told: two runs' worth per
-    handler thread or task (two batches' worth for a batch handler)."""
+    """How many deliveries a worker holds at first unless told: two runs'
+    worth per handler thread or task (two batches' worth for a batch
+    handler); its window grows from there (rqueue/worker/window.py)."""
     per_run = handler.size if isinstance(handler, BatchHandler) else 1
     return concurrency * per_run * WORKER_PREFETCH_PER_THREAD
 
