@@ -7,15 +7,18 @@ Every backend, memory:// included, runs the same scripts."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support import logview
 from support.aio_bridge import connect_as
 
 import rqueue
 from rqueue import doctor
 from rqueue.engine.keys import LAYOUT_ENV, LogLayout
+from rqueue.engine.loader import lua_dir
 from rqueue.errors import CorruptRecord, LayoutMismatch
 from rqueue.worker.scheduler import Scheduler
 
@@ -411,3 +414,107 @@ def test_a_schedule_to_a_queue_of_the_other_layout_holds_up_only_itself(client, 
     assert [m.data for m in client.queue("fine").peek()] == [b"b"]
     assert [m.data for m in hash_client.queue("other").peek()] == [b"x"]
     hash_client.close()
+
+
+# -- the deletion of a long jump of the trim point, in steps ---------------------------------
+
+SWEEP_STEP = int(
+    re.search(r"local SWEEP_STEP = (\d+)", (lua_dir() / "includes" / "settle_shared.lua").read_text()).group(1)  # type: ignore[union-attr]
+)
+
+
+def jump_the_lowest_floor(q: Any, groups: list[str], n: int) -> tuple[Any, Any]:
+    """n messages; every group but the first acks them all; the first holds
+    seq 1 and acks the rest above it. Returns (its consumer, the delivery of seq 1)."""
+    for low in range(0, n, 1000):
+        q.publish_many([b"m"] * min(1000, n - low))
+    consumers = [q.consumer(g) for g in groups]
+    for c in consumers[1:]:
+        while ds := c.fetch(1000):
+            c.ack(ds)
+    lagging = consumers[0]
+    [first] = lagging.fetch(1)
+    while ds := lagging.fetch(1000):
+        lagging.ack(ds)
+    return lagging, first
+
+
+@pytest.mark.parametrize(
+    ("layout", "groups"), [("hash", ["slow", "fast"]), ("stream", ["slow", "fast"]), ("stream", ["slow"])]
+)
+def test_a_long_jump_of_the_trim_point_is_deleted_in_steps_by_the_calls_after_it(
+    backend, prefix, clock, layout, groups
+):
+    # given a queue whose lowest floor is about to pass 2.2 steps of seqs acked above it
+    c = connect(backend, prefix, clock, layout)
+    q = c.queue("orders")
+    r = c.redis
+    n = 2 * SWEEP_STEP + SWEEP_STEP // 5
+    lagging, first = jump_the_lowest_floor(q, groups, n)
+    # when the lagging group acks seq 1
+    first.ack()
+    # then the trim point is at the end at once, and that call deleted one step only
+    assert r.hmget(q.keys.meta, "trimmed", "swept") == [str(n).encode(), str(SWEEP_STEP).encode()]
+    stored = logview.count(r, q.keys)
+    # (the hash layout's records went with the last group's ack of each; what the steps
+    # delete there is what counts would have missed)
+    assert stored == (n - SWEEP_STEP if layout == "stream" else 0)
+    # and the depth counts none of what waits for deletion
+    assert q.stats().depth == 0
+    # when the group fetches, finding nothing, twice
+    assert lagging.fetch(10) == []
+    assert r.hget(q.keys.meta, "swept") == str(2 * SWEEP_STEP).encode()
+    assert q.stats().depth == 0
+    assert lagging.fetch(10) == []
+    # then the rest is gone, and so is the lag's mark
+    assert logview.count(r, q.keys) == 0
+    assert r.hmget(q.keys.meta, "trimmed", "swept") == [str(n).encode(), None]
+    # and the queue goes on: a new message is handed out and trimmed at its ack as before
+    q.publish(b"next")
+    [d] = lagging.fetch(10)
+    assert d.data == b"next" and d.seq == n + 1
+    d.ack()
+    c.close()
+
+
+@pytest.mark.parametrize("layout", ["hash", "stream"])
+@pytest.mark.parametrize("damage", [b"x", b"-3", b"1.5", b"99999999"])
+def test_a_damaged_lag_mark_is_dropped_and_deletes_nothing_it_names(backend, prefix, clock, layout, damage):
+    # given a queue of two groups with a message every group settled and one the slow group holds
+    c = connect(backend, prefix, clock, layout)
+    q = c.queue("orders")
+    r = c.redis
+    slow, fast = q.consumer("slow"), q.consumer("fast")
+    q.publish_many([b"1", b"2"])
+    fast.ack(fast.fetch(10))
+    held = slow.fetch(10)
+    slow.ack(held[:1])
+    before = logview.records(r, q.keys)
+    # when the meta hash's lag mark is damaged, and the slow group fetches
+    r.hset(q.keys.meta, "swept", damage)
+    assert slow.fetch(10) == []
+    # then the mark is gone and no record changed
+    assert r.hget(q.keys.meta, "swept") is None
+    assert logview.records(r, q.keys) == before
+    # and the held message is still settled as usual
+    slow.ack(held[1:])
+    assert logview.count(r, q.keys) == 0
+    c.close()
+
+
+def test_a_meta_hash_deleted_while_a_jump_is_deleted_is_repaired_and_the_deletion_goes_on(client):
+    # given a stream queue whose trim point jumped 2.2 steps, one step deleted, then its meta hash deleted
+    q = client.queue("orders")
+    r = client.redis
+    n = 2 * SWEEP_STEP + SWEEP_STEP // 5
+    lagging, first = jump_the_lowest_floor(q, ["g"], n)
+    first.ack()
+    r.delete(q.keys.meta)
+    # when the doctor repairs it
+    doctor.repair(q, doctor.examine(q))
+    # then the trim point is back, and the entries below it are marked to go in steps, from the oldest
+    assert r.hmget(q.keys.meta, "trimmed", "swept") == [str(n).encode(), str(SWEEP_STEP).encode()]
+    assert r.xlen(q.keys.msgs) == n - SWEEP_STEP and q.stats().depth == 0
+    # and the fetches after it delete them
+    assert lagging.fetch(10) == [] and lagging.fetch(10) == []
+    assert r.xlen(q.keys.msgs) == 0 and r.hget(q.keys.meta, "swept") is None

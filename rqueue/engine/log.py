@@ -119,12 +119,15 @@ def present(keys: QueueKeys, reply: Any) -> bool:
 def length(pipe: Any, keys: QueueKeys) -> int:
     """Queues on ``pipe`` (a pipeline, sync or asyncio) the reads that count
     the stored records; returns how many replies they take, which
-    length_of reads. In a stream: the entries, and the replayed records
-    beside the pins whose entries the trim took (at or below the trim point)."""
+    length_of reads. In a stream: the entries, less those at or below the
+    trim point that a lagging deletion has not reached (meta field
+    "swept", lua/includes/settle_shared.lua; a stream's entries have every
+    seq), and the replayed records beside the pins whose entries the trim
+    took (at or below the trim point)."""
     if stream(keys):
         pipe.xlen(keys.msgs)
         pipe.hkeys(keys.pinned)
-        pipe.hget(keys.meta, "trimmed")
+        pipe.hmget(keys.meta, "trimmed", "swept")
         return 3
     pipe.hlen(keys.msgs)
     return 1
@@ -134,10 +137,11 @@ def length_of(keys: QueueKeys, replies: list[Any]) -> int:
     """How many records are stored, from the replies of length's reads."""
     if not stream(keys):
         return int(replies[0])
-    entries, pins, trimmed = replies
+    entries, pins, (trimmed, swept) = replies
     low = int(trimmed or 0)
+    lagging = low - int(swept) if swept is not None and swept.isdigit() and int(swept) < low else 0
     side = [f for f in (p.decode() if isinstance(p, bytes) else str(p) for p in pins) if f.startswith("r")]
-    return int(entries) + sum(1 for f in side if f[1:].isdigit() and int(f[1:]) <= low)
+    return max(0, int(entries) - lagging) + sum(1 for f in side if f[1:].isdigit() and int(f[1:]) <= low)
 
 
 def delete(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:

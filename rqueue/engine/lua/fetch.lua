@@ -216,8 +216,9 @@ end
 -- makes anyway is what flow control costs a fetch of a plain group.
 local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused', 'gen')
 -- The incarnation and the last seq, for the client's check that Redis kept
--- its state; no step of a fetch changes either. And the queue's pause.
-local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio', 'wake', 'layout')
+-- its state; no step of a fetch changes either. And the queue's pause, and
+-- "swept": set while deleting what the trim point passed lags it.
+local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio', 'wake', 'layout', 'swept')
 local lastSeq = tonumber(metaFields[2] or '0')
 local wrongLayout = layoutError(metaKey, msgsKey, metaFields[6], metaFields[2])
 if wrongLayout then
@@ -246,6 +247,13 @@ if #ARGV > 9 then
     acked = ackTags(false, 10)
   end
   holding = rcall('HGET', consumersKey, consumerName)
+end
+-- A fetch goes on with a lagging deletion (includes/settle_shared.lua)
+-- where its acks did not (they settled nothing): an idle queue's settled
+-- records go too.
+if metaFields[7] and not settledFloor then
+  --@make sharedSettling
+  sweepOn(metaFields[7])
 end
 beatWith(groupFields[1])
 -- The floor and the generation go back to the client, which tells lost

@@ -255,7 +255,13 @@ if what == 'meta' then
   if low and low > 0 and rcall('HEXISTS', metaKey, 'trimmed') == 0 then
     rcall('HSET', metaKey, 'trimmed', string.format('%d', low))
     if logIsStream(msgsKey) then
-      logTrim(msgsKey, low)
+      -- The entries below it go in steps, as after a jump of the lowest
+      -- floor (includes/settle_shared.lua): from the oldest one on.
+      local oldest = rcall('XRANGE', msgsKey, '-', '+', 'COUNT', '1')[1]
+      local from = oldest and tonumber(string.match(oldest[1], '^%d+')) - 1
+      if from and from < low then
+        rcall('HSET', metaKey, 'swept', string.format('%d', from))
+      end
     end
     also = ' and the trim point ' .. string.format('%d', low)
   end

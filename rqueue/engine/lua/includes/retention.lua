@@ -48,7 +48,12 @@ local function trimRetained(spec, nowMs, limit)
   end
   if logIsStream(msgsKey) then
     -- A reopened seq's record is in side (includes/log.lua): the trim may pass it.
-    logTrim(msgsKey, s)
+    -- While deleting what the trim point passed lags (meta field "swept",
+    -- includes/settle_shared.lua), the lag's next steps take these too: an
+    -- exact trim here would delete the whole lag at once.
+    if rcall('HEXISTS', metaKey, 'swept') == 0 then
+      logTrim(msgsKey, s)
+    end
     rcall('HSET', metaKey, 'trimmed', s)
     return s, s - trimmed
   end

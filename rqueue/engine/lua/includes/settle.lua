@@ -113,9 +113,11 @@ local function settleMany(seqs, fields, floorRead)
     rcall('HINCRBY', groupKey, ACKED_ABOVE, string.format('%d', added))
   end
   -- In retention mode the trim step deletes records (includes/retain_mark.lua).
-  -- Read with it: "prio", set once the queue had a priority or keyed message.
-  local metaFlags = rcall('HMGET', metaKey, RETAIN, 'prio')
-  local retained = metaFlags[1] ~= false
+  -- Read with it: "prio", set once the queue had a priority or keyed message,
+  -- and "swept", set while deleting what the trim point passed lags it
+  -- (includes/settle_shared.lua).
+  local metaFlags = rcall('HMGET', metaKey, RETAIN, 'prio', 'swept')
+  local retained, swept = metaFlags[1] ~= false, metaFlags[3]
   settledFloor = floor
   if floor ~= oldFloor then
     floorText = floorText or floor
@@ -135,19 +137,28 @@ local function settleMany(seqs, fields, floorRead)
       rcall('HSET', metaKey, 'trimmed', floorText)
     end
   end
-  if retained then
-    return
+  if retained or groups <= 1 and string.byte(msgsKey, -1) ~= LOG_STREAM_BYTE then
+    if swept then
+      --@make sharedSettling
+      sweepOn(swept)
+    end
+    if retained then
+      return
+    end
   end
   -- A stream log's key (includes/log.lua, logIsStream).
   if string.byte(msgsKey, -1) == LOG_STREAM_BYTE then
     -- Entries go with the lowest floor, none one by one (includes/log.lua).
-    if floor ~= oldFloor then
-      if groups <= 1 then
-        logTrim(msgsKey, floor)
-      else
+    if groups > 1 then
+      if floor ~= oldFloor or swept then
         --@make sharedSettling
-        advanceTrim(oldFloor)
+        advanceTrim(floor ~= oldFloor and oldFloor or math.huge, swept)
       end
+    elseif floor ~= oldFloor and not swept and floor - oldFloor <= SWEEP_STEP then
+      logTrim(msgsKey, floor)
+    elseif floor ~= oldFloor or swept then
+      --@make sharedSettling
+      sweepTo(swept and sweptFrom(swept, oldFloor) or oldFloor, floor, swept)
     end
     return
   end
@@ -167,7 +178,7 @@ local function settleMany(seqs, fields, floorRead)
   done = unpinned(done)
   logDelete(msgsKey, done)
   bulk('HDEL', settledKey, done)
-  if floor ~= oldFloor then
-    advanceTrim(oldFloor)
+  if floor ~= oldFloor or swept then
+    advanceTrim(floor ~= oldFloor and oldFloor or math.huge, swept)
   end
 end
