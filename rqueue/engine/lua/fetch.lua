@@ -253,7 +253,8 @@ end
 -- records go too.
 if metaFields[7] and not settledFloor then
   --@make sharedSettling
-  sweepOn(metaFields[7])
+  local trimmed = tonumber(rcall('HGET', metaKey, 'trimmed') or '0') or 0
+  sweep(metaFields[7], trimmed, trimmed)
 end
 beatWith(groupFields[1])
 -- The floor and the generation go back to the client, which tells lost

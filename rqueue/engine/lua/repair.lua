@@ -257,10 +257,9 @@ if what == 'meta' then
     if logIsStream(msgsKey) then
       -- The entries below it go in steps, as after a jump of the lowest
       -- floor (includes/settle_shared.lua): from the oldest one on.
-      local oldest = rcall('XRANGE', msgsKey, '-', '+', 'COUNT', '1')[1]
-      local from = oldest and tonumber(string.match(oldest[1], '^%d+')) - 1
-      if from and from < low then
-        rcall('HSET', metaKey, 'swept', string.format('%d', from))
+      local oldest = logOldest(msgsKey)
+      if oldest and oldest <= low then
+        rcall('HSET', metaKey, 'swept', string.format('%d', oldest - 1))
       end
     end
     also = ' and the trim point ' .. string.format('%d', low)

@@ -59,6 +59,12 @@ local function logTrim(key, upTo)
   redis.call('XTRIM', key, 'MINID', string.format('%d', upTo + 1))
 end
 
+-- A stream log only: the seq of its oldest entry, or nil when it has none.
+local function logOldest(key)
+  local oldest = redis.call('XRANGE', key, '-', '+', 'COUNT', '1')[1]
+  return oldest and tonumber(string.match(oldest[1], '^%d+'))
+end
+
 -- Stores records: pairs is seq, record, seq, record, ... with seqs rising.
 -- Replies nil, or the error reply of a stream's refusal of the first entry
 -- (over maxmemory, as it came; an id at or below the newest, RQ_CORRUPT):

@@ -137,48 +137,27 @@ local function settleMany(seqs, fields, floorRead)
       rcall('HSET', metaKey, 'trimmed', floorText)
     end
   end
-  if retained or groups <= 1 and string.byte(msgsKey, -1) ~= LOG_STREAM_BYTE then
-    if swept then
-      --@make sharedSettling
-      sweepOn(swept)
-    end
+  if groups <= 1 and not swept then
+    -- One group and no deletion lagging: the common case, which makes none
+    -- of the shared helpers.
     if retained then
       return
-    end
-  end
-  -- A stream log's key (includes/log.lua, logIsStream).
-  if string.byte(msgsKey, -1) == LOG_STREAM_BYTE then
-    -- Entries go with the lowest floor, none one by one (includes/log.lua).
-    if groups > 1 then
-      if floor ~= oldFloor or swept then
-        --@make sharedSettling
-        advanceTrim(floor ~= oldFloor and oldFloor or math.huge, swept)
+    elseif string.byte(msgsKey, -1) ~= LOG_STREAM_BYTE then
+      -- The strings when nothing was reopened: a number handed to redis.call
+      -- is formatted again with sprintf, which costs more than the HDEL.
+      logDelete(msgsKey, (fresh == seqs and fields) or fresh)
+      return
+    elseif floor - oldFloor <= 2000 then -- the step of sweep (includes/settle_shared.lua)
+      -- A stream log's entries go with the floor, none one by one
+      -- (includes/log.lua).
+      if floor ~= oldFloor then
+        logTrim(msgsKey, floor)
       end
-    elseif floor ~= oldFloor and not swept and floor - oldFloor <= SWEEP_STEP then
-      logTrim(msgsKey, floor)
-    elseif floor ~= oldFloor or swept then
-      --@make sharedSettling
-      sweepTo(swept and sweptFrom(swept, oldFloor) or oldFloor, floor, swept)
+      return
     end
-    return
-  end
-  if groups <= 1 then
-    -- The strings when nothing was reopened: a number handed to redis.call
-    -- is formatted again with sprintf, which costs more than the HDEL.
-    logDelete(msgsKey, (fresh == seqs and fields) or fresh)
+  elseif retained and not swept then
     return
   end
   --@make sharedSettling
-  local done = {}
-  for _, seq in ipairs(fresh) do
-    if rcall('HINCRBY', settledKey, seq, 1) >= groups then
-      done[#done + 1] = seq
-    end
-  end
-  done = unpinned(done)
-  logDelete(msgsKey, done)
-  bulk('HDEL', settledKey, done)
-  if floor ~= oldFloor or swept then
-    advanceTrim(floor ~= oldFloor and oldFloor or math.huge, swept)
-  end
+  settleShared(fresh, floor, oldFloor, groups, swept, retained)
 end

@@ -1,7 +1,8 @@
 --[[
   The parts of settling (includes/settle.lua) that only a queue with more
-  than one group, or a seq reopened by replay, needs: records pinned by a
-  replay, the trim point of all groups, a reopened seq settled again.
+  than one group, a seq reopened by replay, or a long jump of the trim
+  point needs: records pinned by a replay, the trim point of all groups, a
+  reopened seq settled again, the deletion of a jump in steps.
 ]]
 --@include log
 --@include log_side
@@ -23,21 +24,27 @@ local function unpinned(seqs)
   return out
 end
 
--- Seqs a call deletes at most when the trim point moves: a long jump (the
--- lowest floor passing a long run acked above it) is deleted over the
--- settles and fetches that follow, SWEEP_STEP seqs each, so that no call
--- blocks Redis for it. Meta field "swept" says how far the deletion got
--- while it lags the trim point; every seq up to it is deleted.
-local SWEEP_STEP = 2000
-local SWEPT = 'swept'
-
--- Deletes what every group settled, from seq from + 1 up to the trim point
--- to, SWEEP_STEP seqs at most: records a replay pinned stay (in a stream
--- they are beside the log, includes/log.lua). lagging: whether meta field
--- "swept" is set.
-local function sweepTo(from, to, lagging)
+-- Deletes what every group settled up to the trim point to, from from + 1
+-- or from meta field "swept" (swept, as read; false when unset) when that
+-- is a seq below from. Records a replay pinned stay (in a stream they are
+-- beside the log, includes/log.lua). A "swept" that is damage (no seq, or
+-- not below from) is dropped unheeded.
+local function sweep(swept, from, to)
+  -- Seqs a call deletes at most: a long jump of the trim point (the lowest
+  -- floor passing a long run acked above it) is deleted over the settles
+  -- and fetches that follow, so that no call blocks Redis for it. Meta
+  -- field "swept" says how far the deletion got while it lags the trim
+  -- point; every seq up to it is deleted. (A constant here, not above: a
+  -- top-level local that settleMany names costs every call that makes it.)
+  local SWEEP_STEP = 2000
+  local at = tonumber(swept or '')
+  if at and at >= 0 and at % 1 == 0 and at < from then
+    from = at
+  end
   local upTo = math.min(to, from + SWEEP_STEP)
-  if string.byte(msgsKey, -1) == LOG_STREAM_BYTE then
+  if upTo <= from then
+    -- nothing to delete
+  elseif string.byte(msgsKey, -1) == LOG_STREAM_BYTE then
     logTrim(msgsKey, upTo)
   else
     local gone = {}
@@ -49,46 +56,52 @@ local function sweepTo(from, to, lagging)
     bulk('HDEL', settledKey, gone)
   end
   if upTo < to then
-    rcall('HSET', metaKey, SWEPT, string.format('%d', upTo))
-  elseif lagging then
-    rcall('HDEL', metaKey, SWEPT)
-  end
-end
-
--- Where a lagging deletion stands: meta field "swept" (swept, as read) when
--- it is a seq below the trim point; else the trim point (one that does not
--- parse or stands above it is damage: what it claims is not trusted, and
--- the next move of the trim point deletes from there).
-local function sweptFrom(swept, trimmed)
-  local from = tonumber(swept or '')
-  if from and from >= 0 and from % 1 == 0 and from < trimmed then
-    return from
-  end
-  return trimmed
-end
-
--- Goes on with a lagging deletion (swept: meta field "swept", set).
-local function sweepOn(swept, trimmed)
-  trimmed = trimmed or tonumber(rcall('HGET', metaKey, 'trimmed') or '0') or 0
-  local from = sweptFrom(swept, trimmed)
-  if from < trimmed then
-    sweepTo(from, trimmed, true)
-  else
-    rcall('HDEL', metaKey, SWEPT)
-  end
-end
-
--- Records at or below the lowest ack floor of all groups are settled by all
--- of them. Only the group that held the lowest floor can raise it; any
--- settle goes on with a deletion that lags it. swept: meta field "swept".
-local function advanceTrim(oldFloor, swept)
-  local trimmed = tonumber(rcall('HGET', metaKey, 'trimmed') or '0') or 0
-  local minFloor = oldFloor <= trimmed and lowestFloor(floorsKey)
-  if minFloor and minFloor > trimmed then
-    rcall('HSET', metaKey, 'trimmed', string.format('%d', minFloor))
-    sweepTo(sweptFrom(swept, trimmed), minFloor, swept)
+    rcall('HSET', metaKey, 'swept', string.format('%d', upTo))
   elseif swept then
-    sweepOn(swept, trimmed)
+    rcall('HDEL', metaKey, 'swept')
+  end
+end
+
+-- The rest of settleMany (includes/settle.lua) once the floor is written:
+-- several groups, a deletion lagging the trim point (swept: meta field
+-- "swept" as read), or a stream's floor that jumped far. fresh are the
+-- seqs settled that were not reopened.
+local function settleShared(fresh, floor, oldFloor, groups, swept, retained)
+  local stream = string.byte(msgsKey, -1) == LOG_STREAM_BYTE
+  if retained or stream then
+    -- Retention mode's trim step deletes records (includes/retain_mark.lua),
+    -- and a stream log's entries go with the lowest floor, none one by one
+    -- (includes/log.lua).
+  elseif groups > 1 then
+    local done = {}
+    for _, seq in ipairs(fresh) do
+      if rcall('HINCRBY', settledKey, seq, 1) >= groups then
+        done[#done + 1] = seq
+      end
+    end
+    done = unpinned(done)
+    logDelete(msgsKey, done)
+    bulk('HDEL', settledKey, done)
+  else
+    logDelete(msgsKey, fresh)
+  end
+  if stream and groups <= 1 and not retained then
+    sweep(swept, oldFloor, floor) -- the trim point is the group's floor
+    return
+  end
+  -- Records at or below the lowest ack floor of all groups are settled by
+  -- all of them. Only the group that held the lowest floor can raise it.
+  local trimmed = tonumber(rcall('HGET', metaKey, 'trimmed') or '0') or 0
+  local to = trimmed
+  if groups > 1 and not retained and floor ~= oldFloor and oldFloor <= trimmed then
+    local low = lowestFloor(floorsKey)
+    if low and low > trimmed then
+      rcall('HSET', metaKey, 'trimmed', string.format('%d', low))
+      to = low
+    end
+  end
+  if to > trimmed or swept then
+    sweep(swept, trimmed, to)
   end
 end
 
