@@ -147,7 +147,7 @@ local function settleMany(seqs, fields, floorRead)
       -- is formatted again with sprintf, which costs more than the HDEL.
       logDelete(msgsKey, (fresh == seqs and fields) or fresh)
       return
-    elseif floor - oldFloor <= 2000 then -- the step of sweep (includes/settle_shared.lua)
+    elseif floor - oldFloor <= 5000 then -- a stream's step of sweep (includes/settle_shared.lua)
       -- A stream log's entries go with the floor, none one by one
       -- (includes/log.lua).
       if floor ~= oldFloor then
