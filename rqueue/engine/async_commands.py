@@ -445,10 +445,8 @@ async def delete_queue(r: Any, keys: QueueKeys, prefix: str, name: str) -> int:
 
     async def delete() -> int:
         doomed: list[str] = []
-        for level in await _levels(r, keys):
-            doomed += level.all_static()
-            for g in await r.hkeys(level.floors):
-                doomed += level.group(text(g)).group_only()
+        for level in reversed(await _levels(r, keys)):  # as store.delete_queue
+            doomed += level.deletion_order([text(g) for g in await r.hkeys(level.floors)])
         deleted = 0
         for start in range(0, len(doomed), DELETE_BATCH):
             deleted += int(await r.delete(*doomed[start : start + DELETE_BATCH]))

@@ -135,6 +135,18 @@ class QueueKeys:
     def _publish_keys(self) -> tuple[str, ...]:
         return (self.meta, self.msgs, self.floors, self.sched, self.wakes)
 
+    def deletion_order(self, groups: Sequence[str]) -> list[str]:
+        """Every key of this level and of ``groups``, in the order a queue
+        delete removes them (one DEL per batch): the groups' keys first, the
+        floors hash (which names the groups) after them, and the meta and
+        the log (by which the level is found) last, so that a delete cut off
+        between two DELs leaves what it has not deleted findable, and a
+        delete run again finishes it."""
+        last = (self.floors, self.meta, self.msgs)
+        doomed = [key for g in groups for key in self.group(g).group_only()]
+        doomed += [key for key in self.all_static() if key not in last]
+        return doomed + list(last)
+
     def group(self, group: str, dead_letters: QueueKeys | None = None) -> GroupKeys:
         """Keys of ``group``; ``dead_letters`` names another queue to receive
         its dead letters (default: this queue's own dead-letter queue)."""

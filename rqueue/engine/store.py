@@ -173,11 +173,8 @@ def delete_queue(r: RedisClient, keys: QueueKeys, prefix: str, name: str) -> int
 
     def delete() -> int:
         doomed: list[str] = []
-        for level in _levels(r, keys):
-            groups = [text(g) for g in r.hkeys(level.floors)]
-            doomed += level.all_static()
-            for g in groups:
-                doomed += level.group(g).group_only()
+        for level in reversed(_levels(r, keys)):  # the deepest dead-letter level first
+            doomed += level.deletion_order([text(g) for g in r.hkeys(level.floors)])
         deleted = 0
         for start in range(0, len(doomed), DELETE_BATCH):
             deleted += r.delete(*doomed[start : start + DELETE_BATCH])
