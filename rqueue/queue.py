@@ -57,6 +57,12 @@ CLUSTER_DEAD_LETTER = (
     "on Redis Cluster dead letters go to the queue's own dead-letter queue (dead_letter='dlq', "
     "which shares its slot) or are dropped ('none'); a named queue lives in another slot"
 )
+# A queue that is its own dead-letter queue would hand each dead letter out
+# again as a new message to every group, without end.
+SELF_DEAD_LETTER = (
+    "names the queue itself: each dead letter would be a new message of it, handed out again to every group "
+    "(max_deliveries would never end a message); name another queue, 'dlq' or 'none'"
+)
 # Dead letters of a partition stay with that partition (replay returns them there).
 PARTITION_DEAD_LETTER = (
     "a partitioned queue keeps each partition's dead letters in that partition's own dead-letter queue "
@@ -115,6 +121,8 @@ class Queue:
             raise InvalidSetting("dead_letter", target, CLUSTER_DEAD_LETTER)
         if self.partition is not None:
             raise InvalidSetting("dead_letter", target, PARTITION_DEAD_LETTER)
+        if target == self.name:
+            raise InvalidSetting("dead_letter", target, SELF_DEAD_LETTER)
         return self.keys.group(group, Queue(self.client, target).keys).as_list()
 
     def group_call(self, group: str, settings: Settings | None = None, consumer: str = "") -> commands.GroupCall:

@@ -26,7 +26,7 @@ from ..events import EventKind
 from ..names import check_message_id, check_name, check_queue_name
 from ..placement import Layout
 from ..publishing import prepare
-from ..queue import CLUSTER_DEAD_LETTER, PARTITION_DEAD_LETTER
+from ..queue import CLUSTER_DEAD_LETTER, PARTITION_DEAD_LETTER, SELF_DEAD_LETTER
 from ..results import DeadLetter, GroupReset, Message, MessageStatus, PublishResult, QueueStats, ReplayResult, Trimmed
 from ..retention import Position, position_args
 from ..settings import DEAD_LETTER_MODES, Settings
@@ -131,6 +131,8 @@ class Queue:
             raise InvalidSetting("dead_letter", target, CLUSTER_DEAD_LETTER)
         if self.partition is not None:
             raise InvalidSetting("dead_letter", target, PARTITION_DEAD_LETTER)
+        if target == self.name:
+            raise InvalidSetting("dead_letter", target, SELF_DEAD_LETTER)
         return self.keys.group(group, Queue(self.client, target).keys).as_list()
 
     def group_call(self, group: str, settings: Settings | None = None, consumer: str = "") -> acmd.AsyncGroupCall:
