@@ -25,7 +25,7 @@ def parse_position(text: str) -> Position:
         return text
     if kind == "seq" and rest:
         text = rest
-    if text.isdigit():
+    if text.isascii() and text.isdigit() and len(text) <= 40:  # str.isdigit also takes "²", which int() refuses
         return int(text)
     if kind == "time" and rest:
         text = rest

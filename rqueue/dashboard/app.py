@@ -57,7 +57,7 @@ def route(dash: Dashboard, handler: Handler) -> Callable[[Request], Awaitable[Re
     async def endpoint(request: Request) -> Response:
         try:
             return await handler(dash, request)
-        except NotFound as exc:
+        except (NotFound, rqueue.NotMember) as exc:  # NotMember: a group that does not exist (pause, resume)
             return dash.render(request, "error.html", 404, title="Not found", message=str(exc))
         except rqueue.InvalidInput as exc:
             return dash.render(request, "error.html", 400, title="Bad request", message=str(exc))
