@@ -10,6 +10,7 @@ import pytest
 import redis
 
 import rqueue
+from rqueue import doctor
 from rqueue.engine import store
 
 
@@ -53,3 +54,66 @@ def test_a_queue_delete_cut_off_between_its_dels_can_be_run_again_to_the_end(cli
     c = again.consumer("g5", name="b")
     again.publish_many([f"n{i}".encode() for i in range(6)])
     assert sorted(d.data for d in c.fetch(20)) == sorted(f"n{i}".encode() for i in range(6))
+
+
+def test_a_deleted_group_registry_is_reported_not_a_group_made_again_over_its_state(client, queue):
+    # given a group that acked 1, 2 (its floor) and 4 (above it) and holds 3,
+    # beside another group that keeps the records stored
+    queue.consumer("other").close()
+    a = queue.consumer("g", name="a")
+    queue.publish_many([b"1", b"2", b"3", b"4", b"5"])
+    d1, d2, d3, d4 = a.fetch(4)
+    a.ack([d1, d2, d4])
+    # when the queue's floors hash (the group registry) is deleted and a
+    # second consumer joins and fetches
+    client.redis.delete(queue.keys.floors)
+    b = queue.consumer("g", name="b")
+    try:
+        handed = [(d.seq, d.delivery_count) for d in b.fetch(10)]
+    except rqueue.CorruptRecord as exc:
+        assert queue.keys.floors in str(exc)
+        return
+    # then nothing acked is handed out again, nor 3 while a holds it
+    assert handed == [(5, 1)]
+
+
+def test_a_deleted_priority_log_does_not_hand_out_an_acked_priority_message_again(client, queue):
+    # given a priority message handed out ahead of plain ones and acked
+    # while the cursor is still below it (another group keeps the records)
+    queue.consumer("other").close()
+    a = queue.consumer("g", name="a")
+    queue.publish_many([b"p0", b"p1", b"p2"])
+    urgent = queue.publish(b"urgent", priority=5).seq
+    first = a.fetch(2)
+    assert [d.seq for d in first] == [urgent, 1]
+    first[0].ack()
+    # when the queue's priority log is deleted and the group fetches on
+    client.redis.delete(queue.keys.prio)
+    try:
+        handed = [d.seq for d in a.fetch(10)]
+    except rqueue.CorruptRecord as exc:
+        assert queue.keys.prio in str(exc)
+        return
+    # then the acked message is not handed out again
+    assert urgent not in handed
+
+
+def test_a_deleted_key_flight_entry_is_reported_not_a_key_stranded_silently(client, queue):
+    # given keyed messages of one key, the first handed out, the rest waiting
+    client.configure("orders", key_concurrency=1)
+    a = queue.consumer("g", name="a")
+    for i in range(3):
+        queue.publish(f"k{i}".encode(), key="K")
+    [first] = a.fetch(10)
+    # when the group's kflight hash is deleted and the first is acked
+    client.redis.delete(queue.keys.group("g").key_flight)
+    try:
+        first.ack()
+        handed = [d.data for d in a.fetch(10)]
+    except rqueue.CorruptRecord as exc:
+        assert queue.keys.group("g").key_flight in str(exc)
+        return
+    # then the next message of the key is handed out (or the damage is
+    # named above): not a key left with nothing to hand it out, found only
+    # by `rqueue doctor` (key-stranded)
+    assert handed == [b"k1"], [f.kind for f in doctor.examine(queue)]
