@@ -706,6 +706,20 @@ if got < room and not pickCut then
             prioritized[fields[i]] = true
           end
         end
+        -- And so is a seq in a run the group settled above its cursor:
+        -- only the priority set hands out above the cursor, so it was
+        -- handed out from there and settled (its delivery state is gone).
+        local top = cursor + #fields
+        local runs = rcall('ZRANGEBYSCORE', ackedKey, fields[1], '+inf', 'WITHSCORES', 'LIMIT', '0', #fields)
+        for r = 1, #runs, 2 do
+          local first = runs[r] + 0
+          if first > top then
+            break
+          end
+          for s = math.max(first, cursor + 1), math.min(runs[r + 1] + 0, top) do
+            prioritized[string.format('%d', s)] = true
+          end
+        end
       end
       local read = {}
       for _, field in ipairs(fields) do
