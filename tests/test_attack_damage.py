@@ -67,8 +67,8 @@ def test_a_deleted_group_registry_is_reported_not_a_group_made_again_over_its_st
     # when the queue's floors hash (the group registry) is deleted and a
     # second consumer joins and fetches
     client.redis.delete(queue.keys.floors)
-    b = queue.consumer("g", name="b")
     try:
+        b = queue.consumer("g", name="b")
         handed = [(d.seq, d.delivery_count) for d in b.fetch(10)]
     except rqueue.CorruptRecord as exc:
         assert queue.keys.floors in str(exc)

@@ -49,6 +49,17 @@ if not inc and string.find(ARGV[9] or '', '^%l[%l%d]*$') and #ARGV[9] <= 32 then
 end
 local created = 0
 if rcall('HEXISTS', floorsKey, groupName) == 0 then
+  -- The registry (the floors hash) does not name the group, but its hash
+  -- is there: the floors hash, or its field, was deleted. Making the group
+  -- again over that state would hand out again what it settled, and what
+  -- its consumers hold. Nothing but damage leaves the hash alone: a group
+  -- delete and a queue delete take it with the floor.
+  if rcall('EXISTS', groupKey) == 1 then
+    return redis.error_reply('RQ_CORRUPT ' .. floorsKey .. ' has no field ' .. groupName .. ' (the group\'s ack '
+      .. 'floor and its entry in the registry of groups), while ' .. groupKey .. ' holds the state of that group: '
+      .. 'made again, it would hand out again what the group settled. Set the field back to the group\'s floor '
+      .. '(HSET), or delete the group\'s keys to start it afresh')
+  end
   local start = rcall('HGET', metaKey, 'trimmed') or '0'
   rcall('HSET', floorsKey, groupName, start)
   newGeneration() -- first field of the hash (includes/group_generation.lua)
