@@ -117,3 +117,4 @@ def test_a_deleted_key_flight_entry_is_reported_not_a_key_stranded_silently(clie
     # named above): not a key left with nothing to hand it out, found only
     # by `rqueue doctor` (key-stranded)
     assert handed == [b"k1"], [f.kind for f in doctor.examine(queue)]
+    assert any(e["event"] == "corrupt" and queue.keys.group("g").key_flight in e["reason"] for e in queue.events())

@@ -341,7 +341,7 @@ def test_fetch_makes_its_failure_paths_only_where_they_are_taken():
     # none of the helpers of a failure is built by the plain fetch's top level
     for helper in ("deadLetter", "retryOrDeadLetter", "parseDelivery", "splitRecord"):
         assert not re.search(rf"^local function {helper}\(", text, re.MULTILINE), helper
-    assert text.count("if parseDelivery == nil then") == 6
+    assert text.count("if parseDelivery == nil then") == 7
 
 
 def test_publish_reply_is_seq_and_duplicate_flag(raw):

@@ -93,6 +93,19 @@ do
           rcall('ZREM', keyBusyKey, key)
           if window then
             rcall('HDEL', keyFlightKey, '~' .. key)
+          elseif was == 0 then
+            -- Busy with neither deliveries nor a rate window: its kflight
+            -- field was deleted. Its waiting messages would wait for a
+            -- new one of the key to bring it back: it goes back in line
+            -- now, and the damage is an event.
+            local waiting = rcall('ZRANGE', keyQueueKey, '[' .. key .. ' ', '(' .. key .. '!', 'BYLEX', 'LIMIT', '0', '1')
+            if #waiting > 0 then
+              rcall('ZADD', keyReadyKey, 'NX', turn, key)
+              turn = turn + 1
+              --@make failurePaths
+              recordEvent('corrupt', '', 'ordering key ' .. key .. ' was busy without deliveries in ' .. keyFlightKey
+                .. ' (its field deleted): put back in line (' .. keyReadyKey .. ')')
+            end
           end
         end
       else
