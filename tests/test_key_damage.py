@@ -1,25 +1,24 @@
-"""Faults found by attack (a helper's, 2026-11-27): single keys of a queue
-deleted, and a queue delete cut off between its DEL calls. Each test is a
-given/when/then against a real private server; the promise they hold the
-code to is guarantee 15 (a missing key a script meets is reported, never
+"""Single keys of a queue deleted, and a queue delete cut off between its
+DEL calls: guarantee 15 (a missing key a script meets is reported, never
 passed over) and guarantee 3 (no handler for a message its group acked)."""
 
 from __future__ import annotations
 
 import pytest
 import redis
+from support.servers import SINGLE_SERVERS
 
 import rqueue
 from rqueue import doctor
 from rqueue.engine import store
 
 
+# The cut is made on the single-server client's DEL.
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)
 @pytest.mark.parametrize("dels", [1, 2, 3])
 def test_a_queue_delete_cut_off_between_its_dels_can_be_run_again_to_the_end(client, queue, monkeypatch, dels):
     # given a queue with more keys than one DEL takes: groups with acked
     # runs, a delayed nack and deliveries returned to ready
-    if client.cluster:
-        pytest.skip("the cut is made on the single-server client")
     monkeypatch.setattr(store, "DELETE_BATCH", 10)
     groups = [f"g{i}" for i in range(6)]
     for g in groups:

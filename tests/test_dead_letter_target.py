@@ -1,5 +1,5 @@
-"""Bad input found by attack (a helper's, 2026-11-27): each is refused with
-an error naming it, and changes nothing."""
+"""A dead-letter target that would loop: refused with an error naming it,
+and nothing changed."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The dashboard's write actions and the CLI's positions with bad input
-found by attack (a helper's, 2026-11-27): each is refused with a page (or
-an error) naming it, never a 500 or a traceback, and changes nothing."""
+"""The dashboard's write actions and the CLI's positions with bad input:
+each is refused with a page (or an error) naming it, never a 500 or a
+traceback, and changes nothing."""
 
 from __future__ import annotations
 
