@@ -872,6 +872,82 @@ def test_after_a_loss_of_redis_state_only_deliveries_from_before_it_are_dropped(
     client.close()
 
 
+def test_begin_starts_a_fresh_delivery_and_leaves_a_stale_one_taken_but_not_running():
+    # given a ledger with two deliveries waiting, one fetched 1 s ago and one 10 s ago
+    from rqueue.worker.ledger import Ledger
+    from rqueue.worker.outcome import Outcome
+
+    client = rqueue.connect("memory://ledger-begin", prefix="lb")
+    q = client.queue("orders")
+    q.publish_many([b"fresh", b"stale", b"gone"])
+    fresh, stale, gone = q.consumer("g").fetch(3)
+    ledger = Ledger()
+    ledger.fetched([fresh, stale, gone])
+    ledger.wait([fresh], 99.0)
+    ledger.wait([stale], 90.0)
+    stopping = threading.Event()
+    # when handler threads begin them at 100 s with a stale age of 5 s
+    began_fresh = ledger.begin(fresh, stopping, 100.0, 5.0)
+    began_stale = ledger.begin(stale, stopping, 100.0, 5.0)
+    # then the fresh one runs since 100 s, in the same step
+    assert began_fresh is None
+    running, waiting = ledger.leases(100.0, 60.0)
+    assert running == [fresh] and waiting == []
+    # and the stale one is taken (its fetch's time returned for a check with
+    # Redis) but runs only once the caller starts it
+    assert began_stale == 90.0
+    assert not ledger.stop(stale.tag)
+    # and one no longer waiting is skipped; with the worker stopping, one is returned
+    assert ledger.begin(gone, stopping, 100.0, 5.0) is Outcome.SKIPPED
+    ledger.wait([gone], 99.0)
+    stopping.set()
+    assert ledger.begin(gone, stopping, 100.0, 5.0) is Outcome.RETURNED
+    client.close()
+
+
+def test_a_delivery_from_before_a_loss_of_redis_state_is_not_run_nor_left_running(caplog):
+    # given a handler thread's turn at a delivery made before a loss of Redis
+    # state its consumer has seen since (its epoch is older than the consumer's)
+    from rqueue.worker.handlers import Handlers
+    from rqueue.worker.ledger import Ledger
+    from rqueue.worker.outcome import Outcome
+
+    client = rqueue.connect("memory://handle-epoch", prefix="he")
+    q = client.queue("orders")
+    q.publish(b"old")
+    consumer = q.consumer("g")
+    (d,) = consumer.fetch(1)
+    d.epoch = consumer.state_epoch - 1
+    ledger = Ledger()
+    ledger.fetched([d])
+    ledger.wait([d], client.clock.monotonic())
+    ran = []
+    stats = WorkerStats()
+    tally = Tally(stats)
+    handlers = Handlers(
+        ran.append,
+        1,
+        consumer=consumer,
+        ledger=ledger,
+        tally=tally,
+        retry=Reconnector(1.0, tally),
+        clock=client.clock,
+        notifier=types.SimpleNamespace(poke=lambda: None),
+        stopping=threading.Event(),
+        ack_wait=lambda: 30.0,
+        heartbeat_timeout=5.0,
+    )
+    # when the thread handles it
+    with caplog.at_level(logging.INFO, logger="rqueue.worker"):
+        done = handlers._handle(d)
+    # then it is skipped, unrun, and says why; and the heartbeat no longer keeps it alive
+    assert done == (Outcome.SKIPPED, "")
+    assert ran == [] and stats.stale_skipped == 1
+    assert f"not running {d.tag}: fetched before Redis lost the queue's state" in caplog.messages
+    assert ledger.leases(client.clock.monotonic(), 60.0) == ([], [])
+    client.close()
+
+
 def test_a_waiting_delivery_withdrawn_by_a_heartbeat_is_logged_as_not_run(caplog):
     # given a ledger with two deliveries waiting, one of them already taken by a handler thread
     from rqueue.worker.ledger import Ledger

@@ -30,12 +30,13 @@ from ..constants import (
     DEFAULT_MAX_RUN_TIME,
     DEFAULT_RECONNECT_TIMEOUT,
     IDLE_POLL_INTERVAL,
+    STALE_DISPATCH_FRACTION,
 )
 from ..errors import AlreadyAcked, DeliveryError, NotMember, OutOfMemory, Reject, RQueueError, TimeLimitExceeded
 from ..names import check_name
 from ..settings import Settings
 from ..timelimits import Cancellation, time_limit_for
-from ..tracing import dead_lettered, processing
+from ..tracing import dead_lettered, processing, tracer
 from ..worker.batch import BatchHandler, default_prefetch, failed_batch, outcomes_of
 from ..worker.dispatcher import redis_wait
 from ..worker.handlers import LeaseCheck, batch_check, batch_limit, held_of, skipped
@@ -451,34 +452,49 @@ class Worker:
                 self._notifier.poke()
 
     async def _handle(self, d: Delivery) -> tuple[Outcome, Detail]:
-        taken = self._ledger.take(d.tag, self._stopping)
+        ledger = self._ledger
+        # As rqueue.worker.handlers: one clock reading, before the take; a
+        # delivery that waited less than the stale age starts at it, taken
+        # and started in one step, with no check to await.
+        started = self._clock.monotonic()
+        ack_wait = self._ack_wait()
+        stale_age = min(ack_wait, self.heartbeat_timeout) * STALE_DISPATCH_FRACTION
+        taken = ledger.begin(d, self._stopping, started, stale_age)
         if taken is Outcome.RETURNED:
             return Outcome.RETURNED, ""
         if isinstance(taken, Outcome) or d.epoch != d.consumer.state_epoch:
             # Its lease was lost while it waited (logged by the ledger), or it
             # was made before Redis lost the queue's state: never run.
             if not isinstance(taken, Outcome):
+                if taken is None:
+                    ledger.stop(d.tag)
                 log.info("not running %s: fetched before Redis lost the queue's state", d.tag)
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
-        check = LeaseCheck(d.tag, taken, self._clock.monotonic(), self._ack_wait(), self.heartbeat_timeout)
-        if not await self._lease_holds(d, check):
-            self._tally.count(stale_skipped=1)
-            return Outcome.SKIPPED, ""
-        started = check.now
-        self._ledger.start(d, started)
+        if taken is not None:
+            check = LeaseCheck(d.tag, taken, started, ack_wait, self.heartbeat_timeout)
+            if not await self._lease_holds(d, check):
+                self._tally.count(stale_skipped=1)
+                return Outcome.SKIPPED, ""
+            started = check.now
+            ledger.start(d, started)
         self._tally.handled()
-        limit = time_limit_for(d.headers, self.time_limit)
+        headers = d.headers
+        limit = time_limit_for(headers, self.time_limit) if headers else self.time_limit
         try:
-            with processing(self.queue.name, self.group, d):
-                if limit is None:
-                    value = await self._call(d, cancel_mod.for_limit(None))
-                else:
-                    finished, value = await self._call_within(d, limit)
-                    if not finished:
-                        self._tally.count(timed_out=1)
-                        return Outcome.TIMEOUT, str(TimeLimitExceeded(limit))
-            return Outcome.ACK, ack_detail(value, self._consumer_settings())
+            if limit is None and tracer() is None:  # no span: nothing to enter around the handler
+                value = await self._call(d, cancel_mod.for_limit(None))
+            else:
+                with processing(self.queue.name, self.group, d):
+                    if limit is None:
+                        value = await self._call(d, cancel_mod.for_limit(None))
+                    else:
+                        finished, value = await self._call_within(d, limit)
+                        if not finished:
+                            self._tally.count(timed_out=1)
+                            return Outcome.TIMEOUT, str(TimeLimitExceeded(limit))
+            settings = self._consumer_settings()
+            return Outcome.ACK, ack_detail(value, settings) if settings.results else ""
         except Reject as exc:
             return Outcome.REJECT, exc.reason
         except Exception as exc:

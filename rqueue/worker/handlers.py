@@ -16,7 +16,7 @@ from .. import timelimits as cancel_mod
 from ..constants import STALE_DISPATCH_FRACTION
 from ..errors import CorruptRecord, DeliveryError, Reject, RQueueError, TimeLimitExceeded
 from ..timelimits import Cancellation, time_limit_for
-from ..tracing import processing
+from ..tracing import processing, tracer
 from .batch import BatchHandler, failed_batch, outcomes_of
 from .ledger import Ledger
 from .limits import Run, TimeLimits
@@ -298,7 +298,16 @@ class Handlers:
         threading.Thread(target=self._work, name="rqueue-handler", daemon=True).start()
 
     def _handle(self, d: Delivery) -> tuple[Outcome, Detail] | None:
-        taken = self._ledger.take(d.tag, self._stopping)
+        ledger = self._ledger
+        consumer = self._consumer
+        # One clock reading per message, before the take: a delivery that
+        # waited less than the stale age starts at it, taken and started
+        # under one lock (with a quick handler this bookkeeping is most of a
+        # handler thread's work).
+        started = self._clock.monotonic()
+        ack_wait = self._ack_wait()
+        stale_age = min(ack_wait, self._heartbeat_timeout) * STALE_DISPATCH_FRACTION
+        taken = ledger.begin(d, self._stopping, started, stale_age)
         if taken is Outcome.RETURNED:
             # Not started before the stop: the graceful leave hands it back
             # at once rather than running it in the grace period.
@@ -307,34 +316,38 @@ class Handlers:
             # Its lease was lost while it waited (the heartbeat withdrew it).
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
-        if d.epoch != self._consumer.epoch_for(d):
+        if d.epoch != consumer.epoch_for(d):
             # Made before Redis lost the queue's state: never run.
+            if taken is None:
+                ledger.stop(d.tag)
             log.info("not running %s: fetched before Redis lost the queue's state", d.tag)
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
-        # One clock reading per message: with a quick handler this
-        # bookkeeping is most of a handler thread's work.
-        started = self._clock.monotonic()
-        ack_wait = self._ack_wait()
-        if started - taken >= min(ack_wait, self._heartbeat_timeout) * STALE_DISPATCH_FRACTION:
+        if taken is not None:
+            # It waited past the stale age: Redis is asked first.
             check = LeaseCheck(d.tag, taken, started, ack_wait, self._heartbeat_timeout)
             if not self._lease_holds(d, check):
                 self._tally.count(stale_skipped=1)
                 return Outcome.SKIPPED, ""
             started = check.now
-        limit = time_limit_for(d.headers, self._time_limit)
+            ledger.start(d, started)
+        headers = d.headers
+        limit = time_limit_for(headers, self._time_limit) if headers else self._time_limit
         cancellation = cancel_mod.for_limit(limit)
         run = None
-        self._ledger.start(d, started)
         if limit is not None:
             run = Run([d], limit, cancellation)
             self._limits.watch(run, started)
         self._tally.handled()
         done: tuple[Outcome, Detail]
         try:
-            with processing(self._consumer.queue.name, self._consumer.group, d):
+            if tracer() is None:  # no span: nothing to enter around the handler
                 value = self._call(d, cancellation, run)
-            done = Outcome.ACK, ack_detail(value, self._consumer.last_settings)
+            else:
+                with processing(consumer.queue.name, consumer.group, d):
+                    value = self._call(d, cancellation, run)
+            settings = consumer.last_settings
+            done = Outcome.ACK, ack_detail(value, settings) if settings.results else ""
         except Reject as exc:
             done = Outcome.REJECT, exc.reason
         except Exception as exc:
@@ -351,7 +364,7 @@ class Handlers:
             if run is not None:
                 run.left_handler()
             # False when the time limit took it first: already nacked.
-            mine = self._ledger.stop(d.tag)
+            mine = ledger.stop(d.tag)
             metrics = self._tally.metrics
             if metrics is not None:
                 metrics.handler_seconds.observe(self._clock.monotonic() - started)

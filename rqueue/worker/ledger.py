@@ -128,6 +128,25 @@ class Ledger:
             waited = self._waiting.pop(tag, None)
         return Outcome.SKIPPED if waited is None else waited[1]
 
+    def begin(self, d: Delivery, stopping: threading.Event, now: float, stale_age: float) -> float | Outcome | None:
+        """:meth:`take` and :meth:`start` in one step, for a delivery whose
+        fetch was sent less than ``stale_age`` before ``now``: None when it
+        runs since ``now``. Otherwise as :meth:`take`: RETURNED, SKIPPED,
+        or (taken, not started) when its fetch was sent, for the caller to
+        check its lease with Redis before it starts it."""
+        tag = d.tag
+        with self._lock:
+            if stopping.is_set():
+                return Outcome.RETURNED
+            waited = self._waiting.pop(tag, None)
+            if waited is None:
+                return Outcome.SKIPPED
+            sent = waited[1]
+            if now - sent >= stale_age:
+                return sent
+            self._running[tag] = (d, now)
+        return None
+
     def take_batch(self, tags: list[str], stopping: threading.Event) -> list[float | None] | None:
         """:meth:`take` for a batch under one lock: for each tag when its
         fetch was sent, or None when it is no longer waiting; None for all
