@@ -298,11 +298,13 @@ class ConsumerCore:
         self, tags: Sequence[commands.Tag], lost: list[RQueueError | None], reply: commands.FetchReply
     ) -> list[RQueueError | None]:
         """Per ack ref of an ack_and_fetch, its LostDelivery or its status."""
-        statuses: list[RQueueError | None] = []
         held = self._held
-        for (tag, *_), status in zip(tags, reply.ack_statuses, strict=True):
-            held.pop(tag, None)
-            statuses.append(None if status == "ok" else delivery_error(status, tag))
+        for t in tags:
+            held.pop(t[0], None)
+        statuses = [
+            None if status == "ok" else delivery_error(status, t[0])
+            for t, status in zip(tags, reply.ack_statuses, strict=True)
+        ]
         return merged(lost, statuses)
 
     def _judge_wait(self, woken: commands.WokenFetch, since: str, block_ms: int, deliveries: list[Delivery]) -> bool:
@@ -421,7 +423,15 @@ class ConsumerCore:
         sent) or None (sent)."""
         tags: list[commands.Tag] = []
         lost: list[RQueueError | None] = []
+        epoch = self._watch.epoch
+        cls = self.delivery_class
         for ref in refs:
+            if type(ref) is cls and ref.consumer is self and ref.epoch == epoch:  # type: ignore[comparison-overlap]
+                # :meth:`_tag_of` of a delivery this consumer made since its
+                # last loss, inline: a worker acks every message so.
+                tags.append((ref.tag, ref.seq, ref.delivery_count, ref.token))
+                lost.append(None)
+                continue
             try:
                 tags.append(self._tag_of(ref))
                 lost.append(None)

@@ -361,6 +361,9 @@ class Worker:
         log.info("handed back %d deliveries that had not started", result.handed_back)
 
     def _record_acks(self, statuses: list[RQueueError | None]) -> None:
+        if statuses.count(None) == len(statuses):  # every ack applied: the common round
+            self._tally.count(acked=len(statuses), late_settles=0)
+            return
         resync = self._retry.resync
         ok = sum(1 for s in statuses if s is None or (resync and isinstance(s, AlreadyAcked)))
         for err in statuses:

@@ -216,6 +216,9 @@ class Dispatcher:
     def _record_acks(self, statuses: list[RQueueError | None]) -> None:
         # After a retry, AlreadyAcked usually means the first attempt was
         # applied and only its reply was lost.
+        if statuses.count(None) == len(statuses):  # every ack applied: the common round
+            self._tally.count(acked=len(statuses), late_settles=0)
+            return
         resync = self._retry.resync
         ok = sum(1 for s in statuses if s is None or (resync and isinstance(s, AlreadyAcked)))
         for err in statuses:
