@@ -264,13 +264,14 @@ def test_in_process_handlers_are_killed_at_their_limit(live, tmp_path):
     q.publish(b"hang", headers={"pid-file": str(pid_file)})
     q.publish_many([b"quick", b"fail", b"reject", b"print"])
     handler = InProcess("process_handlers:work")
-    w = rqueue.Worker(q, "g", handler, concurrency=1, time_limit=1.0)
+    # (3 s: a child started on a loaded machine writes its pid file well within it)
+    w = rqueue.Worker(q, "g", handler, concurrency=1, time_limit=3.0)
     w.start()
     try:
         wait_for(floor_reaches(q, "g", 5), timeout=20)
         # then the blocked one was nacked for its limit and its process killed
         assert q.result(1, timeout=5).failure == rqueue.Failure(
-            "max-deliveries", "timeout: the handler ran past its time limit of 1 s"
+            "max-deliveries", "timeout: the handler ran past its time limit of 3 s"
         )
         pid = int(pid_file.read_text())
         wait_for(lambda: not alive(pid), timeout=5)
