@@ -39,7 +39,8 @@ from ..timelimits import Cancellation, time_limit_for
 from ..tracing import dead_lettered, processing, tracer
 from ..worker.batch import BatchHandler, default_prefetch, failed_batch, outcomes_of
 from ..worker.dispatcher import redis_wait
-from ..worker.handlers import LeaseCheck, batch_check, batch_limit, held_of, skipped
+from ..worker.handlers import batch_limit, skipped
+from ..worker.lease_check import LeaseCheck, batch_check, held_of
 from ..worker.ledger import Ledger
 from ..worker.metrics import WorkerMetrics
 from ..worker.options import check_options
