@@ -43,6 +43,13 @@ from .errors import InvalidInput, InvalidSetting, show
 MAX_PAYLOAD_LIMIT = 500 * 1024 * 1024
 
 
+def is_whole_number_text(raw: str) -> bool:
+    """Whether ``raw`` is a whole number int() reads: ASCII digits only
+    (str.isdigit also takes "²", which int() refuses), and not so many that
+    int() refuses them (over 4,300)."""
+    return raw.isascii() and raw.isdigit() and len(raw) <= 40
+
+
 def whole_number(what: str, value: object, low: int, high: int | None = None) -> int:
     """``value`` when it is an int from ``low`` to ``high`` (no upper bound
     when None)."""

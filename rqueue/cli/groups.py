@@ -11,6 +11,7 @@ import click
 import rqueue
 from rqueue.cli.common import connection, emit_json, existing
 from rqueue.retention import Position
+from rqueue.validate import is_whole_number_text
 
 POSITION_HELP = (
     "first (the oldest message stored), last (only new messages), a seq N (or seq:N: from seq N on) "
@@ -25,7 +26,7 @@ def parse_position(text: str) -> Position:
         return text
     if kind == "seq" and rest:
         text = rest
-    if text.isascii() and text.isdigit() and len(text) <= 40:  # str.isdigit also takes "²", which int() refuses
+    if is_whole_number_text(text):
         return int(text)
     if kind == "time" and rest:
         text = rest

@@ -16,9 +16,10 @@ from starlette.responses import Response
 
 import rqueue
 from rqueue.protocols import AnyQueue
+from rqueue.validate import is_whole_number_text
 
 from .core import Dashboard, blocking
-from .pages import DEAD_LETTERS_MAX, digits, list_dead_letters, part_of, queue_figures, read_dead_letter, selection
+from .pages import DEAD_LETTERS_MAX, list_dead_letters, part_of, queue_figures, read_dead_letter, selection
 from .security import CSRF_FIELD, check_csrf
 
 log = logging.getLogger("rqueue.dashboard")
@@ -36,9 +37,9 @@ class Pick:
     def parse(cls, raw: str) -> Pick:
         """``"<dlq seq>"`` or ``"<partition>:<dlq seq>"``."""
         head, sep, tail = raw.partition(":")
-        if sep and digits(head) and digits(tail) and int(tail) > 0:
+        if sep and is_whole_number_text(head) and is_whole_number_text(tail) and int(tail) > 0:
             return cls(int(head), int(tail))
-        if not sep and digits(head) and int(head) > 0:
+        if not sep and is_whole_number_text(head) and int(head) > 0:
             return cls(None, int(head))
         raise rqueue.InvalidInput(f"chosen dead letter {raw[:40]!r} is not <dlq seq> or <partition>:<dlq seq>")
 
@@ -180,7 +181,7 @@ async def purge(dash: Dashboard, request: Request) -> Response:
     # A purge by the filter also needs the time of the newest dead letter shown.
     expect, upto = str(form.get("expect", "")), str(form.get("upto", "0" if ask.picks else ""))
     for field, value in (("expect", expect), ("upto", upto)):
-        if not digits(value):
+        if not is_whole_number_text(value):
             raise rqueue.InvalidInput(
                 f"the confirmation's {field} is {value[:40]!r}, not a whole number: go back and purge again"
             )

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 import rqueue
 from rqueue.events import EventKind
 from rqueue.protocols import AnyQueue
+from rqueue.validate import is_whole_number_text
 
 from .core import Dashboard, blocking
 from .payload import view
@@ -28,20 +29,13 @@ EVENT_KINDS = ("dead-lettered", "dropped", "replayed", "purged", "state-lost", *
 REFRESH_MS_PER_QUEUE = 5  # a long overview refreshes less often: 1,000 queues every 5 s
 
 
-def digits(raw: str) -> bool:
-    """Whether ``raw`` is a whole number int() reads: ASCII digits only
-    (str.isdigit also takes "²", which int() refuses), and not so many that
-    int() refuses them (over 4,300)."""
-    return raw.isascii() and raw.isdigit() and len(raw) <= 40
-
-
 def whole(name: str, raw: str, low: int, high: int | None = None) -> int | None:
     """An optional whole number typed into a form or a query ("" is None);
     InvalidInput naming it when it is not one, or out of range."""
     raw = raw.strip()
     if not raw:
         return None
-    if not digits(raw) or int(raw) < low or (high is not None and int(raw) > high):
+    if not is_whole_number_text(raw) or int(raw) < low or (high is not None and int(raw) > high):
         bound = f" from {low} to {high}" if high is not None else f" of at least {low}"
         raise rqueue.InvalidInput(f"{name} {raw[:40]!r} must be a whole number{bound}")
     return int(raw)
