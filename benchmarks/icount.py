@@ -11,6 +11,8 @@ usage: .venv/bin/python benchmarks/icount.py SCENARIO [N]
   scenarios: publish1 publish100 fetch1 ack1 fetch100 ack100 fetch100ack
              fetch100ack-prio fetch100ack-prioseen fetch100ack-hold
              fetch100ack-rate (fetch100ack with a flow-control feature on),
+             fetch100ack-prio10 (every 10th message with a priority),
+             publish100-prio (priorities 1-9 in turn),
              fetch100ack-keys100k (every message with its own ordering
              key, 100,000 keys waiting behind them), fetch100ack-fewkeys
              (4 ordering keys, key_concurrency 100),
@@ -24,7 +26,10 @@ usage: .venv/bin/python benchmarks/icount.py SCENARIO [N]
              floorpublish1 floorfetchack1 (the bench's floor probes: the
              least a scripted publish, and a scripted claim + ack, do),
              xadd1 xrg1 xrg100 (redis-py Streams, for comparison)
-  To compare two trees, run it with PYTHONPATH=<other checkout>.
+  To compare two trees, run it with PYTHONPATH=<other checkout>; the
+  stream log with RQUEUE_EXPERIMENTAL_LAYOUT=stream. Also printed: the
+  Redis commands the counted calls ran (scripts' included), per 100
+  messages, from INFO commandstats.
 Needs valgrind and redis-server on PATH. Takes 10-30 s per scenario.
 """
 
@@ -92,6 +97,8 @@ def main() -> int:
     )
 
     def ctl(flag: str) -> None:
+        if flag == "-z":
+            r.config_resetstat()  # before the zero: not counted
         subprocess.run(
             ["callgrind_control", flag, str(server.pid)],
             stdout=subprocess.DEVNULL,
@@ -136,10 +143,11 @@ def main() -> int:
                 ctl("-z")
                 for _ in range(k):
                     queue.publish(PAYLOAD)
-            elif scenario == "publish100":
+            elif scenario in ("publish100", "publish100-prio"):
+                prios = [1 + i % 9 for i in range(100)] if scenario == "publish100-prio" else None
                 ctl("-z")
                 for _ in range(k // 100):
-                    queue.publish_many([PAYLOAD] * 100)
+                    queue.publish_many([PAYLOAD] * 100, priority=prios)
             elif scenario == "fetch1":
                 queue.publish_many([PAYLOAD] * k)
                 ctl("-z")
@@ -205,6 +213,8 @@ def main() -> int:
                     queue.resume()  # what the last run held goes, uncounted
                     queue.purge()
                 prios = [1 + i % 9 for i in range(k)] if feature == "prio" else None
+                if feature == "prio10":
+                    prios = [5 if i % 10 == 9 else 0 for i in range(k)]
                 keys = None
                 if feature == "keys100k":
                     if runs[0] == 1:
@@ -267,6 +277,7 @@ def main() -> int:
 
         run(WARMUP)
         run(n)
+        stats = r.info("commandstats")
         ctl("-d")
         time.sleep(0.5)
         dumps = sorted(glob.glob(out + "*"), key=os.path.getmtime)
@@ -279,6 +290,8 @@ def main() -> int:
         if total is None:
             raise SystemExit(f"no totals in {dumps[-1]}")
         print(f"{scenario}: {total / n:,.0f} Redis instructions per message (N={n}, rqueue from {rqueue.__file__})")
+        calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.items() if k != "cmdstat_config"}
+        print("  commands per 100 messages: " + ", ".join(f"{k} {c * 100 / n:g}" for k, c in sorted(calls.items())))
         return 0
     finally:
         server.terminate()
