@@ -254,6 +254,22 @@ def test_configure_messages(url):
     assert "None" not in bad.stderr
 
 
+@pytest.mark.parametrize("option", ["--wait-in-redis", "--results"])
+def test_a_true_or_false_setting_takes_true_or_false_and_names_any_other_value(url, option):
+    # when a true-or-false setting is given a number or a word that is neither
+    for bad in ("-1", "2", "maybe"):
+        result = run(url, "configure", "orders", option, bad)
+        # then the option and the value are named as not true or false, and nothing is stored
+        assert result.exit_code == 2
+        assert f"Invalid value for '{option}': '{bad}' is not a valid boolean" in result.stderr
+    assert rqueue.connect(url).settings.resolve("orders")[1] == {}
+    # when it is given true, then that is stored
+    done = run(url, "configure", "orders", option, "true")
+    assert done.exit_code == 0, done.stderr
+    name = option[2:].replace("-", "_")
+    assert rqueue.connect(url).settings.resolve("orders")[0].as_dict()[name] is True
+
+
 def test_max_payload_beyond_what_redis_takes_is_refused(url):
     # when a max_payload over 500 MiB is configured
     result = run(url, "configure", "orders", "--max-payload", "999999999999")

@@ -4,6 +4,7 @@ configure, purge, pause and resume."""
 from __future__ import annotations
 
 import sys
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -134,26 +135,27 @@ def create(obj: dict[str, Any], queue: str, partitions: int, as_json: bool) -> N
         click.echo(f"queue {queue}: {count} partition{'s' if count != 1 else ''}")
 
 
+def _option_type(annotation: Any) -> Any:
+    """The click type of a setting, from its annotation in rqueue.Settings:
+    a setting added there gets an option that parses its kind of value, and a
+    true-or-false one refuses any other word the way click refuses it."""
+    kinds = [k for k in typing.get_args(annotation) or (annotation,) if k is not type(None)]
+    kind = typing.get_origin(kinds[0]) or kinds[0]
+    if kind is bool:
+        return click.BOOL
+    if kind in (int, float):
+        return kind
+    return str  # a queue name, a mode word or a comma-separated list
+
+
 def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """One option per setting of rqueue.Settings."""
-    kinds: dict[str, Any] = {
-        "max_inflight": int,
-        "prefetch": int,
-        "max_deliveries": int,
-        "max_payload": int,
-        "max_length": int,
-        "rate_limit": int,
-        "key_concurrency": int,
-        "key_rate_limit": int,
-        "dead_letter": str,
-        "alternate": str,
-        "results": click.BOOL,
-        "events": str,
-    }
+    kinds = typing.get_type_hints(rqueue.Settings)
     helps = {
         "dead_letter": "none = no target",
         "alternate": "none = no target",
         "results": "true = workers keep each handler's result (docs/results.md)",
+        "wait_in_redis": "true = an idle consumer waits in Redis for the queue's wake-up (docs/settings.md)",
         "events": "lifecycle event kinds to record, comma-separated (completed,failed,timeout,...), all or none",
         "rate_limit": "at most this many deliveries per rate period per group (0 = no limit)",
         "key_concurrency": "deliveries of one ordering key unsettled at once per group (docs/flow-control.md)",
@@ -164,7 +166,7 @@ def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
         f = click.option(
             f"--{name.replace('_', '-')}",
             name,
-            type=kinds.get(name, float),
+            type=_option_type(kinds[name]),
             default=None,
             help=helps.get(name),
         )(f)
