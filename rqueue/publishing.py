@@ -20,7 +20,15 @@ from .delivery import TTL_HEADER
 from .engine import commands
 from .engine.durable import publish_durably
 from .engine.record import encode_body
-from .errors import InvalidInput, NotDurable, PartialPublish, PayloadTooLarge, QueuePartitioned, Unroutable
+from .errors import (
+    InvalidInput,
+    InvalidSetting,
+    NotDurable,
+    PartialPublish,
+    PayloadTooLarge,
+    QueuePartitioned,
+    Unroutable,
+)
 from .names import check_message_id
 from .results import PublishResult
 from .retention import after_publish
@@ -30,6 +38,14 @@ from .tracing import with_trace
 
 if TYPE_CHECKING:
     from .protocols import QueueLike
+
+# A queue that is its own alternate would take back, not mandatory, each
+# mandatory publish it refused for want of a group: the message would be
+# stored where no group reads it, which is what mandatory=True refuses.
+SELF_ALTERNATE = (
+    "names the queue itself: a mandatory publish finding no group would be stored in it anyway, "
+    "which mandatory=True exists to refuse; name another queue, or None"
+)
 
 
 class PreparedPublish(NamedTuple):
@@ -117,6 +133,8 @@ def prepare(
     check.flag("durable", durable)
     delay_ms = check.delay_ms(delay)
     settings = queue.settings()
+    if mandatory and settings.alternate == queue.name:
+        raise InvalidSetting("alternate", settings.alternate, SELF_ALTERNATE)
     watch = queue.client.state_watch(queue.name, queue.keys)
     messages: list[commands.PublishMessage] = []
     single = count == 1 and positions is None

@@ -317,6 +317,27 @@ def test_unroutable_mandatory_publish_goes_to_the_alternate(client, queue):
     assert [m.data for m in client.queue("orders-unrouted").peek()] == [b"m"]
 
 
+@pytest.mark.parametrize("partitions", [None, 2], ids=["plain", "partitioned"])
+def test_a_queue_named_as_its_own_alternate_is_refused_not_stored_groupless(client, partitions):
+    # given a queue without a group whose alternate (from a pattern it matches) is itself
+    client.configure("orders.#", alternate="orders")
+    queue = client.queue("orders", partitions=partitions)
+    # when a mandatory publish is made, then it is refused naming the setting, and nothing is stored
+    with nothing_changes(client), pytest.raises(rqueue.InvalidSetting) as exc:
+        queue.publish_many([b"m", b"n"], mandatory=True)
+    assert exc.value.setting == "alternate"
+    names_input(exc.value, "alternate='orders'", "names the queue itself")
+    # and once a group exists it is refused alike: the setting, not the groups, is wrong
+    queue.consumer("billing", name="w1")
+    with nothing_changes(client), pytest.raises(rqueue.InvalidSetting, match="names the queue itself"):
+        queue.publish(b"m", mandatory=True)
+    # and a publish that is not mandatory, which never reads it, is stored
+    assert queue.publish(b"m").alternate is None
+    # and an exact-name override of the pattern puts mandatory publishes right again
+    client.configure("orders", alternate=None)
+    assert queue.publish(b"m", mandatory=True).alternate is None
+
+
 def test_unroutable_without_alternate_stores_nothing(queue):
     # given a queue without a group or alternate
     # when a mandatory publish is made, then it is refused and nothing is stored
