@@ -43,6 +43,7 @@ class Kind(StrEnum):
     LAST_BELOW_CURSOR = "last-below-cursor"  # the last seq is below a group's cursor
     CURSOR_BELOW_FLOOR = "cursor-below-floor"  # it would hand out settled messages again
     CURSOR_BELOW_RUN = "cursor-below-acked-run"  # ditto, for seqs settled above the floor
+    CURSOR_BELOW_DELIVERY = "cursor-below-delivery"  # it would hand out again what the group holds or will redeliver
     RUN_OUT_OF_PLACE = "acked-run-out-of-place"  # at or below the floor, reversed or overlapping
     LEASE_WITHOUT_STATE = "lease-without-state"
     STATE_WITHOUT_LEASE = "state-without-lease"  # held by a member, never runs out
@@ -278,10 +279,22 @@ class _Examination:
         waiting |= {s for s in prioritized if s > pulled}
         known = max([floor, cursor, *(end for _, end in runs), *leases, *states, *waiting])
         self.highest = max(self.highest, known)
+        # Where the scan of new messages has read to: priority and keyed
+        # messages are handed out apart from it, so one held or settled
+        # above it says nothing of the plain messages below it, unread.
+        scanned = max(
+            [
+                floor,
+                cursor,
+                *(_highest_unlisted(first, end, prioritized) for first, end in runs),
+                *(s for s in leases | states.keys() | waiting if s not in prioritized),
+            ]
+        )
 
         # The cursor: at or above the floor and every acked run; a repair
-        # moves it up to the highest seq the group settled or holds, so that
-        # nothing above it was delivered: nothing is handed out twice, or skipped.
+        # moves it up to the highest seq the scan settled or holds, so that
+        # nothing above it was delivered by the scan (nothing is handed out
+        # twice) and nothing below it is unread (nothing is skipped).
         if last is not None and cursor > last:
             self.add(
                 Kind.LAST_BELOW_CURSOR,
@@ -300,16 +313,39 @@ class _Examination:
             for first, end in runs
             if end > cursor and not all(s in prioritized for s in range(max(first, cursor + 1), end + 1))
         ]
-        if below_floor or behind:
-            kind = Kind.CURSOR_BELOW_FLOOR if below_floor else Kind.CURSOR_BELOW_RUN
-            what = f"below the ack floor {floor}" if below_floor else f"below seq {max(behind)} the group settled"
+        # A delivery the scan made (no priority or keyed message) is at or
+        # below the cursor: above it, the scan would hand the message out
+        # again as new while it is held or waits for its redelivery.
+        ahead = [s for s in leases | states.keys() | waiting if s > cursor and s not in prioritized]
+        # No cursor at all (a deleted group hash) while the group has acked
+        # runs or delivery states: fetch refuses every call (whatever they hold).
+        missing = "cursor" not in state and bool(runs or states)
+        if below_floor or behind or ahead or missing:
+            if below_floor or behind or (missing and runs):
+                kind = Kind.CURSOR_BELOW_FLOOR if below_floor else Kind.CURSOR_BELOW_RUN
+                what = (
+                    f"below the ack floor {floor}: fetch refuses to hand out settled messages again"
+                    if below_floor
+                    else f"below seq {max(behind)} the group settled: fetch refuses to hand out settled messages again"
+                    if behind
+                    else f"while {gk.acked} holds runs the group settled: fetch refuses every call"
+                )
+            else:
+                kind = Kind.CURSOR_BELOW_DELIVERY
+                what = (
+                    f"below seq {max(ahead)}, which the group holds or will redeliver: fetch would hand it out "
+                    "again as a new message"
+                    if ahead
+                    else f"while {gk.deliveries} holds deliveries of the group: fetch refuses every call"
+                )
             self.add(
                 kind,
                 gk.state,
-                f"field cursor is {cursor}, {what}: fetch refuses to hand out settled messages again",
+                f"field cursor is {state.get('cursor', 'missing')}, {what}",
                 group=group,
-                repair=f"set the cursor to {known}, the highest seq the group settled or holds",
-                fix=("cursor", state.get("cursor", "0"), str(known)),
+                repair=f"set the cursor to {scanned}, the highest seq the group settled or holds "
+                "(priority and keyed messages aside: they are handed out apart from the cursor)",
+                fix=("cursor", state.get("cursor", "0"), str(scanned)),
             )
         self.check_runs(gk, group, floor, runs, state)
         self.check_deliveries(gk, group, leases, waiting, states, members)
@@ -574,6 +610,15 @@ class _Examination:
             done += len(seqs)
             if self.progress is not None:
                 self.progress(f"records of {self.name} for {group}", done, total)
+
+
+def _highest_unlisted(first: int, end: int, listed: set[int]) -> int:
+    """The highest seq of first..end not in ``listed``; 0 when every one is
+    (at most len(listed) + 1 steps)."""
+    seq = end
+    while seq >= first and seq in listed:
+        seq -= 1
+    return seq if seq >= first else 0
 
 
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:

@@ -126,6 +126,51 @@ def test_an_ordering_key_in_no_line_is_found_and_put_back(client, queue, clock, 
     assert flowed == ([b"a2"] if stranded == "a" else [b"b1", b"b2"])
 
 
+@pytest.mark.parametrize(
+    ("held", "kind"),
+    [
+        # a priority message out above plain ones unread, and a plain one acked: a cursor
+        # set to the priority message's seq skipped the unread ones (found by a second run)
+        ("priority above unread", Kind.CURSOR_BELOW_RUN),
+        # plain messages out, none acked: nothing was found, and the next fetch handed them out again
+        ("plain, none acked", Kind.CURSOR_BELOW_DELIVERY),
+        # only priority messages acked: nothing was found, and every fetch was refused
+        ("priority acked", Kind.CURSOR_BELOW_RUN),
+        # only a priority message out: nothing was found, and every fetch was refused
+        ("priority out", Kind.CURSOR_BELOW_DELIVERY),
+    ],
+)
+def test_a_deleted_group_hash_is_repaired_in_one_run(client, queue, held, kind):
+    # given a group holding (and having acked) some messages, with more unread
+    a = queue.consumer("g", name="a")
+    queue.publish_many([b"1", b"2", b"3", b"4"])
+    if held == "plain, none acked":
+        assert [d.seq for d in a.fetch(2)] == [1, 2]
+        unread = [3, 4]
+    else:
+        urgent = queue.publish(b"urgent", priority=5).seq
+        out = a.fetch(3 if held == "priority above unread" else 1)
+        assert [d.seq for d in out] == [urgent, 1, 2][: len(out)]
+        if held != "priority out":
+            a.ack(out[-1] if held == "priority above unread" else out[0])
+        unread = [3, 4] if held == "priority above unread" else [1, 2, 3, 4]
+    # when the group's hash is deleted
+    client.redis.delete(queue.keys.group("g").state)
+    # then a fetch hands out nothing twice: it is refused, naming the missing cursor
+    b = queue.consumer("g", name="b")
+    if held != "priority above unread":
+        with pytest.raises(rqueue.CorruptRecord, match="field cursor is missing"):
+            b.fetch(10)
+    # and one run of the doctor finds the cursor and repairs everything
+    found = doctor.examine(queue)
+    assert kind in {f.kind for f in found}
+    assert all(r.outcome is Outcome.REPAIRED for r in doctor.repair(queue, found))
+    assert doctor.examine(queue) == []
+    # and the unread messages are handed out once each, as first deliveries, and nothing else
+    assert [(d.seq, d.delivery_count) for d in b.fetch(10)] == [(s, 1) for s in unread]
+    assert b.fetch(10) == []
+
+
 def test_deleted_lease_is_found_and_repaired_into_a_redelivery(client, queue, clock):
     # given a delivery whose lease entry was deleted, its holder gone
     a = queue.consumer("g", name="a")

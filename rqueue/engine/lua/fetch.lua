@@ -88,7 +88,8 @@
     RQ_CORRUPT     a key is damaged, named with what is wrong; nothing is
                    handed out. Before any delivery: the cursor is below the
                    ack floor, or it or the floor is not a seq, or it is
-                   missing while the group has acked runs. From the scan
+                   missing while the group has acked runs or delivery
+                   states. From the scan
                    of new messages (what it passed stays passed; a call
                    that hands out deliveries returns them, and the next one
                    is refused): the last seq is missing (a deleted meta
@@ -378,10 +379,19 @@ if room > 0 and (groupFields[3] ~= groupFields[2] or not groupFields[2]) then
   end
   -- No cursor at all (the group hash was deleted) while the group settled
   -- runs above its floor: a scan from the floor would find their records
-  -- (a stream log keeps them, as does a hash log for another group).
-  if not groupFields[2] and rcall('EXISTS', ackedKey) == 1 then
-    return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is missing, while ' .. ackedKey
-      .. ' holds runs the group settled: it would hand them out again')
+  -- (a stream log keeps them, as does a hash log for another group). Or
+  -- while it has deliveries: the scan would hand them out again as new,
+  -- over their states, while they are held or wait for redelivery.
+  if not groupFields[2] then
+    if rcall('EXISTS', ackedKey) == 1 then
+      return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is missing, while ' .. ackedKey
+        .. ' holds runs the group settled: it would hand them out again')
+    end
+    -- (more fields than the pin, which stays when the last state goes)
+    if rcall('HLEN', dlvKey) > rcall('HEXISTS', dlvKey, DLV_PIN_FIELD) then
+      return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is missing, while ' .. dlvKey
+        .. ' holds deliveries of the group: it would hand them out again as new')
+    end
   end
   rcall('HSET', groupKey, CURSOR_CHECKED, groupFields[2] or '0')
 end
