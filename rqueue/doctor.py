@@ -349,7 +349,7 @@ class _Examination:
             )
         self.check_runs(gk, group, floor, runs, state)
         self.check_deliveries(gk, group, leases, waiting, states, members)
-        self.check_untracked(gk, group, floor, cursor, runs, states.keys() | leases | waiting)
+        self.check_untracked(gk, group, floor, cursor, runs, states.keys() | leases | waiting, prioritized, pulled)
         self.check_records(gk, group, cursor, last, _seq(state.get("since")), states, runs)
         self.check_keys(gk, group, queued)
 
@@ -478,17 +478,28 @@ class _Examination:
                 )
 
     def check_untracked(
-        self, gk: GroupKeys, group: str, floor: int, cursor: int, runs: list[tuple[int, int]], tracked: set[int]
+        self,
+        gk: GroupKeys,
+        group: str,
+        floor: int,
+        cursor: int,
+        runs: list[tuple[int, int]],
+        tracked: set[int],
+        prioritized: set[int],
+        pulled: int,
     ) -> None:
-        """Every seq the group read (floor < seq <= cursor) is settled (in
-        an acked run) or has a delivery state: else nothing would ever hand
-        it out, and the floor could never pass it. Such a seq is made ready
-        only when no group can have settled it: its record is stored and no
-        group counts it settled (a record goes when its last group settles
-        it). Otherwise (an acked run lost, say) handing it out again could
-        run a handler after its ack, so it is reported alone; always so for
-        a stream log, whose records stay until the lowest floor passes them
-        and which keeps no counts."""
+        """Every seq the group read (floor < seq <= cursor, and the priority
+        and keyed messages it pulled from the priority log, up to its pull
+        position ``pulled``, whatever its cursor) is settled (in an acked
+        run), has a delivery state or waits (a pulled one in the group's
+        priority set or key queue, until handed out): else nothing would
+        ever hand it out, and the floor could never pass it.
+        Such a seq is made ready only when no group can have settled it: its
+        record is stored and no group counts it settled (a record goes when
+        its last group settles it). Otherwise (an acked run lost, say)
+        handing it out again could run a handler after its ack, so it is
+        reported alone; always so for a stream log, whose records stay until
+        the lowest floor passes them and which keeps no counts."""
         covered = sorted((first, end) for first, end in runs if end > floor)
         lost: list[int] = []
         seq, i = floor + 1, 0
@@ -501,6 +512,14 @@ class _Examination:
             if seq not in tracked:
                 lost.append(seq)
             seq += 1
+        i = 0
+        for seq in sorted(s for s in prioritized if cursor < s <= pulled):
+            if len(lost) > UNTRACKED_MAX:
+                break
+            while i < len(covered) and covered[i][1] < seq:
+                i += 1
+            if not (i < len(covered) and covered[i][0] <= seq) and seq not in tracked:
+                lost.append(seq)
         shown = lost[:UNTRACKED_MAX]
         stored = reads.records_exist(self.r, self.keys, shown)
         settled = reads.settled_counts(self.r, self.keys, shown)
@@ -508,6 +527,10 @@ class _Examination:
             where = (
                 f"seq {seq} is at or below the cursor {cursor} and above the floor {floor}, "
                 "but neither settled nor delivered nor waiting"
+                if seq <= cursor
+                else f"seq {seq}, a priority or keyed message the group pulled (its pull position is {pulled}), "
+                f"is above the cursor {cursor} but neither settled nor delivered nor waiting in {gk.priority} "
+                f"or {gk.key_queue}"
             )
             if there and not count and self.keys.layout is not LogLayout.STREAM:
                 self.add(
@@ -516,7 +539,10 @@ class _Examination:
                     where + ": nothing would hand it out, and the floor would stop below it",
                     group=group,
                     seq=seq,
-                    repair="make it ready for redelivery (its record is stored and no group settled it)",
+                    repair="pull it again from the priority log (its pull position goes back below it): the next "
+                    "fetch hands it out by its priority or in its key's order"
+                    if seq in prioritized
+                    else "make it ready for redelivery (its record is stored and no group settled it)",
                     fix=("untracked", str(seq)),
                 )
             else:
@@ -540,7 +566,7 @@ class _Examination:
                 Kind.UNTRACKED,
                 gk.state,
                 f"more seqs than these {UNTRACKED_MAX} are untracked between the floor {floor} and the cursor "
-                f"{cursor} (is {gk.acked} damaged?)",
+                f"{cursor}, or pulled above it (is {gk.acked} damaged?)",
                 group=group,
             )
 

@@ -11,6 +11,7 @@ from support.servers import SINGLE_SERVERS
 import rqueue
 from rqueue import doctor
 from rqueue.engine import store
+from rqueue.engine.keys import LogLayout
 
 
 # The cut is made on the single-server client's DEL.
@@ -117,3 +118,38 @@ def test_a_deleted_key_flight_entry_is_reported_not_a_key_stranded_silently(clie
     # by `rqueue doctor` (key-stranded)
     assert handed == [b"k1"], [f.kind for f in doctor.examine(queue)]
     assert any(e["event"] == "corrupt" and queue.keys.group("g").key_flight in e["reason"] for e in queue.events())
+
+
+@pytest.mark.parametrize("line", ["key_queue", "priority"])
+def test_a_message_pulled_above_the_cursor_and_stranded_is_found_and_made_ready(client, queue, line):
+    # given plain messages unread and two keyed (or priority) messages after
+    # them, the first handed out and the second pulled into the group's key
+    # queue (or priority set), where it waits above the cursor
+    a = queue.consumer("g", name="a")
+    queue.publish_many([b"p1", b"p2", b"p3"])
+    if line == "key_queue":
+        queue.publish_many([b"x1", b"x2"], key="K")
+    else:
+        queue.publish_many([b"x1", b"x2"], priority=[9, 5])
+    [first] = a.fetch(1)
+    assert (first.seq, first.data) == (4, b"x1")
+    # when that key queue (or priority set) is deleted and the first is acked
+    client.redis.delete(getattr(queue.keys.group("g"), line))
+    first.ack()
+    # then the doctor finds the second, stranded, though the cursor has not passed it
+    found = doctor.examine(queue)
+    assert [(f.kind, f.seq) for f in found] == [(doctor.Kind.UNTRACKED, 5)]
+    assert "above the cursor 0" in found[0].detail
+    if queue.keys.layout is LogLayout.STREAM:
+        assert not found[0].fix  # a stream log's untracked seqs are reported alone
+        return
+    # and its repair makes it ready: handed out once, first (by its key or
+    # priority, as it would have been), with the plain ones after it
+    [done] = doctor.repair(queue, found)
+    assert done.outcome is doctor.Outcome.REPAIRED
+    assert doctor.examine(queue) == []
+    got = []
+    while more := a.fetch(10):
+        a.ack(more)
+        got += [(d.data, d.delivery_count) for d in more]
+    assert got == [(b"x2", 1), (b"p1", 1), (b"p2", 1), (b"p3", 1)]

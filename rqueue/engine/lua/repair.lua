@@ -30,10 +30,14 @@
         raised to seq while the dead letter after it exists (its meta was
         deleted: the next dead letter would overwrite one)
       "untracked", ARGV[9] seq: a seq the group read (above its floor, at
-        or below its cursor) that is not settled and has no delivery state,
-        whose record is stored and that no group counts settled, is made
-        ready: the next fetch hands it out as a first delivery (not in a
-        stream log: RQ_BAD_ARGUMENT)
+        or below its cursor; or a priority or keyed message it pulled from
+        the priority log, at or below its pull position, whatever the
+        cursor) that is not settled, has no delivery state and waits in no
+        set, whose record is stored and that no group counts settled, is
+        made ready: the next fetch hands it out as a first delivery; one in
+        the priority log by pulling it again (the pull position is set
+        below it), so that it keeps its priority or its key's order (not in
+        a stream log: RQ_BAD_ARGUMENT)
       "key-stranded", ARGV[9] an ordering key with messages waiting in the
         group's key queue and neither ready nor busy: put at the back of the
         ready keys (and first among the busy keys when it has deliveries
@@ -46,9 +50,9 @@
       "record-missing", ARGV[9] seq: the record is missing while the group
         has a delivery state for seq, or has yet to read it (above its
         cursor and its since, at or below the last seq)
-      "lost-seq", ARGV[9] seq: the group read seq (above its floor, at or
-        below its cursor), did not settle it (in no acked run) and has no
-        delivery state for it, nor does it wait in any set
+      "lost-seq", ARGV[9] seq: the group read seq (as for "untracked"),
+        did not settle it (in no acked run) and has no delivery state for
+        it, nor does it wait in any set
       "last-below-cursor": the queue's last seq is below the cursor
   Output:
     { "done", "gone" or (a check) "holds", what was done }
@@ -81,17 +85,33 @@ if checking then
 end
 local HOLDS = {'holds', ''}
 
--- Read by the group, unsettled, and tracked nowhere (see "lost-seq").
+-- Read by the group, unsettled, and tracked nowhere (see "lost-seq"). A
+-- priority or keyed message is read once pulled from the priority log (at
+-- or below the pull position, field pcur, as fetch.lua reads it), whatever
+-- the cursor; until then it waits in the log. Answers false, or true and
+-- whether seq is in the priority log.
 local function untracked(seqText)
   local seq = tonumber(seqText)
   local floor = tonumber(rcall('HGET', floorsKey, groupName) or '0')
   local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
-  if seq == nil or floor == nil or cursor == nil or seq <= floor or seq > cursor then
+  if seq == nil or floor == nil or cursor == nil or seq <= floor then
+    return false
+  end
+  local member = rcall('ZRANGEBYSCORE', prioKey, seqText, seqText, 'LIMIT', '0', '1')[1]
+  if member then
+    local pulledTo = tonumber(rcall('HGET', groupKey, 'pcur') or '') or floor
+    local key = string.match(member, '^%d+:k:(.+)$')
+    if seq > pulledTo or rcall('ZSCORE', prioSetKey, seqText)
+      or (key and rcall('ZSCORE', keyQueueKey, key .. ' ' .. string.format('%016d', seq))) then
+      return false
+    end
+  elseif seq > cursor then
     return false
   end
   local run = rcall('ZRANGEBYSCORE', ackedKey, seqText, '+inf', 'LIMIT', '0', '1')
-  return not ((run[1] ~= nil and run[1] + 0 <= seq) or rcall('HEXISTS', dlvKey, seqText) == 1
-    or rcall('ZSCORE', readyKey, seqText) or rcall('ZSCORE', delayKey, seqText) or rcall('ZSCORE', leaseKey, seqText))
+  local tracked = (run[1] ~= nil and run[1] + 0 <= seq) or rcall('HEXISTS', dlvKey, seqText) == 1
+    or rcall('ZSCORE', readyKey, seqText) or rcall('ZSCORE', delayKey, seqText) or rcall('ZSCORE', leaseKey, seqText)
+  return not tracked, member ~= nil
 end
 
 if checking and what == 'record-missing' then
@@ -301,11 +321,24 @@ if what == 'untracked' then
     -- counts: a stored record does not say that no group settled the seq.
     return redis.error_reply('RQ_BAD_ARGUMENT "untracked" is not repaired in a stream log: it is only reported')
   end
-  if not untracked(ARGV[9]) or not logHas(msgsKey, ARGV[9], pinnedKey) or rcall('HEXISTS', settledKey, ARGV[9]) == 1 then
+  local lost, inLog = untracked(ARGV[9])
+  if not lost or not logHas(msgsKey, ARGV[9], pinnedKey) or rcall('HEXISTS', settledKey, ARGV[9]) == 1 then
     return {'gone', ''}
   end
   if checking then
     return HOLDS
+  end
+  if inLog then
+    -- Pulled again by the next fetch, as it pulls any: a keyed message
+    -- goes back to its key's queue (in key order, within key_concurrency),
+    -- a priority message to the priority set. What the pull finds again
+    -- that is settled or out is passed over there.
+    -- Only ever lowered: the pull of another seq repaired before this one
+    -- stays below it.
+    local to = math.min(tonumber(rcall('HGET', groupKey, 'pcur') or '') or 0, ARGV[9] - 1)
+    rcall('HSET', groupKey, 'pcur', string.format('%d', to))
+    return {'done', 'set the pull position to ' .. string.format('%d', to) .. ': the next fetch pulls seq '
+      .. ARGV[9] .. ' from the priority log again'}
   end
   requeue(ARGV[9], 0)
   return {'done', 'made seq ' .. ARGV[9] .. ' ready for redelivery'}
