@@ -7,15 +7,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from support.blocks import Session, code_blocks
 from support.servers import start_server
 
 import rqueue
+from rqueue.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -135,3 +138,41 @@ def test_cli_reference_is_generated_from_the_click_group():
     assert ":module: rqueue.cli" in page and ":command: cli" in page
     assert "mkdocs-click" in (ROOT / "mkdocs.yml").read_text()
     assert ".venv/bin/mkdocs build --strict" in (ROOT / ".ci" / "run").read_text()
+
+
+def _doc_commands() -> list[tuple[str, str]]:
+    """Every ``rqueue`` command line in a shell or console block of the docs
+    (page, line), its ``$ `` and trailing comment taken off; synopsis lines
+    (``[...]``, ``a|b``) are left out."""
+    found = []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        for block in code_blocks(page.read_text()):
+            if block.lang not in ("sh", "bash", "console", "shell"):
+                continue
+            for line in block.code.splitlines():
+                line = line.removeprefix("$ ").strip()
+                if line.startswith("rqueue ") and "[" not in line and "|" not in line:
+                    found.append((page.name, line))
+    return found
+
+
+@pytest.mark.parametrize("page,line", _doc_commands())
+def test_every_cli_command_in_the_docs_parses(page, line):
+    # Given a command line as a page of the docs shows it
+    args = shlex.split(line, comments=True)[1:]
+    # When the CLI parses it (down to its subcommand), without running it
+    ctx = cli.make_context("rqueue", list(args), resilient_parsing=False)
+    command: click.Command = cli
+    while isinstance(command, click.Group) and _unparsed(ctx):
+        name, sub, rest = command.resolve_command(ctx, _unparsed(ctx))
+        assert sub is not None, f"{page}: {line}: no command {name}"
+        ctx = sub.make_context(name, rest, parent=ctx, resilient_parsing=False)
+        command = sub
+    # Then it names a command and options that exist, with values they take
+    assert not isinstance(command, click.Group), f"{page}: {line} names a group, not a command"
+
+
+def _unparsed(ctx) -> list[str]:
+    """What a group left for its subcommand (click 8 keeps the command's name
+    apart, in _protected_args; click 9 keeps it in args)."""
+    return [*getattr(ctx, "_protected_args", ()), *ctx.args]
