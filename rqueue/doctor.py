@@ -186,7 +186,9 @@ class _Examination:
                     keys.meta,
                     f"no field seq (the last seq) while {depth} records are stored"
                     + (" and groups settled messages" if settled else "")
-                    + ": a publish would reuse seqs, so publishing is refused",
+                    + ": a publish would reuse seqs, so publishing is refused. The queue's incarnation, pause "
+                    "(or hold) and retention mode were kept in the same hash and are not restored: pause it or set "
+                    "its retention again if it had one",
                     repair=f"write the last seq {top}, the highest seq any group or record knows of",
                     fix=("meta", str(top)),
                 )

@@ -236,6 +236,8 @@ def test_deleted_meta_is_repaired_so_seqs_go_on(client, queue):
     # when the doctor examines and repairs it
     [found] = doctor.examine(queue)
     assert (found.kind, found.key, found.fix) == (Kind.META_MISSING, queue.keys.meta, ("meta", "3"))
+    # (and says what went with the hash, which the repair does not restore)
+    assert "pause (or hold) and retention mode" in found.detail
     assert doctor.repair(queue, [found])[0].outcome is Outcome.REPAIRED
     # then publishing goes on after the last seq, and nothing is handed out twice
     assert queue.publish(b"4").seq == 4
