@@ -1,6 +1,7 @@
 """The README as a newcomer reads it: its two set-up commands are the ones CI
 runs, and every other code block runs, top to bottom, against a private
-server standing in for "a Redis of your own on localhost:6379"."""
+server standing in for "a Redis of your own on localhost:6379". And every
+``rqueue`` command line the docs show is one the CLI parses."""
 
 from __future__ import annotations
 
