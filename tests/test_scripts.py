@@ -86,10 +86,11 @@ def test_only_the_log_include_sends_commands_to_the_log():
     assert not found
     for sent in ("rcall('HGET', msgsKey, seq)", "bulkGet(dlqMsgsKey, s)", 'redis.pcall("DEL", metaKey, msgsKey)'):
         assert _LOG_COMMAND.search(sent), sent
-    # and fetch makes at every call only the log helpers of its common path:
-    # those of one record (log_one.lua) only on its failure paths
+    # and fetch makes at every call only the log helpers of its common path
+    # (logReadFlow: the picks of flow control): those of one record
+    # (log_one.lua) only on its failure paths
     made = re.findall(r"^local function (log\w+)", source("fetch"), re.MULTILINE)
-    assert made == ["logTrim", "logReadMany", "logAny", "logDelete"]
+    assert made == ["logTrim", "logReadMany", "logReadFlow", "logAny", "logDelete"]
 
 
 def test_only_the_client_log_module_sends_commands_to_the_log():
@@ -1667,7 +1668,7 @@ def keyed_publish(raw, *pairs, now=NOW):
     args = [now, 60_000, "0", "", INC]
     for body, timing in pairs:
         args += [0, timing, body]
-    return s.publish(keys=[*qk.publish_keys(), qk.prio], args=args)
+    return s.publish(keys=[*qk.publish_keys(), *qk.publish_flow_keys], args=args)
 
 
 def test_publish_logs_an_ordering_key_and_fetch_hands_its_messages_out_one_at_a_time(raw):

@@ -537,3 +537,199 @@ def test_a_meta_hash_deleted_while_a_jump_is_deleted_is_repaired_and_the_deletio
     # and the fetches after it delete them
     assert lagging.fetch(10) == [] and lagging.fetch(10) == []
     assert r.xlen(q.keys.msgs) == 0 and r.hget(q.keys.meta, "swept") is None
+
+
+# -- the side hash of flow-controlled records ----------------------------------------------
+
+FLOW = pytest.mark.parametrize("flow", ["priority", "key"])
+
+
+def flow_of(kind: str, n: int) -> dict[str, Any]:
+    """The publish arguments of the n-th message with a priority, or with a
+    key of its own (a key hands out one delivery at a time)."""
+    return {"priority": 5} if kind == "priority" else {"key": f"k{n}"}
+
+
+def stub(seq: int) -> tuple[bytes, dict[bytes, bytes]]:
+    """The stream entry of a message published with a priority or a key."""
+    return (f"{seq}-0".encode(), {b"s": b""})
+
+
+@FLOW
+def test_a_prioritized_or_keyed_message_is_a_stub_in_the_stream_and_its_record_is_in_the_side(client, flow):
+    # given a stream queue with a group
+    q = client.queue("orders")
+    c = q.consumer("g")
+    r = client.redis
+    now = client.clock.now_ms
+    # when a plain message, then two with a priority or a key (one with headers) are published
+    q.publish(b"plain")
+    q.publish(b"a", **flow_of(flow, 2))
+    q.publish(b"b", headers={"h": "v"}, **flow_of(flow, 3))
+    # then the stream holds the plain one's entry and a stub for each other, whose records are in the side hash
+    assert r.xrange(q.keys.msgs) == [(f"1-{now}".encode(), {b"p": b"plain"}), stub(2), stub(3)]
+    assert sorted(r.hkeys(q.keys.side)) == [b"2", b"3"]
+    assert r.hget(q.keys.side, 3) == f":{now}:9:".encode() + b'{"h":"v"}b'
+    # and every read finds them: the depth, peek, status, the doctor (nothing to report)
+    assert q.stats().depth == 3
+    assert [m.data for m in q.peek()] == [b"plain", b"a", b"b"]
+    assert q.status(seq=2).published_ms == now
+    assert doctor.examine(q) == []
+    # when the group fetches them, then each comes whole
+    ds = c.fetch(10)
+    assert sorted((d.seq, d.data, d.headers) for d in ds) == [(1, b"plain", {}), (2, b"a", {}), (3, b"b", {"h": "v"})]
+    # and a redelivery reads its record through the stub too
+    [again] = [d for d in ds if d.seq == 3]
+    again.nack(delay=0)
+    c.ack([d for d in ds if d.seq != 3])
+    [d] = c.fetch(10)
+    assert (d.seq, d.data, d.redelivered) == (3, b"b", True)
+
+
+@FLOW
+def test_side_records_go_once_every_group_settled_them(client, flow):
+    # given two groups and three messages with a priority or a key
+    q = client.queue("orders")
+    a, b = q.consumer("a"), q.consumer("b")
+    r = client.redis
+    for n in range(3):
+        q.publish(b"m%d" % n, **flow_of(flow, n))
+    # when group a settles them all, then the side hash keeps them: group b still needs them
+    a.ack(a.fetch(10))
+    assert a.fetch(10) == []
+    assert r.hlen(q.keys.side) == 3
+    # when group b settles them too, then the next fetch deletes the side records with their stubs
+    b.ack(b.fetch(10))
+    assert b.fetch(10) == []
+    assert r.exists(q.keys.side) == 0 and r.xlen(q.keys.msgs) == 0
+    assert r.zcard(q.keys.prio) == 0
+    assert q.stats().depth == 0
+
+
+@ON_SERVERS
+def test_side_records_a_long_jump_passed_are_deleted_1000_a_fetch(client):
+    # given one group holding seq 1 (the highest priority) and acking 2,499 prioritized messages above it
+    q = client.queue("orders")
+    r = client.redis
+    g = q.consumer("g")
+    n = 2_500
+    q.publish(b"first", priority=9)
+    for low in range(1, n, 500):
+        q.publish_many([b"m"] * min(500, n - low), priority=[1 + i % 8 for i in range(min(500, n - low))])
+    [first] = g.fetch(1)
+    assert first.seq == 1
+    while ds := g.fetch(500):
+        g.ack(ds)
+    assert r.hlen(q.keys.side) == n
+    # when seq 1 is acked (the trim point jumps past all of them)
+    first.ack()
+    # then each fetch after it deletes at most 1,000 side records, until none is left
+    sizes = []
+    while r.hlen(q.keys.side):
+        assert g.fetch(10) == []
+        sizes.append(r.hlen(q.keys.side))
+    assert sizes == [1_500, 500, 0]
+    assert r.zcard(q.keys.prio) == 0
+
+
+@FLOW
+def test_a_stub_whose_side_record_is_gone_is_reported_and_dead_lettered_as_missing_record(client, flow):
+    # given a group, a plain message, then a prioritized or keyed one whose side record is then deleted
+    q = client.queue("orders")
+    c = q.consumer("g")
+    r = client.redis
+    q.publish(b"plain")
+    q.publish(b"lost", **flow_of(flow, 2))
+    r.hdel(q.keys.side, 2)
+    # when the doctor examines the queue, then the stub counts as no record: seq 2's is missing
+    found = [f for f in doctor.examine(q) if f.kind is doctor.Kind.RECORD_MISSING]
+    assert [(f.seq, f.repair) for f in found] == [(2, None)]
+    # when the group fetches, then the plain one is handed out and seq 2 is a dead letter, missing-record
+    assert [d.seq for d in c.fetch(10)] == [1]
+    [dead] = q.dead_letters()
+    assert (dead.seq, dead.reason) == (2, "missing-record")
+    # and a replay has nothing to hand out again
+    assert q.replay_dead_letters("g").replayed == 0
+
+
+@FLOW
+def test_replay_of_a_seq_whose_record_is_in_the_side(client, flow):
+    # given two groups and a prioritized or keyed message that group a rejects and group b holds
+    q = client.queue("orders")
+    a, b = q.consumer("a"), q.consumer("b")
+    r = client.redis
+    q.publish(b"twice", headers={"h": "v"}, **flow_of(flow, 1))
+    [da] = a.fetch(10)
+    [db] = b.fetch(10)
+    da.reject(reason="bad")
+    # when group a replays it while its stub and side record are kept for group b
+    assert q.replay_dead_letters("a").replayed == 1
+    assert r.hexists(q.keys.side, 1) and r.hget(q.keys.pinned, "r1") is not None
+    # then group a gets it again, whole
+    [again] = a.fetch(10)
+    assert (again.seq, again.data, again.headers["h"], again.redelivered) == (1, b"twice", "v", True)
+    # when group b acks it, and a fetch deletes the side record, then the replayed record still reads
+    db.ack()
+    assert b.fetch(10) == []
+    assert r.exists(q.keys.side) == 0
+    assert q.status(seq=1).published_ms is not None
+    again.nack(delay=0)
+    [third] = a.fetch(10)
+    assert (third.seq, third.data) == (1, b"twice")
+    # and once acked, nothing of it is left
+    third.ack()
+    assert r.hget(q.keys.pinned, "r1") is None and a.fetch(10) == []
+
+
+@FLOW
+def test_a_replay_after_the_side_record_went_reads_the_dead_letter(client, flow):
+    # given one group that rejected a prioritized or keyed message, whose side record a fetch then deleted
+    q = client.queue("orders")
+    g = q.consumer("g")
+    r = client.redis
+    q.publish(b"once", **flow_of(flow, 1))
+    g.fetch(10)[0].reject(reason="bad")
+    assert g.fetch(10) == []
+    assert r.exists(q.keys.side) == 0 and r.xlen(q.keys.msgs) == 0
+    # when it is replayed, then the group gets it again from the dead letter's record
+    assert q.replay_dead_letters().replayed == 1
+    [d] = g.fetch(10)
+    assert (d.seq, d.data, d.redelivered) == (1, b"once", True)
+    d.ack()
+    assert r.hget(q.keys.pinned, "r1") is None
+
+
+def test_purging_a_queue_without_groups_deletes_its_side_records(client):
+    # given a stream queue without groups holding plain and prioritized messages
+    q = client.queue("orders")
+    r = client.redis
+    q.publish_many([b"m"] * 3)
+    q.publish_many([b"p"] * 3, priority=3)
+    # when it is purged, then every message is counted and the stream and side hash are empty
+    assert sum(q.purge().values()) == 6
+    assert r.xlen(q.keys.msgs) == 0 and r.exists(q.keys.side) == 0
+
+
+def test_purging_a_group_lets_its_side_records_go(client):
+    # given one group and prioritized messages it has not read
+    q = client.queue("orders")
+    g = q.consumer("g")
+    r = client.redis
+    q.publish_many([b"p"] * 3, priority=3)
+    # when the group is purged and fetches, then the side hash is empty
+    q.purge("g")
+    assert g.fetch(10) == []
+    assert r.exists(q.keys.side) == 0 and r.xlen(q.keys.msgs) == 0
+
+
+def test_deleting_a_queue_deletes_its_side_hash(client):
+    # given a stream queue with a group and a prioritized message held
+    q = client.queue("orders")
+    g = q.consumer("g")
+    q.publish(b"p", priority=3)
+    g.fetch(10)
+    assert q.keys.side in q.keys.all_static()
+    # when the queue is deleted, then its side hash goes with its other keys
+    q.delete(force=True)
+    assert client.redis.exists(q.keys.side) == 0
+    assert snapshot(client.redis, q.keys) == {}

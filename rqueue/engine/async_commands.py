@@ -337,7 +337,13 @@ async def records_after(r: Any, keys: QueueKeys, after: int, n: int) -> list[tup
         out: list[tuple[int, bytes]] = []
         while start <= last and len(out) < n:
             seqs = list(range(start, min(last, start + 4 * n) + 1))
-            for seq, rec in zip(seqs, log.records(keys, seqs, await log.read_many(r, keys, seqs)), strict=True):
+            reply = await log.read_many(r, keys, seqs)
+            recs = log.records(keys, seqs, reply)
+            flow = log.stubs(keys, reply)
+            if flow:
+                in_side = dict(zip(flow, await log.read_flow(r, keys, flow), strict=True))
+                recs = [in_side.get(seq) if rec is None else rec for seq, rec in zip(seqs, recs, strict=True)]
+            for seq, rec in zip(seqs, recs, strict=True):
                 if rec is not None and len(out) < n:
                     out.append((seq, rec if isinstance(rec, bytes) else rec.encode()))
             start = seqs[-1] + 1
@@ -403,7 +409,10 @@ async def last_seq(r: Any, keys: QueueKeys) -> int:
 async def record(r: Any, keys: QueueKeys, seq: int) -> bytes | None:
     rec = log.record_of(keys, await guarded(lambda: log.read(r, keys, seq), where=keys.base))
     if rec is None and log.stream(keys):
-        rec = (await guarded(lambda: log.read_side(r, keys, [seq]), where=keys.base))[0]
+        # A stub's record is in the side hash; a replayed one beside the pins.
+        rec = (await guarded(lambda: log.read_flow(r, keys, [seq]), where=keys.base))[0]
+        if rec is None:
+            rec = (await guarded(lambda: log.read_side(r, keys, [seq]), where=keys.base))[0]
     return None if rec is None else rec if isinstance(rec, bytes) else rec.encode()
 
 

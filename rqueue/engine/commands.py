@@ -874,7 +874,8 @@ def publish_calls(
     incarnation: str,
 ) -> list[PublishCall]:
     """The publish.lua calls that store ``messages`` in order, ``batch`` a
-    call: KEYS are the queue's five, then one key per message with an id;
+    call: KEYS are the queue's five, then one key per message with an id,
+    then the flow keys when a message has a priority or a key;
     ARGV the call's head (with ``incarnation``, random, which becomes the
     queue's when it has none), then per message its id key's index (0:
     none), timing and body."""
@@ -893,7 +894,7 @@ def publish_calls(
             if type(timing) is str and timing.count(":") >= 2:
                 prioritized = True
         if prioritized:
-            call_keys.append(keys.prio)  # the priority log, last
+            call_keys += keys.publish_flow_keys  # the priority log (and the side hash), last
         calls.append(PublishCall(call_keys, args))
     return calls
 

@@ -68,14 +68,18 @@ def zset_in_steps(r: RedisClient, key: str, where: str) -> Iterator[list[tuple[s
 
 
 def records_exist(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[bool]:
-    """Whether each seq has a stored record (one pipeline of HEXISTS: no
-    payload is read)."""
+    """Whether each seq has a stored record (one pipeline of HEXISTS, no
+    payload read, in a hash log; a stub counts only with its side record)."""
 
     def read() -> list[bool]:
         pipe = r.pipeline(transaction=False)
-        for seq in seqs:
-            log.has(pipe, keys, seq)
-        return [log.present(keys, x) for x in pipe.execute()]
+        sizes = [log.has(pipe, keys, seq) for seq in seqs]
+        replies = pipe.execute()
+        found, at = [], 0
+        for size in sizes:
+            found.append(log.present(keys, replies[at : at + size]))
+            at += size
+        return found
 
     return guarded(read, where=keys.base) if seqs else []
 

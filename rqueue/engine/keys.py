@@ -26,9 +26,11 @@ class LogLayout(enum.Enum):
     HASH = "hash"
     #: The stream ``log``: one entry per record (a compact one as id
     #: ``<seq>-<published ms>`` with its payload, field ``p``; any other as
-    #: ``<seq>-0``, field ``r``), trimmed at the lowest ack floor; replayed
-    #: records in the queue's ``pinned`` hash, field ``r<seq>``
-    #: (lua/includes/log.lua).
+    #: ``<seq>-0``, field ``r``), trimmed at the lowest ack floor; the
+    #: record of a message published with a priority or an ordering key in
+    #: the hash ``side`` (seq -> record), with the stub entry ``<seq>-0``
+    #: field ``s`` in the stream; replayed records in the queue's ``pinned``
+    #: hash, field ``r<seq>`` (lua/includes/log.lua).
     STREAM = "stream"
 
 
@@ -61,6 +63,14 @@ class QueueKeys:
         """The log: the hash ``msgs`` or the stream ``log`` (LogLayout). The
         scripts tell the layout by the name's last letter."""
         return f"{self.base}:log" if self.layout is LogLayout.STREAM else f"{self.base}:msgs"
+
+    @cached_property
+    def side(self) -> str:
+        """Stream layout: the hash seq -> record of the messages published
+        with a priority or an ordering key, whose entries in the stream are
+        stubs (field ``s``): the flow-control reads take them by HMGET, where
+        a stream would take one XRANGE each (lua/includes/log.lua)."""
+        return f"{self.base}:side"
 
     @cached_property
     def floors(self) -> str:
@@ -135,6 +145,15 @@ class QueueKeys:
     def _publish_keys(self) -> tuple[str, ...]:
         return (self.meta, self.msgs, self.floors, self.sched, self.wakes)
 
+    @cached_property
+    def publish_flow_keys(self) -> tuple[str, ...]:
+        """The KEYS publish.lua is sent last, after the id keys, when a
+        message has a priority or an ordering key: the priority log, and in
+        the stream layout the side hash after it."""
+        if self.layout is LogLayout.STREAM:
+            return (self.prio, self.side)
+        return (self.prio,)
+
     def deletion_order(self, groups: Sequence[str]) -> list[str]:
         """Every key of this level and of ``groups``, in the order a queue
         delete removes them (one DEL per batch): the groups' keys first, the
@@ -178,7 +197,13 @@ class QueueKeys:
             self.pinned,
             self.prio,
             self.wakes,
+            *self._layout_keys,
         ]
+
+    @cached_property
+    def _layout_keys(self) -> tuple[str, ...]:
+        """The queue-level keys of its layout alone."""
+        return (self.side,) if self.layout is LogLayout.STREAM else ()
 
 
 ACK_KEYS = 13  # keys: the first of GroupKeys.as_list that ack.lua is sent (all it can touch)
@@ -300,6 +325,7 @@ class GroupKeys:
             self._k("kready"),
             self._k("kbusy"),
             self._k("kflight"),
+            *q._layout_keys,
         ]
 
     def group_only(self) -> list[str]:

@@ -3,8 +3,11 @@ a queue's message records outside the scripts (lua/includes/log.lua is
 the scripts' side, and describes the two layouts, keys.LogLayout): the hash
 ``msgs`` (seq -> record), or the stream ``log`` (entry ``<seq>-<ms>`` with
 field ``p``, a compact record's payload, or ``<seq>-0`` with field ``r``,
-any other record). The decoding functions give records, a compact one made
-again from its entry.
+any other record, or with field ``s``, a stub, for a message published with
+a priority or an ordering key, whose record is in the side hash ``side``,
+seq -> record). The decoding functions give records, a compact one made
+again from its entry, and None for a stub: ``stubs`` names the seqs of a
+reply's stubs, and ``read_flow`` reads their records from the side hash.
 
 Each command function queues one command on ``r``, a client or a pipeline,
 sync or asyncio, and returns what that call returns (a reply, the pipeline,
@@ -58,7 +61,8 @@ def _entry_seq(entry_id: Any) -> int:
 
 def _entry_record(entry_id: Any, fields: Any) -> bytes | None:
     """The record of a stream entry: field ``r`` as it is, field ``p`` a
-    compact record's payload, its time in the id."""
+    compact record's payload, its time in the id; None for a stub (field
+    ``s``: the record is in the side hash)."""
     pairs = fields.items() if isinstance(fields, dict) else zip(fields[::2], fields[1::2], strict=False)
     for name, value in pairs:
         if _as_bytes(name) == b"r":
@@ -80,6 +84,26 @@ def record_of(keys: QueueKeys, reply: Any) -> Any:
     if not stream(keys):
         return reply
     return _entry_record(*reply[0]) if reply else None
+
+
+def _is_stub(fields: Any) -> bool:
+    names = fields.keys() if isinstance(fields, dict) else fields[::2]
+    return any(_as_bytes(name) == b"s" for name in names)
+
+
+def stubs(keys: QueueKeys, reply: Any) -> list[int]:
+    """The seqs whose entries are stubs in a reply of read or read_many:
+    their records are read by read_flow."""
+    if not stream(keys):
+        return []
+    return [_entry_seq(entry_id) for entry_id, fields in reply if _is_stub(fields)]
+
+
+def read_flow(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
+    """Stream layout: queues the read of the records of ``seqs`` kept in
+    the side hash, the messages published with a priority or an ordering
+    key (one value or None per seq)."""
+    return r.hmget(keys.side, seqs)
 
 
 def read_side(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
@@ -105,15 +129,24 @@ def records(keys: QueueKeys, seqs: list[int], reply: Any) -> list[Any]:
     return [found.get(seq) for seq in seqs]
 
 
-def has(r: Any, keys: QueueKeys, seq: int) -> Any:
-    """Queues the question whether ``seq`` has a record (decoded by present)."""
+def has(pipe: Any, keys: QueueKeys, seq: int) -> int:
+    """Queues on ``pipe`` the question whether ``seq`` has a record; returns
+    how many replies it takes, which present reads. A stub counts only with
+    its side record."""
     if stream(keys):
-        return r.xrange(keys.msgs, seq, seq)
-    return r.hexists(keys.msgs, seq)
+        pipe.xrange(keys.msgs, seq, seq)
+        pipe.hexists(keys.side, seq)
+        return 2
+    pipe.hexists(keys.msgs, seq)
+    return 1
 
 
-def present(keys: QueueKeys, reply: Any) -> bool:
-    return bool(reply)
+def present(keys: QueueKeys, replies: list[Any]) -> bool:
+    """Whether the seq has a record, from the replies of has's reads."""
+    if not stream(keys):
+        return bool(replies[0])
+    entries, in_side = replies
+    return bool(entries) and (not _is_stub(entries[0][1]) or bool(in_side))
 
 
 def length(pipe: Any, keys: QueueKeys) -> int:
@@ -152,12 +185,16 @@ def delete(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
     return r.hdel(keys.msgs, *seqs)
 
 
-def delete_range(r: Any, keys: QueueKeys, seqs: range) -> Any:
-    """Deletes the records of ``seqs``, a range that starts above every
-    other stored record (a purge in steps); replies how many there were."""
+def delete_range(pipe: Any, keys: QueueKeys, seqs: range) -> None:
+    """Queues on ``pipe`` the deletion of the records of ``seqs``, a range
+    that starts above every other stored record (a purge in steps); the
+    first reply is how many there were (in a stream: entries, stubs
+    included; their side records go with them)."""
     if stream(keys):
-        return r.xtrim(keys.msgs, minid=f"{seqs[-1] + 1}-0", approximate=False)
-    return r.hdel(keys.msgs, *seqs)
+        pipe.xtrim(keys.msgs, minid=f"{seqs[-1] + 1}-0", approximate=False)
+        pipe.hdel(keys.side, *seqs)
+        return
+    pipe.hdel(keys.msgs, *seqs)
 
 
 def newest(r: Any, keys: QueueKeys) -> Any:
@@ -188,11 +225,12 @@ def scan(r: Any, keys: QueueKeys, cursor: Any, count: int) -> Any:
 
 def scan_page(keys: QueueKeys, reply: Any, count: int) -> tuple[Any, dict[Any, Any]]:
     """(next cursor, 0 at the end; {seq: record}) from a reply of scan (a
-    hash's walk may repeat a record)."""
+    hash's walk may repeat a record; a stub's record, in the side hash, is
+    b"" here)."""
     if not stream(keys):
         cursor, page = reply
         return cursor, page
-    page = {str(_entry_seq(entry_id)): _entry_record(entry_id, fields) for entry_id, fields in reply}
+    page = {str(_entry_seq(entry_id)): _entry_record(entry_id, fields) or b"" for entry_id, fields in reply}
     if len(reply) < count:
         return 0, page
     return _entry_seq(reply[-1][0]) + 1, page

@@ -48,7 +48,13 @@ def records_after(r: RedisClient, keys: QueueKeys, after: int, n: int) -> list[t
         out: list[tuple[int, bytes]] = []
         while start <= last and len(out) < n:
             seqs = list(range(start, min(last, start + 4 * n) + 1))
-            for seq, rec in zip(seqs, log.records(keys, seqs, log.read_many(r, keys, seqs)), strict=True):
+            reply = log.read_many(r, keys, seqs)
+            recs = log.records(keys, seqs, reply)
+            flow = log.stubs(keys, reply)
+            if flow:
+                in_side = dict(zip(flow, log.read_flow(r, keys, flow), strict=True))
+                recs = [in_side.get(seq) if rec is None else rec for seq, rec in zip(seqs, recs, strict=True)]
+            for seq, rec in zip(seqs, recs, strict=True):
                 if rec is not None and len(out) < n:
                     out.append((seq, _bytes(rec)))
             start = seqs[-1] + 1
@@ -60,7 +66,8 @@ def records_after(r: RedisClient, keys: QueueKeys, after: int, n: int) -> list[t
 def record(r: RedisClient, keys: QueueKeys, seq: int) -> bytes | None:
     rec = guarded(lambda: log.record_of(keys, log.read(r, keys, seq)), where=keys.base)
     if rec is None and log.stream(keys):
-        rec = guarded(lambda: log.read_side(r, keys, [seq]), where=keys.base)[0]
+        # A stub's record is in the side hash; a replayed one beside the pins.
+        rec = guarded(lambda: log.read_flow(r, keys, [seq])[0] or log.read_side(r, keys, [seq])[0], where=keys.base)
     return None if rec is None else _bytes(rec)
 
 

@@ -1,7 +1,9 @@
 """A queue's log read and written under the scripts, in either layout
 (rqueue/engine/keys.py, LogLayout): the hash ``msgs`` (seq -> record), or
-the stream ``log`` (entry ``<seq>-0``, one field ``r``) with the records
-replayed below its newest id in the pinned hash as field ``r<seq>``
+the stream ``log`` (entry ``<seq>-0``, one field ``r``; for a message with a
+priority or an ordering key the stub ``<seq>-0`` field ``s``, its record in
+the side hash) with the records replayed below its newest id in the pinned
+hash as field ``r<seq>``
 (rqueue/engine/lua/includes/log.lua). For tests that look at, plant or
 remove records directly, damage them (delete, replace) or roll the log back
 as a lagging replica holds it, so that they check the same behaviour in
@@ -21,13 +23,17 @@ def _stream(keys: QueueKeys) -> bool:
     return keys.layout is LogLayout.STREAM
 
 
-def _entry(entry_id: bytes, fields: dict[bytes, bytes]) -> tuple[int, bytes]:
+def _entry(entry_id: bytes, fields: dict[bytes, bytes], flow: dict[bytes, bytes]) -> tuple[int, bytes | None]:
     """(seq, record) of a stream entry, which must be ``<seq>-0`` {r: record}
-    or, for a compact record, ``<seq>-<published ms>`` {p: payload}."""
+    or, for a compact record, ``<seq>-<published ms>`` {p: payload}, or a
+    stub ``<seq>-0`` {s: ""} whose record is in ``flow`` (the side hash, by
+    seq as bytes; None when it has none)."""
     seq, _, part = entry_id.partition(b"-")
     if list(fields) == [b"p"]:
         return int(seq), compact_record(int(part), fields[b"p"])
-    assert part == b"0" and list(fields) == [b"r"], (entry_id, fields)
+    assert part == b"0" and list(fields) in ([b"r"], [b"s"]), (entry_id, fields)
+    if list(fields) == [b"s"]:
+        return int(seq), flow.get(seq)
     return int(seq), fields[b"r"]
 
 
@@ -40,7 +46,8 @@ def records(r: Any, keys: QueueKeys) -> dict[int, bytes]:
     """Every stored record by seq (in a stream, those in side too)."""
     if not _stream(keys):
         return {int(f): v for f, v in r.hgetall(keys.msgs).items()}
-    found = dict(_entry(i, f) for i, f in r.xrange(keys.msgs))
+    flow = r.hgetall(keys.side)
+    found = {seq: rec for seq, rec in (_entry(i, f, flow) for i, f in r.xrange(keys.msgs)) if rec is not None}
     side = _side(r, keys)
     # A reopened seq's record is kept in side whether or not the trim took its entry yet.
     both = {seq for seq in found.keys() & side.keys() if found[seq] != side[seq]}
@@ -59,7 +66,8 @@ def record(r: Any, keys: QueueKeys, seq: int) -> bytes | None:
         rec: bytes | None = r.hget(keys.msgs, seq)
         return rec
     entries = r.xrange(keys.msgs, seq, seq)
-    return _entry(*entries[0])[1] if entries else r.hget(keys.pinned, f"r{seq}")
+    rec: bytes | None = _entry(*entries[0], r.hgetall(keys.side))[1] if entries else None
+    return rec if rec is not None else r.hget(keys.pinned, f"r{seq}")
 
 
 def count(r: Any, keys: QueueKeys) -> int:
@@ -115,7 +123,8 @@ def _ids(r: Any, keys: QueueKeys, seqs: list[int]) -> list[bytes]:
 
 def delete(r: Any, keys: QueueKeys, *seqs: int) -> int:
     """Deletes the records of ``seqs``, as damage would (an entry by its own
-    id, and a replayed record in side); how many seqs had one."""
+    id, a stub with its side record, and a replayed record in side); how
+    many seqs had one."""
     if not seqs:
         return 0
     if not _stream(keys):
@@ -124,6 +133,7 @@ def delete(r: Any, keys: QueueKeys, *seqs: int) -> int:
     gone = {int(i.partition(b"-")[0]) for i in ids}
     if ids:
         r.xdel(keys.msgs, *ids)
+        r.hdel(keys.side, *gone)
     side = {seq for seq, there in zip(seqs, r.hmget(keys.pinned, [f"r{seq}" for seq in seqs])) if there is not None}
     if side:
         r.hdel(keys.pinned, *(f"r{seq}" for seq in side))
@@ -194,6 +204,9 @@ def roll_back(r: Any, keys: QueueKeys, to: int) -> None:
     side = [f for f in r.hkeys(keys.pinned) if f.startswith(b"r") and int(f[1:]) > to]
     if side:
         r.hdel(keys.pinned, *side)
+    flow = [f for f in r.hkeys(keys.side) if int(f) > to]
+    if flow:
+        r.hdel(keys.side, *flow)
 
 
 def exists(r: Any, keys: QueueKeys) -> bool:

@@ -35,7 +35,8 @@
   call as its next fetch), so that they free prefetch room for this fetch.
 
   Input:
-    KEYS[1..24] the group layout (includes/group_keys.lua); KEYS[1..17]
+    KEYS[1..24] the group layout (includes/group_keys.lua), and KEYS[25]
+      the side hash for a stream log; KEYS[1..17]
       alone for a queue that never had a priority or keyed message (meta
       field "prio"), by a call without a rate limit or ordering key
       settings in ARGV[9]: a plain fetch is spared the other keys' cost
@@ -81,8 +82,9 @@
   Errors:
     RQ_LAYOUT      KEYS[2] is the log key of the other layout than the
                    queue's (includes/layout.lua): nothing is changed
-    RQ_FLOW_KEYS   sent KEYS[1..17] for a queue with meta field "prio":
-                   nothing is changed; call again with KEYS[1..24]
+    RQ_FLOW_KEYS   sent KEYS[1..17] for a queue with meta field "prio"
+                   (or KEYS[1..24] for one with a stream log): nothing is
+                   changed; call again with KEYS[1..24] (KEYS[1..25])
     RQ_NOT_MEMBER  the consumer is not in the group (never joined, or
                    removed); nothing is changed, the tags are not acked
     RQ_CORRUPT     a key is damaged, named with what is wrong; nothing is
@@ -221,6 +223,9 @@ local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', 
 -- "swept": set while deleting what the trim point passed lags it.
 local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio', 'wake', 'layout', 'swept')
 local lastSeq = tonumber(metaFields[2] or '0')
+-- A stream log's side hash (includes/group_keys.lua): the records of the
+-- messages published with a priority or a key, read by HMGET.
+local sideKey = KEYS[25]
 local wrongLayout = layoutError(metaKey, msgsKey, metaFields[6], metaFields[2])
 if wrongLayout then
   return wrongLayout
@@ -228,8 +233,9 @@ end
 -- A queue that had a priority or keyed message needs the flow-control keys:
 -- a client sends the short layout (KEYS[1..17]) until told, here, before
 -- any write.
-if metaFields[4] and not keyFlightKey then
-  return redis.error_reply('RQ_FLOW_KEYS the queue has priority or keyed messages: fetch needs KEYS[1..24]')
+if metaFields[4] and (not keyFlightKey or not sideKey and metaFields[6] == 'stream') then
+  return redis.error_reply('RQ_FLOW_KEYS the queue has priority or keyed messages: fetch needs KEYS[1..24] '
+    .. '(KEYS[1..25] for a stream log)')
 end
 -- Acks come before any other write: Redis refuses a script over maxmemory
 -- at its first write that may grow memory, unless it already wrote. An
@@ -488,6 +494,26 @@ if got < room and metaFields[4] then
   if holdAt then
     upper = string.format('%d', holdAt)
   end
+  if sideKey then
+    -- No group needs a record at or below the trim point (the lowest ack
+    -- floor, or in retention mode the trim step's point), and the
+    -- priority log lists every seq with a side record: those it lists
+    -- there go from both, PULL_BATCH a call, so that a trim point that
+    -- jumps far is caught up over the fetches after it. A seq reopened by
+    -- replay keeps its record beside the pins (includes/log.lua).
+    local trimmedTo = rcall('HGET', metaKey, 'trimmed')
+    if trimmedTo then
+      local passedLog = rcall('ZRANGEBYSCORE', prioKey, '-inf', trimmedTo, 'WITHSCORES', 'LIMIT', '0', PULL_BATCH)
+      if #passedLog > 0 then
+        local fields = {}
+        for i = 2, #passedLog, 2 do
+          fields[#fields + 1] = passedLog[i]
+        end
+        bulk('HDEL', sideKey, fields)
+        rcall('ZREMRANGEBYSCORE', prioKey, '-inf', passedLog[#passedLog])
+      end
+    end
+  end
   local pulled = rcall('ZRANGEBYSCORE', prioKey, '(' .. string.format('%d', pulledTo), upper, 'WITHSCORES', 'LIMIT',
     '0', PULL_BATCH)
   morePassed = #pulled == 2 * tonumber(PULL_BATCH)
@@ -532,9 +558,10 @@ if got < room and metaFields[4] then
     -- The log keeps its entries as long as their records: those at or
     -- below the trim point go (the lowest ack floor, or in retention mode
     -- the trim step's point), so a reset back pulls what it may hand out
-    -- again with its priority.
+    -- again with its priority. A stream log's go with their side records
+    -- (above).
     local trimmedTo = tonumber(rcall('HGET', metaKey, 'trimmed') or '0')
-    if trimmedTo and trimmedTo > 0 then
+    if trimmedTo and trimmedTo > 0 and not sideKey then
       rcall('ZREMRANGEBYSCORE', prioKey, '-inf', string.format('%d', trimmedTo))
     end
   end
@@ -558,7 +585,8 @@ if got < room and metaFields[4] then
     rounds = rounds + 1
     local gotBefore = got
     bulk('ZREM', prioSetKey, picked)
-    local recs = logReadMany(msgsKey, picked, pinnedKey)
+    local recs = sideKey and logReadFlow(msgsKey, sideKey, picked, pinnedKey)
+      or logReadMany(msgsKey, picked, pinnedKey)
     -- Settled meanwhile (a purge, settle_through) or handed out another way
     -- (a delivery state exists): not handed out again.
     local raws = bulkGet(dlvKey, picked)
@@ -737,13 +765,19 @@ if got < room and not pickCut then
           read[#read + 1] = field
         end
       end
-      local stored = logReadMany(msgsKey, read, pinnedKey)
-      recs = {}
-      local j = 0
-      for i, field in ipairs(fields) do
-        if not prioritized[field] then
-          j = j + 1
-          recs[i] = stored[j]
+      if sideKey then
+        -- The stubs keep the run whole: one XRANGE, which leaves the
+        -- prioritized seqs' records unread.
+        recs = logReadMany(msgsKey, fields, pinnedKey, prioritized)
+      else
+        local stored = logReadMany(msgsKey, read, pinnedKey)
+        recs = {}
+        local j = 0
+        for i, field in ipairs(fields) do
+          if not prioritized[field] then
+            j = j + 1
+            recs[i] = stored[j]
+          end
         end
       end
     else

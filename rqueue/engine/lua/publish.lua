@@ -38,7 +38,10 @@
     KEYS[#KEYS] the priority log (zset "<base>:prio", seq -> "<seq>:<p>",
         or "<seq>:k:<key>" for an ordering key), last, after the id keys,
         when a message has a priority or a key; meta field "prio" is set
-        with it (fetch.lua reads it)
+        with it (fetch.lua reads it). For a stream log KEYS[#KEYS - 1],
+        and KEYS[#KEYS] the side hash (hash "<base>:side", seq -> record):
+        such a message's record goes there, and the stub entry
+        "<seq>-0" "s" "" into the stream (includes/log.lua)
   Output:
     { incarnation, seq1, duplicate1, seq2, duplicate2, ... }, duplicate 1
     when the id was seen: seq is then the seq of the first publish. The
@@ -50,7 +53,8 @@
                    field "partitioned", set by partition.lua): its
                    messages go to its partitions
     RQ_BAD_ARGUMENT  a message has a priority or key and the last key is
-                   not the queue's priority log; a key is not of the form
+                   not the queue's priority log (for a stream log: the last
+                   two are not its priority log and side hash); a key is not of the form
                    above (named), or a message has both a key and a priority
     RQ_UNROUTABLE  mandatory publish to a queue without a group
     RQ_LAYOUT      KEYS[2] is the log key of the other layout than the
@@ -145,11 +149,20 @@ for i = 6, #ARGV, 3 do
     end
   end
 end
--- The priority log is the last key, named as keys.py names it: checked
--- before any write, so that a call built wrongly stores nothing.
-if anyPriority and KEYS[#KEYS] ~= string.sub(metaKey, 1, -5) .. 'prio' then
+-- The priority log is the last key (the side hash after it, for a stream
+-- log), named as keys.py names them: checked before any write, so that a
+-- call built wrongly stores nothing.
+local prioKey, sideKey = KEYS[#KEYS], nil
+if anyPriority and logIsStream(msgsKey) then
+  prioKey, sideKey = KEYS[#KEYS - 1], KEYS[#KEYS]
+  if sideKey ~= string.sub(metaKey, 1, -5) .. 'side' then
+    return redis.error_reply('RQ_BAD_ARGUMENT a message has a priority, and the last key is not the side hash '
+      .. 'of the stream log: ' .. tostring(sideKey))
+  end
+end
+if anyPriority and prioKey ~= string.sub(metaKey, 1, -5) .. 'prio' then
   return redis.error_reply('RQ_BAD_ARGUMENT a message has a priority, and the last key is not the priority log: '
-    .. tostring(KEYS[#KEYS]))
+    .. tostring(prioKey))
 end
 local first, inc
 local paused -- meta field "paused" (pause.lua): "refuse" refuses the call
@@ -229,6 +242,7 @@ local seq = first
 -- have neither delays nor ids).
 local records, delayed, ids, claims = {}, nil, nil, nil
 local prioritized = nil -- score, member pairs for the priority log
+local side = nil -- seq, record pairs of a stream log's side hash
 local compact = compactHead(now)
 -- A stream log gets entries (id, field, value), not records: a compact one
 -- as "<seq>-<now>" "p" <payload> (includes/log.lua).
@@ -304,6 +318,16 @@ for i = 6, #ARGV, 3 do
       end
       records[#records + 1] = notBefore .. prefix .. hlen .. ':' .. body
     end
+    if streamTime and priority then
+      -- The record goes to the side hash, where fetch's priority and key
+      -- reads take many by one HMGET, and the stub "<seq>-0" "s" "" to the
+      -- stream, which keeps an entry per seq (includes/log.lua).
+      local n = #records
+      side = side or {}
+      side[#side + 1] = string.format('%d', seq)
+      side[#side + 1] = records[n - 1] == 'p' and (compact .. records[n]) or records[n]
+      records[n - 2], records[n - 1], records[n] = seq .. '-0', 's', ''
+    end
     if name ~= nil then
       claims[name] = seq .. ':' .. (now + window) .. ':' .. inc
       ids = ids or {}
@@ -346,6 +370,9 @@ if seq > first then
     return refused
   end
   markLayout(metaKey, msgsKey, layout)
+  if side then
+    bulk('HSET', sideKey, side)
+  end
   if delayed then
     bulk('ZADD', schedKey, delayed)
   end
@@ -353,7 +380,6 @@ if seq > first then
     rcall('SET', name, claims[name], 'PX', ttl)
   end
   if prioritized then
-    local prioKey = KEYS[#KEYS]
     bulk('ZADD', prioKey, prioritized)
     -- Read by every fetch with the incarnation: a queue without it pays
     -- nothing more for priorities.

@@ -49,6 +49,11 @@
     KEYS[24] kflight    hash  key -> "<seq> <seq> ..." those deliveries;
                               "~<key>" -> "<ms> <ms> ..." the key's rate
                               window (settings key_rate_limit, key_rate_period)
+    KEYS[25] side       hash  a stream log's seq -> record of the messages
+                              published with a priority or a key (stubs in
+                              the stream, includes/log.lua); sent after the
+                              24 for a stream log only, and named in fetch.lua,
+                              its one reader by KEYS
   KEYS[1..13] are every key an ack can touch, and ack.lua is sent those
   alone (every key sent adds to the cost of a call); the others are nil
   there.

@@ -10,7 +10,20 @@
                           "<seq>-<published_ms>", field "p" its payload,
                           without the record's head (the id holds the
                           time); any other, id "<seq>-0", field "r" the
-                          record. Entries are not deleted one by one:
+                          record. A message published with a priority
+                          or an ordering key has the stub "<seq>-0",
+                          field "s" (empty), and its record in the side
+                          hash <base>:side (seq -> record), where fetch's
+                          priority and key reads take many by one HMGET
+                          (logReadFlow); fetch deletes them with their
+                          priority log entries once the trim point passes
+                          them. Every other reader that meets a stub
+                          looks there by the name logSideKey (log_one.lua)
+                          makes from the log's key, under its hash tag:
+                          of the scripts only publish and fetch are sent
+                          the side hash. A stub without its side record
+                          is a missing record. Entries are not deleted
+                          one by one:
                           logTrim drops those at or below the lowest ack
                           floor (includes/settle.lua), so a record settled
                           above it stays until the floor passes it. A
@@ -109,13 +122,16 @@ local function logWriteEntries(key, items)
 end
 
 -- One record (or false) per seq, in the order of seqs. In a stream, one
--- XRANGE per run of consecutive seqs (in the order given); a seq without an
--- entry is read from side. One function, not two: fetch makes it per call.
-local function logReadMany(key, seqs, side)
+-- XRANGE per run of consecutive seqs (in the order given); a stub's record
+-- is read from the side hash, unless skip (a set of seqs as given, or nil)
+-- holds its seq: it is then false, unread; a seq without an entry, or a
+-- stub without a side record, is read from side. One function, not two:
+-- fetch makes it per call.
+local function logReadMany(key, seqs, side, skip)
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
     return bulkGet(key, seqs)
   end
-  local out, gaps, heads = {}, false, {}
+  local out, gaps, heads, stubs = {}, false, {}, nil
   local i, count = 1, #seqs
   while i <= count do
     local from = tonumber(seqs[i])
@@ -146,11 +162,29 @@ local function logReadMany(key, seqs, side)
           heads[ms] = head
         end
         out[at] = head .. fields[2]
+      elseif fields[1] == 's' then
+        out[at] = false
+        if not (skip and skip[seqs[at]]) then
+          stubs = stubs or {}
+          stubs[#stubs + 1] = at
+        end
       else
         out[at] = fields[2]
       end
     end
     i = j + 1
+  end
+  if stubs then
+    local fields = {}
+    for n, at in ipairs(stubs) do
+      fields[n] = seqs[at]
+    end
+    -- The side hash's name as logSideKey makes it, here without the
+    -- function, which fetch would make at every call.
+    for n, rec in ipairs(bulkGet(string.sub(key, 1, -4) .. 'side', fields)) do
+      out[stubs[n]] = rec
+      gaps = gaps or not rec
+    end
   end
   if gaps and side and redis.call('EXISTS', side) == 1 then
     local fields, at = {}, {}
@@ -161,6 +195,27 @@ local function logReadMany(key, seqs, side)
       end
     end
     for n, rec in ipairs(bulkGet(side, fields)) do
+      out[at[n]] = rec
+    end
+  end
+  return out
+end
+
+-- The records of seqs published with a priority or a key (fetch's picks),
+-- as logReadMany gives them: from a stream log's side hash sideKey by one
+-- HMGET, and a seq it lacks by logReadMany (a replayed record).
+local function logReadFlow(key, sideKey, seqs, side)
+  local out = bulkGet(sideKey, seqs)
+  local missed, at = nil, nil
+  for i = 1, #seqs do
+    if not out[i] then
+      missed, at = missed or {}, at or {}
+      missed[#missed + 1] = seqs[i]
+      at[#at + 1] = i
+    end
+  end
+  if missed then
+    for n, rec in ipairs(logReadMany(key, missed, side)) do
       out[at[n]] = rec
     end
   end

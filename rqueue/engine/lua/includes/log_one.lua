@@ -7,6 +7,12 @@
 --@include log
 --@include record_head
 
+-- A stream log's side hash: "<base>:side" beside "<base>:log", as
+-- rqueue/engine/keys.py names it.
+local function logSideKey(key)
+  return string.sub(key, 1, -4) .. 'side'
+end
+
 -- Stores one record (of a seq above the stream's newest id, in a stream).
 local function logWriteOne(key, seq, rec)
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
@@ -29,7 +35,14 @@ local function logRead(key, seq, side)
       -- The compact record again: its head from the id's time.
       return (compactHead(tonumber(string.match(entry[1], '%-(%d+)$')) or -1) or UNREADABLE_HEAD) .. entry[2][2]
     end
-    return entry[2][2]
+    if entry[2][1] ~= 's' then
+      return entry[2][2]
+    end
+    -- A stub: the record is in the side hash (or beside the pins, replayed).
+    local rec = redis.call('HGET', logSideKey(key), seq)
+    if rec then
+      return rec
+    end
   end
   return side and redis.call('HGET', side, 'r' .. seq) or false
 end
@@ -49,7 +62,8 @@ local function logHas(key, seq, side)
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
     return redis.call('HEXISTS', key, seq) == 1
   end
-  return redis.call('XRANGE', key, seq, seq)[1] ~= nil
+  local entry = redis.call('XRANGE', key, seq, seq)[1]
+  return entry ~= nil and (entry[2][1] ~= 's' or redis.call('HEXISTS', logSideKey(key), seq) == 1)
     or side ~= nil and redis.call('HEXISTS', side, 'r' .. seq) == 1
 end
 
@@ -62,6 +76,9 @@ local function logDeleteOne(key, seq, side)
   local entry = redis.call('XRANGE', key, seq, seq)[1]
   if entry then
     redis.call('XDEL', key, entry[1])
+    if entry[2][1] == 's' then
+      redis.call('HDEL', logSideKey(key), seq)
+    end
   end
   if side then
     redis.call('HDEL', side, 'r' .. seq)

@@ -201,7 +201,8 @@ do
           for i, m in ipairs(members) do
             fields[i] = string.format('%d', tonumber(string.sub(m, #key + 2)) or 0)
           end
-          local recs = logReadMany(msgsKey, fields, pinnedKey)
+          local recs = sideKey and logReadFlow(msgsKey, sideKey, fields, pinnedKey)
+            or logReadMany(msgsKey, fields, pinnedKey)
           local raws = bulkGet(dlvKey, fields)
           local done, handed, waitAt = {}, 0, nil
           for i, field in ipairs(fields) do
