@@ -316,9 +316,14 @@ class _Examination:
             if end > cursor and not all(s in prioritized for s in range(max(first, cursor + 1), end + 1))
         ]
         # A delivery the scan made (no priority or keyed message) is at or
-        # below the cursor: above it, the scan would hand the message out
-        # again as new while it is held or waits for its redelivery.
-        ahead = [s for s in leases | states.keys() | waiting if s > cursor and s not in prioritized]
+        # below the cursor: above it, the scan of a plain queue would hand
+        # the message out again as new while it is held or waits for its
+        # redelivery. A queue that had priority or keyed messages is not
+        # judged so: its scan passes over seqs with a delivery state, and
+        # one above the cursor may be a priority message whose entry in the
+        # priority log is gone, with unread plain messages below it that a
+        # raised cursor would skip.
+        ahead = [] if flow else [s for s in leases | states.keys() | waiting if s > cursor and s not in prioritized]
         # No cursor at all (a deleted group hash) while the group has acked
         # runs or delivery states: fetch refuses every call (whatever they hold).
         missing = "cursor" not in state and bool(runs or states)

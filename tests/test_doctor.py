@@ -227,6 +227,25 @@ def test_cursor_moved_back_is_repaired_without_handing_out_anything_twice(client
     assert doctor.examine(queue) == []
 
 
+def test_a_lost_priority_log_entry_does_not_move_the_cursor_past_an_unread_message(client, queue):
+    # given a plain message never delivered (seq 1) and a priority message
+    # held (seq 2), and the queue's priority log deleted (damage)
+    c = queue.consumer("g")
+    queue.publish(b"plain")
+    queue.publish(b"urgent", priority=9)
+    [held] = c.fetch(1)
+    assert held.seq == 2
+    client.redis.delete(queue.keys.prio)
+    # when the doctor examines the queue and repairs what it found
+    found = doctor.examine(queue)
+    doctor.repair(queue, found)
+    # then the cursor stays (the held seq may be a priority message): the
+    # plain message is still handed out, and nothing twice
+    assert Kind.CURSOR_BELOW_DELIVERY not in {f.kind for f in found}
+    c.ack(held)
+    assert [d.seq for d in c.fetch(10)] == [1]
+
+
 def test_deleted_meta_is_repaired_so_seqs_go_on(client, queue):
     # given a queue whose meta hash was deleted, with a message unread
     c = queue.consumer("g")
