@@ -341,8 +341,7 @@ async def records_after(r: Any, keys: QueueKeys, after: int, n: int) -> list[tup
             recs = log.records(keys, seqs, reply)
             flow = log.stubs(keys, reply)
             if flow:
-                in_side = dict(zip(flow, await log.read_flow(r, keys, flow), strict=True))
-                recs = [in_side.get(seq) if rec is None else rec for seq, rec in zip(seqs, recs, strict=True)]
+                recs = log.with_flow(seqs, recs, flow, await log.read_flow(r, keys, flow))
             for seq, rec in zip(seqs, recs, strict=True):
                 if rec is not None and len(out) < n:
                     out.append((seq, rec if isinstance(rec, bytes) else rec.encode()))

@@ -99,6 +99,14 @@ def stubs(keys: QueueKeys, reply: Any) -> list[int]:
     return [_entry_seq(entry_id) for entry_id, fields in reply if _is_stub(fields)]
 
 
+def with_flow(seqs: list[int], recs: list[Any], flow: list[int], side_recs: Any) -> list[Any]:
+    """``recs`` (by ``records``, one per seq of ``seqs``) with the records of
+    the stubs ``flow`` (by ``stubs``) filled in from ``side_recs``, the
+    reply of ``read_flow`` for them."""
+    in_side = dict(zip(flow, side_recs, strict=True))
+    return [in_side.get(seq) if rec is None else rec for seq, rec in zip(seqs, recs, strict=True)]
+
+
 def read_flow(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
     """Stream layout: queues the read of the records of ``seqs`` kept in
     the side hash, the messages published with a priority or an ordering

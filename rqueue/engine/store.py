@@ -52,8 +52,7 @@ def records_after(r: RedisClient, keys: QueueKeys, after: int, n: int) -> list[t
             recs = log.records(keys, seqs, reply)
             flow = log.stubs(keys, reply)
             if flow:
-                in_side = dict(zip(flow, log.read_flow(r, keys, flow), strict=True))
-                recs = [in_side.get(seq) if rec is None else rec for seq, rec in zip(seqs, recs, strict=True)]
+                recs = log.with_flow(seqs, recs, flow, log.read_flow(r, keys, flow))
             for seq, rec in zip(seqs, recs, strict=True):
                 if rec is not None and len(out) < n:
                     out.append((seq, _bytes(rec)))
