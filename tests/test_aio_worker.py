@@ -1058,3 +1058,42 @@ def test_a_worker_left_its_prefetch_fetches_more_while_quick_handlers_wait(
     assert max(asked) <= cap
     if prefetch is None:
         assert max(asked) > 4
+
+
+@BACKENDS
+@BOTH
+def test_a_loss_in_one_partition_drops_only_its_own_waiting_deliveries(kind, live, backend, prefix):
+    # given a worker on two partitions whose one handler is busy while the
+    # other deliveries wait, with a lease far longer than the test
+    live.configure("orders", ack_wait=120)
+    pq = live.queue("orders", partitions=2)
+    pq.parts[0].publish_many([b"a0", b"a1"])
+    pq.parts[1].publish(b"b0")
+    calls = Calls()
+    ran: list[tuple[int, bytes, int]] = []
+    started = threading.Event()
+    release = threading.Event()
+
+    def handler(d):
+        calls.add(d.seq)
+        ran.append((d.consumer.queue.partition, d.data, d.delivery_count))
+        started.set()
+        release.wait(10)
+
+    w = run_worker(kind, backend, prefix, pq, handler, concurrency=1, prefetch=3, heartbeat_interval=0.1)
+    try:
+        assert started.wait(10)
+        wait_for(lambda: pq.stats().group("g").in_flight == 3)
+        # when partition 1 reports a new incarnation (Redis restarted it
+        # without its data) and the worker sees that loss
+        live.redis.hset(pq.parts[1].keys.meta, "inc", "ianewincarnation")
+        wait_for(lambda: w.consumer.consumers[1].state_epoch == 1)
+        release.set()
+        # then partition 0's messages run at once, each at its first delivery,
+        # not after their lease runs out: only partition 1's are dropped
+        wait_for(lambda: {(p, data) for p, data, _ in ran} >= {(0, b"a0"), (0, b"a1")}, timeout=15)
+    finally:
+        release.set()
+        w.stop()
+        assert w.join(10)
+    assert sorted((p, data, n) for p, data, n in ran if p == 0) == [(0, b"a0", 1), (0, b"a1", 1)]

@@ -863,7 +863,7 @@ def test_after_a_loss_of_redis_state_only_deliveries_from_before_it_are_dropped(
     ledger.fetched([old, new])
     ledger.wait([old, new], 0.0)
     # when the heartbeat or the dispatcher drops what is from before epoch 1
-    dropped = ledger.forget_waiting(older_than=1)
+    dropped = ledger.forget_waiting(epoch_for=lambda d: 1)
     # then only the old one is dropped: the new one still runs
     assert dropped == 1
     stopping = threading.Event()

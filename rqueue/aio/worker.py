@@ -19,7 +19,7 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from .. import timelimits as cancel_mod
 from ..constants import (
@@ -32,6 +32,7 @@ from ..constants import (
     IDLE_POLL_INTERVAL,
     STALE_DISPATCH_FRACTION,
 )
+from ..delivery import Delivery as SyncDelivery
 from ..errors import AlreadyAcked, DeliveryError, NotMember, OutOfMemory, Reject, RQueueError, TimeLimitExceeded
 from ..names import check_name
 from ..settings import Settings
@@ -58,7 +59,15 @@ log = logging.getLogger("rqueue.worker")
 
 Handler = Callable[[Delivery], Any] | BatchHandler
 Done = list[tuple[Any, Outcome, Detail]]  # aio Deliveries, in the shared Ledger
+
 Consumer = PlainConsumer | PartitionedConsumer
+
+
+def _epochs(consumer: Consumer) -> Callable[[SyncDelivery], int]:
+    """The state epoch each delivery in the shared Ledger is judged by: its
+    own partition's for a partitioned consumer (the Ledger holds only this
+    consumer's aio Deliveries)."""
+    return cast("Callable[[SyncDelivery], int]", consumer.epoch_for)
 
 
 class Worker:
@@ -285,7 +294,7 @@ class Worker:
             self._window.fetched(max(free, 0), len(deliveries), ledger.waiting(), ledger.running())
             lost = consumer.state_epoch != epoch
             if lost:
-                dropped = ledger.forget_waiting(older_than=consumer.state_epoch)
+                dropped = ledger.forget_waiting(epoch_for=_epochs(consumer))
                 log.warning(
                     "worker %s: Redis lost the queue's state; %d waiting deliveries dropped, not run",
                     consumer.name,
@@ -682,7 +691,7 @@ class Worker:
                     # Redis lost the queue's state (the consumer logged it):
                     # what waits from before the loss never runs; what the
                     # dispatcher fetched since (a newer epoch) does.
-                    dropped = ledger.forget_waiting(older_than=consumer.state_epoch)
+                    dropped = ledger.forget_waiting(epoch_for=_epochs(consumer))
                     log.warning("worker %s: %d waiting deliveries dropped, not run", consumer.name, dropped)
             # A delivery settled since the heartbeat listed it (its ack
             # raced this call) is refused as no longer held, not lost.

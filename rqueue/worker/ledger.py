@@ -226,24 +226,19 @@ class Ledger:
         for tag in withdrawn:
             log.info("not running %s: its lease was lost while it waited (a heartbeat found it)", tag)
 
-    def forget_waiting(self, older_than: int | None = None, epoch_for: Callable[[Delivery], int] | None = None) -> int:
+    def forget_waiting(self, epoch_for: Callable[[Delivery], int] | None = None) -> int:
         """Withdraws every waiting delivery (the worker was removed from its
-        group: what it held is offered again), or with ``older_than`` those
-        fetched before the consumer's state epoch ``older_than`` (Redis lost
-        the queue's state: what was fetched after the loss stays), or with
-        ``epoch_for`` those older than the epoch it gives for each (a
-        partitioned queue: each partition's own); returns how many."""
+        group: what it held is offered again), or with ``epoch_for`` those
+        fetched before the state epoch it gives for each (Redis lost the
+        queue's state: what was fetched after the loss stays, and so does
+        what another partition's consumer fetched, whose epoch is its own);
+        returns how many."""
         with self._lock:
-            if older_than is None and epoch_for is None:
+            if epoch_for is None:
                 dropped = len(self._waiting)
                 self._waiting.clear()
                 return dropped
-            floor = older_than
-            old = [
-                tag
-                for tag, (d, _) in self._waiting.items()
-                if d.epoch < (epoch_for(d) if epoch_for is not None else (floor or 0))
-            ]
+            old = [tag for tag, (d, _) in self._waiting.items() if d.epoch < epoch_for(d)]
             for tag in old:
                 del self._waiting[tag]
         return len(old)
