@@ -13,7 +13,7 @@ from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from .consumer import Consumer
 from .consumer_core import ConsumerCore, refs_of
 from .delivery import Delivery, DeliveryRef, HeartbeatResult
-from .errors import DeliveryError, InvalidInput, LostDelivery, RQueueError, StateLost
+from .errors import DeliveryError, InvalidInput, LostDelivery, NotMember, RQueueError, StateLost
 from .ids import consumer_name
 from .settings import Settings
 
@@ -21,6 +21,16 @@ if TYPE_CHECKING:
     from .protocols import QueueContext
 
 log = logging.getLogger("rqueue")
+
+
+def graver(kept: Exception | None, new: Exception) -> Exception:
+    """Of two failures of a partitioned heartbeat, the one to raise once
+    every partition was beaten: one partition's node down, or its member
+    removed, must not leave the other partitions' leases to run out. A
+    removal (NotMember) comes first, as the worker then joins again."""
+    if kept is None or (isinstance(new, NotMember) and not isinstance(kept, NotMember)):
+        return new
+    return kept
 
 
 class Partition(Protocol):
@@ -339,12 +349,19 @@ class PartitionedConsumer(PartitionRouting):
 
     def heartbeat(self, running: Iterable[DeliveryRef], timeout: float, sync: bool = False) -> HeartbeatResult:
         """A heartbeat in every partition (see :meth:`rqueue.Consumer.heartbeat`);
-        the figures add up."""
+        the figures add up. A partition that fails is passed, and its
+        failure raised once the others are beaten (:func:`graver`)."""
         by_part = self._split(running)
         results = []
+        failure: Exception | None = None
         for c in self.consumers:
             mine = by_part.get(c.queue.partition or 0, [])
-            results.append((mine, c.heartbeat([d for _, d in mine], timeout, sync)))
+            try:
+                results.append((mine, c.heartbeat([d for _, d in mine], timeout, sync)))
+            except Exception as exc:
+                failure = graver(failure, exc)
+        if failure is not None:
+            raise failure
         return self._summed(results)
 
     @property

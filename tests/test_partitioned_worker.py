@@ -5,12 +5,14 @@ leaves the other partitions' deliveries alone."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
 from support.servers import wait_for
 
 import rqueue
+import rqueue.aio
 
 
 def handler_threads() -> int:
@@ -87,3 +89,41 @@ def test_a_failing_batch_handler_on_three_partitions_dead_letters_each_message_o
     assert {(m.reason, m.error) for m in dead} == {("max-deliveries", "ValueError: database down")}
     assert (w.stats.nacked, w.stats.dead_lettered, w.stats.late_settles) == (30, 30, 0)
     assert pq.stats().group("g").pending == 0
+
+
+@pytest.mark.parametrize("kind", ["threaded", "async"])
+def test_a_heartbeat_failing_in_one_partition_still_extends_the_other_partitions_leases(client, kind):
+    # given a consumer of two partitions holding a delivery of partition 1
+    # whose lease is about to run out, and removed from partition 0's group
+    pq = client.queue("orders", partitions=2)
+    pq.parts[1].publish(b"b")
+    lease = pq.parts[1].keys.group("g").lease
+
+    def about_to_expire_and_removed_from_partition_0(c, d) -> None:
+        client.redis.zadd(lease, {str(d.seq): 1})
+        pq.parts[0].consumer("g", name=c.consumers[0].name).close()
+
+    if kind == "threaded":
+        c = pq.consumer("g")
+        [d] = c.fetch(1)
+        about_to_expire_and_removed_from_partition_0(c, d)
+        # when it beats
+        with pytest.raises(rqueue.NotMember):
+            c.heartbeat([d], 5.0)
+    else:
+
+        async def beat() -> None:
+            aclient = await rqueue.aio.connect(client.url, prefix=client.prefix)
+            try:
+                c = (await aclient.open_queue("orders", partitions=2)).consumer("g")
+                [d] = await c.fetch(1)
+                about_to_expire_and_removed_from_partition_0(c, d)
+                # when it beats
+                with pytest.raises(rqueue.NotMember):
+                    await c.heartbeat([d], 5.0)
+            finally:
+                await aclient.close()
+
+        asyncio.run(beat())
+    # then the removal is raised, after partition 1's lease was extended
+    assert client.redis.zscore(lease, "1") > 1

@@ -27,7 +27,7 @@ from ..errors import DeliveryError, InvalidInput, QueueInUse, RQueueError, State
 from ..ids import consumer_name
 from ..names import check_name
 from ..partition_routing import gather, prepare_parts, route
-from ..partitioned_consumer import PartitionRouting
+from ..partitioned_consumer import PartitionRouting, graver
 from ..partitions import PartitionedQueue as SyncPartitionedQueue
 from ..partitions import (
     check_after,
@@ -609,12 +609,20 @@ class PartitionedConsumer(PartitionRouting):
         return self._by_index(statuses)
 
     async def heartbeat(self, running: Iterable[Ref], timeout: float, sync: bool = False) -> HeartbeatResult:
-        """A heartbeat in every partition; the figures add up."""
+        """A heartbeat in every partition; the figures add up. A partition
+        that fails is passed, and its failure raised once the others are
+        beaten (:func:`rqueue.partitioned_consumer.graver`)."""
         by_part = self._split(running)
         results = []
+        failure: Exception | None = None
         for c in self.consumers:
             mine = by_part.get(c.queue.partition or 0, [])
-            results.append((mine, await c.heartbeat([d for _, d in mine], timeout, sync)))
+            try:
+                results.append((mine, await c.heartbeat([d for _, d in mine], timeout, sync)))
+            except Exception as exc:
+                failure = graver(failure, exc)
+        if failure is not None:
+            raise failure
         return self._summed(results)
 
     @property
