@@ -59,7 +59,6 @@ log = logging.getLogger("rqueue.worker")
 
 Handler = Callable[[Delivery], Any] | BatchHandler
 Done = list[tuple[Any, Outcome, Detail]]  # aio Deliveries, in the shared Ledger
-
 Consumer = PlainConsumer | PartitionedConsumer
 
 
