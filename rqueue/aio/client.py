@@ -57,6 +57,7 @@ async def connect(
     durable_replicas: int = DURABLE_REPLICAS,
     durable_timeout: float = DURABLE_TIMEOUT,
     connect_timeout: float = CONNECT_TIMEOUT,
+    allow_eviction: bool = False,
     **redis_options: Any,
 ) -> Client:
     """Connects to Redis with redis-py's asyncio client and checks that
@@ -67,7 +68,7 @@ async def connect(
     check_durable(failover_timeout, durable_replicas, durable_timeout)
     if not isinstance(dlq_prefix, str) or not isinstance(dlq_suffix, str) or not (dlq_prefix or dlq_suffix):
         raise InvalidInput(f"dlq_prefix {dlq_prefix!r} and dlq_suffix {dlq_suffix!r} must be str, not both empty")
-    r = await open_async_redis(url, redis_options, connect_timeout)
+    r = await open_async_redis(url, redis_options, connect_timeout, allow_eviction)
     client = Client(
         r,
         url=mask_url(url),

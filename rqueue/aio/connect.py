@@ -23,7 +23,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from .. import validate as check
 from ..connection.cluster import not_run
-from ..connection.open import open_redis, server_version
+from ..connection.open import check_policy, check_version, open_redis, server_version
 from ..connection.sentinel import sentinel_redis
 from ..connection.urls import (
     CLUSTER_SCHEMES,
@@ -36,19 +36,21 @@ from ..connection.urls import (
     mask_url,
     scrub,
 )
-from ..constants import MIN_SERVER_VERSION
 from ..engine.async_scripts import AsyncRetrier, no_async_retry
-from ..errors import ConnectionFailed, InvalidURL, ServerTooOld
+from ..errors import ConnectionFailed, EvictionPolicy, InvalidURL, ServerTooOld
 
 
 def scheme_of(url: str) -> str:
     return url.split("://", 1)[0] if "://" in url else ""
 
 
-async def open_async_redis(url: str, redis_options: dict[str, Any], connect_timeout: float = CONNECT_TIMEOUT) -> Any:
+async def open_async_redis(
+    url: str, redis_options: dict[str, Any], connect_timeout: float = CONNECT_TIMEOUT, allow_eviction: bool = False
+) -> Any:
     """An asyncio client for ``url`` that answered PING and runs a Redis new
-    enough for rqueue. Raises InvalidURL, ConnectionFailed or ServerTooOld,
-    as rqueue.connect does; ConnectionFailed also when the server has not
+    enough for rqueue, that does not evict keys unless ``allow_eviction``.
+    Raises InvalidURL, ConnectionFailed, ServerTooOld or EvictionPolicy, as
+    rqueue.connect does; ConnectionFailed also when the server has not
     answered within ``connect_timeout`` seconds."""
     if not isinstance(url, str):
         raise InvalidURL(f"<{type(url).__name__}>", f"must be a str, not {type(url).__name__}")
@@ -71,7 +73,7 @@ async def open_async_redis(url: str, redis_options: dict[str, Any], connect_time
         check_db(shown)
     made: list[Any] = []
     try:
-        return await asyncio.wait_for(_open(url, shown, scheme, options, made), connect_timeout)
+        return await asyncio.wait_for(_open(url, shown, scheme, options, made, allow_eviction), connect_timeout)
     except TimeoutError:
         for r in made:
             with contextlib.suppress(Exception):
@@ -90,7 +92,9 @@ async def _memory(url: str) -> Any:
     return fakeredis.FakeAsyncRedis(server=server)
 
 
-async def _open(url: str, shown: str, scheme: str, options: dict[str, Any], made: list[Any]) -> Any:
+async def _open(
+    url: str, shown: str, scheme: str, options: dict[str, Any], made: list[Any], allow_eviction: bool
+) -> Any:
     try:
         if scheme in CLUSTER_SCHEMES:
             r = _cluster(url, shown, options)
@@ -107,8 +111,8 @@ async def _open(url: str, shown: str, scheme: str, options: dict[str, Any], made
         if isinstance(r, aioredis.RedisCluster):
             await r.initialize()
         await r.ping()
-        await _check_version(r)
-    except ServerTooOld:
+        await _check_server(r, url, allow_eviction)
+    except (ServerTooOld, EvictionPolicy):
         await r.aclose()
         raise
     except (redis.RedisError, OSError) as exc:
@@ -120,16 +124,24 @@ async def _open(url: str, shown: str, scheme: str, options: dict[str, Any], made
     return r
 
 
-async def _check_version(r: Any) -> None:
+async def _check_server(r: Any, url: str, allow_eviction: bool) -> None:
+    """As the sync client's check: the version and the eviction policy of
+    the server, or of every primary of a cluster."""
     if isinstance(r, aioredis.RedisCluster):
-        infos = await r.info("server", target_nodes=aioredis.RedisCluster.PRIMARIES)
-        versions = [server_version(_Info(i)) for i in infos.values()] if isinstance(infos, dict) else []
+        nodes: list[Any] = list(r.get_primaries())
+        for node in nodes:
+            check_version(server_version(_Info(await r.info("server", target_nodes=node))))
     else:
-        versions = [server_version(_Info(await r.info("server")))]
-    for version in versions:
-        parsed = tuple(int("".join(ch for ch in p if ch.isdigit()) or 0) for p in version.split(".")[:3])
-        if parsed < MIN_SERVER_VERSION:
-            raise ServerTooOld(version, ".".join(map(str, MIN_SERVER_VERSION)))
+        nodes = [None]
+        check_version(server_version(_Info(await r.info("server"))))
+    for node in nodes:
+        try:
+            reply = await (
+                r.config_get("maxmemory-policy", target_nodes=node) if node else r.config_get("maxmemory-policy")
+            )
+        except redis.ResponseError:
+            return  # CONFIG may be refused by ACLs: docs/memory.md says what to check by hand
+        check_policy(reply, url, allow_eviction)
 
 
 class _Info:

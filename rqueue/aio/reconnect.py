@@ -7,6 +7,7 @@ the threaded worker needs a watchdog thread."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -30,10 +31,13 @@ class AsyncReconnector(Reconnector):
         super().__init__(*args, **kwargs)
         self._attempting: set[asyncio.Task[Any]] = set()  # tasks awaiting an attempt now
         self._cut: set[asyncio.Task[Any]] = set()  # of those, the ones cut off
+        self._stopped_now = asyncio.Event()  # set by cut_off_soon: ends a pause between attempts
 
     def cut_off_soon(self) -> None:
         """Cuts off, STOP_PATIENCE from now, the calls then under way (they
-        raise ConnectionLost). Call it on the loop."""
+        raise ConnectionLost), and ends a pause before a retry at once.
+        Call it on the loop."""
+        self._stopped_now.set()
 
         def cut() -> None:
             for task in list(self._attempting):
@@ -41,6 +45,10 @@ class AsyncReconnector(Reconnector):
                 task.cancel()
 
         asyncio.get_running_loop().call_later(STOP_PATIENCE, cut)
+
+    def attempting(self, task: asyncio.Task[Any]) -> bool:
+        """Whether ``task`` awaits an attempt of a Redis call now."""
+        return task in self._attempting
 
     def _limit(self, started: float) -> float:
         """Seconds the attempt sent now may take: until the outage (or the
@@ -97,7 +105,9 @@ class AsyncReconnector(Reconnector):
                 raise error
             self.resync = True
             self._tally.count(reconnects=1)
-            await asyncio.sleep(min(pause * (0.5 + self._randomness.unit()), left))
+            # The pause ends early at a stop at once, as the threaded one's wait does.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped_now.wait(), min(pause * (0.5 + self._randomness.unit()), left))
             pause = min(pause * 2, LONGEST_PAUSE)
             if self._hard_stop.is_set():
                 continue  # said and raised above

@@ -196,15 +196,20 @@ class Worker:
                 self.concurrency,
             )
             try:
-                self._dispatching = loop.create_task(self._dispatch(consumer), name="rqueue-dispatcher")
+                dispatching = self._dispatching = loop.create_task(self._dispatch(consumer), name="rqueue-dispatcher")
                 try:
-                    await self._dispatching
+                    # Shielded: a cancel of run() stops the worker as stop()
+                    # does, and the dispatcher's round under way, with the
+                    # acks it carries, ends first.
+                    await asyncio.shield(dispatching)
                 except asyncio.CancelledError:
                     if self._hard_stop.is_set() and not _cancelling():
                         pass  # stop(now=True) cut the dispatcher off
                     else:
                         cancelled = True
-                        self._stopping.set()
+                        self.stop()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await dispatching
             finally:
                 await self._shutdown(consumer, handlers)
         finally:
@@ -239,8 +244,12 @@ class Worker:
             self._stop_wake = asyncio.ensure_future(self._end_waits(consumer))
         if now:
             self._retry.cut_off_soon()
-            if self._dispatching is not None:
-                self._dispatching.cancel()
+            # A Redis call under way may finish within STOP_PATIENCE (the
+            # cut-off ends it after), so that the acks it carries apply, as
+            # in the threaded worker; any other wait of the dispatcher ends now.
+            dispatching = self._dispatching
+            if dispatching is not None and not self._retry.attempting(dispatching):
+                dispatching.cancel()
 
     @staticmethod
     async def _end_waits(consumer: PlainConsumer | PartitionedConsumer) -> None:

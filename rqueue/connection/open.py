@@ -67,18 +67,16 @@ def _parse_version(version: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _check_server(r: Any, url: str, allow_eviction: bool) -> None:
-    if isinstance(r, redis.RedisCluster):
-        for node in r.get_primaries():  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-            _check_server(node.redis_connection or r.get_redis_connection(node), url, allow_eviction)
-        return
-    version = server_version(r)
+def check_version(version: str) -> None:
+    """Raises ServerTooOld for a server version rqueue does not run on."""
     if _parse_version(version) < MIN_SERVER_VERSION:
         raise ServerTooOld(version, ".".join(map(str, MIN_SERVER_VERSION)))
-    try:
-        reply = r.config_get("maxmemory-policy")
-    except redis.ResponseError:
-        return  # CONFIG may be refused by ACLs: docs/memory.md says what to check by hand
+
+
+def check_policy(reply: Any, url: str, allow_eviction: bool) -> None:
+    """Judges a server's CONFIG GET maxmemory-policy reply: a policy that may
+    evict keys raises EvictionPolicy, unless ``allow_eviction`` accepts the
+    risk (then a warning is logged)."""
     # redis-py decodes the keys and values of CONFIG GET (str), older
     # versions and decode_responses=False clients may not (bytes)
     policy = reply.get("maxmemory-policy", reply.get(b"maxmemory-policy"))
@@ -94,6 +92,19 @@ def _check_server(r: Any, url: str, allow_eviction: bool) -> None:
         mask_url(url),
         policy,
     )
+
+
+def _check_server(r: Any, url: str, allow_eviction: bool) -> None:
+    if isinstance(r, redis.RedisCluster):
+        for node in r.get_primaries():  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+            _check_server(node.redis_connection or r.get_redis_connection(node), url, allow_eviction)
+        return
+    check_version(server_version(r))
+    try:
+        reply = r.config_get("maxmemory-policy")
+    except redis.ResponseError:
+        return  # CONFIG may be refused by ACLs: docs/memory.md says what to check by hand
+    check_policy(reply, url, allow_eviction)
 
 
 def open_redis(
