@@ -419,8 +419,9 @@ class ConsumerCore:
         return ref, seq, count, token
 
     def _sendable(self, refs: Iterable[DeliveryRef]) -> tuple[list[commands.Tag], list[RQueueError | None]]:
-        """The tags of ``refs`` to send, and per ref its LostDelivery (not
-        sent) or None (sent)."""
+        """The tags of ``refs`` to send, and per ref the DeliveryError that
+        keeps it from being sent (LostDelivery, or NotHeld for another
+        consumer's delivery) or None (sent)."""
         tags: list[commands.Tag] = []
         lost: list[RQueueError | None] = []
         epoch = self._watch.epoch
@@ -435,7 +436,7 @@ class ConsumerCore:
             try:
                 tags.append(self._tag_of(ref))
                 lost.append(None)
-            except LostDelivery as exc:
+            except DeliveryError as exc:
                 lost.append(exc)
         return tags, lost
 

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import inspect
 import logging
 import signal
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 from .. import timelimits as cancel_mod
@@ -33,7 +36,7 @@ from ..constants import (
     STALE_DISPATCH_FRACTION,
 )
 from ..delivery import Delivery as SyncDelivery
-from ..errors import AlreadyAcked, DeliveryError, NotMember, OutOfMemory, Reject, RQueueError, TimeLimitExceeded
+from ..errors import DeliveryError, NotMember, OutOfMemory, Reject, RQueueError, TimeLimitExceeded
 from ..names import check_name
 from ..settings import Settings
 from ..timelimits import Cancellation, time_limit_for
@@ -45,8 +48,8 @@ from ..worker.lease_check import LeaseCheck, batch_check, held_of
 from ..worker.ledger import Ledger
 from ..worker.metrics import WorkerMetrics
 from ..worker.options import check_options
-from ..worker.outcome import Completion, Detail, Outcome, ack_detail, nacks_done, settles
-from ..worker.reconnect import TRANSIENT
+from ..worker.outcome import Completion, Detail, Outcome, ack_detail, acks_done, nacks_done, reject_applied, settles
+from ..worker.reconnect import STOP_PATIENCE, TRANSIENT
 from ..worker.stats import Tally, WorkerStats
 from ..worker.window import PrefetchWindow
 from .consumer import Consumer as PlainConsumer
@@ -170,6 +173,7 @@ class Worker:
         # Handler runs cut off at their time limit, kept until they end
         # (the loop holds tasks weakly), their outcome discarded.
         self._abandoned: set[asyncio.Task[Any]] = set()
+        self._pool: ThreadPoolExecutor | None = None  # made at the first plain handler run
 
     # -- control ------------------------------------------------------------------
 
@@ -379,29 +383,32 @@ class Worker:
         log.info("handed back %d deliveries that had not started", result.handed_back)
 
     def _record_acks(self, statuses: list[RQueueError | None]) -> None:
-        if statuses.count(None) == len(statuses):  # every ack applied: the common round
-            self._tally.count(acked=len(statuses), late_settles=0)
-            return
-        resync = self._retry.resync
-        ok = sum(1 for s in statuses if s is None or (resync and isinstance(s, AlreadyAcked)))
-        for err in statuses:
-            if err is not None and not isinstance(err, AlreadyAcked):
-                log.info("ack not applied: %s", err)
-        self._tally.count(acked=ok, late_settles=len(statuses) - ok)
+        acks_done(statuses, self._retry.resync, self._tally)
 
     async def _settle_others(self, consumer: Consumer, others: list[tuple[Any, Outcome, Detail]]) -> None:
         """As rqueue.worker.dispatcher.Dispatcher._settle_others."""
         todo = settles(others)
         await self._ack_keeping(consumer, todo.keeping)
         for d, reason in todo.rejected:
+            sent = 0
+
+            async def reject(d: Any = d, reason: str = reason) -> None:
+                nonlocal sent
+                sent += 1
+                await consumer.reject(d, reason=reason)
+
             try:
-                await self._retry.call(consumer.reject, d, reason=reason)
-                self._tally.count(rejected=1, dead_lettered=1)
-                dead_lettered(self.queue.name, self.group, d, "rejected")
-                await self._keep_failure(consumer, d, "rejected", reason)
+                await self._retry.call(reject)
             except DeliveryError as exc:
-                log.info("reject of %s not applied: %s", d.tag, exc)
-                self._tally.count(late_settles=1)
+                if not reject_applied(exc, sent > 1):
+                    log.info("reject of %s not applied: %s", d.tag, exc)
+                    self._tally.count(late_settles=1)
+                    continue
+                log.info("reject of %s taken as applied by the call whose reply was lost: %s", d.tag, exc)
+            self._tally.count(rejected=1, dead_lettered=1)
+            log.warning("dead-lettered %s: rejected by the handler: %s", d.tag, reason)
+            dead_lettered(self.queue.name, self.group, d, "rejected")
+            await self._keep_failure(consumer, d, "rejected", reason)
         for (error, timed_out), deliveries in todo.failed.items():
             await self._nack_all(consumer, deliveries, error, timed_out)
 
@@ -420,6 +427,9 @@ class Worker:
 
         statuses = await self._retry.call(nack_available)
         for d in nacks_done(outcome, deliveries, statuses, sent > 1, self._tally):
+            log.warning(
+                "dead-lettered %s: %d deliveries reached max_deliveries; last error: %s", d.tag, d.delivery_count, error
+            )
             dead_lettered(self.queue.name, self.group, d, "max-deliveries")
             await self._keep_failure(consumer, d, "max-deliveries", error)
 
@@ -454,6 +464,10 @@ class Worker:
     async def _work(self) -> None:
         ledger = self._ledger
         while True:
+            if _cancelling():
+                # Cancelled at the stop while its handler swallowed it: ends
+                # here, once that handler returned.
+                raise asyncio.CancelledError
             d = await self._tasks.get()
             if d is None:
                 return
@@ -521,8 +535,16 @@ class Worker:
         except Exception as exc:
             log.warning("handler failed on %s (delivery %d): %s: %s", d.tag, d.delivery_count, type(exc).__name__, exc)
             return Outcome.NACK, f"{type(exc).__name__}: {exc}"
+        except asyncio.CancelledError as exc:
+            if _cancelling():
+                raise  # this task is cancelled: the worker stops
+            # The handler's own (it awaited something cancelled elsewhere): a
+            # failure like any other, so the slot and the delivery go on.
+            log.warning("handler failed on %s (delivery %d): CancelledError: %s", d.tag, d.delivery_count, exc)
+            return Outcome.NACK, f"CancelledError: {exc}"
         finally:
             self._ledger.stop(d.tag)
+            self._observe_run(started)
 
     async def _lease_holds(self, d: Delivery, check: LeaseCheck) -> bool:
         """Whether Redis still holds the lease of ``d``, asked only when it
@@ -603,8 +625,19 @@ class Worker:
             return done + outcomes_of(run, value, self._consumer_settings())
         except Exception as exc:
             return done + failed_batch(run, exc)
+        except asyncio.CancelledError as exc:
+            if _cancelling():
+                raise
+            return done + failed_batch(run, exc)  # the handler's own, as in _handle
         finally:
             ledger.stop_batch([d.tag for d in run])
+            self._observe_run(started)
+
+    def _observe_run(self, started: float) -> None:
+        """A handler run's time into the metrics, as the threaded worker's."""
+        metrics = self._tally.metrics
+        if metrics is not None:
+            metrics.handler_seconds.observe(self._clock.monotonic() - started)
 
     def _consumer_settings(self) -> Settings:
         assert self.consumer is not None
@@ -613,10 +646,27 @@ class Worker:
     async def _call(self, d: Any, cancellation: Cancellation) -> Any:
         """The handler's return value (``d`` is a list of deliveries for a
         batch handler)."""
-        cancel_mod.enter(cancellation)  # this task's context; to_thread copies it
+        cancel_mod.enter(cancellation)  # this task's context, copied to the thread
         if self._coroutine:
             return await self.handler(d)
-        return await asyncio.to_thread(self.handler, d)
+        run = functools.partial(contextvars.copy_context().run, self.handler, d)
+        return await asyncio.get_running_loop().run_in_executor(self._threads(), run)
+
+    def _threads(self) -> ThreadPoolExecutor:
+        """The pool plain handlers run on: ``concurrency`` threads of the
+        worker's own, so that none waits for a thread (the loop's default
+        pool has min(32, CPUs + 4), shared with everything on the loop)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="rqueue-handler")
+        return self._pool
+
+    def _renew_threads(self) -> None:
+        """A plain handler cut off at its time limit keeps its thread until
+        it returns: later runs get a pool of their own, and the old one
+        ends its threads as their runs end."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
 
     async def _call_within(self, d: Any, limit: float) -> tuple[bool, Any]:
         """Runs the handler as a task of its own for up to ``limit`` seconds:
@@ -637,6 +687,8 @@ class Worker:
         log.warning("handler ran past its time limit of %g s on %s: nacked (timeout)", limit, what)
         cancellation.cancel()
         run.cancel()
+        if not self._coroutine:
+            self._renew_threads()
         self._abandoned.add(run)
         run.add_done_callback(self._forget)
         return False, None
@@ -751,7 +803,14 @@ class Worker:
         finally:
             for task in handlers:
                 task.cancel()
-            await asyncio.gather(*handlers, return_exceptions=True)
+            # A handler that swallows its cancellation is left to end on its
+            # own, as one cut off at its time limit is: the worker has left.
+            _, pending = await asyncio.wait(handlers, timeout=STOP_PATIENCE) if handlers else (set(), set())
+            for task in pending:
+                log.warning("a handler task ignored its cancellation at the stop; left to end on its own")
+                self._abandoned.add(task)
+                task.add_done_callback(self._forget)
+            self._renew_threads()
 
 
 def _cancelling() -> int:

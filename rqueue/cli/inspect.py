@@ -190,7 +190,7 @@ def peek(obj: dict[str, Any], queue: str, group: str | None, count: int, after: 
     """Show stored messages of QUEUE without claiming them."""
     with connection(obj["url"], obj["prefix"]) as client:
         q = existing(client, queue)
-        found = q.peek_group(group, count) if group else q.peek(count, after=after)
+        found = q.peek_group(group, count) if group is not None else q.peek(count, after=after)
     if as_json:
         emit_json({"messages": [message_json(m) for m in found]})
     elif not found:

@@ -162,7 +162,7 @@ def outcomes_of(
     return [(d, Outcome.NACK, error) for d in deliveries]
 
 
-def failed_batch(deliveries: list[Delivery], exc: Exception) -> list[tuple[Delivery, Outcome, Detail]]:
+def failed_batch(deliveries: list[Delivery], exc: BaseException) -> list[tuple[Delivery, Outcome, Detail]]:
     """Every delivery of a batch whose handler raised ``exc``."""
     if isinstance(exc, Reject):
         return [(d, Outcome.REJECT, exc.reason) for d in deliveries]

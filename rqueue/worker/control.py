@@ -168,9 +168,10 @@ class Worker:
 
     def run(self, install_signal_handlers: bool = True) -> WorkerStats:
         """Works until stopped; returns the counters."""
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, self._on_signal)
+        signals = install_signal_handlers and threading.current_thread() is threading.main_thread()
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} if signals else {}
+        for sig in previous:
+            signal.signal(sig, self._on_signal)
         self._retry.watch()
         try:
 
@@ -241,6 +242,11 @@ class Worker:
                 self._shutdown(consumer, ledger, dispatcher, handlers, heartbeat)
         finally:
             self._retry.unwatch()
+            # The handlers it replaced, as the asyncio worker does: a Ctrl-C
+            # after the worker returned interrupts the program again.
+            for sig, handler in previous.items():
+                if handler is not None:  # None: set outside Python, not restorable
+                    signal.signal(sig, handler)
             self._stopped.set()
         return self.stats
 

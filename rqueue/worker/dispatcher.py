@@ -9,11 +9,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..constants import IDLE_POLL_INTERVAL, STALE_DISPATCH_FRACTION
-from ..errors import AlreadyAcked, CorruptRecord, DeliveryError, OutOfMemory, RQueueError
+from ..errors import DeliveryError, OutOfMemory, RQueueError
 from ..tracing import dead_lettered
 from .handlers import Handlers
 from .ledger import Ledger
-from .outcome import Completion, Detail, Outcome, nacks_done, settles
+from .outcome import Completion, Detail, Outcome, acks_done, nacks_done, reject_applied, settles
 from .reconnect import Reconnector
 from .stats import Tally
 from .window import PrefetchWindow
@@ -214,36 +214,34 @@ class Dispatcher:
         return self._ledger.has_results() or self._stopping.is_set()
 
     def _record_acks(self, statuses: list[RQueueError | None]) -> None:
-        # After a retry, AlreadyAcked usually means the first attempt was
-        # applied and only its reply was lost.
-        if statuses.count(None) == len(statuses):  # every ack applied: the common round
-            self._tally.count(acked=len(statuses), late_settles=0)
-            return
-        resync = self._retry.resync
-        ok = sum(1 for s in statuses if s is None or (resync and isinstance(s, AlreadyAcked)))
-        for err in statuses:
-            if isinstance(err, CorruptRecord):  # damage, not a late ack: said loudly
-                log.error("ack not applied: %s", err)
-            elif err is not None and not isinstance(err, AlreadyAcked):
-                log.info("ack not applied: %s", err)
-        self._tally.count(acked=ok, late_settles=len(statuses) - ok)
+        acks_done(statuses, self._retry.resync, self._tally)
 
     def _settle_others(self, others: list[tuple[Delivery, Outcome, Detail]]) -> None:
         consumer = self._consumer
         todo = settles(others)
         self._ack_keeping(todo.keeping)
         for d, reason in todo.rejected:
+            sent = 0
+
+            def reject(d: Delivery = d, reason: str = reason) -> None:
+                nonlocal sent
+                sent += 1
+                consumer.reject(d, reason=reason)
+
             try:
-                self._retry(consumer.reject, d, reason=reason)
-                self._tally.count(rejected=1, dead_lettered=1)
-                log.warning("dead-lettered %s: rejected by the handler: %s", d.tag, reason)
-                dead_lettered(consumer.queue.name, consumer.group, d, "rejected")
-                self._keep_failure(d, "rejected", reason)
+                self._retry(reject)
             except DeliveryError as exc:
-                # The delivery moved on (lease ran out, member removed): the
-                # message is already offered again; nothing to undo.
-                log.info("reject of %s not applied: %s", d.tag, exc)
-                self._tally.count(late_settles=1)
+                if not reject_applied(exc, sent > 1):
+                    # The delivery moved on (lease ran out, member removed):
+                    # the message is already offered again; nothing to undo.
+                    log.info("reject of %s not applied: %s", d.tag, exc)
+                    self._tally.count(late_settles=1)
+                    continue
+                log.info("reject of %s taken as applied by the call whose reply was lost: %s", d.tag, exc)
+            self._tally.count(rejected=1, dead_lettered=1)
+            log.warning("dead-lettered %s: rejected by the handler: %s", d.tag, reason)
+            dead_lettered(consumer.queue.name, consumer.group, d, "rejected")
+            self._keep_failure(d, "rejected", reason)
         for (error, timed_out), deliveries in todo.failed.items():
             self._nack_all(deliveries, error, timed_out)
 

@@ -92,6 +92,29 @@ def settles(others: list[tuple[D, Outcome, Detail]]) -> Settles[D]:
     return out
 
 
+def acks_done(statuses: Sequence[RQueueError | None], resync: bool, tally: Tally) -> None:
+    """Counts and logs what one round's acks did, for both workers. After a
+    retry (``resync``), AlreadyAcked usually means the first attempt was
+    applied and only its reply was lost."""
+    if statuses.count(None) == len(statuses):  # every ack applied: the common round
+        tally.count(acked=len(statuses), late_settles=0)
+        return
+    ok = sum(1 for s in statuses if s is None or (resync and isinstance(s, AlreadyAcked)))
+    for err in statuses:
+        if isinstance(err, CorruptRecord):  # damage, not a late ack: said loudly
+            log.error("ack not applied: %s", err)
+        elif err is not None and not isinstance(err, AlreadyAcked):
+            log.info("ack not applied: %s", err)
+    tally.count(acked=ok, late_settles=len(statuses) - ok)
+
+
+def reject_applied(exc: RQueueError, retried: bool) -> bool:
+    """Whether a reject refused with ``exc`` was applied all the same: sent
+    again after its reply was lost (``retried``) and refused as already
+    acked, the first attempt dead-lettered it (as nacks_done judges a nack)."""
+    return retried and isinstance(exc, AlreadyAcked)
+
+
 def nacks_done(
     outcome: Outcome, deliveries: Sequence[T], statuses: Sequence[str | RQueueError], retried: bool, tally: Tally
 ) -> list[T]:

@@ -1,0 +1,319 @@
+"""Faults an attack found in the asyncio worker and the calls it shares
+with the threaded one (a handler's own CancelledError, plain handlers past
+their time limit, a stop at once, a reject whose reply was lost, a foreign
+delivery in an *_available call, the CLI's peek): each test failed before
+its fix. Every test runs on a private redis-server of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.servers import start_server
+
+import rqueue
+import rqueue.aio
+
+
+@pytest.fixture
+def server():
+    s = start_server("redis")
+    yield s
+    s.stop()
+
+
+# -- rqueue.aio.Worker ------------------------------------------------------------------
+
+
+def test_aio_handler_raising_cancelled_error_does_not_wedge_the_worker(server):
+    """WEDGE. A coroutine handler that raises CancelledError itself (it
+    awaited a future that something else cancelled; no one cancelled the
+    worker) kills its handler task (aio/worker.py _work re-raises
+    CancelledError), and the delivery stays in the ledger's known set
+    forever: with concurrency=1 nothing else runs, ever."""
+
+    async def main() -> tuple[list[bytes], int]:
+        client = await rqueue.aio.connect(server.url, prefix="a1", settings_ttl=0)
+        q = client.queue("q")
+        await q.publish_many([b"bad", b"m2", b"m3", b"m4"])
+        runs: list[bytes] = []
+
+        async def handler(d):
+            runs.append(d.data)
+            if d.data == b"bad" and d.delivery_count == 1:
+                fut = asyncio.get_running_loop().create_future()
+                fut.cancel()
+                await fut  # CancelledError raised inside the handler, not a cancellation of the worker
+
+        w = rqueue.aio.Worker(
+            q, "g", handler, concurrency=1, heartbeat_interval=0.2, heartbeat_timeout=2, grace_period=1
+        )
+        t = asyncio.create_task(w.run(install_signal_handlers=False))
+        for _ in range(60):
+            await asyncio.sleep(0.1)
+            if (await q.stats()).group("g").acked >= 3:
+                break
+        acked = (await q.stats()).group("g").acked
+        w.stop(now=True)
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(t, 5)
+        await client.close()
+        return runs, acked
+
+    runs, acked = asyncio.run(main())
+    # the three other messages are handled (the bad one raised: nacked or returned)
+    assert acked >= 3, (runs, acked)
+
+
+# -- results -----------------------------------------------------------------------------
+
+
+# -- message status ----------------------------------------------------------------------
+
+
+def test_aio_a_reject_sent_again_after_its_reply_was_lost_keeps_its_failure(server, monkeypatch):
+    """MINOR. When the reply of the worker's reject call is lost after Redis
+    applied it, the worker sends it again (AsyncReconnector.call), gets
+    AlreadyAcked, and takes it for a late settle (aio/worker.py
+    _settle_others: "reject ... not applied"): the message is dead-lettered
+    but, with results on, no failure is kept (q.result never answers) and
+    WorkerStats says late_settles=1, rejected=0. The nack path counts a
+    refusal of a call sent again as applied (outcome.nacks_done); the reject
+    path does not."""
+    import rqueue.engine.async_commands as acmd
+
+    real = acmd.reject
+    dropped: list[int] = []
+
+    async def first_reply_lost(*args, **kwargs):
+        if dropped:
+            return await real(*args, **kwargs)
+        dropped.append(1)
+        await real(*args, **kwargs)
+        raise rqueue.ConnectionLost("connection dropped after the call was applied")
+
+    monkeypatch.setattr(acmd, "reject", first_reply_lost)
+
+    async def main():
+        client = await rqueue.aio.connect(server.url, prefix="rj", settings_ttl=0)
+        await client.configure("q", results=True)
+        q = client.queue("q")
+        seq = (await q.publish(b"x")).seq
+
+        async def handler(d):
+            raise rqueue.Reject("no good")
+
+        w = rqueue.aio.Worker(q, "g", handler, concurrency=1)
+        t = asyncio.create_task(w.run(install_signal_handlers=False))
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if (await q.stats()).dead_letters == 1 and w.stats.rejected + w.stats.late_settles == 1:
+                break
+        await asyncio.sleep(0.3)
+        w.stop()
+        await asyncio.wait_for(t, 10)
+        try:
+            r = await q.result(seq, timeout=0.5)
+        except rqueue.ResultTimeout:
+            r = None
+        await client.close()
+        return w.stats, r
+
+    stats, result = asyncio.run(main())
+    assert dropped
+    assert (stats.rejected, stats.late_settles) == (1, 0), stats
+    assert result is not None and result.failure is not None and result.failure.reason == "rejected"
+
+
+# -- the command line --------------------------------------------------------------------
+
+RQ = str(Path(sys.executable).with_name("rqueue"))
+
+
+def rq(server, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [RQ, "--url", server.url, "--prefix", "cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["peek", "orders", "--group", ""],  # inspect.py peek: `if group` takes "" for no group
+        ["peek", "orders", "--group", "", "--json"],
+    ],
+)
+def test_cli_bad_input_is_refused_naming_it(server, args):
+    """BAD-INPUT. An empty group name is refused by every other command
+    ("invalid group name '': must not be empty") but `peek --group ''`
+    shows the queue's messages as if no group was given; `events --kind`
+    takes any word, so a misspelt kind prints "(no events)" with exit 0."""
+    client = rqueue.connect(server.url, prefix="cli", settings_ttl=0)
+    try:
+        q = client.queue("orders")
+        q.publish_many([b"a", b"b"])
+        q.consumer("g").close()
+        p = rq(server, *args)
+        assert p.returncode != 0, (p.stdout, p.stderr)
+        assert "error" in p.stderr.lower(), p.stderr
+    finally:
+        client.close()
+
+
+# -- settling through another consumer ----------------------------------------------------
+
+
+def test_ack_available_reports_a_foreign_delivery_per_delivery(server):
+    """MINOR/DOC. Consumer.ack_available (and nack_available,
+    in_progress_available) promise "per delivery None or the DeliveryError
+    that kept it from being acked", "for runtimes that must not fail a whole
+    batch for one stale tag". A Delivery fetched by another consumer of the
+    group makes the whole call raise NotHeld instead, and the consumer's own
+    delivery is not acked (consumer_core._sendable catches LostDelivery
+    only, not the NotHeld of _tag_of). Same on rqueue.aio."""
+    client = rqueue.connect(server.url, prefix="fa", settings_ttl=0)
+    try:
+        q = client.queue("q")
+        q.publish_many([b"a", b"b"])
+        c1 = q.consumer("g", name="c1")
+        c2 = q.consumer("g", name="c2")
+        [mine] = c1.fetch(1)
+        [theirs] = c2.fetch(1)
+        statuses = c1.ack_available([mine, theirs])
+        assert statuses[0] is None and isinstance(statuses[1], rqueue.NotHeld), statuses
+        assert q.stats().group("g").acked == 1
+    finally:
+        client.close()
+
+
+def test_aio_stop_now_ends_run_while_a_handler_swallows_its_cancellation(server):
+    """MINOR. docs/aio.md: "A second signal, or stop(now=True), stops at
+    once." Without a time_limit the handler runs on the handler task
+    itself; _shutdown ends with `task.cancel()` on the handler tasks and
+    `await asyncio.gather(*handlers)` (aio/worker.py, end of _shutdown): a
+    coroutine handler that swallows CancelledError holds run() until it
+    returns by itself (12 s here), though the worker already left the group.
+    With a time_limit the handler is a task of its own and cannot do this."""
+
+    async def main() -> float:
+        client = await rqueue.aio.connect(server.url, prefix="sn", settings_ttl=0)
+        q = client.queue("q")
+        await q.publish(b"x")
+        started = asyncio.Event()
+
+        async def handler(d):
+            started.set()
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 12
+            while loop.time() < end:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(0.1)
+
+        w = rqueue.aio.Worker(q, "g", handler, concurrency=1, grace_period=1)
+        t = asyncio.create_task(w.run(install_signal_handlers=False))
+        await started.wait()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        w.stop(now=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(t), 8)
+        took = loop.time() - t0
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(t, 20)  # the handler ends by itself after 12 s
+        await client.close()
+        return took
+
+    assert asyncio.run(main()) < 5
+
+
+def test_aio_plain_handlers_cut_off_at_their_limit_do_not_starve_later_messages(server):
+    """WEDGE. aio/worker.py _call runs a plain handler with
+    asyncio.to_thread, on the loop's default executor (min(32, cpus + 4)
+    threads: 6 on 2 cpus). A handler past its time_limit keeps its thread
+    (docs/aio.md: "the thread finishes on its own"); once that many hang,
+    no plain handler starts again: every later message "runs past its time
+    limit" unrun (the limit counts the wait for a thread, _call_within) and
+    is dead-lettered with reason max-deliveries, error timeout."""
+    import os
+    import threading
+
+    pool = min(32, (os.cpu_count() or 1) + 4)
+
+    async def main() -> tuple[list[bytes], int]:
+        client = await rqueue.aio.connect(server.url, prefix="tp", settings_ttl=0)
+        await client.configure("q", max_deliveries=2)
+        q = client.queue("q")
+        release = threading.Event()
+        ran: list[bytes] = []
+
+        def handler(d):
+            ran.append(d.data)
+            if d.data == b"hang":
+                release.wait(60)  # a plain handler cannot be interrupted
+
+        await q.publish_many([b"hang"] * pool)
+        w = rqueue.aio.Worker(q, "g", handler, concurrency=2, time_limit=0.5)
+        t = asyncio.create_task(w.run(install_signal_handlers=False))
+        try:
+            for _ in range(100):
+                await asyncio.sleep(0.1)
+                if ran.count(b"hang") >= pool:
+                    break
+            await q.publish_many([b"ok%d" % i for i in range(3)])
+            for _ in range(60):
+                await asyncio.sleep(0.1)
+                if len([r for r in ran if r.startswith(b"ok")]) == 3:
+                    break
+            dead = [d for d in await q.dead_letters() if d.seq > pool]
+        finally:
+            release.set()
+            w.stop()
+            await asyncio.wait_for(t, 20)
+            await client.close()
+        return [r for r in ran if r.startswith(b"ok")], len(dead)
+
+    oks, dead = asyncio.run(main())
+    assert (sorted(oks), dead) == ([b"ok0", b"ok1", b"ok2"], 0)
+
+
+def test_aio_worker_runs_concurrency_plain_handlers_at_once(server):
+    """DOC/MINOR. docs/aio.md: "`concurrency` handler tasks run the
+    handler"; a plain handler goes to asyncio.to_thread, whose default
+    executor has min(32, cpus + 4) threads, so concurrency=12 runs 6 at once
+    on 2 cpus, and with a time_limit the runs waiting for a thread are timed
+    out although each takes well under the limit."""
+    import threading
+    import time
+
+    async def main():
+        client = await rqueue.aio.connect(server.url, prefix="pc", settings_ttl=0)
+        q = client.queue("q")
+        lock = threading.Lock()
+        active = [0, 0]
+
+        def handler(d):
+            with lock:
+                active[0] += 1
+                active[1] = max(active[1], active[0])
+            time.sleep(0.4)
+            with lock:
+                active[0] -= 1
+
+        await q.publish_many([b"m"] * 24)
+        w = rqueue.aio.Worker(q, "g", handler, concurrency=12, time_limit=0.7)
+        t = asyncio.create_task(w.run(install_signal_handlers=False))
+        for _ in range(80):
+            await asyncio.sleep(0.1)
+            if (await q.stats()).group("g").acked == 24:
+                break
+        w.stop()
+        await asyncio.wait_for(t, 20)
+        await client.close()
+        return active[1], w.stats.timed_out
+
+    most, timed_out = asyncio.run(main())
+    assert (most, timed_out) == (12, 0)
