@@ -12,7 +12,7 @@ from support import logview
 from support.refusals import nothing_changes
 
 from rqueue.engine import commands
-from rqueue.engine.keys import ACK_KEYS
+from rqueue.engine.keys import ACK_KEYS, GROUP_KEYS, settle_keys
 from rqueue.engine.loader import SCRIPT_NAMES, drop_unused, expand_includes, lua_dir, make_lazy, source
 from rqueue.errors import InvalidInput, from_script_error
 from rqueue.settings import Settings
@@ -1908,7 +1908,7 @@ def test_set_aside_dead_letters_each_tag_and_names_the_refused_ones(raw):
     for seq, event in ((1, "expired"), (2, ""), (3, "failed")):
         tags += [seq, 1, "t1", "expired" if event == "expired" else "corrupted-record", f"why {seq}", event]
     # when all three are set aside in one call
-    reply = s.set_aside(keys=gk[:17], args=group_argv("g", "c1", NOW, None, "", *tags))
+    reply = s.set_aside(keys=settle_keys(gk), args=group_argv("g", "c1", NOW, None, "", *tags))
     # then the first and the third are dead letters 1 and 2, and the acked one is named, changed nothing
     assert reply == [1, b"RQ_ACKED", 2]
     dead = logview.records(r, qk.dead_letters)
@@ -1927,7 +1927,9 @@ def test_set_aside_keeps_the_failure_of_each_message_it_dead_letters(raw):
     tags = [1, 1, "t1", "expired", 'late "by" 1 s', "", 2, 1, "t1", "expired", "late", ""]
     # when both are set aside keeping results for 60 s
     result_keys = [qk.result(1, "g"), qk.result(2, "g")]
-    reply = s.set_aside(keys=gk[:17] + result_keys, args=group_argv("g", "c1", NOW, None, 60_000, *tags))
+    reply = s.set_aside(
+        keys=[*gk[:17], *result_keys, *gk[GROUP_KEYS:]], args=group_argv("g", "c1", NOW, None, 60_000, *tags)
+    )
     # then the first is a dead letter whose failure, as the client decodes one, is kept after the
     # queue's incarnation; the acked one keeps none
     assert reply == [1, b"RQ_ACKED"]
@@ -1947,7 +1949,8 @@ def test_set_aside_keeps_the_reason_its_dead_letter_got(raw, client):
     # when it is set aside keeping results
     key = qk.result(1, "g")
     assert s.set_aside(
-        keys=gk[:17] + [key], args=group_argv("g", "c1", NOW, None, 1000, 1, 1, "t1", "expired", "late", "")
+        keys=[*gk[:17], key, *gk[GROUP_KEYS:]],
+        args=group_argv("g", "c1", NOW, None, 1000, 1, 1, "t1", "expired", "late", ""),
     ) == [1]
     # then its result says what its dead letter says: missing-record, with the dead letter's text
     [dead] = client.queue("orders").dead_letters()
@@ -1977,7 +1980,7 @@ def test_set_aside_refuses_a_malformed_call_and_changes_nothing(raw, client, ttl
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
-    keys = gk[:17] + [qk.result(seq, "g") for seq in range(result_keys, 0, -1)][:1]
+    keys = [*gk[:17], *[qk.result(seq, "g") for seq in range(result_keys, 0, -1)][:1], *gk[GROUP_KEYS:]]
     # when set_aside is sent its tags wrongly, then it is refused by name and nothing changes
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT "):
         s.set_aside(keys=keys, args=group_argv("g", "c1", NOW, None, ttl, *tail))
@@ -1986,7 +1989,7 @@ def test_set_aside_refuses_a_malformed_call_and_changes_nothing(raw, client, ttl
 def test_set_aside_without_its_time_to_live_is_refused_by_name(raw, client):
     _, _, gk, s = raw
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT set_aside takes"):
-        s.set_aside(keys=gk[:17], args=group_argv("g", "c1", NOW, None))
+        s.set_aside(keys=settle_keys(gk), args=group_argv("g", "c1", NOW, None))
 
 
 def test_no_helper_name_is_defined_twice_across_the_includes_and_a_script():
@@ -2013,7 +2016,7 @@ def test_set_aside_refuses_a_tag_whose_delivery_state_does_not_parse_and_settles
     for seq in (1, 2, 3):
         tags += [seq, 1, "t1", "expired", "late", ""]
     # when the three are set aside in one call
-    reply = s.set_aside(keys=gk[:17], args=group_argv("g", "c1", NOW, None, "", *tags))
+    reply = s.set_aside(keys=settle_keys(gk), args=group_argv("g", "c1", NOW, None, "", *tags))
     # then the two others are dead letters, and the damaged one is named, its state left as it was
     assert reply == [1, b"RQ_CORRUPT", 2]
     assert r.hget(qk.group("g").deliveries, 2) == b"garbage"

@@ -29,7 +29,7 @@ from ..connection.cluster import not_run
 from ..errors import ConnectionLost, NotPermitted, OutOfMemory, from_script_error
 from ..randomness import Randomness
 from ..results import ConsumerStats, GroupMessageStatus, GroupStats, MessageState, MessageStatus, PublishResult
-from .keys import ACK_KEYS, FETCH_PLAIN_KEYS, SETTLE_KEYS, QueueKeys
+from .keys import ACK_KEYS, FETCH_PLAIN_KEYS, GROUP_KEYS, SETTLE_KEYS, QueueKeys, settle_keys
 from .scripts import Script, ScriptPipeline, Scripts
 
 T = TypeVar("T")
@@ -182,7 +182,7 @@ class GroupArgs:
     randomness: Randomness
     keys: list[str]
     ack_keys: list[str]
-    settle_keys: list[str]  # what the scripts :meth:`GroupCall.settle` runs are sent
+    settle_keys: list[str]  # what the scripts :meth:`GroupCall.settle` runs are sent (keys.settle_keys)
     group: str
     consumer: str
     head: tuple[int, int, int]  # ack_wait (ms), max_inflight, prefetch
@@ -222,7 +222,7 @@ class GroupArgs:
             "randomness": randomness,
             "keys": keys,
             "ack_keys": keys[:ACK_KEYS],
-            "settle_keys": keys[:SETTLE_KEYS],
+            "settle_keys": settle_keys(keys),
             "group": group,
             "consumer": consumer,
             "head": (_ms(settings.ack_wait), settings.max_inflight, settings.prefetch),
@@ -644,8 +644,9 @@ AsideTag = tuple[Tag, str, str, str]
 
 
 def set_aside_keys(call: GroupArgs, result_keys: Sequence[str]) -> list[str]:
-    """set_aside.lua's KEYS: the group's first 17, then each tag's result key."""
-    return [*call.keys[:SETTLE_KEYS], *result_keys]
+    """set_aside.lua's KEYS: the group's first 17, then each tag's result
+    key, then the layout's own keys (a stream log's side hash, last)."""
+    return [*call.keys[:SETTLE_KEYS], *result_keys, *call.keys[GROUP_KEYS:]]
 
 
 def set_aside_args(items: Sequence[AsideTag], ttl_ms: int | None) -> list[Any]:

@@ -179,10 +179,15 @@ class QueueKeys:
             gk = self.group(g)
             keys += [gk.deliveries, gk.acked, gk.delay]
         keys.append(self.pinned)
+        keys += self._layout_keys  # a stream log's side hash, last (status.lua)
         return keys
 
     def retain_keys(self) -> list[str]:
-        """KEYS of retain.lua."""
+        """KEYS of retain.lua: in the stream layout the priority log and the
+        side hash last, as the trim step reads stubs and deletes the side
+        records its trim point passes."""
+        if self.layout is LogLayout.STREAM:
+            return [self.meta, self.msgs, self.floors, self.settled, self.pinned, self.prio, self.side]
         return [self.meta, self.msgs, self.floors, self.settled, self.pinned]
 
     def all_static(self) -> list[str]:
@@ -210,8 +215,22 @@ ACK_KEYS = 13  # keys: the first of GroupKeys.as_list that ack.lua is sent (all 
 # The first of GroupKeys.as_list that nack, reject, extend, heartbeat, join,
 # leave, settle_to and replay are sent: none of them reads the priority,
 # rate or ordering-key keys (every key sent costs a call about 1,200 Redis
-# instructions).
+# instructions). In the stream layout the side hash follows them (a
+# redelivery's and a dead letter's record may be a stub's): settle_keys.
 SETTLE_KEYS = 17
+# How many of GroupKeys.as_list are the group layout's, the same in every
+# layout; a layout's own keys follow them (QueueKeys._layout_keys).
+GROUP_KEYS = 24
+
+
+def settle_keys(keys: Sequence[str]) -> list[str]:
+    """The KEYS of a script sent the first SETTLE_KEYS of ``keys`` (a
+    GroupKeys.as_list), with the layout's own keys after them: the side
+    hash in the stream layout, which every script that can meet a stub is
+    sent last (lua/includes/group_keys.lua); none in the hash layout."""
+    return [*keys[:SETTLE_KEYS], *keys[GROUP_KEYS:]]
+
+
 # The first of GroupKeys.as_list that fetch.lua is sent for a queue that never
 # had a priority or keyed message, by a group without a rate limit: the
 # priority log and set, the rate window and the ordering keys' four are left

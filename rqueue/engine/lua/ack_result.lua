@@ -9,7 +9,8 @@
   nothing.
 
   Input:
-    KEYS[1..24] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua), and KEYS[25] the
+      side hash for a stream log
     KEYS after it: when ARGV[8] is not "", the result key of each tag's
       message for this group, in the tags' order
       (<base>:result:<seq>:<group>: each group keeps its own outcome),

@@ -3,7 +3,8 @@
   (in_progress, JetStream's +WPI) and records a heartbeat.
 
   Input:
-    KEYS[1..17] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua), and KEYS[18] the
+      side hash for a stream log (sent with them, not read here)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8], ARGV[9], ... seq1, count1, token1, seq2, count2, token2, ...
   Output:

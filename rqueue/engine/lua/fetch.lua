@@ -36,7 +36,7 @@
 
   Input:
     KEYS[1..24] the group layout (includes/group_keys.lua), and KEYS[25]
-      the side hash for a stream log; KEYS[1..17]
+      the side hash for a stream log (sideKey there); KEYS[1..17]
       alone for a queue that never had a priority or keyed message (meta
       field "prio"), by a call without a rate limit or ordering key
       settings in ARGV[9]: a plain fetch is spared the other keys' cost
@@ -223,9 +223,6 @@ local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', 
 -- "swept": set while deleting what the trim point passed lags it.
 local metaFields = rcall('HMGET', metaKey, 'inc', 'seq', 'paused', 'prio', 'wake', 'layout', 'swept')
 local lastSeq = tonumber(metaFields[2] or '0')
--- A stream log's side hash (includes/group_keys.lua): the records of the
--- messages published with a priority or a key, read by HMGET.
-local sideKey = KEYS[25]
 local wrongLayout = layoutError(metaKey, msgsKey, metaFields[6], metaFields[2])
 if wrongLayout then
   return wrongLayout
@@ -452,7 +449,7 @@ if room > 0 and waiting then
   if #seqs > 0 then
     --@make failurePaths
     bulk('ZREM', readyKey, seqs)
-    local recs = logReadMany(msgsKey, seqs, pinnedKey)
+    local recs = logReadMany(msgsKey, sideKey, seqs, pinnedKey)
     local raws = bulkGet(dlvKey, seqs)
     for i, s in ipairs(seqs) do
       local seq = tonumber(s)
@@ -586,7 +583,7 @@ if got < room and metaFields[4] then
     local gotBefore = got
     bulk('ZREM', prioSetKey, picked)
     local recs = sideKey and logReadFlow(msgsKey, sideKey, picked, pinnedKey)
-      or logReadMany(msgsKey, picked, pinnedKey)
+      or logReadMany(msgsKey, sideKey, picked, pinnedKey)
     -- Settled meanwhile (a purge, settle_through) or handed out another way
     -- (a delivery state exists): not handed out again.
     local raws = bulkGet(dlvKey, picked)
@@ -768,9 +765,9 @@ if got < room and not pickCut then
       if sideKey then
         -- The stubs keep the run whole: one XRANGE, which leaves the
         -- prioritized seqs' records unread.
-        recs = logReadMany(msgsKey, fields, pinnedKey, prioritized)
+        recs = logReadMany(msgsKey, sideKey, fields, pinnedKey, prioritized)
       else
-        local stored = logReadMany(msgsKey, read, pinnedKey)
+        local stored = logReadMany(msgsKey, sideKey, read, pinnedKey)
         recs = {}
         local j = 0
         for i, field in ipairs(fields) do
@@ -781,7 +778,7 @@ if got < room and not pickCut then
         end
       end
     else
-      recs = logReadMany(msgsKey, fields, pinnedKey)
+      recs = logReadMany(msgsKey, sideKey, fields, pinnedKey)
     end
     for i, field in ipairs(fields) do
       local rec = recs[i]

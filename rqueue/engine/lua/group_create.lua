@@ -4,7 +4,8 @@
   (only what is published from now on), "seq" N or "time" T.
 
   Input:
-    KEYS[1..24] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua), and KEYS[25] the
+      side hash for a stream log
     ARGV[1..7] the group arguments (includes/group_args.lua); ARGV[2], the
       consumer, is not read
     ARGV[8] the position: "first", "last", "seq" or "time"
@@ -24,7 +25,7 @@
 --@include layout
 --@include group_generation
 
-local wrongLayout = checkLayout(metaKey, msgsKey)
+local wrongLayout = checkLayout(metaKey, msgsKey) or sideKeyError(msgsKey, sideKey)
 if wrongLayout then
   return wrongLayout
 end

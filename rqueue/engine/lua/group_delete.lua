@@ -2,11 +2,15 @@
   Deletes a group: its ack floor, cursor, counters and members, and
   everything it had in flight or waiting (includes/group_clear.lua). Records
   only it still needed are deleted by the trim step (includes/retention.lua);
-  a queue left without groups keeps what is stored. The group's dead
-  letters stay in the dead-letter queue. Recorded as a "group-deleted" event.
+  a queue left without groups keeps what is stored. In a stream log, up to
+  1,000 side records at or below the trim point go with their priority log
+  entries (includes/side_sweep.lua): no fetch may come to delete them. The
+  group's dead letters stay in the dead-letter queue. Recorded as a
+  "group-deleted" event.
 
   Input:
-    KEYS[1..24] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua), and KEYS[25] the
+      side hash for a stream log
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] "1": delete even with deliveries in flight (their settles fail)
   Output:
@@ -23,8 +27,9 @@
 --@include group_clear
 --@include record_event
 --@include layout
+--@include side_sweep
 
-local wrongLayout = checkLayout(metaKey, msgsKey)
+local wrongLayout = checkLayout(metaKey, msgsKey) or sideKeyError(msgsKey, sideKey)
 if wrongLayout then
   return wrongLayout
 end
@@ -42,4 +47,7 @@ local cancelled = clearGroup()
 rcall('HDEL', floorsKey, groupName)
 rcall('DEL', groupKey, leaseKey, readyKey, delayKey, dlvKey, ackedKey, consumersKey, reopenKey, beatsKey, rateKey)
 recordEvent('group-deleted', floor, cancelled .. ' in flight taken back')
+if sideKey then
+  sweepSide(metaKey, prioKey, sideKey)
+end
 return {cancelled}

@@ -8,7 +8,8 @@
   in flight is refused. The reset is recorded as a "reset" event.
 
   Input:
-    KEYS[1..24] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua), and KEYS[25] the
+      side hash for a stream log
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] the position: "first", "last", "seq" or "time"
     ARGV[9] its value: a seq, or a time in ms since the epoch
@@ -31,7 +32,7 @@
 --@include layout
 --@include group_generation
 
-local wrongLayout = checkLayout(metaKey, msgsKey)
+local wrongLayout = checkLayout(metaKey, msgsKey) or sideKeyError(msgsKey, sideKey)
 if wrongLayout then
   return wrongLayout
 end

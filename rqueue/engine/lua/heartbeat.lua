@@ -8,7 +8,8 @@
   handed back, uncounted.
 
   Input:
-    KEYS[1..17] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua), and KEYS[18] the
+      side hash for a stream log (read where a record is a stub)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] this consumer's liveness timeout, ms
     ARGV[9] sync: "1" = ARGV[10..] lists every delivery the client knows
@@ -37,7 +38,7 @@
 --@include extend_tags
 --@include layout
 
-local wrongLayout = checkLayout(metaKey, msgsKey)
+local wrongLayout = checkLayout(metaKey, msgsKey) or sideKeyError(msgsKey, sideKey)
 if wrongLayout then
   return wrongLayout
 end

@@ -6,7 +6,8 @@
   missing below it may have been settled by every group before this one.
 
   Input:
-    KEYS[1..17] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua), and KEYS[18] the
+      side hash for a stream log (sent with them, not read here)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] liveness timeout, ms: the member counts as dead when silent
       longer (optional: ack_wait)

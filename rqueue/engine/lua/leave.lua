@@ -5,7 +5,8 @@
   a dead member counts each as a failed attempt (includes/return_held.lua).
 
   Input:
-    KEYS[1..17] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua), and KEYS[18] the
+      side hash for a stream log (read where a record is a stub)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] the consumer to remove
     ARGV[9] "graceful" or "dead"
@@ -19,7 +20,7 @@
 --@include return_held
 --@include layout
 
-local wrongLayout = checkLayout(metaKey, msgsKey)
+local wrongLayout = checkLayout(metaKey, msgsKey) or sideKeyError(msgsKey, sideKey)
 if wrongLayout then
   return wrongLayout
 end

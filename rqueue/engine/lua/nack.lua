@@ -6,7 +6,8 @@
   dead-lettered instead.
 
   Input:
-    KEYS[1..17] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua), and KEYS[18] the
+      side hash for a stream log (read where a record is a stub)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] seq
     ARGV[9] delivery count of the tag
@@ -50,7 +51,7 @@
 --@include layout
 --@include text_prefix
 
-local wrongLayout = checkLayout(metaKey, msgsKey)
+local wrongLayout = checkLayout(metaKey, msgsKey) or sideKeyError(msgsKey, sideKey)
 if wrongLayout then
   return wrongLayout
 end
@@ -136,7 +137,7 @@ if dying > 0 and failurePolicy().deadLetterMode ~= 'drop' then
   end
   local base = tonumber(last or '0')
   for k = 1, dying do
-    if logHas(dlqMsgsKey, base + k) then
+    if logTaken(dlqMsgsKey, base + k) then
       error('RQ_CORRUPT ' .. dlqMetaKey .. ' field seq (the last dead letter) is ' .. (last or 'missing')
         .. ', but dead letter ' .. (base + k) .. ' exists in ' .. dlqMsgsKey)
     end

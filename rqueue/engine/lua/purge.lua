@@ -7,7 +7,8 @@
   Records go once every group has settled them, as for acks.
 
   Input:
-    KEYS[1..24] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua), and KEYS[25] the
+      side hash for a stream log
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] the most messages to purge in this call
   Output:

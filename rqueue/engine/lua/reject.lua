@@ -4,7 +4,8 @@
   dropped and counted instead.
 
   Input:
-    KEYS[1..17] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua), and KEYS[18] the
+      side hash for a stream log (read where a record is a stub)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] seq
     ARGV[9] delivery count of the tag
@@ -29,7 +30,7 @@
 --@include layout
 --@include reject_one
 
-local wrongLayout = checkLayout(metaKey, msgsKey)
+local wrongLayout = checkLayout(metaKey, msgsKey) or sideKeyError(msgsKey, sideKey)
 if wrongLayout then
   return wrongLayout
 end

@@ -1,11 +1,13 @@
 --[[
   Repairs one finding of `rqueue doctor` (rqueue/doctor.py) in one group, in
   one atomic step, only while what the doctor saw is still so; otherwise it
-  does nothing and answers "gone" (fixed meanwhile). Nothing is deleted: a
-  message whose state is lost goes to the dead-letter queue.
+  does nothing and answers "gone" (fixed meanwhile). Nothing a group needs
+  is deleted: a message whose state is lost goes to the dead-letter queue
+  (what goes is a stream log's side records no group needs, "side-leak").
 
   Input:
-    KEYS[1..24] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua), and KEYS[25] the
+      side hash for a stream log
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] what to repair:
       "lease-without-state", ARGV[9] seq: a leased message without a
@@ -38,6 +40,11 @@
         the priority log by pulling it again (the pull position is set
         below it), so that it keeps its priority or its key's order (not in
         a stream log: RQ_BAD_ARGUMENT)
+      "side-leak", ARGV[9..] seqs (at most 1,000): a stream log's side
+        records of seqs at or below the trim point without their priority
+        log entries (by which fetch deletes them), or in a queue without
+        groups (where no fetch comes), are deleted; no group needs them.
+        Those that are no longer so are left
       "key-stranded", ARGV[9] an ordering key with messages waiting in the
         group's key queue and neither ready nor busy: put at the back of the
         ready keys (and first among the busy keys when it has deliveries
@@ -72,7 +79,7 @@
 --@include dead_letter_corrupt_state
 --@include layout
 
-local wrongLayout = checkLayout(metaKey, msgsKey)
+local wrongLayout = checkLayout(metaKey, msgsKey) or sideKeyError(msgsKey, sideKey)
 if wrongLayout then
   return wrongLayout
 end
@@ -116,7 +123,7 @@ end
 
 if checking and what == 'record-missing' then
   local seq = ARGV[9]
-  if logHas(msgsKey, seq, pinnedKey) then
+  if logHas(msgsKey, sideKey, seq, pinnedKey) then
     return {'gone', ''}
   end
   if rcall('HEXISTS', dlvKey, seq) == 1 then
@@ -302,7 +309,7 @@ end
 if what == 'dead-letter-seq' then
   local current = tonumber(rcall('HGET', dlqMetaKey, 'seq') or '0')
   local seq = tonumber(ARGV[9])
-  if current == nil or seq == nil or seq <= current or not logHas(dlqMsgsKey, current + 1) then
+  if current == nil or seq == nil or seq <= current or not logTaken(dlqMsgsKey, current + 1) then
     return {'gone', ''}
   end
   if checking then
@@ -322,7 +329,7 @@ if what == 'untracked' then
     return redis.error_reply('RQ_BAD_ARGUMENT "untracked" is not repaired in a stream log: it is only reported')
   end
   local lost, inLog = untracked(ARGV[9])
-  if not lost or not logHas(msgsKey, ARGV[9], pinnedKey) or rcall('HEXISTS', settledKey, ARGV[9]) == 1 then
+  if not lost or not logHas(msgsKey, sideKey, ARGV[9], pinnedKey) or rcall('HEXISTS', settledKey, ARGV[9]) == 1 then
     return {'gone', ''}
   end
   if checking then
@@ -342,6 +349,35 @@ if what == 'untracked' then
   end
   requeue(ARGV[9], 0)
   return {'done', 'made seq ' .. ARGV[9] .. ' ready for redelivery'}
+end
+
+if what == 'side-leak' then
+  local SIDE_LEAK_MAX = 1000 -- as rqueue/doctor.py's: HDEL's and the checks' work per call
+  if #ARGV - 8 > SIDE_LEAK_MAX then
+    return redis.error_reply('RQ_BAD_ARGUMENT "side-leak" takes at most ' .. SIDE_LEAK_MAX .. ' seqs; sent '
+      .. (#ARGV - 8))
+  end
+  local trimmed = tonumber(rcall('HGET', metaKey, 'trimmed') or '0') or 0
+  local leaked = {}
+  if sideKey then
+    local groups = rcall('HLEN', floorsKey) > 0
+    for i = 9, #ARGV do
+      local seq = tonumber(ARGV[i])
+      if seq and seq <= trimmed and rcall('HEXISTS', sideKey, ARGV[i]) == 1
+        and (not groups or rcall('ZCOUNT', prioKey, ARGV[i], ARGV[i]) == 0) then
+        leaked[#leaked + 1] = ARGV[i]
+      end
+    end
+  end
+  if #leaked == 0 then
+    return {'gone', ''}
+  end
+  if checking then
+    return HOLDS
+  end
+  rcall('HDEL', sideKey, unpack(leaked))
+  return {'done', 'deleted ' .. #leaked .. ' side records at or below the trim point ' .. trimmed .. ' from '
+    .. sideKey}
 end
 
 if what == 'key-stranded' then

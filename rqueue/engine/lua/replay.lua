@@ -6,7 +6,8 @@
   midway, neither doubles nor loses a message.
 
   Input:
-    KEYS[1..17] the group layout (includes/group_keys.lua) of the group named
+    KEYS[1..17] the group layout (includes/group_keys.lua), and KEYS[18] the
+      side hash for a stream log (sent with them, not read here), of the group named
       in the dead letters' x-rq-group header
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8], ARGV[9], ... seqs in the dead-letter queue
@@ -57,9 +58,14 @@ if not (floorNow and floorNow >= 0 and floorNow % 1 == 0) then
 end
 for i = 8, #ARGV do
   local dseq = ARGV[i]
-  local rec = logRead(dlqMsgsKey, dseq)
+  -- The dead-letter queue's side hash is not sent: a dead letter is never
+  -- a stub (includes/dead_letter.lua), so a stub there is a message
+  -- published to that queue, no dead letter of this group.
+  local rec, stub = logRead(dlqMsgsKey, nil, dseq)
   local status = 'replayed'
-  if not rec then
+  if stub then
+    status = 'other-group'
+  elseif not rec then
     status = 'missing'
   else
     local headers, payload = splitRecord(rec)
@@ -112,7 +118,7 @@ for i = 8, #ARGV do
       -- fetch to report (includes/delivery_state.lua).
       writeDelivery(dlvKey, seq, {count = 0, holder = '', first = now, last = now, past = '\n' .. earlier .. '^'})
       rcall('ZADD', readyKey, seq, seq)
-      logDeleteOne(dlqMsgsKey, dseq)
+      logDeleteOne(dlqMsgsKey, nil, dseq)
       rcall('HINCRBY', groupKey, 'replayed', 1)
       recordEvent('replayed', seq, reason, dseq)
     end

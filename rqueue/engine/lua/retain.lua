@@ -12,6 +12,11 @@
     KEYS[3] floors   hash  group -> ack floor
     KEYS[4] settled  hash  seq -> groups that settled it above their floor
     KEYS[5] pinned   hash  seq -> groups that reopened it by replay
+    KEYS[6] prio     zset  a stream log's only: the priority log
+    KEYS[7] side     hash  a stream log's only: the records of the messages
+                           published with a priority or a key (includes/
+                           log.lua), up to 1,000 of which at or below the
+                           trim point go per call (includes/side_sweep.lua)
     ARGV[1] now in ms, or "" for the server's TIME
     ARGV[2] max_age, ms, or "-" (unset)
     ARGV[3] max_length, seqs, or "-" (unset)
@@ -36,10 +41,17 @@ local msgsKey = KEYS[2]
 local floorsKey = KEYS[3]
 local settledKey = KEYS[4]
 local pinnedKey = KEYS[5]
+-- A stream log's side hash, KEYS[7] when sent (the priority log KEYS[6]): its name is
+-- compared, to tell it from the last key of a call sent none.
+local sideKey = KEYS[#KEYS]
+if #KEYS ~= 7 or string.byte(msgsKey, -1) ~= 103 or sideKey ~= string.sub(msgsKey, 1, -4) .. 'side' then -- 103: 'g' of ":log"
+  sideKey = nil
+end
 --@include retention
 --@include layout
+--@include side_sweep
 
-local wrongLayout = checkLayout(metaKey, msgsKey)
+local wrongLayout = checkLayout(metaKey, msgsKey) or sideKeyError(msgsKey, sideKey)
 if wrongLayout then
   return wrongLayout
 end
@@ -56,6 +68,11 @@ if not (limit and limit >= 1 and limit % 1 == 0) then
   return redis.error_reply('RQ_BAD_ARGUMENT ARGV[5] (seqs per step) must be a whole number >= 1')
 end
 
+if sideKey then
+  -- Before the step, which may move the trim point: what it passes goes
+  -- at the next call, as at a fetch.
+  sweepSide(metaKey, KEYS[6], sideKey)
+end
 local spec = rcall('HGET', metaKey, RETAIN)
 if ARGV[4] == '1' then
   local want = ARGV[2] .. ' ' .. ARGV[3]

@@ -15,6 +15,7 @@
     KEYS[18..] when ARGV[8] is not "", the result key of each tag's
       message for this group, in the tags' order
       (<base>:result:<seq>:<group>)
+    then, for a stream log only, its side hash (includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8] the results' time to live in ms, or "" to keep no result
     ARGV[9], ARGV[10], ... per tag, six: seq, delivery count, token, reason
@@ -47,7 +48,7 @@
 local MAX_TAGS = 10000
 local FIRST_RESULT_KEY = 17 -- the result keys follow the group layout's first 17
 
-local wrongLayout = checkLayout(metaKey, msgsKey)
+local wrongLayout = checkLayout(metaKey, msgsKey) or sideKeyError(msgsKey, sideKey)
 if wrongLayout then
   return wrongLayout
 end
@@ -74,9 +75,10 @@ for i = 9, #ARGV, 6 do
   seqs[#seqs + 1] = ARGV[i]
 end
 if ttl ~= '' then
-  if #KEYS ~= FIRST_RESULT_KEY + tags then
+  local want = FIRST_RESULT_KEY + tags + (sideKey and 1 or 0) -- a stream log's side hash last
+  if #KEYS ~= want then
     return redis.error_reply('RQ_BAD_ARGUMENT set_aside keeping results takes ' .. FIRST_RESULT_KEY .. ' keys and '
-      .. 'one result key per tag, ' .. (FIRST_RESULT_KEY + tags) .. ' in all; sent ' .. #KEYS)
+      .. 'one result key per tag' .. (sideKey and ', then the side hash, ' or ', ') .. want .. ' in all; sent ' .. #KEYS)
   end
   local badKey = resultKeysError(FIRST_RESULT_KEY, seqs)
   if badKey then

@@ -9,7 +9,8 @@
   rather than by fetch (the Spark source) settles what it has read with it.
 
   Input:
-    KEYS[1..17] the group layout (includes/group_keys.lua)
+    KEYS[1..17] the group layout (includes/group_keys.lua), and KEYS[18] the
+      side hash for a stream log (sent with them, not read here)
     ARGV[1..7] the group arguments (includes/group_args.lua; the consumer
       is "")
     ARGV[8] target: the last seq to settle; a target above the queue's last

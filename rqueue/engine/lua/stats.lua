@@ -2,7 +2,8 @@
   Reads one group's figures in one consistent snapshot. Changes nothing.
 
   Input:
-    KEYS[1..24] the group layout (includes/group_keys.lua)
+    KEYS[1..24] the group layout (includes/group_keys.lua), and KEYS[25] the
+      side hash for a stream log
     ARGV[1..7] the group arguments (includes/group_args.lua); only ARGV[1],
       the group name, and ARGV[3], now, are read
   Output:

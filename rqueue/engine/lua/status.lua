@@ -17,6 +17,8 @@
       acked (runs above the floor) and delay (due times)
     then the pinned hash (seq -> groups that reopened it; in a stream log's
       queue also the records of those seqs, includes/log.lua)
+    then, for a stream log only, its side hash (the records of the messages
+      published with a priority or a key, includes/log.lua)
     ARGV[1] now in ms, or "" for the server's TIME
     ARGV[2] the seq, or "" to read it from the id key (KEYS[5])
     ARGV[3] the most events to read, newest first, for a dead letter's reason
@@ -30,7 +32,9 @@
     waiting (a redelivery due now), acked (settled, and no dead-letter or
     drop in the events read), dead-lettered, dropped (reason given), or
     unknown-group (the group was deleted meanwhile)
-  Errors: RQ_BAD_ARGUMENT a seq that is not a whole number >= 1.
+  Errors: RQ_BAD_ARGUMENT a seq that is not a whole number >= 1; RQ_LAYOUT
+    KEYS[2] is the log key of the other layout than the queue's, or a stream
+    log's call was not sent its side hash last (includes/layout.lua).
 ]]
 --@include log_one
 --@include layout
@@ -41,7 +45,13 @@
 local rcall = redis.call
 local now = readNow(ARGV[1])
 local fields = rcall('HMGET', KEYS[1], 'seq', 'inc', 'layout')
-local wrongLayout = layoutError(KEYS[1], KEYS[2], fields[3], fields[1])
+-- The side hash is the last key when sent (a stream log): its name is
+-- compared, to tell it from the pinned hash of a call sent none.
+local sideKey = KEYS[#KEYS]
+if sideKey ~= string.sub(KEYS[2], 1, -4) .. 'side' then
+  sideKey = nil
+end
+local wrongLayout = layoutError(KEYS[1], KEYS[2], fields[3], fields[1]) or sideKeyError(KEYS[2], sideKey)
 if wrongLayout then
   return wrongLayout
 end
@@ -66,7 +76,7 @@ if seq == nil or seq > last then
   return {0, seq or 0, last, '', ''}
 end
 
-local rec = logRead(KEYS[2], seq, KEYS[6 + 3 * (#ARGV - 3)])
+local rec = logRead(KEYS[2], sideKey, seq, KEYS[6 + 3 * (#ARGV - 3)])
 local published, notBefore = '', ''
 if rec then
   published = recordPublished(rec) or ''

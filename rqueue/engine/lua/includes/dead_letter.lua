@@ -52,7 +52,7 @@ local function deadLetterSeqFree()
     error(wrongLayout)
   end
   local nextSeq = (tonumber(dlqMeta[1] or '0') or 0) + 1
-  if logHas(dlqMsgsKey, nextSeq) then
+  if logTaken(dlqMsgsKey, nextSeq) then
     error('RQ_CORRUPT ' .. dlqMetaKey .. ' field seq (the last dead letter) is '
       .. (rcall('HGET', dlqMetaKey, 'seq') or 'missing') .. ', but dead letter ' .. nextSeq .. ' exists in ' .. dlqMsgsKey)
   end
@@ -61,7 +61,7 @@ end
 
 local function deadLetter(seq, d, reason, errText)
   local policy = failurePolicy() -- before any write: a policy that does not parse stops the call here
-  local rec = logRead(msgsKey, seq, pinnedKey)
+  local rec = logRead(msgsKey, sideKey, seq, pinnedKey)
   local dlqLayout = deadLetterSeqFree()
   d = d or {count = 0, holder = '', first = '', last = '', past = ''}
   complete(seq, d)

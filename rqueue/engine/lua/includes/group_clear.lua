@@ -40,7 +40,7 @@ local function clearGroup()
       if logIsStream(msgsKey) then
         logForgetReplayed(s, pinnedKey)
       elseif tonumber(s) <= trimmed then
-        logDeleteOne(msgsKey, s, pinnedKey)
+        logDeleteOne(msgsKey, sideKey, s, pinnedKey)
       end
     end
   end

@@ -52,11 +52,15 @@
     KEYS[25] side       hash  a stream log's seq -> record of the messages
                               published with a priority or a key (stubs in
                               the stream, includes/log.lua); sent after the
-                              24 for a stream log only, and named in fetch.lua,
-                              its one reader by KEYS
+                              24 for a stream log only
   KEYS[1..13] are every key an ack can touch, and ack.lua is sent those
   alone (every key sent adds to the cost of a call); the others are nil
-  there.
+  there. The scripts sent the first 17 (SETTLE_KEYS in keys.py) are sent
+  the side hash after them, and set_aside after its result keys: in a
+  stream log's call the side hash is always the last of KEYS, and sideKey
+  names it (nil for a hash log, or when the last key is another: the ack's
+  13, fetch's plain 17). A script that can meet a stub refuses a stream
+  call without it before any write (includes/layout.lua, sideKeyError).
 ]]
 local metaKey = KEYS[1]
 local msgsKey = KEYS[2]
@@ -82,6 +86,13 @@ local keyQueueKey = KEYS[21]
 local keyReadyKey = KEYS[22]
 local keyBusyKey = KEYS[23]
 local keyFlightKey = KEYS[24]
+-- The last key, when it is the side hash of a stream log (above). Its name
+-- is compared, to tell it from the last key of a call sent none: the side
+-- hash read is the key sent.
+local sideKey = KEYS[#KEYS]
+if string.byte(msgsKey, -1) ~= 103 or sideKey ~= string.sub(msgsKey, 1, -4) .. 'side' then -- 103: 'g' of ":log"
+  sideKey = nil
+end
 -- One member of the lease set that is no delivery, at score +inf: fetch adds
 -- it with every batch of leases. It is longer than zset-max-listpack-value
 -- (64 bytes by default), so the set is a skiplist from then on, and stays

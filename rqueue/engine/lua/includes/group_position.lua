@@ -21,7 +21,7 @@ local PROBE_SPAN = 100 -- records read per step of the search past deleted seqs
 local function probeFrom(s, hi)
   local stop = math.min(hi, s + PROBE_SPAN - 1)
   for q = s, stop do
-    local rec = logRead(msgsKey, q, pinnedKey)
+    local rec = logRead(msgsKey, sideKey, q, pinnedKey)
     if rec then
       return q, tonumber(recordPublished(rec) or '')
     end

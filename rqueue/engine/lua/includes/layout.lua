@@ -46,3 +46,16 @@ local function markLayout(metaKey, logKey, layout)
     redis.call('HSET', metaKey, 'layout', 'stream')
   end
 end
+
+-- The RQ_LAYOUT error reply when logKey is a stream log and the call was
+-- not sent its side hash last of its KEYS (sideKey nil: a client of an
+-- earlier build), else nil. Every script that can meet a stub (includes/
+-- log.lua) asks before its first write: its helpers would refuse the stub
+-- later, after writes.
+local function sideKeyError(logKey, sideKey)
+  if sideKey or string.byte(logKey, -1) ~= LOG_STREAM_BYTE then
+    return nil
+  end
+  return redis.error_reply('RQ_LAYOUT ' .. logKey .. ' is a stream log: the call must be sent its side hash, '
+    .. string.sub(logKey, 1, -4) .. 'side, last of its KEYS, and its last key is ' .. tostring(KEYS[#KEYS]))
+end

@@ -17,27 +17,28 @@
                           priority and key reads take many by one HMGET
                           (logReadFlow); fetch deletes them with their
                           priority log entries once the trim point passes
-                          them. Every other reader that meets a stub
-                          looks there by the name logSideKey (log_one.lua)
-                          makes from the log's key, under its hash tag:
-                          of the scripts only publish and fetch are sent
-                          the side hash. A stub without its side record
-                          is a missing record. Entries are not deleted
-                          one by one:
+                          them. Every script that can meet a stub is
+                          sent the side hash last of its KEYS (stream
+                          layout only; group_keys.lua's sideKey), and
+                          the helpers take it as sideKey: a helper that
+                          meets a stub without it raises RQ_LAYOUT. A
+                          stub without its side record is a missing
+                          record. Entries are not deleted one by one:
                           logTrim drops those at or below the lowest ack
                           floor (includes/settle.lua), so a record settled
                           above it stays until the floor passes it. A
                           stream takes no id at or below its newest, so a
-                          record replayed (replay.lua) is kept in side, the
-                          queue's pinned hash, as field "r<seq>", while a
+                          record replayed (replay.lua) is kept in pinned,
+                          the queue's pinned hash, as field "r<seq>", while a
                           group has it reopened.
   The reads give a "p" entry's record made again, its head from the id's
   time (one head per distinct time in a call): measured by
   benchmarks/prototypes/stream_log/xrange_vs_hmget.py, the entry itself in
   fetch's reply (nested arrays) costs Redis more than the record rebuilt.
-  key is the log's key, seqs are seqs as numbers or decimal strings, side
-  is the pinned hash (nil where no replayed record can be: then a stream's
-  read misses such a record and a delete leaves it).
+  key is the log's key, sideKey its side hash (nil for a hash log), seqs
+  are seqs as numbers or decimal strings, pinned is the pinned hash (nil
+  where no replayed record can be: then a stream's read misses such a
+  record and a delete leaves it).
   The layout of a queue is its meta field "layout" (includes/layout.lua
   refuses a call sent the other layout's key).
 ]]
@@ -123,11 +124,12 @@ end
 
 -- One record (or false) per seq, in the order of seqs. In a stream, one
 -- XRANGE per run of consecutive seqs (in the order given); a stub's record
--- is read from the side hash, unless skip (a set of seqs as given, or nil)
--- holds its seq: it is then false, unread; a seq without an entry, or a
--- stub without a side record, is read from side. One function, not two:
--- fetch makes it per call.
-local function logReadMany(key, seqs, side, skip)
+-- is read from the side hash sideKey, unless skip (a set of seqs as given,
+-- or nil) holds its seq: it is then false, unread; a seq without an entry
+-- is read from sideKey too (a stub deleted leaves its record there: read,
+-- not lost), and one still without a record from pinned. One function, not
+-- two: fetch makes it per call.
+local function logReadMany(key, sideKey, seqs, pinned, skip)
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
     return bulkGet(key, seqs)
   end
@@ -147,6 +149,19 @@ local function logReadMany(key, seqs, side, skip)
       gaps = true
       for k = i, j do
         out[k] = false
+      end
+      if sideKey and #entries < j - i + 1 then
+        -- Seqs without an entry: looked for among the stubs' records.
+        local seen = {}
+        for _, entry in ipairs(entries) do
+          seen[i + tonumber(string.match(entry[1], '^%d+')) - from] = true
+        end
+        for k = i, j do
+          if not seen[k] and not (skip and skip[seqs[k]]) then
+            stubs = stubs or {}
+            stubs[#stubs + 1] = k
+          end
+        end
       end
     end
     for k, entry in ipairs(entries) do
@@ -179,14 +194,19 @@ local function logReadMany(key, seqs, side, skip)
     for n, at in ipairs(stubs) do
       fields[n] = seqs[at]
     end
-    -- The side hash's name as logSideKey makes it, here without the
-    -- function, which fetch would make at every call.
-    for n, rec in ipairs(bulkGet(string.sub(key, 1, -4) .. 'side', fields)) do
+    if not sideKey then
+      -- As log_one.lua's logNoSideKey, here without the function, which
+      -- fetch would make at every call.
+      error('RQ_LAYOUT ' .. key .. ' holds the stub of seq ' .. fields[1] .. ' (a message with a priority or a '
+        .. 'key), and the call was not sent the side hash that holds its record (or meta field "prio" is '
+        .. 'missing: see `rqueue doctor`)')
+    end
+    for n, rec in ipairs(bulkGet(sideKey, fields)) do
       out[stubs[n]] = rec
       gaps = gaps or not rec
     end
   end
-  if gaps and side and redis.call('EXISTS', side) == 1 then
+  if gaps and pinned and redis.call('EXISTS', pinned) == 1 then
     local fields, at = {}, {}
     for k = 1, count do
       if not out[k] then
@@ -194,7 +214,7 @@ local function logReadMany(key, seqs, side, skip)
         at[#at + 1] = k
       end
     end
-    for n, rec in ipairs(bulkGet(side, fields)) do
+    for n, rec in ipairs(bulkGet(pinned, fields)) do
       out[at[n]] = rec
     end
   end
@@ -204,7 +224,7 @@ end
 -- The records of seqs published with a priority or a key (fetch's picks),
 -- as logReadMany gives them: from a stream log's side hash sideKey by one
 -- HMGET, and a seq it lacks by logReadMany (a replayed record).
-local function logReadFlow(key, sideKey, seqs, side)
+local function logReadFlow(key, sideKey, seqs, pinned)
   local out = bulkGet(sideKey, seqs)
   local missed, at = nil, nil
   for i = 1, #seqs do
@@ -215,7 +235,7 @@ local function logReadFlow(key, sideKey, seqs, side)
     end
   end
   if missed then
-    for n, rec in ipairs(logReadMany(key, missed, side)) do
+    for n, rec in ipairs(logReadMany(key, sideKey, missed, pinned)) do
       out[at[n]] = rec
     end
   end

@@ -7,10 +7,16 @@
 --@include log
 --@include record_head
 
--- A stream log's side hash: "<base>:side" beside "<base>:log", as
--- rqueue/engine/keys.py names it.
-local function logSideKey(key)
-  return string.sub(key, 1, -4) .. 'side'
+-- The error a helper raises when it meets the stub of seq in the stream
+-- log key and the call was not sent the side hash: every script that can
+-- meet a stub checks for it before any write (includes/layout.lua,
+-- sideKeyError), so this stops a call that skipped the check; log.lua's
+-- logReadMany raises the same for fetch's plain call (sent KEYS[1..17]) in
+-- a queue whose meta lost field "prio".
+local function logNoSideKey(key, seq)
+  error('RQ_LAYOUT ' .. key .. ' holds the stub of seq ' .. seq .. ' (a message with a priority or a key), '
+    .. 'and the call was not sent the side hash that holds its record (or meta field "prio" is missing: '
+    .. 'see `rqueue doctor`)')
 end
 
 -- Stores one record (of a seq above the stream's newest id, in a stream).
@@ -24,8 +30,13 @@ local function logWriteOne(key, seq, rec)
   end
 end
 
--- The record of seq, or false.
-local function logRead(key, seq, side)
+-- The record of seq, or false; and true second when seq's entry is a stub
+-- whose record is unread, as the call was not sent the side hash (sideKey
+-- nil): what replay meets in a dead-letter queue that is published to
+-- (no dead letter is a stub). A seq without an entry is looked for in the
+-- side hash too: a stub deleted (damage) leaves its record there, and the
+-- message is read, not lost (the doctor reports it, stub-missing).
+local function logRead(key, sideKey, seq, pinned)
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
     return redis.call('HGET', key, seq)
   end
@@ -39,35 +50,62 @@ local function logRead(key, seq, side)
       return entry[2][2]
     end
     -- A stub: the record is in the side hash (or beside the pins, replayed).
-    local rec = redis.call('HGET', logSideKey(key), seq)
+    if not sideKey then
+      return false, true
+    end
+  end
+  if sideKey then
+    local rec = redis.call('HGET', sideKey, seq)
     if rec then
       return rec
     end
   end
-  return side and redis.call('HGET', side, 'r' .. seq) or false
+  return pinned and redis.call('HGET', pinned, 'r' .. seq) or false
 end
 
 -- The record of a seq reopened by replay: stored unless the seq has one;
--- true when it was stored. In a stream, in side whether or not the entry
+-- true when it was stored. In a stream, in pinned whether or not the entry
 -- is still there (a trim may drop it while the seq is reopened), unless
--- side has it.
-local function logWriteNew(key, seq, rec, side)
+-- pinned has it.
+local function logWriteNew(key, seq, rec, pinned)
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
     return redis.call('HSETNX', key, seq, rec) == 1
   end
-  return redis.call('HSETNX', side, 'r' .. seq, rec) == 1
+  return redis.call('HSETNX', pinned, 'r' .. seq, rec) == 1
 end
 
-local function logHas(key, seq, side)
+-- Whether seq has its record: a stub's, or that of a seq without an entry
+-- (a stub deleted), in the side hash sideKey, as logRead reads it.
+local function logHas(key, sideKey, seq, pinned)
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
     return redis.call('HEXISTS', key, seq) == 1
   end
   local entry = redis.call('XRANGE', key, seq, seq)[1]
-  return entry ~= nil and (entry[2][1] ~= 's' or redis.call('HEXISTS', logSideKey(key), seq) == 1)
-    or side ~= nil and redis.call('HEXISTS', side, 'r' .. seq) == 1
+  if entry ~= nil and entry[2][1] ~= 's' then
+    return true
+  end
+  if not sideKey then
+    if entry ~= nil then
+      logNoSideKey(key, seq)
+    end
+  elseif redis.call('HEXISTS', sideKey, seq) == 1 then
+    return true
+  end
+  return pinned ~= nil and redis.call('HEXISTS', pinned, 'r' .. seq) == 1
 end
 
-local function logDeleteOne(key, seq, side)
+-- Whether seq is taken in the log: it has a record, or in a stream an entry
+-- of any kind (a stub whose record is lost included), which a write of seq
+-- would meet. The dead-letter queue's seq checks ask this, as they are not
+-- sent its side hash.
+local function logTaken(key, seq)
+  if string.byte(key, -1) ~= LOG_STREAM_BYTE then
+    return redis.call('HEXISTS', key, seq) == 1
+  end
+  return redis.call('XRANGE', key, seq, seq)[1] ~= nil
+end
+
+local function logDeleteOne(key, sideKey, seq, pinned)
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
     redis.call('HDEL', key, seq)
     return
@@ -75,12 +113,15 @@ local function logDeleteOne(key, seq, side)
   -- By the entry's own id: a compact record's holds its time.
   local entry = redis.call('XRANGE', key, seq, seq)[1]
   if entry then
+    if entry[2][1] == 's' and not sideKey then
+      logNoSideKey(key, seq)
+    end
     redis.call('XDEL', key, entry[1])
     if entry[2][1] == 's' then
-      redis.call('HDEL', logSideKey(key), seq)
+      redis.call('HDEL', sideKey, seq)
     end
   end
-  if side then
-    redis.call('HDEL', side, 'r' .. seq)
+  if pinned then
+    redis.call('HDEL', pinned, 'r' .. seq)
   end
 end

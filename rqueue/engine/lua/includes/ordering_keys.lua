@@ -202,7 +202,7 @@ do
             fields[i] = string.format('%d', tonumber(string.sub(m, #key + 2)) or 0)
           end
           local recs = sideKey and logReadFlow(msgsKey, sideKey, fields, pinnedKey)
-            or logReadMany(msgsKey, fields, pinnedKey)
+            or logReadMany(msgsKey, sideKey, fields, pinnedKey)
           local raws = bulkGet(dlvKey, fields)
           local done, handed, waitAt = {}, 0, nil
           for i, field in ipairs(fields) do

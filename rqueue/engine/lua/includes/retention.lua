@@ -31,7 +31,7 @@ local function trimRetained(spec, nowMs, limit)
     local nxt = s + 1
     local drop = (maxAge == nil and maxLen == nil) or (maxLen ~= nil and nxt <= last - maxLen)
     if not drop and maxAge ~= nil then
-      local rec = logRead(msgsKey, nxt, pinnedKey)
+      local rec = logRead(msgsKey, sideKey, nxt, pinnedKey)
       -- Publish times rise with seqs: the first record young enough ends
       -- the step. A seq without a record (deleted before retention mode)
       -- or whose time does not parse holds nothing back.

@@ -42,7 +42,7 @@ local function failedForGood(seq, d, policy)
     return true, 'max-deliveries'
   end
   if policy.deadline > 0 then
-    local published = recordPublishedMs(logRead(msgsKey, seq, pinnedKey))
+    local published = recordPublishedMs(logRead(msgsKey, sideKey, seq, pinnedKey))
     if published and now - published >= policy.deadline then
       return true, 'deadline'
     end
