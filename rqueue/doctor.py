@@ -31,6 +31,9 @@ from .queue import Queue
 
 # Progress of a long check: (what, done, total).
 UNTRACKED_MAX = 1000  # untracked seqs reported one by one per group
+# Leaked side records named, and deleted, per finding (one repair call, as
+# repair.lua's SIDE_LEAK_MAX).
+SIDE_LEAK_MAX = 1000
 Progress = Callable[[str, int, int], None]
 
 
@@ -55,6 +58,8 @@ class Kind(StrEnum):
     INCARNATION_EMPTY = "incarnation-empty"
     DEAD_LETTER_SEQ_TAKEN = "dead-letter-seq-taken"  # the next dead letter would overwrite one
     KEY_STRANDED = "key-stranded"  # an ordering key with messages waiting, neither ready nor busy
+    STUB_MISSING = "stub-missing"  # stream log: a side record whose stub entry is gone (read from the side)
+    SIDE_LEAKED = "side-record-leaked"  # stream log: a side record at or below the trim point nothing deletes
 
 
 class Outcome(StrEnum):
@@ -202,8 +207,34 @@ class _Examination:
                 repair="write field prio",
                 fix=("prio",),
             )
+        self.side_leaks(_seq(meta.get("trimmed")) or 0, bool(floors))
         self.dead_letter_seq()
         return self.found
+
+    def side_leaks(self, trimmed: int, groups: bool) -> None:
+        """Stream layout: the side records at or below the trim point whose
+        priority log entry is gone (a deleted key or entry), or all of them
+        in a queue without ``groups``: no fetch deletes them
+        (lua/includes/side_sweep.lua), so they stay for good."""
+        keys = self.keys
+        seqs, more = reads.side_leaks(self.r, keys, trimmed, SIDE_LEAK_MAX, self.where, groups)
+        if not seqs:
+            return
+        shown = ", ".join(str(s) for s in seqs[:10]) + (", ..." if len(seqs) > 10 else "")
+        self.add(
+            Kind.SIDE_LEAKED,
+            keys.side,
+            f"{len(seqs)}{' or more' if more else ''} records of seqs at or below the trim point {trimmed} "
+            f"({shown}) stay in the side hash "
+            + (
+                f"without their priority log entries ({keys.prio}), by which fetches delete them"
+                if groups
+                else "of a queue without groups, where no fetch deletes them"
+            )
+            + ": no group needs them",
+            repair=f"delete these {len(seqs)} side records (run again for more)" if more else "delete them",
+            fix=("side-leak", *(str(s) for s in seqs)),
+        )
 
     def highest_record(self, keys: QueueKeys | None = None) -> int:
         """The highest seq with a stored record in this queue (or ``keys``:
@@ -618,7 +649,19 @@ class _Examination:
         )
         done = missing = 0
         for seqs in todo:
-            for seq, there in zip(seqs, reads.records_exist(self.r, self.keys, seqs), strict=True):
+            for seq, (there, stubless) in zip(seqs, reads.record_states(self.r, self.keys, seqs), strict=True):
+                if stubless and not any(first <= seq <= end for first, end in runs):
+                    missing += 1
+                    if missing <= UNTRACKED_MAX:
+                        self.add(
+                            Kind.STUB_MISSING,
+                            self.keys.msgs,
+                            f"seq {seq} is not settled by group {group} and its stub entry is gone from the "
+                            f"log, but its record is in {self.keys.side}: fetch reads it there, so the message "
+                            "is handed out (nothing to repair)",
+                            group=group,
+                            seq=seq,
+                        )
                 if there or any(first <= seq <= end for first, end in runs):
                     continue
                 missing += 1

@@ -17,6 +17,7 @@ from support.aio_bridge import connect_as
 
 import rqueue
 from rqueue import doctor
+from rqueue.engine import commands
 from rqueue.engine.keys import LAYOUT_ENV, LogLayout
 from rqueue.engine.loader import lua_dir
 from rqueue.errors import CorruptRecord, LayoutMismatch
@@ -733,3 +734,95 @@ def test_deleting_a_queue_deletes_its_side_hash(client):
     q.delete(force=True)
     assert client.redis.exists(q.keys.side) == 0
     assert snapshot(client.redis, q.keys) == {}
+
+
+@FLOW
+def test_a_side_record_whose_priority_log_entry_is_lost_is_reported_and_repaired(client, flow):
+    # given a group that settled two prioritized or keyed messages, the
+    # priority log's entry of the first lost (damage) before the trim point passed it
+    q = client.queue("orders")
+    c = q.consumer("g")
+    r = client.redis
+    q.publish(b"a", **flow_of(flow, 1))
+    q.publish(b"b", **flow_of(flow, 2))
+    c.ack(c.fetch(10))
+    r.zremrangebyscore(q.keys.prio, 1, 1)
+    # when the group fetches (the trim point is past both), then the second's
+    # side record goes with its entry, and the first's stays: nothing lists it
+    assert c.fetch(10) == []
+    assert r.hkeys(q.keys.side) == [b"1"]
+    # when the doctor examines the queue, then it names the leaked record
+    [found] = doctor.examine(q)
+    assert (found.kind, found.key, found.fix) == (doctor.Kind.SIDE_LEAKED, q.keys.side, ("side-leak", "1"))
+    # when it repairs, then the record is deleted and the queue is clean
+    [fixed] = doctor.repair(q, [found])
+    assert fixed.outcome is doctor.Outcome.REPAIRED
+    assert r.exists(q.keys.side) == 0
+    assert doctor.examine(q) == []
+
+
+def test_a_side_leak_repair_deletes_only_what_no_group_needs_and_at_most_1000(client):
+    # given a group holding a prioritized message (above the trim point)
+    q = client.queue("orders")
+    c = q.consumer("g")
+    q.publish(b"a", priority=5)
+    [held] = c.fetch(1)
+    call = q.group_call("")
+    # when a repair names it as leaked, then it is no leak ("gone") and stays
+    assert not commands.repair(call, "side-leak", ["1"]).done
+    assert client.redis.hexists(q.keys.side, 1)
+    # and a repair of more than 1,000 seqs is refused by name, changing nothing
+    with pytest.raises(rqueue.InvalidInput, match="at most 1000"):
+        commands.repair(call, "side-leak", [str(s) for s in range(1, 1002)])
+    held.ack()
+
+
+@FLOW
+def test_a_stub_deleted_with_its_side_record_kept_is_reported_and_the_message_is_delivered(client, flow):
+    # given a group, a plain message, then a prioritized or keyed one whose stub entry is deleted (damage)
+    q = client.queue("orders")
+    c = q.consumer("g")
+    r = client.redis
+    q.publish(b"plain")
+    q.publish(b"kept", **flow_of(flow, 2))
+    r.xdel(q.keys.msgs, "2-0")
+    # when the doctor examines the queue, then it says the stub is gone and
+    # the record is in the side hash, not that the record is missing
+    found = doctor.examine(q)
+    assert [(f.kind, f.seq, f.repair) for f in found] == [(doctor.Kind.STUB_MISSING, 2, None)]
+    # when the group fetches, then both are handed out whole, none as a dead letter
+    ds = c.fetch(10)
+    assert sorted((d.seq, d.data) for d in ds) == [(1, b"plain"), (2, b"kept")]
+    # and a redelivery reads the record from the side too
+    [kept] = [d for d in ds if d.seq == 2]
+    kept.nack(delay=0)
+    [again] = c.fetch(10)
+    assert (again.seq, again.data, again.redelivered) == (2, b"kept", True)
+    assert q.status(seq=2).published_ms is not None
+    again.ack()
+    assert q.dead_letters() == []
+
+
+@FLOW
+def test_deleting_the_last_group_deletes_the_side_records_it_settled(client, flow):
+    # given one group that settled three prioritized or keyed messages, and
+    # their side records kept (the trim point passed them, no fetch since)
+    q = client.queue("orders")
+    c = q.consumer("g")
+    r = client.redis
+    for n in range(3):
+        q.publish(b"m%d" % n, **flow_of(flow, n))
+    c.ack(c.fetch(10))
+    c.close()
+    assert r.hlen(q.keys.side) == 3
+    # when the group is deleted, then the side records and their priority log entries go
+    q.delete_group("g")
+    assert r.exists(q.keys.side) == 0 and r.zcard(q.keys.prio) == 0
+    # and a side record left below the trim point of the queue without
+    # groups (as beyond the 1,000 a deletion takes) is the doctor's to delete
+    r.hset(q.keys.side, 1, b"left")
+    r.zadd(q.keys.prio, {"1:5": 1})
+    [found] = doctor.examine(q)
+    assert (found.kind, found.fix) == (doctor.Kind.SIDE_LEAKED, ("side-leak", "1"))
+    assert doctor.repair(q, [found])[0].outcome is doctor.Outcome.REPAIRED
+    assert r.exists(q.keys.side) == 0

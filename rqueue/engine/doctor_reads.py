@@ -70,18 +70,57 @@ def zset_in_steps(r: RedisClient, key: str, where: str) -> Iterator[list[tuple[s
 def records_exist(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[bool]:
     """Whether each seq has a stored record (one pipeline of HEXISTS, no
     payload read, in a hash log; a stub counts only with its side record)."""
+    return [there for there, _ in record_states(r, keys, seqs)]
 
-    def read() -> list[bool]:
+
+def record_states(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[tuple[bool, bool]]:
+    """Per seq, whether it has a stored record, and whether that record is
+    a side record whose stub is gone (log.stub_missing)."""
+
+    def read() -> list[tuple[bool, bool]]:
         pipe = r.pipeline(transaction=False)
         sizes = [log.has(pipe, keys, seq) for seq in seqs]
         replies = pipe.execute()
         found, at = [], 0
         for size in sizes:
-            found.append(log.present(keys, replies[at : at + size]))
+            part = replies[at : at + size]
+            found.append((log.present(keys, part), log.stub_missing(keys, part)))
             at += size
         return found
 
     return guarded(read, where=keys.base) if seqs else []
+
+
+def side_leaks(
+    r: RedisClient, keys: QueueKeys, trimmed: int, limit: int, where: str, groups: bool = True
+) -> tuple[list[int], bool]:
+    """Stream layout: up to ``limit`` seqs at or below the trim point
+    ``trimmed`` whose side record stays with no priority log entry to
+    delete it (lua/includes/side_sweep.lua), or in a queue without
+    ``groups`` any at all (no fetch comes); the side hash read in steps;
+    and whether there are more."""
+    if not log.stream(keys) or trimmed <= 0:
+        return [], False
+    found: list[int] = []
+    for page in hash_in_steps(r, keys.side, where):
+        below = sorted({int(f) for f, _ in page if f.isdigit() and int(f) <= trimmed})
+        if not below:
+            continue
+
+        def listed(seqs: list[int] = below) -> list[Any]:
+            if not groups:
+                return [0] * len(seqs)
+            pipe = r.pipeline(transaction=False)
+            for seq in seqs:
+                pipe.zcount(keys.prio, seq, seq)
+            return list(pipe.execute())
+
+        for seq, count in zip(below, guarded(listed, where=where), strict=True):
+            if not count and seq not in found:
+                if len(found) == limit:
+                    return found, True
+                found.append(seq)
+    return found, False
 
 
 def log_newest(r: RedisClient, keys: QueueKeys, where: str) -> int:

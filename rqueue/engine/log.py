@@ -140,7 +140,8 @@ def records(keys: QueueKeys, seqs: list[int], reply: Any) -> list[Any]:
 def has(pipe: Any, keys: QueueKeys, seq: int) -> int:
     """Queues on ``pipe`` the question whether ``seq`` has a record; returns
     how many replies it takes, which present reads. A stub counts only with
-    its side record."""
+    its side record; a side record counts without its stub (a stub deleted:
+    the scripts read the record there, lua/includes/log_one.lua)."""
     if stream(keys):
         pipe.xrange(keys.msgs, seq, seq)
         pipe.hexists(keys.side, seq)
@@ -154,7 +155,17 @@ def present(keys: QueueKeys, replies: list[Any]) -> bool:
     if not stream(keys):
         return bool(replies[0])
     entries, in_side = replies
-    return bool(entries) and (not _is_stub(entries[0][1]) or bool(in_side))
+    return bool(in_side) or bool(entries) and not _is_stub(entries[0][1])
+
+
+def stub_missing(keys: QueueKeys, replies: list[Any]) -> bool:
+    """Whether the seq has a side record and no entry, from the replies of
+    has's reads: its stub was deleted (damage), and the scripts read its
+    record from the side hash."""
+    if not stream(keys):
+        return False
+    entries, in_side = replies
+    return bool(in_side) and not entries
 
 
 def length(pipe: Any, keys: QueueKeys) -> int:
