@@ -390,6 +390,7 @@ def test_a_worker_holding_deliveries_through_a_forced_reset(backend, prefix):
     finally:
         release.set()
         w.stop()
+        assert w.join(10)  # its threads done with the client before it closes
         live.close()
 
 
