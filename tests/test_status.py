@@ -84,6 +84,38 @@ def test_status_of_a_group_reset_back(client, queue):
     assert queue.status("a").groups["g"].state == S.PUBLISHED
 
 
+def test_status_of_a_replayed_message_says_where_it_stands(client, queue, clock):
+    """A replay reopens a seq the group had settled (it may sit below the
+    floor, in an acked run): status.lua reads the group's reopen set, so
+    the replayed message is reported by its delivery, not as acked."""
+    # given a message dead-lettered in group g, then replayed
+    seq = queue.publish(b"x").seq
+    c = queue.consumer("g", name="a")
+    [d] = c.fetch(1)
+    d.reject(reason="bad")
+    assert queue.status(seq=seq).groups["g"].state == S.DEAD_LETTERED
+    assert queue.replay_dead_letters().replayed == 1
+    # then while it waits to be fetched again it is not settled
+    st = queue.status(seq=seq)
+    assert st.state is not S.SETTLED, st
+    assert st.groups["g"].state is S.WAITING, st
+    # when a consumer holds it, then it is in flight, by that consumer
+    [d] = c.fetch(1)
+    assert d.seq == seq and d.replayed
+    st = queue.status(seq=seq)
+    assert st.state is not S.SETTLED, st
+    assert (st.groups["g"].state, st.groups["g"].consumer) == (S.IN_FLIGHT, "a"), st
+    # when it is nacked with a delay, then it is delayed
+    d.nack(delay=30)
+    assert queue.status(seq=seq).groups["g"].state is S.DELAYED
+    # when it is fetched and acked at last, then it is settled, acked
+    clock.advance(31)
+    [d] = c.fetch(1)
+    d.ack()
+    st = queue.status(seq=seq)
+    assert st.state is S.SETTLED and st.groups["g"].state is S.ACKED, st
+
+
 # A memory:// server lives in one client: the command's own client would see another.
 @pytest.mark.parametrize("backend", ["redis", "valkey", "cluster"], indirect=True)
 def test_status_command_with_json(backend, prefix):

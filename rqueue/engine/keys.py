@@ -173,11 +173,12 @@ class QueueKeys:
 
     def status_keys(self, msg_id: str | None, groups: Sequence[str]) -> list[str]:
         """KEYS of status.lua: the message's id key (the meta key when it
-        is named by its seq), then three keys per group, then the pins."""
+        is named by its seq), then four keys per group (the reopen set last:
+        a replayed seq is pending again below the floor), then the pins."""
         keys = [self.meta, self.msgs, self.floors, self.events, self.message_id(msg_id) if msg_id else self.meta]
         for g in groups:
             gk = self.group(g)
-            keys += [gk.deliveries, gk.acked, gk.delay]
+            keys += [gk.deliveries, gk.acked, gk.delay, gk.reopen]
         keys.append(self.pinned)
         keys += self._layout_keys  # a stream log's side hash, last (status.lua)
         return keys
@@ -280,6 +281,11 @@ class GroupKeys:
         return self._k("acked")
 
     @property
+    def reopen(self) -> str:
+        """Sorted set of the seqs a replay reopened for the group (replay.lua)."""
+        return self._k("reopen")
+
+    @property
     def priority(self) -> str:
         """Sorted set of the priority seqs the group read from the queue's
         priority log and has not handed out (fetch.lua)."""
@@ -332,7 +338,7 @@ class GroupKeys:
             self._k("acked"),
             self._k("cons"),
             q.pinned,
-            self._k("reopen"),
+            self.reopen,
             self._k("beats"),
             dlq.meta,
             dlq.msgs,

@@ -126,33 +126,6 @@ def test_the_result_of_a_run_before_a_replay_is_not_the_answer_for_the_replayed_
         client.close()
 
 
-# -- message status ----------------------------------------------------------------------
-
-
-def test_status_of_a_replayed_message_says_where_it_stands(server):
-    """DOC/MINOR. q.status(seq=) (lua/status.lua) judges a seq settled from
-    the group's floor and acked runs only; a replayed dead letter stays
-    inside its acked run (replay.lua hands it out from beside it), so
-    status says ACKED (overall SETTLED) while the replayed message waits,
-    is held by a consumer, or waits out a nack's delay: `rqueue status`
-    tells the operator the message is done while it is being run again."""
-    client = rqueue.connect(server.url, prefix="s1", settings_ttl=0)
-    try:
-        q = client.queue("q")
-        seq = q.publish(b"x").seq
-        c = q.consumer("g", name="a")
-        [d] = c.fetch(1)
-        c.reject(d, reason="bad")
-        assert q.replay_dead_letters().replayed == 1
-        [d] = c.fetch(1)
-        assert d.seq == seq and d.replayed
-        st = q.status(seq=seq)
-        assert st.state is not rqueue.MessageState.SETTLED, st
-        assert st.groups["g"].state is rqueue.MessageState.IN_FLIGHT, st
-    finally:
-        client.close()
-
-
 def test_aio_a_reject_sent_again_after_its_reply_was_lost_keeps_its_failure(server, monkeypatch):
     """MINOR. When the reply of the worker's reject call is lost after Redis
     applied it, the worker sends it again (AsyncReconnector.call), gets

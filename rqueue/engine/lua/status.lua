@@ -13,8 +13,10 @@
     KEYS[4] events   stream  dead-letters, drops and replays (capped)
     KEYS[5] the id key (string "<seq>:<expires_ms>:<incarnation>"), or the
       meta key again when the message is named by its seq
-    then 3 keys per group named in ARGV[4..]: its dlv (delivery states),
-      acked (runs above the floor) and delay (due times)
+    then 4 keys per group named in ARGV[4..]: its dlv (delivery states),
+      acked (runs above the floor), delay (due times) and reopen (the seqs
+      a replay reopened, replay.lua: unsettled again, whatever the floor
+      and the acked runs say)
     then the pinned hash (seq -> groups that reopened it; in a stream log's
       queue also the records of those seqs, includes/log.lua)
     then, for a stream log only, its side hash (the records of the messages
@@ -76,7 +78,7 @@ if seq == nil or seq > last then
   return {0, seq or 0, last, '', ''}
 end
 
-local rec = logRead(KEYS[2], sideKey, seq, KEYS[6 + 3 * (#ARGV - 3)])
+local rec = logRead(KEYS[2], sideKey, seq, KEYS[6 + 4 * (#ARGV - 3)])
 local published, notBefore = '', ''
 if rec then
   published = recordPublished(rec) or ''
@@ -110,12 +112,19 @@ local out = {1, seq, last, published, notBefore}
 local k = 6
 for i = 4, #ARGV do
   local group = ARGV[i]
-  local dlvKey, ackedKey, delayKey = KEYS[k], KEYS[k + 1], KEYS[k + 2]
-  k = k + 3
+  local dlvKey, ackedKey, delayKey, reopenKey = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+  k = k + 4
   local state, consumer, count, reason = 'pending', '', 0, ''
   local floor = tonumber(rcall('HGET', KEYS[3], group) or '')
-  local settled = floor ~= nil and seq <= floor
-  if floor ~= nil and not settled then
+  -- A seq reopened by replay is pending again in this group though it may
+  -- sit at or below the floor (stats.lua reads the same set): its state
+  -- is its delivery's, until a settle takes it out of the reopen set.
+  local reopened = false
+  if floor ~= nil and rcall('ZSCORE', reopenKey, seq) then
+    reopened = true
+  end
+  local settled = floor ~= nil and not reopened and seq <= floor
+  if floor ~= nil and not settled and not reopened then
     local run = rcall('ZRANGEBYSCORE', ackedKey, seq, '+inf', 'LIMIT', '0', '1')
     settled = run[1] ~= nil and run[1] + 0 <= seq
   end
