@@ -9,7 +9,7 @@ to that group, with a fresh delivery count, exactly once (replay.lua).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,7 @@ from .results import DeadLetter, Message, Progress, ReplayResult
 from .validate import optional_whole_number
 
 if TYPE_CHECKING:
+    from .engine.keys import QueueKeys
     from .protocols import QueueLike
 
 PAGE = 500  # dead letters read per round trip
@@ -84,12 +85,20 @@ def selected(queue: str, selection: Selection, page: list[Message], found: int) 
     return out
 
 
-def by_group(chosen: list[DeadLetter]) -> dict[str, list[int]]:
-    """The dead-letter seqs of ``chosen``, by the group that dead-lettered each."""
-    out: dict[str, list[int]] = {}
+def by_group(chosen: list[DeadLetter]) -> dict[str, list[DeadLetter]]:
+    """The dead letters of ``chosen``, by the group that dead-lettered each."""
+    out: dict[str, list[DeadLetter]] = {}
     for d in chosen:
-        out.setdefault(d.group, []).append(d.dlq_seq)
+        out.setdefault(d.group, []).append(d)
     return out
+
+
+def replay_batch(keys: QueueKeys, group: str, letters: Sequence[DeadLetter]) -> tuple[list[int], list[str]]:
+    """The dead-letter seqs of one replay call of ``group`` and, per seq,
+    the result key of its message for the group (replay.lua deletes it with
+    the replay: the outcome of the run before it answers no more), or the
+    meta key when its x-rq-seq is not known (left alone)."""
+    return [d.dlq_seq for d in letters], [keys.result(d.seq, group) if d.seq >= 1 else keys.meta for d in letters]
 
 
 def tally(result: ReplayResult, group: str, statuses: list[str]) -> None:
@@ -114,11 +123,11 @@ def replay(
     if dry_run:
         result.by_group = {g: len(s) for g, s in groups.items()}
         return result
-    for group, dseqs in groups.items():
+    for group, letters in groups.items():
         call = queue.group_call(group, queue.settings())
-        for start in range(0, len(dseqs), REPLAY_BATCH):
-            batch = dseqs[start : start + REPLAY_BATCH]
-            tally(result, group, commands.replay(call, batch))
+        for start in range(0, len(letters), REPLAY_BATCH):
+            batch, result_keys = replay_batch(queue.keys, group, letters[start : start + REPLAY_BATCH])
+            tally(result, group, commands.replay(call, batch, result_keys))
             if progress is not None:
                 progress(len(batch))
     return result

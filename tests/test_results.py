@@ -222,6 +222,33 @@ def test_a_nacked_delivery_cannot_store_a_result(client, queue):
         queue.result(1)
 
 
+def test_the_result_of_a_run_before_a_replay_is_not_the_answer_for_the_replayed_run(client, queue):
+    # given results on, a message acked with a result by group audit, and
+    # dead-lettered by group g, which kept its failure
+    client.configure("orders", results=True)
+    audit, c = queue.consumer("audit", "a1"), queue.consumer("g", "c1")
+    seq = queue.publish(b"x").seq
+    (da,) = audit.fetch(1)
+    audit.ack_result(da, encode_value(b"audited"), event=False)
+    (d,) = c.fetch(1)
+    c.reject(d, reason="bad")
+    c.keep_failure(d, "rejected", "bad")
+    assert queue.result(seq, group="g").failure == Failure("rejected", "bad")
+    # when the dead letter is replayed: the message is pending again in group g
+    assert queue.replay_dead_letters().replayed == 1
+    # then the failure of the run before the replay no longer answers for g
+    with pytest.raises(rqueue.ResultTimeout):
+        queue.result(seq, group="g", timeout=0.05)
+    # and the other group's result, of a settle the replay did not undo, stands
+    assert queue.result(seq, group="audit").value == b"audited"
+    # when the replayed run is acked with a result, then that is the answer
+    (d2,) = c.fetch(1)
+    assert d2.seq == seq and d2.replayed
+    c.ack_result(d2, encode_value({"ok": 1}), event=False)
+    r = queue.result(seq, group="g")
+    assert r.ok and r.value == {"ok": 1}, r
+
+
 def test_a_result_of_an_earlier_incarnation_is_not_returned(client, queue):
     # given a kept result, then the queue deleted and made anew: seq 1 is another message
     client.configure("orders", results=True)

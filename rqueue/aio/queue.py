@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .. import validate as check
 from ..constants import PURGE_BATCH
-from ..deadletters import PAGE, REPLAY_BATCH, Selection, by_group, selected, tally
+from ..deadletters import PAGE, REPLAY_BATCH, Selection, by_group, replay_batch, selected, tally
 from ..engine import async_commands as acmd
 from ..engine.keys import QueueKeys, partitions_key, queue_base
 from ..engine.record import decode_record
@@ -509,10 +509,11 @@ class Queue:
             result.by_group = {g: len(s) for g, s in groups.items()}
             return result
         settings = await self.settings()
-        for g, dseqs in groups.items():
+        for g, letters in groups.items():
             call = self.group_call(g, settings)
-            for start in range(0, len(dseqs), REPLAY_BATCH):
-                tally(result, g, await acmd.replay(call, dseqs[start : start + REPLAY_BATCH]))
+            for start in range(0, len(letters), REPLAY_BATCH):
+                batch, result_keys = replay_batch(self.keys, g, letters[start : start + REPLAY_BATCH])
+                tally(result, g, await acmd.replay(call, batch, result_keys))
         return result
 
     replay = replay_dead_letters

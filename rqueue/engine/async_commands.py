@@ -238,8 +238,12 @@ async def settle_to(call: AsyncGroupCall, target: int, after: int, batch: int) -
     return c.SettleToReply(int(settled), int(reached), int(more) == 1)
 
 
-async def replay(call: AsyncGroupCall, dead_letter_seqs: Sequence[int]) -> list[str]:
-    return c.parse_replay(await call.settle(call.scripts.replay, list(dead_letter_seqs)))
+async def replay(call: AsyncGroupCall, dead_letter_seqs: Sequence[int], result_keys: Sequence[str]) -> list[str]:
+    """One call of replay.lua (commands.replay)."""
+    keys = c.replay_keys(call, result_keys)
+    return c.parse_replay(
+        await run(call.scripts.replay, keys, call.argv(list(dead_letter_seqs)), call.queue, call.where)
+    )
 
 
 async def status(

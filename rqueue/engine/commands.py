@@ -785,9 +785,19 @@ def settle_to(call: GroupCall, target: int, after: int, batch: int) -> SettleToR
     return SettleToReply(int(settled), int(reached), int(more) == 1)
 
 
-def replay(call: GroupCall, dead_letter_seqs: Sequence[int]) -> list[str]:
-    """Per dead-letter seq: "replayed", "missing", "other-group", "corrupt" or "pending"."""
-    return parse_replay(call.settle(call.scripts.replay, list(dead_letter_seqs)))
+def replay_keys(call: GroupArgs, result_keys: Sequence[str]) -> list[str]:
+    """replay.lua's KEYS: the group's first 17, then per dead-letter seq the
+    result key of the message it holds (deleted when it is replayed), then
+    a stream log's side hash."""
+    return [*call.keys[:SETTLE_KEYS], *result_keys, *call.keys[GROUP_KEYS:]]
+
+
+def replay(call: GroupCall, dead_letter_seqs: Sequence[int], result_keys: Sequence[str]) -> list[str]:
+    """Per dead-letter seq: "replayed", "missing", "other-group", "corrupt" or "pending".
+    ``result_keys``: per dead-letter seq, its message's result key for the
+    group (deleted with the replay), or the meta key when its seq is not known."""
+    keys = replay_keys(call, result_keys)
+    return parse_replay(run(call.scripts.replay, keys, call.argv(list(dead_letter_seqs)), call.queue, call.where))
 
 
 def stats(call: GroupCall) -> GroupStats:

@@ -102,30 +102,6 @@ def test_a_late_failure_result_does_not_overwrite_the_result_of_the_ack_after_a_
         client.close()
 
 
-def test_the_result_of_a_run_before_a_replay_is_not_the_answer_for_the_replayed_run(server):
-    """DOC. docs/results.md: "A failure that will be retried keeps nothing:
-    the message is not settled yet, and q.result keeps waiting for the
-    outcome of a later delivery". A replay (replay.lua) leaves the result key
-    of the run before it: while the replayed message is unsettled again,
-    q.result answers at once with the old failure (the docs do not say
-    so)."""
-    client = rqueue.connect(server.url, prefix="r2", settings_ttl=0)
-    try:
-        client.configure("q", results=True)
-        q = client.queue("q")
-        seq = q.publish(b"x").seq
-        c = q.consumer("g", name="a")
-        [d] = c.fetch(1)
-        c.reject(d, reason="bad")
-        c.keep_failure(d, "rejected", "bad")
-        assert q.replay_dead_letters().replayed == 1
-        # the message is pending again in group g; its outcome is not known yet
-        with pytest.raises(rqueue.ResultTimeout):
-            q.result(seq, timeout=0.05)
-    finally:
-        client.close()
-
-
 def test_aio_a_reject_sent_again_after_its_reply_was_lost_keeps_its_failure(server, monkeypatch):
     """MINOR. When the reply of the worker's reject call is lost after Redis
     applied it, the worker sends it again (AsyncReconnector.call), gets

@@ -5,10 +5,21 @@
   letter is deleted in the same call, so a replay run twice, or killed
   midway, neither doubles nor loses a message.
 
+  A replayed message's stored result for this group (the outcome of the
+  run before the replay, docs/results.md) is deleted in the same call: the
+  message is unsettled again, and q.result waits for the outcome of a
+  later delivery rather than answer with the old one.
+
   Input:
-    KEYS[1..17] the group layout (includes/group_keys.lua), and KEYS[18] the
-      side hash for a stream log (sent with them, not read here), of the group named
-      in the dead letters' x-rq-group header
+    KEYS[1..17] the group layout (includes/group_keys.lua) of the group
+      named in the dead letters' x-rq-group header
+    KEYS[18..] per dead-letter seq of ARGV[8..], in their order, the result
+      key of the message it holds for this group
+      (<base>:result:<seq>:<group>, its x-rq-seq header), or any other key
+      of the queue's slot (the meta key) when that seq is not known: a key
+      that is not the result key of the seq replayed is left alone
+    then, for a stream log only, its side hash (sent with them, not read
+      here; includes/group_keys.lua)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8], ARGV[9], ... seqs in the dead-letter queue
   Output:
@@ -46,6 +57,11 @@ local DEAD_LETTER_HEADERS = {
   'x-rq-queue', 'x-rq-published', 'x-rq-group', 'x-rq-seq', 'x-rq-reason', 'x-rq-deliveries',
   'x-rq-first-delivery', 'x-rq-last-delivery', 'x-rq-error',
 }
+
+-- The result keys follow the group layout's first 17, one per dead-letter
+-- seq (ARGV[8..]): ARGV[i]'s is KEYS[i + 10].
+local FIRST_RESULT_KEY = 17
+local resultBase = string.sub(metaKey, 1, -5) .. 'result:'
 
 local out = {}
 local groups = rcall('HLEN', floorsKey)
@@ -119,6 +135,13 @@ for i = 8, #ARGV do
       writeDelivery(dlvKey, seq, {count = 0, holder = '', first = now, last = now, past = '\n' .. earlier .. '^'})
       rcall('ZADD', readyKey, seq, seq)
       logDeleteOne(dlqMsgsKey, nil, dseq)
+      -- The result of the run before the replay answers no more: the
+      -- message is pending again. Only the key named as this seq's result
+      -- for this group is deleted (a stand-in key, or the side hash, never).
+      local resultKey = KEYS[FIRST_RESULT_KEY + i - 7]
+      if resultKey ~= nil and resultKey == resultBase .. string.format('%d', seq) .. ':' .. groupName then
+        rcall('DEL', resultKey)
+      end
       rcall('HINCRBY', groupKey, 'replayed', 1)
       recordEvent('replayed', seq, reason, dseq)
     end
