@@ -249,6 +249,70 @@ def test_the_result_of_a_run_before_a_replay_is_not_the_answer_for_the_replayed_
     assert r.ok and r.value == {"ok": 1}, r
 
 
+def test_a_late_failure_result_does_not_overwrite_the_result_of_the_ack_after_a_replay(client, queue):
+    # given results on, worker a's delivery rejected, its failure not kept yet
+    client.configure("orders", results=True)
+    a, b = queue.consumer("g", "a"), queue.consumer("g", "b")
+    seq = queue.publish(b"x").seq
+    (d,) = a.fetch(1)
+    a.reject(d, reason="first try failed")
+    # and meanwhile the operator replays it and worker b acks it with a result
+    assert queue.replay_dead_letters().replayed == 1
+    (d2,) = b.fetch(1)
+    b.ack_result(d2, encode_value({"ok": 1}), event=False)
+    # when a's failure is kept late
+    a.keep_failure(d, "rejected", "first try failed")
+    # then the result of the ack that settled the message stands
+    r = queue.result(seq)
+    assert r.ok and r.value == {"ok": 1}, r
+
+
+def test_a_late_failure_result_of_the_asyncio_consumer_does_not_overwrite_a_later_ack(backend, prefix, client, queue):
+    # given results on, a's delivery rejected, replayed, and acked with a result by b
+    client.configure("orders", results=True)
+    a, b = queue.consumer("g", "a"), queue.consumer("g", "b")
+    seq = queue.publish(b"x").seq
+    (d,) = a.fetch(1)
+    a.reject(d, reason="first try failed")
+    assert queue.replay_dead_letters().replayed == 1
+    (d2,) = b.fetch(1)
+    b.ack_result(d2, encode_value(b"done"), event=False)
+
+    # when an asyncio consumer keeps a's failure late
+    async def main() -> None:
+        aclient = await rqueue.aio.connect(backend, prefix=prefix, clock=client.clock)
+        try:
+            aq = aclient.queue("orders")
+            await aq.consumer("g", name="late").keep_failure(d, "rejected", "first try failed")
+        finally:
+            await aclient.close()
+
+    asyncio.run(main())
+    # then the result of the ack stands
+    assert queue.result(seq).value == b"done"
+
+
+def test_a_failure_replaces_a_result_of_an_earlier_incarnation(client, queue):
+    # given a result kept, then the queue deleted and made anew: seq 1 is another message
+    client.configure("orders", results=True)
+    queue.publish(b"old")
+    c = queue.consumer("g", "c1")
+    (d,) = c.fetch(1)
+    c.ack_result(d, encode_value(b"old result"), event=False)
+    c.close()
+    queue.delete()
+    client.configure("orders", results=True)
+    c = queue.consumer("g", "c1")
+    queue.publish(b"new")
+    # when the new message fails for good and its failure is kept
+    (d,) = c.fetch(1)
+    c.reject(d, reason="bad")
+    assert client.redis.exists(queue.keys.result(1, "g"))  # the old incarnation's
+    c.keep_failure(d, "rejected", "bad")
+    # then the old incarnation's result did not keep it out
+    assert queue.result(1).failure == Failure("rejected", "bad")
+
+
 def test_a_result_of_an_earlier_incarnation_is_not_returned(client, queue):
     # given a kept result, then the queue deleted and made anew: seq 1 is another message
     client.configure("orders", results=True)

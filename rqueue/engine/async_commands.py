@@ -25,7 +25,7 @@ from . import log
 from .async_scripts import AsyncScript, AsyncScripts
 from .commands import text
 from .keys import QueueKeys, partitions_key, registry_key, settings_key
-from .store import DELETE_BATCH, EVENTS_MAX, deliveries_out, event, headed_result
+from .store import DELETE_BATCH, EVENTS_MAX, deliveries_out, event, headed_result, same_incarnation
 
 T = TypeVar("T")
 
@@ -562,7 +562,12 @@ async def save_result(r: Any, keys: QueueKeys, seq: int, group: str, value: byte
 
     async def save() -> None:
         inc = await r.hget(keys.meta, "inc")
-        await r.set(keys.result(seq, group), headed_result(inc, value), px=ttl_ms)
+        key, headed = keys.result(seq, group), headed_result(inc, value)
+        # NX: a late failure never replaces the result of a later settle
+        # (see rqueue.engine.store.save_result).
+        if await r.set(key, headed, px=ttl_ms, nx=True) or same_incarnation(await r.get(key), inc):
+            return
+        await r.set(key, headed, px=ttl_ms)
 
     await guarded(save, where=keys.base)
 

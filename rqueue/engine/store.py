@@ -415,9 +415,30 @@ def save_result(r: RedisClient, keys: QueueKeys, seq: int, group: str, value: by
 
     def save() -> None:
         inc = r.hget(keys.meta, "inc")
-        r.set(keys.result(seq, group), headed_result(inc, value), px=ttl_ms)
+        key, headed = keys.result(seq, group), headed_result(inc, value)
+        # A failure is kept after its settle, in a call of its own, so it
+        # may arrive late: after an operator's replay reopened the message
+        # (replay.lua deletes its result) and another worker settled it
+        # with a result of its own (ack_result.lua). Written with NX, a late
+        # failure never replaces the result of that later settle. A result
+        # there of an earlier incarnation of the queue (deleted and made
+        # anew: its seqs name other messages) answers for nothing and is
+        # replaced; a settle racing in between those two calls is a narrow
+        # window of a queue made anew, not closed here.
+        if r.set(key, headed, px=ttl_ms, nx=True) or same_incarnation(r.get(key), inc):
+            return
+        r.set(key, headed, px=ttl_ms)
 
     guarded(save, where=keys.base)
+
+
+def same_incarnation(stored: Any, incarnation: Any) -> bool:
+    """Whether the stored result ``stored`` (None: gone) was kept by the
+    queue's incarnation ``incarnation`` (save_result keeps no failure over it)."""
+    if stored is None:
+        return False
+    raw = stored.encode(errors="surrogateescape") if isinstance(stored, str) else bytes(stored)
+    return raw.partition(b"\n")[0] + b"\n" == headed_result(incarnation, b"")
 
 
 def read_result(r: RedisClient, keys: QueueKeys, seq: int, group: str | None) -> tuple[bytes | None, str]:

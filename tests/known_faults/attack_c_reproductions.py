@@ -14,7 +14,6 @@ from support.servers import start_server
 
 import rqueue
 import rqueue.aio
-from rqueue.stored_results import encode_value
 
 
 @pytest.fixture
@@ -65,41 +64,6 @@ def test_aio_handler_raising_cancelled_error_does_not_wedge_the_worker(server):
     runs, acked = asyncio.run(main())
     # the three other messages are handled (the bad one raised: nacked or returned)
     assert acked >= 3, (runs, acked)
-
-
-# -- results -----------------------------------------------------------------------------
-
-
-def test_a_late_failure_result_does_not_overwrite_the_result_of_the_ack_after_a_replay(server):
-    """DOC/MINOR (results after a replay). A worker keeps a failure with a
-    plain SET sent after its reject (Consumer.keep_failure ->
-    store.save_result, no check of the delivery). When that SET is late (the
-    worker paused or reconnecting between the two calls) and the operator
-    replayed the dead letter meanwhile and another worker ran and acked it
-    with a result, the stale failure overwrites the result of the ack that
-    settled the message: q.result says "rejected" for a message whose last
-    outcome was a success."""
-    client = rqueue.connect(server.url, prefix="r1", settings_ttl=0)
-    try:
-        client.configure("q", results=True)
-        q = client.queue("q")
-        seq = q.publish(b"x").seq
-        a = q.consumer("g", name="a")
-        b = q.consumer("g", name="b")
-        [d] = a.fetch(1)
-        a.reject(d, reason="first try failed")  # worker A's reject ...
-        # ... and before A's keep_failure is sent: a replay, and worker B succeeds
-        assert q.replay_dead_letters().replayed == 1
-        [d2] = b.fetch(1)
-        b.ack_result(d2, encode_value({"ok": 1}), False)
-        assert q.result(seq).ok
-        # when A's failure SET arrives late
-        a.keep_failure(d, "rejected", "first try failed")
-        # then the result of the ack that settled the message stands
-        r = q.result(seq)
-        assert r.ok and r.value == {"ok": 1}, r
-    finally:
-        client.close()
 
 
 def test_aio_a_reject_sent_again_after_its_reply_was_lost_keeps_its_failure(server, monkeypatch):
