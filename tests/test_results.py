@@ -249,6 +249,29 @@ def test_the_result_of_a_run_before_a_replay_is_not_the_answer_for_the_replayed_
     assert r.ok and r.value == {"ok": 1}, r
 
 
+def test_an_asyncio_replay_deletes_the_result_of_the_run_before_it(backend, prefix, client, queue):
+    # given results on, a message dead-lettered by group g with its failure kept
+    client.configure("orders", results=True)
+    c = queue.consumer("g", "c1")
+    seq = queue.publish(b"x").seq
+    (d,) = c.fetch(1)
+    c.reject(d, reason="bad")
+    c.keep_failure(d, "rejected", "bad")
+
+    # when the asyncio client replays it
+    async def main() -> int:
+        aclient = await rqueue.aio.connect(backend, prefix=prefix, clock=client.clock)
+        try:
+            return (await aclient.queue("orders").replay_dead_letters()).replayed
+        finally:
+            await aclient.close()
+
+    assert asyncio.run(main()) == 1
+    # then the failure of the run before the replay answers no more
+    with pytest.raises(rqueue.ResultTimeout):
+        queue.result(seq, timeout=0.05)
+
+
 def test_a_late_failure_result_does_not_overwrite_the_result_of_the_ack_after_a_replay(client, queue):
     # given results on, worker a's delivery rejected, its failure not kept yet
     client.configure("orders", results=True)
