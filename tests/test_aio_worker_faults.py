@@ -30,11 +30,11 @@ def server():
 
 
 def test_aio_handler_raising_cancelled_error_does_not_wedge_the_worker(server):
-    """WEDGE. A coroutine handler that raises CancelledError itself (it
-    awaited a future that something else cancelled; no one cancelled the
-    worker) kills its handler task (aio/worker.py _work re-raises
-    CancelledError), and the delivery stays in the ledger's known set
-    forever: with concurrency=1 nothing else runs, ever."""
+    """A coroutine handler that raises CancelledError itself (it awaited a
+    future something else cancelled; no one cancelled the worker) fails as
+    any handler does: the message is nacked, and the handler task goes on
+    with the next one (with concurrency=1, a task lost here would stop the
+    worker for good)."""
 
     async def main() -> tuple[list[bytes], int]:
         client = await rqueue.aio.connect(server.url, prefix="a1", settings_ttl=0)
@@ -69,21 +69,10 @@ def test_aio_handler_raising_cancelled_error_does_not_wedge_the_worker(server):
     assert acked >= 3, (runs, acked)
 
 
-# -- results -----------------------------------------------------------------------------
-
-
-# -- message status ----------------------------------------------------------------------
-
-
 def test_aio_a_reject_sent_again_after_its_reply_was_lost_keeps_its_failure(server, monkeypatch):
-    """MINOR. When the reply of the worker's reject call is lost after Redis
-    applied it, the worker sends it again (AsyncReconnector.call), gets
-    AlreadyAcked, and takes it for a late settle (aio/worker.py
-    _settle_others: "reject ... not applied"): the message is dead-lettered
-    but, with results on, no failure is kept (q.result never answers) and
-    WorkerStats says late_settles=1, rejected=0. The nack path counts a
-    refusal of a call sent again as applied (outcome.nacks_done); the reject
-    path does not."""
+    """A reject whose reply was lost is sent again and refused as already
+    acked: the first attempt dead-lettered the message, so it counts as
+    rejected and its failure result is kept, as nacks_done judges a nack."""
     import rqueue.engine.async_commands as acmd
 
     real = acmd.reject
@@ -143,15 +132,13 @@ def rq(server, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     "args",
     [
-        ["peek", "orders", "--group", ""],  # inspect.py peek: `if group` takes "" for no group
+        ["peek", "orders", "--group", ""],
         ["peek", "orders", "--group", "", "--json"],
     ],
 )
 def test_cli_bad_input_is_refused_naming_it(server, args):
-    """BAD-INPUT. An empty group name is refused by every other command
-    ("invalid group name '': must not be empty") but `peek --group ''`
-    shows the queue's messages as if no group was given; `events --kind`
-    takes any word, so a misspelt kind prints "(no events)" with exit 0."""
+    """An empty group name is refused by peek as by every other command,
+    rather than read as no group."""
     client = rqueue.connect(server.url, prefix="cli", settings_ttl=0)
     try:
         q = client.queue("orders")
@@ -168,13 +155,10 @@ def test_cli_bad_input_is_refused_naming_it(server, args):
 
 
 def test_ack_available_reports_a_foreign_delivery_per_delivery(server):
-    """MINOR/DOC. Consumer.ack_available (and nack_available,
-    in_progress_available) promise "per delivery None or the DeliveryError
-    that kept it from being acked", "for runtimes that must not fail a whole
-    batch for one stale tag". A Delivery fetched by another consumer of the
-    group makes the whole call raise NotHeld instead, and the consumer's own
-    delivery is not acked (consumer_core._sendable catches LostDelivery
-    only, not the NotHeld of _tag_of). Same on rqueue.aio."""
+    """ack_available (and nack_available, in_progress_available) give a
+    status per delivery, so that one stale tag does not fail a batch: a
+    delivery another consumer fetched is its own NotHeld, and the rest are
+    acked."""
     client = rqueue.connect(server.url, prefix="fa", settings_ttl=0)
     try:
         q = client.queue("q")
@@ -191,13 +175,9 @@ def test_ack_available_reports_a_foreign_delivery_per_delivery(server):
 
 
 def test_aio_stop_now_ends_run_while_a_handler_swallows_its_cancellation(server):
-    """MINOR. docs/aio.md: "A second signal, or stop(now=True), stops at
-    once." Without a time_limit the handler runs on the handler task
-    itself; _shutdown ends with `task.cancel()` on the handler tasks and
-    `await asyncio.gather(*handlers)` (aio/worker.py, end of _shutdown): a
-    coroutine handler that swallows CancelledError holds run() until it
-    returns by itself (12 s here), though the worker already left the group.
-    With a time_limit the handler is a task of its own and cannot do this."""
+    """A stop at once does not wait for a coroutine handler that swallows
+    its cancellation: the worker has left the group, and the handler is
+    left to end on its own."""
 
     async def main() -> float:
         client = await rqueue.aio.connect(server.url, prefix="sn", settings_ttl=0)
@@ -231,13 +211,10 @@ def test_aio_stop_now_ends_run_while_a_handler_swallows_its_cancellation(server)
 
 
 def test_aio_plain_handlers_cut_off_at_their_limit_do_not_starve_later_messages(server):
-    """WEDGE. aio/worker.py _call runs a plain handler with
-    asyncio.to_thread, on the loop's default executor (min(32, cpus + 4)
-    threads: 6 on 2 cpus). A handler past its time_limit keeps its thread
-    (docs/aio.md: "the thread finishes on its own"); once that many hang,
-    no plain handler starts again: every later message "runs past its time
-    limit" unrun (the limit counts the wait for a thread, _call_within) and
-    is dead-lettered with reason max-deliveries, error timeout."""
+    """A plain handler cut off at its time limit keeps its thread until it
+    returns: later runs get threads of a new pool, so hung handlers never
+    leave the others waiting for a thread (and timed out before they
+    start)."""
     import os
     import threading
 
@@ -281,11 +258,9 @@ def test_aio_plain_handlers_cut_off_at_their_limit_do_not_starve_later_messages(
 
 
 def test_aio_worker_runs_concurrency_plain_handlers_at_once(server):
-    """DOC/MINOR. docs/aio.md: "`concurrency` handler tasks run the
-    handler"; a plain handler goes to asyncio.to_thread, whose default
-    executor has min(32, cpus + 4) threads, so concurrency=12 runs 6 at once
-    on 2 cpus, and with a time_limit the runs waiting for a thread are timed
-    out although each takes well under the limit."""
+    """Plain handlers run on the worker's own pool of ``concurrency``
+    threads, not on the loop's default pool, whose min(32, CPUs + 4)
+    threads would cap them."""
     import threading
     import time
 
