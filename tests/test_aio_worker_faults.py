@@ -1,8 +1,9 @@
-"""Faults an attack found in the asyncio worker and the calls it shares
-with the threaded one (a handler's own CancelledError, plain handlers past
-their time limit, a stop at once, a reject whose reply was lost, a foreign
-delivery in an *_available call, the CLI's peek): each test failed before
-its fix. Every test runs on a private redis-server of its own."""
+"""The asyncio worker, and the calls it shares with the threaded one, on a
+bad day: a handler's own CancelledError, plain handlers past their time
+limit, a stop at once while a handler swallows its cancellation, a reject
+whose reply was lost, another consumer's delivery in an *_available call,
+an empty group name on the command line. Every test runs on a private
+redis-server of its own."""
 
 from __future__ import annotations
 
