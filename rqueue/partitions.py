@@ -45,7 +45,7 @@ from .errors import InvalidInput, QueueInUse, RQueueError, StateLost, Unroutable
 from .names import check_name
 from .partition_routing import gather, prepare_parts, route
 from .partitioned_consumer import PartitionedConsumer
-from .placement import Layout, placements, seen_before_growth
+from .placement import Layout, queue_placements, seen_before_growth
 from .publishing import PreparedPublish, send, watch_replies
 from .queue import Queue
 from .results import (
@@ -380,7 +380,7 @@ class PartitionedQueue:
         reads the map from the cluster first). Moves nothing."""
         if refresh:
             self.client.refresh_topology()
-        return placements(self.client.redis, self.name, Layout(self.partitions, self.salts))
+        return queue_placements(self)
 
     def stats(self) -> QueueStats:
         """The figures of every partition, and their sums, and where each

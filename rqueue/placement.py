@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .connection.cluster import primary_names, slot_of, slot_owner
@@ -138,6 +138,15 @@ def placements(redis_client: Any, root: str, layout: Layout) -> PlacementReport:
     counts = [per_node[name] for name in primaries]
     balanced = not counts or max(counts) - min(counts) <= 1
     return PlacementReport(root, layout.partitions, rows, per_node, balanced)
+
+
+def queue_placements(queue: Any) -> PlacementReport:
+    """Where each partition of a partitioned queue (sync or asyncio) lives,
+    by the hash tags its keys carry: those of the queue's root, so a
+    dead-letter queue ("DLQ.orders") is placed where its keys are, with
+    its queue's partitions (``{orders/<i>}``). The report names the queue."""
+    report = placements(queue.client.redis, queue.parts[0].root, queue.layout)
+    return replace(report, queue=queue.name)
 
 
 def plain_meta_name(client: Any, root: str) -> str:

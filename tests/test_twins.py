@@ -541,3 +541,18 @@ def test_a_stop_at_once_ends_a_join_retrying_through_an_outage_at_once(kind, bac
 # (rqueue/partitions.py) by its name: for the dead-letter queue
 # "DLQ.orders" it reports "{DLQ.orders/<i>}", slots that hold none of its
 # keys (on a cluster, the wrong nodes). Here the asyncio twin is right.
+
+
+@MEMORY
+def test_a_partitioned_dead_letter_queue_is_placed_where_its_keys_are(client):
+    # given a partitioned queue and its dead-letter queue
+    pq = client.queue("orders", partitions=2)
+    dlq = pq.dead_letter_queue
+    dlq = dlq() if callable(dlq) else dlq  # a property of the sync queue, a method of the asyncio one
+    # when the dead-letter queue's placement is read
+    report = dlq.placement()
+    placed = report.placement
+    # then each partition's hash tag is the one its keys carry, and the report names the dead-letter queue
+    assert [p.hash_tag for p in placed] == ["{orders/0}", "{orders/1}"]
+    assert all(p.hash_tag in part.keys.base for p, part in zip(placed, dlq.parts, strict=True))
+    assert report.queue == dlq.name

@@ -40,7 +40,7 @@ from ..partitions import (
     result_partition,
     summed_stats,
 )
-from ..placement import Layout, placements
+from ..placement import Layout, queue_placements
 from ..results import DeadLetter, GroupReset, Message, PlacementReport, PublishResult, QueueStats, ReplayResult, Trimmed
 from ..retention import Position, check_partitioned_group, partitioned_position_args, partly_done, undone
 from ..settings import Settings
@@ -92,7 +92,7 @@ class PartitionedQueue:
         cluster's map first)."""
         if refresh:
             await self.client.refresh_topology()
-        return placements(self.client.redis, self.parts[0].root, self.layout)
+        return queue_placements(self)
 
     async def settings(self) -> Settings:
         """The settings in force for this queue (the same for every partition)."""

@@ -725,27 +725,3 @@ def test_concurrency_is_taken_by_keyword_only(kind):
                 client.close()
         else:
             asyncio.run(main())
-
-
-# -- API: where a partitioned dead-letter queue lives --------------------------------------
-#
-# The dead letters of a partition stay in that partition's slot (keys
-# "<prefix>:part:{orders/<i>}:dlq"). rqueue.aio.PartitionedQueue.placement
-# (rqueue/aio/partitions.py) reports the hash tags by the queue's root
-# ("{orders/<i>}", where the keys are); rqueue.PartitionedQueue.placement
-# (rqueue/partitions.py) by its name: for the dead-letter queue
-# "DLQ.orders" it reports "{DLQ.orders/<i>}", slots that hold none of its
-# keys (on a cluster, the wrong nodes). Here the asyncio twin is right.
-
-
-@MEMORY
-def test_a_partitioned_dead_letter_queue_is_placed_where_its_keys_are(client):
-    # given a partitioned queue and its dead-letter queue
-    pq = client.queue("orders", partitions=2)
-    dlq = pq.dead_letter_queue
-    dlq = dlq() if callable(dlq) else dlq  # a property of the sync queue, a method of the asyncio one
-    # when the dead-letter queue's placement is read
-    placed = dlq.placement().placement
-    # then each partition's hash tag is the one its keys carry
-    assert [p.hash_tag for p in placed] == ["{orders/0}", "{orders/1}"]
-    assert all(p.hash_tag in part.keys.base for p, part in zip(placed, dlq.parts, strict=True))
