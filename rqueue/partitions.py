@@ -386,8 +386,7 @@ class PartitionedQueue:
         """The figures of every partition, and their sums, and where each
         partition lives (``placement``)."""
         self.refresh()
-        summed = summed_stats(self.name, [part.stats() for part in self.parts])
-        return dataclasses.replace(summed, placement=self.placement().placement)
+        return partitioned_stats(self, [part.stats() for part in self.parts])
 
     def peek(self, n: int = 10, after: int = 0) -> list[Message]:
         """Up to ``n`` stored messages, oldest publish first, over every
@@ -545,6 +544,13 @@ def check_after(after: int) -> None:
 def oldest(n: int, messages: list[Message]) -> list[Message]:
     """The ``n`` oldest of the partitions' messages, by publish time."""
     return heapq.nsmallest(n, messages, key=lambda m: (m.published_ms, m.seq))
+
+
+def partitioned_stats(queue: Any, parts: list[QueueStats]) -> QueueStats:
+    """The figures of partitioned ``queue`` (sync or asyncio) from its
+    partitions' figures ``parts``: their sums, and where each partition
+    lives (``placement``, by the client's map of slots to nodes)."""
+    return dataclasses.replace(summed_stats(queue.name, parts), placement=queue_placements(queue).placement)
 
 
 def summed_stats(name: str, parts: list[QueueStats]) -> QueueStats:

@@ -556,3 +556,25 @@ def test_a_partitioned_dead_letter_queue_is_placed_where_its_keys_are(client):
     assert [p.hash_tag for p in placed] == ["{orders/0}", "{orders/1}"]
     assert all(p.hash_tag in part.keys.base for p, part in zip(placed, dlq.parts, strict=True))
     assert report.queue == dlq.name
+
+
+# -- API: a partitioned queue's stats say where each partition lives ------------------
+#
+# rqueue.PartitionedQueue.stats() fills QueueStats.placement ("and where
+# each partition lives", rqueue/partitions.py; docs/connections.md:
+# "`rqueue stats QUEUE` and `stats().placement` show it too");
+# rqueue.aio.PartitionedQueue.stats() returns the summed figures alone, its
+# placement an empty list.
+
+
+@MEMORY
+def test_a_partitioned_queues_stats_name_each_partitions_placement(client):
+    # given a queue of three partitions
+    pq = client.queue("orders", partitions=3)
+    pq.publish_many([b"m"] * 3)
+    # when its stats are read
+    stats = pq.stats()
+    # then they say where each partition lives, as placement() does
+    assert stats.last_seq == 3
+    assert [p.partition for p in stats.placement] == [0, 1, 2]
+    assert stats.placement == pq.placement().placement

@@ -37,8 +37,8 @@ from ..partitions import (
     merged_events,
     of_partition,
     oldest,
+    partitioned_stats,
     result_partition,
-    summed_stats,
 )
 from ..placement import Layout, queue_placements
 from ..results import DeadLetter, GroupReset, Message, PlacementReport, PublishResult, QueueStats, ReplayResult, Trimmed
@@ -287,8 +287,9 @@ class PartitionedQueue:
         return out
 
     async def stats(self) -> QueueStats:
-        """The figures of every partition, and their sums."""
-        return summed_stats(self.name, [await part.stats() for part in self.parts])
+        """The figures of every partition, and their sums, and where each
+        partition lives (``placement``), as :meth:`rqueue.PartitionedQueue.stats`."""
+        return partitioned_stats(self, [await part.stats() for part in self.parts])
 
     async def peek(self, n: int = 10, after: int = 0) -> list[Message]:
         """As :meth:`rqueue.PartitionedQueue.peek`."""

@@ -156,28 +156,6 @@ def test_the_handler_run_time_goes_to_the_metrics(kind, backend, prefix, live):
     assert len(metrics.observed) == 3
 
 
-# -- API: a partitioned queue's stats say where each partition lives ------------------
-#
-# rqueue.PartitionedQueue.stats() fills QueueStats.placement ("and where
-# each partition lives", rqueue/partitions.py; docs/connections.md:
-# "`rqueue stats QUEUE` and `stats().placement` show it too");
-# rqueue.aio.PartitionedQueue.stats() returns the summed figures alone, its
-# placement an empty list.
-
-
-@MEMORY
-def test_a_partitioned_queues_stats_name_each_partitions_placement(client):
-    # given a queue of three partitions
-    pq = client.queue("orders", partitions=3)
-    pq.publish_many([b"m"] * 3)
-    # when its stats are read
-    stats = pq.stats()
-    # then they say where each partition lives, as placement() does
-    assert stats.last_seq == 3
-    assert [p.partition for p in stats.placement] == [0, 1, 2]
-    assert stats.placement == pq.placement().placement
-
-
 # -- API: OutOfMemory names used and max memory -----------------------------------------
 #
 # A publish refused at maxmemory raises OutOfMemory naming used_memory and
