@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
+from support.aio_bridge import connect as aio_connect
 from support.aio_bridge import parametrize_api
 from support.servers import start_server, wait_for
 from test_aio_worker import Calls, run_worker
@@ -164,6 +165,19 @@ def test_the_handler_run_time_goes_to_the_metrics(kind, backend, prefix, live):
 # placement an empty list.
 
 
+@MEMORY
+def test_a_partitioned_queues_stats_name_each_partitions_placement(client):
+    # given a queue of three partitions
+    pq = client.queue("orders", partitions=3)
+    pq.publish_many([b"m"] * 3)
+    # when its stats are read
+    stats = pq.stats()
+    # then they say where each partition lives, as placement() does
+    assert stats.last_seq == 3
+    assert [p.partition for p in stats.placement] == [0, 1, 2]
+    assert stats.placement == pq.placement().placement
+
+
 # -- API: OutOfMemory names used and max memory -----------------------------------------
 #
 # A publish refused at maxmemory raises OutOfMemory naming used_memory and
@@ -179,6 +193,29 @@ def full_server() -> Iterator:
     server = start_server("redis", extra_args=["--maxmemory-policy", "noeviction"])
     yield server
     server.stop()
+
+
+@pytest.mark.parametrize("api_kind", ["sync", "async"])
+def test_a_publish_refused_at_maxmemory_names_the_memory(api_kind, full_server, prefix):
+    # given a server over its maxmemory
+    plain = rqueue.connect(full_server.url, prefix=prefix)
+    client = plain if api_kind == "sync" else aio_connect(full_server.url, prefix=prefix)
+    try:
+        q = client.queue("orders")
+        q.publish(b"first")
+        plain.redis.set(f"{prefix}:filler", b"x" * 5_000_000)
+        plain.redis.config_set("maxmemory", 4 * 1024 * 1024)
+        # when a message is published
+        with pytest.raises(rqueue.OutOfMemory) as caught:
+            q.publish(b"m")
+        # then the error names used and max memory
+        err = caught.value
+        assert err.limit == 4 * 1024 * 1024 and err.used is not None and err.used > err.limit
+    finally:
+        plain.redis.config_set("maxmemory", 0)
+        if client is not plain:
+            client.close()
+        plain.close()
 
 
 # -- API: run() leaves the process's signal handlers as it found them ------------------
@@ -556,25 +593,3 @@ def test_a_partitioned_dead_letter_queue_is_placed_where_its_keys_are(client):
     assert [p.hash_tag for p in placed] == ["{orders/0}", "{orders/1}"]
     assert all(p.hash_tag in part.keys.base for p, part in zip(placed, dlq.parts, strict=True))
     assert report.queue == dlq.name
-
-
-# -- API: a partitioned queue's stats say where each partition lives ------------------
-#
-# rqueue.PartitionedQueue.stats() fills QueueStats.placement ("and where
-# each partition lives", rqueue/partitions.py; docs/connections.md:
-# "`rqueue stats QUEUE` and `stats().placement` show it too");
-# rqueue.aio.PartitionedQueue.stats() returns the summed figures alone, its
-# placement an empty list.
-
-
-@MEMORY
-def test_a_partitioned_queues_stats_name_each_partitions_placement(client):
-    # given a queue of three partitions
-    pq = client.queue("orders", partitions=3)
-    pq.publish_many([b"m"] * 3)
-    # when its stats are read
-    stats = pq.stats()
-    # then they say where each partition lives, as placement() does
-    assert stats.last_seq == 3
-    assert [p.partition for p in stats.placement] == [0, 1, 2]
-    assert stats.placement == pq.placement().placement

@@ -36,7 +36,9 @@ async def send(queue: AsyncQueueLike, prepared: PreparedPublish) -> list[Publish
             try:
                 replies = [await client.scripts.publish(keys, args)]
             except (redis.RedisError, OSError) as exc:
-                raise translate(exc, queue.name) from exc
+                raise await acmd.with_memory_figures(
+                    translate(exc, queue.name), lambda: client.scripts.redis.info("memory")
+                ) from exc
         else:
             replies = await acmd.publish_each(client.scripts, prepared.calls, queue.name)
             if any(isinstance(r, Exception) for r in replies):

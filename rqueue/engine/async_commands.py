@@ -293,6 +293,18 @@ async def stats(call: AsyncGroupCall) -> GroupStats:
 # -- publishing ----------------------------------------------------------------
 
 
+async def with_memory_figures(error: BaseException, info_memory: Callable[[], Awaitable[Any]]) -> BaseException:
+    """As :func:`rqueue.engine.commands.with_memory_figures`, INFO memory of
+    the server that refused awaited (``info_memory()``)."""
+    if not c.lacks_memory_figures(error):
+        return error
+    try:
+        info = await info_memory()
+    except Exception:  # the refusal is what matters: said without figures
+        return error
+    return c.memory_figured(error, info)
+
+
 async def publish_each(scripts: AsyncScripts, calls: Sequence[c.PublishCall], queue: str) -> list[Any]:
     """Runs publish calls in order, one round trip each; per call its raw
     reply or its error, translated. A call after one that failed is not
@@ -303,7 +315,7 @@ async def publish_each(scripts: AsyncScripts, calls: Sequence[c.PublishCall], qu
         try:
             out.append(await scripts.publish(keys, args))
         except (redis.RedisError, OSError) as exc:
-            out.append(c.translate(exc, queue))
+            out.append(await with_memory_figures(c.translate(exc, queue), lambda: scripts.redis.info("memory")))
             out += [out[-1]] * (len(calls) - len(out))
             break
     return out

@@ -15,6 +15,7 @@ from redis.exceptions import NoScriptError
 
 from ..connection.cluster import not_run
 from ..errors import NotDurable
+from .async_commands import with_memory_figures
 from .async_scripts import AsyncScript
 from .commands import translate
 from .durable import DurableSettings, NodeState, judge, record_replies, wait_commands
@@ -83,4 +84,9 @@ async def publish_durably(
     try:
         return await _publish_durably(client, slot_key, script, calls)
     except (redis.RedisError, OSError) as exc:
-        raise translate(exc) from exc
+
+        async def info_memory() -> Any:
+            node, _ = await client.node_for(slot_key)
+            return await node.info("memory")
+
+        raise await with_memory_figures(translate(exc), info_memory) from exc

@@ -70,13 +70,30 @@ def with_memory_figures(error: BaseException, info_memory: Callable[[], Any]) ->
     names Redis's used memory and maxmemory (``info_memory()``: INFO memory
     of the server that refused, read once on this error path; left out when
     it cannot be read)."""
-    if not isinstance(error, OutOfMemory) or error.used is not None:
+    if not lacks_memory_figures(error):
         return error
     try:
         info = info_memory()
+    except Exception:  # the refusal is what matters: said without figures
+        return error
+    return memory_figured(error, info)
+
+
+def lacks_memory_figures(error: BaseException) -> bool:
+    """Whether ``error`` is an OutOfMemory that does not name the memory yet
+    (the asyncio client reads INFO memory, awaited, only then)."""
+    return isinstance(error, OutOfMemory) and error.used is None
+
+
+def memory_figured(error: BaseException, info: Any) -> BaseException:
+    """``error`` (an OutOfMemory) naming the used memory and maxmemory of
+    ``info`` (a server's INFO memory); ``error`` itself when ``info`` lacks
+    them."""
+    try:
         used, limit = int(info["used_memory"]), int(info["maxmemory"])
     except Exception:  # the refusal is what matters: said without figures
         return error
+    assert isinstance(error, OutOfMemory)
     return OutOfMemory(error.why, used, limit)
 
 

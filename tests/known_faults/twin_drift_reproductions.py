@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
-from support.aio_bridge import connect as aio_connect
 from support.aio_bridge import parametrize_api
 from support.servers import start_server, wait_for
 from test_aio_worker import Calls, run_worker
@@ -154,46 +153,6 @@ def test_the_handler_run_time_goes_to_the_metrics(kind, backend, prefix, live):
     # then the counters and the run time of each handler call reached the metrics
     assert metrics.counts.get("handled") == 3
     assert len(metrics.observed) == 3
-
-
-# -- API: OutOfMemory names used and max memory -----------------------------------------
-#
-# A publish refused at maxmemory raises OutOfMemory naming used_memory and
-# maxmemory (docs: tests/test_memory.py, "refused whole with an error that
-# names used and max memory"; commands.publish adds the figures with
-# with_memory_figures). rqueue.aio's publish (rqueue/aio/publishing.py
-# send, and async_commands.publish_each) translates the error without the
-# figures: err.used and err.limit are None.
-
-
-@pytest.fixture
-def full_server() -> Iterator:
-    server = start_server("redis", extra_args=["--maxmemory-policy", "noeviction"])
-    yield server
-    server.stop()
-
-
-@pytest.mark.parametrize("api_kind", ["sync", "async"])
-def test_a_publish_refused_at_maxmemory_names_the_memory(api_kind, full_server, prefix):
-    # given a server over its maxmemory
-    plain = rqueue.connect(full_server.url, prefix=prefix)
-    client = plain if api_kind == "sync" else aio_connect(full_server.url, prefix=prefix)
-    try:
-        q = client.queue("orders")
-        q.publish(b"first")
-        plain.redis.set(f"{prefix}:filler", b"x" * 5_000_000)
-        plain.redis.config_set("maxmemory", 4 * 1024 * 1024)
-        # when a message is published
-        with pytest.raises(rqueue.OutOfMemory) as caught:
-            q.publish(b"m")
-        # then the error names used and max memory
-        err = caught.value
-        assert err.limit == 4 * 1024 * 1024 and err.used is not None and err.used > err.limit
-    finally:
-        plain.redis.config_set("maxmemory", 0)
-        if client is not plain:
-            client.close()
-        plain.close()
 
 
 # -- API: run() leaves the process's signal handlers as it found them ------------------
