@@ -482,6 +482,84 @@ def test_a_graceful_stop_applies_the_acks_of_the_call_under_way(kind, backend, p
 # may have settled them"), though the worker handed them back itself.
 
 
+@BOTH
+@MEMORY
+def test_deliveries_handed_back_after_the_dispatcher_failed_are_not_counted_as_skipped(
+    kind, backend, prefix, live, monkeypatch
+):
+    import rqueue.aio.consumer
+    import rqueue.consumer
+
+    class Broken(rqueue.RQueueError):
+        pass
+
+    fetched = threading.Event()
+    release = threading.Event()
+    started = threading.Event()
+    sync_call = rqueue.consumer.Consumer.ack_and_fetch
+    async_call = rqueue.aio.consumer.Consumer.ack_and_fetch
+
+    # given a dispatcher whose calls fail for good once it has fetched and a handler runs
+    def failing_sync(self, acks, n, wait=None, may_wait=False):
+        if fetched.is_set() and started.is_set():
+            raise Broken("no more")
+        reply = sync_call(self, acks, n, wait, may_wait)
+        if reply[1]:
+            fetched.set()
+        return reply
+
+    async def failing_async(self, acks, n, wait=None, may_wait=False):
+        if fetched.is_set() and started.is_set():
+            raise Broken("no more")
+        reply = await async_call(self, acks, n, wait, may_wait)
+        if reply[1]:
+            fetched.set()
+        return reply
+
+    monkeypatch.setattr(rqueue.consumer.Consumer, "ack_and_fetch", failing_sync)
+    monkeypatch.setattr(rqueue.aio.consumer.Consumer, "ack_and_fetch", failing_async)
+    q = live.queue("orders")
+    q.publish_many([b"m"] * 3)
+
+    def handler(d):
+        started.set()
+        release.wait(10)
+
+    # and one handler, busy with the first message while two wait
+    options = {"concurrency": 1, "prefetch": 5, "grace_period": 0.2}
+    if kind == "threaded":
+        w = rqueue.Worker(q, "g", handler, scheduler=False, **options)
+        failed: list[BaseException] = []
+
+        def run():
+            try:
+                w.run(install_signal_handlers=False)
+            except BaseException as exc:
+                failed.append(exc)
+
+        runner = threading.Thread(target=run, daemon=True)
+        runner.start()
+        join = runner.join
+    else:
+        from test_aio_worker import AsyncWorkerThread
+
+        w = AsyncWorkerThread(backend, prefix, "orders", "g", handler, **options)
+        w.start()
+        join = w.join
+    try:
+        assert started.wait(10)
+        # when the dispatcher fails, and the worker ends
+        join(10)
+    finally:
+        release.set()
+    time.sleep(0.5)  # the handler, released, goes on to what was queued for it
+    error = failed[0] if kind == "threaded" and failed else getattr(w, "error", None)
+    assert isinstance(error, Broken)
+    # then the two it handed back are not counted as skipped for being settled elsewhere
+    assert w.stats.handled == 1
+    assert w.stats.stale_skipped == 0
+
+
 # -- API: a plain handle on a queue partitioned since it was read ----------------------------
 #
 # docs/aio.md: "A plain handle on a queue another process partitioned after

@@ -330,6 +330,11 @@ class Worker:
     ) -> None:
         """Hands back what has not started, gives running handlers the grace
         period, settles what finished, and leaves the group."""
+        # Stopping from here on, whatever ended the dispatcher (a stop, or an
+        # error it does not retry): what it hands back is then met by the
+        # handler threads as returned, not as lost while waiting
+        # (stale_skipped), as the asyncio worker does.
+        self._stopping.set()
         grace = 0.0 if self._hard_stop.is_set() else self.grace_period
         clock = self._clock
         deadline = clock.monotonic() + grace
