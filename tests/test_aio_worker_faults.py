@@ -135,6 +135,9 @@ def rq(server, *args: str) -> subprocess.CompletedProcess[str]:
     [
         ["peek", "orders", "--group", ""],
         ["peek", "orders", "--group", "", "--json"],
+        ["events", "orders", "--kind", "bogus"],  # inspect.py events: kinds never checked
+        ["events", "orders", "--kind", "dead_lettered", "--json"],  # a misspelt kind: an empty list, exit 0
+        ["events", "orders", "--kind", "bogus", "--follow", "--seconds", "0"],
     ],
 )
 def test_cli_bad_input_is_refused_naming_it(server, args):
@@ -148,6 +151,9 @@ def test_cli_bad_input_is_refused_naming_it(server, args):
         p = rq(server, *args)
         assert p.returncode != 0, (p.stdout, p.stderr)
         assert "error" in p.stderr.lower(), p.stderr
+        if args[0] == "events":  # refused as bad input, naming the kind and the kinds there are
+            assert p.returncode == 2 and p.stdout == "", (p.stdout, p.stderr)
+            assert f"unknown event kind {args[3]!r}" in p.stderr and "dead-lettered" in p.stderr, p.stderr
     finally:
         client.close()
 

@@ -5,8 +5,10 @@ names its kind; the setting; rqueue events --kind/--follow; the dashboard."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import warnings
+from pathlib import Path
 
 import pytest
 import redis
@@ -18,7 +20,7 @@ from test_scripts import NOW, group_argv, publish
 
 import rqueue
 from rqueue.cli import cli
-from rqueue.events import EventKind
+from rqueue.events import EVENT_KINDS, EventKind
 from rqueue.worker.scheduler import Scheduler
 
 ALWAYS = {"dead-lettered", "dropped", "replayed", "purged", "state-lost"}
@@ -269,6 +271,36 @@ def test_the_async_consumer_records_completed_on_each_ack_path(backend, prefix):
             await ac.close()
 
     assert asyncio.run(main()) == [("completed", str(seq)) for seq in range(1, 6)]
+
+
+# -- every kind the stream can hold ------------------------------------------------------
+
+LUA = Path(rqueue.__file__).parent / "engine" / "lua"
+
+
+def recorded_kinds() -> set[str]:
+    """The kinds the Lua scripts and the Python code write to an events
+    stream: literal kinds of recordEvent and of an XADD's 'event' field,
+    the kinds a script takes from its caller (``event ~= 'failed'``), and
+    the "event" field of the entries written from Python."""
+    found: set[str] = set()
+    for path in LUA.rglob("*.lua"):
+        code = path.read_text()
+        found |= set(re.findall(r"recordEvent\('([a-z-]+)'", code))
+        found |= set(re.findall(r"'event', '([a-z-]+)'", code))
+        found |= set(re.findall(r"(?:event|ARGV\[i \+ 5\]) ~= '([a-z-]+)'", code))
+        # a kind not written out is the caller's, checked by the guard above
+        assert set(re.findall(r"recordEvent\(([a-z]\w*)", code)) <= {"event", "kind"}, path
+    for path in Path(rqueue.__file__).parent.rglob("*.py"):
+        found |= set(re.findall(r'"event": "([a-z-]+)"', path.read_text()))
+    return found
+
+
+def test_every_kind_the_events_stream_can_hold_is_listed():
+    # the list the CLI checks --kind against is what the scripts and the client record, no more and no less
+    assert set(EVENT_KINDS) == recorded_kinds()
+    assert len(EVENT_KINDS) == len(set(EVENT_KINDS))
+    assert {k.value for k in EventKind} <= set(EVENT_KINDS)
 
 
 # -- the command line and the dashboard -----------------------------------------------

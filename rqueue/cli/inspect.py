@@ -13,6 +13,7 @@ import click
 
 import rqueue
 from rqueue.cli.common import clock_time, connection, emit_json, existing, table
+from rqueue.events import EVENT_KINDS, check_kinds
 
 # One column of a group table: header and how to read it from GroupStats.
 Column = tuple[str, Callable[[rqueue.GroupStats], Any]]
@@ -302,7 +303,7 @@ def top(obj: dict[str, Any], interval: float, once: bool) -> None:
     "kinds",
     multiple=True,
     metavar="EVENT",
-    help="Show only events of this kind (repeatable): completed, failed, timeout, dead-lettered, ...",
+    help=f"Show only events of this kind (repeatable; another kind is refused): {', '.join(EVENT_KINDS)}.",
 )
 @click.pass_obj
 def events(
@@ -318,6 +319,7 @@ def events(
     purges, and the lifecycle events its events setting records (completed,
     failed, timeout, scheduled, ...; docs/events.md). --kind filters the
     newest COUNT."""
+    check_kinds(kinds)
     if follow:
         follow_events(obj, queue, count, as_json, seconds, kinds)
         return
