@@ -1,6 +1,5 @@
-"""Behaviour that drifted between the synchronous code and its asyncio twin:
-each test passes on the twin that is right (the threaded worker and the
-docs, unless a test says otherwise) and fails on the other one.
+"""Behaviour the synchronous code and its asyncio twin must share, where
+they once differed: each test holds both twins to it.
 
 The worker tests run both workers side by side as tests/test_aio_worker.py
 does (``kind`` threaded / async); the client tests run both clients
@@ -46,15 +45,7 @@ def dead_letter_count(q) -> int:
     return q.stats().dead_letters
 
 
-# -- LOG: a dead-lettering by the worker is logged ----------------------------------
-#
-# rqueue/worker/dispatcher.py logs a WARNING for every message its worker
-# dead-letters: "dead-lettered <tag>: rejected by the handler: <reason>"
-# (Dispatcher._settle_others) and "dead-lettered <tag>: <n> deliveries
-# reached max_deliveries; last error: <error>" (Dispatcher._nack_all).
-# rqueue/aio/worker.py's _settle_others and _nack_all count and trace the
-# same dead letters but log nothing: an operator reading an asyncio
-# worker's log never learns that a message went to the dead-letter queue.
+# -- Both workers log what they dead-letter: rejected by the handler, or at max_deliveries
 
 
 @BOTH
@@ -85,12 +76,8 @@ def test_a_message_the_worker_dead_letters_is_logged(kind, why, backend, prefix,
     assert any(m.startswith("dead-lettered ") for m in said), said
 
 
-# -- LOG: a corrupt record refusing an ack is logged at ERROR -------------------------
-#
-# Dispatcher._record_acks (rqueue/worker/dispatcher.py) logs an ack refused
-# with CorruptRecord at ERROR ("damage, not a late ack: said loudly"), the
-# others at INFO; rqueue.aio.Worker._record_acks logs every refusal at INFO,
-# the damage included.
+# -- An ack refused for a corrupt record is damage, logged at ERROR by both
+# (outcome.acks_done); other refusals are late settles, at INFO
 
 
 @BOTH
@@ -107,14 +94,7 @@ def test_an_ack_refused_by_a_corrupt_record_is_logged_at_error(kind, caplog):
     assert levels == [logging.ERROR]
 
 
-# -- LOG (metrics): the handler's run time is observed -------------------------------
-#
-# WorkerMetrics serves "the worker's counters and handler run times"
-# (docs/worker.md, Metrics); rqueue.aio.Worker takes ``metrics`` too
-# (docs/aio.md). The threaded worker observes
-# ``metrics.handler_seconds`` after every run (Handlers._handle and
-# _handle_batch, rqueue/worker/handlers.py); the asyncio worker never does:
-# its rqueue_handler_seconds histogram stays empty.
+# -- Both workers observe each handler run's time (metrics.handler_seconds)
 
 
 class FakeMetrics:
@@ -156,13 +136,8 @@ def test_the_handler_run_time_goes_to_the_metrics(kind, backend, prefix, live):
     assert len(metrics.observed) == 3
 
 
-# -- API: a partitioned queue's stats say where each partition lives ------------------
-#
-# rqueue.PartitionedQueue.stats() fills QueueStats.placement ("and where
-# each partition lives", rqueue/partitions.py; docs/connections.md:
-# "`rqueue stats QUEUE` and `stats().placement` show it too");
-# rqueue.aio.PartitionedQueue.stats() returns the summed figures alone, its
-# placement an empty list.
+# -- A partitioned queue's stats() name where each partition lives, in both
+# clients (partitions.partitioned_stats)
 
 
 @MEMORY
@@ -178,14 +153,8 @@ def test_a_partitioned_queues_stats_name_each_partitions_placement(client):
     assert stats.placement == pq.placement().placement
 
 
-# -- API: OutOfMemory names used and max memory -----------------------------------------
-#
-# A publish refused at maxmemory raises OutOfMemory naming used_memory and
-# maxmemory (docs: tests/test_memory.py, "refused whole with an error that
-# names used and max memory"; commands.publish adds the figures with
-# with_memory_figures). rqueue.aio's publish (rqueue/aio/publishing.py
-# send, and async_commands.publish_each) translates the error without the
-# figures: err.used and err.limit are None.
+# -- A publish refused at maxmemory raises OutOfMemory naming used and max
+# memory, in both clients (commands.memory_figured)
 
 
 @pytest.fixture
@@ -218,16 +187,8 @@ def test_a_publish_refused_at_maxmemory_names_the_memory(api_kind, full_server, 
         plain.close()
 
 
-# -- API: run() leaves the process's signal handlers as it found them ------------------
-#
-# rqueue.aio.Worker.run puts back the SIGTERM / SIGINT handlers it replaced
-# when it returns (rqueue/aio/worker.py, run's finally); rqueue.Worker.run
-# installs its own (rqueue/worker/control.py, run) and never puts the old
-# ones back: after the worker has ended, Ctrl-C in the process only logs
-# "second SIGINT: stopping at once" for a worker that no longer runs, and
-# no KeyboardInterrupt comes. Unsure which is meant (the docs say neither);
-# the asyncio worker's is taken as right, as nothing else could stop such
-# a process once its worker has returned.
+# -- run() puts back the SIGTERM / SIGINT handlers it replaced, so that the
+# process can be interrupted again once its worker has returned
 
 
 @BOTH
@@ -266,16 +227,8 @@ def test_run_puts_back_the_signal_handlers_it_replaced(kind, backend, prefix):
             signal.signal(sig, handler)
 
 
-# -- API (guards against LOSS): a server that may evict is refused at connect -------------
-#
-# rqueue.connect reads maxmemory-policy and raises EvictionPolicy for
-# anything but noeviction unless allow_eviction=True (docs/memory.md, "A
-# server that may evict is refused"; rqueue/connection/open.py
-# _check_server). rqueue.aio.connect "raises the same exceptions" by its
-# docstring, but rqueue/aio/connect.py (_open, _check_version) checks the
-# version alone and rqueue.aio.connect has no allow_eviction: an asyncio
-# client works on an allkeys-lru server without a word, where Redis may
-# silently evict stored messages, leases and ack floors.
+# -- Both clients refuse a server whose maxmemory-policy may evict keys
+# (connection.open.check_policy), unless allow_eviction=True
 
 
 @pytest.fixture
@@ -302,19 +255,9 @@ def test_a_server_that_may_evict_is_refused_at_connect(api_kind, lru_server, pre
     assert caught.value.policy == "allkeys-lru"
 
 
-# -- LOSS of an ack (the message runs again): stop(now=True) cuts the dispatcher's call --
-#
-# docs/worker.md, Stopping: a stop at once cuts off "any call Redis leaves
-# unanswered for STOP_PATIENCE"; "with Redis up the worker still settles
-# what finished and leaves". The threaded worker lets the dispatcher's call
-# under way finish (its watchdog cuts it only past STOP_PATIENCE, 0.5 s:
-# rqueue/worker/reconnect.py _watch), so the acks it carries are applied.
-# rqueue.aio.Worker._wake (rqueue/aio/worker.py) calls cut_off_soon(),
-# which would end the call STOP_PATIENCE later, but also cancels the
-# dispatcher task at once: an ack_and_fetch under way is cancelled before
-# Redis answers, the acks it carried were already drained from the ledger
-# and are never sent again, and the leave hands the finished messages back:
-# they run a second time.
+# -- A stop at once lets the dispatcher's Redis call under way finish within
+# STOP_PATIENCE, so the acks it carries apply and their messages do not run
+# again (docs/worker.md, Stopping)
 
 
 @BOTH
@@ -362,16 +305,8 @@ def test_a_stop_at_once_still_applies_the_acks_of_the_call_under_way(kind, backe
     assert w.stats.acked == 1
 
 
-# -- LOSS of an ack (the message runs again): cancelling run() cuts the dispatcher's call --
-#
-# rqueue.aio.Worker.run: "Cancelling the task that awaits it stops the
-# worker as stop does (grace period included)" (docs/aio.md too). But run
-# awaits the dispatcher task unshielded (rqueue/aio/worker.py, run: "await
-# self._dispatching"), so the cancellation of run's task cancels the
-# dispatcher's call under way as well: the acks that call carried were
-# drained from the ledger and are never sent again, and the leave hands
-# those finished messages back. A graceful stop of either worker (the
-# threaded one here) lets the call finish and its acks apply.
+# -- A cancel of the asyncio run() stops as stop() does: the dispatcher's
+# round under way ends first, its acks applied
 
 
 class CancellableAsyncWorker:
@@ -469,17 +404,8 @@ def test_a_graceful_stop_applies_the_acks_of_the_call_under_way(kind, backend, p
     assert w.stats.acked == 1
 
 
-# -- LOG (stats): a worker whose dispatcher failed counts what it handed back as skipped ----
-#
-# rqueue.aio.Worker._shutdown sets the stop first ("self._stopping.set()"),
-# so when the dispatcher fails (a Redis error it does not retry, or
-# reconnect_timeout given up) the deliveries still waiting are handed back
-# and never taken: not counted. rqueue.Worker._shutdown
-# (rqueue/worker/control.py) runs on the same failure without the stop set:
-# the handler threads then meet the withdrawn deliveries as "lost while
-# waiting" (Ledger.begin returns SKIPPED) and count each in stale_skipped
-# (rqueue_suppressed_duplicates_total, "Deliveries not run because the group
-# may have settled them"), though the worker handed them back itself.
+# -- A worker whose dispatcher failed hands back what waits without counting
+# it as stale_skipped: the stop is set first, in both
 
 
 @BOTH
@@ -560,31 +486,8 @@ def test_deliveries_handed_back_after_the_dispatcher_failed_are_not_counted_as_s
     assert w.stats.stale_skipped == 0
 
 
-# -- API: a plain handle on a queue partitioned since it was read ----------------------------
-#
-# docs/aio.md: "A plain handle on a queue another process partitioned after
-# this client read the partitionings sends its publish to the partitions,
-# as the sync client does; its first join is refused with QueuePartitioned
-# (nothing is written)". The sync client does both (rqueue/publishing.py
-# send re-routes on QueuePartitioned; tests/test_partitioning_window.py).
-# rqueue.aio.Queue.publish_many and Consumer.join call check_plain() first
-# (rqueue/aio/queue.py), which reads the prefix's partitionings and raises
-# InvalidSetting ("the queue was partitioned after this client read the
-# partitionings"): the publish is refused instead of going to the
-# partitions, and the join raises InvalidSetting, not QueuePartitioned.
-
-
-# -- DELAY: a stop at once waits out the join's retry pause ---------------------------------
-#
-# docs/worker.md, Stopping: a stop at once retries nothing, and "with Redis
-# down or silent it ends within about a second". The threaded Reconnector
-# pauses between retries on the hard-stop event (rqueue/worker/reconnect.py,
-# _again's pause: "A stop at once ends the pause, and the next attempt
-# raises"). AsyncReconnector.call (rqueue/aio/reconnect.py) pauses with a
-# plain asyncio.sleep, and Worker._wake cancels only the dispatcher task,
-# which does not exist yet while run() is still joining: a stop at once
-# during an outage at the join waits out the pause under way (up to 1.5 x
-# LONGEST_PAUSE, 3 s; here the pause is made 5 s to show it).
+# -- A stop at once ends a join's pause between retries through an outage
+# (docs/worker.md: with Redis down it ends within about a second)
 
 
 @BOTH
@@ -636,26 +539,8 @@ def test_a_stop_at_once_ends_a_join_retrying_through_an_outage_at_once(kind, bac
     assert isinstance(error, rqueue.ConnectionLost)
 
 
-# -- API (signature): concurrency is keyword-only on one worker alone ------------------------
-#
-# rqueue.Worker(queue, group, handler, *, concurrency=..., ...) takes every
-# option by keyword (rqueue/worker/control.py); rqueue.aio.Worker(queue,
-# group, handler, concurrency=..., *, ...) also takes concurrency as a
-# fourth positional argument (rqueue/aio/worker.py). Code written for the
-# asyncio worker (Worker(q, "g", h, 8)) raises TypeError on the threaded one.
-# The threaded signature is taken as right (docs/aio.md: "It takes the same
-# keyword arguments").
-
-
-# -- API: where a partitioned dead-letter queue lives --------------------------------------
-#
-# The dead letters of a partition stay in that partition's slot (keys
-# "<prefix>:part:{orders/<i>}:dlq"). rqueue.aio.PartitionedQueue.placement
-# (rqueue/aio/partitions.py) reports the hash tags by the queue's root
-# ("{orders/<i>}", where the keys are); rqueue.PartitionedQueue.placement
-# (rqueue/partitions.py) by its name: for the dead-letter queue
-# "DLQ.orders" it reports "{DLQ.orders/<i>}", slots that hold none of its
-# keys (on a cluster, the wrong nodes). Here the asyncio twin is right.
+# -- A partitioned dead-letter queue is placed by the hash tags its keys
+# carry ({orders/i}), in both clients (placement.queue_placements)
 
 
 @MEMORY
