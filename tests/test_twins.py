@@ -255,6 +255,36 @@ def test_a_server_that_may_evict_is_refused_at_connect(api_kind, lru_server, pre
     assert caught.value.policy == "allkeys-lru"
 
 
+@pytest.fixture
+def carrying(monkeypatch) -> threading.Event:
+    """Makes both workers' round trips that carry acks take 0.2 s (a slow
+    network, well under STOP_PATIENCE); set once such a trip is on its way."""
+    import rqueue.aio.consumer
+    import rqueue.consumer
+
+    on_its_way = threading.Event()
+    sync_call = rqueue.consumer.Consumer.ack_and_fetch
+    async_call = rqueue.aio.consumer.Consumer.ack_and_fetch
+
+    def slow_sync(self, acks, n, wait=None, may_wait=False):
+        acks = list(acks)
+        if acks:
+            on_its_way.set()
+            time.sleep(0.2)
+        return sync_call(self, acks, n, wait, may_wait)
+
+    async def slow_async(self, acks, n, wait=None, may_wait=False):
+        acks = list(acks)
+        if acks:
+            on_its_way.set()
+            await asyncio.sleep(0.2)
+        return await async_call(self, acks, n, wait, may_wait)
+
+    monkeypatch.setattr(rqueue.consumer.Consumer, "ack_and_fetch", slow_sync)
+    monkeypatch.setattr(rqueue.aio.consumer.Consumer, "ack_and_fetch", slow_async)
+    return on_its_way
+
+
 # -- A stop at once lets the dispatcher's Redis call under way finish within
 # STOP_PATIENCE, so the acks it carries apply and their messages do not run
 # again (docs/worker.md, Stopping)
@@ -262,32 +292,8 @@ def test_a_server_that_may_evict_is_refused_at_connect(api_kind, lru_server, pre
 
 @BOTH
 @MEMORY
-def test_a_stop_at_once_still_applies_the_acks_of_the_call_under_way(kind, backend, prefix, live, monkeypatch):
-    import rqueue.aio.consumer
-    import rqueue.consumer
-
-    carrying = threading.Event()
-    sync_call = rqueue.consumer.Consumer.ack_and_fetch
-    async_call = rqueue.aio.consumer.Consumer.ack_and_fetch
-
-    # given a dispatcher whose round trip that carries acks takes 0.2 s (a
-    # slow network), well under STOP_PATIENCE
-    def slow_sync(self, acks, n, wait=None, may_wait=False):
-        acks = list(acks)
-        if acks:
-            carrying.set()
-            time.sleep(0.2)
-        return sync_call(self, acks, n, wait, may_wait)
-
-    async def slow_async(self, acks, n, wait=None, may_wait=False):
-        acks = list(acks)
-        if acks:
-            carrying.set()
-            await asyncio.sleep(0.2)
-        return await async_call(self, acks, n, wait, may_wait)
-
-    monkeypatch.setattr(rqueue.consumer.Consumer, "ack_and_fetch", slow_sync)
-    monkeypatch.setattr(rqueue.aio.consumer.Consumer, "ack_and_fetch", slow_async)
+def test_a_stop_at_once_still_applies_the_acks_of_the_call_under_way(kind, backend, prefix, live, carrying):
+    # given a dispatcher whose round trip that carries acks takes 0.2 s (carrying)
     q = live.queue("orders")
     calls = Calls()
     w = run_worker(kind, backend, prefix, q, lambda d: calls.add(d.seq))
@@ -356,31 +362,8 @@ class CancellableAsyncWorker:
 
 @BOTH
 @MEMORY
-def test_a_graceful_stop_applies_the_acks_of_the_call_under_way(kind, backend, prefix, live, monkeypatch):
-    import rqueue.aio.consumer
-    import rqueue.consumer
-
-    carrying = threading.Event()
-    sync_call = rqueue.consumer.Consumer.ack_and_fetch
-    async_call = rqueue.aio.consumer.Consumer.ack_and_fetch
-
-    # given a dispatcher whose round trip that carries acks takes 0.2 s
-    def slow_sync(self, acks, n, wait=None, may_wait=False):
-        acks = list(acks)
-        if acks:
-            carrying.set()
-            time.sleep(0.2)
-        return sync_call(self, acks, n, wait, may_wait)
-
-    async def slow_async(self, acks, n, wait=None, may_wait=False):
-        acks = list(acks)
-        if acks:
-            carrying.set()
-            await asyncio.sleep(0.2)
-        return await async_call(self, acks, n, wait, may_wait)
-
-    monkeypatch.setattr(rqueue.consumer.Consumer, "ack_and_fetch", slow_sync)
-    monkeypatch.setattr(rqueue.aio.consumer.Consumer, "ack_and_fetch", slow_async)
+def test_a_graceful_stop_applies_the_acks_of_the_call_under_way(kind, backend, prefix, live, carrying):
+    # given a dispatcher whose round trip that carries acks takes 0.2 s (carrying)
     q = live.queue("orders")
     calls = Calls()
     if kind == "threaded":
