@@ -34,6 +34,13 @@ BOTH = pytest.mark.parametrize("kind", ["threaded", "async"])
 MEMORY = pytest.mark.parametrize("backend", ["memory"], indirect=True)
 
 
+def server_with_policy(policy: str) -> Iterator:
+    """A private redis-server with maxmemory-policy ``policy``."""
+    server = start_server("redis", extra_args=["--maxmemory-policy", policy])
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def live(backend, prefix):
     c = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
@@ -159,9 +166,7 @@ def test_a_partitioned_queues_stats_name_each_partitions_placement(client):
 
 @pytest.fixture
 def full_server() -> Iterator:
-    server = start_server("redis", extra_args=["--maxmemory-policy", "noeviction"])
-    yield server
-    server.stop()
+    yield from server_with_policy("noeviction")
 
 
 @pytest.mark.parametrize("api_kind", ["sync", "async"])
@@ -233,9 +238,7 @@ def test_run_puts_back_the_signal_handlers_it_replaced(kind, backend, prefix):
 
 @pytest.fixture
 def lru_server() -> Iterator:
-    server = start_server("redis", extra_args=["--maxmemory-policy", "allkeys-lru"])
-    yield server
-    server.stop()
+    yield from server_with_policy("allkeys-lru")
 
 
 @pytest.mark.parametrize("api_kind", ["sync", "async"])
