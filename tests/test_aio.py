@@ -212,7 +212,7 @@ def test_the_same_exceptions_as_the_sync_client(prefix):
     run(main())
 
 
-def test_a_queue_partitioned_after_connect_is_refused_once_then_served(prefix):
+def test_a_group_made_on_a_queue_partitioned_after_connect_is_refused_then_served(prefix):
     # given an asyncio client connected before another process partitioned "orders"
     url = "memory://parts-" + prefix
 
@@ -221,11 +221,12 @@ def test_a_queue_partitioned_after_connect_is_refused_once_then_served(prefix):
         stale = client.queue("orders")
         assert isinstance(stale, rqueue.aio.Queue)
         rqueue.connect(url, prefix=prefix).queue("orders", partitions=2)
-        # when the plain handle publishes or joins: refused, nothing stored
-        with pytest.raises(rqueue.InvalidSetting, match="partitioned"):
-            await stale.publish(b"x")
+        # when the plain handle makes a group: refused by name, nothing written
+        with pytest.raises(rqueue.QueuePartitioned, match="2 partitions"):
+            await stale.create_group("g")
         # then the client has learned it: queue() gives the partitioned queue, which works
         q = client.queue("orders")
+        assert await q.groups() == []
         assert isinstance(q, rqueue.aio.PartitionedQueue) and q.partitions == 2
         results = await q.publish_many([b"a", b"b"], keys=["k1", "k2"])
         assert [r.partition for r in results] == [q.partition_for("k1"), q.partition_for("k2")]

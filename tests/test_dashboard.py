@@ -528,3 +528,20 @@ def test_pause_and_resume_from_the_queue_page(mem: rqueue.Client) -> None:
     # and without the CSRF token nothing is changed
     assert web.post("/queue/pause", data={"name": "orders", "action": "pause"}).status_code == 403
     assert q.stats().paused == ""
+
+
+def test_the_events_view_filters_by_every_kind_and_names_an_unknown_one(mem: rqueue.Client) -> None:
+    # given a queue with a dead letter and a group reset among its events
+    dead_lettered(mem, "orders", [b"a"])
+    mem.queue("orders").reset_group("billing", "first", force=True)
+    web = TestClient(app(mem))
+    # when the events view is filtered by a kind recorded always (reset), then only those show
+    reset = web.get("/queue", params={"name": "orders", "event": "reset"})
+    assert reset.status_code == 200
+    assert "<td>reset</td>" in reset.text and "<td>dead-lettered</td>" not in reset.text
+    # and every kind an event can have is offered as a filter
+    for kind in rqueue.events.EVENT_KINDS:
+        assert f"event={kind}" in reset.text
+    # when the filter names no kind, then it is refused, naming the kinds
+    bad = web.get("/queue", params={"name": "orders", "event": "nosuch"})
+    assert bad.status_code == 400 and "unknown event kind &#39;nosuch&#39;" in bad.text and "group-deleted" in bad.text

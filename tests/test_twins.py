@@ -542,3 +542,94 @@ def test_a_partitioned_dead_letter_queue_is_placed_where_its_keys_are(client):
     assert [p.hash_tag for p in placed] == ["{orders/0}", "{orders/1}"]
     assert all(p.hash_tag in part.keys.base for p, part in zip(placed, dlq.parts, strict=True))
     assert report.queue == dlq.name
+
+
+# -- A plain handle on a queue another process partitioned since this one
+# read it: a publish goes to the partitions, a join is refused by name
+
+
+@pytest.mark.parametrize("api_kind", ["sync", "async"])
+@MEMORY
+def test_a_stale_plain_handle_publishes_to_the_partitions(api_kind, backend, prefix, live):
+    async def main():
+        stale = await rqueue.aio.connect(backend, prefix=prefix, settings_ttl=60)
+        try:
+            # given a process that read "orders" as a plain queue
+            plain = stale.queue("orders")
+            assert isinstance(plain, rqueue.aio.Queue)
+            # when another process partitions it, and the first publishes through its plain handle
+            await asyncio.to_thread(live.queue, "orders", 3)
+            return await plain.publish_many([b"a", b"b"])
+        finally:
+            await stale.close()
+
+    if api_kind == "sync":
+        stale = rqueue.connect(backend, prefix=prefix, settings_ttl=60)
+        try:
+            plain = stale.queue("orders")
+            assert isinstance(plain, rqueue.Queue)
+            live.queue("orders", partitions=3)
+            results = plain.publish_many([b"a", b"b"])
+        finally:
+            stale.close()
+    else:
+        results = asyncio.run(main())
+    # then the messages went to the partitions
+    assert all(r.partition is not None for r in results)
+    assert live.queue("orders").stats().last_seq == 2
+
+
+@pytest.mark.parametrize("api_kind", ["sync", "async"])
+@MEMORY
+def test_a_stale_plain_handles_join_is_refused_as_partitioned(api_kind, backend, prefix, live):
+    async def main():
+        stale = await rqueue.aio.connect(backend, prefix=prefix, settings_ttl=60)
+        try:
+            plain = stale.queue("orders")
+            await asyncio.to_thread(live.queue, "orders", 2)
+            # when the stale process joins a group through its plain handle, then it is refused by name
+            with pytest.raises(rqueue.QueuePartitioned):
+                await plain.consumer("g").join()
+            # and the client has learned the partitioning
+            assert isinstance(stale.queue("orders"), rqueue.aio.PartitionedQueue)
+        finally:
+            await stale.close()
+
+    if api_kind == "sync":
+        stale = rqueue.connect(backend, prefix=prefix, settings_ttl=60)
+        try:
+            plain = stale.queue("orders")
+            live.queue("orders", partitions=2)
+            with pytest.raises(rqueue.QueuePartitioned):
+                plain.consumer("g")
+            assert isinstance(stale.queue("orders"), rqueue.PartitionedQueue)
+        finally:
+            stale.close()
+    else:
+        asyncio.run(main())
+    # and nothing was written to the plain queue's group
+    assert live.queue("orders").groups() == []
+
+
+# -- Both workers take every option by keyword (docs/aio.md: "It takes the
+# same keyword arguments"): Worker(q, "g", h, 4) is refused by both
+
+
+@BOTH
+def test_concurrency_is_taken_by_keyword_only(kind):
+    async def main():
+        client = await rqueue.aio.connect("memory://kw-only", prefix="kw")
+        try:
+            rqueue.aio.Worker(client.queue("orders"), "g", lambda d: None, 4)  # type: ignore[misc]
+        finally:
+            await client.close()
+
+    with pytest.raises(TypeError):
+        if kind == "threaded":
+            client = rqueue.connect("memory://kw-only", prefix="kw")
+            try:
+                rqueue.Worker(client.queue("orders"), "g", lambda d: None, 4)  # type: ignore[misc]
+            finally:
+                client.close()
+        else:
+            asyncio.run(main())

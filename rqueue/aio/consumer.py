@@ -106,7 +106,6 @@ class Consumer(ConsumerCore):
 
     async def join(self) -> Consumer:
         """Joins the group (created on first use)."""
-        await self.queue.check_plain()
         call = await self._group_call()
         mark = self._watch.mark()
         try:

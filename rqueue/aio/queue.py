@@ -21,7 +21,7 @@ from ..deadletters import PAGE, REPLAY_BATCH, Selection, by_group, replay_batch,
 from ..engine import async_commands as acmd
 from ..engine.keys import QueueKeys, partitions_key, queue_base
 from ..engine.record import decode_record
-from ..errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, ResultTimeout, StateLost
+from ..errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, QueuePartitioned, ResultTimeout, StateLost
 from ..events import EventKind
 from ..names import check_message_id, check_name, check_queue_name
 from ..placement import Layout
@@ -49,11 +49,6 @@ from .publishing import trim as trim_step
 if TYPE_CHECKING:
     from ..protocols import QueueLike
     from .context import AsyncContext
-
-PARTITIONED_SINCE = (
-    "the queue was partitioned after this client read the partitionings; "
-    "client.queue(name) now gives the partitioned queue"
-)
 
 
 class Prepared:
@@ -98,17 +93,20 @@ class Queue:
         return f"rqueue.aio.Queue({self.name!r})"
 
     async def check_plain(self) -> None:
-        """Refuses, once per handle, a queue partitioned since this client
-        read the partitionings (another process partitioned it); the client
-        learns it, so that its next ``queue(name)`` is the partitioned one."""
+        """Refuses with QueuePartitioned, once per handle, a group operation
+        on a queue partitioned since this client read the partitionings
+        (another process partitioned it); the client learns it, so that its
+        next ``queue(name)`` is the partitioned one. A publish and a join
+        need no such read: their scripts refuse the partitioned name."""
         if self._plain_checked:
             return
         r, prefix = self.client.redis, self.client.prefix
         raw = await acmd.guarded(lambda: r.hget(partitions_key(prefix), self.root))
         if raw is not None:
-            layout = Layout.parse(raw, f"{partitions_key(prefix)}[{self.root}]")
+            text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else str(raw)
+            layout = Layout.parse(text, f"{partitions_key(prefix)}[{self.root}]")
             self.client.learn_partitions(self.root, layout)
-            raise InvalidSetting("partitions", layout.partitions, PARTITIONED_SINCE)
+            raise QueuePartitioned(self.name, text)
         self._plain_checked = True
 
     async def settings(self) -> Settings:
@@ -187,8 +185,6 @@ class Queue:
         """Appends many messages, in order, checked before anything is sent
         (see :meth:`rqueue.Queue.publish_many`; ``durable``: the client's
         durable_replicas and durable_timeout, as the sync client's)."""
-        if not self._plain_checked:
-            await self.check_plain()
         settings = self.client.settings.fresh(self.name) or await self.settings()
         with sending(self.name, payloads) as trace:
             view = cast("QueueLike", Prepared(self, settings))

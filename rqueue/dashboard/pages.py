@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 import rqueue
-from rqueue.events import EventKind
+from rqueue.events import EVENT_KINDS, check_kinds
 from rqueue.protocols import AnyQueue
 from rqueue.validate import is_whole_number_text
 
@@ -24,8 +24,6 @@ DEAD_LETTERS_PAGE = 100  # dead letters listed by default
 DEAD_LETTERS_MAX = 1000
 EVENTS_SHOWN = 30
 EVENTS_SCANNED = 1000  # newest events read to find EVENTS_SHOWN of one kind
-# The kinds the events view can be filtered by: those always recorded, then the lifecycle kinds.
-EVENT_KINDS = ("dead-lettered", "dropped", "replayed", "purged", "state-lost", *(k.value for k in EventKind))
 REFRESH_MS_PER_QUEUE = 5  # a long overview refreshes less often: 1,000 queues every 5 s
 
 
@@ -100,8 +98,8 @@ async def overview_json(dash: Dashboard, request: Request) -> Response:
 def event_kind(request: Request) -> str:
     """The ?event= filter of the events view: "" (every kind) or a kind."""
     kind = request.query_params.get("event", "")
-    if kind and kind not in EVENT_KINDS:
-        raise rqueue.InvalidInput(f"no event kind {kind!r} (kinds: {', '.join(EVENT_KINDS)})")
+    if kind:
+        check_kinds([kind])
     return kind
 
 

@@ -47,12 +47,7 @@
 local rcall = redis.call
 local now = readNow(ARGV[1])
 local fields = rcall('HMGET', KEYS[1], 'seq', 'inc', 'layout')
--- The side hash is the last key when sent (a stream log): its name is
--- compared, to tell it from the pinned hash of a call sent none.
-local sideKey = KEYS[#KEYS]
-if sideKey ~= string.sub(KEYS[2], 1, -4) .. 'side' then
-  sideKey = nil
-end
+local sideKey = sentSideKey(KEYS[2])
 local wrongLayout = layoutError(KEYS[1], KEYS[2], fields[3], fields[1]) or sideKeyError(KEYS[2], sideKey)
 if wrongLayout then
   return wrongLayout

@@ -62,6 +62,8 @@
   13, fetch's plain 17). A script that can meet a stub refuses a stream
   call without it before any write (includes/layout.lua, sideKeyError).
 ]]
+--@include log
+
 local metaKey = KEYS[1]
 local msgsKey = KEYS[2]
 local floorsKey = KEYS[3]
@@ -86,13 +88,7 @@ local keyQueueKey = KEYS[21]
 local keyReadyKey = KEYS[22]
 local keyBusyKey = KEYS[23]
 local keyFlightKey = KEYS[24]
--- The last key, when it is the side hash of a stream log (above). Its name
--- is compared, to tell it from the last key of a call sent none: the side
--- hash read is the key sent.
-local sideKey = KEYS[#KEYS]
-if string.byte(msgsKey, -1) ~= 103 or sideKey ~= string.sub(msgsKey, 1, -4) .. 'side' then -- 103: 'g' of ":log"
-  sideKey = nil
-end
+local sideKey = sentSideKey(msgsKey) -- the last key, when it is the side hash of a stream log (above)
 -- One member of the lease set that is no delivery, at score +inf: fetch adds
 -- it with every batch of leases. It is longer than zset-max-listpack-value
 -- (64 bytes by default), so the set is a skiplist from then on, and stays

@@ -49,6 +49,18 @@
 local LOG_STREAM_BYTE = 103 -- string.byte('g'): a stream log's key ends in ":log"
 local UNREADABLE_HEAD = '\0' -- heads a record that parses as none (includes/record.lua)
 
+-- The side hash of the stream log logKey when the call was sent it, last of
+-- its KEYS; else nil (a hash log, or a call sent none). The name is compared
+-- because the last key of a call sent none is another key (the ack's 13,
+-- fetch's plain 17, status's pinned hash): the hash read is the key sent.
+local function sentSideKey(logKey)
+  local last = KEYS[#KEYS]
+  if string.byte(logKey, -1) == LOG_STREAM_BYTE and last == string.sub(logKey, 1, -4) .. 'side' then
+    return last
+  end
+  return nil
+end
+
 -- The id, field and value of the stream entry of seq's record rec.
 local function logEntry(seq, rec)
   if string.byte(rec, 1) == COMPACT_BYTE and #rec >= COMPACT_HEAD then
