@@ -283,8 +283,9 @@ class Consumer(ConsumerCore):
         mark = self._watch.mark()
         return self._beaten(tags, lost, mark, commands.heartbeat(self._group_call(), timeout_ms, sync, tags))
 
-    def rejoin(self) -> None:
-        """Joins the group again after having been removed."""
+    def rejoin(self, removal: NotMember | None = None) -> None:
+        """Joins the group again after having been removed (``removal``:
+        the NotMember that said so, as a partitioned consumer takes it)."""
         self._join()  # sees a loss of Redis state with what was held
         self._held.clear()
 

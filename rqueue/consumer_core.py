@@ -26,6 +26,7 @@ from .errors import (
     InvalidInput,
     LostDelivery,
     NotHeld,
+    NotMember,
     RQueueError,
     StateLost,
     delivery_error,
@@ -163,6 +164,20 @@ class ConsumerCore:
     def last_state_loss(self) -> StateLost | None:
         """The last loss of the queue's state in Redis this consumer saw."""
         return self._watch.last_loss
+
+    def join_marks(self) -> tuple[int, ...]:
+        """How many times this member joined (see :meth:`rejoined_since`)."""
+        return (self.joins,)
+
+    def rejoined_since(self, marks: Sequence[int]) -> Callable[[Delivery], bool] | None:
+        """Which deliveries a removal since ``marks`` took back: every one
+        when this member joined again since (a fetch found it removed),
+        else None."""
+        return every_delivery if self.joins != marks[0] else None
+
+    def removed_by(self, removal: NotMember) -> Callable[[Delivery], bool]:
+        """Which deliveries the removal a heartbeat raised took back: every one."""
+        return every_delivery
 
     def _drop_held(self) -> int:
         """Forgets every delivery held (Redis lost the state they were
@@ -650,6 +665,12 @@ def merged(lost: list[RQueueError | None], sent: list[RQueueError | None]) -> li
         return sent
     statuses = iter(sent)
     return [exc if exc is not None else next(statuses) for exc in lost]
+
+
+def every_delivery(delivery: Delivery) -> bool:
+    """The judgement of a removal from a consumer's one group: it took back
+    every delivery the consumer held."""
+    return True
 
 
 def refs_of(deliveries: object) -> list[DeliveryRef]:

@@ -359,7 +359,14 @@ class ScriptsNotLoaded(NotPermitted):
 
 
 class NotMember(RQueueError):
-    """The consumer is not a member of its group (it left or was removed)."""
+    """The consumer is not a member of its group (it left or was removed).
+
+    Attributes:
+        partitions: of a partitioned consumer's heartbeat, the partitions
+            whose group removed the member (empty: the consumer's one group).
+    """
+
+    partitions: tuple[int, ...] = ()
 
 
 # The dead-letter reason of a message handed out again after Redis lost

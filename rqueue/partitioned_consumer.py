@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import validate as check
 from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from .consumer import Consumer
-from .consumer_core import ConsumerCore, refs_of
+from .consumer_core import ConsumerCore, every_delivery, refs_of
 from .delivery import Delivery, DeliveryRef, HeartbeatResult
 from .errors import DeliveryError, InvalidInput, LostDelivery, NotMember, RQueueError, StateLost
 from .ids import consumer_name
@@ -23,14 +23,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("rqueue")
 
 
-def graver(kept: Exception | None, new: Exception) -> Exception:
+def graver(kept: Exception | None, new: Exception, partition: int) -> Exception:
     """Of two failures of a partitioned heartbeat, the one to raise once
     every partition was beaten: one partition's node down, or its member
     removed, must not leave the other partitions' leases to run out. A
-    removal (NotMember) comes first, as the worker then joins again."""
-    if kept is None or (isinstance(new, NotMember) and not isinstance(kept, NotMember)):
+    removal (NotMember) comes first, as the worker then joins again, and
+    names every partition that removed the member (``partition``: where
+    ``new`` was raised), so that the worker drops only their deliveries."""
+    if isinstance(new, NotMember):
+        if isinstance(kept, NotMember):
+            kept.partitions = (*kept.partitions, partition)
+            return kept
+        new.partitions = (partition,)
         return new
-    return kept
+    return new if kept is None else kept
 
 
 class Partition(Protocol):
@@ -125,6 +131,34 @@ class PartitionRouting:
     def _one(self, ref: DeliveryRef) -> tuple[Any, DeliveryRef]:
         p, d = self._locate(ref)
         return self.consumers[p], d
+
+    def join_marks(self) -> tuple[int, ...]:
+        """How many times each partition's member joined (see :meth:`rejoined_since`)."""
+        return tuple(c.joins for c in self.consumers)
+
+    def rejoined_since(self, marks: Sequence[int]) -> Callable[[Delivery], bool] | None:
+        """Which deliveries a removal since ``marks`` took back: those of
+        the partitions whose member joined again since (a fetch there
+        found it removed); None when none did. The other partitions still
+        hold theirs."""
+        again = [c for c, mark in zip(self.consumers, marks, strict=True) if c.joins != mark]
+        return (lambda d: any(d.consumer is c for c in again)) if again else None
+
+    def removed_by(self, removal: NotMember) -> Callable[[Delivery], bool]:
+        """Which deliveries the removal a heartbeat raised took back: those
+        of the partitions that removed this member (every one when it
+        names none)."""
+        if not removal.partitions:
+            return every_delivery
+        gone = [self.consumers[p] for p in removal.partitions]
+        return lambda d: any(d.consumer is c for c in gone)
+
+    def _rejoining(self, removal: NotMember | None) -> list[Any]:
+        """The partitions' consumers to join again after ``removal``:
+        those it names, or every one."""
+        if removal is None or not removal.partitions:
+            return list(self.consumers)
+        return [self.consumers[p] for p in removal.partitions]
 
 
 class PartitionedConsumer(PartitionRouting):
@@ -359,7 +393,7 @@ class PartitionedConsumer(PartitionRouting):
             try:
                 results.append((mine, c.heartbeat([d for _, d in mine], timeout, sync)))
             except Exception as exc:
-                failure = graver(failure, exc)
+                failure = graver(failure, exc, c.queue.partition or 0)
         if failure is not None:
             raise failure
         return self._summed(results)
@@ -396,8 +430,9 @@ class PartitionedConsumer(PartitionRouting):
         consumer saw, or None."""
         return [c.last_state_loss for c in self.consumers]
 
-    def rejoin(self) -> None:
-        for c in self.consumers:
+    def rejoin(self, removal: NotMember | None = None) -> None:
+        """Joins again the groups of the partitions ``removal`` names (every one without)."""
+        for c in self._rejoining(removal):
             c.rejoin()
 
     def close(self) -> int:

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 from support.servers import wait_for
+from test_aio_worker import run_worker
 
 import rqueue
 import rqueue.aio
@@ -127,3 +128,70 @@ def test_a_heartbeat_failing_in_one_partition_still_extends_the_other_partitions
         asyncio.run(beat())
     # then the removal is raised, after partition 1's lease was extended
     assert client.redis.zscore(lease, "1") > 1
+
+
+@pytest.fixture
+def live(backend, prefix):
+    c = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("kind", ["threaded", "async"])
+@pytest.mark.parametrize("backend", ["redis"], indirect=True)
+def test_a_removal_from_one_partition_drops_only_that_partitions_waiting_deliveries(kind, backend, prefix, live):
+    # given a worker of one thread busy with its first message, holding three
+    # messages of each of two partitions (the others wait for the thread)
+    pq = live.queue("orders", partitions=2)
+    for p, part in enumerate(pq.parts):
+        part.publish_many([f"{p}:{i}".encode() for i in range(3)])
+    ran: list[tuple[int, int]] = []  # (partition, delivery count) of each run
+    started, release = threading.Event(), threading.Event()
+
+    def handler(d):
+        ran.append((int(d.data.split(b":")[0]), d.delivery_count))
+        started.set()
+        release.wait(10)
+
+    w = run_worker(kind, backend, prefix, pq, handler, concurrency=1, prefetch=6, heartbeat_interval=0.1)
+    try:
+        assert started.wait(10)
+        wait_for(lambda: sum(part.stats().group("g").pending for part in pq.parts) == 6)
+        first = ran[0][0]
+        # when partition 0's group removes it (a twin of its name leaves), and
+        # another member takes partition 0's three messages and acks them
+        member = w.consumer.consumers[0].name
+        pq.parts[0].consumer("g", name=member).close()
+        with pq.parts[0].consumer("g", name="other") as other:
+            other.ack(other.fetch(3))
+        wait_for(lambda: member in [c.name for c in pq.parts[0].stats().group("g").consumers])
+        release.set()
+        # then partition 1's waiting messages still run from the worker, once
+        # each and without waiting out a lease; only partition 0's waiting ones are dropped
+        wait_for(lambda: pq.parts[1].stats().group("g").acked == 3, timeout=10)
+        wait_for(lambda: w.stats.stale_skipped == 3 - (first == 0))
+    finally:
+        release.set()
+        w.stop()
+        assert w.join(10)
+    assert sorted(r for r in ran if r[0] == 1) == [(1, 1)] * 3
+    assert [r for r in ran if r[0] == 0] == ([(0, 1)] if first == 0 else [])
+    assert pq.parts[1].stats().group("g").redelivered == 0
+
+
+def test_a_partitioned_heartbeat_names_the_partitions_that_removed_the_member(client):
+    # given a consumer of three partitions removed from partitions 0 and 2's groups
+    pq = client.queue("orders", partitions=3)
+    c = pq.consumer("g")
+    c.fetch(1)
+    for p in (0, 2):
+        pq.parts[p].consumer("g", name=c.consumers[p].name).close()
+    # when it beats, then the removal names both partitions
+    with pytest.raises(rqueue.NotMember) as removal:
+        c.heartbeat([], 5.0)
+    assert removal.value.partitions == (0, 2)
+    # and a rejoin after it joins those two again, leaving partition 1's member as it was
+    joins = c.join_marks()
+    c.rejoin(removal.value)
+    assert [a - b for a, b in zip(c.join_marks(), joins)] == [1, 0, 1]
+    c.heartbeat([], 5.0)

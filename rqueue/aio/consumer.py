@@ -293,8 +293,9 @@ class Consumer(ConsumerCore):
         mark = self._watch.mark()
         return self._beaten(tags, lost, mark, await acmd.heartbeat(await self._group_call(), timeout_ms, sync, tags))
 
-    async def rejoin(self) -> None:
-        """Joins the group again after having been removed."""
+    async def rejoin(self, removal: NotMember | None = None) -> None:
+        """Joins the group again after having been removed (``removal``:
+        the NotMember that said so, as a partitioned consumer takes it)."""
         await self.join()  # sees a loss of Redis state with what was held
         self._held.clear()
 

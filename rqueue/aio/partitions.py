@@ -23,7 +23,7 @@ from ..constants import IDLE_POLL_INTERVAL, MAX_FETCH
 from ..consumer_core import refs_of
 from ..delivery import HeartbeatResult
 from ..engine import async_commands as acmd
-from ..errors import DeliveryError, InvalidInput, QueueInUse, RQueueError, StateLost
+from ..errors import DeliveryError, InvalidInput, NotMember, QueueInUse, RQueueError, StateLost
 from ..ids import consumer_name
 from ..names import check_name
 from ..partition_routing import gather, prepare_parts, route
@@ -621,7 +621,7 @@ class PartitionedConsumer(PartitionRouting):
             try:
                 results.append((mine, await c.heartbeat([d for _, d in mine], timeout, sync)))
             except Exception as exc:
-                failure = graver(failure, exc)
+                failure = graver(failure, exc, c.queue.partition or 0)
         if failure is not None:
             raise failure
         return self._summed(results)
@@ -640,8 +640,9 @@ class PartitionedConsumer(PartitionRouting):
     def state_losses(self) -> list[StateLost | None]:
         return [c.last_state_loss for c in self.consumers]
 
-    async def rejoin(self) -> None:
-        for c in self.consumers:
+    async def rejoin(self, removal: NotMember | None = None) -> None:
+        """Joins again the groups of the partitions ``removal`` names (every one without)."""
+        for c in self._rejoining(removal):
             await c.rejoin()
 
     async def close(self) -> int:

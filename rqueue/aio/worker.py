@@ -295,7 +295,7 @@ class Worker:
                 continue
             # The lease of what this fetch brings begins after it is sent.
             sent = self._clock.monotonic()
-            joins, epoch = consumer.joins, consumer.state_epoch
+            joins, epoch = consumer.join_marks(), consumer.state_epoch
             # As rqueue.worker.dispatcher: only a stop brings news while nothing runs.
             idle = not acks and not others and ledger.unsettled() == 0
             wait_first = idle_wait if idle else None
@@ -312,8 +312,8 @@ class Worker:
                     consumer.name,
                     dropped,
                 )
-            elif consumer.joins != joins:
-                dropped = ledger.forget_waiting()
+            elif (taken := consumer.rejoined_since(joins)) is not None:
+                dropped = ledger.forget_waiting(taken=taken)
                 log.warning(
                     "worker %s had been removed from its group and joined again; "
                     "%d waiting deliveries dropped, not run",
@@ -728,15 +728,15 @@ class Worker:
                 statuses, removed, returned, dead, _ = await self._retry.call_once(
                     consumer.heartbeat, running + waiting, self.heartbeat_timeout
                 )
-            except NotMember:
-                dropped = ledger.forget_waiting()
+            except NotMember as removal:
+                dropped = ledger.forget_waiting(taken=consumer.removed_by(removal))
                 log.warning(
                     "worker %s had been removed from its group; %d waiting deliveries dropped, not run; joining again",
                     consumer.name,
                     dropped,
                 )
                 try:
-                    await self._retry.call_once(consumer.rejoin)
+                    await self._retry.call_once(consumer.rejoin, removal)
                 except Exception as exc:
                     log.warning("could not join again (%s: %s)", type(exc).__name__, exc)
                 continue

@@ -98,7 +98,7 @@ class Dispatcher:
             # delivery is judged by this time, not by when the reply was
             # read (the worker may have been paused in between).
             sent = self._clock.monotonic()
-            joins, epoch = consumer.joins, consumer.state_epoch
+            joins, epoch = consumer.join_marks(), consumer.state_epoch
             # Nothing runs, so nothing but a stop (which adds a wake-up
             # entry) can bring news while Redis holds the wait.
             idle = not acks and not others and ledger.unsettled() == 0
@@ -109,8 +109,8 @@ class Dispatcher:
             lost = consumer.state_epoch != epoch
             if lost:
                 self._state_lost()
-            elif consumer.joins != joins:
-                self._removed()
+            elif (taken := consumer.rejoined_since(joins)) is not None:
+                self._removed(taken)
             self._record_acks(statuses)
             ledger.fetched(deliveries)
             handed_back = 0
@@ -184,13 +184,13 @@ class Dispatcher:
             log.warning("handed back %d deliveries whose fetch reply was lost or dropped", result.handed_back)
         return result.handed_back
 
-    def _removed(self) -> None:
+    def _removed(self, taken: Callable[[Delivery], bool]) -> None:
         """The fetch found this worker removed from its group (silent too
         long, e.g. paused) and joined it again: what it held was offered
-        again, so the deliveries waiting for a thread are dropped, never run
-        (the group may ack them meanwhile: docs/guarantees.md, guarantee 3),
-        as the heartbeat does when it finds the worker removed."""
-        dropped = self._ledger.forget_waiting()
+        again, so the deliveries ``taken`` judges taken back wait no more and
+        never run (the group may ack them meanwhile: docs/guarantees.md,
+        guarantee 3), as the heartbeat does when it finds the worker removed."""
+        dropped = self._ledger.forget_waiting(taken=taken)
         log.warning(
             "worker %s had been removed from its group and joined again; %d waiting deliveries dropped, not run",
             self._consumer.name,

@@ -77,19 +77,20 @@ class Heartbeat:
                 statuses, removed, returned, dead, _ = self._retry.once(
                     consumer.heartbeat, running + waiting, self._timeout
                 )
-            except NotMember:
+            except NotMember as removal:
                 # This worker was silent too long and was removed: what it
                 # held was offered again; running handlers' acks become late,
                 # and waiting deliveries are not run (docs/guarantees.md,
-                # guarantee 3: the group may ack them meanwhile).
-                dropped = ledger.forget_waiting()
+                # guarantee 3: the group may ack them meanwhile). Of a
+                # partitioned queue, only the removing partitions' deliveries.
+                dropped = ledger.forget_waiting(taken=consumer.removed_by(removal))
                 log.warning(
                     "worker %s had been removed from its group; %d waiting deliveries dropped, not run; joining again",
                     consumer.name,
                     dropped,
                 )
                 try:
-                    self._retry.once(consumer.rejoin)
+                    self._retry.once(consumer.rejoin, removal)
                 except Exception as exc:  # the next heartbeat tries again
                     log.warning("could not join again (%s: %s)", type(exc).__name__, exc)
                 continue

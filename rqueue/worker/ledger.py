@@ -226,19 +226,28 @@ class Ledger:
         for tag in withdrawn:
             log.info("not running %s: its lease was lost while it waited (a heartbeat found it)", tag)
 
-    def forget_waiting(self, epoch_for: Callable[[Delivery], int] | None = None) -> int:
-        """Withdraws every waiting delivery (the worker was removed from its
-        group: what it held is offered again), or with ``epoch_for`` those
-        fetched before the state epoch it gives for each (Redis lost the
-        queue's state: what was fetched after the loss stays, and so does
-        what another partition's consumer fetched, whose epoch is its own);
-        returns how many."""
+    def forget_waiting(
+        self, epoch_for: Callable[[Delivery], int] | None = None, taken: Callable[[Delivery], bool] | None = None
+    ) -> int:
+        """Withdraws the waiting deliveries that ``taken`` judges taken back
+        (the worker was removed from a group: what it held there is offered
+        again; a partitioned consumer's other partitions keep theirs), or
+        with ``epoch_for`` those fetched before the state epoch it gives for
+        each (Redis lost the queue's state: what was fetched after the loss
+        stays, and so does what another partition's consumer fetched, whose
+        epoch is its own), or without either every one; returns how many."""
+        judge = taken if taken is not None or epoch_for is None else fetched_before(epoch_for)
         with self._lock:
-            if epoch_for is None:
+            if judge is None:
                 dropped = len(self._waiting)
                 self._waiting.clear()
                 return dropped
-            old = [tag for tag, (d, _) in self._waiting.items() if d.epoch < epoch_for(d)]
+            old = [tag for tag, (d, _) in self._waiting.items() if judge(d)]
             for tag in old:
                 del self._waiting[tag]
         return len(old)
+
+
+def fetched_before(epoch_for: Callable[[Delivery], int]) -> Callable[[Delivery], bool]:
+    """Judges a delivery fetched before the state epoch ``epoch_for`` gives it."""
+    return lambda d: d.epoch < epoch_for(d)
