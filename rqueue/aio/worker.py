@@ -48,7 +48,7 @@ from ..worker.lease_check import LeaseCheck, batch_check, held_of
 from ..worker.ledger import Ledger
 from ..worker.metrics import WorkerMetrics
 from ..worker.options import check_options
-from ..worker.outcome import Completion, Detail, Outcome, ack_detail, acks_done, nacks_done, reject_applied, settles
+from ..worker.outcome import Completion, Detail, Outcome, ack_detail, acks_done, nacks_done, reject_done, settles
 from ..worker.reconnect import STOP_PATIENCE, TRANSIENT
 from ..worker.stats import Tally, WorkerStats
 from ..worker.window import PrefetchWindow
@@ -397,18 +397,14 @@ class Worker:
                 sent += 1
                 await consumer.reject(d, reason=reason)
 
+            refused: DeliveryError | None = None
             try:
                 await self._retry.call(reject)
             except DeliveryError as exc:
-                if not reject_applied(exc, sent > 1):
-                    log.info("reject of %s not applied: %s", d.tag, exc)
-                    self._tally.count(late_settles=1)
-                    continue
-                log.info("reject of %s taken as applied by the call whose reply was lost: %s", d.tag, exc)
-            self._tally.count(rejected=1, dead_lettered=1)
-            log.warning("dead-lettered %s: rejected by the handler: %s", d.tag, reason)
-            dead_lettered(self.queue.name, self.group, d, "rejected")
-            await self._keep_failure(consumer, d, "rejected", reason)
+                refused = exc
+            if reject_done(d, reason, refused, sent > 1, self._tally):
+                dead_lettered(self.queue.name, self.group, d, "rejected")
+                await self._keep_failure(consumer, d, "rejected", reason)
         for (error, timed_out), deliveries in todo.failed.items():
             await self._nack_all(consumer, deliveries, error, timed_out)
 

@@ -13,7 +13,7 @@ from ..errors import DeliveryError, OutOfMemory, RQueueError
 from ..tracing import dead_lettered
 from .handlers import Handlers
 from .ledger import Ledger
-from .outcome import Completion, Detail, Outcome, acks_done, nacks_done, reject_applied, settles
+from .outcome import Completion, Detail, Outcome, acks_done, nacks_done, reject_done, settles
 from .reconnect import Reconnector
 from .stats import Tally
 from .window import PrefetchWindow
@@ -228,20 +228,14 @@ class Dispatcher:
                 sent += 1
                 consumer.reject(d, reason=reason)
 
+            refused: DeliveryError | None = None
             try:
                 self._retry(reject)
             except DeliveryError as exc:
-                if not reject_applied(exc, sent > 1):
-                    # The delivery moved on (lease ran out, member removed):
-                    # the message is already offered again; nothing to undo.
-                    log.info("reject of %s not applied: %s", d.tag, exc)
-                    self._tally.count(late_settles=1)
-                    continue
-                log.info("reject of %s taken as applied by the call whose reply was lost: %s", d.tag, exc)
-            self._tally.count(rejected=1, dead_lettered=1)
-            log.warning("dead-lettered %s: rejected by the handler: %s", d.tag, reason)
-            dead_lettered(consumer.queue.name, consumer.group, d, "rejected")
-            self._keep_failure(d, "rejected", reason)
+                refused = exc
+            if reject_done(d, reason, refused, sent > 1, self._tally):
+                dead_lettered(consumer.queue.name, consumer.group, d, "rejected")
+                self._keep_failure(d, "rejected", reason)
         for (error, timed_out), deliveries in todo.failed.items():
             self._nack_all(deliveries, error, timed_out)
 

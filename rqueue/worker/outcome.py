@@ -115,6 +115,23 @@ def reject_applied(exc: RQueueError, retried: bool) -> bool:
     return retried and isinstance(exc, AlreadyAcked)
 
 
+def reject_done(d: _Tagged, reason: str, refused: RQueueError | None, retried: bool, tally: Tally) -> bool:
+    """Counts and logs a handler's reject of ``d``, for both workers; True
+    when it dead-lettered the message: it was applied, or refused with
+    ``refused`` and applied all the same (:func:`reject_applied`). Otherwise
+    it is a late settle: the delivery moved on (its lease ran out, the
+    member was removed), so the message is offered again and nothing is undone."""
+    if refused is not None:
+        if not reject_applied(refused, retried):
+            log.info("reject of %s not applied: %s", d.tag, refused)
+            tally.count(late_settles=1)
+            return False
+        log.info("reject of %s taken as applied by the call whose reply was lost: %s", d.tag, refused)
+    tally.count(rejected=1, dead_lettered=1)
+    log.warning("dead-lettered %s: rejected by the handler: %s", d.tag, reason)
+    return True
+
+
 def nacks_done(
     outcome: Outcome, deliveries: Sequence[T], statuses: Sequence[str | RQueueError], retried: bool, tally: Tally
 ) -> list[T]:
