@@ -272,7 +272,10 @@ def test_an_asyncio_replay_deletes_the_result_of_the_run_before_it(backend, pref
         queue.result(seq, timeout=0.05)
 
 
-def test_a_late_failure_result_does_not_overwrite_the_result_of_the_ack_after_a_replay(client, queue):
+@pytest.mark.parametrize("keeper", ["sync", "async"])
+def test_a_late_failure_result_does_not_overwrite_the_result_of_the_ack_after_a_replay(
+    keeper, backend, prefix, client, queue
+):
     # given results on, worker a's delivery rejected, its failure not kept yet
     client.configure("orders", results=True)
     a, b = queue.consumer("g", "a"), queue.consumer("g", "b")
@@ -283,36 +286,22 @@ def test_a_late_failure_result_does_not_overwrite_the_result_of_the_ack_after_a_
     assert queue.replay_dead_letters().replayed == 1
     (d2,) = b.fetch(1)
     b.ack_result(d2, encode_value({"ok": 1}), event=False)
-    # when a's failure is kept late
-    a.keep_failure(d, "rejected", "first try failed")
-    # then the result of the ack that settled the message stands
-    r = queue.result(seq)
-    assert r.ok and r.value == {"ok": 1}, r
 
-
-def test_a_late_failure_result_of_the_asyncio_consumer_does_not_overwrite_a_later_ack(backend, prefix, client, queue):
-    # given results on, a's delivery rejected, replayed, and acked with a result by b
-    client.configure("orders", results=True)
-    a, b = queue.consumer("g", "a"), queue.consumer("g", "b")
-    seq = queue.publish(b"x").seq
-    (d,) = a.fetch(1)
-    a.reject(d, reason="first try failed")
-    assert queue.replay_dead_letters().replayed == 1
-    (d2,) = b.fetch(1)
-    b.ack_result(d2, encode_value(b"done"), event=False)
-
-    # when an asyncio consumer keeps a's failure late
-    async def main() -> None:
+    # when a's failure is kept late, by the sync consumer or an asyncio one
+    async def keep_late() -> None:
         aclient = await rqueue.aio.connect(backend, prefix=prefix, clock=client.clock)
         try:
-            aq = aclient.queue("orders")
-            await aq.consumer("g", name="late").keep_failure(d, "rejected", "first try failed")
+            await aclient.queue("orders").consumer("g", name="late").keep_failure(d, "rejected", "first try failed")
         finally:
             await aclient.close()
 
-    asyncio.run(main())
-    # then the result of the ack stands
-    assert queue.result(seq).value == b"done"
+    if keeper == "sync":
+        a.keep_failure(d, "rejected", "first try failed")
+    else:
+        asyncio.run(keep_late())
+    # then the result of the ack that settled the message stands
+    r = queue.result(seq)
+    assert r.ok and r.value == {"ok": 1}, r
 
 
 def test_a_failure_replaces_a_result_of_an_earlier_incarnation(client, queue):
