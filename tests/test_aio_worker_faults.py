@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -299,3 +300,58 @@ def test_aio_worker_runs_concurrency_plain_handlers_at_once(server):
 
     most, timed_out = asyncio.run(main())
     assert (most, timed_out) == (12, 0)
+
+
+HANGING_HANDLER = textwrap.dedent(
+    """
+    import asyncio, sys, threading, time
+    import rqueue, rqueue.aio
+
+    async def main(url, mode):
+        client = await rqueue.aio.connect(url, prefix="p", settings_ttl=0)
+        q = client.queue("q")
+        await q.publish(b"hangs")
+        started = threading.Event()
+
+        def handler(d):  # a plain handler stuck in a call that never returns
+            started.set()
+            threading.Event().wait()
+
+        w = rqueue.aio.Worker(q, "g", handler, concurrency=1, heartbeat_interval=0.2, heartbeat_timeout=2,
+                              grace_period=0.2, time_limit=0.3 if mode == "limit" else None)
+        task = asyncio.create_task(w.run(install_signal_handlers=False))
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        if mode == "limit":
+            while w.stats.timed_out < 1:
+                await asyncio.sleep(0.01)
+        w.stop()
+        await asyncio.wait_for(task, 10)
+        await client.close()
+        print("run() returned", flush=True)
+
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    print("asyncio.run() returned", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("mode", ["limit", "stop"])
+def test_a_process_whose_plain_handler_hangs_still_exits_after_run_returns(server, tmp_path, mode):
+    """A plain handler cut off at its time limit keeps its thread until it
+    returns, and one still running at the stop is left to end on its own
+    (docs/aio.md): its thread is a daemon thread, so the process exits once
+    run() returned, as the threaded worker's does."""
+    script = tmp_path / "hang.py"
+    script.write_text(HANGING_HANDLER)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), server.url, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        out, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"the process did not exit within 20 s after stop(); its output: {out!r}")
+    assert "asyncio.run() returned" in out, (out, err[-2000:])
+    assert proc.returncode == 0, (out, err[-2000:])

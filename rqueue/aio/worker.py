@@ -21,7 +21,6 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 from .. import timelimits as cancel_mod
@@ -57,6 +56,7 @@ from .consumer import Delivery
 from .partitions import PartitionedConsumer, PartitionedQueue
 from .queue import Queue
 from .reconnect import AsyncReconnector
+from .threads import DaemonThreads
 
 log = logging.getLogger("rqueue.worker")
 
@@ -173,7 +173,7 @@ class Worker:
         # Handler runs cut off at their time limit, kept until they end
         # (the loop holds tasks weakly), their outcome discarded.
         self._abandoned: set[asyncio.Task[Any]] = set()
-        self._pool: ThreadPoolExecutor | None = None  # made at the first plain handler run
+        self._pool: DaemonThreads | None = None  # made at the first plain handler run
 
     # -- control ------------------------------------------------------------------
 
@@ -648,12 +648,13 @@ class Worker:
         run = functools.partial(contextvars.copy_context().run, self.handler, d)
         return await asyncio.get_running_loop().run_in_executor(self._threads(), run)
 
-    def _threads(self) -> ThreadPoolExecutor:
-        """The pool plain handlers run on: ``concurrency`` threads of the
-        worker's own, so that none waits for a thread (the loop's default
-        pool has min(32, CPUs + 4), shared with everything on the loop)."""
+    def _threads(self) -> DaemonThreads:
+        """The threads plain handlers run on: ``concurrency`` daemon threads
+        of the worker's own, so that none waits for a thread (the loop's
+        default pool has min(32, CPUs + 4), shared with everything on the
+        loop) and a hung handler never keeps the process from exiting."""
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="rqueue-handler")
+            self._pool = DaemonThreads(self.concurrency, "rqueue-handler")
         return self._pool
 
     def _renew_threads(self) -> None:
