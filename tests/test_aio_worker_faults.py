@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -355,3 +358,162 @@ def test_a_process_whose_plain_handler_hangs_still_exits_after_run_returns(serve
         pytest.fail(f"the process did not exit within 20 s after stop(); its output: {out!r}")
     assert "asyncio.run() returned" in out, (out, err[-2000:])
     assert proc.returncode == 0, (out, err[-2000:])
+
+
+@pytest.fixture
+def stoppable_server():
+    """A private redis-server that a test may SIGSTOP; it is continued before it stops."""
+    s = start_server("redis")
+    yield s
+    with contextlib.suppress(Exception):
+        os.kill(s.process.pid, signal.SIGCONT)
+    s.stop()
+
+
+def test_a_cancelled_run_raises_cancelled_error_even_when_stopped_at_once_meanwhile(stoppable_server):
+    """A cancelled run() raises CancelledError after its shutdown (docs/aio.md,
+    "Stopping"), also when stop(now=True) cuts off the shutdown's call to a
+    Redis that does not answer (SIGSTOPped): a caller's asyncio.timeout(),
+    TaskGroup or Task.cancel() sees the task cancelled, and the failure is
+    logged."""
+
+    async def main() -> BaseException | str:
+        client = await rqueue.aio.connect(stoppable_server.url, prefix="c1", settings_ttl=0)
+        q = client.queue("q")
+        await q.publish_many([b"m%d" % i for i in range(20)])
+
+        async def handler(d):
+            await asyncio.sleep(0.05)
+
+        w = rqueue.aio.Worker(
+            q,
+            "g",
+            handler,
+            concurrency=2,
+            heartbeat_interval=0.2,
+            heartbeat_timeout=2,
+            grace_period=1,
+            reconnect_timeout=5,
+        )
+        task = asyncio.create_task(w.run(install_signal_handlers=False))
+        deadline = time.monotonic() + 10
+        while w.stats.acked < 4 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        os.kill(stoppable_server.process.pid, signal.SIGSTOP)  # Redis stops answering
+        try:
+            task.cancel()
+            await asyncio.sleep(0.2)  # the shutdown is waiting on Redis now
+            w.stop(now=True)
+            try:
+                await asyncio.wait_for(asyncio.shield(task), 10)
+                outcome: BaseException | str = "returned"
+            except asyncio.CancelledError as exc:
+                outcome = exc
+            except Exception as exc:
+                outcome = exc
+        finally:
+            os.kill(stoppable_server.process.pid, signal.SIGCONT)
+        with contextlib.suppress(Exception):
+            await client.close()
+        return outcome
+
+    outcome = asyncio.run(main())
+    assert isinstance(outcome, asyncio.CancelledError), f"run() ended with {outcome!r}, not CancelledError"
+
+
+def test_a_cancelled_run_raises_cancelled_error_when_redis_is_gone_past_reconnect_timeout(stoppable_server):
+    """The same without stop(now=True): run() is cancelled while Redis does
+    not answer (SIGSTOP) for longer than reconnect_timeout; the shutdown's
+    leave gives up with ConnectionLost, logged, and run() raises CancelledError."""
+
+    async def main() -> BaseException | str:
+        client = await rqueue.aio.connect(stoppable_server.url, prefix="c3", settings_ttl=0)
+        q = client.queue("q")
+        await q.publish_many([b"m%d" % i for i in range(20)])
+
+        async def handler(d):
+            await asyncio.sleep(0.05)
+
+        w = rqueue.aio.Worker(
+            q,
+            "g",
+            handler,
+            concurrency=2,
+            heartbeat_interval=0.2,
+            heartbeat_timeout=2,
+            grace_period=0.2,
+            reconnect_timeout=1,
+        )
+        task = asyncio.create_task(w.run(install_signal_handlers=False))
+        deadline = time.monotonic() + 10
+        while w.stats.acked < 4 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        os.kill(stoppable_server.process.pid, signal.SIGSTOP)
+        try:
+            task.cancel()
+            try:
+                await asyncio.wait_for(asyncio.shield(task), 15)
+                outcome: BaseException | str = "returned"
+            except asyncio.CancelledError as exc:
+                outcome = exc
+            except Exception as exc:
+                outcome = exc
+        finally:
+            os.kill(stoppable_server.process.pid, signal.SIGCONT)
+        with contextlib.suppress(Exception):
+            await client.close()
+        return outcome
+
+    outcome = asyncio.run(main())
+    assert isinstance(outcome, asyncio.CancelledError), f"run() ended with {outcome!r}, not CancelledError"
+
+
+def test_a_second_cancel_of_run_does_not_drop_the_acks_of_the_round_under_way(stoppable_server, monkeypatch):
+    """A cancelled run() lets the dispatcher's round under way end first, its
+    acks applied (docs/aio.md, "Stopping"); a second cancel (asyncio.timeout,
+    a TaskGroup or a server's lifespan cancelling again) stops as
+    stop(now=True) does, which still lets the call under way finish: the
+    handled message does not run again."""
+    import rqueue.aio.consumer
+
+    real = rqueue.aio.consumer.Consumer.ack_and_fetch
+    carrying = asyncio.Event()
+
+    async def slow(self, acks, n, wait=None, may_wait=False):  # a slow network, as test_twins' carrying
+        acks = list(acks)
+        if acks:
+            carrying.set()
+            await asyncio.sleep(0.2)
+        return await real(self, acks, n, wait, may_wait)
+
+    monkeypatch.setattr(rqueue.aio.consumer.Consumer, "ack_and_fetch", slow)
+    runs: list[int] = []
+
+    async def main() -> tuple[int, int]:
+        client = await rqueue.aio.connect(stoppable_server.url, prefix="c2", settings_ttl=0)
+        q = client.queue("q")
+
+        async def handler(d):
+            runs.append(d.seq)
+
+        w = rqueue.aio.Worker(q, "g", handler, heartbeat_interval=0.2, heartbeat_timeout=2, grace_period=1)
+        task = asyncio.create_task(w.run(install_signal_handlers=False))
+        await q.publish(b"m")
+        await asyncio.wait_for(carrying.wait(), 10)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        task.cancel()  # a second cancel while the acks are on their way
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+        # a second worker takes whatever the first handed back
+        w2 = rqueue.aio.Worker(q, "g", handler, heartbeat_interval=0.2, heartbeat_timeout=2, grace_period=1)
+        t2 = asyncio.create_task(w2.run(install_signal_handlers=False))
+        await asyncio.sleep(1.0)
+        w2.stop()
+        await asyncio.wait_for(t2, 10)
+        floor = (await q.stats()).group("g").ack_floor
+        await client.close()
+        return floor, w.stats.acked
+
+    floor, acked = asyncio.run(main())
+    assert runs == [1], f"the message ran {len(runs)} times: {runs} (first worker acked {acked})"

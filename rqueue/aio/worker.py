@@ -180,7 +180,8 @@ class Worker:
     async def run(self, install_signal_handlers: bool = True) -> WorkerStats:
         """Works until stopped; returns the counters. Cancelling the task
         that awaits it stops the worker as :meth:`stop` does (grace period
-        included), then raises CancelledError."""
+        included; a second cancel as ``stop(now=True)``), then raises
+        CancelledError, also when the shutdown failed (logged)."""
         loop = self._loop = asyncio.get_running_loop()
         signals = install_signal_handlers and threading.current_thread() is threading.main_thread()
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} if signals else {}
@@ -201,21 +202,12 @@ class Worker:
             )
             try:
                 dispatching = self._dispatching = loop.create_task(self._dispatch(consumer), name="rqueue-dispatcher")
-                try:
-                    # Shielded: a cancel of run() stops the worker as stop()
-                    # does, and the dispatcher's round under way, with the
-                    # acks it carries, ends first.
-                    await asyncio.shield(dispatching)
-                except asyncio.CancelledError:
-                    if self._hard_stop.is_set() and not _cancelling():
-                        pass  # stop(now=True) cut the dispatcher off
-                    else:
-                        cancelled = True
-                        self.stop()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await dispatching
+                cancelled = await self._until_done(dispatching)
+                self._ended(dispatching, cancelled, "the dispatcher")  # a cancelled one: stop(now=True) cut it off
             finally:
-                await self._shutdown(consumer, handlers)
+                shutting = loop.create_task(self._shutdown(consumer, handlers), name="rqueue-shutdown")
+                cancelled = await self._until_done(shutting) or cancelled
+                self._ended(shutting, cancelled, "the shutdown")
         finally:
             for sig, handler in previous.items():
                 loop.remove_signal_handler(sig)
@@ -223,6 +215,32 @@ class Worker:
         if cancelled:
             raise asyncio.CancelledError
         return self.stats
+
+    async def _until_done(self, task: asyncio.Task[Any]) -> bool:
+        """Waits for ``task`` to end whatever cancels reach run(): the first
+        stops the worker as stop() does, so that the dispatcher's round
+        under way, with the acks it carries, ends first; a later one as
+        stop(now=True), as a second signal does. Never cancels ``task``
+        itself. True when a cancel came."""
+        cancels = 0
+        while not task.done():
+            try:
+                await asyncio.wait([task])
+            except asyncio.CancelledError:
+                cancels += 1
+                self.stop(now=cancels > 1)
+        return cancels > 0
+
+    def _ended(self, task: asyncio.Task[Any], cancelled: bool, what: str) -> None:
+        """Raises the failure ``task`` ended with, unless run() was
+        cancelled: it then raises CancelledError, as the caller's timeout or
+        task group expects, and the failure is logged."""
+        if task.cancelled() or (failure := task.exception()) is None:
+            return
+        if not cancelled:
+            raise failure
+        name = self.consumer.name if self.consumer is not None else self.name
+        log.warning("worker %s: %s failed after run() was cancelled: %s", name, what, failure)
 
     async def _join(self) -> PlainConsumer | PartitionedConsumer:
         consumer = self.queue.consumer(self.group, self.name, prefetch=self.prefetch, liveness=self.heartbeat_timeout)
