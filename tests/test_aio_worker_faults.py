@@ -517,3 +517,37 @@ def test_a_second_cancel_of_run_does_not_drop_the_acks_of_the_round_under_way(st
 
     floor, acked = asyncio.run(main())
     assert runs == [1], f"the message ran {len(runs)} times: {runs} (first worker acked {acked})"
+
+
+def test_a_second_cancel_during_the_grace_period_still_leaves_the_group(stoppable_server):
+    """A second cancel of run() while its shutdown waits out the grace
+    period stops at once, and the worker still leaves its group, handing
+    back what runs (docs/aio.md, "Stopping"): nothing waits for another
+    member's heartbeat to find this one silent."""
+
+    async def main() -> tuple[int, list[str]]:
+        client = await rqueue.aio.connect(stoppable_server.url, prefix="c4", settings_ttl=0)
+        q = client.queue("q")
+        await q.publish(b"slow")
+        started = asyncio.Event()
+
+        async def handler(d):
+            started.set()
+            await asyncio.sleep(5)
+
+        w = rqueue.aio.Worker(
+            q, "g", handler, concurrency=1, heartbeat_interval=0.2, heartbeat_timeout=30, grace_period=3
+        )
+        task = asyncio.create_task(w.run(install_signal_handlers=False))
+        await asyncio.wait_for(started.wait(), 10)
+        task.cancel()  # stop as stop() does: the handler gets its grace period
+        await asyncio.sleep(0.3)
+        task.cancel()  # a second cancel, during the grace period
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+        g = (await q.stats()).group("g")
+        await client.close()
+        return g.in_flight, [c.name for c in g.consumers]
+
+    in_flight, members = asyncio.run(main())
+    assert in_flight == 0 and not members, f"the worker did not leave: members {members}, {in_flight} in flight"
