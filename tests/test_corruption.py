@@ -203,18 +203,20 @@ def test_deleted_lease_of_a_member_removed_as_dead_is_an_event_and_the_doctor_re
     assert [(d.seq, d.delivery_count) for d in b.fetch(1)] == [(1, 2)]
 
 
-def test_a_fetch_that_meets_a_deleted_meta_after_a_redelivery_hands_it_out_and_the_next_is_refused(client, queue):
+@pytest.mark.sync_only("the doctor (rqueue.doctor) works on a sync queue")
+def test_a_fetch_that_meets_a_deleted_meta_with_a_redelivery_due_is_refused_and_the_repair_hands_it_out(client, queue):
     # given a nacked message ready for redelivery, two unread, then the meta hash deleted
     c = queue.consumer("g")
     queue.publish_many([b"a", b"b", b"c"])
     [first] = c.fetch(1)
     first.nack(delay=0)
     client.redis.delete(queue.keys.meta)
-    # when the group fetches, then the redelivery goes out (nothing is stranded) and the scan stops
-    assert [(d.seq, d.delivery_count) for d in c.fetch(10)] == [(1, 2)]
-    # and the next fetch is refused, naming the meta hash
+    # when the group fetches, then it is refused, naming the meta hash (nothing is handed out or changed)
     with pytest.raises(rqueue.CorruptRecord, match=f"{queue.keys.meta}.*missing"):
         c.fetch(10)
+    # and after the doctor's repair the redelivery goes out, then the two unread
+    doctor.repair(queue, doctor.examine(queue))
+    assert [(d.seq, d.delivery_count) for d in c.fetch(10)] == [(1, 2), (2, 1), (3, 1)]
 
 
 def test_deleted_lease_of_a_live_holder_comes_back_with_its_next_extension(client, queue, clock):

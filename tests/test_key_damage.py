@@ -153,3 +153,26 @@ def test_a_message_pulled_above_the_cursor_and_stranded_is_found_and_made_ready(
         a.ack(more)
         got += [(d.data, d.delivery_count) for d in more]
     assert got == [(b"x2", 1), (b"p1", 1), (b"p2", 1), (b"p3", 1)]
+
+
+def test_a_small_fetch_after_the_meta_hash_was_deleted_is_refused_until_the_repair(client, queue):
+    # given a priority message handed out ahead of plain ones and acked,
+    # the cursor still below it (another group keeps the records)
+    queue.create_group("other")
+    c = queue.consumer("g")
+    for i in range(10):
+        queue.publish(f"m{i}".encode(), priority=9 if i == 4 else 0)
+    (urgent,) = c.fetch(1)
+    assert urgent.seq == 5
+    c.ack(urgent)
+    # when the meta hash is deleted, then a fetch small enough to read the records first is refused by name
+    client.redis.delete(queue.keys.meta)
+    with pytest.raises(rqueue.CorruptRecord, match=f"{queue.keys.meta}: fields inc and seq are missing"):
+        c.fetch(1)
+    # and once the doctor repaired it, the group is handed the other nine once each, not the acked one
+    doctor.repair(queue, doctor.examine(queue))
+    handed = []
+    while got := c.fetch(1):
+        handed += [(d.seq, d.delivery_count) for d in got]
+        c.ack(got)
+    assert handed == [(s, 1) for s in range(1, 11) if s != 5]

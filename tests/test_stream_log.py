@@ -826,3 +826,26 @@ def test_deleting_the_last_group_deletes_the_side_records_it_settled(client, flo
     assert (found.kind, found.fix) == (doctor.Kind.SIDE_LEAKED, ("side-leak", "1"))
     assert doctor.repair(q, [found])[0].outcome is doctor.Outcome.REPAIRED
     assert r.exists(q.keys.side) == 0
+
+
+def test_a_small_fetch_of_a_stream_queue_whose_meta_hash_was_deleted_is_refused_until_the_repair(client):
+    # given a stream queue whose one group acked a priority message apart from the cursor (its entry stays)
+    q = client.queue("orders")
+    c = q.consumer("g")
+    for i in range(10):
+        q.publish(f"m{i}".encode(), priority=9 if i == 4 else 0)
+    (urgent,) = c.fetch(1)
+    c.ack(urgent)
+    # when its meta hash is deleted, then a fetch of one is refused by name, changing nothing
+    client.redis.delete(q.keys.meta)
+    before = snapshot(client.redis, q.keys)
+    with pytest.raises(CorruptRecord, match=f"{q.keys.meta}: fields inc and seq are missing"):
+        c.fetch(1)
+    assert snapshot(client.redis, q.keys) == before
+    # and after the doctor's repair the other nine are handed out once each, the acked one never
+    doctor.repair(q, doctor.examine(q))
+    handed = []
+    while got := c.fetch(1):
+        handed += [(d.seq, d.delivery_count) for d in got]
+        c.ack(got)
+    assert handed == [(s, 1) for s in range(1, 11) if s != urgent.seq]

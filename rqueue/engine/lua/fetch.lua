@@ -227,6 +227,16 @@ local wrongLayout = layoutError(metaKey, msgsKey, metaFields[6], metaFields[2])
 if wrongLayout then
   return wrongLayout
 end
+-- A group's join writes the incarnation, and a publish the last seq: a
+-- group whose queue has neither while records are stored lost its meta
+-- hash (deleted), and with it the flags that say where messages are (a
+-- small fetch reads the records before the last seq, and a scan without
+-- "prio" would hand out again a priority message acked apart from the
+-- cursor). The doctor's repair writes the last seq and the flags again.
+if not metaFields[1] and not metaFields[2] and groupFields[2] and logAny(msgsKey) then
+  return redis.error_reply('RQ_CORRUPT ' .. metaKey .. ' fields inc and seq are missing (the hash was deleted) while '
+    .. groupKey .. ' and ' .. msgsKey .. ' hold state; `rqueue doctor --repair` writes them again')
+end
 -- A queue that had a priority or keyed message needs the flow-control keys:
 -- a client sends the short layout (KEYS[1..17]) until told, here, before
 -- any write.
