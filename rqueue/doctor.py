@@ -638,7 +638,10 @@ class _Examination:
                     group=group,
                 )
                 top = max(highest, start)
-        held = sorted(states)
+        # The seqs the group holds, those above the cursor (a priority or
+        # keyed message handed out apart from it) left to the scan above it:
+        # each seq is looked at, and listed, once.
+        held = sorted(s for s in states if not start < s <= top)
         total = len(held) + max(0, top - start)
         todo = itertools.chain(
             _chunks(held, reads.SCAN_STEP),

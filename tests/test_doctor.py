@@ -18,6 +18,7 @@ from rqueue import doctor
 from rqueue.cli import cli
 from rqueue.doctor import Kind, Outcome
 from rqueue.engine import commands
+from rqueue.engine.keys import LogLayout
 
 
 def kinds(findings: list[doctor.Finding]) -> list[tuple[Kind, int | None]]:
@@ -509,3 +510,25 @@ def test_a_seq_settled_above_the_cursor_is_no_missing_record(client, queue):
     a.ack(urgent)
     # when the finding is confirmed, then it is gone
     assert not commands.still_so(queue.group_call("g"), "record-missing", [str(urgent.seq)])
+
+
+@pytest.mark.parametrize("damage", ["record", "stub"])
+def test_a_held_priority_message_is_listed_once(client, queue, damage):
+    # given plain messages unread and a priority message handed out apart
+    # from the cursor and held: its seq is both a delivery state of the
+    # group and a seq above its cursor
+    a = queue.consumer("g", name="a", prefetch=10)
+    queue.publish_many([b"1", b"2", b"3"])
+    queue.publish(b"urgent", priority=9)
+    [held] = a.fetch(1)
+    assert held.seq == 4
+    # when its record is deleted (or, in a stream log, its stub entry alone)
+    stream = queue.keys.layout is LogLayout.STREAM
+    if damage == "stub" and stream:
+        client.redis.xdel(queue.keys.msgs, "4-0")
+        kind = Kind.STUB_MISSING
+    else:
+        logview.delete(client.redis, queue.keys, 4)
+        kind = Kind.RECORD_MISSING
+    # then the doctor lists it once (and counts it once toward the cap)
+    assert kinds(doctor.examine(queue)) == [(kind, 4)]
