@@ -17,7 +17,7 @@ the checks would read the same keys several times.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -315,12 +315,17 @@ class _Examination:
         # Where the scan of new messages has read to: priority and keyed
         # messages are handed out apart from it, so one held or settled
         # above it says nothing of the plain messages below it, unread.
+        # A stream log also tells them by their own entries, which stay
+        # when the priority log (or an entry of it) is lost.
+        read_to = [
+            next(self.by_scan(range(end, first - 1, -1), prioritized), 0) if end > cursor else 0 for first, end in runs
+        ]
         scanned = max(
             [
                 floor,
                 cursor,
-                *(_highest_unlisted(first, end, prioritized) for first, end in runs),
-                *(s for s in leases | states.keys() | waiting if s not in prioritized),
+                *read_to,
+                *self.by_scan(sorted(s for s in leases | states.keys() | waiting if s > cursor), prioritized),
             ]
         )
 
@@ -341,11 +346,7 @@ class _Examination:
         below_floor = cursor < floor and not flow
         if flow:
             cursor = max(cursor, floor)
-        behind = [
-            end
-            for first, end in runs
-            if end > cursor and not all(s in prioritized for s in range(max(first, cursor + 1), end + 1))
-        ]
+        behind = [end for (_, end), read in zip(runs, read_to, strict=True) if read > cursor]
         # A delivery the scan made (no priority or keyed message) is at or
         # below the cursor: above it, the scan of a plain queue would hand
         # the message out again as new while it is held or waits for its
@@ -390,6 +391,16 @@ class _Examination:
         self.check_untracked(gk, group, floor, cursor, runs, states.keys() | leases | waiting, prioritized, pulled)
         self.check_records(gk, group, cursor, last, _seq(state.get("since")), states, runs)
         self.check_keys(gk, group, queued)
+
+    def by_scan(self, seqs: Iterable[int], prioritized: set[int]) -> Iterator[int]:
+        """Those of ``seqs`` the scan of new messages hands out, in their
+        order: not priority or keyed messages, which are in the priority
+        log (``prioritized``) or, in a stream log, marked by their own
+        entries (read lazily, a step at a time)."""
+        todo = (s for s in seqs if s not in prioritized)
+        while step := list(itertools.islice(todo, reads.SCAN_STEP)):
+            flow = reads.flow_seqs(self.r, self.keys, step)
+            yield from (s for s in step if s not in flow)
 
     def check_keys(self, gk: GroupKeys, group: str, queued: dict[str, int]) -> None:
         """Every ordering key with messages waiting in the group's key queue
@@ -689,15 +700,6 @@ class _Examination:
             done += len(seqs)
             if self.progress is not None:
                 self.progress(f"records of {self.name} for {group}", done, total)
-
-
-def _highest_unlisted(first: int, end: int, listed: set[int]) -> int:
-    """The highest seq of first..end not in ``listed``; 0 when every one is
-    (at most len(listed) + 1 steps)."""
-    seq = end
-    while seq >= first and seq in listed:
-        seq -= 1
-    return seq if seq >= first else 0
 
 
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:

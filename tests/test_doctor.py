@@ -247,6 +247,38 @@ def test_a_lost_priority_log_entry_does_not_move_the_cursor_past_an_unread_messa
     assert [d.seq for d in c.fetch(10)] == [1]
 
 
+def test_a_lost_priority_log_does_not_move_the_cursor_past_unread_messages(client, queue):
+    # given plain messages never handed out (seqs 1-3) and priority messages
+    # handed out apart from the cursor and acked (seqs 4-6: an acked run
+    # above the cursor), and the queue's priority log deleted (damage)
+    c = queue.consumer("g", prefetch=10)
+    queue.publish_many([b"plain-1", b"plain-2", b"plain-3"])
+    queue.publish_many([b"urgent-4", b"urgent-5", b"urgent-6"], priority=9)
+    first = c.fetch(3)
+    assert sorted(d.seq for d in first) == [4, 5, 6]
+    c.ack(first)
+    client.redis.delete(queue.keys.prio)
+    # when the doctor repairs what it finds until nothing is left to repair
+    for _ in range(3):
+        found = doctor.examine(queue)
+        if not any(f.fix for f in found):
+            break
+        doctor.repair(queue, found)
+    # then nothing is left to report, and the plain messages are each handed out once
+    assert doctor.examine(queue) == []
+    got = []
+    while more := c.fetch(10):
+        c.ack(more)
+        got += [(d.data, d.delivery_count) for d in more]
+    assert sorted(got) == [(b"plain-1", 1), (b"plain-2", 1), (b"plain-3", 1)]
+    # (a stream log's side records of 4-6, which fetch deletes by their
+    # priority log entries, are then left: side-record-leaked, deleted)
+    leaked = doctor.examine(queue)
+    assert {f.kind for f in leaked} <= {Kind.SIDE_LEAKED}
+    doctor.repair(queue, leaked)
+    assert doctor.examine(queue) == []
+
+
 def test_deleted_meta_is_repaired_so_seqs_go_on(client, queue):
     # given a queue whose meta hash was deleted, with a message unread
     c = queue.consumer("g")

@@ -91,6 +91,26 @@ def record_states(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[tupl
     return guarded(read, where=keys.base) if seqs else []
 
 
+def flow_seqs(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> set[int]:
+    """Those of ``seqs`` that a stream log marks as messages published with
+    a priority or an ordering key (log.flow), one pipeline; none in a hash
+    log."""
+    if not log.stream(keys) or not seqs:
+        return set()
+    states = guarded(partial(_flow_states, r, keys, seqs), where=keys.base)
+    return {seq for seq, marked in zip(seqs, states, strict=True) if marked}
+
+
+def _flow_states(r: RedisClient, keys: QueueKeys, seqs: list[int]) -> list[bool]:
+    pipe = r.pipeline(transaction=False)
+    sizes = [log.has(pipe, keys, seq) for seq in seqs]
+    replies, found, at = pipe.execute(), [], 0
+    for size in sizes:
+        found.append(log.flow(keys, replies[at : at + size]))
+        at += size
+    return found
+
+
 def side_leaks(
     r: RedisClient, keys: QueueKeys, trimmed: int, limit: int, where: str, groups: bool = True
 ) -> tuple[list[int], bool]:

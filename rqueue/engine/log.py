@@ -168,6 +168,17 @@ def stub_missing(keys: QueueKeys, replies: list[Any]) -> bool:
     return bool(in_side) and not entries
 
 
+def flow(keys: QueueKeys, replies: list[Any]) -> bool:
+    """Whether the seq is a message published with a priority or an
+    ordering key, by its own entry (a stub) or its record in the side hash,
+    from the replies of has's reads; never so in a hash log, which does not
+    tell."""
+    if not stream(keys):
+        return False
+    entries, in_side = replies
+    return bool(in_side) or bool(entries) and _is_stub(entries[0][1])
+
+
 def length(pipe: Any, keys: QueueKeys) -> int:
     """Queues on ``pipe`` (a pipeline, sync or asyncio) the reads that count
     the stored records; returns how many replies they take, which
