@@ -2,7 +2,8 @@
 repairs what can be repaired without losing or repeating a message
 (docs/doctor.md).
 
-It reads each key by its name (engine/keys.py), never by SCAN, and big
+It reads each key by its name (engine/keys.py), but for one SCAN of the
+queue's group hashes (groups the floors hash lost), and big
 keys in bounded steps (engine/doctor_reads.py); each repair is one atomic script
 call (lua/repair.lua) that acts only while what the doctor saw is still so.
 The reads are not one snapshot, so on a queue in use they see moments that
@@ -60,6 +61,7 @@ class Kind(StrEnum):
     KEY_STRANDED = "key-stranded"  # an ordering key with messages waiting, neither ready nor busy
     STUB_MISSING = "stub-missing"  # stream log: a side record whose stub entry is gone (read from the side)
     SIDE_LEAKED = "side-record-leaked"  # stream log: a side record at or below the trim point nothing deletes
+    GROUP_UNREGISTERED = "group-unregistered"  # a group's hash, while the floors hash (the registry) lacks it
 
 
 class Outcome(StrEnum):
@@ -179,6 +181,11 @@ class _Examination:
             self.add(Kind.INCARNATION_EMPTY, keys.meta, "field inc (the queue's incarnation id) is empty")
         for group in sorted(floors):
             self.group(group, floors[group], last if meta.get("seq") is not None else None, "prio" in meta)
+        named = reads.group_names(self.r, keys, self.where)
+        for group in sorted(named - floors.keys()):
+            self.unregistered(
+                group, not floors and len(named) == 1, meta, last if meta.get("seq") is not None else None
+            )
         if meta.get("seq") is None:
             depth = reads.log_length(self.r, keys, self.where)
             settled = any(v != "0" for v in floors.values())
@@ -210,6 +217,44 @@ class _Examination:
         self.side_leaks(_seq(meta.get("trimmed")) or 0, bool(floors))
         self.dead_letter_seq()
         return self.found
+
+    def unregistered(self, group: str, alone: bool, meta: dict[str, str], last: int | None) -> None:
+        """A group whose hash is there while the floors hash (its ack floor,
+        and the registry of groups the doctor, join and the trim read) has
+        no field for it. Its floor is known only when it is the queue's one
+        group (``alone``: no other hash, an empty floors hash) outside
+        retention mode: every settle that moved it wrote it as the trim
+        point too (includes/settle.lua). Even then it is taken only when the
+        group's keys agree with it (the group examined at that floor leaves
+        no seq untracked, no cursor below it or a run)."""
+        keys, gk = self.keys, self.keys.group(group)
+        floor = meta.get("trimmed", "0")
+        known = alone and "retain" not in meta and floor.isdigit()
+        if known:
+            probe = _Examination(self.q, None)
+            probe.group(group, floor, last, "prio" in meta)
+            known = not any(f.kind in _FLOOR_DISAGREES for f in probe.found)
+        self.add(
+            Kind.GROUP_UNREGISTERED,
+            keys.floors,
+            f"{gk.state} holds the state of group {group!r}, but {keys.floors} has no field {group} (its ack floor "
+            "and its entry in the registry of groups): join refuses the group, the trim does not wait for it, "
+            "and the doctor, groups() and stats() do not see it"
+            + (
+                ""
+                if known
+                else f". Its floor is not known (every seq at or below it is settled by the group; the trim point "
+                f"{floor} is at or below it): set the field back to it (HSET {keys.floors} {group} <floor>), or "
+                "delete the group's keys to start it afresh"
+            ),
+            group=group,
+            repair=f"register it again with the ack floor {floor}, the trim point (the queue's one group settled "
+            "every seq up to it, and its keys agree)"
+            if known
+            else None,
+            fix=("register", floor) if known else (),
+            check=() if known else ("unregistered",),
+        )
 
     def side_leaks(self, trimmed: int, groups: bool) -> None:
         """Stream layout: the side records at or below the trim point whose
@@ -700,6 +745,17 @@ class _Examination:
             done += len(seqs)
             if self.progress is not None:
                 self.progress(f"records of {self.name} for {group}", done, total)
+
+
+# What an unregistered group's keys show when the floor it is given is wrong.
+_FLOOR_DISAGREES = {
+    Kind.BAD_NUMBER,
+    Kind.CURSOR_BELOW_FLOOR,
+    Kind.CURSOR_BELOW_RUN,
+    Kind.RUN_OUT_OF_PLACE,
+    Kind.UNTRACKED,
+    Kind.LAST_BELOW_CURSOR,
+}
 
 
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:

@@ -19,6 +19,7 @@ from rqueue.cli import cli
 from rqueue.doctor import Kind, Outcome
 from rqueue.engine import commands
 from rqueue.engine.keys import LogLayout
+from rqueue.errors import CorruptRecord
 
 
 def kinds(findings: list[doctor.Finding]) -> list[tuple[Kind, int | None]]:
@@ -276,6 +277,54 @@ def test_a_lost_priority_log_does_not_move_the_cursor_past_unread_messages(clien
     leaked = doctor.examine(queue)
     assert {f.kind for f in leaked} <= {Kind.SIDE_LEAKED}
     doctor.repair(queue, leaked)
+    assert doctor.examine(queue) == []
+
+
+def test_a_group_the_floors_hash_lost_is_found_and_registered_again(client, queue):
+    # given the queue's one group, its first message settled (floor 1) and
+    # two unread, and the floors hash (the registry of groups) deleted
+    c = queue.consumer("g")
+    queue.publish_many([b"a", b"b", b"c"])
+    c.ack(c.fetch(1))
+    c.close()
+    client.redis.delete(queue.keys.floors)
+    # when a consumer joins, then it is refused, sent to the doctor
+    with pytest.raises(CorruptRecord):
+        queue.consumer("g").fetch(1)
+    # when the doctor examines the queue, then it names the group, with its floor known
+    [found] = doctor.examine(queue)
+    assert (found.kind, found.group, found.key) == (Kind.GROUP_UNREGISTERED, "g", queue.keys.floors)
+    assert found.fix == ("register", "1")
+    # when it repairs, then the group is registered again at its floor: the
+    # queue is clean, and a consumer gets the unread messages, nothing twice
+    [done] = doctor.repair(queue, [found])
+    assert done.outcome is Outcome.REPAIRED
+    assert doctor.examine(queue) == []
+    assert queue.groups() == ["g"]
+    c = queue.consumer("g")
+    assert [d.data for d in c.fetch(10)] == [b"b", b"c"]
+
+
+@pytest.mark.parametrize("lost", ["floors", "field"])
+def test_a_group_the_floors_hash_lost_beside_another_is_reported_with_what_to_do(client, queue, lost):
+    # given two groups that settled different seqs, and the floors hash
+    # deleted (or group g's field alone)
+    g, h = queue.consumer("g"), queue.consumer("h")
+    queue.publish_many([b"a", b"b", b"c"])
+    g.ack(g.fetch(2))
+    h.ack(h.fetch(1))
+    if lost == "floors":
+        client.redis.delete(queue.keys.floors)
+    else:
+        client.redis.hdel(queue.keys.floors, "g")
+    # when the doctor examines the queue, then it names each group missing,
+    # with no repair (its floor is not known) and what to do instead
+    found = doctor.examine(queue)
+    missing = ["g", "h"] if lost == "floors" else ["g"]
+    assert [(f.kind, f.group, f.fix) for f in found] == [(Kind.GROUP_UNREGISTERED, m, ()) for m in missing]
+    assert all(f.repair is None and f"HSET {queue.keys.floors} {f.group} <floor>" in f.detail for f in found)
+    # and when the operator sets the floors back, the queue is clean
+    client.redis.hset(queue.keys.floors, mapping={"g": 2, "h": 1})
     assert doctor.examine(queue) == []
 
 

@@ -28,6 +28,20 @@ def key_exists(r: RedisClient, key: str, where: str) -> bool:
     return bool(guarded(lambda: r.exists(key), where=where))
 
 
+def group_names(r: RedisClient, keys: QueueKeys, where: str) -> set[str]:
+    """The names of the groups whose hashes (``<base>:grp:<group>``) exist,
+    by SCAN (SCAN_STEP keys looked at per call) of the queue's group
+    hashes: the registry of groups, the floors hash, is the key checked
+    against them."""
+    head = f"{keys.base}:grp:"
+    pattern = re.sub(r"([*?\[\]\\])", r"\\\1", head) + "*"
+
+    def read() -> set[str]:
+        return {text(k)[len(head) :] for k in r.scan_iter(match=pattern, count=SCAN_STEP)}
+
+    return guarded(read, where=where)
+
+
 def hash_in_steps(r: RedisClient, key: str, where: str) -> Iterator[list[tuple[str, str]]]:
     """Every field of a hash that may be big (delivery states), SCAN_STEP
     or so per call (HSCAN, which may repeat a field: callers take the last)."""

@@ -49,6 +49,11 @@
         group's key queue and neither ready nor busy: put at the back of the
         ready keys (and first among the busy keys when it has deliveries
         out), so that fetch hands them out in order again
+      "register", ARGV[9] floor: a group whose hash is there while the
+        floors hash has no field for it is registered again at floor, only
+        while the floors hash names no group, the queue is not in retention
+        mode and its trim point is floor (the one group's floor: each settle
+        that moved it wrote both)
     "check:<what>", the same arguments: answers "holds" while the
       finding is still so, "gone" otherwise, and changes nothing. The
       doctor's reads are not one snapshot, so it confirms each finding in
@@ -61,6 +66,8 @@
         did not settle it (in no acked run) and has no delivery state for
         it, nor does it wait in any set
       "last-below-cursor": the queue's last seq is below the cursor
+      "unregistered": the group's hash is there, the floors hash has no
+        field for it
   Output:
     { "done", "gone" or (a check) "holds", what was done }
   Errors (nothing is changed):
@@ -154,6 +161,28 @@ if checking and what == 'last-below-cursor' then
   local last = tonumber(rcall('HGET', metaKey, 'seq') or '')
   local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
   return (last ~= nil and cursor ~= nil and last < cursor) and HOLDS or {'gone', ''}
+end
+
+if what == 'register' or what == 'unregistered' then
+  -- The group's hash is there and the floors hash has no field for it;
+  -- registered again only as the queue's one group outside retention
+  -- mode, at its trim point ARGV[9] (includes/settle.lua writes both).
+  if rcall('HEXISTS', floorsKey, groupName) == 1 or rcall('EXISTS', groupKey) == 0 then
+    return {'gone', ''}
+  end
+  if what == 'register' and (rcall('HLEN', floorsKey) > 0 or rcall('HEXISTS', metaKey, 'retain') == 1
+      or (rcall('HGET', metaKey, 'trimmed') or '0') ~= ARGV[9]) then
+    return {'gone', ''}
+  end
+  if checking then
+    return HOLDS
+  end
+  if what == 'unregistered' then
+    return redis.error_reply('RQ_BAD_ARGUMENT "unregistered" is only checked: its floor is not known')
+  end
+  rcall('HSET', floorsKey, groupName, ARGV[9])
+  return {'done', 'registered group ' .. groupName .. ' again in ' .. floorsKey .. ' with the ack floor ' .. ARGV[9]
+    .. ' (the trim point)'}
 end
 
 if what == 'lease-without-state' then
