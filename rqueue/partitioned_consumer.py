@@ -140,8 +140,9 @@ class PartitionRouting:
         """Which deliveries a removal since ``marks`` took back: those of
         the partitions whose member joined again since (a fetch there
         found it removed); None when none did. The other partitions still
-        hold theirs."""
-        again = [c for c, mark in zip(self.consumers, marks, strict=True) if c.joins != mark]
+        hold theirs, and so do partitions the queue grew by since ``marks``
+        (their members joined for the first time)."""
+        again = [c for c, mark in zip(self.consumers, marks, strict=False) if c.joins != mark]
         return (lambda d: any(d.consumer is c for c in again)) if again else None
 
     def removed_by(self, removal: NotMember) -> Callable[[Delivery], bool]:
