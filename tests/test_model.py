@@ -557,18 +557,21 @@ class QueueMachine(RuleBasedStateMachine):
             got = h.consumer.nack_available(refs, delay=delay)
             return [("ok", s) if isinstance(s, str) else ("err", type(s).__name__) for s in got]
 
+        # Another consumer's Delivery is refused as NotHeld in its place, unsent.
+        foreign = [hh is not h and not text for (hh, _), (_, text) in zip(picked, js)]
+
         def model_statuses():
-            refused = [self.model.refusal(h.group, h.name, tag_of(d)) for _, d in picked]
+            refused = [
+                "NotHeld" if away else self.model.refusal(h.group, h.name, tag_of(d))
+                for (_, d), away in zip(picked, foreign, strict=True)
+            ]
             return [
                 ("err", code) if code else outcome(lambda d=d: self.model.nack(h.group, h.name, tag_of(d), delay))
                 for (_, d), code in zip(picked, refused, strict=True)
             ]
 
         real = outcome(real_statuses)
-        if any(hh is not h and not text for (hh, _), (_, text) in zip(picked, js)):
-            model = ("err", "NotHeld")  # another consumer's Delivery: refused before any call
-        else:
-            model = outcome(model_statuses)
+        model = outcome(model_statuses)
         self._same_result(f"nack_list(delay={delay}) {[str(getattr(r, 'tag', r)) for r in refs]} by {h}", real, model)
         if real[0] == "ok":
             self.settled[h.group].update(d.seq for (_, d), st_ in zip(picked, real[1]) if st_ == ("ok", "dead"))
@@ -587,17 +590,21 @@ class QueueMachine(RuleBasedStateMachine):
         def real_statuses():
             return [None if s is None else type(s).__name__ for s in h.consumer.in_progress_available(refs)]
 
+        # Another consumer's Delivery is refused as NotHeld in its place, unsent.
+        foreign = [hh is not h and not text for (hh, _), (_, text) in zip(picked, js)]
+
         def model_statuses():
-            return [
-                None if r[0] == "ok" else r[1]
-                for r in (outcome(lambda d=d: self.model.in_progress(h.group, h.name, tag_of(d))) for _, d in picked)
-            ]
+            statuses = []
+            for (_, d), away in zip(picked, foreign, strict=True):
+                if away:
+                    statuses.append("NotHeld")
+                    continue
+                r = outcome(lambda d=d: self.model.in_progress(h.group, h.name, tag_of(d)))
+                statuses.append(None if r[0] == "ok" else r[1])
+            return statuses
 
         real = outcome(real_statuses)
-        if any(hh is not h and not text for (hh, _), (_, text) in zip(picked, js)):
-            model = ("err", "NotHeld")  # another consumer's Delivery: refused before any call
-        else:
-            model = outcome(model_statuses)
+        model = outcome(model_statuses)
         self._same_result(f"in_progress_list {[str(getattr(r, 'tag', r)) for r in refs]} by {h}", real, model)
         if real[0] == "ok":
             COVERAGE[f"(in_progress_list of {len(refs)}: {sorted({str(s) for s in real[1]})})"] += 1
