@@ -196,11 +196,12 @@ class Consumer(ConsumerCore):
         if not tags:
             return
         call = self._group_call()
+        mark = self._watch.mark()
         if self._completed_on():
             commands.ack_completed(call, tags, strict=True)
         else:
             commands.ack(call, tags, strict=True)
-        self._forget(tags)
+        self._forget(tags, mark)
 
     def ack_available(self, deliveries: Iterable[DeliveryRef]) -> list[RQueueError | None]:
         """Acks every delivery that can be acked, in one round trip; returns,
@@ -210,9 +211,10 @@ class Consumer(ConsumerCore):
         if not tags:
             return list(lost)
         call = self._group_call()
+        mark = self._watch.mark()
         if self._completed_on():
-            return self._acked(tags, lost, commands.ack_completed(call, tags, strict=False))
-        return self._acked(tags, lost, commands.ack(call, tags, strict=False))
+            return self._acked(tags, lost, commands.ack_completed(call, tags, strict=False), mark)
+        return self._acked(tags, lost, commands.ack(call, tags, strict=False), mark)
 
     def ack_and_fetch(
         self, acks: Iterable[DeliveryRef], n: int, wait: float | None = None, may_wait: bool = False
@@ -266,7 +268,7 @@ class Consumer(ConsumerCore):
             fetched = commands.fetch(call, n, fetch_token(self.client.randomness), waits=self._claims(call, waits))
             deliveries = self._received(fetched, mark)
             return lenient, deliveries, self._due_in(fetched, deliveries)
-        statuses = self._fetched_acks(tags, lost, reply)
+        statuses = self._fetched_acks(tags, lost, reply, mark)
         deliveries = self._received(reply, mark)
         return statuses, deliveries, self._due_in(reply, deliveries)
 
@@ -328,8 +330,9 @@ class Consumer(ConsumerCore):
         result_ttl and, with ``event``, records a completed event."""
         tag = self._tag_of(delivery)
         keys, ttl_ms, values = self._results_of_one(tag, value)
+        mark = self._watch.mark()
         commands.ack_results(self._group_call(), [tag], keys, ttl_ms, values, event, strict=True)
-        self._held.pop(tag[0], None)
+        self._forget([tag], mark)
 
     def ack_results(self, items: Iterable[tuple[DeliveryRef, bytes]], event: bool) -> list[RQueueError | None]:
         """Acks what can be acked of ``items`` (delivery, result) as
@@ -338,11 +341,12 @@ class Consumer(ConsumerCore):
         per item, None or the DeliveryError that kept it from being acked
         (its result not kept)."""
         tags, keys, values, lost = self._results_to_send(list(items))
+        mark = self._watch.mark()
         statuses: list[str] = []
         for a, b in commands.results_chunks(values):
             call, ttl_ms = self._group_call(), self._result_ttl_ms()
             statuses += commands.ack_results(call, tags[a:b], keys[a:b], ttl_ms, values[a:b], event, False)
-        return self._acked(tags, lost, statuses)
+        return self._acked(tags, lost, statuses, mark)
 
     def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
         """Keeps how the message of ``delivery`` failed for good as its result

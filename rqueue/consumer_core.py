@@ -222,6 +222,8 @@ class ConsumerCore:
         settled = self._watch.settled
         if settled[0] and len(raw) > first:
             raw, first = self._set_aside_settled(reply, aside, *settled)
+        if self._watch.acked_seqs and len(raw) > first:
+            raw, first = self._set_aside_acked(reply, mark, aside, raw, first)
         deadline = reply.now_ms + int(round(self._settings.ack_wait * 1000))
         held = self._held
         out: list[Delivery] = []
@@ -309,10 +311,52 @@ class ConsumerCore:
             )
         return kept, first
 
+    def _set_aside_acked(
+        self,
+        reply: commands.FetchReply,
+        mark: Mark,
+        aside: list[tuple[str, str, str]],
+        raw: list[Any],
+        first: int,
+    ) -> tuple[list[Any], int]:
+        """The deliveries ``raw[first:]`` of ``reply`` (a fetch sent at
+        ``mark``) without those of seqs whose acks this consumer had seen
+        confirmed above the group's floor before (statewatch.py): Redis lost
+        those acks (reported by the watch). Their tags go to ``aside``, to
+        the dead-letter queue unrun. A replayed dead letter runs: an operator
+        asked for it."""
+        seqs = [int(raw[i]) for i in range(first, len(raw), 3) if commands.delivery_count(raw[i + 1])[1] is None]
+        found = self._watch.acks_lost(mark, reply.generation, reply.floor, seqs)
+        if not found:
+            return raw, first
+        kept = raw[:first]
+        why = (
+            f"{self!r} had seen its ack confirmed (above the ack floor of group {self.group!r}) before Redis lost "
+            "it: not run again; replay it to run it"
+        )
+        for i in range(first, len(raw), 3):
+            seq = int(raw[i])
+            count, replayed = commands.delivery_count(raw[i + 1])
+            if seq in found and replayed is None:
+                aside.append((delivery_tag(seq, count, reply.token), SETTLED_BEFORE_LOSS, why))
+            else:
+                kept.extend(raw[i : i + 3])
+        log.warning(
+            "%r dead-letters %d deliveries, unrun, of messages it had seen acked before Redis lost the acks "
+            "(seqs %s; reason %s)",
+            self,
+            len(found),
+            sorted(found)[:10],
+            SETTLED_BEFORE_LOSS,
+        )
+        return kept, first
+
     def _fetched_acks(
-        self, tags: Sequence[commands.Tag], lost: list[RQueueError | None], reply: commands.FetchReply
+        self, tags: Sequence[commands.Tag], lost: list[RQueueError | None], reply: commands.FetchReply, mark: Mark
     ) -> list[RQueueError | None]:
-        """Per ack ref of an ack_and_fetch, its LostDelivery or its status."""
+        """Per ack ref of an ack_and_fetch sent at ``mark``, its
+        LostDelivery or its status; the watch remembers the acks confirmed
+        above the floor the reply reports."""
         held = self._held
         for t in tags:
             held.pop(t[0], None)
@@ -320,6 +364,9 @@ class ConsumerCore:
             None if status == "ok" else delivery_error(status, t[0])
             for t, status in zip(tags, reply.ack_statuses, strict=True)
         ]
+        if tags:
+            confirmed = [t[1] for t, status in zip(tags, statuses, strict=True) if status is None]
+            self._watch.acked(mark, confirmed, reply.generation, reply.floor)
         return merged(lost, statuses)
 
     def _judge_wait(self, woken: commands.WokenFetch, since: str, block_ms: int, deliveries: list[Delivery]) -> bool:
@@ -500,17 +547,29 @@ class ConsumerCore:
             return [], None, []
         return [self.queue.keys.result(tag[1], self.group)], self._result_ttl_ms(), [value]
 
-    def _forget(self, tags: Sequence[commands.Tag]) -> None:
+    def _forget(self, tags: Sequence[commands.Tag], mark: Mark | None = None) -> None:
+        """Forgets the deliveries of ``tags``, acked by a call sent at
+        ``mark`` (the watch remembers those above the floor it knows)."""
         held = self._held
         for tag, *_ in tags:
             held.pop(tag, None)
+        if mark is not None:
+            self._watch.acked(mark, [t[1] for t in tags])
 
     def _acked(
-        self, tags: Sequence[commands.Tag], lost: list[RQueueError | None], statuses: Sequence[str]
+        self,
+        tags: Sequence[commands.Tag],
+        lost: list[RQueueError | None],
+        statuses: Sequence[str],
+        mark: Mark | None = None,
     ) -> list[RQueueError | None]:
-        """Per ref of an ack_available, its LostDelivery or the error of its status."""
+        """Per ref of an ack_available sent at ``mark``, its LostDelivery or
+        the error of its status."""
         self._forget(tags)
-        return merged(lost, [delivery_error(status, tag) for (tag, *_), status in zip(tags, statuses, strict=True)])
+        errors = [delivery_error(status, tag) for (tag, *_), status in zip(tags, statuses, strict=True)]
+        if mark is not None:
+            self._watch.acked(mark, [t[1] for t, err in zip(tags, errors, strict=True) if err is None])
+        return merged(lost, errors)
 
     def _beaten(
         self, tags: Sequence[commands.Tag], lost: list[RQueueError | None], mark: Mark, reply: commands.HeartbeatReply

@@ -381,6 +381,7 @@ class LossKind(enum.Enum):
     INCARNATION = "incarnation-changed"  # the queue's incarnation id is not the one seen before
     SEQ_WENT_BACK = "seq-went-back"  # a seq at or below one seen before, in the same incarnation
     ACKS_WENT_BACK = "acks-went-back"  # a group's ack floor below one seen before, or its generation went back
+    ACKS_LOST = "acks-lost"  # a message handed out again that this consumer had seen acked above the floor
 
 
 class StateLost(RQueueError):
@@ -413,6 +414,11 @@ class StateLost(RQueueError):
         generations: for ACKS_WENT_BACK, the group's generation this
             consumer saw before, and the one now (lower when Redis lost a
             reset of the group, or its making).
+        seqs: for ACKS_LOST, the seqs this consumer had seen acked above
+            the group's ack floor (``gone_above``, as ``floor_seen``) and a
+            fetch handed out again: dead-lettered unrun, reason
+            "settled-before-loss". The loss may have taken other such acks,
+            of seqs not handed out yet, or handed to other consumers.
     """
 
     def __init__(
@@ -429,6 +435,7 @@ class StateLost(RQueueError):
         floor_seen: int = 0,
         group: str = "",
         generations: tuple[int, int] = (0, 0),
+        seqs: tuple[int, ...] = (),
     ) -> None:
         if kind is LossKind.INCARNATION:
             what = f"its incarnation changed from {incarnation} to {new_incarnation}: every message of it is gone"
@@ -444,6 +451,13 @@ class StateLost(RQueueError):
                 f"group {group!r} {back} (incarnation {incarnation}): acks of messages above seq {gone_above} may "
                 f"be gone; the messages are kept, those up to seq {floor_seen} are dead-lettered unrun as they "
                 f"come back (reason {SETTLED_BEFORE_LOSS}), and one acked out of order above it may run again"
+            )
+        elif kind is LossKind.ACKS_LOST:
+            shown = ", ".join(map(str, seqs[:10])) + (", ..." if len(seqs) > 10 else "")
+            what = (
+                f"group {group!r} handed out again {len(seqs)} messages whose acks this consumer had seen confirmed "
+                f"above its ack floor {gone_above} (seqs {shown}; incarnation {incarnation}): Redis lost those acks; "
+                f"these are dead-lettered unrun (reason {SETTLED_BEFORE_LOSS}), and others acked so may run again"
             )
         else:
             what = (
@@ -467,6 +481,7 @@ class StateLost(RQueueError):
         self.floor_seen = floor_seen
         self.group = group
         self.generations = generations
+        self.seqs = seqs
 
 
 class QueuePartitioned(RQueueError):

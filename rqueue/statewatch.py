@@ -19,6 +19,19 @@ showed it that floor (those messages were settled before the loss), until
 the group's floor is back there. A generation that goes back (Redis lost a
 reset of the group) is such a loss too.
 
+Acks above the floor (a priority message, or a key's, acked while an older
+one still runs) leave the floor where it is, and a Redis that lost them
+shows no floor going back. So a consumer remembers the seqs whose acks it
+saw confirmed above the floor it knew (:meth:`StateWatch.acked`; at most
+ACKED_KEPT, the lowest forgotten first), forgets each one once the floor it
+sees passes it, and every one when the group's generation changes (a
+reset). A later fetch that hands it one of those seqs again, not as a
+replayed dead letter, shows Redis lost that ack (:meth:`StateWatch.acks_lost`):
+it is reported as above (LossKind.ACKS_LOST, once per loss) and the delivery
+goes to the dead-letter queue unrun, reason "settled-before-loss". Only the
+consumer that acked a seq can tell: another member of the group handed it
+again sees a first delivery of an unacked message.
+
 Replies of calls made by several threads can arrive in any order, so each
 reply is judged against what the watch knew when its call was sent
 (:meth:`StateWatch.mark`): a seq the server assigned after the call was
@@ -27,6 +40,7 @@ sent is above every seq seen before it was sent, unless Redis lost state.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 from collections import deque
@@ -46,6 +60,7 @@ log = logging.getLogger("rqueue")
 
 CONFIRMED_KEPT = 100_000  # runs of confirmed seqs a publisher remembers, to count those a loss took
 GENERATIONS_KEPT = 16  # a group's generations whose floors a consumer remembers (resets are rare)
+ACKED_KEPT = 100_000  # seqs a consumer saw acked above its group's floor and remembers, to see those acks lost
 
 
 class Mark(NamedTuple):
@@ -56,6 +71,7 @@ class Mark(NamedTuple):
     generation: int  # the group's generation (-1: none seen)
     floor: int  # the highest ack floor seen in that generation
     floor_ms: int  # the server time of the reply that first showed that floor
+    acks: int = 0  # the stamp of the last acks remembered (StateWatch.acked)
 
 
 class StateWatch:
@@ -107,10 +123,21 @@ class StateWatch:
         self.candidate = incarnation_id(randomness)
         #: The last loss this watch saw, or None.
         self.last_loss: StateLost | None = None
+        #: seq -> stamp: the seqs whose acks a consumer saw confirmed above
+        #: its group's floor, in generation ``_acked_generation``; the stamp
+        #: is that of the call's reply (``_stamp`` grows at each one). Empty,
+        #: a fetch reply costs one test of it (consumer_core._parse).
+        self.acked_seqs: dict[int, int] = {}
+        self._acked_heap: list[int] = []  # the same seqs (and some forgotten), lowest first
+        self._acked_generation = -1
+        self._stamp = 0
+        # Acks remembered at or before this stamp belong to a loss already
+        # reported: finding them gone again reports nothing new.
+        self._reported_stamp = 0
 
     def mark(self) -> Mark:
         """What the watch knows now: taken before a call is sent."""
-        return Mark(self.epoch, self._last_seq, *self._group_seen)
+        return Mark(self.epoch, self._last_seq, *self._group_seen, self._stamp)
 
     def forget(self) -> None:
         """Forgets the queue's state (this client deleted the queue: its next
@@ -121,6 +148,7 @@ class StateWatch:
             self._group_seen, self.settled = (-1, 0, 0), (0, 0)
             self._floors.clear()
             self._confirmed.clear()
+            self._forget_acked()
             self.epoch += 1
 
     def saw(
@@ -215,10 +243,18 @@ class StateWatch:
                 del floors[min(floors)]
         known, known_floor, known_ms = self._group_seen
         floors[known] = (known_floor, known_ms)
+        if self.acked_seqs:
+            if known > self._acked_generation or (went_back and generation != mark.generation):
+                # A reset (or its making undone): what was acked before is
+                # the operator's to hand out again.
+                self._forget_acked()
+            elif known == self._acked_generation:
+                self._passed(known_floor)
         if self.settled[0] and floor >= self.settled[0] and generation == known:
             self.settled = (0, 0)  # Redis has the acks again
         if not went_back or loss is not None:
             return None
+        self._reported_stamp = self._stamp  # the acks remembered are part of this loss
         return self._lost(
             LossKind.ACKS_WENT_BACK, self.incarnation or "", floor, max(up_to, floor), (mark.generation, generation)
         )
@@ -268,7 +304,13 @@ class StateWatch:
         if kind is LossKind.INCARNATION:
             self._group_seen, self.settled = (-1, 0, 0), (0, 0)
             self._floors.clear()
+            self._forget_acked()
         else:
+            # Acks remembered up to gone_above are part of this loss; the
+            # seqs above it will be new messages.
+            for seq in [seq for seq in self.acked_seqs if seq > gone_above]:
+                del self.acked_seqs[seq]
+            self._reported_stamp = self._stamp
             # Seqs above gone_above are new messages once published again:
             # none of them was settled, whatever was seen before.
             generation, floor, floor_ms = self._group_seen
@@ -279,6 +321,85 @@ class StateWatch:
         self.epoch += 1
         self.last_loss = loss
         return loss
+
+    def acked(self, mark: Mark, seqs: list[int], generation: int = -1, floor: int = -1) -> None:
+        """Remembers ``seqs``, whose acks the reply of a call sent at
+        ``mark`` confirmed, those above the group's ack floor: the one the
+        reply reported with its ``generation`` (a fetch's), else the one
+        this watch knows (an ack's reply carries none). Not when a loss was
+        seen since the call was sent, nor before a group generation is known."""
+        if not seqs:
+            return
+        with self._lock:
+            known, known_floor, _ = self._group_seen
+            if generation < 0:
+                generation, floor = known, known_floor
+            elif generation == known:
+                floor = max(floor, known_floor)
+            if mark.epoch != self.epoch or generation <= 0 or floor < 0 or generation < self._acked_generation:
+                return
+            if generation > self._acked_generation:
+                self._forget_acked()
+                self._acked_generation = generation
+            acked, heap = self.acked_seqs, self._acked_heap
+            self._stamp = stamp = self._stamp + 1
+            for seq in seqs:
+                if seq > floor and seq not in acked:
+                    while len(acked) >= ACKED_KEPT:
+                        acked.pop(heapq.heappop(heap), None)
+                    acked[seq] = stamp
+                    heapq.heappush(heap, seq)
+            if len(heap) > 2 * ACKED_KEPT:
+                self._acked_heap = sorted(acked)
+
+    def acks_lost(self, mark: Mark, generation: int, floor: int, seqs: list[int]) -> set[int]:
+        """Of ``seqs``, handed out (not replayed) by a fetch sent at
+        ``mark`` whose reply (already judged by :meth:`saw`) showed the
+        group's ``generation`` and ``floor``: those whose acks this watch
+        had seen confirmed before the fetch was sent. Redis lost those acks:
+        the seqs are forgotten, and the loss is reported unless it was."""
+        loss = None
+        with self._lock:
+            acked = self.acked_seqs
+            if mark.epoch != self.epoch or generation != self._acked_generation:
+                return set()
+            found = {seq for seq in seqs if acked.get(seq, mark.acks + 1) <= mark.acks}
+            if not found:
+                return found
+            fresh = max(acked.pop(seq) for seq in found) > self._reported_stamp
+            if fresh:
+                self._reported_stamp = self._stamp
+                inc = self.incarnation or ""
+                loss = StateLost(
+                    self._queue,
+                    LossKind.ACKS_LOST,
+                    inc,
+                    inc,
+                    floor,
+                    self._last_seq,
+                    0,
+                    0,
+                    self._noticed_by,
+                    floor_seen=floor,
+                    group=self._group,
+                    generations=(generation, generation),
+                    seqs=tuple(sorted(found)),
+                )
+                self.last_loss = loss
+        if loss is not None:
+            self._report(loss)
+        return found
+
+    def _passed(self, floor: int) -> None:
+        """Forgets the acks remembered at or below ``floor`` (under the lock)."""
+        heap, acked = self._acked_heap, self.acked_seqs
+        while heap and heap[0] <= floor:
+            acked.pop(heapq.heappop(heap), None)
+
+    def _forget_acked(self) -> None:
+        self.acked_seqs.clear()
+        self._acked_heap.clear()
+        self._acked_generation = -1
 
     def _report(self, loss: StateLost) -> None:
         log.error("%s", loss)

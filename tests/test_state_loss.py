@@ -9,8 +9,10 @@ replayed dead letter says it was delivered before.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +24,8 @@ from test_aio_worker import AsyncWorkerThread
 
 import rqueue
 from rqueue import LossKind, LostDelivery
+from rqueue.engine.keys import LAYOUT_ENV
+from rqueue.results import MessageState
 from rqueue.stored_results import encode_value
 
 QUEUE = "orders"
@@ -369,6 +373,118 @@ def test_messages_published_after_a_loss_of_publishes_and_acks_run(client, queue
     assert [(d.seq, d.reason) for d in queue.dead_letters()] == [(3, "settled-before-loss"), (4, "settled-before-loss")]
 
 
+def holds_seq_1_and_acked_2_to_4_above_the_floor(
+    client: rqueue.Client, queue: rqueue.Queue, by: str = "ack"
+) -> tuple[Any, Callable[[], None]]:
+    """Consumer "c" holding seq 1 and done with 2..4 (priority messages,
+    handed out first), acked above the group's floor (0: 1 is held), and a
+    replica of the queue from before the fetch; ``by`` "ack" (ack.lua's
+    reply carries no floor) or "ack_and_fetch" (the fetch's reply does)."""
+    queue.publish(b"1")
+    queue.publish_many([b"2", b"3", b"4"], priority=9)
+    c = queue.consumer("g", name="c")
+    fail_over = replica_of(client, queue)
+    held = c.fetch(4)
+    assert [d.seq for d in held] == [2, 3, 4, 1]
+    if by == "ack":
+        c.ack(held[:3])
+    else:
+        statuses, got, _ = c.ack_and_fetch(held[:3], 1)
+        assert statuses == [None, None, None] and got == []
+    assert queue.stats().group("g").ack_floor == 0
+    return c, fail_over
+
+
+@pytest.mark.parametrize("by", ["ack", "ack_and_fetch"])
+def test_acks_above_the_floor_that_redis_lost_are_reported_and_those_messages_set_aside(client, queue, by):
+    # given c holding 1 and done with 2..4, acked above the floor, and a replica from before those acks
+    c, fail_over = holds_seq_1_and_acked_2_to_4_above_the_floor(client, queue, by)
+    assert c.last_state_loss is None
+    # when Redis fails over to the replica: same incarnation, seqs and floor, the acks gone
+    fail_over()
+    got = c.fetch(4)
+    # then c reports the acks lost, sets 2..4 aside unrun, and runs 1 (never acked)
+    assert [d.seq for d in got] == [1]
+    loss = c.last_state_loss
+    assert loss is not None and loss.kind is LossKind.ACKS_LOST
+    assert (loss.seqs, loss.gone_above, loss.group, loss.deliveries_dropped) == ((2, 3, 4), 0, "g", 0)
+    assert "handed out again 3 messages" in str(loss)
+    wait_for(lambda: state_lost_events(queue) != [])  # the asyncio client writes it in the background
+    [event] = state_lost_events(queue)
+    assert (event["reason"], event["group"]) == ("acks-lost", "g")
+    assert [(d.seq, d.reason) for d in queue.dead_letters()] == [(s, "settled-before-loss") for s in (2, 3, 4)]
+    # and what it got is settled as ever: no loss more
+    got[0].ack()
+    assert c.fetch(4) == []
+    g = queue.stats().group("g")
+    assert (g.ack_floor, g.in_flight, g.pending) == (4, 0, 0)
+    assert c.last_state_loss is loss and len(state_lost_events(queue)) == 1
+
+
+def test_messages_set_aside_for_lost_acks_run_when_replayed(client, queue):
+    # given 2..4 set aside after Redis lost their acks
+    c, fail_over = holds_seq_1_and_acked_2_to_4_above_the_floor(client, queue)
+    fail_over()
+    [one] = c.fetch(4)
+    loss = c.last_state_loss
+    one.ack()
+    assert c.fetch(4) == []  # the group's scan passes 2..4 (a dead letter above it is not replayed yet)
+    # when an operator replays them
+    assert queue.replay_dead_letters().replayed == 3
+    # then they are handed out and run: an operator asked for it, and no loss is reported
+    got = c.fetch(4)
+    assert [(d.seq, d.replayed) for d in got] == [(2, True), (3, True), (4, True)]
+    c.ack(got)
+    assert c.fetch(4) == [] and queue.stats().dead_letters == 0
+    assert c.last_state_loss is loss and len(state_lost_events(queue)) == 1
+
+
+def test_a_reset_of_the_group_hands_out_again_what_was_acked_above_the_floor(client, queue):
+    # given c holding 1 and done with 2..4, acked above the floor (another group keeps the records)
+    queue.create_group("other")
+    c, _ = holds_seq_1_and_acked_2_to_4_above_the_floor(client, queue)
+    # when the group is reset to its first message (a new generation; force: c holds 1)
+    queue.reset_group("g", "first", force=True)
+    # then every message is handed out again and runs: the operator's choice, no loss
+    got = c.fetch(4)
+    assert sorted(d.seq for d in got) == [1, 2, 3, 4]
+    c.ack(got)
+    assert c.last_state_loss is None and state_lost_events(queue) == []
+    assert queue.stats().dead_letters == 0
+
+
+@pytest.mark.sync_only("it reads the sync consumer's state watch")
+def test_acks_above_the_floor_are_forgotten_once_the_floor_passes_them(client, queue):
+    # given c holding 1 and done with 2..4, acked above the floor: remembered
+    c, _ = holds_seq_1_and_acked_2_to_4_above_the_floor(client, queue)
+    assert sorted(c._watch.acked_seqs) == [2, 3, 4]
+    # when c acks 1, and a fetch tells it the floor is at 4
+    c.ack(list(c._held.values()))
+    sees_the_floor(queue, c)
+    # then it remembers none of them
+    assert c._watch.acked_seqs == {}
+    # and acks in order are absorbed by the floor a fetch's reply reports: never remembered
+    queue.publish_many([b"5", b"6"])
+    statuses, got, _ = c.ack_and_fetch(c.fetch(2), 1)
+    assert statuses == [None, None] and got == [] and c._watch.acked_seqs == {}
+
+
+@pytest.mark.sync_only("it reads the sync consumer's state watch")
+def test_acks_refused_are_not_remembered(client, queue):
+    # given c holding 1 and 2 (2 a priority message), and 2 acked already
+    queue.publish(b"1")
+    queue.publish(b"2", priority=9)
+    c = queue.consumer("g", name="c")
+    two, one = c.fetch(2)
+    assert (two.seq, one.seq) == (2, 1)
+    c.ack(two)
+    c._watch.acked_seqs.clear()
+    # when c acks it again, and the ack is refused
+    statuses = c.ack_available([two.tag])
+    # then nothing is remembered
+    assert statuses[0] is not None and c._watch.acked_seqs == {}
+
+
 def test_a_heartbeat_reports_a_loss(client, queue):
     # given a consumer that joined, and a second consumer of the group
     queue.publish(b"a")
@@ -562,6 +678,68 @@ def test_a_worker_under_a_redis_restarted_from_a_snapshot_older_than_its_acks(tm
         assert [e["reason"] for e in state_lost_events(queue)] == ["acks-went-back"]
     finally:
         go.set()
+        client.close()
+        server.stop()
+
+
+@pytest.mark.parametrize("layout", ["hash", "stream"])
+@pytest.mark.parametrize("kind", ["threaded", "async"])
+def test_a_worker_under_a_redis_restarted_from_a_snapshot_older_than_its_acks_above_the_floor(
+    tmp_path, monkeypatch, kind, layout
+):
+    """A worker acks priority messages while an older one (seq 1) runs, so
+    its acks land above the group's floor (0). Redis restarts from a
+    snapshot taken before those acks: the same incarnation, last seq and
+    floor, the acked runs gone, so no seq and no floor goes back. The worker
+    reports the acks lost, and runs none of those messages again: they are
+    set aside in the dead-letter queue (formerly
+    tests/known_faults/attack_rollback_acks.py)."""
+    monkeypatch.setenv(LAYOUT_ENV, layout)
+    server = start_server("redis", data_dir=tmp_path / "redis")
+    client = rqueue.connect(server.url, prefix="w", settings_ttl=0)
+    release = threading.Event()
+    try:
+        queue = client.queue(QUEUE)
+        runs: collections.Counter[bytes] = collections.Counter()
+        lock = threading.Lock()
+
+        def handler(d: rqueue.Delivery) -> None:
+            with lock:
+                runs[d.data] += 1
+            if d.data == b"slow":
+                release.wait(30)
+
+        # given seq 1 and five priority messages (seqs 2..6, handed out first), and a snapshot then
+        queue.create_group("g")
+        queue.publish(b"slow")
+        priority = [b"p%d" % i for i in range(5)]
+        queue.publish_many(priority, priority=9)
+        client.redis.save()
+        # and a worker that runs seq 1 (holding the floor at 0) and acked 2..6, its acks confirmed
+        worker = started_worker(kind, server, queue, handler, concurrency=2, reconnect_timeout=20)
+        wait_for(lambda: all(queue.status(seq=s).groups["g"].state is MessageState.ACKED for s in range(2, 7)))
+        time.sleep(0.5)  # the reply of the fetch that carried the last acks has come back
+        assert queue.stats().group("g").ack_floor == 0
+        # when Redis restarts from the snapshot: the acks of 2..6 gone
+        server.kill()
+        server.start()
+        # then the worker hands 2..6 out again to no handler: they go to the dead-letter queue
+        wait_for(lambda: queue.stats().dead_letters == 5, timeout=20)
+        time.sleep(0.3)
+        release.set()
+        wait_for(lambda: queue.stats().group("g").ack_floor == 6, timeout=20)
+        worker.stop()
+        assert worker.join(10) is not False
+        assert {p: runs[p] for p in priority} == dict.fromkeys(priority, 1)
+        assert [(d.seq, d.reason) for d in queue.dead_letters()] == [(s, "settled-before-loss") for s in range(2, 7)]
+        # and it reported the acks lost once (its consumer's last loss, a state-lost event), naming the
+        # seqs of the fetch that showed it (later fetches set the others aside as part of the same loss)
+        assert worker.consumer is not None
+        loss = worker.consumer.last_state_loss
+        assert loss is not None and loss.kind is LossKind.ACKS_LOST and set(loss.seqs) <= set(range(2, 7))
+        assert [e["reason"] for e in state_lost_events(queue)] == ["acks-lost"]
+    finally:
+        release.set()
         client.close()
         server.stop()
 

@@ -226,11 +226,12 @@ class Consumer(ConsumerCore):
         if not tags:
             return
         call = self._call_now() or await self._group_call()
+        mark = self._watch.mark()
         if self._completed_on():
             await acmd.ack_completed(call, tags, strict=True)
         else:
             await acmd.ack(call, tags, strict=True)
-        self._forget(tags)
+        self._forget(tags, mark)
 
     async def ack_available(self, deliveries: Iterable[Ref]) -> list[RQueueError | None]:
         """Acks every delivery that can be acked; per delivery None or the
@@ -239,9 +240,10 @@ class Consumer(ConsumerCore):
         if not tags:
             return list(lost)
         call = await self._group_call()
+        mark = self._watch.mark()
         if self._completed_on():
-            return self._acked(tags, lost, await acmd.ack_completed(call, tags, strict=False))
-        return self._acked(tags, lost, await acmd.ack(call, tags, strict=False))
+            return self._acked(tags, lost, await acmd.ack_completed(call, tags, strict=False), mark)
+        return self._acked(tags, lost, await acmd.ack(call, tags, strict=False), mark)
 
     async def ack_and_fetch(
         self, acks: Iterable[Ref], n: int, wait: float | None = None, may_wait: bool = False
@@ -282,7 +284,7 @@ class Consumer(ConsumerCore):
             fetched = await acmd.fetch(call, n, fetch_token(self.client.randomness), waits=self._claims(call, waits))
             deliveries = await self._received(fetched, mark)
             return lenient, deliveries, self._due_in(fetched, deliveries)
-        statuses = self._fetched_acks(tags, lost, reply)
+        statuses = self._fetched_acks(tags, lost, reply, mark)
         deliveries = await self._received(reply, mark)
         return statuses, deliveries, self._due_in(reply, deliveries)
 
@@ -326,17 +328,19 @@ class Consumer(ConsumerCore):
         tag = self._tag_of(delivery)
         call = await self._group_call()
         keys, ttl_ms, values = self._results_of_one(tag, value)
+        mark = self._watch.mark()
         await acmd.ack_results(call, [tag], keys, ttl_ms, values, event, strict=True)
-        self._held.pop(tag[0], None)
+        self._forget([tag], mark)
 
     async def ack_results(self, items: Iterable[tuple[Ref, bytes]], event: bool) -> list[RQueueError | None]:
         """See :meth:`rqueue.Consumer.ack_results`."""
         tags, keys, values, lost = self._results_to_send(list(items))
+        mark = self._watch.mark()
         statuses: list[str] = []
         for a, b in commands.results_chunks(values):
             call, ttl_ms = await self._group_call(), self._result_ttl_ms()
             statuses += await acmd.ack_results(call, tags[a:b], keys[a:b], ttl_ms, values[a:b], event, False)
-        return self._acked(tags, lost, statuses)
+        return self._acked(tags, lost, statuses, mark)
 
     async def keep_failure(self, delivery: Delivery, reason: str, error: str) -> None:
         """See :meth:`rqueue.Consumer.keep_failure`."""
