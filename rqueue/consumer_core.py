@@ -364,9 +364,10 @@ class ConsumerCore:
             None if status == "ok" else delivery_error(status, t[0])
             for t, status in zip(tags, reply.ack_statuses, strict=True)
         ]
-        if tags:
+        floor = reply.floor
+        if tags and any(t[1] > floor for t in tags):  # acks in order: absorbed by the floor, nothing to remember
             confirmed = [t[1] for t, status in zip(tags, statuses, strict=True) if status is None]
-            self._watch.acked(mark, confirmed, reply.generation, reply.floor)
+            self._watch.acked(mark, confirmed, reply.generation, floor)
         return merged(lost, statuses)
 
     def _judge_wait(self, woken: commands.WokenFetch, since: str, block_ms: int, deliveries: list[Delivery]) -> bool:

@@ -23,9 +23,11 @@ from support.servers import start_server, wait_for
 from test_aio_worker import AsyncWorkerThread
 
 import rqueue
-from rqueue import LossKind, LostDelivery
+from rqueue import LossKind, LostDelivery, statewatch
 from rqueue.engine.keys import LAYOUT_ENV
+from rqueue.randomness import Randomness
 from rqueue.results import MessageState
+from rqueue.statewatch import StateWatch
 from rqueue.stored_results import encode_value
 
 QUEUE = "orders"
@@ -483,6 +485,76 @@ def test_acks_refused_are_not_remembered(client, queue):
     statuses = c.ack_available([two.tag])
     # then nothing is remembered
     assert statuses[0] is not None and c._watch.acked_seqs == {}
+
+
+def a_watch(events: list[dict[str, str]]) -> StateWatch:
+    """A consumer's state watch of group "g" that has seen incarnation
+    "i1", last seq 10 and the group's generation 1 at floor 0; the events
+    it records go to ``events``."""
+    w = StateWatch(QUEUE, None, None, Randomness(1), "consumer c of group g", "g", record=events.append)  # type: ignore[arg-type]
+    w.saw(w.mark(), "i1", 10, floor=(1, 0, 1000))
+    return w
+
+
+def test_a_watch_forgets_acks_as_the_floor_passes_them_and_all_at_a_reset():
+    # given a watch that saw acks of 3, 5 and 7 confirmed above the floor (0), and of 0.. not
+    w = a_watch([])
+    w.acked(w.mark(), [3, 5, 7], 1, 0)
+    assert sorted(w.acked_seqs) == [3, 5, 7]
+    # when a fetch shows the floor at 5
+    w.saw(w.mark(), "i1", 10, floor=(1, 5, 2000))
+    # then it remembers 7 alone
+    assert sorted(w.acked_seqs) == [7]
+    # and acks at or below the floor a reply reports are not remembered
+    w.acked(w.mark(), [6, 8], 1, 6)
+    assert sorted(w.acked_seqs) == [7, 8]
+    # when a fetch shows a new generation (a reset)
+    w.saw(w.mark(), "i1", 10, floor=(2, 0, 3000))
+    # then it remembers none, and reports no loss
+    assert w.acked_seqs == {} and w.last_loss is None
+
+
+def test_a_watch_remembers_at_most_acked_kept_seqs_the_lowest_forgotten_first(monkeypatch):
+    monkeypatch.setattr(statewatch, "ACKED_KEPT", 3)
+    w = a_watch([])
+    w.acked(w.mark(), [2, 3, 4], 1, 0)
+    w.acked(w.mark(), [5, 6], 1, 0)
+    assert sorted(w.acked_seqs) == [4, 5, 6]
+
+
+def test_a_watch_reports_a_lost_ack_once_per_loss_and_only_for_a_fetch_sent_after_it():
+    # given a fetch sent before a watch saw the acks of 5 and 6 confirmed above the floor
+    events: list[dict[str, str]] = []
+    w = a_watch(events)
+    before = w.mark()
+    w.acked(w.mark(), [5, 6], 1, 0)
+    # when that fetch's reply hands out 5 (it was handled by Redis before the ack)
+    # then it is no loss
+    assert w.acks_lost(before, 1, 0, [5]) == set() and w.last_loss is None
+    # when a fetch sent after the ack hands out 5 again
+    found = w.acks_lost(w.mark(), 1, 0, [5])
+    # then the ack of 5 was lost: reported once
+    assert found == {5} and w.last_loss is not None and w.last_loss.kind is LossKind.ACKS_LOST
+    assert [(e["reason"], e["seq"]) for e in events] == [("acks-lost", "0")]
+    # and 6, handed out by a later fetch, is part of the same loss: set aside, no report more
+    loss = w.last_loss
+    assert w.acks_lost(w.mark(), 1, 0, [6]) == {6}
+    assert w.last_loss is loss and len(events) == 1 and w.acked_seqs == {}
+    # and an ack seen after the loss, lost in turn, is a new loss
+    w.acked(w.mark(), [7], 1, 0)
+    assert w.acks_lost(w.mark(), 1, 0, [7]) == {7} and w.last_loss is not loss and len(events) == 2
+
+
+def test_a_watch_does_not_remember_acks_of_a_call_sent_before_a_loss_it_saw():
+    # given a call sent, and then a loss seen (the incarnation changed)
+    w = a_watch([])
+    sent = w.mark()
+    w.saw(w.mark(), "i2", 3, floor=(1, 0, 2000))
+    assert w.last_loss is not None and w.last_loss.kind is LossKind.INCARNATION
+    # when that call's reply confirms acks above the floor
+    w.acked(sent, [5], 1, 0)
+    # then they are not remembered: they may be of the state before the loss
+    assert w.acked_seqs == {}
 
 
 def test_a_heartbeat_reports_a_loss(client, queue):
