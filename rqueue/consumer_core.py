@@ -223,7 +223,7 @@ class ConsumerCore:
         if settled[0] and len(raw) > first:
             raw, first = self._set_aside_settled(reply, aside, *settled)
         if self._watch.acked_seqs and len(raw) > first:
-            raw, first = self._set_aside_acked(reply, mark, aside, raw, first)
+            raw, first = self._set_aside_acked(reply, mark, epoch, aside, raw, first)
         deadline = reply.now_ms + int(round(self._settings.ack_wait * 1000))
         held = self._held
         out: list[Delivery] = []
@@ -315,18 +315,19 @@ class ConsumerCore:
         self,
         reply: commands.FetchReply,
         mark: Mark,
+        epoch: int,
         aside: list[tuple[str, str, str]],
         raw: list[Any],
         first: int,
     ) -> tuple[list[Any], int]:
         """The deliveries ``raw[first:]`` of ``reply`` (a fetch sent at
-        ``mark``) without those of seqs whose acks this consumer had seen
+        ``mark``, of the watch's ``epoch``) without those of seqs whose acks this consumer had seen
         confirmed above the group's floor before (statewatch.py): Redis lost
         those acks (reported by the watch). Their tags go to ``aside``, to
         the dead-letter queue unrun. A replayed dead letter runs: an operator
         asked for it."""
         seqs = [int(raw[i]) for i in range(first, len(raw), 3) if commands.delivery_count(raw[i + 1])[1] is None]
-        found = self._watch.acks_lost(mark, reply.generation, reply.floor, seqs)
+        found = self._watch.acks_lost(mark, epoch, reply.generation, reply.floor, seqs)
         if not found:
             return raw, first
         kept = raw[:first]

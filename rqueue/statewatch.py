@@ -352,16 +352,17 @@ class StateWatch:
             if len(heap) > 2 * ACKED_KEPT:
                 self._acked_heap = sorted(acked)
 
-    def acks_lost(self, mark: Mark, generation: int, floor: int, seqs: list[int]) -> set[int]:
+    def acks_lost(self, mark: Mark, epoch: int, generation: int, floor: int, seqs: list[int]) -> set[int]:
         """Of ``seqs``, handed out (not replayed) by a fetch sent at
-        ``mark`` whose reply (already judged by :meth:`saw`) showed the
-        group's ``generation`` and ``floor``: those whose acks this watch
+        ``mark`` whose reply :meth:`saw` judged (of ``epoch``: what it
+        returned) and that showed the group's ``generation`` and ``floor``:
+        those whose acks this watch
         had seen confirmed before the fetch was sent. Redis lost those acks:
         the seqs are forgotten, and the loss is reported unless it was."""
         loss = None
         with self._lock:
             acked = self.acked_seqs
-            if mark.epoch != self.epoch or generation != self._acked_generation:
+            if epoch != self.epoch or generation != self._acked_generation:
                 return set()
             found = {seq for seq in seqs if acked.get(seq, mark.acks + 1) <= mark.acks}
             if not found:

@@ -423,6 +423,29 @@ def test_acks_above_the_floor_that_redis_lost_are_reported_and_those_messages_se
     assert c.last_state_loss is loss and len(state_lost_events(queue)) == 1
 
 
+def test_acks_above_the_floor_lost_with_the_floor_are_set_aside_by_the_fetch_that_shows_the_loss(client, queue):
+    # given c that acked 1 (floor 1) and 3..4 above it (priority messages; 2 still held), and a
+    # replica from before every ack
+    queue.publish_many([b"1", b"2"])
+    queue.publish_many([b"3", b"4", b"5"], priority=9)
+    c = queue.consumer("g", name="c")
+    fail_over = replica_of(client, queue)
+    held = {d.seq: d for d in c.fetch(5)}
+    c.ack([held[1], held[3], held[4]])
+    sees_the_floor(queue, c)
+    # when Redis fails over to the replica: the floor back from 1 to 0, the acks of 3 and 4 gone
+    fail_over()
+    got = c.fetch(5)
+    # then that one fetch reports the floor going back, and sets aside 1 (at or below the floor c
+    # saw) and 3 and 4 (acks c saw above it); 2 and 5, never acked, run
+    assert sorted(d.seq for d in got) == [2, 5]
+    loss = c.last_state_loss
+    assert loss is not None and loss.kind is LossKind.ACKS_WENT_BACK
+    assert [(d.seq, d.reason) for d in queue.dead_letters()] == [(s, "settled-before-loss") for s in (1, 3, 4)]
+    wait_for(lambda: state_lost_events(queue) != [])
+    assert [e["reason"] for e in state_lost_events(queue)] == ["acks-went-back"]
+
+
 def test_messages_set_aside_for_lost_acks_run_when_replayed(client, queue):
     # given 2..4 set aside after Redis lost their acks
     c, fail_over = holds_seq_1_and_acked_2_to_4_above_the_floor(client, queue)
@@ -530,19 +553,19 @@ def test_a_watch_reports_a_lost_ack_once_per_loss_and_only_for_a_fetch_sent_afte
     w.acked(w.mark(), [5, 6], 1, 0)
     # when that fetch's reply hands out 5 (it was handled by Redis before the ack)
     # then it is no loss
-    assert w.acks_lost(before, 1, 0, [5]) == set() and w.last_loss is None
+    assert w.acks_lost(before, w.epoch, 1, 0, [5]) == set() and w.last_loss is None
     # when a fetch sent after the ack hands out 5 again
-    found = w.acks_lost(w.mark(), 1, 0, [5])
+    found = w.acks_lost(w.mark(), w.epoch, 1, 0, [5])
     # then the ack of 5 was lost: reported once
     assert found == {5} and w.last_loss is not None and w.last_loss.kind is LossKind.ACKS_LOST
     assert [(e["reason"], e["seq"]) for e in events] == [("acks-lost", "0")]
     # and 6, handed out by a later fetch, is part of the same loss: set aside, no report more
     loss = w.last_loss
-    assert w.acks_lost(w.mark(), 1, 0, [6]) == {6}
+    assert w.acks_lost(w.mark(), w.epoch, 1, 0, [6]) == {6}
     assert w.last_loss is loss and len(events) == 1 and w.acked_seqs == {}
     # and an ack seen after the loss, lost in turn, is a new loss
     w.acked(w.mark(), [7], 1, 0)
-    assert w.acks_lost(w.mark(), 1, 0, [7]) == {7} and w.last_loss is not loss and len(events) == 2
+    assert w.acks_lost(w.mark(), w.epoch, 1, 0, [7]) == {7} and w.last_loss is not loss and len(events) == 2
 
 
 def test_a_watch_does_not_remember_acks_of_a_call_sent_before_a_loss_it_saw():
