@@ -326,6 +326,8 @@ class ConsumerCore:
         those acks (reported by the watch). Their tags go to ``aside``, to
         the dead-letter queue unrun. A replayed dead letter runs: an operator
         asked for it."""
+        if self._watch.acked_seqs.keys().isdisjoint([int(raw[i]) for i in range(first, len(raw), 3)]):
+            return raw, first  # the common case, without the watch's lock
         seqs = [int(raw[i]) for i in range(first, len(raw), 3) if commands.delivery_count(raw[i + 1])[1] is None]
         found = self._watch.acks_lost(mark, epoch, reply.generation, reply.floor, seqs)
         if not found:
