@@ -370,12 +370,20 @@ def stoppable_server():
     s.stop()
 
 
-def test_a_cancelled_run_raises_cancelled_error_even_when_stopped_at_once_meanwhile(stoppable_server):
+@pytest.mark.parametrize(
+    ("stop_at_once", "grace_period", "reconnect_timeout"),
+    [(True, 1, 5), (False, 0.2, 1)],
+    ids=["stopped-at-once-meanwhile", "redis-gone-past-reconnect-timeout"],
+)
+def test_a_cancelled_run_raises_cancelled_error_while_redis_does_not_answer(
+    stoppable_server, stop_at_once, grace_period, reconnect_timeout
+):
     """A cancelled run() raises CancelledError after its shutdown (docs/aio.md,
-    "Stopping"), also when stop(now=True) cuts off the shutdown's call to a
-    Redis that does not answer (SIGSTOPped): a caller's asyncio.timeout(),
-    TaskGroup or Task.cancel() sees the task cancelled, and the failure is
-    logged."""
+    "Stopping") while Redis does not answer (SIGSTOPped): also when
+    stop(now=True) cuts off the shutdown's call, or when the shutdown's leave
+    gives up with ConnectionLost past reconnect_timeout (the failure is
+    logged). A caller's asyncio.timeout(), TaskGroup or Task.cancel() sees
+    the task cancelled."""
 
     async def main() -> BaseException | str:
         client = await rqueue.aio.connect(stoppable_server.url, prefix="c1", settings_ttl=0)
@@ -392,8 +400,8 @@ def test_a_cancelled_run_raises_cancelled_error_even_when_stopped_at_once_meanwh
             concurrency=2,
             heartbeat_interval=0.2,
             heartbeat_timeout=2,
-            grace_period=1,
-            reconnect_timeout=5,
+            grace_period=grace_period,
+            reconnect_timeout=reconnect_timeout,
         )
         task = asyncio.create_task(w.run(install_signal_handlers=False))
         deadline = time.monotonic() + 10
@@ -402,55 +410,9 @@ def test_a_cancelled_run_raises_cancelled_error_even_when_stopped_at_once_meanwh
         os.kill(stoppable_server.process.pid, signal.SIGSTOP)  # Redis stops answering
         try:
             task.cancel()
-            await asyncio.sleep(0.2)  # the shutdown is waiting on Redis now
-            w.stop(now=True)
-            try:
-                await asyncio.wait_for(asyncio.shield(task), 10)
-                outcome: BaseException | str = "returned"
-            except asyncio.CancelledError as exc:
-                outcome = exc
-            except Exception as exc:
-                outcome = exc
-        finally:
-            os.kill(stoppable_server.process.pid, signal.SIGCONT)
-        with contextlib.suppress(Exception):
-            await client.close()
-        return outcome
-
-    outcome = asyncio.run(main())
-    assert isinstance(outcome, asyncio.CancelledError), f"run() ended with {outcome!r}, not CancelledError"
-
-
-def test_a_cancelled_run_raises_cancelled_error_when_redis_is_gone_past_reconnect_timeout(stoppable_server):
-    """The same without stop(now=True): run() is cancelled while Redis does
-    not answer (SIGSTOP) for longer than reconnect_timeout; the shutdown's
-    leave gives up with ConnectionLost, logged, and run() raises CancelledError."""
-
-    async def main() -> BaseException | str:
-        client = await rqueue.aio.connect(stoppable_server.url, prefix="c3", settings_ttl=0)
-        q = client.queue("q")
-        await q.publish_many([b"m%d" % i for i in range(20)])
-
-        async def handler(d):
-            await asyncio.sleep(0.05)
-
-        w = rqueue.aio.Worker(
-            q,
-            "g",
-            handler,
-            concurrency=2,
-            heartbeat_interval=0.2,
-            heartbeat_timeout=2,
-            grace_period=0.2,
-            reconnect_timeout=1,
-        )
-        task = asyncio.create_task(w.run(install_signal_handlers=False))
-        deadline = time.monotonic() + 10
-        while w.stats.acked < 4 and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        os.kill(stoppable_server.process.pid, signal.SIGSTOP)
-        try:
-            task.cancel()
+            if stop_at_once:
+                await asyncio.sleep(0.2)  # the shutdown is waiting on Redis now
+                w.stop(now=True)
             try:
                 await asyncio.wait_for(asyncio.shield(task), 15)
                 outcome: BaseException | str = "returned"
