@@ -21,7 +21,7 @@ from support.servers import start_server
 import rqueue
 from rqueue import doctor
 from rqueue.engine.keys import LAYOUT_ENV
-from rqueue.engine.loader import source
+from rqueue.engine.loader import layout_texts
 
 
 @pytest.fixture(params=["redis", "memory"])
@@ -178,4 +178,4 @@ def test_the_source_is_the_loaders_own_without_the_checker(layout):
         pass
     from rqueue.engine import scripts
 
-    assert scripts.source is source
+    assert scripts.layout_texts is layout_texts

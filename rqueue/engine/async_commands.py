@@ -142,7 +142,7 @@ async def wait_then_fetch(
     keys = call.keys if call.flow[0] else call.fetch_keys
     pipe = call.scripts.redis.pipeline(transaction=False)
     pipe.execute_command("XREAD", "BLOCK", max(1, block_ms), "STREAMS", wakes, since)
-    pipe.execute_command("EVALSHA", call.scripts.fetch.sha, len(keys), *keys, *call.argv(args))
+    pipe.execute_command("EVALSHA", call.scripts.fetch.for_keys(keys).sha, len(keys), *keys, *call.argv(args))
     try:
         woke, reply = await pipe.execute(raise_on_error=False)
     except (redis.RedisError, OSError) as exc:

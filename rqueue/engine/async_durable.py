@@ -49,6 +49,8 @@ async def _publish_durably(
     client: AsyncDurableTarget, slot_key: str, script: AsyncScript, calls: Sequence[tuple[list[Any], list[Any]]]
 ) -> list[Any]:
     deadline = time.monotonic() + client.failover_timeout
+    if calls:  # the calls of one queue, so of one layout
+        script = script.for_keys(calls[0][0])
     results: list[Any] = [None] * len(calls)
     pending = list(range(len(calls)))  # calls not known to have run
     waits: list[tuple[Any, Any]] = []  # (WAIT, WAITAOF) replies after calls that ran

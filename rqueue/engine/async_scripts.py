@@ -14,7 +14,8 @@ import redis
 from redis.exceptions import DataError, NoPermissionError, NoScriptError
 
 from ..errors import ScriptsNotLoaded
-from .loader import SCRIPT_NAMES, source
+from .loader import SCRIPT_NAMES, layout_texts
+from .scripts import sent_stream_log
 
 _pack: Callable[[tuple[Any, ...]], bytes] | None
 try:
@@ -109,6 +110,7 @@ class AsyncScript:
         text: str,
         retry: AsyncRetrier,
         connections: AsyncScriptConnections | None = None,
+        stream_text: str | None = None,
     ) -> None:
         self.name = name
         self.text = text
@@ -116,10 +118,22 @@ class AsyncScript:
         self._redis = server
         self._retry = retry
         self._pool = connections
+        #: The stream layout's own text, as Script.stream.
+        self.stream: AsyncScript | None = None
+        if stream_text is not None:
+            self.stream = AsyncScript(server, f"{name}@stream", stream_text, retry, connections)
+
+    def for_keys(self, keys: Sequence[Any]) -> AsyncScript:
+        """The script, of this script's layouts' texts, that a call sent ``keys`` runs."""
+        if self.stream is not None and sent_stream_log(keys):
+            return self.stream
+        return self
 
     def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Awaitable[Any]:
         # Returns the coroutine that does the call rather than awaiting it
         # here: one coroutine less per call on the hot path.
+        if self.stream is not None and sent_stream_log(keys):
+            return self.stream(keys, args)
         if self._retry is no_async_retry:
             if self._pool is not None:
                 return self._direct(keys, args)
@@ -231,7 +245,9 @@ class AsyncScripts:
         #: The connections of the script calls (None: redis-py's pool).
         self.connections = AsyncScriptConnections.of(redis)
         for name in SCRIPT_NAMES:
-            setattr(self, name, AsyncScript(redis, name, source(name, shebang), retry, self.connections))
+            texts = layout_texts(name, shebang)
+            script = AsyncScript(redis, name, texts["hash"], retry, self.connections, texts.get("stream"))
+            setattr(self, name, script)
 
     async def close(self) -> None:
         """Closes the connections of the script calls."""

@@ -10,6 +10,19 @@ where a ``--@make region`` line stands (see make_lazy). The includes'
 top-level helpers that the script never calls are left out (see
 drop_unused). A line ``--@flags allow-oom`` in a script declares the flags
 Redis reads from a ``#!lua flags=...`` first line (see source).
+
+Each script is built once per log layout (LAYOUTS, rqueue.engine.keys.
+LogLayout). Lines ``--@layout stream`` and ``--@end`` (each alone on its
+line, indented or not) enclose a block kept in the stream layout's text
+only; ``--@layout hash`` ... ``--@end`` one kept in the hash layout's text
+only. Blocks do not nest, and each is closed in the file that opens it;
+an unknown layout, a nested or unterminated block, or an ``--@end`` with
+no block open is refused (ValueError naming the file and line; see
+select_layout). The blocks are cut from every file before its includes
+are expanded, so an include named only inside one layout's block is
+expanded in that layout's text alone, and a helper called only there is
+dropped from the other's. A script whose files have no such block has one
+text, shared by both layouts (see layout_texts).
 """
 
 from __future__ import annotations
@@ -20,6 +33,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+LAYOUTS = ("hash", "stream")
+_LAYOUT_LINE = re.compile(r"^[ \t]*--@(layout|end)(?![\w-])([^\n]*)(?:\n|\Z)", re.MULTILINE)
 _DIRECTIVE = re.compile(r"^--@(include|lazy)[ \t]+(\w+)((?:[ \t]+\w+)*)[ \t]*$", re.MULTILINE)
 _FLAGS = re.compile(r"^--@flags((?:[ \t]+[a-z-]+)+)[ \t]*$", re.MULTILINE)
 # The flags a script may declare: allow-oom lets a call that frees memory or
@@ -80,16 +95,72 @@ def lua_dir() -> Path:
 
 
 @cache
-def source(name: str, shebang: bool = True) -> str:
-    """The full text of script ``name`` with its includes expanded; with
-    ``shebang``, a first line ``#!lua flags=...`` with the flags the script
-    declares (none: no such line). memory:// (fakeredis) reads no shebang
-    and has no maxmemory: it is sent the text without one."""
-    text = make_lazy(drop_unused(expand_includes(lua_dir(), name)))
+def source(name: str, shebang: bool = True, layout: str = "hash") -> str:
+    """The full text of script ``name`` for queues of log layout ``layout``
+    (LAYOUTS) with its includes expanded; with ``shebang``, a first line
+    ``#!lua flags=...`` with the flags the script declares (none: no such
+    line). memory:// (fakeredis) reads no shebang and has no maxmemory: it
+    is sent the text without one."""
+    text = make_lazy(drop_unused(expand_includes(lua_dir(), name, layout)))
     declared = flags(name)
     if shebang and declared:
         return f"#!lua flags={','.join(declared)}\n{text}"
     return text
+
+
+@cache
+def layout_texts(name: str, shebang: bool = True) -> dict[str, str]:
+    """Script ``name``'s text per layout: ``{"hash": ...}`` alone when both
+    layouts' texts are the same (the script has no ``--@layout`` block that
+    changes it), else ``{"hash": ..., "stream": ...}``."""
+    texts = {layout: source(name, shebang, layout) for layout in LAYOUTS}
+    if texts["stream"] == texts["hash"]:
+        del texts["stream"]
+    return texts
+
+
+def select_layout(text: str, layout: str, where: str) -> str:
+    """``text`` with its ``--@layout`` blocks of other layouts than
+    ``layout`` cut out, and the directive lines of its own dropped.
+    ValueError for an unknown layout (either one), a block opened inside
+    another, an ``--@end`` with none open, or a block still open at the end
+    of the file."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"{where}: unknown layout {layout!r} (known: {', '.join(LAYOUTS)})")
+    kept: list[str] = []
+    pos = 0
+    open_block: tuple[str, int] | None = None  # (layout, line) of the block open
+    for m in _LAYOUT_LINE.finditer(text):
+        kind, rest = m.group(1), m.group(2).strip()
+        line = text.count("\n", 0, m.start()) + 1
+        if kind == "layout":
+            if rest not in LAYOUTS:
+                raise ValueError(
+                    f"{where}:{line}: --@layout {rest!r}: unknown layout (known: {', '.join(LAYOUTS)})"
+                )
+            if open_block is not None:
+                raise ValueError(
+                    f"{where}:{line}: --@layout {rest} inside the --@layout {open_block[0]} block of line "
+                    f"{open_block[1]}: blocks do not nest (close it with --@end first)"
+                )
+            kept.append(text[pos : m.start()])
+            open_block = (rest, line)
+        else:
+            if rest and not rest.startswith("--"):
+                raise ValueError(f"{where}:{line}: --@end takes nothing, not {rest!r}")
+            if open_block is None:
+                raise ValueError(f"{where}:{line}: --@end with no --@layout block open")
+            if open_block[0] == layout:
+                kept.append(text[pos : m.start()])
+            open_block = None
+        pos = m.end()
+    if open_block is not None:
+        raise ValueError(
+            f"{where}:{open_block[1]}: --@layout {open_block[0]} is never closed: end the block with --@end "
+            "in the same file"
+        )
+    kept.append(text[pos:])
+    return "".join(kept)
 
 
 @cache
@@ -107,8 +178,9 @@ def declared_flags(text: str, where: str) -> tuple[str, ...]:
     return found
 
 
-def expand_includes(root: Path, name: str) -> str:
-    """``root/name.lua`` with its ``--@include`` and ``--@lazy`` lines
+def expand_includes(root: Path, name: str, layout: str = "hash") -> str:
+    """``root/name.lua``, for queues of log layout ``layout`` (each file's
+    ``--@layout`` blocks cut first, see select_layout), with its ``--@include`` and ``--@lazy`` lines
     replaced by the includes' text, from ``root/includes/``.
 
     Each include is expanded once, where it is first named, with its own
@@ -124,7 +196,7 @@ def expand_includes(root: Path, name: str) -> str:
     cycle of includes, an include's ``--@include`` after its own code, and a
     ``--@lazy`` line in a block or in another region.
     """
-    return _Expansion(root, name).text
+    return _Expansion(root, name, layout).text
 
 
 @dataclass(frozen=True)
@@ -139,9 +211,10 @@ class _Site:
 class _Expansion:
     """One script's includes, expanded once each."""
 
-    def __init__(self, root: Path, name: str) -> None:
+    def __init__(self, root: Path, name: str, layout: str = "hash") -> None:
         self.root = root
-        self.script = root.joinpath(f"{name}.lua").read_text()
+        self.layout = layout
+        self.script = select_layout(root.joinpath(f"{name}.lua").read_text(), layout, f"{name}.lua")
         self.code = _code(self.script, strings=False)
         self.landed: dict[str, _Site] = {}
         self.named_by: dict[str, str] = {}  # include -> the file that first named it
@@ -196,7 +269,7 @@ class _Expansion:
         self.landed[name] = site
         self.named_by[name] = where
         self.open.append(name)
-        text = path.read_text()
+        text = select_layout(path.read_text(), self.layout, f"includes/{name}.lua")
 
         def nested(match: re.Match[str]) -> str:
             if _code(text[: match.start()]).strip():

@@ -24,7 +24,7 @@ from redis.exceptions import DataError, NoPermissionError, NoScriptError
 from ..connection.cluster import Retrier, no_retry, not_run
 from ..connection.open import RedisClient
 from ..errors import ScriptsNotLoaded
-from .loader import SCRIPT_NAMES, source
+from .loader import SCRIPT_NAMES, layout_texts
 
 _pack: Callable[[tuple[Any, ...]], bytes] | None
 _HIREDIS_PACKER: type | None
@@ -46,6 +46,20 @@ def _takes_direct_path(client: Any) -> bool:
     connection (Script._direct): a client of one server, not a cluster, not a
     single-connection client."""
     return isinstance(client, _PLAIN) and getattr(client, "connection", None) is None
+
+
+def sent_stream_log(keys: Sequence[Any]) -> bool:
+    """Whether the KEYS of a script call name a stream log (a key ending in
+    ":log", QueueKeys.msgs of LogLayout.STREAM): such a call runs the
+    script's stream-layout text. A hash-layout call whose other keys happen
+    to end so (a writer or schedule named "log") runs it too, which is safe:
+    the stream text keeps the hash layout's code and its runtime checks of
+    the log key (lua/includes/log.lua); the hash text alone leaves the
+    stream layout's code out (loader's ``--@layout`` blocks)."""
+    for key in keys:
+        if key.endswith(":log" if isinstance(key, str) else b":log"):
+            return True
+    return False
 
 
 def _is_noscript(reply: object) -> bool:
@@ -149,6 +163,7 @@ class Script:
         text: str,
         retry: Retrier[Any],
         connections: ScriptConnections | None = None,
+        stream_text: str | None = None,
     ) -> None:
         self.name = name
         self.text = text
@@ -158,8 +173,22 @@ class Script:
         self._pool: Any = connections
         if connections is None and isinstance(server, redis.Redis) and _takes_direct_path(server):
             self._pool = server.connection_pool
+        #: The stream layout's text of this script, when it differs from
+        #: ``text`` (the hash layout's, or both layouts'): calls sent a
+        #: stream log's keys run it (sent_stream_log).
+        self.stream: Script | None = None
+        if stream_text is not None:
+            self.stream = Script(server, f"{name}@stream", stream_text, retry, connections)
+
+    def for_keys(self, keys: Sequence[Any]) -> Script:
+        """The script, of this script's layouts' texts, that a call sent ``keys`` runs."""
+        if self.stream is not None and sent_stream_log(keys):
+            return self.stream
+        return self
 
     def __call__(self, keys: Sequence[Any], args: Sequence[Any], client: ScriptPipeline | None = None) -> Any:
+        if self.stream is not None and sent_stream_log(keys):
+            return self.stream(keys, args, client)
         if client is not None:
             client.call(self, keys, args)
             return client
@@ -227,6 +256,7 @@ class ScriptPipeline:
         self._then: list[tuple[Script | None, tuple[Any, ...]]] = []
 
     def call(self, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> None:
+        script = script.for_keys(keys)
         self._commands.append((script, ("EVALSHA", script.sha, len(keys), *keys, *args)))
 
     def command(self, *args: Any) -> None:
@@ -371,7 +401,8 @@ class Scripts:
         #: The connections of the script calls (None: redis-py's pool).
         self.connections = ScriptConnections.of(redis)
         for name in SCRIPT_NAMES:
-            setattr(self, name, Script(redis, name, source(name, shebang), retry, self.connections))
+            texts = layout_texts(name, shebang)
+            setattr(self, name, Script(redis, name, texts["hash"], retry, self.connections, texts.get("stream")))
 
     @property
     def redis(self) -> RedisClient:
@@ -388,5 +419,13 @@ class Scripts:
         return ScriptPipeline(self._redis, self._retry)
 
     def by_name(self) -> dict[str, Script]:
-        """Every script, by name, in the order of SCRIPT_NAMES."""
-        return {name: getattr(self, name) for name in SCRIPT_NAMES}
+        """Every script text, by name, in the order of SCRIPT_NAMES: a
+        script's stream-layout text, when it has one of its own, follows it
+        as ``name@stream`` (SCRIPT LOAD by an administrator loads both)."""
+        out: dict[str, Script] = {}
+        for name in SCRIPT_NAMES:
+            script: Script = getattr(self, name)
+            out[name] = script
+            if script.stream is not None:
+                out[script.stream.name] = script.stream
+        return out

@@ -118,10 +118,11 @@ def with_prelude(name: str, text: str) -> str:
 def checked_scripts() -> Iterator[None]:
     """While open, clients made get scripts that check their keys."""
 
-    def checked_source(name: str, shebang: bool = True) -> str:
-        return with_prelude(name, loader.source(name, shebang))
+    def checked_texts(name: str, shebang: bool = True) -> dict[str, str]:
+        # each layout's text (loader.layout_texts), checked alike
+        return {layout: with_prelude(name, text) for layout, text in loader.layout_texts(name, shebang).items()}
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(scripts, "source", checked_source)
-        mp.setattr(async_scripts, "source", checked_source)
+        mp.setattr(scripts, "layout_texts", checked_texts)
+        mp.setattr(async_scripts, "layout_texts", checked_texts)
         yield

@@ -40,10 +40,12 @@
 --@include layout
 
 -- A stream key only (includes/layout.lua says why).
+--@layout stream
 local wrongLayout = string.byte(msgsKey, -1) == LOG_STREAM_BYTE and checkLayout(metaKey, msgsKey)
 if wrongLayout then
   return wrongLayout
 end
+--@end
 
 local one = ackHeldOne(4)
 if one ~= nil then

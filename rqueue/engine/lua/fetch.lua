@@ -501,6 +501,7 @@ if got < room and metaFields[4] then
   if holdAt then
     upper = string.format('%d', holdAt)
   end
+  --@layout stream
   if sideKey then
     -- No group needs a record at or below the trim point (the lowest ack
     -- floor, or in retention mode the trim step's point), and the
@@ -521,6 +522,7 @@ if got < room and metaFields[4] then
       end
     end
   end
+  --@end
   local pulled = rcall('ZRANGEBYSCORE', prioKey, '(' .. string.format('%d', pulledTo), upper, 'WITHSCORES', 'LIMIT',
     '0', PULL_BATCH)
   morePassed = #pulled == 2 * tonumber(PULL_BATCH)
@@ -592,8 +594,13 @@ if got < room and metaFields[4] then
     rounds = rounds + 1
     local gotBefore = got
     bulk('ZREM', prioSetKey, picked)
+    --@layout stream
     local recs = sideKey and logReadFlow(msgsKey, sideKey, picked, pinnedKey)
       or logReadMany(msgsKey, sideKey, picked, pinnedKey)
+    --@end
+    --@layout hash
+    local recs = logReadMany(msgsKey, nil, picked, pinnedKey)
+    --@end
     -- Settled meanwhile (a purge, settle_through) or handed out another way
     -- (a delivery state exists): not handed out again.
     local raws = bulkGet(dlvKey, picked)

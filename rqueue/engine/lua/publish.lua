@@ -153,6 +153,7 @@ end
 -- log), named as keys.py names them: checked before any write, so that a
 -- call built wrongly stores nothing.
 local prioKey, sideKey = KEYS[#KEYS], nil
+--@layout stream
 if anyPriority and logIsStream(msgsKey) then
   prioKey, sideKey = KEYS[#KEYS - 1], KEYS[#KEYS]
   if sideKey ~= string.sub(metaKey, 1, -5) .. 'side' then
@@ -160,6 +161,7 @@ if anyPriority and logIsStream(msgsKey) then
       .. 'of the stream log: ' .. tostring(sideKey))
   end
 end
+--@end
 if anyPriority and prioKey ~= string.sub(metaKey, 1, -5) .. 'prio' then
   return redis.error_reply('RQ_BAD_ARGUMENT a message has a priority, and the last key is not the priority log: '
     .. tostring(prioKey))
@@ -246,7 +248,9 @@ local side = nil -- seq, record pairs of a stream log's side hash
 local compact = compactHead(now)
 -- A stream log gets entries (id, field, value), not records: a compact one
 -- as "<seq>-<now>" "p" <payload> (includes/log.lua).
+--@layout stream
 local streamTime = logIsStream(msgsKey) and ('-' .. string.format('%.0f', now)) or nil
+--@end
 -- The text records' ":<now>:", made on first use (turning a number into a
 -- string is a sprintf). %.0f: a number concatenated as it is reads 1e+14
 -- style past 14 digits. The layout is makeRecord's (includes/record.lua),
@@ -292,14 +296,18 @@ for i = 6, #ARGV, 3 do
   else
     seq = seq + 1
     if delay == 0 and hlen == '0' and compact then
+      --@layout stream
       if streamTime then
         records[#records + 1] = seq .. streamTime
         records[#records + 1] = 'p'
         records[#records + 1] = body
       else
+        --@end
         records[#records + 1] = seq
         records[#records + 1] = compact .. body
+        --@layout stream
       end
+      --@end
     else
       prefix = prefix or (':' .. string.format('%.0f', now) .. ':')
       local notBefore = ''
@@ -310,14 +318,19 @@ for i = 6, #ARGV, 3 do
         delayed[#delayed + 1] = seq
         notBefore = string.format('%.0f', notBefore)
       end
+      --@layout stream
       if streamTime then
         records[#records + 1] = seq .. '-0'
         records[#records + 1] = 'r'
       else
+        --@end
         records[#records + 1] = seq
+        --@layout stream
       end
+      --@end
       records[#records + 1] = notBefore .. prefix .. hlen .. ':' .. body
     end
+    --@layout stream
     if streamTime and priority then
       -- The record goes to the side hash, where fetch's priority and key
       -- reads take many by one HMGET, and the stub "<seq>-0" "s" "" to the
@@ -328,6 +341,7 @@ for i = 6, #ARGV, 3 do
       side[#side + 1] = records[n - 1] == 'p' and (compact .. records[n]) or records[n]
       records[n - 2], records[n - 1], records[n] = seq .. '-0', 's', ''
     end
+    --@end
     if name ~= nil then
       claims[name] = seq .. ':' .. (now + window) .. ':' .. inc
       ids = ids or {}
@@ -349,9 +363,13 @@ local last = nil
 if seq > first then
   -- The last seq as text once, for its record's field and the wake-up.
   last = string.format('%d', seq)
+  --@layout stream
   if not streamTime then
+    --@end
     records[#records - 1] = last
+    --@layout stream
   end
+  --@end
   -- The first write may grow memory (this HSET, or the HINCRBY above for a
   -- batch without ids), so Redis refuses the whole call over maxmemory; a
   -- first write that cannot, such as ZREMRANGEBYSCORE, would let every later
@@ -360,19 +378,25 @@ if seq > first then
     rcall('HSET', metaKey, 'seq', seq)
   end
   local refused = nil
+  --@layout stream
   if streamTime then
     refused = logWriteEntries(msgsKey, records)
   else
+    --@end
     refused = logWrite(msgsKey, records)
+    --@layout stream
   end
+  --@end
   if refused then
     undoSeq(first, seqMissing)
     return refused
   end
+  --@layout stream
   markLayout(metaKey, msgsKey, layout)
   if side then
     bulk('HSET', sideKey, side)
   end
+  --@end
   if delayed then
     bulk('ZADD', schedKey, delayed)
   end

@@ -54,10 +54,12 @@ local UNREADABLE_HEAD = '\0' -- heads a record that parses as none (includes/rec
 -- because the last key of a call sent none is another key (the ack's 13,
 -- fetch's plain 17, status's pinned hash): the hash read is the key sent.
 local function sentSideKey(logKey)
+  --@layout stream
   local last = KEYS[#KEYS]
   if string.byte(logKey, -1) == LOG_STREAM_BYTE and last == string.sub(logKey, 1, -4) .. 'side' then
     return last
   end
+  --@end
   return nil
 end
 
@@ -96,9 +98,12 @@ end
 -- (over maxmemory, as it came; an id at or below the newest, RQ_CORRUPT):
 -- nothing is written then, and the caller undoes what it wrote before.
 local function logWrite(key, pairs)
+  --@layout stream
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
+    --@end
     bulk('HSET', key, pairs)
     return nil
+    --@layout stream
   end
   local added = redis.pcall('XADD', key, logEntry(pairs[1], pairs[2]))
   if type(added) == 'table' and added.err then
@@ -113,6 +118,7 @@ local function logWrite(key, pairs)
     redis.call('XADD', key, logEntry(pairs[i], pairs[i + 1]))
   end
   return nil
+  --@end
 end
 
 -- Stores a stream log's entries: items is id, field, value, id, ... as
@@ -142,8 +148,11 @@ end
 -- not lost), and one still without a record from pinned. One function, not
 -- two: fetch makes it per call.
 local function logReadMany(key, sideKey, seqs, pinned, skip)
+  --@layout stream
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
+    --@end
     return bulkGet(key, seqs)
+    --@layout stream
   end
   local out, gaps, heads, stubs = {}, false, {}, nil
   local i, count = 1, #seqs
@@ -231,6 +240,7 @@ local function logReadMany(key, sideKey, seqs, pinned, skip)
     end
   end
   return out
+  --@end
 end
 
 -- The records of seqs published with a priority or a key (fetch's picks),
@@ -256,10 +266,14 @@ end
 
 -- True when the log holds any record.
 local function logAny(key)
+  --@layout stream
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
+    --@end
     return redis.call('EXISTS', key) == 1
+    --@layout stream
   end
   return redis.call('XLEN', key) > 0 -- a stream stays when its last entry goes
+  --@end
 end
 
 -- A hash log only: a stream log's entries go by logTrim, and a replayed

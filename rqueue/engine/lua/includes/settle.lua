@@ -142,11 +142,17 @@ local function settleMany(seqs, fields, floorRead)
     -- of the shared helpers.
     if retained then
       return
+      --@layout hash
+    else
+      --@end
+      --@layout stream
     elseif string.byte(msgsKey, -1) ~= LOG_STREAM_BYTE then
+      --@end
       -- The strings when nothing was reopened: a number handed to redis.call
       -- is formatted again with sprintf, which costs more than the HDEL.
       logDelete(msgsKey, (fresh == seqs and fields) or fresh)
       return
+      --@layout stream
     elseif floor - oldFloor <= 5000 then -- a stream's step of sweep (includes/settle_shared.lua)
       -- A stream log's entries go with the floor, none one by one
       -- (includes/log.lua).
@@ -154,6 +160,7 @@ local function settleMany(seqs, fields, floorRead)
         logTrim(msgsKey, floor)
       end
       return
+      --@end
     end
   elseif retained and not swept then
     return
