@@ -135,9 +135,7 @@ def select_layout(text: str, layout: str, where: str) -> str:
         line = text.count("\n", 0, m.start()) + 1
         if kind == "layout":
             if rest not in LAYOUTS:
-                raise ValueError(
-                    f"{where}:{line}: --@layout {rest!r}: unknown layout (known: {', '.join(LAYOUTS)})"
-                )
+                raise ValueError(f"{where}:{line}: --@layout {rest!r}: unknown layout (known: {', '.join(LAYOUTS)})")
             if open_block is not None:
                 raise ValueError(
                     f"{where}:{line}: --@layout {rest} inside the --@layout {open_block[0]} block of line "

@@ -56,10 +56,7 @@ def sent_stream_log(keys: Sequence[Any]) -> bool:
     the stream text keeps the hash layout's code and its runtime checks of
     the log key (lua/includes/log.lua); the hash text alone leaves the
     stream layout's code out (loader's ``--@layout`` blocks)."""
-    for key in keys:
-        if key.endswith(":log" if isinstance(key, str) else b":log"):
-            return True
-    return False
+    return any(key.endswith(":log" if isinstance(key, str) else b":log") for key in keys)
 
 
 def _is_noscript(reply: object) -> bool:
