@@ -33,7 +33,7 @@ from support.servers import missing_binary, server_binary, start_cluster, start_
 import rqueue
 from rqueue.constants import MAX_BATCH
 from rqueue.embedded import EmbeddedSentinelGroup, EmbeddedServer
-from rqueue.engine.loader import SCRIPT_NAMES, source
+from rqueue.engine.loader import SCRIPT_NAMES, layout_texts, source
 from rqueue.errors import ScriptsNotLoaded
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,11 +120,20 @@ def snapshot(admin: redis.Redis, prefix: str) -> dict[bytes, Any]:
 
 
 def sha1(name: str) -> str:
-    return hashlib.sha1(source(name).encode()).hexdigest()
+    """The SHA1 of script ``name``, or of ``name@stream``: its stream layout's own text."""
+    base, _, layout = name.partition("@")
+    return hashlib.sha1(source(base, layout=layout or "hash").encode()).hexdigest()
+
+
+# Every script text by name, as Scripts.by_name lists them: a script's
+# stream-layout text, when it has one of its own, as "<name>@stream" after it.
+TEXT_NAMES = [
+    n for name in SCRIPT_NAMES for n in (name, f"{name}@stream") if "@" not in n or "stream" in layout_texts(name)
+]
 
 
 def held_everywhere(clients: list[redis.Redis]) -> list[list[bool]]:
-    return [c.script_exists(*(sha1(name) for name in SCRIPT_NAMES)) for c in clients]
+    return [c.script_exists(*(sha1(name) for name in TEXT_NAMES)) for c in clients]
 
 
 def user_url(server: EmbeddedServer, user: str = "rq-app", password: str = SECRET) -> str:
@@ -320,7 +329,7 @@ def test_without_the_scripts_every_call_is_refused_until_they_are_loaded(private
         check = run_cli("--url", user_url(server), "scripts", "check", "--json")
         assert check.exit_code == 1
         report = json.loads(check.text[: check.text.rindex("}") + 1])
-        assert not report["ok"] and report["servers"][0]["missing"] == list(SCRIPT_NAMES)
+        assert not report["ok"] and report["servers"][0]["missing"] == TEXT_NAMES
         load = run_cli("--url", user_url(server), "scripts", "load")
         assert load.exit_code == 1 and "refused" in load.text and "script|load" in load.text
         # and nothing was changed; the server refused nothing but SCRIPT LOAD
@@ -331,7 +340,7 @@ def test_without_the_scripts_every_call_is_refused_until_they_are_loaded(private
         # when the administrator loads the scripts
         loaded = run_cli("--url", admin_url, "scripts", "load", "--json")
         assert loaded.exit_code == 0, loaded.text
-        assert json.loads(loaded.text)["servers"][0]["loaded"] == list(SCRIPT_NAMES)
+        assert json.loads(loaded.text)["servers"][0]["loaded"] == TEXT_NAMES
         # then the same handles work again: the held deliveries settle ...
         first.ack()
         assert second.nack(delay=0) == "requeued"
@@ -503,20 +512,20 @@ def test_scripts_list_shows_each_script_and_where_it_is(private):
         "fetch": [sha1("fetch"), "no"],
     }
     report = json.loads(as_json.text)
-    assert report["scripts"] == [{"name": n, "sha1": sha1(n)} for n in SCRIPT_NAMES]
+    assert report["scripts"] == [{"name": n, "sha1": sha1(n)} for n in TEXT_NAMES]
     assert report["servers"] == [
         {
             "server": f"127.0.0.1:{server.port}",
             "role": "server",
             "held": ["ack"],
-            "missing": [n for n in SCRIPT_NAMES if n != "ack"],
+            "missing": [n for n in TEXT_NAMES if n != "ack"],
             "error": None,
         }
     ]
     # and check fails naming what is missing, until load has run
     check = run_cli("--url", server.url, "scripts", "check")
-    n = len(SCRIPT_NAMES)
-    assert check.exit_code == 1 and f"lacks {n - 1} of {n}: publish, fetch, nack" in check.text
+    n = len(TEXT_NAMES)
+    assert check.exit_code == 1 and f"lacks {n - 1} of {n}: publish, publish@stream, fetch" in check.text
     assert run_cli("--url", server.url, "scripts", "load").exit_code == 0
     check = run_cli("--url", server.url, "scripts", "check")
     assert check.exit_code == 0 and f"all {n} scripts are loaded on 127.0.0.1:{server.port}" in check.text
@@ -555,7 +564,7 @@ def test_scripts_load_covers_every_node_of_a_cluster(prefix):
             report = json.loads(loaded.text)
             # then every node holds them, the replicas too (SCRIPT LOAD is not replicated)
             assert sorted(s["role"] for s in report["servers"]) == ["primary"] * 3 + ["replica"] * 3
-            assert all(s["loaded"] == list(SCRIPT_NAMES) for s in report["servers"])
+            assert all(s["loaded"] == TEXT_NAMES for s in report["servers"])
             assert all(all(held) for held in held_everywhere(nodes))
             assert run_cli("--url", admin_url, "scripts", "check").exit_code == 0
             # and the user's calls work

@@ -101,13 +101,17 @@ def test_every_script_is_built_per_layout_without_directives():
 
 
 def test_the_hash_layouts_hot_scripts_hold_none_of_the_stream_code():
-    # the stream log's reads and writes and its side hash
-    for name in ("publish", "ack"):
-        hash_text = source(name, layout="hash")
-        for word in ("XTRIM", "local function logEntry", "local function logWriteEntries", "LOG_STREAM_BYTE then"):
-            assert word not in hash_text, (name, word)
-    assert "logWriteEntries" in source("publish", layout="stream")
-    assert "XRANGE" not in source("fetch", layout="hash").split("local function logReadMany", 1)[1].split("\nend\n")[0]
+    # the stream log's writes, its side hash, the ack's layout check of a stream key
+    publish = source("publish", layout="hash")
+    for word in ("XTRIM", "local function logEntry", "local function logWriteEntries", "sideKey ~="):
+        assert word not in publish, word
+    assert "local function logWriteEntries" in source("publish", layout="stream")
+    for name in ("ack", "fetch"):
+        assert "LOG_STREAM_BYTE and last ==" not in source(name, layout="hash"), name  # sentSideKey's test
+    # logReadMany's stream reads
+    assert "XRANGE', key, from" not in source("fetch", layout="hash")
+    assert "XRANGE', key, from" in source("fetch", layout="stream")
+    assert "LOG_STREAM_BYTE and checkLayout" not in source("ack", layout="hash")
     # scripts that touch no log have one text for both
     assert set(layout_texts("pause")) == {"hash"}
 

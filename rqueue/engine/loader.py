@@ -1,6 +1,9 @@
 """The Lua scripts' text: one file per command in lua/, with the includes
 it names expanded.
 
+Long because the directives' checks belong with their expansion: every
+refusal names the file and the rule, where a split would part them.
+
 A line ``--@include name`` pulls in ``lua/includes/name.lua``. An include
 names what it needs with its own ``--@include`` lines, before its code;
 each include is expanded once per script, its prerequisites first, so
