@@ -88,7 +88,12 @@ local keyQueueKey = KEYS[21]
 local keyReadyKey = KEYS[22]
 local keyBusyKey = KEYS[23]
 local keyFlightKey = KEYS[24]
+--@layout stream
 local sideKey = sentSideKey(msgsKey) -- the last key, when it is the side hash of a stream log (above)
+--@end
+--@layout hash
+local sideKey = nil -- a hash log has no side hash (includes/log.lua)
+--@end
 -- One member of the lease set that is no delivery, at score +inf: fetch adds
 -- it with every batch of leases. It is longer than zset-max-listpack-value
 -- (64 bytes by default), so the set is a skiplist from then on, and stays

@@ -53,9 +53,14 @@ end
 -- log.lua) asks before its first write: its helpers would refuse the stub
 -- later, after writes.
 local function sideKeyError(logKey, sideKey)
+  --@layout hash
+  return nil -- the hash layout's text runs only for calls sent no stream log (rqueue.engine.scripts)
+  --@end
+  --@layout stream
   if sideKey or string.byte(logKey, -1) ~= LOG_STREAM_BYTE then
     return nil
   end
   return redis.error_reply('RQ_LAYOUT ' .. logKey .. ' is a stream log: the call must be sent its side hash, '
     .. string.sub(logKey, 1, -4) .. 'side, last of its KEYS, and its last key is ' .. tostring(KEYS[#KEYS]))
+  --@end
 end
