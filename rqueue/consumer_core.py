@@ -288,18 +288,13 @@ class ConsumerCore:
         back: it runs. So does a replayed dead letter: an operator asked for
         it. A record that does not parse is left to the checks after."""
         raw, first = reply.raw, reply.first
-        kept = raw[:first]
         why = (
             f"group {self.group!r} had settled it (its ack floor had reached {settled_up_to}) before Redis lost "
             "acks: not run again; replay it to run it"
         )
-        for i in range(first, len(raw), 3):
-            seq = int(raw[i])
-            count, replayed = commands.delivery_count(raw[i + 1])
-            if seq <= settled_up_to and replayed is None and _published_ms(raw[i + 2]) <= before_ms:
-                aside.append((delivery_tag(seq, count, reply.token), SETTLED_BEFORE_LOSS, why))
-            else:
-                kept.extend(raw[i : i + 3])
+        kept = _settled_aside(
+            reply, raw, first, aside, why, lambda seq, rec: seq <= settled_up_to and _published_ms(rec) <= before_ms
+        )
         if len(kept) < len(raw):
             log.warning(
                 "%r dead-letters %d deliveries, unrun, of messages its group settled before Redis lost acks "
@@ -332,18 +327,11 @@ class ConsumerCore:
         found = self._watch.acks_lost(mark, epoch, reply.generation, reply.floor, seqs)
         if not found:
             return raw, first
-        kept = raw[:first]
         why = (
             f"{self!r} had seen its ack confirmed (above the ack floor of group {self.group!r}) before Redis lost "
             "it: not run again; replay it to run it"
         )
-        for i in range(first, len(raw), 3):
-            seq = int(raw[i])
-            count, replayed = commands.delivery_count(raw[i + 1])
-            if seq in found and replayed is None:
-                aside.append((delivery_tag(seq, count, reply.token), SETTLED_BEFORE_LOSS, why))
-            else:
-                kept.extend(raw[i : i + 3])
+        kept = _settled_aside(reply, raw, first, aside, why, lambda seq, rec: seq in found)
         log.warning(
             "%r dead-letters %d deliveries, unrun, of messages it had seen acked before Redis lost the acks "
             "(seqs %s; reason %s)",
@@ -728,6 +716,30 @@ def merged(lost: list[RQueueError | None], sent: list[RQueueError | None]) -> li
         return sent
     statuses = iter(sent)
     return [exc if exc is not None else next(statuses) for exc in lost]
+
+
+def _settled_aside(
+    reply: commands.FetchReply,
+    raw: list[Any],
+    first: int,
+    aside: list[tuple[str, str, str]],
+    why: str,
+    settled: Callable[[int, Any], bool],
+) -> list[Any]:
+    """``raw[:first]`` and the deliveries of ``raw[first:]`` (seq, count,
+    record triples of ``reply``) but those of messages ``settled`` (seq,
+    record) says the group settled before Redis lost acks: their tags go to
+    ``aside``, reason SETTLED_BEFORE_LOSS and ``why``, to the dead-letter
+    queue unrun. A replayed dead letter is kept: an operator asked for it."""
+    kept = raw[:first]
+    for i in range(first, len(raw), 3):
+        seq = int(raw[i])
+        count, replayed = commands.delivery_count(raw[i + 1])
+        if replayed is None and settled(seq, raw[i + 2]):
+            aside.append((delivery_tag(seq, count, reply.token), SETTLED_BEFORE_LOSS, why))
+        else:
+            kept.extend(raw[i : i + 3])
+    return kept
 
 
 def every_delivery(delivery: Delivery) -> bool:
