@@ -87,7 +87,10 @@ class Report:
     lost_unreported: int = 0  # confirmed, never acked, no report covers it: must be 0
     runs_after_ack: int = 0  # handler calls that began after an ack of their message: must be 0
     losses_reported: int = 0  # StateLost reports by the children (one per client that saw a loss)
-    runs_again_after_a_loss: int = 0  # runs after an ack that a reported loss came between (allowed)
+    runs_again_after_a_loss: int = 0  # runs after an ack, that their process reported lost first (allowed)
+    # runs after an ack by another process than the one that acked, that a
+    # failover took back and a client that saw it reported (allowed)
+    runs_again_elsewhere_after_a_loss: int = 0
     worker_kills: int = 0
     group_pauses: int = 0
     worker_pauses: int = 0
@@ -146,7 +149,12 @@ class LossLog(logging.Handler):
         for loss in args:
             if isinstance(loss, rqueue.StateLost):
                 with open(self.path, "a") as f:
-                    fields = {"incarnation": loss.incarnation, "gone_above": loss.gone_above, "at": time.time()}
+                    fields = {
+                        "incarnation": loss.incarnation,
+                        "gone_above": loss.gone_above,
+                        "at": time.time(),
+                        "pid": os.getpid(),
+                    }
                     f.write(json.dumps(fields) + "\n")
 
 
@@ -190,11 +198,12 @@ def producer(url: str, prefix: str, first: int, count: int, out: str, seconds: f
 
 def worker(url: str, prefix: str, out: str) -> None:
     """A Worker whose handler appends "run id seq incarnation published_ms
-    time" lines to ``out``, and whose acks Redis applied are appended as
+    time pid" lines to ``out``, and whose acks Redis applied are appended as
     "ack ..." (published_ms tells apart two copies of one publish that a
     rollback made: the retry of a publish whose reply was lost, stored
-    again under the same seq)."""
+    again under the same seq; pid tells apart the processes of one slot)."""
     record_losses(out + ".losses")
+    pid = os.getpid()
     client = connect_retrying(url, prefix)
     lock = threading.Lock()
     with open(out, "a", buffering=1) as log:
@@ -206,9 +215,9 @@ def worker(url: str, prefix: str, out: str) -> None:
         def handler(d: rqueue.Delivery) -> None:
             c = d.consumer
             assert isinstance(c, Consumer)
-            write(f"run {d.data.decode()} {d.seq} {c.incarnation} {d.published_ms} {time.time():.6f}\n")
+            write(f"run {d.data.decode()} {d.seq} {c.incarnation} {d.published_ms} {time.time():.6f} {pid}\n")
             time.sleep(random.uniform(0.005, 0.03))
-            write(f"end {d.data.decode()} {d.seq} {c.incarnation} {d.published_ms} {time.time():.6f}\n")
+            write(f"end {d.data.decode()} {d.seq} {c.incarnation} {d.published_ms} {time.time():.6f} {pid}\n")
 
         def recorded(method):  # type: ignore[no-untyped-def]
             # Each ack whose status is None was applied; the time is taken
@@ -220,7 +229,7 @@ def worker(url: str, prefix: str, out: str) -> None:
                 now = time.time()
                 for d, status in zip(acks, statuses, strict=False):
                     if status is None and isinstance(d, rqueue.Delivery):
-                        write(f"ack {d.data.decode()} {d.seq} {self.incarnation} {d.published_ms} {now:.6f}\n")
+                        write(f"ack {d.data.decode()} {d.seq} {self.incarnation} {d.published_ms} {now:.6f} {pid}\n")
                 return out
 
             return call
@@ -295,11 +304,18 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
     report.messages = per * producers
     logs = [work / f"w{i}.txt" for i in range(workers)]
     procs = [spawn("worker", server.url, prefix, str(logs[i])) for i in range(workers)]
+    # The chaos starts once every child is at work: each producer confirmed a
+    # publish and each worker ran a handler (a loaded machine can take many
+    # seconds to start a Python process, and a wipe before the first publish
+    # takes nothing anyone saw).
+    if not _each_wrote([*(work / f"p{i}.txt" for i in range(producers)), *logs], 120):
+        report.problems.append("the producers and workers did not all start within 120 s")
     started = time.monotonic()
     wipe_at = started + seconds / 2  # one wipe for certain, while messages flow
     failover_at = started + seconds / 4  # and one failover to a lagging replica
     pause_at = started + seconds * 3 / 4  # and one pause of a worker
     group_pause_at = started + seconds * 5 / 8  # and one pause of the group
+    rollbacks: list[tuple[float, float]] = []  # (began, back) of each failover and wipe: Redis lost what came before
     try:
         while time.monotonic() - started < seconds:
             time.sleep(rng.uniform(0.3, 1.0))
@@ -326,7 +342,11 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
                 action, group_pause_at = "pause-group", float("inf")
             try:
                 if action == "failover-lagging":
-                    replica = _fail_over_to_a_lagging_replica(server, replica, start_replica)
+                    began = time.time()
+                    try:
+                        replica = _fail_over_to_a_lagging_replica(server, replica, start_replica)
+                    finally:
+                        rollbacks.append((began, time.time()))
                     configure()
                     report.lagging_failovers += 1
                 elif action == "pause-worker":
@@ -335,11 +355,13 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
                     report.worker_pauses += 1
                 elif action == "wipe-redis":
                     # Redis comes back without its data: no AOF, no RDB
+                    began = time.time()
                     server.kill()
                     for path in server.data_dir.iterdir():
                         if path.name != "server.log":
                             shutil.rmtree(path) if path.is_dir() else path.unlink()
                     server.start()
+                    rollbacks.append((began, time.time()))
                     configure()
                     report.redis_wipes += 1
                     replica.kill()  # it would sync the empty primary: started afresh
@@ -399,12 +421,22 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
                 p.kill()
     report.seconds = round(time.monotonic() - started, 1)
     final = _check(client, report, logs)
-    _account(report, work, producers, logs, final)
+    _account(report, work, producers, logs, final, rollbacks)
     client.close()
     admin.close()
     replica.stop()
     server.stop()
     return report
+
+
+def _each_wrote(paths: list[Path], seconds: float) -> bool:
+    """Waits until each file holds a line; False when ``seconds`` pass first."""
+    deadline = time.monotonic() + seconds
+    while not all(path.exists() and path.stat().st_size for path in paths):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _pause_after_a_fetch(proc: subprocess.Popen[bytes], log: Path, seconds: float) -> None:
@@ -460,7 +492,14 @@ def _confirmed(work: Path, producers: int) -> set[tuple[str, int, str]]:
     return out
 
 
-def _account(report: Report, work: Path, producers: int, logs: list[Path], final: tuple[str, int] | None) -> None:
+def _account(
+    report: Report,
+    work: Path,
+    producers: int,
+    logs: list[Path],
+    final: tuple[str, int] | None,
+    rollbacks: list[tuple[float, float]],
+) -> None:
     """Confirmed, handled, lost and reported or not, runs after an ack.
     ``final`` is the queue's incarnation at the end and the last seq its
     group settled (None when it did not settle): a publish of it at or
@@ -468,29 +507,32 @@ def _account(report: Report, work: Path, producers: int, logs: list[Path], final
     worker lived to record the ack (a SIGKILL can fall between the ack's
     reply and the record). One the group settled without a handler run (an
     old ack settling a new message) counts as lost, and reported only if a
-    report covers it."""
+    report covers it. ``rollbacks`` are the (began, back) times of the
+    failovers and wipes."""
     confirmed = _confirmed(work, producers)
-    runs: list[tuple[tuple[str, int, str, int], float]] = []  # (copy, time)
-    acked: dict[tuple[str, int, str, int], float] = {}  # a copy of a message -> its first applied ack's time
+    runs: list[tuple[tuple[str, int, str, int], float, str]] = []  # (copy, time, pid)
+    acked: dict[tuple[str, int, str, int], tuple[float, str]] = {}  # a copy -> its first applied ack's (time, pid)
     losses: list[tuple[str, int, float]] = []
+    reported_by: dict[str, list[tuple[str, float]]] = {}  # pid -> (incarnation, time) of its reports
     for path in [*logs, *(work / f"p{i}.txt" for i in range(producers))]:
         extra = Path(str(path) + ".losses")
         for line in extra.read_text().splitlines() if extra.exists() else []:
             loss = json.loads(line)
             losses.append((loss["incarnation"], int(loss["gone_above"]), float(loss["at"])))
+            reported_by.setdefault(str(loss["pid"]), []).append((loss["incarnation"], float(loss["at"])))
     for path in logs:
         for line in path.read_text().splitlines() if path.exists() else []:
-            kind, mid, seq, inc, published, at = line.split()
+            kind, mid, seq, inc, published, at, pid = line.split()
             key = (mid, int(seq), inc, int(published))
             if kind == "run":
-                runs.append((key, float(at)))
+                runs.append((key, float(at), pid))
             elif kind == "end":
                 pass
-            elif key not in acked or float(at) < acked[key]:
-                acked[key] = float(at)
+            elif key not in acked or float(at) < acked[key][0]:
+                acked[key] = (float(at), pid)
     report.losses_reported = len(losses)
     # ids are unique, so every copy of (id, seq, incarnation) is of one confirmed publish
-    ran = {key[:3] for key, _ in runs}
+    ran = {key[:3] for key, _, _ in runs}
     done = {key[:3] for key in acked}
     settled = {m for m in confirmed & ran if final is not None and m[2] == final[0] and m[1] <= final[1]}
     report.handled = len(confirmed & (done | settled))
@@ -499,15 +541,24 @@ def _account(report: Report, work: Path, producers: int, logs: list[Path], final
             report.lost_reported += 1
         else:
             report.lost_unreported += 1
-    for key, at in runs:
-        acked_at = acked.get(key, at)
-        if at > acked_at:
-            # Allowed only when a loss of that incarnation was reported in
-            # between (Redis lost the ack: at least once, and said so).
-            if any(lost == key[2] and acked_at < when < at for lost, _, when in losses):
-                report.runs_again_after_a_loss += 1
-            else:
-                report.runs_after_ack += 1
+    for key, at, pid in runs:
+        acked_at, acker = acked.get(key, (at, pid))
+        if at <= acked_at:
+            continue
+        if any(lost == key[2] and acked_at < when < at for lost, when in reported_by.get(pid, [])):
+            # Redis lost the ack, and the process that ran it again said so
+            # first (at least once, and said so).
+            report.runs_again_after_a_loss += 1
+        elif pid != acker and any(
+            acked_at < back <= at and any(lost == key[2] and when >= began for lost, _, when in losses)
+            for began, back in rollbacks
+        ):
+            # Redis lost the ack in a failover between the two, and a client
+            # that saw what it lost reported it: only the process that acked
+            # can tell the message (docs/guarantees.md, guarantee 12).
+            report.runs_again_elsewhere_after_a_loss += 1
+        else:
+            report.runs_after_ack += 1
     _check_keys(report, logs, losses)
     if report.lost_unreported:
         report.problems.append(f"{report.lost_unreported} confirmed publishes lost without a report")
@@ -528,7 +579,7 @@ def _check_keys(report: Report, logs: list[Path], losses: list[tuple[str, int, f
     key_of: dict[tuple[str, int, int], str] = {}
     for path in logs:
         for line in path.read_text().splitlines() if path.exists() else []:
-            kind, mid, seq, inc, published, at = line.split()
+            kind, mid, seq, inc, published, at, _pid = line.split()
             if kind not in ("run", "end") or int(mid[1:]) % 2 == 0:
                 continue
             copy = (inc, int(published), int(seq))
@@ -575,7 +626,7 @@ def _check(client: rqueue.Client, report: Report, logs: list[Path]) -> tuple[str
     calls: Counter[tuple[str, int, str, str]] = Counter()
     for path in logs:
         for line in path.read_text().splitlines():
-            kind, mid, seq, inc, published, _ = line.split()
+            kind, mid, seq, inc, published, _, _pid = line.split()
             if kind == "run":
                 calls[(mid, int(seq), inc, published)] += 1
     report.handler_calls = sum(calls.values())
