@@ -17,7 +17,7 @@ from .deadletters import Selection, iter_dead_letters, purge, replay
 from .engine import commands, store
 from .engine.keys import QueueKeys, queue_base
 from .engine.record import decode_record
-from .errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, ResultTimeout, StateLost
+from .errors import InvalidInput, InvalidName, InvalidSetting, QueueInUse, QueuePartitioned, ResultTimeout, StateLost
 from .events import EventKind
 from .names import check_message_id, check_name, check_queue_name
 from .publishing import prepare, send
@@ -97,6 +97,7 @@ class Queue:
         #: Which hash tag a partition was placed under (rqueue/placement.py; 0 = ``{<queue>/<partition>}``).
         self.salt = salt
         self.keys = QueueKeys(queue_base(client.prefix, root, depth, partition, salt), client.log_layout)
+        self._plain_checked = partition is not None
 
     def __repr__(self) -> str:
         if self.partition is not None:
@@ -274,6 +275,22 @@ class Queue:
 
     # -- groups and retention (docs/retention.md) ---------------------------
 
+    def check_plain(self) -> None:
+        """Refuses with QueuePartitioned, once per handle, a group operation
+        on a queue partitioned since this client read its layout (another
+        process partitioned it); the client learns it, so that its next
+        ``queue(name)`` is the partitioned one. A publish and a join need no
+        such read: their scripts refuse the partitioned name."""
+        if self._plain_checked:
+            return
+        client = self.client
+        raw = store.stored_partitions(client.redis, client.prefix, self.root, client.idempotent)
+        if raw is not None:
+            text = raw.decode("ascii", "replace")
+            client.partitioned_now(self.root, text)
+            raise QueuePartitioned(self.name, text)
+        self._plain_checked = True
+
     def create_group(self, group: str, start: Position = "first") -> int:
         """Creates ``group`` at ``start``: "first" (the oldest message
         stored, where a consumer's first join starts a group), "last"
@@ -285,6 +302,7 @@ class Queue:
         time older than the oldest message stored)."""
         check_name("group", group)
         mode, value = position_args(start)
+        self.check_plain()
         return commands.group_create(self.group_call(group), mode, value).floor
 
     def reset_group(self, group: str, to: Position, force: bool = False) -> GroupReset:
@@ -297,7 +315,9 @@ class Queue:
         AlreadyAcked)."""
         check_name("group", group)
         mode, value = position_args(to)
-        reply = commands.group_reset(self.group_call(group), mode, value, check.flag("force", force))
+        force = check.flag("force", force)
+        self.check_plain()
+        reply = commands.group_reset(self.group_call(group), mode, value, force)
         return GroupReset(group, reply.previous, reply.floor, reply.cancelled, self.partition)
 
     def delete_group(self, group: str, force: bool = False) -> int:
@@ -306,7 +326,9 @@ class Queue:
         ``force`` (their acks then fail). Returns how many deliveries were
         taken back."""
         check_name("group", group)
-        return commands.group_delete(self.group_call(group), check.flag("force", force))
+        force = check.flag("force", force)
+        self.check_plain()
+        return commands.group_delete(self.group_call(group), force)
 
     def trim(self) -> Trimmed:
         """Stores the queue's retention settings (max_age, max_length) and

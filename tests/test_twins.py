@@ -611,6 +611,56 @@ def test_a_stale_plain_handles_join_is_refused_as_partitioned(api_kind, backend,
     assert live.queue("orders").groups() == []
 
 
+@pytest.mark.parametrize("operation", ["create", "reset", "delete"])
+@pytest.mark.parametrize("api_kind", ["sync", "async"])
+@MEMORY
+def test_a_stale_plain_handles_group_operations_are_refused_as_partitioned(api_kind, operation, backend, prefix, live):
+    calls = {
+        "create": lambda q: q.create_group("g"),
+        "reset": lambda q: q.reset_group("g", "first"),
+        "delete": lambda q: q.delete_group("g"),
+    }
+    base = rqueue.Queue(live, "orders").keys.base
+
+    def plain_state():
+        """The plain queue's keys and its meta (which holds the partitioning marker)."""
+        return sorted(live.redis.scan_iter(match=base + "*")), live.redis.hgetall(base + ":meta")
+
+    async def main():
+        stale = await rqueue.aio.connect(backend, prefix=prefix, settings_ttl=60)
+        try:
+            plain = stale.queue("orders")
+            await asyncio.to_thread(live.queue, "orders", 2)
+            before = plain_state()
+            # when the stale process makes, resets or deletes a group through its plain handle,
+            # then it is refused by name
+            with pytest.raises(rqueue.QueuePartitioned, match="2 partitions"):
+                await calls[operation](plain)
+            # and the client has learned the partitioning
+            assert isinstance(stale.queue("orders"), rqueue.aio.PartitionedQueue)
+            return before
+        finally:
+            await stale.close()
+
+    if api_kind == "sync":
+        stale = rqueue.connect(backend, prefix=prefix, settings_ttl=60)
+        try:
+            plain = stale.queue("orders")
+            assert isinstance(plain, rqueue.Queue)
+            live.queue("orders", partitions=2)
+            before = plain_state()
+            with pytest.raises(rqueue.QueuePartitioned, match="2 partitions"):
+                calls[operation](plain)
+            assert isinstance(stale.queue("orders"), rqueue.PartitionedQueue)
+        finally:
+            stale.close()
+    else:
+        before = asyncio.run(main())
+    # and nothing was written to the plain queue
+    assert plain_state() == before
+    assert live.queue("orders").groups() == []
+
+
 # -- Both workers take every option by keyword (docs/aio.md: "It takes the
 # same keyword arguments"): Worker(q, "g", h, 4) is refused by both
 
