@@ -14,6 +14,7 @@ from support.raw import group_key
 from support.servers import SINGLE_SERVERS
 
 import rqueue
+from rqueue.engine.keys import LAYOUT_ENV
 
 pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
@@ -323,6 +324,54 @@ def test_replay_of_a_seq_inside_a_run_of_acks_splits_the_run_and_counts_it_pendi
     c.ack([again, d1, d5])
     g = queue.stats().group("g")
     assert (g.ack_floor, g.pending, r.zcard(runs_key), queue.stats().depth) == (5, 0, 0, 0)
+
+
+@pytest.mark.parametrize("layout", ["hash", "stream"])
+@pytest.mark.parametrize("flow", [{"priority": 5}, {"key": "k"}], ids=["priority", "key"])
+def test_a_dead_letter_handed_out_above_the_cursor_is_replayed_once(backend, prefix, clock, monkeypatch, layout, flow):
+    # given a priority (or keyed) message handed out ahead of an older plain one, and rejected:
+    # its dead letter's seq is above the group's cursor and ack floor
+    monkeypatch.setenv(LAYOUT_ENV, layout)
+    c = rqueue.connect(backend, prefix=prefix, clock=clock, settings_ttl=0)
+    q = c.queue("orders")
+    consumer = q.consumer("g", "a")
+    q.publish(b"plain")
+    q.publish(b"flow", **flow)
+    (d,) = consumer.fetch(1)
+    assert (d.data, d.seq) == (b"flow", 2)
+    d.reject(reason="bad")
+    assert q.stats().group("g").ack_floor == 0
+    # when the operator replays it
+    result = q.replay_dead_letters()
+    # then it is replayed, and handed out once, beside the plain message
+    assert (result.replayed, result.skipped, len(q.dead_letters())) == (1, 0, 0)
+    handed = consumer.fetch(10)
+    assert sorted((x.data, x.seq) for x in handed) == [(b"flow", 2), (b"plain", 1)]
+    assert consumer.fetch(10) == []
+    consumer.ack(handed)
+    g = q.stats().group("g")
+    assert (g.ack_floor, g.pending, q.stats().depth) == (2, 0, 0)
+    c.close()
+
+
+def test_a_dead_letter_above_the_cursor_after_a_reset_back_is_left_to_the_groups_fetches(queue):
+    # given a priority message handed out ahead of an older plain one and rejected, then the
+    # group reset back over it: its fetches hand it out again by themselves (group h keeps
+    # the records stored)
+    consumer = queue.consumer("g", "a")
+    queue.create_group("h")
+    queue.publish(b"plain")
+    queue.publish(b"urgent", priority=5)
+    (d,) = consumer.fetch(1)
+    d.reject(reason="bad")
+    queue.reset_group("g", "first")
+    # when the operator replays it, then it is skipped (replayed too, it would go out twice)
+    result = queue.replay_dead_letters()
+    assert (result.replayed, result.skipped, len(queue.dead_letters())) == (0, 1, 1)
+    # and the group is handed each message once
+    handed = consumer.fetch(10)
+    assert sorted(x.data for x in handed) == [b"plain", b"urgent"]
+    assert consumer.fetch(10) == []
 
 
 def test_replay_leaves_alone_a_dead_letter_whose_seq_is_not_a_whole_number(client, queue):

@@ -703,8 +703,11 @@ class Model:
             g = self.groups[gname]
             for k in dseqs:
                 dl = self.dlq[k]
-                if dl.seq in g.dlv or dl.seq > g.cursor:
-                    skipped += 1  # pending, or unread since a reset: its scan hands it out
+                if dl.seq in g.dlv or (dl.seq > g.cursor and dl.seq > g.hash_floor and dl.seq not in g.settled):
+                    # pending, or unread since a reset: its fetches hand it out (one
+                    # settled above the cursor and floor was handed out apart from the
+                    # scan, which passes over it: replayed)
+                    skipped += 1
                     continue
                 g.settled.discard(dl.seq)
                 g.reopened.add(dl.seq)

@@ -27,8 +27,9 @@
     more: replayed or purged before), "other-group" (it belongs to another
     queue or group; left alone), "corrupt" (headers do not parse; left alone),
     "pending" (the group already has that seq open; left alone), "unread"
-    (above the group's cursor: a reset moved the group back over it and its
-    fetches hand it out again; left alone), "lost" (a missing-record dead
+    (above the group's cursor and ack floor, and not in its acked runs: a
+    reset moved the group back over it and its fetches hand it out again;
+    left alone), "lost" (a missing-record dead
     letter: its record was lost, there is nothing to replay; left alone)
   Errors (nothing is changed):
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
@@ -63,6 +64,15 @@ local DEAD_LETTER_HEADERS = {
 local FIRST_RESULT_KEY = 17
 local resultBase = string.sub(metaKey, 1, -5) .. 'result:'
 
+-- Whether the group settled seq above its ack floor since its last reset
+-- (a reset clears the acked runs): a seq above the cursor there was handed
+-- out apart from the cursor (a priority or keyed message), and the scan
+-- passes over it (fetch.lua), so a replay hands it out once.
+local function inAckedRun(seq)
+  local run = rcall('ZRANGEBYSCORE', ackedKey, string.format('%d', seq), '+inf', 'LIMIT', '0', '1')
+  return run[1] ~= nil and run[1] + 0 <= seq
+end
+
 local out = {}
 local groups = rcall('HLEN', floorsKey)
 -- The floor is compared below: garbage is named before anything changes.
@@ -94,9 +104,10 @@ for i = 8, #ARGV do
       status = 'lost'
     elseif rcall('HEXISTS', dlvKey, seq) == 1 then
       status = 'pending'
-    elseif seq > tonumber(rcall('HGET', groupKey, 'cursor') or '0') then
-      -- Above the cursor: a reset moved the group back over it, and its scan
-      -- hands it out again; reopened as well, it would go out twice.
+    elseif seq > tonumber(rcall('HGET', groupKey, 'cursor') or '0') and seq > floorNow and not inAckedRun(seq) then
+      -- Above the cursor and unsettled: a reset moved the group back over
+      -- it, and its fetches hand it out again; reopened as well, it would go
+      -- out twice.
       status = 'unread'
     else
       local published = headers['x-rq-published'] or tostring(now)
