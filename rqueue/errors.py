@@ -486,8 +486,9 @@ class StateLost(RQueueError):
 
 class QueuePartitioned(RQueueError):
     """A publish, a join or a group's making, reset or deletion reached the
-    plain queue of a name that was made a partitioned queue (this process took it for a plain queue, read less
-    than the settings' cache time before): nothing was stored or changed.
+    plain queue of a name that was made a partitioned queue (this process
+    took it for a plain queue, read less than the settings' cache time
+    before): nothing was stored or changed.
     ``client.queue(name)`` returns the partitioned queue now; a plain
     :meth:`rqueue.Queue.publish` sends its messages there by itself.
 
