@@ -579,43 +579,12 @@ def test_a_stale_plain_handle_publishes_to_the_partitions(api_kind, backend, pre
     assert live.queue("orders").stats().last_seq == 2
 
 
-@pytest.mark.parametrize("api_kind", ["sync", "async"])
-@MEMORY
-def test_a_stale_plain_handles_join_is_refused_as_partitioned(api_kind, backend, prefix, live):
-    async def main():
-        stale = await rqueue.aio.connect(backend, prefix=prefix, settings_ttl=60)
-        try:
-            plain = stale.queue("orders")
-            await asyncio.to_thread(live.queue, "orders", 2)
-            # when the stale process joins a group through its plain handle, then it is refused by name
-            with pytest.raises(rqueue.QueuePartitioned):
-                await plain.consumer("g").join()
-            # and the client has learned the partitioning
-            assert isinstance(stale.queue("orders"), rqueue.aio.PartitionedQueue)
-        finally:
-            await stale.close()
-
-    if api_kind == "sync":
-        stale = rqueue.connect(backend, prefix=prefix, settings_ttl=60)
-        try:
-            plain = stale.queue("orders")
-            live.queue("orders", partitions=2)
-            with pytest.raises(rqueue.QueuePartitioned):
-                plain.consumer("g")
-            assert isinstance(stale.queue("orders"), rqueue.PartitionedQueue)
-        finally:
-            stale.close()
-    else:
-        asyncio.run(main())
-    # and nothing was written to the plain queue's group
-    assert live.queue("orders").groups() == []
-
-
-@pytest.mark.parametrize("operation", ["create", "reset", "delete"])
+@pytest.mark.parametrize("operation", ["join", "create", "reset", "delete"])
 @pytest.mark.parametrize("api_kind", ["sync", "async"])
 @MEMORY
 def test_a_stale_plain_handles_group_operations_are_refused_as_partitioned(api_kind, operation, backend, prefix, live):
     calls = {
+        "join": lambda q: q.consumer("g") if api_kind == "sync" else q.consumer("g").join(),
         "create": lambda q: q.create_group("g"),
         "reset": lambda q: q.reset_group("g", "first"),
         "delete": lambda q: q.delete_group("g"),
@@ -632,8 +601,8 @@ def test_a_stale_plain_handles_group_operations_are_refused_as_partitioned(api_k
             plain = stale.queue("orders")
             await asyncio.to_thread(live.queue, "orders", 2)
             before = plain_state()
-            # when the stale process makes, resets or deletes a group through its plain handle,
-            # then it is refused by name
+            # when the stale process joins, makes, resets or deletes a group through its plain
+            # handle, then it is refused by name
             with pytest.raises(rqueue.QueuePartitioned, match="2 partitions"):
                 await calls[operation](plain)
             # and the client has learned the partitioning
