@@ -251,8 +251,10 @@ class Model:
     def wipe(self) -> None:
         """Redis loses every key of the queue (a restart without its data):
         the queue starts again, empty, without groups. The settings stay
-        (they are the prefix's, kept apart)."""
-        self.__init__(self.settings, self.now)  # type: ignore[misc]
+        (they are the prefix's, kept apart), and so does the log's layout:
+        the client makes the queue again with the layout it makes queues
+        with."""
+        self.__init__(self.settings, self.now, self.stream_log)  # type: ignore[misc]
 
     # -- time -----------------------------------------------------------------
 
