@@ -22,6 +22,7 @@ from support.servers import start_server, wait_for
 
 import rqueue
 import rqueue.aio
+from rqueue.worker.ledger import Ledger
 
 HERE = Path(__file__).resolve().parent
 BOTH = pytest.mark.parametrize("kind", ["threaded", "async"])
@@ -433,6 +434,45 @@ def test_waiting_deliveries_keep_their_lease_and_run_once(kind, live, backend, p
         assert w.join(10)
     # then each ran once: the heartbeat kept the waiting leases alive
     assert calls.count() == {seq: 1 for seq in range(1, 5)}
+    assert q.stats().group("g").redelivered == 0
+
+
+@pytest.mark.parametrize("acked_meanwhile", [True, False], ids=["acked-meanwhile", "still-held"])
+@BOTH
+def test_a_worker_stalled_between_the_take_and_the_handler_runs_nothing_acked_meanwhile(
+    kind, acked_meanwhile, live, backend, prefix, monkeypatch
+):
+    # given a worker whose handler stalls right after it takes message 1, past the stale
+    # age (half of min(ack_wait, heartbeat_timeout): 0.5 s), as a SIGSTOP or a long GC
+    # pause there would; and message 1 acked meanwhile under the worker's name (as the
+    # group's ack after a redelivery would settle it), or not
+    q = live.queue("orders")
+    q.publish(b"m")
+    begin = Ledger.begin
+    stalled = []
+
+    def stalling(self, d, *args, **kwargs):
+        taken = begin(self, d, *args, **kwargs)
+        if not stalled:
+            stalled.append(d.seq)
+            if acked_meanwhile:
+                q.consumer("g", name=d.consumer.name).ack(d.tag)  # a twin: not closed, not left
+            time.sleep(0.8)
+        return taken
+
+    monkeypatch.setattr(Ledger, "begin", stalling)
+    calls = Calls()
+    w = run_worker(kind, backend, prefix, q, lambda d: calls.add(d.seq), heartbeat_interval=0.2, heartbeat_timeout=1.0)
+    wait_for(floor_reaches(q, "g", 1))
+    wait_for(lambda: w.stats.handled + w.stats.stale_skipped >= 1)
+    w.stop()
+    assert w.join(10)
+    # then the handler ran only if the worker still held it (checked with Redis after the stall)
+    assert stalled == [1]
+    if acked_meanwhile:
+        assert (calls.count(), w.stats.stale_skipped, w.stats.handled) == ({}, 1, 0)
+    else:
+        assert (calls.count(), w.stats.stale_skipped, w.stats.handled) == ({1: 1}, 0, 1)
     assert q.stats().group("g").redelivered == 0
 
 

@@ -527,6 +527,12 @@ class Worker:
                 return Outcome.SKIPPED, ""
             started = check.now
             ledger.start(d, started)
+        if self._clock.monotonic() - started > stale_age and not await self._still_held(d):
+            # As rqueue.worker.handlers: paused since the take, Redis may have
+            # handed the message on and its group acked it (guarantee 13).
+            ledger.stop(d.tag)
+            self._tally.count(stale_skipped=1)
+            return Outcome.SKIPPED, ""
         self._tally.handled()
         headers = d.headers
         limit = time_limit_for(headers, self.time_limit) if headers else self.time_limit

@@ -196,6 +196,13 @@ class Handlers:
         headers = d.headers
         limit = time_limit_for(headers, self._time_limit) if headers else self._time_limit
         cancellation = cancel_mod.for_limit(limit)
+        if self._clock.monotonic() - started > stale_age and not self._still_held(d):
+            # Paused since the take (SIGSTOP, a long GC pause, a stall): Redis
+            # may have handed the message on meanwhile, and its group acked it
+            # (guarantee 13). What is left is the instant from here to the call.
+            ledger.stop(d.tag)
+            self._tally.count(stale_skipped=1)
+            return Outcome.SKIPPED, ""
         run = None
         if limit is not None:
             run = Run([d], limit, cancellation)
