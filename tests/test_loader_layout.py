@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from support.luatree import lua_tree
 
 from rqueue.engine.loader import (
     LAYOUTS,
@@ -18,15 +19,6 @@ from rqueue.engine.loader import (
     source,
 )
 from rqueue.engine.scripts import Script, Scripts, sent_stream_log
-
-
-def lua_tree(root, script, **includes):
-    (root / "includes").mkdir()
-    for name, text in includes.items():
-        (root / "includes" / f"{name}.lua").write_text(text)
-    (root / "main.lua").write_text(script)
-    return root
-
 
 BLOCKS = "local a = 1\n--@layout stream\nlocal s = 2\n--@end\n  --@layout hash\n  local h = 3\n  --@end\nreturn a\n"
 

@@ -9,6 +9,7 @@ import time
 import pytest
 import redis
 from support import logview
+from support.luatree import lua_tree
 from support.refusals import nothing_changes
 
 from rqueue.engine import commands
@@ -209,15 +210,6 @@ def test_names_in_comments_do_not_keep_a_helper():
 BASE = "local BASE = 2\nlocal function double(x)\n  return x * BASE\nend\n"
 QUAD = "--@include base\nlocal function quad(x)\n  return double(double(x))\nend\n"
 TWICE = "--@include base\nlocal function twice(x)\n  return double(x) * 2\nend\n"
-
-
-def lua_tree(root, script, **includes):
-    """A scripts folder under ``root``: main.lua and the given includes."""
-    (root / "includes").mkdir()
-    for name, text in includes.items():
-        (root / "includes" / f"{name}.lua").write_text(text)
-    (root / "main.lua").write_text(script)
-    return root
 
 
 def test_a_prerequisite_is_expanded_once_before_the_includes_that_need_it(tmp_path):
