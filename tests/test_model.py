@@ -968,21 +968,34 @@ def _machine(backend: str) -> QueueMachine:
     return type("QueueMachine", (QueueMachine,), {"url": backend})()
 
 
+def _setup(
+    state: QueueMachine,
+    ack_wait: float,
+    max_inflight: int,
+    max_deliveries: int,
+    first: tuple[int, None],
+    two_groups: bool = False,
+) -> None:
+    """The setup rule of the examples below: no redelivery delay or backoff,
+    a 20 s de-duplication window, and with one group a consumer joined at once."""
+    state.setup(
+        ack_wait=ack_wait,
+        max_inflight=max_inflight,
+        max_deliveries=max_deliveries,
+        redelivery_delay=0.0,
+        multiplier=1.0,
+        dedup_window=20.0,
+        two_groups=two_groups,
+        early=[] if two_groups else [False],
+        first=first,
+    )
+
+
 def test_replay_below_the_floor_reopens_it(backend: str) -> None:
     # the minimal sequence Hypothesis found
     state = _machine(backend)
     try:
-        state.setup(
-            ack_wait=2.0,
-            max_inflight=1,
-            max_deliveries=1,
-            redelivery_delay=0.0,
-            multiplier=1.0,
-            dedup_window=20.0,
-            two_groups=False,
-            early=[False],
-            first=(1, None),
-        )
+        _setup(state, ack_wait=2.0, max_inflight=1, max_deliveries=1, first=(1, None))
         state.same_state()
         state.fetch(i=0, n=1)
         state.same_state()
@@ -997,17 +1010,7 @@ def test_replay_below_the_floor_reopens_it(backend: str) -> None:
 def test_in_progress_of_a_removed_member_does_not_make_a_member(backend: str) -> None:
     state = _machine(backend)
     try:
-        state.setup(
-            ack_wait=5.0,
-            max_inflight=1024,
-            max_deliveries=3,
-            redelivery_delay=0.0,
-            multiplier=1.0,
-            dedup_window=20.0,
-            two_groups=False,
-            early=[False],
-            first=(100, None),
-        )
+        _setup(state, ack_wait=5.0, max_inflight=1024, max_deliveries=3, first=(100, None))
         state.join(i=0, prefetch=100, liveness=1.5)  # a2
         state.fetch(i=1, n=1)  # a2 holds seq 1
         state.advance(seconds=2)
@@ -1042,17 +1045,7 @@ def test_a_late_ack_with_another_fetchs_token_is_not_held(backend: str) -> None:
     state = _machine(backend)
     try:
         # given seq 1 fetched by a1 (token t1), its lease run out, and fetched again by a1 (token t2)
-        state.setup(
-            ack_wait=2.0,
-            max_inflight=1,
-            max_deliveries=2,
-            redelivery_delay=0.0,
-            multiplier=1.0,
-            dedup_window=20.0,
-            two_groups=False,
-            early=[False],
-            first=(1, None),
-        )
+        _setup(state, ack_wait=2.0, max_inflight=1, max_deliveries=2, first=(1, None))
         state.fetch(i=0, n=1)
         state.advance(seconds=2)
         state.fetch(i=0, n=1)
@@ -1076,17 +1069,7 @@ def test_a_forced_reset_while_deliveries_are_held_and_then_settled(backend: str)
     # held open across it, and trim steps: the model and the scripts agree
     state = _machine(backend)
     try:
-        state.setup(
-            ack_wait=5.0,
-            max_inflight=1024,
-            max_deliveries=1,
-            redelivery_delay=0.0,
-            multiplier=1.0,
-            dedup_window=20.0,
-            two_groups=True,
-            early=[],
-            first=(100, None),
-        )
+        _setup(state, ack_wait=5.0, max_inflight=1024, max_deliveries=1, first=(100, None), two_groups=True)
         steps = [
             lambda: state.publish_many(message_ids=[None, None, None], delay=None),
             lambda: state.fetch(i=0, n=3),  # a1 holds 1..3
@@ -1122,17 +1105,7 @@ def test_a_wipe_keeps_the_models_stream_log(backend: str, monkeypatch: pytest.Mo
     monkeypatch.setenv(LAYOUT_ENV, "stream")
     state = _machine(backend)
     try:
-        state.setup(
-            ack_wait=2.0,
-            max_inflight=1024,
-            max_deliveries=3,
-            redelivery_delay=0.0,
-            multiplier=1.0,
-            dedup_window=20.0,
-            two_groups=False,
-            early=[False],
-            first=(3, None),
-        )
+        _setup(state, ack_wait=2.0, max_inflight=1024, max_deliveries=3, first=(3, None))
         state.fetch(i=0, n=1)
         state.wipe()
         state.same_state()
