@@ -21,6 +21,8 @@ usage: .venv/bin/python benchmarks/icount.py SCENARIO [N]
              the bench's fetch(1)+ack figure),
              fetch1next (rqueue: one at a time, each ack sent with the
              next fetch, as the Worker does),
+             fetch<k>ack, fetch<k>next (rqueue: as fetch100ack and
+             fetch1next, k at a time: N a multiple of k),
              ack1reverse (rqueue: ack(1) of held messages newest first, so
              each is settled above the ack floor),
              floorpublish1 floorfetchack1 (the bench's floor probes: the
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -272,6 +275,21 @@ def main() -> int:
                 for _ in range(k // per):
                     got = r.xreadgroup("g", "c", {key: ">"}, count=per)
                     r.xack(key, "g", *[entry[0] for entry in got[0][1]])
+            elif re.fullmatch(r"fetch\d+(ack|next)", scenario):
+                # fetch(per) then the ack of all it took (ack), or each
+                # batch's ack sent with the next fetch (next), as a Worker
+                # with prefetch per does.
+                per = int(re.findall(r"\d+", scenario)[0])
+                queue.publish_many([PAYLOAD] * k)
+                ctl("-z")
+                if scenario.endswith("ack"):
+                    for _ in range(k // per):
+                        consumer.ack(consumer.fetch(per))
+                else:
+                    held = []
+                    for _ in range(k // per):
+                        _, held, _ = consumer.ack_and_fetch(held, per)
+                    consumer.ack(held)
             else:
                 raise SystemExit(f"unknown scenario {scenario!r}; see --help")
 

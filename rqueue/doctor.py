@@ -18,6 +18,7 @@ the checks would read the same keys several times.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -62,6 +63,7 @@ class Kind(StrEnum):
     STUB_MISSING = "stub-missing"  # stream log: a side record whose stub entry is gone (read from the side)
     SIDE_LEAKED = "side-record-leaked"  # stream log: a side record at or below the trim point nothing deletes
     GROUP_UNREGISTERED = "group-unregistered"  # a group's hash, while the floors hash (the registry) lacks it
+    CALL_DAMAGED = "call-damaged"  # stream log: a call record, its deadline or first seq, or callout disagree
 
 
 class Outcome(StrEnum):
@@ -342,6 +344,11 @@ class _Examination:
         for state_page in reads.hash_in_steps(self.r, gk.deliveries, self.where):
             states.update((int(f), v) for f, v in state_page if f.isdigit())
         members = reads.hash_all(self.r, gk.consumers, self.where)
+        if self.keys.layout is LogLayout.STREAM:
+            # A call delivery is judged as the state and lease a split gives it.
+            for on_call, raw in self.check_calls(gk, group, state, states).items():
+                states[on_call] = raw
+                leases.add(on_call)
         # Priority messages are handed out apart from the cursor (fetch.lua): waiting
         # in the group's priority set or in the log above its pull cursor.
         prioritized = {int(s) for page in reads.zset_in_steps(self.r, self.keys.prio, self.where) for _, s in page}
@@ -446,6 +453,55 @@ class _Examination:
         while step := list(itertools.islice(todo, reads.SCAN_STEP)):
             flow = reads.flow_seqs(self.r, self.keys, step)
             yield from (s for s in step if s not in flow)
+
+    def check_calls(self, gk: GroupKeys, group: str, state: dict[str, str], states: dict[int, str]) -> dict[int, str]:
+        """The call records of a stream log's group (lua/includes/call_state.lua):
+        each parses, its out counts its bytes at 1, it has a deadline (cexp)
+        and its first seq (cseq), no seq of it is also a delivery state, and
+        callout is the sum of out; cexp and cseq name
+        no other token. Returns the state a split would give each seq out on
+        a call (seq -> state). Any fault is one finding, repaired by
+        splitting every call out to the per-message path."""
+        deadlines = {m: sc for page in reads.zset_in_steps(self.r, gk.call_deadlines, self.where) for m, sc in page}
+        firsts = {m: sc for page in reads.zset_in_steps(self.r, gk.call_seqs, self.where) for m, sc in page}
+        out_on_calls: dict[int, str] = {}
+        faults: list[str] = []
+        total = 0
+        tokens: set[str] = set()
+        for page in reads.hash_in_steps(self.r, gk.calls, self.where):
+            for token, raw in page:
+                tokens.add(token)
+                found = _CALL.match(raw)
+                if found is None:
+                    faults.append(f"field {token} does not parse: {raw[:80]!r}")
+                    continue
+                first, ms, out, bytes_, holder = int(found[1]), found[2], int(found[3]), found[4], found[5]
+                total += out
+                ones = [first + i for i, b in enumerate(bytes_) if b == "1"]
+                if len(ones) != out:
+                    faults.append(f"call {token} counts {out} out, and has {len(ones)} seqs out")
+                if token not in deadlines or firsts.get(token) != first:
+                    faults.append(f"call {token} has no deadline in {gk.call_deadlines} or first seq in {gk.call_seqs}")
+                for seq in ones:
+                    if seq in states:
+                        faults.append(f"seq {seq} is out on call {token} and has a delivery state")
+                    else:  # (one above the cursor is the cursor's finding)
+                        out_on_calls[seq] = f"1:{holder}:{ms}:{ms}:{token}"
+        for token in sorted((deadlines.keys() | firsts.keys()) - tokens):
+            faults.append(f"token {token} of {gk.call_deadlines} or {gk.call_seqs} has no call record")
+        callout = _seq(state.get("callout", "0"))
+        if callout != total:
+            faults.append(f"{gk.state} field callout is {state.get('callout', 'missing')}, and calls hold {total}")
+        if faults:
+            self.add(
+                Kind.CALL_DAMAGED,
+                gk.calls,
+                "; ".join(faults[:10]) + (f" (and {len(faults) - 10} more)" if len(faults) > 10 else ""),
+                group=group,
+                repair="split every call out to a delivery state and a lease each, and drop the call keys",
+                fix=("calls",),
+            )
+        return out_on_calls
 
     def check_keys(self, gk: GroupKeys, group: str, queued: dict[str, int]) -> None:
         """Every ordering key with messages waiting in the group's key queue
@@ -756,6 +812,9 @@ _FLOOR_DISAGREES = {
     Kind.UNTRACKED,
     Kind.LAST_BELOW_CURSOR,
 }
+
+# A call record (lua/includes/call_state.lua): first seq, fetch ms, out, bytes, holder.
+_CALL = re.compile(r"(\d+) (\d+) (\d+) ([01]+) (\S+)\Z")
 
 
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:

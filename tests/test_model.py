@@ -74,7 +74,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from support import logview
+from support import callview, logview
 from support.model import ERRORS, REPLAYED, Model, ModelError, Settings, Tag, ms
 from support.raw import group_key
 
@@ -893,6 +893,10 @@ class QueueMachine(RuleBasedStateMachine):
                 if seq == b"pin":  # no message: keeps the hash a hash table (delivery_state.lua)
                     continue
                 states[int(seq)] = parse_state(raw.decode())
+            # a call's deliveries (a stream log's first deliveries of a large fetch) are seen
+            # as the split the scripts would make of them: the model knows no calls
+            call_states, call_leases = callview.as_split(r, self.q.keys.group(gs.name).as_list())
+            states.update((seq, parse_state(raw)) for seq, raw in call_states.items())
             groups[gs.name] = {
                 "ack_floor": gs.ack_floor,
                 "cursor": gs.cursor,
@@ -912,6 +916,7 @@ class QueueMachine(RuleBasedStateMachine):
                         for m, s in r.zrange(lease, 0, -1, withscores=True)
                         if not m.startswith(b"pin:")
                     )
+                    + sorted(call_leases.items())
                 ),
                 "states": dict(sorted(states.items())),
                 "ready_seqs": sorted(int(m) for m in r.zrange(self.q.keys.group(gs.name).ready, 0, -1)),
@@ -962,6 +967,28 @@ def test_model_with_a_stream_log(backend: str, monkeypatch: pytest.MonkeyPatch) 
     # The same machine with the queue's log in a stream (docs/layout-d-plan.md, step 3)
     monkeypatch.setenv(LAYOUT_ENV, "stream")
     _run(QueueMachine, backend)
+
+
+CALL_EXAMPLES = settings(SETTINGS, max_examples=LONG or 20)
+
+
+def test_model_with_call_records(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stream log whose every fetch from the cursor writes a call record (CALL_MIN 1, where
+    # fetch.lua's 16 leaves the model's fetches of 1-4 per message): the model knows no calls,
+    # and sees a call's deliveries as the split the scripts would make (_observe)
+    monkeypatch.setenv(LAYOUT_ENV, "stream")
+    callview.with_call_min(monkeypatch, 1)
+    client = rqueue.connect(backend, prefix=f"calls-{uuid.uuid4().hex}")
+    q = client.queue(QUEUE)
+    try:  # the hook took: a fetch of one writes a call record
+        q.publish(b"x")
+        q.consumer("A", "a1").fetch(1)
+        assert callview.calls_of(client.redis, q.keys.group("A").as_list()) != {}
+    finally:
+        q.delete(force=True)
+        client.close()
+    machine = type(QueueMachine.__name__, (QueueMachine,), {"url": backend})
+    run_state_machine_as_test(machine, settings=CALL_EXAMPLES)
 
 
 def _machine(backend: str) -> QueueMachine:

@@ -8,13 +8,22 @@ import time
 
 import pytest
 import redis
-from support import logview
+from support import callview, logview
 from support.luatree import lua_tree
 from support.refusals import nothing_changes
 
 from rqueue.engine import commands
-from rqueue.engine.keys import ACK_KEYS, GROUP_KEYS, settle_keys
-from rqueue.engine.loader import SCRIPT_NAMES, drop_unused, expand_includes, lua_dir, make_lazy, source
+from rqueue.engine.keys import ACK_KEYS, ack_keys, call_keys_of, settle_keys, side_of
+from rqueue.engine.loader import (
+    LAYOUTS,
+    SCRIPT_NAMES,
+    drop_unused,
+    expand_includes,
+    lua_dir,
+    make_lazy,
+    select_layout,
+    source,
+)
 from rqueue.errors import InvalidInput, from_script_error
 from rqueue.settings import Settings
 from rqueue.stored_results import Failure, Result
@@ -535,16 +544,16 @@ def test_ack_strict_and_lenient_statuses(raw):
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
     with pytest.raises(redis.ResponseError, match=r"^RQ_UNKNOWN_TAG 9\.1\.t1$"):
-        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, "t1", 9, 1, "t1"))
-    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", 1, 1, "t1", 9, 1, "t1", 1, 1, "t1")) == [
+        s.ack(keys=ack_keys(gk), args=ack_argv("c1", "1", 1, 1, "t1", 9, 1, "t1"))
+    assert s.ack(keys=ack_keys(gk), args=ack_argv("c1", "0", 1, 1, "t1", 9, 1, "t1", 1, 1, "t1")) == [
         b"ok",
         b"RQ_UNKNOWN_TAG",
         b"RQ_ACKED",
     ]
     with pytest.raises(redis.ResponseError, match=r"^RQ_ACKED 1\.1\.t1$"):
-        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, "t1"))
+        s.ack(keys=ack_keys(gk), args=ack_argv("c1", "1", 1, 1, "t1"))
     with pytest.raises(redis.ResponseError, match=r"^RQ_NOT_HELD 2\.1\.t1$"):
-        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c2", "1", 2, 1, "t1"))
+        s.ack(keys=ack_keys(gk), args=ack_argv("c2", "1", 2, 1, "t1"))
 
 
 def test_ack_accepts_a_seq_or_count_written_another_way(raw):
@@ -554,8 +563,10 @@ def test_ack_accepts_a_seq_or_count_written_another_way(raw):
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
-    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", "01", "1", "t1", "2", "01", "t1")) == [b"ok", b"ok"]
-    assert r.hkeys(gk[8]) == [b"pin"] and r.zrangebyscore(gk[5], "-inf", "(+inf") == [] and logview.count(r, qk) == 0
+    assert s.ack(keys=ack_keys(gk), args=ack_argv("c1", "0", "01", "1", "t1", "2", "01", "t1")) == [b"ok", b"ok"]
+    # (no state at all when the fetches were call records: a stream log's)
+    assert set(r.hkeys(gk[8])) <= {b"pin"} and r.zrangebyscore(gk[5], "-inf", "(+inf") == []
+    assert logview.count(r, qk) == 0 and callview.calls_of(r, gk) == {}
     assert r.hget(gk[2], "g") == b"2"
 
 
@@ -571,7 +582,7 @@ def test_ack_writes_the_floor_and_counts_as_plain_numbers_however_many_it_settle
 
     def ack(*pairs):
         tags = [x for i in range(0, len(pairs), 2) for x in (pairs[i], pairs[i + 1], "t1")]
-        return s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *tags))
+        return s.ack(keys=ack_keys(gk), args=ack_argv("c1", "1", *tags))
 
     def floor_and_trimmed():
         return r.hget(qk.floors, "g"), r.hget(qk.meta, "trimmed")
@@ -603,7 +614,7 @@ def held_by_c1(raw, n):
 
     def ack(*seqs):
         tags = [x for seq in seqs for x in (seq, 1, "t1")]
-        return s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *tags))
+        return s.ack(keys=ack_keys(gk), args=ack_argv("c1", "1", *tags))
 
     return ack
 
@@ -635,7 +646,7 @@ def test_acks_above_a_held_message_are_kept_as_runs_that_the_floor_passes_in_one
     ack(9)
     assert runs() == [(3, 10)] and above() == 8
     # when an acked seq inside a run is acked again, it is named as acked and nothing changes
-    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", 9, 1, "t1")) == [b"RQ_ACKED"]
+    assert s.ack(keys=ack_keys(gk), args=ack_argv("c1", "0", 9, 1, "t1")) == [b"RQ_ACKED"]
     assert runs() == [(3, 10)] and above() == 8
     assert ack(12) == [b"ok"] and runs() == [(3, 10), (12, 12)]
     # when 2 is acked, the floor stays below the held seq 1 and 2 joins the run
@@ -658,7 +669,7 @@ def test_a_tag_whose_seq_is_no_whole_number_is_unknown_next_to_acked_runs(raw):
     # when tags are sent whose seq is NaN, infinite, fractional or past 2^63
     for seq in ("nan", "inf", "2.5", "1e19"):
         # then each is an unknown tag, and the run is as it was
-        assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", seq, 1, "t1")) == [b"RQ_UNKNOWN_TAG"], seq
+        assert s.ack(keys=ack_keys(gk), args=ack_argv("c1", "0", seq, 1, "t1")) == [b"RQ_UNKNOWN_TAG"], seq
     assert r.zrange(gk[9], 0, -1, withscores=True) == [(b"2", 3.0)] and r.hget(gk[4], "acked_above") == b"2"
 
 
@@ -696,7 +707,7 @@ def test_a_single_tag_is_judged_as_it_would_be_among_others(raw):
     assert r.hget(gk[8], 3) == b"2:c1:%d:%d:t3\n1=c1=t1" % (NOW, later)
 
     def ack(consumer, seq, count, token):
-        return s.ack(keys=gk[:ACK_KEYS], args=ack_argv(consumer, "0", seq, count, token))
+        return s.ack(keys=ack_keys(gk), args=ack_argv(consumer, "0", seq, count, token))
 
     # then a tag of another consumer, a count never delivered, an unknown
     # seq and another token are refused, and c1 still holds what it held
@@ -721,13 +732,14 @@ def test_ack_of_no_tags_and_of_more_tags_than_one_chunk(raw):
     publish(raw, *[b"m"] * 1500)
     s.join(keys=gk, args=group_argv())
     # when nothing is acked, nothing is changed
-    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1")) == []
+    assert s.ack(keys=ack_keys(gk), args=ack_argv("c1", "1")) == []
     # when 1500 deliveries of one fetch are acked in one call
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, big, 1500, "t1"))[6::3] == list(range(1, 1501))
     tags = [x for seq in range(1, 1501) for x in (seq, 1, "t1")]
-    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *tags)) == [b"ok"] * 1500
+    assert s.ack(keys=ack_keys(gk), args=ack_argv("c1", "1", *tags)) == [b"ok"] * 1500
     # then every one is settled
-    assert r.hget(qk.floors, "g") == b"1500" and logview.count(r, qk) == 0 and r.hkeys(gk[8]) == [b"pin"]
+    assert r.hget(qk.floors, "g") == b"1500" and logview.count(r, qk) == 0 and set(r.hkeys(gk[8])) <= {b"pin"}
+    assert callview.calls_of(r, gk) == {} and r.hget(gk[4], "callout") in (None, b"0")
 
 
 def test_fetch_acks_the_tags_it_is_given_first(raw):
@@ -792,7 +804,7 @@ def test_nack_of_many_tags_nacks_each_on_its_own(raw, queue, client):
     twice = Settings(ack_wait=10, max_deliveries=2)
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, twice, 10, "t1"))
-    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 2, 1, "t1")) == [b"ok"]
+    assert s.ack(keys=ack_keys(gk), args=ack_argv("c1", "1", 2, 1, "t1")) == [b"ok"]
     # when the three are nacked in one call with a delay, an error and the failed event
     tags = [1, 1, "t1", "250", "boom", "failed", 2, 1, "t1", 3, 1, "t1"]
     reply = s.nack(keys=gk, args=group_argv("g", "c1", NOW, twice, *tags))
@@ -921,7 +933,7 @@ def test_a_fetch_with_nothing_in_flight_delivers_new_messages(raw):
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))[6:8] == [1, 1]
-    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, "t1")) == [b"ok"]
+    assert s.ack(keys=ack_keys(gk), args=ack_argv("c1", "1", 1, 1, "t1")) == [b"ok"]
     publish(raw, b"b")
     # when the next fetch comes long after the first lease would have run out
     reply = s.fetch(keys=gk, args=group_argv("g", "c1", NOW + 60_000, None, 5, "t2"))
@@ -1081,7 +1093,7 @@ def test_corrupt_delivery_state_is_a_coded_error(raw):
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
     r.hset(gk[8], 1, b"nonsense")
     with pytest.raises(redis.ResponseError, match="RQ_CORRUPT"):
-        s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, "t1"))
+        s.ack(keys=ack_keys(gk), args=ack_argv("c1", "1", 1, 1, "t1"))
 
 
 def test_delivery_states_are_kept_in_a_hash_table(raw):
@@ -1093,7 +1105,7 @@ def test_delivery_states_are_kept_in_a_hash_table(raw):
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
     assert sorted(r.hkeys(gk[8])) == [b"1", b"2", b"pin"] and len(r.hget(gk[8], "pin")) > 64
-    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 1, 1, "t1", 2, 1, "t1")) == [b"ok", b"ok"]
+    assert s.ack(keys=ack_keys(gk), args=ack_argv("c1", "1", 1, 1, "t1", 2, 1, "t1")) == [b"ok", b"ok"]
     assert r.hkeys(gk[8]) == [b"pin"]
     try:
         encoding = r.object("encoding", gk[8])
@@ -1139,9 +1151,15 @@ def test_fetch_names_seqs_across_hundreds_exactly(raw, queue):
     c = queue.consumer("g", "c1", prefetch=1000)
     got = c.fetch(95) + c.fetch(10) + c.fetch(200) + c.fetch(25)
     assert [d.seq for d in got] == list(range(1, 331))
-    assert all(r.hexists(gk[8], seq) and r.zscore(gk[5], seq) is not None for seq in (100, 199, 200, 299, 300, 330))
+    # (a stream log's fetch of more than a few from the cursor writes a call record instead)
+    assert all(
+        r.hexists(gk[8], seq) and r.zscore(gk[5], seq) is not None or callview.out_on_call(r, gk, seq)
+        for seq in (100, 199, 200, 299, 300, 330)
+    )
     c.ack(got)
-    assert r.hkeys(gk[8]) == [b"pin"] and r.zrangebyscore(gk[5], "-inf", "(+inf") == [] and logview.count(r, qk) == 0
+    # (no state at all when the fetches were call records: a stream log's)
+    assert set(r.hkeys(gk[8])) <= {b"pin"} and r.zrangebyscore(gk[5], "-inf", "(+inf") == []
+    assert logview.count(r, qk) == 0 and callview.calls_of(r, gk) == {}
 
 
 # -- fencing tokens (guarantee 11 in docs/guarantees.md) -------------------------------
@@ -1149,7 +1167,7 @@ def test_fetch_names_seqs_across_hundreds_exactly(raw, queue):
 
 def ack_of(s, gk, consumer, strict, *tags):
     """ack.lua, its tags given as (seq, count, token) triples."""
-    return s.ack(keys=gk[:ACK_KEYS], args=ack_argv(consumer, strict, *[x for tag in tags for x in tag]))
+    return s.ack(keys=ack_keys(gk), args=ack_argv(consumer, strict, *[x for tag in tags for x in tag]))
 
 
 def test_a_tag_with_another_token_names_no_delivery_and_changes_nothing(raw, client):
@@ -1352,7 +1370,7 @@ def test_a_fetch_of_a_group_whose_cursor_is_below_its_floor_is_corrupt_and_chang
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 1, "t1"))
-    s.ack(keys=gk[:ACK_KEYS], args=["g", "c1", "1", 1, 1, "t1"])
+    s.ack(keys=ack_keys(gk), args=["g", "c1", "1", 1, 1, "t1"])
     r.hset(gk[4], "cursor", 0)
     # when it fetches, then the reply names the group's key and nothing changes
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=rf"^RQ_CORRUPT {gk[4]} field cursor is 0"):
@@ -1695,14 +1713,14 @@ def test_fetch_takes_the_short_layout_until_the_queue_had_a_priority_or_keyed_me
     publish(raw, b"plain")
     s.join(keys=gk, args=group_argv())
     # given a plain queue, then fetch works with KEYS[1..17] alone
-    assert s.fetch(keys=gk[:17], args=group_argv("g", "c1", NOW, None, 10, "t1"))[6::3] == [1]
+    assert s.fetch(keys=[*gk[:17], *call_keys_of(gk)], args=group_argv("g", "c1", NOW, None, 10, "t1"))[6::3] == [1]
     # when a keyed message is published, then the short layout is refused before anything changes
     keyed_publish(raw, (b"a1", "0:0::a"))
     with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_FLOW_KEYS .*KEYS\\[1..24\\]"):
-        s.fetch(keys=gk[:17], args=group_argv("g", "c1", NOW, None, 10, "t2", 1, 1, "t1"))
+        s.fetch(keys=[*gk[:17], *call_keys_of(gk)], args=group_argv("g", "c1", NOW, None, 10, "t2", 1, 1, "t1"))
     # and a rate limit with the short layout is refused, naming the keys it needs
     with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT .*KEYS\\[1..24\\]"):
-        s.fetch(keys=gk[:17], args=group_argv("g", "c1", NOW, None, 10, "t2:5:1000"))
+        s.fetch(keys=[*gk[:17], *call_keys_of(gk)], args=group_argv("g", "c1", NOW, None, 10, "t2:5:1000"))
     # and the whole layout hands it out
     assert s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t2"))[6::3] == [2]
 
@@ -1746,7 +1764,7 @@ def test_retain_stores_the_retention_and_trims_only_what_every_group_settled(raw
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 3, "tok"))
     assert retain(raw, length="1") == [1, 0, 0]
     assert r.hget(qk.meta, "retain") == b"- 1"
-    s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", *[x for seq in (1, 2, 3) for x in (seq, 1, "tok")]))
+    s.ack(keys=ack_keys(gk), args=ack_argv("c1", "1", *[x for seq in (1, 2, 3) for x in (seq, 1, "tok")]))
     # then acks deleted nothing, and a step deletes the settled seqs beyond the length only
     assert logview.count(r, qk) == 4
     assert retain(raw, length="1", limit=2) == [1, 2, 2]  # at most the limit per call
@@ -1822,7 +1840,7 @@ def test_group_reset_takes_back_what_was_in_flight_and_fences_its_tags(raw, clie
     assert r.zcount(gkeys.lease, "-inf", "(+inf") == 0 and r.hget(gkeys.consumers, "c1") == b"0"
     assert r.hget(qk.meta, "retain") == b"- -"
     # the old tags settle nothing: seq 1 and 2 are at or below the new floor
-    assert s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "0", *tags)) == [b"RQ_ACKED", b"RQ_ACKED"]
+    assert s.ack(keys=ack_keys(gk), args=ack_argv("c1", "0", *tags)) == [b"RQ_ACKED", b"RQ_ACKED"]
     assert r.hget(qk.floors, "g") == b"2"
 
 
@@ -1895,7 +1913,7 @@ def test_set_aside_dead_letters_each_tag_and_names_the_refused_ones(raw):
     publish(raw, b"a", b"b", b"c")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
-    s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 2, 1, "t1"))
+    s.ack(keys=ack_keys(gk), args=ack_argv("c1", "1", 2, 1, "t1"))
     tags = []
     for seq, event in ((1, "expired"), (2, ""), (3, "failed")):
         tags += [seq, 1, "t1", "expired" if event == "expired" else "corrupted-record", f"why {seq}", event]
@@ -1915,12 +1933,13 @@ def test_set_aside_keeps_the_failure_of_each_message_it_dead_letters(raw):
     publish(raw, b"a", b"b")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
-    s.ack(keys=gk[:ACK_KEYS], args=ack_argv("c1", "1", 2, 1, "t1"))
+    s.ack(keys=ack_keys(gk), args=ack_argv("c1", "1", 2, 1, "t1"))
     tags = [1, 1, "t1", "expired", 'late "by" 1 s', "", 2, 1, "t1", "expired", "late", ""]
     # when both are set aside keeping results for 60 s
     result_keys = [qk.result(1, "g"), qk.result(2, "g")]
     reply = s.set_aside(
-        keys=[*gk[:17], *result_keys, *gk[GROUP_KEYS:]], args=group_argv("g", "c1", NOW, None, 60_000, *tags)
+        keys=[*gk[:17], *call_keys_of(gk), *result_keys, *side_of(gk)],
+        args=group_argv("g", "c1", NOW, None, 60_000, *tags),
     )
     # then the first is a dead letter whose failure, as the client decodes one, is kept after the
     # queue's incarnation; the acked one keeps none
@@ -1941,7 +1960,7 @@ def test_set_aside_keeps_the_reason_its_dead_letter_got(raw, client):
     # when it is set aside keeping results
     key = qk.result(1, "g")
     assert s.set_aside(
-        keys=[*gk[:17], key, *gk[GROUP_KEYS:]],
+        keys=[*gk[:17], *call_keys_of(gk), key, *side_of(gk)],
         args=group_argv("g", "c1", NOW, None, 1000, 1, 1, "t1", "expired", "late", ""),
     ) == [1]
     # then its result says what its dead letter says: missing-record, with the dead letter's text
@@ -1972,7 +1991,7 @@ def test_set_aside_refuses_a_malformed_call_and_changes_nothing(raw, client, ttl
     publish(raw, b"a")
     s.join(keys=gk, args=group_argv())
     s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
-    keys = [*gk[:17], *[qk.result(seq, "g") for seq in range(result_keys, 0, -1)][:1], *gk[GROUP_KEYS:]]
+    keys = [*gk[:17], *call_keys_of(gk), *[qk.result(seq, "g") for seq in range(result_keys, 0, -1)][:1], *side_of(gk)]
     # when set_aside is sent its tags wrongly, then it is refused by name and nothing changes
     with nothing_changes(client), pytest.raises(redis.ResponseError, match=r"^RQ_BAD_ARGUMENT "):
         s.set_aside(keys=keys, args=group_argv("g", "c1", NOW, None, ttl, *tail))
@@ -1984,16 +2003,20 @@ def test_set_aside_without_its_time_to_live_is_refused_by_name(raw, client):
         s.set_aside(keys=settle_keys(gk), args=group_argv("g", "c1", NOW, None))
 
 
-def test_no_helper_name_is_defined_twice_across_the_includes_and_a_script():
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_no_helper_name_is_defined_twice_across_the_includes_and_a_script(layout):
     # A script that takes in two definitions of one name calls whichever stands nearer above each
-    # call, which the loader's lazy regions may reorder.
+    # call, which the loader's lazy regions may reorder. Each layout's text is its own (a helper
+    # may have one definition per --@layout block, as group_keys.lua's deliveriesOut has).
     defined: dict[str, str] = {}
     for path in sorted((lua_dir() / "includes").glob("*.lua")):
-        for name in re.findall(r"^local function (\w+)", path.read_text(), re.MULTILINE):
+        text = select_layout(path.read_text(), layout, path.name)
+        for name in re.findall(r"^local function (\w+)", text, re.MULTILINE):
             assert name not in defined, f"{name} is defined in includes/{defined[name]} and includes/{path.name}"
             defined[name] = path.name
     for script in SCRIPT_NAMES:
-        for name in re.findall(r"^local function (\w+)", (lua_dir() / f"{script}.lua").read_text(), re.MULTILINE):
+        text = select_layout((lua_dir() / f"{script}.lua").read_text(), layout, f"{script}.lua")
+        for name in re.findall(r"^local function (\w+)", text, re.MULTILINE):
             assert name not in defined, f"{script}.lua defines {name}, as includes/{defined[name]} does"
 
 

@@ -25,7 +25,7 @@ from . import log
 from .async_scripts import AsyncScript, AsyncScripts
 from .commands import text
 from .keys import QueueKeys, partitions_key, registry_key, settings_key
-from .store import DELETE_BATCH, EVENTS_MAX, deliveries_out, event, headed_result, same_incarnation
+from .store import DELETE_BATCH, EVENTS_MAX, deliveries_out, event, headed_result, in_flight_of, same_incarnation
 
 T = TypeVar("T")
 
@@ -458,7 +458,7 @@ async def in_flight(r: Any, keys: QueueKeys) -> int:
         total = 0
         for level in await _levels(r, keys):
             for g in await r.hkeys(level.floors):
-                total += int(await deliveries_out(r, level.group(text(g))))
+                total += in_flight_of([await reply for reply in deliveries_out(r, level.group(text(g)))])
         return total
 
     return await guarded(count, where=keys.base)

@@ -29,7 +29,7 @@ from ..connection.cluster import not_run
 from ..errors import ConnectionLost, NotPermitted, OutOfMemory, from_script_error
 from ..randomness import Randomness
 from ..results import ConsumerStats, GroupMessageStatus, GroupStats, MessageState, MessageStatus, PublishResult
-from .keys import ACK_KEYS, FETCH_PLAIN_KEYS, GROUP_KEYS, SETTLE_KEYS, QueueKeys, settle_keys
+from .keys import FETCH_PLAIN_KEYS, SETTLE_KEYS, QueueKeys, ack_keys, call_keys_of, settle_keys, side_of
 from .scripts import Script, ScriptPipeline, Scripts
 
 T = TypeVar("T")
@@ -238,7 +238,7 @@ class GroupArgs:
             "clock": clock,
             "randomness": randomness,
             "keys": keys,
-            "ack_keys": keys[:ACK_KEYS],
+            "ack_keys": ack_keys(keys),
             "settle_keys": settle_keys(keys),
             "group": group,
             "consumer": consumer,
@@ -247,7 +247,7 @@ class GroupArgs:
             "queue": queue,
             "where": where,
             "rate": rate_suffix(settings),
-            "fetch_keys": keys[:FETCH_PLAIN_KEYS],
+            "fetch_keys": [*keys[:FETCH_PLAIN_KEYS], *call_keys_of(keys)],
             # a rate limit (the rate window, KEYS[20]) or key settings: every key, every fetch
             "flow": [len(keys) <= FETCH_PLAIN_KEYS or rate_suffix(settings) != ""],
             "marks": settings.wait_in_redis,
@@ -661,9 +661,9 @@ AsideTag = tuple[Tag, str, str, str]
 
 
 def set_aside_keys(call: GroupArgs, result_keys: Sequence[str]) -> list[str]:
-    """set_aside.lua's KEYS: the group's first 17, then each tag's result
-    key, then the layout's own keys (a stream log's side hash, last)."""
-    return [*call.keys[:SETTLE_KEYS], *result_keys, *call.keys[GROUP_KEYS:]]
+    """set_aside.lua's KEYS: the group's first 17 and a stream log's call
+    keys, then each tag's result key, then a stream log's side hash, last."""
+    return [*call.keys[:SETTLE_KEYS], *call_keys_of(call.keys), *result_keys, *side_of(call.keys)]
 
 
 def set_aside_args(items: Sequence[AsideTag], ttl_ms: int | None) -> list[Any]:
@@ -803,10 +803,11 @@ def settle_to(call: GroupCall, target: int, after: int, batch: int) -> SettleToR
 
 
 def replay_keys(call: GroupArgs, result_keys: Sequence[str]) -> list[str]:
-    """replay.lua's KEYS: the group's first 17, then per dead-letter seq the
-    result key of the message it holds (deleted when it is replayed), then
-    a stream log's side hash."""
-    return [*call.keys[:SETTLE_KEYS], *result_keys, *call.keys[GROUP_KEYS:]]
+    """replay.lua's KEYS: the group's first 17 and a stream log's call keys
+    (a reset back hands a dead-lettered seq out again, maybe on a call),
+    then per dead-letter seq the result key of the message it holds
+    (deleted when it is replayed), then a stream log's side hash."""
+    return [*call.keys[:SETTLE_KEYS], *call_keys_of(call.keys), *result_keys, *side_of(call.keys)]
 
 
 def replay(call: GroupCall, dead_letter_seqs: Sequence[int], result_keys: Sequence[str]) -> list[str]:

@@ -174,12 +174,18 @@ class QueueKeys:
     def status_keys(self, msg_id: str | None, groups: Sequence[str]) -> list[str]:
         """KEYS of status.lua: the message's id key (the meta key when it
         is named by its seq), then four keys per group (the reopen set last:
-        a replayed seq is pending again below the floor), then the pins."""
+        a replayed seq is pending again below the floor), then the pins; in
+        the stream layout two keys per group (the call records, by which a
+        first delivery out on a call is found) and the side hash."""
         keys = [self.meta, self.msgs, self.floors, self.events, self.message_id(msg_id) if msg_id else self.meta]
         for g in groups:
             gk = self.group(g)
             keys += [gk.deliveries, gk.acked, gk.delay, gk.reopen]
         keys.append(self.pinned)
+        if self.layout is LogLayout.STREAM:
+            for g in groups:  # the call records and their first seqs (status.lua)
+                gk = self.group(g)
+                keys += [gk.calls, gk.call_seqs]
         keys += self._layout_keys  # a stream log's side hash, last (status.lua)
         return keys
 
@@ -226,10 +232,28 @@ GROUP_KEYS = 24
 
 def settle_keys(keys: Sequence[str]) -> list[str]:
     """The KEYS of a script sent the first SETTLE_KEYS of ``keys`` (a
-    GroupKeys.as_list), with the layout's own keys after them: the side
-    hash in the stream layout, which every script that can meet a stub is
-    sent last (lua/includes/group_keys.lua); none in the hash layout."""
+    GroupKeys.as_list), with the layout's own keys after them: in the
+    stream layout the call keys, then the side hash, which every script
+    that can meet a stub is sent last (lua/includes/group_keys.lua); none
+    in the hash layout."""
     return [*keys[:SETTLE_KEYS], *keys[GROUP_KEYS:]]
+
+
+def call_keys_of(keys: Sequence[str]) -> list[str]:
+    """The call keys among ``keys`` (a GroupKeys.as_list): the three after
+    the GROUP_KEYS in the stream layout, none in the hash layout."""
+    return [*keys[GROUP_KEYS:-1]] if len(keys) > GROUP_KEYS else []
+
+
+def side_of(keys: Sequence[str]) -> list[str]:
+    """The side hash among ``keys`` (a GroupKeys.as_list): last, in the
+    stream layout alone."""
+    return [*keys[-1:]] if len(keys) > GROUP_KEYS else []
+
+
+def ack_keys(keys: Sequence[str]) -> list[str]:
+    """ack.lua's KEYS: the first ACK_KEYS of ``keys``, then the call keys."""
+    return [*keys[:ACK_KEYS], *call_keys_of(keys)]
 
 
 # The first of GroupKeys.as_list that fetch.lua is sent for a queue that never
@@ -322,6 +346,31 @@ class GroupKeys:
         """Hash of consumer -> deliveries it holds, per member of the group."""
         return self._k("cons")
 
+    @property
+    def calls(self) -> str:
+        """Hash of token -> call record: the first deliveries of one fetch
+        from the cursor, in a stream log (lua/includes/call_state.lua)."""
+        return self._k("calls")
+
+    @property
+    def call_deadlines(self) -> str:
+        """Sorted set of the calls' tokens, by deadline (ms)."""
+        return self._k("cexp")
+
+    @property
+    def call_seqs(self) -> str:
+        """Sorted set of the calls' tokens, by first seq."""
+        return self._k("cseq")
+
+    @property
+    def call_keys(self) -> tuple[str, ...]:
+        """The call keys of the stream layout (none in the hash layout),
+        sent right after the first ACK_KEYS, SETTLE_KEYS or GROUP_KEYS of
+        :meth:`as_list` (lua/includes/group_keys.lua)."""
+        if self.queue.layout is LogLayout.STREAM:
+            return (self.calls, self.call_deadlines, self.call_seqs)
+        return ()
+
     def as_list(self) -> list[str]:
         q = self.queue
         dlq = self.dlq
@@ -350,11 +399,13 @@ class GroupKeys:
             self._k("kready"),
             self._k("kbusy"),
             self._k("kflight"),
+            *self.call_keys,
             *q._layout_keys,
         ]
 
     def group_only(self) -> list[str]:
-        """The keys that belong to this group alone."""
+        """The keys that belong to this group alone (the call keys in the
+        stream layout only)."""
         return [
             self._k(kind)
             for kind in (
@@ -374,7 +425,7 @@ class GroupKeys:
                 "kbusy",
                 "kflight",
             )
-        ]
+        ] + list(self.call_keys)
 
 
 def queue_base(prefix: str, root: str, depth: int, partition: int | None = None, salt: int = 0) -> str:

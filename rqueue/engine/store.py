@@ -6,7 +6,7 @@ group holds). Each translates the driver's errors as the scripts' calls do
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from ..connection.cluster import Retrier, no_retry
@@ -149,12 +149,22 @@ def _levels(r: RedisClient, keys: QueueKeys) -> list[QueueKeys]:
     return levels
 
 
-def deliveries_out(r: Any, gk: GroupKeys) -> Any:
+def deliveries_out(r: Any, gk: GroupKeys) -> list[Any]:
     """Queues the count of a group's deliveries in flight on ``r`` (a
     client or pipeline, sync or asyncio), as deliveriesOut() in
     lua/includes/group_keys.lua counts them: one lease each, the pin at
-    +inf left out."""
-    return r.zcount(gk.lease, "-inf", "(+inf")
+    +inf left out; in the stream layout also the seqs out on call records
+    (group field callout, lua/includes/call_state.lua). Returns what each
+    command returned, which :func:`in_flight_of` adds up once read."""
+    parts = [r.zcount(gk.lease, "-inf", "(+inf")]
+    if gk.call_keys:
+        parts.append(r.hget(gk.state, "callout"))
+    return parts
+
+
+def in_flight_of(replies: Sequence[Any]) -> int:
+    """The in-flight count from the replies of :func:`deliveries_out`."""
+    return sum(int(reply or 0) for reply in replies)
 
 
 def in_flight(r: RedisClient, keys: QueueKeys) -> int:
@@ -165,7 +175,7 @@ def in_flight(r: RedisClient, keys: QueueKeys) -> int:
         total = 0
         for level in _levels(r, keys):
             for g in r.hkeys(level.floors):
-                total += int(deliveries_out(r, level.group(text(g))))
+                total += in_flight_of(deliveries_out(r, level.group(text(g))))
         return total
 
     return guarded(count, where=keys.base)
@@ -382,22 +392,26 @@ def queue_overview(r: RedisClient, levels: list[tuple[QueueKeys, QueueKeys]], no
             at += 3 + n + m
         names = [sorted(text(g) for g in level[4]) for level in first]
         pipe = r.pipeline(transaction=False)
+        flights: list[int] = []  # the replies of deliveries_out per group
         for (keys, _), groups in zip(levels, names, strict=True):
             for g in groups:
                 gk = keys.group(g)
-                deliveries_out(pipe, gk)
+                flights.append(len(deliveries_out(pipe, gk)))
                 pipe.zcard(gk.delay)
                 pipe.hget(gk.state, "acked")
                 pipe.hlen(gk.consumers)
         second = pipe.execute() if any(names) else []
         out: list[LevelFigures] = []
         at = 0
+        width = iter(flights)
         for i, groups in enumerate(names):
             figures = []
             for g in groups:
-                flight, delayed, acked, consumers = second[at : at + 4]
-                figures.append(GroupFigures(g, int(flight), int(delayed), _int(acked), int(consumers)))
-                at += 4
+                w = next(width)
+                flight = in_flight_of(second[at : at + w])
+                delayed, acked, consumers = second[at + w : at + w + 3]
+                figures.append(GroupFigures(g, flight, int(delayed), _int(acked), int(consumers)))
+                at += w + 3
             last, depth, scheduled, dead_letters, _ = first[i]
             out.append(LevelFigures(_int(last), depth, int(scheduled), dead_letters, figures))
         return out

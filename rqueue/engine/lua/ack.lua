@@ -36,6 +36,13 @@
     delivery stays held (rqueue doctor names the floor, docs/doctor.md)
 ]]
 --@flags allow-oom
+--@layout stream
+--@include group_keys
+--@include group_names
+--@include settle
+-- A call's own deliveries (a stream log's): made on their path alone.
+--@lazy callPaths call_state call_ack
+--@end
 --@include ack_held_one
 --@include layout
 

@@ -47,6 +47,11 @@
 --@include group_names
 --@include group_args
 --@include record_event
+--@layout stream
+--@include settle
+-- A call's own deliveries (a stream log's): made on their path alone.
+--@lazy callPaths call_state call_ack
+--@end
 --@include ack_held_one
 --@include layout
 --@include result_keys

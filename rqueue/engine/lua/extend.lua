@@ -18,6 +18,11 @@
 --@include group_names
 --@include group_args
 --@include beat
+--@layout stream
+--@include bulk
+-- Call records (a stream log's first deliveries): made on their paths.
+--@lazy callPaths call_state
+--@end
 --@include extend_tags
 
 -- A consumer removed as dead is no member: it must not look alive again.

@@ -120,6 +120,11 @@
 --@include bulk
 --@include bulk_get
 --@include settle
+--@layout stream
+-- Call records (a stream log's first deliveries from the cursor): made on
+-- the paths that meet them.
+--@lazy callPaths call_state call_ack
+--@end
 -- What only a failure, a redelivery or a late ack needs is made on those
 -- paths, where --@make failurePaths stands: most fetches take none of them.
 --@lazy failurePaths delivery_state record_event dead_letter dead_letter_corrupt_state retry_or_dead_letter
@@ -130,14 +135,8 @@
 local EXPIRE_BATCH = '1000' -- expired leases handled per call
 local PROMOTE_BATCH = '1000' -- due delayed messages made ready per call
 local SCAN_LIMIT = 1000 -- records passed over per call (deleted or delayed)
-local SPECULATE_MAX = 8 -- deliveries wanted up to which records are read before the last seq
 -- The group hash's field holding the cursor as fetch last wrote or checked it.
 local CURSOR_CHECKED = 'cursor_checked'
-local PULL_BATCH = '1000' -- entries of the priority log moved to the group's priority set per call
-local PICK_ROUNDS = 100 -- picks from the priority set per call, when the picked ones are passed over
--- A priority set's score is seq - priority x PRIORITY_SPAN (2^45, above any
--- seq): the highest priority first, then the lowest seq, exact in a double.
-local PRIORITY_SPAN = 35184372088832
 -- How long a consumer stays the queue's waiter (ms): more than a wait in
 -- Redis lasts (IDLE_POLL_INTERVAL, 0.5 s), as the fetch that ends the wait
 -- claims the role again; a waiter that died frees it after this.
@@ -217,7 +216,14 @@ end
 -- messages moves it.
 -- "paused" (pause.lua) is read with them: a field more of a read the call
 -- makes anyway is what flow control costs a fetch of a plain group.
+--@layout hash
 local groupFields = rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused', 'gen')
+--@end
+--@layout stream
+local groupFields = callsKey
+  and rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused', 'gen', 'callout')
+  or rcall('HMGET', groupKey, 'live:' .. consumerName, 'cursor', CURSOR_CHECKED, 'paused', 'gen')
+--@end
 -- The incarnation and the last seq, for the client's check that Redis kept
 -- its state; no step of a fetch changes either. And the queue's pause, and
 -- "swept": set while deleting what the trim point passed lags it.
@@ -300,7 +306,29 @@ end
 -- out, and a consumer that acks before it fetches again asks no more. The
 -- expired ones are counted before they are read: a ZCOUNT costs less than
 -- a ZRANGEBYSCORE that finds nothing, and most fetches find none.
+--@layout hash
 local inflight = deliveriesOut()
+--@end
+--@layout stream
+-- The seqs out on calls (a stream log's, includes/call_state.lua), as
+-- read above less those this call's acks settled (callsLeft): written back
+-- with the cursor by the scan.
+local callout = callsKey and (tonumber(groupFields[6] or '0') or 0) - callsLeft
+local inflight = deliveriesOut(callout)
+-- Calls past their deadline are split into deliveries with a lease each
+-- (includes/call_state.lua), which the lease expiry below takes back.
+if callsKey and callout > 0 then
+  local due = rcall('ZRANGEBYSCORE', callExpKey, '-inf', nowText, 'LIMIT', '0', EXPIRE_BATCH)
+  if #due > 0 then
+    --@make callPaths
+    for _, dueToken in ipairs(due) do
+      -- A record that does not parse stays for the doctor (RQ_CORRUPT
+      -- there), rather than stop every fetch after this one's acks.
+      pcall(splitCall, dueToken)
+    end
+  end
+end
+--@end
 local expired = {}
 if inflight > 0 and rcall('ZCOUNT', leaseKey, '-inf', nowText) > 0 then
   expired = rcall('ZRANGEBYSCORE', leaseKey, '-inf', nowText, 'LIMIT', '0', EXPIRE_BATCH)
@@ -405,6 +433,12 @@ if room > 0 and (groupFields[3] ~= groupFields[2] or not groupFields[2]) then
       return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is missing, while ' .. dlvKey
         .. ' holds deliveries of the group: it would hand them out again as new')
     end
+    --@layout stream
+    if callsKey and rcall('EXISTS', callsKey) == 1 then
+      return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is missing, while ' .. callsKey
+        .. ' holds deliveries of the group: it would hand them out again as new')
+    end
+    --@end
   end
   rcall('HSET', groupKey, CURSOR_CHECKED, groupFields[2] or '0')
 end
@@ -492,6 +526,12 @@ local morePassed = false
 local pickCut = false -- the priority set's pick stopped at its bound
 if got < room and metaFields[4] then
   fromPrioritySet = {}
+  -- (Locals of this block, as the main chunk's are near Lua's 200.)
+  local PULL_BATCH = '1000' -- entries of the priority log moved to the group's priority set per call
+  local PICK_ROUNDS = 100 -- picks from the priority set per call, when the picked ones are passed over
+  -- A priority set's score is seq - priority x PRIORITY_SPAN (2^45, above any
+  -- seq): the highest priority first, then the lowest seq, exact in a double.
+  local PRIORITY_SPAN = 35184372088832
   local pulledTo = tonumber(rcall('HGET', groupKey, 'pcur') or '')
   if pulledTo == nil then
     -- A group's first pull: everything above its ack floor is new to it.
@@ -662,6 +702,18 @@ if got < room and not pickCut and metaFields[4] and rcall('EXISTS', keyReadyKey,
 end
 
 if got < room and not pickCut then
+  local SPECULATE_MAX = 8 -- deliveries wanted up to which records are read before the last seq
+  --@layout stream
+  -- Fewest first deliveries from the cursor for which the scan writes a
+  -- call record (includes/call_state.lua; measured by benchmarks/icount.py,
+  -- docs/layout-d-plan.md): below it, a state and a lease per seq cost
+  -- less than the record and its ack.
+  local CALL_MIN = 16
+  -- Most seqs on one call record: an ack of one rewrites its record, so its
+  -- cost grows with the record; the rest of a larger fetch takes the
+  -- per-message path.
+  local CALL_MAX = 128
+  --@end
   local cursor = (groupFields[2] or 0) + 0
   local from = cursor
   local cursorText = nil -- cursor as the field string it was last read as
@@ -706,6 +758,16 @@ if got < room and not pickCut then
   end
   local since = nil -- the last seq when the group was created, read at the first missing record
   local passed = 0
+  --@layout stream
+  -- A scan that may take CALL_MIN first deliveries or more writes them as
+  -- one call record (includes/call_state.lua): their seqs gather here, and
+  -- go to the per-message path below when fewer were taken. Not with a
+  -- rate limit, whose window counts deliveries.
+  local scanned = nil
+  if callsKey and not rateLimit and room - got >= CALL_MIN then
+    scanned = {}
+  end
+  --@end
   local gone = {}
   while got < room and (last == nil or cursor < last) and passed < SCAN_LIMIT do
     local want = room - got
@@ -852,9 +914,20 @@ if got < room and not pickCut then
           else
             -- A first delivery, as deliver() above would make it: the common
             -- case, without a call, a state table and a second parse.
+            --@layout hash
             states[#states + 1] = field
             states[#states + 1] = firstState
             leased[#leased + 1] = field
+            --@end
+            --@layout stream
+            if scanned and #scanned < CALL_MAX then
+              scanned[#scanned + 1] = seq
+            else
+              states[#states + 1] = field
+              states[#states + 1] = firstState
+              leased[#leased + 1] = field
+            end
+            --@end
             out[#out + 1] = seq
             out[#out + 1] = 1
             out[#out + 1] = rec
@@ -867,8 +940,53 @@ if got < room and not pickCut then
   if passed >= SCAN_LIMIT and got < room then
     morePassed = true
   end
+  --@layout stream
+  if scanned and #scanned > 0 then
+    local firstSeq = scanned[1]
+    local record = nil
+    if #scanned >= CALL_MIN then
+      local bytes, at = {}, 1
+      for s = firstSeq, scanned[#scanned] do
+        if scanned[at] == s then
+          bytes[#bytes + 1] = '1'
+          at = at + 1
+        else
+          bytes[#bytes + 1] = '0'
+        end
+      end
+      record = string.format('%d', firstSeq) .. ' ' .. nowText .. ' ' .. #scanned .. ' ' .. table.concat(bytes) .. ' '
+        .. consumerName
+    end
+    -- A token already on a call (drawn again) keeps its record: the
+    -- deliveries take the per-message path.
+    if record and rcall('HSETNX', callsKey, token, record) == 1 then
+      rcall('ZADD', callExpKey, deadline, token)
+      rcall('ZADD', callSeqKey, firstSeq, token)
+      -- written with the cursor: callout as read, less what left calls in
+      -- this call (acks, expiry), and these
+      callout = (tonumber(groupFields[6] or '0') or 0) - callsLeft + #scanned
+      scanned.written = true
+    else
+      for _, seq in ipairs(scanned) do
+        local field = string.format('%d', seq)
+        states[#states + 1] = field
+        states[#states + 1] = firstState
+        leased[#leased + 1] = field
+      end
+    end
+  end
+  --@end
   if cursor ~= from then
+    --@layout hash
     rcall('HSET', groupKey, 'cursor', cursorText, CURSOR_CHECKED, cursorText)
+    --@end
+    --@layout stream
+    if scanned and scanned.written then
+      rcall('HSET', groupKey, 'cursor', cursorText, CURSOR_CHECKED, cursorText, 'callout', string.format('%d', callout))
+    else
+      rcall('HSET', groupKey, 'cursor', cursorText, CURSOR_CHECKED, cursorText)
+    end
+    --@end
   end
   settleMany(gone)
   if refusal and got == 0 then
@@ -877,6 +995,10 @@ if got < room and not pickCut then
 end
 
 if got > 0 then
+  --@layout stream
+  -- (None when every delivery is on the call record written above.)
+  if #leased > 0 then
+  --@end
   bulk('HSET', dlvKey, states)
   -- The pin first: ZADD converts the set to a skiplist before it adds the
   -- leases (includes/group_keys.lua). Then highest seq first: were the set
@@ -889,6 +1011,9 @@ if got > 0 then
     leases[#leases + 1] = leased[i]
   end
   bulk('ZADD', leaseKey, leases)
+  --@layout stream
+  end
+  --@end
   rcall('HINCRBY', consumersKey, consumerName, got == 1 and '1' or got) -- fetch(1): no sprintf
   if rateLimit then
     local window = {}
@@ -919,7 +1044,12 @@ else
     end
   end
   local nextDue = nil
+  --@layout hash
   for _, key in ipairs({delayKey, leaseKey}) do
+  --@end
+  --@layout stream
+  for _, key in ipairs({delayKey, leaseKey, callExpKey}) do
+  --@end
     local first = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')
     if first[2] ~= nil and first[1] ~= LEASE_PIN and (nextDue == nil or tonumber(first[2]) < nextDue) then
       nextDue = tonumber(first[2])

@@ -27,6 +27,11 @@
 --@include group_names
 --@include group_args
 --@include group_position
+--@layout stream
+--@include bulk
+-- Call records (a stream log's first deliveries): split out before a clear.
+--@lazy callPaths call_state
+--@end
 --@include group_clear
 --@include record_event
 --@include layout

@@ -32,6 +32,11 @@
 --@include group_names
 --@include group_args
 --@include beat
+--@layout stream
+--@include bulk
+-- Call records (a stream log's first deliveries): made on their paths.
+--@lazy callPaths call_state
+--@end
 --@include delivery_state
 --@include requeue
 --@include return_held
@@ -59,6 +64,12 @@ if ARGV[9] == '1' then
   for i = 10, #ARGV, 3 do
     known[tonumber(ARGV[i])] = ARGV[i + 1] .. '.' .. ARGV[i + 2]
   end
+  --@layout stream
+  if callsKey then
+    --@make callPaths
+    splitUnknown(consumerName, known) -- per message, to be handed back below
+  end
+  --@end
   for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
     local seq = tonumber(s)
     local d = s ~= LEASE_PIN and readDelivery(dlvKey, seq)

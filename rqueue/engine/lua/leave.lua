@@ -17,6 +17,12 @@
 ]]
 --@flags allow-oom
 --@include group_args
+--@layout stream
+--@include group_keys
+--@include bulk
+-- Call records (a stream log's first deliveries): made on their paths.
+--@lazy callPaths call_state
+--@end
 --@include return_held
 --@include layout
 

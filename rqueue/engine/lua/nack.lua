@@ -50,6 +50,11 @@
 --@include record_event
 --@include layout
 --@include text_prefix
+--@layout stream
+--@include bulk
+-- Call records (a stream log's first deliveries): split out when named.
+--@lazy callPaths call_state
+--@end
 
 local wrongLayout = checkLayout(metaKey, msgsKey) or sideKeyError(msgsKey, sideKey)
 if wrongLayout then
@@ -63,6 +68,20 @@ end
 if #ARGV > 13 and (#ARGV - 13) % 3 ~= 0 then
   return redis.error_reply('RQ_BAD_ARGUMENT nack takes more tags in threes (ARGV[14..])')
 end
+--@layout stream
+-- The state of seq for tag ARGV[first..first + 2]: a call delivery is
+-- split out first when the tag is its own (includes/call_state.lua), and
+-- any other tag of one judged by the state a split would give it.
+local function stateOf(seq, first)
+  local raw = rcall('HGET', dlvKey, seq)
+  if not raw and callsKey then
+    --@make callPaths
+    local split, state = splitTag(seq, ARGV[first + 1], ARGV[first + 2])
+    raw = split and rcall('HGET', dlvKey, seq) or state or false
+  end
+  return raw
+end
+--@end
 local delayMs = nil
 if ARGV[11] ~= '' then
   delayMs = tonumber(ARGV[11])
@@ -73,7 +92,20 @@ end
 -- and the error (its code, the tag, and what is wrong), having changed nothing.
 local function nackTag(first)
   local seq, count = tonumber(ARGV[first]), tonumber(ARGV[first + 1])
+  --@layout hash
   local d = seq and readDelivery(dlvKey, seq)
+  --@end
+  --@layout stream
+  local d = nil
+  if seq then
+    local raw = stateOf(seq, first)
+    local corrupt
+    d, corrupt = parseDelivery(seq, raw)
+    if corrupt then
+      error('RQ_CORRUPT delivery state of seq ' .. seq .. ' does not parse: ' .. raw) -- as readDelivery
+    end
+  end
+  --@end
   local code = checkTag(seq, count, ARGV[first + 2], d, false)
   if code ~= 'ok' then
     local why = code == 'RQ_CORRUPT' and (': its delivery state in ' .. dlvKey .. ' is missing') or ''
@@ -118,7 +150,12 @@ for i, first in ipairs(firsts) do
   local seq, count = tonumber(ARGV[first]), tonumber(ARGV[first + 1])
   local d, corrupt = nil, false
   if seq then
+    --@layout hash
     d, corrupt = parseDelivery(seq, rcall('HGET', dlvKey, seq))
+    --@end
+    --@layout stream
+    d, corrupt = parseDelivery(seq, stateOf(seq, first))
+    --@end
   end
   local code = corrupt and 'RQ_CORRUPT' or checkTag(seq, count, ARGV[first + 2], d, false)
   codes[i] = code

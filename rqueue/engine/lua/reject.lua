@@ -28,6 +28,13 @@
 ]]
 --@flags allow-oom
 --@include layout
+--@layout stream
+--@include group_keys
+--@include group_names
+--@include bulk
+-- Call records (a stream log's first deliveries): split out when named.
+--@lazy callPaths call_state
+--@end
 --@include reject_one
 
 local wrongLayout = checkLayout(metaKey, msgsKey) or sideKeyError(msgsKey, sideKey)

@@ -45,6 +45,14 @@
         log entries (by which fetch deletes them), or in a queue without
         groups (where no fetch comes), are deleted; no group needs them.
         Those that are no longer so are left
+      --@layout stream
+      "calls": a stream log's call records (includes/call_state.lua) that
+        disagree with their deadlines, first seqs, bytes or the group's
+        callout: every seq out on a call that has no delivery state gets
+        the state and the lease a split gives it, a record that does not
+        parse is deleted (its seqs are then reported as lost), and the call
+        keys go, callout 0
+      --@end
       "key-stranded", ARGV[9] an ordering key with messages waiting in the
         group's key queue and neither ready nor busy: put at the back of the
         ready keys (and first among the busy keys when it has deliveries
@@ -85,6 +93,11 @@
 --@include requeue
 --@include dead_letter_corrupt_state
 --@include layout
+--@layout stream
+--@include bulk
+-- Call records (a stream log's first deliveries): read by the checks below.
+--@lazy callPaths call_state
+--@end
 
 local wrongLayout = checkLayout(metaKey, msgsKey) or sideKeyError(msgsKey, sideKey)
 if wrongLayout then
@@ -98,6 +111,21 @@ if checking then
   what = string.sub(what, 7)
 end
 local HOLDS = {'holds', ''}
+--@layout stream
+if callsKey then
+  --@make callPaths
+end
+
+-- Whether seq (a number) is out on a call; a record that does not parse
+-- says nothing (the "calls" finding names it).
+local function onCall(seq)
+  if not callsKey or not seq then
+    return false
+  end
+  local ok, state = pcall(callStateOf, seq)
+  return ok and state ~= nil
+end
+--@end
 
 -- Read by the group, unsettled, and tracked nowhere (see "lost-seq"). A
 -- priority or keyed message is read once pulled from the priority log (at
@@ -125,6 +153,9 @@ local function untracked(seqText)
   local run = rcall('ZRANGEBYSCORE', ackedKey, seqText, '+inf', 'LIMIT', '0', '1')
   local tracked = (run[1] ~= nil and run[1] + 0 <= seq) or rcall('HEXISTS', dlvKey, seqText) == 1
     or rcall('ZSCORE', readyKey, seqText) or rcall('ZSCORE', delayKey, seqText) or rcall('ZSCORE', leaseKey, seqText)
+    --@layout stream
+    or onCall(seq)
+    --@end
   return not tracked, member ~= nil
 end
 
@@ -133,7 +164,12 @@ if checking and what == 'record-missing' then
   if logHas(msgsKey, sideKey, seq, pinnedKey) then
     return {'gone', ''}
   end
+  --@layout hash
   if rcall('HEXISTS', dlvKey, seq) == 1 then
+  --@end
+  --@layout stream
+  if rcall('HEXISTS', dlvKey, seq) == 1 or onCall(tonumber(seq)) then
+  --@end
     return HOLDS
   end
   local n = tonumber(seq)
@@ -250,8 +286,88 @@ if what == 'cursor' then
   return {'done', 'set the cursor from ' .. cursor .. ' to ' .. ARGV[10]}
 end
 
+--@layout stream
+if what == 'calls' then
+  if not callsKey then
+    return {'gone', ''}
+  end
+  -- The finding holds while a record does not parse or disagrees with its
+  -- bytes, its deadline, its first seq or a delivery state, a token of
+  -- cexp or cseq has no record, or callout is not the sum of out. The
+  -- repair turns every call into per-message deliveries and drops the keys.
+  local all = rcall('HGETALL', callsKey)
+  local damaged, total, tokens = false, 0, {}
+  for i = 1, #all, 2 do
+    local ok, c = pcall(callRead, all[i], all[i + 1])
+    tokens[all[i]] = true
+    if not ok then
+      damaged = true
+    else
+      total = total + c.out
+      local ones = 0
+      for j = 1, #c.bytes do
+        if string.sub(c.bytes, j, j) == '1' then
+          ones = ones + 1
+          if rcall('HEXISTS', dlvKey, string.format('%d', c.first + j - 1)) == 1 then
+            damaged = true
+          end
+        end
+      end
+      damaged = damaged or ones ~= c.out or not rcall('ZSCORE', callExpKey, all[i])
+        or tonumber(rcall('ZSCORE', callSeqKey, all[i]) or '') ~= c.first
+    end
+  end
+  for _, key in ipairs({callExpKey, callSeqKey}) do
+    for _, token in ipairs(rcall('ZRANGE', key, '0', '-1')) do
+      damaged = damaged or not tokens[token]
+    end
+  end
+  damaged = damaged or (tonumber(rcall('HGET', groupKey, 'callout') or '0') or -1) ~= total
+  if not damaged then
+    return {'gone', ''}
+  end
+  if checking then
+    return HOLDS
+  end
+  local split, dropped = 0, 0
+  for i = 1, #all, 2 do
+    local ok, c = pcall(callRead, all[i], all[i + 1])
+    if ok and c then
+      local deadline = rcall('ZSCORE', callExpKey, all[i]) or c.ms
+      local state = '1:' .. c.holder .. ':' .. c.ms .. ':' .. c.ms .. ':' .. all[i]
+      for j = 1, #c.bytes do
+        local field = string.format('%d', c.first + j - 1)
+        if string.sub(c.bytes, j, j) == '1' and rcall('HEXISTS', dlvKey, field) == 0 then
+          rcall('HSET', dlvKey, field, state)
+          rcall('ZADD', leaseKey, deadline, field)
+          split = split + 1
+        end
+      end
+    else
+      dropped = dropped + 1
+    end
+  end
+  rcall('DEL', callsKey, callExpKey, callSeqKey)
+  rcall('HDEL', groupKey, 'callout')
+  return {'done', 'split ' .. split .. ' call deliveries out to delivery states and leases, and dropped ' .. dropped
+    .. ' call records that do not parse'}
+end
+
+--@end
 if what == 'counts' then
   local held = {}
+  --@layout stream
+  if callsKey then
+    -- Call deliveries count for their holder (includes/call_state.lua).
+    local all = rcall('HGETALL', callsKey)
+    for i = 1, #all, 2 do
+      local ok, c = pcall(callRead, all[i], all[i + 1])
+      if ok and c then
+        held[c.holder] = (held[c.holder] or 0) + c.out
+      end
+    end
+  end
+  --@end
   for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
     if s ~= LEASE_PIN then
       local d = parseDelivery(tonumber(s), rcall('HGET', dlvKey, s))

@@ -18,22 +18,26 @@
       (<base>:result:<seq>:<group>, its x-rq-seq header), or any other key
       of the queue's slot (the meta key) when that seq is not known: a key
       that is not the result key of the seq replayed is left alone
-    then, for a stream log only, its side hash (sent with them, not read
-      here; includes/group_keys.lua)
+    in a stream log, the group's call keys come right after the first 17
+      (includes/group_keys.lua) and the result keys after them; then its
+      side hash, last (sent with them, not read here)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8], ARGV[9], ... seqs in the dead-letter queue
   Output:
     one status per dead-letter seq: "replayed", "missing" (not there any
     more: replayed or purged before), "other-group" (it belongs to another
     queue or group; left alone), "corrupt" (headers do not parse; left alone),
-    "pending" (the group already has that seq open; left alone), "unread"
+    "pending" (the group already has that seq open, or out on a call;
+    left alone), "unread"
     (above the group's cursor and ack floor, and not in its acked runs: a
     reset moved the group back over it and its fetches hand it out again;
     left alone), "lost" (a missing-record dead
     letter: its record was lost, there is nothing to replay; left alone)
   Errors (nothing is changed):
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
-    RQ_CORRUPT       the group's ack floor is not a seq
+    RQ_CORRUPT       the group's ack floor is not a seq, or a call record
+                     does not parse
+    RQ_LAYOUT        a stream log's call sent no call keys
 ]]
 --@flags allow-oom
 --@include log_one
@@ -44,11 +48,21 @@
 --@include record
 --@include record_event
 --@include layout
+--@layout stream
+-- Call records (a stream log's first deliveries): a seq out on one is
+-- pending (includes/call_state.lua).
+--@include call_state
+--@end
 
 local wrongLayout = checkLayout(metaKey, msgsKey)
 if wrongLayout then
   return wrongLayout
 end
+--@layout stream
+-- A group fetched on calls hands a seq out again after a reset back over
+-- it; a call sent no call keys could not tell it is out.
+callsOut()
+--@end
 -- What takes a reopened seq out of its acked run: made only when a replay
 -- reopens a seq above the floor.
 --@lazy ackedRuns acked_runs
@@ -60,8 +74,14 @@ local DEAD_LETTER_HEADERS = {
 }
 
 -- The result keys follow the group layout's first 17, one per dead-letter
--- seq (ARGV[8..]): ARGV[i]'s is KEYS[i + 10].
+-- seq (ARGV[8..]): ARGV[i]'s is KEYS[FIRST_RESULT_KEY + i - 7].
+--@layout hash
 local FIRST_RESULT_KEY = 17
+--@end
+--@layout stream
+-- In a stream log they follow the call keys too (includes/group_keys.lua).
+local FIRST_RESULT_KEY = callsKey and 20 or 17
+--@end
 local resultBase = string.sub(metaKey, 1, -5) .. 'result:'
 
 -- Whether the group settled seq above its ack floor since its last reset
@@ -104,6 +124,10 @@ for i = 8, #ARGV do
       status = 'lost'
     elseif rcall('HEXISTS', dlvKey, seq) == 1 then
       status = 'pending'
+    --@layout stream
+    elseif callsKey and callStateOf(seq) then
+      status = 'pending'
+    --@end
     elseif seq > tonumber(rcall('HGET', groupKey, 'cursor') or '0') and seq > floorNow and not inAckedRun(seq) then
       -- Above the cursor and unsettled: a reset moved the group back over
       -- it, and its fetches hand it out again; reopened as well, it would go

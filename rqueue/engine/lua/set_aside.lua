@@ -41,12 +41,26 @@
 ]]
 --@flags allow-oom
 --@include layout
+--@layout stream
+--@include group_keys
+--@include group_names
+--@include bulk
+-- Call records (a stream log's first deliveries): split out when named.
+--@lazy callPaths call_state
+--@end
 --@include reject_one
 --@include result_keys
 
 -- A fetch hands out at most this many deliveries (rqueue/constants.py, MAX_FETCH).
 local MAX_TAGS = 10000
+--@layout hash
 local FIRST_RESULT_KEY = 17 -- the result keys follow the group layout's first 17
+--@end
+--@layout stream
+-- The result keys follow the group layout's first 17, and a stream log's
+-- call keys (includes/group_keys.lua).
+local FIRST_RESULT_KEY = callsKey and 20 or 17
+--@end
 
 local wrongLayout = checkLayout(metaKey, msgsKey) or sideKeyError(msgsKey, sideKey)
 if wrongLayout then

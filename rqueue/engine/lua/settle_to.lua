@@ -35,6 +35,11 @@
 --@include delivery_state
 --@include settle
 --@include layout
+--@layout stream
+-- Call records (a stream log's first deliveries): split out where the
+-- range meets them.
+--@lazy callPaths call_state
+--@end
 
 local wrongLayout = checkLayout(metaKey, msgsKey)
 if wrongLayout then
@@ -61,6 +66,12 @@ end
 local from = math.max(after, floorText + 0) + 1
 local upto = math.min(target, from + limit - 1)
 local seqs = {}
+--@layout stream
+if upto >= from and callsKey then
+  --@make callPaths
+  splitRange(from, upto) -- their deliveries, per message: held, so they stay (includes/call_state.lua)
+end
+--@end
 if upto >= from then
   -- The acked runs that overlap from..upto: their seqs are settled already.
   local skip = {}

@@ -70,6 +70,7 @@ put('cursor', rcall('HGET', groupKey, 'cursor') or '0')
 put('paused', rcall('HGET', groupKey, 'paused') or '')
 put('acked_above_floor', rcall('HGET', groupKey, ACKED_ABOVE) or '0')
 put('in_flight', deliveriesOut())
+--@layout hash
 put('expired_leases', rcall('ZCOUNT', leaseKey, '-inf', now))
 local oldest = rcall('ZRANGE', leaseKey, 0, 0)
 if oldest[1] ~= nil and oldest[1] ~= LEASE_PIN then
@@ -82,6 +83,36 @@ if oldest[1] ~= nil and oldest[1] ~= LEASE_PIN then
 else
   put('oldest_lease_ms', '')
 end
+--@end
+--@layout stream
+local expiredLeases = rcall('ZCOUNT', leaseKey, '-inf', now)
+local oldestAge = nil
+local oldest = rcall('ZRANGE', leaseKey, 0, 0)
+if oldest[1] ~= nil and oldest[1] ~= LEASE_PIN then
+  local raw = rcall('HGET', dlvKey, oldest[1])
+  -- The time of the delivery from its state's first line (includes/delivery_state.lua):
+  -- count:consumer:first:last:token, or count:consumer:first:last before tokens.
+  local head = raw and string.match(raw, '^[^\n]*')
+  local last = head and (string.match(head, '^%d+:.*:%d+:(%d+):%w*$') or string.match(head, '^%d+:.*:%d+:(%d+)$'))
+  oldestAge = last and (now - tonumber(last))
+end
+if callsKey then
+  -- A stream log's calls (includes/call_state.lua, "<first> <ms> <out> ..."):
+  -- the seqs out on calls past their deadline count as expired leases, and
+  -- the call with the earliest deadline has a lease's age.
+  local due = rcall('ZRANGEBYSCORE', callExpKey, '-inf', now)
+  for _, token in ipairs(due) do
+    expiredLeases = expiredLeases + (tonumber(string.match(rcall('HGET', callsKey, token) or '', '^%d+ %d+ (%d+) ') or '0'))
+  end
+  local first = rcall('ZRANGE', callExpKey, 0, 0)
+  local ms = first[1] and string.match(rcall('HGET', callsKey, first[1]) or '', '^%d+ (%d+) ')
+  if ms and (oldestAge == nil or now - tonumber(ms) > oldestAge) then
+    oldestAge = now - tonumber(ms)
+  end
+end
+put('expired_leases', expiredLeases)
+put('oldest_lease_ms', oldestAge or '')
+--@end
 put('ready', rcall('ZCARD', readyKey))
 put('delayed', rcall('ZCARD', delayKey))
 -- Ordering keys: ready to hand out, and with deliveries out (a key may be in

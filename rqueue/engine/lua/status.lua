@@ -19,6 +19,11 @@
       and the acked runs say)
     then the pinned hash (seq -> groups that reopened it; in a stream log's
       queue also the records of those seqs, includes/log.lua)
+    --@layout stream
+    then, for a stream log only, 2 keys per group in the same order: its
+      calls (token -> call record) and cseq (token -> first seq), by which
+      a first delivery out on a call is found (includes/call_state.lua)
+    --@end
     then, for a stream log only, its side hash (the records of the messages
       published with a priority or a key, includes/log.lua)
     ARGV[1] now in ms, or "" for the server's TIME
@@ -103,6 +108,30 @@ local function fateOf(group)
   return fates[group]
 end
 
+--@layout stream
+-- The call record that has seq out, in a stream log's group: its holder,
+-- or nil (includes/call_state.lua has the record's form).
+local groupCount = #ARGV - 3
+local callKeysAt = nil
+if sideKey and #KEYS == 7 + 6 * groupCount then
+  callKeysAt = 7 + 4 * groupCount
+end
+local function callHolder(g)
+  if not callKeysAt then
+    return nil
+  end
+  local callsKey, callSeqKey = KEYS[callKeysAt + 2 * g], KEYS[callKeysAt + 2 * g + 1]
+  local found = rcall('ZRANGE', callSeqKey, seq, '-inf', 'BYSCORE', 'REV', 'LIMIT', '0', '1')
+  local raw = found[1] and rcall('HGET', callsKey, found[1])
+  local first, bytes, holder = string.match(raw or '', '^(%d+) %d+ %d+ ([01]+) (%S+)$')
+  local i = first and seq - first + 1
+  if i and i >= 1 and string.sub(bytes, i, i) == '1' then
+    return holder
+  end
+  return nil
+end
+
+--@end
 local out = {1, seq, last, published, notBefore}
 local k = 6
 for i = 4, #ARGV do
@@ -124,6 +153,14 @@ for i = 4, #ARGV do
     settled = run[1] ~= nil and run[1] + 0 <= seq
   end
   local d = (floor ~= nil and not settled) and parseDelivery(seq, rcall('HGET', dlvKey, seq)) or nil
+  --@layout stream
+  if floor ~= nil and not settled and not d then
+    local holder = callHolder(i - 4)
+    if holder then
+      d = {holder = holder, count = 1}
+    end
+  end
+  --@end
   local due = (floor ~= nil and not settled) and tonumber(rcall('ZSCORE', delayKey, seq) or '') or nil
   if floor == nil then
     state = 'unknown-group'

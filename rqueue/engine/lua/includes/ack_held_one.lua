@@ -19,6 +19,13 @@ local function ackHeldOne(first)
   end
   local raw = rcall('HGET', dlvKey, field)
   if not raw then
+    --@layout stream
+    if callsKey and countArg == '1' then
+      -- A call's own delivery (includes/call_state.lua).
+      --@make callPaths
+      return ackCallOne(field, tokenArg)
+    end
+    --@end
     return nil
   end
   local held = countArg .. ':' .. consumerName .. ':'

@@ -32,6 +32,9 @@ local function ackTags(strict, first)
   -- one fetch shares one state string (Lua strings are interned, so == is a
   -- pointer compare), and most of a batch passes on it.
   local okRaw, okCount, okToken = nil, nil, nil
+  --@layout stream
+  local calls = nil -- the call records met, by token (includes/call_state.lua, callTag)
+  --@end
   for i, field in ipairs(fields) do
     local d, corrupt, code = nil, false, nil
     local raw = raws[i]
@@ -53,7 +56,30 @@ local function ackTags(strict, first)
       end
     end
     local holder = consumerName
+    --@layout hash
     if code == 'ok' then
+    --@end
+    --@layout stream
+    local synthesized = false
+    if code == nil and raw == false and callsKey then
+      -- A call's own delivery (includes/call_state.lua), settled by its
+      -- record; another tag of a seq out on a call is judged by the state
+      -- a split would give it.
+      --@make callPaths
+      calls = calls or {}
+      local callSeq = countArg == '1' and callTag(field, tokenArg, calls)
+      if callSeq then
+        code, seq, holder = 'ok', callSeq, nil
+      else
+        seq = tonumber(field)
+        raw = seq and callStateOf(seq) or false
+        synthesized = raw ~= false
+      end
+    end
+    if holder == nil then
+      -- settled by its call record, below
+    elseif code == 'ok' then
+    --@end
       -- A seq with a delivery state: "+ 0" parses it once, tonumber() twice.
       seq = field + 0
     else
@@ -73,6 +99,11 @@ local function ackTags(strict, first)
         code = checkTag(seq, tonumber(countArg), tokenArg, d, true)
       end
       holder = d and d.holder
+      --@layout stream
+      if synthesized and code == 'ok' then
+        code = 'RQ_CORRUPT' -- only callTag settles a call's delivery
+      end
+      --@end
     end
     if code == 'ok' and seen[seq] then
       code = 'RQ_ACKED' -- listed twice in one call
@@ -88,10 +119,21 @@ local function ackTags(strict, first)
     if code == 'ok' then
       seen[seq] = true
       done[#done + 1] = seq
+      --@layout hash
       stateFields[#stateFields + 1] = field
       if holder == '' then
+      --@end
+      --@layout stream
+      if holder == nil then
+        -- on a call: its record is written below
+      elseif holder == '' then
+        stateFields[#stateFields + 1] = field
+      --@end
         waiting[#waiting + 1] = field
       else
+        --@layout stream
+        stateFields[#stateFields + 1] = field
+        --@end
         leased[#leased + 1] = field
         released[holder] = (released[holder] or 0) + 1
       end
@@ -100,6 +142,14 @@ local function ackTags(strict, first)
 
   if #done > 0 then
     local floor = ackFloor() -- before any write (includes/settle.lua)
+    --@layout stream
+    if calls then
+      local k = callAcksStore(calls)
+      if k > 0 then
+        released[consumerName] = (released[consumerName] or 0) + k
+      end
+    end
+    --@end
     bulk('ZREM', leaseKey, leased)
     bulk('ZREM', readyKey, waiting)
     bulk('ZREM', delayKey, waiting)

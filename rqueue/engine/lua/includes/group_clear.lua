@@ -16,6 +16,14 @@
 --@include delivery_state
 --@include retain_mark
 local function clearGroup()
+  --@layout stream
+  if callsKey then
+    --@make callPaths
+    splitHeldBy(nil) -- call deliveries, per message, taken back below (includes/call_state.lua)
+    rcall('DEL', callsKey, callExpKey, callSeqKey)
+    rcall('HDEL', groupKey, 'callout')
+  end
+  --@end
   local cancelled = 0
   for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
     if s ~= LEASE_PIN then

@@ -89,7 +89,34 @@ local keyReadyKey = KEYS[22]
 local keyBusyKey = KEYS[23]
 local keyFlightKey = KEYS[24]
 --@layout stream
-local sideKey = sentSideKey(msgsKey) -- the last key, when it is the side hash of a stream log (above)
+-- The last key, when it is the side hash of a stream log (above): as
+-- sentSideKey (includes/log.lua) finds it, written out here because
+-- fetch's main chunk is near Lua's limit of 200 locals.
+local sideKey = KEYS[#KEYS]
+if string.byte(msgsKey, -1) ~= 103 or sideKey ~= string.sub(msgsKey, 1, -4) .. 'side' then -- 103: 'g' of ":log"
+  sideKey = nil
+end
+-- The call keys of a stream log (includes/call_state.lua): calls (token ->
+-- call record), cexp (token -> deadline) and cseq (token -> first seq),
+-- sent in the stream layout right after the first 13 (ack), 17 (the
+-- scripts sent SETTLE_KEYS, fetch's plain call) or 24 of the group layout
+-- (keys.py, GroupKeys.call_keys). Found by name, compared with the group's
+-- calls key; nil for a call sent none. The flow-control names the call
+-- keys stand in after the first 17 are nil then (ack.lua names none of
+-- those after its 13). The hash layout's text has none of these names.
+local callsKey, callExpKey, callSeqKey = nil, nil, nil
+if string.byte(msgsKey, -1) == 103 and groupKey then -- 103: 'g' of ":log"
+  local base = string.sub(msgsKey, 1, -5)
+  local name = base .. ':calls:' .. string.sub(groupKey, #base + 6)
+  local at = KEYS[25] == name and 25 or KEYS[18] == name and 18 or KEYS[14] == name and 14 or nil
+  if at then
+    callsKey, callExpKey, callSeqKey = KEYS[at], KEYS[at + 1], KEYS[at + 2]
+    if at <= 18 then
+      prioKey, prioSetKey, rateKey, keyQueueKey, keyReadyKey, keyBusyKey, keyFlightKey = nil, nil, nil, nil, nil, nil,
+        nil
+    end
+  end
+end
 --@end
 --@layout hash
 local sideKey = nil -- a hash log has no side hash (includes/log.lua)
@@ -103,8 +130,22 @@ local sideKey = nil -- a hash log has no side hash (includes/log.lua)
 local LEASE_PIN = 'pin: keeps this sorted set a skiplist, as a listpack every ZADD moves the whole set'
 
 -- The group's deliveries in flight: one lease each, the pin left out.
+--@layout hash
 local function deliveriesOut()
   return redis.call('ZCOUNT', leaseKey, '-inf', '(+inf')
 end
+--@end
+--@layout stream
+-- In a stream log's call sent the call keys, the seqs out on calls too
+-- (group field "callout", includes/call_state.lua): callout, when given,
+-- as the caller knows it, else read.
+local function deliveriesOut(callout)
+  local leased = redis.call('ZCOUNT', leaseKey, '-inf', '(+inf')
+  if callsKey then
+    return leased + (callout or tonumber(redis.call('HGET', groupKey, 'callout') or '0') or 0)
+  end
+  return leased
+end
+--@end
 -- The group hash's field counting the seqs in the acked runs (stats reads it).
 local ACKED_ABOVE = 'acked_above'

@@ -18,6 +18,15 @@
 local function rejectOne(seqText, countText, token, reason, text, event)
   local seq, count = tonumber(seqText), tonumber(countText)
   local raw = seq and rcall('HGET', dlvKey, seq)
+  --@layout stream
+  if not raw and seq and callsKey then
+    -- A call delivery: split out when the tag is its own, else judged by
+    -- the state a split would give it (includes/call_state.lua).
+    --@make callPaths
+    local split, state = splitTag(seq, countText, token)
+    raw = split and rcall('HGET', dlvKey, seq) or state or false
+  end
+  --@end
   -- A state that does not parse is this tag's refusal, not the call's: the
   -- tags before it are settled already (set_aside).
   local d, corrupt = nil, false

@@ -19,6 +19,12 @@ local function returnHeld(member, graceful)
   -- holding: a delivery whose lease was deleted is found by neither, so it
   -- is recorded as a "corrupt" event naming the keys (rqueue doctor
   -- --repair makes it ready again).
+  --@layout stream
+  if callsKey then
+    --@make callPaths
+    splitHeldBy(member) -- its call deliveries, per message (includes/call_state.lua)
+  end
+  --@end
   local counted, leased = rcall('HGET', consumersKey, member), 0
   for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
     if s == LEASE_PIN then
