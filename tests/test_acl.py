@@ -34,6 +34,7 @@ import rqueue
 from rqueue.constants import MAX_BATCH
 from rqueue.embedded import EmbeddedSentinelGroup, EmbeddedServer
 from rqueue.engine.loader import SCRIPT_NAMES, layout_texts, source
+from rqueue.engine.scripts import Script
 from rqueue.errors import ScriptsNotLoaded
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,7 +265,18 @@ def test_restricted_user_deletes_its_queue(private, setup, prefix):
 # -- the admin-loaded setup without the scripts ----------------------------------------
 
 
-def _refused(call: Any, *scripts: str) -> ScriptsNotLoaded:
+def _script_of(q: rqueue.Queue, name: str) -> str:
+    """The name of script ``name`` as a call of ``q`` runs it: ``name@stream``
+    when the queue's log is a stream and that layout's text differs
+    (rqueue/engine/scripts.py, Script.for_keys), else ``name``."""
+    script: Script = getattr(q.client.scripts, name)
+    return script.for_keys([q.keys.msgs]).name
+
+
+def _refused(call: Any, q: rqueue.Queue, *names: str) -> ScriptsNotLoaded:
+    """The ScriptsNotLoaded that ``call`` raises, naming one of the scripts
+    ``names`` as a call of ``q``'s layout runs it."""
+    scripts = tuple(_script_of(q, name) for name in names)
     with pytest.raises(ScriptsNotLoaded) as caught:
         call()
     exc = caught.value
@@ -297,24 +309,24 @@ def test_without_the_scripts_every_call_is_refused_until_they_are_loaded(private
         before = snapshot(admin, prefix)
         # then every call that runs a script says which one is missing and
         # to run `rqueue scripts load`
-        _refused(lambda: q.publish(b"x"), "publish")
-        _refused(lambda: q.publish_many([b"y"] * (MAX_BATCH + 1)), "publish")  # pipelined
-        _refused(lambda: con.fetch(1), "fetch")
-        _refused(first.ack, "ack")
-        _refused(lambda: con.ack([first, second]), "ack")
-        _refused(lambda: first.nack(delay=0), "nack")
-        _refused(lambda: second.reject(reason="no"), "reject")
-        _refused(first.in_progress, "extend")
-        _refused(lambda: con.heartbeat([first, second], timeout=5.0, sync=True), "heartbeat")
-        _refused(lambda: q.consumer("g", name="c2").fetch(1), "join")
-        _refused(lambda: q.consumer("other").fetch(1), "join")
-        _refused(con.close, "leave")
-        _refused(q.replay_dead_letters, "replay")
-        _refused(q.purge, "purge")
-        _refused(q.stats, "stats")
+        _refused(lambda: q.publish(b"x"), q, "publish")
+        _refused(lambda: q.publish_many([b"y"] * (MAX_BATCH + 1)), q, "publish")  # pipelined
+        _refused(lambda: con.fetch(1), q, "fetch")
+        _refused(first.ack, q, "ack")
+        _refused(lambda: con.ack([first, second]), q, "ack")
+        _refused(lambda: first.nack(delay=0), q, "nack")
+        _refused(lambda: second.reject(reason="no"), q, "reject")
+        _refused(first.in_progress, q, "extend")
+        _refused(lambda: con.heartbeat([first, second], timeout=5.0, sync=True), q, "heartbeat")
+        _refused(lambda: q.consumer("g", name="c2").fetch(1), q, "join")
+        _refused(lambda: q.consumer("other").fetch(1), q, "join")
+        _refused(con.close, q, "leave")
+        _refused(q.replay_dead_letters, q, "replay")
+        _refused(q.purge, q, "purge")
+        _refused(q.stats, q, "stats")
         ran: list[rqueue.Delivery] = []
         worker = rqueue.Worker(q, "g", ran.append, reconnect_timeout=1.0)
-        _refused(lambda: worker.run(install_signal_handlers=False), "join", "fetch", "heartbeat", "leave")
+        _refused(lambda: worker.run(install_signal_handlers=False), q, "join", "fetch", "heartbeat", "leave")
         assert ran == []
         # what needs no script goes on working
         assert [m.data for m in q.peek(10)][:2] == [b"a", b"b"]
@@ -371,8 +383,8 @@ def test_a_durable_publish_without_the_scripts_stores_nothing(private, prefix):
     with rqueue.connect(user_url(server), prefix=prefix, durable_replicas=0) as client:
         q = client.queue("orders")
         # when publishing durably (script calls and WAIT in one pipeline)
-        _refused(lambda: q.publish(b"x", durable=True), "publish")
-        _refused(lambda: q.publish_many([b"y", b"z"], durable=True), "publish")
+        _refused(lambda: q.publish(b"x", durable=True), q, "publish")
+        _refused(lambda: q.publish_many([b"y", b"z"], durable=True), q, "publish")
     # then nothing was stored
     assert snapshot(admin, prefix) == {}
 
@@ -547,7 +559,7 @@ def test_scripts_load_covers_every_node_of_a_cluster(prefix):
         with rqueue.connect(app_url, prefix=prefix) as client:
             q = client.queue("orders")
             # then the user's calls are refused
-            _refused(lambda: q.publish(b"x"), "publish")
+            _refused(lambda: q.publish(b"x"), q, "publish")
             # when the administrator may not load scripts on one replica
             replica = next(n for n in nodes if n.info("replication")["role"] == "slave")
             replica.execute_command("ACL", "SETUSER", "rq-admin", "-script|load")
