@@ -700,6 +700,74 @@ def test_a_replay_after_the_side_record_went_reads_the_dead_letter(client, flow)
     assert r.hget(q.keys.pinned, "r1") is None
 
 
+# Headers in an order that Lua's tables do not keep (cjson.encode of a
+# decoded object) on any backend: a record made again from the dead letter
+# lists them otherwise.
+MANY_HEADERS = {f"h{n}": str(n) for n in range(8)}
+
+
+@pytest.mark.parametrize("layout", ["hash", "stream"])
+@pytest.mark.parametrize("flow", [None, "priority", "key"])
+def test_a_replayed_message_keeps_its_record_and_its_ttl_while_another_group_holds_it(
+    backend, prefix, clock, layout, flow
+):
+    # given two groups, max_deliveries 1, and a message with headers and a time to live (found by the
+    # model test on Redis and memory://: a replay whose side copy was the record made again)
+    c = connect(backend, prefix, clock, layout)
+    try:
+        c.configure("orders", max_deliveries=1)
+        q = c.queue("orders")
+        a, b = q.consumer("a"), q.consumer("b")
+        r = c.redis
+        q.publish(b"quote", headers=MANY_HEADERS, ttl=0.5, **(flow_of(flow, 1) if flow else {}))
+        stored = logview.record(r, q.keys, 1)
+        # when group a nacks it (a dead letter: max-deliveries) and replays it while group b holds it
+        [da] = a.fetch(10)
+        [db] = b.fetch(10)
+        da.nack()
+        assert [d.reason for d in q.dead_letters()] == ["max-deliveries"]
+        assert q.replay_dead_letters("a").replayed == 1
+        # then its record is the one published, byte for byte (in a stream, its copy beside the pins too)
+        assert logview.record(r, q.keys, 1) == stored
+        if logview.is_stream(q.keys):
+            assert r.hget(q.keys.pinned, "r1") == stored
+        # when group b acks it (a stream trims its entry), then group a gets the record published, with
+        # its headers in their order and its time to live
+        db.ack()
+        assert b.fetch(10) == []
+        assert logview.records(r, q.keys) == {1: stored}
+        [again] = a.fetch(10)
+        assert (again.seq, again.data, again.redelivered) == (1, b"quote", True)
+        published = [*MANY_HEADERS.items(), ("x-rq-ttl", "500")]
+        assert list(again.headers.items()) == [*published, ("x-rq-replayed-deliveries", "1")]
+        # when it is dead-lettered again, and replayed after every group settled it (its record made
+        # again from the dead letter), then it keeps its time to live: once that ran out, it is
+        # dead-lettered as expired, unrun
+        again.nack()
+        assert q.replay_dead_letters("a").replayed == 1
+        clock.advance(1)
+        assert a.fetch(10) == []
+        assert [(d.seq, d.reason) for d in q.dead_letters()] == [(1, "expired")]
+    finally:
+        c.close()
+
+
+def test_a_replay_sent_no_side_hash_is_refused_and_changes_nothing(client, monkeypatch):
+    # given a stream queue whose group dead-lettered a keyed message
+    q = client.queue("orders")
+    g = q.consumer("g")
+    q.publish(b"k", key="k1")
+    g.fetch(10)[0].reject(reason="bad")
+    before = snapshot(client.redis, q.keys)
+    # when a replay call is sent without the side hash (a client of an earlier build)
+    keys_of = commands.replay_keys
+    monkeypatch.setattr(commands, "replay_keys", lambda call, result_keys: keys_of(call, result_keys)[:-1])
+    # then it is refused before any write: it would copy no stub's record beside the pins
+    with pytest.raises(LayoutMismatch, match="side hash"):
+        q.replay_dead_letters()
+    assert snapshot(client.redis, q.keys) == before
+
+
 def test_purging_a_queue_without_groups_deletes_its_side_records(client):
     # given a stream queue without groups holding plain and prioritized messages
     q = client.queue("orders")

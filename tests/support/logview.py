@@ -49,7 +49,8 @@ def records(r: Any, keys: QueueKeys) -> dict[int, bytes]:
     flow = r.hgetall(keys.side)
     found = {seq: rec for seq, rec in (_entry(i, f, flow) for i, f in r.xrange(keys.msgs)) if rec is not None}
     side = _side(r, keys)
-    # A reopened seq's record is kept in side whether or not the trim took its entry yet.
+    # A reopened seq's record is kept in side whether or not the trim took its entry yet: a copy
+    # of the entry's while there is one (includes/log_one.lua, logWriteNew).
     both = {seq for seq in found.keys() & side.keys() if found[seq] != side[seq]}
     assert not both, f"seqs whose record in side differs from their entry: {both}"
     return side | found

@@ -20,7 +20,9 @@
       that is not the result key of the seq replayed is left alone
     in a stream log, the group's call keys come right after the first 17
       (includes/group_keys.lua) and the result keys after them; then its
-      side hash, last (sent with them, not read here)
+      side hash, last (includes/group_keys.lua), where a reopened seq's
+      stub has its record: the record kept beside the pins is the one a
+      read of the seq finds (includes/log_one.lua, logWriteNew)
     ARGV[1..7] the group arguments (includes/group_args.lua)
     ARGV[8], ARGV[9], ... seqs in the dead-letter queue
   Output:
@@ -34,10 +36,12 @@
     left alone), "lost" (a missing-record dead
     letter: its record was lost, there is nothing to replay; left alone)
   Errors (nothing is changed):
+    RQ_LAYOUT        the log key is of the other layout than the queue's, or
+                     a stream log's call was not sent its side hash or its
+                     call keys
     RQ_BAD_ARGUMENT  the failure policy (ARGV[7]) does not parse
     RQ_CORRUPT       the group's ack floor is not a seq, or a call record
                      does not parse
-    RQ_LAYOUT        a stream log's call sent no call keys
 ]]
 --@flags allow-oom
 --@include log_one
@@ -54,7 +58,7 @@
 --@include call_state
 --@end
 
-local wrongLayout = checkLayout(metaKey, msgsKey)
+local wrongLayout = checkLayout(metaKey, msgsKey) or sideKeyError(msgsKey, sideKey)
 if wrongLayout then
   return wrongLayout
 end
@@ -159,7 +163,7 @@ for i = 8, #ARGV do
         -- aside byte for byte (docs/upgrading.md): it goes back as it was.
         record = payload
       end
-      if logWriteNew(msgsKey, seq, record, pinnedKey) and not logIsStream(msgsKey) then
+      if logWriteNew(msgsKey, seq, record, pinnedKey, sideKey) and not logIsStream(msgsKey) then
         -- It had been deleted, so every group had settled it (a stream log
         -- keeps no settled counts: its trim follows the lowest floor).
         rcall('HSET', settledKey, seq, groups)

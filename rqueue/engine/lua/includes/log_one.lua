@@ -63,15 +63,28 @@ local function logRead(key, sideKey, seq, pinned)
   return pinned and redis.call('HGET', pinned, 'r' .. seq) or false
 end
 
--- The record of a seq reopened by replay: stored unless the seq has one;
--- true when it was stored. In a stream, in pinned whether or not the entry
--- is still there (a trim may drop it while the seq is reopened), unless
--- pinned has it.
-local function logWriteNew(key, seq, rec, pinned)
+-- The record of a seq reopened by replay: rec (made again from the dead
+-- letter) unless the seq has one; true when rec was stored. A hash log
+-- keeps the record it holds, byte for byte. In a stream, the record is
+-- kept in pinned whether or not the entry is still there (a trim may drop
+-- it while the seq is reopened), unless pinned has it: there the record
+-- that a read of seq finds (its entry's, or a stub's in sideKey) is the one
+-- copied, rec only when there is none. Reads look in the stream first, so
+-- the copy is what the group reads once the trim took the entry: rec would
+-- differ from the entry (its headers encoded again from a Lua table, whose
+-- order is the server's, and no not-before time), and the group would be
+-- handed one record before the trim and another after it, where the hash
+-- layout hands out the one published.
+local function logWriteNew(key, seq, rec, pinned, sideKey)
   if string.byte(key, -1) ~= LOG_STREAM_BYTE then
     return redis.call('HSETNX', key, seq, rec) == 1
   end
-  return redis.call('HSETNX', pinned, 'r' .. seq, rec) == 1
+  if redis.call('HEXISTS', pinned, 'r' .. seq) == 1 then
+    return false
+  end
+  local stored = logRead(key, sideKey, seq)
+  redis.call('HSET', pinned, 'r' .. seq, stored or rec)
+  return not stored
 end
 
 -- Whether seq has its record: a stub's, or that of a seq without an entry
