@@ -60,7 +60,8 @@ def exercise_everything(url: str, prefix: str) -> Exercised:
         dup = q.publish(b"one again", id="m-1")
         assert dup.duplicate and dup.seq == first.seq
         q.publish_many([b"two", b"three", b"four", b"five"], ids=["m-2", "m-3", None, None])
-        q.publish_many([b"late"], ids=["m-late"], delay=0.3)
+        # (due after the first fetch below, even on a loaded machine: that fetch must not see it)
+        q.publish_many([b"late"], ids=["m-late"], delay=1.5)
 
         # a consumer: fetch, ack, nack, reject, term, in_progress, heartbeat, close
         with q.consumer("g", name="c1", prefetch=50) as con:
