@@ -476,6 +476,84 @@ def test_a_worker_stalled_between_the_take_and_the_handler_runs_nothing_acked_me
     assert q.stats().group("g").redelivered == 0
 
 
+def stall_the_first_batch_after_its_start(q, monkeypatch, acked_meanwhile):
+    """Makes the first batch a worker starts stall right after its start (its take
+    done, its handler not yet called), past the stale age (0.5 s), as a SIGSTOP or a
+    long GC pause there would, with the messages ``acked_meanwhile`` acked under the
+    worker's name (as the group's ack after a redelivery would settle them); returns
+    the seqs of the stalled batch."""
+    start_batch = Ledger.start_batch
+    stalled: list[list[int]] = []
+
+    def stalling(self, deliveries, *args, **kwargs):
+        start_batch(self, deliveries, *args, **kwargs)
+        if not stalled:
+            stalled.append([d.seq for d in deliveries])
+            acked = [d.tag for d in deliveries if d.seq in acked_meanwhile]
+            q.consumer("g", name=deliveries[0].consumer.name).ack(acked)  # a twin: not closed, not left
+            time.sleep(0.8)
+
+    monkeypatch.setattr(Ledger, "start_batch", stalling)
+    return stalled
+
+
+@BOTH
+def test_a_batch_stalled_between_the_take_and_the_handler_runs_only_what_is_still_held(
+    kind, live, backend, prefix, monkeypatch
+):
+    # given a worker whose batch of messages 1 and 2 stalls between its take and the
+    # batch handler's call, past the stale age, and message 1 acked meanwhile under
+    # the worker's name while 2 is still held
+    q = live.queue("orders")
+    q.publish_many([b"1", b"2"])
+    stalled = stall_the_first_batch_after_its_start(q, monkeypatch, acked_meanwhile={1})
+    batches: list[list[int]] = []
+
+    @rqueue.batch_handler(size=10)
+    def handler(ds):
+        batches.append([d.seq for d in ds])
+        return [True] * len(ds)
+
+    # when the worker runs until the group has settled both
+    w = run_worker(kind, backend, prefix, q, handler, concurrency=1, heartbeat_interval=0.2, heartbeat_timeout=1.0)
+    wait_for(floor_reaches(q, "g", 2))
+    wait_for(lambda: w.stats.handled + w.stats.stale_skipped >= 2)
+    w.stop()
+    assert w.join(10)
+    # then the batch handler got only message 2, the one Redis still held (checked
+    # with Redis after the stall), and message 1 was not run
+    assert stalled == [[1, 2]]
+    assert batches == [[2]]
+    assert (w.stats.stale_skipped, w.stats.handled, w.stats.acked) == (1, 1, 1)
+    assert q.stats().group("g").redelivered == 0
+
+
+@BOTH
+def test_a_batch_stalled_between_the_take_and_the_handler_whose_every_message_was_handed_on_is_not_run(
+    kind, live, backend, prefix, monkeypatch
+):
+    # given a worker whose batch of messages 1 and 2 stalls between its take and the
+    # batch handler's call, past the stale age, and both acked meanwhile under the
+    # worker's name
+    q = live.queue("orders")
+    q.publish_many([b"1", b"2"])
+    stalled = stall_the_first_batch_after_its_start(q, monkeypatch, acked_meanwhile={1, 2})
+    calls = Calls()
+    handler = rqueue.BatchHandler(lambda ds: [calls.add(d.seq) or True for d in ds], size=10)
+
+    # when the worker runs until it has dealt with both
+    w = run_worker(kind, backend, prefix, q, handler, concurrency=1, heartbeat_interval=0.2, heartbeat_timeout=1.0)
+    wait_for(floor_reaches(q, "g", 2))
+    wait_for(lambda: w.stats.handled + w.stats.stale_skipped >= 2)
+    w.stop()
+    assert w.join(10)
+    # then the batch handler was never called
+    assert stalled == [[1, 2]]
+    assert calls.count() == {}
+    assert (w.stats.stale_skipped, w.stats.handled, w.stats.acked) == (2, 0, 0)
+    assert q.stats().group("g").redelivered == 0
+
+
 @BACKENDS
 @BOTH
 def test_a_removed_worker_runs_none_of_its_waiting_deliveries(kind, live, backend, prefix):

@@ -43,7 +43,7 @@ from ..tracing import dead_lettered, processing, tracer
 from ..worker.batch import BatchHandler, default_prefetch, failed_batch, outcomes_of
 from ..worker.dispatcher import redis_wait
 from ..worker.handlers import batch_limit, skipped
-from ..worker.lease_check import LeaseCheck, batch_check, held_of
+from ..worker.lease_check import LeaseCheck, batch_check, held_of, split_held
 from ..worker.ledger import Ledger
 from ..worker.metrics import WorkerMetrics
 from ..worker.options import check_options
@@ -606,12 +606,13 @@ class Worker:
         taken = ledger.take_batch([d.tag for d in deliveries], self._stopping)
         if taken is None:
             return [(d, Outcome.RETURNED, "") for d in deliveries]
+        ack_wait = self._ack_wait()
         check = batch_check(
             deliveries,
             taken,
             lambda d: d.consumer.state_epoch,
             self._clock.monotonic(),
-            self._ack_wait(),
+            ack_wait,
             self.heartbeat_timeout,
         )
         while due := check.due():
@@ -631,6 +632,20 @@ class Worker:
             return done
         started = check.now
         ledger.start_batch(run, started)
+        stale_age = min(ack_wait, self.heartbeat_timeout) * STALE_DISPATCH_FRACTION
+        if self._clock.monotonic() - started > stale_age:
+            # As rqueue.worker.handlers: paused since the take, Redis may have
+            # handed some of the batch on and its group acked them (guarantee
+            # 13); the batch is asked in one round trip, and only what Redis
+            # still holds runs.
+            holding = await self._held_of(run)
+            if not all(holding):
+                run, gone = split_held(run, holding)
+                ledger.stop_batch([d.tag for d in gone])
+                self._tally.count(stale_skipped=len(gone))
+                done += [(d, Outcome.SKIPPED, "") for d in gone]
+                if not run:
+                    return done
         self._tally.count(handled=len(run))
         limit = batch_limit(run, self.time_limit)
         try:

@@ -18,7 +18,7 @@ from ..errors import DeliveryError, Reject, TimeLimitExceeded
 from ..timelimits import Cancellation, time_limit_for
 from ..tracing import processing, tracer
 from .batch import BatchHandler, failed_batch, outcomes_of
-from .lease_check import LeaseCheck, batch_check, held_of
+from .lease_check import LeaseCheck, batch_check, held_of, split_held
 from .ledger import Ledger
 from .limits import Run, TimeLimits
 from .outcome import Detail, Outcome, ack_detail
@@ -292,7 +292,8 @@ class Handlers:
         # waited, or made before Redis lost the queue's state, or (when it
         # waited long) one Redis no longer holds for this worker.
         now = self._clock.monotonic()
-        check = batch_check(deliveries, taken, self._consumer.epoch_for, now, self._ack_wait(), self._heartbeat_timeout)
+        ack_wait = self._ack_wait()
+        check = batch_check(deliveries, taken, self._consumer.epoch_for, now, ack_wait, self._heartbeat_timeout)
         while due := check.due():
             checking = check.checking(due)
             asked = self._clock.monotonic()
@@ -313,8 +314,22 @@ class Handlers:
         limit = batch_limit(run, self._time_limit)
         cancellation = cancel_mod.for_limit(limit)
         timed = None
-        tags = [d.tag for d in run]
         ledger.start_batch(run, started)
+        stale_age = min(ack_wait, self._heartbeat_timeout) * STALE_DISPATCH_FRACTION
+        if self._clock.monotonic() - started > stale_age:
+            # Paused since the take (SIGSTOP, a long GC pause, a stall): Redis
+            # may have handed some of the batch on meanwhile, and its group
+            # acked them (guarantee 13). One clock reading per batch; the
+            # batch is asked in one round trip, and only what Redis still
+            # holds runs. What is left is the instant from here to the call.
+            kept = self._still_held_of(run)
+            if len(kept) < len(run):
+                run = kept
+                if not run:
+                    return [], False
+                limit = batch_limit(run, self._time_limit)
+                cancellation = cancel_mod.for_limit(limit)
+        tags = [d.tag for d in run]
         if limit is not None:
             timed = Run(run, limit, cancellation)
             self._limits.watch(timed, started)
@@ -361,6 +376,20 @@ class Handlers:
     async def _run_coroutine(self, d: Any, cancellation: Cancellation) -> Any:
         cancel_mod.enter(cancellation)  # in the task's own context
         return await self.handler(d)
+
+    def _still_held_of(self, run: list[Delivery]) -> list[Delivery]:
+        """Of a started batch whose handler is not yet called, the deliveries
+        Redis still holds for this worker (their leases extended), asked in
+        one round trip; the others are stopped, counted and reported as not
+        run."""
+        held = self._held_of(run)
+        if all(held):
+            return run
+        kept, gone = split_held(run, held)
+        self._ledger.stop_batch([d.tag for d in gone])
+        self._tally.count(stale_skipped=len(gone))
+        self._report([(d, Outcome.SKIPPED, "") for d in gone])
+        return kept
 
     def _held_of(self, deliveries: list[Delivery]) -> list[bool]:
         """Per delivery of a batch that waited long, whether Redis still holds

@@ -146,6 +146,20 @@ def batch_check(
     return BatchCheck(held, sent, now, ack_wait, heartbeat_timeout)
 
 
+def split_held(run: list[D], held: list[bool]) -> tuple[list[D], list[D]]:
+    """A started batch checked with Redis again just before its handler's
+    call (the worker paused since its take): the deliveries Redis still
+    holds for this worker, and those it handed on (each logged: every
+    delivery a worker does not run says why)."""
+    kept: list[D] = []
+    gone: list[D] = []
+    for d, h in zip(run, held, strict=True):
+        (kept if h else gone).append(d)
+    for d in gone:
+        log.info("not running %s: no longer held after a pause between its take and the batch handler's call", d.tag)
+    return kept, gone
+
+
 def held_of(statuses: Sequence[RQueueError | None]) -> list[bool]:
     """Per delivery of a batch's check (in_progress_available's statuses),
     whether Redis still holds it for this worker. A damaged delivery state
