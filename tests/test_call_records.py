@@ -192,6 +192,23 @@ def test_nack_and_reject_of_call_deliveries_split_them_first(client, clock):
     assert calls(q) == {} and states(q) == {} and in_flight(q) == 0 and q.stats().groups[0].ack_floor == N
 
 
+def test_an_ack_of_call_deliveries_and_split_ones_moves_the_floor_only_over_them(client):
+    # given a call of 1..N, with seqs 10 and 11 split out of it by an extension
+    q = queue_with(client, N)
+    c = q.consumer("g", "c1", ack_wait=WAIT)
+    got = c.fetch(N)
+    c.in_progress(got[9:11])
+    assert set(states(q)) == {10, 11}
+    # when 1 and 2 (settled by the call record) are acked with 10 and 11 (by their states)
+    c.ack([got[0], got[1], got[9], got[10]])
+    # then the floor moves over 1 and 2 only: 3..9 are still out, and no one is handed them
+    assert q.stats().groups[0].ack_floor == 2 and in_flight(q) == N - 4
+    assert q.consumer("g", "c2", ack_wait=WAIT).fetch(N) == []
+    # and acking the rest settles everything
+    c.ack(got[2:9] + got[11:])
+    assert q.stats().groups[0].ack_floor == N and in_flight(q) == 0
+
+
 def test_an_extension_of_every_delivery_moves_the_deadline_and_of_some_splits_them(client, clock):
     q = queue_with(client, N)
     c = q.consumer("g", "c1", ack_wait=WAIT)

@@ -159,7 +159,15 @@ local function ackTags(strict, first)
       rcall('HINCRBY', consumersKey, holder, k == 1 and '-1' or -k)
     end
     bulk('HDEL', dlvKey, stateFields)
+    --@layout hash
     settleMany(done, stateFields, floor)
+    --@end
+    --@layout stream
+    -- The fields name done's seqs only when no seq was settled by a call
+    -- (whose seqs have no field): else settleMany makes them again, as a
+    -- field out of line would name another seq as the new floor.
+    settleMany(done, #stateFields == #done and stateFields or nil, floor)
+    --@end
     rcall('HINCRBY', groupKey, 'acked', #done == 1 and '1' or #done)
   end
   return result
