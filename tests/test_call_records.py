@@ -12,12 +12,11 @@ from typing import Any
 
 import pytest
 from support import callview
-from support.aio_bridge import connect_as
+from support.logview import connect
 
 import rqueue
 from rqueue import doctor
 from rqueue.engine import commands
-from rqueue.engine.keys import LAYOUT_ENV
 from rqueue.engine.loader import SCRIPT_NAMES, source
 from rqueue.errors import AlreadyAcked, LayoutMismatch, NotHeld, StaleDelivery, UnknownDeliveryTag
 from rqueue.results import MessageState
@@ -26,13 +25,6 @@ CALL_MIN = 16  # fetch.lua's CALL_MIN
 N = CALL_MIN + 4  # a call's size in these tests
 CALL_MAX = 128  # fetch.lua's CALL_MAX
 WAIT = 30  # ack_wait, s
-
-
-def connect(backend: str, prefix: str, clock: rqueue.ManualClock, layout: str) -> Any:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(LAYOUT_ENV, layout)
-        seed = rqueue.Randomness(seed=7)
-        return connect_as("sync", backend, prefix=prefix, clock=clock, randomness=seed, settings_ttl=0)
 
 
 @pytest.fixture

@@ -13,22 +13,15 @@ from typing import Any
 
 import pytest
 from support import logview
-from support.aio_bridge import connect_as
+from support.logview import connect
 
 import rqueue
 from rqueue import doctor
 from rqueue.engine import commands
-from rqueue.engine.keys import LAYOUT_ENV, LogLayout
+from rqueue.engine.keys import LogLayout
 from rqueue.engine.loader import lua_dir
 from rqueue.errors import CorruptRecord, LayoutMismatch
 from rqueue.worker.scheduler import Scheduler
-
-
-def connect(backend: str, prefix: str, clock: rqueue.ManualClock, layout: str) -> Any:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(LAYOUT_ENV, layout)
-        seed = rqueue.Randomness(seed=7)
-        return connect_as("sync", backend, prefix=prefix, clock=clock, randomness=seed, settings_ttl=0)
 
 
 @pytest.fixture

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import redis
 
-from rqueue.engine.keys import LogLayout, QueueKeys
+import rqueue
+from rqueue.engine.keys import LAYOUT_ENV, LogLayout, QueueKeys
 from rqueue.engine.record import compact_record
+from support.aio_bridge import connect_as
 
 
 def _stream(keys: QueueKeys) -> bool:
@@ -214,3 +217,12 @@ def exists(r: Any, keys: QueueKeys) -> bool:
     """Whether the log's key exists (a stream stays, empty, when its last
     entry goes) or, in a stream, side holds a record."""
     return bool(r.exists(keys.msgs)) or (_stream(keys) and bool(_side(r, keys)))
+
+
+def connect(backend: str, prefix: str, clock: rqueue.ManualClock, layout: str) -> Any:
+    """A sync client whose queues' logs are of ``layout`` ("hash" or "stream"),
+    on the test clock, with seeded randomness."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(LAYOUT_ENV, layout)
+        seed = rqueue.Randomness(seed=7)
+        return connect_as("sync", backend, prefix=prefix, clock=clock, randomness=seed, settings_ttl=0)
