@@ -38,6 +38,7 @@ from ..connection.urls import (
 )
 from ..engine.async_scripts import AsyncRetrier, no_async_retry
 from ..errors import ConnectionFailed, EvictionPolicy, InvalidURL, ServerTooOld
+from .cutoff import within
 
 
 def scheme_of(url: str) -> str:
@@ -73,7 +74,7 @@ async def open_async_redis(
         check_db(shown)
     made: list[Any] = []
     try:
-        return await asyncio.wait_for(_open(url, shown, scheme, options, made, allow_eviction), connect_timeout)
+        return await within(connect_timeout, _open(url, shown, scheme, options, made, allow_eviction))
     except TimeoutError:
         for r in made:
             with contextlib.suppress(Exception):

@@ -1,8 +1,9 @@
 """The asyncio worker's Redis calls, sent again after a transient error for
 up to ``reconnect_timeout``: rqueue.worker.reconnect.Reconnector's rules
 and bookkeeping (one outage, its deadline, its log lines), with awaits. A
-call Redis leaves unanswered is cut off by a timeout of the await, where
-the threaded worker needs a watchdog thread."""
+call Redis leaves unanswered is cut off by a timeout of the await
+(cutoff.within, which does not wait on a call that misses its
+cancellation), where the threaded worker needs a watchdog thread."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from ..errors import ConnectionLost
 from ..worker.reconnect import FIRST_PAUSE, LONGEST_PAUSE, STOP_PATIENCE, TRANSIENT, Reconnector
+from .cutoff import within
 
 log = logging.getLogger("rqueue.worker")
 
@@ -66,7 +68,7 @@ class AsyncReconnector(Reconnector):
         assert task is not None
         self._attempting.add(task)
         try:
-            return await asyncio.wait_for(call(*args, **kwargs), limit)
+            return await within(limit, call(*args, **kwargs))
         except TimeoutError:
             # The reply may still come on the connection, which redis-py
             # drops on the cancelled read: the call may or may not have run.
