@@ -772,6 +772,43 @@ def test_a_call_that_fails_once_is_retried_and_counted():
     assert len(calls) == 1
 
 
+def test_a_call_failing_oddly_after_the_watchdog_closed_its_connection_is_a_lost_connection():
+    # given a watchdog that closes the connections of a call unanswered past
+    # reconnect_timeout, and a call that then fails as redis-py can when its
+    # socket is closed from another thread (poll() on a socket set to None)
+    stats = WorkerStats()
+    closed = threading.Event()
+    retry = Reconnector(0.3, Tally(stats), cut_off=closed.set)
+    calls = []
+
+    def unanswered():
+        calls.append(1)
+        assert closed.wait(5), "the watchdog never cut the call off"
+        raise TypeError("argument must be an int, or have a fileno() method.")
+
+    retry.watch()
+    try:
+        # when the call is sent: then it ends as a lost connection (the
+        # outage has lasted reconnect_timeout: no retry)
+        with pytest.raises(rqueue.ConnectionLost, match=r"cut off under way \(TypeError"):
+            retry(unanswered)
+        assert len(calls) == 1
+
+        # and the same error of a call sent once is a lost connection too
+        closed.clear()
+        with pytest.raises(rqueue.ConnectionLost, match=r"cut off under way \(TypeError"):
+            retry.once(unanswered)
+    finally:
+        retry.unwatch()
+
+    # and without a cut-off the error is the call's own, raised at once
+    def broken():
+        raise TypeError("a bug")
+
+    with pytest.raises(TypeError, match="a bug"):
+        retry(broken)
+
+
 def test_a_call_that_keeps_failing_gives_up_after_reconnect_timeout(caplog):
     stats = WorkerStats()
     retry = Reconnector(0.3, Tally(stats))

@@ -84,6 +84,7 @@ class Reconnector:
         self._gave_up = False  # the give-up of this outage was logged
         self._unwatch = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self._cuts = 0  # how many times the watchdog has closed the connections
 
     # -- calls ------------------------------------------------------------------
 
@@ -93,6 +94,7 @@ class Reconnector:
         under_way = self._under_way
         me = threading.get_ident()
         under_way[me] = started
+        cuts = self._cuts
         try:
             # The first attempt goes straight through: a Redis call is most
             # of what a worker's dispatcher spends per batch.
@@ -100,6 +102,8 @@ class Reconnector:
                 result = call(*args, **kwargs)
             except TRANSIENT as exc:
                 return self._again(started, exc, call, *args, **kwargs)
+            except Exception as exc:
+                return self._again(started, self._cut_error(exc, cuts), call, *args, **kwargs)
             if self._outage is not None:
                 self._back()
             return result
@@ -113,12 +117,17 @@ class Reconnector:
         under_way = self._under_way
         me = threading.get_ident()
         under_way[me] = started
+        cuts = self._cuts
         try:
             try:
                 result = call(*args, **kwargs)
             except TRANSIENT:
                 self._failed(started)
                 raise
+            except Exception as exc:
+                lost = self._cut_error(exc, cuts)
+                self._failed(started)
+                raise lost from exc
             if self._outage is not None:
                 self._back()
             return result
@@ -142,7 +151,13 @@ class Reconnector:
             if pending is not None:
                 failed, pending = pending, None
                 raise failed
-            return call(*args, **kwargs)
+            cuts = self._cuts
+            try:
+                return call(*args, **kwargs)
+            except TRANSIENT:
+                raise
+            except Exception as exc:
+                raise self._cut_error(exc, cuts) from exc
 
         def stop(state: RetryCallState) -> bool:
             nonlocal last
@@ -185,6 +200,16 @@ class Reconnector:
         result = retrying(attempt)
         self._back()
         return result
+
+    def _cut_error(self, exc: Exception, cuts: int) -> ConnectionLost:
+        """``exc`` of a call during which the watchdog closed the
+        connections, as ConnectionLost; re-raises ``exc`` when there was no
+        cut-off. redis-py's connection, closed from the watchdog's thread,
+        can fail in the call's thread with other errors than a connection
+        error (a TypeError from poll() on a socket set to None)."""
+        if self._cuts == cuts:
+            raise exc
+        return ConnectionLost(f"cut off under way ({type(exc).__name__}: {exc})", applied=None)
 
     # -- the outage ---------------------------------------------------------------
 
@@ -248,6 +273,7 @@ class Reconnector:
                     "cutting off a Redis call under way for more than %s",
                     f"{STOP_PATIENCE:g} s after a stop at once" if hard else f"reconnect_timeout ({self.timeout:g} s)",
                 )
+                self._cuts += 1
                 try:
                     self._cut_off()
                 except Exception:  # the watchdog must outlive a failure to close
