@@ -21,10 +21,8 @@ from rqueue.worker.stats import Tally, WorkerStats
 
 async def stubborn(ended: list[str], runs_on: float = 2.0) -> str:
     """A call that misses its first cancellation and goes on for ``runs_on`` s."""
-    try:
+    with contextlib.suppress(asyncio.CancelledError):
         await asyncio.sleep(30)
-    except asyncio.CancelledError:
-        pass
     await asyncio.sleep(runs_on)
     ended.append("ended")
     return "late reply"
