@@ -14,7 +14,7 @@ import pytest
 from support.servers import start_server
 
 import rqueue
-from rqueue.aio.cutoff import CANCEL_GRACE, within
+from rqueue.aio.cutoff import within
 from rqueue.aio.reconnect import AsyncReconnector
 from rqueue.worker.stats import Tally, WorkerStats
 
@@ -67,7 +67,7 @@ def test_a_call_that_misses_its_cancellation_is_left_running_and_the_caller_goes
         return waited, bool(left), ended
 
     waited, left_running, ended = asyncio.run(main())
-    assert waited < 0.05 + CANCEL_GRACE + 0.3, f"the caller waited {waited:.2f} s"
+    assert waited < 1, f"the caller waited {waited:.2f} s"
     assert left_running
     assert ended == ["ended"]
 
@@ -98,7 +98,7 @@ def test_cancelling_the_caller_cancels_the_call_and_raises_cancelled_error_at_on
         return time.monotonic() - began, cancelled.is_set()
 
     took, call_cancelled = asyncio.run(main())
-    assert took < CANCEL_GRACE + 0.3
+    assert took < 1
     assert call_cancelled
 
 
@@ -115,7 +115,7 @@ def test_the_workers_reconnector_cuts_off_a_call_that_misses_its_cancellation():
 
     took, error = asyncio.run(main())
     assert isinstance(error, rqueue.ConnectionLost), error
-    assert took < 0.2 + CANCEL_GRACE + 0.3, f"cut off after {took:.2f} s"
+    assert took < 1.2, f"cut off after {took:.2f} s"
 
 
 @pytest.fixture
@@ -155,4 +155,5 @@ def test_calls_cut_off_while_redis_does_not_answer_end_in_time(stoppable_server)
         return slowest
 
     took = asyncio.run(main())
-    assert max(took) < 0.001 + CANCEL_GRACE + 0.5, f"a call held its caller {max(took):.2f} s"
+    # a call missing its cancel would hold its caller for the 30 s socket timeout
+    assert max(took) < 3, f"a call held its caller {max(took):.2f} s"
