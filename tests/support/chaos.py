@@ -79,6 +79,11 @@ KEYS = 7  # ordering keys of the odd ids
 # How soon after SIGCONT a handler thread paused between its last lease check
 # and the handler's call starts it (on a loaded machine, a while)
 PAUSED_INSTANT = 0.5
+# Seconds the workers run on after the last failover or wipe before the
+# run ends: a worker that acked a message whose ack Redis lost reports the
+# loss at its first fetch after the rollback, which its reconnect backoff
+# (up to 2 s) can put after every message was handled again elsewhere.
+AFTER_ROLLBACK = 4.0
 
 
 @dataclass
@@ -419,7 +424,8 @@ def run(seconds: float, messages: int, workers: int = 3, producers: int = 2, see
                 s = q.stats()
                 _sample(client, report)
                 g = s.group(GROUP)
-                if g.ack_floor == s.last_seq and g.in_flight == 0:
+                calm = not rollbacks or time.time() > rollbacks[-1][1] + AFTER_ROLLBACK
+                if g.ack_floor == s.last_seq and g.in_flight == 0 and calm:
                     break
             except (redis.RedisError, OSError, rqueue.RQueueError, KeyError):
                 pass
