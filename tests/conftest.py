@@ -32,6 +32,30 @@ import rqueue
 from rqueue.embedded import EmbeddedCluster, EmbeddedServer
 
 
+@pytest.fixture(autouse=True)
+def _no_worker_outlives_its_test() -> Iterator[None]:
+    """Stops at once the workers a test started in the background and left
+    running (it failed before its own stop): in the same test process, a
+    leftover worker would call the methods later tests patch on the class
+    (Consumer.ack_and_fetch, say) and spoil their runs."""
+    started: list[rqueue.Worker] = []
+    real = rqueue.Worker.start
+
+    def start(self: rqueue.Worker) -> None:
+        started.append(self)
+        real(self)
+
+    rqueue.Worker.start = start  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        rqueue.Worker.start = real  # type: ignore[method-assign]
+        for w in started:
+            if w._background is not None and w._background.is_alive():
+                w.stop(now=True)
+                w._background.join(5)
+
+
 @pytest.fixture(scope="session")
 def servers() -> Iterator[dict[str, EmbeddedServer | EmbeddedCluster]]:
     started: dict[str, EmbeddedServer | EmbeddedCluster] = {}
