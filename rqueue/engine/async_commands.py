@@ -97,10 +97,15 @@ async def fetch(
     call: AsyncGroupCall, n: int, token: str, acks: Sequence[c.Tag] = (), waits: bool = False
 ) -> c.FetchReply:
     """As :func:`rqueue.engine.commands.fetch`."""
-    args = c.fetch_args(n, token + call.rate, acks, call.marks and waits)
+    scope = c.span_scope(call)
+    packed, slots = c.pack_acks(acks, scope)
+    args = c.fetch_args(n, token + call.rate, acks, call.marks and waits, packed)
+    sent = len(acks) if slots is None else len(slots)
     if not call.flow[0]:  # the short layout first, as the sync fetch (commands.fetch)
         try:
-            return c.parse_fetch(await call.scripts.fetch(call.fetch_keys, call.argv(args)), token, len(acks))
+            return c.parse_fetch(
+                await call.scripts.fetch(call.fetch_keys, call.argv(args)), token, sent, slots, len(acks), scope
+            )
         except (redis.RedisError, OSError) as exc:
             if not c.needs_flow_keys(exc):
                 raise c.translate(exc, call.queue, call.where) from exc
@@ -109,7 +114,7 @@ async def fetch(
         reply = await call.scripts.fetch(call.keys, call.argv(args))
     except (redis.RedisError, OSError) as exc:
         raise c.translate(exc, call.queue, call.where) from exc
-    return c.parse_fetch(reply, token, len(acks))
+    return c.parse_fetch(reply, token, sent, slots, len(acks), scope)
 
 
 async def newest_wake(r: Any, keys: QueueKeys) -> str | None:
@@ -158,15 +163,24 @@ async def wait_then_fetch(
         elif not str(reply).startswith("NOSCRIPT"):
             raise c.translate(reply, call.queue, call.where) from reply
         return c.WokenFetch(since, refused, await fetch(call, n, token, waits=True))
-    return c.WokenFetch(since, refused, c.parse_fetch(reply, token, 0))
+    return c.WokenFetch(since, refused, c.parse_fetch(reply, token, 0, scope=c.span_scope(call)))
 
 
 async def ack(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool) -> list[str]:
+    packed, slots = c.pack_acks(tags, c.span_scope(call))
     try:
-        reply = await call.scripts.ack(call.ack_keys, c.ack_args(call, tags, strict))
+        reply = await call.scripts.ack(call.ack_keys, c.ack_args(call, tags, strict, packed))
     except (redis.RedisError, OSError) as exc:
-        raise c.translate(exc, call.queue, call.where) from exc
-    return c.parse_ack(reply, strict)
+        error = c.translate(exc, call.queue, call.where)
+        if not (strict and slots is not None and isinstance(error, c.RETRY_AS_TRIPLES)):
+            raise error from exc
+        # as the sync ack (commands.ack): again as triples
+        try:
+            reply = await call.scripts.ack(call.ack_keys, c.ack_args(call, tags, strict))
+        except (redis.RedisError, OSError) as exc2:
+            raise c.translate(exc2, call.queue, call.where) from exc2
+        slots = None
+    return c.parse_ack(reply, strict, slots, len(tags))
 
 
 async def nack(call: AsyncGroupCall, tag: c.Tag, delay_ms: int | None, error: str, event: str = "") -> c.NackReply:

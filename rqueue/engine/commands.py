@@ -26,7 +26,7 @@ import redis
 
 from ..clock import Clock
 from ..connection.cluster import not_run
-from ..errors import ConnectionLost, NotPermitted, OutOfMemory, from_script_error
+from ..errors import ConnectionLost, CorruptRecord, DeliveryError, NotPermitted, OutOfMemory, from_script_error
 from ..randomness import Randomness
 from ..results import ConsumerStats, GroupMessageStatus, GroupStats, MessageState, MessageStatus, PublishResult
 from .keys import FETCH_PLAIN_KEYS, SETTLE_KEYS, QueueKeys, ack_keys, call_keys_of, settle_keys, side_of
@@ -344,16 +344,123 @@ def flat_tags(tags: Sequence[Tag]) -> list[int | str]:
     return [n for _, seq, count, token in tags for n in (seq, count, token)]
 
 
+# Range acks (a prototype, benchmarks/prototypes/range_acks/NOTES.md): the
+# seqs a fetch handed out on a call record (a stream log's), by token, as
+# its reply said ("c<first>:<last>" in place of next_due_ms). Acks of two or
+# more count-1 deliveries of such a call go as one range
+# (lua/includes/ack_ranges.lua). Only a hint: a range the call no longer
+# holds falls back per seq in the script, so a forgotten token costs
+# triples, never a wrong status.
+# Keyed by (the group's calls key, the consumer, the token): tokens are drawn
+# per client, and a seeded randomness draws one again for another queue.
+CALL_SPANS: dict[tuple[str, str, str], tuple[int, int]] = {}
+CALL_SPANS_MAX = 1 << 16  # calls remembered (the oldest go first)
+
+
+def span_scope(call: GroupArgs) -> tuple[str, str] | None:
+    """What a call's spans are kept under: its calls key (the first key
+    after the 13 of an ack, lua/ack.lua; a stream log's only) and consumer."""
+    keys = call.ack_keys
+    return (keys[13], call.consumer) if len(keys) > 13 else None
+
+
+def note_call_span(scope: tuple[str, str] | None, token: str, marker: bytes) -> None:
+    if scope is None:
+        return
+    first, _, last = marker[1:].partition(b":")
+    if len(CALL_SPANS) >= CALL_SPANS_MAX:
+        del CALL_SPANS[next(iter(CALL_SPANS))]
+    CALL_SPANS[(*scope, token)] = (int(first), int(last))
+
+
+# Which tags a packed ack's statuses stand for: per status, the tags' indexes
+# (a range's in seq order); None when every tag went as itself.
+Slots = list[list[int]] | None
+
+
+def pack_acks(tags: Sequence[Tag], scope: tuple[str, str] | None) -> tuple[list[int | str], Slots]:
+    """The ARGV of ``tags`` for ack.lua and fetch.lua's acks: ranges first,
+    one per call met with two or more of its count-1 deliveries (as
+    "<first seq>", "r<in>[,<gap>,<in>...]", token), then every other tag as
+    a triple; and the slots that map the reply's statuses back."""
+    spans = CALL_SPANS
+    if scope is None or not spans or len(tags) < 2:
+        return flat_tags(tags), None
+    calls, consumer = scope
+    groups: dict[str, dict[int, int]] = {}
+    single: list[int] = []
+    for i, (_, seq, count, token) in enumerate(tags):
+        span = spans.get((calls, consumer, token))
+        if span is not None and count == 1 and span[0] <= seq <= span[1]:
+            g = groups.setdefault(token, {})
+            if seq not in g:
+                g[seq] = i
+                continue
+        single.append(i)
+    if not groups:
+        return flat_tags(tags), None
+    args: list[int | str] = []
+    slots: list[list[int]] = []
+    for token, g in groups.items():
+        if len(g) < 2:
+            single.extend(g.values())
+            continue
+        seqs = sorted(g)
+        runs: list[int] = []
+        run, prev = 1, seqs[0]
+        for s in seqs[1:]:
+            if s == prev + 1:
+                run += 1
+            else:
+                runs += [run, s - prev - 1]
+                run = 1
+            prev = s
+        runs.append(run)
+        args += [seqs[0], "r" + ",".join(map(str, runs)), token]
+        slots.append([g[s] for s in seqs])
+    if not slots:
+        return flat_tags(tags), None
+    single.sort()
+    for i in single:
+        _, seq, count, token = tags[i]
+        args += [seq, count, token]
+        slots.append([i])
+    return args, slots
+
+
+# A strict ack's refusals of a tag (nothing changed), after which a packed
+# ack goes again as triples.
+RETRY_AS_TRIPLES = (DeliveryError, CorruptRecord)
+
+
+def unpack_statuses(statuses: Sequence[Any], slots: Slots, n: int) -> list[str]:
+    """Per tag, its status from a packed ack's reply (one per slot: a range's
+    is "ok" for all of it, or a list per seq)."""
+    if slots is None:
+        return [s.decode() for s in statuses]
+    out = [""] * n
+    for slot, status in zip(slots, statuses, strict=True):
+        if type(status) is list:
+            for i, s in zip(slot, status, strict=True):
+                out[i] = s.decode()
+        else:
+            text = status.decode()
+            for i in slot:
+                out[i] = text
+    return out
+
+
 # Each command below is a builder of its script's own arguments (ARGV after
 # the group block), a parser of its reply, and the sync call that joins them
 # through GroupCall.run. rqueue.engine.async_commands joins the same builders
 # and parsers through an await: only the I/O differs.
 
 
-def fetch_args(n: int, token: str, acks: Sequence[Tag] = (), marks: bool = False) -> list[Any]:
+def fetch_args(n: int, token: str, acks: Sequence[Tag] = (), marks: bool = False, packed: Any = None) -> list[Any]:
     """fetch.lua's ARGV after the group block; ``marks``: a call that finds
-    nothing marks the queue for a wake-up (n is sent negative)."""
-    return [-n if marks else n, token, *flat_tags(acks)]
+    nothing marks the queue for a wake-up (n is sent negative); ``packed``:
+    the acks as :func:`pack_acks` made them."""
+    return [-n if marks else n, token, *(flat_tags(acks) if packed is None else packed)]
 
 
 def stored_number(raw: Any) -> int:
@@ -368,12 +475,19 @@ def stored_number(raw: Any) -> int:
     return number if number >= 0 else -1
 
 
-def parse_fetch(reply: Any, token: str, acks: int) -> FetchReply:
+def parse_fetch(
+    reply: Any, token: str, acks: int, slots: Slots = None, tags: int = 0, scope: tuple[str, str] | None = None
+) -> FetchReply:
+    """``acks``: the statuses in the reply (slots, with ``slots``); ``tags``:
+    the tags they stand for; ``scope``: the call's (:func:`span_scope`)."""
     due = reply[1]
     waiter = False
     if type(due) is bytes and due[:1] == b"w":
         waiter, due = True, due[1:]
-    statuses = [s.decode() for s in reply[6 : 6 + acks]] if acks else []
+    elif type(due) is bytes and due[:1] == b"c":
+        note_call_span(scope, token, due)
+        due = b""
+    statuses = unpack_statuses(reply[6 : 6 + acks], slots, tags) if acks else []
     return FetchReply(
         int(reply[0]),
         None if due in (b"", None) else int(due),
@@ -402,15 +516,20 @@ def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = (), waits: 
     of [0-9a-z] drawn at random per call), after acking ``acks`` leniently.
     ``waits``: the caller waits for news when this call brings nothing, so
     that the call may make its consumer the queue's waiter (call.marks)."""
-    args = fetch_args(n, token + call.rate, acks, call.marks and waits)
+    scope = span_scope(call)
+    packed, slots = pack_acks(acks, scope)
+    args = fetch_args(n, token + call.rate, acks, call.marks and waits, packed)
+    sent = len(acks) if slots is None else len(slots)
     if not call.flow[0]:
         try:
-            return parse_fetch(call.scripts.fetch(call.fetch_keys, call.argv(args)), token, len(acks))
+            return parse_fetch(
+                call.scripts.fetch(call.fetch_keys, call.argv(args)), token, sent, slots, len(acks), scope
+            )
         except (redis.RedisError, OSError) as exc:
             if not needs_flow_keys(exc):
                 raise translate(exc, call.queue, call.where) from exc
             call.flow[0] = True
-    return parse_fetch(call.run(call.scripts.fetch, args), token, len(acks))
+    return parse_fetch(call.run(call.scripts.fetch, args), token, sent, slots, len(acks), scope)
 
 
 # The wake-stream id a consumer waits after before it has seen an entry:
@@ -462,7 +581,7 @@ def wait_then_fetch(call: GroupCall, wakes: str, since: str, block_ms: int, n: i
             raise translate(reply, call.queue, call.where) from reply
         call.flow[0] = True  # nothing was changed: the fetch again, with every key
         return WokenFetch(since, refused, fetch(call, n, token, waits=True))
-    return WokenFetch(since, refused, parse_fetch(reply, token, 0))
+    return WokenFetch(since, refused, parse_fetch(reply, token, 0, scope=span_scope(call)))
 
 
 # What memory:// (fakeredis) raises for an XREAD of a key that is no stream.
@@ -502,14 +621,19 @@ def wake_id_after(a: str, b: str) -> bool:
     return (int(ams), int(aseq or 0)) > (int(bms), int(bseq or 0))
 
 
-def ack_args(call: GroupArgs, tags: Sequence[Tag], strict: bool) -> list[Any]:
+def ack_args(call: GroupArgs, tags: Sequence[Tag], strict: bool, packed: Any = None) -> list[Any]:
     """ack.lua's whole ARGV: the group and consumer names alone of the group
-    arguments (it reads no clock and no setting), the mode, the tags."""
-    return [call.group, call.consumer, "1" if strict else "0", *flat_tags(tags)]
+    arguments (it reads no clock and no setting), the mode, the tags (or
+    ``packed``, as :func:`pack_acks` made them)."""
+    return [call.group, call.consumer, "1" if strict else "0", *(flat_tags(tags) if packed is None else packed)]
 
 
-def parse_ack(reply: Any, strict: bool) -> list[str]:
-    return [] if strict else [s.decode() for s in reply]
+def parse_ack(reply: Any, strict: bool, slots: Slots = None, tags: int = 0) -> list[str]:
+    if strict:
+        return []
+    if slots is None:
+        return [s.decode() for s in reply]
+    return unpack_statuses(reply, slots, tags)
 
 
 def text(value: Any) -> str:
@@ -522,8 +646,19 @@ def text(value: Any) -> str:
 def ack(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
     """Acks ``tags``. Strict: all or none, raising the first bad tag's error
     (returns []); else one status per tag ("ok" or its error code)."""
-    reply = run(call.scripts.ack, call.ack_keys, ack_args(call, tags, strict), call.queue, call.where)
-    return parse_ack(reply, strict)
+    packed: list[int | str] | None
+    packed, slots = pack_acks(tags, span_scope(call))
+    if strict and slots is not None:
+        try:
+            run(call.scripts.ack, call.ack_keys, ack_args(call, tags, strict, packed), call.queue, call.where)
+            return []
+        except RETRY_AS_TRIPLES:
+            # Refused, nothing changed: again as triples, so that the error
+            # names the first bad tag in the caller's order (the ranges'
+            # fallbacks are checked after the other tags).
+            packed, slots = None, None
+    reply = run(call.scripts.ack, call.ack_keys, ack_args(call, tags, strict, packed), call.queue, call.where)
+    return parse_ack(reply, strict, slots, len(tags))
 
 
 def ack_results_keys(call: GroupArgs, result_keys: Sequence[str]) -> list[str]:

@@ -966,6 +966,10 @@ if got < room and not pickCut then
       -- this call (acks, expiry), and these
       callout = (tonumber(groupFields[6] or '0') or 0) - callsLeft + #scanned
       scanned.written = true
+      -- The reply says which seqs came by the call (next_due_ms is given
+      -- only when nothing is handed out): "c<first seq>:<last seq>", by
+      -- which the client acks them as ranges (includes/ack_ranges.lua).
+      out[2] = 'c' .. string.format('%d', firstSeq) .. ':' .. string.format('%d', scanned[#scanned])
     else
       for _, seq in ipairs(scanned) do
         local field = string.format('%d', seq)

@@ -17,6 +17,11 @@ local function ackHeldOne(first)
   if #ARGV ~= first + 2 or #tokenArg > 32 or not string.find(tokenArg, '^%l[%l%d]*$') then
     return nil -- a malformed token goes the long way, to be named (check_tag.lua)
   end
+  --@layout stream
+  if string.byte(countArg, 1) == 114 then -- 114: 'r', a range (includes/ack_ranges.lua)
+    return nil
+  end
+  --@end
   local raw = rcall('HGET', dlvKey, field)
   if not raw then
     --@layout stream

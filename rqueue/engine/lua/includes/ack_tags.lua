@@ -15,30 +15,59 @@
 --@include delivery_state
 --@include settle
 --@include check_tag
+--@layout stream
+--@include ack_ranges
+--@end
 local function ackTags(strict, first)
+  --@layout stream
+  -- Ranges first (includes/ack_ranges.lua): checked against their calls
+  -- here; their seqs off the calls join the tags below as fallbacks.
+  local calls = nil -- the call records met, by token (includes/call_state.lua, callTag)
+  local ranges, fbFields, fbTokens, spanSeqs = nil, nil, nil, nil
+  if callsKey and ARGV[first + 1] and string.byte(ARGV[first + 1], 1) == 114 then -- 114: 'r'
+    --@make callPaths
+    calls = {}
+    ranges, fbFields, fbTokens, spanSeqs, first = ackRangesRead(first, calls)
+  end
+  --@end
   -- Seqs stay the strings the client sent: handing a number to redis.call
   -- formats it again with sprintf, several times per tag.
   local fields = {}
   for i = first, #ARGV, 3 do
     fields[#fields + 1] = ARGV[i]
   end
+  --@layout stream
+  local tags = #fields -- fields[tags + j] is fallback j of the ranges
+  if ranges then
+    for j, f in ipairs(fbFields) do
+      fields[tags + j] = f
+    end
+  end
+  --@end
   local raws = bulkGet(dlvKey, fields)
 
   local result = {}
   local done, seen = {}, {}
+  --@layout stream
+  if spanSeqs then
+    done = spanSeqs -- the seqs the ranges' spans settle, the tags' after them
+  end
+  --@end
   local leased, waiting, stateFields = {}, {}, {}
   local released = {} -- holder -> deliveries taken from it
   -- The last state that passed the fast path, its count and token: every message of
   -- one fetch shares one state string (Lua strings are interned, so == is a
   -- pointer compare), and most of a batch passes on it.
   local okRaw, okCount, okToken = nil, nil, nil
-  --@layout stream
-  local calls = nil -- the call records met, by token (includes/call_state.lua, callTag)
-  --@end
   for i, field in ipairs(fields) do
     local d, corrupt, code = nil, false, nil
     local raw = raws[i]
     local countArg, tokenArg = ARGV[first - 2 + 3 * i], ARGV[first - 1 + 3 * i]
+    --@layout stream
+    if i > tags then
+      countArg, tokenArg = '1', fbTokens[i - tags]
+    end
+    --@end
     local seq = nil
     if raw and raw == okRaw and countArg == okCount and tokenArg == okToken then
       code = 'ok'
@@ -67,8 +96,13 @@ local function ackTags(strict, first)
       -- a split would give it.
       --@make callPaths
       calls = calls or {}
-      local callSeq = countArg == '1' and callTag(field, tokenArg, calls)
-      if callSeq then
+      local callSeq, twice = nil, nil
+      if countArg == '1' then
+        callSeq, twice = callTag(field, tokenArg, calls)
+      end
+      if twice then
+        code = 'RQ_ACKED' -- in a range of this call too
+      elseif callSeq then
         code, seq, holder = 'ok', callSeq, nil
       else
         seq = tonumber(field)
@@ -170,5 +204,10 @@ local function ackTags(strict, first)
     --@end
     rcall('HINCRBY', groupKey, 'acked', #done == 1 and '1' or #done)
   end
+  --@layout stream
+  if ranges then
+    return ackRangesResult(ranges, result, tags)
+  end
+  --@end
   return result
 end

@@ -267,6 +267,16 @@ local function callTag(field, token, cache)
   if i < 1 or i > #c.bytes or string.sub(c.bytes, i, i) ~= '1' then
     return nil
   end
+  local spans = c.spans
+  if spans then
+    -- Taken by a range of this call already (includes/ack_ranges.lua):
+    -- listed twice.
+    for j = 1, #spans, 2 do
+      if i >= spans[j] and i <= spans[j + 1] then
+        return seq, true
+      end
+    end
+  end
   if not c.taken[i] then -- (listed twice: the caller's check of seqs seen names it)
     c.taken[i] = true
     c.n = c.n + 1
@@ -280,11 +290,32 @@ local function callAcksStore(cache)
   local total = 0
   for token, c in pairs(cache) do
     if c and c.n > 0 then
-      local bytes = {}
-      for i = 1, #c.bytes do
-        bytes[i] = c.taken[i] and '0' or string.sub(c.bytes, i, i)
+      local spans = c.spans
+      if spans and next(c.taken) == nil then
+        -- Ranges alone (includes/ack_ranges.lua): their spans of bytes, in
+        -- order, become 0s by whole pieces.
+        local pieces, at = {}, 1
+        for j = 1, #spans, 2 do
+          pieces[#pieces + 1] = string.sub(c.bytes, at, spans[j] - 1)
+          pieces[#pieces + 1] = string.rep('0', spans[j + 1] - spans[j] + 1)
+          at = spans[j + 1] + 1
+        end
+        pieces[#pieces + 1] = string.sub(c.bytes, at)
+        c.bytes = table.concat(pieces)
+      else
+        if spans then
+          for j = 1, #spans, 2 do
+            for i = spans[j], spans[j + 1] do
+              c.taken[i] = true
+            end
+          end
+        end
+        local bytes = {}
+        for i = 1, #c.bytes do
+          bytes[i] = c.taken[i] and '0' or string.sub(c.bytes, i, i)
+        end
+        c.bytes = table.concat(bytes)
       end
-      c.bytes = table.concat(bytes)
       callStore(token, c, c.n)
       total = total + c.n
     end
