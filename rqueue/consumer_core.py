@@ -136,6 +136,10 @@ class ConsumerCore:
                 # keyed messages): so it does under new settings too, rather
                 # than a refused call first (settings_ttl=0: every fetch)
                 made.flow[0] = True
+            if call is not None and made.ack_keys == call.ack_keys:
+                # the calls fetched under the old settings are acked as
+                # ranges under the new (the same group keys and consumer)
+                made.spans.carry(call.spans)
             call = made
             self._call_for = (settings, call)
         return call
@@ -184,6 +188,9 @@ class ConsumerCore:
         made in); how many."""
         dropped = len(self._held)
         self._held.clear()
+        call = self._call_for[1]
+        if call is not None:
+            call.spans.clear()  # calls made before the loss: no hint for a range
         return dropped
 
     def _joined(self, mark: Mark, reply: commands.JoinReply) -> None:
@@ -202,9 +209,14 @@ class ConsumerCore:
         # Per message on the hot path: no helper calls for a compact record
         # (no headers, no delay: the common case); anything else goes to
         # decode_record.
+        seen = self._watch.epoch
         epoch = self._watch.saw(
             mark, reply.incarnation, reply.last_seq, floor=(reply.generation, reply.floor, reply.now_ms)
         )
+        if reply.call is not None and epoch is not None and epoch != seen:
+            # the loss this reply showed forgot its call too (_drop_held),
+            # which was made after it
+            self._call_for[1].spans.note(reply.token, reply.call)
         self._waiter = reply.waiter
         if len(reply.raw) == reply.first:
             self._found_nothing_at, self._found_nothing_epoch = reply.now_ms, self._watch.epoch

@@ -1,8 +1,10 @@
-"""Range acks (a prototype of docs/layout-d-plan.md step 5;
+"""Range acks (docs/layout-d-plan.md, step 5;
 rqueue/engine/lua/includes/ack_ranges.lua): the count-1 deliveries of one
 call record go in an ack as one range, settled against the record in one
 pass; whatever of a range is not out on its call falls back per seq, so
-every delivery keeps its own status. Every backend runs the same scripts."""
+every delivery keeps its own status. The fetch reply names its call in a
+field of its own, which the consumer keeps as a hint (CallSpans). Every
+backend runs the same scripts."""
 
 from __future__ import annotations
 
@@ -10,10 +12,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support import logview
+from support.aio_bridge import connect_as
 from test_call_records import WAIT, N, callout, calls, connect, held_by, in_flight, queue_with, states
 
+import rqueue
 from rqueue.engine import commands
-from rqueue.errors import AlreadyAcked, NotHeld
+from rqueue.engine.keys import LAYOUT_ENV
+from rqueue.errors import AlreadyAcked, InvalidInput, NotHeld
 
 
 @pytest.fixture
@@ -29,8 +35,8 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
     seen: list[list[Any]] = []
     real = commands.pack_acks
 
-    def spy(tags: Any, scope: Any) -> Any:
-        args, slots = real(tags, scope)
+    def spy(tags: Any, spans: Any) -> Any:
+        args, slots = real(tags, spans)
         seen.append(list(args))
         return args, slots
 
@@ -43,24 +49,24 @@ def ranges_in(args: list[Any]) -> list[tuple[int, str]]:
 
 
 def test_pack_acks_makes_runs_and_leaves_others_as_triples():
-    scope = ("calls", "c")
-    commands.CALL_SPANS[("calls", "c", "tok")] = (10, 40)
-    try:
-        tags = [(f"{s}.1.tok", s, 1, "tok") for s in (12, 10, 11, 15, 16, 30)]
-        tags += [("50.1.tok", 50, 1, "tok"), ("13.2.tok", 13, 2, "tok"), ("20.1.oth", 20, 1, "oth")]
-        args, slots = commands.pack_acks(tags, scope)
-        assert args[:3] == [10, "r3,2,2,13,1", "tok"]
-        assert args[3:] == [50, 1, "tok", 13, 2, "tok", 20, 1, "oth"]
-        assert slots == [[1, 2, 0, 3, 4, 5], [6], [7], [8]]
-        reply = [[b"ok", b"ok", b"RQ_ACKED", b"ok", b"ok", b"ok"], b"ok", b"RQ_UNKNOWN_TAG", b"ok"]
-        assert commands.unpack_statuses(reply, slots, len(tags)) == [
-            "RQ_ACKED", "ok", "ok", "ok", "ok", "ok", "ok", "RQ_UNKNOWN_TAG", "ok",
-        ]  # fmt: skip
-        # no scope (a hash log), or one tag: triples
-        assert commands.pack_acks(tags, None) == (commands.flat_tags(tags), None)
-        assert commands.pack_acks(tags[:1], scope) == (commands.flat_tags(tags[:1]), None)
-    finally:
-        del commands.CALL_SPANS[("calls", "c", "tok")]
+    spans = commands.CallSpans()
+    spans.note("tok", (10, 40))
+    tags = [(f"{s}.1.tok", s, 1, "tok") for s in (12, 10, 11, 15, 16, 30)]
+    tags += [("50.1.tok", 50, 1, "tok"), ("13.2.tok", 13, 2, "tok"), ("20.1.oth", 20, 1, "oth")]
+    args, slots = commands.pack_acks(tags, spans)
+    assert args[:3] == [10, "r3,2,2,13,1", "tok"]
+    assert args[3:] == [50, 1, "tok", 13, 2, "tok", 20, 1, "oth"]
+    assert slots == [[1, 2, 0, 3, 4, 5], [6], [7], [8]]
+    reply = [[b"ok", b"ok", b"RQ_ACKED", b"ok", b"ok", b"ok"], b"ok", b"RQ_UNKNOWN_TAG", b"ok"]
+    assert commands.unpack_statuses(reply, slots, len(tags)) == [
+        "RQ_ACKED", "ok", "ok", "ok", "ok", "ok", "ok", "RQ_UNKNOWN_TAG", "ok",
+    ]  # fmt: skip
+    # no call known (a hash log's consumer), or one tag: triples
+    assert commands.pack_acks(tags, commands.CallSpans()) == (commands.flat_tags(tags), None)
+    assert commands.pack_acks(tags[:1], spans) == (commands.flat_tags(tags[:1]), None)
+    # a seq listed twice goes once in the range, its repeat as a triple
+    args, slots = commands.pack_acks(tags[:2] + tags[:1], spans)
+    assert args == [10, "r1,1,1", "tok", 12, 1, "tok"] and slots == [[1, 0], [2]]
 
 
 def test_a_whole_call_is_acked_as_one_range(client, sent):
@@ -128,20 +134,15 @@ def test_another_consumers_range_is_refused_and_changes_nothing(client):
     before = calls(q)
     # c2 told the call is its own (its hint), so that it sends c1's deliveries as a range
     call2 = c2._group_call()
-    scope = commands.span_scope(call2)
-    assert scope is not None
-    commands.CALL_SPANS[(*scope, got[0].token)] = (1, N)
-    try:
-        tags = [(d.tag, d.seq, d.delivery_count, d.token) for d in got]
-        assert ranges_in(commands.pack_acks(tags, scope)[0]) == [(1, f"r{N}")]
-        assert commands.ack(call2, tags, strict=False) == ["RQ_NOT_HELD"] * N
-        with pytest.raises(NotHeld):
-            commands.ack(call2, tags, strict=True)
-        # the script's strict refusal of the range itself
-        with pytest.raises(Exception, match="RQ_NOT_HELD"):
-            call2.scripts.ack(call2.ack_keys, ["g", c2.name, "1", 1, f"r{N}", got[0].token])
-    finally:
-        del commands.CALL_SPANS[(*scope, got[0].token)]
+    call2.spans.note(got[0].token, (1, N))
+    tags = [(d.tag, d.seq, d.delivery_count, d.token) for d in got]
+    assert ranges_in(commands.pack_acks(tags, call2.spans)[0]) == [(1, f"r{N}")]
+    assert commands.ack(call2, tags, strict=False) == ["RQ_NOT_HELD"] * N
+    with pytest.raises(NotHeld):
+        commands.ack(call2, tags, strict=True)
+    # the script's strict refusal of the range itself
+    with pytest.raises(Exception, match="RQ_NOT_HELD"):
+        call2.scripts.ack(call2.ack_keys, ["g", c2.name, "1", 1, f"r{N}", got[0].token])
     assert calls(q) == before and callout(q) == N and states(q) == {} and held_by(q) == {c1.name: N, c2.name: 0}
 
 
@@ -204,7 +205,7 @@ def test_a_range_reaching_past_its_call_falls_back_for_the_rest(client):
     assert set(states(q)) == {d.seq for d in more}
 
 
-def test_an_ack_of_call_deliveries_then_split_ones_moves_the_floor_only_over_them(client, monkeypatch):
+def test_an_ack_of_call_deliveries_then_split_ones_moves_the_floor_only_over_them(client):
     # (step 4's ackTags handed settleMany its state fields, which miss the
     # call's seqs: the floor was written as the field of another seq)
     q = queue_with(client, N)
@@ -212,9 +213,159 @@ def test_an_ack_of_call_deliveries_then_split_ones_moves_the_floor_only_over_the
     got = c.fetch(N)
     c.in_progress(got[9:11])  # seqs 10 and 11 split out
     assert set(states(q)) == {10, 11}
-    monkeypatch.setattr(commands, "CALL_SPANS", {})  # as triples
+    c._group_call().spans.clear()  # as triples
     c.ack([got[0], got[1], got[9], got[10]])
     assert q.stats().groups[0].ack_floor == 2
     assert [d.seq for d in q.consumer("g", "c2", ack_wait=WAIT).fetch(N)] == []
     c.ack(got[2:9] + got[11:])
     assert q.stats().groups[0].ack_floor == N and in_flight(q) == 0
+
+
+def test_the_fetch_reply_names_its_call_in_a_field_of_its_own(client):
+    q = queue_with(client, N + 3)
+    c = q.consumer("g", "c1", ack_wait=WAIT)
+    call = c._group_call()
+    # when a fetch takes a call, then the seventh field names its seqs and next_due_ms stays ""
+    reply = commands.fetch(call, N, "tcall")
+    assert reply.raw[1] == b"" and reply.raw[6] == b"1:%d" % N
+    assert (reply.call, reply.first, reply.next_due_ms) == ((1, N), 7, None)
+    assert [seq for seq, _, _ in reply.deliveries()] == list(range(1, N + 1))
+    assert call.spans.get("tcall") == (1, N)
+    # when a fetch takes fewer than a call's least (per message), then the field is ""
+    small = commands.fetch(call, 3, "tsmall")
+    assert small.raw[6] == b"" and small.call is None and call.spans.get("tsmall") is None
+    assert [seq for seq, _, _ in small.deliveries()] == [N + 1, N + 2, N + 3]
+    # and the acks sent with a fetch reply after it: one status for the range, one per triple
+    tags = [(f"{s}.1.tcall", s, 1, "tcall") for s in range(1, N + 1)] + [(f"{N + 1}.1.tsmall", N + 1, 1, "tsmall")]
+    idle = commands.fetch(call, 5, "tidle", tags)
+    assert idle.raw[6] == b"" and idle.raw[7:] == [b"ok", b"ok"] and idle.first == 9
+    assert idle.ack_statuses == ["ok"] * (N + 1) and idle.call is None
+    assert calls(q) == {} and set(states(q)) == {N + 2, N + 3}
+
+
+def test_a_paused_groups_fetch_has_the_call_field_empty(client):
+    q = queue_with(client, N)
+    c = q.consumer("g", "c1", ack_wait=WAIT)
+    got = c.fetch(N)
+    q.pause("g")
+    call = c._group_call()
+    # the paused group's fetch acks the range it is sent and hands out nothing
+    tags = [(d.tag, d.seq, d.delivery_count, d.token) for d in got]
+    reply = commands.fetch(call, N, "tpaused", tags)
+    assert reply.raw[6] == b"" and reply.raw[7:] == [b"ok"] and reply.first == 8
+    assert reply.ack_statuses == ["ok"] * N and reply.call is None
+    assert calls(q) == {} and q.stats().groups[0].ack_floor == N
+
+
+def test_a_hash_log_fetch_has_no_call_field_and_its_acks_go_as_triples(backend, prefix, clock, sent):
+    client = connect(backend, prefix, clock, "hash")
+    try:
+        q = queue_with(client, 2 * N)
+        c = q.consumer("g", "c1", ack_wait=WAIT)
+        call = c._group_call()
+        reply = commands.fetch(call, N, "thash")
+        assert reply.call is None and reply.first == 6 and reply.raw[6] == 1 and not call.spans
+        got = c.fetch(N)
+        c.ack(got)
+        assert ranges_in(sent[-1]) == [] and len(sent[-1]) == 3 * N
+        assert q.stats().groups[0].in_flight == N
+    finally:
+        client.close()
+
+
+def test_each_consumer_keeps_its_own_calls_and_forgets_them_when_it_leaves(client, sent):
+    q = queue_with(client, 2 * N)
+    c1 = q.consumer("g", "c1", ack_wait=WAIT)
+    c2 = q.consumer("g", "c2", ack_wait=WAIT)
+    got1, got2 = c1.fetch(N), c2.fetch(N)
+    spans1, spans2 = c1._group_call().spans, c2._group_call().spans
+    assert spans1.get(got1[0].token) == (1, N) and spans1.get(got2[0].token) is None
+    assert spans2.get(got2[0].token) == (N + 1, 2 * N) and spans2.get(got1[0].token) is None
+    # c2's view of its calls is carried to the view it makes for new settings (settings_ttl=0)
+    assert c2._group_call() is not c2._group_call() and c2._group_call().spans.get(got2[0].token) == (N + 1, 2 * N)
+    c1.ack(got1)
+    assert ranges_in(sent[-1]) == [(1, f"r{N}")]
+    # when c2 leaves, then its calls are forgotten (what it held is offered again)
+    c2.close()
+    assert not spans2 and spans1
+    assert calls(q) == {} and q.stats().groups[0].in_flight == 0
+
+
+def test_a_loss_of_state_forgets_the_calls_made_before_it_and_keeps_the_one_after(client, sent):
+    q = queue_with(client, 3 * N)
+    c = q.consumer("g", "c1", ack_wait=WAIT)
+    old = c.fetch(N)
+    spans = c._group_call().spans
+    assert spans.get(old[0].token) == (1, N)
+    # when Redis comes back as it was after seq N (the last seq goes back), and more is published
+    r = client.redis
+    r.hset(q.keys.meta, "seq", N)
+    logview.roll_back(r, q.keys, N)
+    q.publish_many([b"n%d" % i for i in range(N)])
+    # then the fetch that shows the loss drops the old call's hint and keeps its own call's
+    new = c.fetch(N)
+    assert c.last_state_loss is not None and [d.seq for d in new] == list(range(N + 1, 2 * N + 1))
+    assert spans.get(old[0].token) is None and spans.get(new[0].token) == (N + 1, 2 * N)
+    c.ack(new)
+    assert ranges_in(sent[-1]) == [(N + 1, f"r{N}")]
+    assert set(calls(q)) == {d.seq for d in old}
+
+
+def test_ack_result_takes_no_range_and_an_ack_with_completed_events_sends_triples(client, sent):
+    client.configure("orders", events=["completed"])
+    q = queue_with(client, N)
+    c = q.consumer("g", "c1", ack_wait=WAIT)
+    got = c.fetch(N)
+    call = c._group_call()
+    before = calls(q)
+    # a range sent to ack_result is refused before any write (its results and events go per tag)
+    args = commands.ack_results_args([(got[0].tag, 1, 1, got[0].token)], None, [], True, False)
+    args[3:] = [1, f"r{N}", got[0].token]
+    with pytest.raises(InvalidInput, match="not ranges"):
+        commands.run(call.scripts.ack_result, commands.ack_results_keys(call, []), call.argv(args), q.name, "")
+    assert calls(q) == before and not [e for e in q.events(100) if e["event"] == "completed"]
+    # and a consumer's ack with completed events on goes as triples, one event per message
+    c.ack(got)
+    assert not any(ranges_in(a) for a in sent)  # (ack_result.lua: triples)
+    completed = [e for e in q.events(100) if e["event"] == "completed"]
+    assert sorted(int(e["seq"]) for e in completed) == list(range(1, N + 1))
+    assert calls(q) == {} and q.stats().groups[0].ack_floor == N
+
+
+def test_call_spans_keep_two_generations_of_calls():
+    spans = commands.CallSpans()
+    assert not spans
+    for i in range(commands.CallSpans.MAX):
+        spans.note(f"t{i}", (i + 1, i + 1))
+    spans.note("tnext", (1, 2))  # the newer is full: it becomes the older
+    assert spans.get("t0") == (1, 1) and spans.get("tnext") == (1, 2)
+    for i in range(commands.CallSpans.MAX):
+        spans.note(f"u{i}", (i + 1, i + 1))  # and again: the first generation goes whole
+    assert spans.get("t0") is None and spans.get("tnext") == (1, 2) and spans.get("u0") == (1, 1)
+    # a view carrying them shares them, and a clear of either is the other's
+    other = commands.CallSpans()
+    other.carry(spans)
+    assert other.get("tnext") == (1, 2)
+    other.clear()
+    assert not spans and spans.get("tnext") is None
+
+
+def test_an_asyncio_consumer_acks_its_calls_as_ranges(backend, prefix, clock, sent):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(LAYOUT_ENV, "stream")
+        seed = rqueue.Randomness(seed=7)
+        client = connect_as("async", backend, prefix=prefix, clock=clock, randomness=seed, settings_ttl=0)
+    try:
+        q = queue_with(client, 3 * N)
+        c = q.consumer("g", "c1", ack_wait=WAIT)
+        got = c.fetch(N)
+        c.ack(got)
+        assert ranges_in(sent[-1]) == [(1, f"r{N}")] and len(sent[-1]) == 3
+        more = c.fetch(N)
+        statuses, last, _ = c.ack_and_fetch(more, N)
+        assert statuses == [None] * N and ranges_in(sent[-1]) == [(N + 1, f"r{N}")]
+        assert [d.seq for d in last] == list(range(2 * N + 1, 3 * N + 1))
+        g = q.stats().groups[0]
+        assert (g.ack_floor, g.in_flight) == (2 * N, N)
+    finally:
+        client.close()

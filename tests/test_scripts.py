@@ -24,6 +24,7 @@ from rqueue.engine.loader import (
     select_layout,
     source,
 )
+from rqueue.engine.scripts import sent_stream_log
 from rqueue.errors import InvalidInput, from_script_error
 from rqueue.settings import Settings
 from rqueue.stored_results import Failure, Result
@@ -44,10 +45,31 @@ def ack_argv(consumer, strict, *tags):
     return ["g", consumer, strict, *tags]
 
 
+class CommonFetch:
+    """A client's scripts, whose fetch replies are read in the shape both
+    layouts share: the stream text's call field (lua/fetch.lua, the seventh
+    field; tests/test_range_acks.py checks it) is checked to be "" or
+    "<first>:<last>" and left out."""
+
+    def __init__(self, scripts):
+        self._scripts = scripts
+
+    def __getattr__(self, name):
+        return getattr(self._scripts, name)
+
+    def fetch(self, keys, args, client=None):
+        reply = self._scripts.fetch(keys, args, client)
+        if client is not None or not sent_stream_log(keys) or not isinstance(reply, list):
+            return reply
+        field = reply[commands.FETCH_HEAD]
+        assert field == b"" or re.fullmatch(rb"[1-9]\d*:[1-9]\d*", field), reply[:8]
+        return reply[: commands.FETCH_HEAD] + reply[commands.FETCH_HEAD + 1 :]
+
+
 @pytest.fixture
 def raw(client, queue):
     """(redis, queue keys, group keys, scripts)"""
-    return client.redis, queue.keys, queue.keys.group("g").as_list(), client.scripts
+    return client.redis, queue.keys, queue.keys.group("g").as_list(), CommonFetch(client.scripts)
 
 
 def compact(published_ms, payload):

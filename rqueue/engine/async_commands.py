@@ -25,6 +25,7 @@ from . import log
 from .async_scripts import AsyncScript, AsyncScripts
 from .commands import text
 from .keys import QueueKeys, partitions_key, registry_key, settings_key
+from .scripts import sent_stream_log
 from .store import DELETE_BATCH, EVENTS_MAX, deliveries_out, event, headed_result, in_flight_of, same_incarnation
 
 T = TypeVar("T")
@@ -97,15 +98,13 @@ async def fetch(
     call: AsyncGroupCall, n: int, token: str, acks: Sequence[c.Tag] = (), waits: bool = False
 ) -> c.FetchReply:
     """As :func:`rqueue.engine.commands.fetch`."""
-    scope = c.span_scope(call)
-    packed, slots = c.pack_acks(acks, scope)
+    packed, slots = c.pack_acks(acks, call.spans)
     args = c.fetch_args(n, token + call.rate, acks, call.marks and waits, packed)
     sent = len(acks) if slots is None else len(slots)
     if not call.flow[0]:  # the short layout first, as the sync fetch (commands.fetch)
         try:
-            return c.parse_fetch(
-                await call.scripts.fetch(call.fetch_keys, call.argv(args)), token, sent, slots, len(acks), scope
-            )
+            reply = await call.scripts.fetch(call.fetch_keys, call.argv(args))
+            return c.noted(call, c.parse_fetch(reply, token, sent, slots, len(acks), sent_stream_log(call.fetch_keys)))
         except (redis.RedisError, OSError) as exc:
             if not c.needs_flow_keys(exc):
                 raise c.translate(exc, call.queue, call.where) from exc
@@ -114,7 +113,7 @@ async def fetch(
         reply = await call.scripts.fetch(call.keys, call.argv(args))
     except (redis.RedisError, OSError) as exc:
         raise c.translate(exc, call.queue, call.where) from exc
-    return c.parse_fetch(reply, token, sent, slots, len(acks), scope)
+    return c.noted(call, c.parse_fetch(reply, token, sent, slots, len(acks), sent_stream_log(call.keys)))
 
 
 async def newest_wake(r: Any, keys: QueueKeys) -> str | None:
@@ -163,11 +162,11 @@ async def wait_then_fetch(
         elif not str(reply).startswith("NOSCRIPT"):
             raise c.translate(reply, call.queue, call.where) from reply
         return c.WokenFetch(since, refused, await fetch(call, n, token, waits=True))
-    return c.WokenFetch(since, refused, c.parse_fetch(reply, token, 0, scope=c.span_scope(call)))
+    return c.WokenFetch(since, refused, c.noted(call, c.parse_fetch(reply, token, 0, call_field=sent_stream_log(keys))))
 
 
 async def ack(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool) -> list[str]:
-    packed, slots = c.pack_acks(tags, c.span_scope(call))
+    packed, slots = c.pack_acks(tags, call.spans)
     try:
         reply = await call.scripts.ack(call.ack_keys, c.ack_args(call, tags, strict, packed))
     except (redis.RedisError, OSError) as exc:
@@ -240,7 +239,11 @@ async def join(call: AsyncGroupCall, liveness_ms: int, incarnation: str) -> c.Jo
 
 
 async def leave(call: AsyncGroupCall, consumer: str, graceful: bool) -> c.LeaveReply:
-    return c.parse_leave(await call.settle(call.scripts.leave, c.leave_args(consumer, graceful)))
+    """As :func:`rqueue.engine.commands.leave`."""
+    reply = c.parse_leave(await call.settle(call.scripts.leave, c.leave_args(consumer, graceful)))
+    if consumer == call.consumer:
+        call.spans.clear()
+    return reply
 
 
 async def purge(call: AsyncGroupCall, batch: int) -> c.PurgeReply:

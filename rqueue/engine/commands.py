@@ -30,7 +30,7 @@ from ..errors import ConnectionLost, CorruptRecord, DeliveryError, NotPermitted,
 from ..randomness import Randomness
 from ..results import ConsumerStats, GroupMessageStatus, GroupStats, MessageState, MessageStatus, PublishResult
 from .keys import FETCH_PLAIN_KEYS, SETTLE_KEYS, QueueKeys, ack_keys, call_keys_of, settle_keys, side_of
-from .scripts import Script, ScriptPipeline, Scripts
+from .scripts import Script, ScriptPipeline, Scripts, sent_stream_log
 
 T = TypeVar("T")
 
@@ -221,6 +221,9 @@ class GroupArgs:
     # nothing, and whose caller would wait, ask to make it the queue's
     # waiter (a negative n, lua/fetch.lua).
     marks: bool
+    # The calls this consumer fetched (a stream log's call records), by
+    # which its acks go as ranges: a hint (CallSpans).
+    spans: CallSpans
 
     @staticmethod
     def fields_of(
@@ -251,6 +254,7 @@ class GroupArgs:
             # a rate limit (the rate window, KEYS[20]) or key settings: every key, every fetch
             "flow": [len(keys) <= FETCH_PLAIN_KEYS or rate_suffix(settings) != ""],
             "marks": settings.wait_in_redis,
+            "spans": CallSpans(),
         }
 
     def argv(self, extra: Sequence[Any]) -> list[Any]:
@@ -316,6 +320,10 @@ class FetchReply(NamedTuple):
     # The call made its consumer the queue's waiter (lua/fetch.lua): the
     # one consumer whose idle fetch waits in Redis for the wake-up.
     waiter: bool = False
+    # The seqs (first, last) of the call record this fetch wrote (a stream
+    # log's, lua/fetch.lua's call field): its deliveries are the count-1
+    # ones among them. None: it wrote none.
+    call: tuple[int, int] | None = None
 
     def deliveries(self) -> Iterator[tuple[int, int, bytes]]:
         raw = self.raw
@@ -344,33 +352,55 @@ def flat_tags(tags: Sequence[Tag]) -> list[int | str]:
     return [n for _, seq, count, token in tags for n in (seq, count, token)]
 
 
-# Range acks (a prototype, benchmarks/prototypes/range_acks/NOTES.md): the
-# seqs a fetch handed out on a call record (a stream log's), by token, as
-# its reply said ("c<first>:<last>" in place of next_due_ms). Acks of two or
-# more count-1 deliveries of such a call go as one range
-# (lua/includes/ack_ranges.lua). Only a hint: a range the call no longer
-# holds falls back per seq in the script, so a forgotten token costs
-# triples, never a wrong status.
-# Keyed by (the group's calls key, the consumer, the token): tokens are drawn
-# per client, and a seeded randomness draws one again for another queue.
-CALL_SPANS: dict[tuple[str, str, str], tuple[int, int]] = {}
-CALL_SPANS_MAX = 1 << 16  # calls remembered (the oldest go first)
+class CallSpans:
+    """The seqs a consumer's fetches handed out on call records (a stream
+    log's, lua/includes/call_state.lua), by token, as the fetch replies'
+    call field said (lua/fetch.lua): acks of two or more count-1
+    deliveries of such a call go as one range (lua/includes/ack_ranges.lua,
+    :func:`pack_acks`). One per consumer (:class:`GroupArgs`, carried to
+    the consumer's view made for new settings), so a token drawn again by
+    another consumer or for another queue is another object's. Only a
+    hint: a range the call no longer holds falls back per seq in the
+    script, so a forgotten token costs triples, never a wrong status.
 
+    Bounded without a lock (a consumer is shared between threads): two
+    generations of at most :attr:`MAX` tokens each; when the newer fills,
+    it becomes the older and the older is dropped whole. The generations
+    are one list that the views carrying them share, so that a clear is
+    seen by all of them."""
 
-def span_scope(call: GroupArgs) -> tuple[str, str] | None:
-    """What a call's spans are kept under: its calls key (the first key
-    after the 13 of an ack, lua/ack.lua; a stream log's only) and consumer."""
-    keys = call.ack_keys
-    return (keys[13], call.consumer) if len(keys) > 13 else None
+    MAX = 1024  # calls per generation: far more than a consumer holds at once
 
+    __slots__ = ("generations",)
 
-def note_call_span(scope: tuple[str, str] | None, token: str, marker: bytes) -> None:
-    if scope is None:
-        return
-    first, _, last = marker[1:].partition(b":")
-    if len(CALL_SPANS) >= CALL_SPANS_MAX:
-        del CALL_SPANS[next(iter(CALL_SPANS))]
-    CALL_SPANS[(*scope, token)] = (int(first), int(last))
+    def __init__(self) -> None:
+        self.generations: list[dict[str, tuple[int, int]]] = [{}, {}]  # newer, older
+
+    def __bool__(self) -> bool:
+        newer, older = self.generations
+        return bool(newer) or bool(older)
+
+    def note(self, token: str, span: tuple[int, int]) -> None:
+        generations = self.generations
+        newer = generations[0]
+        if len(newer) >= self.MAX:
+            generations[1] = newer
+            newer = generations[0] = {}
+        newer[token] = span
+
+    def get(self, token: str) -> tuple[int, int] | None:
+        newer, older = self.generations
+        return newer.get(token) or older.get(token)
+
+    def clear(self) -> None:
+        """Forgets every call (the consumer left, or Redis lost its state)."""
+        self.generations[:] = [{}, {}]
+
+    def carry(self, before: CallSpans) -> None:
+        """Shares ``before``'s calls from now on: a consumer's view made anew
+        for new settings (rqueue.consumer_core) acks what it fetched under
+        the old as ranges."""
+        self.generations = before.generations
 
 
 # Which tags a packed ack's statuses stand for: per status, the tags' indexes
@@ -378,19 +408,18 @@ def note_call_span(scope: tuple[str, str] | None, token: str, marker: bytes) -> 
 Slots = list[list[int]] | None
 
 
-def pack_acks(tags: Sequence[Tag], scope: tuple[str, str] | None) -> tuple[list[int | str], Slots]:
+def pack_acks(tags: Sequence[Tag], spans: CallSpans) -> tuple[list[int | str], Slots]:
     """The ARGV of ``tags`` for ack.lua and fetch.lua's acks: ranges first,
-    one per call met with two or more of its count-1 deliveries (as
-    "<first seq>", "r<in>[,<gap>,<in>...]", token), then every other tag as
-    a triple; and the slots that map the reply's statuses back."""
-    spans = CALL_SPANS
-    if scope is None or not spans or len(tags) < 2:
+    one per call of ``spans`` met with two or more of its count-1
+    deliveries (as "<first seq>", "r<in>[,<gap>,<in>...]", token; each seq
+    once, a repeat stays a triple), then every other tag as a triple in
+    the caller's order; and the slots that map the reply's statuses back."""
+    if not spans or len(tags) < 2:
         return flat_tags(tags), None
-    calls, consumer = scope
     groups: dict[str, dict[int, int]] = {}
     single: list[int] = []
     for i, (_, seq, count, token) in enumerate(tags):
-        span = spans.get((calls, consumer, token))
+        span = spans.get(token)
         if span is not None and count == 1 and span[0] <= seq <= span[1]:
             g = groups.setdefault(token, {})
             if seq not in g:
@@ -475,19 +504,31 @@ def stored_number(raw: Any) -> int:
     return number if number >= 0 else -1
 
 
+# The fields fetch.lua's reply opens with, before the acks' statuses; its
+# stream text (run by a call sent a stream log's keys, scripts.sent_stream_log)
+# has one more, the call field.
+FETCH_HEAD = 6
+
+
 def parse_fetch(
-    reply: Any, token: str, acks: int, slots: Slots = None, tags: int = 0, scope: tuple[str, str] | None = None
+    reply: Any, token: str, acks: int, slots: Slots = None, tags: int = 0, call_field: bool = False
 ) -> FetchReply:
-    """``acks``: the statuses in the reply (slots, with ``slots``); ``tags``:
-    the tags they stand for; ``scope``: the call's (:func:`span_scope`)."""
+    """``acks``: the statuses in the reply (one per slot, with ``slots``);
+    ``tags``: the tags they stand for (with ``slots``); ``call_field``: the
+    reply is of fetch.lua's stream text, whose seventh field is the call
+    field ("<first seq>:<last seq>" or "")."""
     due = reply[1]
     waiter = False
     if type(due) is bytes and due[:1] == b"w":
         waiter, due = True, due[1:]
-    elif type(due) is bytes and due[:1] == b"c":
-        note_call_span(scope, token, due)
-        due = b""
-    statuses = unpack_statuses(reply[6 : 6 + acks], slots, tags) if acks else []
+    head, call = FETCH_HEAD, None
+    if call_field:
+        head += 1
+        field = reply[FETCH_HEAD]
+        if field:
+            first, _, last = field.partition(b":")
+            call = (int(first), int(last))
+    statuses = unpack_statuses(reply[head : head + acks], slots, tags) if acks else []
     return FetchReply(
         int(reply[0]),
         None if due in (b"", None) else int(due),
@@ -498,9 +539,17 @@ def parse_fetch(
         statuses,
         token,
         reply,
-        6 + acks,
+        head + acks,
         waiter,
+        call,
     )
+
+
+def noted(call: GroupArgs, reply: FetchReply) -> FetchReply:
+    """``reply``, its call (if any) noted in the consumer's spans."""
+    if reply.call is not None:
+        call.spans.note(reply.token, reply.call)
+    return reply
 
 
 FLOW_KEYS_ERROR = "RQ_FLOW_KEYS"  # fetch.lua: sent FETCH_PLAIN_KEYS keys for a queue that needs all
@@ -516,20 +565,19 @@ def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = (), waits: 
     of [0-9a-z] drawn at random per call), after acking ``acks`` leniently.
     ``waits``: the caller waits for news when this call brings nothing, so
     that the call may make its consumer the queue's waiter (call.marks)."""
-    scope = span_scope(call)
-    packed, slots = pack_acks(acks, scope)
+    packed, slots = pack_acks(acks, call.spans)
     args = fetch_args(n, token + call.rate, acks, call.marks and waits, packed)
     sent = len(acks) if slots is None else len(slots)
     if not call.flow[0]:
         try:
-            return parse_fetch(
-                call.scripts.fetch(call.fetch_keys, call.argv(args)), token, sent, slots, len(acks), scope
-            )
+            reply = call.scripts.fetch(call.fetch_keys, call.argv(args))
+            return noted(call, parse_fetch(reply, token, sent, slots, len(acks), sent_stream_log(call.fetch_keys)))
         except (redis.RedisError, OSError) as exc:
             if not needs_flow_keys(exc):
                 raise translate(exc, call.queue, call.where) from exc
             call.flow[0] = True
-    return parse_fetch(call.run(call.scripts.fetch, args), token, sent, slots, len(acks), scope)
+    reply = call.run(call.scripts.fetch, args)
+    return noted(call, parse_fetch(reply, token, sent, slots, len(acks), sent_stream_log(call.keys)))
 
 
 # The wake-stream id a consumer waits after before it has seen an entry:
@@ -560,10 +608,8 @@ def wait_then_fetch(call: GroupCall, wakes: str, since: str, block_ms: int, n: i
     pipe = call.scripts.pipeline()
     pipe.command("XREAD", "BLOCK", max(1, block_ms), "STREAMS", wakes, since)
     args = fetch_args(n, token + call.rate, marks=True)
-    if call.flow[0]:
-        call.scripts.fetch(call.keys, call.argv(args), client=pipe)
-    else:
-        call.scripts.fetch(call.fetch_keys, call.argv(args), client=pipe)
+    keys = call.keys if call.flow[0] else call.fetch_keys
+    call.scripts.fetch(keys, call.argv(args), client=pipe)
     try:
         woke, reply = pipe.execute(raise_on_error=False)
     except (redis.RedisError, OSError) as exc:
@@ -581,7 +627,7 @@ def wait_then_fetch(call: GroupCall, wakes: str, since: str, block_ms: int, n: i
             raise translate(reply, call.queue, call.where) from reply
         call.flow[0] = True  # nothing was changed: the fetch again, with every key
         return WokenFetch(since, refused, fetch(call, n, token, waits=True))
-    return WokenFetch(since, refused, parse_fetch(reply, token, 0, scope=span_scope(call)))
+    return WokenFetch(since, refused, noted(call, parse_fetch(reply, token, 0, call_field=sent_stream_log(keys))))
 
 
 # What memory:// (fakeredis) raises for an XREAD of a key that is no stream.
@@ -647,7 +693,7 @@ def ack(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
     """Acks ``tags``. Strict: all or none, raising the first bad tag's error
     (returns []); else one status per tag ("ok" or its error code)."""
     packed: list[int | str] | None
-    packed, slots = pack_acks(tags, span_scope(call))
+    packed, slots = pack_acks(tags, call.spans)
     if strict and slots is not None:
         try:
             run(call.scripts.ack, call.ack_keys, ack_args(call, tags, strict, packed), call.queue, call.where)
@@ -903,7 +949,13 @@ def parse_leave(reply: Any) -> LeaveReply:
 
 
 def leave(call: GroupCall, consumer: str, graceful: bool) -> LeaveReply:
-    return parse_leave(call.settle(call.scripts.leave, leave_args(consumer, graceful)))
+    """Takes ``consumer`` out of the group (leave.lua); when it is the
+    call's own, its calls are forgotten (CallSpans): what it held is
+    offered again."""
+    reply = parse_leave(call.settle(call.scripts.leave, leave_args(consumer, graceful)))
+    if consumer == call.consumer:
+        call.spans.clear()
+    return reply
 
 
 class PurgeReply(NamedTuple):

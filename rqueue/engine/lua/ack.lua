@@ -35,6 +35,20 @@
     the group's ack floor is not a seq; raised before any write, so the
     delivery stays held (rqueue doctor names the floor, docs/doctor.md)
 ]]
+--@layout stream
+--[[
+  Stream text: the tags may open with ranges of a call record's deliveries
+  (includes/ack_ranges.lua), each three ARGV as a tag is:
+    <first seq>, "r<in>[,<gap>,<in>...]", <token>
+  every seq of it the tag (seq, 1, token). The reply has one element per
+  range, "ok" when every seq of it is ok, else a list of one status per seq
+  in seq order; then one status per tag. RQ_BAD_ARGUMENT (nothing is
+  changed): a range that does not parse, or spans more than RANGE_MAX seqs.
+  A strict ack checks the tags before the ranges' seqs that are not on
+  their call, so its error may name another bad tag than the first in the
+  caller's order (the client sends a refused one again as triples).
+]]
+--@end
 --@flags allow-oom
 --@layout stream
 --@include group_keys

@@ -42,6 +42,12 @@
                      seq and the group
     RQ_CORRUPT <floors key> field <group>: as ack.lua
 ]]
+--@layout stream
+--[[
+  Stream text: ack.lua's ranges are refused (RQ_BAD_ARGUMENT, before any
+  write): the client sends this script triples alone.
+]]
+--@end
 --@flags allow-oom
 --@include group_keys
 --@include group_names
@@ -76,6 +82,15 @@ end
 if #ARGV < 13 or (#ARGV - 10) % 3 ~= 0 then
   return redis.error_reply('RQ_BAD_ARGUMENT ack_result takes tags in threes (ARGV[11..])')
 end
+--@layout stream
+-- A range (includes/ack_ranges.lua) is ack's and fetch's alone: a result, a
+-- result key and an event go per tag, by position. Ranges come first, so
+-- the first tag's count tells.
+if string.byte(ARGV[12], 1) == 114 then -- 114: 'r'
+  return redis.error_reply('RQ_BAD_ARGUMENT ack_result takes tags, not ranges (ARGV[12]): '
+    .. string.sub(ARGV[12], 1, 40))
+end
+--@end
 local tagCount = (#ARGV - 10) / 3
 if ttl == '' and ARGV[9] ~= '' then
   return redis.error_reply('RQ_BAD_ARGUMENT results (ARGV[9]) without a time to live (ARGV[8])')

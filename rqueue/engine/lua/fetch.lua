@@ -109,6 +109,16 @@
                    delivery is changed, but after the tags were acked and
                    the beat
 ]]
+--@layout stream
+--[[
+  Stream text: the reply has a seventh field after generation, before the
+  statuses, the call field: "<first seq>:<last seq>" when this call wrote
+  a call record (includes/call_state.lua), whose deliveries are the
+  count-1 ones of those seqs, by which the client acks them as ranges
+  (includes/ack_ranges.lua); "" otherwise. The tags to ack may open with
+  such ranges, as ack.lua's.
+]]
+--@end
 --@flags allow-oom
 --@include log
 --@include layout
@@ -287,6 +297,9 @@ local generation = groupFields[5] or 0
 -- goes to anyone before. The acks above and the beat are done.
 if groupFields[4] then
   local out = {now, '', metaFields[1] or '', lastSeq, settledFloor or rcall('HGET', floorsKey, groupName), generation}
+  --@layout stream
+  out[7] = '' -- the call field (above): no call
+  --@end
   for _, status in ipairs(acked) do
     out[#out + 1] = status
   end
@@ -445,6 +458,9 @@ end
 
 local out = {now, '', metaFields[1] or '', lastSeq, settledFloor or floorText or rcall('HGET', floorsKey, groupName),
   generation}
+--@layout stream
+out[7] = '' -- the call field (above): set where a call record is written
+--@end
 for _, status in ipairs(acked) do
   out[#out + 1] = status
 end
@@ -966,10 +982,7 @@ if got < room and not pickCut then
       -- this call (acks, expiry), and these
       callout = (tonumber(groupFields[6] or '0') or 0) - callsLeft + #scanned
       scanned.written = true
-      -- The reply says which seqs came by the call (next_due_ms is given
-      -- only when nothing is handed out): "c<first seq>:<last seq>", by
-      -- which the client acks them as ranges (includes/ack_ranges.lua).
-      out[2] = 'c' .. string.format('%d', firstSeq) .. ':' .. string.format('%d', scanned[#scanned])
+      out[7] = string.format('%d', firstSeq) .. ':' .. string.format('%d', scanned[#scanned])
     else
       for _, seq in ipairs(scanned) do
         local field = string.format('%d', seq)
