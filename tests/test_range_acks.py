@@ -202,23 +202,11 @@ def test_a_range_reaching_past_its_call_falls_back_for_the_rest(client):
         call.scripts.ack(call.ack_keys, ["g", c.name, "0", 1, "r0", more[0].token])
     with pytest.raises(Exception, match="RQ_BAD_ARGUMENT"):  # wider than any call: bounded work
         call.scripts.ack(call.ack_keys, ["g", c.name, "0", 1, "r1,5000,1", more[0].token])
+    # (a range ends with a run; one comma between two numbers; runs and gaps of 1 or more)
+    for spec in ("r5,3", "r5,,3", "r5,", "r3,0,2", "r", "r-1"):
+        with pytest.raises(Exception, match="RQ_BAD_ARGUMENT"):
+            call.scripts.ack(call.ack_keys, ["g", c.name, "0", 1, spec, more[0].token])
     assert set(states(q)) == {d.seq for d in more}
-
-
-def test_an_ack_of_call_deliveries_then_split_ones_moves_the_floor_only_over_them(client):
-    # (step 4's ackTags handed settleMany its state fields, which miss the
-    # call's seqs: the floor was written as the field of another seq)
-    q = queue_with(client, N)
-    c = q.consumer("g", "c1", ack_wait=WAIT)
-    got = c.fetch(N)
-    c.in_progress(got[9:11])  # seqs 10 and 11 split out
-    assert set(states(q)) == {10, 11}
-    c._group_call().spans.clear()  # as triples
-    c.ack([got[0], got[1], got[9], got[10]])
-    assert q.stats().groups[0].ack_floor == 2
-    assert [d.seq for d in q.consumer("g", "c2", ack_wait=WAIT).fetch(N)] == []
-    c.ack(got[2:9] + got[11:])
-    assert q.stats().groups[0].ack_floor == N and in_flight(q) == 0
 
 
 def test_the_fetch_reply_names_its_call_in_a_field_of_its_own(client):
@@ -369,3 +357,17 @@ def test_an_asyncio_consumer_acks_its_calls_as_ranges(backend, prefix, clock, se
         assert (g.ack_floor, g.in_flight) == (2 * N, N)
     finally:
         client.close()
+
+
+def test_tags_beside_a_range_are_told_apart_from_its_spans(client):
+    q = queue_with(client, N)
+    c = q.consumer("g", "c1", ack_wait=WAIT)
+    token = c.fetch(N)[0].token
+    call = c._group_call()
+    # a range of seqs 1-3, 6-7, 10 and 15-20, then triples of its ends, of seqs in its gaps and one beyond
+    triples = [1, 3, 6, 7, 10, 15, 20, 4, 5, 14]
+    args = [1, "r3,2,2,2,1,4,6", token, *(x for seq in triples for x in (seq, 1, token))]
+    reply = call.scripts.ack(call.ack_keys, ["g", c.name, "0", *args])
+    # then the range is ok, its seqs listed again acked already, the seqs of its gaps ok
+    assert reply == [b"ok"] + [b"RQ_ACKED"] * 7 + [b"ok"] * 3
+    assert set(calls(q)) == {8, 9, 11, 12, 13} and callout(q) == 5 and held_by(q) == {c.name: 5}

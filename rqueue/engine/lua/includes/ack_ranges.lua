@@ -1,11 +1,14 @@
 --[[
   Range acks (a stream log's call records, includes/call_state.lua; step 5
-  of docs/layout-d-plan.md, a prototype). An ack's tags may open with
-  ranges, each three ARGV like a tag:
+  of docs/layout-d-plan.md). An ack's tags may open with ranges, each
+  three ARGV like a tag:
     <first seq>, "r<in>[,<gap>,<in>...]", <token>
   naming the seqs from the first seq on in runs: <in> seqs taken, <gap>
-  passed, and so on (the client packs the count-1 deliveries of one call
-  so: benchmarks/prototypes/range_acks/NOTES.md). Every seq of a range is
+  passed, and so on (the client packs so the count-1 deliveries of a call
+  that fetch.lua's call field named: rqueue/engine/commands.py,
+  pack_acks). Runs and gaps are 1 or more, a range ends with a run and
+  spans RANGE_MAX seqs at most; any other is RQ_BAD_ARGUMENT before any
+  write. Every seq of a range is
   a tag (seq, 1, token). Each run is checked against the call record of
   the token in one pass: the part whose bytes are 1, held by this
   consumer, is settled by the record (spans of bytes, not seq by seq);
@@ -18,17 +21,19 @@
   callPaths; included by ack_tags.lua in its stream text.
 ]]
 
--- Reads the ranges from ARGV[first] on, checking them against their calls
--- (cache: token -> parsed record, as callTag's; a call taken by a range
--- gets c.spans, {from, to, ...} byte indexes). Returns the ranges (each
--- {pieces = {kind, a, b, ...}}: kind true for a span of the call, seqs
--- a..b; false for fallbacks a..b, indexes into the fallbacks), the
--- fallbacks' seq strings and tokens, the seqs settled by spans, in order,
--- and the ARGV index of the first tag after the ranges. Raises
--- RQ_BAD_ARGUMENT for a range that does not parse. Writes nothing.
 -- The most seqs a range spans, gaps included: a call's bytes are at most
 -- CALL_MAX seqs handed out and the seqs its scan passed (fetch.lua).
 local RANGE_MAX = 4096
+
+-- Reads the ranges from ARGV[first] on, checking them against their calls
+-- (cache: token -> parsed record, as callTag's; a call taken by a range
+-- gets c.spans, {from, to, ...} byte indexes, ascending). Returns the
+-- ranges (each a list {kind, a, b, ...}: kind true for a span of the
+-- call, seqs a..b; false for fallbacks a..b, indexes into the fallbacks),
+-- the fallbacks' seq strings and tokens, the seqs settled by spans, in
+-- order, and the ARGV index of the first tag after the ranges. Raises
+-- RQ_BAD_ARGUMENT for a range that does not parse or is too wide. Writes
+-- nothing.
 
 local function ackRangesRead(first, cache)
   local ranges, fbFields, fbTokens, spanSeqs = {}, {}, {}, {}
@@ -41,9 +46,17 @@ local function ackRangesRead(first, cache)
       error('RQ_BAD_ARGUMENT a range is <first seq>, "r<in>[,<gap>,<in>...]", <token>: ' .. seqText .. ' '
         .. string.sub(spec, 1, 40) .. ' ' .. string.sub(token, 1, 40))
     end
-    local width = 0
+    -- Runs and gaps alike are 1 or more, and a range ends with a run: an
+    -- odd count of numbers, one comma between two.
+    local width, runs = 0, 0
     for num in string.gmatch(spec, '%d+') do
-      width = width + num
+      if num + 0 < 1 then
+        error('RQ_BAD_ARGUMENT a range\'s runs and gaps are 1 or more: ' .. string.sub(spec, 1, 40))
+      end
+      width, runs = width + num, runs + 1
+    end
+    if runs % 2 == 0 or string.find(spec, ',,', 1, true) or string.byte(spec, -1) == 44 then -- 44: ','
+      error('RQ_BAD_ARGUMENT a range is "r<in>[,<gap>,<in>...]": ' .. string.sub(spec, 1, 40))
     end
     if width > RANGE_MAX then
       error('RQ_BAD_ARGUMENT a range spans ' .. RANGE_MAX .. ' seqs at most: ' .. string.sub(spec, 1, 40))
@@ -62,9 +75,6 @@ local function ackRangesRead(first, cache)
     local taking = true
     for num in string.gmatch(spec, '%d+') do
       local k = num + 0
-      if k < 1 then
-        error('RQ_BAD_ARGUMENT a range\'s runs are 1 or more: ' .. string.sub(spec, 1, 40))
-      end
       if taking then
         local a, b = s, s + k - 1
         local p = a -- the first seq of the run not placed yet

@@ -270,9 +270,16 @@ local function callTag(field, token, cache)
   local spans = c.spans
   if spans then
     -- Taken by a range of this call already (includes/ack_ranges.lua):
-    -- listed twice.
-    for j = 1, #spans, 2 do
-      if i >= spans[j] and i <= spans[j + 1] then
+    -- listed twice. The spans ascend: a binary search, so that tags beside
+    -- a range of many gaps cost log(spans) each.
+    local lo, hi = 1, #spans / 2
+    while lo <= hi do
+      local mid = math.floor((lo + hi) / 2)
+      if i < spans[2 * mid - 1] then
+        hi = mid - 1
+      elseif i > spans[2 * mid] then
+        lo = mid + 1
+      else
         return seq, true
       end
     end
