@@ -203,9 +203,12 @@ def test_a_range_reaching_past_its_call_falls_back_for_the_rest(client):
     with pytest.raises(Exception, match="RQ_BAD_ARGUMENT"):  # wider than any call: bounded work
         call.scripts.ack(call.ack_keys, ["g", c.name, "0", 1, "r1,5000,1", more[0].token])
     # (a range ends with a run; one comma between two numbers; runs and gaps of 1 or more)
-    for spec in ("r5,3", "r5,,3", "r5,", "r3,0,2", "r", "r-1"):
+    for spec in ("r5,3", "r5,,3", "r5,", "r3,0,2", "r", "r-1", "r1" + ",1" * 5000):
         with pytest.raises(Exception, match="RQ_BAD_ARGUMENT"):
             call.scripts.ack(call.ack_keys, ["g", c.name, "0", 1, spec, more[0].token])
+    # (the client's error: InvalidInput)
+    with pytest.raises(InvalidInput, match="a range is"):
+        commands.run(call.scripts.ack, call.ack_keys, ["g", c.name, "0", 1, "r5,3", more[0].token], q.name, "")
     assert set(states(q)) == {d.seq for d in more}
 
 

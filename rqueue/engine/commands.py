@@ -485,7 +485,9 @@ def unpack_statuses(statuses: Sequence[Any], slots: Slots, n: int) -> list[str]:
 # and parsers through an await: only the I/O differs.
 
 
-def fetch_args(n: int, token: str, acks: Sequence[Tag] = (), marks: bool = False, packed: Any = None) -> list[Any]:
+def fetch_args(
+    n: int, token: str, acks: Sequence[Tag] = (), marks: bool = False, packed: Sequence[int | str] | None = None
+) -> list[Any]:
     """fetch.lua's ARGV after the group block; ``marks``: a call that finds
     nothing marks the queue for a wake-up (n is sent negative); ``packed``:
     the acks as :func:`pack_acks` made them."""
@@ -667,7 +669,9 @@ def wake_id_after(a: str, b: str) -> bool:
     return (int(ams), int(aseq or 0)) > (int(bms), int(bseq or 0))
 
 
-def ack_args(call: GroupArgs, tags: Sequence[Tag], strict: bool, packed: Any = None) -> list[Any]:
+def ack_args(
+    call: GroupArgs, tags: Sequence[Tag], strict: bool, packed: Sequence[int | str] | None = None
+) -> list[Any]:
     """ack.lua's whole ARGV: the group and consumer names alone of the group
     arguments (it reads no clock and no setting), the mode, the tags (or
     ``packed``, as :func:`pack_acks` made them)."""

@@ -54,12 +54,15 @@ local function ackRangesRead(first, cache)
         error('RQ_BAD_ARGUMENT a range\'s runs and gaps are 1 or more: ' .. string.sub(spec, 1, 40))
       end
       width, runs = width + num, runs + 1
-    end
-    if runs % 2 == 0 or string.find(spec, ',,', 1, true) or string.byte(spec, -1) == 44 then -- 44: ','
-      error('RQ_BAD_ARGUMENT a range is "r<in>[,<gap>,<in>...]": ' .. string.sub(spec, 1, 40))
+      if width > RANGE_MAX then
+        break -- refused below: no walk of the rest of a long one
+      end
     end
     if width > RANGE_MAX then
       error('RQ_BAD_ARGUMENT a range spans ' .. RANGE_MAX .. ' seqs at most: ' .. string.sub(spec, 1, 40))
+    end
+    if runs % 2 == 0 or string.find(spec, ',,', 1, true) or string.byte(spec, -1) == 44 then -- 44: ','
+      error('RQ_BAD_ARGUMENT a range is "r<in>[,<gap>,<in>...]": ' .. string.sub(spec, 1, 40))
     end
     local c = cache[token]
     if c == nil then
