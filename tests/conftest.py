@@ -14,8 +14,10 @@ The helpers that start servers live in tests/support/servers.py.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -76,6 +78,16 @@ def backend(request: pytest.FixtureRequest, servers: dict[str, EmbeddedServer | 
 
 
 _counter = itertools.count()
+
+
+@pytest.fixture
+def stoppable_server() -> Iterator[EmbeddedServer]:
+    """A private redis-server that a test may SIGSTOP; it is continued before it stops."""
+    s = start_server("redis")
+    yield s
+    with contextlib.suppress(Exception):
+        os.kill(s.process.pid, signal.SIGCONT)
+    s.stop()
 
 
 @pytest.fixture

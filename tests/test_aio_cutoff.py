@@ -11,7 +11,6 @@ import signal
 import time
 
 import pytest
-from support.servers import start_server
 
 import rqueue
 from rqueue.aio.cutoff import within
@@ -116,16 +115,6 @@ def test_the_workers_reconnector_cuts_off_a_call_that_misses_its_cancellation():
     took, error = asyncio.run(main())
     assert isinstance(error, rqueue.ConnectionLost), error
     assert took < 1.2, f"cut off after {took:.2f} s"
-
-
-@pytest.fixture
-def stoppable_server():
-    """A private redis-server that a test may SIGSTOP; it is continued before it stops."""
-    s = start_server("redis")
-    yield s
-    with contextlib.suppress(Exception):
-        os.kill(s.process.pid, signal.SIGCONT)
-    s.stop()
 
 
 def test_calls_cut_off_while_redis_does_not_answer_end_in_time(stoppable_server):

@@ -360,16 +360,6 @@ def test_a_process_whose_plain_handler_hangs_still_exits_after_run_returns(serve
     assert proc.returncode == 0, (out, err[-2000:])
 
 
-@pytest.fixture
-def stoppable_server():
-    """A private redis-server that a test may SIGSTOP; it is continued before it stops."""
-    s = start_server("redis")
-    yield s
-    with contextlib.suppress(Exception):
-        os.kill(s.process.pid, signal.SIGCONT)
-    s.stop()
-
-
 @pytest.mark.parametrize(
     ("stop_at_once", "grace_period", "reconnect_timeout"),
     [(True, 1, 5), (False, 0.2, 1)],
