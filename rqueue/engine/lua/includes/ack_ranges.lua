@@ -17,7 +17,7 @@
   one call falls back whole.
   Reply: one element per range, "ok" when every seq of it is ok, else a
   list of one status per seq in seq order; then the tags' statuses.
-  Uses call_state's helpers (callCached), made by the caller's --@make
+  Uses call_state's helpers (callRead), made by the caller's --@make
   callPaths; included by ack_tags.lua in its stream text.
 ]]
 
@@ -64,7 +64,14 @@ local function ackRangesRead(first, cache)
     if runs % 2 == 0 or string.find(spec, ',,', 1, true) or string.byte(spec, -1) == 44 then -- 44: ','
       error('RQ_BAD_ARGUMENT a range is "r<in>[,<gap>,<in>...]": ' .. string.sub(spec, 1, 40))
     end
-    local c = callCached(token, cache)
+    local c = cache[token]
+    if c == nil then
+      c = callRead(token) or false
+      if c then
+        c.taken, c.n = {}, 0
+      end
+      cache[token] = c
+    end
     local mine = c and c.holder == consumerName and not c.spans
     local spans = mine and {} or nil
     local pieces = {}

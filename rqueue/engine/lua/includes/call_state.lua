@@ -243,21 +243,6 @@ local function splitHeldBy(member)
   end
 end
 
--- The call of token as a batch ack reads it once (cache: token -> parsed
--- record with c.taken and c.n for what the batch takes, or false when
--- there is none).
-local function callCached(token, cache)
-  local c = cache[token]
-  if c == nil then
-    c = callRead(token) or false
-    if c then
-      c.taken, c.n = {}, 0
-    end
-    cache[token] = c
-  end
-  return c
-end
-
 -- The batch ack's check of tag (field, count 1, token) against the calls
 -- (cache: token -> parsed record, or false when none): the seq (a number)
 -- when the call has it out to consumerName, which this batch takes
@@ -267,7 +252,14 @@ local function callTag(field, token, cache)
   if not seq or string.format('%d', seq) ~= field then
     return nil
   end
-  local c = callCached(token, cache)
+  local c = cache[token]
+  if c == nil then
+    c = callRead(token) or false
+    if c then
+      c.taken, c.n = {}, 0
+    end
+    cache[token] = c
+  end
   if not c or c.holder ~= consumerName then
     return nil
   end
