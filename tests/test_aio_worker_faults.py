@@ -503,3 +503,52 @@ def test_a_second_cancel_during_the_grace_period_still_leaves_the_group(stoppabl
 
     in_flight, members = asyncio.run(main())
     assert in_flight == 0 and not members, f"the worker did not leave: members {members}, {in_flight} in flight"
+
+
+def test_aio_a_heartbeat_finding_a_waiting_deliverys_state_damaged_says_so_loudly(server, caplog):
+    """As the threaded worker's heartbeat (test_worker_faults): a waiting
+    delivery whose state does not parse is not run, and said at ERROR."""
+    import logging
+
+    import redis as sync_redis
+    from support.raw import group_key
+
+    async def main() -> list[int]:
+        client = await rqueue.aio.connect(server.url, prefix="a9", settings_ttl=0)
+        q = client.queue("orders")
+        await q.publish_many([b"m"] * 3)
+        ran: list[int] = []
+        busy, release = asyncio.Event(), asyncio.Event()
+
+        async def handler(d):
+            if d.seq == 1:
+                busy.set()
+                await release.wait()
+            ran.append(d.seq)
+
+        # Given one handler busy with message 1 while 2 and 3 wait, and the
+        # delivery state of 2 overwritten with garbage
+        w = rqueue.aio.Worker(q, "g", handler, concurrency=1, heartbeat_interval=0.05, prefetch=3)
+        t = asyncio.create_task(w.run(install_signal_handlers=False))
+        await asyncio.wait_for(busy.wait(), 10)
+        raw = sync_redis.Redis.from_url(server.url)
+        raw.hset(group_key(q, "g", "dlv"), 2, b"nonsense")
+        raw.close()
+        # When a heartbeat extends the waiting deliveries' leases
+        deadline = time.monotonic() + 10
+        while not any("2.1." in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        release.set()
+        while len(ran) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        w.stop()
+        await asyncio.wait_for(t, 10)
+        await client.close()
+        return ran
+
+    caplog.set_level(logging.INFO, logger="rqueue.worker")
+    ran = asyncio.run(main())
+    # Then 2 is not run, and the log says why at ERROR: damage, not a lease that moved on
+    assert ran == [1, 3]
+    said = [r for r in caplog.records if "2.1." in r.getMessage()]
+    assert said and said[0].levelno == logging.ERROR and "does not parse" in said[0].getMessage()

@@ -366,10 +366,50 @@ def test_a_batch_checked_late_runs_the_deliveries_held_beside_one_whose_state_is
     finally:
         w.stop()
         w.join(10)
-    # Then the two held ones run at their first delivery, and the damaged one is not run and is said loudly
+    # Then the two held ones run at their first delivery, and the damaged one
+    # is not run and is said loudly (by the batch's check, or by a heartbeat
+    # that finds it first)
     assert sorted(ran) == [(1, 1), (3, 1)]
     damaged = [r for r in caplog.records if r.levelno >= logging.ERROR and "2.1." in r.getMessage()]
     assert damaged and "does not parse" in damaged[0].getMessage()
+    client.close()
+
+
+@pytest.mark.parametrize("backend", ["redis", "memory"], indirect=True)
+def test_a_heartbeat_finding_a_waiting_deliverys_state_damaged_says_so_loudly(backend, prefix, caplog):
+    # Given a worker whose one handler thread is busy with message 1 while
+    # messages 2 and 3 wait, and the delivery state of 2 overwritten with garbage
+    from support.raw import group_key
+
+    client = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    q = client.queue("orders")
+    ran: list[int] = []
+    busy, release = threading.Event(), threading.Event()
+
+    def handler(d):
+        if d.seq == 1:
+            busy.set()
+            release.wait(20)
+        ran.append(d.seq)
+
+    caplog.set_level(logging.INFO, logger="rqueue.worker")
+    q.publish_many([b"m"] * 3)
+    w = rqueue.Worker(q, "g", handler, concurrency=1, heartbeat_interval=0.05, prefetch=3)
+    w.start()
+    try:
+        assert busy.wait(10)
+        client.redis.hset(group_key(q, "g", "dlv"), 2, b"nonsense")
+        # When a heartbeat extends the waiting deliveries' leases
+        wait_for(lambda: any("2.1." in r.getMessage() for r in caplog.records))
+    finally:
+        release.set()
+        wait_for(lambda: len(ran) == 2)
+        w.stop()
+        w.join(10)
+    # Then 2 is not run, and the log says why at ERROR: damage, not a lease that moved on
+    assert ran == [1, 3]
+    said = [r for r in caplog.records if "2.1." in r.getMessage()]
+    assert said[0].levelno == logging.ERROR and "does not parse" in said[0].getMessage()
     client.close()
 
 

@@ -794,7 +794,7 @@ class Worker:
             lost = sum(
                 1 for d, s in zip(running + waiting, statuses, strict=False) if s is not None and ledger.is_known(d.tag)
             )
-            gone = [d.tag for d, s in zip(waiting, statuses[len(running) :], strict=False) if s is not None]
+            gone = [(d.tag, s) for d, s in zip(waiting, statuses[len(running) :], strict=False) if s is not None]
             if gone:
                 ledger.lost(gone)
             self._tally.count(leases_lost=lost, members_removed=removed)

@@ -113,7 +113,7 @@ class Heartbeat:
                 1 for d, s in zip(running + waiting, statuses, strict=False) if s is not None and ledger.is_known(d.tag)
             )
             # The statuses list the running deliveries, then the waiting ones.
-            gone = [d.tag for d, s in zip(waiting, statuses[len(running) :], strict=False) if s is not None]
+            gone = [(d.tag, s) for d, s in zip(waiting, statuses[len(running) :], strict=False) if s is not None]
             if gone:
                 # A message whose lease was lost (maybe acked by now) is not
                 # run from this worker (docs/guarantees.md, guarantee 3).

@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..errors import CorruptRecord, RQueueError
 from .outcome import Detail, Outcome
 
 if TYPE_CHECKING:
@@ -217,14 +218,19 @@ class Ledger:
             waiting = [d for d, fetched in self._waiting.values() if now - fetched < max_run_time]
         return running, waiting
 
-    def lost(self, tags: list[str]) -> None:
+    def lost(self, found: list[tuple[str, RQueueError]]) -> None:
         """Withdraws waiting deliveries whose leases were lost (a heartbeat
-        found them no longer held), each logged as the handlers' checks log
-        theirs: every delivery a worker does not run says why."""
+        found them no longer held), each with the heartbeat's status for it,
+        logged as the handlers' checks log theirs: every delivery a worker
+        does not run says why. A damaged delivery state is said loudly:
+        damage, not a lease that moved on."""
         with self._lock:
-            withdrawn = [tag for tag in tags if self._waiting.pop(tag, None) is not None]
-        for tag in withdrawn:
-            log.info("not running %s: its lease was lost while it waited (a heartbeat found it)", tag)
+            withdrawn = [(tag, err) for tag, err in found if self._waiting.pop(tag, None) is not None]
+        for tag, err in withdrawn:
+            if isinstance(err, CorruptRecord):
+                log.error("not running %s: %s (a heartbeat found it)", tag, err)
+            else:
+                log.info("not running %s: its lease was lost while it waited (a heartbeat found it)", tag)
 
     def forget_waiting(
         self, epoch_for: Callable[[Delivery], int] | None = None, taken: Callable[[Delivery], bool] | None = None
