@@ -999,7 +999,7 @@ def test_a_waiting_delivery_withdrawn_by_a_heartbeat_is_logged_as_not_run(caplog
     assert ledger.take(taken.tag, threading.Event()) == 0.0
     # when a heartbeat finds both no longer held
     with caplog.at_level(logging.INFO, logger="rqueue.worker"):
-        ledger.lost([waiting.tag, taken.tag])
+        ledger.lost([(waiting.tag, rqueue.NotHeld(waiting.tag)), (taken.tag, rqueue.NotHeld(taken.tag))])
     # then the one withdrawn says why it is not run; the one its handler took is left to that thread
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("not running")]
     assert lines == [f"not running {waiting.tag}: its lease was lost while it waited (a heartbeat found it)"]
