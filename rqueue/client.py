@@ -24,8 +24,9 @@ from .constants import (
     SETTINGS_CACHE_TTL,
 )
 from .engine import commands, store
-from .engine.keys import QueueKeys, default_layout, partitions_key
+from .engine.keys import LogLayout, QueueKeys, default_layout, partitions_key
 from .engine.notify import Notifier
+from .engine.prefix_layout import PrefixLayout
 from .engine.scripts import Scripts
 from .errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, InvalidSetting, OutOfMemory
 from .names import check_name
@@ -42,12 +43,6 @@ if TYPE_CHECKING:
     from .protocols import AnyQueue
 
 log = logging.getLogger("rqueue")
-
-
-def check_durable(failover_timeout: float, durable_replicas: int, durable_timeout: float) -> None:
-    check.seconds("failover_timeout", failover_timeout, high=3600, positive=True)
-    check.seconds("durable_timeout", durable_timeout, high=3600, positive=True)
-    check.whole_number("durable_replicas", durable_replicas, 0, 100)
 
 
 def connect(
@@ -90,7 +85,7 @@ def connect(
     (docs/memory.md).
     """
     check_name("key prefix", prefix)
-    check_durable(failover_timeout, durable_replicas, durable_timeout)
+    check.durable_options(failover_timeout, durable_replicas, durable_timeout)
     r, shown, scheme = open_redis(url, redis_options, connect_timeout, allow_eviction)
     if not isinstance(dlq_prefix, str) or not isinstance(dlq_suffix, str) or not (dlq_prefix or dlq_suffix):
         raise InvalidInput(f"dlq_prefix {dlq_prefix!r} and dlq_suffix {dlq_suffix!r} must be str, not both empty")
@@ -149,8 +144,7 @@ class Client:
         self.randomness = randomness or Randomness()
         self.dlq_prefix = dlq_prefix
         self.dlq_suffix = dlq_suffix
-        #: The log layout of the queues this client makes and uses (hidden: rqueue.engine.keys.LAYOUT_ENV).
-        self.log_layout = default_layout()
+        self._marker = PrefixLayout(redis_client, prefix, default_layout(), idempotent_retry)
         self.scripts = Scripts(redis_client, retry, shebang=reads_shebang(url))
         #: Wraps plain commands that may safely be sent twice (reads, SADD, HSETNX).
         self.idempotent = idempotent_retry
@@ -390,12 +384,23 @@ class Client:
         if isinstance(self.redis, redis.RedisCluster):
             self.redis.nodes_manager.initialize()
 
+    @property
+    def log_layout(self) -> LogLayout:
+        """The prefix's log layout (rqueue.engine.prefix_layout), read at the first queue handle."""
+        return self._marker.layout
+
+    @log_layout.setter
+    def log_layout(self, layout: LogLayout) -> None:
+        self._marker.use(layout)
+
     def register(self, name: str) -> None:
         """Records queue ``name`` in the prefix's list of queues (once per
         client). The list is a global key, outside every queue's hash slot,
-        so it is written beside the scripts rather than by them."""
+        so it is written beside the scripts rather than by them, after the
+        prefix's layout marker (rqueue.engine.prefix_layout)."""
         if name not in self._registered:
             try:
+                self._marker.mark(name)
                 store.register_queue(self.redis, self.prefix, name, self.idempotent)
             except (ConnectionLost, OutOfMemory) as exc:
                 # called after a publish or join was applied: failing it would

@@ -94,6 +94,13 @@ def positive_seconds(what: str, value: object) -> float:
     raise InvalidInput(f"{what} must be a positive number of seconds, not {show(value)} (the limit is {limit_text()})")
 
 
+def durable_options(failover_timeout: float, durable_replicas: int, durable_timeout: float) -> None:
+    """Checks connect()'s failover and durable-publish options (either client's)."""
+    seconds("failover_timeout", failover_timeout, high=3600, positive=True)
+    seconds("durable_timeout", durable_timeout, high=3600, positive=True)
+    whole_number("durable_replicas", durable_replicas, 0, 100)
+
+
 def delay_ms(delay: object) -> int:
     """A publish or nack delay in whole milliseconds; 0 for None."""
     if delay is None:

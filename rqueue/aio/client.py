@@ -11,7 +11,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from ..client import check_durable
+from .. import validate as check
 from ..clock import SYSTEM_CLOCK, Clock
 from ..connection.urls import CLUSTER_SCHEMES, CONNECT_TIMEOUT, mask_url, reads_shebang
 from ..constants import (
@@ -26,7 +26,8 @@ from ..constants import (
 from ..engine import async_commands as acmd
 from ..engine.async_scripts import AsyncScripts
 from ..engine.commands import MarkStatus
-from ..engine.keys import QueueKeys, default_layout, partitions_key
+from ..engine.keys import LogLayout, QueueKeys, default_layout, partitions_key
+from ..engine.prefix_layout import AsyncPrefixLayout
 from ..errors import ConnectionLost, CorruptRecord, InvalidInput, InvalidName, InvalidSetting, OutOfMemory
 from ..names import check_name
 from ..partitions import check_partitions
@@ -65,7 +66,7 @@ async def connect(
     :func:`rqueue.connect` (every scheme: redis, rediss, unix, cluster,
     sentinel, memory) and raises the same exceptions."""
     check_name("key prefix", prefix)
-    check_durable(failover_timeout, durable_replicas, durable_timeout)
+    check.durable_options(failover_timeout, durable_replicas, durable_timeout)
     if not isinstance(dlq_prefix, str) or not isinstance(dlq_suffix, str) or not (dlq_prefix or dlq_suffix):
         raise InvalidInput(f"dlq_prefix {dlq_prefix!r} and dlq_suffix {dlq_suffix!r} must be str, not both empty")
     r = await open_async_redis(url, redis_options, connect_timeout, allow_eviction)
@@ -83,6 +84,7 @@ async def connect(
     client.durable_replicas = durable_replicas
     client.durable_timeout = durable_timeout
     try:
+        await client._marker.read()
         await client.read_layout()
     except BaseException:
         await client.close()
@@ -115,8 +117,7 @@ class Client:
         self.randomness = randomness or Randomness()
         self.dlq_prefix = dlq_prefix
         self.dlq_suffix = dlq_suffix
-        #: The log layout of the queues this client makes and uses (hidden: rqueue.engine.keys.LAYOUT_ENV).
-        self.log_layout = default_layout()
+        self._marker = AsyncPrefixLayout(redis_client, prefix, default_layout())
         self.failover_timeout = failover_timeout
         self.scripts = AsyncScripts(redis_client, cluster_retry(failover_timeout), shebang=reads_shebang(url))
         self.settings = AsyncSettings(redis_client, prefix, self.clock.monotonic, settings_ttl)
@@ -319,11 +320,23 @@ class Client:
         task.add_done_callback(done)
         return task
 
+    @property
+    def log_layout(self) -> LogLayout:
+        """The log layout of the queues this client makes and uses: the
+        prefix's, read at connect (as rqueue.Client.log_layout)."""
+        return self._marker.layout
+
+    @log_layout.setter
+    def log_layout(self, layout: LogLayout) -> None:
+        self._marker.layout = layout
+
     async def register(self, name: str) -> None:
-        """Records queue ``name`` in the prefix's list of queues (once per client)."""
+        """Records queue ``name`` in the prefix's list of queues (once per
+        client), the prefix's layout marker first (as rqueue.Client.register)."""
         if name in self._registered:
             return
         try:
+            await self._marker.mark(name)
             await acmd.register_queue(self.redis, self.prefix, name)
         except (ConnectionLost, OutOfMemory) as exc:
             # called after a publish or join was applied: see rqueue.Client.register

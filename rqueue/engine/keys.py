@@ -35,7 +35,8 @@ class LogLayout(enum.Enum):
 
 
 def default_layout() -> LogLayout:
-    """The layout of the queues a client makes: LogLayout.HASH unless the
+    """The layout of the queues a client makes under a prefix that has
+    none yet (rqueue.engine.prefix_layout): LogLayout.HASH unless the
     environment names another (LAYOUT_ENV)."""
     text = os.environ.get(LAYOUT_ENV, "") or LogLayout.HASH.value
     try:
@@ -460,6 +461,12 @@ def settings_key(prefix: str) -> str:
 def partitions_key(prefix: str) -> str:
     """Hash of partitioned queues: queue name -> number of partitions."""
     return f"{prefix}:partitions"
+
+
+def layout_key(prefix: str) -> str:
+    """String: the LogLayout of every queue of the prefix
+    (rqueue.engine.prefix_layout)."""
+    return f"{prefix}:layout"
 
 
 def registry_key(prefix: str) -> str:

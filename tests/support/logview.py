@@ -221,8 +221,12 @@ def exists(r: Any, keys: QueueKeys) -> bool:
 
 def connect(backend: str, prefix: str, clock: rqueue.ManualClock, layout: str) -> Any:
     """A sync client whose queues' logs are of ``layout`` ("hash" or "stream"),
-    on the test clock, with seeded randomness."""
+    on the test clock, with seeded randomness: ``layout`` is this client's
+    even where the prefix's marker names the other (as for a client of a
+    version before the marker, or one that lost the race to write it)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(LAYOUT_ENV, layout)
         seed = rqueue.Randomness(seed=7)
-        return connect_as("sync", backend, prefix=prefix, clock=clock, randomness=seed, settings_ttl=0)
+        client = connect_as("sync", backend, prefix=prefix, clock=clock, randomness=seed, settings_ttl=0)
+    client.log_layout = LogLayout(layout)
+    return client

@@ -1,0 +1,134 @@
+"""The layout marker of a prefix (rqueue.engine.keys.prefix_layout,
+docs/layout-d-plan.md step 8): every client of a prefix uses the layout its
+marker names, whatever its own default; a prefix whose queues were listed
+before markers existed is of the hash layout; a new prefix takes the
+default of the client that lists its first queue. Sync and asyncio
+clients, every backend."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from support.aio_bridge import connect_as
+
+from rqueue.engine.keys import LAYOUT_ENV, LogLayout, layout_key, registry_key
+from rqueue.errors import CorruptRecord, LayoutMismatch
+
+
+@pytest.fixture(params=["sync", "async"])
+def api(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def client_of(api: str, backend: str, prefix: str, default: str) -> Any:
+    """A client of ``api`` whose default layout (for a new prefix) is ``default``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(LAYOUT_ENV, default)
+        return connect_as(api, backend, prefix=prefix, settings_ttl=0)
+
+
+@pytest.mark.parametrize("first, later", [("stream", "hash"), ("hash", "stream")])
+def test_a_client_of_another_default_follows_the_prefixs_marker(api, backend, prefix, first, later):
+    # given a new prefix whose first queue a client of one default made
+    maker = client_of(api, backend, prefix, first)
+    maker.queue("orders").publish_many([b"a", b"b"])
+    # when a client whose default is the other layout connects
+    other = client_of(api, backend, prefix, later)
+    try:
+        # then the marker names the first client's layout, and the other client uses it:
+        # it publishes, consumes and reads the queue as the first client made it
+        assert maker.redis.get(layout_key(prefix)) == first.encode()
+        assert other.log_layout is LogLayout(first)
+        q = other.queue("orders")
+        q.publish(b"c")
+        c = q.consumer("g")
+        got = c.fetch(10)
+        assert [d.data for d in got] == [b"a", b"b", b"c"]
+        c.ack(got)
+        assert q.stats().depth == 0
+        assert maker.redis.hget(q.keys.meta, "layout") == (b"stream" if first == "stream" else None)
+    finally:
+        other.close()
+        maker.close()
+
+
+def test_a_prefix_listed_before_markers_is_of_the_hash_layout(api, backend, prefix):
+    # given a prefix written before markers: a hash-layout queue with a message, listed, and no marker
+    old = client_of("sync", backend, prefix, "hash")
+    old.queue("orders").publish(b"a")
+    old.redis.delete(layout_key(prefix))
+    assert old.redis.exists(registry_key(prefix)) == 1
+    # when a client whose default is the stream layout connects and uses it
+    new = client_of(api, backend, prefix, "stream")
+    try:
+        assert new.log_layout is LogLayout.HASH
+        q = new.queue("orders")
+        c = q.consumer("g")
+        (d,) = c.fetch(1)
+        # then it reads the queue's message, and its first listing writes the marker as it found it
+        assert d.data == b"a"
+        assert old.redis.get(layout_key(prefix)) == b"hash"
+        q.publish(b"b")
+        assert [m.data for m in q.peek()] == [b"a", b"b"]
+    finally:
+        new.close()
+        old.close()
+
+
+def test_a_new_prefix_is_marked_when_its_first_queue_is_listed_not_at_connect(api, backend, prefix):
+    # given a client of a new prefix
+    client = client_of(api, backend, prefix, "stream")
+    try:
+        # when it only connects and makes a handle, then nothing is written
+        client.queue("orders")
+        assert client.log_layout is LogLayout.STREAM
+        assert client.redis.exists(layout_key(prefix), registry_key(prefix)) == 0
+        # when it publishes, then the marker is written with the queue's listing
+        client.queue("orders").publish(b"a")
+        assert client.redis.get(layout_key(prefix)) == b"stream"
+        assert client.redis.smembers(registry_key(prefix)) == {b"orders"}
+    finally:
+        client.close()
+
+
+def test_a_marker_that_names_no_layout_is_refused_when_the_prefix_is_read(api, backend, prefix):
+    # given a prefix whose marker holds something that is not a layout
+    setup = client_of("sync", backend, prefix, "hash")
+    setup.redis.set(layout_key(prefix), "btree")
+    # when a client reads it (the asyncio client at connect, the sync one at its first handle)
+    # then it is refused, naming the key and the value, and nothing changes
+    client = None
+    with pytest.raises(CorruptRecord, match=rf"{prefix}:layout.*'btree'.*not a layout"):
+        client = client_of(api, backend, prefix, "hash")
+        client.queue("orders")
+    if client is not None:
+        client.close()
+    assert setup.redis.get(layout_key(prefix)) == b"btree"
+    assert setup.redis.exists(registry_key(prefix)) == 0
+    setup.close()
+
+
+def test_a_client_that_loses_the_race_to_mark_a_new_prefix_says_so(backend, prefix, caplog):
+    # given two clients of other defaults, both of which read a new prefix before either listed a queue
+    hashed = client_of("sync", backend, prefix, "hash")
+    streamed = client_of("sync", backend, prefix, "stream")
+    try:
+        a, b = hashed.queue("a"), streamed.queue("b")  # each reads the prefix: no marker, no queue
+        # when the hash client lists its queue first, and the stream client then makes one
+        a.publish(b"x")
+        with caplog.at_level(logging.ERROR, logger="rqueue"):
+            b.publish(b"y")
+        # then the marker keeps the first client's layout, and the second one's error names
+        # the prefix, both layouts and its queue; each queue is whole in its own layout
+        assert hashed.redis.get(layout_key(prefix)) == b"hash"
+        said = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert any("another client marked its queues as of the hash layout" in m and "'b'" in m for m in said)
+        assert [m.data for m in streamed.queue("b").peek()] == [b"y"]
+        assert [m.data for m in hashed.queue("a").peek()] == [b"x"]
+        with pytest.raises(LayoutMismatch):
+            hashed.queue("b").peek()
+    finally:
+        streamed.close()
+        hashed.close()
