@@ -77,6 +77,27 @@ def test_a_prefix_listed_before_markers_is_of_the_hash_layout(api, backend, pref
         old.close()
 
 
+def test_a_prefix_whose_marker_was_deleted_takes_the_layout_its_queues_say(api, backend, prefix):
+    # given a stream prefix with a queue holding a message, and its marker deleted by hand
+    maker = client_of("sync", backend, prefix, "stream")
+    maker.queue("orders").publish(b"a")
+    maker.redis.delete(layout_key(prefix))
+    # when a client whose default is the hash layout connects and uses the queue
+    other = client_of(api, backend, prefix, "hash")
+    try:
+        q = other.queue("orders")
+        c = q.consumer("g")
+        (d,) = c.fetch(1)
+        # then it took the layout from the queue's meta: it reads the message, and its
+        # first listing writes the marker back
+        assert other.log_layout is LogLayout.STREAM
+        assert d.data == b"a"
+        assert maker.redis.get(layout_key(prefix)) == b"stream"
+    finally:
+        other.close()
+        maker.close()
+
+
 def test_a_new_prefix_is_marked_when_its_first_queue_is_listed_not_at_connect(api, backend, prefix):
     # given a client of a new prefix
     client = client_of(api, backend, prefix, "stream")

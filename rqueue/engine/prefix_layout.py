@@ -2,10 +2,12 @@
 prefix has, so that every client of it uses one, whatever its default.
 
 The marker (keys.layout_key) is written by the first client that lists a
-queue of the prefix, before it lists it: a prefix with listed queues and no
-marker was written before markers existed, and is of the hash layout; one
-with neither is new and takes the default of the client that lists its
-first queue. A client that lost the race to another of another default
+queue of the prefix, before it lists it. A prefix with listed queues and no
+marker was written before markers existed, or lost its marker (deleted by
+hand): it has the layout its queues' meta hashes say (field ``layout``,
+read from up to SAMPLE of them; none says one for the hash layout). A
+prefix with neither is new and takes the default of the client that lists
+its first queue. A client that lost the race to another of another default
 says so (layout_race): each queue's scripts still refuse the other
 layout's calls before any write (lua/includes/layout.lua).
 """
@@ -13,20 +15,28 @@ layout's calls before any write (lua/includes/layout.lua).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 from ..connection.cluster import Retrier, no_retry
 from ..errors import CorruptRecord
 from .async_commands import guarded as aguarded
 from .commands import guarded
-from .keys import LogLayout, layout_key, registry_key
+from .keys import LogLayout, QueueKeys, layout_key, queue_base, registry_key
 
 log = logging.getLogger("rqueue")
 
+# Listed queues whose meta is read when the marker is missing.
+SAMPLE = 16
 
-def prefix_layout(marker: bytes | str | None, has_queues: bool, default: LogLayout) -> tuple[LogLayout, bool]:
-    """The layout of a prefix's queues, from its marker as read and whether
-    its registry lists a queue, and whether the marker is still to be
+
+def prefix_layout(
+    marker: bytes | str | None, listed: Sequence[bytes | str | None], default: LogLayout
+) -> tuple[LogLayout, bool]:
+    """The layout of a prefix's queues, from its marker as read and, when
+    it is missing, the meta field ``layout`` of the sampled listed queues
+    (none listed: a new prefix), and whether the marker is still to be
     written. Raises ValueError naming the value for a marker that names no
     layout."""
     if marker is not None:
@@ -36,7 +46,17 @@ def prefix_layout(marker: bytes | str | None, has_queues: bool, default: LogLayo
         except ValueError:
             names = ", ".join(layout.value for layout in LogLayout)
             raise ValueError(f"holds {value[:100]!r}, which is not a layout ({names})") from None
-    return (LogLayout.HASH if has_queues else default), True
+    if not listed:
+        return default, True
+    stream = any(field in (b"stream", "stream") for field in listed)
+    return (LogLayout.STREAM if stream else LogLayout.HASH), True
+
+
+def _metas(prefix: str, names: Iterable[bytes | str]) -> list[str]:
+    """The meta keys of SAMPLE of the listed queues ``names`` (SMEMBERS's:
+    SRANDMEMBER is not in the ACL rule of docs/ACL.md)."""
+    taken = sorted(n.decode() if isinstance(n, bytes) else n for n in names)[:SAMPLE]
+    return [QueueKeys(queue_base(prefix, name, 0)).meta for name in taken]
 
 
 def layout_race(prefix: str, marked: LogLayout, name: str, used: LogLayout) -> str:
@@ -49,9 +69,11 @@ def layout_race(prefix: str, marked: LogLayout, name: str, used: LogLayout) -> s
     )
 
 
-def _parsed(prefix: str, marker: bytes | str | None, has_queues: bool, default: LogLayout) -> tuple[LogLayout, bool]:
+def _parsed(
+    prefix: str, marker: bytes | str | None, listed: Sequence[bytes | str | None], default: LogLayout
+) -> tuple[LogLayout, bool]:
     try:
-        return prefix_layout(marker, has_queues, default)
+        return prefix_layout(marker, listed, default)
     except ValueError as exc:
         raise CorruptRecord(layout_key(prefix), str(exc)) from None
 
@@ -76,9 +98,15 @@ class PrefixLayout:
         if self._layout is None:
             r, key, retry, where = self._redis, layout_key(self._prefix), self._retry, f"prefix {self._prefix!r}"
             marker = guarded(lambda: retry(lambda: r.get(key)), where=where)
-            listed = marker is None and bool(
-                guarded(lambda: retry(lambda: r.exists(registry_key(self._prefix))), where=where)
-            )
+            listed: list[bytes | None] = []
+            if marker is None:
+                names = guarded(lambda: retry(lambda: r.smembers(registry_key(self._prefix))), where=where)
+
+                def field(meta: str) -> bytes | None:
+                    value: bytes | None = guarded(lambda: retry(lambda: r.hget(meta, "layout")), where=where)
+                    return value
+
+                listed = [field(meta) for meta in _metas(self._prefix, names)]
             self._layout, self._unmarked = _parsed(self._prefix, marker, listed, self._default)
         return self._layout
 
@@ -97,7 +125,7 @@ class PrefixLayout:
         if guarded(lambda: retry(lambda: r.set(key, used.value, nx=True)), where=where):
             marked = used
         else:
-            marked = _parsed(self._prefix, guarded(lambda: retry(lambda: r.get(key)), where=where), True, used)[0]
+            marked = _parsed(self._prefix, guarded(lambda: retry(lambda: r.get(key)), where=where), [], used)[0]
         self._unmarked = False
         if marked is not used:
             log.error(layout_race(self._prefix, marked, name, used))
@@ -119,7 +147,11 @@ class AsyncPrefixLayout:
         """Reads the marker. Raises CorruptRecord for one that names no layout."""
         r, key, where = self._redis, layout_key(self._prefix), f"prefix {self._prefix!r}"
         marker = await aguarded(lambda: r.get(key), where=where)
-        listed = marker is None and bool(await aguarded(lambda: r.exists(registry_key(self._prefix)), where=where))
+        listed: list[bytes | None] = []
+        if marker is None:
+            names = await aguarded(lambda: r.smembers(registry_key(self._prefix)), where=where)
+            for meta in _metas(self._prefix, names):
+                listed.append(await aguarded(partial(r.hget, meta, "layout"), where=where))
         self.layout, self._unmarked = _parsed(self._prefix, marker, listed, self.layout)
 
     async def mark(self, name: str) -> None:
@@ -130,7 +162,7 @@ class AsyncPrefixLayout:
         if await aguarded(lambda: r.set(key, used.value, nx=True), where=where):
             marked = used
         else:
-            marked = _parsed(self._prefix, await aguarded(lambda: r.get(key), where=where), True, used)[0]
+            marked = _parsed(self._prefix, await aguarded(lambda: r.get(key), where=where), [], used)[0]
         self._unmarked = False
         if marked is not used:
             log.error(layout_race(self._prefix, marked, name, used))
