@@ -12,7 +12,7 @@ from support.raw import group_key
 from support.servers import start_server, wait_for
 
 import rqueue
-from rqueue.engine.keys import settings_key
+from rqueue.engine.keys import layout_key, settings_key
 
 MESSAGES = int(os.environ.get("RQUEUE_SOAK_MESSAGES", "20000"))
 
@@ -65,7 +65,9 @@ def test_soak_leaves_no_state_behind(server, prefix):
     wait_for(lambda: not any(b":id:" in k for k in keys_of(r, prefix)), timeout=60, interval=0.5)
     # and deleting the queue leaves no key at all, and memory at its baseline
     q.delete()
-    r.delete(settings_key(prefix))
+    # (the settings and the layout marker are the prefix's, not the queue's)
+    assert r.get(layout_key(prefix)) == client.log_layout.value.encode()
+    r.delete(settings_key(prefix), layout_key(prefix))
     assert keys_of(r, prefix) == []
     settled = wait_for(
         lambda: (m := r.info("memory")["used_memory"]) - baseline < 256 * 1024 and m, timeout=20, interval=0.5
