@@ -57,8 +57,8 @@ class CommonFetch:
     def __getattr__(self, name):
         return getattr(self._scripts, name)
 
-    def fetch(self, keys, args, client=None):
-        reply = self._scripts.fetch(keys, args, client)
+    def fetch(self, keys, args, client=None, stream=None):
+        reply = self._scripts.fetch(keys, args, client, stream=stream)
         if client is not None or not sent_stream_log(keys) or not isinstance(reply, list):
             return reply
         field = reply[commands.FETCH_HEAD]
@@ -2057,3 +2057,31 @@ def test_set_aside_refuses_a_tag_whose_delivery_state_does_not_parse_and_settles
     # then the two others are dead letters, and the damaged one is named, its state left as it was
     assert reply == [1, b"RQ_CORRUPT", 2]
     assert r.hget(qk.group("g").deliveries, 2) == b"garbage"
+
+
+def test_a_group_view_knows_once_which_text_each_of_its_key_lists_runs(client, queue):
+    # given a consumer's view of its group (the layout the run chose)
+    c = queue.consumer("g")
+    call = c._group_call()
+    # then each key list's flag is sent_stream_log of that list, worked out once
+    assert call.keys_stream == sent_stream_log(call.keys)
+    assert call.fetch_keys_stream == sent_stream_log(call.fetch_keys)
+    assert call.ack_keys_stream == sent_stream_log(call.ack_keys)
+    assert call.settle_keys_stream == sent_stream_log(call.settle_keys)
+    assert call.fetch_keys_stream == queue.keys.msgs.endswith(":log")
+
+
+def test_a_group_named_log_fetches_and_acks_in_either_layout(client, queue):
+    # given a group whose state key ends in ":log" (the stream text runs
+    # for it in the hash layout too: sent_stream_log)
+    queue.publish_many([b"a", b"b", b"c"])
+    c = queue.consumer("log")
+    assert c._group_call().keys_stream
+    # when it fetches, acks, and acks and fetches
+    got = c.fetch(2)
+    c.ack(got)
+    statuses, more, _ = c.ack_and_fetch([], 5)
+    # then the replies read right: every message once, in order, all acked at the end
+    assert [d.data for d in got + more] == [b"a", b"b", b"c"] and statuses == []
+    c.ack(more)
+    assert queue.stats().group("log").acked == 3

@@ -25,7 +25,6 @@ from . import log
 from .async_scripts import AsyncScript, AsyncScripts
 from .commands import text
 from .keys import QueueKeys, partitions_key, registry_key, settings_key
-from .scripts import sent_stream_log
 from .store import DELETE_BATCH, EVENTS_MAX, deliveries_out, event, headed_result, in_flight_of, same_incarnation
 
 T = TypeVar("T")
@@ -74,7 +73,7 @@ class AsyncGroupCall(c.GroupArgs):
 
     async def run(self, script: AsyncScript, extra: Sequence[Any]) -> Any:
         try:
-            return await script(self.keys, self.argv(extra))
+            return await script(self.keys, self.argv(extra), self.keys_stream)
         except (redis.RedisError, OSError) as exc:
             raise c.translate(exc, self.queue, self.where) from exc
 
@@ -82,7 +81,7 @@ class AsyncGroupCall(c.GroupArgs):
         """:meth:`run` for a script that reads none of the flow-control keys
         (SETTLE_KEYS)."""
         try:
-            return await script(self.settle_keys, self.argv(extra))
+            return await script(self.settle_keys, self.argv(extra), self.settle_keys_stream)
         except (redis.RedisError, OSError) as exc:
             raise c.translate(exc, self.queue, self.where) from exc
 
@@ -103,17 +102,17 @@ async def fetch(
     sent = len(acks) if slots is None else len(slots)
     if not call.flow[0]:  # the short layout first, as the sync fetch (commands.fetch)
         try:
-            reply = await call.scripts.fetch(call.fetch_keys, call.argv(args))
-            return c.noted(call, c.parse_fetch(reply, token, sent, slots, len(acks), sent_stream_log(call.fetch_keys)))
+            reply = await call.scripts.fetch(call.fetch_keys, call.argv(args), call.fetch_keys_stream)
+            return c.noted(call, c.parse_fetch(reply, token, sent, slots, len(acks), call.fetch_keys_stream))
         except (redis.RedisError, OSError) as exc:
             if not c.needs_flow_keys(exc):
                 raise c.translate(exc, call.queue, call.where) from exc
             call.flow[0] = True
     try:
-        reply = await call.scripts.fetch(call.keys, call.argv(args))
+        reply = await call.scripts.fetch(call.keys, call.argv(args), call.keys_stream)
     except (redis.RedisError, OSError) as exc:
         raise c.translate(exc, call.queue, call.where) from exc
-    return c.noted(call, c.parse_fetch(reply, token, sent, slots, len(acks), sent_stream_log(call.keys)))
+    return c.noted(call, c.parse_fetch(reply, token, sent, slots, len(acks), call.keys_stream))
 
 
 async def newest_wake(r: Any, keys: QueueKeys) -> str | None:
@@ -162,20 +161,21 @@ async def wait_then_fetch(
         elif not str(reply).startswith("NOSCRIPT"):
             raise c.translate(reply, call.queue, call.where) from reply
         return c.WokenFetch(since, refused, await fetch(call, n, token, waits=True))
-    return c.WokenFetch(since, refused, c.noted(call, c.parse_fetch(reply, token, 0, call_field=sent_stream_log(keys))))
+    stream = call.keys_stream if call.flow[0] else call.fetch_keys_stream
+    return c.WokenFetch(since, refused, c.noted(call, c.parse_fetch(reply, token, 0, call_field=stream)))
 
 
 async def ack(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool) -> list[str]:
     packed, slots = c.pack_acks(tags, call.spans)
     try:
-        reply = await call.scripts.ack(call.ack_keys, c.ack_args(call, tags, strict, packed))
+        reply = await call.scripts.ack(call.ack_keys, c.ack_args(call, tags, strict, packed), call.ack_keys_stream)
     except (redis.RedisError, OSError) as exc:
         error = c.translate(exc, call.queue, call.where)
         if not (strict and slots is not None and isinstance(error, c.RETRY_AS_TRIPLES)):
             raise error from exc
         # as the sync ack (commands.ack): again as triples
         try:
-            reply = await call.scripts.ack(call.ack_keys, c.ack_args(call, tags, strict))
+            reply = await call.scripts.ack(call.ack_keys, c.ack_args(call, tags, strict), call.ack_keys_stream)
         except (redis.RedisError, OSError) as exc2:
             raise c.translate(exc2, call.queue, call.where) from exc2
         slots = None

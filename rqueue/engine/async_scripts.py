@@ -129,10 +129,12 @@ class AsyncScript:
             return self.stream
         return self
 
-    def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Awaitable[Any]:
+    def __call__(self, keys: Sequence[Any], args: Sequence[Any], stream: bool | None = None) -> Awaitable[Any]:
+        """As Script.__call__ (``stream``: sent_stream_log(keys), when the
+        caller knows it already)."""
         # Returns the coroutine that does the call rather than awaiting it
         # here: one coroutine less per call on the hot path.
-        if self.stream is not None and sent_stream_log(keys):
+        if self.stream is not None and (sent_stream_log(keys) if stream is None else stream):
             return self.stream(keys, args)
         if self._retry is no_async_retry:
             if self._pool is not None:

@@ -97,11 +97,14 @@ def memory_figured(error: BaseException, info: Any) -> BaseException:
     return OutOfMemory(error.why, used, limit)
 
 
-def run(script: Script, keys: Sequence[Any], args: Sequence[Any], queue: str, where: str) -> Any:
+def run(
+    script: Script, keys: Sequence[Any], args: Sequence[Any], queue: str, where: str, stream: bool | None = None
+) -> Any:
     """``script`` called with ``keys`` and ``args``; every error it raises
-    is translated (:func:`translate`), with the driver's error as cause."""
+    is translated (:func:`translate`), with the driver's error as cause.
+    ``stream``: sent_stream_log(keys), when the caller knows it."""
     try:
-        return script(keys, args)
+        return script(keys, args, stream=stream)
     except (redis.RedisError, OSError) as exc:
         raise translate(exc, queue, where) from exc
 
@@ -224,6 +227,13 @@ class GroupArgs:
     # The calls this consumer fetched (a stream log's call records), by
     # which its acks go as ranges: a hint (CallSpans).
     spans: CallSpans
+    # sent_stream_log of keys, fetch_keys, ack_keys and settle_keys: which
+    # of a script's texts a call sent them runs, and so the shape of its
+    # reply. Worked out here once, as the lists are fixed, not per call.
+    keys_stream: bool
+    fetch_keys_stream: bool
+    ack_keys_stream: bool
+    settle_keys_stream: bool
 
     @staticmethod
     def fields_of(
@@ -237,12 +247,14 @@ class GroupArgs:
         settings: GroupSettings,
     ) -> dict[str, Any]:
         """The fields for ``settings``, by name."""
+        fetch_keys = [*keys[:FETCH_PLAIN_KEYS], *call_keys_of(keys)]
+        acks, settles = ack_keys(keys), settle_keys(keys)
         return {
             "clock": clock,
             "randomness": randomness,
             "keys": keys,
-            "ack_keys": ack_keys(keys),
-            "settle_keys": settle_keys(keys),
+            "ack_keys": acks,
+            "settle_keys": settles,
             "group": group,
             "consumer": consumer,
             "head": (_ms(settings.ack_wait), settings.max_inflight, settings.prefetch),
@@ -250,11 +262,15 @@ class GroupArgs:
             "queue": queue,
             "where": where,
             "rate": rate_suffix(settings),
-            "fetch_keys": [*keys[:FETCH_PLAIN_KEYS], *call_keys_of(keys)],
+            "fetch_keys": fetch_keys,
             # a rate limit (the rate window, KEYS[20]) or key settings: every key, every fetch
             "flow": [len(keys) <= FETCH_PLAIN_KEYS or rate_suffix(settings) != ""],
             "marks": settings.wait_in_redis,
             "spans": CallSpans(),
+            "keys_stream": sent_stream_log(keys),
+            "fetch_keys_stream": sent_stream_log(fetch_keys),
+            "ack_keys_stream": sent_stream_log(acks),
+            "settle_keys_stream": sent_stream_log(settles),
         }
 
     def argv(self, extra: Sequence[Any]) -> list[Any]:
@@ -294,12 +310,12 @@ class GroupCall(GroupArgs):
         return cls(scripts=scripts, **fields)
 
     def run(self, script: Script, extra: Sequence[Any]) -> Any:
-        return run(script, self.keys, self.argv(extra), self.queue, self.where)
+        return run(script, self.keys, self.argv(extra), self.queue, self.where, self.keys_stream)
 
     def settle(self, script: Script, extra: Sequence[Any]) -> Any:
         """:meth:`run` for a script that reads none of the flow-control keys
         (SETTLE_KEYS)."""
-        return run(script, self.settle_keys, self.argv(extra), self.queue, self.where)
+        return run(script, self.settle_keys, self.argv(extra), self.queue, self.where, self.settle_keys_stream)
 
 
 class FetchReply(NamedTuple):
@@ -572,14 +588,14 @@ def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = (), waits: 
     sent = len(acks) if slots is None else len(slots)
     if not call.flow[0]:
         try:
-            reply = call.scripts.fetch(call.fetch_keys, call.argv(args))
-            return noted(call, parse_fetch(reply, token, sent, slots, len(acks), sent_stream_log(call.fetch_keys)))
+            reply = call.scripts.fetch(call.fetch_keys, call.argv(args), stream=call.fetch_keys_stream)
+            return noted(call, parse_fetch(reply, token, sent, slots, len(acks), call.fetch_keys_stream))
         except (redis.RedisError, OSError) as exc:
             if not needs_flow_keys(exc):
                 raise translate(exc, call.queue, call.where) from exc
             call.flow[0] = True
     reply = call.run(call.scripts.fetch, args)
-    return noted(call, parse_fetch(reply, token, sent, slots, len(acks), sent_stream_log(call.keys)))
+    return noted(call, parse_fetch(reply, token, sent, slots, len(acks), call.keys_stream))
 
 
 # The wake-stream id a consumer waits after before it has seen an entry:
@@ -629,7 +645,8 @@ def wait_then_fetch(call: GroupCall, wakes: str, since: str, block_ms: int, n: i
             raise translate(reply, call.queue, call.where) from reply
         call.flow[0] = True  # nothing was changed: the fetch again, with every key
         return WokenFetch(since, refused, fetch(call, n, token, waits=True))
-    return WokenFetch(since, refused, noted(call, parse_fetch(reply, token, 0, call_field=sent_stream_log(keys))))
+    stream = call.keys_stream if call.flow[0] else call.fetch_keys_stream
+    return WokenFetch(since, refused, noted(call, parse_fetch(reply, token, 0, call_field=stream)))
 
 
 # What memory:// (fakeredis) raises for an XREAD of a key that is no stream.
@@ -700,14 +717,22 @@ def ack(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
     packed, slots = pack_acks(tags, call.spans)
     if strict and slots is not None:
         try:
-            run(call.scripts.ack, call.ack_keys, ack_args(call, tags, strict, packed), call.queue, call.where)
+            run(
+                call.scripts.ack,
+                call.ack_keys,
+                ack_args(call, tags, strict, packed),
+                call.queue,
+                call.where,
+                call.ack_keys_stream,
+            )
             return []
         except RETRY_AS_TRIPLES:
             # Refused, nothing changed: again as triples, so that the error
             # names the first bad tag in the caller's order (the ranges'
             # fallbacks are checked after the other tags).
             packed, slots = None, None
-    reply = run(call.scripts.ack, call.ack_keys, ack_args(call, tags, strict, packed), call.queue, call.where)
+    args = ack_args(call, tags, strict, packed)
+    reply = run(call.scripts.ack, call.ack_keys, args, call.queue, call.where, call.ack_keys_stream)
     return parse_ack(reply, strict, slots, len(tags))
 
 

@@ -183,8 +183,12 @@ class Script:
             return self.stream
         return self
 
-    def __call__(self, keys: Sequence[Any], args: Sequence[Any], client: ScriptPipeline | None = None) -> Any:
-        if self.stream is not None and sent_stream_log(keys):
+    def __call__(
+        self, keys: Sequence[Any], args: Sequence[Any], client: ScriptPipeline | None = None, stream: bool | None = None
+    ) -> Any:
+        """Runs the script; ``stream``: sent_stream_log(keys), when the
+        caller knows it already (a group view works it out once)."""
+        if self.stream is not None and (sent_stream_log(keys) if stream is None else stream):
             return self.stream(keys, args, client)
         if client is not None:
             client.call(self, keys, args)
