@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
+from itertools import islice
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from . import validate as check
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
     from .randomness import Randomness
 
 log = logging.getLogger("rqueue")
+
+COMPACT_BYTE = COMPACT_TAG[0]  # a compact record's first byte, as an int: record[0] makes no slice
 
 
 class ConsumerCore:
@@ -246,14 +250,20 @@ class ConsumerCore:
         new = Delivery.__new__
         cls = self.delivery_class
         from_bytes = int.from_bytes
-        for i in range(first, len(raw), 3):
-            seq, count, record = int(raw[i]), raw[i + 1], raw[i + 2]
+        # The triples read off one iterator; strict: a reply cut inside a
+        # triple raises rather than losing its last delivery unsaid.
+        triples = islice(raw, first, None)
+        for seq, count, record in zip(triples, triples, triples, strict=True):
+            if type(seq) is not int:
+                seq = int(seq)
             replayed = None
             if type(count) is not int:
                 count, replayed = commands.delivery_count(count)
             headers: dict[str, str]
-            if record[:1] == COMPACT_TAG and len(record) >= COMPACT_HEAD:
-                published, headers, data = from_bytes(record[1:COMPACT_HEAD], "big"), {}, record[COMPACT_HEAD:]
+            if len(record) >= COMPACT_HEAD and record[0] == COMPACT_BYTE:
+                # from_bytes's byteorder is "big" unless told: one argument
+                # less to parse per message
+                published, headers, data = from_bytes(record[1:COMPACT_HEAD]), {}, record[COMPACT_HEAD:]
             else:
                 try:
                     published, headers, data = decode_record(record, f"{self.queue.keys.msgs}[{seq}]")
@@ -278,7 +288,7 @@ class ConsumerCore:
             d.published_ms = published
             d.deadline_ms = deadline
             d.token = token
-            d.tag = tag = delivery_tag(seq, count, token)
+            d.tag = tag = f"{seq}.{count}.{token}"  # delivery_tag, inline
             d.epoch = epoch
             d.replayed = replayed is not None
             if replayed is not None:
@@ -363,12 +373,17 @@ class ConsumerCore:
         held = self._held
         for t in tags:
             held.pop(t[0], None)
-        statuses = [
-            None if status == "ok" else delivery_error(status, t[0])
-            for t, status in zip(tags, reply.ack_statuses, strict=True)
-        ]
+        acked = reply.ack_statuses
+        statuses: list[RQueueError | None]
+        if len(acked) == len(tags) and acked.count("ok") == len(acked):
+            statuses = [None] * len(tags)  # every ack went through: no status to look at one by one
+        else:
+            statuses = [
+                None if status == "ok" else delivery_error(status, t[0]) for t, status in zip(tags, acked, strict=True)
+            ]
         floor = reply.floor
-        if tags and any(t[1] > floor for t in tags):  # acks in order: absorbed by the floor, nothing to remember
+        # acks in order: absorbed by the floor, nothing to remember
+        if tags and max(map(itemgetter(1), tags)) > floor:
             confirmed = [t[1] for t, status in zip(tags, statuses, strict=True) if status is None]
             self._watch.acked(mark, confirmed, reply.generation, floor)
         return merged(lost, statuses)
@@ -510,7 +525,16 @@ class ConsumerCore:
         """The tags an ack sends (checked before anything is sent); with
         ``multiple`` the one named (the caller acks the earlier ones too:
         :meth:`_earlier_refs`)."""
-        tags = [self._tag_of(r) for r in refs_of(deliveries)]
+        tags: list[commands.Tag] = []
+        epoch = self._watch.epoch
+        cls = self.delivery_class
+        for ref in refs_of(deliveries):
+            if type(ref) is cls and ref.consumer is self and ref.epoch == epoch:  # type: ignore[comparison-overlap]
+                # :meth:`_tag_of` of a delivery this consumer made since its
+                # last loss, inline: the ack of a fetched batch takes this path.
+                tags.append((ref.tag, ref.seq, ref.delivery_count, ref.token))
+            else:
+                tags.append(self._tag_of(ref))
         if multiple and len(tags) != 1:
             raise InvalidInput("multiple=True takes exactly one delivery: the last one to ack")
         return tags
@@ -555,8 +579,8 @@ class ConsumerCore:
         """Forgets the deliveries of ``tags``, acked by a call sent at
         ``mark`` (the watch remembers those above the floor it knows)."""
         held = self._held
-        for tag, *_ in tags:
-            held.pop(tag, None)
+        for t in tags:
+            held.pop(t[0], None)
         if mark is not None:
             self._watch.acked(mark, [t[1] for t in tags])
 

@@ -13,6 +13,7 @@ from support.raw import group_key
 
 import rqueue
 from rqueue import doctor
+from rqueue.engine import commands
 
 pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
@@ -319,3 +320,16 @@ def test_nack_available_names_a_damaged_delivery_state_as_its_status_alone_as_am
     # then the damage is each one's status, returned not raised, both times
     assert [type(s).__name__ for s in together] == ["CorruptRecord", "CorruptRecord"]
     assert [type(s).__name__ for s in alone] == ["CorruptRecord"]
+
+
+@pytest.mark.sync_only("it reads a reply with the sync engine's fetch")
+def test_a_fetch_reply_cut_inside_a_delivery_raises_rather_than_dropping_it(client, queue):
+    # given a fetch's reply of two deliveries, its last record cut off
+    queue.publish_many([b"a", b"b"])
+    c = queue.consumer("g")
+    mark = c._watch.mark()
+    reply = commands.fetch(c._group_call(), 2, "tcut")
+    cut = reply._replace(raw=reply.raw[:-1])
+    # when the consumer reads it, then it raises: no delivery goes unsaid
+    with pytest.raises(ValueError):
+        c._parse(cut, mark)
