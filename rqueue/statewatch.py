@@ -42,9 +42,11 @@ from __future__ import annotations
 
 import heapq
 import logging
+import operator
 import threading
 from collections import deque
 from collections.abc import Callable
+from itertools import islice
 from typing import TYPE_CHECKING, NamedTuple
 
 from .engine import store
@@ -129,6 +131,7 @@ class StateWatch:
         #: a fetch reply costs one test of it (consumer_core._parse).
         self.acked_seqs: dict[int, int] = {}
         self._acked_heap: list[int] = []  # the same seqs (and some forgotten), lowest first
+        self._acked_top = 0  # no seq in the heap is above it: a floor that reaches it clears the heap whole
         self._acked_generation = -1
         self._stamp = 0
         # Acks remembered at or before this stamp belong to a loss already
@@ -343,12 +346,26 @@ class StateWatch:
                 self._acked_generation = generation
             acked, heap = self.acked_seqs, self._acked_heap
             self._stamp = stamp = self._stamp + 1
-            for seq in seqs:
-                if seq > floor and seq not in acked:
-                    while len(acked) >= ACKED_KEPT:
-                        acked.pop(heapq.heappop(heap), None)
-                    acked[seq] = stamp
-                    heapq.heappush(heap, seq)
+            if (
+                seqs[0] > max(floor, self._acked_top)
+                and len(acked) + len(seqs) <= ACKED_KEPT
+                and all(map(operator.lt, seqs, islice(seqs, 1, None)))
+            ):
+                # Rising, above every seq remembered and with room for all
+                # (a batch acked in order): what the loop below does, whole.
+                # Appended so, they keep the heap a heap.
+                acked.update(dict.fromkeys(seqs, stamp))
+                heap.extend(seqs)
+                self._acked_top = seqs[-1]
+            else:
+                for seq in seqs:
+                    if seq > floor and seq not in acked:
+                        while len(acked) >= ACKED_KEPT:
+                            acked.pop(heapq.heappop(heap), None)
+                        acked[seq] = stamp
+                        heapq.heappush(heap, seq)
+                if heap:
+                    self._acked_top = max(self._acked_top, *seqs)
             if len(heap) > 2 * ACKED_KEPT:
                 self._acked_heap = sorted(acked)
 
@@ -394,12 +411,19 @@ class StateWatch:
     def _passed(self, floor: int) -> None:
         """Forgets the acks remembered at or below ``floor`` (under the lock)."""
         heap, acked = self._acked_heap, self.acked_seqs
+        if floor >= self._acked_top:
+            # every seq remembered is at or below it (acks in order): all go
+            # at once, not one heap pop each
+            heap.clear()
+            acked.clear()
+            return
         while heap and heap[0] <= floor:
             acked.pop(heapq.heappop(heap), None)
 
     def _forget_acked(self) -> None:
         self.acked_seqs.clear()
         self._acked_heap.clear()
+        self._acked_top = 0
         self._acked_generation = -1
 
     def _report(self, loss: StateLost) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -543,6 +544,40 @@ def test_a_watch_remembers_at_most_acked_kept_seqs_the_lowest_forgotten_first(mo
     w.acked(w.mark(), [2, 3, 4], 1, 0)
     w.acked(w.mark(), [5, 6], 1, 0)
     assert sorted(w.acked_seqs) == [4, 5, 6]
+
+
+def test_a_watch_remembers_batches_acked_in_order_as_it_does_any_other(monkeypatch):
+    # given a watch keeping at most 8 seqs, and a model of what it must
+    # remember: each seq above the floor once (its first ack's stamp), the
+    # lowest forgotten first when full, none at or below a floor seen
+    monkeypatch.setattr(statewatch, "ACKED_KEPT", 8)
+    rng = random.Random(7)
+    w = a_watch([])
+    model: dict[int, int] = {}
+    floor, stamp, top = 0, 0, 1
+    for _ in range(400):
+        if rng.random() < 0.3:
+            # when a fetch shows the floor moved up (at times past every seq remembered)
+            floor = rng.choice([floor, floor + rng.randint(0, 4), max(model, default=floor)])
+            w.saw(w.mark(), "i1", 10**6, floor=(1, floor, 1000))
+            model = {seq: st for seq, st in model.items() if seq > floor}
+        else:
+            # when acks are confirmed: a rising batch above everything (the
+            # batch path), or one out of order, repeated or at the floor
+            if rng.random() < 0.6:
+                seqs = list(range(top, top + rng.randint(1, 5)))
+            else:
+                seqs = [rng.randint(max(1, floor - 2), top + 3) for _ in range(rng.randint(1, 5))]
+            top = max(top, *seqs) + 1
+            w.acked(w.mark(), seqs, 1, floor)
+            stamp += 1
+            for seq in seqs:
+                if seq > floor and seq not in model:
+                    while len(model) >= 8:
+                        del model[min(model)]
+                    model[seq] = stamp
+        # then it remembers what the model does, with the same stamps
+        assert w.acked_seqs == model
 
 
 def test_a_watch_reports_a_lost_ack_once_per_loss_and_only_for_a_fetch_sent_after_it():
