@@ -69,6 +69,20 @@ def test_pack_acks_makes_runs_and_leaves_others_as_triples():
     assert args == [10, "r1,1,1", "tok", 12, 1, "tok"] and slots == [[1, 0], [2]]
 
 
+def test_pack_acks_orders_the_ranges_by_their_first_tag_that_fits_whatever_the_tokens_mix():
+    # given two calls' tags mixed, the first of "tok" not fitting a range (a redelivery)
+    spans = commands.CallSpans()
+    spans.note("tok", (10, 40))
+    spans.note("oth", (20, 30))
+    tags = [("5.2.tok", 5, 2, "tok"), ("20.1.oth", 20, 1, "oth"), ("11.1.tok", 11, 1, "tok")]
+    tags += [("21.1.oth", 21, 1, "oth"), ("12.1.tok", 12, 1, "tok"), ("99.1.new", 99, 1, "new")]
+    # when they are packed
+    args, slots = commands.pack_acks(tags, spans)
+    # then "oth"'s range goes first (its tag fitted first), then "tok"'s, then the triples in order
+    assert args == [20, "r2", "oth", 11, "r2", "tok", 5, 2, "tok", 99, 1, "new"]
+    assert slots == [[1, 3], [2, 4], [0], [5]]
+
+
 def test_a_whole_call_is_acked_as_one_range(client, sent):
     q = queue_with(client, N)
     c = q.consumer("g", "c1", ack_wait=WAIT)

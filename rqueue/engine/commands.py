@@ -434,10 +434,17 @@ def pack_acks(tags: Sequence[Tag], spans: CallSpans) -> tuple[list[int | str], S
         return flat_tags(tags), None
     groups: dict[str, dict[int, int]] = {}
     single: list[int] = []
+    # The tags of one fetch come together: its token's span and group are
+    # looked up when the token changes, not per tag.
+    last: str | None = None
+    span: tuple[int, int] | None = None
+    g: dict[int, int] | None = None
     for i, (_, seq, count, token) in enumerate(tags):
-        span = spans.get(token)
+        if token != last:
+            last, span, g = token, spans.get(token), groups.get(token)
         if span is not None and count == 1 and span[0] <= seq <= span[1]:
-            g = groups.setdefault(token, {})
+            if g is None:
+                g = groups[token] = {}
             if seq not in g:
                 g[seq] = i
                 continue
