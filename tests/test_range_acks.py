@@ -69,6 +69,12 @@ def test_pack_acks_makes_runs_and_leaves_others_as_triples():
     assert args == [10, "r1,1,1", "tok", 12, 1, "tok"] and slots == [[1, 0], [2]]
 
 
+def test_unpack_statuses_of_triples_reads_each_status_all_ok_or_not():
+    assert commands.unpack_statuses([b"ok", b"ok"], None, 2) == ["ok", "ok"]
+    assert commands.unpack_statuses([b"ok", b"RQ_ACKED", b"ok"], None, 3) == ["ok", "RQ_ACKED", "ok"]
+    assert commands.unpack_statuses([], None, 0) == []
+
+
 def test_pack_acks_orders_the_ranges_by_their_first_tag_that_fits_whatever_the_tokens_mix():
     # given two calls' tags mixed, the first of "tok" not fitting a range (a redelivery)
     spans = commands.CallSpans()

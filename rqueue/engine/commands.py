@@ -489,6 +489,8 @@ def unpack_statuses(statuses: Sequence[Any], slots: Slots, n: int) -> list[str]:
     """Per tag, its status from a packed ack's reply (one per slot: a range's
     is "ok" for all of it, or a list per seq)."""
     if slots is None:
+        if statuses.count(b"ok") == len(statuses):
+            return ["ok"] * len(statuses)  # every tag's went through (the common case): none decoded one by one
         return [s.decode() for s in statuses]
     out = [""] * n
     for slot, status in zip(slots, statuses, strict=True):
