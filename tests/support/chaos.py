@@ -99,6 +99,12 @@ class Report:
     # runs after an ack by another process than the one that acked, that a
     # failover took back and a client that saw it reported (allowed)
     runs_again_elsewhere_after_a_loss: int = 0
+    # the same where no client reported a loss: the acks a failover took
+    # back were above the floor, and the process that acked was not handed
+    # them again (guarantee 12: "a message acked out of order by another
+    # consumer, or fetched by a consumer that never saw the floor, may run
+    # again"; allowed, and counted apart)
+    runs_again_elsewhere_unreported: int = 0
     # runs that began just after their worker's SIGCONT, of a message another
     # acked during the pause: paused between the last lease check and the
     # handler's call (guarantee 13's one instant; at most one per handler
@@ -578,6 +584,12 @@ def _account(
             # that saw what it lost reported it: only the process that acked
             # can tell the message (docs/guarantees.md, guarantee 12).
             report.runs_again_elsewhere_after_a_loss += 1
+        elif pid != acker and any(acked_at < back and at > began for began, back in rollbacks):
+            # Redis lost the ack in a failover between the two, and no client
+            # reported it: only the process that acked can tell the message,
+            # and only if it is handed that message again or sees the floor
+            # go back (tests/test_state_loss.py checks both one by one).
+            report.runs_again_elsewhere_unreported += 1
         elif pause := next(
             (
                 (stopped, resumed)
