@@ -153,3 +153,23 @@ def test_a_client_that_loses_the_race_to_mark_a_new_prefix_says_so(backend, pref
     finally:
         streamed.close()
         hashed.close()
+
+
+def test_a_marker_found_damaged_after_a_publish_is_said_and_the_publish_stands(api, backend, prefix, caplog):
+    # given a client that read a new prefix (no marker), and a marker written
+    # with garbage by something else before its first publish lists its queue
+    client = client_of(api, backend, prefix, "hash")
+    try:
+        q = client.queue("orders")
+        client.redis.set(layout_key(prefix), "btree")
+        # when it publishes
+        with caplog.at_level(logging.ERROR, logger="rqueue"):
+            q.publish(b"a")
+        # then the publish stands (it was applied: no error after it), the
+        # damage is said naming the key and the value, and the marker is left
+        assert [m.data for m in q.peek()] == [b"a"]
+        said = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert any(f"{prefix}:layout" in m and "'btree'" in m and "'orders'" in m for m in said)
+        assert client.redis.get(layout_key(prefix)) == b"btree"
+    finally:
+        client.close()

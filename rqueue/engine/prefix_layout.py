@@ -78,6 +78,19 @@ def _parsed(
         raise CorruptRecord(layout_key(prefix), str(exc)) from None
 
 
+def _after_claim(prefix: str, name: str, used: LogLayout, marker: bytes | str | None) -> None:
+    """Says what a client that lost the race to write the marker (it reads
+    ``marker``) made queue ``name`` with: called after a publish or join was
+    applied, so it logs, never raises (the call's result stands)."""
+    try:
+        marked = _parsed(prefix, marker, [], used)[0]
+    except CorruptRecord as exc:
+        log.error("queue %r was made with the %s layout, and %s", name, used.value, exc)
+        return
+    if marked is not used:
+        log.error(layout_race(prefix, marked, name, used))
+
+
 class PrefixLayout:
     """A sync client's view of its prefix's marker: read at the first use
     of :attr:`layout` (a user refused the prefix's keys, the one that loads
@@ -122,13 +135,10 @@ class PrefixLayout:
             return
         r, key, retry, where = self._redis, layout_key(self._prefix), self._retry, f"prefix {self._prefix!r}"
         used = self.layout
-        if guarded(lambda: retry(lambda: r.set(key, used.value, nx=True)), where=where):
-            marked = used
-        else:
-            marked = _parsed(self._prefix, guarded(lambda: retry(lambda: r.get(key)), where=where), [], used)[0]
+        claimed = guarded(lambda: retry(lambda: r.set(key, used.value, nx=True)), where=where)
         self._unmarked = False
-        if marked is not used:
-            log.error(layout_race(self._prefix, marked, name, used))
+        if not claimed:
+            _after_claim(self._prefix, name, used, guarded(lambda: retry(lambda: r.get(key)), where=where))
 
 
 class AsyncPrefixLayout:
@@ -159,10 +169,7 @@ class AsyncPrefixLayout:
         if not self._unmarked:
             return
         r, key, where, used = self._redis, layout_key(self._prefix), f"prefix {self._prefix!r}", self.layout
-        if await aguarded(lambda: r.set(key, used.value, nx=True), where=where):
-            marked = used
-        else:
-            marked = _parsed(self._prefix, await aguarded(lambda: r.get(key), where=where), [], used)[0]
+        claimed = await aguarded(lambda: r.set(key, used.value, nx=True), where=where)
         self._unmarked = False
-        if marked is not used:
-            log.error(layout_race(self._prefix, marked, name, used))
+        if not claimed:
+            _after_claim(self._prefix, name, used, await aguarded(lambda: r.get(key), where=where))
