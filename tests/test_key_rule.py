@@ -22,6 +22,7 @@ import rqueue
 from rqueue import doctor
 from rqueue.engine.keys import LAYOUT_ENV
 from rqueue.engine.loader import layout_texts
+from rqueue.migration import migrate_prefix
 
 
 @pytest.fixture(params=["redis", "memory"])
@@ -170,6 +171,30 @@ def doctor_run(sync: Any, client: Any, q: Any) -> None:
     q.publish(b"lost", key="y")
     logview.delete(r, q.keys, int(r.hget(q.keys.meta, "seq")))
     doctor.repair(dq, doctor.examine(dq))
+
+
+def test_the_migration_is_sent_every_key_it_touches(url, prefix, clock):
+    # given a hash-layout queue with plain, priority and keyed messages, a
+    # dead letter replayed (a pinned record), and a delivery in flight
+    with checked_scripts(), pytest.MonkeyPatch.context() as mp:
+        mp.setenv(LAYOUT_ENV, "hash")
+        client = connect_as("sync", url, prefix=prefix, clock=clock, settings_ttl=0)
+        try:
+            q = client.queue("orders")
+            w = q.consumer("g")
+            q.publish_many([b"a", b"b"])
+            q.publish(b"p", priority=4)
+            q.publish(b"k", key="x", headers={"h": "v"})
+            got = w.fetch(2)
+            got[0].reject(reason="bad")
+            got[1].ack()
+            assert q.replay_dead_letters().replayed == 1
+            w.fetch(1)
+            # when the prefix is migrated, then no step touches a key it was not sent
+            report = migrate_prefix(client)
+            assert [lv.before for lv in report.levels] == ["hash", "hash"]
+        finally:
+            client.close()
 
 
 def test_the_source_is_the_loaders_own_without_the_checker(layout):

@@ -58,6 +58,7 @@ LAYERS = [
         "rqueue.client",
         "rqueue.overview",
         "rqueue.doctor",
+        "rqueue.migration",
     },
     {"rqueue", "rqueue.worker", "rqueue.embedded", "rqueue.spark", "rqueue.dashboard"},
     {"rqueue.aio"},

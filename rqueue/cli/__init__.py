@@ -29,6 +29,7 @@ from rqueue.cli.dlq import dlq
 from rqueue.cli.doctor import doctor
 from rqueue.cli.groups import group
 from rqueue.cli.inspect import events, peek, queues, settings, stats, top
+from rqueue.cli.migrate import migrate
 from rqueue.cli.partitions import partitions, rebalance
 from rqueue.cli.result import result
 from rqueue.cli.schedules import scheduler, schedules
@@ -98,6 +99,7 @@ cli.add_command(worker)
 cli.add_command(bench_command)
 cli.add_command(scripts)
 cli.add_command(dashboard)
+cli.add_command(migrate)
 cli.add_command(schedules)
 cli.add_command(scheduler)
 cli.add_command(wait)

@@ -236,6 +236,7 @@ class AsyncScripts:
     partition: AsyncScript
     pause: AsyncScript
     ack_result: AsyncScript
+    migrate: AsyncScript
     retain: AsyncScript
     group_create: AsyncScript
     group_reset: AsyncScript

@@ -89,6 +89,7 @@ SCRIPT_NAMES = (
     "pause",
     "ack_result",
     "set_aside",
+    "migrate",
 )
 
 

@@ -36,6 +36,11 @@ def stream(keys: QueueKeys) -> bool:
     return keys.layout is LogLayout.STREAM
 
 
+# Meta field "layout" while lua/migrate.lua moves a level's log from the hash
+# to the stream: both layouts' calls are refused.
+MIGRATING = "migrating"
+
+
 def check_layout(keys: QueueKeys, layout: Any, seq: Any) -> None:
     """Raises LayoutMismatch when the queue's meta fields ``layout`` and
     ``seq`` (as read: None when missing) say its log has the other layout
@@ -46,6 +51,12 @@ def check_layout(keys: QueueKeys, layout: Any, seq: Any) -> None:
     if (layout in (b"stream", "stream") and is_stream) or (layout is None and (not is_stream or seq is None)):
         return
     said = "hash" if layout is None else _as_bytes(layout).decode(errors="replace")
+    if said == MIGRATING:
+        raise LayoutMismatch(
+            keys.base,
+            f"{keys.meta} says the log is being migrated to the stream layout (`rqueue migrate`): every call is "
+            "refused until it is done",
+        )
     raise LayoutMismatch(
         keys.base, f"{keys.meta} says the log has the {said} layout, and this client reads the key {keys.msgs}"
     )

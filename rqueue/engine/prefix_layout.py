@@ -48,7 +48,8 @@ def prefix_layout(
             raise ValueError(f"holds {value[:100]!r}, which is not a layout ({names})") from None
     if not listed:
         return default, True
-    stream = any(field in (b"stream", "stream") for field in listed)
+    # A queue cut off mid-migration ("migrating") is bound for the stream.
+    stream = any(field in (b"stream", "stream", b"migrating", "migrating") for field in listed)
     return (LogLayout.STREAM if stream else LogLayout.HASH), True
 
 

@@ -395,6 +395,7 @@ class Scripts:
     partition: Script
     pause: Script
     ack_result: Script
+    migrate: Script
 
     def __init__(self, redis: RedisClient, retry: Retrier[Any] = no_retry, shebang: bool = True) -> None:
         self._redis = redis

@@ -1,7 +1,8 @@
 --[[
   A queue's layout (includes/log.lua) against the log key a call was sent.
   The layout is meta field "layout": "stream", or no field for the hash
-  layout. A queue without the field and without a seq has stored nothing
+  layout; "migrating" while migrate.lua moves the log from the hash to the
+  stream, when the keys of both layouts are refused. A queue without the field and without a seq has stored nothing
   yet: a publish sent a stream key makes it a stream queue (markLayout).
   Every script that touches the log checks before any write (RQ_LAYOUT),
   so that a client of the other layout changes nothing: it would read no
@@ -22,6 +23,10 @@ local function layoutProblem(metaKey, logKey, layout, seq)
   local stream = string.byte(logKey, -1) == LOG_STREAM_BYTE
   if layout == 'stream' and stream or not layout and (not stream or not seq) then
     return nil
+  end
+  if layout == 'migrating' then
+    return 'RQ_LAYOUT ' .. metaKey .. ' says the log is being migrated to the stream layout (`rqueue migrate`): '
+      .. 'every call is refused until it is done, and the call was sent the key ' .. logKey
   end
   return 'RQ_LAYOUT ' .. metaKey .. ' says the log has the ' .. tostring(layout or 'hash')
     .. ' layout, and the call was sent the key ' .. logKey

@@ -1,0 +1,90 @@
+"""`rqueue migrate`: moves every queue of the prefix from the hash layout to
+the stream layout (rqueue/migration.py, docs/upgrading.md)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from rqueue.cli.common import connection, emit_json
+from rqueue.engine.keys import LogLayout
+from rqueue.migration import migrate_prefix
+
+
+class LevelBars:
+    """A progress bar on stderr per level being copied (on a terminal, and
+    never with --json)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.shown = not quiet and sys.stderr.isatty()
+        self.bar: Any = None
+        self.base = ""
+        self.done = 0
+
+    def __call__(self, base: str, done: int, total: int) -> None:
+        if not self.shown:
+            return
+        if base != self.base:
+            self.close()
+            self.bar = click.progressbar(length=max(total, 1), label=base, file=sys.stderr)
+            self.bar.__enter__()
+            self.base, self.done = base, 0
+        self.bar.update(done - self.done)
+        self.done = done
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
+@click.command()
+@click.option(
+    "--to",
+    "target",
+    type=click.Choice([LogLayout.STREAM.value]),
+    required=True,
+    help="The layout to move to: stream, whose log is a Redis stream.",
+)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"prefix", "layout", "moved", "levels", "left"}.')
+@click.pass_obj
+def migrate(obj: dict[str, Any], target: str, yes: bool, as_json: bool) -> None:
+    """Move every queue of the prefix to the stream layout.
+
+    Stop the prefix's workers and producers first: a queue refuses every
+    call while it moves, and a client that started before the move is
+    refused by the queues moved (LayoutMismatch) until it is restarted.
+    Messages in flight stay in flight. Safe to run again: a run cut off is
+    finished by the next.
+    """
+    prefix = obj["prefix"]
+    if not yes:
+        click.confirm(
+            f"move every queue of prefix {prefix!r} to the {target} layout? Its workers and producers must be stopped",
+            abort=True,
+            err=True,
+        )
+    bars = LevelBars(as_json)
+    with connection(obj["url"], prefix) as client:
+        try:
+            report = migrate_prefix(client, bars)
+        finally:
+            bars.close()
+    if as_json:
+        emit_json(report.as_json())
+        return
+    for level in report.levels:
+        if level.before == "stream":
+            click.echo(f"{level.base}: in the stream layout already")
+        else:
+            resumed = " (a migration cut off, finished)" if level.before == "migrating" else ""
+            click.echo(
+                f"{level.base}: {level.logged} record(s) to the stream, {level.pinned} kept for replays, "
+                f"{level.dropped} settled by every group dropped{resumed}"
+            )
+    for base in report.left:
+        click.echo(f"{base}: still in the hash layout, made while this ran: run it again", err=True)
+    click.echo(f"prefix {prefix!r}: {report.moved} level(s) moved; its clients use the stream layout")
