@@ -126,11 +126,12 @@ def percentile(s: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def wake_script_text(shebang: bool) -> str:
-    """publish.lua with its PUBLISH replaced by the wake-up XADD on
-    ``<channel>s`` (``<base>:wakes``). The key is not in KEYS: fine on one
-    server; the real script would declare it (same hash tag as the queue)."""
-    text = source("publish", shebang)
+def wake_script_text(shebang: bool, layout: str = "hash") -> str:
+    """publish.lua (the text of log ``layout``) with its PUBLISH replaced by
+    the wake-up XADD on ``<channel>s`` (``<base>:wakes``). The key is not in
+    KEYS: fine on one server; the real script would declare it (same hash
+    tag as the queue)."""
+    text = source("publish", shebang, layout)
     if PUBLISH_LINE not in text:
         raise SystemExit(f"publish.lua no longer has {PUBLISH_LINE!r}: update this benchmark")
     return text.replace(PUBLISH_LINE, WAKE_LINE)
@@ -139,7 +140,14 @@ def wake_script_text(shebang: bool) -> str:
 def use_wake_script(client: rqueue.Client, shebang: bool = True) -> None:
     """Makes ``client``'s publishes run the wake-up copy of publish.lua."""
     s = client.scripts
-    s.publish = Script(s.redis, "publish", wake_script_text(shebang), s.publish._retry, s.connections)
+    s.publish = Script(
+        s.redis,
+        "publish",
+        wake_script_text(shebang),
+        s.publish._retry,
+        s.connections,
+        wake_script_text(shebang, "stream"),
+    )
 
 
 def wakes_key(q: Any) -> str:
@@ -156,16 +164,17 @@ class PipelinedFetch:
         self.r = pipe_client
         self.batch = batch
         self.key = wakes_key(consumer.queue)
-        self.sha = consumer.client.scripts.fetch.sha
+        self.fetch_script = consumer.client.scripts.fetch
         self.last = "0-0"  # no wake-up seen yet: the first XREAD returns at once if the stream has one
 
     def _fetch_command(self) -> tuple[str, list[Any]]:
         call = self.consumer._group_call()
         token = fetch_token(self.consumer.client.randomness)
         keys = call.keys if call.flow[0] else call.fetch_keys
+        # The text of the queue's layout: a stream log's keys run the stream text.
         return token, [
             "EVALSHA",
-            self.sha,
+            self.fetch_script.for_keys(keys).sha,
             len(keys),
             *keys,
             *call.argv(commands.fetch_args(self.batch, token + call.rate)),
@@ -192,8 +201,13 @@ class PipelinedFetch:
                 # restored, a failover that lost it): from 0-0 the next XREAD
                 # returns its entry at once and the last id is right again.
                 self.last = "0-0"
-        reply = commands.parse_fetch(replies[-1], token, 0)
-        return self.consumer._received(reply, mark), woke
+        return self.consumer._received(self.parse(replies[-1], token), mark), woke
+
+    def parse(self, reply: Any, token: str) -> Any:
+        """The fetch reply of ``_fetch_command``'s call: the stream text's has a call field."""
+        call = self.consumer._group_call()
+        stream = call.keys_stream if call.flow[0] else call.fetch_keys_stream
+        return commands.parse_fetch(reply, token, 0, call_field=stream)
 
 
 def _text(v: Any) -> str:
@@ -607,7 +621,7 @@ def check_same_turn(url: str, rounds: int = 200) -> dict[str, Any]:
             xread: list[Any] = ["XREAD", "BLOCK", 2000, "STREAMS", pf.key, pf.last]
             got, first = exchange([xread, cmd], b"m%d" % i if i > 0 else None)
             pf.last = _text(got[0][0][1][-1][0])
-            deliveries = consumer._received(commands.parse_fetch(got[1], token, 0), mark)
+            deliveries = consumer._received(pf.parse(got[1], token), mark)
             consumer.ack(deliveries)
             if i > 0:
                 out["both replies in the first recv()"] += first == 2
@@ -688,7 +702,7 @@ def check_herd(url: str, sizes: Sequence[int] = (0, 1, 4, 16), rounds: int = 60)
                 for pf, sk, rd, (token, mark) in zip(pfs, socks, readers, sent):
                     got = read(sk, rd, 2)
                     last = _text(got[0][0][1][-1][0])
-                    deliveries = pf.consumer._received(commands.parse_fetch(got[1], token, 0), mark)
+                    deliveries = pf.consumer._received(pf.parse(got[1], token), mark)
                     if deliveries:
                         pf.consumer.ack(deliveries)
             stats = commandstats(r)
