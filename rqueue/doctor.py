@@ -27,6 +27,7 @@ from typing import Any
 from .engine import commands
 from .engine import doctor_reads as reads
 from .engine.keys import GroupKeys, LogLayout, QueueKeys
+from .engine.log import MIGRATING
 from .partitions import PartitionedQueue
 from .protocols import AnyQueue
 from .queue import Queue
@@ -64,6 +65,7 @@ class Kind(StrEnum):
     SIDE_LEAKED = "side-record-leaked"  # stream log: a side record at or below the trim point nothing deletes
     GROUP_UNREGISTERED = "group-unregistered"  # a group's hash, while the floors hash (the registry) lacks it
     CALL_DAMAGED = "call-damaged"  # stream log: a call record, its deadline or first seq, or callout disagree
+    MIGRATION_UNFINISHED = "migration-unfinished"  # a move to the stream layout was cut off (rqueue migrate)
 
 
 class Outcome(StrEnum):
@@ -175,6 +177,17 @@ class _Examination:
     def run(self) -> list[Finding]:
         keys = self.keys
         meta = reads.hash_all(self.r, keys.meta, self.where)
+        if meta.get("layout") == MIGRATING:
+            # Its records are split between the two logs: the other checks
+            # would read half of them as missing.
+            self.add(
+                Kind.MIGRATION_UNFINISHED,
+                keys.meta,
+                f"field layout is {MIGRATING}: a move to the stream layout was cut off after copying records up "
+                f"to seq {meta.get('migrated', '0')}; every call is refused until `rqueue migrate --to stream` "
+                "finishes it",
+            )
+            return self.found
         floors = reads.hash_all(self.r, keys.floors, self.where)
         last = _seq(meta.get("seq"))
         if last is None:

@@ -613,3 +613,18 @@ def test_a_held_priority_message_is_listed_once(client, queue, damage):
         kind = Kind.RECORD_MISSING
     # then the doctor lists it once (and counts it once toward the cap)
     assert kinds(doctor.examine(queue)) == [(kind, 4)]
+
+
+def test_every_kind_of_finding_has_its_row_in_the_doctors_page():
+    # given the doctor's page, whose table says what each finding means and what --repair does
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "doctor.md").read_text()
+    rows = {
+        cell.strip("` ")
+        for line in page.splitlines()
+        if line.startswith("| `")
+        for cell in line.split("|")[1].split(",")
+    }
+    # when the kinds are listed, then each has a row
+    assert sorted(kind.value for kind in Kind if kind.value not in rows) == []

@@ -167,6 +167,10 @@ def test_a_migration_cut_off_is_finished_by_the_next_run(old, backend, prefix, c
     assert r.hlen(q.keys.msgs) == 12
     with pytest.raises(LayoutMismatch, match="being migrated"):
         g.fetch(1)
+    # and the doctor says the move was cut off, and checks nothing else of the level
+    (finding,) = doctor.examine(q)
+    assert finding.kind is doctor.Kind.MIGRATION_UNFINISHED
+    assert "copying records up to seq 13" in finding.detail
     # when the prefix is migrated again
     report = migrate_prefix(old)
     # then the level's migration is finished, and the group gets the 22 messages once each
