@@ -1,11 +1,13 @@
 """The move of every queue of a prefix from the hash layout to the stream
-layout (`rqueue migrate`, docs/upgrading.md): the marker first, so that
-every client that connects from then on uses the stream layout and makes
-new queues in it, then each level of each listed queue (the queue, each
-partition, each dead-letter level) by rqueue.engine.migration, then the
-list read again for queues an older client made meanwhile. A level refuses
-both layouts' calls while it moves; one moved refuses a hash-layout
-client's calls: the prefix's workers are stopped first.
+layout (`rqueue migrate`, docs/upgrading.md): each level of each queue (the
+queue, each partition, each dead-letter level, listed or found by SCAN) by
+rqueue.engine.migration, the list read again for queues a client made
+meanwhile, and the prefix's marker last, once every level moved: a run
+refused on the way (memory, a damaged level) leaves the marker on the hash
+layout, whose clients the levels not yet moved keep serving. A level
+refuses both layouts' calls but a hash-layout ack while it moves, and a
+hash-layout client's calls once moved: the prefix's workers are stopped
+first.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from typing import Any
 from .client import Client
 from .engine import store
 from .engine.keys import LogLayout
-from .engine.migration import LevelMigrated, Progress, level_bases, mark_prefix, migrate_level
+from .engine.migration import LevelMigrated, Progress, level_bases, mark_prefix, migrate_level, scanned_bases
 from .partitions import PartitionedQueue
 from .queue import Queue
 
-# Readings of the prefix's queue list after the first: each finds only the
-# queues a client made while the one before was migrated.
+# Readings of the prefix's levels: each after the first finds only those a
+# client made while the ones before were moved.
 LIST_ROUNDS = 3
 
 
@@ -31,9 +33,12 @@ class PrefixMigrated:
 
     prefix: str
     levels: list[LevelMigrated] = field(default_factory=list)
-    #: Levels still listed unmoved after the last reading of the list (a
-    #: client kept making queues in the hash layout): run it again.
+    #: Levels still unmoved after the last reading of the list (a client
+    #: kept making queues in the hash layout): the marker is not written;
+    #: stop that client and run it again.
     left: list[str] = field(default_factory=list)
+    #: Whether the prefix's marker now names the stream layout.
+    marked: bool = False
 
     @property
     def moved(self) -> int:
@@ -47,14 +52,16 @@ class PrefixMigrated:
             "moved": self.moved,
             "levels": [level.as_json() for level in self.levels],
             "left": self.left,
+            "marked": self.marked,
         }
 
 
 def queue_bases(client: Client) -> list[str]:
-    """The base of every level of every queue the prefix lists (a
-    partitioned queue's own and each partition's), dead-letter levels
-    included, each once. Raises what opening a listed name raises, before
-    anything is written."""
+    """The base of every level of every queue of the prefix, each once: the
+    listed queues' (a partitioned queue's own and each partition's, and
+    their dead-letter levels), then those found by SCAN that no list names
+    (a dead-letter queue named by the dead_letter setting). Raises what
+    opening a listed name raises, before anything is written."""
     bases: list[str] = []
     for name in store.registered_queues(client.redis, client.prefix):
         q = client.queue(name)
@@ -62,28 +69,36 @@ def queue_bases(client: Client) -> list[str]:
         if isinstance(q, PartitionedQueue):
             tops += [part.keys.base for part in q.parts]
         for top in tops:
-            for base in level_bases(client.redis, top):
-                if base not in bases:
-                    bases.append(base)
-    return bases
+            bases += level_bases(client.redis, top)
+    bases += scanned_bases(client.redis, client.prefix)
+    return list(dict.fromkeys(bases))
 
 
 def migrate_prefix(client: Client, progress: Progress | None = None) -> PrefixMigrated:
     """Moves every queue of ``client``'s prefix to the stream layout, or
-    finishes a migration that was cut off. Levels moved before are passed
-    over, so running it again is safe."""
+    finishes a migration that was cut off, and then marks the prefix.
+    Levels moved before are passed over, so running it again is safe."""
     report = PrefixMigrated(client.prefix)
-    bases = queue_bases(client)
-    mark_prefix(client.redis, client.prefix, LogLayout.STREAM)
-    client.log_layout = LogLayout.STREAM
     done: set[str] = set()
+
+    def move_new(bases: list[str]) -> None:
+        for base in bases:
+            if base not in done:
+                report.levels.append(migrate_level(client.scripts, client.redis, base, progress))
+                done.add(base)
+
+    bases = queue_bases(client)
     for _ in range(LIST_ROUNDS):
-        todo = [base for base in bases if base not in done]
-        if not todo:
+        if all(base in done for base in bases):
             break
-        for base in todo:
-            report.levels.append(migrate_level(client.scripts, client.redis, base, progress))
-            done.add(base)
+        move_new(bases)
         bases = queue_bases(client)
     report.left = [base for base in bases if base not in done]
+    if report.left:
+        return report
+    mark_prefix(client.redis, client.prefix, LogLayout.STREAM)
+    client.log_layout = LogLayout.STREAM
+    report.marked = True
+    # A queue a client made between the last reading and the marker.
+    move_new(queue_bases(client))
     return report

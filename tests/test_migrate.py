@@ -21,7 +21,7 @@ from rqueue import doctor
 from rqueue.cli import cli
 from rqueue.engine.keys import LAYOUT_ENV, LogLayout, QueueKeys, layout_key
 from rqueue.engine.migration import level_keys, migrate_level
-from rqueue.errors import InvalidInput, LayoutMismatch
+from rqueue.errors import InvalidInput, LayoutMismatch, OutOfMemory
 from rqueue.migration import migrate_prefix
 
 ACK_WAIT = 30.0
@@ -375,3 +375,83 @@ def test_a_partitioned_queue_moves_with_each_partition_and_its_dead_letters(old,
         assert drain(nq.consumer("g"), clock) == [got[0].data]
     finally:
         new.close()
+
+
+@pytest.mark.parametrize("backend", ["redis", "valkey", "memory"], indirect=True)  # the cluster refuses the setting
+def test_a_dead_letter_queue_named_by_the_setting_moves_too(old, backend, prefix, clock):
+    # given a queue whose dead letters go to a queue named by the dead_letter setting, which
+    # dead-lettering makes without listing it, and one message there
+    old.configure("orders", dead_letter="graveyard")
+    q = old.queue("orders")
+    q.publish_many([b"a", b"b"])
+    g = q.consumer("g")
+    a, _b = g.fetch(2)
+    g.reject(a)
+    assert old.redis.sismember(f"{prefix}:queues", "graveyard") == 0
+    # when the prefix is migrated, then the named dead-letter queue moved with the queue
+    report = migrate_prefix(old)
+    assert sorted(lv.base for lv in report.levels) == sorted([q.keys.base, f"{prefix}:{{graveyard}}"])
+    assert report.marked and report.left == []
+    # and a new client rejects into it and reads it
+    new = client_of(backend, prefix, "hash", clock)
+    try:
+        nq = new.queue("orders")
+        clock.advance(ACK_WAIT * 2)  # b's lease runs out
+        (b,) = nq.consumer("g").fetch(1)
+        b.reject()
+        assert sorted(m.data for m in new.queue("graveyard").peek()) == [b"a", b"b"]
+    finally:
+        new.close()
+
+
+def test_a_run_refused_before_any_level_moved_leaves_the_prefix_as_it_was(prefix, clock):
+    # given a private Redis at maxmemory, and a hash prefix with a queue
+    server = start_server("redis")
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv(LAYOUT_ENV, "hash")
+            c = connect_as("sync", server.url, prefix=prefix, clock=clock, settings_ttl=0)
+        try:
+            q = c.queue("orders")
+            q.publish_many([b"a", b"b"])
+            r = c.redis
+            r.config_set("maxmemory-policy", "noeviction")
+            r.set("filler", b"x" * 2_000_000)
+            r.config_set("maxmemory", int(r.info("memory")["used_memory"]) - 1_000_000)
+            # when the prefix is migrated, then it is refused for memory
+            with pytest.raises(OutOfMemory):
+                migrate_prefix(c)
+            # and the marker and the queue are as they were: a hash client still consumes it
+            r.config_set("maxmemory", 0)
+            assert r.get(layout_key(prefix)) == b"hash"
+            assert r.hget(q.keys.meta, "layout") is None
+            assert drain(q.consumer("g"), clock) == [b"a", b"b"]
+            # and a run with room moves it
+            assert migrate_prefix(c).marked
+        finally:
+            c.close()
+    finally:
+        server.stop()
+
+
+def test_a_hash_clients_ack_of_a_replayed_delivery_after_the_move_leaves_no_record_behind(old, backend, prefix, clock):
+    # given a replayed message a hash-layout consumer holds again, and the prefix migrated
+    # under that consumer (it was not stopped)
+    q = old.queue("orders")
+    g = q.consumer("g")
+    q.publish_many([b"a", b"b"])
+    a, b = g.fetch(2)
+    g.reject(a)
+    g.ack(b)
+    assert q.replay_dead_letters().replayed == 1
+    (again,) = g.fetch(1)
+    admin = client_of(backend, prefix, "hash", clock)
+    try:
+        migrate_prefix(admin)
+    finally:
+        admin.close()
+    assert old.redis.hexists(q.keys.pinned, "r1")
+    # when the old consumer acks it (a hash-layout ack is not refused)
+    g.ack(again)
+    # then neither the pin nor the record kept beside it is left
+    assert old.redis.hgetall(q.keys.pinned) == {}

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from rqueue.cli.common import connection, emit_json
+from rqueue.cli.common import EXIT_ERROR, connection, emit_json
 from rqueue.engine.keys import LogLayout
 from rqueue.migration import migrate_prefix
 
@@ -49,16 +49,18 @@ class LevelBars:
     help="The layout to move to: stream, whose log is a Redis stream.",
 )
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@click.option("--json", "as_json", is_flag=True, help='Print {"prefix", "layout", "moved", "levels", "left"}.')
+@click.option(
+    "--json", "as_json", is_flag=True, help='Print {"prefix", "layout", "moved", "levels", "left", "marked"}.'
+)
 @click.pass_obj
 def migrate(obj: dict[str, Any], target: str, yes: bool, as_json: bool) -> None:
     """Move every queue of the prefix to the stream layout.
 
-    Stop the prefix's workers and producers first: a queue refuses every
-    call while it moves, and a client that started before the move is
+    Stop the prefix's workers and producers first: a queue refuses their
+    calls while it moves, and a client that started before the move is
     refused by the queues moved (LayoutMismatch) until it is restarted.
-    Messages in flight stay in flight. Safe to run again: a run cut off is
-    finished by the next.
+    Messages in flight stay in flight. The prefix is marked last, once every
+    queue moved. Safe to run again: a run cut off is finished by the next.
     """
     prefix = obj["prefix"]
     if not yes:
@@ -75,6 +77,8 @@ def migrate(obj: dict[str, Any], target: str, yes: bool, as_json: bool) -> None:
             bars.close()
     if as_json:
         emit_json(report.as_json())
+        if not report.marked:
+            sys.exit(EXIT_ERROR)
         return
     for level in report.levels:
         if level.before == "stream":
@@ -86,5 +90,12 @@ def migrate(obj: dict[str, Any], target: str, yes: bool, as_json: bool) -> None:
                 f"{level.dropped} settled by every group dropped{resumed}"
             )
     for base in report.left:
-        click.echo(f"{base}: still in the hash layout, made while this ran: run it again", err=True)
+        click.echo(f"{base}: still in the hash layout, made while this ran", err=True)
+    if not report.marked:
+        click.echo(
+            f"prefix {prefix!r}: {report.moved} level(s) moved; a client kept making queues in the hash layout, so "
+            "the prefix is not marked: stop it and run this again",
+            err=True,
+        )
+        sys.exit(EXIT_ERROR)
     click.echo(f"prefix {prefix!r}: {report.moved} level(s) moved; its clients use the stream layout")

@@ -7,6 +7,7 @@ the finish, so a migration cut off anywhere is resumed by running it again.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -70,6 +71,18 @@ def level_bases(r: Any, base: str) -> list[str]:
         bases.append(keys.base)
         keys = keys.dead_letters
     return bases
+
+
+def scanned_bases(r: Any, prefix: str) -> list[str]:
+    """The base of every level of ``prefix`` that has a meta hash, found by
+    SCAN: also the levels no list names (a dead-letter queue named by the
+    dead_letter setting, which dead-lettering makes without listing it). A
+    base is ``<prefix>:{<name>}`` or ``<prefix>:part:{<tag>}``, then
+    ``:dlq`` per level down; names hold no brace."""
+    glob = re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + ":*meta"
+    shape = re.compile(re.escape(prefix) + r":(?:part:)?\{[^{}]+\}(?::dlq)*:meta")
+    found = guarded(lambda: [_text(key) for key in r.scan_iter(match=glob, count=SCAN_COUNT)], where=prefix)
+    return sorted({key[: -len(":meta")] for key in found if shape.fullmatch(key)})
 
 
 def _text(value: Any) -> str:

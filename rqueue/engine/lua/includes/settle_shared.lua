@@ -114,11 +114,15 @@ local function settleReopened(seq, groups)
   if rcall('HINCRBY', pinnedKey, seq, -1) > 0 then
     return
   end
-  rcall('HDEL', pinnedKey, seq)
   if string.byte(msgsKey, -1) == LOG_STREAM_BYTE then
+    rcall('HDEL', pinnedKey, seq)
     logForgetReplayed(seq, pinnedKey)
     return
   end
+  -- With the stream layout's copy of the record ("r<seq>"): an ack of a
+  -- hash-layout client, which no layout check stops (includes/layout.lua),
+  -- may meet a queue migrate.lua moved to the stream.
+  rcall('HDEL', pinnedKey, seq, 'r' .. seq)
   local trimmed = tonumber(rcall('HGET', metaKey, 'trimmed') or '0')
   -- In retention mode only a record below the trim point goes (the pin kept it).
   local counted = rcall('HEXISTS', metaKey, RETAIN) == 0
