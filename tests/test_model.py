@@ -963,9 +963,10 @@ def test_model(backend: str) -> None:
     _run(QueueMachine, backend)
 
 
-def test_model_with_a_stream_log(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The same machine with the queue's log in a stream (docs/layout-d-plan.md, step 3)
-    monkeypatch.setenv(LAYOUT_ENV, "stream")
+def test_model_with_a_hash_log(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same machine with the queue's log in a hash, the layout of prefixes made before the
+    # stream layout became the default (docs/upgrading.md)
+    monkeypatch.setenv(LAYOUT_ENV, "hash")
     _run(QueueMachine, backend)
 
 

@@ -173,3 +173,21 @@ def test_a_marker_found_damaged_after_a_publish_is_said_and_the_publish_stands(a
         assert client.redis.get(layout_key(prefix)) == b"btree"
     finally:
         client.close()
+
+
+def test_a_new_prefix_takes_the_stream_layout_unless_the_environment_names_another(monkeypatch):
+    # given no layout in the environment, then a new prefix's default is the stream layout
+    from rqueue.engine.keys import OLD_LAYOUT_ENV, default_layout
+
+    monkeypatch.delenv(LAYOUT_ENV, raising=False)
+    monkeypatch.delenv(OLD_LAYOUT_ENV, raising=False)
+    assert default_layout() is LogLayout.STREAM
+    # when the variable, or its earlier name, names the hash layout, then it is the default
+    monkeypatch.setenv(OLD_LAYOUT_ENV, "hash")
+    assert default_layout() is LogLayout.HASH
+    monkeypatch.setenv(LAYOUT_ENV, "stream")
+    assert default_layout() is LogLayout.STREAM  # the current name wins
+    # and a value that names no layout is refused, naming the variable
+    monkeypatch.setenv(LAYOUT_ENV, "tree")
+    with pytest.raises(ValueError, match="RQUEUE_LAYOUT is 'tree'; it must be one of hash, stream"):
+        default_layout()

@@ -37,6 +37,16 @@ QUEUE = "orders"
 pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
 
 
+@pytest.fixture(autouse=True, params=["stream", "hash"])
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test of this file runs on both log layouts: the stream layout,
+    a new prefix's, and the hash layout, which prefixes made before it keep
+    until migrated (docs/upgrading.md). A test parametrized by ``layout``
+    itself takes its own values instead."""
+    monkeypatch.setenv(LAYOUT_ENV, str(request.param))
+    return str(request.param)
+
+
 def wipe(client: rqueue.Client) -> None:
     """Every key of the client's prefix deleted: Redis as after a restart
     without its data, a FLUSHALL or a failover to an empty replica (the

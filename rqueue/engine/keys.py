@@ -14,9 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-# The environment variable that picks the layout of the queues a client
-# makes (LogLayout). Hidden until layout (d) is complete (docs/layout-d-plan.md).
-LAYOUT_ENV = "RQUEUE_EXPERIMENTAL_LAYOUT"
+# The environment variable that picks the layout of a new prefix's queues
+# (LogLayout; rqueue.engine.prefix_layout): a prefix that has a layout keeps
+# it. The name it had while the stream layout was hidden is read too.
+LAYOUT_ENV = "RQUEUE_LAYOUT"
+OLD_LAYOUT_ENV = "RQUEUE_EXPERIMENTAL_LAYOUT"
 
 
 class LogLayout(enum.Enum):
@@ -36,14 +38,15 @@ class LogLayout(enum.Enum):
 
 def default_layout() -> LogLayout:
     """The layout of the queues a client makes under a prefix that has
-    none yet (rqueue.engine.prefix_layout): LogLayout.HASH unless the
-    environment names another (LAYOUT_ENV)."""
-    text = os.environ.get(LAYOUT_ENV, "") or LogLayout.HASH.value
+    none yet (rqueue.engine.prefix_layout): LogLayout.STREAM unless the
+    environment names another (LAYOUT_ENV, or OLD_LAYOUT_ENV)."""
+    name = LAYOUT_ENV if os.environ.get(LAYOUT_ENV) else OLD_LAYOUT_ENV
+    text = os.environ.get(name, "") or LogLayout.STREAM.value
     try:
         return LogLayout(text)
     except ValueError:
         names = ", ".join(layout.value for layout in LogLayout)
-        raise ValueError(f"{LAYOUT_ENV} is {text!r}; it must be one of {names}") from None
+        raise ValueError(f"{name} is {text!r}; it must be one of {names}") from None
 
 
 @dataclass(frozen=True)
