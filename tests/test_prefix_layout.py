@@ -14,6 +14,7 @@ import pytest
 from support.aio_bridge import connect_as
 
 from rqueue.engine.keys import LAYOUT_ENV, LogLayout, layout_key, registry_key
+from rqueue.engine.prefix_layout import AsyncPrefixLayout, PrefixLayout
 from rqueue.errors import CorruptRecord, LayoutMismatch
 
 
@@ -191,3 +192,65 @@ def test_a_new_prefix_takes_the_stream_layout_unless_the_environment_names_anoth
     monkeypatch.setenv(LAYOUT_ENV, "tree")
     with pytest.raises(ValueError, match="RQUEUE_LAYOUT is 'tree'; it must be one of hash, stream"):
         default_layout()
+
+
+class _MarkerReadEarly:
+    """A client whose first read of the marker comes before another client's
+    write of it (the value is taken as missing), and whose later reads see
+    the server as it is."""
+
+    def __init__(self, r: Any, key: str) -> None:
+        self._r, self._key, self._first = r, key, True
+
+    def get(self, key: str) -> Any:
+        if key == self._key and self._first:
+            self._first = False
+            return None
+        return self._r.get(key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._r, name)
+
+
+class _AsyncMarkerReadEarly(_MarkerReadEarly):
+    async def get(self, key: str) -> Any:  # type: ignore[override]
+        if key == self._key and self._first:
+            self._first = False
+            return None
+        return await self._r.get(key)
+
+
+def test_a_client_that_read_no_marker_just_before_another_listed_a_partitioned_queue_takes_the_marker(
+    api, backend, prefix
+):
+    # given a prefix whose first queue, partitioned (its plain meta names no layout), a
+    # stream-default client made and listed after writing the marker
+    maker = client_of("sync", backend, prefix, "stream")
+    try:
+        pq = maker.queue("orders", partitions=2)
+        pq.publish(b"a", key="k")
+        assert maker.redis.get(layout_key(prefix)) == b"stream"
+        # when a hash-default client read the marker as missing just before that write, and the
+        # listing just after it
+        if api == "sync":
+            view = PrefixLayout(_MarkerReadEarly(maker.redis, layout_key(prefix)), prefix, LogLayout.HASH)
+            found = view.layout
+        else:
+            import asyncio
+
+            import rqueue.aio
+
+            async def read() -> LogLayout:
+                c = await rqueue.aio.connect(backend, prefix=prefix)
+                try:
+                    view = AsyncPrefixLayout(_AsyncMarkerReadEarly(c.redis, layout_key(prefix)), prefix, LogLayout.HASH)
+                    await view.read()
+                    return view.layout
+                finally:
+                    await c.close()
+
+            found = asyncio.run(read())
+        # then it reads the marker again rather than take the plain queue's meta for the layout
+        assert found is LogLayout.STREAM
+    finally:
+        maker.close()

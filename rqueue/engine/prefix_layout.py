@@ -115,12 +115,18 @@ class PrefixLayout:
             listed: list[bytes | None] = []
             if marker is None:
                 names = guarded(lambda: retry(lambda: r.smembers(registry_key(self._prefix))), where=where)
+                if names:
+                    # A lister writes the marker before its listing: one seen
+                    # here (a client that listed the first queue meanwhile) is
+                    # read again, not derived.
+                    marker = guarded(lambda: retry(lambda: r.get(key)), where=where)
 
                 def field(meta: str) -> bytes | None:
                     value: bytes | None = guarded(lambda: retry(lambda: r.hget(meta, "layout")), where=where)
                     return value
 
-                listed = [field(meta) for meta in _metas(self._prefix, names)]
+                if marker is None:
+                    listed = [field(meta) for meta in _metas(self._prefix, names)]
             self._layout, self._unmarked = _parsed(self._prefix, marker, listed, self._default)
         return self._layout
 
@@ -161,8 +167,11 @@ class AsyncPrefixLayout:
         listed: list[bytes | None] = []
         if marker is None:
             names = await aguarded(lambda: r.smembers(registry_key(self._prefix)), where=where)
-            for meta in _metas(self._prefix, names):
-                listed.append(await aguarded(partial(r.hget, meta, "layout"), where=where))
+            if names:  # as PrefixLayout.layout: a listing seen is read with its marker
+                marker = await aguarded(lambda: r.get(key), where=where)
+            if marker is None:
+                for meta in _metas(self._prefix, names):
+                    listed.append(await aguarded(partial(r.hget, meta, "layout"), where=where))
         self.layout, self._unmarked = _parsed(self._prefix, marker, listed, self.layout)
 
     async def mark(self, name: str) -> None:
