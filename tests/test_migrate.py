@@ -53,6 +53,20 @@ def old(backend: str, prefix: str, clock: Any) -> Any:
     c.close()
 
 
+@pytest.fixture
+def private(prefix: str, clock: Any) -> Any:
+    """A hash-layout client of a private Redis, whose memory limit a test sets."""
+    server = start_server("redis")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(LAYOUT_ENV, "hash")
+        c = connect_as("sync", server.url, prefix=prefix, clock=clock, settings_ttl=0)
+    try:
+        yield server, c
+    finally:
+        c.close()
+        server.stop()
+
+
 def test_a_prefix_in_use_moves_and_each_group_gets_what_it_had_not_settled(old, backend, prefix, clock):
     # given a hash-layout queue with two groups: plain, header, delayed, priority and keyed
     # messages; g1 acked two out of order, rejected one and holds one in flight; g2 settled
@@ -320,33 +334,24 @@ def test_the_command_asks_first_and_prints_json(backend, prefix, clock, monkeypa
         c.close()
 
 
-def test_a_migration_near_maxmemory_takes_smaller_steps_and_loses_nothing(prefix, clock):
+def test_a_migration_near_maxmemory_takes_smaller_steps_and_loses_nothing(private, clock):
     # given a private Redis whose maxmemory leaves less room than one step of copies needs
-    server = start_server("redis")
+    server, c = private
+    q = c.queue("orders")
+    payloads = [b"%06d" % i + b"x" * 100 for i in range(20_000)]
+    q.publish_many(payloads)
+    r = c.redis
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", int(r.info("memory")["used_memory"]) + 200_000)
+    # when the prefix is migrated, then it completes, and every message is there once
+    report = migrate_prefix(c)
+    assert [(lv.before, lv.logged) for lv in report.levels] == [("hash", 20_000)]
+    r.config_set("maxmemory", 0)
+    new = connect_as("sync", server.url, prefix=c.prefix, clock=clock, settings_ttl=0)
     try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv(LAYOUT_ENV, "hash")
-            c = connect_as("sync", server.url, prefix=prefix, clock=clock, settings_ttl=0)
-        try:
-            q = c.queue("orders")
-            payloads = [b"%06d" % i + b"x" * 100 for i in range(20_000)]
-            q.publish_many(payloads)
-            r = c.redis
-            r.config_set("maxmemory-policy", "noeviction")
-            r.config_set("maxmemory", int(r.info("memory")["used_memory"]) + 200_000)
-            # when the prefix is migrated, then it completes, and every message is there once
-            report = migrate_prefix(c)
-            assert [(lv.before, lv.logged) for lv in report.levels] == [("hash", 20_000)]
-            r.config_set("maxmemory", 0)
-            new = connect_as("sync", server.url, prefix=prefix, clock=clock, settings_ttl=0)
-            try:
-                assert drain(new.queue("orders").consumer("g"), clock) == payloads
-            finally:
-                new.close()
-        finally:
-            c.close()
+        assert drain(new.queue("orders").consumer("g"), clock) == payloads
     finally:
-        server.stop()
+        new.close()
 
 
 def test_a_partitioned_queue_moves_with_each_partition_and_its_dead_letters(old, backend, prefix, clock):
@@ -404,34 +409,25 @@ def test_a_dead_letter_queue_named_by_the_setting_moves_too(old, backend, prefix
         new.close()
 
 
-def test_a_run_refused_before_any_level_moved_leaves_the_prefix_as_it_was(prefix, clock):
+def test_a_run_refused_before_any_level_moved_leaves_the_prefix_as_it_was(private, prefix, clock):
     # given a private Redis at maxmemory, and a hash prefix with a queue
-    server = start_server("redis")
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv(LAYOUT_ENV, "hash")
-            c = connect_as("sync", server.url, prefix=prefix, clock=clock, settings_ttl=0)
-        try:
-            q = c.queue("orders")
-            q.publish_many([b"a", b"b"])
-            r = c.redis
-            r.config_set("maxmemory-policy", "noeviction")
-            r.set("filler", b"x" * 2_000_000)
-            r.config_set("maxmemory", int(r.info("memory")["used_memory"]) - 1_000_000)
-            # when the prefix is migrated, then it is refused for memory
-            with pytest.raises(OutOfMemory):
-                migrate_prefix(c)
-            # and the marker and the queue are as they were: a hash client still consumes it
-            r.config_set("maxmemory", 0)
-            assert r.get(layout_key(prefix)) == b"hash"
-            assert r.hget(q.keys.meta, "layout") is None
-            assert drain(q.consumer("g"), clock) == [b"a", b"b"]
-            # and a run with room moves it
-            assert migrate_prefix(c).marked
-        finally:
-            c.close()
-    finally:
-        server.stop()
+    _server, c = private
+    q = c.queue("orders")
+    q.publish_many([b"a", b"b"])
+    r = c.redis
+    r.config_set("maxmemory-policy", "noeviction")
+    r.set("filler", b"x" * 2_000_000)
+    r.config_set("maxmemory", int(r.info("memory")["used_memory"]) - 1_000_000)
+    # when the prefix is migrated, then it is refused for memory
+    with pytest.raises(OutOfMemory):
+        migrate_prefix(c)
+    # and the marker and the queue are as they were: a hash client still consumes it
+    r.config_set("maxmemory", 0)
+    assert r.get(layout_key(prefix)) == b"hash"
+    assert r.hget(q.keys.meta, "layout") is None
+    assert drain(q.consumer("g"), clock) == [b"a", b"b"]
+    # and a run with room moves it
+    assert migrate_prefix(c).marked
 
 
 def test_a_hash_clients_ack_of_a_replayed_delivery_after_the_move_leaves_no_record_behind(old, backend, prefix, clock):

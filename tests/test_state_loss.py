@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from support import logview
 from support.aio_bridge import parametrize_api
+from support.layouts import both_layouts  # noqa: F401  (every test on both layouts)
 from support.servers import start_server, wait_for
 from test_aio_worker import AsyncWorkerThread
 
@@ -35,16 +36,6 @@ QUEUE = "orders"
 
 
 pytest_generate_tests = parametrize_api  # every test of a client runs against both (aio_bridge.py)
-
-
-@pytest.fixture(autouse=True, params=["stream", "hash"])
-def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test of this file runs on both log layouts: the stream layout,
-    a new prefix's, and the hash layout, which prefixes made before it keep
-    until migrated (docs/upgrading.md). A test parametrized by ``layout``
-    itself takes its own values instead."""
-    monkeypatch.setenv(LAYOUT_ENV, str(request.param))
-    return str(request.param)
 
 
 def wipe(client: rqueue.Client) -> None:

@@ -17,23 +17,13 @@ from pathlib import Path
 
 import pytest
 import redis
+from support.layouts import both_layouts  # noqa: F401  (every test on both layouts)
 from support.servers import start_server, wait_for
 
 import rqueue
 from rqueue.constants import IDLE_POLL_INTERVAL
-from rqueue.engine.keys import LAYOUT_ENV
 
 HERE = Path(__file__).resolve().parent
-
-
-@pytest.fixture(autouse=True, params=["stream", "hash"])
-def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test of this file runs on both log layouts: the stream layout,
-    a new prefix's, and the hash layout, which prefixes made before it keep
-    until migrated (docs/upgrading.md). A test parametrized by ``layout``
-    itself takes its own values instead."""
-    monkeypatch.setenv(LAYOUT_ENV, str(request.param))
-    return str(request.param)
 
 
 def test_handler_raising_base_exception_does_not_kill_the_worker(backend, prefix):

@@ -2,8 +2,9 @@
   A queue's layout (includes/log.lua) against the log key a call was sent.
   The layout is meta field "layout": "stream", or no field for the hash
   layout; "migrating" while migrate.lua moves the log from the hash to the
-  stream, when the keys of both layouts are refused. A queue without the field and without a seq has stored nothing
-  yet: a publish sent a stream key makes it a stream queue (markLayout).
+  stream, when the keys of both layouts are refused. A queue without the
+  field and without a seq has stored nothing yet: a publish sent a stream
+  key makes it a stream queue (markLayout).
   Every script that touches the log checks before any write (RQ_LAYOUT),
   so that a client of the other layout changes nothing: it would read no
   records, and take the messages for lost. ack and ack_result check a
