@@ -56,6 +56,7 @@
 --@include log
 --@include bulk
 --@include bulk_get
+--@include stored_seq
 
 local rcall = redis.call
 local metaKey, hashKey, streamKey, sideKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -63,17 +64,6 @@ local prioKey, pinnedKey, settledKey = KEYS[5], KEYS[6], KEYS[7]
 local MIGRATING = 'migrating'
 local MAX_SEQS = 5000
 local step = ARGV[1]
-
--- A meta field that holds a seq, as a number (missing: 0); RQ_CORRUPT
--- (raised, before any write) when it holds anything else.
-local function seqField(field)
-  local raw = rcall('HGET', metaKey, field)
-  local v = tonumber(raw or '0')
-  if not (v and v >= 0 and v % 1 == 0) then
-    error('RQ_CORRUPT ' .. metaKey .. ' field ' .. field .. ' holds ' .. string.sub(raw, 1, 40) .. ', not a seq')
-  end
-  return v
-end
 
 local function notBegun(layout)
   return redis.error_reply('RQ_LAYOUT ' .. metaKey .. ' says the log has the ' .. tostring(layout or 'hash')
@@ -123,7 +113,7 @@ local count = #ARGV - 1
 if count < 1 or count > MAX_SEQS then
   return redis.error_reply('RQ_BAD_ARGUMENT a copy takes 1 to ' .. MAX_SEQS .. ' seqs, not ' .. count)
 end
-local migrated = seqField('migrated')
+local migrated = seqAt(metaKey, 'migrated')
 local seqs, last = {}, migrated
 for i = 2, #ARGV do
   local seq = tonumber(ARGV[i])
@@ -138,7 +128,7 @@ for i = 2, #ARGV do
   last = seq
   seqs[#seqs + 1] = ARGV[i]
 end
-local trimmed = seqField('trimmed')
+local trimmed = seqAt(metaKey, 'trimmed')
 
 local records = bulkGet(hashKey, seqs)
 local pins = bulkGet(pinnedKey, seqs)

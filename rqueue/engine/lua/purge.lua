@@ -29,6 +29,7 @@
 --@include settle
 --@include record_event
 --@include layout
+--@include stored_seq
 
 local wrongLayout = checkLayout(metaKey, msgsKey)
 if wrongLayout then
@@ -39,14 +40,6 @@ local limit = tonumber(ARGV[8])
 local seqs = {}
 
 -- The positions it works from, checked before any write.
-local function seqAt(key, field)
-  local raw = rcall('HGET', key, field)
-  local v = tonumber(raw or '0')
-  if not (v and v >= 0 and v % 1 == 0) then
-    error('RQ_CORRUPT ' .. key .. ' field ' .. field .. ' holds ' .. string.sub(raw, 1, 40) .. ', not a seq')
-  end
-  return v
-end
 local floor, cursor, last = seqAt(floorsKey, groupName), seqAt(groupKey, 'cursor'), seqAt(metaKey, 'seq')
 if cursor < floor then
   return redis.error_reply('RQ_CORRUPT ' .. groupKey .. ' field cursor is ' .. cursor .. ', below the ack floor '

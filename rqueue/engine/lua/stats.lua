@@ -24,6 +24,7 @@
 --@include group_keys
 --@include group_names
 --@include layout
+--@include stored_seq
 
 local wrongLayout = checkLayout(metaKey, msgsKey)
 if wrongLayout then
@@ -41,14 +42,6 @@ put('now', now)
 -- Figures from damaged keys would mislead (a pending count below zero):
 -- a seq that is garbage, or a last seq below the cursor or missing while
 -- records are stored, is RQ_CORRUPT naming the key.
-local function seqAt(key, field)
-  local raw = rcall('HGET', key, field)
-  local v = tonumber(raw or '0')
-  if not (v and v >= 0 and v % 1 == 0) then
-    error('RQ_CORRUPT ' .. key .. ' field ' .. field .. ' holds ' .. string.sub(raw, 1, 40) .. ', not a seq')
-  end
-  return v
-end
 local lastSeq, cursor = seqAt(metaKey, 'seq'), seqAt(groupKey, 'cursor')
 if lastSeq < cursor or lastSeq == 0 and logAny(msgsKey) then
   error('RQ_CORRUPT ' .. metaKey .. ' field seq (the last seq) is ' .. (rcall('HGET', metaKey, 'seq') or 'missing')
