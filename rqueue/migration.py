@@ -1,8 +1,9 @@
 """The move of every queue of a prefix from the hash layout to the stream
-layout (`rqueue migrate`, docs/upgrading.md): each level of each queue (the
-queue, each partition, each dead-letter level, listed or found by SCAN) by
-rqueue.engine.migration, the list read again for queues a client made
-meanwhile, and the prefix's marker last, once every level moved: a run
+layout (`rqueue migrate`, docs/upgrading.md): each level of the prefix (a
+queue, a partition, a dead-letter level: every meta hash SCAN finds, so
+also a dead-letter queue named by the dead_letter setting, which no list
+names) by rqueue.engine.migration, the levels read again for those a
+client made meanwhile, and the prefix's marker last, once every level moved: a run
 refused on the way (memory, a damaged level) leaves the marker on the hash
 layout, whose clients the levels not yet moved keep serving. A level
 refuses both layouts' calls but a hash-layout ack while it moves, and a
@@ -16,11 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .client import Client
-from .engine import store
 from .engine.keys import LogLayout
-from .engine.migration import LevelMigrated, Progress, level_bases, mark_prefix, migrate_level, scanned_bases
-from .partitions import PartitionedQueue
-from .queue import Queue
+from .engine.migration import LevelMigrated, Progress, mark_prefix, migrate_level, scanned_bases
 
 # Readings of the prefix's levels: each after the first finds only those a
 # client made while the ones before were moved.
@@ -56,24 +54,6 @@ class PrefixMigrated:
         }
 
 
-def queue_bases(client: Client) -> list[str]:
-    """The base of every level of every queue of the prefix, each once: the
-    listed queues' (a partitioned queue's own and each partition's, and
-    their dead-letter levels), then those found by SCAN that no list names
-    (a dead-letter queue named by the dead_letter setting). Raises what
-    opening a listed name raises, before anything is written."""
-    bases: list[str] = []
-    for name in store.registered_queues(client.redis, client.prefix):
-        q = client.queue(name)
-        tops = [Queue(client, name).keys.base]
-        if isinstance(q, PartitionedQueue):
-            tops += [part.keys.base for part in q.parts]
-        for top in tops:
-            bases += level_bases(client.redis, top)
-    bases += scanned_bases(client.redis, client.prefix)
-    return list(dict.fromkeys(bases))
-
-
 def migrate_prefix(client: Client, progress: Progress | None = None) -> PrefixMigrated:
     """Moves every queue of ``client``'s prefix to the stream layout, or
     finishes a migration that was cut off, and then marks the prefix.
@@ -87,12 +67,12 @@ def migrate_prefix(client: Client, progress: Progress | None = None) -> PrefixMi
                 report.levels.append(migrate_level(client.scripts, client.redis, base, progress))
                 done.add(base)
 
-    bases = queue_bases(client)
+    bases = scanned_bases(client.redis, client.prefix)
     for _ in range(LIST_ROUNDS):
         if all(base in done for base in bases):
             break
         move_new(bases)
-        bases = queue_bases(client)
+        bases = scanned_bases(client.redis, client.prefix)
     report.left = [base for base in bases if base not in done]
     if report.left:
         return report
@@ -100,5 +80,5 @@ def migrate_prefix(client: Client, progress: Progress | None = None) -> PrefixMi
     client.log_layout = LogLayout.STREAM
     report.marked = True
     # A queue a client made between the last reading and the marker.
-    move_new(queue_bases(client))
+    move_new(scanned_bases(client.redis, client.prefix))
     return report

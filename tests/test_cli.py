@@ -346,3 +346,23 @@ def test_console_script_demo_starts_its_own_server():
     assert report["redelivered"] >= 2
     assert report["stats"]["groups"][0]["ack_floor"] == report["stats"]["last_seq"] == 200
     assert report["stats"]["depth"] == 0 and report["stats"]["dead_letters"] == 3
+
+
+def test_labelled_bars_draw_on_a_terminal_only_and_never_for_json(monkeypatch, capsys):
+    # given work reported as (label, done, total), as the doctor's checks and the migration's levels are
+    from rqueue.cli.common import LabelledBars
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    # when it is reported on a terminal, then a bar per label is drawn on stderr, stdout untouched
+    bars = LabelledBars(min_total=10)
+    bars("checking leases", 5, 50)
+    bars("checking leases", 50, 50)
+    bars("short", 1, 3)  # below min_total: no bar
+    bars.close()
+    out, err = capsys.readouterr()
+    assert out == "" and "checking leases" in err and "short" not in err
+    # and with --json (quiet) nothing is drawn
+    quiet = LabelledBars(quiet=True)
+    quiet("checking leases", 50, 50)
+    quiet.close()
+    assert capsys.readouterr() == ("", "")

@@ -110,6 +110,35 @@ def progress(length: int, label: str, *, quiet: bool = False) -> Any:
     return click.progressbar(length=length, label=label, file=sys.stderr)
 
 
+class LabelledBars:
+    """A progress bar on stderr per label, for work reported as (label,
+    done, total): the doctor's checks, the migration's levels. Shown as
+    ``progress`` shows its bar (on a terminal, never with ``quiet``), and
+    only for work longer than ``min_total``."""
+
+    def __init__(self, *, quiet: bool = False, min_total: int = 0) -> None:
+        self.shown = not quiet and sys.stderr.isatty()
+        self.min_total = min_total
+        self.bars: dict[str, tuple[Any, int]] = {}
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if not self.shown or total <= self.min_total:
+            return
+        if label not in self.bars:
+            bar = click.progressbar(length=total, label=label, file=sys.stderr)
+            bar.__enter__()
+            self.bars[label] = (bar, 0)
+        bar, shown = self.bars[label]
+        bar.update(done - shown)
+        self.bars[label] = (bar, done)
+        if done >= total:
+            bar.__exit__(None, None, None)
+
+    def close(self) -> None:
+        for bar, _ in self.bars.values():
+            bar.render_finish()
+
+
 def clock_time(ms: int | None) -> str:
     """Server milliseconds since the epoch as a local date and time for
     people; "-" for None."""

@@ -3,38 +3,13 @@ and with --repair repairs what is safe (rqueue/doctor.py, docs/doctor.md)."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
 from rqueue import doctor as checks
-from rqueue.cli.common import EXIT_ERROR, connection, emit_json, existing
+from rqueue.cli.common import EXIT_ERROR, LabelledBars, connection, emit_json, existing
 from rqueue.engine.doctor_reads import SCAN_STEP
-
-
-class Bars:
-    """A progress bar on stderr per long check (longer than one step)."""
-
-    def __init__(self) -> None:
-        self.bars: dict[str, tuple[Any, int]] = {}
-
-    def __call__(self, label: str, done: int, total: int) -> None:
-        if total <= SCAN_STEP:
-            return
-        if label not in self.bars:
-            bar = click.progressbar(length=total, label=label, file=sys.stderr)
-            bar.__enter__()
-            self.bars[label] = (bar, 0)
-        bar, shown = self.bars[label]
-        bar.update(done - shown)
-        self.bars[label] = (bar, done)
-        if done >= total:
-            bar.__exit__(None, None, None)
-
-    def close(self) -> None:
-        for bar, _ in self.bars.values():
-            bar.render_finish()
 
 
 def finding_text(f: checks.Finding) -> str:
@@ -60,7 +35,7 @@ def doctor(ctx: click.Context, queue: str, do_repair: bool, as_json: bool) -> No
     queue).
     """
     obj = ctx.obj
-    bars = Bars()
+    bars = LabelledBars(quiet=as_json, min_total=SCAN_STEP)
     with connection(obj["url"], obj["prefix"]) as client:
         q = existing(client, queue)
         found = checks.examine(q, bars)

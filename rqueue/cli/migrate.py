@@ -8,36 +8,9 @@ from typing import Any
 
 import click
 
-from rqueue.cli.common import EXIT_ERROR, connection, emit_json
+from rqueue.cli.common import EXIT_ERROR, LabelledBars, connection, emit_json
 from rqueue.engine.keys import LogLayout
 from rqueue.migration import migrate_prefix
-
-
-class LevelBars:
-    """A progress bar on stderr per level being copied (on a terminal, and
-    never with --json)."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.shown = not quiet and sys.stderr.isatty()
-        self.bar: Any = None
-        self.base = ""
-        self.done = 0
-
-    def __call__(self, base: str, done: int, total: int) -> None:
-        if not self.shown:
-            return
-        if base != self.base:
-            self.close()
-            self.bar = click.progressbar(length=max(total, 1), label=base, file=sys.stderr)
-            self.bar.__enter__()
-            self.base, self.done = base, 0
-        self.bar.update(done - self.done)
-        self.done = done
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
-            self.bar = None
 
 
 @click.command()
@@ -69,7 +42,7 @@ def migrate(obj: dict[str, Any], target: str, yes: bool, as_json: bool) -> None:
             abort=True,
             err=True,
         )
-    bars = LevelBars(as_json)
+    bars = LabelledBars(quiet=as_json)
     with connection(obj["url"], prefix) as client:
         try:
             report = migrate_prefix(client, bars)

@@ -62,22 +62,11 @@ def level_keys(base: str) -> list[str]:
     return [hashed.meta, hashed.msgs, streamed.msgs, streamed.side, hashed.prio, hashed.pinned, hashed.settled]
 
 
-def level_bases(r: Any, base: str) -> list[str]:
-    """``base`` and each dead-letter level below it that was ever written
-    (its meta hash or its hash log exists), top first."""
-    bases: list[str] = []
-    keys = QueueKeys(base)
-    while guarded(partial(r.exists, keys.meta, log.key(keys)), where=keys.base):
-        bases.append(keys.base)
-        keys = keys.dead_letters
-    return bases
-
-
 def scanned_bases(r: Any, prefix: str) -> list[str]:
-    """The base of every level of ``prefix`` that has a meta hash, found by
-    SCAN: also the levels no list names (a dead-letter queue named by the
-    dead_letter setting, which dead-lettering makes without listing it). A
-    base is ``<prefix>:{<name>}`` or ``<prefix>:part:{<tag>}``, then
+    """The base of every level of ``prefix`` (a queue, a partition, a
+    dead-letter level) that has a meta hash, found by SCAN, so also those
+    no list names (a dead-letter queue named by the dead_letter setting,
+    which dead-lettering makes without listing it). A base is ``<prefix>:{<name>}`` or ``<prefix>:part:{<tag>}``, then
     ``:dlq`` per level down; names hold no brace."""
     glob = re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + ":*meta"
     shape = re.compile(re.escape(prefix) + r":(?:part:)?\{[^{}]+\}(?::dlq)*:meta")
