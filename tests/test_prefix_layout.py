@@ -55,47 +55,29 @@ def test_a_client_of_another_default_follows_the_prefixs_marker(api, backend, pr
         maker.close()
 
 
-def test_a_prefix_listed_before_markers_is_of_the_hash_layout(api, backend, prefix):
-    # given a prefix written before markers: a hash-layout queue with a message, listed, and no marker
-    old = client_of("sync", backend, prefix, "hash")
-    old.queue("orders").publish(b"a")
-    old.redis.delete(layout_key(prefix))
-    assert old.redis.exists(registry_key(prefix)) == 1
-    # when a client whose default is the stream layout connects and uses it
-    new = client_of(api, backend, prefix, "stream")
+@pytest.mark.parametrize("written, other", [("hash", "stream"), ("stream", "hash")])
+def test_a_prefix_without_a_marker_takes_the_layout_its_queues_say(api, backend, prefix, written, other):
+    # given a prefix with a listed queue holding a message and no marker: written before markers
+    # existed (the hash layout), or its marker deleted by hand
+    maker = client_of("sync", backend, prefix, written)
+    maker.queue("orders").publish(b"a")
+    maker.redis.delete(layout_key(prefix))
+    assert maker.redis.exists(registry_key(prefix)) == 1
+    # when a client whose default is the other layout connects and uses the queue
+    reader = client_of(api, backend, prefix, other)
     try:
-        assert new.log_layout is LogLayout.HASH
-        q = new.queue("orders")
+        q = reader.queue("orders")
         c = q.consumer("g")
         (d,) = c.fetch(1)
-        # then it reads the queue's message, and its first listing writes the marker as it found it
+        # then it took the layout from the queue's meta: it reads the message, its first
+        # listing writes the marker as it found it, and it publishes to the queue
+        assert reader.log_layout is LogLayout(written)
         assert d.data == b"a"
-        assert old.redis.get(layout_key(prefix)) == b"hash"
+        assert maker.redis.get(layout_key(prefix)) == written.encode()
         q.publish(b"b")
         assert [m.data for m in q.peek()] == [b"a", b"b"]
     finally:
-        new.close()
-        old.close()
-
-
-def test_a_prefix_whose_marker_was_deleted_takes_the_layout_its_queues_say(api, backend, prefix):
-    # given a stream prefix with a queue holding a message, and its marker deleted by hand
-    maker = client_of("sync", backend, prefix, "stream")
-    maker.queue("orders").publish(b"a")
-    maker.redis.delete(layout_key(prefix))
-    # when a client whose default is the hash layout connects and uses the queue
-    other = client_of(api, backend, prefix, "hash")
-    try:
-        q = other.queue("orders")
-        c = q.consumer("g")
-        (d,) = c.fetch(1)
-        # then it took the layout from the queue's meta: it reads the message, and its
-        # first listing writes the marker back
-        assert other.log_layout is LogLayout.STREAM
-        assert d.data == b"a"
-        assert maker.redis.get(layout_key(prefix)) == b"stream"
-    finally:
-        other.close()
+        reader.close()
         maker.close()
 
 

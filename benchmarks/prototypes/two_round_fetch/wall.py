@@ -8,16 +8,15 @@ client's CPU per message (rqueue / Streams).
 
 from __future__ import annotations
 
-import socket
+import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import redis
 
 import rqueue
+from rqueue.embedded import EmbeddedServer
 
 PAYLOAD = b"x" * 100
 
@@ -26,34 +25,11 @@ def main() -> None:
     k = int(sys.argv[1]) if len(sys.argv) > 1 else 100
     m = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
     turns = int(sys.argv[3]) if len(sys.argv) > 3 else 7
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            tempfile.mkdtemp(),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
+    # rqueue's own private server (free port, own data directory, no persistence).
+    server = EmbeddedServer(binary=shutil.which("redis-server")).start()
     try:
-        r = redis.Redis(port=port)
-        for _ in range(100):
-            try:
-                r.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.1)
-        client = rqueue.connect(f"redis://127.0.0.1:{port}", prefix="wall")
+        r = redis.Redis(port=server.port)
+        client = rqueue.connect(server.url, prefix="wall")
         client.configure("q", ack_wait=3600, prefetch=10**6, max_inflight=10**6)
         queue = client.queue("q")
         consumer = queue.consumer("g", "c1")
@@ -92,8 +68,7 @@ def main() -> None:
             f"rqueue from {rqueue.__file__}"
         )
     finally:
-        server.terminate()
-        server.wait(30)
+        server.stop()
 
 
 if __name__ == "__main__":
