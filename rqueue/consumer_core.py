@@ -268,6 +268,15 @@ class ConsumerCore:
                 try:
                     published, headers, data = decode_record(record, f"{self.queue.keys.msgs}[{seq}]")
                 except CorruptRecord as exc:
+                    if seq in reply.missing:
+                        # Claimed by the fetch, and its entry was not in the
+                        # log when the client read it (commands.fill_claimed):
+                        # deleted, or settled by another consumer meanwhile
+                        # and trimmed. set_aside tells which; _set_aside_done
+                        # logs what it did.
+                        why = f"record of seq {seq} is missing from {self.queue.keys.msgs}"
+                        aside.append((delivery_tag(seq, count, token), MISSING_RECORD, why))
+                        continue
                     log.error("%s; moving it to the dead-letter queue", exc)
                     aside.append((delivery_tag(seq, count, token), "corrupted-record", str(exc)))
                     continue
@@ -666,8 +675,10 @@ class ConsumerCore:
         delivery state is damaged costs only itself: its lease runs out and
         a fetch dead-letters it (corrupted-state), while the rest of the
         batch goes on."""
-        for (tag, reason, *_), result in zip(items, results, strict=True):
+        for (tag, reason, text, _), result in zip(items, results, strict=True):
             if type(result) is int:
+                if reason == MISSING_RECORD:
+                    log.error("%s; moved it to the dead-letter queue", text)
                 self._dead_lettered(tag, reason, result)
                 continue
             err = delivery_error(str(result), tag[0])
@@ -731,6 +742,10 @@ class ConsumerCore:
     def _left(self) -> None:
         self._closed = True
         self._held.clear()
+
+
+# The reason a claimed delivery without its record is set aside with.
+MISSING_RECORD = "missing-record"
 
 
 def expiry(header: str, published: int, now: int) -> str | None:

@@ -103,7 +103,8 @@ async def fetch(
     if not call.flow[0]:  # the short layout first, as the sync fetch (commands.fetch)
         try:
             reply = await call.scripts.fetch(call.fetch_keys, call.argv(args), call.fetch_keys_stream)
-            return c.noted(call, c.parse_fetch(reply, token, sent, slots, len(acks), call.fetch_keys_stream))
+            parsed = c.noted(call, c.parse_fetch(reply, token, sent, slots, len(acks), call.fetch_keys_stream))
+            return await claimed_filled(call, parsed)
         except (redis.RedisError, OSError) as exc:
             if not c.needs_flow_keys(exc):
                 raise c.translate(exc, call.queue, call.where) from exc
@@ -113,6 +114,18 @@ async def fetch(
     except (redis.RedisError, OSError) as exc:
         raise c.translate(exc, call.queue, call.where) from exc
     return c.noted(call, c.parse_fetch(reply, token, sent, slots, len(acks), call.keys_stream))
+
+
+async def claimed_filled(call: AsyncGroupCall, reply: c.FetchReply) -> c.FetchReply:
+    """As :func:`rqueue.engine.commands.claimed_filled`."""
+    if reply.claim is None:
+        return reply
+    _, lo, hi = reply.claim
+    try:
+        entries = await call.scripts.read_log(call.keys[1], lo, hi)
+    except (redis.RedisError, OSError) as exc:
+        raise c.translate(exc, call.queue, call.where) from exc
+    return c.fill_claimed(reply, entries)
 
 
 async def newest_wake(r: Any, keys: QueueKeys) -> str | None:
@@ -162,7 +175,8 @@ async def wait_then_fetch(
             raise c.translate(reply, call.queue, call.where) from reply
         return c.WokenFetch(since, refused, await fetch(call, n, token, waits=True))
     stream = call.keys_stream if call.flow[0] else call.fetch_keys_stream
-    return c.WokenFetch(since, refused, c.noted(call, c.parse_fetch(reply, token, 0, call_field=stream)))
+    parsed = c.noted(call, c.parse_fetch(reply, token, 0, call_field=stream))
+    return c.WokenFetch(since, refused, await claimed_filled(call, parsed))
 
 
 async def ack(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool) -> list[str]:

@@ -245,12 +245,19 @@ class AsyncScripts:
     def __init__(self, redis: Any, retry: AsyncRetrier = no_async_retry, shebang: bool = True) -> None:
         #: The client the scripts are sent with.
         self.redis = redis
+        self._retry = retry
         #: The connections of the script calls (None: redis-py's pool).
         self.connections = AsyncScriptConnections.of(redis)
         for name in SCRIPT_NAMES:
             texts = layout_texts(name, shebang)
             script = AsyncScript(redis, name, texts["hash"], retry, self.connections, texts.get("stream"))
             setattr(self, name, script)
+
+    async def read_log(self, key: str, first: int, last: int) -> list[Any]:
+        """As Scripts.read_log, through the client: entries as redis-py
+        parses them, (id, {field: value})."""
+        parsed: list[Any] = await self._retry(lambda: self.redis.xrange(key, first, last))
+        return parsed
 
     async def close(self) -> None:
         """Closes the connections of the script calls."""

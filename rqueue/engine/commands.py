@@ -29,7 +29,16 @@ from ..connection.cluster import not_run
 from ..errors import ConnectionLost, CorruptRecord, DeliveryError, NotPermitted, OutOfMemory, from_script_error
 from ..randomness import Randomness
 from ..results import ConsumerStats, GroupMessageStatus, GroupStats, MessageState, MessageStatus, PublishResult
-from .keys import FETCH_PLAIN_KEYS, SETTLE_KEYS, QueueKeys, ack_keys, call_keys_of, settle_keys, side_of
+from .keys import (
+    FETCH_PLAIN_KEYS,
+    SETTLE_KEYS,
+    QueueKeys,
+    ack_keys,
+    call_keys_of,
+    fetch_plain_keys,
+    settle_keys,
+    side_of,
+)
 from .scripts import Script, ScriptPipeline, Scripts, sent_stream_log
 
 T = TypeVar("T")
@@ -247,7 +256,7 @@ class GroupArgs:
         settings: GroupSettings,
     ) -> dict[str, Any]:
         """The fields for ``settings``, by name."""
-        fetch_keys = [*keys[:FETCH_PLAIN_KEYS], *call_keys_of(keys)]
+        fetch_keys = fetch_plain_keys(keys)
         acks, settles = ack_keys(keys), settle_keys(keys)
         return {
             "clock": clock,
@@ -340,6 +349,13 @@ class FetchReply(NamedTuple):
     # log's, lua/fetch.lua's call field): its deliveries are the count-1
     # ones among them. None: it wrote none.
     call: tuple[int, int] | None = None
+    # The seqs (first, last) this fetch claimed without reading their
+    # records (lua/fetch.lua's claim), after the index in raw of the first
+    # one's seq: their records are b"" until fill_claimed reads them.
+    claim: tuple[int, int, int] | None = None
+    # The claimed seqs whose record the log did not give (fill_claimed): the
+    # consumer sets them aside as missing-record.
+    missing: frozenset[int] = frozenset()
 
     def deliveries(self) -> Iterator[tuple[int, int, bytes]]:
         raw = self.raw
@@ -548,13 +564,18 @@ def parse_fetch(
     waiter = False
     if type(due) is bytes and due[:1] == b"w":
         waiter, due = True, due[1:]
-    head, call = FETCH_HEAD, None
+    head, call, claim = FETCH_HEAD, None, None
     if call_field:
         head += 1
         field = reply[FETCH_HEAD]
         if field:
-            first, _, last = field.partition(b":")
-            call = (int(first), int(last))
+            written, _, claimed = field.partition(b"/")
+            if written:
+                first, _, last = written.partition(b":")
+                call = (int(first), int(last))
+            if claimed:
+                at, lo, hi = claimed.split(b":")
+                claim = (int(at), int(lo), int(hi))
     statuses = unpack_statuses(reply[head : head + acks], slots, tags) if acks else []
     return FetchReply(
         int(reply[0]),
@@ -569,7 +590,79 @@ def parse_fetch(
         head + acks,
         waiter,
         call,
+        claim,
     )
+
+
+# The head of a record that parses as none (lua/includes/log.lua's
+# UNREADABLE_HEAD): a "p" entry's time past 6 bytes is no entry rqueue wrote.
+_UNREADABLE_HEAD = b"\0"
+_COMPACT_LIMIT = 1 << 48
+
+
+def _compact_head(ms: bytes) -> bytes:
+    """A compact record's head for an entry id's time ``ms`` (as
+    lua/includes/record_head.lua's compactHead makes it)."""
+    try:
+        number = int(ms)
+    except ValueError:
+        return _UNREADABLE_HEAD
+    if not 0 <= number < _COMPACT_LIMIT:
+        return _UNREADABLE_HEAD
+    return b"~" + number.to_bytes(6, "big")
+
+
+def fill_claimed(reply: FetchReply, entries: Sequence[Any]) -> FetchReply:
+    """``reply`` with its claim's records (``reply.claim``) written into
+    ``reply.raw`` from ``entries``, the log's XRANGE of the claimed seqs
+    (Scripts.read_log: [id, [field, value]], or (id, {field: value})), as
+    lua/includes/log.lua's logReadMany makes them: a "p" entry's record
+    with its head made again from the id's time, an "r" entry's as stored.
+    A claimed seq that has no such entry (deleted, or a stub whose record
+    is elsewhere) keeps b"" and is named in ``missing``."""
+    assert reply.claim is not None
+    at, lo, hi = reply.claim
+    raw = reply.raw
+    heads: dict[bytes, bytes] = {}
+    filled = 0
+    for eid, fields in entries:
+        if type(fields) is dict:
+            field, value = next(iter(fields.items()), (b"", b""))
+        else:
+            field, value = fields[0], fields[1]
+        dash = eid.find(b"-")
+        seq = int(eid[:dash])
+        i = at + 3 * (seq - lo) + 2
+        if not lo <= seq <= hi or raw[i]:
+            continue  # outside the claim, or a second entry of one seq: no entry rqueue wrote
+        if field == b"p":
+            ms = eid[dash + 1 :]
+            head = heads.get(ms)
+            if head is None:
+                head = heads[ms] = _compact_head(ms)
+            raw[i] = head + value
+        elif field == b"r":
+            raw[i] = value
+        else:
+            continue
+        filled += 1
+    if filled == hi - lo + 1:
+        return reply
+    return reply._replace(missing=frozenset(s for s in range(lo, hi + 1) if not raw[at + 3 * (s - lo) + 2]))
+
+
+def claimed_filled(call: GroupCall, reply: FetchReply) -> FetchReply:
+    """``reply`` with its claim's records read (fill_claimed), when it has
+    a claim. A failure raises, as a fetch whose reply was lost: the claimed
+    deliveries' leases run out, and they are offered again."""
+    if reply.claim is None:
+        return reply
+    _, lo, hi = reply.claim
+    try:
+        entries = call.scripts.read_log(call.keys[1], lo, hi)
+    except (redis.RedisError, OSError) as exc:
+        raise translate(exc, call.queue, call.where) from exc
+    return fill_claimed(reply, entries)
 
 
 def noted(call: GroupArgs, reply: FetchReply) -> FetchReply:
@@ -598,7 +691,8 @@ def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = (), waits: 
     if not call.flow[0]:
         try:
             reply = call.scripts.fetch(call.fetch_keys, call.argv(args), stream=call.fetch_keys_stream)
-            return noted(call, parse_fetch(reply, token, sent, slots, len(acks), call.fetch_keys_stream))
+            parsed = noted(call, parse_fetch(reply, token, sent, slots, len(acks), call.fetch_keys_stream))
+            return claimed_filled(call, parsed)
         except (redis.RedisError, OSError) as exc:
             if not needs_flow_keys(exc):
                 raise translate(exc, call.queue, call.where) from exc
@@ -655,7 +749,8 @@ def wait_then_fetch(call: GroupCall, wakes: str, since: str, block_ms: int, n: i
         call.flow[0] = True  # nothing was changed: the fetch again, with every key
         return WokenFetch(since, refused, fetch(call, n, token, waits=True))
     stream = call.keys_stream if call.flow[0] else call.fetch_keys_stream
-    return WokenFetch(since, refused, noted(call, parse_fetch(reply, token, 0, call_field=stream)))
+    parsed = noted(call, parse_fetch(reply, token, 0, call_field=stream))
+    return WokenFetch(since, refused, claimed_filled(call, parsed))
 
 
 # What memory:// (fakeredis) raises for an XREAD of a key that is no stream.

@@ -260,6 +260,17 @@ def ack_keys(keys: Sequence[str]) -> list[str]:
     return [*keys[:ACK_KEYS], *call_keys_of(keys)]
 
 
+def fetch_plain_keys(keys: Sequence[str]) -> list[str]:
+    """fetch.lua's KEYS for a plain call: the first FETCH_PLAIN_KEYS of
+    ``keys`` (a GroupKeys.as_list); in the stream layout then the call keys
+    and the queue's schedule of delayed publishes, by which fetch claims
+    first deliveries without reading their records (lua/fetch.lua)."""
+    calls = call_keys_of(keys)
+    if not calls:
+        return [*keys[:FETCH_PLAIN_KEYS]]
+    return [*keys[:FETCH_PLAIN_KEYS], *calls, keys[0].removesuffix("meta") + "sched"]
+
+
 # The first of GroupKeys.as_list that fetch.lua is sent for a queue that never
 # had a priority or keyed message, by a group without a rate limit: the
 # priority log and set, the rate window and the ordering keys' four are left

@@ -147,6 +147,30 @@ class ScriptConnections:
                 self._free, self._made, self._pid = [], [], os.getpid()
 
 
+def _send_direct(pool: Any, command: tuple[Any, ...]) -> Any:
+    """``command`` on a connection of ``pool``, its reply as Redis sent it
+    (Script._direct)."""
+    conn = pool.get_connection()
+
+    def attempt() -> Any:
+        if _pack is not None and type(getattr(conn, "_command_packer", None)) is _HIREDIS_PACKER:
+            # What the hiredis packer does, without its per-argument
+            # pass (rqueue sends str, bytes and numbers only).
+            try:
+                packed = _pack(command)
+            except TypeError as exc:
+                raise DataError(str(exc)) from None
+            conn.send_packed_command([packed])
+        else:
+            conn.send_command(*command)
+        return conn.read_response()
+
+    try:
+        return conn.retry.call_with_retry(attempt, lambda error: conn.disconnect())
+    finally:
+        pool.release(conn)
+
+
 class Script:
     """One script of one connection. Call it with ``keys`` and ``args``;
     with ``client=`` a :class:`ScriptPipeline` it is queued there instead.
@@ -214,27 +238,7 @@ class Script:
         connection back to the pool) without its per-call bookkeeping
         (observability hooks, option parsing, response callbacks: EVALSHA
         has none), which cost more client CPU than a small script call."""
-        pool = self._pool
-        conn = pool.get_connection()
-        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
-
-        def attempt() -> Any:
-            if _pack is not None and type(getattr(conn, "_command_packer", None)) is _HIREDIS_PACKER:
-                # What the hiredis packer does, without its per-argument
-                # pass (rqueue sends str, bytes and numbers only).
-                try:
-                    packed = _pack(command)
-                except TypeError as exc:
-                    raise DataError(str(exc)) from None
-                conn.send_packed_command([packed])
-            else:
-                conn.send_command(*command)
-            return conn.read_response()
-
-        try:
-            return conn.retry.call_with_retry(attempt, lambda error: conn.disconnect())
-        finally:
-            pool.release(conn)
+        return _send_direct(self._pool, ("EVALSHA", self.sha, len(keys), *keys, *args))
 
     def load(self) -> None:
         """SCRIPT LOAD (on every primary of a cluster). ScriptsNotLoaded when
@@ -415,6 +419,21 @@ class Scripts:
         """Closes the connections of the script calls."""
         if self.connections is not None:
             self.connections.disconnect()
+
+    def read_log(self, key: str, first: int, last: int) -> list[Any]:
+        """XRANGE of the stream ``key`` from seq ``first`` to ``last``: on the
+        script calls' direct path as Redis sent it (entries [id, [field,
+        value]]), without the response callback that would make a dict of
+        each entry's fields; through the client (a cluster's) as redis-py
+        parses it, (id, {field: value}). lua/fetch.lua's claim leaves these
+        records to the client."""
+        command = ("XRANGE", key, first, last)
+        pool = self.fetch._pool
+        if pool is not None and self._retry is no_retry:
+            reply: list[Any] = _send_direct(pool, command)
+            return reply
+        parsed: list[Any] = self._retry(lambda: self._redis.xrange(key, first, last))
+        return parsed
 
     def pipeline(self) -> ScriptPipeline:
         """A new pipeline for script calls (``script(keys=, args=, client=pipeline)``)."""

@@ -116,7 +116,15 @@
   a call record (includes/call_state.lua), whose deliveries are the
   count-1 ones of those seqs, by which the client acks them as ranges
   (includes/ack_ranges.lua); "" otherwise. The tags to ack may open with
-  such ranges, as ack.lua's.
+  such ranges, as ack.lua's. The call field ends in
+  "/<index>:<first seq>:<last seq>" when the call claimed those seqs (every
+  one of them, in order, a first delivery) without reading their records:
+  their records in the reply are "" (no record is empty), from the reply's
+  0-based <index> on, and the client reads them from the log itself. The
+  plain keys of a stream log are KEYS[1..17], the call keys and KEYS[21]
+  the queue's schedule of delayed publishes (<base>:sched, zset seq ->
+  not-before ms), by which fetch claims only while no delayed publish is
+  still to come.
 ]]
 --@end
 --@flags allow-oom
@@ -729,6 +737,10 @@ if got < room and not pickCut then
   -- cost grows with the record; the rest of a larger fetch takes the
   -- per-message path.
   local CALL_MAX = 128
+  -- Fewest first deliveries the scan claims without reading their records
+  -- (below): under it the client's second round trip costs one consumer
+  -- more than Redis saves (benchmarks/prototypes/two_round_fetch/NOTES.md).
+  local CLAIM_MIN = 32
   --@end
   local cursor = (groupFields[2] or 0) + 0
   local from = cursor
@@ -782,6 +794,38 @@ if got < room and not pickCut then
   local scanned = nil
   if callsKey and not rateLimit and room - got >= CALL_MIN then
     scanned = {}
+  end
+  -- The claim: CLAIM_MIN or more first deliveries from the cursor are taken
+  -- without reading their records, and the client reads those records with
+  -- one XRANGE of its own (rqueue/engine/commands.py, fill_claimed): their
+  -- copy into Lua and into the reply is most of what a large fetch costs
+  -- Redis. Only where the scan would hand out each of them as it stands: no
+  -- stubs (meta "prio"), no delayed publish whose time is still to come (the
+  -- schedule, KEYS[21], which a plain fetch alone is sent), nothing
+  -- refused, and no seq above the cursor that may lack its entry by right:
+  -- the scan passes over a record missing at or below the group's since
+  -- (settled by every group before it was made), and in the stream layout
+  -- such a seq lies above the trim point only at or below meta field
+  -- "gaps" (migrate.lua), so the cursor is at or past one of the two. A
+  -- claimed seq without an entry is set aside by the client and
+  -- dead-lettered (set_aside.lua: missing-record), as the scan would. The
+  -- seqs join the call record as the scan's would.
+  local claimed = nil -- the reply's claim part: "/<index of the first seq>:<first seq>:<last seq>"
+  if scanned and not refusal and not metaFields[4] and last ~= nil and last - cursor >= CLAIM_MIN
+    and room - got >= CLAIM_MIN and KEYS[21] == string.sub(msgsKey, 1, -4) .. 'sched'
+    and (cursor >= (tonumber(rcall('HGET', metaKey, 'gaps') or '0') or last)
+      or cursor >= (tonumber(rcall('HGET', groupKey, 'since') or '') or last))
+    and rcall('ZCOUNT', KEYS[21], '(' .. nowText, '+inf') == 0 then
+    local upTo = cursor + math.min(room - got, last - cursor, CALL_MAX)
+    claimed = '/' .. #out .. ':' .. string.format('%d', cursor + 1) .. ':' .. string.format('%d', upTo)
+    for s = cursor + 1, upTo do
+      scanned[#scanned + 1] = s
+      out[#out + 1] = s
+      out[#out + 1] = 1
+      out[#out + 1] = ''
+    end
+    got = got + (upTo - cursor)
+    cursor, cursorText = upTo, string.format('%d', upTo)
   end
   --@end
   local gone = {}
@@ -990,6 +1034,9 @@ if got < room and not pickCut then
         states[#states + 1] = firstState
         leased[#leased + 1] = field
       end
+    end
+    if claimed then
+      out[7] = out[7] .. claimed
     end
   end
   --@end

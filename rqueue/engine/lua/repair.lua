@@ -419,6 +419,12 @@ if what == 'meta' then
   -- A stream log's queue says so again (the call was sent its key, and a
   -- queue without a seq takes the layout of the key it is sent).
   markLayout(metaKey, msgsKey, rcall('HGET', metaKey, 'layout'))
+  if logIsStream(msgsKey) and rcall('HEXISTS', metaKey, 'gaps') == 0 then
+    -- Whether a migration left seqs without entries (migrate.lua's "gaps")
+    -- went with the hash: every seq so far may lack one, as far as a
+    -- fetch's claim can tell.
+    rcall('HSET', metaKey, 'gaps', ARGV[9])
+  end
   -- The trim point, the lowest ack floor (retention mode went with the
   -- hash): without it no settle would move it, and a stream log would
   -- keep every entry from here on.

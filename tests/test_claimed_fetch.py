@@ -1,0 +1,332 @@
+"""The claim (lua/fetch.lua, docs/layout-d-plan.md step 6): in the stream
+layout a fetch that takes CLAIM_MIN first deliveries or more from the
+cursor takes them without reading their records, and the client reads
+those with one XRANGE of its own (rqueue/engine/commands.py, fill_claimed).
+What a consumer gets must not differ from the one-round-trip scan's: the
+same payloads, headers and order; delayed messages not before their time;
+a missing record dead-lettered as missing-record; nothing below the
+group's since dead-lettered. Every backend, both clients."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support import logview
+from support.aio_bridge import parametrize_api
+from support.servers import wait_for
+
+import rqueue
+from rqueue.engine import commands
+from rqueue.engine.scripts import Scripts
+from rqueue.migration import migrate_prefix
+
+pytest_generate_tests = parametrize_api
+
+CLAIM_MIN = 32  # fetch.lua's CLAIM_MIN
+CALL_MAX = 128  # fetch.lua's CALL_MAX
+WAIT = 30  # ack_wait, s
+
+
+@pytest.fixture
+def claims(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[int, int]]]:
+    """The (first, last) seqs of every claim a fetch filled in this test."""
+    seen: list[tuple[int, int]] = []
+    fill = commands.fill_claimed
+
+    def spy(reply: commands.FetchReply, entries: Any) -> commands.FetchReply:
+        assert reply.claim is not None
+        seen.append(reply.claim[1:])
+        return fill(reply, entries)
+
+    monkeypatch.setattr(commands, "fill_claimed", spy)
+    yield seen
+
+
+def test_a_large_fetch_claims_its_first_deliveries_and_hands_out_their_records_as_stored(client, claims):
+    # given compact messages and messages with headers, in one queue
+    q = client.queue("orders")
+    q.publish_many([b"m%d" % i for i in range(1, 61)])
+    q.publish(b"with-headers", headers={"k": "v"})
+    q.publish_many([b"m%d" % i for i in range(62, 301)])
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    # when the consumer fetches 100, then 100 more
+    first = c.fetch(100)
+    second = c.fetch(100)
+    # then each fetch claimed its seqs, and every record came as published, in order
+    assert claims == [(1, 100), (101, 200)]
+    got = first + second
+    assert [d.seq for d in got] == list(range(1, 201))
+    assert [d.data for d in got if d.seq != 61] == [b"m%d" % i for i in range(1, 201) if i != 61]
+    assert (got[60].data, got[60].headers) == (b"with-headers", {"k": "v"})
+    assert all(d.delivery_count == 1 and not d.redelivered for d in got)
+    assert len({d.published_ms for d in got}) >= 1 and all(d.published_ms > 0 for d in got)
+    # and they settle as any delivery does
+    c.ack(got)
+    assert q.stats().groups[0].in_flight == 0
+
+
+def test_a_partitioned_queue_claims_in_each_partition(client, claims):
+    # given a queue of 2 partitions with 300 messages spread over them
+    q = client.queue("orders", partitions=2)
+    q.publish_many([b"m%d" % i for i in range(300)])
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    # when a consumer drains it 100 at a time
+    got: list[Any] = []
+    while batch := c.fetch(100):
+        got += batch
+        c.ack(batch)
+    # then every message came once, with its payload, and the partitions' fetches claimed
+    assert sorted(d.data for d in got) == sorted(b"m%d" % i for i in range(300))
+    assert claims
+
+
+def test_fewer_first_deliveries_than_claim_min_are_read_by_the_script(client, claims):
+    # given fewer messages waiting than a claim takes
+    q = client.queue("orders")
+    q.publish_many([b"m%d" % i for i in range(1, CLAIM_MIN)])
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    # when a large fetch takes them
+    got = c.fetch(100)
+    # then nothing was claimed, and every message came
+    assert claims == []
+    assert [d.data for d in got] == [b"m%d" % i for i in range(1, CLAIM_MIN)]
+
+
+def test_a_claim_stops_at_call_max_and_the_scan_reads_the_rest(client, claims):
+    # given more messages than one call record holds
+    q = client.queue("orders")
+    q.publish_many([b"m%d" % i for i in range(1, 301)])
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    # when one fetch takes 200
+    got = c.fetch(200)
+    # then the first CALL_MAX were claimed, and the rest read: all in order
+    assert claims == [(1, CALL_MAX)]
+    assert [d.data for d in got] == [b"m%d" % i for i in range(1, 201)]
+
+
+def test_no_claim_while_a_delayed_publish_is_still_to_come(client, claims, clock):
+    # given a queue with a message delayed by a minute among undelayed ones
+    q = client.queue("orders")
+    q.publish_many([b"m%d" % i for i in range(1, 41)])
+    q.publish(b"later", delay=60)
+    q.publish_many([b"m%d" % i for i in range(42, 101)])
+    c = q.consumer("g", "c1", ack_wait=3600, prefetch=1000)
+    # when a consumer fetches them all before its time
+    got = c.fetch(100)
+    # then nothing was claimed, and the delayed one was not handed out
+    assert claims == []
+    assert [d.seq for d in got] == [s for s in range(1, 101) if s != 41]
+    # and when its time has come, it comes; with no delay to come, later fetches claim again
+    clock.advance(61)
+    assert [d.data for d in c.fetch(100)] == [b"later"]
+    q.publish_many([b"n%d" % i for i in range(CLAIM_MIN)])
+    assert [d.data for d in c.fetch(100)] == [b"n%d" % i for i in range(CLAIM_MIN)]
+    assert claims == [(101, 100 + CLAIM_MIN)]
+
+
+def test_a_queue_with_priority_messages_is_read_by_the_script(client, claims):
+    # given a queue that had a message with a priority (stubs in the log)
+    q = client.queue("orders")
+    q.publish(b"urgent", priority=9)
+    q.publish_many([b"m%d" % i for i in range(1, 100)])
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    # when a consumer fetches them
+    got = c.fetch(100)
+    # then nothing was claimed, and the priority message came first
+    assert claims == []
+    assert [d.data for d in got] == [b"urgent"] + [b"m%d" % i for i in range(1, 100)]
+
+
+def test_a_claimed_seq_whose_entry_is_gone_is_dead_lettered_as_missing_record(client, claims):
+    # given 100 messages, and the entry of seq 5 deleted from the log (an operator's XDEL)
+    q = client.queue("orders")
+    q.publish_many([b"m%d" % i for i in range(1, 101)])
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    assert logview.delete(client.redis, q.keys, 5) == 1
+    # when a consumer fetches them
+    got = c.fetch(100)
+    # then the claim handed out the other 99, and seq 5 is a dead letter saying it was lost
+    assert claims == [(1, 100)]
+    assert [d.seq for d in got] == [s for s in range(1, 101) if s != 5]
+    dead = q.dead_letters()
+    assert [(d.seq, d.reason) for d in dead] == [(5, "missing-record")]
+    # and nothing of it is held: the group's in-flight count is what the consumer holds
+    c.ack(got)
+    assert q.stats().groups[0].in_flight == 0
+
+
+def test_a_group_made_after_a_migration_passes_over_the_seqs_the_hash_layout_deleted(backend, prefix, clock, claims):
+    # given a hash-layout queue of 100 whose only group settled seqs 50..60 above its floor, so the
+    # hash layout deleted those records one by one, then moved to the stream layout
+    old = logview.connect(backend, prefix, clock, "hash")
+    try:
+        q = old.queue("orders")
+        q.publish_many([b"m%d" % i for i in range(1, 101)])
+        a = q.consumer("a", "c1", ack_wait=WAIT, prefetch=1000)
+        a.ack([d for d in a.fetch(100) if 50 <= d.seq <= 60])
+        assert migrate_prefix(old).marked
+    finally:
+        old.close()
+    new = logview.connect(backend, prefix, clock, "stream")
+    try:
+        q = new.queue("orders")
+        # when a group made after the move at the first seq fetches (its cursor below "gaps")
+        q.create_group("b", start="first")
+        got = q.consumer("b", "c2", ack_wait=WAIT, prefetch=1000).fetch(100)
+        # then it gets every stored record, none of the deleted ones is a dead letter: nothing was claimed
+        assert [d.seq for d in got] == [s for s in range(1, 101) if not 50 <= s <= 60]
+        assert q.dead_letters() == []
+        assert claims == []
+        # and once past "gaps", its fetches claim again
+        q.publish_many([b"n%d" % i for i in range(CLAIM_MIN)])
+        assert len(q.consumer("b", "c2", ack_wait=WAIT, prefetch=1000).fetch(100)) == CLAIM_MIN
+        assert claims == [(101, 100 + CLAIM_MIN)]
+    finally:
+        new.close()
+
+
+def test_redis_losing_its_data_between_the_claim_and_the_read_hands_out_nothing(client, claims, monkeypatch):
+    # given 100 messages and a consumer
+    q = client.queue("orders")
+    q.publish_many([b"m%d" % i for i in range(1, 101)])
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    # and Redis losing every key after the fetch's script ran, before the client read the log
+    fill = commands.fill_claimed
+
+    def lost(reply: commands.FetchReply, entries: Any) -> commands.FetchReply:
+        return fill(reply, [])
+
+    monkeypatch.setattr(commands, "fill_claimed", lost)
+    client.redis.delete(*client.redis.keys(q.keys.base + "*"))
+    # when it fetches (the script sees an empty queue: nothing claimed) ...
+    assert c.fetch(100) == []
+    # ... and when the loss comes between the two calls
+    q.publish_many([b"n%d" % i for i in range(1, 101)])
+    got = c.fetch(100)
+    # then the claimed seqs, without entries, are not handed out, and no error is raised
+    assert got == []
+    assert {d.reason for d in q.dead_letters()} <= {"missing-record"}
+
+
+def test_a_waiting_consumer_woken_by_a_large_publish_gets_its_claimed_records(client, claims):
+    # given a consumer that waits for news (in Redis where it can)
+    q = client.queue("orders")
+    q.publish(b"first")
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000, wait_in_redis=True)
+    first = c.fetch(100)
+    assert [d.data for d in first] == [b"first"]
+    c.ack(first)
+    # when 100 messages come while it waits
+    publisher = threading.Timer(0.2, lambda: q.publish_many([b"m%d" % i for i in range(1, 101)]))
+    publisher.start()
+    try:
+        got = c.fetch(100, timeout=10)
+        while len(got) < 100:
+            more = c.fetch(100 - len(got), timeout=10)
+            assert more, "the rest never came"
+            got += more
+    finally:
+        publisher.join()
+    # then every record came as published, in order, some of them by a claim
+    assert [d.data for d in got] == [b"m%d" % i for i in range(1, 101)]
+    assert claims and all(first >= 2 for first, _ in claims)
+
+
+def test_fill_claimed_reads_both_reply_shapes_and_names_what_is_missing():
+    # given a reply that claimed seqs 7..10 from index 3, and the log's entries in either shape
+    raw = [b"h0", b"h1", b"h2", 7, 1, b"", 8, 1, b"", 9, 1, b"", 10, 1, b""]
+    reply = commands.FetchReply(0, None, "", 10, 0, 0, [], "t", raw, 3, claim=(3, 7, 10))
+    ms = (1_700_000_000_123).to_bytes(6, "big")
+    raw_shape = [[b"7-1700000000123", [b"p", b"a"]], [b"8-0", [b"r", b":5:0:b"]], [b"10-0", [b"s", b""]]]
+    parsed_shape = [(b"7-1700000000123", {b"p": b"a"}), (b"8-0", {b"r": b":5:0:b"}), (b"10-0", {b"s": b""})]
+    for entries in (raw_shape, parsed_shape):
+        filled = commands.fill_claimed(reply._replace(raw=list(raw)), entries)
+        # then a compact entry's record has its head again, a full one is as stored,
+        # and a seq without an entry or with a stub is named missing
+        assert filled.raw[5] == b"~" + ms + b"a"
+        assert filled.raw[8] == b":5:0:b"
+        assert (filled.raw[11], filled.raw[14]) == (b"", b"")
+        assert filled.missing == frozenset({9, 10})
+    # and an entry outside the claim, or a second one of a seq, changes nothing
+    filled = commands.fill_claimed(
+        reply._replace(raw=list(raw)), [[b"6-0", [b"r", b"x"]], [b"7-0", [b"r", b"y"]], [b"7-1", [b"r", b"z"]]]
+    )
+    assert filled.raw[5] == b"y" and filled.missing == frozenset({8, 9, 10})
+
+
+def test_a_hash_layout_queue_never_claims(backend, prefix, clock, claims):
+    # given a queue whose log is a hash
+    c = logview.connect(backend, prefix, clock, "hash")
+    try:
+        q = c.queue("orders")
+        q.publish_many([b"m%d" % i for i in range(1, 101)])
+        # when a consumer fetches 100
+        got = q.consumer("g", "c1", ack_wait=WAIT).fetch(100)
+        # then the script read them all
+        assert claims == [] and [d.data for d in got] == [b"m%d" % i for i in range(1, 101)]
+    finally:
+        c.close()
+
+
+def test_the_plain_fetch_keys_of_a_stream_log_end_with_the_schedule(prefix):
+    # given a stream queue's keys and a hash queue's
+    from rqueue.engine.keys import LogLayout, QueueKeys, fetch_plain_keys
+
+    for layout, tail in ((LogLayout.STREAM, ":sched"), (LogLayout.HASH, ":events")):
+        keys = QueueKeys(f"{prefix}:{{orders}}", layout=layout)
+        listed = keys.group("g").as_list()
+        # then the plain fetch's end with the schedule in the stream layout alone
+        plain = fetch_plain_keys(listed)
+        assert plain[-1].endswith(tail) and plain[-1] == (keys.sched if layout is LogLayout.STREAM else listed[16])
+
+
+@pytest.mark.sync_only("the threaded Worker")
+def test_a_worker_paused_between_the_claim_and_its_read_runs_nothing_handed_on_meanwhile(backend, prefix, monkeypatch):
+    # given a worker taking 100 at a time from a queue with a 0.5 s lease, whose first read of
+    # claimed records waits (as when the worker is paused right after the claim's reply came)
+    client = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
+    client.configure("orders", ack_wait=0.5)
+    q = client.queue("orders")
+    q.create_group("g")
+    late, go_on, read_done = threading.Event(), threading.Event(), threading.Event()
+    read = Scripts.read_log
+
+    def paused(self: Scripts, *args: Any) -> Any:
+        if late.is_set():
+            return read(self, *args)
+        late.set()
+        go_on.wait(20)
+        try:
+            return read(self, *args)
+        finally:
+            read_done.set()
+
+    monkeypatch.setattr(Scripts, "read_log", paused)
+    calls: list[int] = []
+    handler = rqueue.BatchHandler(lambda ds: [calls.append(d.seq) or True for d in ds], size=100)
+    w = rqueue.Worker(q, "g", handler, concurrency=1, prefetch=100, heartbeat_interval=0.1)
+    q.publish_many([b"m%d" % i for i in range(1, 101)])
+    w.start()
+    try:
+        assert late.wait(10)
+        # when another consumer takes all 100 once their lease ran out, acks the first 50 (the
+        # log drops their entries) and holds the rest
+        other = q.consumer("g", "other", prefetch=1000, ack_wait=60)
+        got: list[rqueue.Delivery] = []
+        wait_for(lambda: got.extend(other.fetch(100)) or len(got) == 100)
+        other.ack([d for d in got if d.seq <= 50])
+        wait_for(lambda: logview.count(client.redis, q.keys) == 50)
+    finally:
+        go_on.set()
+    # then the worker, its read done, runs none of them, and none is a dead letter
+    try:
+        assert read_done.wait(10)
+    finally:
+        w.stop()
+    assert calls == []
+    assert q.dead_letters() == []
+    assert {g.name: g.in_flight for g in q.stats().groups} == {"g": 50}
+    client.close()
