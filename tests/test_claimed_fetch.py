@@ -330,3 +330,26 @@ def test_a_worker_paused_between_the_claim_and_its_read_runs_nothing_handed_on_m
     assert q.dead_letters() == []
     assert {g.name: g.in_flight for g in q.stats().groups} == {"g": 50}
     client.close()
+
+
+@pytest.mark.sync_only("the doctor takes a sync queue")
+def test_a_repaired_meta_hash_holds_claims_back_until_the_cursor_passes_its_last_seq(client, claims):
+    # given a stream queue of 100 messages whose meta hash was deleted (with it, whether a
+    # migration left seqs without entries), then repaired, and a group made after it
+    from rqueue import doctor
+
+    q = client.queue("orders")
+    q.publish_many([b"m%d" % i for i in range(1, 101)])
+    client.redis.delete(q.keys.meta)
+    found = doctor.examine(q)
+    assert [r.outcome for r in doctor.repair(q, found)] == [doctor.Outcome.REPAIRED] * len(found)
+    # when its consumer fetches them (its cursor below its since) and more published after
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    got = c.fetch(100)
+    q.publish_many([b"n%d" % i for i in range(CLAIM_MIN)])
+    more = c.fetch(100)
+    # then the script read the first 100 (the repair set "gaps" to the last seq), and claims after them
+    assert [d.data for d in got] == [b"m%d" % i for i in range(1, 101)]
+    assert [d.data for d in more] == [b"n%d" % i for i in range(CLAIM_MIN)]
+    assert client.redis.hget(q.keys.meta, "gaps") == b"100"
+    assert claims == [(101, 100 + CLAIM_MIN)]
