@@ -326,6 +326,7 @@ def test_a_worker_paused_between_the_claim_and_its_read_runs_nothing_handed_on_m
         assert read_done.wait(10)
     finally:
         w.stop()
+        assert w.join(10)
     assert calls == []
     assert q.dead_letters() == []
     assert {g.name: g.in_flight for g in q.stats().groups} == {"g": 50}
