@@ -255,6 +255,10 @@ def test_fill_claimed_reads_both_reply_shapes_and_names_what_is_missing():
         reply._replace(raw=list(raw)), [[b"6-0", [b"r", b"x"]], [b"7-0", [b"r", b"y"]], [b"7-1", [b"r", b"z"]]]
     )
     assert filled.raw[5] == b"y" and filled.missing == frozenset({8, 9, 10})
+    # and as many entries as seqs, one of them a second of its seq where another's is gone, shift no record
+    shifted = [[b"7-0", [b"r", b"a"]], [b"8-0", [b"r", b"b"]], [b"8-1", [b"r", b"x"]], [b"10-0", [b"r", b"d"]]]
+    filled = commands.fill_claimed(reply._replace(raw=list(raw)), shifted)
+    assert [filled.raw[i] for i in (5, 8, 11, 14)] == [b"a", b"b", b"", b"d"] and filled.missing == frozenset({9})
 
 
 def test_a_hash_layout_queue_never_claims(backend, prefix, clock, claims):
