@@ -622,17 +622,18 @@ def fill_claimed(reply: FetchReply, entries: Sequence[Any]) -> FetchReply:
     is elsewhere) keeps b"" and is named in ``missing``."""
     assert reply.claim is not None
     at, lo, hi = reply.claim
-    if len(entries) == hi - lo + 1 and entries and type(entries[0][1]) is list and _filled_in_order(reply, entries):
+    in_order = len(entries) == hi - lo + 1 and entries and type(entries[0][1]) is list
+    if in_order and _filled_in_order(reply.raw, at, entries):
         return reply
     return _filled_by_seq(reply, entries)
 
 
-def _filled_in_order(reply: FetchReply, entries: Sequence[Any]) -> bool:
+def _filled_in_order(raw: list[Any], at: int, entries: Sequence[Any]) -> bool:
     """fill_claimed for the common case, every claimed seq's entry in order
-    as Redis sent it: False at the first entry that is not (its seq, field
-    "p" or "r"), the records before it filled."""
-    raw = reply.raw
-    i = reply.claim[0] + 2 if reply.claim else 0
+    as Redis sent it, into ``raw`` from index ``at``: False at the first
+    entry that is not (its seq, field "p" or "r"), the records before it
+    filled."""
+    i = at + 2
     ms_before, head = b"", b""
     for eid, (field, value) in entries:
         seq, _, ms = eid.partition(b"-")
