@@ -80,6 +80,7 @@ from support.raw import group_key
 
 import rqueue
 from rqueue.delivery import REPLAYED_HEADER
+from rqueue.engine import commands
 from rqueue.engine.keys import LAYOUT_ENV, LogLayout
 
 QUEUE = "q"
@@ -993,6 +994,26 @@ def test_model_with_call_records(backend: str, monkeypatch: pytest.MonkeyPatch) 
         client.close()
     machine = type(QueueMachine.__name__, (QueueMachine,), {"url": backend})
     run_state_machine_as_test(machine, settings=CALL_EXAMPLES)
+
+
+def test_model_with_claims(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stream log whose every fetch from the cursor claims its seqs (CLAIM_MIN 1, CALL_MIN 1,
+    # where fetch.lua's 32 leaves the model's fetches of 1-4 unclaimed): the client reads the
+    # records itself (commands.fill_claimed), and the model sees what the scan would hand out
+    monkeypatch.setenv(LAYOUT_ENV, "stream")
+    callview.with_call_min(monkeypatch, 1, claim_min=1)
+    claimed: list[tuple[int, int, int]] = []
+    fill = commands.fill_claimed
+
+    def counted(reply: commands.FetchReply, entries: object) -> commands.FetchReply:
+        assert reply.claim is not None
+        claimed.append(reply.claim)
+        return fill(reply, entries)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(commands, "fill_claimed", counted)
+    machine = type(QueueMachine.__name__, (QueueMachine,), {"url": backend})
+    run_state_machine_as_test(machine, settings=CALL_EXAMPLES)
+    assert claimed, "no fetch claimed: the hook did not take"
 
 
 def _machine(backend: str) -> QueueMachine:

@@ -49,12 +49,15 @@ def as_split(r: Any, keys: Sequence[str]) -> tuple[dict[int, str], dict[int, int
 
 
 CALL_MIN_LINE = "local CALL_MIN = 16\n"  # fetch.lua's
+CLAIM_MIN_LINE = "local CLAIM_MIN = 32\n"  # fetch.lua's
 
 
-def with_call_min(monkeypatch: Any, n: int) -> None:
+def with_call_min(monkeypatch: Any, n: int, claim_min: int | None = None) -> None:
     """Clients made from now on load fetch.lua's stream text with CALL_MIN
     ``n``: with 1, every fetch from the cursor writes a call record, so a
-    test of small fetches (the model test's) meets the call paths."""
+    test of small fetches (the model test's) meets the call paths; and with
+    CLAIM_MIN ``claim_min`` when given: with 1, every such fetch claims its
+    seqs without reading their records (the client reads them)."""
     from rqueue.engine import async_scripts, loader, scripts
 
     def texts(name: str, shebang: bool = True) -> dict[str, str]:
@@ -62,6 +65,9 @@ def with_call_min(monkeypatch: Any, n: int) -> None:
         if name == "fetch":
             assert CALL_MIN_LINE in found["stream"], "fetch.lua's CALL_MIN line changed"
             found["stream"] = found["stream"].replace(CALL_MIN_LINE, f"local CALL_MIN = {n}\n")
+            if claim_min is not None:
+                assert CLAIM_MIN_LINE in found["stream"], "fetch.lua's CLAIM_MIN line changed"
+                found["stream"] = found["stream"].replace(CLAIM_MIN_LINE, f"local CLAIM_MIN = {claim_min}\n")
         return found
 
     monkeypatch.setattr(scripts, "layout_texts", texts)

@@ -811,12 +811,15 @@ if got < room and not pickCut then
   -- dead-lettered (set_aside.lua: missing-record), as the scan would. The
   -- seqs join the call record as the scan's would.
   local claimed = nil -- the reply's claim part: "/<index of the first seq>:<first seq>:<last seq>"
-  if scanned and not refusal and not metaFields[4] and last ~= nil and last - cursor >= CLAIM_MIN
+  -- (A fetch of CLAIM_MIN knows the last seq already, SPECULATE_MAX being less.)
+  local top = last or lastSeq
+  if scanned and not refusal and not metaFields[4] and top ~= nil and top - cursor >= CLAIM_MIN
     and room - got >= CLAIM_MIN and KEYS[21] == string.sub(msgsKey, 1, -4) .. 'sched'
-    and (cursor >= (tonumber(rcall('HGET', metaKey, 'gaps') or '0') or last)
-      or cursor >= (tonumber(rcall('HGET', groupKey, 'since') or '') or last))
+    and (cursor >= (tonumber(rcall('HGET', metaKey, 'gaps') or '0') or top)
+      or cursor >= (tonumber(rcall('HGET', groupKey, 'since') or '') or top))
     and rcall('ZCOUNT', KEYS[21], '(' .. nowText, '+inf') == 0 then
-    local upTo = cursor + math.min(room - got, last - cursor, CALL_MAX)
+    last = top
+    local upTo = cursor + math.min(room - got, top - cursor, CALL_MAX)
     claimed = '/' .. #out .. ':' .. string.format('%d', cursor + 1) .. ':' .. string.format('%d', upTo)
     for s = cursor + 1, upTo do
       scanned[#scanned + 1] = s
