@@ -338,7 +338,7 @@ def test_a_worker_paused_between_the_claim_and_its_read_runs_nothing_handed_on_m
 
 
 @pytest.mark.sync_only("the doctor takes a sync queue")
-def test_a_repaired_meta_hash_holds_claims_back_until_the_cursor_passes_its_last_seq(client, claims):
+def test_a_repaired_meta_hash_holds_a_later_groups_claims_back_until_its_cursor_passes_its_since(client, claims):
     # given a stream queue of 100 messages whose meta hash was deleted (with it, whether a
     # migration left seqs without entries), then repaired, and a group made after it
     from rqueue import doctor
@@ -353,8 +353,35 @@ def test_a_repaired_meta_hash_holds_claims_back_until_the_cursor_passes_its_last
     got = c.fetch(100)
     q.publish_many([b"n%d" % i for i in range(CLAIM_MIN)])
     more = c.fetch(100)
-    # then the script read the first 100 (the repair set "gaps" to the last seq), and claims after them
+    # then the script read the first 100 (the repair set "gaps": entries may have been deleted one
+    # by one), and claims after them
     assert [d.data for d in got] == [b"m%d" % i for i in range(1, 101)]
     assert [d.data for d in more] == [b"n%d" % i for i in range(CLAIM_MIN)]
-    assert client.redis.hget(q.keys.meta, "gaps") == b"100"
+    assert client.redis.hget(q.keys.meta, "gaps") == b"1"
     assert claims == [(101, 100 + CLAIM_MIN)]
+
+
+@pytest.mark.parametrize("how", ["replay", "purge"])
+def test_a_group_made_on_a_dead_letter_queue_after_a_replay_or_purge_passes_over_what_went(client, claims, how):
+    # given 100 dead letters, of which the first 50 were replayed (or purged): their entries
+    # were deleted one by one from the dead-letter queue's log
+    q = client.queue("orders")
+    q.publish_many([b"m%d" % i for i in range(1, 101)])
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    for d in c.fetch(100):
+        c.reject(d)
+    if how == "replay":
+        assert q.replay_dead_letters(seq_from=1, seq_to=50).replayed == 50
+        c.ack(c.fetch(100))
+    else:
+        assert q.purge_dead_letters(seq_from=1, seq_to=50) == 50
+    dlq = q.dead_letter_queue
+    # when a group made on the dead-letter queue itself drains it
+    audit = dlq.consumer("audit", "a1", ack_wait=WAIT, prefetch=1000)
+    seen: list[Any] = []
+    while batch := audit.fetch(100):
+        seen += batch
+        audit.ack(batch)
+    # then it gets the 50 left, and the 50 that went are passed over, not dead-lettered again
+    assert [d.seq for d in seen] == list(range(51, 101))
+    assert dlq.dead_letters() == []

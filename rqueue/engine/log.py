@@ -220,9 +220,13 @@ def length_of(keys: QueueKeys, replies: list[Any]) -> int:
 
 def delete(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
     """Deletes the records of ``seqs`` (dead letters, in a stream: entries
-    ``<seq>-0``, as every dead letter is); replies how many there were."""
+    ``<seq>-0``, as every dead letter is, and meta field "gaps" set); replies
+    (first, on a pipeline) how many there were."""
     if stream(keys):
-        return r.xdel(keys.msgs, *(f"{seq}-0" for seq in seqs))
+        deleted = r.xdel(keys.msgs, *(f"{seq}-0" for seq in seqs))
+        # entries deleted one by one: a group made later passes over them (lua/fetch.lua's claim)
+        r.hset(keys.meta, "gaps", "1")
+        return deleted
     return r.hdel(keys.msgs, *seqs)
 
 

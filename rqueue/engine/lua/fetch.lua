@@ -804,19 +804,20 @@ if got < room and not pickCut then
   -- schedule, KEYS[21], which a plain fetch alone is sent), nothing
   -- refused, and no seq above the cursor that may lack its entry by right:
   -- the scan passes over a record missing at or below the group's since
-  -- (settled by every group before it was made), and in the stream layout
-  -- such a seq lies above the trim point only at or below meta field
-  -- "gaps" (migrate.lua), so the cursor is at or past one of the two. A
-  -- claimed seq without an entry is set aside by the client and
-  -- dead-lettered (set_aside.lua: missing-record), as the scan would. The
-  -- seqs join the call record as the scan's would.
+  -- (deleted before the group was made), and in the stream layout a seq
+  -- above the trim point lacks its entry only where entries were deleted
+  -- one by one, which meta field "gaps" says (a migration from the hash
+  -- layout, a replay or purge of dead letters, a repaired meta hash): there
+  -- the cursor must be at or past since. A claimed seq without an entry is
+  -- set aside by the client and dead-lettered (set_aside.lua:
+  -- missing-record), as the scan would. The seqs join the call record as
+  -- the scan's would.
   local claimed = nil -- the reply's claim part: "/<index of the first seq>:<first seq>:<last seq>"
   -- (A fetch of CLAIM_MIN knows the last seq already, SPECULATE_MAX being less.)
   local top = last or lastSeq
   if scanned and not refusal and not metaFields[4] and top ~= nil and top - cursor >= CLAIM_MIN
     and room - got >= CLAIM_MIN and KEYS[21] == string.sub(msgsKey, 1, -4) .. 'sched'
-    and (cursor >= (tonumber(rcall('HGET', metaKey, 'gaps') or '0') or top)
-      or cursor >= (tonumber(rcall('HGET', groupKey, 'since') or '') or top))
+    and (rcall('HEXISTS', metaKey, 'gaps') == 0 or cursor >= (tonumber(rcall('HGET', groupKey, 'since') or '') or top))
     and rcall('ZCOUNT', KEYS[21], '(' .. nowText, '+inf') == 0 then
     last = top
     local upTo = cursor + math.min(room - got, top - cursor, CALL_MAX)

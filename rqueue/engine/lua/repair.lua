@@ -420,10 +420,9 @@ if what == 'meta' then
   -- queue without a seq takes the layout of the key it is sent).
   markLayout(metaKey, msgsKey, rcall('HGET', metaKey, 'layout'))
   if logIsStream(msgsKey) and rcall('HEXISTS', metaKey, 'gaps') == 0 then
-    -- Whether a migration left seqs without entries (migrate.lua's "gaps")
-    -- went with the hash: every seq so far may lack one, as far as a
-    -- fetch's claim can tell.
-    rcall('HSET', metaKey, 'gaps', ARGV[9])
+    -- Whether entries were deleted one by one (fetch.lua's "gaps") went
+    -- with the hash: as far as a fetch's claim can tell, they were.
+    rcall('HSET', metaKey, 'gaps', '1')
   end
   -- The trim point, the lowest ack floor (retention mode went with the
   -- hash): without it no settle would move it, and a stream log would

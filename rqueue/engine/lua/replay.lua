@@ -174,6 +174,10 @@ for i = 8, #ARGV do
       writeDelivery(dlvKey, seq, {count = 0, holder = '', first = now, last = now, past = '\n' .. earlier .. '^'})
       rcall('ZADD', readyKey, seq, seq)
       logDeleteOne(dlqMsgsKey, nil, dseq)
+      if logIsStream(dlqMsgsKey) then
+        -- a seq of the dead-letter queue now lacks its entry above the trim point (fetch.lua's claim)
+        rcall('HSET', dlqMetaKey, 'gaps', '1')
+      end
       -- The result of the run before the replay answers no more: the
       -- message is pending again. Only the key named as this seq's result
       -- for this group is deleted (a stand-in key, or the side hash, never).
