@@ -147,6 +147,14 @@ class ScriptConnections:
                 self._free, self._made, self._pid = [], [], os.getpid()
 
 
+def _direct_pool(server: RedisClient, connections: ScriptConnections | None) -> Any:
+    """The pool of the direct path (Script._direct) of ``server``'s calls:
+    ``connections``, or the client's own pool; None for no direct path."""
+    if connections is None and isinstance(server, redis.Redis) and _takes_direct_path(server):
+        return server.connection_pool
+    return connections
+
+
 def _send_direct(pool: Any, command: tuple[Any, ...]) -> Any:
     """``command`` on a connection of ``pool``, its reply as Redis sent it
     (Script._direct)."""
@@ -191,9 +199,7 @@ class Script:
         self.sha = hashlib.sha1(text.encode()).hexdigest()
         self._redis = server
         self._retry = retry
-        self._pool: Any = connections
-        if connections is None and isinstance(server, redis.Redis) and _takes_direct_path(server):
-            self._pool = server.connection_pool
+        self._pool = _direct_pool(server, connections)
         #: The stream layout's text of this script, when it differs from
         #: ``text`` (the hash layout's, or both layouts'): calls sent a
         #: stream log's keys run it (sent_stream_log).
@@ -428,7 +434,7 @@ class Scripts:
         parses it, (id, {field: value}). lua/fetch.lua's claim leaves these
         records to the client."""
         command = ("XRANGE", key, first, last)
-        pool = self.fetch._pool
+        pool = _direct_pool(self._redis, self.connections)
         if pool is not None and self._retry is no_retry:
             reply: list[Any] = _send_direct(pool, command)
             return reply
