@@ -66,8 +66,9 @@ def scanned_bases(r: Any, prefix: str) -> list[str]:
     """The base of every level of ``prefix`` (a queue, a partition, a
     dead-letter level) that has a meta hash, found by SCAN, so also those
     no list names (a dead-letter queue named by the dead_letter setting,
-    which dead-lettering makes without listing it). A base is ``<prefix>:{<name>}`` or ``<prefix>:part:{<tag>}``, then
-    ``:dlq`` per level down; names hold no brace."""
+    which dead-lettering makes without listing it). A base is
+    ``<prefix>:{<name>}`` or ``<prefix>:part:{<tag>}``, then ``:dlq`` per
+    level down; names hold no brace."""
     glob = re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + ":*meta"
     shape = re.compile(re.escape(prefix) + r":(?:part:)?\{[^{}]+\}(?::dlq)*:meta")
     found = guarded(lambda: [_text(key) for key in r.scan_iter(match=glob, count=SCAN_COUNT)], where=prefix)

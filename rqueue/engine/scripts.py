@@ -412,6 +412,7 @@ class Scripts:
         self._retry = retry
         #: The connections of the script calls (None: redis-py's pool).
         self.connections = ScriptConnections.of(redis)
+        self._direct = _direct_pool(redis, self.connections)
         for name in SCRIPT_NAMES:
             texts = layout_texts(name, shebang)
             setattr(self, name, Script(redis, name, texts["hash"], retry, self.connections, texts.get("stream")))
@@ -434,9 +435,8 @@ class Scripts:
         parses it, (id, {field: value}). lua/fetch.lua's claim leaves these
         records to the client."""
         command = ("XRANGE", key, first, last)
-        pool = _direct_pool(self._redis, self.connections)
-        if pool is not None and self._retry is no_retry:
-            reply: list[Any] = _send_direct(pool, command)
+        if self._direct is not None and self._retry is no_retry:
+            reply: list[Any] = _send_direct(self._direct, command)
             return reply
         parsed: list[Any] = self._retry(lambda: self._redis.xrange(key, first, last))
         return parsed
