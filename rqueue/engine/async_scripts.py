@@ -5,7 +5,6 @@ again on NOSCRIPT; a single server's calls on connections of their own."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -14,7 +13,7 @@ import redis
 from redis.exceptions import DataError, NoPermissionError, NoScriptError
 
 from ..errors import ScriptsNotLoaded
-from .loader import SCRIPT_NAMES, layout_texts
+from .loader import SCRIPT_NAMES, layout_texts, script_sha
 from .scripts import sent_stream_log
 
 _pack: Callable[[tuple[Any, ...]], bytes] | None
@@ -114,7 +113,7 @@ class AsyncScript:
     ) -> None:
         self.name = name
         self.text = text
-        self.sha = hashlib.sha1(text.encode()).hexdigest()
+        self.sha = script_sha(text)
         self._redis = server
         self._retry = retry
         self._pool = connections

@@ -30,6 +30,7 @@ text, shared by both layouts (see layout_texts).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -110,6 +111,13 @@ def source(name: str, shebang: bool = True, layout: str = "hash") -> str:
     if shebang and declared:
         return f"#!lua flags={','.join(declared)}\n{text}"
     return text
+
+
+@cache
+def script_sha(text: str) -> str:
+    """The SHA1 that EVALSHA names ``text`` by: worked out once per text in
+    a process, not once per client (a client makes a Script of each)."""
+    return hashlib.sha1(text.encode()).hexdigest()
 
 
 @cache

@@ -12,7 +12,6 @@ and the call that met NOSCRIPT stays unsent.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -24,7 +23,7 @@ from redis.exceptions import DataError, NoPermissionError, NoScriptError
 from ..connection.cluster import Retrier, no_retry, not_run
 from ..connection.open import RedisClient
 from ..errors import ScriptsNotLoaded
-from .loader import SCRIPT_NAMES, layout_texts
+from .loader import SCRIPT_NAMES, layout_texts, script_sha
 
 _pack: Callable[[tuple[Any, ...]], bytes] | None
 _HIREDIS_PACKER: type | None
@@ -196,7 +195,7 @@ class Script:
     ) -> None:
         self.name = name
         self.text = text
-        self.sha = hashlib.sha1(text.encode()).hexdigest()
+        self.sha = script_sha(text)
         self._redis = server
         self._retry = retry
         self._pool = _direct_pool(server, connections)
