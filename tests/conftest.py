@@ -14,6 +14,7 @@ The helpers that start servers live in tests/support/servers.py.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import os
@@ -106,6 +107,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = [item for item in items if not redundant(item)]
+    items[:] = longest_files_first(items)
+
+
+def longest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` with the files that hold a test marked slow first, then the
+    rest by their number of tests, most first; each file's tests stay
+    together and in their order. xdist hands out whole files in this order
+    (--dist loadfile --no-loadscope-reorder in pyproject.toml): a long file
+    handed out last would keep one worker busy after the others ran out of
+    work, as a single Spark test of a minute or more did."""
+
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    count = collections.Counter(file_of(item) for item in items)
+    slow = {file_of(item) for item in items if item.get_closest_marker("slow") is not None}
+    return sorted(items, key=lambda item: (file_of(item) not in slow, -count[file_of(item)]))
 
 
 @pytest.fixture

@@ -7,12 +7,14 @@ import json
 import os
 from dataclasses import asdict
 
+import pytest
 from support.chaos import run
 
 SECONDS = float(os.environ.get("RQUEUE_CHAOS_SECONDS", "15"))
 MESSAGES = int(os.environ.get("RQUEUE_CHAOS_MESSAGES", "3000"))
 
 
+@pytest.mark.slow
 def test_chaos_loses_nothing_unreported_and_runs_nothing_after_an_ack():
     report = run(seconds=SECONDS, messages=MESSAGES, workers=3, seed=int(os.environ.get("RQUEUE_CHAOS_SEED", "1")))
     print(json.dumps(asdict(report), indent=2))

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support.blocks import Session, code_blocks
 from support.servers import start_server
 
@@ -54,6 +55,7 @@ def test_basic_example_runs_as_its_readme_says():
     assert not (BASIC / "dump.rdb").exists()
 
 
+@pytest.mark.slow
 def test_spark_pipeline_runs_exactly_once():
     # given a private server
     server = start_server("redis")
