@@ -10,6 +10,7 @@ at its end; the machine's shared Redis on 6379 is never contacted.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import socketserver
@@ -23,8 +24,10 @@ from support.refusals import everything_shown
 from support.servers import start_server, wait_for
 
 import rqueue
+import rqueue.aio
 import rqueue.client
 from rqueue import ConnectionFailed, InvalidInput, InvalidURL, ServerTooOld
+from rqueue.connection.memory import CompiledOnce
 from rqueue.embedded import EmbeddedServer, free_port
 
 SECRET = "s3cret"
@@ -183,6 +186,48 @@ def test_memory_urls_with_the_same_name_share_data(prefix):
     b = rqueue.connect("memory://shared-test", prefix=prefix)
     a.queue("q").publish(b"x")
     assert b.queue("q").stats().last_seq == 1
+
+
+def test_a_memory_server_compiles_each_script_once(prefix):
+    # given a memory:// server whose scripts have run once, from a sync and an asyncio client
+    url = f"memory://compile-{prefix}"
+    sync = rqueue.connect(url, prefix=prefix)
+    q = sync.queue("q")
+    q.publish_many([b"a", b"b", b"c"])
+    consumer = q.consumer("g", name="w")
+    consumer.ack(consumer.fetch(1))
+    runtime = sync.redis.connection_pool.connection_kwargs["server"]._lua_runtime
+    assert isinstance(runtime, CompiledOnce)
+    compiled = dict(runtime.chunks)
+
+    async def from_asyncio() -> None:
+        async with await rqueue.aio.connect(url, prefix=prefix) as client:
+            aq = client.queue("q")
+            await aq.publish(b"d")
+            c = aq.consumer("g", name="w")
+            await c.ack(await c.fetch(1))
+
+    # when the same calls run again on both
+    consumer.ack(consumer.fetch(1))
+    q.publish(b"e")
+    asyncio.run(from_asyncio())
+    # then they ran on the chunks compiled the first time
+    assert compiled and all(runtime.chunks[text] is chunk for text, chunk in compiled.items())
+    assert consumer.fetch(5) and q.stats().last_seq == 5
+    sync.close()
+
+
+def test_a_compiled_script_starts_afresh_at_each_call():
+    # given a memory:// server and a script that fills a table of its own, or fails
+    r = rqueue.connect("memory://afresh").redis
+    fill = "local t = {} for i = 1, tonumber(ARGV[1]) do t[#t + 1] = i end return #t"
+    # when it runs again and again, with a failing run between
+    assert [r.eval(fill, 0, n) for n in (3, 1, 2)] == [3, 1, 2]
+    with pytest.raises(redis.ResponseError, match="boom"):
+        r.eval("return redis.error_reply('boom')", 0)
+    # then each run saw its own locals and its own ARGV
+    assert r.eval(fill, 0, 4) == 4
+    assert r.eval("return ARGV[1] .. KEYS[1]", 1, "k", "a") == b"ak"
 
 
 def test_unix_socket_url(tmp_path, prefix):

@@ -7,7 +7,6 @@ import logging
 import threading
 from collections.abc import Callable
 from typing import Any, TypeAlias, TypeVar
-from urllib.parse import urlsplit
 
 import redis
 
@@ -15,6 +14,7 @@ from .. import validate as check
 from ..constants import MIN_SERVER_VERSION
 from ..errors import ConnectionFailed, EvictionPolicy, InvalidURL, ServerTooOld
 from .cluster import cluster_redis
+from .memory import memory_redis
 from .sentinel import sentinel_redis
 from .urls import (
     CLUSTER_SCHEMES,
@@ -34,24 +34,6 @@ log = logging.getLogger("rqueue")
 # memory://'s fakeredis), or a Redis Cluster.
 RedisClient: TypeAlias = "redis.Redis | redis.RedisCluster"
 T = TypeVar("T")
-
-_memory_servers: dict[str, Any] = {}
-_memory_lock = threading.Lock()
-
-
-def _memory_redis(url: str) -> Any:
-    try:
-        import fakeredis
-    except ImportError:  # pragma: no cover - depends on the install
-        raise InvalidURL(
-            url, "memory:// needs the memory extra (fakeredis with Lua): pip install 'rqueue[memory]'"
-        ) from None
-    name = urlsplit(url).netloc or "default"
-    with _memory_lock:
-        server = _memory_servers.get(name)
-        if server is None:
-            server = _memory_servers[name] = fakeredis.FakeServer()
-    return fakeredis.FakeRedis(server=server)
 
 
 def server_version(r: Any) -> str:
@@ -129,7 +111,7 @@ def open_redis(
         raise InvalidURL(shown, f"scheme must be one of {', '.join(s + '://' for s in SCHEMES)}")
     if scheme == "memory":
         try:
-            r = _memory_redis(url)
+            r = memory_redis(url)
         except InvalidURL:
             raise  # already names the URL; wrapping it would say "invalid URL" twice
         except ValueError as exc:
