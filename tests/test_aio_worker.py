@@ -798,7 +798,10 @@ def test_a_batch_runs_none_of_its_deliveries_whose_check_went_stale_before_it_st
 ):
     # given a batch of two whose fetch reply is read past the stale age (0.5
     # s of a 1 s lease), and whose check is applied but its answer read past
-    # the stale age
+    # the stale age; the worker's later fetches wait until it is stopped, so
+    # that the two going back to the group below are the other consumer's to
+    # take (a worker that joins again fetches them back within half a
+    # second, before a test thread held up on a loaded machine)
     from rqueue.aio.consumer import Consumer
 
     live.configure("orders", ack_wait=1)
@@ -806,11 +809,15 @@ def test_a_batch_runs_none_of_its_deliveries_whose_check_went_stale_before_it_st
     calls = Calls()
     fetch, check = Consumer.ack_and_fetch, Consumer.in_progress_available
     checking, go_on = threading.Event(), threading.Event()
+    fetched, stopped = threading.Event(), threading.Event()
     checked: list[list[int]] = []
 
     async def read_late(self, *args, **kwargs):
+        if fetched.is_set():
+            await asyncio.to_thread(stopped.wait, 20)
         result = await fetch(self, *args, **kwargs)
-        if result[1]:
+        if result[1] and not fetched.is_set():
+            fetched.set()
             await asyncio.sleep(0.6)  # the reply read late is the premise, not a condition
         return result
 
@@ -828,20 +835,23 @@ def test_a_batch_runs_none_of_its_deliveries_whose_check_went_stale_before_it_st
     q.publish_many([b"m"] * 2)
     w = run_worker("async", backend, prefix, q, handler, concurrency=1, heartbeat_interval=0.1)
     try:
-        assert checking.wait(10)
-        blocked = time.monotonic()
-        # when both go back to the group meanwhile and another consumer acks message 1
-        q.consumer("g", name=w.consumer.name).close()
-        other = q.consumer("g", name="other")
-        got: list[rqueue.Delivery] = []
-        wait_for(lambda: got.extend(other.fetch(2)) or len(got) == 2)
-        other.ack([d for d in got if d.seq == 1])
-        wait_for(lambda: time.monotonic() > blocked + 0.6)
+        try:
+            assert checking.wait(10)
+            blocked = time.monotonic()
+            # when both go back to the group meanwhile and another consumer acks message 1
+            q.consumer("g", name=w.consumer.name).close()
+            other = q.consumer("g", name="other")
+            got: list[rqueue.Delivery] = []
+            wait_for(lambda: got.extend(other.fetch(2)) or len(got) == 2)
+            other.ack([d for d in got if d.seq == 1])
+            wait_for(lambda: time.monotonic() > blocked + 0.6)
+        finally:
+            go_on.set()
+        # then the batch runs neither: both are checked again, in one call
+        wait_for(lambda: w.stats.stale_skipped + w.stats.handled == 2)
     finally:
-        go_on.set()
-    # then the batch runs neither: both are checked again, in one call
-    wait_for(lambda: w.stats.stale_skipped + w.stats.handled == 2)
-    w.stop()
+        w.stop()
+        stopped.set()  # after the stop: what the held fetch brings is handed back, not run
     assert w.join(10)
     assert calls.count() == {} and w.stats.stale_skipped == 2
     assert checked[:2] == [[1, 2], [1, 2]]

@@ -279,18 +279,25 @@ def test_a_batch_runs_none_of_its_deliveries_whose_check_went_stale_before_it_st
     # Given a batch of two whose fetch reply is read past the stale age (0.5
     # s of a 1 s lease), so that both are checked with Redis before it runs,
     # and whose check answers past the stale age (as a check retried
-    # through a blip does)
+    # through a blip does); the worker's later fetches wait until it is
+    # stopped, so that the two going back to the group below are the other
+    # consumer's to take (a worker that joins again fetches them back within
+    # half a second, before a test thread held up on a loaded machine: CI)
     client = rqueue.connect(backend, prefix=prefix, settings_ttl=0)
     client.configure("orders", ack_wait=1)
     q = client.queue("orders")
     calls = []
     fetch, check = rqueue.Consumer.ack_and_fetch, rqueue.Consumer.in_progress_available
     checking, go_on = threading.Event(), threading.Event()
+    fetched, stopped = threading.Event(), threading.Event()
     checked: list[list[int]] = []
 
     def read_late(self, *args, **kwargs):
+        if fetched.is_set():
+            stopped.wait(20)
         result = fetch(self, *args, **kwargs)
-        if result[1]:
+        if result[1] and not fetched.is_set():
+            fetched.set()
             read = time.monotonic()
             wait_for(lambda: time.monotonic() > read + 0.6)
         return result
@@ -310,22 +317,25 @@ def test_a_batch_runs_none_of_its_deliveries_whose_check_went_stale_before_it_st
     w = rqueue.Worker(q, "g", handler, concurrency=1, heartbeat_interval=0.1)
     w.start()
     try:
-        assert checking.wait(10)
-        blocked = time.monotonic()
-        # When, meanwhile, both go back to the group (a twin of the worker's
-        # name leaves), and another consumer takes them and acks message 1
-        q.consumer("g", name=w.consumer.name).close()
-        other = q.consumer("g", name="other")
-        got: list[rqueue.Delivery] = []
-        wait_for(lambda: got.extend(other.fetch(2)) or len(got) == 2)
-        other.ack([d for d in got if d.seq == 1])
-        wait_for(lambda: time.monotonic() > blocked + 0.6)
+        try:
+            assert checking.wait(10)
+            blocked = time.monotonic()
+            # When, meanwhile, both go back to the group (a twin of the worker's
+            # name leaves), and another consumer takes them and acks message 1
+            q.consumer("g", name=w.consumer.name).close()
+            other = q.consumer("g", name="other")
+            got: list[rqueue.Delivery] = []
+            wait_for(lambda: got.extend(other.fetch(2)) or len(got) == 2)
+            other.ack([d for d in got if d.seq == 1])
+            wait_for(lambda: time.monotonic() > blocked + 0.6)
+        finally:
+            go_on.set()
+        # Then the batch runs neither: both are checked again, in one call, not
+        # run on the word of a check that vouched for them past the stale age
+        wait_for(lambda: w.stats.stale_skipped + w.stats.handled == 2)
     finally:
-        go_on.set()
-    # Then the batch runs neither: both are checked again, in one call, not
-    # run on the word of a check that vouched for them past the stale age
-    wait_for(lambda: w.stats.stale_skipped + w.stats.handled == 2)
-    w.stop()
+        w.stop()
+        stopped.set()  # after the stop: what the held fetch brings is handed back, not run
     assert w.join(10)
     assert calls == [] and w.stats.stale_skipped == 2
     assert checked[:2] == [[1, 2], [1, 2]]
