@@ -67,7 +67,7 @@ def memory_redis(url: str) -> Any:
 def _compile_once(client: Any, server: Any) -> None:
     """Makes ``server`` (fresh) build its Lua runtime, then puts CompiledOnce
     around it. A fakeredis that keeps its runtime elsewhere is left as it
-    is: slower, not wrong (tests/test_memory.py fails then, to say so)."""
+    is: slower, not wrong (tests/test_connect.py fails then, to say so)."""
     client.eval("return 1", 0)
     runtime = getattr(server, "_lua_runtime", None)
     if runtime is not None and hasattr(runtime, "compile") and hasattr(runtime, "execute"):
