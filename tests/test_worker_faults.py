@@ -544,8 +544,9 @@ def test_reconnect_timeout_is_honoured_within_a_second(prefix, how, caplog):
         took = time.monotonic() - gone
         assert not run.thread.is_alive()
         assert isinstance(run.error, rqueue.ConnectionLost), run.error
-        # (a heartbeat sent just before Redis went away may open the outage)
-        assert 1.5 <= took < 2.0 + IDLE_POLL_INTERVAL + 1.0, took
+        # (a heartbeat sent just before Redis went away may open the outage;
+        # on two loaded cores the threads' wake-ups add up to 1.3 s more, seen in CI)
+        assert 1.5 <= took < 2.0 + IDLE_POLL_INTERVAL + 1.5, took
         # and the log said when reconnecting started and when it gave up
         messages = [r.getMessage() for r in caplog.records]
         assert any("retrying the worker's calls for up to 2 s" in m for m in messages)
