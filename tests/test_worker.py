@@ -809,6 +809,44 @@ def test_a_call_failing_oddly_after_the_watchdog_closed_its_connection_is_a_lost
         retry(broken)
 
 
+@pytest.mark.parametrize("send", ["retried", "once"])
+def test_a_call_that_handled_its_cut_off_step_itself_does_not_end_the_outage(send, caplog):
+    # Given a watchdog with reconnect_timeout 0.3 s, and a call whose step
+    # Redis leaves unanswered until the watchdog cuts it off, and which goes
+    # on without that step (as a join does with its best-effort steps)
+    stats = WorkerStats()
+    closed = threading.Event()
+    retry = Reconnector(0.3, Tally(stats), cut_off=closed.set)
+    sender = retry if send == "retried" else retry.once
+
+    def handles_its_lost_step():
+        assert closed.wait(5), "the watchdog never cut the call off"
+        return "went on"
+
+    def down():
+        raise rqueue.ConnectionLost("gone")
+
+    caplog.set_level(logging.WARNING, logger="rqueue.worker")
+    retry.watch()
+    try:
+        # When the call returns, and the next call finds Redis still gone
+        began = time.monotonic()
+        assert sender(handles_its_lost_step) == "went on"
+        with pytest.raises(rqueue.ConnectionLost):
+            retry(down)
+        # Then the worker gives up at once: Redis has not answered since the
+        # first call was sent, more than reconnect_timeout ago
+        assert stats.reconnects == 0
+        assert time.monotonic() - began < 0.3 + 0.2 + 1.0
+        messages = [r.getMessage() for r in caplog.records]
+        assert sum(m.startswith("giving up: Redis has not answered for") for m in messages) == 1
+        # and a call answered without a cut-off ends the outage
+        assert retry(lambda: "answered") == "answered"
+        assert "Redis answers again" in caplog.records[-1].getMessage()
+    finally:
+        retry.unwatch()
+
+
 def test_a_call_that_keeps_failing_gives_up_after_reconnect_timeout(caplog):
     stats = WorkerStats()
     retry = Reconnector(0.3, Tally(stats))

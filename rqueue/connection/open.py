@@ -3,7 +3,9 @@ the server it reaches can run rqueue."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any, TypeAlias, TypeVar
@@ -204,11 +206,41 @@ def _within(timeout: float, opening: Callable[[], RedisClient], shown: str) -> R
     return client
 
 
-def drop_connections(r: RedisClient) -> None:
-    """Closes every connection of ``r``'s pools, those in use too: a call
-    blocked on one (a server that accepts but never answers) fails at once
-    with a connection error. The next call opens a new connection."""
+def shut_connections(r: RedisClient) -> None:
+    """Shuts down the socket of every connection of ``r``'s pools, those in
+    use too, so that a call blocked on one (a server that accepts but never
+    answers) wakes at once with a connection error. The thread that owns the
+    connection then closes it (redis-py does on any error of a call), and an
+    idle one is found closed at its next checkout and made again.
+
+    Shut down, not closed: a descriptor closed under another thread is free
+    for the next socket any thread opens, and a call that had read the old
+    number but not yet begun its wait would wait on that other socket,
+    which no later cut-off reaches once its own owner closes it."""
+    for pool in _pools(r):
+        for conn in pool_connections(pool):
+            shut(conn)
+
+
+def shut(conn: Any) -> None:
+    """Shuts down ``conn``'s socket, if it has one, without closing it."""
+    sock = getattr(conn, "_sock", None)  # redis-py's connection keeps its socket there
+    if not isinstance(sock, socket.socket):  # none yet, or memory://'s, which never blocks
+        return
+    with contextlib.suppress(OSError):  # closed meanwhile by its owner, or not connected yet
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def pool_connections(pool: Any) -> list[Any]:
+    """The connections of a redis-py pool, idle and in use."""
+    with pool._lock:
+        if hasattr(pool, "_in_use_connections"):  # ConnectionPool, SentinelConnectionPool
+            return [*pool._available_connections, *pool._in_use_connections]
+        return [c for c in getattr(pool, "_connections", ()) if c is not None]  # BlockingConnectionPool
+
+
+def _pools(r: RedisClient) -> list[Any]:
     if isinstance(r, redis.RedisCluster):
-        r.disconnect_connection_pools()  # type: ignore[no-untyped-call]  # unannotated in redis-py
-    else:
-        r.connection_pool.disconnect()
+        nodes = r.get_nodes()  # type: ignore[no-untyped-call]  # unannotated in redis-py
+        return [node.redis_connection.connection_pool for node in nodes if node.redis_connection]
+    return [r.connection_pool]

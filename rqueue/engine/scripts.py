@@ -21,7 +21,7 @@ import redis
 from redis.exceptions import DataError, NoPermissionError, NoScriptError
 
 from ..connection.cluster import Retrier, no_retry, not_run
-from ..connection.open import RedisClient
+from ..connection.open import RedisClient, shut
 from ..errors import ScriptsNotLoaded
 from .loader import SCRIPT_NAMES, layout_texts, script_sha
 
@@ -130,6 +130,14 @@ class ScriptConnections:
             made = list(self._made)
         for conn in made:
             conn.disconnect()
+
+    def shut(self) -> None:
+        """Shuts down the socket of every connection, in use or not,
+        without closing it (:func:`rqueue.connection.open.shut_connections`)."""
+        with self._lock:
+            made = list(self._made)
+        for conn in made:
+            shut(conn)
 
     def _make(self) -> Any:
         with self._lock:
@@ -425,6 +433,12 @@ class Scripts:
         """Closes the connections of the script calls."""
         if self.connections is not None:
             self.connections.disconnect()
+
+    def shut(self) -> None:
+        """Shuts down the sockets of the script calls' connections
+        (:meth:`ScriptConnections.shut`): a call blocked on one wakes."""
+        if self.connections is not None:
+            self.connections.shut()
 
     def read_log(self, key: str, first: int, last: int) -> list[Any]:
         """XRANGE of the stream ``key`` from seq ``first`` to ``last``: on the

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
-from ..connection.open import drop_connections
+from ..connection.open import shut_connections
 from ..errors import ConnectionLost, OutOfMemory
 from ..randomness import Randomness
 from .stats import Tally
@@ -54,7 +54,7 @@ class Reconnector:
     A call that Redis does not answer (a paused or overloaded server that
     accepts connections, a half-open socket) would hold its thread for the
     socket timeout. While :meth:`watch` runs, a watchdog thread cuts off
-    (``cut_off``: closes the client's connections) any call under way past
+    (``cut_off``: shuts down the client's connections) any call under way past
     that limit, and, once ``hard_stop`` is set, any call under way for more
     than :data:`STOP_PATIENCE`: nothing is retried after a hard stop.
     """
@@ -104,8 +104,7 @@ class Reconnector:
                 return self._again(started, exc, call, *args, **kwargs)
             except Exception as exc:
                 return self._again(started, self._cut_error(exc, cuts), call, *args, **kwargs)
-            if self._outage is not None:
-                self._back()
+            self._answered(started, cuts)
             return result
         finally:
             del under_way[me]
@@ -128,8 +127,7 @@ class Reconnector:
                 lost = self._cut_error(exc, cuts)
                 self._failed(started)
                 raise lost from exc
-            if self._outage is not None:
-                self._back()
+            self._answered(started, cuts)
             return result
         finally:
             del under_way[me]
@@ -152,12 +150,15 @@ class Reconnector:
                 failed, pending = pending, None
                 raise failed
             cuts = self._cuts
+            sent = time.monotonic()
             try:
-                return call(*args, **kwargs)
+                result = call(*args, **kwargs)
             except TRANSIENT:
                 raise
             except Exception as exc:
                 raise self._cut_error(exc, cuts) from exc
+            self._answered(sent, cuts)
+            return result
 
         def stop(state: RetryCallState) -> bool:
             nonlocal last
@@ -197,14 +198,12 @@ class Reconnector:
             before_sleep=before_sleep,
             reraise=True,
         )
-        result = retrying(attempt)
-        self._back()
-        return result
+        return retrying(attempt)
 
     def _cut_error(self, exc: Exception, cuts: int) -> ConnectionLost:
         """``exc`` of a call during which the watchdog closed the
         connections, as ConnectionLost; re-raises ``exc`` when there was no
-        cut-off. redis-py's connection, closed from the watchdog's thread,
+        cut-off. redis-py's connection, shut down from the watchdog's thread,
         can fail in the call's thread with other errors than a connection
         error (a TypeError from poll() on a socket set to None)."""
         if self._cuts == cuts:
@@ -212,6 +211,17 @@ class Reconnector:
         return ConnectionLost(f"cut off under way ({type(exc).__name__}: {exc})", applied=None)
 
     # -- the outage ---------------------------------------------------------------
+
+    def _answered(self, started: float, cuts: int) -> None:
+        """A call sent at ``started`` returned. When the watchdog cut it off
+        meanwhile, one of its steps lost its connection and the call went on
+        without it (a step whose failure it handles itself): Redis had left
+        it unanswered past the limit, so the outage still counts from then,
+        and it ends with the next call Redis answers uncut."""
+        if self._cuts != cuts:
+            self._failed(started)
+        elif self._outage is not None:
+            self._back()
 
     def _failed(self, started: float) -> float:
         """Records a failed call sent at ``started``; returns when the
@@ -289,8 +299,8 @@ def _name(call: Callable[..., object]) -> str:
 
 
 def cut_off(client: QueueContext) -> None:
-    """Closes every connection of ``client`` (its script calls' and its
-    pools'), so that a call blocked on one fails at once; the next call
-    opens a new one."""
-    client.scripts.close()
-    drop_connections(client.redis)
+    """Shuts down every connection of ``client`` (its script calls' and its
+    pools'), so that a call blocked on one fails at once; its thread closes
+    it, and the next call opens a new one."""
+    client.scripts.shut()
+    shut_connections(client.redis)
