@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 import uuid
+import warnings
 
 import pytest
 from support.servers import IN_CI, start_server
@@ -45,7 +46,12 @@ def server():
 def spark():
     before = os.environ.get("PYSPARK_PYTHON")
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = SparkSession.builder.remote("local[2,2]").config("spark.ui.enabled", "false").getOrCreate()
+    with warnings.catch_warnings():
+        # The local Connect server starts with the UI off; the client then
+        # sets the same option on its session again, where Spark refuses a
+        # static option and warns.
+        warnings.filterwarnings("ignore", message="Failed to set spark.ui.enabled", category=UserWarning)
+        session = SparkSession.builder.remote("local[2,2]").config("spark.ui.enabled", "false").getOrCreate()
     yield session
     session.stop()
     if before is None:
