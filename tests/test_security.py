@@ -24,8 +24,10 @@ from __future__ import annotations
 import ast
 import io
 import logging
+import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -42,6 +44,7 @@ from support.servers import IN_CI, start_server, wait_for
 
 import rqueue
 from rqueue.embedded import EmbeddedServer, free_port
+from rqueue.worker.reconnect import cut_off
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "Pa55-w0rd-never-shown"
@@ -294,6 +297,42 @@ def test_tls_checks_the_host_name(certs, tmp_path, prefix):
         with pytest.raises(rqueue.ConnectionFailed, match="(?i)mismatch|hostname"):
             rqueue.connect(server.url(), prefix=prefix)
     finally:
+        server.stop()
+
+
+def test_a_workers_cut_off_wakes_a_call_blocked_on_a_silent_tls_server(certs, tmp_path, prefix):
+    # Given a call over TLS blocked on a paused server
+    server = TLSServer(certs, tmp_path / "paused")
+    try:
+        client = rqueue.connect(server.url(), prefix=prefix)
+        q = client.queue("orders")
+        q.publish(b"x")
+        errors: list[BaseException] = []
+
+        def blocked() -> None:
+            try:
+                client.redis.get(f"{prefix}:x")
+            except BaseException as exc:
+                errors.append(exc)
+
+        os.kill(server.process.pid, signal.SIGSTOP)
+        thread = threading.Thread(target=blocked, daemon=True)
+        thread.start()
+        wait_for(lambda: client.redis.connection_pool._in_use_connections)
+        # When the worker's watchdog cuts it off, every 0.2 s while it is under way
+        deadline = time.monotonic() + 2
+        while thread.is_alive() and time.monotonic() < deadline:
+            cut_off(client)
+            thread.join(0.2)
+        # Then it fails as a lost connection
+        assert not thread.is_alive()
+        assert len(errors) == 1 and isinstance(errors[0], redis.ConnectionError), errors
+        # and once the server is back the client works over TLS again
+        os.kill(server.process.pid, signal.SIGCONT)
+        assert q.stats().depth == 1
+        client.close()
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
         server.stop()
 
 

@@ -527,7 +527,7 @@ def _redis_back(server, how: str) -> None:
 
 def test_a_cut_off_wakes_calls_blocked_on_a_silent_redis(prefix):
     # Given calls blocked on a paused Redis: one through the client's pool,
-    # one a queue's (its script calls' connections, and the pool's)
+    # one a queue's publish (its script calls' connections)
     server = start_server("redis")
     try:
         client = rqueue.connect(server.url, prefix=prefix)
@@ -544,7 +544,7 @@ def test_a_cut_off_wakes_calls_blocked_on_a_silent_redis(prefix):
         os.kill(server.process.pid, signal.SIGSTOP)
         threads = [
             threading.Thread(target=blocked, args=(lambda: client.redis.get(f"{prefix}:x"),), daemon=True),
-            threading.Thread(target=blocked, args=(q.stats,), daemon=True),
+            threading.Thread(target=blocked, args=(lambda: q.publish(b"y"),), daemon=True),
         ]
         for t in threads:
             t.start()

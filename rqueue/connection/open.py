@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import threading
 from collections.abc import Callable
@@ -224,11 +225,17 @@ def shut_connections(r: RedisClient) -> None:
 
 def shut(conn: Any) -> None:
     """Shuts down ``conn``'s socket, if it has one, without closing it."""
+    conn = getattr(conn, "_conn", conn)  # a client-side cache's proxy wraps the connection
+    if getattr(conn, "pid", None) != os.getpid():
+        return  # the socket is shared with the process that made it: its copy is dropped, not shut
     sock = getattr(conn, "_sock", None)  # redis-py's connection keeps its socket there
     if not isinstance(sock, socket.socket):  # none yet, or memory://'s, which never blocks
         return
     with contextlib.suppress(OSError):  # closed meanwhile by its owner, or not connected yet
-        sock.shutdown(socket.SHUT_RDWR)
+        # The plain socket's shutdown, also for TLS: SSLSocket.shutdown
+        # first unwraps it, and the owner's thread could then send or read
+        # plaintext on the TLS connection before the shutdown.
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 def pool_connections(pool: Any) -> list[Any]:

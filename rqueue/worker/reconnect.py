@@ -84,7 +84,7 @@ class Reconnector:
         self._gave_up = False  # the give-up of this outage was logged
         self._unwatch = threading.Event()
         self._watchdog: threading.Thread | None = None
-        self._cuts = 0  # how many times the watchdog has closed the connections
+        self._cuts = 0  # counts up before and after each cut-off of the connections by the watchdog
 
     # -- calls ------------------------------------------------------------------
 
@@ -205,7 +205,7 @@ class Reconnector:
         connections, as ConnectionLost; re-raises ``exc`` when there was no
         cut-off. redis-py's connection, shut down from the watchdog's thread,
         can fail in the call's thread with other errors than a connection
-        error (a TypeError from poll() on a socket set to None)."""
+        error (an OpenSSL error of a TLS connection, say)."""
         if self._cuts == cuts:
             raise exc
         return ConnectionLost(f"cut off under way ({type(exc).__name__}: {exc})", applied=None)
@@ -219,7 +219,8 @@ class Reconnector:
         it unanswered past the limit, so the outage still counts from then,
         and it ends with the next call Redis answers uncut."""
         if self._cuts != cuts:
-            self._failed(started)
+            if not self._hard_stop.is_set():  # a stop at once cuts off calls that Redis answers too
+                self._failed(started)
         elif self._outage is not None:
             self._back()
 
@@ -283,11 +284,14 @@ class Reconnector:
                     "cutting off a Redis call under way for more than %s",
                     f"{STOP_PATIENCE:g} s after a stop at once" if hard else f"reconnect_timeout ({self.timeout:g} s)",
                 )
+                # Counted before and after: a call sent while the cut-off runs
+                # sees it as a cut-off of its own.
                 self._cuts += 1
                 try:
                     self._cut_off()
-                except Exception:  # the watchdog must outlive a failure to close
-                    log.exception("could not close the connections")
+                except Exception:  # the watchdog must outlive a failure to cut off
+                    log.exception("could not shut the connections down")
+                self._cuts += 1
 
 
 def _error(state: RetryCallState) -> BaseException | None:
