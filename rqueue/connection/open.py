@@ -212,7 +212,7 @@ def shut_connections(r: RedisClient) -> None:
     use too, so that a call blocked on one (a server that accepts but never
     answers) wakes at once with a connection error. The thread that owns the
     connection then closes it (redis-py does on any error of a call), and an
-    idle one is found closed at its next checkout and made again.
+    idle one is found shut at its next checkout, closed and made again.
 
     Shut down, not closed: a descriptor closed under another thread is free
     for the next socket any thread opens, and a call that had read the old

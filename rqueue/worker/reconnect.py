@@ -201,7 +201,7 @@ class Reconnector:
         return retrying(attempt)
 
     def _cut_error(self, exc: Exception, cuts: int) -> ConnectionLost:
-        """``exc`` of a call during which the watchdog closed the
+        """``exc`` of a call during which the watchdog cut off the
         connections, as ConnectionLost; re-raises ``exc`` when there was no
         cut-off. redis-py's connection, shut down from the watchdog's thread,
         can fail in the call's thread with other errors than a connection
