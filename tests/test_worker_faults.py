@@ -21,6 +21,7 @@ from support.layouts import both_layouts  # noqa: F401  (every test on both layo
 from support.servers import start_server, wait_for
 
 import rqueue
+from rqueue.connection.open import pool_connections
 from rqueue.constants import IDLE_POLL_INTERVAL
 from rqueue.worker.reconnect import cut_off
 
@@ -525,77 +526,67 @@ def _redis_back(server, how: str) -> None:
         os.kill(server.process.pid, signal.SIGCONT)
 
 
-def test_a_cut_off_wakes_calls_blocked_on_a_silent_redis(prefix):
+def test_a_cut_off_wakes_calls_blocked_on_a_silent_redis(stoppable_server, prefix):
     # Given calls blocked on a paused Redis: one through the client's pool,
     # one a queue's publish (its script calls' connections)
-    server = start_server("redis")
-    try:
-        client = rqueue.connect(server.url, prefix=prefix)
-        q = client.queue("orders")
-        q.publish(b"x")
-        errors: list[BaseException] = []
+    client = rqueue.connect(stoppable_server.url, prefix=prefix)
+    q = client.queue("orders")
+    q.publish(b"x")
+    errors: list[BaseException] = []
 
-        def blocked(call) -> None:
-            try:
-                call()
-            except BaseException as exc:
-                errors.append(exc)
+    def blocked(call) -> None:
+        try:
+            call()
+        except BaseException as exc:
+            errors.append(exc)
 
-        os.kill(server.process.pid, signal.SIGSTOP)
-        threads = [
-            threading.Thread(target=blocked, args=(lambda: client.redis.get(f"{prefix}:x"),), daemon=True),
-            threading.Thread(target=blocked, args=(lambda: q.publish(b"y"),), daemon=True),
-        ]
-        for t in threads:
-            t.start()
-        wait_for(lambda: _in_use(client) == 2)
-        # When the worker's watchdog cuts them off, every 0.2 s while they are
-        # under way (a connection still being made has no socket to shut yet)
-        deadline = time.monotonic() + 2
-        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
-            cut_off(client)
-            for t in threads:
-                t.join(0.2)
-        # Then both calls fail at once
-        assert not any(t.is_alive() for t in threads)
-        assert len(errors) == 2 and all(isinstance(e, (redis.ConnectionError, rqueue.ConnectionLost)) for e in errors)
-    finally:
-        os.kill(server.process.pid, signal.SIGCONT)
-        server.stop()
-
-
-def test_a_cut_off_shuts_sockets_down_and_leaves_closing_them_to_their_next_user(prefix):
-    # Given a client whose pool and script calls hold idle connections
-    server = start_server("redis")
-    try:
-        client = rqueue.connect(server.url, prefix=prefix)
-        q = client.queue("orders")
-        q.publish(b"x")
-        client.redis.ping()
-        sockets = [c._sock for c in _connections(client) if c._sock is not None]
-        assert len(sockets) >= 2
-        # When the worker's watchdog cuts them off
+    os.kill(stoppable_server.process.pid, signal.SIGSTOP)
+    threads = [
+        threading.Thread(target=blocked, args=(lambda: client.redis.get(f"{prefix}:x"),), daemon=True),
+        threading.Thread(target=blocked, args=(lambda: q.publish(b"y"),), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    wait_for(lambda: _in_use(client) == 2)
+    # When the worker's watchdog cuts them off, every 0.2 s while they are
+    # under way (a connection still being made has no socket to shut yet)
+    deadline = time.monotonic() + 2
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
         cut_off(client)
-        # Then their sockets are shut down, not closed: a descriptor closed
-        # under a thread about to wait on it may be another socket's by the
-        # time it waits, where no later cut-off reaches it
-        assert all(s.fileno() >= 0 for s in sockets)
-        with pytest.raises(OSError):
-            sockets[0].send(b"PING\r\n")
-        # and the next use of one finds it shut, closes it and connects again
-        reused = client.redis.connection_pool._available_connections[-1]  # the next one handed out
-        shut_socket = reused._sock
-        assert client.redis.ping() and q.stats().depth == 1
-        assert shut_socket.fileno() == -1 and reused._sock is not None and reused._sock is not shut_socket
-        client.close()
-    finally:
-        server.stop()
+        for t in threads:
+            t.join(0.2)
+    # Then both calls fail at once
+    assert not any(t.is_alive() for t in threads)
+    assert len(errors) == 2 and all(isinstance(e, (redis.ConnectionError, rqueue.ConnectionLost)) for e in errors)
+
+
+def test_a_cut_off_shuts_sockets_down_and_leaves_closing_them_to_their_next_user(stoppable_server, prefix):
+    # Given a client whose pool and script calls hold idle connections
+    client = rqueue.connect(stoppable_server.url, prefix=prefix)
+    q = client.queue("orders")
+    q.publish(b"x")
+    client.redis.ping()
+    sockets = [c._sock for c in _connections(client) if c._sock is not None]
+    assert len(sockets) >= 2
+    # When the worker's watchdog cuts them off
+    cut_off(client)
+    # Then their sockets are shut down, not closed: a descriptor closed
+    # under a thread about to wait on it may be another socket's by the
+    # time it waits, where no later cut-off reaches it
+    assert all(s.fileno() >= 0 for s in sockets)
+    with pytest.raises(OSError):
+        sockets[0].send(b"PING\r\n")
+    # and the next use of one finds it shut, closes it and connects again
+    reused = client.redis.connection_pool._available_connections[-1]  # the next one handed out
+    shut_socket = reused._sock
+    assert client.redis.ping() and q.stats().depth == 1
+    assert shut_socket.fileno() == -1 and reused._sock is not None and reused._sock is not shut_socket
+    client.close()
 
 
 def _connections(client) -> list:
     made = client.scripts.connections._made if client.scripts.connections is not None else []
-    pool = client.redis.connection_pool
-    return [*made, *pool._in_use_connections, *pool._available_connections]
+    return [*made, *pool_connections(client.redis.connection_pool)]
 
 
 def _in_use(client) -> int:
