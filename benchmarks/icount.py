@@ -27,7 +27,13 @@ usage: .venv/bin/python benchmarks/icount.py SCENARIO [N]
              each is settled above the ack floor),
              floorpublish1 floorfetchack1 (the bench's floor probes: the
              least a scripted publish, and a scripted claim + ack, do),
-             xadd1 xrg1 xrg100 (redis-py Streams, for comparison)
+             ack100calls (rqueue: ack(list) of each fetch(100)'s
+             deliveries, the fetches not counted),
+             xadd1 xrg1 xrg100 (redis-py Streams, for comparison),
+             xadd100 (XADD, 100 pipelined per round trip),
+             xreadgroup100 and xack100 (XREADGROUP COUNT 100 alone, and
+             XACK of each one's 100 ids alone: the Streams side of
+             fetch100 and ack100calls)
   To compare two trees, run it with PYTHONPATH=<other checkout>; the
   stream log with RQUEUE_EXPERIMENTAL_LAYOUT=stream. Also printed: the
   Redis commands the counted calls ran (scripts' included), per 100
@@ -178,6 +184,14 @@ def main() -> int:
                 ctl("-z")
                 for _ in range(k // 100):
                     consumer.fetch(100)
+            elif scenario == "ack100calls":
+                # Each ack names one fetch(100)'s deliveries, as a
+                # fetch(100) + ack loop sends them.
+                queue.publish_many([PAYLOAD] * k)
+                batches = [consumer.fetch(100) for _ in range(k // 100)]
+                ctl("-z")
+                for batch in batches:
+                    consumer.ack(batch)
             elif scenario == "ack100":
                 held = published_and_held(k)
                 ctl("-z")
@@ -259,6 +273,29 @@ def main() -> int:
                 for _ in range(k):
                     seq, _ = fetch(keys, [])
                     ack([keys[2]], [seq])
+            elif scenario == "xadd100":
+                pipe = r.pipeline(transaction=False)
+                ctl("-z")
+                for _ in range(k // 100):
+                    for _ in range(100):
+                        pipe.xadd("st", {"d": PAYLOAD})
+                    pipe.execute()
+            elif scenario in ("xreadgroup100", "xack100"):
+                key = f"st{runs[0]}"
+                r.xgroup_create(key, "g", id="0", mkstream=True)
+                pipe = r.pipeline(transaction=False)
+                for _ in range(k):
+                    pipe.xadd(key, {"d": PAYLOAD})
+                pipe.execute()
+                if scenario == "xreadgroup100":
+                    ctl("-z")
+                    for _ in range(k // 100):
+                        r.xreadgroup("g", "c", {key: ">"}, count=100)
+                else:
+                    batches = [r.xreadgroup("g", "c", {key: ">"}, count=100) for _ in range(k // 100)]
+                    ctl("-z")
+                    for got in batches:
+                        r.xack(key, "g", *[entry[0] for entry in got[0][1]])
             elif scenario == "xadd1":
                 ctl("-z")
                 for _ in range(k):

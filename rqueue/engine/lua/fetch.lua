@@ -822,11 +822,13 @@ if got < room and not pickCut then
     last = top
     local upTo = cursor + math.min(room - got, top - cursor, CALL_MAX)
     claimed = '/' .. #out .. ':' .. string.format('%d', cursor + 1) .. ':' .. string.format('%d', upTo)
+    -- Appends by counters: # on a growing table searches its bounds each time.
+    local ns, no = #scanned, #out
     for s = cursor + 1, upTo do
-      scanned[#scanned + 1] = s
-      out[#out + 1] = s
-      out[#out + 1] = 1
-      out[#out + 1] = ''
+      ns = ns + 1
+      scanned[ns] = s
+      out[no + 1], out[no + 2], out[no + 3] = s, 1, ''
+      no = no + 3
     end
     got = got + (upTo - cursor)
     cursor, cursorText = upTo, string.format('%d', upTo)
@@ -1009,17 +1011,23 @@ if got < room and not pickCut then
     local firstSeq = scanned[1]
     local record = nil
     if #scanned >= CALL_MIN then
-      local bytes, at = {}, 1
-      for s = firstSeq, scanned[#scanned] do
-        if scanned[at] == s then
-          bytes[#bytes + 1] = '1'
-          at = at + 1
-        else
-          bytes[#bytes + 1] = '0'
+      local lastScanned = scanned[#scanned]
+      local bytes
+      if lastScanned - firstSeq + 1 == #scanned then
+        bytes = string.rep('1', #scanned) -- no seq passed over (a claim's)
+      else
+        local parts, at = {}, 1
+        for s = firstSeq, lastScanned do
+          if scanned[at] == s then
+            parts[s - firstSeq + 1] = '1'
+            at = at + 1
+          else
+            parts[s - firstSeq + 1] = '0'
+          end
         end
+        bytes = table.concat(parts)
       end
-      record = string.format('%d', firstSeq) .. ' ' .. nowText .. ' ' .. #scanned .. ' ' .. table.concat(bytes) .. ' '
-        .. consumerName
+      record = string.format('%d', firstSeq) .. ' ' .. nowText .. ' ' .. #scanned .. ' ' .. bytes .. ' ' .. consumerName
     end
     -- A token already on a call (drawn again) keeps its record: the
     -- deliveries take the per-message path.

@@ -256,6 +256,9 @@ local streamTime = logIsStream(msgsKey) and ('-' .. string.format('%.0f', now)) 
 -- style past 14 digits. The layout is makeRecord's (includes/record.lua),
 -- built here so that a batch makes the prefix once.
 local prefix = nil
+-- Appends count with nrec and nout: # on a growing table searches its
+-- bounds at every append.
+local nrec, nout = 0, 1
 for i = 6, #ARGV, 3 do
   -- "0" is compared as a string: tonumber parses with strtod.
   local idKey, timing, body = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -291,20 +294,19 @@ for i = 6, #ARGV, 3 do
     end
   end
   if seen then
-    out[#out + 1] = tonumber(seen)
-    out[#out + 1] = 1
+    out[nout + 1], out[nout + 2] = tonumber(seen), 1
+    nout = nout + 2
   else
     seq = seq + 1
     if delay == 0 and hlen == '0' and compact then
       --@layout stream
       if streamTime then
-        records[#records + 1] = seq .. streamTime
-        records[#records + 1] = 'p'
-        records[#records + 1] = body
+        records[nrec + 1], records[nrec + 2], records[nrec + 3] = string.format('%d', seq) .. streamTime, 'p', body
+        nrec = nrec + 3
       else
         --@end
-        records[#records + 1] = seq
-        records[#records + 1] = compact .. body
+        records[nrec + 1], records[nrec + 2] = seq, compact .. body
+        nrec = nrec + 2
         --@layout stream
       end
       --@end
@@ -320,22 +322,24 @@ for i = 6, #ARGV, 3 do
       end
       --@layout stream
       if streamTime then
-        records[#records + 1] = seq .. '-0'
-        records[#records + 1] = 'r'
+        records[nrec + 1], records[nrec + 2] = seq .. '-0', 'r'
+        nrec = nrec + 2
       else
         --@end
-        records[#records + 1] = seq
+        nrec = nrec + 1
+        records[nrec] = seq
         --@layout stream
       end
       --@end
-      records[#records + 1] = notBefore .. prefix .. hlen .. ':' .. body
+      nrec = nrec + 1
+      records[nrec] = notBefore .. prefix .. hlen .. ':' .. body
     end
     --@layout stream
     if streamTime and priority then
       -- The record goes to the side hash, where fetch's priority and key
       -- reads take many by one HMGET, and the stub "<seq>-0" "s" "" to the
       -- stream, which keeps an entry per seq (includes/log.lua).
-      local n = #records
+      local n = nrec
       side = side or {}
       side[#side + 1] = string.format('%d', seq)
       side[#side + 1] = records[n - 1] == 'p' and (compact .. records[n]) or records[n]
@@ -355,8 +359,8 @@ for i = 6, #ARGV, 3 do
       prioritized[#prioritized + 1] = seq
       prioritized[#prioritized + 1] = string.format('%d', seq) .. ':' .. priority
     end
-    out[#out + 1] = seq
-    out[#out + 1] = 0
+    out[nout + 1], out[nout + 2] = seq, 0
+    nout = nout + 2
   end
 end
 local last = nil

@@ -110,8 +110,10 @@ local function ackRangesRead(first, cache)
               pieces[#pieces + 1] = true
               pieces[#pieces + 1] = base + q
               pieces[#pieces + 1] = base + z - 1
+              local ns = #spanSeqs
               for t = base + q, base + z - 1 do
-                spanSeqs[#spanSeqs + 1] = t
+                ns = ns + 1
+                spanSeqs[ns] = t
               end
               c.n = c.n + (z - q)
               p = base + z
