@@ -1184,6 +1184,24 @@ def test_fetch_names_seqs_across_hundreds_exactly(raw, queue):
     assert logview.count(r, qk) == 0 and callview.calls_of(r, gk) == {}
 
 
+def test_publish_names_seqs_across_hundreds_exactly(raw):
+    # A stream log's batch of 16 or more builds its entry ids from the
+    # hundreds and a two-digit table: each id must carry the seq's canonical
+    # form, or a record would stand under another seq than fetch reads.
+    r, qk, _, _ = raw
+    # given batches of 95, 10 (a small batch: each id by sprintf), 200 and 25, crossing 100, 200 and 300
+    bodies = [f"m{i}".encode() for i in range(1, 331)]
+    sizes, first, replies = (95, 10, 200, 25), 0, []
+    for size in sizes:
+        replies.append(publish(raw, *bodies[first : first + size]))
+        first += size
+    # then each call replied its seqs in order, and each record stands under its seq, published at NOW
+    assert [seq for reply in replies for seq in reply[1::2]] == list(range(1, 331))
+    assert logview.records(r, qk) == {seq: compact(NOW, bodies[seq - 1]) for seq in range(1, 331)}
+    if logview.is_stream(qk):
+        assert [i for i, _ in r.xrange(qk.msgs)] == [f"{seq}-{NOW}".encode() for seq in range(1, 331)]
+
+
 # -- fencing tokens (guarantee 11 in docs/guarantees.md) -------------------------------
 
 

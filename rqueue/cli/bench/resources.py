@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import redis
 
+import rqueue
 from rqueue.cli.bench.base import BenchBase
 from rqueue.cli.bench.spec import BATCH, GROUP, BenchError, noop
 
@@ -139,6 +141,66 @@ class ResourceFigures(BenchBase):
         c.close()
         return out
 
+    def server_cpu(self) -> float:
+        """Seconds of CPU the server process has used, user and system: a
+        command's whole cost, the reading of its request and the writing of
+        its reply included, which commandstats leave out."""
+        info = self.r.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    def phases_cpu(
+        self, n: int, publish: Callable[[], None], fetch: Callable[[], None], ack: Callable[[], None]
+    ) -> dict[str, float]:
+        """The server's CPU per message in each phase: all n published, then
+        all fetched and held, then all acked."""
+        out = {}
+        for name, phase in (("publish", publish), ("fetch", fetch), ("ack", ack)):
+            before = self.server_cpu()
+            phase()
+            out[name] = (self.server_cpu() - before) / n * 1e6
+        return out
+
+    def rq_proc_cpu(self, n: int) -> dict[str, float]:
+        q = self.queue("proc-cpu")
+        c = q.consumer(GROUP, name="c1")
+        held: list[list[rqueue.Delivery]] = []
+
+        def fetch() -> None:
+            got = 0
+            while got < n:
+                ds = c.fetch(BATCH)
+                if not ds:
+                    raise BenchError(f"cpu: fetch came back empty after {got} of {n}")
+                held.append(ds)
+                got += len(ds)
+
+        def ack() -> None:
+            for ds in held:
+                c.ack(ds)
+
+        out = self.phases_cpu(n, lambda: self.fill(q, n, batch=BATCH), fetch, ack)
+        c.close()
+        return out
+
+    def st_proc_cpu(self, n: int) -> dict[str, float]:
+        key = self.stream("proc-cpu")
+        held: list[list[Any]] = []
+
+        def fetch() -> None:
+            got = 0
+            while got < n:
+                resp: Any = self.r.xreadgroup(GROUP, "c1", {key: ">"}, count=BATCH)
+                if not resp or not resp[0][1]:
+                    raise BenchError(f"cpu: XREADGROUP came back empty after {got} of {n}")
+                held.append([eid for eid, _ in resp[0][1]])
+                got += len(held[-1])
+
+        def ack() -> None:
+            for ids in held:
+                self.r.xack(key, GROUP, *ids)
+
+        return self.phases_cpu(n, lambda: self.fill_stream(key, n, batch=BATCH), fetch, ack)
+
     def st_cpu(self, n: int) -> dict[str, float]:
         key = self.stream("cpu")
         a = self.commandstats()
@@ -160,11 +222,24 @@ class ResourceFigures(BenchBase):
         except redis.ResponseError as exc:
             self.notes.append(f"cpu: INFO commandstats refused ({exc}); no Redis CPU figures")
             return
-        for _ in self.runs("cpu", f"INFO commandstats around publish, fetch and ack, {n:,} messages"):
+        try:
+            self.server_cpu()
+            proc = True
+        except (KeyError, ValueError, redis.ResponseError) as exc:
+            self.notes.append(f"cpu: INFO cpu gives no used_cpu_user/used_cpu_sys ({exc!r}); no cpu_proc figures")
+            proc = False
+        for _ in self.runs("cpu", f"INFO commandstats and INFO cpu around publish, fetch and ack, {n:,} messages"):
             rq = self.rq_cpu(n)
             self.cleanup()
             st = self.st_cpu(n)
             self.cleanup()
+            if proc:
+                rq_proc = self.rq_proc_cpu(n)
+                self.cleanup()
+                st_proc = self.st_proc_cpu(n)
+                self.cleanup()
+                for name in ("publish", "fetch", "ack"):
+                    self.record(f"cpu_proc_{name}_us", n, rq_proc[name], st_proc[name])
             self.record("cpu_publish_us", n, rq["publish"], st["publish"])
             self.record("cpu_fetch_us", n, rq["fetch"], st["fetch"])
             self.record("cpu_ack_us", n, rq["ack"], st["ack"])

@@ -843,25 +843,20 @@ if got < room and not pickCut then
     local fields = {}
     if want < 16 or cursor < 100 then
       for s = cursor + 1, cursor + want do
-        fields[#fields + 1] = string.format('%d', s)
+        fields[s - cursor] = string.format('%d', s)
       end
     else
-      -- tostring() of a number is a sprintf; a seq >= 100 is its hundreds,
-      -- formatted once per hundred, and two digits from a table.
-      local twoDigits = {
-        '00', '01', '02', '03', '04', '05', '06', '07', '08', '09', '10', '11', '12', '13', '14', '15', '16', '17', '18', '19',
-        '20', '21', '22', '23', '24', '25', '26', '27', '28', '29', '30', '31', '32', '33', '34', '35', '36', '37', '38', '39',
-        '40', '41', '42', '43', '44', '45', '46', '47', '48', '49', '50', '51', '52', '53', '54', '55', '56', '57', '58', '59',
-        '60', '61', '62', '63', '64', '65', '66', '67', '68', '69', '70', '71', '72', '73', '74', '75', '76', '77', '78', '79',
-        '80', '81', '82', '83', '84', '85', '86', '87', '88', '89', '90', '91', '92', '93', '94', '95', '96', '97', '98', '99',
-      }
+      -- a seq >= 100 as its hundreds and two digits; included here, as the
+      -- main chunk is near Lua's limit of 200 locals
+--@include two_digits
+      local digits = twoDigits()
       local hundreds, prefix = nil, nil
       for s = cursor + 1, cursor + want do
         local h = math.floor(s / 100)
         if h ~= hundreds then
           hundreds, prefix = h, tostring(h)
         end
-        fields[#fields + 1] = prefix .. twoDigits[s - h * 100 + 1]
+        fields[s - cursor] = prefix .. digits[s - h * 100 + 1]
       end
     end
     -- Seqs published with a priority are handed out from the priority set
