@@ -11,7 +11,7 @@ import redis
 
 import rqueue
 from rqueue.cli.bench.base import BenchBase
-from rqueue.cli.bench.spec import BATCH, GROUP, BenchError, noop
+from rqueue.cli.bench.spec import BATCH, GROUP, HUGE_INFLIGHT, LONG_WAIT, BenchError, noop
 
 
 class ResourceFigures(BenchBase):
@@ -162,7 +162,9 @@ class ResourceFigures(BenchBase):
 
     def rq_proc_cpu(self, n: int) -> dict[str, float]:
         q = self.queue("proc-cpu")
-        c = q.consumer(GROUP, name="c1")
+        # It holds all n before it acks (as the Streams side does): no cap
+        # or lease of the defaults may end the fetch phase early.
+        c = q.consumer(GROUP, name="c1", prefetch=n, max_inflight=HUGE_INFLIGHT, ack_wait=LONG_WAIT)
         held: list[list[rqueue.Delivery]] = []
 
         def fetch() -> None:

@@ -355,33 +355,9 @@ SPECS: tuple[Spec, ...] = (
     Spec("cpu_ack_us", "cpu", "Redis CPU per message, ack(list of 100)", "usec", "XACK of 100 ids", None, "streams"),
     # The server process's CPU (INFO cpu) per message in each phase: the
     # whole of each command, where commandstats time its run alone.
-    Spec(
-        "cpu_proc_publish_us",
-        "cpu",
-        "Redis process CPU per message, publish_many 100",
-        "usec",
-        "XADD (pipelined 100)",
-        None,
-        "streams",
-    ),
-    Spec(
-        "cpu_proc_fetch_us",
-        "cpu",
-        "Redis process CPU per message, fetch(100)",
-        "usec",
-        "XREADGROUP COUNT 100",
-        None,
-        "streams",
-    ),
-    Spec(
-        "cpu_proc_ack_us",
-        "cpu",
-        "Redis process CPU per message, ack(list of 100)",
-        "usec",
-        "XACK of 100 ids",
-        None,
-        "streams",
-    ),
+    Spec("cpu_proc_publish_us", "cpu", "Redis process CPU/msg, publish_many 100", "usec", "XADD", None, "streams"),
+    Spec("cpu_proc_fetch_us", "cpu", "Redis process CPU/msg, fetch(100)", "usec", "XREADGROUP", None, "streams"),
+    Spec("cpu_proc_ack_us", "cpu", "Redis process CPU/msg, ack(list of 100)", "usec", "XACK", None, "streams"),
     Spec(
         "cpu_client_us",
         "cpu",
