@@ -128,7 +128,7 @@ end
 local out = {''} -- the incarnation, read below
 -- Without ids every message is stored: the seqs are taken in one HINCRBY
 -- (one call less than reading and writing the last seq).
-local anyId, anyPriority = false, false
+local anyId, anyPriority, anyTimed = false, false, false
 for i = 6, #ARGV, 3 do
   if ARGV[i] ~= '0' then
     anyId = true
@@ -136,6 +136,9 @@ for i = 6, #ARGV, 3 do
       return redis.error_reply('RQ_BAD_ARGUMENT an id key index must be above 5 (KEYS[1..5] are the queue\'s), not '
         .. string.format('%q', ARGV[i]))
     end
+  end
+  if ARGV[i + 1] ~= '0' then
+    anyTimed = true
   end
   if ARGV[i + 1] ~= '0' and string.find(ARGV[i + 1], ':%d*:') then
     anyPriority = true
@@ -266,8 +269,44 @@ local nrec, nout = 0, 1
 -- pay more for than their sprintfs.
 local digits = streamTime and #ARGV >= 5 + 3 * 16 and twoDigits() or nil
 local hundreds = nil
+-- The stream entry id of seq, a compact record's: the seq, then the publish time.
+local function entryId(seq)
+  if digits == nil or seq < 100 then
+    return string.format('%d', seq) .. streamTime
+  end
+  local low = seq % 100
+  if hundreds == nil or low == 0 then
+    hundreds = string.format('%d', (seq - low) / 100)
+  end
+  return hundreds .. digits[low + 1] .. streamTime
+end
 --@end
-for i = 6, #ARGV, 3 do
+-- A stream log's batch of compact records alone (no id, delay, headers,
+-- priority or key: most batches) writes each entry as it makes its id,
+-- with no table of entries between: the loop below is passed.
+local plain = false
+--@layout stream
+plain = streamTime ~= nil and compact ~= nil and not anyId and not anyTimed
+if plain then
+  for i = 8, #ARGV, 3 do
+    seq = seq + 1
+    local id = entryId(seq)
+    if seq == first + 1 then
+      -- the first in pcall, before any other write (includes/log.lua)
+      local refused = logWriteEntries(msgsKey, {id, 'p', ARGV[i]})
+      if refused then
+        undoSeq(first, seqMissing)
+        return refused
+      end
+    else
+      logAppendCompact(msgsKey, id, ARGV[i])
+    end
+    out[nout + 1], out[nout + 2] = seq, 0
+    nout = nout + 2
+  end
+end
+--@end
+for i = 6, plain and 0 or #ARGV, 3 do
   -- "0" is compared as a string: tonumber parses with strtod.
   local idKey, timing, body = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local delay, hlen = 0, '0'
@@ -309,18 +348,7 @@ for i = 6, #ARGV, 3 do
     if delay == 0 and hlen == '0' and compact then
       --@layout stream
       if streamTime then
-        -- The entry's id: the seq, then the publish time.
-        local id
-        if digits == nil or seq < 100 then
-          id = string.format('%d', seq) .. streamTime
-        else
-          local low = seq % 100
-          if hundreds == nil or low == 0 then
-            hundreds = string.format('%d', (seq - low) / 100)
-          end
-          id = hundreds .. digits[low + 1] .. streamTime
-        end
-        records[nrec + 1], records[nrec + 2], records[nrec + 3] = id, 'p', body
+        records[nrec + 1], records[nrec + 2], records[nrec + 3] = entryId(seq), 'p', body
         nrec = nrec + 3
       else
         --@end
@@ -402,7 +430,9 @@ if seq > first then
   end
   local refused = nil
   --@layout stream
-  if streamTime then
+  if plain then
+    refused = nil
+  elseif streamTime then
     refused = logWriteEntries(msgsKey, records)
   else
     --@end

@@ -140,6 +140,12 @@ local function logWriteEntries(key, items)
   return nil
 end
 
+-- Appends the entry of a compact record, its id above the stream's
+-- newest (a publish's after its first, which logWriteEntries made).
+local function logAppendCompact(key, id, payload)
+  redis.call('XADD', key, id, 'p', payload)
+end
+
 -- One record (or false) per seq, in the order of seqs. In a stream, one
 -- XRANGE per run of consecutive seqs (in the order given); a stub's record
 -- is read from the side hash sideKey, unless skip (a set of seqs as given,
