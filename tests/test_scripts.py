@@ -1200,6 +1200,13 @@ def test_publish_names_seqs_across_hundreds_exactly(raw):
     assert logview.records(r, qk) == {seq: compact(NOW, bodies[seq - 1]) for seq in range(1, 331)}
     if logview.is_stream(qk):
         assert [i for i, _ in r.xrange(qk.msgs)] == [f"{seq}-{NOW}".encode() for seq in range(1, 331)]
+    # and a batch whose seqs' hundreds gain a digit (99,991 to 100,010) stands under those seqs too
+    r.hset(qk.meta, "seq", 99_990)
+    reply = publish(raw, *bodies[:20])
+    assert reply[1::2] == list(range(99_991, 100_011))
+    assert {seq: logview.record(r, qk, seq) for seq in range(99_991, 100_011)} == {
+        seq: compact(NOW, bodies[seq - 99_991]) for seq in range(99_991, 100_011)
+    }
 
 
 # -- fencing tokens (guarantee 11 in docs/guarantees.md) -------------------------------
