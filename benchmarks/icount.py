@@ -144,6 +144,16 @@ def main() -> int:
                 held += consumer.fetch(min(1000, k - len(held)))
             return held
 
+        def stream_of(k: int) -> str:
+            """A new stream of k entries with group "g" on it (untimed)."""
+            key = f"st{runs[0]}"
+            r.xgroup_create(key, "g", id="0", mkstream=True)
+            pipe = r.pipeline(transaction=False)
+            for _ in range(k):
+                pipe.xadd(key, {"d": PAYLOAD})
+            pipe.execute()
+            return key
+
         def run(k: int) -> None:
             """k messages of the scenario; zeroes the counters itself when it
             has untimed set-up to do first."""
@@ -281,12 +291,7 @@ def main() -> int:
                         pipe.xadd("st", {"d": PAYLOAD})
                     pipe.execute()
             elif scenario in ("xreadgroup100", "xack100"):
-                key = f"st{runs[0]}"
-                r.xgroup_create(key, "g", id="0", mkstream=True)
-                pipe = r.pipeline(transaction=False)
-                for _ in range(k):
-                    pipe.xadd(key, {"d": PAYLOAD})
-                pipe.execute()
+                key = stream_of(k)
                 if scenario == "xreadgroup100":
                     ctl("-z")
                     for _ in range(k // 100):
@@ -302,12 +307,7 @@ def main() -> int:
                     r.xadd("st", {"d": PAYLOAD})
             elif scenario in ("xrg1", "xrg100"):
                 per = 1 if scenario == "xrg1" else 100
-                key = f"st{runs[0]}"
-                r.xgroup_create(key, "g", id="0", mkstream=True)
-                pipe = r.pipeline(transaction=False)
-                for _ in range(k):
-                    pipe.xadd(key, {"d": PAYLOAD})
-                pipe.execute()
+                key = stream_of(k)
                 ctl("-z")
                 for _ in range(k // per):
                     got = r.xreadgroup("g", "c", {key: ">"}, count=per)
