@@ -1207,6 +1207,10 @@ def test_publish_names_seqs_across_hundreds_exactly(raw):
     assert {seq: logview.record(r, qk, seq) for seq in range(99_991, 100_011)} == {
         seq: compact(NOW, bodies[seq - 99_991]) for seq in range(99_991, 100_011)
     }
+    # and so does a batch with ids, which takes the general loop (100,011 to 100,030)
+    reply = publish(raw, *bodies[:20], ids=[f"id{i}" for i in range(20)])
+    assert reply[1::2] == list(range(100_011, 100_031))
+    assert [logview.record(r, qk, seq) for seq in range(100_011, 100_031)] == [compact(NOW, b) for b in bodies[:20]]
 
 
 # -- fencing tokens (guarantee 11 in docs/guarantees.md) -------------------------------

@@ -283,7 +283,8 @@ end
 --@end
 -- A stream log's batch of compact records alone (no id, delay, headers,
 -- priority or key: most batches) writes each entry as it makes its id,
--- with no table of entries between: the loop below is passed.
+-- with no table of entries between; the general loop below then runs no
+-- message.
 local plain = false
 --@layout stream
 plain = streamTime ~= nil and compact ~= nil and not anyId and not anyTimed
@@ -431,7 +432,7 @@ if seq > first then
   local refused = nil
   --@layout stream
   if plain then
-    refused = nil
+    -- written by the plain batch's loop, above
   elseif streamTime then
     refused = logWriteEntries(msgsKey, records)
   else
