@@ -138,18 +138,18 @@ for i = 6, #ARGV, 3 do
     end
   end
   if ARGV[i + 1] ~= '0' then
-    anyTimed = true
-  end
-  if ARGV[i + 1] ~= '0' and string.find(ARGV[i + 1], ':%d*:') then
-    anyPriority = true
-    -- An ordering key, checked here, before any write.
-    local p, key = string.match(ARGV[i + 1], '^%d+:%d+:([1-9]?):(.*)$')
-    if key and (#key > 128 or not string.find(key, '^[%w_%.:@/%+=%-]+$')) then
-      return redis.error_reply('RQ_BAD_ARGUMENT the ordering key ' .. string.format('%q', string.sub(key, 1, 200))
-        .. ' must be 1 to 128 of A-Z a-z 0-9 _ . : @ / + = -')
-    elseif key and p ~= '' then
-      return redis.error_reply('RQ_BAD_ARGUMENT a message has both a priority (' .. p .. ') and the ordering key '
-        .. key .. ': keys are handed out in seq order, not by priority')
+    anyTimed = true -- a delay, headers, a priority or a key
+    if string.find(ARGV[i + 1], ':%d*:') then
+      anyPriority = true
+      -- An ordering key, checked here, before any write.
+      local p, key = string.match(ARGV[i + 1], '^%d+:%d+:([1-9]?):(.*)$')
+      if key and (#key > 128 or not string.find(key, '^[%w_%.:@/%+=%-]+$')) then
+        return redis.error_reply('RQ_BAD_ARGUMENT the ordering key ' .. string.format('%q', string.sub(key, 1, 200))
+          .. ' must be 1 to 128 of A-Z a-z 0-9 _ . : @ / + = -')
+      elseif key and p ~= '' then
+        return redis.error_reply('RQ_BAD_ARGUMENT a message has both a priority (' .. p .. ') and the ordering key '
+          .. key .. ': keys are handed out in seq order, not by priority')
+      end
     end
   end
 end
