@@ -144,6 +144,7 @@ class ConsumerCore:
                 # the calls fetched under the old settings are acked as
                 # ranges under the new (the same group keys and consumer)
                 made.spans.carry(call.spans)
+                made.guess.carry(call.guess)
             call = made
             self._call_for = (settings, call)
         return call

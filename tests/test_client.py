@@ -14,7 +14,7 @@ from support.servers import wait_for
 import rqueue
 from rqueue.connection.cluster import not_run
 from rqueue.constants import MAX_BATCH
-from rqueue.engine.scripts import ScriptConnections
+from rqueue.engine.direct import ScriptConnections
 
 
 def test_scripts_reload_after_script_flush(client, queue):

@@ -141,14 +141,33 @@ class AsyncScript:
             return self._run(keys, args)
         return self._retry(lambda: self._run(keys, args))
 
-    async def _direct(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+    async def call_and_read(
+        self, keys: Sequence[Any], args: Sequence[Any], read: tuple[Any, ...], stream: bool | None = None
+    ) -> tuple[Any, Any] | None:
+        """As Script.call_and_read: the call and ``read`` in one round trip
+        on the direct path, (reply, ``read``'s reply or its error, or None
+        after NOSCRIPT); None on any other path."""
+        if self.stream is not None and (sent_stream_log(keys) if stream is None else stream):
+            return await self.stream.call_and_read(keys, args, read, False)
+        if self._retry is not no_async_retry or self._pool is None:
+            return None
+        reply, got = await self._direct(keys, args, read)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply, got
+
+    async def _direct(self, keys: Sequence[Any], args: Sequence[Any], read: tuple[Any, ...] | None = None) -> Any:
         """EVALSHA on a connection of :class:`AsyncScriptConnections`, and
         after NOSCRIPT, SCRIPT LOAD and EVALSHA again. A connection whose
         call failed other than by an error reply (lost, timed out,
-        cancelled: its reply may still come) is closed."""
+        cancelled: its reply may still come) is closed. With ``read``, a
+        command sent after the call in the same write: (the call's reply or
+        error reply, ``read``'s), both read; after NOSCRIPT the call goes
+        again alone, and ``read``'s reply is None."""
         pool = self._pool
         assert pool is not None
         command = ("EVALSHA", self.sha, len(keys), *keys, *args)
+        paired = read is not None
         # The socket timeout as one timer that cancels this task, cheaper
         # than redis-py's timeout context per read.
         task = asyncio.current_task()
@@ -168,15 +187,22 @@ class AsyncScript:
                 writer = getattr(conn, "_writer", None)
                 if _pack is not None and writer is not None:
                     try:
-                        packed = _pack(command)
+                        packed = _pack(command) if read is None else _pack(command) + _pack(read)
                     except TypeError as exc:
                         raise DataError(str(exc)) from None
                     writer.write(packed)
                     if writer.transport.get_write_buffer_size():  # the socket did not take it all
                         await writer.drain()
                 else:
-                    await conn.send_command(*command)
-                return await conn.read_response(timeout=math.inf)
+                    await conn.send_packed_command(conn.pack_commands([command] if read is None else [command, read]))
+                if read is not None:
+                    reply, got = await _reply_or_error(conn), await _reply_or_error(conn)
+                    if not isinstance(reply, NoScriptError) or loaded:
+                        return reply, got
+                    read = None  # it was read before the script ran: the call goes again alone
+                else:
+                    reply = await conn.read_response(timeout=math.inf)
+                    return (reply, None) if paired else reply
             except NoScriptError:
                 if loaded:
                     raise
@@ -211,6 +237,14 @@ class AsyncScript:
             await self._redis.script_load(self.text)
         except NoPermissionError as exc:
             raise ScriptsNotLoaded(self.name, self.sha, str(exc)) from exc
+
+
+async def _reply_or_error(conn: Any) -> Any:
+    """The next reply on ``conn``; an error reply as its exception."""
+    try:
+        return await conn.read_response(timeout=math.inf)
+    except redis.ResponseError as exc:
+        return exc
 
 
 class AsyncScripts:

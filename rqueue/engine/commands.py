@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeGuard, TypeVar
 
 import redis
 
@@ -236,6 +236,8 @@ class GroupArgs:
     # The calls this consumer fetched (a stream log's call records), by
     # which its acks go as ranges: a hint (CallSpans).
     spans: CallSpans
+    # Where this consumer's next claim likely starts (ClaimGuess).
+    guess: ClaimGuess
     # sent_stream_log of keys, fetch_keys, ack_keys and settle_keys: which
     # of a script's texts a call sent them runs, and so the shape of its
     # reply. Worked out here once, as the lists are fixed, not per call.
@@ -276,6 +278,7 @@ class GroupArgs:
             "flow": [len(keys) <= FETCH_PLAIN_KEYS or rate_suffix(settings) != ""],
             "marks": settings.wait_in_redis,
             "spans": CallSpans(),
+            "guess": ClaimGuess(),
             "keys_stream": sent_stream_log(keys),
             "fetch_keys_stream": sent_stream_log(fetch_keys),
             "ack_keys_stream": sent_stream_log(acks),
@@ -382,6 +385,65 @@ Tag = tuple[str, int, int, str]
 def flat_tags(tags: Sequence[Tag]) -> list[int | str]:
     """seq1, count1, token1, seq2, ... of the tags."""
     return [n for _, seq, count, token in tags for n in (seq, count, token)]
+
+
+# lua/fetch.lua's CLAIM_MIN and CALL_MAX: the fewest first deliveries a
+# fetch claims without reading their records, and the most it claims.
+CLAIM_MIN = 32
+CALL_MAX = 128
+
+
+class ClaimGuess:
+    """Where a consumer's next claim (lua/fetch.lua's claim of first
+    deliveries, whose records the client reads) starts, so that
+    :func:`fetch` reads its records in the fetch's own round trip rather
+    than a second one. A consumer alone on a backlog claims one run of
+    seqs after another: the guess is the seq after its last claim, and is
+    made only while its last claim started where the one before ended and
+    the queue held enough after it for another claim. A wrong guess
+    (another consumer claimed those seqs, or the fetch claimed none) costs
+    Redis one XRANGE in vain, and the records are read as without one.
+    One per consumer (:class:`GroupArgs`); a race between threads of one
+    consumer makes a guess wrong, never a record."""
+
+    __slots__ = ("next", "armed")
+
+    def __init__(self) -> None:
+        self.next: int | None = None  # the seq after the last claim seen
+        self.armed = False
+
+    def carry(self, before: ClaimGuess) -> None:
+        """Goes on from ``before``: a consumer's view made anew for new
+        settings (rqueue.consumer_core) of the same group keys."""
+        self.next, self.armed = before.next, before.armed
+
+    def range(self, n: int) -> tuple[int, int] | None:
+        """The seqs to read with a fetch of ``n``, or None: no guess."""
+        start = self.next
+        if not self.armed or start is None or n < CLAIM_MIN:
+            return None
+        return start, start + min(n, CALL_MAX) - 1
+
+    def saw(self, reply: FetchReply) -> None:
+        """Learns from a fetch's reply (parsed, not yet filled)."""
+        raw = reply.raw
+        if reply.claim is None:
+            if len(raw) > reply.first:
+                # handed out without a claim: the cursor may have moved
+                self.next, self.armed = None, False
+            return
+        at, lo, hi = reply.claim
+        last = hi
+        if len(raw) > at + 3 * (hi - lo + 1):
+            # The scan read first deliveries after the claim (a fetch of
+            # more than CALL_MAX), in seq order: the cursor is at the last.
+            seq, count = raw[-3], raw[-2]
+            if type(seq) is not int or count != 1 or seq <= hi:
+                self.next, self.armed = None, False
+                return
+            last = seq
+        self.armed = lo == self.next and reply.last_seq - last >= CLAIM_MIN
+        self.next = last + 1
 
 
 class CallSpans:
@@ -682,6 +744,28 @@ def _filled_by_seq(reply: FetchReply, entries: Sequence[Any]) -> FetchReply:
     return reply._replace(missing=missing) if missing else reply
 
 
+def guessed_right(entries: Any, reply: FetchReply, guess: tuple[int, int]) -> TypeGuard[list[Any]]:
+    """``entries``, the reply of the XRANGE of ``guess`` sent with the
+    fetch of ``reply``, read every seq of the reply's claim."""
+    if reply.claim is None or type(entries) is not list:
+        return False
+    _, lo, hi = reply.claim
+    return lo == guess[0] and hi <= guess[1]
+
+
+def claim_entries(reply: FetchReply, entries: list[Any]) -> list[Any]:
+    """The entries of ``reply``'s claim among ``entries``, an XRANGE from
+    its first seq on (guessed_right): the first ``hi - lo + 1`` when the
+    last of those is ``hi``'s; else all of them, which fill_claimed places
+    by seq (a log with a seq missing or written twice)."""
+    assert reply.claim is not None
+    _, lo, hi = reply.claim
+    part = entries[: hi - lo + 1]
+    if len(part) == hi - lo + 1 and part[-1][0].partition(b"-")[0] == b"%d" % hi:
+        return part
+    return entries
+
+
 def claimed_filled(call: GroupCall, reply: FetchReply) -> FetchReply:
     """``reply`` with its claim's records read (fill_claimed), when it has
     a claim. A failure raises, as a fetch whose reply was lost: the claimed
@@ -721,8 +805,16 @@ def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = (), waits: 
     sent = len(acks) if slots is None else len(slots)
     if not call.flow[0]:
         try:
-            reply = call.scripts.fetch(call.fetch_keys, call.argv(args), stream=call.fetch_keys_stream)
+            guess = call.guess.range(n) if call.fetch_keys_stream else None
+            argv = call.argv(args)
+            pair = None
+            if guess is not None:
+                pair = call.scripts.fetch.call_and_read(call.fetch_keys, argv, ("XRANGE", call.keys[1], *guess), True)
+            reply, entries = pair or (call.scripts.fetch(call.fetch_keys, argv, stream=call.fetch_keys_stream), None)
             parsed = noted(call, parse_fetch(reply, token, sent, slots, len(acks), call.fetch_keys_stream))
+            call.guess.saw(parsed)
+            if guess is not None and guessed_right(entries, parsed, guess):
+                return fill_claimed(parsed, claim_entries(parsed, entries))
             return claimed_filled(call, parsed)
         except (redis.RedisError, OSError) as exc:
             if not needs_flow_keys(exc):
@@ -781,6 +873,7 @@ def wait_then_fetch(call: GroupCall, wakes: str, since: str, block_ms: int, n: i
         return WokenFetch(since, refused, fetch(call, n, token, waits=True))
     stream = call.keys_stream if call.flow[0] else call.fetch_keys_stream
     parsed = noted(call, parse_fetch(reply, token, 0, call_field=stream))
+    call.guess.saw(parsed)  # a woken fetch moves the cursor as any other
     return WokenFetch(since, refused, claimed_filled(call, parsed))
 
 

@@ -12,39 +12,17 @@ and the call that met NOSCRIPT stays unsent.
 
 from __future__ import annotations
 
-import os
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import redis
-from redis.exceptions import DataError, NoPermissionError, NoScriptError
+from redis.exceptions import NoPermissionError, NoScriptError
 
 from ..connection.cluster import Retrier, no_retry, not_run
-from ..connection.open import RedisClient, shut
+from ..connection.open import RedisClient
 from ..errors import ScriptsNotLoaded
+from .direct import ScriptConnections, direct_pool, send_direct, send_direct_pair
 from .loader import SCRIPT_NAMES, layout_texts, script_sha
-
-_pack: Callable[[tuple[Any, ...]], bytes] | None
-_HIREDIS_PACKER: type | None
-try:
-    from hiredis import pack_command as _pack
-    from redis.connection import HiredisRespSerializer as _HIREDIS_PACKER
-except ImportError:  # redis-py packs in Python then
-    _pack = None
-    _HIREDIS_PACKER = None
-
-# Clients whose script calls take the direct path (Script._direct): a
-# single server's, a Sentinel primary's and memory://'s (fakeredis) clients
-# are all redis.Redis; RedisCluster is not.
-_PLAIN = (redis.Redis,)
-
-
-def _takes_direct_path(client: Any) -> bool:
-    """True when script calls of ``client`` go straight to a pooled
-    connection (Script._direct): a client of one server, not a cluster, not a
-    single-connection client."""
-    return isinstance(client, _PLAIN) and getattr(client, "connection", None) is None
 
 
 def sent_stream_log(keys: Sequence[Any]) -> bool:
@@ -60,130 +38,6 @@ def sent_stream_log(keys: Sequence[Any]) -> bool:
 
 def _is_noscript(reply: object) -> bool:
     return isinstance(reply, NoScriptError) or (isinstance(reply, Exception) and str(reply).startswith("NOSCRIPT"))
-
-
-class ScriptConnections:
-    """The connections that the script calls of one client take, made with
-    the settings of the client's own pool (address, credentials, TLS,
-    timeouts, the connection's Retry) but checked out and returned without
-    its bookkeeping: redis-py 8 spends client CPU on every checkout
-    and return on metrics and events, as much as a small script's time in
-    Redis. What a checkout must do stays: a connection the server closed, or
-    one with an unread reply, is reconnected before use (the pool's
-    ``can_read`` check), a forked child makes its own, and ``max_connections``
-    holds as in the pool (these count apart from the pool's).
-
-    Used for a plain :class:`redis.ConnectionPool` without a client-side
-    cache (:meth:`of`); a Sentinel pool re-checks the primary's address on
-    every return and is used as it is."""
-
-    def __init__(self, pool: redis.ConnectionPool) -> None:
-        self._class = pool.connection_class
-        self._kwargs = pool.connection_kwargs
-        self._max = pool.max_connections
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-        self._free: list[Any] = []  # list.pop and append are atomic: no lock per call
-        self._made: list[Any] = []
-
-    @classmethod
-    def of(cls, client: Any) -> ScriptConnections | None:
-        """The connections for ``client``'s script calls; None when they go
-        through redis-py (a cluster, a single-connection client, a Sentinel
-        or blocking pool, a client-side cache)."""
-        if not _takes_direct_path(client):
-            return None
-        pool = client.connection_pool
-        if type(pool) is not redis.ConnectionPool or getattr(pool, "cache", None) is not None:
-            return None
-        return cls(pool)
-
-    def get_connection(self) -> Any:
-        if os.getpid() != self._pid:
-            self._forked()
-        try:
-            conn = self._free.pop()
-        except IndexError:
-            conn = self._make()
-        try:
-            conn.connect()
-            try:
-                if conn.can_read():
-                    raise redis.ConnectionError("Connection has data")
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
-                conn.disconnect()
-                conn.connect()
-                if conn.can_read():
-                    raise redis.ConnectionError("Connection not ready") from None
-        except BaseException:
-            self._free.append(conn)
-            raise
-        return conn
-
-    def release(self, conn: Any) -> None:
-        if conn.pid == self._pid:  # not one made before a fork
-            self._free.append(conn)
-
-    def disconnect(self) -> None:
-        """Closes every connection, in use or not (as the pool's own)."""
-        with self._lock:
-            made = list(self._made)
-        for conn in made:
-            conn.disconnect()
-
-    def shut(self) -> None:
-        """Shuts down the socket of every connection, in use or not,
-        without closing it (:func:`rqueue.connection.open.shut_connections`)."""
-        with self._lock:
-            made = list(self._made)
-        for conn in made:
-            shut(conn)
-
-    def _make(self) -> Any:
-        with self._lock:
-            if len(self._made) >= self._max:
-                raise redis.exceptions.MaxConnectionsError("Too many connections")
-            conn = self._class(**self._kwargs)
-            self._made.append(conn)
-        return conn
-
-    def _forked(self) -> None:
-        # The parent's sockets stay the parent's: dropped here, not closed.
-        with self._lock:
-            if os.getpid() != self._pid:
-                self._free, self._made, self._pid = [], [], os.getpid()
-
-
-def _direct_pool(server: RedisClient, connections: ScriptConnections | None) -> Any:
-    """The pool of the direct path (Script._direct) of ``server``'s calls:
-    ``connections``, or the client's own pool; None for no direct path."""
-    if connections is None and isinstance(server, redis.Redis) and _takes_direct_path(server):
-        return server.connection_pool
-    return connections
-
-
-def _send_direct(pool: Any, command: tuple[Any, ...]) -> Any:
-    """``command`` on a connection of ``pool``, its reply as Redis sent it
-    (Script._direct)."""
-    conn = pool.get_connection()
-
-    def attempt() -> Any:
-        if _pack is not None and type(getattr(conn, "_command_packer", None)) is _HIREDIS_PACKER:
-            # What the hiredis packer does, without its per-argument
-            # pass (rqueue sends str, bytes and numbers only).
-            try:
-                packed = _pack(command)
-            except TypeError as exc:
-                raise DataError(str(exc)) from None
-            conn.send_packed_command([packed])
-        else:
-            conn.send_command(*command)
-        return conn.read_response()
-
-    try:
-        return conn.retry.call_with_retry(attempt, lambda error: conn.disconnect())
-    finally:
-        pool.release(conn)
 
 
 class Script:
@@ -206,7 +60,7 @@ class Script:
         self.sha = script_sha(text)
         self._redis = server
         self._retry = retry
-        self._pool = _direct_pool(server, connections)
+        self._pool = direct_pool(server, connections)
         #: The stream layout's text of this script, when it differs from
         #: ``text`` (the hash layout's, or both layouts'): calls sent a
         #: stream log's keys run it (sent_stream_log).
@@ -251,7 +105,29 @@ class Script:
         connection back to the pool) without its per-call bookkeeping
         (observability hooks, option parsing, response callbacks: EVALSHA
         has none), which cost more client CPU than a small script call."""
-        return _send_direct(self._pool, ("EVALSHA", self.sha, len(keys), *keys, *args))
+        return send_direct(self._pool, ("EVALSHA", self.sha, len(keys), *keys, *args))
+
+    def call_and_read(
+        self, keys: Sequence[Any], args: Sequence[Any], read: tuple[Any, ...], stream: bool | None = None
+    ) -> tuple[Any, Any] | None:
+        """The script's call, then the read-only command ``read``, in one
+        round trip: (the script's reply, ``read``'s reply or its error);
+        the script's error raises, after both replies are read. None where
+        script calls take another path than the direct one (a cluster, the
+        client's retry, redis-py's pool): the caller sends ``read`` on its
+        own, after the call. After NOSCRIPT the call is sent again alone,
+        and ``read``'s reply (read before the script ran) is None."""
+        if self.stream is not None and (sent_stream_log(keys) if stream is None else stream):
+            return self.stream.call_and_read(keys, args, read, False)
+        if self._pool is None or self._retry is not no_retry:
+            return None
+        reply, got = send_direct_pair(self._pool, ("EVALSHA", self.sha, len(keys), *keys, *args), read)
+        if isinstance(reply, NoScriptError):
+            self.load()
+            return self._direct(keys, args), None
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply, got
 
     def load(self) -> None:
         """SCRIPT LOAD (on every primary of a cluster). ScriptsNotLoaded when
@@ -419,7 +295,7 @@ class Scripts:
         self._retry = retry
         #: The connections of the script calls (None: redis-py's pool).
         self.connections = ScriptConnections.of(redis)
-        self._direct = _direct_pool(redis, self.connections)
+        self._direct = direct_pool(redis, self.connections)
         for name in SCRIPT_NAMES:
             texts = layout_texts(name, shebang)
             setattr(self, name, Script(redis, name, texts["hash"], retry, self.connections, texts.get("stream")))
@@ -449,7 +325,7 @@ class Scripts:
         records to the client."""
         command = ("XRANGE", key, first, last)
         if self._direct is not None and self._retry is no_retry:
-            reply: list[Any] = _send_direct(self._direct, command)
+            reply: list[Any] = send_direct(self._direct, command)
             return reply
         parsed: list[Any] = self._retry(lambda: self._redis.xrange(key, first, last))
         return parsed
