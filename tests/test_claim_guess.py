@@ -12,14 +12,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 from support import logview
 from support.aio_bridge import parametrize_api
 
-from rqueue.engine import commands
+from rqueue.engine import commands, scripts
 from rqueue.engine.async_scripts import AsyncScripts
 from rqueue.engine.commands import CALL_MAX, CLAIM_MIN, ClaimGuess, FetchReply, claim_entries
 from rqueue.engine.loader import source
 from rqueue.engine.scripts import Scripts
+from rqueue.errors import ConnectionLost
 
 pytest_generate_tests = parametrize_api
 
@@ -213,3 +215,35 @@ def test_the_guess_arms_on_two_claims_in_a_row_with_a_claims_worth_after_them():
     assert guess.range(100) is None
     guess.saw(reply_of((0, 451, 550), triples, 1000))
     assert guess.range(100) is None
+
+
+@pytest.mark.sync_only("the sync client's direct path")
+@pytest.mark.parametrize("backend", ["redis", "memory"], indirect=True)  # the clients that pair
+def test_a_reply_lost_after_a_guessed_read_ran_loses_no_message(client, clock, monkeypatch):
+    # given a consumer armed after two claims, 400 messages in all
+    q = client.queue("orders")
+    q.publish_many([b"m%d" % i for i in range(1, 401)])
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    c.ack(c.fetch(100) + c.fetch(100))
+    # and the connection lost after Redis ran the fetch and its read, before the client read the replies
+    sent = scripts.send_direct_pair
+
+    def lost(*args: Any) -> Any:
+        sent(*args)
+        raise redis.ConnectionError("Connection closed by server.")
+
+    monkeypatch.setattr(scripts, "send_direct_pair", lost)
+    # when it fetches, the call raises as a lost reply does
+    with pytest.raises(ConnectionLost):
+        c.fetch(100)
+    monkeypatch.undo()
+    # then once their leases run out, the claimed messages come again to another consumer, and none is lost
+    clock.advance(WAIT + 1)
+    other = q.consumer("g", "c2", ack_wait=WAIT, prefetch=1000)
+    got: list[Any] = []
+    while batch := other.fetch(100):
+        got += batch
+        other.ack(batch)
+    assert sorted(d.seq for d in got) == list(range(201, 401))
+    assert [d.seq for d in got if d.delivery_count == 2] == list(range(201, 301))
+    assert q.stats().groups[0].in_flight == 0
