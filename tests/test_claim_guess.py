@@ -217,6 +217,39 @@ def test_the_guess_arms_on_two_claims_in_a_row_with_a_claims_worth_after_them():
     assert guess.range(100) is None
 
 
+def test_a_wrong_guess_doubles_the_claims_in_a_row_the_next_one_waits_for():
+    # given a guess armed by two claims in a row
+    guess = ClaimGuess()
+    triples = [x for seq in range(1, 101) for x in (seq, 1, b"")]
+
+    def claims(*firsts: int) -> None:
+        for first in firsts:
+            guess.saw(reply_of((0, first, first + 99), triples, 10_000))
+
+    claims(1, 101)
+    assert guess.range(100) == (201, 300)
+    # when another consumer took those seqs: no guess until two claims in a row
+    claims(301)
+    assert guess.range(100) is None
+    claims(401)
+    assert guess.range(100) is None
+    claims(501)
+    assert guess.range(100) == (601, 700)
+    # when it is wrong again: four in a row
+    claims(801, 901, 1001, 1101)
+    assert guess.range(100) is None
+    claims(1201)
+    assert guess.range(100) == (1301, 1400)
+    # and a right guess sets it back to one claim in a row
+    claims(1301)
+    assert guess.range(100) == (1401, 1500)
+    claims(1601)
+    claims(1701)
+    assert guess.range(100) is None
+    claims(1801)
+    assert guess.range(100) == (1901, 2000)
+
+
 @pytest.mark.sync_only("the sync client's direct path")
 @pytest.mark.parametrize("backend", ["redis", "memory"], indirect=True)  # the clients that pair
 def test_a_reply_lost_after_a_guessed_read_ran_loses_no_message(client, clock, monkeypatch):

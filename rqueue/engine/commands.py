@@ -398,51 +398,64 @@ class ClaimGuess:
     deliveries, whose records the client reads) starts, so that
     :func:`fetch` reads its records in the fetch's own round trip rather
     than a second one. A consumer alone on a backlog claims one run of
-    seqs after another: the guess is the seq after its last claim, and is
-    made only while its last claim started where the one before ended and
-    the queue held enough after it for another claim. A wrong guess
-    (another consumer claimed those seqs, or the fetch claimed none) costs
-    Redis one XRANGE in vain, and the records are read as without one.
-    One per consumer (:class:`GroupArgs`); a race between threads of one
-    consumer makes a guess wrong, never a record."""
+    seqs after another: the guess is the seq after its last claim, made
+    once its claims started where the one before ended ``need`` times in a
+    row, while the queue holds enough after the last for another claim. A
+    wrong guess (another consumer claimed those seqs, or the fetch claimed
+    none) costs Redis one XRANGE in vain, and the records are read as
+    without one; it doubles ``need`` (up to NEED_MAX), so consumers that
+    take turns on one backlog seldom guess, and a right one sets it back
+    to 1. One per consumer (:class:`GroupArgs`); a race between threads of
+    one consumer makes a guess wrong, never a record."""
 
-    __slots__ = ("next", "armed")
+    NEED_MAX = 64
+
+    __slots__ = ("next", "run", "need", "room", "sent")
 
     def __init__(self) -> None:
         self.next: int | None = None  # the seq after the last claim seen
-        self.armed = False
+        self.run = 0  # claims in a row that started where the one before ended
+        self.need = 1  # claims in a row a guess waits for
+        self.room = False  # the last reply's queue held a claim's worth after the last claim
+        self.sent = False  # a guess went with the last fetch
 
     def carry(self, before: ClaimGuess) -> None:
         """Goes on from ``before``: a consumer's view made anew for new
         settings (rqueue.consumer_core) of the same group keys."""
-        self.next, self.armed = before.next, before.armed
+        self.next, self.run, self.need, self.room = before.next, before.run, before.need, before.room
 
     def range(self, n: int) -> tuple[int, int] | None:
         """The seqs to read with a fetch of ``n``, or None: no guess."""
         start = self.next
-        if not self.armed or start is None or n < CLAIM_MIN:
+        if self.run < self.need or not self.room or start is None or n < CLAIM_MIN:
             return None
+        self.sent = True
         return start, start + min(n, CALL_MAX) - 1
 
     def saw(self, reply: FetchReply) -> None:
         """Learns from a fetch's reply (parsed, not yet filled)."""
-        raw = reply.raw
-        if reply.claim is None:
+        raw, sent, self.sent = reply.raw, self.sent, False
+        claim = reply.claim
+        right = claim is not None and claim[1] == self.next
+        if sent:
+            self.need = 1 if right else min(self.need * 2, self.NEED_MAX)
+        if claim is None:
             if len(raw) > reply.first:
                 # handed out without a claim: the cursor may have moved
-                self.next, self.armed = None, False
+                self.next, self.run = None, 0
             return
-        at, lo, hi = reply.claim
+        at, lo, hi = claim
         last = hi
         if len(raw) > at + 3 * (hi - lo + 1):
             # The scan read first deliveries after the claim (a fetch of
             # more than CALL_MAX), in seq order: the cursor is at the last.
             seq, count = raw[-3], raw[-2]
             if type(seq) is not int or count != 1 or seq <= hi:
-                self.next, self.armed = None, False
+                self.next, self.run = None, 0
                 return
             last = seq
-        self.armed = lo == self.next and reply.last_seq - last >= CLAIM_MIN
+        self.run = self.run + 1 if right else 0
+        self.room = reply.last_seq - last >= CLAIM_MIN
         self.next = last + 1
 
 
