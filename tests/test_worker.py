@@ -318,17 +318,17 @@ def test_worker_holds_prefetch_deliveries_twice_its_threads_by_default(live):
 
 def test_waiting_deliveries_keep_their_lease_and_run_once(live):
     # Given a lease much shorter than the wait for a thread (3 deliveries
-    # wait behind a 1.6 s handler with ack_wait 0.8 s; a heartbeat late by
-    # 0.75 s on a loaded machine still renews it) and a second worker ready
+    # wait behind a 2 s handler with ack_wait 1.5 s; a heartbeat late by
+    # 1.45 s on a loaded machine still renews it) and a second worker ready
     # to take any lease that runs out
-    live.configure("orders", ack_wait=0.8)
+    live.configure("orders", ack_wait=1.5)
     q = live.queue("orders")
     q.publish_many([b"m"] * 4)
     calls = Calls()
 
     def handler(d):
         calls.add(d.seq)
-        time.sleep(1.6)
+        time.sleep(2)
 
     opts = dict(concurrency=1, prefetch=4, heartbeat_interval=0.05, heartbeat_timeout=2)
     a = run_worker(q, handler, **opts)
