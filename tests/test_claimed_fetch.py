@@ -20,13 +20,12 @@ from support.servers import wait_for
 
 import rqueue
 from rqueue.engine import commands
+from rqueue.engine.commands import CALL_MAX, CLAIM_MIN
 from rqueue.engine.scripts import Scripts
 from rqueue.migration import migrate_prefix
 
 pytest_generate_tests = parametrize_api
 
-CLAIM_MIN = 32  # fetch.lua's CLAIM_MIN
-CALL_MAX = 128  # fetch.lua's CALL_MAX
 WAIT = 30  # ack_wait, s
 
 

@@ -110,10 +110,8 @@ async def fetch(
                 pair = await call.scripts.fetch.call_and_read(call.fetch_keys, argv, read, True)
             reply, entries = pair or (await call.scripts.fetch(call.fetch_keys, argv, call.fetch_keys_stream), None)
             parsed = c.noted(call, c.parse_fetch(reply, token, sent, slots, len(acks), call.fetch_keys_stream))
-            call.guess.saw(parsed)
-            if guess is not None and c.guessed_right(entries, parsed, guess):
-                return c.fill_claimed(parsed, c.claim_entries(parsed, entries))
-            return await claimed_filled(call, parsed)
+            filled = c.filled_by_guess(parsed, guess, entries)
+            return filled if filled is not None else await claimed_filled(call, parsed)
         except (redis.RedisError, OSError) as exc:
             if not c.needs_flow_keys(exc):
                 raise c.translate(exc, call.queue, call.where) from exc
@@ -185,7 +183,6 @@ async def wait_then_fetch(
         return c.WokenFetch(since, refused, await fetch(call, n, token, waits=True))
     stream = call.keys_stream if call.flow[0] else call.fetch_keys_stream
     parsed = c.noted(call, c.parse_fetch(reply, token, 0, call_field=stream))
-    call.guess.saw(parsed)  # a woken fetch moves the cursor as any other
     return c.WokenFetch(since, refused, await claimed_filled(call, parsed))
 
 

@@ -193,8 +193,10 @@ class AsyncScript:
                     writer.write(packed)
                     if writer.transport.get_write_buffer_size():  # the socket did not take it all
                         await writer.drain()
+                elif read is None:
+                    await conn.send_command(*command)
                 else:
-                    await conn.send_packed_command(conn.pack_commands([command] if read is None else [command, read]))
+                    await conn.send_packed_command(conn.pack_commands([command, read]))
                 if read is not None:
                     reply, got = await _reply_or_error(conn), await _reply_or_error(conn)
                     if not isinstance(reply, NoScriptError) or loaded:

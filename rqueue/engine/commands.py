@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, NamedTuple, Protocol, TypeGuard, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import redis
 
@@ -757,18 +757,22 @@ def _filled_by_seq(reply: FetchReply, entries: Sequence[Any]) -> FetchReply:
     return reply._replace(missing=missing) if missing else reply
 
 
-def guessed_right(entries: Any, reply: FetchReply, guess: tuple[int, int]) -> TypeGuard[list[Any]]:
-    """``entries``, the reply of the XRANGE of ``guess`` sent with the
-    fetch of ``reply``, read every seq of the reply's claim."""
-    if reply.claim is None or type(entries) is not list:
-        return False
+def filled_by_guess(reply: FetchReply, guess: tuple[int, int] | None, entries: Any) -> FetchReply | None:
+    """``reply`` with its claim's records from ``entries``, the reply of
+    the XRANGE of ``guess`` sent with its fetch; None when that read does
+    not cover the claim (no guess, no claim, a claim from another seq or
+    past the guess, no list: read apart then, claimed_filled)."""
+    if guess is None or reply.claim is None or type(entries) is not list:
+        return None
     _, lo, hi = reply.claim
-    return lo == guess[0] and hi <= guess[1]
+    if lo != guess[0] or hi > guess[1]:
+        return None
+    return fill_claimed(reply, claim_entries(reply, entries))
 
 
 def claim_entries(reply: FetchReply, entries: list[Any]) -> list[Any]:
     """The entries of ``reply``'s claim among ``entries``, an XRANGE from
-    its first seq on (guessed_right): the first ``hi - lo + 1`` when the
+    its first seq on (filled_by_guess): the first ``hi - lo + 1`` when the
     last of those is ``hi``'s; else all of them, which fill_claimed places
     by seq (a log with a seq missing or written twice)."""
     assert reply.claim is not None
@@ -794,9 +798,11 @@ def claimed_filled(call: GroupCall, reply: FetchReply) -> FetchReply:
 
 
 def noted(call: GroupArgs, reply: FetchReply) -> FetchReply:
-    """``reply``, its call (if any) noted in the consumer's spans."""
+    """``reply``, its call (if any) noted in the consumer's spans, and its
+    claim (or its deliveries without one) in the consumer's guess."""
     if reply.call is not None:
         call.spans.note(reply.token, reply.call)
+    call.guess.saw(reply)
     return reply
 
 
@@ -825,10 +831,8 @@ def fetch(call: GroupCall, n: int, token: str, acks: Sequence[Tag] = (), waits: 
                 pair = call.scripts.fetch.call_and_read(call.fetch_keys, argv, ("XRANGE", call.keys[1], *guess), True)
             reply, entries = pair or (call.scripts.fetch(call.fetch_keys, argv, stream=call.fetch_keys_stream), None)
             parsed = noted(call, parse_fetch(reply, token, sent, slots, len(acks), call.fetch_keys_stream))
-            call.guess.saw(parsed)
-            if guess is not None and guessed_right(entries, parsed, guess):
-                return fill_claimed(parsed, claim_entries(parsed, entries))
-            return claimed_filled(call, parsed)
+            filled = filled_by_guess(parsed, guess, entries)
+            return filled if filled is not None else claimed_filled(call, parsed)
         except (redis.RedisError, OSError) as exc:
             if not needs_flow_keys(exc):
                 raise translate(exc, call.queue, call.where) from exc
@@ -886,7 +890,6 @@ def wait_then_fetch(call: GroupCall, wakes: str, since: str, block_ms: int, n: i
         return WokenFetch(since, refused, fetch(call, n, token, waits=True))
     stream = call.keys_stream if call.flow[0] else call.fetch_keys_stream
     parsed = noted(call, parse_fetch(reply, token, 0, call_field=stream))
-    call.guess.saw(parsed)  # a woken fetch moves the cursor as any other
     return WokenFetch(since, refused, claimed_filled(call, parsed))
 
 

@@ -189,5 +189,7 @@ def send_packed(conn: Any, commands: tuple[tuple[Any, ...], ...]) -> None:
         except TypeError as exc:
             raise DataError(str(exc)) from None
         conn.send_packed_command([packed])
+    elif len(commands) == 1:
+        conn.send_command(*commands[0])
     else:
         conn.send_packed_command(conn.pack_commands(commands))
