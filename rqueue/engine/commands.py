@@ -1367,14 +1367,19 @@ def publish_calls(
     then the flow keys when a message has a priority or a key;
     ARGV the call's head (with ``incarnation``, random, which becomes the
     queue's when it has none), then per message its id key's index (0:
-    none), timing and body."""
+    none), timing and body; or, when no message of the call has an id or a
+    timing, "" and the bodies alone (a bare call: one argument a message)."""
     head = [now, dedup_window_ms, "1" if mandatory else "0", keys.wake_channel, incarnation]
     calls = []
     for start in range(0, len(messages), batch):
         call_keys = keys.publish_keys()
+        chunk = messages[start : start + batch]
+        if all(not msg_id and timing == 0 for msg_id, timing, _ in chunk):
+            calls.append(PublishCall(call_keys, [*head, "", *(body for _, _, body in chunk)]))
+            continue
         args: list[Any] = list(head)
         prioritized = False
-        for msg_id, timing, body in messages[start : start + batch]:
+        for msg_id, timing, body in chunk:
             if msg_id:
                 call_keys.append(keys.message_id(msg_id))
                 args += [len(call_keys), timing, body]
@@ -1467,14 +1472,33 @@ def load_report(r: Any, key: str) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in raw.items()}
 
 
+def bare_range(reply: Sequence[Any]) -> range | None:
+    """The seqs a bare publish call's reply (incarnation, "range", first,
+    last) says its messages took; None for any other reply (incarnation,
+    then seq and duplicate flag per message)."""
+    if len(reply) == 4 and reply[1] in (b"range", "range"):
+        return range(int(reply[2]), int(reply[3]) + 1)
+    return None
+
+
 def publish_results(replies: Sequence[Any], partition: int | None = None) -> list[PublishResult]:
-    """PublishResults from publish.lua replies (incarnation, then seq,
-    duplicate flag, ...)."""
+    """PublishResults from publish.lua replies (:func:`bare_range`)."""
     out: list[PublishResult] = []
     for reply in replies:
         inc = text(reply[0]) or None
-        out += [PublishResult(int(reply[j]), reply[j + 1] == 1, None, partition, inc) for j in range(1, len(reply), 2)]
+        seqs = bare_range(reply)
+        if seqs is not None:
+            out += [PublishResult(seq, False, None, partition, inc) for seq in seqs]
+        else:
+            out += [
+                PublishResult(int(reply[j]), reply[j + 1] == 1, None, partition, inc) for j in range(1, len(reply), 2)
+            ]
     return out
+
+
+def publish_duplicates(replies: Sequence[Any]) -> int:
+    """How many messages publish.lua replies say were duplicates."""
+    return sum(reply[2::2].count(1) for reply in replies if bare_range(reply) is None)
 
 
 # -- recurring schedules -------------------------------------------------------
@@ -1606,6 +1630,9 @@ class PublishSeen(NamedTuple):
 
 def publish_seen(reply: Sequence[Any]) -> PublishSeen:
     """The incarnation and new seqs of one publish.lua reply."""
+    seqs = bare_range(reply)
+    if seqs is not None:
+        return PublishSeen(text(reply[0]), seqs.start, seqs.stop - 1) if seqs else PublishSeen(text(reply[0]), 0, -1)
     flags = reply[2::2]
     new = flags.count(0)
     if new == len(flags):  # no duplicate: the common case, read without a loop

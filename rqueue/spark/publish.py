@@ -101,8 +101,7 @@ class _Task:
             calls = commands.publish_calls(
                 q.keys, now, self.window_ms, False, self.messages, len(self.messages), watch.candidate
             )
-            # publish.lua's reply starts with the queue's incarnation, then (seq, duplicate) pairs.
-            dupes = sum(1 for r in commands.publish(self.client.scripts, calls, q.name) for f in r[2::2] if f == 1)
+            dupes = commands.publish_duplicates(commands.publish(self.client.scripts, calls, q.name))
         else:
             replies = [
                 commands.publish_tracked(

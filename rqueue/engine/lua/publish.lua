@@ -35,6 +35,10 @@
         Stored as a record (includes/record.lua): compact when the message
         has no headers and no delay (and now < 2^48 ms), so most bodies are
         copied once
+    ARGV[6] = "" instead: a bare call, ARGV[7], ARGV[8] ... one body per
+        message, each a payload alone (no id, delay, headers, priority or
+        key: most batches), which Redis and the script take as one argument
+        a message rather than three
     KEYS[#KEYS] the priority log (zset "<base>:prio", seq -> "<seq>:<p>",
         or "<seq>:k:<key>" for an ordering key), last, after the id keys,
         when a message has a priority or a key; meta field "prio" is set
@@ -44,7 +48,9 @@
         "<seq>-0" "s" "" into the stream (includes/log.lua)
   Output:
     { incarnation, seq1, duplicate1, seq2, duplicate2, ... }, duplicate 1
-    when the id was seen: seq is then the seq of the first publish. The
+    when the id was seen: seq is then the seq of the first publish. A bare
+    call replies { incarnation, "range", first, last }: its messages took
+    the seqs first to last, in order (none when last < first). The
     incarnation is the queue's (meta field "inc"): a client that sees it
     change, or a new seq at or below one it saw, knows Redis lost state
   Errors (nothing is stored):
@@ -129,7 +135,9 @@ local out = {''} -- the incarnation, read below
 -- Without ids every message is stored: the seqs are taken in one HINCRBY
 -- (one call less than reading and writing the last seq).
 local anyId, anyPriority, anyTimed = false, false, false
-for i = 6, #ARGV, 3 do
+-- A bare call's messages are plain bodies: nothing to scan.
+local bare = ARGV[6] == ''
+for i = 6, bare and 0 or #ARGV, 3 do
   if ARGV[i] ~= '0' then
     anyId = true
     if (tonumber(ARGV[i]) or 0) <= 5 then
@@ -202,7 +210,7 @@ if anyId then
     ttl = window + TEST_CLOCK_TTL_SLACK
   end
 else
-  local count = (#ARGV - 5) / 3
+  local count = bare and #ARGV - 6 or (#ARGV - 5) / 3
   -- A number handed to redis.call is formatted with sprintf: the common
   -- single publish passes text.
   local newLast = redis.pcall('HINCRBY', metaKey, 'seq', count == 1 and '1' or count)
@@ -267,9 +275,10 @@ local nrec, nout = 0, 1
 -- A batch's stream entry ids: seqs of 100 or more as their hundreds and two
 -- digits (includes/two_digits.lua), which a call of a few messages would
 -- pay more for than their sprintfs.
-local digits = streamTime and #ARGV >= 5 + 3 * 16 and twoDigits() or nil
+local digits = streamTime and #ARGV >= (bare and 6 + 16 or 5 + 3 * 16) and twoDigits() or nil
 local hundreds = nil
--- The stream entry id of seq, a compact record's: the seq, then the publish time.
+-- The stream entry id of seq, a compact record's: the seq, then the publish
+-- time (includes/log.lua's logAppendBodies makes a bare call's ids alike).
 local function entryId(seq)
   if digits == nil or seq < 100 then
     return string.format('%d', seq) .. streamTime
@@ -281,35 +290,27 @@ local function entryId(seq)
   return hundreds .. digits[low + 1] .. streamTime
 end
 --@end
--- A stream log's batch of compact records alone (no id, delay, headers,
--- priority or key: most batches) writes each entry as it makes its id,
--- with no table of entries between; the general loop below then runs no
--- message.
+-- A bare call to a stream log stores its bodies as compact entries in one
+-- loop of includes/log.lua (no table of entries between, no function call
+-- a message); the general loop below then runs no message.
 local plain = false
 --@layout stream
-plain = streamTime ~= nil and compact ~= nil and not anyId and not anyTimed
-if plain then
-  for i = 8, #ARGV, 3 do
-    seq = seq + 1
-    local id = entryId(seq)
-    if seq == first + 1 then
-      -- the first in pcall, before any other write (includes/log.lua)
-      local refused = logWriteEntries(msgsKey, {id, 'p', ARGV[i]})
-      if refused then
-        undoSeq(first, seqMissing)
-        return refused
-      end
-    else
-      logAppendCompact(msgsKey, id, ARGV[i])
-    end
-    out[nout + 1], out[nout + 2] = seq, 0
-    nout = nout + 2
+plain = bare and streamTime ~= nil and compact ~= nil
+if plain and #ARGV > 6 then
+  local refused
+  refused, seq = logAppendBodies(msgsKey, seq, 7, streamTime, digits)
+  if refused then
+    undoSeq(first, seqMissing)
+    return refused
   end
 end
 --@end
-for i = 6, plain and 0 or #ARGV, 3 do
+for i = bare and 7 or 6, plain and 0 or #ARGV, bare and 1 or 3 do
   -- "0" is compared as a string: tonumber parses with strtod.
   local idKey, timing, body = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  if bare then
+    idKey, timing, body = '0', '0', ARGV[i]
+  end
   local delay, hlen = 0, '0'
   local priority = nil -- '1'..'9', or 'k:<key>' for an ordering key; nil: none
   if timing ~= '0' then
@@ -472,6 +473,9 @@ if delayed or seq - seq % SCHED_CLEAN_EVERY > first then
   rcall('ZREMRANGEBYSCORE', schedKey, '-inf', now)
 end
 out[1] = inc
+if bare then
+  out = {inc, 'range', first + 1, seq}
+end
 if last ~= nil and channel ~= '' then
   -- Only a wake-up hint: a refusal must not fail a publish already stored.
   redis.pcall('PUBLISH', channel, last)
