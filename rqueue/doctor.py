@@ -18,6 +18,7 @@ the checks would read the same keys several times.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -475,8 +476,12 @@ class _Examination:
         no other token. Returns the state a split would give each seq out on
         a call (seq -> state). Any fault is one finding, repaired by
         splitting every call out to the per-message path."""
-        deadlines = {m: sc for page in reads.zset_in_steps(self.r, gk.call_deadlines, self.where) for m, sc in page}
-        firsts = {m: sc for page in reads.zset_in_steps(self.r, gk.call_seqs, self.where) for m, sc in page}
+
+        def calls_in(key: str) -> dict[str, float]:
+            # The set's member at +inf is its pin (lua/includes/group_keys.lua, SKIPLIST_PIN), no call.
+            return {m: sc for page in reads.zset_in_steps(self.r, key, self.where) for m, sc in page if sc != math.inf}
+
+        deadlines, firsts = calls_in(gk.call_deadlines), calls_in(gk.call_seqs)
         out_on_calls: dict[int, str] = {}
         faults: list[str] = []
         total = 0

@@ -25,6 +25,7 @@ CALL_MIN = 16  # fetch.lua's CALL_MIN
 N = CALL_MIN + 4  # a call's size in these tests
 CALL_MAX = 128  # fetch.lua's CALL_MAX
 WAIT = 30  # ack_wait, s
+PIN = b"pin: keeps this sorted set a skiplist, as a listpack every ZADD moves the whole set"  # group_keys.lua's
 
 
 @pytest.fixture
@@ -92,14 +93,43 @@ def test_a_large_fetch_writes_one_call_record_and_its_acks_settle_it_in_parts(cl
     # when one more is acked alone, then the rest in one call
     got[1].ack()
     c.ack([d for d in got if d.seq not in (1, 2, 6, N)])
-    # then the call keys are gone, nothing is in flight, and every message is settled
+    # then no call is left (the deadline and first-seq sets keep only their pin), nothing is in flight,
+    # and every message is settled
     r = client.redis
     gk = q.keys.group("g")
-    assert r.exists(gk.calls, gk.call_deadlines, gk.call_seqs) == 0 and callout(q) == 0
+    assert r.exists(gk.calls) == 0 and callout(q) == 0
+    for key in (gk.call_deadlines, gk.call_seqs):
+        assert r.zrange(key, 0, -1, withscores=True) == [(PIN, float("inf"))]
     assert in_flight(q) == 0 and held_by(q) == {c.name: 0} and q.stats().groups[0].ack_floor == N
     # and an ack of a settled call delivery is refused as acked
     with pytest.raises(AlreadyAcked):
         got[3].ack()
+
+
+@pytest.mark.parametrize("backend", ["redis", "valkey", "cluster"], indirect=True)  # OBJECT ENCODING: a server's
+def test_the_call_sets_are_skiplists_from_the_first_call_and_many_calls_out_are_healthy(client):
+    # given a queue whose group holds any number in flight, and a consumer per call
+    q = queue_with(client, 130 * N)
+    client.configure(q.name, max_inflight=10**6)
+    gk = q.keys.group("g")
+    r = client.redis
+    # when one call is out, then its deadline and first-seq sets are skiplists already (a listpack of a
+    # hundred calls would be scanned by every ZADD and ZREM)
+    consumers = [q.consumer("g", f"c{i}", ack_wait=WAIT) for i in range(130)]
+    held = [consumers[0].fetch(N)]
+    assert [r.object("encoding", key) for key in (gk.call_deadlines, gk.call_seqs)] == [b"skiplist"] * 2
+    # when 130 calls are out, then each is in both sets, and the doctor finds nothing to repair
+    held += [c.fetch(N) for c in consumers[1:]]
+    assert len(calls(q)) == 130 * N and callout(q) == 130 * N
+    for key in (gk.call_deadlines, gk.call_seqs):
+        assert r.zcount(key, "-inf", "(+inf") == 130 and r.zscore(key, PIN) == float("inf")
+    assert doctor.examine(q) == []
+    # when every call is acked, then the sets keep their pin alone, and the doctor still finds nothing
+    for c, batch in zip(consumers, held):
+        c.ack(batch)
+    assert calls(q) == {} and callout(q) == 0 and in_flight(q) == 0
+    assert [r.zcard(key) for key in (gk.call_deadlines, gk.call_seqs)] == [1, 1]
+    assert doctor.examine(q) == []
 
 
 def test_a_fetch_of_more_than_a_call_holds_takes_the_rest_per_message(client):

@@ -38,7 +38,9 @@ def as_split(r: Any, keys: Sequence[str]) -> tuple[dict[int, str], dict[int, int
     call_keys = call_keys_of(keys)
     if not call_keys:
         return states, leases
-    deadlines = {m.decode(): int(s) for m, s in r.zrange(call_keys[1], 0, -1, withscores=True)}
+    # the member at +inf is the set's pin (includes/group_keys.lua, SKIPLIST_PIN), no call
+    raw = r.zrange(call_keys[1], 0, -1, withscores=True)
+    deadlines = {m.decode(): int(s) for m, s in raw if s != float("inf")}
     for token, raw in r.hgetall(call_keys[0]).items():
         first, ms, _, bytes_, holder = raw.decode().split(" ")
         for i, b in enumerate(bytes_):

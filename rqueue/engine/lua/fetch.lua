@@ -1027,8 +1027,8 @@ if got < room and not pickCut then
     -- A token already on a call (drawn again) keeps its record: the
     -- deliveries take the per-message path.
     if record and rcall('HSETNX', callsKey, token, record) == 1 then
-      rcall('ZADD', callExpKey, deadline, token)
-      rcall('ZADD', callSeqKey, firstSeq, token)
+      rcall('ZADD', callExpKey, deadline, token, '+inf', SKIPLIST_PIN)
+      rcall('ZADD', callSeqKey, firstSeq, token, '+inf', SKIPLIST_PIN)
       -- written with the cursor: callout as read, less what left calls in
       -- this call (acks, expiry), and these
       callout = (tonumber(groupFields[6] or '0') or 0) - callsLeft + #scanned
@@ -1076,7 +1076,7 @@ if got > 0 then
   -- a listpack all the same (a server with a larger zset-max-listpack-value),
   -- ZADD walks from the head past every member of equal score that sorts
   -- before the new one; in this order it stops at once.
-  local leases = {'+inf', LEASE_PIN}
+  local leases = {'+inf', SKIPLIST_PIN}
   for i = #leased, 1, -1 do
     leases[#leases + 1] = deadline
     leases[#leases + 1] = leased[i]
@@ -1122,7 +1122,7 @@ else
   for _, key in ipairs({delayKey, leaseKey, callExpKey}) do
   --@end
     local first = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')
-    if first[2] ~= nil and first[1] ~= LEASE_PIN and (nextDue == nil or tonumber(first[2]) < nextDue) then
+    if first[2] ~= nil and first[1] ~= SKIPLIST_PIN and (nextDue == nil or tonumber(first[2]) < nextDue) then
       nextDue = tonumber(first[2])
     end
   end

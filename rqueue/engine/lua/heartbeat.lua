@@ -72,7 +72,7 @@ if ARGV[9] == '1' then
   --@end
   for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
     local seq = tonumber(s)
-    local d = s ~= LEASE_PIN and readDelivery(dlvKey, seq)
+    local d = s ~= SKIPLIST_PIN and readDelivery(dlvKey, seq)
     if d and d.holder == consumerName and known[seq] ~= d.count .. '.' .. d.token then
       -- Never seen by the client: not an attempt, so the count goes back.
       rcall('ZREM', leaseKey, seq)

@@ -319,7 +319,7 @@ if what == 'calls' then
   end
   for _, key in ipairs({callExpKey, callSeqKey}) do
     for _, token in ipairs(rcall('ZRANGE', key, '0', '-1')) do
-      damaged = damaged or not tokens[token]
+      damaged = damaged or not (tokens[token] or token == SKIPLIST_PIN)
     end
   end
   damaged = damaged or (tonumber(rcall('HGET', groupKey, 'callout') or '0') or -1) ~= total
@@ -369,7 +369,7 @@ if what == 'counts' then
   end
   --@end
   for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
-    if s ~= LEASE_PIN then
+    if s ~= SKIPLIST_PIN then
       local d = parseDelivery(tonumber(s), rcall('HGET', dlvKey, s))
       if d ~= nil and d.holder ~= '' then
         held[d.holder] = (held[d.holder] or 0) + 1

@@ -66,7 +66,7 @@ put('in_flight', deliveriesOut())
 --@layout hash
 put('expired_leases', rcall('ZCOUNT', leaseKey, '-inf', now))
 local oldest = rcall('ZRANGE', leaseKey, 0, 0)
-if oldest[1] ~= nil and oldest[1] ~= LEASE_PIN then
+if oldest[1] ~= nil and oldest[1] ~= SKIPLIST_PIN then
   local raw = rcall('HGET', dlvKey, oldest[1])
   -- The time of the delivery from its state's first line (includes/delivery_state.lua):
   -- count:consumer:first:last:token, or count:consumer:first:last before tokens.
@@ -81,7 +81,7 @@ end
 local expiredLeases = rcall('ZCOUNT', leaseKey, '-inf', now)
 local oldestAge = nil
 local oldest = rcall('ZRANGE', leaseKey, 0, 0)
-if oldest[1] ~= nil and oldest[1] ~= LEASE_PIN then
+if oldest[1] ~= nil and oldest[1] ~= SKIPLIST_PIN then
   local raw = rcall('HGET', dlvKey, oldest[1])
   -- The time of the delivery from its state's first line (includes/delivery_state.lua):
   -- count:consumer:first:last:token, or count:consumer:first:last before tokens.

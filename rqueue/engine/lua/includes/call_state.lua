@@ -10,6 +10,7 @@
            out by the call (a seq the scan passed); out counts the "1"s
     cexp   <token> -> the call's deadline (ms)
     cseq   <token> -> its first seq
+           (each set also holds SKIPLIST_PIN at +inf, includes/group_keys.lua)
     group field "callout": the seqs out on calls. The holder's count in
            the consumers hash includes its call deliveries, so in flight
            is ZCOUNT lease + callout (deliveriesOut, includes/group_keys.lua).
@@ -90,7 +91,7 @@ local function splitCall(token, want)
   end
   local deadline = rcall('ZSCORE', callExpKey, token) or c.ms
   local state = '1:' .. c.holder .. ':' .. c.ms .. ':' .. c.ms .. ':' .. token
-  local bytes, states, leases = {}, {}, {'+inf', LEASE_PIN}
+  local bytes, states, leases = {}, {}, {'+inf', SKIPLIST_PIN}
   local k = 0
   for i = 1, #c.bytes do
     local b = string.sub(c.bytes, i, i)
@@ -235,7 +236,7 @@ local function splitHeldBy(member)
   if member == nil then
     for _, key in ipairs({callExpKey, callSeqKey}) do
       for _, token in ipairs(rcall('ZRANGE', key, '0', '-1')) do
-        if rcall('HEXISTS', callsKey, token) == 0 then
+        if token ~= SKIPLIST_PIN and rcall('HEXISTS', callsKey, token) == 0 then
           rcall('ZREM', key, token)
         end
       end

@@ -26,7 +26,7 @@ local function clearGroup()
   --@end
   local cancelled = 0
   for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
-    if s ~= LEASE_PIN then
+    if s ~= SKIPLIST_PIN then
       rcall('ZREM', leaseKey, s)
       cancelled = cancelled + 1
     end

@@ -11,7 +11,7 @@
                               since: the last seq when the group was
                               created (join.lua); cursor_checked (fetch.lua)
     KEYS[6]  lease      zset  seq -> lease deadline (ms): the in-flight set;
-                              and LEASE_PIN at +inf (below)
+                              and SKIPLIST_PIN at +inf (below)
     KEYS[7]  ready      zset  seq -> seq: redeliveries due now
     KEYS[8]  delay      zset  seq -> due time (ms): waiting messages
     KEYS[9]  dlv        hash  seq -> "count:consumer:first_ms:last_ms"; and
@@ -121,13 +121,15 @@ end
 --@layout hash
 local sideKey = nil -- a hash log has no side hash (includes/log.lua)
 --@end
--- One member of the lease set that is no delivery, at score +inf: fetch adds
--- it with every batch of leases. It is longer than zset-max-listpack-value
--- (64 bytes by default), so the set is a skiplist from then on, and stays
--- one (the member keeps the key from being emptied and deleted). As a
--- listpack, every ZADD of a lease moves the whole set. Readers of the whole
+-- One member of the lease set, and of a stream log's call sets cexp and
+-- cseq, that is no delivery or call, at score +inf: fetch adds it with
+-- every batch of leases and every call. It is longer than
+-- zset-max-listpack-value (64 bytes by default), so the set is a skiplist
+-- from then on, and stays one (the member keeps the key from being emptied
+-- and deleted). As a listpack, every ZADD and ZREM scans the set: with a
+-- hundred calls out, a tenth of a fetch and ack's work. Readers of the whole
 -- set skip it; the in-flight count is ZCOUNT -inf (+inf (deliveriesOut).
-local LEASE_PIN = 'pin: keeps this sorted set a skiplist, as a listpack every ZADD moves the whole set'
+local SKIPLIST_PIN = 'pin: keeps this sorted set a skiplist, as a listpack every ZADD moves the whole set'
 
 -- The group's deliveries in flight: one lease each, the pin left out.
 --@layout hash

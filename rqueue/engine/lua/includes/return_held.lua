@@ -27,7 +27,7 @@ local function returnHeld(member, graceful)
   --@end
   local counted, leased = rcall('HGET', consumersKey, member), 0
   for _, s in ipairs(rcall('ZRANGE', leaseKey, 0, -1)) do
-    if s == LEASE_PIN then
+    if s == SKIPLIST_PIN then
       break -- last: its score is +inf
     end
     local seq = tonumber(s)
