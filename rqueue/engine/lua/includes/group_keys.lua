@@ -127,7 +127,7 @@ local sideKey = nil -- a hash log has no side hash (includes/log.lua)
 -- zset-max-listpack-value (64 bytes by default), so the set is a skiplist
 -- from then on, and stays one (the member keeps the key from being emptied
 -- and deleted). As a listpack, every ZADD and ZREM scans the set: with a
--- hundred calls out, a tenth of a fetch and ack's work. Readers of the whole
+-- hundred calls out, 6 % of a fetch and ack's work. Readers of the whole
 -- set skip it; the in-flight count is ZCOUNT -inf (+inf (deliveriesOut).
 local SKIPLIST_PIN = 'pin: keeps this sorted set a skiplist, as a listpack every ZADD moves the whole set'
 
