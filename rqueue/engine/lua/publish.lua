@@ -408,8 +408,10 @@ for i = bare and 7 or 6, plain and 0 or #ARGV, bare and 1 or 3 do
       prioritized[#prioritized + 1] = seq
       prioritized[#prioritized + 1] = string.format('%d', seq) .. ':' .. priority
     end
-    out[nout + 1], out[nout + 2] = seq, 0
-    nout = nout + 2
+    if not bare then -- a bare call replies its range
+      out[nout + 1], out[nout + 2] = seq, 0
+      nout = nout + 2
+    end
   end
 end
 local last = nil
