@@ -307,9 +307,9 @@ end
 --@end
 for i = bare and 7 or 6, plain and 0 or #ARGV, bare and 1 or 3 do
   -- "0" is compared as a string: tonumber parses with strtod.
-  local idKey, timing, body = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if bare then
-    idKey, timing, body = '0', '0', ARGV[i]
+  local idKey, timing, body = '0', '0', ARGV[i] -- a bare call's message
+  if not bare then
+    idKey, timing, body = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   end
   local delay, hlen = 0, '0'
   local priority = nil -- '1'..'9', or 'k:<key>' for an ordering key; nil: none
