@@ -251,6 +251,7 @@ class ConsumerCore:
         new = Delivery.__new__
         cls = self.delivery_class
         from_bytes = int.from_bytes
+        first_suffix = f".1.{token}"
         # The triples read off one iterator; strict: a reply cut inside a
         # triple raises rather than losing its last delivery unsaid.
         triples = islice(raw, first, None)
@@ -261,7 +262,11 @@ class ConsumerCore:
             if type(count) is not int:
                 count, replayed = commands.delivery_count(count)
             headers: dict[str, str]
-            if len(record) >= COMPACT_HEAD and record[0] == COMPACT_BYTE:
+            if type(record) is tuple:
+                # a stream log's claimed entry (engine.record.SplitRecord)
+                published, data = record
+                headers = {}
+            elif len(record) >= COMPACT_HEAD and record[0] == COMPACT_BYTE:
                 # from_bytes's byteorder is "big" unless told: one argument
                 # less to parse per message
                 published, headers, data = from_bytes(record[1:COMPACT_HEAD]), {}, record[COMPACT_HEAD:]
@@ -298,7 +303,8 @@ class ConsumerCore:
             d.published_ms = published
             d.deadline_ms = deadline
             d.token = token
-            d.tag = tag = f"{seq}.{count}.{token}"  # delivery_tag, inline
+            # delivery_tag, inline; most deliveries are first ones
+            d.tag = tag = f"{seq}{first_suffix}" if count == 1 else f"{seq}.{count}.{token}"
             d.epoch = epoch
             d.replayed = replayed is not None
             if replayed is not None:

@@ -21,7 +21,9 @@ from support.servers import wait_for
 import rqueue
 from rqueue.engine import commands
 from rqueue.engine.commands import CALL_MAX, CLAIM_MIN
+from rqueue.engine.record import decode_record
 from rqueue.engine.scripts import Scripts
+from rqueue.errors import CorruptRecord
 from rqueue.migration import migrate_prefix
 
 pytest_generate_tests = parametrize_api
@@ -236,16 +238,20 @@ def test_a_waiting_consumer_woken_by_a_large_publish_gets_its_claimed_records(cl
 
 def test_fill_claimed_reads_both_reply_shapes_and_names_what_is_missing():
     # given a reply that claimed seqs 7..10 from index 3, and the log's entries in either shape
-    raw = [b"h0", b"h1", b"h2", 7, 1, b"", 8, 1, b"", 9, 1, b"", 10, 1, b""]
+    raw = [b"h0", b"h1", b"h2"]  # the claim's deliveries are not in the reply
     reply = commands.FetchReply(0, None, "", 10, 0, 0, [], "t", raw, 3, claim=(3, 7, 10))
-    ms = (1_700_000_000_123).to_bytes(6, "big")
     raw_shape = [[b"7-1700000000123", [b"p", b"a"]], [b"8-0", [b"r", b":5:0:b"]], [b"10-0", [b"s", b""]]]
     parsed_shape = [(b"7-1700000000123", {b"p": b"a"}), (b"8-0", {b"r": b":5:0:b"}), (b"10-0", {b"s": b""})]
     for entries in (raw_shape, parsed_shape):
-        filled = commands.fill_claimed(reply._replace(raw=list(raw)), entries)
-        # then a compact entry's record has its head again, a full one is as stored,
+        given = reply._replace(raw=list(raw))
+        filled = commands.fill_claimed(given, entries)
+        # then the claim's triples follow the reply's head, the reply given unchanged
+        assert given.raw == raw and filled.raw[:3] == raw
+        assert filled.raw[3::3] == [7, 8, 9, 10] and filled.raw[4::3] == [1] * 4
+        # and a compact entry's record comes split (its id's time, its payload), a full one is as stored,
         # and a seq without an entry or with a stub is named missing
-        assert filled.raw[5] == b"~" + ms + b"a"
+        assert filled.raw[5] == (1_700_000_000_123, b"a")
+        assert decode_record(filled.raw[5], "") == (1_700_000_000_123, {}, b"a")
         assert filled.raw[8] == b":5:0:b"
         assert (filled.raw[11], filled.raw[14]) == (b"", b"")
         assert filled.missing == frozenset({9, 10})
@@ -258,6 +264,15 @@ def test_fill_claimed_reads_both_reply_shapes_and_names_what_is_missing():
     shifted = [[b"7-0", [b"r", b"a"]], [b"8-0", [b"r", b"b"]], [b"8-1", [b"r", b"x"]], [b"10-0", [b"r", b"d"]]]
     filled = commands.fill_claimed(reply._replace(raw=list(raw)), shifted)
     assert [filled.raw[i] for i in (5, 8, 11, 14)] == [b"a", b"b", b"", b"d"] and filled.missing == frozenset({9})
+    # and a compact entry whose id's time is past 6 bytes, in order or not, gives a record that parses as none
+    huge = b"%d" % (1 << 48)
+    for entries in (
+        [[b"7-5", [b"p", b"a"]], [b"8-" + huge, [b"p", b"b"]], [b"9-5", [b"p", b"c"]], [b"10-5", [b"p", b"d"]]],
+        [[b"8-" + huge, [b"p", b"b"]]],
+    ):
+        filled = commands.fill_claimed(reply._replace(raw=list(raw)), entries)
+        with pytest.raises(CorruptRecord):
+            decode_record(filled.raw[8], "log[8]")
 
 
 def test_a_hash_layout_queue_never_claims(backend, prefix, clock, claims):

@@ -69,6 +69,44 @@ def test_pack_acks_makes_runs_and_leaves_others_as_triples():
     assert args == [10, "r1,1,1", "tok", 12, 1, "tok"] and slots == [[1, 0], [2]]
 
 
+@pytest.mark.parametrize(
+    "seqs, counts, tokens",
+    [
+        (range(10, 41), None, None),  # a whole call in order: the one run
+        (range(12, 20), None, None),  # part of a call
+        ([10, 11, 13, 14], None, None),  # a gap
+        ([11, 10, 12], None, None),  # out of order
+        ([10, 11, 11, 12], None, None),  # a seq twice
+        ([10, 12, 12, 13], None, None),  # as many seqs as the span from the first, one twice
+        (range(38, 43), None, None),  # past the call's last seq
+        (range(8, 12), None, None),  # before its first
+        (range(10, 14), [1, 2, 1, 1], None),  # a redelivery among them
+        (range(10, 14), None, ["tok", "tok", "oth", "tok"]),  # another call's tag among them
+        (range(20, 24), None, ["oth"] * 4),  # a call not known
+    ],
+)
+def test_pack_acks_one_run_shortcut_packs_as_the_general_way(seqs, counts, tokens, monkeypatch):
+    # given a call's span and tags that are, or nearly are, one run of it
+    spans = commands.CallSpans()
+    spans.note("tok", (10, 40))
+    seqs = list(seqs)
+    counts = counts or [1] * len(seqs)
+    tokens = tokens or ["tok"] * len(seqs)
+    tags = [(f"{s}.{c}.{t}", s, c, t) for s, c, t in zip(seqs, counts, tokens, strict=True)]
+    # when they are packed with the shortcut and without it
+    packed = commands.pack_acks(tags, spans)
+    monkeypatch.setattr(commands, "_one_run", lambda tags, spans: None)
+    # then the shortcut changes nothing
+    assert packed == commands.pack_acks(tags, spans)
+
+
+def test_pack_acks_takes_a_whole_run_as_one_range():
+    spans = commands.CallSpans()
+    spans.note("tok", (10, 40))
+    tags = [(f"{s}.1.tok", s, 1, "tok") for s in range(10, 41)]
+    assert commands.pack_acks(tags, spans) == ([10, "r31", "tok"], [list(range(31))])
+
+
 def test_unpack_statuses_of_triples_reads_each_status_all_ok_or_not():
     assert commands.unpack_statuses([b"ok", b"ok"], None, 2) == ["ok", "ok"]
     assert commands.unpack_statuses([b"ok", b"RQ_ACKED", b"ok"], None, 3) == ["ok", "RQ_ACKED", "ok"]

@@ -17,9 +17,11 @@ place knows each script's arguments and reply.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from itertools import islice
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import redis
@@ -39,6 +41,7 @@ from .keys import (
     settle_keys,
     side_of,
 )
+from .record import SplitRecord
 from .scripts import Script, ScriptPipeline, Scripts, sent_stream_log
 
 T = TypeVar("T")
@@ -353,8 +356,8 @@ class FetchReply(NamedTuple):
     # ones among them. None: it wrote none.
     call: tuple[int, int] | None = None
     # The seqs (first, last) this fetch claimed without reading their
-    # records (lua/fetch.lua's claim), after the index in raw of the first
-    # one's seq: their records are b"" until fill_claimed reads them.
+    # records (lua/fetch.lua's claim), after the index in raw where their
+    # triples go: the reply leaves them out, and fill_claimed puts them in.
     claim: tuple[int, int, int] | None = None
     # The claimed seqs whose record the log did not give (fill_claimed): the
     # consumer sets them aside as missing-record.
@@ -444,9 +447,9 @@ class ClaimGuess:
                 # handed out without a claim: the cursor may have moved
                 self.next, self.run = None, 0
             return
-        at, lo, hi = claim
+        at, _, hi = claim
         last = hi
-        if len(raw) > at + 3 * (hi - lo + 1):
+        if len(raw) > at:
             # The scan read first deliveries after the claim (a fetch of
             # more than CALL_MAX), in seq order: the cursor is at the last.
             seq, count = raw[-3], raw[-2]
@@ -523,6 +526,9 @@ def pack_acks(tags: Sequence[Tag], spans: CallSpans) -> tuple[list[int | str], S
     the caller's order; and the slots that map the reply's statuses back."""
     if not spans or len(tags) < 2:
         return flat_tags(tags), None
+    whole = _one_run(tags, spans)
+    if whole is not None:
+        return whole
     groups: dict[str, dict[int, int]] = {}
     single: list[int] = []
     # The tags of one fetch come together: its token's span and group are
@@ -569,6 +575,26 @@ def pack_acks(tags: Sequence[Tag], spans: CallSpans) -> tuple[list[int | str], S
         args += [seq, count, token]
         slots.append([i])
     return args, slots
+
+
+def _one_run(tags: Sequence[Tag], spans: CallSpans) -> tuple[list[int | str], Slots] | None:
+    """pack_acks of the common case, the ack of one fetch's first
+    deliveries in seq order without a gap: one range; None otherwise (the
+    general packing then)."""
+    token = tags[0][3]
+    span = spans.get(token)
+    if span is None:
+        return None
+    seqs = [t[1] for t in tags]
+    n, lo = len(seqs), seqs[0]
+    # Rising without a gap from lo: n seqs, strictly rising, that end at lo + n - 1.
+    if not (span[0] <= lo and seqs[-1] == lo + n - 1 <= span[1]):
+        return None
+    if not all(map(operator.lt, seqs, islice(seqs, 1, None))):
+        return None
+    if [t[2] for t in tags].count(1) != n or [t[3] for t in tags].count(token) != n:
+        return None
+    return [lo, f"r{n}", token], [list(range(n))]
 
 
 # A strict ack's refusals of a tag (nothing changed), after which a packed
@@ -675,66 +701,80 @@ _UNREADABLE_HEAD = b"\0"
 _COMPACT_LIMIT = 1 << 48
 
 
-def _compact_head(ms: bytes) -> bytes:
-    """A compact record's head for an entry id's time ``ms`` (as
-    lua/includes/record_head.lua's compactHead makes it)."""
+def _published_at(ms: bytes) -> int | None:
+    """The time of a "p" entry's id (``ms``) as a compact record's
+    published_ms; None past 6 bytes or unparsable: no entry rqueue wrote."""
     try:
         number = int(ms)
     except ValueError:
-        return _UNREADABLE_HEAD
-    if not 0 <= number < _COMPACT_LIMIT:
-        return _UNREADABLE_HEAD
-    return b"~" + number.to_bytes(6, "big")
+        return None
+    return number if 0 <= number < _COMPACT_LIMIT else None
+
+
+def _split_record(ms: bytes, value: bytes) -> SplitRecord | bytes:
+    """A "p" entry's record: (published_ms, payload), or a record that
+    parses as none when its id's time is no compact record's."""
+    published = _published_at(ms)
+    return _UNREADABLE_HEAD + value if published is None else (published, value)
 
 
 def fill_claimed(reply: FetchReply, entries: Sequence[Any]) -> FetchReply:
-    """``reply`` with its claim's records (``reply.claim``) written into
-    ``reply.raw`` from ``entries``, the log's XRANGE of the claimed seqs
-    (Scripts.read_log: [id, [field, value]], or (id, {field: value})), as
-    lua/includes/log.lua's logReadMany makes them: a "p" entry's record
-    with its head made again from the id's time, an "r" entry's as stored.
+    """``reply`` with its claim's deliveries (``reply.claim``, which the
+    reply leaves out) in ``raw`` at the claim's index, their records from
+    ``entries``, the log's XRANGE of the claimed seqs (Scripts.read_log:
+    [id, [field, value]], or (id, {field: value})), as
+    lua/includes/log.lua's logReadMany makes them: a "p" entry's record as
+    a SplitRecord (the id's time, the payload), an "r" entry's as stored.
     A claimed seq that has no such entry (deleted, or a stub whose record
-    is elsewhere) keeps b"" and is named in ``missing``."""
+    is elsewhere) has the record b"" and is named in ``missing``. A new
+    reply: ``reply`` is not changed."""
     assert reply.claim is not None
     at, lo, hi = reply.claim
-    in_order = len(entries) == hi - lo + 1 and entries and type(entries[0][1]) is list
-    if in_order and _filled_in_order(reply.raw, at, entries):
-        return reply
-    return _filled_by_seq(reply, entries)
+    triples = None
+    if len(entries) == hi - lo + 1 and entries and type(entries[0][1]) is list:
+        triples = _claimed_in_order(lo, entries)
+    missing: frozenset[int] = frozenset()
+    if triples is None:
+        triples, missing = _claimed_by_seq(lo, hi, entries)
+    raw = reply.raw
+    return reply._replace(raw=[*raw[:at], *triples, *raw[at:]], missing=missing)
 
 
-def _filled_in_order(raw: list[Any], at: int, entries: Sequence[Any]) -> bool:
-    """fill_claimed for the common case, every claimed seq's entry in order
-    as Redis sent it, into ``raw`` from index ``at``: False at the first
-    entry that is not (its seq, field "p" or "r"), the records before it
-    filled."""
-    i = at + 2
-    ms_before, head = b"", b""
+def _claimed_in_order(lo: int, entries: Sequence[Any]) -> list[Any] | None:
+    """The claim's triples (seq, 1, record) for the common case, every
+    claimed seq's entry in order from ``lo`` as Redis sent it; None when
+    an entry is not (its seq, field "p" or "r")."""
+    triples: list[Any] = []
+    add = triples.append
+    ms_before, published = b"", None
     for eid, (field, value) in entries:
         seq, _, ms = eid.partition(b"-")
-        # The seq is checked, not assumed from the count: a damaged log
-        # (an entry deleted, another added with a seq already there) must
-        # not shift records onto other seqs.
-        if int(seq) != raw[i - 2]:
-            return False
         if field == b"p":
-            if ms != ms_before:  # a publish's entries share one time: one head for them
-                head, ms_before = _compact_head(ms), ms
-            raw[i] = head + value
+            if ms != ms_before:  # a publish's entries share one time: parsed once for them
+                published, ms_before = _published_at(ms), ms
+            if published is None:
+                return None  # _claimed_by_seq makes it a record that parses as none
+            add(int(seq))
+            add(1)
+            add((published, value))
         elif field == b"r":
-            raw[i] = value
+            add(int(seq))
+            add(1)
+            add(value)
         else:
-            return False
-        i += 3
-    return True
+            return None
+    # The seqs are checked, not assumed from the count: a damaged log (an
+    # entry deleted, another added with a seq already there) must not
+    # shift records onto other seqs.
+    if triples[::3] != list(range(lo, lo + len(entries))):
+        return None
+    return triples
 
 
-def _filled_by_seq(reply: FetchReply, entries: Sequence[Any]) -> FetchReply:
-    """fill_claimed for any entries: each placed by its seq, the first one
-    of a seq kept."""
-    assert reply.claim is not None
-    at, lo, hi = reply.claim
-    raw = reply.raw
+def _claimed_by_seq(lo: int, hi: int, entries: Sequence[Any]) -> tuple[list[Any], frozenset[int]]:
+    """The claim's triples for any entries, each placed by its seq, the
+    first one of a seq kept; and the seqs none was found for."""
+    records: list[Any] = [b""] * (hi - lo + 1)
     taken: set[int] = set()
     for eid, fields in entries:
         if type(fields) is dict:
@@ -746,15 +786,12 @@ def _filled_by_seq(reply: FetchReply, entries: Sequence[Any]) -> FetchReply:
         if not lo <= seq <= hi or seq in taken:
             continue  # outside the claim, or a second entry of one seq: no entry rqueue wrote
         taken.add(seq)
-        i = at + 3 * (seq - lo) + 2
         if field == b"p":
-            raw[i] = _compact_head(ms) + value
+            records[seq - lo] = _split_record(ms, value)
         elif field == b"r":
-            raw[i] = value
-        else:
-            raw[i] = b""
-    missing = frozenset(s for s in range(lo, hi + 1) if not raw[at + 3 * (s - lo) + 2])
-    return reply._replace(missing=missing) if missing else reply
+            records[seq - lo] = value
+    triples = [x for seq, record in enumerate(records, lo) for x in (seq, 1, record)]
+    return triples, frozenset(seq for seq, record in enumerate(records, lo) if not record)
 
 
 def filled_by_guess(reply: FetchReply, guess: tuple[int, int] | None, entries: Any) -> FetchReply | None:

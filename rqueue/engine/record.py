@@ -7,6 +7,9 @@
 A stream log (lua/includes/log.lua) keeps a compact record as an entry
 ``<seq>-<published_ms>`` with one field ``p``, the payload: the scripts
 make the record again for fetch, and compact_record for the client's reads.
+A fetch's claimed entries reach the consumer as SplitRecord pairs
+(published_ms, payload), the compact record already taken apart: the
+client makes no record only to cut it up again.
 
 Payloads are bytes and stay bytes; headers are a JSON object of str to str.
 Nothing is ever unpickled.
@@ -21,6 +24,8 @@ from ..constants import MAX_HEADER_BYTES
 from ..errors import CorruptRecord, InvalidInput
 
 Headers = dict[str, str]
+# A compact record as a stream entry gives it: (published_ms, payload).
+SplitRecord = tuple[int, bytes]
 
 COMPACT_TAG = b"~"  # first byte of a compact record
 COMPACT_HEAD = 7  # bytes before a compact record's payload: the tag, 6 of published_ms
@@ -51,11 +56,14 @@ def encode_body(payload: bytes, headers: Mapping[str, str] | None) -> tuple[int,
     return len(encoded), encoded + payload
 
 
-def decode_record(record: bytes, where: str) -> tuple[int, Headers, bytes]:
-    """Splits a stored record into (published_ms, headers, payload).
+def decode_record(record: bytes | SplitRecord, where: str) -> tuple[int, Headers, bytes]:
+    """Splits a stored record (or takes a SplitRecord) into (published_ms,
+    headers, payload).
 
     Raises CorruptRecord, naming ``where``, for anything rqueue did not write.
     """
+    if isinstance(record, tuple):
+        return record[0], {}, record[1]
     if record[:1] == COMPACT_TAG:
         if len(record) < COMPACT_HEAD:
             raise CorruptRecord(where, f"a compact record of {len(record)} bytes has no full head; bytes {record!r}")

@@ -119,8 +119,9 @@
   such ranges, as ack.lua's. The call field ends in
   "/<index>:<first seq>:<last seq>" when the call claimed those seqs (every
   one of them, in order, a first delivery) without reading their records:
-  their records in the reply are "" (no record is empty), from the reply's
-  0-based <index> on, and the client reads them from the log itself. The
+  the reply leaves them out (the deliveries after them start at the reply's
+  0-based <index>), and the client reads their records from the log itself
+  and puts their triples at <index>. The
   plain keys of a stream log are KEYS[1..17], the call keys and KEYS[21]
   the queue's schedule of delayed publishes (<base>:sched, zset seq ->
   not-before ms), by which fetch claims only while no delayed publish is
@@ -822,13 +823,14 @@ if got < room and not pickCut then
     last = top
     local upTo = cursor + math.min(room - got, top - cursor, CALL_MAX)
     claimed = '/' .. #out .. ':' .. string.format('%d', cursor + 1) .. ':' .. string.format('%d', upTo)
-    -- Appends by counters: # on a growing table searches its bounds each time.
-    local ns, no = #scanned, #out
+    -- The claimed deliveries are not in the reply: the claim field says
+    -- them whole (seq after seq, each a first delivery), and the client
+    -- makes their triples from it and the log's entries.
+    -- Appends by a counter: # on a growing table searches its bounds each time.
+    local ns = #scanned
     for s = cursor + 1, upTo do
       ns = ns + 1
       scanned[ns] = s
-      out[no + 1], out[no + 2], out[no + 3] = s, 1, ''
-      no = no + 3
     end
     got = got + (upTo - cursor)
     cursor, cursorText = upTo, string.format('%d', upTo)
