@@ -69,6 +69,35 @@ def test_a_large_fetch_claims_its_first_deliveries_and_hands_out_their_records_a
     assert q.stats().groups[0].in_flight == 0
 
 
+def test_a_claims_deliveries_are_left_out_of_the_reply_and_put_in_by_the_client(client, monkeypatch):
+    # given 300 messages and a spy on the replies fill_claimed is given and gives back
+    q = client.queue("orders")
+    q.publish_many([b"m%d" % i for i in range(1, 301)])
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    given: list[tuple[tuple[int, int, int], int, int]] = []
+    fill = commands.fill_claimed
+
+    def spy(reply: commands.FetchReply, entries: Any) -> commands.FetchReply:
+        filled = fill(reply, entries)
+        assert reply.claim is not None
+        given.append((reply.claim, len(reply.raw), len(filled.raw)))
+        return filled
+
+    monkeypatch.setattr(commands, "fill_claimed", spy)
+    # when the consumer fetches 100, then 150 (more than one claim takes)
+    got = c.fetch(100) + c.fetch(150)
+    # then each reply ended where its claim's deliveries belong, or held only the scan's after them,
+    # and the client put three items a claimed seq in
+    (at1, lo1, hi1), len1, filled1 = given[0][0], given[0][1], given[0][2]
+    assert (lo1, hi1) == (1, 100) and len1 == at1 and filled1 == at1 + 3 * 100
+    (at2, lo2, hi2), len2, filled2 = given[1][0], given[1][1], given[1][2]
+    assert (lo2, hi2) == (101, 100 + CALL_MAX) and len2 == at2 + 3 * (150 - CALL_MAX)
+    assert filled2 == len2 + 3 * CALL_MAX
+    # and every delivery came once, in order, as a first delivery
+    assert [d.seq for d in got] == list(range(1, 251)) and {d.delivery_count for d in got} == {1}
+    assert [d.data for d in got] == [b"m%d" % i for i in range(1, 251)]
+
+
 def test_a_partitioned_queue_claims_in_each_partition(client, claims):
     # given a queue of 2 partitions with 300 messages spread over them
     q = client.queue("orders", partitions=2)
