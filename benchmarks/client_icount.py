@@ -6,9 +6,10 @@ payload, ack the list) and its Streams reference (XREADGROUP COUNT 100,
 read each entry's field, XACK the ids), each in a Python process of its
 own under valgrind, instrumented only while the loop runs (callgrind's
 --instr-atstart=no, switched on and off by callgrind_control at a
-handshake), against a private redis-server on a free port. User-space
-instructions only: the kernel's share of a socket call is not counted.
-The counts repeat to a few in 10^4 from run to run (PYTHONHASHSEED=0).
+handshake), against a private redis-server on a free port
+(rqueue.embedded.EmbeddedServer). User-space instructions only: the
+kernel's share of a socket call is not counted. The counts repeat to a
+few in 10^4 from run to run (PYTHONHASHSEED=0).
 
 usage: .venv/bin/python benchmarks/client_icount.py [N] [BATCH]
   N messages (default 5000) consumed BATCH at a time (default 100);
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,14 +30,11 @@ from pathlib import Path
 
 import redis
 
+import rqueue
+from rqueue.embedded import EmbeddedServer
+
 PAYLOAD = b"x" * 100
 WARMUP = 2000  # consumed before the count starts: scripts loaded, caches warm
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(path: Path) -> None:
@@ -49,8 +46,6 @@ def child(kind: str, url: str, n: int, batch: int, handshake: Path) -> None:
     """The measured process: fills its queue or stream, warms up, then
     runs the loop between the handshake's files."""
     if kind == "rqueue":
-        import rqueue
-
         client = rqueue.connect(url, prefix="client-icount")
         queue = client.queue("q")
         consumer = queue.consumer("g", "c1")
@@ -148,34 +143,13 @@ def main() -> int:
         return 2
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
     batch = int(sys.argv[2]) if len(sys.argv) > 2 else 100
-    port = free_port()
-    with tempfile.TemporaryDirectory(prefix="rqueue-client-icount-redis-") as workdir:
-        server = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", workdir],
-            stdout=subprocess.DEVNULL,
-        )
-        try:
-            r = redis.Redis(port=port)
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    r.ping()
-                    break
-                except redis.ConnectionError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
-            url = f"redis://127.0.0.1:{port}"
-            import rqueue
-
-            print(f"client instructions per message, fetch({batch}) + ack, N={n} (rqueue from {rqueue.__file__})")
-            counts = {kind: count(kind, url, n, batch) / n for kind in ("rqueue", "streams")}
-            print(f"  rqueue:  {counts['rqueue']:,.0f}")
-            print(f"  streams: {counts['streams']:,.0f} (XREADGROUP COUNT {batch} + XACK, redis-py)")
-            print(f"  ratio:   {counts['rqueue'] / counts['streams']:.2f}x")
-        finally:
-            server.terminate()
-            server.wait()
+    # Redis's own binary (not valkey's), as icount.py and the bench use.
+    with EmbeddedServer(binary="redis-server") as server:
+        print(f"client instructions per message, fetch({batch}) + ack, N={n} (rqueue from {rqueue.__file__})")
+        counts = {kind: count(kind, server.url, n, batch) / n for kind in ("rqueue", "streams")}
+        print(f"  rqueue:  {counts['rqueue']:,.0f}")
+        print(f"  streams: {counts['streams']:,.0f} (XREADGROUP COUNT {batch} + XACK, redis-py)")
+        print(f"  ratio:   {counts['rqueue'] / counts['streams']:.2f}x")
     return 0
 
 
