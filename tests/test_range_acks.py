@@ -70,22 +70,22 @@ def test_pack_acks_makes_runs_and_leaves_others_as_triples():
 
 
 @pytest.mark.parametrize(
-    "seqs, counts, tokens",
+    "seqs, counts, tokens, shortcut",
     [
-        (range(10, 41), None, None),  # a whole call in order: the one run
-        (range(12, 20), None, None),  # part of a call
-        ([10, 11, 13, 14], None, None),  # a gap
-        ([11, 10, 12], None, None),  # out of order
-        ([10, 11, 11, 12], None, None),  # a seq twice
-        ([10, 12, 12, 13], None, None),  # as many seqs as the span from the first, one twice
-        (range(38, 43), None, None),  # past the call's last seq
-        (range(8, 12), None, None),  # before its first
-        (range(10, 14), [1, 2, 1, 1], None),  # a redelivery among them
-        (range(10, 14), None, ["tok", "tok", "oth", "tok"]),  # another call's tag among them
-        (range(20, 24), None, ["oth"] * 4),  # a call not known
+        (range(10, 41), None, None, True),  # a whole call in order: the one run
+        (range(12, 20), None, None, True),  # part of a call
+        ([10, 11, 13, 14], None, None, False),  # a gap
+        ([11, 10, 12], None, None, False),  # out of order
+        ([10, 11, 11, 12], None, None, False),  # a seq twice
+        ([10, 12, 12, 13], None, None, False),  # as many seqs as the span from the first, one twice
+        (range(38, 43), None, None, False),  # past the call's last seq
+        (range(8, 12), None, None, False),  # before its first
+        (range(10, 14), [1, 2, 1, 1], None, False),  # a redelivery among them
+        (range(10, 14), None, ["tok", "tok", "oth", "tok"], False),  # another call's tag among them
+        (range(20, 24), None, ["oth"] * 4, False),  # a call not known
     ],
 )
-def test_pack_acks_one_run_shortcut_packs_as_the_general_way(seqs, counts, tokens, monkeypatch):
+def test_pack_acks_one_run_shortcut_packs_as_the_general_way(seqs, counts, tokens, shortcut, monkeypatch):
     # given a call's span and tags that are, or nearly are, one run of it
     spans = commands.CallSpans()
     spans.note("tok", (10, 40))
@@ -94,10 +94,12 @@ def test_pack_acks_one_run_shortcut_packs_as_the_general_way(seqs, counts, token
     tokens = tokens or ["tok"] * len(seqs)
     tags = [(f"{s}.{c}.{t}", s, c, t) for s, c, t in zip(seqs, counts, tokens, strict=True)]
     # when they are packed with the shortcut and without it
+    taken = commands._one_run(tags, spans) is not None
     packed = commands.pack_acks(tags, spans)
     monkeypatch.setattr(commands, "_one_run", lambda tags, spans: None)
-    # then the shortcut changes nothing
-    assert packed == commands.pack_acks(tags, spans)
+    general = commands.pack_acks(tags, spans)
+    # then the shortcut is taken for one run of a call alone, and packs as the general way does
+    assert taken is shortcut and packed == general
 
 
 def test_pack_acks_takes_a_whole_run_as_one_range():
