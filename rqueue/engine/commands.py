@@ -17,11 +17,9 @@ place knows each script's arguments and reply.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from itertools import islice
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import redis
@@ -587,10 +585,7 @@ def _one_run(tags: Sequence[Tag], spans: CallSpans) -> tuple[list[int | str], Sl
         return None
     seqs = [t[1] for t in tags]
     n, lo = len(seqs), seqs[0]
-    # Rising without a gap from lo: n seqs, strictly rising, that end at lo + n - 1.
-    if not (span[0] <= lo and seqs[-1] == lo + n - 1 <= span[1]):
-        return None
-    if not all(map(operator.lt, seqs, islice(seqs, 1, None))):
+    if not (span[0] <= lo and lo + n - 1 <= span[1]) or seqs != list(range(lo, lo + n)):
         return None
     if [t[2] for t in tags].count(1) != n or [t[3] for t in tags].count(token) != n:
         return None
