@@ -71,7 +71,7 @@ class ConsumerCore:
         self.overrides = validate(overrides)
         self.liveness = check.positive_seconds("liveness", liveness) if liveness is not None else None
         self._call_for: tuple[Settings | None, Any] = (None, None)
-        self._held: dict[str, Delivery] = {}
+        self._held: dict[int, Delivery] = {}
         self._closed = False
         self._settings_seen: Settings | None = None
         self._settings: Settings = Settings()
@@ -239,7 +239,7 @@ class ConsumerCore:
         settled = self._watch.settled
         if settled[0] and len(raw) > first:
             raw, first = self._set_aside_settled(reply, aside, *settled)
-        if self._watch.acked_seqs and len(raw) > first:
+        if self._watch.remembers_acks() and len(raw) > first:
             raw, first = self._set_aside_acked(reply, mark, epoch, aside, raw, first)
         deadline = reply.now_ms + int(round(self._settings.ack_wait * 1000))
         held = self._held
@@ -251,7 +251,6 @@ class ConsumerCore:
         new = Delivery.__new__
         cls = self.delivery_class
         from_bytes = int.from_bytes
-        first_suffix = f".1.{token}"
         # The triples read off one iterator; strict: a reply cut inside a
         # triple raises rather than losing its last delivery unsaid.
         triples = islice(raw, first, None)
@@ -303,13 +302,12 @@ class ConsumerCore:
             d.published_ms = published
             d.deadline_ms = deadline
             d.token = token
-            # delivery_tag, inline; most deliveries are first ones
-            d.tag = tag = f"{seq}{first_suffix}" if count == 1 else f"{seq}.{count}.{token}"
+            d._tag = None  # made when first read: an ack names a delivery by seq, count and token
             d.epoch = epoch
             d.replayed = replayed is not None
             if replayed is not None:
                 d.headers = {**headers, REPLAYED_HEADER: str(replayed)}
-            held[tag] = d
+            held[seq] = d
             out.append(d)
         return out, aside
 
@@ -359,8 +357,8 @@ class ConsumerCore:
         those acks (reported by the watch). Their tags go to ``aside``, to
         the dead-letter queue unrun. A replayed dead letter runs: an operator
         asked for it."""
-        if self._watch.acked_seqs.keys().isdisjoint([int(raw[i]) for i in range(first, len(raw), 3)]):
-            return raw, first  # the common case, without the watch's lock
+        if not self._watch.acked_among([int(raw[i]) for i in range(first, len(raw), 3)]):
+            return raw, first
         seqs = [int(raw[i]) for i in range(first, len(raw), 3) if commands.delivery_count(raw[i + 1])[1] is None]
         found = self._watch.acks_lost(mark, epoch, reply.generation, reply.floor, seqs)
         if not found:
@@ -386,16 +384,15 @@ class ConsumerCore:
         """Per ack ref of an ack_and_fetch sent at ``mark``, its
         LostDelivery or its status; the watch remembers the acks confirmed
         above the floor the reply reports."""
-        held = self._held
-        for t in tags:
-            held.pop(t[0], None)
+        self._release(tags)
         acked = reply.ack_statuses
         statuses: list[RQueueError | None]
         if len(acked) == len(tags) and acked.count("ok") == len(acked):
             statuses = [None] * len(tags)  # every ack went through: no status to look at one by one
         else:
             statuses = [
-                None if status == "ok" else delivery_error(status, t[0]) for t, status in zip(tags, acked, strict=True)
+                None if status == "ok" else delivery_error(status, tag_text(t))
+                for t, status in zip(tags, acked, strict=True)
             ]
         floor = reply.floor
         # acks in order: absorbed by the floor, nothing to remember
@@ -526,8 +523,9 @@ class ConsumerCore:
         for ref in refs:
             if type(ref) is cls and ref.consumer is self and ref.epoch == epoch:  # type: ignore[comparison-overlap]
                 # :meth:`_tag_of` of a delivery this consumer made since its
-                # last loss, inline: a worker acks every message so.
-                tags.append((ref.tag, ref.seq, ref.delivery_count, ref.token))
+                # last loss, inline: a worker acks every message so. Its text
+                # is left out (tag_text makes it where an error needs it).
+                tags.append(("", ref.seq, ref.delivery_count, ref.token))
                 lost.append(None)
                 continue
             try:
@@ -548,7 +546,7 @@ class ConsumerCore:
             if type(ref) is cls and ref.consumer is self and ref.epoch == epoch:  # type: ignore[comparison-overlap]
                 # :meth:`_tag_of` of a delivery this consumer made since its
                 # last loss, inline: the ack of a fetched batch takes this path.
-                tags.append((ref.tag, ref.seq, ref.delivery_count, ref.token))
+                tags.append(("", ref.seq, ref.delivery_count, ref.token))
             else:
                 tags.append(self._tag_of(ref))
         if multiple and len(tags) != 1:
@@ -559,17 +557,39 @@ class ConsumerCore:
         """The refs an ack with multiple=True acks leniently: every delivery
         held up to ``named`` (earlier ones that moved on meanwhile are
         skipped; only the named one must be ackable), ``named`` last."""
-        return [*(t[0] for t in self._held_up_to(named) if t != named), named[0]]
+        return [*(d.tag for d in self._held_up_to(named)), tag_text(named)]
 
-    def _held_up_to(self, last: commands.Tag) -> list[commands.Tag]:
-        if last[0] not in self._held:
-            return [last]
+    def _held_up_to(self, last: commands.Tag) -> list[Delivery]:
+        """The deliveries held before the one of tag ``last``, in the order
+        they were handed out; none when ``last`` is not held."""
+        held = self._held
+        if self._held_as(last) is None:
+            return []
         out = []
-        for tag in self._held:
-            out.append(self._tag_of(tag))
-            if tag == last[0]:
+        for d in held.values():
+            if d.seq == last[1]:
                 break
+            out.append(d)
         return out
+
+    def _held_as(self, tag: commands.Tag) -> Delivery | None:
+        """The delivery held of ``tag``: None when this consumer holds none,
+        or holds another delivery of that seq."""
+        d = self._held.get(tag[1])
+        if d is None or d.delivery_count != tag[2] or d.token != tag[3]:
+            return None
+        return d
+
+    def _release(self, tags: Iterable[commands.Tag]) -> None:
+        """Forgets the deliveries of ``tags``: settled, or no longer this
+        consumer's. Held is keyed by seq; a later delivery of the same seq
+        stays held."""
+        held = self._held
+        get = held.get
+        for _, seq, count, token in tags:
+            d = get(seq)
+            if d is not None and d.delivery_count == count and d.token == token:
+                del held[seq]
 
     def _results_to_send(
         self, items: Sequence[tuple[DeliveryRef, bytes]]
@@ -594,11 +614,9 @@ class ConsumerCore:
     def _forget(self, tags: Sequence[commands.Tag], mark: Mark | None = None) -> None:
         """Forgets the deliveries of ``tags``, acked by a call sent at
         ``mark`` (the watch remembers those above the floor it knows)."""
-        held = self._held
-        for t in tags:
-            held.pop(t[0], None)
+        self._release(tags)
         if mark is not None:
-            self._watch.acked(mark, [t[1] for t in tags])
+            self._watch.acked(mark, list(map(itemgetter(1), tags)))
 
     def _acked(
         self,
@@ -610,7 +628,10 @@ class ConsumerCore:
         """Per ref of an ack_available sent at ``mark``, its LostDelivery or
         the error of its status."""
         self._forget(tags)
-        errors = [delivery_error(status, tag) for (tag, *_), status in zip(tags, statuses, strict=True)]
+        errors = [
+            None if status == "ok" else delivery_error(status, tag_text(t))
+            for t, status in zip(tags, statuses, strict=True)
+        ]
         if mark is not None:
             self._watch.acked(mark, [t[1] for t, err in zip(tags, errors, strict=True) if err is None])
         return merged(lost, errors)
@@ -621,9 +642,9 @@ class ConsumerCore:
         """What a heartbeat sent at ``mark`` did."""
         self._watch.saw(mark, reply.incarnation)
         statuses: list[RQueueError | None] = []
-        for (tag, *_), status in zip(tags, reply.statuses, strict=True):
-            err = delivery_error(status, tag)
-            held = self._held.get(tag)
+        for t, status in zip(tags, reply.statuses, strict=True):
+            err = None if status == "ok" else delivery_error(status, tag_text(t))
+            held = self._held_as(t)
             if err is None and held is not None:
                 held.deadline_ms = reply.deadline_ms
             statuses.append(err)
@@ -645,9 +666,9 @@ class ConsumerCore:
         """Per ref of an extend, its LostDelivery (not sent), the error of
         its tag, or None (extended: its held deadline moves)."""
         statuses: list[RQueueError | None] = []
-        for (tag, *_), status in zip(tags, reply.statuses, strict=True):
-            err = delivery_error(status, tag)
-            held = self._held.get(tag)
+        for t, status in zip(tags, reply.statuses, strict=True):
+            err = None if status == "ok" else delivery_error(status, tag_text(t))
+            held = self._held_as(t)
             if err is None and held is not None:
                 held.deadline_ms = reply.deadline_ms
             statuses.append(err)
@@ -673,8 +694,10 @@ class ConsumerCore:
         no caller has them, so no settle of this consumer may name them (an
         ack with ``multiple`` would ack them unrun). Redis holds them until
         their leases run out, and then offers them again."""
+        held = self._held
         for d in deliveries:
-            self._held.pop(d.tag, None)
+            if held.get(d.seq) is d:
+                del held[d.seq]
 
     def _set_aside_done(self, items: Sequence[commands.AsideTag], results: Sequence[int | str]) -> None:
         """Forgets what set_aside dead-lettered. A tag it refused was settled
@@ -688,11 +711,11 @@ class ConsumerCore:
                     log.error("%s; moved it to the dead-letter queue", text)
                 self._dead_lettered(tag, reason, result)
                 continue
-            err = delivery_error(str(result), tag[0])
+            err = delivery_error(str(result), tag_text(tag))
             if isinstance(err, DeliveryError):
-                log.info("%s of %s not dead-lettered: %s", reason, tag[0], err)
+                log.info("%s of %s not dead-lettered: %s", reason, tag_text(tag), err)
             else:
-                log.error("%s of %s not dead-lettered: %s", reason, tag[0], err)
+                log.error("%s of %s not dead-lettered: %s", reason, tag_text(tag), err)
 
     def _completed_on(self) -> bool:
         """Whether the events setting asks for completed events: then acks
@@ -713,7 +736,7 @@ class ConsumerCore:
         return kind if kind in self._settings.events else ""
 
     def _nacked(self, tag: commands.Tag, reply: commands.NackReply) -> str:
-        self._held.pop(tag[0], None)
+        self._release((tag,))
         if reply.dead and reply.where == 0:
             self._log_drop(tag[1], "max-deliveries")
         return "dead" if reply.dead else "requeued"
@@ -732,12 +755,12 @@ class ConsumerCore:
     def _nack_status(self, tag: commands.Tag, reply: commands.NackReply | str) -> str | RQueueError:
         if isinstance(reply, commands.NackReply):
             return self._nacked(tag, reply)
-        err = delivery_error(reply, tag[0])
+        err = delivery_error(reply, tag_text(tag))
         assert err is not None, "a refused tag's status is an error code"
         return err
 
     def _dead_lettered(self, tag: commands.Tag, reason: str, dead_letter_seq: int) -> None:
-        self._held.pop(tag[0], None)
+        self._release((tag,))
         if dead_letter_seq == 0:
             self._log_drop(tag[1], reason)
 
@@ -749,6 +772,12 @@ class ConsumerCore:
     def _left(self) -> None:
         self._closed = True
         self._held.clear()
+
+
+def tag_text(tag: commands.Tag) -> str:
+    """The text of ``tag``: the caller's, or made from its seq, count and
+    token where the caller named a Delivery (its first item is "" then)."""
+    return tag[0] or delivery_tag(tag[1], tag[2], tag[3])
 
 
 # The reason a claimed delivery without its record is set aside with.

@@ -58,7 +58,7 @@ class Delivery:
         "deadline_ms",
         "consumer",
         "token",
-        "tag",
+        "_tag",
         "replayed",
         "epoch",
     )
@@ -84,9 +84,19 @@ class Delivery:
         self.published_ms = published_ms
         self.deadline_ms = deadline_ms
         self.token = token
-        self.tag = delivery_tag(seq, delivery_count, token)
+        self._tag: str | None = delivery_tag(seq, delivery_count, token)
         self.replayed = replayed
         self.epoch = epoch
+
+    @property
+    def tag(self) -> str:
+        """``<seq>.<delivery_count>.<token>``: exactly this hand-over."""
+        tag = self._tag
+        if tag is None:
+            # A fetch leaves it unmade: most deliveries are acked by seq,
+            # count and token, never named by text.
+            self._tag = tag = delivery_tag(self.seq, self.delivery_count, self.token)
+        return tag
 
     @property
     def redelivered(self) -> bool:

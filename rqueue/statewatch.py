@@ -45,7 +45,7 @@ import logging
 import operator
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -125,13 +125,19 @@ class StateWatch:
         self.candidate = incarnation_id(randomness)
         #: The last loss this watch saw, or None.
         self.last_loss: StateLost | None = None
-        #: seq -> stamp: the seqs whose acks a consumer saw confirmed above
-        #: its group's floor, in generation ``_acked_generation``; the stamp
-        #: is that of the call's reply (``_stamp`` grows at each one). Empty,
-        #: a fetch reply costs one test of it (consumer_core._parse).
-        self.acked_seqs: dict[int, int] = {}
+        # seq -> stamp: the seqs whose acks a consumer saw confirmed above
+        # its group's floor, in generation ``_acked_generation``; the stamp
+        # is that of the call's reply (``_stamp`` grows at each one).
+        self._acked: dict[int, int] = {}
         self._acked_heap: list[int] = []  # the same seqs (and some forgotten), lowest first
         self._acked_top = 0  # no seq in the heap is above it: a floor that reaches it clears the heap whole
+        # (seqs, stamp, floor) of each call :meth:`acked` was given, not yet
+        # in _acked: a consumer acking in order sees the next fetch's floor
+        # pass them all (_passed), so most are dropped whole, never stored
+        # seq by seq; whatever reads _acked stores them first (_store_pending).
+        self._pending: list[tuple[Sequence[int], int, int]] = []
+        self._pending_count = 0  # seqs in _pending
+        self._pending_top = 0  # no seq in _pending is above it
         self._acked_generation = -1
         self._stamp = 0
         # Acks remembered at or before this stamp belong to a loss already
@@ -246,7 +252,7 @@ class StateWatch:
                 del floors[min(floors)]
         known, known_floor, known_ms = self._group_seen
         floors[known] = (known_floor, known_ms)
-        if self.acked_seqs:
+        if self._acked or self._pending:
             if known > self._acked_generation or (went_back and generation != mark.generation):
                 # A reset (or its making undone): what was acked before is
                 # the operator's to hand out again.
@@ -311,8 +317,9 @@ class StateWatch:
         else:
             # Acks remembered up to gone_above are part of this loss; the
             # seqs above it will be new messages.
-            for seq in [seq for seq in self.acked_seqs if seq > gone_above]:
-                del self.acked_seqs[seq]
+            self._store_pending()
+            for seq in [seq for seq in self._acked if seq > gone_above]:
+                del self._acked[seq]
             self._reported_stamp = self._stamp
             # Seqs above gone_above are new messages once published again:
             # none of them was settled, whatever was seen before.
@@ -325,12 +332,13 @@ class StateWatch:
         self.last_loss = loss
         return loss
 
-    def acked(self, mark: Mark, seqs: list[int], generation: int = -1, floor: int = -1) -> None:
+    def acked(self, mark: Mark, seqs: Sequence[int], generation: int = -1, floor: int = -1) -> None:
         """Remembers ``seqs``, whose acks the reply of a call sent at
         ``mark`` confirmed, those above the group's ack floor: the one the
         reply reported with its ``generation`` (a fetch's), else the one
         this watch knows (an ack's reply carries none). Not when a loss was
-        seen since the call was sent, nor before a group generation is known."""
+        seen since the call was sent, nor before a group generation is known.
+        ``seqs`` is kept as given: the caller does not change it after."""
         if not seqs:
             return
         with self._lock:
@@ -344,8 +352,24 @@ class StateWatch:
             if generation > self._acked_generation:
                 self._forget_acked()
                 self._acked_generation = generation
-            acked, heap = self.acked_seqs, self._acked_heap
             self._stamp = stamp = self._stamp + 1
+            top = max(seqs)
+            if top <= floor:
+                return  # absorbed by the floor already: nothing to remember
+            self._pending.append((seqs, stamp, floor))
+            self._pending_count += len(seqs)
+            self._pending_top = max(self._pending_top, top)
+            if len(self._acked) + self._pending_count > ACKED_KEPT:
+                self._store_pending()
+
+    def _store_pending(self) -> None:
+        """Puts the acks of ``_pending`` in ``_acked`` (under the lock), each
+        call's seqs above the floor it was judged against, as they came."""
+        pending = self._pending
+        if not pending:
+            return
+        acked, heap = self._acked, self._acked_heap
+        for seqs, stamp, floor in pending:
             if (
                 seqs[0] > max(floor, self._acked_top)
                 and len(acked) + len(seqs) <= ACKED_KEPT
@@ -367,7 +391,27 @@ class StateWatch:
                 if heap:
                     self._acked_top = max(self._acked_top, *seqs)
             if len(heap) > 2 * ACKED_KEPT:
-                self._acked_heap = sorted(acked)
+                self._acked_heap = heap = sorted(acked)
+        pending.clear()
+        self._pending_count = self._pending_top = 0
+
+    @property
+    def acked_seqs(self) -> dict[int, int]:
+        """seq -> stamp: the seqs whose acks this consumer saw confirmed
+        above its group's floor (:meth:`acked`), and the stamp of each."""
+        with self._lock:
+            self._store_pending()
+            return self._acked
+
+    def remembers_acks(self) -> bool:
+        """Whether any ack is remembered (read without the lock)."""
+        return bool(self._acked or self._pending)
+
+    def acked_among(self, seqs: Iterable[int]) -> bool:
+        """Whether any of ``seqs`` is remembered acked."""
+        with self._lock:
+            self._store_pending()
+            return not self._acked.keys().isdisjoint(seqs)
 
     def acks_lost(self, mark: Mark, epoch: int, generation: int, floor: int, seqs: list[int]) -> set[int]:
         """Of ``seqs``, handed out (not replayed) by a fetch sent at
@@ -378,7 +422,8 @@ class StateWatch:
         the seqs are forgotten, and the loss is reported unless it was."""
         loss = None
         with self._lock:
-            acked = self.acked_seqs
+            self._store_pending()
+            acked = self._acked
             if epoch != self.epoch or generation != self._acked_generation:
                 return set()
             found = {seq for seq in seqs if acked.get(seq, mark.acks + 1) <= mark.acks}
@@ -410,21 +455,24 @@ class StateWatch:
 
     def _passed(self, floor: int) -> None:
         """Forgets the acks remembered at or below ``floor`` (under the lock)."""
-        heap, acked = self._acked_heap, self.acked_seqs
-        if floor >= self._acked_top:
+        if floor >= self._acked_top and floor >= self._pending_top:
             # every seq remembered is at or below it (acks in order): all go
             # at once, not one heap pop each
-            heap.clear()
-            acked.clear()
+            self._forget_acked(keep_generation=True)
             return
+        self._store_pending()
+        heap, acked = self._acked_heap, self._acked
         while heap and heap[0] <= floor:
             acked.pop(heapq.heappop(heap), None)
 
-    def _forget_acked(self) -> None:
-        self.acked_seqs.clear()
+    def _forget_acked(self, keep_generation: bool = False) -> None:
+        self._acked.clear()
         self._acked_heap.clear()
         self._acked_top = 0
-        self._acked_generation = -1
+        self._pending.clear()
+        self._pending_count = self._pending_top = 0
+        if not keep_generation:
+            self._acked_generation = -1
 
     def _report(self, loss: StateLost) -> None:
         log.error("%s", loss)

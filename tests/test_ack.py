@@ -123,6 +123,29 @@ def test_ack_multiple_skips_earlier_deliveries_that_moved_on(queue, clock):
     assert queue.stats().group("g").ack_floor == 2
 
 
+def test_a_refused_ack_of_an_earlier_delivery_leaves_the_later_one_of_that_seq_held(queue, clock):
+    # given a consumer that got seq 1 twice (its first lease ran out), and seq 2
+    queue.publish_many([b"1", b"2"])
+    c = queue.consumer("g", ack_wait=1)
+    [old] = c.fetch(1)
+    clock.advance(2)
+    new, d2 = c.fetch(2)
+    assert (new.seq, new.delivery_count, d2.seq) == (1, 2, 2)
+    # when the earlier delivery's ack is refused (a newer one is out)
+    [refused] = c.ack_available([old])
+    assert isinstance(refused, rqueue.StaleDelivery)
+    assert refused.tag == old.tag == f"1.1.{old.token}"
+    # then the later one is still held: its lease is extended in place, and an
+    # ack of seq 2 with multiple=True acks it too
+    before = new.deadline_ms
+    clock.advance(0.5)
+    c.in_progress(new)
+    assert new.deadline_ms > before
+    c.ack(d2, multiple=True)
+    g = queue.stats().group("g")
+    assert (g.ack_floor, g.in_flight) == (2, 0)
+
+
 # -- late acks ---------------------------------------------------------------------------
 
 
