@@ -893,7 +893,7 @@ def test_a_delivery_acked_while_a_heartbeat_is_under_way_is_not_counted_as_a_los
         def heartbeat(self, deliveries, timeout):
             if called.is_set():  # later beats fail (not counted), so one beat is measured
                 raise rqueue.ConnectionLost("a later beat")
-            ledger.stop(settled.tag)
+            ledger.stop(settled)
             ledger.result(settled, Outcome.ACK, "")
             ledger.drain()  # the dispatcher took its ack meanwhile
             called.set()
@@ -923,7 +923,7 @@ def test_a_delivery_acked_while_a_heartbeat_is_under_way_is_not_counted_as_a_los
         beat.stop()
     # then only the delivery still held counts as a lost lease
     assert stats.leases_lost == 1
-    assert ledger.is_known(kept.tag) and not ledger.is_known(settled.tag)
+    assert ledger.is_known(kept) and not ledger.is_known(settled)
     client.close()
 
 
@@ -944,8 +944,8 @@ def test_after_a_loss_of_redis_state_only_deliveries_from_before_it_are_dropped(
     # then only the old one is dropped: the new one still runs
     assert dropped == 1
     stopping = threading.Event()
-    assert ledger.take(old.tag, stopping) is rqueue.worker.outcome.Outcome.SKIPPED
-    assert ledger.take(new.tag, stopping) == 0.0
+    assert ledger.take(old, stopping) is rqueue.worker.outcome.Outcome.SKIPPED
+    assert ledger.take(new, stopping) == 0.0
     client.close()
 
 
@@ -973,7 +973,7 @@ def test_begin_starts_a_fresh_delivery_and_leaves_a_stale_one_taken_but_not_runn
     # and the stale one is taken (its fetch's time returned for a check with
     # Redis) but runs only once the caller starts it
     assert began_stale == 90.0
-    assert not ledger.stop(stale.tag)
+    assert not ledger.stop(stale)
     # and one no longer waiting is skipped; with the worker stopping, one is returned
     assert ledger.begin(gone, stopping, 100.0, 5.0) is Outcome.SKIPPED
     ledger.wait([gone], 99.0)
@@ -1036,14 +1036,14 @@ def test_a_waiting_delivery_withdrawn_by_a_heartbeat_is_logged_as_not_run(caplog
     ledger = Ledger()
     ledger.fetched([waiting, taken])
     ledger.wait([waiting, taken], 0.0)
-    assert ledger.take(taken.tag, threading.Event()) == 0.0
+    assert ledger.take(taken, threading.Event()) == 0.0
     # when a heartbeat finds both no longer held
     with caplog.at_level(logging.INFO, logger="rqueue.worker"):
-        ledger.lost([(waiting.tag, rqueue.NotHeld(waiting.tag)), (taken.tag, rqueue.NotHeld(taken.tag))])
+        ledger.lost([(waiting, rqueue.NotHeld(waiting.tag)), (taken, rqueue.NotHeld(taken.tag))])
     # then the one withdrawn says why it is not run; the one its handler took is left to that thread
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("not running")]
     assert lines == [f"not running {waiting.tag}: its lease was lost while it waited (a heartbeat found it)"]
-    assert ledger.take(waiting.tag, threading.Event()) is rqueue.worker.outcome.Outcome.SKIPPED
+    assert ledger.take(waiting, threading.Event()) is rqueue.worker.outcome.Outcome.SKIPPED
     client.close()
 
 

@@ -491,11 +491,11 @@ class Worker:
             try:
                 outcome, text = await self._handle(d)
             except asyncio.CancelledError:
-                ledger.stop(d.tag)
+                ledger.stop(d)
                 raise
             except BaseException as exc:  # never lose the slot or the result
                 log.error("could not run the handler on %s: %s: %s", d.tag, type(exc).__name__, exc)
-                ledger.stop(d.tag)
+                ledger.stop(d)
                 outcome, text = Outcome.SKIPPED, ""
             if ledger.result(d, outcome, text):  # else the dispatcher was woken already
                 self._notifier.poke()
@@ -516,7 +516,7 @@ class Worker:
             # was made before Redis lost the queue's state: never run.
             if not isinstance(taken, Outcome):
                 if taken is None:
-                    ledger.stop(d.tag)
+                    ledger.stop(d)
                 log.info("not running %s: fetched before Redis lost the queue's state", d.tag)
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
@@ -530,7 +530,7 @@ class Worker:
         if self._clock.monotonic() - started > stale_age and not await self._still_held(d):
             # As rqueue.worker.handlers: paused since the take, Redis may have
             # handed the message on and its group acked it (guarantee 13).
-            ledger.stop(d.tag)
+            ledger.stop(d)
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
         self._tally.handled()
@@ -563,7 +563,7 @@ class Worker:
             log.warning("handler failed on %s (delivery %d): CancelledError: %s", d.tag, d.delivery_count, exc)
             return Outcome.NACK, f"CancelledError: {exc}"
         finally:
-            self._ledger.stop(d.tag)
+            self._ledger.stop(d)
             self._observe_run(started)
 
     async def _lease_holds(self, d: Delivery, check: LeaseCheck) -> bool:
@@ -584,7 +584,7 @@ class Worker:
         try:
             done = await self._handle_batch(deliveries)
         except asyncio.CancelledError:
-            ledger.stop_batch([d.tag for d in deliveries])
+            ledger.stop_batch(deliveries)
             raise
         except BaseException as exc:  # never lose the slot or the results
             log.error(
@@ -594,7 +594,7 @@ class Worker:
                 type(exc).__name__,
                 exc,
             )
-            ledger.stop_batch([d.tag for d in deliveries])
+            ledger.stop_batch(deliveries)
             done = [(d, Outcome.SKIPPED, "") for d in deliveries]
         if ledger.results(done):
             self._notifier.poke()
@@ -603,7 +603,7 @@ class Worker:
         """The outcome of every delivery of a batch, as the threaded
         worker's Handlers._handle_batch decides it."""
         ledger = self._ledger
-        taken = ledger.take_batch([d.tag for d in deliveries], self._stopping)
+        taken = ledger.take_batch(deliveries, self._stopping)
         if taken is None:
             return [(d, Outcome.RETURNED, "") for d in deliveries]
         ack_wait = self._ack_wait()
@@ -641,7 +641,7 @@ class Worker:
             holding = await self._held_of(run)
             if not all(holding):
                 run, gone = split_held(run, holding)
-                ledger.stop_batch([d.tag for d in gone])
+                ledger.stop_batch(gone)
                 self._tally.count(stale_skipped=len(gone))
                 done += [(d, Outcome.SKIPPED, "") for d in gone]
                 if not run:
@@ -665,7 +665,7 @@ class Worker:
                 raise
             return done + failed_batch(run, exc)  # the handler's own, as in _handle
         finally:
-            ledger.stop_batch([d.tag for d in run])
+            ledger.stop_batch(run)
             self._observe_run(started)
 
     def _observe_run(self, started: float) -> None:
@@ -792,9 +792,9 @@ class Worker:
             # A delivery settled since the heartbeat listed it (its ack
             # raced this call) is refused as no longer held, not lost.
             lost = sum(
-                1 for d, s in zip(running + waiting, statuses, strict=False) if s is not None and ledger.is_known(d.tag)
+                1 for d, s in zip(running + waiting, statuses, strict=False) if s is not None and ledger.is_known(d)
             )
-            gone = [(d.tag, s) for d, s in zip(waiting, statuses[len(running) :], strict=False) if s is not None]
+            gone = [(d, s) for d, s in zip(waiting, statuses[len(running) :], strict=False) if s is not None]
             if gone:
                 ledger.lost(gone)
             self._tally.count(leases_lost=lost, members_removed=removed)

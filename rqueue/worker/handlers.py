@@ -139,7 +139,7 @@ class Handlers:
                 return  # interrupted just after its handler ended: timed out, replaced (_timed_out)
             except BaseException as exc:  # never lose the slot or the result
                 log.error("could not run the handler on %s: %s: %s", d.tag, type(exc).__name__, exc)
-                ledger.stop(d.tag)  # no longer kept alive: its lease runs out and it is offered again
+                ledger.stop(d)  # no longer kept alive: its lease runs out and it is offered again
                 done = Outcome.SKIPPED, ""
             if done is None:
                 # It ran past its time limit, was nacked, and this thread was
@@ -181,7 +181,7 @@ class Handlers:
         if d.epoch != consumer.epoch_for(d):
             # Made before Redis lost the queue's state: never run.
             if taken is None:
-                ledger.stop(d.tag)
+                ledger.stop(d)
             log.info("not running %s: fetched before Redis lost the queue's state", d.tag)
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
@@ -200,7 +200,7 @@ class Handlers:
             # Paused since the take (SIGSTOP, a long GC pause, a stall): Redis
             # may have handed the message on meanwhile, and its group acked it
             # (guarantee 13). What is left is the instant from here to the call.
-            ledger.stop(d.tag)
+            ledger.stop(d)
             self._tally.count(stale_skipped=1)
             return Outcome.SKIPPED, ""
         run = None
@@ -233,7 +233,7 @@ class Handlers:
             if run is not None:
                 run.left_handler()
             # False when the time limit took it first: already nacked.
-            mine = ledger.stop(d.tag)
+            mine = ledger.stop(d)
             metrics = self._tally.metrics
             if metrics is not None:
                 metrics.handler_seconds.observe(self._clock.monotonic() - started)
@@ -270,7 +270,7 @@ class Handlers:
                 type(exc).__name__,
                 exc,
             )
-            self._ledger.stop_batch([d.tag for d in deliveries])
+            self._ledger.stop_batch(deliveries)
             done, replaced = [(d, Outcome.SKIPPED, "") for d in deliveries], False
         self._report(done)
         return not replaced
@@ -285,7 +285,7 @@ class Handlers:
         dispatcher forgets a delivery only from its result, also when this
         thread is replaced or interrupted afterwards."""
         ledger = self._ledger
-        taken = ledger.take_batch([d.tag for d in deliveries], self._stopping)
+        taken = ledger.take_batch(deliveries, self._stopping)
         if taken is None:
             return [(d, Outcome.RETURNED, "") for d in deliveries], False
         # As for one delivery: never run one whose lease was lost while it
@@ -329,7 +329,6 @@ class Handlers:
                     return [], False
                 limit = batch_limit(run, self._time_limit)
                 cancellation = cancel_mod.for_limit(limit)
-        tags = [d.tag for d in run]
         if limit is not None:
             timed = Run(run, limit, cancellation)
             self._limits.watch(timed, started)
@@ -347,7 +346,7 @@ class Handlers:
             if timed is not None:
                 timed.left_handler()
             # False when the time limit took the batch first: already nacked.
-            mine = ledger.stop_batch(tags)
+            mine = ledger.stop_batch(run)
             metrics = self._tally.metrics
             if metrics is not None:
                 metrics.handler_seconds.observe(self._clock.monotonic() - started)
@@ -386,7 +385,7 @@ class Handlers:
         if all(held):
             return run
         kept, gone = split_held(run, held)
-        self._ledger.stop_batch([d.tag for d in gone])
+        self._ledger.stop_batch(gone)
         self._tally.count(stale_skipped=len(gone))
         self._report([(d, Outcome.SKIPPED, "") for d in gone])
         return kept

@@ -110,10 +110,10 @@ class Heartbeat:
             # A delivery settled since the heartbeat listed it (its ack
             # raced this call) is refused as no longer held, not lost.
             lost = sum(
-                1 for d, s in zip(running + waiting, statuses, strict=False) if s is not None and ledger.is_known(d.tag)
+                1 for d, s in zip(running + waiting, statuses, strict=False) if s is not None and ledger.is_known(d)
             )
             # The statuses list the running deliveries, then the waiting ones.
-            gone = [(d.tag, s) for d, s in zip(waiting, statuses[len(running) :], strict=False) if s is not None]
+            gone = [(d, s) for d, s in zip(waiting, statuses[len(running) :], strict=False) if s is not None]
             if gone:
                 # A message whose lease was lost (maybe acked by now) is not
                 # run from this worker (docs/guarantees.md, guarantee 3).

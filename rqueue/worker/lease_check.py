@@ -77,13 +77,13 @@ class BatchCheck(Generic[D]):
         self.held = deliveries
         #: When the batch may start (monotonic seconds), once nothing is due.
         self.now = now
-        self._vouched = {d.tag: t for d, t in zip(deliveries, sent, strict=True)}
+        self._vouched: dict[D, float] = dict(zip(deliveries, sent, strict=True))
         self._safe = min(ack_wait, heartbeat_timeout) * STALE_DISPATCH_FRACTION
-        self._checks: dict[str, int] = {}
+        self._checks: dict[D, int] = {}
 
     def due(self) -> list[D]:
         """The held deliveries to check (again) before the batch starts."""
-        return [d for d in self.held if self.now - self._vouched[d.tag] >= self._safe]
+        return [d for d in self.held if self.now - self._vouched[d] >= self._safe]
 
     def checking(self, due: list[D]) -> list[D]:
         """Of the deliveries ``due`` for a check, those to check now, in their
@@ -98,7 +98,7 @@ class BatchCheck(Generic[D]):
 
     def exhausted(self, d: D) -> bool:
         """Counts a check of ``d``; True (and logged) when STALE_CHECKS answered too late."""
-        checks = self._checks[d.tag] = self._checks.get(d.tag, 0) + 1
+        checks = self._checks[d] = self._checks.get(d, 0) + 1
         if checks <= STALE_CHECKS:
             return False
         log.warning("not running %s: Redis answered %d checks of its lease too late", d.tag, STALE_CHECKS)
@@ -106,7 +106,7 @@ class BatchCheck(Generic[D]):
 
     def vouched(self, d: D, asked: float) -> None:
         """Redis holds the lease of ``d`` as of ``asked``, when its check was sent."""
-        self._vouched[d.tag] = asked
+        self._vouched[d] = asked
 
     def drop(self, d: D) -> None:
         """``d`` is not run (its checks answered too late)."""
@@ -117,7 +117,7 @@ class BatchCheck(Generic[D]):
         log.info(
             "not running %s: no longer held %.1f s after its lease was last vouched for",
             d.tag,
-            self.now - self._vouched[d.tag],
+            self.now - self._vouched[d],
         )
         self.drop(d)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import CorruptRecord, RQueueError
@@ -40,9 +40,12 @@ class Ledger:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._known: dict[str, Delivery] = {}
-        self._waiting: dict[str, tuple[Delivery, float]] = {}
-        self._running: dict[str, tuple[Delivery, float]] = {}
+        # Keyed by the Delivery itself (hashed by identity): a handler
+        # thread and the dispatcher name the same object, and no tag text
+        # is made for a delivery nothing logs.
+        self._known: dict[Delivery, Delivery] = {}
+        self._waiting: dict[Delivery, tuple[Delivery, float]] = {}
+        self._running: dict[Delivery, tuple[Delivery, float]] = {}
         self._results: deque[tuple[Delivery, Outcome, Detail]] = deque()
         self._results_lock = threading.Lock()
 
@@ -61,10 +64,10 @@ class Ledger:
         """How many deliveries run in a handler (a glance, as :meth:`waiting`)."""
         return len(self._running)
 
-    def is_known(self, tag: str) -> bool:
-        """Whether the delivery ``tag`` is fetched and its settling not yet
-        begun (any thread may ask: one dict lookup)."""
-        return tag in self._known
+    def is_known(self, d: Delivery) -> bool:
+        """Whether ``d`` is fetched and its settling not yet begun (any
+        thread may ask: one dict lookup)."""
+        return d in self._known
 
     def known(self) -> list[Delivery]:
         """Every delivery fetched and not yet settled."""
@@ -73,14 +76,14 @@ class Ledger:
     def fetched(self, deliveries: list[Delivery]) -> None:
         """Records deliveries a fetch returned."""
         for d in deliveries:
-            self._known[d.tag] = d
+            self._known[d] = d
 
     def wait(self, deliveries: list[Delivery], sent: float) -> None:
         """Makes fetched deliveries wait for a handler thread; ``sent`` is
         when the fetch that brought them was sent."""
         with self._lock:
             for d in deliveries:
-                self._waiting[d.tag] = (d, sent)
+                self._waiting[d] = (d, sent)
 
     def withdraw_waiting(self) -> list[Delivery]:
         """Takes every waiting delivery away from the handler threads (which
@@ -89,7 +92,7 @@ class Ledger:
             waiting = [d for d, _ in self._waiting.values()]
             self._waiting.clear()
         for d in waiting:
-            self._known.pop(d.tag, None)
+            self._known.pop(d, None)
         return waiting
 
     def has_results(self) -> bool:
@@ -105,7 +108,7 @@ class Ledger:
         with self._results_lock:
             results, self._results = self._results, deque()
         for d, outcome, text in results:
-            self._known.pop(d.tag, None)
+            self._known.pop(d, None)
             if outcome is Outcome.ACK:
                 if text:
                     others.append((d, outcome, text))
@@ -117,7 +120,7 @@ class Ledger:
 
     # -- the handler threads ----------------------------------------------------
 
-    def take(self, tag: str, stopping: threading.Event) -> float | Outcome:
+    def take(self, d: Delivery, stopping: threading.Event) -> float | Outcome:
         """Takes a waiting delivery to run it; returns when its fetch was sent.
         Returns RETURNED when the worker is stopping (the leave hands it
         back) and SKIPPED when it is no longer waiting (its lease was lost)."""
@@ -126,7 +129,7 @@ class Ledger:
             # is set, so a delivery missing while not stopping was lost.
             if stopping.is_set():
                 return Outcome.RETURNED
-            waited = self._waiting.pop(tag, None)
+            waited = self._waiting.pop(d, None)
         return Outcome.SKIPPED if waited is None else waited[1]
 
     def begin(self, d: Delivery, stopping: threading.Event, now: float, stale_age: float) -> float | Outcome | None:
@@ -135,55 +138,54 @@ class Ledger:
         runs since ``now``. Otherwise as :meth:`take`: RETURNED, SKIPPED,
         or (taken, not started) when its fetch was sent, for the caller to
         check its lease with Redis before it starts it."""
-        tag = d.tag
         with self._lock:
             if stopping.is_set():
                 return Outcome.RETURNED
-            waited = self._waiting.pop(tag, None)
+            waited = self._waiting.pop(d, None)
             if waited is None:
                 return Outcome.SKIPPED
             sent = waited[1]
             if now - sent >= stale_age:
                 return sent
-            self._running[tag] = (d, now)
+            self._running[d] = (d, now)
         return None
 
-    def take_batch(self, tags: list[str], stopping: threading.Event) -> list[float | None] | None:
-        """:meth:`take` for a batch under one lock: for each tag when its
+    def take_batch(self, deliveries: Sequence[Delivery], stopping: threading.Event) -> list[float | None] | None:
+        """:meth:`take` for a batch under one lock: for each delivery when its
         fetch was sent, or None when it is no longer waiting; None for all
         when the worker is stopping."""
         with self._lock:
             if stopping.is_set():
                 return None
             pop = self._waiting.pop
-            return [None if (w := pop(tag, None)) is None else w[1] for tag in tags]
+            return [None if (w := pop(d, None)) is None else w[1] for d in deliveries]
 
     def start(self, d: Delivery, started: float) -> None:
         """Records that a handler runs ``d`` since ``started``."""
         with self._lock:
-            self._running[d.tag] = (d, started)
+            self._running[d] = (d, started)
 
-    def stop(self, tag: str) -> bool:
-        """Records that no handler runs the delivery ``tag`` any more; False
+    def stop(self, d: Delivery) -> bool:
+        """Records that no handler runs ``d`` any more; False
         when it was no longer running. The handler's end and its time limit
         both call it, and only the first to do so settles the delivery."""
         with self._lock:
-            return self._running.pop(tag, None) is not None
+            return self._running.pop(d, None) is not None
 
     def start_batch(self, deliveries: list[Delivery], started: float) -> None:
         """:meth:`start` for a batch under one lock."""
         with self._lock:
             running = self._running
             for d in deliveries:
-                running[d.tag] = (d, started)
+                running[d] = (d, started)
 
-    def stop_batch(self, tags: list[str]) -> bool:
+    def stop_batch(self, deliveries: Sequence[Delivery]) -> bool:
         """:meth:`stop` for a batch under one lock: False when none of it
         was running any more (its time limit took it first: the batch
         leaves the running set whole, in one call or the other)."""
         with self._lock:
             pop = self._running.pop
-            return sum(1 for tag in tags if pop(tag, None) is not None) > 0
+            return sum(1 for d in deliveries if pop(d, None) is not None) > 0
 
     def result(self, d: Delivery, outcome: Outcome, text: Detail) -> bool:
         """Hands the outcome of ``d`` to the dispatcher; True when none was
@@ -218,19 +220,19 @@ class Ledger:
             waiting = [d for d, fetched in self._waiting.values() if now - fetched < max_run_time]
         return running, waiting
 
-    def lost(self, found: list[tuple[str, RQueueError]]) -> None:
+    def lost(self, found: list[tuple[Delivery, RQueueError]]) -> None:
         """Withdraws waiting deliveries whose leases were lost (a heartbeat
         found them no longer held), each with the heartbeat's status for it,
         logged as the handlers' checks log theirs: every delivery a worker
         does not run says why. A damaged delivery state is said loudly:
         damage, not a lease that moved on."""
         with self._lock:
-            withdrawn = [(tag, err) for tag, err in found if self._waiting.pop(tag, None) is not None]
-        for tag, err in withdrawn:
+            withdrawn = [(d, err) for d, err in found if self._waiting.pop(d, None) is not None]
+        for d, err in withdrawn:
             if isinstance(err, CorruptRecord):
-                log.error("not running %s: %s (a heartbeat found it)", tag, err)
+                log.error("not running %s: %s (a heartbeat found it)", d.tag, err)
             else:
-                log.info("not running %s: its lease was lost while it waited (a heartbeat found it)", tag)
+                log.info("not running %s: its lease was lost while it waited (a heartbeat found it)", d.tag)
 
     def forget_waiting(
         self, epoch_for: Callable[[Delivery], int] | None = None, taken: Callable[[Delivery], bool] | None = None
@@ -248,9 +250,9 @@ class Ledger:
                 dropped = len(self._waiting)
                 self._waiting.clear()
                 return dropped
-            old = [tag for tag, (d, _) in self._waiting.items() if judge(d)]
-            for tag in old:
-                del self._waiting[tag]
+            old = [d for d, _ in self._waiting.values() if judge(d)]
+            for d in old:
+                del self._waiting[d]
         return len(old)
 
 

@@ -105,7 +105,7 @@ class TimeLimits:
 
     def _expire(self, run: Run) -> None:
         ds = run.deliveries
-        if not self._ledger.stop_batch([d.tag for d in ds]):
+        if not self._ledger.stop_batch(ds):
             return  # the handler finished first
         what = ds[0].tag if len(ds) == 1 else f"a batch of {len(ds)} from {ds[0].tag}"
         log.warning("handler ran past its time limit of %g s on %s: nacked (timeout)", run.limit, what)
