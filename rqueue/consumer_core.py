@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import validate as check
 from .delivery import REPLAYED_HEADER, TTL_HEADER, Delivery, DeliveryRef, HeartbeatResult
@@ -72,6 +72,12 @@ class ConsumerCore:
         self.liveness = check.positive_seconds("liveness", liveness) if liveness is not None else None
         self._call_for: tuple[Settings | None, Any] = (None, None)
         self._held: dict[int, Delivery] = {}
+        # The last fetch's deliveries when they are one claim's whole run
+        # (first deliveries of seqs lo.., one call, none set aside): the
+        # list returned, a copy of it, lo, the call's token and the epoch.
+        # An ack of that list as it was returned goes as one range, with no
+        # tag made per delivery (:meth:`_whole_claim`).
+        self._claimed: tuple[list[Delivery], list[Delivery], int, str, int] | None = None
         self._closed = False
         self._settings_seen: Settings | None = None
         self._settings: Settings = Settings()
@@ -193,6 +199,7 @@ class ConsumerCore:
         made in); how many."""
         dropped = len(self._held)
         self._held.clear()
+        self._claimed = None
         call = self._call_for[1]
         if call is not None:
             call.spans.clear()  # calls made before the loss: no hint for a range
@@ -214,6 +221,7 @@ class ConsumerCore:
         # Per message on the hot path: no helper calls for a compact record
         # (no headers, no delay: the common case); anything else goes to
         # decode_record.
+        self._claimed = None
         seen = self._watch.epoch
         epoch = self._watch.saw(
             mark, reply.incarnation, reply.last_seq, floor=(reply.generation, reply.floor, reply.now_ms)
@@ -309,6 +317,11 @@ class ConsumerCore:
                 d.headers = {**headers, REPLAYED_HEADER: str(replayed)}
             held[seq] = d
             out.append(d)
+        claim = reply.claim
+        if claim is not None and not aside and claim[0] == first and len(raw) == first + 3 * len(out):
+            at, lo, hi = claim
+            if len(out) == hi - lo + 1:
+                self._claimed = (out, out[:], lo, token, epoch)
         return out, aside
 
     def _set_aside_settled(
@@ -553,6 +566,32 @@ class ConsumerCore:
             raise InvalidInput("multiple=True takes exactly one delivery: the last one to ack")
         return tags
 
+    def _whole_claim(self, deliveries: object, multiple: bool) -> Claimed | None:
+        """The claim (its list, first seq, count and token) when a strict ack of ``deliveries``
+        (without ``multiple``) is of the list the last fetch returned,
+        unchanged, and that list is one claim's whole run of first
+        deliveries (:attr:`_claimed`); None otherwise. Either way the claim
+        is forgotten: a list is acked once, and no batch is kept alive past
+        the next ack."""
+        claimed, self._claimed = self._claimed, None
+        if claimed is None or deliveries is not claimed[0] or multiple:
+            return None
+        out, copy, lo, token, epoch = claimed
+        # One comparison of the elements, by identity: the caller may have
+        # changed the list since.
+        if epoch != self._watch.epoch or out != copy:
+            return None
+        return Claimed(out, lo, len(copy), token)
+
+    def _claim_acked(self, claim: Claimed, mark: Mark) -> None:
+        """Forgets a whole claim acked by :func:`commands.ack_run`, sent at
+        ``mark`` (the watch remembers its seqs as an ack's)."""
+        held = self._held
+        for d in claim.deliveries:
+            if held.get(d.seq) is d:
+                del held[d.seq]
+        self._watch.acked(mark, range(claim.lo, claim.lo + claim.n))
+
     def _earlier_refs(self, named: commands.Tag) -> list[DeliveryRef]:
         """The refs an ack with multiple=True acks leniently: every delivery
         held up to ``named`` (earlier ones that moved on meanwhile are
@@ -772,6 +811,15 @@ class ConsumerCore:
     def _left(self) -> None:
         self._closed = True
         self._held.clear()
+
+
+class Claimed(NamedTuple):
+    """A fetch's whole claim, as an ack of it sends it (ConsumerCore._whole_claim)."""
+
+    deliveries: list[Delivery]  # the list the fetch returned
+    lo: int  # the first seq
+    n: int  # how many: seqs lo to lo + n - 1, each a first delivery
+    token: str  # the fetch's
 
 
 def tag_text(tag: commands.Tag) -> str:

@@ -8,6 +8,7 @@ backend runs the same scripts."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +18,10 @@ from support.aio_bridge import connect_as
 from test_call_records import WAIT, N, callout, calls, connect, held_by, in_flight, queue_with, states
 
 import rqueue
+import rqueue.aio
+from rqueue.engine import async_commands as acmd
 from rqueue.engine import commands
+from rqueue.engine.commands import CLAIM_MIN
 from rqueue.engine.keys import LAYOUT_ENV
 from rqueue.errors import AlreadyAcked, InvalidInput, NotHeld
 
@@ -434,3 +438,126 @@ def test_tags_beside_a_range_are_told_apart_from_its_spans(client):
     # then the range is ok, its seqs listed again acked already, the seqs of its gaps ok
     assert reply == [b"ok"] + [b"RQ_ACKED"] * 7 + [b"ok"] * 3
     assert set(calls(q)) == {8, 9, 11, 12, 13} and callout(q) == 5 and held_by(q) == {c.name: 5}
+
+
+# -- the ack of a fetch's whole claim ------------------------------------------------------
+
+BIG = CLAIM_MIN + 8  # a fetch of this many first deliveries is one claim
+
+
+@pytest.fixture
+def runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, bool]]:
+    """(first seq, count, acked) of every ack_run, sync and asyncio."""
+    seen: list[tuple[int, int, bool]] = []
+    sync_run, async_run = commands.ack_run, acmd.ack_run
+
+    def spy(call: Any, lo: int, n: int, token: str) -> bool:
+        done = sync_run(call, lo, n, token)
+        seen.append((lo, n, done))
+        return done
+
+    async def aspy(call: Any, lo: int, n: int, token: str) -> bool:
+        done = await async_run(call, lo, n, token)
+        seen.append((lo, n, done))
+        return done
+
+    monkeypatch.setattr(commands, "ack_run", spy)
+    monkeypatch.setattr(acmd, "ack_run", aspy)
+    return seen
+
+
+def test_the_ack_of_a_fetchs_whole_claim_goes_as_one_range_with_no_tag_packed(client, sent, runs):
+    # given a consumer that fetched one claim's whole run
+    q = queue_with(client, 2 * BIG)
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    got = c.fetch(BIG)
+    packed_before = len(sent)
+    # when it acks the list the fetch returned
+    c.ack(got)
+    # then one range went, without a tag packed per delivery, and all of it settled
+    assert runs == [(1, BIG, True)] and len(sent) == packed_before
+    assert calls(q) == {} and in_flight(q) == 0 and held_by(q) == {c.name: 0} and c._held == {}
+    assert q.stats().groups[0].ack_floor == BIG
+    # and acking the same list again is refused as already acked, naming its first delivery
+    with pytest.raises(AlreadyAcked, match=got[0].tag):
+        c.ack(got)
+    assert runs == [(1, BIG, True)]
+
+
+def test_a_changed_list_of_a_claim_is_acked_delivery_by_delivery(client, runs):
+    # given a consumer that fetched one claim, and took one delivery out of the list
+    q = queue_with(client, BIG)
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    got = c.fetch(BIG)
+    kept = got.pop(5)
+    # when it acks the list, then only what is in it settles, by the general path
+    c.ack(got)
+    assert runs == [] and in_flight(q) == 1 and set(calls(q)) == {kept.seq} and list(c._held) == [kept.seq]
+    # and the one left out is acked on its own
+    c.ack([kept])
+    assert q.stats().groups[0].ack_floor == BIG and c._held == {}
+
+
+def test_a_refused_whole_claim_changes_nothing_and_names_the_first_bad_delivery(client, runs):
+    # given a consumer that fetched one claim and acked two of its deliveries on their own
+    q = queue_with(client, BIG)
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    got = c.fetch(BIG)
+    c.ack(got[7])
+    c.ack(got[3])
+    # when it acks the whole list (the claim is forgotten by the acks between: no range is tried)
+    with pytest.raises(AlreadyAcked, match=got[3].tag):
+        c.ack(got)
+    # then nothing else was acked
+    assert runs == [] and in_flight(q) == BIG - 2 and len(c._held) == BIG - 2
+
+
+def test_a_whole_claim_refused_as_a_range_goes_again_as_triples(client, runs, monkeypatch):
+    # given a consumer that fetched one claim, one delivery of which another call acked
+    q = queue_with(client, BIG)
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    got = c.fetch(BIG)
+    call = c._group_call()
+    call.scripts.ack(call.ack_keys, ["g", c.name, "1", got[4].seq, 1, got[4].token])
+    # when it acks the list the fetch returned, unchanged
+    with pytest.raises(AlreadyAcked, match=got[4].tag):
+        c.ack(got)
+    # then the range was tried and refused, and the triples named the delivery acked before
+    assert runs == [(1, BIG, False)]
+    assert in_flight(q) == BIG - 1 and q.stats().groups[0].ack_floor == 0
+    # and the others, acked as a list, settle
+    c.ack(got[:4] + got[5:])
+    assert in_flight(q) == 0 and q.stats().groups[0].ack_floor == BIG
+
+
+def test_a_whole_claim_from_before_a_loss_is_not_acked(client, runs):
+    # given a consumer that fetched one claim, then saw Redis lose the queue's state
+    q = queue_with(client, BIG)
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    got = c.fetch(BIG)
+    client.redis.hset(q.keys.meta, "inc", "another-incarnation")
+    c.fetch(1)
+    # when it acks the claim's list, then nothing is sent: its deliveries are from before the loss
+    with pytest.raises(rqueue.LostDelivery):
+        c.ack(got)
+    assert runs == []
+
+
+def test_an_asyncio_consumer_acks_a_whole_claim_as_one_range(backend, prefix, clock, runs, monkeypatch):
+    monkeypatch.setenv(LAYOUT_ENV, "stream")
+
+    async def main() -> tuple[int, int]:
+        client = await rqueue.aio.connect(backend, prefix=prefix, clock=clock, settings_ttl=0)
+        try:
+            q = client.queue("orders")
+            await q.publish_many([b"m%d" % i for i in range(1, BIG + 1)])
+            async with q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000) as c:
+                got = await c.fetch(BIG)
+                await c.ack(got)
+                g = (await q.stats()).groups[0]
+                return g.ack_floor, g.in_flight
+        finally:
+            await client.close()
+
+    assert asyncio.run(main()) == (BIG, 0)
+    assert runs == [(1, BIG, True)]

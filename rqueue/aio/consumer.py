@@ -217,6 +217,16 @@ class Consumer(ConsumerCore):
     async def ack(self, deliveries: Ref | Iterable[Ref], multiple: bool = False) -> None:
         """Acks one delivery or a list of them in one round trip, all or
         nothing (see :meth:`rqueue.Consumer.ack`)."""
+        whole = self._whole_claim(deliveries, multiple)
+        ranges = True
+        if whole is not None:
+            call = self._call_now() or await self._group_call()
+            if not self._completed_on():
+                mark = self._watch.mark()
+                if await acmd.ack_run(call, whole.lo, whole.n, whole.token):
+                    self._claim_acked(whole, mark)
+                    return
+                ranges = False  # refused: as triples, the error names the first bad tag
         tags = self._ack_tags(deliveries, multiple)
         if multiple:
             statuses = await self.ack_available(self._earlier_refs(tags[0]))
@@ -230,7 +240,7 @@ class Consumer(ConsumerCore):
         if self._completed_on():
             await acmd.ack_completed(call, tags, strict=True)
         else:
-            await acmd.ack(call, tags, strict=True)
+            await acmd.ack(call, tags, strict=True, ranges=ranges)
         self._forget(tags, mark)
 
     async def ack_available(self, deliveries: Iterable[Ref]) -> list[RQueueError | None]:

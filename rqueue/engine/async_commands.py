@@ -186,8 +186,8 @@ async def wait_then_fetch(
     return c.WokenFetch(since, refused, await claimed_filled(call, parsed))
 
 
-async def ack(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool) -> list[str]:
-    packed, slots = c.pack_acks(tags, call.spans)
+async def ack(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool, ranges: bool = True) -> list[str]:
+    packed, slots = c.pack_acks(tags, call.spans) if ranges else (None, None)
     try:
         reply = await call.scripts.ack(call.ack_keys, c.ack_args(call, tags, strict, packed), call.ack_keys_stream)
     except (redis.RedisError, OSError) as exc:
@@ -201,6 +201,20 @@ async def ack(call: AsyncGroupCall, tags: Sequence[c.Tag], strict: bool) -> list
             raise c.translate(exc2, call.queue, call.where) from exc2
         slots = None
     return c.parse_ack(reply, strict, slots, len(tags))
+
+
+async def ack_run(call: AsyncGroupCall, lo: int, n: int, token: str) -> bool:
+    args = c.run_ack_args(call, lo, n, token)
+    if args is None:
+        return False
+    try:
+        await call.scripts.ack(call.ack_keys, args, call.ack_keys_stream)
+    except (redis.RedisError, OSError) as exc:
+        error = c.translate(exc, call.queue, call.where)
+        if isinstance(error, c.RETRY_AS_TRIPLES):
+            return False  # as the sync ack_run: the caller sends the tags as triples
+        raise error from exc
+    return True
 
 
 async def nack(call: AsyncGroupCall, tag: c.Tag, delay_ms: int | None, error: str, event: str = "") -> c.NackReply:

@@ -986,11 +986,13 @@ def text(value: Any) -> str:
     return value.decode(errors="surrogateescape") if isinstance(value, bytes) else str(value)
 
 
-def ack(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
+def ack(call: GroupCall, tags: Sequence[Tag], strict: bool, ranges: bool = True) -> list[str]:
     """Acks ``tags``. Strict: all or none, raising the first bad tag's error
-    (returns []); else one status per tag ("ok" or its error code)."""
+    (returns []); else one status per tag ("ok" or its error code).
+    ``ranges``: False sends every tag as a triple (after :func:`ack_run`
+    was refused, so that the error names the first bad tag)."""
     packed: list[int | str] | None
-    packed, slots = pack_acks(tags, call.spans)
+    packed, slots = pack_acks(tags, call.spans) if ranges else (None, None)
     if strict and slots is not None:
         try:
             run(
@@ -1010,6 +1012,34 @@ def ack(call: GroupCall, tags: Sequence[Tag], strict: bool) -> list[str]:
     args = ack_args(call, tags, strict, packed)
     reply = run(call.scripts.ack, call.ack_keys, args, call.queue, call.where, call.ack_keys_stream)
     return parse_ack(reply, strict, slots, len(tags))
+
+
+def run_ack_args(call: GroupArgs, lo: int, n: int, token: str) -> list[Any] | None:
+    """ack.lua's whole ARGV for a strict ack of the first deliveries of
+    seqs ``lo`` to ``lo + n - 1`` that the fetch of ``token`` made, as one
+    range (as :func:`pack_acks` packs them); None when ``call.spans`` does
+    not know a call of that fetch covering them."""
+    span = call.spans.get(token)
+    if span is None or lo < span[0] or lo + n - 1 > span[1]:
+        return None
+    return [call.group, call.consumer, "1", lo, f"r{n}", token]
+
+
+def ack_run(call: GroupCall, lo: int, n: int, token: str) -> bool:
+    """Acks, all or none, the first deliveries of seqs ``lo`` to ``lo + n -
+    1`` that the fetch of ``token`` made, as one range, without a tag each
+    (the consumer's ack of a fetch's whole claim). False when not sent
+    (:func:`run_ack_args`) or refused, nothing changed: the caller then
+    acks the tags as triples (:func:`ack` with ``ranges`` False), whose
+    error names the first bad one."""
+    args = run_ack_args(call, lo, n, token)
+    if args is None:
+        return False
+    try:
+        run(call.scripts.ack, call.ack_keys, args, call.queue, call.where, call.ack_keys_stream)
+    except RETRY_AS_TRIPLES:
+        return False
+    return True
 
 
 def ack_results_keys(call: GroupArgs, result_keys: Sequence[str]) -> list[str]:
