@@ -319,7 +319,7 @@ class ConsumerCore:
             out.append(d)
         claim = reply.claim
         if claim is not None and not aside and claim[0] == first and len(raw) == first + 3 * len(out):
-            at, lo, hi = claim
+            _, lo, hi = claim
             if len(out) == hi - lo + 1:
                 self._claimed = (out, out[:], lo, token, epoch)
         return out, aside
@@ -567,12 +567,12 @@ class ConsumerCore:
         return tags
 
     def _whole_claim(self, deliveries: object, multiple: bool) -> Claimed | None:
-        """The claim (its list, first seq, count and token) when a strict ack of ``deliveries``
-        (without ``multiple``) is of the list the last fetch returned,
-        unchanged, and that list is one claim's whole run of first
-        deliveries (:attr:`_claimed`); None otherwise. Either way the claim
-        is forgotten: a list is acked once, and no batch is kept alive past
-        the next ack."""
+        """The claim (its list, first seq, count and token) when a strict
+        ack of ``deliveries`` (without ``multiple``) is of the list the last
+        fetch returned, unchanged, and that list is one claim's whole run of
+        first deliveries (:attr:`_claimed`); None otherwise. Either way the
+        claim is forgotten: a list is acked once, and no batch is kept alive
+        past the next ack."""
         claimed, self._claimed = self._claimed, None
         if claimed is None or deliveries is not claimed[0] or multiple:
             return None
