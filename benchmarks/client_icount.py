@@ -26,14 +26,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import redis
+from consume_loops import PAYLOAD, drain_rqueue, drain_streams, fill_stream
 
 import rqueue
 from rqueue.embedded import EmbeddedServer
 
-PAYLOAD = b"x" * 100
 WARMUP = 2000  # consumed before the count starts: scripts loaded, caches warm
 
 
@@ -45,41 +47,18 @@ def wait_for(path: Path) -> None:
 def child(kind: str, url: str, n: int, batch: int, handshake: Path) -> None:
     """The measured process: fills its queue or stream, warms up, then
     runs the loop between the handshake's files."""
+    drain: Callable[[int], None]
     if kind == "rqueue":
         client = rqueue.connect(url, prefix="client-icount")
         queue = client.queue("q")
         consumer = queue.consumer("g", "c1")
         for _ in range(0, n + WARMUP, 1000):
             queue.publish_many([PAYLOAD] * 1000)
-
-        def drain(k: int) -> None:
-            done = 0
-            while done < k:
-                ds = consumer.fetch(batch)
-                for d in ds:
-                    d.data  # noqa: B018  # read as a handler would
-                consumer.ack(ds)
-                done += len(ds)
-
+        drain = partial(drain_rqueue, consumer, batch=batch)
     else:
         r = redis.Redis.from_url(url)
-        r.xgroup_create("st", "g", id="0", mkstream=True)
-        for _ in range(0, n + WARMUP, 1000):
-            pipe = r.pipeline(transaction=False)
-            for _ in range(1000):
-                pipe.xadd("st", {"d": PAYLOAD})
-            pipe.execute()
-
-        def drain(k: int) -> None:
-            done = 0
-            while done < k:
-                resp = r.xreadgroup("g", "c1", {"st": ">"}, count=batch)
-                ids = []
-                for eid, fields in resp[0][1]:
-                    fields[b"d"]  # noqa: B018
-                    ids.append(eid)
-                r.xack("st", "g", *ids)
-                done += len(ids)
+        fill_stream(r, "st", n + WARMUP)
+        drain = partial(drain_streams, r, "st", batch=batch)
 
     drain(WARMUP)
     (handshake / "ready").touch()

@@ -21,13 +21,13 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 
 import redis
+from consume_loops import PAYLOAD, drain_rqueue, drain_streams, fill_stream
 
 import rqueue
 from rqueue.embedded import EmbeddedServer
-
-PAYLOAD = b"x" * 100
 
 
 def server_cpu(r: redis.Redis) -> float:
@@ -54,40 +54,16 @@ def rqueue_turn(url: str, r: redis.Redis, turn: int, n: int, batch: int) -> tupl
     for _ in range(0, n + batch, 1000):
         queue.publish_many([PAYLOAD] * 1000)
     consumer.ack(consumer.fetch(batch))  # scripts loaded, the call spans known
-
-    def loop() -> None:
-        done = 0
-        while done < n:
-            ds = consumer.fetch(batch)
-            for d in ds:
-                d.data  # noqa: B018  # read as a handler would
-            consumer.ack(ds)
-            done += len(ds)
-
     try:
-        return measure(r, n, loop)
+        return measure(r, n, partial(drain_rqueue, consumer, n, batch))
     finally:
         client.close()
 
 
 def streams_turn(r: redis.Redis, turn: int, n: int, batch: int) -> tuple[float, float, float]:
     key = f"split-st{turn}"
-    r.xgroup_create(key, "g", id="0", mkstream=True)
-    pipe = r.pipeline(transaction=False)
-    for _ in range(n):
-        pipe.xadd(key, {"d": PAYLOAD})
-    pipe.execute()
-
-    def loop() -> None:
-        done = 0
-        while done < n:
-            entries = r.xreadgroup("g", "c1", {key: ">"}, count=batch)[0][1]
-            for _, fields in entries:
-                fields[b"d"]  # noqa: B018
-            r.xack(key, "g", *[eid for eid, _ in entries])
-            done += len(entries)
-
-    return measure(r, n, loop)
+    fill_stream(r, key, n)
+    return measure(r, n, partial(drain_streams, r, key, n, batch))
 
 
 def main() -> int:

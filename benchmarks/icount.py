@@ -53,6 +53,7 @@ import tempfile
 import time
 
 import redis
+from consume_loops import fill_stream
 
 import rqueue
 from rqueue.cli.bench.floor import FLOOR_ACK_LUA, FLOOR_FETCH_LUA, FLOOR_PUBLISH_LUA
@@ -147,11 +148,7 @@ def main() -> int:
         def stream_of(k: int) -> str:
             """A new stream of k entries with group "g" on it (untimed)."""
             key = f"st{runs[0]}"
-            r.xgroup_create(key, "g", id="0", mkstream=True)
-            pipe = r.pipeline(transaction=False)
-            for _ in range(k):
-                pipe.xadd(key, {"d": PAYLOAD})
-            pipe.execute()
+            fill_stream(r, key, k, PAYLOAD)
             return key
 
         def run(k: int) -> None:
