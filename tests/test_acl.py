@@ -59,7 +59,7 @@ ADMIN_LOADED = (
     "+exists +get +set +del "
     "+hdel +hexists +hget +hgetall +hincrby +hkeys +hlen +hmget +hset +hsetnx +hvals +pexpire "
     "+sadd +sismember +smembers +srem "
-    "+zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore "
+    "+zadd +zcard +zcount +zmscore +zrange +zrangebyscore +zrem +zremrangebyscore +zscore "
     "+xadd +xdel +xlen +xrange +xread +xrevrange +xtrim "
     "+publish +subscribe"
 )
@@ -237,6 +237,29 @@ def test_a_consumer_refused_xread_waits_on_the_channel(private, prefix, caplog):
         assert [d.data for d in c.fetch(1, timeout=2.0)] == [b"m"]
     # and the server refused XREAD only
     assert {e["object"] for e in unexpected_refusals(admin)} == {"xread"}
+
+
+def test_a_consumer_refused_zmscore_reads_past_delayed_messages_without_a_claim(private, prefix):
+    # given a user with the documented rule but ZMSCORE (a rule written before it was added)
+    server, admin = private
+    admin.execute_command(
+        "ACL", "SETUSER", "rq-app", "reset", "on", f">{SECRET}", *acl_rule(prefix).replace("+zmscore ", "").split()
+    )
+    load_as_administrator(server, admin)
+    admin.execute_command("ACL", "LOG", "RESET")
+    with rqueue.connect(user_url(server), prefix=prefix) as client:
+        q = client.queue("orders")
+        c = q.consumer("g", ack_wait=60, prefetch=1000)
+        # and a delayed message the consumer has passed, then plain ones
+        q.publish(b"later", delay=600)
+        assert c.fetch(10) == []
+        q.publish_many([b"m%d" % i for i in range(100)])
+        # when it fetches them, then they all come (read by the script, not claimed), in order
+        got = c.fetch(100)
+        assert [d.data for d in got] == [b"m%d" % i for i in range(100)]
+        c.ack(got)
+    # and the server refused ZMSCORE only
+    assert {e["object"] for e in unexpected_refusals(admin)} == {"zmscore"}
 
 
 @pytest.mark.parametrize("setup", list(RULES))

@@ -157,6 +157,34 @@ def test_no_claim_while_a_delayed_publish_is_still_to_come(client, claims, clock
     assert claims == [(101, 100 + CLAIM_MIN)]
 
 
+def test_delayed_messages_the_cursor_passed_do_not_stop_the_claim(client, claims, clock):
+    # given a queue with messages delayed by a minute, which a consumer's
+    # fetch passed over (they wait in the group's delay set), then plain ones
+    q = client.queue("orders")
+    q.publish_many([b"m%d" % i for i in range(1, 11)])
+    q.publish_many([b"later%d" % i for i in range(1, 6)], delay=60)
+    c = q.consumer("g", "c1", ack_wait=3600, prefetch=1000)
+    assert [d.seq for d in c.fetch(100)] == list(range(1, 11))
+    q.publish_many([b"n%d" % i for i in range(1, 101)])
+    # when it fetches again while the delayed ones are still to come
+    got = c.fetch(100)
+    # then the plain ones above the cursor were claimed, and no delayed one came early
+    assert claims == [(16, 115)]
+    assert [d.data for d in got] == [b"n%d" % i for i in range(1, 101)]
+    # and a delayed publish above the cursor stops the claim until the cursor passes it
+    q.publish(b"later6", delay=60)
+    q.publish_many([b"p%d" % i for i in range(1, 101)])
+    assert [d.data for d in c.fetch(100)] == [b"p%d" % i for i in range(1, 101)]
+    assert claims == [(16, 115)]
+    q.publish_many([b"q%d" % i for i in range(1, 101)])
+    assert [d.data for d in c.fetch(100)] == [b"q%d" % i for i in range(1, 101)]
+    assert claims == [(16, 115), (217, 316)]
+    # and when their time comes, the delayed ones come, each once
+    clock.advance(61)
+    assert sorted(d.data for d in c.fetch(100)) == [b"later%d" % i for i in range(1, 7)]
+    assert c.fetch(100) == []
+
+
 def test_a_queue_with_priority_messages_is_read_by_the_script(client, claims):
     # given a queue that had a message with a priority (stubs in the log)
     q = client.queue("orders")

@@ -728,6 +728,10 @@ end
 
 if got < room and not pickCut then
   local SPECULATE_MAX = 8 -- deliveries wanted up to which records are read before the last seq
+  -- A seq >= 100 as its hundreds and two digits (the claim's look-up in
+  -- the schedule, the scan's reads); included here, as the main chunk is
+  -- near Lua's limit of 200 locals
+--@include two_digits
   --@layout stream
   -- Fewest first deliveries from the cursor for which the scan writes a
   -- call record (includes/call_state.lua; measured by benchmarks/icount.py,
@@ -801,8 +805,9 @@ if got < room and not pickCut then
   -- one XRANGE of its own (rqueue/engine/commands.py, fill_claimed): their
   -- copy into Lua and into the reply is most of what a large fetch costs
   -- Redis. Only where the scan would hand out each of them as it stands: no
-  -- stubs (meta "prio"), no delayed publish whose time is still to come (the
-  -- schedule, KEYS[21], which a plain fetch alone is sent), nothing
+  -- stubs (meta "prio"), no seq of the claim whose time is still to come
+  -- (the schedule, KEYS[21], which a plain fetch alone is sent: unscheduled
+  -- below), nothing
   -- refused, and no seq above the cursor that may lack its entry by right:
   -- the scan passes over a record missing at or below the group's since
   -- (deleted before the group was made), and in the stream layout a seq
@@ -814,14 +819,45 @@ if got < room and not pickCut then
   -- missing-record), as the scan would. The seqs join the call record as
   -- the scan's would.
   local claimed = nil -- the reply's claim part: "/<index of the first seq>:<first seq>:<last seq>"
+  -- Whether no seq from lo to hi waits in the schedule for a time after
+  -- now (a delayed publish): a delayed record is never claimed before its
+  -- time. The seqs are looked up only while the schedule holds such a
+  -- time: delayed messages the cursor has passed (in the group's delay
+  -- set by now) leave the claim to the seqs above them. A Redis that
+  -- refuses ZMSCORE (an ACL rule older than docs/ACL.md's, a server
+  -- before 6.2) leaves the seqs to the scan, which reads their records.
+  local function unscheduled(lo, hi)
+    if rcall('ZCOUNT', KEYS[21], '(' .. nowText, '+inf') == 0 then
+      return true
+    end
+    -- As text: redis.call makes a number a string with a sprintf each.
+    local seqs, digits, hundreds, prefix = {}, twoDigits(), nil, nil
+    for s = lo, hi do
+      local h = math.floor(s / 100)
+      if h ~= hundreds then
+        hundreds, prefix = h, h > 0 and tostring(h) or ''
+      end
+      seqs[s - lo + 1] = prefix .. (h > 0 and digits[s - h * 100 + 1] or tostring(s))
+    end
+    local scores = redis.pcall('ZMSCORE', KEYS[21], unpack(seqs))
+    if scores.err then
+      return false
+    end
+    for _, at in ipairs(scores) do
+      if at and tonumber(at) > now then
+        return false
+      end
+    end
+    return true
+  end
   -- (A fetch of CLAIM_MIN knows the last seq already, SPECULATE_MAX being less.)
   local top = last or lastSeq
+  local upTo = top and cursor + math.min(room - got, top - cursor, CALL_MAX)
   if scanned and not refusal and not metaFields[4] and top ~= nil and top - cursor >= CLAIM_MIN
     and room - got >= CLAIM_MIN and KEYS[21] == string.sub(msgsKey, 1, -4) .. 'sched'
     and (rcall('HEXISTS', metaKey, 'gaps') == 0 or cursor >= (tonumber(rcall('HGET', groupKey, 'since') or '') or top))
-    and rcall('ZCOUNT', KEYS[21], '(' .. nowText, '+inf') == 0 then
+    and unscheduled(cursor + 1, upTo) then
     last = top
-    local upTo = cursor + math.min(room - got, top - cursor, CALL_MAX)
     claimed = '/' .. #out .. ':' .. string.format('%d', cursor + 1) .. ':' .. string.format('%d', upTo)
     -- The claimed deliveries are not in the reply: the claim field says
     -- them whole (seq after seq, each a first delivery), and the client
@@ -848,9 +884,6 @@ if got < room and not pickCut then
         fields[s - cursor] = string.format('%d', s)
       end
     else
-      -- a seq >= 100 as its hundreds and two digits; included here, as the
-      -- main chunk is near Lua's limit of 200 locals
---@include two_digits
       local digits = twoDigits()
       local hundreds, prefix = nil, nil
       for s = cursor + 1, cursor + want do
