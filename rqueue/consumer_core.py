@@ -73,11 +73,11 @@ class ConsumerCore:
         self._call_for: tuple[Settings | None, Any] = (None, None)
         self._held: dict[int, Delivery] = {}
         # The last fetch's deliveries when they are one claim's whole run
-        # (first deliveries of seqs lo.., one call, none set aside): the
-        # list returned, a copy of it, lo, the call's token and the epoch.
-        # An ack of that list as it was returned goes as one range, with no
-        # tag made per delivery (:meth:`_whole_claim`).
-        self._claimed: tuple[list[Delivery], list[Delivery], int, str, int] | None = None
+        # (first deliveries of seqs lo.., one call, none set aside), with a
+        # copy of the list returned and the epoch it was fetched in. An ack
+        # of that list as it was returned goes as one range, with no tag made
+        # per delivery (:meth:`_whole_claim`).
+        self._claimed: tuple[Claimed, list[Delivery], int] | None = None
         self._closed = False
         self._settings_seen: Settings | None = None
         self._settings: Settings = Settings()
@@ -321,7 +321,7 @@ class ConsumerCore:
         if claim is not None and not aside and claim[0] == first and len(raw) == first + 3 * len(out):
             _, lo, hi = claim
             if len(out) == hi - lo + 1:
-                self._claimed = (out, out[:], lo, token, epoch)
+                self._claimed = (Claimed(out, lo, len(out), token), out[:], epoch)
         return out, aside
 
     def _set_aside_settled(
@@ -574,22 +574,19 @@ class ConsumerCore:
         claim is forgotten: a list is acked once, and no batch is kept alive
         past the next ack."""
         claimed, self._claimed = self._claimed, None
-        if claimed is None or deliveries is not claimed[0] or multiple:
+        if claimed is None or deliveries is not claimed[0].deliveries or multiple:
             return None
-        out, copy, lo, token, epoch = claimed
+        claim, copy, epoch = claimed
         # One comparison of the elements, by identity: the caller may have
         # changed the list since.
-        if epoch != self._watch.epoch or out != copy:
+        if epoch != self._watch.epoch or claim.deliveries != copy:
             return None
-        return Claimed(out, lo, len(copy), token)
+        return claim
 
     def _claim_acked(self, claim: Claimed, mark: Mark) -> None:
         """Forgets a whole claim acked by :func:`commands.ack_run`, sent at
         ``mark`` (the watch remembers its seqs as an ack's)."""
-        held = self._held
-        for d in claim.deliveries:
-            if held.get(d.seq) is d:
-                del held[d.seq]
+        self._unhold(claim.deliveries)
         self._watch.acked(mark, range(claim.lo, claim.lo + claim.n))
 
     def _earlier_refs(self, named: commands.Tag) -> list[DeliveryRef]:
@@ -729,10 +726,12 @@ class ConsumerCore:
         return items, [self.queue.keys.result(tag[1], self.group) for tag, *_ in items], self._result_ttl_ms()
 
     def _unhold(self, deliveries: Sequence[Delivery]) -> None:
-        """Forgets deliveries of a fetch that raised before it returned them:
-        no caller has them, so no settle of this consumer may name them (an
-        ack with ``multiple`` would ack them unrun). Redis holds them until
-        their leases run out, and then offers them again."""
+        """Forgets ``deliveries`` that this consumer holds (each by identity:
+        a later delivery of the same seq stays held): a whole claim acked, or
+        the deliveries of a fetch that raised before it returned them. Those
+        no caller has, so no settle of this consumer may name them (an ack
+        with ``multiple`` would ack them unrun); Redis holds them until their
+        leases run out, and then offers them again."""
         held = self._held
         for d in deliveries:
             if held.get(d.seq) is d:
