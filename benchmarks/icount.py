@@ -12,6 +12,8 @@ usage: .venv/bin/python benchmarks/icount.py SCENARIO [N]
              fetch100ack-prio fetch100ack-prioseen fetch100ack-hold
              fetch100ack-rate (fetch100ack with a flow-control feature on),
              fetch100ack-prio10 (every 10th message with a priority),
+             fetch100ack-delayed<k> (k publishes delayed by an hour,
+             which the consumer has passed, ahead of the messages),
              publish100-prio (priorities 1-9 in turn),
              fetch100ack-keys100k (every message with its own ordering
              key, 100,000 keys waiting behind them), fetch100ack-fewkeys
@@ -233,6 +235,11 @@ def main() -> int:
                 if runs[0] == 1 and feature == "prioseen":
                     queue.publish(PAYLOAD, priority=5)
                     consumer.ack(consumer.fetch(1))
+                if feature.startswith("delayed") and runs[0] == 1:
+                    # that many publishes delayed by an hour, which an
+                    # untimed fetch passes into the group's delay set
+                    queue.publish_many([PAYLOAD] * int(feature[7:]), delay=3600)
+                    assert consumer.fetch(100) == []
                 if feature == "hold" and runs[0] > 1:
                     queue.resume()  # what the last run held goes, uncounted
                     queue.purge()

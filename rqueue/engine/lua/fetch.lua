@@ -823,11 +823,24 @@ if got < room and not pickCut then
   -- now (a delayed publish): a delayed record is never claimed before its
   -- time. The seqs are looked up only while the schedule holds such a
   -- time: delayed messages the cursor has passed (in the group's delay
-  -- set by now) leave the claim to the seqs above them. A Redis that
+  -- set by now) leave the claim to the seqs above them. When fewer seqs
+  -- wait than the claim would take, the waiting ones are read instead
+  -- (at most CALL_MAX): a schedule of up to 128 entries is a listpack,
+  -- where each ZMSCORE lookup scans the whole set. A Redis that
   -- refuses ZMSCORE (an ACL rule older than docs/ACL.md's, a server
   -- before 6.2) leaves the seqs to the scan, which reads their records.
   local function unscheduled(lo, hi)
-    if rcall('ZCOUNT', KEYS[21], '(' .. nowText, '+inf') == 0 then
+    local toCome = rcall('ZCOUNT', KEYS[21], '(' .. nowText, '+inf')
+    if toCome == 0 then
+      return true
+    end
+    if toCome <= hi - lo + 1 then
+      for _, member in ipairs(rcall('ZRANGEBYSCORE', KEYS[21], '(' .. nowText, '+inf')) do
+        local s = tonumber(member)
+        if s and s >= lo and s <= hi then
+          return false
+        end
+      end
       return true
     end
     -- As text: redis.call makes a number a string with a sprintf each.
