@@ -373,6 +373,38 @@ def test_a_deleted_calls_key_is_found_and_its_seqs_reported_not_handed_out_twice
     assert lost == set(range(1, N + 1))
 
 
+def test_a_call_whose_record_was_deleted_is_reported_as_corrupt_when_its_time_runs_out(client, clock):
+    # given a call out to a consumer, whose record is then deleted
+    q = queue_with(client, 2 * N)
+    c = q.consumer("g", "c1", ack_wait=WAIT)
+    c.fetch(N)
+    client.redis.delete(q.keys.group("g").calls)
+    assert [e for e in q.events() if e["event"] == "corrupt"] == []
+    # when its time runs out and a fetch sweeps it
+    clock.advance(WAIT + 1)
+    second = c.fetch(N)
+    assert [d.seq for d in second] == list(range(N + 1, 2 * N + 1))
+    c.ack(second)
+    # then its seqs go to no one again, and the damage is an event naming the call and its first seq
+    (event,) = [e for e in q.events() if e["event"] == "corrupt"]
+    assert event["group"] == "g" and event["seq"] == "1"
+    assert "without its record" in event["reason"] and "untracked" in event["reason"]
+    assert c.fetch(N) == []
+    # and the call's deadline and first seq are gone with it: no later fetch reports it again
+    clock.advance(WAIT + 1)
+    assert c.fetch(N) == []
+    assert len([e for e in q.events() if e["event"] == "corrupt"]) == 1
+    # and the doctor lists them, with the group's count of seqs out on calls, which still counts them
+    found = doctor.examine(q)
+    assert {f.seq for f in found if f.kind is doctor.Kind.UNTRACKED} == set(range(1, N + 1))
+    assert doctor.Kind.CALL_DAMAGED in {f.kind for f in found} and callout(q) == N
+    # and its repair sets the count right, and leaves the seqs listed, not handed out
+    doctor.repair(q, found)
+    assert callout(q) == 0
+    assert {f.seq for f in doctor.examine(q) if f.kind is doctor.Kind.UNTRACKED} == set(range(1, N + 1))
+    assert c.fetch(N) == []
+
+
 def test_a_garbled_call_record_is_found_and_repaired(client):
     q = queue_with(client, 2 * N)
     c = q.consumer("g", "c1", ack_wait=WAIT)

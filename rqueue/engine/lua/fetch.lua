@@ -346,7 +346,15 @@ if callsKey and callout > 0 then
     for _, dueToken in ipairs(due) do
       -- A record that does not parse stays for the doctor (RQ_CORRUPT
       -- there), rather than stop every fetch after this one's acks.
-      pcall(splitCall, dueToken)
+      local _, _, recordGone, firstSeq = pcall(splitCall, dueToken)
+      if recordGone then
+        -- Its deliveries are handed out to no one again: reported when
+        -- their time runs out, not only when someone runs the doctor.
+        --@make failurePaths
+        recordEvent('corrupt', firstSeq or '', 'call ' .. dueToken .. ' of ' .. callsKey .. ' ran out without its '
+          .. 'record (deleted): the deliveries it held, from seq ' .. tostring(firstSeq or '?') .. ', are tracked '
+          .. 'by nothing and go to no one again; `rqueue doctor` lists them as untracked')
+      end
     end
   end
 end

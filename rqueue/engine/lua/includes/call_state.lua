@@ -81,13 +81,16 @@ end
 
 -- Splits out of call token the seqs whose bytes are "1": all of them, or
 -- those in want (seq -> true) when given. Returns how many. A token
--- without a record leaves cexp and cseq.
+-- without a record (deleted) leaves cexp and cseq, and returns 0, true and
+-- the call's first seq as cseq held it (false when it held none): which
+-- seqs the call held went with the record, so the caller can only report it.
 local function splitCall(token, want)
   local c = callRead(token)
   if not c then
+    local first = rcall('ZSCORE', callSeqKey, token)
     rcall('ZREM', callExpKey, token)
     rcall('ZREM', callSeqKey, token)
-    return 0
+    return 0, true, first
   end
   local deadline = rcall('ZSCORE', callExpKey, token) or c.ms
   local state = '1:' .. c.holder .. ':' .. c.ms .. ':' .. c.ms .. ':' .. token
