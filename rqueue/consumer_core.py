@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from . import validate as check
 from .delivery import REPLAYED_HEADER, TTL_HEADER, Delivery, DeliveryRef, HeartbeatResult
 from .engine import commands
-from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record
+from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record, not_before
 from .errors import (
     SETTLED_BEFORE_LOSS,
     CorruptRecord,
@@ -280,6 +280,14 @@ class ConsumerCore:
             else:
                 try:
                     published, headers, data = decode_record(record, f"{self.queue.keys.msgs}[{seq}]")
+                    # A delayed message's first delivery before its time: a
+                    # claim took it (lua/fetch.lua), which only a schedule
+                    # that lacked its seq (deleted, edited) lets happen.
+                    # set_aside puts it back to wait, unrun.
+                    due = not_before(record, f"{self.queue.keys.msgs}[{seq}]") if count == 1 else None
+                    if due is not None and due > now:
+                        aside.append((delivery_tag(seq, count, token), NOT_DUE, str(due)))
+                        continue
                 except CorruptRecord as exc:
                     if seq in reply.missing:
                         # Claimed by the fetch, and its entry was not in the
@@ -738,12 +746,22 @@ class ConsumerCore:
                 del held[d.seq]
 
     def _set_aside_done(self, items: Sequence[commands.AsideTag], results: Sequence[int | str]) -> None:
-        """Forgets what set_aside dead-lettered. A tag it refused was settled
+        """Forgets what set_aside dead-lettered, and logs what it put back to
+        wait (a delivery handed out before its time). A tag it refused was settled
         or taken back meanwhile, so nothing is left to do for it; one whose
         delivery state is damaged costs only itself: its lease runs out and
         a fetch dead-letters it (corrupted-state), while the rest of the
         batch goes on."""
         for (tag, reason, text, _), result in zip(items, results, strict=True):
+            if result == "deferred":
+                log.error(
+                    "%s was handed out before its time (%s ms), not run: the queue's schedule (%s) lacked it; "
+                    "it waits in the group's delay set until then",
+                    tag_text(tag),
+                    text,
+                    self.queue.keys.sched,
+                )
+                continue
             if type(result) is int:
                 if reason == MISSING_RECORD:
                     log.error("%s; moved it to the dead-letter queue", text)
@@ -770,6 +788,8 @@ class ConsumerCore:
     def _reject_event(self, reason: str = "") -> str:
         """The lifecycle event a dead-lettering for ``reason`` records (see
         _nack_event): expired for a message past its time to live, else failed."""
+        if reason == NOT_DUE:
+            return ""  # not dead-lettered: set_aside records a corrupt event of its own
         kind = EventKind.EXPIRED.value if reason == "expired" else EventKind.FAILED.value
         return kind if kind in self._settings.events else ""
 
@@ -829,6 +849,9 @@ def tag_text(tag: commands.Tag) -> str:
 
 # The reason a claimed delivery without its record is set aside with.
 MISSING_RECORD = "missing-record"
+# The reason a delivery handed out before its time is set aside with: not
+# dead-lettered, put back to wait (lua/set_aside.lua).
+NOT_DUE = "not-due"
 
 
 def expiry(header: str, published: int, now: int) -> str | None:

@@ -221,6 +221,34 @@ def test_a_claimed_seq_whose_entry_is_gone_is_dead_lettered_as_missing_record(cl
     assert q.stats().groups[0].in_flight == 0
 
 
+def test_a_delayed_message_claimed_because_the_schedule_was_deleted_waits_for_its_time_unrun(client, claims, clock):
+    # given a message delayed by a minute among plain ones, and the queue's
+    # schedule deleted (an operator's DEL), so that the claim cannot see it
+    q = client.queue("orders")
+    q.publish_many([b"m%d" % i for i in range(1, 41)])
+    q.publish(b"later", delay=60)
+    q.publish_many([b"m%d" % i for i in range(42, 101)])
+    assert client.redis.delete(q.keys.sched) == 1
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    # when a consumer fetches them all before its time
+    got = c.fetch(100)
+    # then the claim took them, and the delayed one was not handed out, nor dead-lettered
+    assert claims == [(1, 100)]
+    assert [d.seq for d in got] == [s for s in range(1, 101) if s != 41]
+    assert q.dead_letters() == []
+    (event,) = [e for e in q.events() if e["event"] == "corrupt"]
+    assert event["seq"] == "41" and "before its time" in event["reason"]
+    c.ack(got)
+    assert c.fetch(100) == [] and q.stats().groups[0].in_flight == 0
+    # and when its time comes, it comes once, as a first delivery
+    clock.advance(61)
+    (later,) = c.fetch(100)
+    assert (later.seq, later.data, later.delivery_count) == (41, b"later", 1)
+    c.ack(later)
+    assert c.fetch(100) == []
+    assert q.stats().groups[0].ack_floor == 100
+
+
 def test_a_group_made_after_a_migration_passes_over_the_seqs_the_hash_layout_deleted(backend, prefix, clock, claims):
     # given a hash-layout queue of 100 whose only group settled seqs 50..60 above its floor, so the
     # hash layout deleted those records one by one, then moved to the stream layout

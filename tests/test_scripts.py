@@ -2024,6 +2024,28 @@ def test_set_aside_keeps_the_reason_its_dead_letter_got(raw, client):
     )
 
 
+def test_set_aside_puts_a_not_due_delivery_back_to_wait_unrun(raw, client):
+    # given a delivery held by c1
+    r, qk, gk, s = raw
+    publish(raw, b"a")
+    s.join(keys=gk, args=group_argv())
+    s.fetch(keys=gk, args=group_argv("g", "c1", NOW, None, 10, "t1"))
+    # when its client sets it aside as handed out before its time
+    assert s.set_aside(
+        keys=[*gk[:17], *call_keys_of(gk), *side_of(gk)],
+        args=group_argv("g", "c1", NOW, None, "", 1, 1, "t1", "not-due", NOW + 60_000, ""),
+    ) == [b"deferred"]
+    # then it waits in the group's delay set until then, with no delivery state, lease or holder
+    q = client.queue("orders")
+    group = q.keys.group("g")
+    assert r.zrange(group.delay, 0, -1, withscores=True) == [(b"1", NOW + 60_000)]
+    assert r.hexists(group.deliveries, 1) == 0 and r.zscore(group.lease, 1) is None
+    assert int(r.hget(group.consumers, "c1")) == 0
+    # and it is no dead letter; a corrupt event names it
+    assert q.dead_letters() == []
+    assert [(e["event"], e["seq"]) for e in q.events()] == [("corrupt", "1")]
+
+
 @pytest.mark.parametrize(
     ("ttl", "tail", "result_keys"),
     [
@@ -2034,6 +2056,8 @@ def test_set_aside_keeps_the_reason_its_dead_letter_got(raw, client):
         (1000, [1, 1, "t1", "expired", "why", ""], 0),  # no result key
         (1000, [1, 1, "t1", "expired", "why", ""], 2),  # the key of another seq
         (1000, ["01", 1, "t1", "expired", "why", ""], 1),  # a seq not written as one
+        ("", [1, 1, "t1", "not-due", "soon", ""], 0),  # a not-before that is no time in ms
+        ("", [1, 1, "t1", "not-due", "1000", "failed"], 0),  # a not-due tag with an event
     ],
 )
 def test_set_aside_refuses_a_malformed_call_and_changes_nothing(raw, client, ttl, tail, result_keys):

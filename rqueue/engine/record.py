@@ -56,6 +56,19 @@ def encode_body(payload: bytes, headers: Mapping[str, str] | None) -> tuple[int,
     return len(encoded), encoded + payload
 
 
+def not_before(record: bytes, where: str) -> int | None:
+    """The time (ms) before which a stored record (not compact) may not be
+    handed out, None when its head names none (it was published without a
+    delay). Raises CorruptRecord, naming ``where``, for a head that names
+    something else."""
+    head = record[: record.find(b":")]
+    if not head:
+        return None
+    if not head.isdigit():
+        raise CorruptRecord(where, f"its not-before {head[:40]!r} is no time in ms; first bytes {record[:40]!r}")
+    return int(head)
+
+
 def decode_record(record: bytes | SplitRecord, where: str) -> tuple[int, Headers, bytes]:
     """Splits a stored record (or takes a SplitRecord) into (published_ms,
     headers, payload).

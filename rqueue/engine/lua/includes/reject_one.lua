@@ -1,7 +1,9 @@
 --[[
   Dead-letters one delivery held by consumerName (or drops it, with
   dead_letter "drop"), shared by reject.lua (one tag) and set_aside.lua
-  (the tags a fetch's client set aside). seqText, countText and token are
+  (the tags a fetch's client set aside). heldTag, its check of the tag,
+  also serves set_aside's deferral of a delivery handed out before its
+  time. seqText, countText and token are
   the tag as sent; reason and text go into the dead letter; event is
   "failed", "expired" or "" (the caller checked it).
   Returns the dead letter's seq (0 when dropped), its reason and its error
@@ -15,7 +17,11 @@
 --@include check_tag
 --@include dead_letter
 --@include text_prefix
-local function rejectOne(seqText, countText, token, reason, text, event)
+-- The delivery of the tag (seqText, countText, token as sent) when
+-- consumerName holds it: its seq (a number) and parsed state; else nil and
+-- the error text "<code> <seq>.<count>.<token>[: why]" (checkTag's codes),
+-- having changed nothing but a call delivery split out (its own tag).
+local function heldTag(seqText, countText, token)
   local seq, count = tonumber(seqText), tonumber(countText)
   local raw = seq and rcall('HGET', dlvKey, seq)
   --@layout stream
@@ -42,6 +48,14 @@ local function rejectOne(seqText, countText, token, reason, text, event)
       why = ': its delivery state in ' .. dlvKey .. ' is missing'
     end
     return nil, code .. ' ' .. tostring(seqText) .. '.' .. tostring(countText) .. '.' .. tostring(token) .. why
+  end
+  return seq, d
+end
+
+local function rejectOne(seqText, countText, token, reason, text, event)
+  local seq, d = heldTag(seqText, countText, token)
+  if not seq then
+    return nil, d
   end
   local dseq, kept, keptText = deadLetter(seq, d, reason, text)
   if event ~= '' then
