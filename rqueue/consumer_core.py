@@ -280,11 +280,12 @@ class ConsumerCore:
             else:
                 try:
                     published, headers, data = decode_record(record, f"{self.queue.keys.msgs}[{seq}]")
-                    # A delayed message's first delivery before its time: a
-                    # claim took it (lua/fetch.lua), which only a schedule
-                    # that lacked its seq (deleted, edited) lets happen.
-                    # set_aside puts it back to wait, unrun.
-                    due = not_before(record, f"{self.queue.keys.msgs}[{seq}]") if count == 1 else None
+                    # A delayed message before its time: a claim took it
+                    # (lua/fetch.lua), which only a schedule that lacked its
+                    # seq (deleted, edited) lets happen, or its call ran out
+                    # (a client that died before it set it aside) and it
+                    # came again. set_aside puts it back to wait, unrun.
+                    due = not_before(record, f"{self.queue.keys.msgs}[{seq}]")
                     if due is not None and due > now:
                         aside.append((delivery_tag(seq, count, token), NOT_DUE, str(due)))
                         continue
@@ -769,9 +770,9 @@ class ConsumerCore:
                 continue
             err = delivery_error(str(result), tag_text(tag))
             if isinstance(err, DeliveryError):
-                log.info("%s of %s not dead-lettered: %s", reason, tag_text(tag), err)
+                log.info("%s of %s not set aside: %s", reason, tag_text(tag), err)
             else:
-                log.error("%s of %s not dead-lettered: %s", reason, tag_text(tag), err)
+                log.error("%s of %s not set aside: %s", reason, tag_text(tag), err)
 
     def _completed_on(self) -> bool:
         """Whether the events setting asks for completed events: then acks

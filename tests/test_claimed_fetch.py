@@ -249,6 +249,40 @@ def test_a_delayed_message_claimed_because_the_schedule_was_deleted_waits_for_it
     assert q.stats().groups[0].ack_floor == 100
 
 
+def test_a_delayed_message_whose_claim_ran_out_before_it_was_set_aside_still_waits_for_its_time(
+    client, claims, clock, monkeypatch
+):
+    # given a delayed message claimed before its time (the schedule deleted) by
+    # a consumer whose set_aside call failed (its process died there)
+    q = client.queue("orders")
+    q.publish_many([b"m%d" % i for i in range(1, 41)])
+    q.publish(b"later", delay=3600)
+    q.publish_many([b"m%d" % i for i in range(42, 101)])
+    client.redis.delete(q.keys.sched)
+    c1 = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+
+    def died(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("the process died here")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(commands, "set_aside", died)
+        patched.setattr("rqueue.engine.async_commands.set_aside", died)
+        with pytest.raises(ConnectionError):
+            c1.fetch(100)
+    # when its lease runs out and another consumer fetches
+    clock.advance(WAIT + 1)
+    c2 = q.consumer("g", "c2", ack_wait=WAIT, prefetch=1000)
+    got = c2.fetch(1000)
+    # then the 99 come again, and the delayed one, out again before its time, is set aside too
+    assert sorted(d.seq for d in got) == [s for s in range(1, 101) if s != 41]
+    assert all(d.delivery_count == 2 for d in got)
+    c2.ack(got)
+    assert c2.fetch(100) == [] and q.dead_letters() == []
+    # and it comes at its time, once
+    clock.advance(3600)
+    assert [(d.seq, d.data) for d in c2.fetch(100)] == [(41, b"later")]
+
+
 def test_a_group_made_after_a_migration_passes_over_the_seqs_the_hash_layout_deleted(backend, prefix, clock, claims):
     # given a hash-layout queue of 100 whose only group settled seqs 50..60 above its floor, so the
     # hash layout deleted those records one by one, then moved to the stream layout
