@@ -9,7 +9,7 @@ from support import logview
 from support.raw import group_key
 
 import rqueue
-from rqueue.engine.record import decode_record
+from rqueue.engine.record import decode_record, not_before
 
 # -- the two forms -----------------------------------------------------------------------
 
@@ -37,6 +37,22 @@ def test_short_compact_record_does_not_decode():
     # when it is decoded, then it is named corrupt with its length
     with pytest.raises(rqueue.CorruptRecord, match="compact record of 3 bytes"):
         decode_record(b"~\x01\x02", "here")
+
+
+def test_a_text_records_not_before_is_read_from_its_head(client, queue, clock):
+    # given a message published with a delay and one with headers alone
+    queue.publish(b"p", delay=5)
+    queue.publish(b"p", headers={"k": "v"})
+    delayed, plain = (logview.record(client.redis, queue.keys, seq) or b"" for seq in (1, 2))
+    # when their not-before is read, then the delayed one's is its time, the other has none
+    assert not_before(delayed, "here") == clock.now_ms + 5000
+    assert not_before(plain, "here") is None
+
+
+@pytest.mark.parametrize("record", [b"soon:1:0:p", b"no head at all", b""])
+def test_a_not_before_that_is_no_time_is_named_corrupt(record):
+    with pytest.raises(rqueue.CorruptRecord, match="no time in ms"):
+        not_before(record, "here")
 
 
 def test_dead_lettered_and_replayed_compact_record_keeps_its_published_time(client, queue, clock):

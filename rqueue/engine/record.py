@@ -61,10 +61,11 @@ def not_before(record: bytes, where: str) -> int | None:
     handed out, None when its head names none (it was published without a
     delay). Raises CorruptRecord, naming ``where``, for a head that names
     something else."""
-    head = record[: record.find(b":")]
-    if not head:
+    end = record.find(b":")
+    head = record[:end]
+    if end == 0:
         return None
-    if not head.isdigit():
+    if end < 0 or not head.isdigit():
         raise CorruptRecord(where, f"its not-before {head[:40]!r} is no time in ms; first bytes {record[:40]!r}")
     return int(head)
 
