@@ -106,9 +106,7 @@ def main() -> int:
         heap = r.info("memory")["used_memory_lua"] // 1024
         client.close()
         r.close()
-    sha = {
-        name: hashlib.sha1(source(name, layout="stream").encode()).hexdigest().encode() for name in ("publish", "fetch")
-    }
+    sha = {name: hashlib.sha1(source(name, layout="stream").encode()).hexdigest().encode() for name in SHAS}
     # SLOWLOG keeps a call's first 32 arguments, which a fetch's token is
     # past: the fetch that handed a message out is taken to be the first one
     # Redis ran after its publish (entries' ids are in the order of the runs;
