@@ -278,14 +278,15 @@ class ConsumerCore:
                 # less to parse per message
                 published, headers, data = from_bytes(record[1:COMPACT_HEAD]), {}, record[COMPACT_HEAD:]
             else:
+                where = f"{self.queue.keys.msgs}[{seq}]"
                 try:
-                    published, headers, data = decode_record(record, f"{self.queue.keys.msgs}[{seq}]")
+                    published, headers, data = decode_record(record, where)
                     # A delayed message before its time: a claim took it
                     # (lua/fetch.lua), which only a schedule that lacked its
                     # seq (deleted, edited) lets happen, or its call ran out
                     # (a client that died before it set it aside) and it
                     # came again. set_aside puts it back to wait, unrun.
-                    due = not_before(record, f"{self.queue.keys.msgs}[{seq}]")
+                    due = not_before(record, where)
                     if due is not None and due > now:
                         aside.append((delivery_tag(seq, count, token), NOT_DUE, str(due)))
                         continue

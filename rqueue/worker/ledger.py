@@ -44,8 +44,8 @@ class Ledger:
         # thread and the dispatcher name the same object, and no tag text
         # is made for a delivery nothing logs.
         self._known: dict[Delivery, Delivery] = {}
-        self._waiting: dict[Delivery, tuple[Delivery, float]] = {}
-        self._running: dict[Delivery, tuple[Delivery, float]] = {}
+        self._waiting: dict[Delivery, float] = {}  # -> when its fetch was sent
+        self._running: dict[Delivery, float] = {}  # -> when its handler started
         self._results: deque[tuple[Delivery, Outcome, Detail]] = deque()
         self._results_lock = threading.Lock()
 
@@ -83,13 +83,13 @@ class Ledger:
         when the fetch that brought them was sent."""
         with self._lock:
             for d in deliveries:
-                self._waiting[d] = (d, sent)
+                self._waiting[d] = sent
 
     def withdraw_waiting(self) -> list[Delivery]:
         """Takes every waiting delivery away from the handler threads (which
         then find them gone) and forgets them; returns them."""
         with self._lock:
-            waiting = [d for d, _ in self._waiting.values()]
+            waiting = list(self._waiting)
             self._waiting.clear()
         for d in waiting:
             self._known.pop(d, None)
@@ -129,8 +129,8 @@ class Ledger:
             # is set, so a delivery missing while not stopping was lost.
             if stopping.is_set():
                 return Outcome.RETURNED
-            waited = self._waiting.pop(d, None)
-        return Outcome.SKIPPED if waited is None else waited[1]
+            sent = self._waiting.pop(d, None)
+        return Outcome.SKIPPED if sent is None else sent
 
     def begin(self, d: Delivery, stopping: threading.Event, now: float, stale_age: float) -> float | Outcome | None:
         """:meth:`take` and :meth:`start` in one step, for a delivery whose
@@ -141,13 +141,12 @@ class Ledger:
         with self._lock:
             if stopping.is_set():
                 return Outcome.RETURNED
-            waited = self._waiting.pop(d, None)
-            if waited is None:
+            sent = self._waiting.pop(d, None)
+            if sent is None:
                 return Outcome.SKIPPED
-            sent = waited[1]
             if now - sent >= stale_age:
                 return sent
-            self._running[d] = (d, now)
+            self._running[d] = now
         return None
 
     def take_batch(self, deliveries: Sequence[Delivery], stopping: threading.Event) -> list[float | None] | None:
@@ -158,12 +157,12 @@ class Ledger:
             if stopping.is_set():
                 return None
             pop = self._waiting.pop
-            return [None if (w := pop(d, None)) is None else w[1] for d in deliveries]
+            return [pop(d, None) for d in deliveries]
 
     def start(self, d: Delivery, started: float) -> None:
         """Records that a handler runs ``d`` since ``started``."""
         with self._lock:
-            self._running[d] = (d, started)
+            self._running[d] = started
 
     def stop(self, d: Delivery) -> bool:
         """Records that no handler runs ``d`` any more; False
@@ -177,7 +176,7 @@ class Ledger:
         with self._lock:
             running = self._running
             for d in deliveries:
-                running[d] = (d, started)
+                running[d] = started
 
     def stop_batch(self, deliveries: Sequence[Delivery]) -> bool:
         """:meth:`stop` for a batch under one lock: False when none of it
@@ -216,8 +215,8 @@ class Ledger:
         each for up to ``max_run_time`` (waiting ones from their fetch), so
         that nothing stays held behind handlers that hang."""
         with self._lock:
-            running = [d for d, started in self._running.values() if now - started < max_run_time]
-            waiting = [d for d, fetched in self._waiting.values() if now - fetched < max_run_time]
+            running = [d for d, started in self._running.items() if now - started < max_run_time]
+            waiting = [d for d, fetched in self._waiting.items() if now - fetched < max_run_time]
         return running, waiting
 
     def lost(self, found: list[tuple[Delivery, RQueueError]]) -> None:
@@ -250,7 +249,7 @@ class Ledger:
                 dropped = len(self._waiting)
                 self._waiting.clear()
                 return dropped
-            old = [d for d, _ in self._waiting.values() if judge(d)]
+            old = [d for d in self._waiting if judge(d)]
             for d in old:
                 del self._waiting[d]
         return len(old)
