@@ -79,11 +79,14 @@
 --@include log
 --@include layout
 --@include read_now
---@include seq_guard
 --@include bulk
 --@include record_head
---@include wake
---@include two_digits
+-- Helpers of the rarer paths, made where a call takes one (loader.py,
+-- make_lazy): a publish of one message pays for no closure it does not call.
+--@lazy seqRefusals seq_guard
+--@lazy seqUndo undo_seq
+--@lazy wakeUp wake
+--@lazy digitTable two_digits
 
 local rcall = redis.call
 local TEST_CLOCK_TTL_SLACK = 86400000 -- ms, see the ttl below
@@ -99,33 +102,22 @@ local channel = ARGV[4]
 
 -- The meta field "partitioned" (partition.lua) is read with the fields
 -- every publish reads anyway, below; a mandatory publish that finds no
--- group reads it here, so that it goes to the partitions.
-local function partitionedError(layout)
-  return redis.error_reply('RQ_PARTITIONED ' .. layout)
-end
+-- group reads it here, so that it goes to the partitions. The refusal
+-- names the layout after this prefix.
+local PARTITIONED = 'RQ_PARTITIONED '
 
 if ARGV[3] == '1' and rcall('HLEN', floorsKey) == 0 then
   local layout = rcall('HGET', metaKey, 'partitioned')
   if layout then
-    return partitionedError(layout)
+    return redis.error_reply(PARTITIONED .. layout)
   end
   return redis.error_reply('RQ_UNROUTABLE the queue has no group to deliver to')
 end
 
--- A string, not a function: a function is a closure made anew by every call.
+-- Strings, not functions: a function is a closure made anew by every call.
 local PAUSED_ERROR = 'RQ_PAUSED the queue is paused: publishes are refused until it is resumed'
 
 local window, ttl = nil, nil -- read only by a batch with ids (tonumber is a strtod)
-
--- Sets the last seq back to first (none when it was missing): the script is
--- atomic, so no call saw what a refused call wrote.
-local function undoSeq(first, missing)
-  if missing then
-    rcall('HDEL', metaKey, 'seq')
-  else
-    rcall('HSET', metaKey, 'seq', string.format('%d', first))
-  end
-end
 
 -- Seqs are assigned here and written with one variadic command per key,
 -- not two commands per message. claims holds what the id keys say once the
@@ -188,7 +180,7 @@ if anyId then
   local raw = fields[1]
   first, inc, paused, waiting, layout = tonumber(raw or '0'), fields[2], fields[3], fields[5], fields[6]
   if fields[4] then
-    return partitionedError(fields[4])
+    return redis.error_reply(PARTITIONED .. fields[4])
   end
   local wrongLayout = layoutError(metaKey, msgsKey, layout, raw)
   if wrongLayout then
@@ -198,6 +190,7 @@ if anyId then
     return redis.error_reply(PAUSED_ERROR)
   end
   if not (first and first >= 0 and first % 1 == 0) then
+    --@make seqRefusals
     return badSeqError(metaKey, raw)
   end
   seqMissing = not raw
@@ -218,6 +211,7 @@ else
     -- A refusal (over maxmemory, ...) as it came; garbage in the last seq named.
     local raw = rcall('HGET', metaKey, 'seq')
     if raw and not string.find(raw, '^%d+$') then
+      --@make seqRefusals
       return badSeqError(metaKey, raw)
     end
     return newLast
@@ -229,11 +223,13 @@ else
   local wrongLayout = layoutError(metaKey, msgsKey, layout, not seqMissing)
   if paused == 'refuse' or fields[3] or wrongLayout then
     -- The HINCRBY above, undone: the script is atomic, so no call saw it.
-    undoSeq(first, seqMissing)
-    return fields[3] and partitionedError(fields[3]) or wrongLayout or redis.error_reply(PAUSED_ERROR)
+    --@make seqUndo
+    undoSeq(metaKey, first, seqMissing)
+    return fields[3] and redis.error_reply(PARTITIONED .. fields[3]) or wrongLayout or redis.error_reply(PAUSED_ERROR)
   end
 end
 if seqMissing then
+  --@make seqRefusals
   local refused = reusedSeqsError(metaKey, msgsKey, floorsKey)
   if refused then
     if not anyId then
@@ -275,20 +271,16 @@ local nrec, nout = 0, 1
 -- A batch's stream entry ids: seqs of 100 or more as their hundreds and two
 -- digits (includes/two_digits.lua), which a call of a few messages would
 -- pay more for than their sprintfs.
-local digits = streamTime and #ARGV >= (bare and 6 + 16 or 5 + 3 * 16) and twoDigits() or nil
+local digits = nil
+if streamTime and #ARGV >= (bare and 6 + 16 or 5 + 3 * 16) then
+  --@make digitTable
+  digits = twoDigits()
+end
 local hundreds = nil
 -- The stream entry id of seq, a compact record's: the seq, then the publish
 -- time (includes/log.lua's logAppendBodies makes a bare call's ids alike).
-local function entryId(seq)
-  if digits == nil or seq < 100 then
-    return string.format('%d', seq) .. streamTime
-  end
-  local low = seq % 100
-  if hundreds == nil or low == 0 then
-    hundreds = string.format('%d', (seq - low) / 100)
-  end
-  return hundreds .. digits[low + 1] .. streamTime
-end
+-- Made below for a call whose entries the general loop writes.
+local entryId = nil
 --@end
 -- A bare call to a stream log stores its bodies as compact entries in one
 -- loop of includes/log.lua (no table of entries between, no function call
@@ -300,8 +292,20 @@ if plain and #ARGV > 6 then
   local refused
   refused, seq = logAppendBodies(msgsKey, seq, 7, streamTime, digits)
   if refused then
-    undoSeq(first, seqMissing)
+    --@make seqUndo
+    undoSeq(metaKey, first, seqMissing)
     return refused
+  end
+elseif streamTime then
+  entryId = function(seq)
+    if digits == nil or seq < 100 then
+      return string.format('%d', seq) .. streamTime
+    end
+    local low = seq % 100
+    if hundreds == nil or low == 0 then
+      hundreds = string.format('%d', (seq - low) / 100)
+    end
+    return hundreds .. digits[low + 1] .. streamTime
   end
 end
 --@end
@@ -445,7 +449,8 @@ if seq > first then
   end
   --@end
   if refused then
-    undoSeq(first, seqMissing)
+    --@make seqUndo
+    undoSeq(metaKey, first, seqMissing)
     return refused
   end
   --@layout stream
@@ -482,6 +487,7 @@ if last ~= nil and channel ~= '' then
   -- Only a wake-up hint: a refusal must not fail a publish already stored.
   redis.pcall('PUBLISH', channel, last)
   if waiting then
+    --@make wakeUp
     wakeWaiters(metaKey, wakesKey, last)
   end
 end
