@@ -910,3 +910,25 @@ def test_a_small_fetch_of_a_stream_queue_whose_meta_hash_was_deleted_is_refused_
         handed += [(d.seq, d.delivery_count) for d in got]
         c.ack(got)
     assert handed == [(s, 1) for s in range(1, 11) if s != urgent.seq]
+
+
+@pytest.mark.parametrize("odd", ["headers", "priority"])
+def test_a_batch_whose_message_at_a_new_hundred_is_no_plain_entry_stores_every_message_at_its_seq(client, odd):
+    # given a stream queue holding seqs 1 to 150
+    q = client.queue("orders")
+    c = q.consumer("g", prefetch=1000)
+    q.publish_many([b"old"] * 150)
+    # when a batch of 100 is published whose 50th message (seq 200, where a new hundred starts) has headers
+    # or a priority, and the others are plain
+    payloads = [b"m%d" % (151 + i) for i in range(100)]
+    if odd == "headers":
+        results = q.publish_many(payloads, headers=[{"h": "x"} if i == 49 else None for i in range(100)])
+    else:
+        results = q.publish_many(payloads, priority=[5 if i == 49 else 0 for i in range(100)])
+    # then every message took its seq, and each entry's id starts with the seq it stores
+    assert [r.seq for r in results] == list(range(151, 251))
+    ids = [int(e[0].split(b"-")[0]) for e in client.redis.xrange(q.keys.msgs)]
+    assert ids == list(range(1, 251))
+    # and each is handed out with its own payload
+    got = {d.seq: d.data for d in c.fetch(1000)}
+    assert {s: got[s] for s in range(151, 251)} == {s: b"m%d" % s for s in range(151, 251)}

@@ -276,7 +276,9 @@ if streamTime and #ARGV >= (bare and 6 + 16 or 5 + 3 * 16) then
   --@make digitTable
   digits = twoDigits()
 end
-local hundreds = nil
+-- The hundred whose digits hundreds holds: a message written another way
+-- (headers, a delay) may take the seq where a new hundred starts.
+local hundreds, hundredsOf = nil, nil
 -- The stream entry id of seq, a compact record's: the seq, then the publish
 -- time (includes/log.lua's logAppendBodies makes a bare call's ids alike).
 -- Made below for a call whose entries the general loop writes.
@@ -302,8 +304,9 @@ elseif streamTime then
       return string.format('%d', seq) .. streamTime
     end
     local low = seq % 100
-    if hundreds == nil or low == 0 then
-      hundreds = string.format('%d', (seq - low) / 100)
+    local hundred = (seq - low) / 100
+    if hundred ~= hundredsOf then
+      hundreds, hundredsOf = string.format('%d', hundred), hundred
     end
     return hundreds .. digits[low + 1] .. streamTime
   end
