@@ -147,6 +147,7 @@
 -- What only a failure, a redelivery or a late ack needs is made on those
 -- paths, where --@make failurePaths stands: most fetches take none of them.
 --@lazy failurePaths delivery_state record_event dead_letter dead_letter_corrupt_state retry_or_dead_letter
+--@lazy missingRecords missing_record
 
 -- Strings, as is nowText (includes/read_now.lua): redis.call formats every
 -- number it is handed with sprintf, a good part of the cost of a small
@@ -688,11 +689,12 @@ if got < room and metaFields[4] then
         settledAlready = run[1] ~= nil and run[1] + 0 <= seq
       end
       if not settledAlready and not recs[i] then
-        -- As the scan of new messages judges a missing record: deleted before
-        -- this group was created or reset (every group then had settled it),
-        -- so nothing to deliver, and settled for this group.
+        -- As the scan of new messages judges a missing record: deleted as
+        -- settled (includes/missing_record.lua), nothing to deliver, and
+        -- settled for this group.
         prioSince = prioSince or tonumber(rcall('HGET', groupKey, 'since') or '') or 0
-        if seq <= prioSince then
+        --@make missingRecords
+        if recordSettledAway(seq, prioSince) then
           prioGone[#prioGone + 1] = seq
           settledAlready = true
         end
@@ -995,20 +997,25 @@ if got < room and not pickCut then
           break -- not published yet: the cursor stays before it
         end
         cursor, cursorText = seq, field
+        -- For a seq without a record: nil when it went as settled
+        -- (includes/missing_record.lua), true when the group settled it
+        -- above its cursor, else false (deleted while the group still
+        -- needed it: a dead letter below).
         local settledRun = false
         if not rec then
           since = since or tonumber(rcall('HGET', groupKey, 'since') or '') or last
-          if seq > since then
-            -- Deleted while this group still needed it (a dead letter below),
-            -- unless the cursor was moved back over seqs it settled (the
+          --@make missingRecords
+          if recordSettledAway(seq, since) then
+            settledRun = nil
+          else
+            -- Unless the cursor was moved back over seqs it settled (the
             -- check before the scan sees the floor; this, its acked runs).
             local run = rcall('ZRANGEBYSCORE', ackedKey, seq, '+inf', 'LIMIT', '0', '1')
             settledRun = run[1] ~= nil and run[1] + 0 <= seq
           end
         end
-        if not rec and seq <= since then
-          -- Deleted before this group was created (every group that existed
-          -- then had settled it): nothing to deliver.
+        if settledRun == nil then
+          -- Deleted as settled: nothing to deliver.
           gone[#gone + 1] = seq
           passed = passed + 1
         elseif settledRun then

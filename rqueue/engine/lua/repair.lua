@@ -69,7 +69,8 @@
       and are only checked:
       "record-missing", ARGV[9] seq: the record is missing while the group
         has a delivery state for seq, or has yet to read it (above its
-        cursor and its since, at or below the last seq)
+        cursor, at or below the last seq, and not deleted as settled:
+        includes/missing_record.lua)
       "lost-seq", ARGV[9] seq: the group read seq (as for "untracked"),
         did not settle it (in no acked run) and has no delivery state for
         it, nor does it wait in any set
@@ -93,6 +94,7 @@
 --@include requeue
 --@include dead_letter_corrupt_state
 --@include layout
+--@include missing_record
 --@layout stream
 --@include bulk
 -- Call records (a stream log's first deliveries): read by the checks below.
@@ -183,7 +185,8 @@ if checking and what == 'record-missing' then
   local cursor = tonumber(rcall('HGET', groupKey, 'cursor') or '0')
   local since = tonumber(rcall('HGET', groupKey, 'since') or '0')
   local last = tonumber(rcall('HGET', metaKey, 'seq') or '0')
-  if n ~= nil and cursor ~= nil and n > cursor and (since == nil or n > since) and last ~= nil and n <= last then
+  if n ~= nil and cursor ~= nil and n > cursor and not recordSettledAway(n, since or -1) and last ~= nil
+    and n <= last then
     return HOLDS
   end
   return {'gone', ''}

@@ -223,7 +223,8 @@ do
             if not settledAlready and not recs[i] then
               -- As the scan of new messages judges a missing record.
               since = since or tonumber(rcall('HGET', groupKey, 'since') or '') or 0
-              if seq <= since then
+              --@make missingRecords
+              if recordSettledAway(seq, since) then
                 gone[#gone + 1] = seq
                 settledAlready = true
               end
