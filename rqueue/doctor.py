@@ -171,12 +171,12 @@ class _Examination:
         self.found: list[Finding] = []
         self.highest = 0  # the highest seq any group knows of
         self.pulled = False  # a group pulled from the priority log (its field pcur)
-        # Up to where a record may be missing as settled for every group: a
-        # stream log drops entries only by the trim (meta field "trimmed"),
-        # unless field "gaps" says they went one by one; None: a group's
-        # since (a hash log deletes a record once the groups of then settled
-        # it; lua/includes/missing_record.lua).
-        self.settled_away: int | None = None
+        # Whether a record missing at or below a group's since went as
+        # settled (a hash log deletes one once the groups of then settled
+        # it), or is lost: a stream log drops entries only by the trim,
+        # unless meta field "gaps" says they went one by one
+        # (lua/includes/missing_record.lua).
+        self.since_rule = True
 
     def add(self, kind: Kind, key: str, detail: str, **kw: Any) -> None:
         self.found.append(Finding(kind, key, detail, self.name, **kw))
@@ -196,8 +196,7 @@ class _Examination:
             )
             return self.found
         floors = reads.hash_all(self.r, keys.floors, self.where)
-        if keys.layout is LogLayout.STREAM and "gaps" not in meta:
-            self.settled_away = _seq(meta.get("trimmed")) or 0
+        self.since_rule = keys.layout is not LogLayout.STREAM or "gaps" in meta
         last = _seq(meta.get("seq"))
         if last is None:
             self.add(Kind.BAD_NUMBER, keys.meta, f"field seq holds {meta['seq'][:40]!r}, not a seq")
@@ -758,13 +757,11 @@ class _Examination:
     ) -> None:
         """Every message the group has not settled has its record: those
         in flight or waiting (a state), and those not read yet (above the
-        cursor, but a record deleted as settled, see settled_away, or one
+        cursor, but a record deleted as settled, see since_rule, or one
         in an acked run: a priority or keyed message settled apart from
         the cursor)."""
         top = last if last is not None else cursor
-        start = max(cursor, since if since is not None else top)
-        if self.settled_away is not None:
-            start = max(cursor, self.settled_away)
+        start = max(cursor, since if since is not None else top) if self.since_rule else cursor
         if top > start:
             # A last seq far above what is stored (damaged, or set by hand)
             # is one finding, not one per seq: the scan stops at the records.

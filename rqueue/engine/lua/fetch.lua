@@ -147,7 +147,6 @@
 -- What only a failure, a redelivery or a late ack needs is made on those
 -- paths, where --@make failurePaths stands: most fetches take none of them.
 --@lazy failurePaths delivery_state record_event dead_letter dead_letter_corrupt_state retry_or_dead_letter
---@lazy missingRecords missing_record
 
 -- Strings, as is nowText (includes/read_now.lua): redis.call formats every
 -- number it is handed with sprintf, a good part of the cost of a small
@@ -693,8 +692,8 @@ if got < room and metaFields[4] then
         -- settled (includes/missing_record.lua), nothing to deliver, and
         -- settled for this group.
         prioSince = prioSince or tonumber(rcall('HGET', groupKey, 'since') or '') or 0
-        --@make missingRecords
-        if recordSettledAway(seq, prioSince) then
+        if seq <= prioSince
+          and (string.byte(msgsKey, -1) ~= LOG_STREAM_BYTE or rcall('HEXISTS', metaKey, 'gaps') == 1) then
           prioGone[#prioGone + 1] = seq
           settledAlready = true
         end
@@ -997,15 +996,15 @@ if got < room and not pickCut then
           break -- not published yet: the cursor stays before it
         end
         cursor, cursorText = seq, field
-        -- For a seq without a record: nil when it went as settled
-        -- (includes/missing_record.lua), true when the group settled it
-        -- above its cursor, else false (deleted while the group still
-        -- needed it: a dead letter below).
+        -- For a seq without a record: nil when it went as settled, true
+        -- when the group settled it above its cursor, else false (deleted
+        -- while the group still needed it: a dead letter below).
         local settledRun = false
         if not rec then
           since = since or tonumber(rcall('HGET', groupKey, 'since') or '') or last
-          --@make missingRecords
-          if recordSettledAway(seq, since) then
+          -- includes/missing_record.lua's rule, written out: the main chunk
+          -- has no local to spare for its function.
+          if seq <= since and (string.byte(msgsKey, -1) ~= LOG_STREAM_BYTE or rcall('HEXISTS', metaKey, 'gaps') == 1) then
             settledRun = nil
           else
             -- Unless the cursor was moved back over seqs it settled (the

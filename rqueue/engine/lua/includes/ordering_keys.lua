@@ -223,8 +223,10 @@ do
             if not settledAlready and not recs[i] then
               -- As the scan of new messages judges a missing record.
               since = since or tonumber(rcall('HGET', groupKey, 'since') or '') or 0
-              --@make missingRecords
-              if recordSettledAway(seq, since) then
+              -- includes/missing_record.lua's rule, written out (fetch.lua
+              -- has no local to spare for its function).
+              if seq <= since
+                and (string.byte(msgsKey, -1) ~= LOG_STREAM_BYTE or rcall('HEXISTS', metaKey, 'gaps') == 1) then
                 gone[#gone + 1] = seq
                 settledAlready = true
               end
