@@ -209,7 +209,7 @@ class ReplayResult:
     selected: int = 0
     replayed: int = 0
     missing: int = 0  # gone before their turn (replayed or purged by someone else)
-    skipped: int = 0  # left alone: another queue's, corrupted, or already open
+    skipped: int = 0  # left alone: another queue's or incarnation's, corrupted, or already open
     dry_run: bool = False
     by_group: dict[str, int] = field(default_factory=dict)
 

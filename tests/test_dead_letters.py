@@ -66,6 +66,7 @@ def test_max_deliveries_dead_letters_after_the_last_attempt(client, queue, clock
     )
     assert "lease expired" in h["x-rq-error"]
     assert int(h["x-rq-first-delivery"]) < int(h["x-rq-last-delivery"])
+    assert h["x-rq-incarnation"] == client.redis.hget(queue.keys.meta, "inc").decode()
     s = queue.stats()
     assert (s.dead_letters, s.group("g").dead_lettered, s.group("g").ack_floor) == (1, 1, 1)
 
@@ -520,3 +521,30 @@ def test_an_error_text_cut_to_its_limit_stays_whole_characters(client, queue, ch
     assert reason.startswith(dead.error) and 1024 - len(char.encode()) < len(dead.error.encode()) <= 1024
     [failed] = [e for e in queue.events() if e["event"] == "failed"]
     assert reason.startswith(failed["reason"]) and len(failed["reason"].encode()) <= 1024
+
+
+@pytest.mark.parametrize("backend", SINGLE_SERVERS, indirect=True)  # a named dead-letter queue
+def test_a_dead_letter_of_a_queue_deleted_and_made_again_is_not_replayed_into_the_new_one(client):
+    # given a queue whose named dead-letter queue outlives it, and seq 2 of it rejected
+    client.configure("orders", dead_letter="shared-dlq")
+    q = client.queue("orders")
+    c = q.consumer("g")
+    q.publish_many([b"old-1", b"old-2", b"old-3"])
+    for d in c.fetch(10):
+        d.reject() if d.seq == 2 else d.ack()
+    # when the queue is deleted and made again, with a group that acks its own seqs 1 to 3
+    # and another that keeps their records
+    q.delete(force=True)
+    q = client.queue("orders")
+    q.create_group("g")
+    q.create_group("h")
+    q.publish_many([b"new-1", b"new-2", b"new-3"])
+    c = q.consumer("g")
+    c.ack(c.fetch(10))
+    # and the dead letters are replayed
+    result = q.replay_dead_letters()
+    # then the old letter is left alone, not reopened as the new seq 2
+    assert (result.replayed, result.skipped) == (0, 1)
+    assert c.fetch(10) == []
+    [letter] = q.dead_letters()
+    assert (letter.seq, letter.data) == (2, b"old-2")

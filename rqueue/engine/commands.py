@@ -1333,7 +1333,8 @@ def replay_keys(call: GroupArgs, result_keys: Sequence[str]) -> list[str]:
 
 
 def replay(call: GroupCall, dead_letter_seqs: Sequence[int], result_keys: Sequence[str]) -> list[str]:
-    """Per dead-letter seq: "replayed", "missing", "other-group", "corrupt" or "pending".
+    """Per dead-letter seq: "replayed", "missing", "other-group", "other-incarnation", "corrupt",
+    "pending", "unread" or "lost" (lua/replay.lua).
     ``result_keys``: per dead-letter seq, its message's result key for the
     group (deleted with the replay), or the meta key when its seq is not known."""
     keys = replay_keys(call, result_keys)

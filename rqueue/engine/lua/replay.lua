@@ -28,7 +28,10 @@
   Output:
     one status per dead-letter seq: "replayed", "missing" (not there any
     more: replayed or purged before), "other-group" (it belongs to another
-    queue or group; left alone), "corrupt" (headers do not parse; left alone),
+    queue or group; left alone), "other-incarnation" (its x-rq-incarnation
+    header names another incarnation of the queue than meta field "inc":
+    the queue was made again since, and its seq is another message's; left
+    alone), "corrupt" (headers do not parse; left alone),
     "pending" (the group already has that seq open, or out on a call;
     left alone), "unread"
     (above the group's cursor and ack floor, and not in its acked runs: a
@@ -74,7 +77,7 @@ callsOut()
 -- The headers rqueue adds when it dead-letters a message (includes/dead_letter.lua).
 local DEAD_LETTER_HEADERS = {
   'x-rq-queue', 'x-rq-published', 'x-rq-group', 'x-rq-seq', 'x-rq-reason', 'x-rq-deliveries',
-  'x-rq-first-delivery', 'x-rq-last-delivery', 'x-rq-error',
+  'x-rq-first-delivery', 'x-rq-last-delivery', 'x-rq-error', 'x-rq-incarnation',
 }
 
 -- The result keys follow the group layout's first 17, one per dead-letter
@@ -124,6 +127,12 @@ for i = 8, #ARGV do
       status = 'corrupt'
     elseif headers['x-rq-group'] ~= groupName or headers['x-rq-queue'] ~= failurePolicy().queueName then
       status = 'other-group'
+    elseif headers['x-rq-incarnation'] ~= nil
+      and headers['x-rq-incarnation'] ~= (rcall('HGET', metaKey, 'inc') or '') then
+      -- The queue was deleted (or lost to Redis) and made again since: its
+      -- seq is another message's now, and reopening it would hand that one
+      -- out again.
+      status = 'other-incarnation'
     elseif headers['x-rq-reason'] == 'missing-record' then
       status = 'lost'
     elseif rcall('HEXISTS', dlvKey, seq) == 1 then

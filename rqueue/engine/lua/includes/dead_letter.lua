@@ -29,6 +29,12 @@ local function deliveryHeaders(headers, seq, d, reason, errText, published)
   headers['x-rq-group'] = groupName
   headers['x-rq-seq'] = tostring(seq)
   headers['x-rq-reason'] = reason
+  -- The queue's incarnation (meta field "inc"): replay.lua leaves a dead
+  -- letter of an earlier incarnation alone, whose seq names another message.
+  local inc = rcall('HGET', metaKey, 'inc')
+  if inc and inc ~= '' then
+    headers['x-rq-incarnation'] = inc
+  end
   headers['x-rq-deliveries'] = tostring(d.count)
   headers['x-rq-first-delivery'] = tostring(d.first)
   headers['x-rq-last-delivery'] = tostring(d.last)
