@@ -35,13 +35,13 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     seen: list[str] = []
     read_log, read_log_async, entries_of = Scripts.read_log, AsyncScripts.read_log, commands.claim_entries
 
-    def apart(self: Scripts, key: str, first: int, last: int) -> list[Any]:
+    def apart(self: Scripts, *args: Any) -> tuple[list[Any], str]:
         seen.append("apart")
-        return read_log(self, key, first, last)
+        return read_log(self, *args)
 
-    async def apart_async(self: AsyncScripts, key: str, first: int, last: int) -> list[Any]:
+    async def apart_async(self: AsyncScripts, *args: Any) -> tuple[list[Any], str]:
         seen.append("apart")
-        return await read_log_async(self, key, first, last)
+        return await read_log_async(self, *args)
 
     def guessed(reply: FetchReply, entries: list[Any]) -> list[Any]:
         seen.append("guessed")

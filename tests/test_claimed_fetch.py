@@ -22,6 +22,7 @@ import rqueue
 from rqueue.engine import commands
 from rqueue.engine.commands import CALL_MAX, CLAIM_MIN
 from rqueue.engine.record import decode_record
+from rqueue.engine.async_scripts import AsyncScripts
 from rqueue.engine.scripts import Scripts
 from rqueue.errors import CorruptRecord
 from rqueue.migration import migrate_prefix
@@ -523,3 +524,49 @@ def test_a_group_made_on_a_dead_letter_queue_after_a_replay_or_purge_passes_over
     # then it gets the 50 left, and the 50 that went are passed over, not dead-lettered again
     assert [d.seq for d in seen] == list(range(51, 101))
     assert dlq.dead_letters() == []
+
+
+def test_a_claim_whose_queue_is_made_again_before_its_read_hands_out_nothing(client, backend, prefix, monkeypatch):
+    # given 100 messages and a consumer, and another client that, between a claim and the read of
+    # its records, deletes the queue, publishes 100 new messages and acks 50 of them in group g
+    # (as when Redis restarts without its data and the queue is used again meanwhile)
+    q = client.queue("orders")
+    q.publish_many([b"old-%d" % i for i in range(100)])
+    c = q.consumer("g", "c1", ack_wait=WAIT, prefetch=1000)
+    other = rqueue.connect(backend, prefix=prefix)
+    made_again = []
+
+    def make_again() -> None:
+        if made_again:
+            return
+        made_again.append(True)  # the other client's own claim reads as it is
+        oq = other.queue("orders")
+        oq.delete(force=True)
+        oq.create_group("g")
+        oq.create_group("h")  # keeps the new records
+        oq.publish_many([b"new-%d" % i for i in range(100)])
+        oc = oq.consumer("g", "c2")
+        oc.ack(oc.fetch(50))
+
+    read, read_async = Scripts.read_log, AsyncScripts.read_log
+
+    def racing(self: Scripts, *args: Any) -> Any:
+        make_again()
+        return read(self, *args)
+
+    async def racing_async(self: AsyncScripts, *args: Any) -> Any:
+        make_again()
+        return await read_async(self, *args)
+
+    monkeypatch.setattr(Scripts, "read_log", racing)
+    monkeypatch.setattr(AsyncScripts, "read_log", racing_async)
+    # when the consumer fetches 50 (a claim)
+    with pytest.raises(rqueue.errors.ConnectionLost, match="incarnation went from"):
+        c.fetch(50)
+    # then nothing was handed out: the records read are the new queue's
+    assert made_again == [True]
+    # and its next fetch tells of the loss, and hands out only what the new queue's group has not acked
+    got = c.fetch(100)
+    assert c.last_state_loss is not None
+    assert [d.data for d in got] == [b"new-%d" % i for i in range(50, 100)]
+    other.close()

@@ -956,4 +956,3 @@ def test_an_entry_deleted_before_a_later_group_reads_it_is_reported_and_dead_let
     # then the other nine are handed out, and seq 5 is a dead letter saying it was lost
     assert sorted(got) == [s for s in range(1, 11) if s != 5]
     assert [(d.seq, d.reason) for d in q.dead_letters()] == [(5, "missing-record")]
-

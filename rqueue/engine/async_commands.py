@@ -129,10 +129,10 @@ async def claimed_filled(call: AsyncGroupCall, reply: c.FetchReply) -> c.FetchRe
         return reply
     _, lo, hi = reply.claim
     try:
-        entries = await call.scripts.read_log(call.keys[1], lo, hi)
+        entries, incarnation = await call.scripts.read_log(call.keys[1], lo, hi, call.keys[0])
     except (redis.RedisError, OSError) as exc:
         raise c.translate(exc, call.queue, call.where) from exc
-    return c.fill_claimed(reply, entries)
+    return c.fill_claimed(c.claim_of_incarnation(reply, incarnation, call.where), entries)
 
 
 async def newest_wake(r: Any, keys: QueueKeys) -> str | None:

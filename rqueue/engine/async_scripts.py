@@ -14,7 +14,7 @@ from redis.exceptions import DataError, NoPermissionError, NoScriptError
 
 from ..errors import ScriptsNotLoaded
 from .loader import SCRIPT_NAMES, layout_texts, script_sha
-from .scripts import sent_stream_log
+from .scripts import field_text, sent_stream_log
 
 _pack: Callable[[tuple[Any, ...]], bytes] | None
 try:
@@ -288,11 +288,19 @@ class AsyncScripts:
             script = AsyncScript(redis, name, texts["hash"], retry, self.connections, texts.get("stream"))
             setattr(self, name, script)
 
-    async def read_log(self, key: str, first: int, last: int) -> list[Any]:
+    async def read_log(self, key: str, first: int, last: int, meta: str) -> tuple[list[Any], str]:
         """As Scripts.read_log, through the client: entries as redis-py
-        parses them, (id, {field: value})."""
-        parsed: list[Any] = await self._retry(lambda: self.redis.xrange(key, first, last))
-        return parsed
+        parses them, (id, {field: value}), then the queue's incarnation."""
+
+        async def both() -> list[Any]:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.xrange(key, first, last)
+            pipe.hget(meta, "inc")
+            replies: list[Any] = await pipe.execute()
+            return replies
+
+        parsed, inc = await self._retry(both)
+        return parsed, field_text(inc)
 
     async def close(self) -> None:
         """Closes the connections of the script calls."""

@@ -823,10 +823,28 @@ def claimed_filled(call: GroupCall, reply: FetchReply) -> FetchReply:
         return reply
     _, lo, hi = reply.claim
     try:
-        entries = call.scripts.read_log(call.keys[1], lo, hi)
+        entries, incarnation = call.scripts.read_log(call.keys[1], lo, hi, call.keys[0])
     except (redis.RedisError, OSError) as exc:
         raise translate(exc, call.queue, call.where) from exc
-    return fill_claimed(reply, entries)
+    return fill_claimed(claim_of_incarnation(reply, incarnation, call.where), entries)
+
+
+def claim_of_incarnation(reply: FetchReply, incarnation: str, where: str) -> FetchReply:
+    """``reply``, when ``incarnation`` (the queue's, read with the claim's
+    records) is the one its claim was made in. Else Redis lost the queue's
+    state, or the queue was made again, between the claim and the read:
+    the records read are another queue's messages, and none is handed out
+    (ConnectionLost, as a fetch whose reply was lost; the next call's reply
+    tells the consumer of the loss)."""
+    if incarnation == reply.incarnation:
+        return reply
+    assert reply.claim is not None
+    _, lo, hi = reply.claim
+    raise ConnectionLost(
+        f"{where}: the queue's incarnation went from {reply.incarnation or '(none)'} to "
+        f"{incarnation or '(none)'} between the claim of seqs {lo} to {hi} and the read of their records: "
+        "nothing of the claim is handed out"
+    )
 
 
 def noted(call: GroupArgs, reply: FetchReply) -> FetchReply:

@@ -316,19 +316,33 @@ class Scripts:
         if self.connections is not None:
             self.connections.shut()
 
-    def read_log(self, key: str, first: int, last: int) -> list[Any]:
-        """XRANGE of the stream ``key`` from seq ``first`` to ``last``: on the
-        script calls' direct path as Redis sent it (entries [id, [field,
-        value]]), without the response callback that would make a dict of
-        each entry's fields; through the client (a cluster's) as redis-py
-        parses it, (id, {field: value}). lua/fetch.lua's claim leaves these
-        records to the client."""
-        command = ("XRANGE", key, first, last)
+    def read_log(self, key: str, first: int, last: int, meta: str) -> tuple[list[Any], str]:
+        """XRANGE of the stream ``key`` from seq ``first`` to ``last``, then
+        the queue's incarnation (field "inc" of its meta hash ``meta``, ""
+        when none) in the same round trip: on the script calls' direct path
+        the entries as Redis sent them ([id, [field, value]]), without the
+        response callback that would make a dict of each entry's fields;
+        through the client (a cluster's) as redis-py parses them, (id,
+        {field: value}). lua/fetch.lua's claim leaves these records to the
+        client; the incarnation, read after them, tells whether they are of
+        the claim's queue (Redis lost its data, or the queue was made again,
+        in between: another's)."""
         if self._direct is not None and self._retry is no_retry:
-            reply: list[Any] = send_direct(self._direct, command)
-            return reply
-        parsed: list[Any] = self._retry(lambda: self._redis.xrange(key, first, last))
-        return parsed
+            entries, inc = send_direct_pair(self._direct, ("XRANGE", key, first, last), ("HGET", meta, "inc"))
+            for reply in (entries, inc):
+                if isinstance(reply, BaseException):
+                    raise reply
+            return entries, field_text(inc)
+
+        def both() -> list[Any]:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.xrange(key, first, last)
+            pipe.hget(meta, "inc")
+            replies: list[Any] = pipe.execute()
+            return replies
+
+        parsed, inc = self._retry(both)
+        return parsed, field_text(inc)
 
     def pipeline(self) -> ScriptPipeline:
         """A new pipeline for script calls (``script(keys=, args=, client=pipeline)``)."""
@@ -345,3 +359,10 @@ class Scripts:
             if script.stream is not None:
                 out[script.stream.name] = script.stream
         return out
+
+
+def field_text(value: Any) -> str:
+    """A field read by HGET as str ("" when it is missing)."""
+    if value is None:
+        return ""
+    return value.decode(errors="surrogateescape") if isinstance(value, bytes) else str(value)
