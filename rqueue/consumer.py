@@ -108,6 +108,11 @@ class Consumer(ConsumerCore):
             remaining = deadline - clock.monotonic()
             if deliveries or remaining <= 0:
                 return deliveries
+            if reply.handed_out():
+                # Every delivery was set aside (expired messages at the head
+                # of the queue): the next ones may be ready, so no wait.
+                in_redis = False
+                continue
             wait = self._fetch_wait(reply, min(remaining, IDLE_POLL_INTERVAL))
             in_redis = self.waits_on_wakes()
             if in_redis:

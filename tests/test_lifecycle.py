@@ -276,3 +276,18 @@ def test_a_set_aside_delivery_whose_state_is_damaged_costs_only_itself(client, q
     # and the damaged one is left in flight, for its lease to run out and the doctor to name it
     g = queue.stats().group("g")
     assert (g.acked, g.in_flight, reasons(queue)) == (1, 1, [])
+
+
+def test_a_fetch_that_may_wait_goes_on_past_expired_messages_at_once(client, queue, clock):
+    # given ten messages with a ttl of 5 s, a plain one behind them, and a group
+    c = queue.consumer("g")
+    for i in range(10):
+        queue.publish(b"short %d" % i, ttl=5)
+    queue.publish(b"plain")
+    # when 5 s pass, and a fetch of one that may wait 2 s runs: each call sets its expired one aside
+    clock.advance(5)
+    got = c.fetch(1, timeout=2)
+    # then it fetched again at once after each (no wait of a poll interval, 0.5 s, in between),
+    # and hands out the plain one
+    assert [d.data for d in got] == [b"plain"]
+    assert reasons(queue) == [(seq, "expired") for seq in range(1, 11)]

@@ -361,6 +361,11 @@ class FetchReply(NamedTuple):
     # consumer sets them aside as missing-record.
     missing: frozenset[int] = frozenset()
 
+    def handed_out(self) -> bool:
+        """Whether the call handed out any delivery (the consumer may have
+        set them all aside: expired, or corrupt)."""
+        return len(self.raw) > self.first
+
     def deliveries(self) -> Iterator[tuple[int, int, bytes]]:
         raw = self.raw
         for i in range(self.first, len(raw), 3):
