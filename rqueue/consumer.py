@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from . import validate as check
 from .constants import IDLE_POLL_INTERVAL, MAX_FETCH
-from .consumer_core import ConsumerCore, refs_of
+from .consumer_core import ConsumerCore, named_twice, refs_of
 from .delivery import Delivery, DeliveryRef, HeartbeatResult
 from .engine import commands, notify, store
-from .errors import NotMember, QueuePartitioned, RQueueError
+from .errors import AlreadyAcked, NotMember, QueuePartitioned, RQueueError
 from .ids import fetch_token
 from .settings import Settings
 from .stored_results import encode_failure
@@ -189,7 +189,7 @@ class Consumer(ConsumerCore):
 
         All or nothing: if any tag is unknown, already acked or held by
         another consumer, a DeliveryError naming that tag is raised and no
-        tag is acked. With ``multiple``, every delivery this consumer handed
+        tag is acked (InvalidInput for a tag given twice). With ``multiple``, every delivery this consumer handed
         out before the given one (and still holds) is acked too. The list a
         large fetch returned, acked unchanged, goes as one range with no tag
         made per delivery: the fastest ack there is.
@@ -214,10 +214,13 @@ class Consumer(ConsumerCore):
             return
         call = self._group_call()
         mark = self._watch.mark()
-        if self._completed_on():
-            commands.ack_completed(call, tags, strict=True)
-        else:
-            commands.ack(call, tags, strict=True, ranges=ranges)
+        try:
+            if self._completed_on():
+                commands.ack_completed(call, tags, strict=True)
+            else:
+                commands.ack(call, tags, strict=True, ranges=ranges)
+        except AlreadyAcked as exc:
+            raise named_twice(tags, exc) from None
         self._forget(tags, mark)
 
     def ack_available(self, deliveries: Iterable[DeliveryRef]) -> list[RQueueError | None]:

@@ -23,6 +23,7 @@ from .engine import commands
 from .engine.record import COMPACT_HEAD, COMPACT_TAG, decode_record, not_before
 from .errors import (
     SETTLED_BEFORE_LOSS,
+    AlreadyAcked,
     CorruptRecord,
     DeliveryError,
     InvalidInput,
@@ -841,6 +842,16 @@ class Claimed(NamedTuple):
     lo: int  # the first seq
     n: int  # how many: seqs lo to lo + n - 1, each a first delivery
     token: str  # the fetch's
+
+
+def named_twice(tags: Sequence[commands.Tag], exc: AlreadyAcked) -> RQueueError:
+    """What a strict ack of ``tags`` refused with ``exc`` raises: InvalidInput
+    when the tag it names stands twice in the list (the script settled the
+    first before it met the second: nothing was acked), else ``exc``."""
+    twice = [t for t in tags if tag_text(t) == exc.tag]
+    if len(twice) < 2:
+        return exc
+    return InvalidInput(f"delivery tag {exc.tag} is given twice in one ack: nothing was acked")
 
 
 def tag_text(tag: commands.Tag) -> str:

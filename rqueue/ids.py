@@ -8,7 +8,8 @@ import socket
 
 from .randomness import Randomness
 
-_TAG = re.compile(r"([0-9]{1,15})\.([0-9]{1,15})\.([a-z][0-9a-z]{0,31})")
+# Numbers as delivery_tag writes them (no leading zero): one delivery, one tag.
+_TAG = re.compile(r"(0|[1-9][0-9]{0,14})\.(0|[1-9][0-9]{0,14})\.([a-z][0-9a-z]{0,31})")
 TOKEN_BYTES = 6  # random bytes of a fetch call's token: 12 hex digits
 
 

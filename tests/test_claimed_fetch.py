@@ -20,9 +20,9 @@ from support.servers import wait_for
 
 import rqueue
 from rqueue.engine import commands
+from rqueue.engine.async_scripts import AsyncScripts
 from rqueue.engine.commands import CALL_MAX, CLAIM_MIN
 from rqueue.engine.record import decode_record
-from rqueue.engine.async_scripts import AsyncScripts
 from rqueue.engine.scripts import Scripts
 from rqueue.errors import CorruptRecord
 from rqueue.migration import migrate_prefix

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from .. import validate as check
 from ..constants import IDLE_POLL_INTERVAL, MAX_FETCH
-from ..consumer_core import ConsumerCore, refs_of
+from ..consumer_core import ConsumerCore, named_twice, refs_of
 from ..delivery import Delivery as SyncDelivery
 from ..delivery import HeartbeatResult
 from ..engine import async_commands as acmd
 from ..engine import commands
-from ..errors import NotMember, QueuePartitioned, RQueueError
+from ..errors import AlreadyAcked, NotMember, QueuePartitioned, RQueueError
 from ..ids import fetch_token
 from ..settings import Settings
 from ..statewatch import Mark
@@ -242,10 +242,13 @@ class Consumer(ConsumerCore):
             return
         call = self._call_now() or await self._group_call()
         mark = self._watch.mark()
-        if self._completed_on():
-            await acmd.ack_completed(call, tags, strict=True)
-        else:
-            await acmd.ack(call, tags, strict=True, ranges=ranges)
+        try:
+            if self._completed_on():
+                await acmd.ack_completed(call, tags, strict=True)
+            else:
+                await acmd.ack(call, tags, strict=True, ranges=ranges)
+        except AlreadyAcked as exc:
+            raise named_twice(tags, exc) from None
         self._forget(tags, mark)
 
     async def ack_available(self, deliveries: Iterable[Ref]) -> list[RQueueError | None]:
