@@ -189,10 +189,11 @@ class Consumer(ConsumerCore):
 
         All or nothing: if any tag is unknown, already acked or held by
         another consumer, a DeliveryError naming that tag is raised and no
-        tag is acked (InvalidInput for a tag given twice). With ``multiple``, every delivery this consumer handed
-        out before the given one (and still holds) is acked too. The list a
-        large fetch returned, acked unchanged, goes as one range with no tag
-        made per delivery: the fastest ack there is.
+        tag is acked (InvalidInput for a tag given twice). With
+        ``multiple``, every delivery this consumer handed out before the
+        given one (and still holds) is acked too. The list a large fetch
+        returned, acked unchanged, goes as one range with no tag made per
+        delivery: the fastest ack there is.
         """
         whole = self._whole_claim(deliveries, multiple)
         ranges = True
