@@ -846,8 +846,10 @@ class Claimed(NamedTuple):
 
 def named_twice(tags: Sequence[commands.Tag], exc: AlreadyAcked) -> RQueueError:
     """What a strict ack of ``tags`` refused with ``exc`` raises: InvalidInput
-    when the tag it names stands twice in the list (the script settled the
-    first before it met the second: nothing was acked), else ``exc``."""
+    when the tag it names stands twice in the list (whether its first
+    place or an earlier call settled it: nothing of this call was acked),
+    else ``exc``. Judged on the refusal alone, so an ack that passes pays
+    nothing for it."""
     twice = [t for t in tags if tag_text(t) == exc.tag]
     if len(twice) < 2:
         return exc

@@ -624,6 +624,8 @@ class Model:
             code = self._check_tag(g, consumer, tag, late_ok=True)
             if code is None and tag[0] in seen:
                 code = "AlreadyAcked"
+            if code == "AlreadyAcked" and tags.count(tag) > 1:
+                code = "InvalidInput"  # the same tag twice in the list (consumer_core.named_twice)
             if code is not None:
                 raise ModelError(code)
             seen.add(tag[0])
