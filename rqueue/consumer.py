@@ -379,7 +379,7 @@ class Consumer(ConsumerCore):
     def reject(self, delivery: DeliveryRef, requeue: bool = False, reason: str = "") -> None:
         """Dead-letters the message now (RabbitMQ basic.reject); with
         ``requeue`` it is offered again at once instead."""
-        if requeue:
+        if check.flag("requeue", requeue):
             self.nack(delivery, delay=0, error=reason)
             return
         self._dead_letter(delivery, "rejected", reason)

@@ -278,3 +278,13 @@ def test_error_text_that_cannot_be_encoded(client, queue, held):
     # when it is nacked with an error text holding a lone surrogate
     with nothing_changes(client, queue), pytest.raises(InvalidInput, match="error"):
         held.d1.nack(error="\ud800")
+
+
+@pytest.mark.parametrize("requeue", ["why", 1, None], ids=["text", "one", "none"])
+def test_reject_with_a_requeue_that_is_not_a_bool_is_refused(client, queue, held, requeue):
+    # given w1 holding 1.1
+    # when it is rejected with a requeue that is not True or False (a reason given in its place)
+    with nothing_changes(client, queue), pytest.raises(InvalidInput) as exc:
+        held.d1.reject(requeue)
+    # then the value is named, and the message is neither offered again nor dead-lettered
+    names_input(exc.value, "requeue must be True or False", repr(requeue))

@@ -368,7 +368,7 @@ class Consumer(ConsumerCore):
 
     async def reject(self, delivery: Ref, requeue: bool = False, reason: str = "") -> None:
         """Dead-letters the message now; with ``requeue`` offers it again at once."""
-        if requeue:
+        if check.flag("requeue", requeue):
             await self.nack(delivery, delay=0, error=reason)
             return
         await self._dead_letter(delivery, "rejected", reason)
