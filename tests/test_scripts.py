@@ -25,7 +25,7 @@ from rqueue.engine.loader import (
     source,
 )
 from rqueue.engine.scripts import sent_stream_log
-from rqueue.errors import InvalidInput, from_script_error
+from rqueue.errors import InvalidInput, QueuePaused, from_script_error
 from rqueue.settings import Settings
 from rqueue.stored_results import Failure, Result
 from rqueue.stored_results import decode as decode_result
@@ -1608,6 +1608,24 @@ def test_publish_tracked_refuses_bad_arguments(raw, client):
     r, qk, _, s = raw
     with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_BAD_ARGUMENT"):
         s.publish_tracked(keys=[*qk.publish_keys(), qk.tracker("w")], args=[NOW, 60_000, "0", "", "position", 0, "", 0])
+
+
+def test_publish_tracked_refuses_as_publish_does_a_paused_or_partitioned_queue(raw, client, queue):
+    # given a queue paused to refuse publishes
+    r, qk, _, _ = raw
+    publish(raw, b"1")
+    queue.pause(mode="refuse")
+    # when a tracked writer stores to it, then it is refused as a publish is, and nothing changes
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_PAUSED"):
+        publish_tracked(raw, "position", 0, ("", b"a"))
+    with pytest.raises(QueuePaused):
+        queue.publish(b"b")
+    # given it resumed, then made a partitioned queue behind this writer's back (its meta says so)
+    queue.resume()
+    r.hset(qk.meta, "partitioned", "3")
+    # when the writer stores to it, then it is refused with the layout, and nothing changes
+    with nothing_changes(client), pytest.raises(redis.ResponseError, match="^RQ_PARTITIONED 3"):
+        publish_tracked(raw, "content", 0, ("k", b"a"))
 
 
 def test_queue_settle_through_loops_until_the_target_and_refuses_a_missing_group(client, queue):

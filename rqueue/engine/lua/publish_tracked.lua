@@ -34,6 +34,12 @@
     the seq it was stored under (content), or 0 (position: the tracker
     keeps no seqs)
   Errors (nothing is stored):
+    RQ_PARTITIONED <layout>  the queue was made a partitioned queue (meta
+                     field "partitioned", as publish.lua)
+    RQ_LAYOUT        KEYS[2] is the log key of the other layout (as
+                     publish.lua)
+    RQ_PAUSED        the queue is paused with mode "refuse" (as publish.lua;
+                     with "hold:<seq>" the messages are stored and held)
     RQ_UNROUTABLE    mandatory publish to a queue without a group
     RQ_BAD_ARGUMENT  an unknown mode, a row number that is not a whole
                      number >= 0, arguments not in threes, or a content key
@@ -60,10 +66,19 @@ local wakesKey = KEYS[5]
 local trackerKey = KEYS[6]
 local FIRST = 7 -- ARGV index of the first message
 
-local layout = rcall('HMGET', metaKey, 'layout', 'seq')
+-- The refusals publish.lua makes before it stores anything: a queue made
+-- a partitioned queue (its messages go to its partitions), the other
+-- layout's log key, a pause that refuses publishes.
+local layout = rcall('HMGET', metaKey, 'layout', 'seq', 'paused', 'partitioned')
+if layout[4] then
+  return redis.error_reply('RQ_PARTITIONED ' .. layout[4])
+end
 local wrongLayout = layoutError(metaKey, msgsKey, layout[1], layout[2])
 if wrongLayout then
   return wrongLayout
+end
+if layout[3] == 'refuse' then
+  return redis.error_reply('RQ_PAUSED the queue is paused: publishes are refused until it is resumed')
 end
 
 local now = readNow(ARGV[1])
