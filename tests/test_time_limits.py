@@ -286,6 +286,31 @@ def test_in_process_handlers_are_killed_at_their_limit(live, tmp_path):
     assert handler._children == []  # the worker's stop ended its children
 
 
+@pytest.mark.parametrize("backend", ["redis"], indirect=True)
+def test_an_in_process_childs_start_never_counts_against_a_limit(live):
+    # given a handler whose module takes 2 s to import, run in a child process with a limit of 1.5 s,
+    # and a message that hangs ahead of two quick ones
+    live.configure("orders", max_deliveries=1, results=True)
+    q = live.queue("orders")
+    q.publish_many([b"hang", b"quick", b"quick"])
+    handler = InProcess("slow_import_handlers:work")
+    w = rqueue.Worker(q, "g", handler, concurrency=1, time_limit=1.5)
+    w.start()
+    try:
+        wait_for(floor_reaches(q, "g", 3), timeout=30)
+        # then the hanging one was killed at its limit
+        assert q.result(1, timeout=5).failure == rqueue.Failure(
+            "max-deliveries", "timeout: the handler ran past its time limit of 1.5 s"
+        )
+        # and the others ran within theirs: the first child started before the worker fetched, the
+        # second before the thread took the next delivery
+        assert [q.result(s, timeout=5).value for s in (2, 3)] == [{"seq": 2}, {"seq": 3}]
+    finally:
+        w.stop()
+        assert w.join(10)
+    assert handler._children == [] and handler._spares == []
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

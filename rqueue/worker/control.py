@@ -180,6 +180,10 @@ class Worker:
                     self.group, self.name, prefetch=self.prefetch, liveness=self.heartbeat_timeout
                 )
 
+            if isinstance(self.handler, InProcess):
+                # Its children load the handler before any lease runs: a
+                # child's start never counts against a message's limit.
+                self.handler.start(self.concurrency)
             consumer = self._retry(join)
             self.consumer = consumer
             notifier = self.queue.client.notifier

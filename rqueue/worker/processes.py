@@ -3,7 +3,12 @@ when its time limit passes (docs/worker.md, "Time limits").
 
 ``InProcess("module.path:function")`` is a handler for :class:`rqueue.Worker`
 that runs the named function in a child process, one per handler thread,
-started on first use and started again after it was killed or died. The
+taken from children started ahead: the worker starts one per thread and a
+spare before it fetches, and each child taken is replaced by a new spare
+in the background. A thread whose child was killed (its time limit) or
+died takes the spare, so a child's start (the interpreter, the handler's
+imports) does not count against a message's limit while spares keep up.
+The
 child gets a copy of the delivery's data (seq, payload, headers, delivery
 count), not the delivery itself: the worker settles it from the outcome.
 Requests and replies cross the pipe as length-prefixed JSON and bytes, with
@@ -31,8 +36,8 @@ if TYPE_CHECKING:
 
 # How often a thread waiting for its child looks at its cancellation, seconds.
 LOOK_INTERVAL = 0.05
-# Reply kinds of the child.
-OK, REJECTED, FAILED = b"o", b"r", b"x"
+# Reply kinds of the child, and what it writes once it has loaded its handler.
+OK, REJECTED, FAILED, READY = b"o", b"r", b"x", b"!"
 
 
 class ChildFailed(Exception):
@@ -52,6 +57,17 @@ class InProcess:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._children: list[subprocess.Popen[bytes]] = []
+        self._spares: list[subprocess.Popen[bytes]] = []  # started and ready, no thread's yet
+        self._closed = False
+
+    def start(self, n: int) -> None:
+        """Starts ``n`` children and a spare, and waits until each has loaded
+        the handler (the worker calls it before it fetches, ``n`` its
+        handler threads)."""
+        started = [self._spawn() for _ in range(n + 1)]
+        ready = [child for child in started if self._ready(child)]
+        with self._lock:
+            self._spares += ready
 
     def __call__(self, d: Delivery) -> Any:
         child = self._child()
@@ -88,7 +104,8 @@ class InProcess:
     def close(self) -> None:
         """Ends every child (the worker calls it when it stops)."""
         with self._lock:
-            children, self._children = self._children, []
+            self._closed = True
+            children, self._children, self._spares = self._children, [], []
         for child in children:
             if child.stdin is not None:
                 child.stdin.close()
@@ -99,18 +116,56 @@ class InProcess:
                 child.wait()
 
     def _child(self) -> subprocess.Popen[bytes]:
+        """This thread's child: a spare started ahead (replaced in the
+        background), or one started now where none is left (a handler
+        called outside a worker, or spares that could not keep up)."""
         child: subprocess.Popen[bytes] | None = getattr(self._local, "child", None)
-        if child is None or child.poll() is not None:
-            child = subprocess.Popen(
-                [sys.executable, "-m", "rqueue.worker.child", self.spec],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                env={**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)},
-            )
-            self._local.child = child
+        while child is None or child.poll() is not None:
             with self._lock:
-                self._children = [c for c in self._children if c.poll() is None] + [child]
+                child = self._spares.pop() if self._spares else None
+            if child is not None:
+                threading.Thread(target=self._add_spare, name="rqueue-inprocess-spare", daemon=True).start()
+            else:
+                child = self._spawn()
+                if not self._ready(child):
+                    raise ChildFailed(f"the handler's process ended as it started (exit code {child.wait()})")
+            self._local.child = child
         return child
+
+    def _add_spare(self) -> None:
+        """Starts a spare in the background (a thread of its own): it is
+        ready for the next thread that needs a child."""
+        with self._lock:
+            if self._closed:
+                return
+        child = self._spawn()
+        ready = self._ready(child)
+        with self._lock:
+            if ready and not self._closed:
+                self._spares.append(child)
+                return
+            if child in self._children:  # closed meanwhile: not left to the worker's stop
+                self._children.remove(child)
+        child.kill()
+        child.wait()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "rqueue.worker.child", self.spec],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)},
+        )
+        with self._lock:
+            self._children = [c for c in self._children if c.poll() is None] + [child]
+        return child
+
+    @staticmethod
+    def _ready(child: subprocess.Popen[bytes]) -> bool:
+        """Waits until ``child`` has loaded its handler; False when it ended
+        instead (its import failed: its error is on the worker's stderr)."""
+        assert child.stdout is not None
+        return child.stdout.read(1) == READY
 
     def _kill(self, child: subprocess.Popen[bytes]) -> None:
         child.kill()
@@ -159,6 +214,8 @@ class ChildDelivery:
 def serve(spec: str, src: IO[bytes], out: IO[bytes]) -> None:
     """The child's loop: one request in, one reply out, until stdin ends."""
     handler = load_handler(spec)
+    out.write(READY)
+    out.flush()
     while True:
         head = _read(src)
         data = _read(src) if head is not None else None
