@@ -59,6 +59,7 @@ class InProcess:
         self._children: list[subprocess.Popen[bytes]] = []
         self._spares: list[subprocess.Popen[bytes]] = []  # started and ready, no thread's yet
         self._closed = False
+        self._warming = 0  # spares being started in the background
 
     def start(self, n: int) -> None:
         """Starts ``n`` children and a spare, and waits until each has loaded
@@ -123,9 +124,13 @@ class InProcess:
         while child is None or child.poll() is not None:
             with self._lock:
                 child = self._spares.pop() if self._spares else None
-            if child is not None:
+                # One spare at most, ready or starting: a thread that takes
+                # the last one starts the next.
+                warm = child is not None and not self._spares and not self._warming and not self._closed
+                self._warming += warm
+            if warm:
                 threading.Thread(target=self._add_spare, name="rqueue-inprocess-spare", daemon=True).start()
-            else:
+            if child is None:
                 child = self._spawn()
                 if not self._ready(child):
                     raise ChildFailed(f"the handler's process ended as it started (exit code {child.wait()})")
@@ -135,12 +140,10 @@ class InProcess:
     def _add_spare(self) -> None:
         """Starts a spare in the background (a thread of its own): it is
         ready for the next thread that needs a child."""
-        with self._lock:
-            if self._closed:
-                return
         child = self._spawn()
         ready = self._ready(child)
         with self._lock:
+            self._warming -= 1
             if ready and not self._closed:
                 self._spares.append(child)
                 return
