@@ -8,9 +8,9 @@ spare before it fetches, and each child taken is replaced by a new spare
 in the background. A thread whose child was killed (its time limit) or
 died takes the spare, so a child's start (the interpreter, the handler's
 imports) does not count against a message's limit while spares keep up.
-The
-child gets a copy of the delivery's data (seq, payload, headers, delivery
-count), not the delivery itself: the worker settles it from the outcome.
+The child gets a copy of the delivery's data (seq, payload, headers,
+delivery count), not the delivery itself: the worker settles it from the
+outcome.
 Requests and replies cross the pipe as length-prefixed JSON and bytes, with
 the return value encoded as rqueue.stored_results encodes results: nothing
 is pickled.
