@@ -81,6 +81,7 @@
 --@include read_now
 --@include bulk
 --@include record_head
+--@include publish_refusals
 -- Helpers of the rarer paths, made where a call takes one (loader.py,
 -- make_lazy): a publish of one message pays for no closure it does not call.
 --@lazy seqRefusals seq_guard
@@ -102,10 +103,8 @@ local channel = ARGV[4]
 
 -- The meta field "partitioned" (partition.lua) is read with the fields
 -- every publish reads anyway, below; a mandatory publish that finds no
--- group reads it here, so that it goes to the partitions. The refusal
--- names the layout after this prefix.
-local PARTITIONED = 'RQ_PARTITIONED '
-
+-- group reads it here, so that it goes to the partitions
+-- (includes/publish_refusals.lua).
 if ARGV[3] == '1' and rcall('HLEN', floorsKey) == 0 then
   local layout = rcall('HGET', metaKey, 'partitioned')
   if layout then
@@ -113,9 +112,6 @@ if ARGV[3] == '1' and rcall('HLEN', floorsKey) == 0 then
   end
   return redis.error_reply('RQ_UNROUTABLE the queue has no group to deliver to')
 end
-
--- Strings, not functions: a function is a closure made anew by every call.
-local PAUSED_ERROR = 'RQ_PAUSED the queue is paused: publishes are refused until it is resumed'
 
 local window, ttl = nil, nil -- read only by a batch with ids (tonumber is a strtod)
 

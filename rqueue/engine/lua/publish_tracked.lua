@@ -55,6 +55,7 @@
 --@include bulk
 --@include record_head
 --@include wake
+--@include publish_refusals
 
 local rcall = redis.call
 local TEST_CLOCK_TTL_SLACK = 86400000 -- ms: as publish.lua, a test clock says nothing of real time
@@ -71,14 +72,14 @@ local FIRST = 7 -- ARGV index of the first message
 -- layout's log key, a pause that refuses publishes.
 local layout = rcall('HMGET', metaKey, 'layout', 'seq', 'paused', 'partitioned')
 if layout[4] then
-  return redis.error_reply('RQ_PARTITIONED ' .. layout[4])
+  return redis.error_reply(PARTITIONED .. layout[4])
 end
 local wrongLayout = layoutError(metaKey, msgsKey, layout[1], layout[2])
 if wrongLayout then
   return wrongLayout
 end
 if layout[3] == 'refuse' then
-  return redis.error_reply('RQ_PAUSED the queue is paused: publishes are refused until it is resumed')
+  return redis.error_reply(PAUSED_ERROR)
 end
 
 local now = readNow(ARGV[1])
