@@ -171,12 +171,25 @@ class _Examination:
         self.found: list[Finding] = []
         self.highest = 0  # the highest seq any group knows of
         self.pulled = False  # a group pulled from the priority log (its field pcur)
-        # Whether a record missing at or below a group's since went as
-        # settled (a hash log deletes one once the groups of then settled
-        # it), or is lost: a stream log drops entries only by the trim,
-        # unless meta field "gaps" says they went one by one
+        # Up to which seq a record missing at or below a group's since went
+        # as settled (a hash log deletes one once the groups of then settled
+        # it), above it lost: a stream log drops entries only by the trim,
+        # unless meta field "gaps" says they went one by one, up to meta
+        # field "gaps_to" where it holds a seq (None: no bound)
         # (lua/includes/missing_record.lua).
-        self.since_rule = True
+        self.gaps_to: int | None = None
+
+    def gaps_bound(self, meta: dict[str, str]) -> int | None:
+        """The last seq of a stream log that may lack its entry by right: 0
+        without "gaps", "gaps_to" where it holds a seq, else None (any)."""
+        if "gaps" not in meta:
+            return 0
+        text = meta.get("gaps_to")
+        bound = None if text is None else _seq(text)
+        if text is not None and bound is None:
+            # As fetch reads it: no bound (a missing record is passed over, not dead-lettered).
+            self.add(Kind.BAD_NUMBER, self.keys.meta, f"field gaps_to holds {text[:40]!r}, not a seq")
+        return bound
 
     def add(self, kind: Kind, key: str, detail: str, **kw: Any) -> None:
         self.found.append(Finding(kind, key, detail, self.name, **kw))
@@ -196,7 +209,8 @@ class _Examination:
             )
             return self.found
         floors = reads.hash_all(self.r, keys.floors, self.where)
-        self.since_rule = keys.layout is not LogLayout.STREAM or "gaps" in meta
+        if keys.layout is LogLayout.STREAM:
+            self.gaps_to = self.gaps_bound(meta)
         last = _seq(meta.get("seq"))
         if last is None:
             self.add(Kind.BAD_NUMBER, keys.meta, f"field seq holds {meta['seq'][:40]!r}, not a seq")
@@ -757,11 +771,12 @@ class _Examination:
     ) -> None:
         """Every message the group has not settled has its record: those
         in flight or waiting (a state), and those not read yet (above the
-        cursor, but a record deleted as settled, see since_rule, or one
+        cursor, but a record deleted as settled, see gaps_to, or one
         in an acked run: a priority or keyed message settled apart from
         the cursor)."""
         top = last if last is not None else cursor
-        start = max(cursor, since if since is not None else top) if self.since_rule else cursor
+        passed = since if since is not None else top  # the scan passes over a missing record up to it
+        start = max(cursor, passed if self.gaps_to is None else min(passed, self.gaps_to))
         if top > start:
             # A last seq far above what is stored (damaged, or set by hand)
             # is one finding, not one per seq: the scan stops at the records.

@@ -31,6 +31,13 @@ pytest_generate_tests = parametrize_api
 
 WAIT = 30  # ack_wait, s
 
+# The publish arguments of the n-th message: plain, with a priority, or with a key of its own.
+FLOW_ARGS: dict[str, Any] = {
+    "plain": lambda n: {},
+    "priority": lambda n: {"priority": 5},
+    "key": lambda n: {"key": f"k{n}"},
+}
+
 
 @pytest.fixture
 def claims(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[int, int]]]:
@@ -314,6 +321,56 @@ def test_a_group_made_after_a_migration_passes_over_the_seqs_the_hash_layout_del
         new.close()
 
 
+@pytest.mark.sync_only("the doctor takes a sync queue")
+@pytest.mark.parametrize("kind", ["plain", "priority", "key"])
+@pytest.mark.parametrize("batch", [1, 100])
+def test_after_a_migration_an_entry_deleted_above_its_last_seq_is_reported_and_dead_lettered(
+    backend, prefix, clock, claims, kind, batch
+):
+    # given a hash-layout queue of 100 whose only group settled seqs 50..60 above its floor (the
+    # hash layout deleted those records one by one), moved to the stream layout at seq 100
+    from rqueue import doctor
+
+    old = logview.connect(backend, prefix, clock, "hash")
+    try:
+        q = old.queue("orders")
+        q.publish_many([b"m%d" % i for i in range(1, 101)])
+        a = q.consumer("a", "c1", ack_wait=WAIT, prefetch=1000)
+        a.ack([d for d in a.fetch(100) if 50 <= d.seq <= 60])
+        assert migrate_prefix(old).marked
+    finally:
+        old.close()
+    new = logview.connect(backend, prefix, clock, "stream")
+    try:
+        q = new.queue("orders")
+        assert new.redis.hmget(q.keys.meta, "gaps", "gaps_to") == [b"1", b"100"]
+        # and 100 more published after the move, then a group made (its since is seq 200), and
+        # seq 150's entry deleted from the log (an operator's XDEL)
+        for n in range(101, 201):
+            q.publish(b"m%d" % n, **FLOW_ARGS[kind](n))
+        q.create_group("b", start="first")
+        assert logview.delete(new.redis, q.keys, 150) == 1
+        # when the doctor examines the queue, then seq 150 is a missing record for both groups, and
+        # the seqs the hash layout deleted are not
+        found = [f for f in doctor.examine(q) if f.kind is doctor.Kind.RECORD_MISSING]
+        assert sorted((f.group, f.seq) for f in found) == [("a", 150), ("b", 150)]
+        # when the group drains the queue
+        c = q.consumer("b", "c2", ack_wait=WAIT, prefetch=1000)
+        got: list[int] = []
+        while ds := c.fetch(batch):
+            got += [d.seq for d in ds]
+            c.ack(ds)
+        # then every stored record is handed out, the hash layout's deletions are passed over, and
+        # seq 150, lost after the move, is a dead letter saying so
+        assert sorted(got) == [s for s in range(1, 201) if not 50 <= s <= 60 and s != 150]
+        assert [(d.seq, d.reason) for d in q.dead_letters()] == [(150, "missing-record")]
+        # and past the move's last seq a fetch of 100 claimed, though below the group's since (the
+        # first fetch's scan took 100 records up to seq 111)
+        assert claims == ([(112, 200)] if (kind, batch) == ("plain", 100) else [])
+    finally:
+        new.close()
+
+
 def test_redis_losing_its_data_between_the_claim_and_the_read_hands_out_nothing(client, claims, monkeypatch):
     # given 100 messages and a consumer
     q = client.queue("orders")
@@ -496,7 +553,7 @@ def test_a_repaired_meta_hash_holds_a_later_groups_claims_back_until_its_cursor_
     # by one), and claims after them
     assert [d.data for d in got] == [b"m%d" % i for i in range(1, 101)]
     assert [d.data for d in more] == [b"n%d" % i for i in range(CLAIM_MIN)]
-    assert client.redis.hget(q.keys.meta, "gaps") == b"1"
+    assert client.redis.hmget(q.keys.meta, "gaps", "gaps_to") == [b"1", b"100"]
     assert claims == [(101, 100 + CLAIM_MIN)]
 
 

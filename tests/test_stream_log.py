@@ -956,3 +956,22 @@ def test_an_entry_deleted_before_a_later_group_reads_it_is_reported_and_dead_let
     # then the other nine are handed out, and seq 5 is a dead letter saying it was lost
     assert sorted(got) == [s for s in range(1, 11) if s != 5]
     assert [(d.seq, d.reason) for d in q.dead_letters()] == [(5, "missing-record")]
+
+
+def test_a_gaps_bound_that_is_not_a_seq_is_reported_and_read_as_no_bound(client):
+    # given ten messages, then a group made (its since is seq 10), a meta hash saying entries went
+    # one by one up to "x7" (set by hand), and seq 5's entry deleted
+    q = client.queue("orders")
+    q.publish_many([b"m%d" % n for n in range(1, 11)])
+    c = q.consumer("g", prefetch=100)
+    client.redis.hset(q.keys.meta, mapping={"gaps": "1", "gaps_to": "x7"})
+    assert logview.delete(client.redis, q.keys, 5) == 1
+    # when the doctor examines the queue
+    found = doctor.examine(q)
+    # then the bound is a bad number, and seq 5 is no missing record: fetch reads the bound as none
+    assert [(f.kind, f.key, f.detail) for f in found] == [
+        (doctor.Kind.BAD_NUMBER, q.keys.meta, "field gaps_to holds 'x7', not a seq")
+    ]
+    # and the group's fetch passes over seq 5 as deleted before the group was made
+    assert [d.seq for d in c.fetch(100)] == [s for s in range(1, 11) if s != 5]
+    assert q.dead_letters() == []

@@ -220,12 +220,15 @@ def length_of(keys: QueueKeys, replies: list[Any]) -> int:
 
 def delete(r: Any, keys: QueueKeys, seqs: list[int]) -> Any:
     """Deletes the records of ``seqs`` (dead letters, in a stream: entries
-    ``<seq>-0``, as every dead letter is, and meta field "gaps" set); replies
+    ``<seq>-0``, as every dead letter is, and meta field "gaps" set with no
+    "gaps_to"); replies
     (first, on a pipeline) how many there were."""
     if stream(keys):
         deleted = r.xdel(keys.msgs, *(f"{seq}-0" for seq in seqs))
-        # entries deleted one by one: a group made later passes over them (lua/fetch.lua's claim)
+        # entries deleted one by one, at any seq: a group made later passes over them
+        # (lua/includes/missing_record.lua), "gaps" with no bound
         r.hset(keys.meta, "gaps", "1")
+        r.hdel(keys.meta, "gaps_to")
         return deleted
     return r.hdel(keys.msgs, *seqs)
 

@@ -692,8 +692,9 @@ if got < room and metaFields[4] then
         -- settled (includes/missing_record.lua), nothing to deliver, and
         -- settled for this group.
         prioSince = prioSince or tonumber(rcall('HGET', groupKey, 'since') or '') or 0
-        if seq <= prioSince
-          and (string.byte(msgsKey, -1) ~= LOG_STREAM_BYTE or rcall('HEXISTS', metaKey, 'gaps') == 1) then
+        if seq <= prioSince and (string.byte(msgsKey, -1) ~= LOG_STREAM_BYTE
+          or rcall('HEXISTS', metaKey, 'gaps') == 1
+          and seq <= (tonumber(rcall('HGET', metaKey, 'gaps_to') or '') or math.huge)) then
           prioGone[#prioGone + 1] = seq
           settledAlready = true
         end
@@ -823,7 +824,8 @@ if got < room and not pickCut then
   -- above the trim point lacks its entry only where entries were deleted
   -- one by one, which meta field "gaps" says (a migration from the hash
   -- layout, a replay or purge of dead letters, a repaired meta hash): there
-  -- the cursor must be at or past since. A claimed seq without an entry is
+  -- the cursor must be at or past since, or past "gaps_to", the last seq
+  -- that may lack its entry, where it holds one. A claimed seq without an entry is
   -- set aside by the client and dead-lettered (set_aside.lua:
   -- missing-record), as the scan would. The seqs join the call record as
   -- the scan's would.
@@ -877,7 +879,9 @@ if got < room and not pickCut then
   local upTo = top and cursor + math.min(room - got, top - cursor, CALL_MAX)
   if scanned and not refusal and not metaFields[4] and top ~= nil and top - cursor >= CLAIM_MIN
     and room - got >= CLAIM_MIN and KEYS[21] == string.sub(msgsKey, 1, -4) .. 'sched'
-    and (rcall('HEXISTS', metaKey, 'gaps') == 0 or cursor >= (tonumber(rcall('HGET', groupKey, 'since') or '') or top))
+    and (rcall('HEXISTS', metaKey, 'gaps') == 0 or cursor >= math.min(
+      tonumber(rcall('HGET', groupKey, 'since') or '') or top,
+      tonumber(rcall('HGET', metaKey, 'gaps_to') or '') or math.huge))
     and unscheduled(cursor + 1, upTo) then
     last = top
     claimed = '/' .. #out .. ':' .. string.format('%d', cursor + 1) .. ':' .. string.format('%d', upTo)
@@ -1004,7 +1008,9 @@ if got < room and not pickCut then
           since = since or tonumber(rcall('HGET', groupKey, 'since') or '') or last
           -- includes/missing_record.lua's rule, written out: the main chunk
           -- has no local to spare for its function.
-          if seq <= since and (string.byte(msgsKey, -1) ~= LOG_STREAM_BYTE or rcall('HEXISTS', metaKey, 'gaps') == 1) then
+          if seq <= since and (string.byte(msgsKey, -1) ~= LOG_STREAM_BYTE
+            or rcall('HEXISTS', metaKey, 'gaps') == 1
+            and seq <= (tonumber(rcall('HGET', metaKey, 'gaps_to') or '') or math.huge)) then
             settledRun = nil
           else
             -- Unless the cursor was moved back over seqs it settled (the

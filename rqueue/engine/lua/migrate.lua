@@ -19,10 +19,12 @@
             as the stream's trim would have dropped it.
     finish  once the hash holds no record: drops the hash layout's settled
             counts and the copy's cursor; meta field "layout" becomes
-            "stream", and field "gaps" says that a seq may have no entry
-            above the trim point (the hash layout deleted a record every
-            group settled one by one), which a group made later passes
-            over (fetch.lua's claim asks for it).
+            "stream", and fields "gaps" and "gaps_to" say that a seq up to
+            "gaps_to" (the last seq now) may have no entry above the trim
+            point (the hash layout deleted a record every group settled
+            one by one), which a group made later passes over
+            (includes/missing_record.lua); above it, entries go only by
+            the trim.
   Group keys need no change: a delivery in flight is the stream layout's
   per-message path already, and its call records start empty.
 
@@ -101,7 +103,7 @@ if step == 'finish' then
   end
   rcall('DEL', settledKey)
   rcall('HDEL', metaKey, 'migrated', 'swept')
-  rcall('HSET', metaKey, 'layout', 'stream', 'gaps', '1')
+  rcall('HSET', metaKey, 'layout', 'stream', 'gaps', '1', 'gaps_to', rcall('HGET', metaKey, 'seq') or '0')
   return { 1, 0 }
 end
 

@@ -423,9 +423,10 @@ if what == 'meta' then
   -- queue without a seq takes the layout of the key it is sent).
   markLayout(metaKey, msgsKey, rcall('HGET', metaKey, 'layout'))
   if logIsStream(msgsKey) and rcall('HEXISTS', metaKey, 'gaps') == 0 then
-    -- Whether entries were deleted one by one (fetch.lua's "gaps") went
-    -- with the hash: as far as a fetch's claim can tell, they were.
-    rcall('HSET', metaKey, 'gaps', '1')
+    -- Whether entries were deleted one by one (includes/missing_record.lua)
+    -- went with the hash: as far as a fetch can tell, up to this seq they
+    -- were; above it, entries go only by the trim.
+    rcall('HSET', metaKey, 'gaps', '1', 'gaps_to', ARGV[9])
   end
   -- The trim point, the lowest ack floor (retention mode went with the
   -- hash): without it no settle would move it, and a stream log would

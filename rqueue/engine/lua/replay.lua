@@ -184,8 +184,10 @@ for i = 8, #ARGV do
       rcall('ZADD', readyKey, seq, seq)
       logDeleteOne(dlqMsgsKey, nil, dseq)
       if logIsStream(dlqMsgsKey) then
-        -- a seq of the dead-letter queue now lacks its entry above the trim point (fetch.lua's claim)
+        -- a seq of the dead-letter queue now lacks its entry above the trim point, any seq
+        -- (includes/missing_record.lua): "gaps" with no bound
         rcall('HSET', dlqMetaKey, 'gaps', '1')
+        rcall('HDEL', dlqMetaKey, 'gaps_to')
       end
       -- The result of the run before the replay answers no more: the
       -- message is pending again. Only the key named as this seq's result

@@ -225,8 +225,9 @@ do
               since = since or tonumber(rcall('HGET', groupKey, 'since') or '') or 0
               -- includes/missing_record.lua's rule, written out (fetch.lua
               -- has no local to spare for its function).
-              if seq <= since
-                and (string.byte(msgsKey, -1) ~= LOG_STREAM_BYTE or rcall('HEXISTS', metaKey, 'gaps') == 1) then
+              if seq <= since and (string.byte(msgsKey, -1) ~= LOG_STREAM_BYTE
+                or rcall('HEXISTS', metaKey, 'gaps') == 1
+                and seq <= (tonumber(rcall('HGET', metaKey, 'gaps_to') or '') or math.huge)) then
                 gone[#gone + 1] = seq
                 settledAlready = true
               end
