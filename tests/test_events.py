@@ -113,6 +113,18 @@ def test_a_schedule_records_scheduled_events_when_asked(client, clock):
     assert client.queue("other").events() == []
 
 
+@pytest.mark.parametrize("name", ["billing:schedule:eu", "a:b"])
+def test_a_scheduled_event_names_its_schedule_whole(client, clock, name):
+    # given a schedule whose name holds colons, even ":schedule:"
+    client.configure("orders", events=["scheduled"])
+    client.schedule(name, "orders", every=10, payload=b"tick")
+    # when it fires
+    clock.advance(10)
+    assert Scheduler(client).run_once().published == 1
+    # then its event names the schedule whole
+    assert [e["reason"] for e in client.queue("orders").events()] == [name]
+
+
 def test_the_events_setting(client):
     assert rqueue.Settings().events == ()
     client.configure("a", events="all")

@@ -159,7 +159,10 @@ if #publish > 0 then
   rcall('HINCRBY', scheduleKey, 'fired', #publish)
   rcall('HSET', scheduleKey, 'fired_at', nowText)
   if eventsKey then
-    local name = string.match(scheduleKey, '^.*:schedule:(.*)$') or scheduleKey
+    -- The key is <base>:schedule:<name>, the base ending in its {tag} and
+    -- any ":dlq" (rqueue.engine.keys): the name is all after the first
+    -- ":schedule:" there, and may hold ":schedule:" itself.
+    local name = string.match(scheduleKey, '^[^}]*}[:dlq]-:schedule:(.*)$') or scheduleKey
     for i = 1, #publish do
       rcall('XADD', eventsKey, 'MAXLEN', '~', EVENTS_MAX, '*', 'event', 'scheduled', 'group', '',
         'seq', firstSeq + i - 1, 'reason', name, 'at', now, 'dlq_seq', '')
