@@ -166,6 +166,42 @@ def test_a_waiting_fetch_does_not_block_the_loop_and_wakes_on_publish(backend, p
     assert sum(1 for t in ticks if started + 0.05 < t < started + waited - 0.05) >= 3
 
 
+def test_the_first_calls_after_a_redis_restart_succeed_as_the_sync_clients_do(prefix):
+    # given a sync and an asyncio client whose pooled connections have each served script calls
+    # and plain reads
+    server = start_server("redis")
+    try:
+        sync = rqueue.connect(server.url, prefix=prefix)
+        sq = sync.queue("orders")
+        sq.publish(b"before")
+        sq.stats()
+
+        async def main() -> None:
+            client = await aconnect(server.url, prefix)
+            q = client.queue("orders")
+            await q.publish(b"before")
+            await q.stats()
+            # when Redis restarts without its data, closing every connection
+            server.stop()
+            server.start()
+            # then the sync client's first calls succeed on new connections
+            assert sq.stats().last_seq == 0
+            assert sq.publish(b"after-sync").seq == 1
+            # and so do the asyncio client's: a script call, a plain read, a consumer's
+            assert (await q.publish(b"after-aio")).seq == 2
+            assert (await q.stats()).last_seq == 2
+            async with q.consumer("g", name="w1") as c:
+                got = await c.fetch(10)
+                assert [d.data for d in got] == [b"after-sync", b"after-aio"]
+                await c.ack(got)
+            await client.close()
+
+        run(main())
+        sync.close()
+    finally:
+        server.stop()
+
+
 def test_the_same_exceptions_as_the_sync_client(prefix):
     url = "memory://errors-" + prefix
 

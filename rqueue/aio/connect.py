@@ -36,7 +36,7 @@ from ..connection.urls import (
     mask_url,
     scrub,
 )
-from ..engine.async_scripts import AsyncRetrier, no_async_retry
+from ..engine.async_scripts import AsyncRetrier, no_async_retry, seeing_closes
 from ..errors import ConnectionFailed, EvictionPolicy, InvalidURL, ServerTooOld
 from .cutoff import within
 
@@ -103,6 +103,7 @@ async def _open(
             r = await _sentinel(url, shown, options)
         else:
             r = aioredis.Redis.from_url(url, **options)
+            r.connection_pool.connection_class = seeing_closes(r.connection_pool.connection_class)
     except InvalidURL:
         raise
     except ValueError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import select
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -32,6 +33,47 @@ async def no_async_retry(call: Callable[[], Awaitable[Any]]) -> Any:
     return await call()
 
 
+def _socket_readable(conn: Any) -> bool:
+    """Whether the socket of an idle connection holds anything to read: the
+    server closed it (a restart), or sent what no call asked for."""
+    writer = getattr(conn, "_writer", None)
+    sock = writer.transport.get_extra_info("socket") if writer is not None else None
+    if sock is None:
+        return False
+    return bool(select.select([sock.fileno()], [], [], 0)[0])
+
+
+_seeing: dict[type, type] = {}
+
+
+def seeing_closes(cls: type) -> type:
+    """``cls`` (a redis.asyncio connection class) whose ``connect``, which
+    a pool's checkout calls first, reconnects a connection whose socket
+    holds something to read. The event loop tells a connection's reader of
+    a close only once it next polls, and redis-py's check of the reader is
+    skipped where server push messages are on (RESP3, redis-py 8): a
+    connection the server closed since (a restart) passed, and the call on
+    it failed, where the sync pool's check, which reads the socket,
+    reconnects first. rqueue.aio.connect gives a client's pool this class;
+    an idle connection of rqueue's holds nothing to read otherwise."""
+    if getattr(cls, "_rqueue_plain", None) is not None:
+        return cls
+    made = _seeing.get(cls)
+    if made is None:
+
+        class Seeing(cls):  # type: ignore[misc]
+            _rqueue_plain = cls
+
+            async def connect(self) -> None:
+                if self.is_connected and _socket_readable(self):
+                    await self.disconnect(nowait=True)
+                await super().connect()
+
+        Seeing.__name__ = Seeing.__qualname__ = cls.__name__
+        made = _seeing[cls] = Seeing
+    return made
+
+
 class AsyncScriptConnections:
     """The connections of the script calls of one asyncio client of one
     server, made with the settings of its pool and checked out without its
@@ -44,7 +86,7 @@ class AsyncScriptConnections:
     take redis-py's path."""
 
     def __init__(self, pool: Any) -> None:
-        self._class = pool.connection_class
+        self._class = seeing_closes(pool.connection_class)
         self._kwargs = pool.connection_kwargs
         self._max = pool.max_connections
         self._free: list[Any] = []
@@ -60,7 +102,8 @@ class AsyncScriptConnections:
         pool = client.connection_pool
         if type(pool) is not aioredis.ConnectionPool:
             return None
-        if pool.connection_class not in (Connection, SSLConnection, UnixDomainSocketConnection):
+        plain = getattr(pool.connection_class, "_rqueue_plain", pool.connection_class)
+        if plain not in (Connection, SSLConnection, UnixDomainSocketConnection):
             return None
         return cls(pool)
 
