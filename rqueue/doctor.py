@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from .engine import commands
+from . import schedules
+from .engine import commands, schedule_store
 from .engine import doctor_reads as reads
 from .engine.keys import GroupKeys, LogLayout, QueueKeys
 from .engine.log import MIGRATING
+from .errors import CorruptRecord, InvalidInput
 from .partitions import PartitionedQueue
 from .protocols import AnyQueue
 from .queue import Queue
@@ -67,6 +69,7 @@ class Kind(StrEnum):
     GROUP_UNREGISTERED = "group-unregistered"  # a group's hash, while the floors hash (the registry) lacks it
     CALL_DAMAGED = "call-damaged"  # stream log: a call record, its deadline or first seq, or callout disagree
     MIGRATION_UNFINISHED = "migration-unfinished"  # a move to the stream layout was cut off (rqueue migrate)
+    SCHEDULE_MISSING = "schedule-missing"  # the prefix's registry names a schedule of the queue whose hash is gone
 
 
 class Outcome(StrEnum):
@@ -179,6 +182,26 @@ class _Examination:
         # (lua/includes/missing_record.lua).
         self.gaps_to: int | None = None
 
+    def schedules(self) -> None:
+        """Each schedule that the prefix's registry says publishes to this
+        queue (or partition) has its hash: one without never fires, and
+        nothing else says so. Not repaired: its definition went with it."""
+        client = self.q.client
+        for name, queue in sorted(schedule_store.registry(self.r, client.prefix).items()):
+            if queue != self.q.name:
+                continue
+            try:
+                key = schedules.target(client, queue, name).keys.schedule(name)
+            except (InvalidInput, CorruptRecord):
+                continue  # the scheduler logs a queue it cannot open
+            if key.startswith(self.keys.base + ":") and not reads.key_exists(self.r, key, self.where):
+                self.add(
+                    Kind.SCHEDULE_MISSING,
+                    key,
+                    f"schedule {name!r} is in the prefix's registry, but its hash is gone: it fires no more. "
+                    f"Define it again, or remove it (`rqueue schedules remove {name}`)",
+                )
+
     def gaps_bound(self, meta: dict[str, str]) -> int | None:
         """The last seq of a stream log that may lack its entry by right: 0
         without "gaps", "gaps_to" where it holds a seq, else None (any)."""
@@ -223,6 +246,7 @@ class _Examination:
             self.unregistered(
                 group, not floors and len(named) == 1, meta, last if meta.get("seq") is not None else None
             )
+        self.schedules()
         if meta.get("seq") is None:
             depth = reads.log_length(self.r, keys, self.where)
             settled = any(v != "0" for v in floors.values())

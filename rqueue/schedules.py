@@ -320,7 +320,11 @@ def fire_due(client: QueueContext) -> PassResult:
     published = handled = 0
     next_due: int | None = None
     for (name, dest, key), state in zip(located, states, strict=True):
-        if state is None or state.get("paused") == "1":
+        if state is None:
+            _hash_gone(name, dest, key)
+            continue
+        _hashes_gone.discard(key)
+        if state.get("paused") == "1":
             continue
         try:
             outcome = _fire_one(client, name, dest, key, state, now)
@@ -337,6 +341,25 @@ def fire_due(client: QueueContext) -> PassResult:
         if outcome.next_due_ms is not None:
             next_due = outcome.next_due_ms if next_due is None else min(next_due, outcome.next_due_ms)
     return PassResult(now, published, handled, next_due)
+
+
+# The hashes found gone that this process has logged: each is logged once,
+# and again once it came back and went again.
+_hashes_gone: set[str] = set()
+
+
+def _hash_gone(name: str, dest: Queue, key: str) -> None:
+    """A schedule the registry names whose hash is gone: deleted or evicted
+    (its definition with it), or a removal cut off between the two."""
+    if key not in _hashes_gone:
+        _hashes_gone.add(key)
+        log.error(
+            "schedule %r (to queue %r) is in the registry, but its hash %s is gone: it fires no more; "
+            "define it again, or remove it (rqueue schedules remove)",
+            name,
+            dest.name,
+            key,
+        )
 
 
 def _fire_one(client: QueueContext, name: str, dest: Queue, key: str, state: Mapping[str, str], now: int) -> PassResult:

@@ -130,6 +130,32 @@ def test_a_bad_timing_is_refused_naming_it(kwargs, named):
 # -- defining, listing, pausing, removing ----------------------------------------
 
 
+def test_a_schedule_whose_hash_is_gone_is_logged_once_and_reported_by_the_doctor(client, clock, caplog):
+    # given a schedule that fired once, whose hash was then deleted (an eviction, an operator)
+    from rqueue import doctor
+
+    client.schedule("nightly", "reports", every=10, payload=b"tick")
+    q = client.queue("reports")
+    clock.advance(10)
+    assert Scheduler(client).run_once().published == 1
+    key = target(client, "reports", "nightly").keys.schedule("nightly")
+    client.redis.delete(key)
+    # when schedulers pass while its ticks come, twice
+    with caplog.at_level("ERROR", logger="rqueue.schedules"):
+        for _ in range(2):
+            clock.advance(10)
+            assert Scheduler(client).run_once().published == 0
+    # then it fired no more, and that was logged once, naming it
+    gone = [r.getMessage() for r in caplog.records if "is in the registry, but its hash" in r.getMessage()]
+    assert len(gone) == 1 and "'nightly'" in gone[0] and key in gone[0]
+    # and the doctor reports it, not repaired: its definition went with it
+    found = doctor.examine(q)
+    assert [(f.kind, f.key, f.repair) for f in found] == [(doctor.Kind.SCHEDULE_MISSING, key, None)]
+    # and once it is removed, the queue is clean
+    assert client.remove_schedule("nightly")
+    assert doctor.examine(q) == []
+
+
 def test_a_schedule_publishes_each_tick_once(client, clock):
     # given a schedule every 10 s, and two schedulers
     info = client.schedule("beat", "orders", every=10, payload=b"tick", headers={"kind": "beat"})
