@@ -117,7 +117,14 @@ def replay(
     queue: QueueLike, selection: Selection, dry_run: bool = False, progress: Progress | None = None
 ) -> ReplayResult:
     """Returns the selected dead letters of ``queue`` to their groups."""
-    chosen = list(iter_dead_letters(queue, selection))
+    return replay_letters(queue, list(iter_dead_letters(queue, selection)), dry_run, progress)
+
+
+def replay_letters(
+    queue: QueueLike, chosen: list[DeadLetter], dry_run: bool = False, progress: Progress | None = None
+) -> ReplayResult:
+    """Returns the dead letters ``chosen`` (read from ``queue``'s dead-letter
+    queue: each is replayed by its dlq seq) to their groups."""
     result = ReplayResult(selected=len(chosen), dry_run=dry_run)
     groups = by_group(chosen)
     if dry_run:
@@ -135,8 +142,13 @@ def replay(
 
 def purge(queue: QueueLike, selection: Selection, progress: Progress | None = None) -> int:
     """Deletes the selected dead letters of ``queue``; returns how many."""
+    return purge_letters(queue, [d.dlq_seq for d in iter_dead_letters(queue, selection)], progress)
+
+
+def purge_letters(queue: QueueLike, chosen: list[int], progress: Progress | None = None) -> int:
+    """Deletes the dead letters of ``queue`` whose dlq seqs are ``chosen``;
+    returns how many there were."""
     dlq = queue.dead_letter_queue
-    chosen = [d.dlq_seq for d in iter_dead_letters(queue, selection)]
     deleted = 0
     for start in range(0, len(chosen), PAGE):
         batch = chosen[start : start + PAGE]

@@ -310,6 +310,35 @@ def test_purge_asks_first_and_deletes_only_what_it_showed(mem: rqueue.Client) ->
     assert "Purged 1 dead letter(s)" in pick.text and mem.queue("orders").dead_letters() == []
 
 
+@pytest.mark.parametrize("action", ["replay", "purge"])
+def test_a_chosen_dead_letter_is_the_one_acted_on_when_its_seq_was_dead_lettered_before(
+    mem: rqueue.Client, action: str
+) -> None:
+    # given seq 1 dead-lettered, its group reset back (group audit keeps the record stored), and
+    # seq 1 dead-lettered again: two dead letters of one group and seq
+    q = mem.queue("orders")
+    q.create_group("billing")
+    q.create_group("audit")
+    q.publish(b"a")
+    c = q.consumer("billing", "w1")
+    c.reject(c.fetch(1)[0], reason="first")
+    q.reset_group("billing", "first")
+    c.reject(c.fetch(1)[0], reason="second")
+    assert [(d.dlq_seq, d.seq, d.error) for d in q.dead_letters()] == [(1, 1, "first"), (2, 1, "second")]
+    web = TestClient(app(mem))
+    csrf = csrf_of(web.get("/dead-letters", params={"name": "orders"}).text)
+    # when the second alone is chosen and replayed, or purged
+    data = {"csrf": csrf, "name": "orders", "scope": "picked", "pick": "2"}
+    if action == "purge":
+        data.update(confirm="yes", expect="1")
+    done = web.post(f"/dead-letters/{action}", data=data)
+    # then the second is the one that went, and the first stays
+    assert done.status_code == 200
+    assert [(d.dlq_seq, d.error) for d in q.dead_letters()] == [(1, "first")]
+    if action == "replay":
+        assert [d.data for d in c.fetch(5)] == [b"a"]
+
+
 def test_a_confirmed_purge_leaves_dead_letters_newer_than_it_showed(clock: rqueue.ManualClock) -> None:
     # given three dead letters, and the confirmation page of a purge by the filter
     c = rqueue.connect(f"memory://{uuid.uuid4().hex}", prefix="dash", settings_ttl=0, clock=clock)

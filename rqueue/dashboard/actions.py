@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import rqueue
+from rqueue.deadletters import purge_letters, replay_letters
 from rqueue.protocols import AnyQueue
 from rqueue.validate import is_whole_number_text
 
@@ -74,6 +75,10 @@ async def read_form(request: Request) -> ActionForm:
     return ActionForm(name, picks if scope == "picked" else [], chosen, [f for f in fields if f[0] != "csrf"])
 
 
+# Each pick acts on the dead letter of its dlq seq: a group and seq may have
+# several (a group reset back dead-letters a seq again).
+
+
 def replay_picks(q: AnyQueue, picks: list[Pick], dry_run: bool) -> rqueue.ReplayResult:
     total = rqueue.ReplayResult(dry_run=dry_run)
     for pick in picks:
@@ -81,21 +86,12 @@ def replay_picks(q: AnyQueue, picks: list[Pick], dry_run: bool) -> rqueue.Replay
         if d is None:
             total = total.plus(rqueue.ReplayResult(selected=1, missing=1, dry_run=dry_run))
             continue
-        part = part_of(q, pick.partition)
-        result = part.replay_dead_letters(group=d.group, seq_from=d.seq, seq_to=d.seq, limit=1, dry_run=dry_run)
-        total = total.plus(result)
+        total = total.plus(replay_letters(part_of(q, pick.partition), [d], dry_run))
     return total
 
 
 def purge_picks(q: AnyQueue, picks: list[Pick]) -> int:
-    deleted = 0
-    for pick in picks:
-        d = read_dead_letter(q, pick.partition, pick.dlq_seq)
-        if d is not None:
-            deleted += part_of(q, pick.partition).purge_dead_letters(
-                group=d.group, seq_from=d.seq, seq_to=d.seq, limit=1
-            )
-    return deleted
+    return sum(purge_letters(part_of(q, pick.partition), [pick.dlq_seq]) for pick in picks)
 
 
 def what(ask: ActionForm) -> str:
