@@ -100,6 +100,18 @@ def test_unknown_queue_is_exit_code_3(backend, prefix, command):
     assert "queue 'ghost' does not exist" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("command", ["pause", "resume"])
+def test_pausing_a_group_that_does_not_exist_is_bad_input(backend, prefix, client, command):
+    # given a queue with group g
+    client.queue("orders").publish(b"a")
+    client.queue("orders").create_group("g")
+    # when another group is paused or resumed, then it is bad input (exit 2), as for group reset
+    r = run(backend, prefix, command, "orders", "--group", "nosuch")
+    assert r.exit_code == 2 and "group nosuch does not exist" in r.output, r.output
+    # and nothing changed
+    assert client.queue("orders").stats().group("g").paused is False
+
+
 def test_pause_and_resume_a_group_and_a_queue(backend, prefix, client):
     # given a queue with a group
     q = client.queue("orders")

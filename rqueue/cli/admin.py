@@ -252,7 +252,7 @@ def pause(obj: dict[str, Any], queue: str, group: str | None, mode: str, as_json
     out while it is paused are offered again after `rqueue resume`.
     """
     with connection(obj["url"], obj["prefix"]) as client:
-        changed = existing(client, queue).pause(group, mode)
+        changed = group_named(lambda: existing(client, queue).pause(group, mode))
     report_pause(queue, group, True, changed, mode, as_json)
 
 
@@ -264,8 +264,17 @@ def pause(obj: dict[str, Any], queue: str, group: str | None, mode: str, as_json
 def resume(obj: dict[str, Any], queue: str, group: str | None, as_json: bool) -> None:
     """End the pause of QUEUE (or of one --group) and wake its consumers."""
     with connection(obj["url"], obj["prefix"]) as client:
-        changed = existing(client, queue).resume(group)
+        changed = group_named(lambda: existing(client, queue).resume(group))
     report_pause(queue, group, False, changed, "", as_json)
+
+
+def group_named(change: Callable[[], bool]) -> bool:
+    """``change()`` of a pause; a group that does not exist (NotMember, as
+    the script says it) is bad input, as for `rqueue group reset`."""
+    try:
+        return change()
+    except rqueue.NotMember as exc:
+        raise rqueue.InvalidInput(str(exc)) from None
 
 
 def report_pause(queue: str, group: str | None, paused: bool, changed: bool, mode: str, as_json: bool) -> None:
