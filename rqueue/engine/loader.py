@@ -330,7 +330,7 @@ def _code(text: str, strings: bool = True) -> str:
         found = match.group(0)
         if strings and not found.startswith("--"):
             return found
-        return re.sub(r"[^\n]", " ", found)
+        return "\n".join(" " * len(line) for line in found.split("\n"))
 
     return _NOISE.sub(blank, text)
 
@@ -355,8 +355,12 @@ def drop_unused(text: str) -> str:
     in comments do not count). Every local function is made anew (a
     closure) on each script call, so a script pays only for the helpers it
     uses."""
+    # The text's code (comments and strings blanked, offsets kept) and its
+    # words are made once: a helper's span is whole lines of code, so each
+    # cut takes the same span from the code and its words from the count.
+    code = _code(text)
+    words = Counter(_WORD.findall(code))
     while True:
-        words = Counter(_WORD.findall(_code(text)))
         unused = [m for m in _TOP_FUNCTION.finditer(text) if words[m.group(1)] == 1]  # only its own definition
         if not unused:
             return text
@@ -376,7 +380,9 @@ def drop_unused(text: str) -> str:
                     "lines, its body indented, closed by 'end' alone at the start of a line"
                 )
         for m in reversed(unused):
+            words.subtract(_WORD.findall(code[m.start() : m.end()]))
             text = text[: m.start()] + text[m.end() :]
+            code = code[: m.start()] + code[m.end() :]
 
 
 def make_lazy(text: str) -> str:
@@ -409,8 +415,8 @@ def make_lazy(text: str) -> str:
         name = match.group(1)
         names = [h.group(1) for h in helpers[name]]
         # Named above the region, a helper would be read as a global there.
-        above = _code(text[: match.start()])
-        early = [n for n in names if re.search(rf"\b{n}\b", above)]
+        above = set(_WORD.findall(code[: match.start()]))
+        early = [n for n in names if n in above]
         if early:
             raise ValueError(f"--@lazy {name}: {', '.join(early)} named above the region that defines them")
         constants = re.sub(r"\n{3,}", "\n\n", _NOTED_FUNCTION.sub("", match.group(2)))
@@ -441,6 +447,7 @@ def make_lazy(text: str) -> str:
     unused = [name for name in regions if name not in made and helpers[name]]
     if unused:
         raise ValueError(f"--@lazy {', '.join(unused)}: no --@make to define its helpers")
+    code = _code(text)  # a region starts a line of code: what stands above it is code[:start]
     return _LAZY_REGION.sub(region, text)
 
 
