@@ -21,7 +21,7 @@ from support.servers import start_server
 import rqueue
 from rqueue import doctor
 from rqueue.engine.keys import LAYOUT_ENV
-from rqueue.engine.loader import layout_texts
+from rqueue.engine.text_cache import cached_texts
 from rqueue.migration import migrate_prefix
 
 
@@ -203,4 +203,4 @@ def test_the_source_is_the_loaders_own_without_the_checker(layout):
         pass
     from rqueue.engine import scripts
 
-    assert scripts.layout_texts is layout_texts
+    assert scripts.cached_texts is cached_texts

@@ -14,8 +14,9 @@ import redis
 from redis.exceptions import DataError, NoPermissionError, NoScriptError
 
 from ..errors import ScriptsNotLoaded
-from .loader import SCRIPT_NAMES, layout_texts, script_sha
+from .loader import SCRIPT_NAMES, script_sha
 from .scripts import field_text, sent_stream_log
+from .text_cache import cached_texts
 
 _pack: Callable[[tuple[Any, ...]], bytes] | None
 try:
@@ -327,7 +328,7 @@ class AsyncScripts:
         #: The connections of the script calls (None: redis-py's pool).
         self.connections = AsyncScriptConnections.of(redis)
         for name in SCRIPT_NAMES:
-            texts = layout_texts(name, shebang)
+            texts = cached_texts(name, shebang)
             script = AsyncScript(redis, name, texts["hash"], retry, self.connections, texts.get("stream"))
             setattr(self, name, script)
 

@@ -22,7 +22,8 @@ from ..connection.cluster import Retrier, no_retry, not_run
 from ..connection.open import RedisClient
 from ..errors import ScriptsNotLoaded
 from .direct import ScriptConnections, direct_pool, send_direct, send_direct_pair
-from .loader import SCRIPT_NAMES, layout_texts, script_sha
+from .loader import SCRIPT_NAMES, script_sha
+from .text_cache import cached_texts
 
 
 def sent_stream_log(keys: Sequence[Any]) -> bool:
@@ -297,7 +298,7 @@ class Scripts:
         self.connections = ScriptConnections.of(redis)
         self._direct = direct_pool(redis, self.connections)
         for name in SCRIPT_NAMES:
-            texts = layout_texts(name, shebang)
+            texts = cached_texts(name, shebang)
             setattr(self, name, Script(redis, name, texts["hash"], retry, self.connections, texts.get("stream")))
 
     @property

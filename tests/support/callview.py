@@ -72,5 +72,5 @@ def with_call_min(monkeypatch: Any, n: int, claim_min: int | None = None) -> Non
                 found["stream"] = found["stream"].replace(CLAIM_MIN_LINE, f"local CLAIM_MIN = {claim_min}\n")
         return found
 
-    monkeypatch.setattr(scripts, "layout_texts", texts)
-    monkeypatch.setattr(async_scripts, "layout_texts", texts)
+    monkeypatch.setattr(scripts, "cached_texts", texts)
+    monkeypatch.setattr(async_scripts, "cached_texts", texts)

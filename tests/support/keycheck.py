@@ -123,6 +123,6 @@ def checked_scripts() -> Iterator[None]:
         return {layout: with_prelude(name, text) for layout, text in loader.layout_texts(name, shebang).items()}
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(scripts, "layout_texts", checked_texts)
-        mp.setattr(async_scripts, "layout_texts", checked_texts)
+        mp.setattr(scripts, "cached_texts", checked_texts)
+        mp.setattr(async_scripts, "cached_texts", checked_texts)
         yield
