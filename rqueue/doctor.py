@@ -30,6 +30,7 @@ from .engine import commands, schedule_store
 from .engine import doctor_reads as reads
 from .engine.keys import GroupKeys, LogLayout, QueueKeys
 from .engine.log import MIGRATING
+from .engine.store import DELETING
 from .errors import CorruptRecord, InvalidInput
 from .partitions import PartitionedQueue
 from .protocols import AnyQueue
@@ -69,6 +70,7 @@ class Kind(StrEnum):
     GROUP_UNREGISTERED = "group-unregistered"  # a group's hash, while the floors hash (the registry) lacks it
     CALL_DAMAGED = "call-damaged"  # stream log: a call record, its deadline or first seq, or callout disagree
     MIGRATION_UNFINISHED = "migration-unfinished"  # a move to the stream layout was cut off (rqueue migrate)
+    DELETE_UNFINISHED = "delete-unfinished"  # a queue's delete was cut off: groups are refused until it ends
     SCHEDULE_MISSING = "schedule-missing"  # the prefix's registry names a schedule of the queue whose hash is gone
 
 
@@ -231,6 +233,13 @@ class _Examination:
                 "finishes it",
             )
             return self.found
+        if DELETING in meta:
+            self.add(
+                Kind.DELETE_UNFINISHED,
+                keys.meta,
+                f"field {DELETING} is set: a delete of the queue was cut off, and no group joins it until "
+                "Queue.delete() runs again and ends it",
+            )
         floors = reads.hash_all(self.r, keys.floors, self.where)
         if keys.layout is LogLayout.STREAM:
             self.gaps_to = self.gaps_bound(meta)

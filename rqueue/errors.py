@@ -725,6 +725,11 @@ def from_script_error(exc: Exception, *, queue: str = "", where: str = "") -> Ex
         return Unroutable(queue)
     if code == "RQ_PARTITIONED":
         return QueuePartitioned(queue, detail)
+    if code == "RQ_DELETING":
+        return InvalidInput(
+            f"queue {queue or where!r} is being deleted ({detail} field deleting): no group joins it until the "
+            "delete ends; a delete that was cut off ends when it is run again"
+        )
     if code == "RQ_LAYOUT":
         return LayoutMismatch(queue or where, _LUA_WHERE.split(detail, 1)[0].strip())
     if code == "RQ_PAUSED":

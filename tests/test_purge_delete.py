@@ -58,6 +58,63 @@ def test_delete_removes_every_key_of_the_queue_only(backend, prefix):
     client.close()
 
 
+def test_a_group_joining_while_the_queue_is_deleted_is_refused_and_leaves_nothing(backend, prefix, monkeypatch):
+    # given a queue with group g, and another client whose consumers join a new group and g itself
+    # right after the delete read which groups to delete
+    from rqueue.engine.keys import QueueKeys
+
+    client, other = rqueue.connect(backend, prefix=prefix), rqueue.connect(backend, prefix=prefix)
+    q = client.queue("orders")
+    q.publish(b"a")
+    q.consumer("g").close()
+    refusals: list[str] = []
+    order = QueueKeys.deletion_order
+
+    def joined_meanwhile(self: QueueKeys, groups: list[str]) -> list[str]:
+        for group in ("late", "g"):
+            try:
+                other.queue("orders").consumer(group, "w9").close()
+            except rqueue.InvalidInput as exc:
+                refusals.append(str(exc))
+        return order(self, groups)
+
+    monkeypatch.setattr(QueueKeys, "deletion_order", joined_meanwhile)
+    # when the queue is deleted
+    assert q.delete(force=True) > 0
+    monkeypatch.undo()
+    # then each join was refused, naming the delete (once per level: the queue and its dead letters)
+    assert refusals and all("queue 'orders' is being deleted" in text for text in refusals)
+    # and no key of the queue is left behind
+    assert [k for k in client.redis.scan_iter(match=f"{prefix}:*") if b"{orders}" in k] == []
+    # and the group joins and is served once the queue is used again
+    q.publish(b"b")
+    assert [d.data for d in other.queue("orders").consumer("late", "w9").fetch(5)] == [b"b"]
+    client.close()
+    other.close()
+
+
+def test_a_delete_cut_off_is_reported_and_ended_by_the_next(backend, prefix):
+    # given a queue whose delete was cut off after it marked the queue (meta field deleting)
+    from rqueue import doctor
+
+    client = rqueue.connect(backend, prefix=prefix)
+    q = client.queue("orders")
+    q.publish(b"a")
+    client.redis.hset(q.keys.meta, "deleting", "1")
+    # when the doctor examines it, then it names the delete
+    assert [f.kind for f in doctor.examine(q)] == [doctor.Kind.DELETE_UNFINISHED]
+    # and a group is refused, changing nothing
+    with pytest.raises(rqueue.InvalidInput, match="is being deleted .*cut off ends when it is run again"):
+        q.consumer("g")
+    assert q.groups() == []
+    # when the delete runs again, then it ends, and groups join again
+    q.delete()
+    assert doctor.examine(q) == []
+    q.publish(b"b")
+    assert [d.data for d in q.consumer("g").fetch(5)] == [b"b"]
+    client.close()
+
+
 def test_delete_refuses_while_deliveries_are_in_flight(client, queue):
     # given a consumer holding a delivery of the queue
     queue.publish_many([b"a", b"b"])

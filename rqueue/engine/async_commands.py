@@ -25,7 +25,16 @@ from . import log
 from .async_scripts import AsyncScript, AsyncScripts
 from .commands import text
 from .keys import QueueKeys, partitions_key, registry_key, settings_key
-from .store import DELETE_BATCH, EVENTS_MAX, deliveries_out, event, headed_result, in_flight_of, same_incarnation
+from .store import (
+    DELETE_BATCH,
+    DELETING,
+    EVENTS_MAX,
+    deliveries_out,
+    event,
+    headed_result,
+    in_flight_of,
+    same_incarnation,
+)
 
 T = TypeVar("T")
 
@@ -520,8 +529,11 @@ async def delete_queue(r: Any, keys: QueueKeys, prefix: str, name: str) -> int:
     """As store.delete_queue."""
 
     async def delete() -> int:
+        levels = await _levels(r, keys)
+        for level in levels:
+            await r.hset(level.meta, DELETING, "1")  # as store.delete_queue
         doomed: list[str] = []
-        for level in reversed(await _levels(r, keys)):  # as store.delete_queue
+        for level in reversed(levels):  # as store.delete_queue
             doomed += level.deletion_order([text(g) for g in await r.hkeys(level.floors)])
         deleted = 0
         for start in range(0, len(doomed), DELETE_BATCH):

@@ -17,6 +17,11 @@ from .keys import GroupKeys, QueueKeys, partitions_key, registry_key, settings_k
 
 EVENTS_MAX = 10_000  # entries a queue's event stream keeps (approximately)
 DELETE_BATCH = 500  # keys deleted per DEL
+# Meta field set on every level before a queue's delete reads its groups:
+# join.lua and group_create.lua refuse it (RQ_DELETING), so no group is made
+# or joined after the read, whose state the delete would leave behind. It
+# goes with the meta hash, deleted last.
+DELETING = "deleting"
 
 
 def _int(value: Any) -> int:
@@ -188,8 +193,11 @@ def delete_queue(r: RedisClient, keys: QueueKeys, prefix: str, name: str) -> int
     De-duplication ids expire with their window."""
 
     def delete() -> int:
+        levels = _levels(r, keys)
+        for level in levels:
+            r.hset(level.meta, DELETING, "1")  # see DELETING
         doomed: list[str] = []
-        for level in reversed(_levels(r, keys)):  # the deepest dead-letter level first
+        for level in reversed(levels):  # the deepest dead-letter level first
             doomed += level.deletion_order([text(g) for g in r.hkeys(level.floors)])
         deleted = 0
         for start in range(0, len(doomed), DELETE_BATCH):

@@ -17,6 +17,7 @@
   Errors (nothing is changed):
     RQ_GROUP_EXISTS  the group exists
     RQ_POSITION      a position that is not stored or not valid
+    RQ_DELETING <meta key>  the queue is being deleted (join.lua says why)
 ]]
 --@include group_keys
 --@include group_names
@@ -30,6 +31,9 @@ if wrongLayout then
   return wrongLayout
 end
 
+if rcall('HEXISTS', metaKey, 'deleting') == 1 then
+  return redis.error_reply('RQ_DELETING ' .. metaKey)
+end
 if rcall('HEXISTS', floorsKey, groupName) == 1 then
   return redis.error_reply('RQ_GROUP_EXISTS group ' .. groupName .. ' exists (reset it to move it)')
 end

@@ -21,6 +21,10 @@
   Errors (nothing is changed):
     RQ_PARTITIONED <layout>  the queue was made a partitioned queue (meta
       field "partitioned", set by partition.lua): groups join its partitions
+    RQ_DELETING <meta key>  the queue is being deleted (meta field
+      "deleting", rqueue.engine.store.delete_queue): a join now would write
+      a group's state after the delete read which groups to delete, and it
+      would outlive the queue
 
   An acked key that is a set, not runs (includes/acked_runs.lua), is made
   runs here, before any other script meets it (docs/upgrading.md).
@@ -34,9 +38,13 @@
 --@include group_generation
 --@lazy ackedRuns acked_runs
 
-local inc, partitioned, layout, seq = unpack(rcall('HMGET', metaKey, 'inc', 'partitioned', 'layout', 'seq'))
+local inc, partitioned, layout, seq, deleting =
+  unpack(rcall('HMGET', metaKey, 'inc', 'partitioned', 'layout', 'seq', 'deleting'))
 if partitioned then
   return redis.error_reply('RQ_PARTITIONED ' .. partitioned)
+end
+if deleting then
+  return redis.error_reply('RQ_DELETING ' .. metaKey)
 end
 -- A group made by a client of the other layout would hold the trim back
 -- for ever (its floor never moves): refused before any write.
