@@ -393,11 +393,15 @@ class Client:
     def log_layout(self, layout: LogLayout) -> None:
         self._marker.use(layout)
 
-    def register(self, name: str) -> None:
+    def register(self, name: str, again: bool = False) -> None:
         """Records queue ``name`` in the prefix's list of queues (once per
-        client). The list is a global key, outside every queue's hash slot,
-        so it is written beside the scripts rather than by them, after the
-        prefix's layout marker (rqueue.engine.prefix_layout)."""
+        client, and ``again`` when this client saw the queue made anew: a
+        delete by another client took it out of the list). The list is a
+        global key, outside every queue's hash slot, so it is written beside
+        the scripts rather than by them, after the prefix's layout marker
+        (rqueue.engine.prefix_layout)."""
+        if again:
+            self._registered.discard(name)
         if name not in self._registered:
             try:
                 self._marker.mark(name)

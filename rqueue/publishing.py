@@ -312,6 +312,8 @@ def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
         return alternate_results(alternate, results)
     client.register(queue.name)
     results = stored(prepared, replies, queue.partition)
+    if prepared.watch.take_renewed():
+        client.register(queue.name, again=True)
     after_publish(queue, prepared.settings)
     return results
 

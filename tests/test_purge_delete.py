@@ -115,6 +115,23 @@ def test_a_delete_cut_off_is_reported_and_ended_by_the_next(backend, prefix):
     client.close()
 
 
+def test_a_queue_deleted_by_another_client_is_listed_again_once_this_one_publishes_to_it(
+    client, queue, backend, prefix
+):
+    # given a publisher that has published to the queue, and an operator's client that deletes it
+    queue.publish(b"a")
+    operator = rqueue.connect(backend, prefix=prefix)
+    assert operator.queues() == ["orders"]
+    operator.queue("orders").delete()
+    assert operator.queues() == []
+    # when the publisher publishes to it again (a new incarnation, which it reports as a loss)
+    queue.publish_many([b"b", b"c"])
+    # then the queue is listed again, for the CLI and the dashboard
+    assert operator.queues() == ["orders"]
+    assert operator.queue("orders").stats().depth == 2
+    operator.close()
+
+
 def test_delete_refuses_while_deliveries_are_in_flight(client, queue):
     # given a consumer holding a delivery of the queue
     queue.publish_many([b"a", b"b"])

@@ -330,9 +330,12 @@ class Client:
     def log_layout(self, layout: LogLayout) -> None:
         self._marker.layout = layout
 
-    async def register(self, name: str) -> None:
+    async def register(self, name: str, again: bool = False) -> None:
         """Records queue ``name`` in the prefix's list of queues (once per
-        client), the prefix's layout marker first (as rqueue.Client.register)."""
+        client, and ``again`` as rqueue.Client.register says), the prefix's
+        layout marker first (as rqueue.Client.register)."""
+        if again:
+            self._registered.discard(name)
         if name in self._registered:
             return
         try:

@@ -68,6 +68,8 @@ async def send(queue: AsyncQueueLike, prepared: PreparedPublish) -> list[Publish
         return alternate_results(alternate, results)
     await client.register(queue.name)
     results = stored(prepared, replies, queue.partition)
+    if prepared.watch.take_renewed():
+        await client.register(queue.name, again=True)
     await after_publish(queue, prepared.settings)
     return results
 
