@@ -5,6 +5,7 @@ only the build, and the cache can be turned off."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -54,6 +55,24 @@ def test_a_damaged_file_is_passed_over_and_written_again(cache: Path, damage: st
     # when the texts are read, then they are built again, and the file holds them again
     assert build(True) == built
     assert json.loads(path.read_text()) == built
+
+
+def test_a_file_no_process_read_for_a_month_is_deleted_when_another_is_written(cache: Path) -> None:
+    # given two old cache files, one of them this build's (read now), and another version's
+    build(True)
+    current = only_file(cache)
+    stale = cache / "scripts-0123456789abcdef0123456789abcdef-shebang.json"
+    stale.write_text("{}")
+    month = 31 * 86400
+    for path in (current, stale):
+        os.utime(path, (path.stat().st_mtime - month, path.stat().st_mtime - month))
+    # when a process reads this build's file, then it is touched
+    build(True)
+    assert current.stat().st_mtime > stale.stat().st_mtime + month / 2
+    # when another file is written (the texts without a shebang), then the stale one is deleted
+    build(False)
+    assert sorted(p.name.rsplit("-", 1)[1] for p in cache.iterdir()) == ["bare.json", "shebang.json"]
+    assert not stale.exists()
 
 
 def test_an_empty_setting_turns_the_cache_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,13 +11,16 @@ process. The directory is ``$RQUEUE_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/rqueue``, else ``~/.cache/rqueue``; an empty
 ``RQUEUE_CACHE_DIR`` turns the cache off. A file that cannot be read,
 written or parsed is passed over, and the texts are built in the process:
-the cache only saves time. Whoever can write the directory chooses the Lua
-that Redis runs, as with Python's own bytecode caches: it is the user's
-own by default.
+the cache only saves time. A file is touched when read, and one no process
+read for STALE_DAYS is deleted when another is written: each change of the
+scripts (an upgrade) writes a new one. Whoever can write the directory
+chooses the Lua that Redis runs, as with Python's own bytecode caches: it
+is the user's own by default.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,9 +28,12 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
+from ..clock import SYSTEM_CLOCK
 from . import loader
 
 CACHE_ENV = "RQUEUE_CACHE_DIR"
+STALE_DAYS = 30
+_FILES = "scripts-*.json"
 
 Texts = dict[str, dict[str, str]]  # script name -> layout -> text (loader.layout_texts)
 
@@ -66,10 +72,13 @@ def script_texts(shebang: bool = True) -> Texts:
     if path is not None:
         kept = _read(path)
         if kept is not None:
+            with contextlib.suppress(OSError):
+                os.utime(path)  # read: not stale
             return kept
     built = {name: loader.layout_texts(name, shebang) for name in loader.SCRIPT_NAMES}
     if path is not None:
         _write(path, built)
+        _prune(path.parent, SYSTEM_CLOCK.wall() - STALE_DAYS * 86400)
     return built
 
 
@@ -91,6 +100,16 @@ def _read(path: Path) -> Texts | None:
     ):
         return None
     return data
+
+
+def _prune(where: Path, before: float) -> None:
+    """Deletes the cache files of ``where`` last read or written before
+    ``before`` (seconds since the epoch)."""
+    with contextlib.suppress(OSError):
+        for old in where.glob(_FILES):
+            with contextlib.suppress(OSError):
+                if old.stat().st_mtime < before:
+                    old.unlink()
 
 
 def _write(path: Path, texts: Texts) -> None:
