@@ -395,14 +395,10 @@ class Client:
 
     def register(self, name: str, again: bool = False) -> None:
         """Records queue ``name`` in the prefix's list of queues (once per
-        client, and ``again`` when this client saw the queue made anew: a
-        delete by another client took it out of the list). The list is a
-        global key, outside every queue's hash slot, so it is written beside
-        the scripts rather than by them, after the prefix's layout marker
-        (rqueue.engine.prefix_layout)."""
-        if again:
-            self._registered.discard(name)
-        if name not in self._registered:
+        client, or ``again``). The list is a global key, outside every queue's
+        hash slot, so it is written beside the scripts rather than by them,
+        after the prefix's layout marker (rqueue.engine.prefix_layout)."""
+        if again or name not in self._registered:
             try:
                 self._marker.mark(name)
                 store.register_queue(self.redis, self.prefix, name, self.idempotent)

@@ -311,8 +311,10 @@ def send(queue: QueueLike, prepared: PreparedPublish) -> list[PublishResult]:
         results = other.publish_many(prepared.payloads, **resend(prepared, other, mandatory=False))
         return alternate_results(alternate, results)
     client.register(queue.name)
+    known = prepared.watch.incarnation
     results = stored(prepared, replies, queue.partition)
-    if prepared.watch.take_renewed():
+    if prepared.watch.incarnation != known:
+        # The queue was made (again): a delete by another client took it out of the list.
         client.register(queue.name, again=True)
     after_publish(queue, prepared.settings)
     return results

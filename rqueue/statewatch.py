@@ -120,11 +120,6 @@ class StateWatch:
         self.settled = (0, 0)
         # (first, last) of the seqs each publish call confirmed
         self._confirmed: deque[tuple[int, int]] = deque(maxlen=CONFIRMED_KEPT)
-        #: Whether the queue was made (again) since :meth:`take_renewed`
-        #: was last asked: a call of this client made its incarnation, or
-        #: one was seen that replaced the one known. The queue is then
-        #: recorded in the prefix's list again: a delete took it out.
-        self.renewed = False
         #: The incarnation id this client offers when a call creates the
         #: queue's meta; drawn again once a queue takes it.
         self.candidate = incarnation_id(randomness)
@@ -152,12 +147,6 @@ class StateWatch:
     def mark(self) -> Mark:
         """What the watch knows now: taken before a call is sent."""
         return Mark(self.epoch, self._last_seq, *self._group_seen, self._stamp)
-
-    def take_renewed(self) -> bool:
-        """Whether the queue was made (again) since the last call of this."""
-        with self._lock:
-            renewed, self.renewed = self.renewed, False
-        return renewed
 
     def forget(self) -> None:
         """Forgets the queue's state (this client deleted the queue: its next
@@ -196,7 +185,6 @@ class StateWatch:
                 return None
             if incarnation == self.candidate:
                 self.candidate = incarnation_id(self._randomness)
-                self.renewed = True  # this call made the queue's incarnation
             if new is not None and new[1] < new[0]:
                 new = None
             top = new[1] if new is not None else last_seq
@@ -204,7 +192,6 @@ class StateWatch:
                 self.incarnation = incarnation
             elif incarnation != self.incarnation:
                 loss = self._lost(LossKind.INCARNATION, incarnation, 0)
-                self.renewed = True
             elif new is not None and new[0] <= mark.last_seq:
                 loss = self._lost(LossKind.SEQ_WENT_BACK, incarnation, new[0] - 1)
             elif last_seq is not None and last_seq < mark.last_seq:

@@ -334,9 +334,7 @@ class Client:
         """Records queue ``name`` in the prefix's list of queues (once per
         client, and ``again`` as rqueue.Client.register says), the prefix's
         layout marker first (as rqueue.Client.register)."""
-        if again:
-            self._registered.discard(name)
-        if name in self._registered:
+        if name in self._registered and not again:
             return
         try:
             await self._marker.mark(name)

@@ -67,8 +67,10 @@ async def send(queue: AsyncQueueLike, prepared: PreparedPublish) -> list[Publish
         results = await other.publish_many(prepared.payloads, **resend(prepared, other, mandatory=False))
         return alternate_results(alternate, results)
     await client.register(queue.name)
+    known = prepared.watch.incarnation
     results = stored(prepared, replies, queue.partition)
-    if prepared.watch.take_renewed():
+    if prepared.watch.incarnation != known:
+        # The queue was made (again): a delete by another client took it out of the list.
         await client.register(queue.name, again=True)
     await after_publish(queue, prepared.settings)
     return results

@@ -10,6 +10,7 @@ every awaitable call sits beside the others, as the sync ones do there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -531,7 +532,8 @@ async def delete_queue(r: Any, keys: QueueKeys, prefix: str, name: str) -> int:
     async def delete() -> int:
         levels = await _levels(r, keys)
         for level in levels:
-            await r.hset(level.meta, DELETING, "1")  # as store.delete_queue
+            with contextlib.suppress(redis.exceptions.OutOfMemoryError):
+                await r.hset(level.meta, DELETING, "1")  # as store.delete_queue
         doomed: list[str] = []
         for level in reversed(levels):  # as store.delete_queue
             doomed += level.deletion_order([text(g) for g in await r.hkeys(level.floors)])

@@ -6,8 +6,11 @@ group holds). Each translates the driver's errors as the scripts' calls do
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
+
+import redis
 
 from ..connection.cluster import Retrier, no_retry
 from ..connection.open import RedisClient
@@ -20,7 +23,8 @@ DELETE_BATCH = 500  # keys deleted per DEL
 # Meta field set on every level before a queue's delete reads its groups:
 # join.lua and group_create.lua refuse it (RQ_DELETING), so no group is made
 # or joined after the read, whose state the delete would leave behind. It
-# goes with the meta hash, deleted last.
+# goes with the meta hash, deleted last. Redis at maxmemory refuses the
+# HSET: the delete, which frees memory, goes on without it.
 DELETING = "deleting"
 
 
@@ -195,7 +199,8 @@ def delete_queue(r: RedisClient, keys: QueueKeys, prefix: str, name: str) -> int
     def delete() -> int:
         levels = _levels(r, keys)
         for level in levels:
-            r.hset(level.meta, DELETING, "1")  # see DELETING
+            with contextlib.suppress(redis.exceptions.OutOfMemoryError):
+                r.hset(level.meta, DELETING, "1")  # see DELETING
         doomed: list[str] = []
         for level in reversed(levels):  # the deepest dead-letter level first
             doomed += level.deletion_order([text(g) for g in r.hkeys(level.floors)])
