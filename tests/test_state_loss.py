@@ -120,6 +120,7 @@ def test_a_publisher_sees_the_queue_start_again(client, queue, caplog):
     assert loss.new_incarnation == client.redis.hget(queue.keys.meta, "inc").decode()
     errors = [rec for rec in caplog.records if rec.levelno == logging.ERROR and "lost state" in rec.getMessage()]
     assert len(errors) == 1 and QUEUE in errors[0].getMessage()
+    wait_for(lambda: state_lost_events(queue) != [])  # the asyncio client writes it in the background
     [event] = state_lost_events(queue)
     assert (event["reason"], event["confirmed_gone"], event["noticed_by"]) == ("incarnation-changed", "3", "publisher")
 
@@ -234,6 +235,7 @@ def test_a_consumer_sees_its_groups_acks_go_back_and_runs_none_of_those_messages
     assert loss is not None and loss.kind is LossKind.ACKS_WENT_BACK
     assert (loss.gone_above, loss.floor_seen, loss.confirmed_gone, loss.group) == (1, 4, 0, "g")
     assert "group 'g' went back from 4 to 1" in str(loss)
+    wait_for(lambda: state_lost_events(queue) != [])  # the asyncio client writes it in the background
     [event] = state_lost_events(queue)
     assert (event["reason"], event["seq"], event["floor_seen"], event["group"]) == ("acks-went-back", "1", "4", "g")
     # when seq 1 is replayed from the dead-letter queue (below the floor c saw)
